@@ -1,0 +1,31 @@
+# Everything a fresh machine needs: `make test` and `make demo` create .venv,
+# install torch (CPU wheel pinned; override with TORCH=...) and the project.
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo lint clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and pinned, so nothing later can pull the CUDA wheels.
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(BIN)/torch-diagnose analyze samples/traces/cpu/slow_loader.pt.trace.json.gz
+
+lint: $(STAMP)
+	$(BIN)/ruff check diagnose tests samples benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info
