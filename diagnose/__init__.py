@@ -1,0 +1,44 @@
+"""torch-diagnose: find why PyTorch training is slow, and fix it.
+
+    from diagnose import diagnose
+    with diagnose(model, loader) as d:
+        for x, y in loader:
+            ...
+    d.report          # findings with their numbers and the fix as code
+
+    from diagnose import analyze
+    analyze("run/trace.pt.trace.json.gz").print()
+
+``diagnose`` imports torch on first use; analysing saved traces does not need torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .api import Report, analyze
+from .engine import Finding
+from .errors import DiagnoseError, TraceError
+from .fixes import FIXES, TrainConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FIXES",
+    "DiagnoseError",
+    "Finding",
+    "Report",
+    "TraceError",
+    "TrainConfig",
+    "analyze",
+    "diagnose",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "diagnose":  # lazy: keeps `import diagnose` (and the CLI) free of torch
+        from .session import diagnose
+
+        return diagnose
+    raise AttributeError(f"module 'diagnose' has no attribute {name!r}")

@@ -1,0 +1,324 @@
+"""The rule engine: loads the declarative rule pack and turns metrics into findings.
+
+A rule (``rules/*.toml``) names its category, a ``when`` condition, graded
+``warning``/``critical`` conditions, a message template quoting the evidence,
+an estimate of the most that fixing it could gain, the fixes to try, and its
+documentation. Conditions run in the whitelisting evaluator of
+:mod:`diagnose.expr`; a rule whose metrics are missing is reported as not
+evaluated, never as passed.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import RuleError
+from .expr import Expr, MissingMetric, compile_expr, format_message, template_names
+from .fixes import FIXES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CATEGORIES = (
+    "input", "transfer", "sync", "launch", "precision", "memory",
+    "communication", "imbalance", "utilization", "config",
+)
+SEVERITIES = ("info", "warning", "critical")
+_ID = re.compile(r"^[A-Z]{2,4}\d{3}$")
+DOC_SECTIONS = ("detects", "why", "fix", "false_positives")
+
+
+class _Hint(msgspec.Struct, forbid_unknown_fields=True):
+    when: str
+    text: str
+
+
+class _Docs(msgspec.Struct, forbid_unknown_fields=True):
+    detects: str
+    why: str
+    fix: str
+    false_positives: str
+
+
+class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    category: str
+    title: str
+    when: str
+    message: str
+    fixes: list[str]
+    docs: _Docs
+    gain: str
+    warning: str | None = None
+    critical: str | None = None
+    evidence: list[str] = []
+    hints: list[_Hint] = []
+    scope: str = "rank"  # "rank": per trace; "run": over all ranks' merged metrics
+
+
+class _PackFile(msgspec.Struct, forbid_unknown_fields=True):
+    rule: list[_RuleSpec] = []
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    category: str
+    title: str
+    when: Expr
+    warning: Expr | None
+    critical: Expr | None
+    message: str
+    gain: Expr
+    fixes: tuple[str, ...]
+    evidence: tuple[str, ...]
+    hints: tuple[tuple[Expr, str], ...]
+    docs: Mapping[str, str]
+    source: str
+    scope: str = "rank"
+
+    @property
+    def needs(self) -> frozenset[str]:
+        names = set(self.when.names)
+        for e in (self.warning, self.critical):
+            if e is not None:
+                names |= e.names
+        return frozenset(names)
+
+
+@dataclass
+class Finding:
+    rule: str
+    category: str
+    severity: str
+    title: str
+    message: str
+    evidence: dict[str, Any]
+    fixes: list[str]
+    estimated_gain: float | None
+    hints: list[str] = field(default_factory=list)
+    ranks: list[int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "category": self.category,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "hints": self.hints,
+            "evidence": self.evidence,
+            "fixes": [FIXES[f].to_json() for f in self.fixes if f in FIXES],
+            "estimated_gain": self.estimated_gain,
+            "ranks": self.ranks,
+        }
+
+
+@dataclass
+class NotEvaluated:
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "reason": self.reason}
+
+
+def severity_rank(sev: str) -> int:
+    return SEVERITIES.index(sev)
+
+
+# ------------------------------------------------------------------ loading
+def builtin_rules_dir() -> Path:
+    """The rule pack: inside the installed wheel, else the repository's rules/."""
+    packaged = resources.files("diagnose") / "_rules"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "rules"
+
+
+def _compile(src: str, where: str) -> Expr:
+    try:
+        return compile_expr(src)
+    except RuleError as e:
+        raise RuleError(f"{where}: {e}") from None
+
+
+def load_rule_file(path: Path) -> list[Rule]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RuleError(f"{path}: cannot read rule file ({e.strerror or e})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+        pack = msgspec.convert(data, _PackFile)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise RuleError(f"{path}: not valid TOML ({e})") from None
+    except msgspec.ValidationError as e:
+        raise RuleError(f"{path}: {e}") from None
+    rules = []
+    for spec in pack.rule:
+        where = f"{path.name} rule {spec.id}"
+        if not _ID.match(spec.id):
+            raise RuleError(f"{where}: id must be a prefix and three digits, e.g. IN001")
+        if spec.category not in CATEGORIES:
+            raise RuleError(f"{where}: unknown category {spec.category!r} (one of {', '.join(CATEGORIES)})")
+        unknown = [f for f in spec.fixes if f not in FIXES]
+        if unknown:
+            raise RuleError(f"{where}: unknown fix {unknown[0]!r} (see diagnose/fixes)")
+        try:
+            template_names(spec.message)
+            for h in spec.hints:
+                template_names(h.text)
+        except RuleError as e:
+            raise RuleError(f"{where}: {e}") from None
+        rules.append(
+            Rule(
+                id=spec.id,
+                category=spec.category,
+                title=spec.title,
+                when=_compile(spec.when, where),
+                warning=_compile(spec.warning, where) if spec.warning else None,
+                critical=_compile(spec.critical, where) if spec.critical else None,
+                message=spec.message,
+                gain=_compile(spec.gain, where),
+                fixes=tuple(spec.fixes),
+                evidence=tuple(spec.evidence),
+                hints=tuple((_compile(h.when, where), h.text) for h in spec.hints),
+                docs={k: getattr(spec.docs, k).strip() for k in DOC_SECTIONS},
+                source=str(path),
+                scope=spec.scope,
+            )
+        )
+    return rules
+
+
+def _rule_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(path.glob("*.toml"))
+        if not files:
+            raise RuleError(f"{path}: folder holds no rule files (*.toml)")
+        return files
+    if not path.exists():
+        raise RuleError(f"{path}: no such rule file or folder")
+    return [path]
+
+
+@cache
+def builtin_rules() -> tuple[Rule, ...]:
+    return tuple(r for f in _rule_files(builtin_rules_dir()) for r in load_rule_file(f))
+
+
+def load_rules(extra: Iterable[str | Path] | None = None) -> list[Rule]:
+    """The built-in pack plus the user's own rule files; ids must be unique."""
+    rules = list(builtin_rules())
+    for p in extra or ():
+        for f in _rule_files(Path(p)):
+            rules.extend(load_rule_file(f))
+    seen: dict[str, str] = {}
+    for r in rules:
+        if r.id in seen:
+            raise RuleError(f"rule id {r.id} defined twice ({seen[r.id]} and {r.source})")
+        seen[r.id] = r.source
+    return rules
+
+
+def get_rule(rule_id: str, rules: Iterable[Rule] | None = None) -> Rule:
+    for r in rules if rules is not None else builtin_rules():
+        if r.id == rule_id.upper():
+            return r
+    raise RuleError(f"unknown rule {rule_id!r}: `torch-diagnose rules` lists them")
+
+
+# --------------------------------------------------------------- evaluation
+_MISSING_WHY = (
+    (("gpu_", "idle_", "memcpy_", "sync_", "item_", "kernel", "launch", "gemm_", "comm_",
+      "share_kernel", "share_memcpy", "share_memset", "share_communication", "share_runtime",
+      "device_", "optimizer_launches"),
+     "has_gpu", "the trace has no GPU activity"),
+)
+_CONTEXT_METRICS = ("dataloader_num_workers", "dataloader_pin_memory", "dataloader_batch_size",
+                    "dataloader_persistent_workers", "dataloader_prefetch_factor", "cudnn_benchmark",
+                    "optimizer_class", "optimizer_foreach", "optimizer_fused", "torch_num_threads",
+                    "cpu_count", "model_", "oom")
+
+
+def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
+    """A person-readable reason why ``name`` has no value."""
+    if name not in metrics and not name.startswith(_CONTEXT_METRICS):
+        return f"needs {name} (unknown metric)"
+    if name.startswith(_CONTEXT_METRICS) and metrics.get("context_available") is not True:
+        return f"needs {name}: only known from a live capture (with diagnose(...))"
+    if name.startswith(("gpu_util", "host_", "proc_", "workers_")):
+        return f"needs {name}: from the run's samples"
+    for prefixes, flag, reason in _MISSING_WHY:
+        if name.startswith(prefixes) and metrics.get(flag) is False:
+            return f"needs {name}: {reason}"
+    if name.startswith("dataloader_"):
+        return f"needs {name}: no DataLoader activity in the trace"
+    if name.startswith("optimizer_") or name.startswith("zero_grad"):
+        return f"needs {name}: no optimizer.step()/zero_grad() annotations in the trace"
+    return f"needs {name}"
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x)
+
+
+def evaluate(
+    rules: Iterable[Rule], metrics: Mapping[str, Any]
+) -> tuple[list[Finding], list[NotEvaluated]]:
+    """Run every rule over one set of metrics."""
+    findings: list[Finding] = []
+    skipped: list[NotEvaluated] = []
+    for rule in rules:
+        try:
+            fired = rule.when.evaluate(metrics)
+        except MissingMetric as e:
+            skipped.append(NotEvaluated(rule.id, why_missing(e.name, metrics)))
+            continue
+        if not fired:
+            continue
+        severity = "info"
+        for sev, expr in (("critical", rule.critical), ("warning", rule.warning)):
+            if expr is None:
+                continue
+            try:
+                if expr.evaluate(metrics):
+                    severity = sev
+                    break
+            except MissingMetric:
+                continue
+        try:
+            message = format_message(rule.message, metrics)
+        except MissingMetric as e:
+            message = f"{rule.title} ({why_missing(e.name, metrics)})"
+        hints = []
+        for cond, text in rule.hints:
+            try:
+                if cond.evaluate(metrics):
+                    hints.append(format_message(text, metrics))
+            except MissingMetric:
+                continue
+        try:
+            g = _num(rule.gain.evaluate(metrics))
+            gain = None if g is None else round(min(max(g, 0.0), 1.0), 4)
+        except MissingMetric:
+            gain = None
+        evidence = {n: metrics.get(n) for n in (rule.evidence or sorted(rule.needs))}
+        findings.append(Finding(rule.id, rule.category, severity, rule.title, message,
+                                evidence, list(rule.fixes), gain, hints))
+    findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.rule))
+    return findings, skipped

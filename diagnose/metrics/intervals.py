@@ -1,0 +1,96 @@
+"""Vectorised interval arithmetic on sorted, disjoint interval sets.
+
+An interval set is a pair of float arrays ``(starts, ends)``, sorted and
+non-overlapping (what :func:`union` returns). ``covered(U, x)`` is the total
+length of ``U`` in ``(-inf, x]`` for many ``x`` at once; every measure of an
+overlap below is a difference of it, so no Python loop runs per interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+EMPTY: Intervals = (np.zeros(0), np.zeros(0))
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Merge possibly overlapping intervals into a sorted disjoint set."""
+    if len(starts) == 0:
+        return EMPTY
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.float64)[order]
+    e = np.maximum(np.asarray(ends, dtype=np.float64)[order], s)
+    run_end = np.maximum.accumulate(e)
+    # a new group starts where an interval begins after everything before it ended
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)  # run_end only grows: a group's end is its last
+    return s[first], run_end[last]
+
+
+def measure(u: Intervals) -> float:
+    return float(np.sum(u[1] - u[0]))
+
+
+def covered(u: Intervals, x: np.ndarray | float) -> np.ndarray:
+    """Length of ``u`` within ``(-inf, x]``, for each x."""
+    s, e = u
+    x = np.asarray(x, dtype=np.float64)
+    if len(s) == 0:
+        return np.zeros_like(x)
+    cum = np.concatenate(([0.0], np.cumsum(e - s)))
+    k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
+    total = cum[k]
+    # the last of those may extend past x: take off the part after x
+    last_end = e[np.maximum(k - 1, 0)]
+    over = np.where(k > 0, np.maximum(last_end - x, 0.0), 0.0)
+    return total - over
+
+
+def measure_between(u: Intervals, lo: np.ndarray | float, hi: np.ndarray | float) -> np.ndarray:
+    """Length of ``u`` inside each window [lo, hi]."""
+    return np.maximum(covered(u, hi) - covered(u, lo), 0.0)
+
+
+def overlap(a: Intervals, b: Intervals) -> float:
+    """Total length of the intersection of two disjoint sets."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return 0.0
+    return float(np.sum(measure_between(b, a[0], a[1])))
+
+
+def clip(u: Intervals, lo: float, hi: float) -> Intervals:
+    s, e = u
+    keep = (e > lo) & (s < hi)
+    return np.clip(s[keep], lo, hi), np.clip(e[keep], lo, hi)
+
+
+def gaps(u: Intervals, lo: float, hi: float) -> Intervals:
+    """The complement of ``u`` within [lo, hi]."""
+    s, e = clip(u, lo, hi)
+    gs = np.concatenate(([lo], e))
+    ge = np.concatenate((s, [hi]))
+    keep = ge > gs
+    return gs[keep], ge[keep]
+
+
+def contains(u: Intervals, x: np.ndarray) -> np.ndarray:
+    """For each point x: is it inside (start < x <= end) some interval of u?"""
+    s, e = u
+    x = np.asarray(x, dtype=np.float64)
+    if len(s) == 0:
+        return np.zeros(x.shape, dtype=bool)
+    k = np.searchsorted(s, x, side="left") - 1
+    ok = k >= 0
+    kk = np.maximum(k, 0)
+    return ok & (x <= e[kk]) & (x > s[kk])
+
+
+def merge(*sets: Intervals) -> Intervals:
+    if not sets:
+        return EMPTY
+    return union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))

@@ -1,0 +1,1 @@
+"""Rendering reports: text (rich) and JSON; HTML and TensorBoard come later."""

@@ -1,0 +1,139 @@
+"""Terminal rendering of a Report with rich: summary, findings, fixes as code."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from ..fixes import FIXES
+
+if TYPE_CHECKING:
+    from ..api import Report
+
+_SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _summary(report: Report) -> Table:
+    m = report.metrics
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    src = ", ".join(report.source)
+    t.add_row("source", escape(src))
+    if len(report.ranks) > 1:
+        t.add_row("ranks", str(len(report.ranks)))
+    dev = m.get("device_name")
+    t.add_row("device", escape(str(dev)) if dev else "no GPU activity in the trace"
+              if m.get("has_gpu") is False else "unknown")
+    steps = m.get("step_count")
+    t.add_row(
+        "steps",
+        f"{steps} ({m.get('steps_source')}), median {m.get('step_time_median_ms')} ms, "
+        f"p90 {m.get('step_time_p90_ms')} ms",
+    )
+    if m.get("gpu_busy_frac") is not None:
+        t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
+    parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN
+             if isinstance(m.get(f"share_{c}"), int | float) and m[f"share_{c}"] >= 0.005]
+    if parts:
+        t.add_row("step time", ", ".join(parts))
+    if m.get("dataloader_share") is not None:
+        t.add_row("DataLoader", _pct(m.get("dataloader_share")) + " of the window")
+    return t
+
+
+def _findings_table(report: Report) -> Table:
+    t = Table(show_lines=False, expand=True, title="Findings", title_justify="left")
+    t.add_column("severity", no_wrap=True)
+    t.add_column("rule", no_wrap=True)
+    t.add_column("category", no_wrap=True)
+    t.add_column("finding", ratio=1)
+    t.add_column("gain ≤", justify="right", no_wrap=True)
+    for f in report.findings:
+        msg = Text(f.message)
+        for h in f.hints:
+            msg.append("\n" + h, style="dim")
+        if f.ranks:
+            msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
+        gain = "" if not f.estimated_gain else f"{f.estimated_gain:.0%}"
+        t.add_row(Text(f.severity, style=_SEV_STYLE[f.severity]), f.rule, f.category, msg, gain)
+    return t
+
+
+def _fix_panels(report: Report) -> list[Panel]:
+    panels: list[Panel] = []
+    shown: set[str] = set()
+    for f in report.findings:
+        if f.severity == "info":
+            continue
+        for fid in f.fixes[:1]:  # the first fix to try; `torch-diagnose rules ID` has the rest
+            if fid in shown or fid not in FIXES:
+                continue
+            shown.add(fid)
+            fix = FIXES[fid]
+            panels.append(Panel(Syntax(fix.code, "python", theme="ansi_dark", word_wrap=True),
+                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left"))
+    return panels
+
+
+def renderables(report: Report) -> list[Any]:
+    out: list[Any] = [_summary(report)]
+    if report.findings:
+        out.append(_findings_table(report))
+        out.extend(_fix_panels(report))
+    else:
+        out.append(Text("No findings: nothing in this run points at a bottleneck.", style="green"))
+    if report.not_evaluated:
+        lines = Text("Not evaluated:", style="bold")
+        for n in report.not_evaluated:
+            lines.append(f"\n  {n.rule}: {n.reason}", style="dim")
+        out.append(lines)
+    for n in report.notes:
+        out.append(Text(f"note: {n}", style="dim"))
+    return out
+
+
+def render(report: Report, *, width: int = 110, color: bool = False) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
+                      else None, highlight=False)
+    console.print(Group(*renderables(report)))
+    return buf.getvalue()
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    (console or Console(highlight=False)).print(Group(*renderables(report)))
+
+
+def render_rule(rule: Any) -> list[Any]:
+    """`torch-diagnose rules ID`: the rule's own documentation."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("rule", f"{rule.id}  {escape(rule.title)}")
+    head.add_row("category", rule.category)
+    head.add_row("fires when", escape(rule.when.src))
+    if rule.warning is not None:
+        head.add_row("warning", escape(rule.warning.src))
+    if rule.critical is not None:
+        head.add_row("critical", escape(rule.critical.src))
+    head.add_row("fixes", ", ".join(rule.fixes))
+    head.add_row("defined in", escape(rule.source))
+    out: list[Any] = [head]
+    for key, title in (("detects", "What it detects"), ("why", "Why it costs time"),
+                       ("fix", "How to fix"), ("false_positives", "Known false positives")):
+        out.append(Text(title, style="bold underline"))
+        out.append(Text(rule.docs[key]))
+    return out

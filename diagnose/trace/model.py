@@ -1,0 +1,239 @@
+"""The columnar Trace: one rank's events as numpy arrays.
+
+Every analysis reads this object; none touches raw JSON. Columns are built
+with C-level iteration (``map`` + ``attrgetter`` into ``np.fromiter``), never a
+Python loop per event. Names, categories, pids and tids are interned: each
+event holds an int id into a small table of unique strings, so a predicate on
+names runs once per unique name and is then broadcast to all events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .decode import Decoded, Event
+
+
+class Kind(IntEnum):
+    """What an event is, independent of the category spelling of its PyTorch version."""
+
+    OTHER = 0
+    CPU_OP = 1  # cpu_op (now), Operator (2021)
+    ANNOTATION = 2  # user_annotation: ProfilerStep#, DataLoader, record_function
+    RUNTIME = 3  # cuda_runtime, cuda_driver, Runtime (2021)
+    KERNEL = 4  # kernel, Kernel
+    MEMCPY = 5  # gpu_memcpy, Memcpy
+    MEMSET = 6  # gpu_memset, Memset
+    GPU_ANNOTATION = 7  # gpu_user_annotation
+    MEMORY = 8  # '[memory]' instant events
+    PYTHON = 9  # python_function
+    TRACE = 10  # the profiler's own span
+
+
+_CATEGORY_KINDS: dict[str, Kind] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "trace": Kind.TRACE,
+}
+
+DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+HOST_KINDS = (Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME, Kind.PYTHON)
+
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+def _kind_of(cat: str, name: str) -> Kind:
+    if name == "[memory]":
+        return Kind.MEMORY
+    return _CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
+
+
+def _intern(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    table: dict[Any, int] = {}
+    for v in dict.fromkeys(values):  # unique values, first-seen order (C-level)
+        table[v] = len(table)
+    ids = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
+    return ids, list(table)
+
+
+def _num_column(args: list[Any], attr: str, fill: float = np.nan) -> np.ndarray:
+    get = attrgetter(attr)
+    vals = map(lambda a: fill if a is None else (fill if (v := get(a)) is None else v), args)
+    try:
+        return np.fromiter(vals, dtype=np.float64, count=len(args))
+    except (TypeError, ValueError):  # a stray non-number (e.g. stream given as a string)
+        get2 = attrgetter(attr)
+        return np.array(
+            [_as_float(None if a is None else get2(a), fill) for a in args], dtype=np.float64
+        )
+
+
+def _as_float(v: Any, fill: float) -> float:
+    if isinstance(v, bool) or v is None:
+        return fill
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return fill
+
+
+@dataclass
+class Trace:
+    """One rank's events, columnar. Times are float microseconds."""
+
+    path: str
+    ts: np.ndarray
+    dur: np.ndarray
+    kind: np.ndarray  # int8 Kind
+    name_id: np.ndarray  # int32 into names
+    names: list[str]
+    pid_id: np.ndarray
+    pids: list[str]
+    tid_id: np.ndarray
+    tids: list[str]
+    correlation: np.ndarray  # float64, NaN where absent
+    external_id: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    nbytes: np.ndarray
+    mem_allocated: np.ndarray
+    mem_reserved: np.ndarray
+    mem_delta: np.ndarray
+    mem_device_type: np.ndarray
+    mem_device_id: np.ndarray
+    device_properties: list[dict] = field(default_factory=list)
+    distributed_info: dict | None = None
+    schema_version: Any = None
+    dropped_events: int = 0
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_decoded(cls, dec: Decoded, path: str | Path) -> Trace:
+        evs: list[Event] = dec.events
+        n = len(evs)
+        cats = list(map(attrgetter("cat"), evs))
+        names_raw = list(map(attrgetter("name"), evs))
+        name_id, names = _intern(names_raw)
+        cat_id, cat_table = _intern(cats)
+        del cats, names_raw
+        # kind per (category, name) pair: only '[memory]' depends on the name
+        cat_kind = np.array([int(_kind_of(c, "")) for c in cat_table], dtype=np.int8)
+        kind = cat_kind[cat_id] if n else np.zeros(0, np.int8)
+        if "[memory]" in names:
+            kind[name_id == names.index("[memory]")] = Kind.MEMORY
+        pid_id, pids = _intern(list(map(str, map(attrgetter("pid"), evs))))
+        tid_id, tids = _intern(list(map(str, map(attrgetter("tid"), evs))))
+        ts = np.fromiter(map(attrgetter("ts"), evs), dtype=np.float64, count=n)
+        dur = np.fromiter(map(attrgetter("dur"), evs), dtype=np.float64, count=n)
+        args = list(map(attrgetter("args"), evs))
+        ext = _num_column(args, "external_id")
+        ext_old = _num_column(args, "external_id_old")
+        ext = np.where(np.isnan(ext), ext_old, ext)
+        stream_raw = list(map(lambda a: None if a is None else a.stream, args))
+        stream = np.fromiter(
+            map(lambda s: s if isinstance(s, int) and not isinstance(s, bool) else np.nan,
+                stream_raw),
+            dtype=np.float64,
+            count=n,
+        )
+        # Sanitise: negative/NaN durations count as 0; NaN timestamps drop the event's weight.
+        bad = ~np.isfinite(ts)
+        dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
+        if bad.any():
+            ts = np.where(bad, np.nan, ts)
+            kind = np.where(bad, Kind.OTHER, kind).astype(np.int8)
+        # Keep complete ('X') and instant ('i') events; flows and metadata carry nothing used.
+        ph_id, ph_table = _intern(list(map(attrgetter("ph"), evs)))
+        keep_ph = np.array([p in ("X", "i", "I") for p in ph_table], dtype=bool)
+        keep = keep_ph[ph_id] if n else np.zeros(0, bool)
+        cols = dict(
+            ts=ts,
+            dur=dur,
+            kind=kind.astype(np.int8),
+            name_id=name_id,
+            pid_id=pid_id,
+            tid_id=tid_id,
+            correlation=_num_column(args, "correlation"),
+            external_id=ext,
+            device=_num_column(args, "device"),
+            stream=stream,
+            nbytes=_num_column(args, "bytes"),
+            mem_allocated=_num_column(args, "total_allocated"),
+            mem_reserved=_num_column(args, "total_reserved"),
+            mem_delta=_num_column(args, "mem_bytes"),
+            mem_device_type=_num_column(args, "device_type"),
+            mem_device_id=_num_column(args, "device_id"),
+        )
+        del args, evs
+        if not keep.all():
+            cols = {k: v[keep] for k, v in cols.items()}
+        return cls(
+            path=str(path),
+            names=names,
+            pids=pids,
+            tids=tids,
+            device_properties=dec.device_properties,
+            distributed_info=dec.distributed_info,
+            schema_version=dec.schema_version,
+            dropped_events=dec.dropped,
+            **cols,
+        )
+
+    # ---------------------------------------------------------------- access
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @cached_property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def of_kind(self, *kinds: Kind) -> np.ndarray:
+        """Indices of events of the given kinds, in file order."""
+        return np.flatnonzero(np.isin(self.kind, [int(k) for k in kinds]))
+
+    def name_mask(self, pred: Callable[[str], bool]) -> np.ndarray:
+        """Boolean mask over events: ``pred`` evaluated once per unique name."""
+        per_name = np.fromiter(map(pred, self.names), dtype=bool, count=len(self.names))
+        return per_name[self.name_id] if len(self.names) else np.zeros(len(self), bool)
+
+    def names_of(self, idx: np.ndarray) -> list[str]:
+        return [self.names[i] for i in self.name_id[idx]]
+
+    @property
+    def rank(self) -> int | None:
+        info = self.distributed_info or {}
+        r = info.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool):
+            return r
+        m = _RANK_IN_NAME.search(Path(self.path).name)
+        return int(m.group(1)) if m else None
+
+    @property
+    def world_size(self) -> int | None:
+        w = (self.distributed_info or {}).get("world_size")
+        return w if isinstance(w, int) and not isinstance(w, bool) else None
+
+    @property
+    def backend(self) -> str | None:
+        b = (self.distributed_info or {}).get("backend")
+        return b if isinstance(b, str) else None
