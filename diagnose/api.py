@@ -194,7 +194,8 @@ def _merge_metrics(ranks: list[RankResult]) -> dict[str, Any]:
         vals = [r.metrics.get(k) for r in ranks]
         nums = [v for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
         if nums and len(nums) == len([v for v in vals if v is not None]):
-            out[k] = round(sum(nums) / len(nums), 6)
+            mean = sum(nums) / len(nums)
+            out[k] = round(mean) if all(isinstance(v, int) for v in nums) else round(mean, 6)
         else:
             distinct = {repr(v) for v in vals if v is not None}
             out[k] = next((v for v in vals if v is not None), None) if len(distinct) == 1 else None

@@ -261,6 +261,9 @@ def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
         return f"needs {name}: only known from a live capture (with diagnose(...))"
     if name.startswith(("gpu_util", "host_", "proc_", "workers_")):
         return f"needs {name}: from the run's samples"
+    if name.startswith("gpu_mem") and metrics.get("has_gpu") is True:
+        return (f"needs {name}: the trace has no [memory] events with allocator totals "
+                "(profile with profile_memory=True on a recent PyTorch)")
     for prefixes, flag, reason in _MISSING_WHY:
         if name.startswith(prefixes) and metrics.get(flag) is False:
             return f"needs {name}: {reason}"
