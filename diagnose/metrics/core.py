@@ -545,7 +545,7 @@ class _Computer:
         if len(zero_spans[0]):
             in_zero = iv.contains(zero_spans, mid)
             fills = self.host & (t.kind == Kind.CPU_OP) & t.name_mask(
-                lambda n: n in ("aten::zero_", "aten::fill_")) & in_zero
+                lambda n: n == "aten::zero_") & in_zero
             v_zero = _r(int(fills.sum()) / self.n_steps, 1)
         else:
             v_zero = None
