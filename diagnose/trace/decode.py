@@ -17,6 +17,7 @@ Two paths:
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from pathlib import Path
@@ -30,24 +31,29 @@ from ..errors import TraceError
 #: the environment variable TORCH_DIAGNOSE_MAX_TRACE_BYTES.
 DEFAULT_MAX_BYTES = 16 * 2**30
 
-Num = float | None
+_NAN = math.nan
 
 
-class Args(msgspec.Struct, gc=False):
-    """The few event args the analysis reads; every other arg is skipped unparsed."""
+class Args(msgspec.Struct, gc=False, frozen=True):
+    """The few event args the analysis reads; every other arg is skipped unparsed.
 
-    correlation: Num = None
-    external_id: Num = msgspec.field(default=None, name="External id")
-    external_id_old: Num = msgspec.field(default=None, name="external id")
-    device: Num = None
-    stream: int | str | None = None
-    bytes: Num = None
-    total_allocated: Num = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Num = msgspec.field(default=None, name="Total Reserved")
-    mem_bytes: Num = msgspec.field(default=None, name="Bytes")
-    device_type: Num = msgspec.field(default=None, name="Device Type")
-    device_id: Num = msgspec.field(default=None, name="Device Id")
-    labels: str | None = None
+    Absent numbers are NaN (not None) so that every column is read with a plain
+    C-level ``attrgetter`` over all events.
+    """
+
+    correlation: float = _NAN
+    external_id: float = msgspec.field(default=_NAN, name="External id")
+    external_id_old: float = msgspec.field(default=_NAN, name="external id")
+    device: float = _NAN
+    bytes: float = _NAN
+    total_allocated: float = msgspec.field(default=_NAN, name="Total Allocated")
+    total_reserved: float = msgspec.field(default=_NAN, name="Total Reserved")
+    mem_bytes: float = msgspec.field(default=_NAN, name="Bytes")
+    device_type: float = msgspec.field(default=_NAN, name="Device Type")
+    device_id: float = msgspec.field(default=_NAN, name="Device Id")
+
+
+_NO_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
@@ -56,9 +62,9 @@ class Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
+    ts: float = _NAN
     dur: float = 0.0
-    args: Args | None = None
+    args: Args = _NO_ARGS  # frozen, so one shared default is safe
 
 
 class Document(msgspec.Struct, gc=False):
@@ -209,7 +215,7 @@ def _convert_event(raw: Any) -> Event | None:
             except (msgspec.ValidationError, RecursionError, OverflowError):
                 continue
             clean[k] = v
-        ev.args = msgspec.convert(clean, Args, strict=False)
+        ev = msgspec.structs.replace(ev, args=msgspec.convert(clean, Args, strict=False))
     return ev
 
 

@@ -76,25 +76,8 @@ def _intern(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return ids, list(table)
 
 
-def _num_column(args: list[Any], attr: str, fill: float = np.nan) -> np.ndarray:
-    get = attrgetter(attr)
-    vals = map(lambda a: fill if a is None else (fill if (v := get(a)) is None else v), args)
-    try:
-        return np.fromiter(vals, dtype=np.float64, count=len(args))
-    except (TypeError, ValueError):  # a stray non-number (e.g. stream given as a string)
-        get2 = attrgetter(attr)
-        return np.array(
-            [_as_float(None if a is None else get2(a), fill) for a in args], dtype=np.float64
-        )
-
-
-def _as_float(v: Any, fill: float) -> float:
-    if isinstance(v, bool) or v is None:
-        return fill
-    try:
-        return float(v)
-    except (TypeError, ValueError, OverflowError):
-        return fill
+def _column(evs: list[Event], attr: str) -> np.ndarray:
+    return np.fromiter(map(attrgetter(attr), evs), dtype=np.float64, count=len(evs))
 
 
 @dataclass
@@ -114,7 +97,6 @@ class Trace:
     correlation: np.ndarray  # float64, NaN where absent
     external_id: np.ndarray
     device: np.ndarray
-    stream: np.ndarray
     nbytes: np.ndarray
     mem_allocated: np.ndarray
     mem_reserved: np.ndarray
@@ -145,17 +127,8 @@ class Trace:
         tid_id, tids = _intern(list(map(str, map(attrgetter("tid"), evs))))
         ts = np.fromiter(map(attrgetter("ts"), evs), dtype=np.float64, count=n)
         dur = np.fromiter(map(attrgetter("dur"), evs), dtype=np.float64, count=n)
-        args = list(map(attrgetter("args"), evs))
-        ext = _num_column(args, "external_id")
-        ext_old = _num_column(args, "external_id_old")
-        ext = np.where(np.isnan(ext), ext_old, ext)
-        stream_raw = list(map(lambda a: None if a is None else a.stream, args))
-        stream = np.fromiter(
-            map(lambda s: s if isinstance(s, int) and not isinstance(s, bool) else np.nan,
-                stream_raw),
-            dtype=np.float64,
-            count=n,
-        )
+        ext = _column(evs, "args.external_id")
+        ext = np.where(np.isnan(ext), _column(evs, "args.external_id_old"), ext)
         # Sanitise: negative/NaN durations count as 0; NaN timestamps drop the event's weight.
         bad = ~np.isfinite(ts)
         dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
@@ -173,18 +146,17 @@ class Trace:
             name_id=name_id,
             pid_id=pid_id,
             tid_id=tid_id,
-            correlation=_num_column(args, "correlation"),
+            correlation=_column(evs, "args.correlation"),
             external_id=ext,
-            device=_num_column(args, "device"),
-            stream=stream,
-            nbytes=_num_column(args, "bytes"),
-            mem_allocated=_num_column(args, "total_allocated"),
-            mem_reserved=_num_column(args, "total_reserved"),
-            mem_delta=_num_column(args, "mem_bytes"),
-            mem_device_type=_num_column(args, "device_type"),
-            mem_device_id=_num_column(args, "device_id"),
+            device=_column(evs, "args.device"),
+            nbytes=_column(evs, "args.bytes"),
+            mem_allocated=_column(evs, "args.total_allocated"),
+            mem_reserved=_column(evs, "args.total_reserved"),
+            mem_delta=_column(evs, "args.mem_bytes"),
+            mem_device_type=_column(evs, "args.device_type"),
+            mem_device_id=_column(evs, "args.device_id"),
         )
-        del args, evs
+        del evs
         if not keep.all():
             cols = {k: v[keep] for k, v in cols.items()}
         return cls(
