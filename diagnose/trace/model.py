@@ -10,11 +10,11 @@ names runs once per unique name and is then broadcast to all events.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,28 @@ def _intern(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return ids, list(table)
 
 
-def _column(evs: list[Event], attr: str) -> np.ndarray:
+def _column(evs: Sequence[Event], attr: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(attr), evs), dtype=np.float64, count=len(evs))
+
+
+def _take(evs: Sequence[Event], idx: np.ndarray) -> tuple[Event, ...]:
+    """The events at ``idx`` (C-level gather)."""
+    if len(idx) == 0:
+        return ()
+    if len(idx) == 1:
+        return (evs[int(idx[0])],)
+    return itemgetter(*idx.tolist())(evs)
+
+
+def _sparse_column(evs: Sequence[Event], mask: np.ndarray, attr: str) -> np.ndarray:
+    """``attr`` for the events in ``mask``, NaN elsewhere."""
+    out = np.full(len(evs), np.nan)
+    if mask.all():
+        return _column(evs, attr)
+    idx = np.flatnonzero(mask)
+    if len(idx):
+        out[idx] = _column(_take(evs, idx), attr)
+    return out
 
 
 @dataclass
@@ -95,7 +115,6 @@ class Trace:
     tid_id: np.ndarray
     tids: list[str]
     correlation: np.ndarray  # float64, NaN where absent
-    external_id: np.ndarray
     device: np.ndarray
     nbytes: np.ndarray
     mem_allocated: np.ndarray
@@ -107,67 +126,65 @@ class Trace:
     distributed_info: dict | None = None
     schema_version: Any = None
     dropped_events: int = 0
+    n_events_total: int = 0  # events in the file, before metadata/flows were set aside
 
     # ------------------------------------------------------------------ build
     @classmethod
     def from_decoded(cls, dec: Decoded, path: str | Path) -> Trace:
-        evs: list[Event] = dec.events
-        n = len(evs)
-        cats = list(map(attrgetter("cat"), evs))
-        names_raw = list(map(attrgetter("name"), evs))
-        name_id, names = _intern(names_raw)
-        cat_id, cat_table = _intern(cats)
-        del cats, names_raw
-        # kind per (category, name) pair: only '[memory]' depends on the name
+        evs: list[Event] | tuple[Event, ...] = dec.events
+        # 1. classify: kind from the (interned) category, '[memory]' from the name
+        cat_id, cat_table = _intern(list(map(attrgetter("cat"), evs)))
         cat_kind = np.array([int(_kind_of(c, "")) for c in cat_table], dtype=np.int8)
-        kind = cat_kind[cat_id] if n else np.zeros(0, np.int8)
+        kind = cat_kind[cat_id] if len(evs) else np.zeros(0, np.int8)
+        name_id, names = _intern(list(map(attrgetter("name"), evs)))
         if "[memory]" in names:
             kind[name_id == names.index("[memory]")] = Kind.MEMORY
-        pid_id, pids = _intern(list(map(str, map(attrgetter("pid"), evs))))
-        tid_id, tids = _intern(list(map(str, map(attrgetter("tid"), evs))))
-        ts = np.fromiter(map(attrgetter("ts"), evs), dtype=np.float64, count=n)
-        dur = np.fromiter(map(attrgetter("dur"), evs), dtype=np.float64, count=n)
-        ext = _column(evs, "args.external_id")
-        ext = np.where(np.isnan(ext), _column(evs, "args.external_id_old"), ext)
-        # Sanitise: negative/NaN durations count as 0; NaN timestamps drop the event's weight.
+        del cat_id
+        # 2. keep what the analysis reads: metadata, flows and unknown categories go
+        keep = kind != Kind.OTHER
+        if not keep.all():
+            evs = _take(evs, np.flatnonzero(keep))
+            kind, name_id = kind[keep], name_id[keep]
+        ts = _column(evs, "ts")
+        dur = _column(evs, "dur")
+        pid_id, pid_raw = _intern(list(map(attrgetter("pid"), evs)))
+        tid_id, tid_raw = _intern(list(map(attrgetter("tid"), evs)))
+        # 3. args, read only on the event kinds that carry them
+        corr_kinds = np.isin(kind, [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)])
+        dev_kinds = np.isin(kind, [int(k) for k in DEVICE_KINDS])
+        mem_kind = kind == Kind.MEMORY
+        cols = {
+            "correlation": _sparse_column(evs, corr_kinds, "args.correlation"),
+            "device": _sparse_column(evs, dev_kinds, "args.device"),
+            "nbytes": _sparse_column(evs, dev_kinds, "args.bytes"),
+            "mem_allocated": _sparse_column(evs, mem_kind, "args.total_allocated"),
+            "mem_reserved": _sparse_column(evs, mem_kind, "args.total_reserved"),
+            "mem_delta": _sparse_column(evs, mem_kind, "args.mem_bytes"),
+            "mem_device_type": _sparse_column(evs, mem_kind, "args.device_type"),
+            "mem_device_id": _sparse_column(evs, mem_kind, "args.device_id"),
+        }
+        del evs
+        # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
         bad = ~np.isfinite(ts)
         dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
         if bad.any():
-            ts = np.where(bad, np.nan, ts)
             kind = np.where(bad, Kind.OTHER, kind).astype(np.int8)
-        # Keep complete ('X') and instant ('i') events; flows and metadata carry nothing used.
-        ph_id, ph_table = _intern(list(map(attrgetter("ph"), evs)))
-        keep_ph = np.array([p in ("X", "i", "I") for p in ph_table], dtype=bool)
-        keep = keep_ph[ph_id] if n else np.zeros(0, bool)
-        cols = dict(
+        return cls(
+            path=str(path),
             ts=ts,
             dur=dur,
             kind=kind.astype(np.int8),
             name_id=name_id,
-            pid_id=pid_id,
-            tid_id=tid_id,
-            correlation=_column(evs, "args.correlation"),
-            external_id=ext,
-            device=_column(evs, "args.device"),
-            nbytes=_column(evs, "args.bytes"),
-            mem_allocated=_column(evs, "args.total_allocated"),
-            mem_reserved=_column(evs, "args.total_reserved"),
-            mem_delta=_column(evs, "args.mem_bytes"),
-            mem_device_type=_column(evs, "args.device_type"),
-            mem_device_id=_column(evs, "args.device_id"),
-        )
-        del evs
-        if not keep.all():
-            cols = {k: v[keep] for k, v in cols.items()}
-        return cls(
-            path=str(path),
             names=names,
-            pids=pids,
-            tids=tids,
+            pid_id=pid_id,
+            pids=[str(p) for p in pid_raw],
+            tid_id=tid_id,
+            tids=[str(t) for t in tid_raw],
             device_properties=dec.device_properties,
             distributed_info=dec.distributed_info,
             schema_version=dec.schema_version,
             dropped_events=dec.dropped,
+            n_events_total=len(dec.events),
             **cols,
         )
 
