@@ -168,7 +168,7 @@ def load_rule_file(path: Path) -> list[Rule]:
         raise RuleError(f"{path}: {e}") from None
     rules = []
     for spec in pack.rule:
-        where = f"{path.name} rule {spec.id}"
+        where = f"{path} rule {spec.id}"
         if not _ID.match(spec.id):
             raise RuleError(f"{where}: id must be a prefix and three digits, e.g. IN001")
         if spec.category not in CATEGORIES:

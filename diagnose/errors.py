@@ -22,6 +22,9 @@ class TraceError(DiagnoseError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # survive pickling across the per-rank process pool
+        return (type(self), (self.path, self.problem))
+
 
 class RuleError(DiagnoseError):
     """A rule file or rule expression is invalid, or a rule id is unknown."""

@@ -16,7 +16,6 @@ Two paths:
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import zlib
@@ -94,31 +93,45 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
     limit = max_bytes() if limit is None else limit
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            head = f.read(2)
+            if head != b"\x1f\x8b":
+                if os.fstat(f.fileno()).st_size > limit:
+                    raise TraceError(path, f"larger than the {limit} byte limit "
+                                           "(set TORCH_DIAGNOSE_MAX_TRACE_BYTES to raise it)")
+                return head + f.read()
+            raw = head + f.read()
     except IsADirectoryError:
         raise TraceError(path, "is a folder, not a trace file") from None
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] != b"\x1f\x8b":
-        if len(raw) > limit:
-            raise TraceError(path, f"larger than the {limit} byte limit")
-        return raw
-    d = zlib.decompressobj(wbits=31)
+    return _gunzip(raw, path, limit)
+
+
+def _gunzip(raw: bytes, path: Path, limit: int) -> bytes:
+    """Decompress every gzip member (concatenated members are valid gzip), within ``limit``."""
+    parts: list[bytes] = []
+    size = 0
+    data = raw
     try:
-        out = d.decompress(raw, limit + 1)
-        if len(out) > limit or d.unconsumed_tail:
-            raise TraceError(
-                path,
-                f"decompresses past the {limit} byte limit "
-                "(set TORCH_DIAGNOSE_MAX_TRACE_BYTES to raise it)",
-            )
-        if not d.eof:
-            raise TraceError(path, "truncated gzip file (compressed stream ends early)")
+        while data:
+            d = zlib.decompressobj(wbits=31)
+            out = d.decompress(data, limit + 1 - size)
+            size += len(out)
+            if size > limit or d.unconsumed_tail:
+                raise TraceError(
+                    path,
+                    f"decompresses past the {limit} byte limit "
+                    "(set TORCH_DIAGNOSE_MAX_TRACE_BYTES to raise it)",
+                )
+            if not d.eof:
+                raise TraceError(path, "truncated gzip file (compressed stream ends early)")
+            parts.append(out)
+            data = d.unused_data
+            if data and data[:2] != b"\x1f\x8b":
+                break  # trailing garbage after the last member: ignored, as gzip(1) does
     except zlib.error as e:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
-    except (EOFError, gzip.BadGzipFile) as e:  # pragma: no cover - zlib raises first
-        raise TraceError(path, f"corrupt gzip data ({e})") from None
-    return out
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class Decoded(msgspec.Struct, gc=False):
@@ -149,6 +162,8 @@ def decode(data: bytes, path: Path) -> Decoded:
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
     if isinstance(doc, list):
+        if not doc:
+            raise TraceError(path, "the trace has no events")
         return Decoded(doc, [], None, None)
     if not doc.traceEvents:
         if b'"traceEvents"' not in data:

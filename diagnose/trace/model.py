@@ -59,7 +59,8 @@ _CATEGORY_KINDS: dict[str, Kind] = {
 DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 HOST_KINDS = (Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME, Kind.PYTHON)
 
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_WORKER_IN_NAME = re.compile(r"(?:^|[^a-z])worker[-_]?(\d+)", re.IGNORECASE)
 
 
 def _kind_of(cat: str, name: str) -> Kind:
@@ -214,7 +215,8 @@ class Trace:
         r = info.get("rank")
         if isinstance(r, int) and not isinstance(r, bool):
             return r
-        m = _RANK_IN_NAME.search(Path(self.path).name)
+        name = Path(self.path).name
+        m = _RANK_IN_NAME.search(name) or _WORKER_IN_NAME.search(name)
         return int(m.group(1)) if m else None
 
     @property

@@ -58,4 +58,8 @@ def read_trace(path: str | Path) -> Trace:
     data = read_bytes(p)
     dec = decode(data, p)
     del data
-    return Trace.from_decoded(dec, p)
+    trace = Trace.from_decoded(dec, p)
+    if len(trace) == 0:
+        raise TraceError(p, "no profiler events (only metadata, flow or unknown events): "
+                            "not a torch.profiler trace")
+    return trace

@@ -1,0 +1,80 @@
+"""The built wheel ships the rule pack and the installed copy finds it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+PROBE = """
+import json, diagnose
+from diagnose.engine import builtin_rules, builtin_rules_dir
+print(json.dumps({"file": diagnose.__file__, "count": len(builtin_rules()),
+                  "dir": str(builtin_rules_dir())}))
+"""
+
+
+def _rule_counts() -> dict[str, int]:
+    """Number of [[rule]] tables in each rules/*.toml of the repository."""
+    return {f.name: len(re.findall(r"^\[\[rule\]\]\s*$", f.read_text(), re.MULTILINE))
+            for f in sorted((REPO / "rules").glob("*.toml"))}
+
+
+def _build_wheel(out: Path) -> Path:
+    for mod in ("build", "hatchling"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"`{mod}` is not importable: install the dev extra "
+                        "(pip install -e '.[dev]') to build the wheel without isolation")
+    r = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, f"wheel build failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    wheels = list(out.glob("torch_diagnose-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_ships_rules_and_installed_copy_loads_them(tmp_path):
+    counts = _rule_counts()
+    assert counts and all(counts.values()), counts
+    wheel = _build_wheel(tmp_path / "dist")
+
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    shipped = {n.split("/")[-1] for n in names if re.fullmatch(r"diagnose/_rules/[^/]+\.toml", n)}
+    assert shipped == set(counts), sorted(n for n in names if "_rules" in n)
+    assert "diagnose/engine.py" in names and "diagnose/trace/decode.py" in names
+    assert not any(n.startswith(("tests/", "rules/")) for n in names)
+
+    site = tmp_path / "site"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+         "--disable-pip-version-check", "--target", str(site), str(wheel)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (site / "diagnose" / "_rules").is_dir()
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    installed = (site / "diagnose").resolve()
+    assert Path(info["file"]).resolve().parent == installed, info
+    assert Path(info["dir"]).resolve() == installed / "_rules", info
+    assert info["count"] == sum(counts.values())
