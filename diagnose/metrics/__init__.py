@@ -12,6 +12,7 @@ from .core import MetricSet, compute
 
 CATALOG: dict[str, tuple[str, str]] = dict(_TRACE_CATALOG)
 CATALOG["context_available"] = ("bool", "The run's context.json (from a live capture) was read")
+CATALOG["rank_count"] = ("count", "Number of ranks (trace files) analysed together")
 
 try:  # context and samples metrics come with capture
     from .context import CATALOG as _CTX_CATALOG

@@ -4,8 +4,9 @@ Every metric has a documented name and unit in CATALOG. A metric the trace
 cannot give (no GPU events, no DataLoader annotation, ...) is ``None``, never
 0, so a rule that needs it is "not evaluated" rather than "passed".
 
-Fractions are of the profiled window: the union of ``ProfilerStep#N`` spans,
-or the whole trace span where it has none.
+Fractions are of the profiled window: the union of ``ProfilerStep#N`` spans
+(time between two steps does not count), or the whole trace span where it has
+none.
 """
 
 from __future__ import annotations
@@ -129,11 +130,16 @@ class _Computer:
         return iv.union(t.ts[mask], t.end[mask])
 
     def _in_window(self, mask: np.ndarray) -> np.ndarray:
+        """Events (of ``mask``) whose midpoint lies inside a profiled step."""
         t = self.t
-        return mask & (t.end > self.lo) & (t.ts < self.hi)
+        return mask & iv.inside(self.steps_u, t.ts + t.dur / 2)
+
+    def in_steps(self, u: iv.Intervals) -> float:
+        """Length of ``u`` inside the profiled steps (time between steps does not count)."""
+        return iv.overlap(self.steps_u, u)
 
     def frac(self, u: iv.Intervals) -> float:
-        return float(iv.measure_between(u, self.lo, self.hi)) / self.W if self.W > 0 else 0.0
+        return self.in_steps(u) / self.W if self.W > 0 else 0.0
 
     # ---------------------------------------------------------------- window
     def _window(self) -> None:
@@ -164,14 +170,15 @@ class _Computer:
             source = "whole trace"
             self.notes.append("no ProfilerStep# spans: the whole trace is analysed as one window")
         self.lo, self.hi = float(self.step_lo[0]), float(self.step_hi[-1])
-        self.W = self.hi - self.lo
+        self.steps_u = (self.step_lo, self.step_hi)
+        self.W = float(np.sum(self.step_hi - self.step_lo))
         self.n_steps = len(self.step_lo)
         st = (self.step_hi - self.step_lo) / 1e3
         v[_doc("steps_source", "", "Where the step windows come from: ProfilerStep or whole trace")] = source
         v[_doc("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)")] = (
             self.n_steps
         )
-        v[_doc("window_ms", "ms", "Length of the profiled window")] = _r(self.W / 1e3, 3)
+        v[_doc("window_ms", "ms", "Length of the profiled window (sum of the step spans)")] = _r(self.W / 1e3, 3)
         v[_doc("step_time_median_ms", "ms", "Median step time")] = _r(np.median(st), 3)
         v[_doc("step_time_p90_ms", "ms", "90th percentile step time")] = _r(np.percentile(st, 90), 3)
         v[_doc("step_time_mean_ms", "ms", "Mean step time")] = _r(np.mean(st), 3)
@@ -281,7 +288,10 @@ class _Computer:
             busiest = max(busiest, self.frac(iv.union(t.ts[sel], t.end[sel])))
         busy = self._sel(self.dev)
         v["gpu_busy_frac"] = _r(busiest)
-        gs, ge = iv.gaps(busy, self.lo, self.hi)
+        # idle gaps inside steps only: the time between two steps is set aside as if busy
+        between = (self.step_hi[:-1], self.step_lo[1:])
+        keep = between[1] > between[0]
+        gs, ge = iv.gaps(iv.merge(busy, (between[0][keep], between[1][keep])), self.lo, self.hi)
         glen = ge - gs
         v["gpu_idle_frac"] = _r(glen.sum() / self.W)
         input_part = iv.measure_between(self.sets["dataloader"], gs, ge)
@@ -388,7 +398,7 @@ class _Computer:
             _r(self.frac(self._sel(pg_rt))) if gpu else None)
         v[_doc("memcpy_pageable_host_ms_per_step", "ms",
                "Host time blocked issuing pageable copies, per step")] = (
-            _r(iv.measure_between(self._sel(pg_rt), self.lo, self.hi) / 1e3 / self.n_steps, 3)
+            _r(self.in_steps(self._sel(pg_rt)) / 1e3 / self.n_steps, 3)
             if gpu else None)
         known = bool(np.any(pageable_n | pinned_n)) if len(names) else False
         v[_doc("memcpy_pinned_info", "bool",
@@ -427,7 +437,7 @@ class _Computer:
         v[_doc("sync_frac", "fraction", "Host time inside synchronising calls / window")] = (
             _r(self.frac(self.sync_set)) if gpu else None)
         v[_doc("sync_ms_per_step", "ms", "Host time inside synchronising calls per step")] = (
-            _r(iv.measure_between(self.sync_set, self.lo, self.hi) / 1e3 / self.n_steps, 3)
+            _r(self.in_steps(self.sync_set) / 1e3 / self.n_steps, 3)
             if gpu else None)
 
     # --------------------------------------------------------------- kernels
@@ -482,8 +492,10 @@ class _Computer:
         v = self.v
         comm = self.sets["communication"]
         has = self.has_gpu and bool(self._in_window(self.comm_mask).any())
-        c = float(iv.measure_between(comm, self.lo, self.hi))
-        ov = iv.overlap(iv.clip(comm, self.lo, self.hi), self.sets["kernel"])
+        kern = self.sets["kernel"]
+        c = self.in_steps(comm)
+        # |comm ∩ compute| by inclusion-exclusion, all measured inside the steps
+        ov = max(c + self.in_steps(kern) - self.in_steps(iv.merge(comm, kern)), 0.0)
         v[_doc("comm_frac", "fraction", "Communication (NCCL/RCCL) kernel time, as a union / window")] = (
             _r(c / self.W) if self.has_gpu and self.W > 0 else None)
         v[_doc("comm_overlap_frac", "fraction",
@@ -568,3 +580,16 @@ def _copy_direction(name: str) -> str | None:
     if "DtoD" in name or "Device->Device" in name or "PtoP" in name or "DeviceToDevice" in name:
         return "d2d"
     return None
+
+
+def _register_catalog() -> None:
+    """Fill CATALOG at import: every metric documents itself where it is computed, and
+    every code path documents its metrics whatever the trace holds, so one run over a
+    one-event trace registers them all."""
+    from ..trace.decode import Decoded, Event
+
+    compute(Trace.from_decoded(Decoded([Event(ph="X", cat="cpu_op", name="x", ts=0.0, dur=1.0)],
+                                       [], None, None), "<catalog>"))
+
+
+_register_catalog()

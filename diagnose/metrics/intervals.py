@@ -90,6 +90,17 @@ def contains(u: Intervals, x: np.ndarray) -> np.ndarray:
     return ok & (x <= e[kk]) & (x > s[kk])
 
 
+def inside(u: Intervals, x: np.ndarray) -> np.ndarray:
+    """For each point x: is it inside (start <= x < end) some interval of u?"""
+    s, e = u
+    x = np.asarray(x, dtype=np.float64)
+    if len(s) == 0:
+        return np.zeros(x.shape, dtype=bool)
+    k = np.searchsorted(s, x, side="right") - 1
+    kk = np.maximum(k, 0)
+    return (k >= 0) & (x < e[kk])
+
+
 def merge(*sets: Intervals) -> Intervals:
     if not sets:
         return EMPTY

@@ -1,0 +1,86 @@
+"""Interval arithmetic against a brute-force oracle, and metric semantics on built traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose import analyze
+from diagnose.metrics import CATALOG
+from diagnose.metrics import intervals as iv
+from tests import tracebuilder as tb
+
+spans = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)), max_size=25)
+
+
+def _grid(pairs, lo=0, hi=260):
+    """Brute force on a 1-unit grid: which unit cells are covered."""
+    cov = np.zeros(hi - lo, dtype=bool)
+    for s, d in pairs:
+        cov[s:s + d] = True
+    return cov
+
+
+def _u(pairs):
+    s = np.array([p[0] for p in pairs], dtype=float)
+    e = np.array([p[0] + p[1] for p in pairs], dtype=float)
+    return iv.union(s, e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, spans, st.integers(0, 250), st.integers(0, 250))
+def test_intervals_match_brute_force(a, b, x0, x1):
+    lo, hi = min(x0, x1), max(x0, x1)
+    ua, ub = _u(a), _u(b)
+    ga, gb = _grid(a), _grid(b)
+    assert iv.measure(ua) == ga.sum()
+    assert np.all(ua[0][1:] > ua[1][:-1])  # disjoint and sorted
+    assert float(iv.measure_between(ua, lo, hi)) == ga[lo:hi].sum()
+    assert iv.overlap(ua, ub) == (ga & gb).sum()
+    assert iv.measure(iv.merge(ua, ub)) == (ga | gb).sum()
+    gs, ge = iv.gaps(ua, lo, hi)
+    assert float(np.sum(ge - gs)) == (~ga[lo:hi]).sum()
+
+
+def test_time_between_steps_does_not_count(tmp_path):
+    b = tb.TraceBuilder()
+    for _ in range(4):
+        with b.step():
+            for _ in range(10):
+                b.kernel(dur=1000.0, launch_dur=5.0)
+            b.sync()
+        b.idle(50_000.0)  # e.g. evaluation or logging between profiled steps: not a step
+    r = analyze(b.write(tmp_path / "gaps.json.gz"))
+    m = r.metrics
+    assert m["gpu_busy_frac"] > 0.9
+    assert m["window_ms"] == pytest.approx(sum(r.series["step_ms"]), rel=1e-6)
+    assert not [f for f in r.findings if f.severity != "info"], r.render_text()
+
+
+def test_missing_inputs_are_none_not_zero(tmp_path):
+    r = analyze(tb.cpu_only().write(tmp_path / "cpu.json.gz"))
+    m = r.metrics
+    for name in ("gpu_busy_frac", "idle_sync_frac", "memcpy_h2d_count", "kernels_per_step",
+                 "gemm_fp32_frac", "comm_overlap_frac", "gpu_mem_peak_frac"):
+        assert m[name] is None, name
+    assert m["dataloader_share"] is not None  # the CPU-only run still has a DataLoader
+
+
+def test_every_metric_is_documented(tmp_path):
+    r = analyze(tb.healthy().write(tmp_path / "h.json.gz"))
+    undocumented = [k for k in r.metrics if k not in CATALOG]
+    assert not undocumented
+    for name, (_unit, doc) in CATALOG.items():
+        assert doc, name
+
+
+def test_copies_by_direction_and_kind(tmp_path):
+    r = analyze(tb.pageable_copies().write(tmp_path / "p.json.gz"))
+    m = r.metrics
+    assert m["memcpy_h2d_pageable_count"] == m["memcpy_h2d_count"] > 0
+    assert m["memcpy_h2d_pinned_count"] == 0
+    assert m["memcpy_h2d_pageable_bytes"] > 0 and m["memcpy_h2d_pageable_gbps"] > 0
+    h = analyze(tb.healthy().write(tmp_path / "h.json.gz")).metrics
+    assert h["memcpy_h2d_pinned_count"] > 0 and h["memcpy_h2d_pageable_count"] == 0
