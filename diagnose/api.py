@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
+from .errors import TraceError
 from .metrics import CATALOG, compute_all
+from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .trace import find_trace_files, read_trace
 
@@ -119,7 +121,16 @@ def analyze(
     """Analyze trace files (a file, a folder, a run folder, or several) into a Report."""
     srcs = [Path(source)] if isinstance(source, str | Path) else [Path(s) for s in source]
     rules = rules if rules is not None else load_rules(extra_rules)
-    files = find_trace_files(srcs)
+    try:
+        files = find_trace_files(srcs)
+    except TraceError:
+        # A run folder whose run failed before the profiled steps (e.g. out of memory in
+        # the first step) has context and samples but no trace: evaluate what it holds.
+        if len(srcs) == 1 and srcs[0].is_dir() and context is None and samples is None:
+            ctx, smp = _run_extras([], srcs)
+            if ctx is not None:
+                return _report_without_trace(srcs[0], ctx, smp, rules)
+        raise
     if context is None and samples is None:
         context, samples = _run_extras(files, srcs)
     results = _read_all(files)
@@ -160,6 +171,21 @@ def analyze(
         series=series,
         samples=samples,
     )
+
+
+def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: list[Rule]) -> Report:
+    values = compute_all(MetricSet(values=dict.fromkeys(TRACE_CATALOG)), ctx, smp)
+    findings, not_evaluated = evaluate([r for r in rules if r.scope == "rank"], values)
+    notes = ["no steps were profiled (the run ended before the profiled window): "
+             "only rules on the run's context and samples were evaluated"]
+    try:
+        from .metrics.samples import samples_notes
+
+        notes.extend(samples_notes(smp))
+    except ImportError:  # pragma: no cover
+        pass
+    return Report(source=[str(run_dir)], ranks=[], metrics=values, findings=findings,
+                  not_evaluated=not_evaluated, notes=notes, samples=smp)
 
 
 def _merge_findings(items: list[tuple[int | None, Finding]], *, multi: bool) -> list[Finding]:

@@ -35,14 +35,19 @@ def _summary(report: Report) -> Table:
     if len(report.ranks) > 1:
         t.add_row("ranks", str(len(report.ranks)))
     dev = m.get("device_name")
-    t.add_row("device", escape(str(dev)) if dev else "no GPU activity in the trace"
-              if m.get("has_gpu") is False else "unknown")
+    if dev:
+        t.add_row("device", escape(str(dev)))
+    elif m.get("has_gpu") is False:
+        t.add_row("device", "no GPU activity in the trace")
     steps = m.get("step_count")
-    t.add_row(
-        "steps",
-        f"{steps} ({m.get('steps_source')}), median {m.get('step_time_median_ms')} ms, "
-        f"p90 {m.get('step_time_p90_ms')} ms",
-    )
+    if steps is None:
+        t.add_row("steps", "none profiled")
+    else:
+        t.add_row(
+            "steps",
+            f"{steps} ({m.get('steps_source')}), median {m.get('step_time_median_ms')} ms, "
+            f"p90 {m.get('step_time_p90_ms')} ms",
+        )
     if m.get("gpu_busy_frac") is not None:
         t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
     parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN

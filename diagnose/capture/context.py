@@ -1,0 +1,396 @@
+"""What a run was: the facts rules need besides the trace, written to ``context.json``.
+
+Everything here only reads the user's objects (model, DataLoader, optimizer);
+nothing is changed. Every value that cannot be found is None, never a guess.
+
+context.json (version 1)::
+
+    {
+      "version": 1, "created": "2026-01-01T12:00:00", "python": "3.11.7",
+      "torch_version": "2.13.0", "cuda_version": "12.8"|None, "cudnn_version": 90100|None,
+      "device": {"type": "cuda"|"cpu", "index": 0|None, "name": str|None,
+                 "capability": [9, 0]|None, "total_memory_bytes": int|None,
+                 "device_count": int},
+      "cudnn_benchmark": bool|None, "torch_num_threads": int,
+      "cpu_count": int,                # CPUs this process may use (sched_getaffinity)
+      "cpu_count_logical": int|None,   # all CPUs of the machine
+      "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
+                     "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
+                     "iterable_dataset", "sampler_class"} | None,
+      "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
+                holding most parameters), "param_dtypes": {dtype: count}, "device",
+                "is_dataparallel", "has_conv", "conv_count"} | None,
+      "optimizer": {"class", "foreach", "fused" (as set: None = torch's default),
+                    "foreach_effective", "fused_effective" (what torch actually runs),
+                    "param_count", "param_groups"} | None,
+      "capture": {... filled in by the session: schedule, steps seen, step mode, window},
+      "exception": {"type", "message"} | None,
+      "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
+              "reserved_unallocated_bytes", "memory_allocated_bytes", "max_memory_allocated_bytes",
+              "memory_reserved_bytes", "process_rss_bytes", "sources": {field: "message"|"torch"},
+              "message"} | None
+    }
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from collections import Counter
+from typing import Any
+
+CONTEXT_VERSION = 1
+
+
+def _safe(fn: Any, default: Any = None) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (affinity), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------- device
+
+
+def device_info(device: Any = None) -> dict[str, Any]:
+    """The device the model runs on: type, name, compute capability, memory."""
+    import torch
+
+    count = _safe(torch.cuda.device_count, 0) if _safe(torch.cuda.is_available, False) else 0
+    dev = torch.device(device) if device is not None else None
+    if dev is None:
+        dev = (
+            torch.device("cuda", _safe(torch.cuda.current_device, 0))
+            if count
+            else torch.device("cpu")
+        )
+    out: dict[str, Any] = {
+        "type": dev.type,
+        "index": dev.index,
+        "name": None,
+        "capability": None,
+        "total_memory_bytes": None,
+        "device_count": count,
+    }
+    if dev.type == "cuda" and count:
+        idx = dev.index if dev.index is not None else _safe(torch.cuda.current_device, 0)
+        out["index"] = idx
+        props = _safe(lambda: torch.cuda.get_device_properties(idx))
+        if props is not None:
+            out["name"] = props.name
+            out["capability"] = [props.major, props.minor]
+            out["total_memory_bytes"] = int(props.total_memory)
+            out["uuid"] = _safe(lambda: str(props.uuid))
+            out["pci_bus_id"] = _safe(
+                lambda: (
+                    f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+                )
+            )
+    elif dev.type == "cpu":
+        out["name"] = platform.processor() or platform.machine() or None
+    return out
+
+
+# ---------------------------------------------------------------------------- objects
+
+
+def dataloader_info(loader: Any) -> dict[str, Any] | None:
+    """The DataLoader settings rules look at. None when there is no loader."""
+    if loader is None:
+        return None
+    ds = getattr(loader, "dataset", None)
+    iterable = None
+    try:
+        from torch.utils.data import IterableDataset
+
+        iterable = isinstance(ds, IterableDataset) if ds is not None else None
+    except ImportError:  # pragma: no cover
+        pass
+    nw = getattr(loader, "num_workers", None)
+    pf = getattr(loader, "prefetch_factor", None)
+    return {
+        "class": type(loader).__name__,
+        "num_workers": nw,
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "batch_size": getattr(loader, "batch_size", None),
+        "persistent_workers": getattr(loader, "persistent_workers", None),
+        # torch stores None when num_workers == 0 (no prefetching happens at all)
+        "prefetch_factor": pf,
+        "drop_last": getattr(loader, "drop_last", None),
+        "dataset_class": type(ds).__name__ if ds is not None else None,
+        "dataset_len": _safe(lambda: len(ds)) if ds is not None and not iterable else None,
+        "iterable_dataset": iterable,
+        "sampler_class": type(getattr(loader, "sampler", None)).__name__
+        if getattr(loader, "sampler", None) is not None
+        else None,
+    }
+
+
+def model_info(model: Any) -> dict[str, Any] | None:
+    """Parameter count, dtypes and device of a model; DataParallel; conv layers."""
+    if model is None:
+        return None
+    import torch
+
+    out: dict[str, Any] = {"class": type(model).__name__}
+    if not isinstance(model, torch.nn.Module):
+        out.update(
+            param_count=None,
+            trainable_param_count=None,
+            param_dtype=None,
+            param_dtypes={},
+            device=None,
+            is_dataparallel=None,
+            has_conv=None,
+            conv_count=None,
+        )
+        return out
+    dtypes: Counter[str] = Counter()
+    devices: Counter[str] = Counter()
+    total = trainable = 0
+    for p in model.parameters():
+        n = p.numel()
+        total += n
+        if p.requires_grad:
+            trainable += n
+        dtypes[str(p.dtype).replace("torch.", "")] += n
+        devices[str(p.device)] += n
+    conv = sum(1 for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd))
+    out.update(
+        param_count=total,
+        trainable_param_count=trainable,
+        param_dtype=dtypes.most_common(1)[0][0] if dtypes else None,
+        param_dtypes=dict(dtypes),
+        device=(devices.most_common(1)[0][0] if len(devices) == 1 else "mixed")
+        if devices
+        else None,
+        devices=sorted(devices),
+        is_dataparallel=isinstance(model, torch.nn.DataParallel),
+        has_conv=conv > 0,
+        conv_count=conv,
+    )
+    return out
+
+
+def model_param_ids(model: Any) -> frozenset[int]:
+    """ids of a model's parameters, to tell its optimizer from others."""
+    try:
+        return frozenset(id(p) for p in model.parameters())
+    except Exception:
+        return frozenset()
+
+
+def optimizer_info(opt: Any) -> dict[str, Any] | None:
+    """Optimizer class and whether it runs foreach / fused kernels."""
+    if opt is None:
+        return None
+    defaults = getattr(opt, "defaults", {}) or {}
+    params = [p for g in getattr(opt, "param_groups", []) for p in g.get("params", [])]
+    foreach = defaults.get("foreach") if "foreach" in defaults else None
+    fused = defaults.get("fused") if "fused" in defaults else None
+    foreach_eff: bool | None = None
+    fused_eff: bool | None = None
+    if "foreach" in defaults or "fused" in defaults:
+        fused_eff = bool(fused)
+        if fused_eff:
+            foreach_eff = False
+        elif foreach is not None:
+            foreach_eff = bool(foreach)
+        else:  # torch decides at step time; ask it the same way
+            try:
+                from torch.optim.optimizer import _default_to_fused_or_foreach
+
+                _, foreach_eff = _default_to_fused_or_foreach(
+                    params, bool(defaults.get("differentiable", False)), use_fused=False
+                )
+            except Exception:
+                foreach_eff = None
+    return {
+        "class": type(opt).__name__,
+        "foreach": foreach,
+        "fused": fused,
+        "foreach_effective": foreach_eff,
+        "fused_effective": fused_eff,
+        "param_count": sum(int(p.numel()) for p in params),
+        "param_groups": len(getattr(opt, "param_groups", [])),
+    }
+
+
+def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dict[str, Any]:
+    """The whole context dict (without the session's ``capture`` part)."""
+    import torch
+
+    minfo = model_info(model)
+    dev = None
+    if minfo and minfo.get("device") not in (None, "mixed"):
+        dev = minfo["device"]
+    cudnn_bench = _safe(lambda: bool(torch.backends.cudnn.benchmark))
+    return {
+        "version": CONTEXT_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": _safe(torch.backends.cudnn.version),
+        "device": device_info(dev),
+        "cudnn_benchmark": cudnn_bench,
+        "torch_num_threads": torch.get_num_threads(),
+        "cpu_count": cpu_count(),
+        "cpu_count_logical": os.cpu_count(),
+        "dataloader": dataloader_info(loader),
+        "model": minfo,
+        "optimizer": optimizer_info(optimizer),
+        "exception": None,
+        "oom": None,
+    }
+
+
+# ---------------------------------------------------------------------------- OOM
+
+_UNITS = {"bytes": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
+
+# Current CUDA caching allocator wording (c10/cuda/CUDACachingAllocator.cpp):
+#   "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
+#    79.19 GiB of which 1.50 GiB is free. [Process N has ... memory in use. | Including
+#    non-PyTorch memory, this process has ... memory in use.] Of the allocated memory
+#    75.00 GiB is allocated by PyTorch, [with ... allocated in private pools (e.g., CUDA
+#    Graphs),] and 1.20 GiB is reserved by PyTorch but unallocated. ..."
+# (older releases wrote "total capacty"; ROCm says "HIP out of memory").
+# Before PyTorch 2.1:
+#   "CUDA out of memory. Tried to allocate 36.00 MiB (GPU 0; 7.93 GiB total capacity;
+#    130.35 MiB already allocated; 47.06 MiB free; 188.00 MiB reserved in total by PyTorch)"
+# CPU (c10/core/impl/alloc_cpu.cpp):
+#   "DefaultCPUAllocator: can't allocate memory: you tried to allocate 4398046511104 bytes."
+_PATTERNS: dict[str, re.Pattern[str]] = {
+    "requested": re.compile(r"[Tt]ried to allocate " + _SIZE),
+    "gpu": re.compile(r"\bGPU (\d+)\b"),
+    "total": re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity"),
+    "free": re.compile(r"of which " + _SIZE + r" is free|" + _SIZE + r" free\b"),
+    "in_use": re.compile(
+        r"Of the allocated memory "
+        + _SIZE
+        + r" is allocated by PyTorch|"
+        + _SIZE
+        + r" already allocated"
+    ),
+    "reserved_unalloc": re.compile(_SIZE + r" is reserved by PyTorch but unallocated"),
+}
+
+
+def _to_bytes(num: str, unit: str) -> int:
+    return round(float(num) * _UNITS[unit.lower()])
+
+
+def _first_size(m: re.Match[str] | None) -> int | None:
+    if m is None:
+        return None
+    groups = [g for g in m.groups() if g is not None]
+    return _to_bytes(groups[0], groups[1]) if len(groups) >= 2 else None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
+    try:
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, RuntimeError):
+        msg = str(exc).lower()
+        return "out of memory" in msg or "can't allocate memory" in msg
+    return False
+
+
+def parse_oom_message(message: str) -> dict[str, Any]:
+    """Numbers an OOM message states (rounded as printed); None for each it doesn't."""
+    out: dict[str, Any] = {
+        "requested_bytes": _first_size(_PATTERNS["requested"].search(message)),
+        "total_bytes": _first_size(_PATTERNS["total"].search(message)),
+        "free_bytes": _first_size(_PATTERNS["free"].search(message)),
+        "in_use_bytes": _first_size(_PATTERNS["in_use"].search(message)),
+        "reserved_unallocated_bytes": _first_size(_PATTERNS["reserved_unalloc"].search(message)),
+        "device": None,
+    }
+    low = message.lower()
+    gpu = _PATTERNS["gpu"].search(message)
+    if "cuda out of memory" in low or "hip out of memory" in low or gpu is not None:
+        out["device"] = f"cuda:{gpu.group(1)}" if gpu else "cuda"
+    elif "defaultcpuallocator" in low or "cpu out of memory" in low:
+        out["device"] = "cpu"
+    elif "mps" in low:
+        out["device"] = "mps"
+    elif "xpu" in low:
+        out["device"] = "xpu"
+    m = re.search(r"you tried to allocate (\d+) bytes", message)
+    if out["requested_bytes"] is None and m:
+        out["requested_bytes"] = int(m.group(1))
+    return out
+
+
+def oom_info(exc: BaseException, fallback_device: str | None = None) -> dict[str, Any]:
+    """What an OOM says: requested / in use / total, from the message, else from torch now.
+
+    In-use prefers the message ("allocated by PyTorch" at the failing moment);
+    otherwise ``torch.cuda.memory_allocated()`` now, while the exception (and
+    so the frames holding the step's tensors) is still alive. Total prefers the
+    device's exact capacity. On CPU there is no PyTorch allocation counter, so
+    in-use and total stay None (the process RSS is recorded beside them).
+    """
+    message = str(exc)
+    parsed = parse_oom_message(message)
+    device = parsed.pop("device")
+    if device is None and isinstance(exc, MemoryError):
+        device = "cpu"  # Python's own MemoryError: host memory
+    device = device or fallback_device
+    sources = {k: "message" for k, v in parsed.items() if v is not None}
+    info: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "device": device,
+        **parsed,
+        "memory_allocated_bytes": None,
+        "max_memory_allocated_bytes": None,
+        "memory_reserved_bytes": None,
+        "process_rss_bytes": None,
+        "message": message[:2000],
+    }
+    try:
+        import psutil
+
+        info["process_rss_bytes"] = int(psutil.Process().memory_info().rss)
+    except Exception:
+        pass
+    if device and device.startswith("cuda"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                idx = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
+                info["memory_allocated_bytes"] = int(torch.cuda.memory_allocated(idx))
+                info["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(idx))
+                info["memory_reserved_bytes"] = int(torch.cuda.memory_reserved(idx))
+                total = int(torch.cuda.get_device_properties(idx).total_memory)
+                info["total_bytes"] = total
+                sources["total_bytes"] = "torch"
+                if info["in_use_bytes"] is None:
+                    info["in_use_bytes"] = info["memory_allocated_bytes"]
+                    sources["in_use_bytes"] = "torch"
+        except Exception:
+            pass
+    info["sources"] = sources
+    return info

@@ -1,0 +1,165 @@
+"""torch.profiler set up for exactly one wait / warmup / active cycle.
+
+``WindowProfiler`` owns one ``torch.profiler.profile`` whose schedule runs a
+single cycle (``repeat=1``): ``wait`` steps untouched, ``warmup`` steps traced
+and thrown away, ``active`` steps recorded. At the end of the active window
+torch's own ``tensorboard_trace_handler(run_dir, use_gzip=True)`` writes
+``<host>_<pid>.<ns>.pt.trace.json.gz`` directly into the run folder and the
+profiler is shut down, so the steps after it run with no profiler at all.
+
+Stopping early (the loop ended, or raised) inside the active window still
+writes the steps recorded so far (torch's exit transition calls the handler).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def profiler_activities() -> list[Any]:
+    """CPU always; CUDA (or XPU) where this torch build and machine have it."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU]
+    try:
+        if torch.cuda.is_available():
+            acts.append(ProfilerActivity.CUDA)
+        elif hasattr(torch, "xpu") and torch.xpu.is_available():
+            acts.append(ProfilerActivity.XPU)
+    except Exception:
+        pass
+    return acts
+
+
+class WindowProfiler:
+    """One profiling window driven by ``step()`` calls from the session's step hooks.
+
+    ``on_mark(name, unix_s)`` is told when the active window starts
+    (``"active_start"``) and ends (``"active_end"``).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 5,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_stack: bool = False,
+        on_mark: Callable[[str, float], None] | None = None,
+        worker_name: str | None = None,
+    ) -> None:
+        if wait < 0 or warmup < 0 or active < 1:
+            raise ValueError(
+                f"need wait >= 0, warmup >= 0, steps >= 1; got wait={wait}, "
+                f"warmup={warmup}, steps={active}"
+            )
+        self.run_dir = Path(run_dir)
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self._on_mark = on_mark
+        self._worker_name = worker_name
+        self._prof: Any = None
+        self.steps = 0  # step() calls so far
+        self.finished = False  # the profiler is shut down (window over, or stopped)
+        self.window_complete = False  # all `active` steps were recorded
+        self.active_start: float | None = None
+        self.active_end: float | None = None
+        self.errors: list[str] = []
+        self.activities: list[str] = []
+
+    @property
+    def total_steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def start(self) -> None:
+        import warnings
+
+        import torch.profiler as tp
+
+        acts = profiler_activities()
+        self.activities = [a.name for a in acts]
+        handler = tp.tensorboard_trace_handler(
+            str(self.run_dir), worker_name=self._worker_name, use_gzip=True
+        )
+
+        def on_ready(prof: Any) -> None:
+            try:
+                handler(prof)
+            except Exception as e:  # never let an export problem break the user's loop
+                self.errors.append(f"trace export failed: {type(e).__name__}: {e}")
+
+        with warnings.catch_warnings():
+            # warmup=0 is the user's explicit choice; torch warns about it every time
+            warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+            sched = tp.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
+        self._prof = tp.profile(
+            activities=acts,
+            schedule=sched,
+            on_trace_ready=on_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+        )
+        self._prof.__enter__()
+        if self.wait + self.warmup == 0:
+            self._mark("active_start")
+
+    def _mark(self, name: str) -> None:
+        t = time.time()
+        if name == "active_start":
+            self.active_start = t
+        else:
+            self.active_end = t
+        if self._on_mark is not None:
+            with contextlib.suppress(Exception):
+                self._on_mark(name, t)
+
+    def step(self) -> None:
+        """One step boundary. After the last active step the profiler is shut down."""
+        if self.finished or self._prof is None:
+            return
+        self._prof.step()  # saves the trace on the RECORD_AND_SAVE -> NONE transition
+        self.steps += 1
+        if self.steps == self.wait + self.warmup:
+            self._mark("active_start")
+        if self.steps >= self.total_steps:
+            self.window_complete = True
+            self._mark("active_end")
+            self._shutdown()
+
+    def stop(self) -> None:
+        """End profiling now (loop over or raised); keeps what the active window recorded."""
+        if self.finished or self._prof is None:
+            self.finished = True
+            return
+        if self.active_start is not None and self.active_end is None:
+            self._mark("active_end")
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        prof, self._prof = self._prof, None
+        self.finished = True
+        if prof is not None:
+            prof.__exit__(None, None, None)
+
+    @property
+    def phase(self) -> str:
+        """'wait', 'warmup', 'active' or 'done' for the step now running."""
+        if self.finished:
+            return "done"
+        if self.steps < self.wait:
+            return "wait"
+        if self.steps < self.wait + self.warmup:
+            return "warmup"
+        return "active"

@@ -1,0 +1,225 @@
+"""The run folder: where one capture writes everything it produces.
+
+Layout (TensorBoard's: the trace sits directly in the run folder, named the way
+``torch.profiler.tensorboard_trace_handler(..., use_gzip=True)`` names it)::
+
+    diagnose-runs/<stamp>/
+        <host>_<pid>.<time_ns>.pt.trace.json.gz   the profiler trace (one per rank)
+        context.json                                what the run was (see capture.context)
+        samples.jsonl                               sampler time series, one JSON object a line
+
+``load_context`` and ``load_samples`` are what ``diagnose.api.analyze`` calls on a
+run folder, so in-process analysis and ``torch-diagnose analyze RUN`` read the
+same files with the same code. Both are tolerant: a missing or corrupt file gives
+``None``, never an exception (the trace alone can still be analysed).
+
+The samples dict that ``load_samples`` returns (version 1)::
+
+    {
+      "version": 1,
+      "pid": int,                     # the training process
+      "interval_s": float,            # the sampling period asked for
+      "t0": float, "t1": float|None,  # unix seconds: sampling started / ended (None: cut off)
+      "info": {                       # static facts per sampler
+        "host": {"cores": [int, ...], "cpu_count": int},
+        "gpu": {"index": int, "name": str, "uuid": str, "mem_total_bytes": int,
+                "nvml_driver": str},
+      },
+      "series": {                     # columnar time series, one list per field,
+        "host": {                     # all the same length as "t"; None = not read
+          "t": [float, ...],          # unix seconds (trace ts + baseTimeNanoseconds/1e3 = unix us)
+          "cpu_pct": [[float, ...], ...],   # per tick: busy % of each core in info.host.cores
+          "iowait_pct": [float, ...],       # % of all CPU time in iowait (system-wide)
+          "proc_cpu_pct": [float, ...],     # this process, % of one core (can exceed 100)
+          "proc_rss_bytes": [int, ...],
+          "workers_count": [int, ...],      # live DataLoader worker processes
+          "workers_cpu_pct": [float|None, ...],  # sum over workers, % of one core
+          "workers_cpu_n": [int, ...],           # workers in that sum (a new one needs 2 reads)
+          "workers_rss_bytes": [int, ...],       # sum over workers (shared pages counted per worker)
+        },
+        "gpu": {
+          "t": [...], "util_pct": [...], "mem_used_bytes": [...], "sm_clock_mhz": [...],
+          "power_w": [...], "pcie_rx_kbps": [...], "pcie_tx_kbps": [...],
+          "proc_mem_bytes": [...],    # this process's GPU memory (None where NVML can't say)
+        },
+      },
+      "unavailable": {"gpu": "no CUDA device visible to torch"},  # sampler -> reason
+      "errors": [{"sampler": "host", "t": float, "error": "ValueError: ..."}],
+      "marks": {"active_start": float, "active_end": float},  # profiled window, unix s
+    }
+
+A series is absent when its sampler never produced a row. The file itself holds
+one JSON object a line (``{"type": "meta"|"info"|"sample"|"unavailable"|"error"|
+"mark"|"end", ...}``) so a long run streams to disk instead of growing in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+CONTEXT_FILE = "context.json"
+SAMPLES_FILE = "samples.jsonl"
+TRACE_SUFFIX = ".pt.trace.json.gz"
+DEFAULT_ROOT = "diagnose-runs"
+SAMPLES_VERSION = 1
+
+
+def new_run_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    """Create and return a fresh ``<root>/<stamp>/`` folder (root: ``diagnose-runs``).
+
+    The stamp is local time to the millisecond; a clash (two runs in the same
+    millisecond) gets a numeric suffix instead of sharing a folder.
+    """
+    base = Path(root if root is not None else DEFAULT_ROOT)
+    base.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+    for n in range(1000):
+        path = base / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{base}: could not create a fresh run folder for stamp {stamp}")
+
+
+def trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The profiler traces directly in a run folder, oldest first."""
+    p = Path(run_dir)
+    if not p.is_dir():
+        return []
+    return sorted(
+        (
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.name.endswith((TRACE_SUFFIX, ".pt.trace.json"))
+        ),
+        key=lambda f: f.name,
+    )
+
+
+def _json_safe(obj: Any) -> Any:
+    """Make a context value JSON-safe: NaN/inf -> None, unknown objects -> str."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return str(obj)
+
+
+def write_context(run_dir: str | os.PathLike[str], context: dict[str, Any]) -> Path:
+    """Write ``context.json`` atomically (a crash never leaves half a file)."""
+    path = Path(run_dir) / CONTEXT_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_json_safe(context), indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_context(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``context.json`` of a run folder, or None if it is missing or unreadable."""
+    try:
+        data = json.loads((Path(run_dir) / CONTEXT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_samples(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The samples of a run folder as the columnar dict described above.
+
+    None if there is no samples file or not even its header can be read.
+    Bad lines (a run killed mid-write leaves a torn last line) are skipped.
+    """
+    path = Path(run_dir) / SAMPLES_FILE
+    try:
+        fh = path.open("r", encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    out: dict[str, Any] = {
+        "version": SAMPLES_VERSION,
+        "pid": None,
+        "interval_s": None,
+        "t0": None,
+        "t1": None,
+        "info": {},
+        "series": {},
+        "unavailable": {},
+        "errors": [],
+        "marks": {},
+    }
+    seen_meta = False
+    try:
+        with fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(rec, dict):
+                    continue
+                try:
+                    seen_meta |= _absorb(out, rec)
+                except (KeyError, TypeError, ValueError):
+                    continue
+    except OSError:
+        return None
+    if not seen_meta:
+        return None
+    _pad_series(out["series"])
+    return out
+
+
+def _absorb(out: dict[str, Any], rec: dict[str, Any]) -> bool:
+    kind = rec.get("type")
+    if kind == "meta":
+        out["pid"] = rec.get("pid")
+        out["interval_s"] = rec.get("interval_s")
+        out["t0"] = rec.get("t0")
+        return True
+    if kind == "info":
+        info = {k: v for k, v in rec.items() if k not in ("type", "sampler")}
+        out["info"][str(rec["sampler"])] = info
+    elif kind == "sample":
+        name = str(rec["sampler"])
+        series = out["series"].setdefault(name, {"t": []})
+        n = len(series["t"])
+        for key, value in rec.items():
+            if key in ("type", "sampler", "t"):
+                continue
+            col = series.setdefault(key, [None] * n)
+            col.extend([None] * (n - len(col)))
+            col.append(value)
+        series["t"].append(float(rec["t"]))
+    elif kind == "unavailable":
+        out["unavailable"][str(rec["sampler"])] = str(rec.get("reason", "unknown reason"))
+    elif kind == "error":
+        out["errors"].append(
+            {"sampler": str(rec["sampler"]), "t": rec.get("t"), "error": str(rec.get("error"))}
+        )
+    elif kind == "mark":
+        out["marks"][str(rec["name"])] = float(rec["t"])
+    elif kind == "end":
+        out["t1"] = rec.get("t")
+    return False
+
+
+def _pad_series(series: dict[str, dict[str, list[Any]]]) -> None:
+    """Columns that started late or stopped early are padded with None."""
+    for cols in series.values():
+        n = len(cols["t"])
+        for _key, col in cols.items():
+            if len(col) < n:
+                col.extend([None] * (n - len(col)))
+            elif len(col) > n:
+                del col[n:]

@@ -1,0 +1,469 @@
+"""``with diagnose(model, loader) as d:`` around a user's own, unchanged training loop.
+
+Inside the block the loop runs as written. Step boundaries are found without
+user code:
+
+- **optimizer steps**: a global ``torch.optim`` step post-hook notices each
+  ``opt.step()`` of the model's optimizer. The boundary itself is placed where
+  a person would put ``prof.step()``: just before the loop pulls its next batch
+  from ``loader`` (so the data wait belongs to the step that uses the batch and
+  no profiler range is cut inside ``Optimizer.step``). A loop that does not
+  iterate ``loader`` gets the boundary right after ``opt.step()``.
+- **batches** (inference loops, and until the first ``opt.step()``): each
+  batch pulled from ``loader`` after the first starts a new step.
+- **``d.step()``**: a loop that marks its own steps; from the first call on,
+  the automatic boundaries are off.
+
+The profiler runs one wait/warmup/active cycle; when it is over, ``d.done``
+becomes True (``if d.done: break`` ends a long loop early) and the loop goes
+on without profiler or samplers. On exit, whatever happened, the hooks are
+removed, the sampler thread is joined, ``context.json`` is written and the run
+folder is analysed with the same code as ``torch-diagnose analyze``; the report
+is printed and kept in ``d.report``. An exception from the block propagates
+unchanged; an out-of-memory error is recorded in ``context.json`` (``oom``) so
+the rule pack reports it as a ``memory`` finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import time
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any
+
+from diagnose.capture import context as ctxmod
+from diagnose.capture.profiler import WindowProfiler
+from diagnose.capture.runfolder import new_run_dir, trace_files, write_context
+from diagnose.capture.samplers import (
+    DEFAULT_HZ,
+    HostSampler,
+    NvmlSampler,
+    Sampler,
+    SamplerThread,
+    UnavailableSampler,
+)
+from diagnose.errors import CaptureError
+
+__all__ = ["Session", "diagnose"]
+
+_active_lock = threading.Lock()
+_active: Session | None = None
+
+
+def _run_analysis(run_dir: Path) -> Any:
+    """Analyse a finished run folder exactly as ``torch-diagnose analyze RUN`` does
+    (a run that failed before its active window has no trace; analyze() then evaluates
+    the rules on the context and samples alone)."""
+    from diagnose.api import analyze
+
+    return analyze(run_dir)
+
+
+class Session:
+    """One capture. Made by :func:`diagnose`; use it as a context manager."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        loader: Any = None,
+        *,
+        steps: int = 5,
+        warmup: int = 1,
+        wait: int = 1,
+        out_dir: str | os.PathLike[str] | None = None,
+        sample_hz: float | None = DEFAULT_HZ,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_stack: bool = False,
+        print_report: bool = True,
+        analyze: bool = True,
+    ) -> None:
+        if steps < 1 or warmup < 0 or wait < 0:
+            raise CaptureError(
+                f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0 "
+                f"(got steps={steps}, warmup={warmup}, wait={wait})"
+            )
+        if sample_hz is not None and sample_hz < 0:
+            raise CaptureError(f"diagnose(): sample_hz must be >= 0 (got {sample_hz})")
+        self.model = model
+        self.loader = loader
+        self.steps = steps
+        self.warmup = warmup
+        self.wait = wait
+        self.out_dir = out_dir
+        self.sample_hz = sample_hz or None  # 0 -> no samplers
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.print_report = print_report
+        self.analyze = analyze
+
+        self.run_dir: Path | None = None
+        self.report: Any = None
+        self.notes: list[str] = []
+        self.steps_seen = 0
+        self.step_mode: str | None = None  # "optimizer" | "dataloader" | "manual"
+        self._done = False
+        self._entered = False
+        self._closed = False
+        self._t_enter = 0.0
+
+        self._profiler: WindowProfiler | None = None
+        self._sampler_thread: SamplerThread | None = None
+        self._hook_handle: Any = None
+        self._patched_next: Any = None  # the original _BaseDataLoaderIter.__next__
+        self._iter_cls: Any = None
+        self._index_sampler: Any = None
+        self._param_ids: frozenset[int] = frozenset()
+        self._opt_ref: weakref.ReferenceType[Any] | None = None
+        self._opt_steps = 0
+        self._batches = 0
+        self._pending = False
+        self._last_iter: weakref.ReferenceType[Any] | None = None
+        self._worker_pids: set[int] = set()
+        self._context: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ public
+    @property
+    def done(self) -> bool:
+        """True once the profiled window is over (the loop may stop: ``if d.done: break``)."""
+        return self._done
+
+    def step(self) -> None:
+        """Mark a step boundary yourself (call it once per step, at the end of the step).
+
+        From the first call on, the automatic boundaries (optimizer / batches) are off.
+        """
+        if not self._entered or self._closed or self._done:
+            return
+        self.step_mode = "manual"
+        self._pending = False
+        self._advance()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """pids of the DataLoader worker processes seen so far."""
+        return sorted(self._worker_pids)
+
+    # ------------------------------------------------------------------ enter
+    def __enter__(self) -> Session:
+        global _active
+        if self._entered:
+            raise CaptureError("a diagnose() session can be used for one `with` block only")
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            raise CaptureError(
+                "diagnose() needs PyTorch: install torch first (analysing saved traces does not)"
+            ) from e
+        with _active_lock:
+            if _active is not None:
+                raise CaptureError("diagnose(): another diagnose() block is already running")
+            _active = self
+        self._entered = True
+        self._t_enter = time.time()
+        try:
+            try:
+                self.run_dir = new_run_dir(self.out_dir)
+            except OSError as e:
+                raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
+            self._context = ctxmod.collect(self.model, self.loader)
+            self._param_ids = (
+                ctxmod.model_param_ids(self.model) if self.model is not None else frozenset()
+            )
+            self._install_hooks()
+            if self.sample_hz:
+                self._sampler_thread = SamplerThread(
+                    self._make_samplers(), self.run_dir, self.sample_hz
+                )
+                self._sampler_thread.start()
+            self._profiler = WindowProfiler(
+                self.run_dir,
+                wait=self.wait,
+                warmup=self.warmup,
+                active=self.steps,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                on_mark=self._on_mark,
+            )
+            self._profiler.start()
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def _make_samplers(self) -> list[Sampler]:
+        pids = (lambda: list(self._worker_pids)) if self._iter_cls is not None else None
+        samplers: list[Sampler] = [HostSampler(worker_pids=pids)]
+        dev = self._context.get("device") or {}
+        if dev.get("type") == "cuda" and dev.get("index") is not None:
+            samplers.append(
+                NvmlSampler(
+                    index=dev["index"], uuid=dev.get("uuid"), pci_bus_id=dev.get("pci_bus_id")
+                )
+            )
+        else:
+            samplers.append(UnavailableSampler("gpu", "no CUDA device visible to torch"))
+        return samplers
+
+    def _install_hooks(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        try:
+            from torch.utils.data import DataLoader
+            from torch.utils.data.dataloader import _BaseDataLoaderIter
+        except ImportError:  # pragma: no cover
+            return
+        if not isinstance(self.loader, DataLoader):
+            return
+        self._index_sampler = self.loader._index_sampler
+        orig = _BaseDataLoaderIter.__next__
+        session = self
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            if getattr(it, "_index_sampler", None) is session._index_sampler:
+                session._on_next(it)
+            return orig(it)
+
+        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
+        self._iter_cls = _BaseDataLoaderIter
+        self._patched_next = orig
+
+    def _remove_hooks(self) -> None:
+        if self._hook_handle is not None:
+            self._hook_handle.remove()
+            self._hook_handle = None
+        if self._iter_cls is not None:
+            self._iter_cls.__next__ = self._patched_next
+            self._iter_cls = None
+            self._patched_next = None
+
+    # ------------------------------------------------------------------ hooks
+    def _on_optimizer_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+        try:
+            if self._done or self._closed:
+                return
+            known = self._opt_ref() if self._opt_ref is not None else None
+            if known is None:
+                if not self._owns(opt):
+                    return
+                self._opt_ref = weakref.ref(opt)
+            elif opt is not known:
+                return
+            self._opt_steps += 1
+            if self.step_mode == "manual":
+                return
+            self.step_mode = "optimizer"
+            if self._batches > 0:
+                self._pending = True  # boundary just before the next batch is pulled
+            else:
+                self._advance()  # the loop does not iterate `loader`: boundary here
+        except Exception as e:  # never break the user's step
+            self._internal_error("optimizer hook", e)
+
+    def _owns(self, opt: Any) -> bool:
+        if not self._param_ids:
+            return True
+        try:
+            return any(id(p) in self._param_ids for g in opt.param_groups for p in g["params"])
+        except Exception:
+            return False
+
+    def _on_next(self, it: Any) -> None:
+        try:
+            last = self._last_iter() if self._last_iter is not None else None
+            if last is not it:
+                self._last_iter = weakref.ref(it)
+                for w in getattr(it, "_workers", ()) or ():
+                    pid = getattr(w, "pid", None)
+                    if isinstance(pid, int):
+                        self._worker_pids.add(pid)
+            if self._done or self._closed:
+                return
+            self._batches += 1
+            if self.step_mode == "manual":
+                return
+            if self.step_mode == "optimizer":
+                if self._pending:
+                    self._pending = False
+                    self._advance()
+            elif self._batches > 1:
+                self.step_mode = "dataloader"
+                self._advance()
+        except Exception as e:
+            self._internal_error("DataLoader hook", e)
+
+    def _advance(self) -> None:
+        self.steps_seen += 1
+        prof = self._profiler
+        if prof is None or prof.finished:
+            return
+        try:
+            prof.step()
+        except Exception as e:
+            self._internal_error("profiler step", e)
+            with contextlib.suppress(Exception):
+                prof.stop()
+        if prof.finished:
+            self._done = True
+            if self._sampler_thread is not None:
+                self._sampler_thread.request_stop()
+
+    def _on_mark(self, name: str, t: float) -> None:
+        if self._sampler_thread is not None:
+            self._sampler_thread.mark(name, t)
+
+    def _internal_error(self, where: str, e: BaseException) -> None:
+        self.notes.append(f"capture problem in {where}: {type(e).__name__}: {e}")
+
+    # ------------------------------------------------------------------ exit
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        oom: dict[str, Any] | None = None
+        if exc is not None:
+            try:
+                if ctxmod.is_oom(exc):
+                    model = self._context.get("model") or {}
+                    oom = ctxmod.oom_info(exc, fallback_device=model.get("device"))
+            except Exception as e:
+                self._internal_error("OOM record", e)
+        self._teardown()
+        try:
+            self._finish(exc, oom)
+        except Exception as e:  # the user's own exception (if any) must come through untouched
+            msg = f"torch-diagnose: could not finish the run in {self.run_dir}: {type(e).__name__}: {e}"
+            self.notes.append(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        return None
+
+    def _teardown(self) -> None:
+        """Stop profiler, hooks and samplers; each step runs even if one before failed."""
+        global _active
+        try:
+            if self._profiler is not None:
+                try:
+                    self._profiler.stop()
+                except Exception as e:
+                    self._internal_error("profiler stop", e)
+        finally:
+            try:
+                self._remove_hooks()
+            finally:
+                try:
+                    st = self._sampler_thread
+                    if st is not None and not st.stop():
+                        self.notes.append("sampler thread did not stop within 5 s (left as daemon)")
+                finally:
+                    self._closed = True
+                    with _active_lock:
+                        if _active is self:
+                            _active = None
+
+    def _finish(self, exc: BaseException | None, oom: dict[str, Any] | None) -> None:
+        run_dir = self.run_dir
+        if run_dir is None:
+            return
+        ctx = dict(self._context)
+        opt = self._opt_ref() if self._opt_ref is not None else None
+        ctx["optimizer"] = ctxmod.optimizer_info(opt)
+        prof = self._profiler
+        st = self._sampler_thread
+        if prof is not None:
+            self.notes.extend(prof.errors)
+            if not prof.window_complete:
+                need = prof.total_steps
+                self.notes.append(
+                    f"the profiled window is incomplete: the loop ran {self.steps_seen} step "
+                    f"boundaries, the schedule needs {need} (wait={self.wait}, warmup={self.warmup}, "
+                    f"steps={self.steps})"
+                )
+        traces = [p.name for p in trace_files(run_dir)]
+        if not traces:
+            self.notes.append("no trace was written: the loop ended before the active window")
+        ctx["capture"] = {
+            "run_dir": str(run_dir),
+            "wait": self.wait,
+            "warmup": self.warmup,
+            "active": self.steps,
+            "record_shapes": self.record_shapes,
+            "profile_memory": self.profile_memory,
+            "with_stack": self.with_stack,
+            "sample_hz": self.sample_hz,
+            "activities": prof.activities if prof is not None else [],
+            "step_mode": self.step_mode,
+            "steps_seen": self.steps_seen,
+            "optimizer_steps": self._opt_steps,
+            "batches": self._batches,
+            "window_complete": bool(prof and prof.window_complete),
+            "active_start": prof.active_start if prof is not None else None,
+            "active_end": prof.active_end if prof is not None else None,
+            "started": self._t_enter,
+            "ended": time.time(),
+            "trace_files": traces,
+            "worker_pids": self.worker_pids,
+            "sampler_rows": st.rows if st is not None else 0,
+            "notes": list(self.notes),
+        }
+        if exc is not None:
+            ctx["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+        ctx["oom"] = oom
+        write_context(run_dir, ctx)
+        if not self.analyze:
+            return
+        try:
+            self.report = _run_analysis(run_dir)
+        except Exception as e:
+            msg = f"torch-diagnose: analysis of {run_dir} failed: {type(e).__name__}: {e}"
+            self.notes.append(msg)
+            print(msg, file=sys.stderr)
+            return
+        if self.print_report and self.report is not None:
+            try:
+                self.report.print()
+            except Exception as e:
+                print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
+            print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
+
+
+def diagnose(
+    model: Any = None,
+    loader: Any = None,
+    *,
+    steps: int = 5,
+    warmup: int = 1,
+    wait: int = 1,
+    out_dir: str | os.PathLike[str] | None = None,
+    sample_hz: float | None = DEFAULT_HZ,
+    record_shapes: bool = True,
+    profile_memory: bool = True,
+    with_stack: bool = False,
+    print_report: bool = True,
+) -> Session:
+    """Profile a few steps of the training loop inside ``with`` and report what slows it.
+
+    ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
+    discarded steps. ``out_dir`` is the folder the run folder is made in
+    (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
+    ``sample_hz`` is the host/GPU sampling rate (0 or None: no sampling).
+    """
+    return Session(
+        model,
+        loader,
+        steps=steps,
+        warmup=warmup,
+        wait=wait,
+        out_dir=out_dir,
+        sample_hz=sample_hz,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        print_report=print_report,
+    )

@@ -1,0 +1,80 @@
+"""Planted bottleneck (GPU): large batches copied to the device from pageable memory.
+``pin_memory=False`` and a blocking ``.to(device)`` make every batch go through a
+staging buffer while the host waits (``Memcpy HtoD (Pageable -> Device)``). On CPU
+there is no copy to a device: the loop runs, the symptom cannot show.
+
+Expected finding (GPU): ``transfer``, fixes ``pin_memory`` + ``non_blocking``.
+
+    python samples/pageable_copy.py [--out DIR] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+try:
+    from diagnose import diagnose
+except ImportError:  # running from a source checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from diagnose import diagnose
+
+
+class Volumes(Dataset):
+    """Large dense inputs (e.g. 3x128x128 crops) served from memory."""
+
+    def __init__(self, n: int, side: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, side, side, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    torch.manual_seed(0)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    # ~50 MB batches on a GPU; smaller on CPU so the sample stays quick there
+    n, side, batch = (1024, 128, 256) if cuda else (256, 64, 32)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 10),
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(Volumes(n, side), batch_size=batch, shuffle=True, pin_memory=False)
+    loss_fn = nn.CrossEntropyLoss()
+
+    with diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw) as d:
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)  # pageable source, blocking copy
+            loss = loss_fn(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if d.done:
+                break
+    return d.report
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--out", default=None, help="folder for the run folder (default diagnose-runs/)"
+    )
+    ap.add_argument("--steps", type=int, default=5, help="profiled steps")
+    args = ap.parse_args()
+    main(args.out, steps=args.steps)

@@ -1,0 +1,75 @@
+"""Planted bottleneck: a host-device sync every step. The loop logs ``loss.item()``
+and the running accuracy every step; on a GPU each ``.item()`` makes the host wait
+until all queued kernels have finished, so the host cannot run ahead and queue the
+next step. On CPU the calls are there (``aten::item`` each step) but cost little.
+
+Expected finding (GPU): ``sync``; advice: log every N steps, keep metrics on device.
+
+    python samples/sync_in_loop.py [--out DIR] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+try:
+    from diagnose import diagnose
+except ImportError:  # running from a source checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from diagnose import diagnose
+
+
+class Features(Dataset):
+    def __init__(self, n: int = 4096, dim: int = 128) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loader = DataLoader(Features(), batch_size=64, shuffle=True)
+    loss_fn = nn.CrossEntropyLoss()
+    history: list[float] = []
+
+    with diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw) as d:
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            loss = loss_fn(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            history.append(loss.item())  # sync: waits for the whole step to finish
+            acc = (out.argmax(1) == y).float().mean().item()  # and again
+            if not quiet and len(history) % 4 == 0:
+                print(f"step {len(history)}: loss {history[-1]:.3f} acc {acc:.2f}")
+            if d.done:
+                break
+    return d.report
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--out", default=None, help="folder for the run folder (default diagnose-runs/)"
+    )
+    ap.add_argument("--steps", type=int, default=5, help="profiled steps")
+    args = ap.parse_args()
+    main(args.out, steps=args.steps)
