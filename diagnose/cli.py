@@ -6,6 +6,8 @@ Exit codes: 0 ok; 1 findings at or above --fail-on; 2 bad input (one line, no tr
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -38,7 +40,26 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("metrics", help="print the raw metrics of a trace")
     m.add_argument("paths", nargs="+", metavar="PATH")
     m.add_argument("--format", choices=("text", "json"), default="text")
+    for mod in _command_modules():
+        mod.add_parser(sub)
     return p
+
+
+# Further commands live next to the code they drive. Each module defines
+# ``add_parser(subparsers)`` (which sets ``func=run`` via set_defaults) and ``run(args) -> int``.
+_COMMAND_MODULES = (
+    "diagnose.tune_cli",          # demo, autofix
+    "diagnose.report.compare",    # compare A B
+    "diagnose.report.tensorboard",  # tensorboard PATH
+)
+
+
+def _command_modules() -> list:
+    mods = []
+    for name in _COMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            mods.append(importlib.import_module(name))
+    return mods
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -120,7 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_analyze(args)
         if args.cmd == "rules":
             return _cmd_rules(args)
-        return _cmd_metrics(args)
+        if args.cmd == "metrics":
+            return _cmd_metrics(args)
+        return int(args.func(args))
     except DiagnoseError as e:
         print(f"torch-diagnose: error: {e}", file=sys.stderr)
         return 2
