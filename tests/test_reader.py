@@ -399,3 +399,11 @@ def test_trace_error_survives_pickling():
 
     e = pickle.loads(pickle.dumps(TraceError("/x/t.json", "empty file")))
     assert str(e) == "/x/t.json: empty file" and e.path == "/x/t.json"
+
+
+def test_odd_name_or_pid_is_left_out_but_event_kept(tmp_path):
+    d = doc(ev("a"), {"ph": "X", "cat": "cpu_op", "name": 5, "pid": [1], "tid": 1,
+                      "ts": 20.0, "dur": 1.0})
+    t = read_trace(write(tmp_path / "l.json", d))
+    assert len(t) == 2 and t.dropped_events == 0
+    assert t.names_of(np.arange(2)) == ["a", ""]

@@ -161,6 +161,8 @@ def decode(data: bytes, path: Path) -> Decoded:
         return _decode_lenient(data, path)
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({_short(e)})") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not valid UTF-8 text (byte {e.start})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
     if isinstance(doc, list):
@@ -180,6 +182,8 @@ def _decode_lenient(data: bytes, path: Path) -> Decoded:
         obj = _UNTYPED.decode(data)
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({_short(e)})") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not valid UTF-8 text (byte {e.start})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
     if isinstance(obj, list):
@@ -210,20 +214,33 @@ def _decode_lenient(data: bytes, path: Path) -> Decoded:
                    top.get("schemaVersion"), dropped)
 
 
+_EVENT_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+
+
 def _convert_event(raw: Any) -> Event | None:
+    """One event of a file that failed the typed decode: converted leniently (numbers
+    written as strings are read), with each other field that still does not fit left
+    out. An event whose time or duration is unusable is dropped (and counted): a guessed
+    duration would distort every share."""
     if not isinstance(raw, dict):
         return None
     try:
         return msgspec.convert(raw, Event, strict=False)
     except (msgspec.ValidationError, RecursionError, OverflowError):
         pass
-    # Salvage the event without its args, then without anything odd at all.
-    args = raw.get("args")
-    try:
-        base = {k: v for k, v in raw.items() if k != "args"}
-        ev = msgspec.convert(base, Event, strict=False)
-    except (msgspec.ValidationError, RecursionError, OverflowError):
+    fields: dict[str, Any] = {}
+    for k in _EVENT_FIELDS:
+        if k in raw:
+            try:
+                msgspec.convert({k: raw[k]}, Event, strict=False)
+            except (msgspec.ValidationError, RecursionError, OverflowError):
+                if k in ("ts", "dur"):
+                    return None
+                continue
+            fields[k] = raw[k]
+    if "ts" not in fields:
         return None
+    args = raw.get("args")
     if isinstance(args, dict):
         clean = {}
         for k, v in args.items():
@@ -232,8 +249,8 @@ def _convert_event(raw: Any) -> Event | None:
             except (msgspec.ValidationError, RecursionError, OverflowError):
                 continue
             clean[k] = v
-        ev = msgspec.structs.replace(ev, args=msgspec.convert(clean, Args, strict=False))
-    return ev
+        fields["args"] = clean
+    return msgspec.convert(fields, Event, strict=False)
 
 
 def _short(e: Exception) -> str:

@@ -1,0 +1,87 @@
+"""Fuzz the trace reader and the whole analysis: every case must end in a Report or
+the project's own one-line error (DiagnoseError), never any other exception.
+
+    python benchmarks/fuzz_reader.py [--cases 10000] [--seed 0]
+
+Cases come from tests/fuzz_strategies.py (hypothesis): generated traces with missing
+fields, wrong types, NaN/negative/huge numbers, numbers as strings, then mutated
+(truncated, flipped bytes, inserted garbage, gzip of the document or of garbage, deep
+nesting, binary garbage). Prints a table of outcomes and the failure count (goal: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+
+from diagnose import analyze  # noqa: E402
+from diagnose.errors import DiagnoseError  # noqa: E402
+from tests.fuzz_strategies import trace_file  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    outcomes: collections.Counter[str] = collections.Counter()
+    failures: list[tuple[str, bytes]] = []
+    work = Path(tempfile.mkdtemp(prefix="fuzz-reader-"))
+    path = work / "case.pt.trace.json"
+
+    @seed(args.seed)
+    @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(trace_file())
+    def run(data: bytes) -> None:
+        path.write_bytes(data)
+        try:
+            report = analyze(path)
+            report.to_json()
+            report.render_text()
+            outcomes["report"] += 1
+        except DiagnoseError as e:
+            msg = str(e)
+            if not msg or "\n" in msg:
+                failures.append((f"badly worded error: {msg!r}", data))
+            else:
+                outcomes["error: " + msg.split(": ", 1)[-1].split(" (")[0][:48]] += 1
+        except Exception:  # the one thing that must never happen
+            failures.append((traceback.format_exc(limit=3), data))
+
+    t0 = time.perf_counter()
+    run()
+    dt = time.perf_counter() - t0
+    total = sum(outcomes.values()) + len(failures)
+    print("torch-diagnose: reader fuzz")
+    print(f"machine : {platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print(f"date    : {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"command : python benchmarks/fuzz_reader.py --cases {args.cases} --seed {args.seed}")
+    print(f"\n{'outcome':60s} {'cases':>8s}")
+    print("-" * 69)
+    for k, v in outcomes.most_common():
+        print(f"{k:60s} {v:8d}")
+    print("-" * 69)
+    print(f"{'cases run':60s} {total:8d}")
+    print(f"{'failures (any other exception)':60s} {len(failures):8d}")
+    print(f"{'time':60s} {dt:7.1f}s")
+    for tb_text, data in failures[:5]:
+        print("\nFAILURE on", repr(data[:200]))
+        print(tb_text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
