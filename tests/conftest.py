@@ -30,3 +30,23 @@ def shared() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"{SHARED_TRACES} absent: real-trace tests need ../shared/traces")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_processes():
+    """The whole suite must leave no child process behind (servers, workers, torchrun)."""
+    import gc
+    import time
+
+    import psutil
+
+    yield
+    gc.collect()  # DataLoader iterators kept alive by stored tracebacks
+    me = psutil.Process()
+    deadline = time.monotonic() + 15
+    kids = me.children(recursive=True)
+    while kids and time.monotonic() < deadline:
+        time.sleep(0.2)
+        kids = [k for k in me.children(recursive=True) if k.is_running()
+                and k.status() != psutil.STATUS_ZOMBIE]
+    assert not kids, f"the test suite left processes behind: {kids}"
