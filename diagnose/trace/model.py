@@ -101,6 +101,111 @@ def _sparse_column(evs: Sequence[Event], mask: np.ndarray, attr: str) -> np.ndar
     return out
 
 
+_ARG_COLUMNS = (
+    # column, event attribute, which kinds carry it
+    ("correlation", "args.correlation", "corr"),
+    ("device", "args.device", "dev"),
+    ("nbytes", "args.bytes", "dev"),
+    ("mem_allocated", "args.total_allocated", "mem"),
+    ("mem_reserved", "args.total_reserved", "mem"),
+    ("mem_delta", "args.mem_bytes", "mem"),
+    ("mem_device_type", "args.device_type", "mem"),
+    ("mem_device_id", "args.device_id", "mem"),
+)
+_CORR_KINDS = [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)]
+_DEV_KINDS = [int(k) for k in DEVICE_KINDS]
+
+
+class _Interner:
+    """Global string/value -> id table, fed one chunk at a time."""
+
+    def __init__(self) -> None:
+        self.table: dict[Any, int] = {}
+
+    def ids(self, values: list[Any]) -> np.ndarray:
+        local_ids, local = _intern(values)
+        get = self.table.setdefault
+        remap = np.fromiter((get(v, len(self.table)) for v in local), np.int32, len(local))
+        return remap[local_ids] if len(local) else local_ids
+
+    def values(self) -> list[Any]:
+        return list(self.table)
+
+
+class ColumnBuilder:
+    """Builds a Trace from events given in chunks, so a huge file never has to exist as
+    Python objects all at once: each chunk is classified, reduced to the events the
+    analysis reads, turned into columns, and its structs are freed."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.names, self.pids, self.tids = _Interner(), _Interner(), _Interner()
+        self.cat_kind: dict[str, int] = {}
+        self.n_total = 0
+
+    def add(self, evs: Sequence[Event]) -> None:
+        self.n_total += len(evs)
+        if not len(evs):
+            return
+        # 1. classify: kind from the (interned) category, '[memory]' from the name
+        cat_id, cat_table = _intern(list(map(attrgetter("cat"), evs)))
+        ck = self.cat_kind
+        cat_kind = np.array([ck.setdefault(c, int(_kind_of(c, ""))) for c in cat_table],
+                            dtype=np.int8)
+        kind = cat_kind[cat_id]
+        del cat_id
+        name_id = self.names.ids(list(map(attrgetter("name"), evs)))
+        mem_id = self.names.table.get("[memory]")
+        if mem_id is not None:
+            kind[name_id == mem_id] = Kind.MEMORY
+        # 2. keep what the analysis reads: metadata, flows and unknown categories go
+        keep = kind != Kind.OTHER
+        if not keep.all():
+            evs = _take(evs, np.flatnonzero(keep))
+            kind, name_id = kind[keep], name_id[keep]
+        masks = {"corr": np.isin(kind, _CORR_KINDS), "dev": np.isin(kind, _DEV_KINDS),
+                 "mem": kind == Kind.MEMORY}
+        part = {
+            "ts": _column(evs, "ts"),
+            "dur": _column(evs, "dur"),
+            "kind": kind,
+            "name_id": name_id,
+            "pid_id": self.pids.ids(list(map(attrgetter("pid"), evs))),
+            "tid_id": self.tids.ids(list(map(attrgetter("tid"), evs))),
+        }
+        for col, attr, which in _ARG_COLUMNS:
+            part[col] = _sparse_column(evs, masks[which], attr)
+        self.parts.append(part)
+
+    def finish(self, path: str | Path, meta: Decoded) -> Trace:
+        keys = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", *(c[0] for c in _ARG_COLUMNS))
+        if self.parts:
+            cols = {k: np.concatenate([p[k] for p in self.parts]) for k in keys}
+        else:
+            cols = {k: np.zeros(0, np.int8 if k == "kind" else (
+                np.int32 if k.endswith("_id") and k != "mem_device_id" else np.float64))
+                for k in keys}
+        self.parts = []
+        # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
+        ts, dur, kind = cols["ts"], cols["dur"], cols["kind"]
+        cols["dur"] = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
+        bad = ~np.isfinite(ts)
+        if bad.any():
+            cols["kind"] = np.where(bad, Kind.OTHER, kind).astype(np.int8)
+        return Trace(
+            path=str(path),
+            names=self.names.values(),
+            pids=[str(p) for p in self.pids.values()],
+            tids=[str(t) for t in self.tids.values()],
+            device_properties=meta.device_properties,
+            distributed_info=meta.distributed_info,
+            schema_version=meta.schema_version,
+            dropped_events=meta.dropped,
+            n_events_total=self.n_total,
+            **cols,
+        )
+
+
 @dataclass
 class Trace:
     """One rank's events, columnar. Times are float microseconds."""
@@ -132,62 +237,9 @@ class Trace:
     # ------------------------------------------------------------------ build
     @classmethod
     def from_decoded(cls, dec: Decoded, path: str | Path) -> Trace:
-        evs: list[Event] | tuple[Event, ...] = dec.events
-        # 1. classify: kind from the (interned) category, '[memory]' from the name
-        cat_id, cat_table = _intern(list(map(attrgetter("cat"), evs)))
-        cat_kind = np.array([int(_kind_of(c, "")) for c in cat_table], dtype=np.int8)
-        kind = cat_kind[cat_id] if len(evs) else np.zeros(0, np.int8)
-        name_id, names = _intern(list(map(attrgetter("name"), evs)))
-        if "[memory]" in names:
-            kind[name_id == names.index("[memory]")] = Kind.MEMORY
-        del cat_id
-        # 2. keep what the analysis reads: metadata, flows and unknown categories go
-        keep = kind != Kind.OTHER
-        if not keep.all():
-            evs = _take(evs, np.flatnonzero(keep))
-            kind, name_id = kind[keep], name_id[keep]
-        ts = _column(evs, "ts")
-        dur = _column(evs, "dur")
-        pid_id, pid_raw = _intern(list(map(attrgetter("pid"), evs)))
-        tid_id, tid_raw = _intern(list(map(attrgetter("tid"), evs)))
-        # 3. args, read only on the event kinds that carry them
-        corr_kinds = np.isin(kind, [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)])
-        dev_kinds = np.isin(kind, [int(k) for k in DEVICE_KINDS])
-        mem_kind = kind == Kind.MEMORY
-        cols = {
-            "correlation": _sparse_column(evs, corr_kinds, "args.correlation"),
-            "device": _sparse_column(evs, dev_kinds, "args.device"),
-            "nbytes": _sparse_column(evs, dev_kinds, "args.bytes"),
-            "mem_allocated": _sparse_column(evs, mem_kind, "args.total_allocated"),
-            "mem_reserved": _sparse_column(evs, mem_kind, "args.total_reserved"),
-            "mem_delta": _sparse_column(evs, mem_kind, "args.mem_bytes"),
-            "mem_device_type": _sparse_column(evs, mem_kind, "args.device_type"),
-            "mem_device_id": _sparse_column(evs, mem_kind, "args.device_id"),
-        }
-        del evs
-        # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
-        bad = ~np.isfinite(ts)
-        dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-        if bad.any():
-            kind = np.where(bad, Kind.OTHER, kind).astype(np.int8)
-        return cls(
-            path=str(path),
-            ts=ts,
-            dur=dur,
-            kind=kind.astype(np.int8),
-            name_id=name_id,
-            names=names,
-            pid_id=pid_id,
-            pids=[str(p) for p in pid_raw],
-            tid_id=tid_id,
-            tids=[str(t) for t in tid_raw],
-            device_properties=dec.device_properties,
-            distributed_info=dec.distributed_info,
-            schema_version=dec.schema_version,
-            dropped_events=dec.dropped,
-            n_events_total=len(dec.events),
-            **cols,
-        )
+        b = ColumnBuilder()
+        b.add(dec.events)
+        return b.finish(path, dec)
 
     # ---------------------------------------------------------------- access
     def __len__(self) -> int:

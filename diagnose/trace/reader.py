@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import TraceError
-from .decode import decode, read_bytes
+from .decode import decode, max_bytes, read_bytes
 from .model import Trace
+from .stream import NotStreamable, read_streaming
 
 _SUFFIXES = (".json", ".json.gz")
 
@@ -52,13 +53,42 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Read one trace file into a columnar Trace (TraceError on bad input)."""
+#: Files at least this large (compressed size for .gz) are read as a stream of chunks.
+STREAM_MIN_BYTES = 16 * 2**20
+STREAM_MIN_GZ_BYTES = 2 * 2**20
+
+
+def _large(p: Path) -> bool:
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # read_bytes gives the clear error
+    return size >= (STREAM_MIN_GZ_BYTES if gz else STREAM_MIN_BYTES)
+
+
+def read_trace(path: str | Path, *, stream: bool | None = None) -> Trace:
+    """Read one trace file into a columnar Trace (TraceError on bad input).
+
+    ``stream``: None reads large files chunk by chunk (bounded memory) and small ones
+    whole; True always tries the chunked read first; False never does. A file whose
+    layout does not allow chunking is read whole either way.
+    """
     p = Path(path)
-    data = read_bytes(p)
-    dec = decode(data, p)
-    del data
-    trace = Trace.from_decoded(dec, p)
+    if stream is None:
+        stream = _large(p)
+    trace = None
+    if stream:
+        try:
+            trace = read_streaming(p, max_bytes())
+        except NotStreamable:
+            trace = None
+    if trace is None:
+        data = read_bytes(p)
+        dec = decode(data, p)
+        del data
+        trace = Trace.from_decoded(dec, p)
     if len(trace) == 0:
         raise TraceError(p, "no profiler events (only metadata, flow or unknown events): "
                             "not a torch.profiler trace")

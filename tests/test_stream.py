@@ -1,0 +1,94 @@
+"""The chunked (streaming) reader gives exactly what the whole-document reader gives."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+import diagnose.trace.stream as stream
+from diagnose.errors import TraceError
+from diagnose.trace import read_trace
+from tests import tracebuilder as tb
+from tests.conftest import REPO, all_shared_traces
+
+COLUMNS = ("ts", "dur", "kind", "correlation", "device", "nbytes", "mem_allocated",
+           "mem_reserved", "mem_delta", "mem_device_type", "mem_device_id")
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for k in COLUMNS:
+        assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
+    assert [a.names[i] for i in a.name_id] == [b.names[i] for i in b.name_id]
+    assert [a.pids[i] for i in a.pid_id] == [b.pids[i] for i in b.pid_id]
+    assert [a.tids[i] for i in a.tid_id] == [b.tids[i] for i in b.tid_id]
+    assert (a.device_properties, a.distributed_info, a.schema_version, a.n_events_total) == (
+        b.device_properties, b.distributed_info, b.schema_version, b.n_events_total)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 32 * 1024)  # many chunks even on small files
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 8 * 1024)
+
+
+FILES = all_shared_traces() + sorted((REPO / "samples" / "traces").rglob("*.json.gz"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
+def test_streaming_equals_whole_read(path, small_chunks):
+    whole = read_trace(path, stream=False)
+    streamed = stream.read_streaming(path, 2**40)  # raises NotStreamable if it fell back
+    assert_same(whole, streamed)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_builder_traces_stream(tmp_path, small_chunks, legacy):
+    p = tmp_path / "t.pt.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(tb.launch_bound(legacy=legacy).build(),
+                                           indent=2).encode()))
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+
+
+def test_minified_json_falls_back_to_whole_read(tmp_path, small_chunks):
+    doc = tb.healthy().build()
+    p = tmp_path / "min.json"
+    p.write_text(json.dumps(doc, separators=(",", ":")))  # one line: not chunkable
+    with pytest.raises(stream.NotStreamable):
+        stream.read_streaming(p, 2**40)
+    assert_same(read_trace(p, stream=False), read_trace(p, stream=True))
+
+
+def test_odd_values_fall_back_to_the_lenient_path(tmp_path, small_chunks):
+    doc = tb.healthy().build()
+    doc["traceEvents"][5]["dur"] = "12.5"  # a number written as a string
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(stream.NotStreamable):
+        stream.read_streaming(p, 2**40)
+    assert len(read_trace(p, stream=True)) == len(read_trace(p, stream=False))
+
+
+def test_streaming_errors_are_trace_errors(tmp_path, small_chunks, monkeypatch):
+    raw = json.dumps(tb.healthy().build(), indent=2).encode()
+    gz = gzip.compress(raw)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gz[: len(gz) // 2])
+    with pytest.raises(TraceError, match="truncated gzip"):
+        read_trace(cut, stream=True)
+    big = tmp_path / "big.json.gz"
+    big.write_bytes(gz)
+    monkeypatch.setenv("TORCH_DIAGNOSE_MAX_TRACE_BYTES", str(len(raw) // 2))
+    with pytest.raises(TraceError, match="byte limit"):
+        read_trace(big, stream=True)
+
+
+def test_multi_member_gzip_streams(tmp_path, small_chunks):
+    raw = json.dumps(tb.healthy().build(), indent=2).encode()
+    half = len(raw) // 2
+    p = tmp_path / "multi.json.gz"
+    p.write_bytes(gzip.compress(raw[:half]) + gzip.compress(raw[half:]))
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
