@@ -197,7 +197,7 @@ def _num(x: Any) -> bool:
 def build_trace(source: Path, size_mb: float, workdir: Path) -> BuiltTrace:
     """The replicated trace for ``size_mb``, built now or reused from ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / f"{_stem(source)}.{size_mb:g}MB.json"
+    out = workdir / f"{_stem(source)}.{size_mb:g}MB.kineto.json"  # Kineto line layout
     meta_path = out.with_name(out.name + ".meta")
     key = _source_key(source, size_mb)
     meta = _read_meta(meta_path)
@@ -259,8 +259,13 @@ def _write_replicated(source: Path, out: Path, target_bytes: int) -> tuple[int, 
     # the header: every top-level key but traceEvents, then the events array (last)
     head = enc.encode(doc)
     head = head[:-1] + (b',"traceEvents":[' if doc else b'"traceEvents":[')
-    first = enc.encode(meta_events)[1:-1] if meta_events else b""
-    copy0 = enc.encode(body)[1:-1]
+
+    def lines(evs: list[Any]) -> bytes:
+        # Kineto's layout: every event starts on its own line, at the array's indent
+        return b"\n  " + b",\n  ".join(map(enc.encode, evs)) if evs else b""
+
+    first = lines(meta_events)
+    copy0 = lines(body)
     fixed = len(head) + len(first) + 2
     copies = max(1, round((target_bytes - fixed) / (len(copy0) + 1)))
 
@@ -280,13 +285,13 @@ def _write_replicated(source: Path, out: Path, target_bytes: int) -> tuple[int, 
                     e["id"] = v + id_shift
                 for e, n in step_items:
                     e["name"] = f"ProfilerStep#{n + k * step_stride}"
-                chunk = enc.encode(body)[1:-1]
+                chunk = lines(body)
             else:
                 chunk = copy0
             f.write(sep)
             f.write(chunk)
             sep = b","
-        f.write(b"]}")
+        f.write(b"\n]}")
     os.replace(tmp, out)
     return copies, len(meta_events) + copies * len(body), len(events)
 

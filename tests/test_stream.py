@@ -92,3 +92,14 @@ def test_multi_member_gzip_streams(tmp_path, small_chunks):
     p = tmp_path / "multi.json.gz"
     p.write_bytes(gzip.compress(raw[:half]) + gzip.compress(raw[half:]))
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+
+
+def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
+    """Writers that put each event on one line (`\\n  {...},`) stream too."""
+    doc = tb.healthy().build()
+    events = doc.pop("traceEvents")
+    body = ",\n  ".join(json.dumps(e) for e in events)
+    head = json.dumps(doc)[:-1]
+    p = tmp_path / "lines.json"
+    p.write_text(head + ', "traceEvents": [\n  ' + body + '\n], "traceName": "x"}')
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))

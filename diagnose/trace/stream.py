@@ -31,6 +31,7 @@ CHUNK_BYTES = 8 * 2**20  # decoded per step: ~40-80k events
 BLOCK_BYTES = 2**20  # read from disk per step
 _HEADER_SCAN_LIMIT = 64 * 2**20
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CLOSE = re.compile(rb"\}\s*\]")
 _EVENTS = msgspec.json.Decoder(list[Event])
 _DOC = msgspec.json.Decoder(Document)
 
@@ -138,15 +139,21 @@ def read_streaming(path: Path, limit: int) -> Trace:
     if cut > 0:
         builder.add(_decode_events(buf[:cut]))
         del buf[:cut]
-    close = buf.find(b"\n" + indent + b"}")
-    if close < 0:
+    # The buffer now holds one event, then the array's closing bracket, then the rest of
+    # the document. The closing bracket is the first `]` after a `}` at which the event
+    # decodes (a `]` inside the event cannot leave it decodable).
+    trailer = None
+    for m in _CLOSE.finditer(buf):
+        try:
+            last = _EVENTS.decode(b"[" + bytes(buf[: m.start() + 1]) + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+                RecursionError):
+            continue
+        builder.add(last)
+        trailer = bytes(buf[m.end():])
+        break
+    if trailer is None:
         raise NotStreamable
-    end = close + len(indent) + 2
-    tail = re.match(rb"\s*\]", buf[end:])
-    if tail is None:
-        raise NotStreamable
-    builder.add(_decode_events(buf[:end]))
-    trailer = bytes(buf[end + tail.end():])
     del buf
     try:
         doc = _DOC.decode(header + b'"traceEvents": []' + trailer)
