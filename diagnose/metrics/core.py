@@ -588,7 +588,7 @@ def _register_catalog() -> None:
     one-event trace registers them all."""
     from ..trace.decode import Decoded, Event
 
-    compute(Trace.from_decoded(Decoded([Event(ph="X", cat="cpu_op", name="x", ts=0.0, dur=1.0)],
+    compute(Trace.from_decoded(Decoded([Event(cat="cpu_op", name="x", ts=0.0, dur=1.0)],
                                        [], None, None), "<catalog>"))
 
 

@@ -56,7 +56,7 @@ _NO_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
-    ph: str = ""
+    # no "ph": the category tells what an event is (metadata and flows have none we read)
     cat: str = ""
     name: str = ""
     pid: int | str = 0
@@ -214,7 +214,7 @@ def _decode_lenient(data: bytes, path: Path) -> Decoded:
                    top.get("schemaVersion"), dropped)
 
 
-_EVENT_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+_EVENT_FIELDS = ("cat", "name", "pid", "tid", "ts", "dur")
 
 
 def _convert_event(raw: Any) -> Event | None:

@@ -69,14 +69,6 @@ def _kind_of(cat: str, name: str) -> Kind:
     return _CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
 
 
-def _intern(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    table: dict[Any, int] = {}
-    for v in dict.fromkeys(values):  # unique values, first-seen order (C-level)
-        table[v] = len(table)
-    ids = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
-    return ids, list(table)
-
-
 def _column(evs: Sequence[Event], attr: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(attr), evs), dtype=np.float64, count=len(evs))
 
@@ -116,20 +108,19 @@ _CORR_KINDS = [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)]
 _DEV_KINDS = [int(k) for k in DEVICE_KINDS]
 
 
-class _Interner:
-    """Global string/value -> id table, fed one chunk at a time."""
+class _Interner(dict):
+    """Value -> dense id, in first-seen order. Lookups of known values stay in C
+    (``dict.__getitem__``); Python runs only for a value's first occurrence."""
 
-    def __init__(self) -> None:
-        self.table: dict[Any, int] = {}
+    def __missing__(self, key: Any) -> int:
+        v = self[key] = len(self)
+        return v
 
-    def ids(self, values: list[Any]) -> np.ndarray:
-        local_ids, local = _intern(values)
-        get = self.table.setdefault
-        remap = np.fromiter((get(v, len(self.table)) for v in local), np.int32, len(local))
-        return remap[local_ids] if len(local) else local_ids
+    def ids(self, evs: Sequence[Event], attr: str) -> np.ndarray:
+        return np.fromiter(map(self.__getitem__, map(attrgetter(attr), evs)), np.int32, len(evs))
 
     def values(self) -> list[Any]:
-        return list(self.table)
+        return list(self)
 
 
 class ColumnBuilder:
@@ -140,7 +131,8 @@ class ColumnBuilder:
     def __init__(self) -> None:
         self.parts: list[dict[str, np.ndarray]] = []
         self.names, self.pids, self.tids = _Interner(), _Interner(), _Interner()
-        self.cat_kind: dict[str, int] = {}
+        self.cats = _Interner()
+        self.cat_kind = np.zeros(0, np.int8)
         self.n_total = 0
 
     def add(self, evs: Sequence[Event]) -> None:
@@ -148,14 +140,13 @@ class ColumnBuilder:
         if not len(evs):
             return
         # 1. classify: kind from the (interned) category, '[memory]' from the name
-        cat_id, cat_table = _intern(list(map(attrgetter("cat"), evs)))
-        ck = self.cat_kind
-        cat_kind = np.array([ck.setdefault(c, int(_kind_of(c, ""))) for c in cat_table],
-                            dtype=np.int8)
-        kind = cat_kind[cat_id]
+        cat_id = self.cats.ids(evs, "cat")
+        if len(self.cat_kind) < len(self.cats):
+            self.cat_kind = np.array([int(_kind_of(c, "")) for c in self.cats], dtype=np.int8)
+        kind = self.cat_kind[cat_id]
         del cat_id
-        name_id = self.names.ids(list(map(attrgetter("name"), evs)))
-        mem_id = self.names.table.get("[memory]")
+        name_id = self.names.ids(evs, "name")
+        mem_id = self.names.get("[memory]")
         if mem_id is not None:
             kind[name_id == mem_id] = Kind.MEMORY
         # 2. keep what the analysis reads: metadata, flows and unknown categories go
@@ -170,8 +161,8 @@ class ColumnBuilder:
             "dur": _column(evs, "dur"),
             "kind": kind,
             "name_id": name_id,
-            "pid_id": self.pids.ids(list(map(attrgetter("pid"), evs))),
-            "tid_id": self.tids.ids(list(map(attrgetter("tid"), evs))),
+            "pid_id": self.pids.ids(evs, "pid"),
+            "tid_id": self.tids.ids(evs, "tid"),
         }
         for col, attr, which in _ARG_COLUMNS:
             part[col] = _sparse_column(evs, masks[which], attr)

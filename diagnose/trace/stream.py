@@ -82,12 +82,16 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
         raise TraceError(path, "truncated gzip file (compressed stream ends early)")
 
 
-def _decode_events(chunk: bytes | bytearray) -> list[Event]:
-    body = bytes(chunk).rstrip()
-    if body.endswith(b","):
-        body = body[:-1]
+def _decode_events(buf: bytearray, end: int) -> list[Event]:
+    """Decode the events in ``buf[:end]`` (a run of `{...},` blocks) with one copy."""
+    while end > 0 and buf[end - 1] in b" \t\r\n,":
+        end -= 1
+    payload = bytearray(b"[")
+    with memoryview(buf) as mv:
+        payload += mv[:end]
+    payload += b"]"
     try:
-        return _EVENTS.decode(b"[" + body + b"]")
+        return _EVENTS.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         raise NotStreamable from None
 
@@ -132,12 +136,12 @@ def read_streaming(path: Path, limit: int) -> Trace:
         cut = buf.rfind(sep, 1)
         if cut <= 0:
             continue
-        builder.add(_decode_events(buf[:cut]))
+        builder.add(_decode_events(buf, cut))
         del buf[:cut]
     # 4. the last events, the end of the array, and the rest of the document
     cut = buf.rfind(sep, 1)
     if cut > 0:
-        builder.add(_decode_events(buf[:cut]))
+        builder.add(_decode_events(buf, cut))
         del buf[:cut]
     # The buffer now holds one event, then the array's closing bracket, then the rest of
     # the document. The closing bracket is the first `]` after a `}` at which the event
