@@ -14,6 +14,7 @@ import pytest
 from diagnose import analyze
 from diagnose.engine import CATEGORIES, DOC_SECTIONS, builtin_rules, load_rules
 from diagnose.fixes import FIXES
+from tests import rankbuilder as rb
 from tests import tracebuilder as tb
 
 SEV = {"info": 0, "warning": 1, "critical": 2}
@@ -111,6 +112,9 @@ POSITIVE = {
     "CF002": (tb.zero_grad_fill, None, "info"),
     "CF003": (tb.fp32_gemm, _ctx(cudnn_benchmark=False, model={"has_conv": True}), "warning"),
     "CF004": (tb.healthy, _ctx(model={"is_dataparallel": True}), "warning"),
+    "CF005": (lambda: tb.healthy(rank=0, world_size=2, backend="gloo"), None, "warning"),
+    # run-scope: the factory is a whole run, written as one folder with a trace per rank
+    "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
 }
 
 

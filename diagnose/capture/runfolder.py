@@ -8,6 +8,10 @@ Layout (TensorBoard's: the trace sits directly in the run folder, named the way
         context.json                                what the run was (see capture.context)
         samples.jsonl                               sampler time series, one JSON object a line
 
+A torch.distributed run shares one run folder: every rank writes its own trace (named
+``<host>_<pid>_rank<N>``), rank 0 writes ``context.json`` with the other ranks' contexts
+under ``rank_contexts``, and rank N > 0 samples into ``samples.rank<N>.jsonl``.
+
 ``load_context`` and ``load_samples`` are what ``diagnose.api.analyze`` calls on a
 run folder, so in-process analysis and ``torch-diagnose analyze RUN`` read the
 same files with the same code. Both are tolerant: a missing or corrupt file gives
@@ -135,13 +139,30 @@ def load_context(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def load_samples(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The samples of a run folder as the columnar dict described above.
+def samples_file(rank: int | None = None) -> str:
+    """Name of a rank's samples file: ``samples.jsonl`` (rank 0 or not distributed),
+    ``samples.rank<N>.jsonl`` for the other ranks of a torch.distributed run."""
+    return SAMPLES_FILE if not rank else f"samples.rank{rank}.jsonl"
+
+
+def rank_context(context: dict[str, Any] | None, rank: int | None) -> dict[str, Any] | None:
+    """One rank's context: a distributed run's ``context.json`` is rank 0's, with the other
+    ranks' under ``rank_contexts`` (gathered by rank 0)."""
+    if not rank or context is None:
+        return context
+    other = (context.get("rank_contexts") or {}).get(str(rank))
+    return other if isinstance(other, dict) else context
+
+
+def load_samples(
+    run_dir: str | os.PathLike[str], rank: int | None = None
+) -> dict[str, Any] | None:
+    """The samples of a run folder (of one rank of it) as the columnar dict described above.
 
     None if there is no samples file or not even its header can be read.
     Bad lines (a run killed mid-write leaves a torn last line) are skipped.
     """
-    path = Path(run_dir) / SAMPLES_FILE
+    path = Path(run_dir) / samples_file(rank)
     try:
         fh = path.open("r", encoding="utf-8", errors="replace")
     except OSError:

@@ -59,6 +59,29 @@ def _summary(report: Report) -> Table:
     return t
 
 
+def _ranks_table(report: Report) -> Table:
+    """One row per rank: step time, GPU busy, DataLoader and communication shares, overlap;
+    the straggler (when a finding names it) is marked with its cause."""
+    from ..metrics.ranks import rank_row
+
+    flagged = {r for f in report.findings if f.category == "imbalance" for r in (f.ranks or ())}
+    cause = report.metrics.get("straggler_cause")
+    t = Table(title="Ranks", title_justify="left", expand=False)
+    for col in ("rank", "step ms", "GPU busy", "DataLoader", "comm", "overlap"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    order = sorted(report.ranks, key=lambda r: (r.rank is None, r.rank if r.rank is not None
+                                                else 0, r.path))
+    for i, r in enumerate(order):
+        row = rank_row(r.metrics)
+        label = r.rank if r.rank is not None else i
+        step = row["step_ms"]
+        mark = Text(f"straggler ({cause})", style="bold yellow") if label in flagged else Text("")
+        t.add_row(str(label), "n/a" if step is None else f"{step:.2f}", _pct(row["gpu_busy"]),
+                  _pct(row["dataloader"]), _pct(row["comm"]), _pct(row["overlap"]), mark)
+    return t
+
+
 def _findings_table(report: Report) -> Table:
     t = Table(show_lines=False, expand=True, title="Findings", title_justify="left")
     t.add_column("severity", no_wrap=True)
@@ -95,6 +118,8 @@ def _fix_panels(report: Report) -> list[Panel]:
 
 def renderables(report: Report) -> list[Any]:
     out: list[Any] = [_summary(report)]
+    if len(report.ranks) > 1:
+        out.append(_ranks_table(report))
     if report.findings:
         out.append(_findings_table(report))
         out.extend(_fix_panels(report))
@@ -113,7 +138,7 @@ def renderables(report: Report) -> list[Any]:
 def render(report: Report, *, width: int = 110, color: bool = False) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
-                      else None, highlight=False)
+                      else None, highlight=False, force_jupyter=False)
     console.print(Group(*renderables(report)))
     return buf.getvalue()
 

@@ -1,0 +1,234 @@
+"""Many ranks: per-rank table, run-scope metrics and rules (stragglers and their cause),
+the cross-rank spread in findings, and the real 8-rank DLRM traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnose import analyze
+from diagnose.api import RankResult, _read_all, report_from_ranks
+from diagnose.metrics import CATALOG
+from diagnose.metrics.ranks import RUN_CATALOG, run_metrics
+from diagnose.trace import find_trace_files
+from tests import rankbuilder as rb
+from tests import tracebuilder as tb
+from tests.conftest import shared_trace
+
+DLRM = "param/dlrm_kineto"
+
+
+def _imbalance(report):
+    return [f for f in report.findings if f.category == "imbalance"]
+
+
+def _write(tmp_path: Path, run: rb.RankRun, name: str = "run") -> Path:
+    return run.write(tmp_path / f"{name}.pt.trace.json.gz")
+
+
+# ----------------------------------------------------------------------------- built runs
+def test_balanced_run_has_no_imbalance_finding(tmp_path):
+    r = analyze(_write(tmp_path, rb.balanced(4)))
+    assert len(r.ranks) == 4
+    assert not _imbalance(r), r.render_text()
+    assert r.metrics["straggler_lag_frac"] < 0.05
+    # ranks wait little for each other: no finding says communication is mostly waiting
+    assert not any("waiting" in h for f in r.findings for h in f.hints)
+    assert "IM001" not in {n.rule for n in r.not_evaluated}  # evaluated, and quiet
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_balanced_run_any_world_size(tmp_path, world):
+    r = analyze(_write(tmp_path, rb.balanced(world)))
+    assert not _imbalance(r), r.render_text()
+
+
+def test_slow_input_rank_is_the_straggler_with_cause_input(tmp_path):
+    r = analyze(_write(tmp_path, rb.slow_input(4, rank=2, loader_us=6000.0)))
+    (f,) = _imbalance(r)
+    assert f.rule == "IM001" and f.ranks == [2] and f.severity in ("warning", "critical")
+    assert f.evidence["straggler_rank"] == 2 and f.evidence["straggler_cause"] == "input"
+    assert "Rank 2 is the straggler" in f.message and "cause: input" in f.message
+    # the lag is what the peers wait in all-reduce: ~ the extra 5.85 ms of loading
+    assert r.metrics["straggler_wait_ms"] == pytest.approx(5.85, abs=0.3)
+    assert r.metrics["straggler_cause_ms"] == pytest.approx(5.85, abs=0.3)
+    # synchronous DP: step times are equal; the peers' communication is inflated instead
+    assert r.metrics["rank_step_time_spread"] < 0.02
+    comm = {x.rank: x.metrics["comm_ms_per_step"] for x in r.ranks}
+    assert min(comm, key=comm.get) == 2
+    assert any("waiting" in h for h in f.hints)
+    # the communication finding says its time is mostly waiting, with the spread across ranks
+    (cm,) = [x for x in r.findings if x.rule == "CM001"]
+    assert any("straggler rank 2" in h for h in cm.hints), cm.hints
+    assert cm.evidence["rank_comm_exposed_frac_min_rank"] == 2
+    assert cm.evidence["rank_comm_frac_min"] < cm.evidence["rank_comm_frac_max"]
+
+
+def test_slow_compute_rank_is_the_straggler_with_cause_compute(tmp_path):
+    r = analyze(_write(tmp_path, rb.slow_compute(4, rank=3, scale=1.5)))
+    (f,) = _imbalance(r)
+    assert f.ranks == [3] and f.evidence["straggler_cause"] == "compute"
+    assert r.metrics["straggler_compute_ms"] > 1.4 * r.metrics["peer_compute_ms"]
+
+
+def test_independent_ranks_use_step_time(tmp_path):
+    """No collectives: nobody waits, the slow rank simply takes longer steps."""
+    r = analyze(_write(tmp_path, rb.ddp_run(3, collectives=False, compute_scale={1: 1.5})))
+    (f,) = _imbalance(r)
+    assert f.ranks == [1] and f.evidence["straggler_cause"] == "compute"
+    assert r.metrics["straggler_wait_ms"] is None
+    assert r.metrics["rank_comm_frac_min"] is None
+
+
+def test_per_rank_table(tmp_path):
+    r = analyze(_write(tmp_path, rb.slow_input(4, rank=1)))
+    text = r.render_text(width=130)
+    assert "Ranks" in text
+    for col in ("step ms", "GPU busy", "DataLoader", "comm", "overlap"):
+        assert col in text
+    row = next(line for line in text.splitlines() if line.strip("│ ").startswith("1 "))
+    assert "straggler (input)" in row
+    assert text.count("straggler (") == 1
+
+
+def test_json_carries_ranks_and_run_metrics(tmp_path):
+    rep = analyze(_write(tmp_path, rb.slow_input(2, rank=1))).to_json()
+    json.dumps(rep)
+    assert [x["rank"] for x in rep["ranks"]] == [0, 1]
+    for k in RUN_CATALOG:
+        assert k in rep["metrics"] and k in CATALOG
+    assert rep["units"]["straggler_lag_ms"] == "ms"
+    (f,) = [x for x in rep["findings"] if x["rule"] == "IM001"]
+    assert f["ranks"] == [1] and f["estimated_gain"] == pytest.approx(
+        rep["metrics"]["straggler_lag_frac"], abs=1e-3)
+
+
+def test_single_rank_lists_run_rules_as_not_evaluated(tmp_path):
+    p = tb.comm_not_overlapped().write(tmp_path / "r0.pt.trace.json.gz")
+    r = analyze(p)
+    reasons = {n.rule: n.reason for n in r.not_evaluated}
+    assert "2 or more ranks" in reasons["IM001"]
+    assert "straggler_rank" not in r.metrics
+    # per-rank collective time agrees with the existing communication metrics
+    m = r.metrics
+    assert m["comm_source"] == "device"
+    assert m["comm_ms_per_step"] == pytest.approx(m["comm_frac"] * m["step_time_mean_ms"],
+                                                   rel=1e-3)
+    assert m["comm_exposed_ms_per_step"] == pytest.approx(
+        m["comm_exposed_frac"] * m["step_time_mean_ms"], rel=1e-3)
+
+
+def test_no_collectives_means_none_not_zero(tmp_path):
+    r = analyze(tb.healthy().write(tmp_path / "h.pt.trace.json.gz"))
+    assert r.metrics["comm_ms_per_step"] is None and r.metrics["comm_source"] is None
+
+
+# --------------------------------------------------------------------- run_metrics alone
+def _m(step: float, comm: float | None, inp: float = 1.0, busy: float | None = 0.5) -> dict:
+    return {"step_time_mean_ms": step, "step_time_median_ms": step, "comm_ms_per_step": comm,
+            "comm_exposed_ms_per_step": comm, "dataloader_wait_ms_per_step": inp,
+            "dataloader_share": inp / step, "gpu_busy_frac": busy}
+
+
+def test_misaligned_windows_still_find_the_rank_that_waits_least():
+    """One profiled step taken at different moments (as in the DLRM traces): the straggler
+    started late, so its own step is the *shortest*; its peers' waits still name it."""
+    ranks = [(0, _m(18.0, 8.0)), (1, _m(19.0, 9.0)), (2, _m(17.5, 7.5)), (3, _m(12.0, 1.5))]
+    m = run_metrics(ranks)
+    assert m["straggler_rank"] == 3
+    assert m["straggler_wait_ms"] == pytest.approx(8.0 - 1.5)
+    assert m["rank_step_time_min_ms"] == 12.0 and m["rank_comm_frac_min_rank"] == 3
+    assert m["straggler_cause"] == "compute"  # 9.5 ms of own compute vs 9.0 on the others
+    # nothing inside its window exceeds the others: the cause is unknown, and IM001 says why
+    ranks[3] = (3, _m(11.5, 1.5))
+    rep = report_from_ranks(["x"], [RankResult(f"r{r}", r, m, {}, []) for r, m in ranks])
+    (f,) = _imbalance(rep)
+    assert f.ranks == [3] and f.message.endswith("cause: unknown")
+    assert any("falls outside them" in h for h in f.hints)
+
+
+def test_run_metrics_need_two_ranks_with_steps():
+    m = run_metrics([(0, _m(10.0, 1.0)), (1, {"step_time_mean_ms": None})])
+    assert m["straggler_rank"] is None and m["rank_step_time_spread"] is None
+    assert m["rank_gpu_busy_min"] == 0.5  # extremes still come from the ranks that have them
+
+
+def test_unknown_ranks_are_numbered_by_position():
+    m = run_metrics([(None, _m(10.0, 3.0)), (None, _m(10.0, 0.5, inp=3.5))])
+    assert m["straggler_rank"] == 1 and m["straggler_cause"] == "input"
+
+
+def test_rank0_report_from_gathered_summaries_matches_analyze(tmp_path):
+    """What rank 0 of a live run builds from gathered metrics equals analyzing the traces."""
+    folder = _write(tmp_path, rb.slow_input(3, rank=0))
+    full = analyze(folder)
+    gathered = [RankResult(x.path, x.rank, json.loads(json.dumps(x.metrics)), x.series, x.notes)
+                for x in full.ranks]
+    again = report_from_ranks([str(folder)], gathered)
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in full.findings]
+    assert again.metrics == full.metrics
+
+
+# ----------------------------------------------------------------------- run folders
+def test_run_folder_gives_each_rank_its_own_context_and_samples(tmp_path):
+    run = tmp_path / "run"
+    _write(tmp_path, rb.balanced(2))  # writes run_ranks/
+    (tmp_path / "run_ranks").rename(run)
+    ctx = {"dataloader": {"num_workers": 8}, "cpu_count": 16,
+           "rank_contexts": {"1": {"dataloader": {"num_workers": 0}, "cpu_count": 16}}}
+    (run / "context.json").write_text(json.dumps(ctx))
+    r = analyze(run)
+    workers = {x.rank: x.metrics["dataloader_num_workers"] for x in r.ranks}
+    assert workers == {0: 8, 1: 0}
+
+
+# ------------------------------------------------------------------------ parallel read
+def test_parallel_read_equals_serial(tmp_path, monkeypatch):
+    import diagnose.api as api
+
+    files = find_trace_files(_write(tmp_path, rb.slow_input(4)))
+    serial = _read_all(files)
+    monkeypatch.setattr(api, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(api, "_cpus", lambda: 2)
+    par = api._read_all(files)
+    assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
+
+
+# ----------------------------------------------------------------------- config: gloo
+@pytest.mark.parametrize(("backend", "gpu", "fires"), [
+    ("gloo", True, True), ("nccl", True, False), ("gloo", False, False), (None, True, False)])
+def test_gloo_on_gpus(tmp_path, backend, gpu, fires):
+    kw = {"rank": 0, "world_size": 2, "backend": backend} if backend else {}
+    b = tb.healthy(**kw) if gpu else tb.cpu_only(**kw)
+    r = analyze(b.write(tmp_path / "t.pt.trace.json.gz"))
+    hit = [f for f in r.findings if f.rule == "CF005"]
+    assert bool(hit) == fires, r.render_text()
+    if fires:
+        assert hit[0].severity == "warning" and "gloo" in hit[0].message
+
+
+# ------------------------------------------------------------------------- real traces
+def test_dlrm_per_rank_table_imbalance_and_communication():
+    r = analyze(shared_trace(DLRM))
+    assert sorted(x.rank for x in r.ranks) == list(range(8))
+    text = r.render_text(width=140)
+    table = text[text.index("Ranks"):text.index("Findings")]
+    rows = [line for line in table.splitlines() if line.strip("│ ")[:1].isdigit()]
+    assert len(rows) == 8
+    # GPU busy ranges 21-62% across ranks (shared/traces/README)
+    assert 0.15 <= r.metrics["rank_gpu_busy_min"] <= 0.30
+    assert 0.55 <= r.metrics["rank_gpu_busy_max"] <= 0.70
+    (im,) = _imbalance(r)
+    # rank 7 arrives last at the first collectives: every other rank's NCCL kernels wait
+    # for it (its own run ~10 us), so it has the least communication time of all
+    assert im.ranks == [7] and im.evidence["straggler_rank"] == 7
+    assert im.evidence["rank_step_time_min_ms"] < im.evidence["rank_step_time_max_ms"]
+    assert im.evidence["rank_comm_frac_min"] < 0.2 < 0.5 < im.evidence["rank_comm_frac_max"]
+    (cm,) = [f for f in r.findings if f.category == "communication"]
+    ev = cm.evidence
+    assert ev["rank_comm_frac_min"] == pytest.approx(0.14, abs=0.02)
+    assert ev["rank_comm_frac_max"] == pytest.approx(0.57, abs=0.02)
+    assert ev["rank_comm_exposed_frac_min_rank"] == 7
+    assert any("14.0% (rank 7) to 57.0% (rank 1)" in h for h in cm.hints), cm.hints
