@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)
-	$(BIN)/torch-diagnose analyze samples/traces/cpu/slow_loader.pt.trace.json.gz
+	$(BIN)/torch-diagnose demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check diagnose tests samples benchmarks

@@ -4,6 +4,15 @@ Each fix knows the code change a person would make by hand (``code``), and
 whether autofix can apply it mechanically (``auto``). Automatic fixes change a
 :class:`TrainConfig` purely: ``apply`` returns a new config and never mutates,
 so a trial is reverted by keeping the old one.
+
+Facts
+-----
+``applies(config, facts)`` reads a flat mapping: the metrics of a diagnosis
+(``diagnose.analyze``) overlaid by what autofix measures live. The names fixes
+read: ``device_type`` ("cuda"/"cpu"), ``cpu_count`` (``os.sched_getaffinity``),
+``model_has_conv``, ``iterable_dataset``, ``bf16_supported``, ``fused_supported``,
+``allow_compile``, ``oom`` (the configured batch does not fit). A fact that is
+missing counts as not known, and a fix that needs it does not apply.
 """
 
 from __future__ import annotations
@@ -13,58 +22,147 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import TrainConfig
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything autofix may change about a training step."""
-
-    num_workers: int = 0
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-    batch_size: int | None = None
-    non_blocking: bool = False
-    amp_dtype: str | None = None  # None, "bfloat16", "float16"
-    channels_last: bool = False
-    cudnn_benchmark: bool = False
-    compile: bool = False
-    zero_grad_set_to_none: bool = True
-    optimizer_foreach: bool | None = None
-    optimizer_fused: bool | None = None
-    grad_accum_steps: int = 1
+Facts = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
 class Fix:
+    """One change: when it applies, how it changes a TrainConfig (purely), the code by hand."""
+
     id: str
     title: str
     code: str  # before/after, as a person would write it
     auto: bool = False  # autofix can apply it mechanically
-    applies: Callable[[TrainConfig, Mapping[str, Any]], bool] = field(
+    applies: Callable[[TrainConfig, Facts], bool] = field(
         default=lambda c, m: True, repr=False, compare=False
     )
     change: Mapping[str, Any] | None = None  # fields set by apply()
+    step: Callable[[TrainConfig], TrainConfig] | None = field(
+        default=None, repr=False, compare=False
+    )  # apply() when the change is computed from the config (e.g. double the workers)
+    search: Callable[[TrainConfig, Facts], list[TrainConfig]] | None = field(
+        default=None, repr=False, compare=False
+    )  # the candidates autofix measures (default: [apply(config)])
+    needs: str = ""  # when it applies, in words (the reason shown when it does not)
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """A new config with this fix applied (the input is never changed)."""
-        if not self.auto or not self.change:
+        if not self.auto or not (self.change or self.step):
             raise ValueError(f"fix {self.id!r} is advice only: autofix cannot apply it")
-        return dataclasses.replace(config, **self.change)
+        if self.change:
+            return dataclasses.replace(config, **self.change)
+        assert self.step is not None
+        return self.step(config)
 
     def changes(self, config: TrainConfig) -> bool:
         """False when applying it would change nothing (already in place)."""
-        return bool(self.change) and self.apply(config) != config
+        if not self.auto or not (self.change or self.step):
+            return False
+        try:
+            return self.apply(config) != config
+        except ValueError:
+            return False
+
+    def why_not(self, config: TrainConfig, facts: Facts) -> str | None:
+        """None when the fix applies to ``config``; else the reason, in words."""
+        if not self.auto:
+            return "advice only: a person makes this change"
+        try:
+            ok = bool(self.applies(config, facts))
+        except Exception as e:  # a broken condition is reported, never raised
+            return f"condition failed: {type(e).__name__}: {e}"
+        return None if ok else (f"needs {self.needs}" if self.needs else "does not apply")
+
+    def candidates(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        """The configs autofix measures for this fix, in order; none equal to ``config``."""
+        cands = self.search(config, facts) if self.search else [self.apply(config)]
+        out: list[TrainConfig] = []
+        for c in cands:
+            if c != config and c not in out:
+                out.append(c)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "code": self.code, "auto": self.auto}
 
 
-def _fix(id: str, title: str, code: str, *, auto: bool = False, change: Mapping[str, Any] | None = None,
-         applies: Callable[[TrainConfig, Mapping[str, Any]], bool] | None = None) -> Fix:
+def _fix(id: str, title: str, code: str, *, auto: bool = False,
+         change: Mapping[str, Any] | None = None,
+         applies: Callable[[TrainConfig, Facts], bool] | None = None,
+         step: Callable[[TrainConfig], TrainConfig] | None = None,
+         search: Callable[[TrainConfig, Facts], list[TrainConfig]] | None = None,
+         needs: str = "") -> Fix:
     kw: dict[str, Any] = {}
     if applies is not None:
         kw["applies"] = applies
-    return Fix(id, title, code.strip("\n"), auto, change=change, **kw)
+    return Fix(id, title, code.strip("\n"), auto, change=change, step=step, search=search,
+               needs=needs, **kw)
+
+
+# ---------------------------------------------------------------------- conditions and searches
+def _cuda(m: Facts) -> bool:
+    return m.get("device_type") == "cuda"
+
+
+def _cpus(m: Facts) -> int | None:
+    n = m.get("cpu_count")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+    """num_workers candidates above the current value: 1, 2, 4, ... and the CPU count itself,
+    never more workers than CPUs this process may use."""
+    cpus = _cpus(facts)
+    if cpus is None:
+        return []
+    values, n = set(), 1
+    while n <= cpus:
+        values.add(n)
+        n *= 2
+    values.add(cpus)
+    return [config.replace(num_workers=v) for v in sorted(values) if v > config.num_workers]
+
+
+def _double_workers(c: TrainConfig) -> TrainConfig:
+    return c.replace(num_workers=max(1, 2 * c.num_workers))
+
+
+def _more_prefetch(c: TrainConfig) -> TrainConfig:
+    return c.replace(prefetch_factor=max(4, 2 * (c.prefetch_factor or 2)))
+
+
+def _amp_search(c: TrainConfig, m: Facts) -> list[TrainConfig]:
+    return [c.replace(amp_dtype="bfloat16" if m.get("bf16_supported") else "float16")]
+
+
+def _optimizer_search(c: TrainConfig, m: Facts) -> list[TrainConfig]:
+    out = []
+    if _cuda(m) and m.get("fused_supported"):
+        out.append(c.replace(optimizer_fused=True, optimizer_foreach=None))
+    out.append(c.replace(optimizer_foreach=True, optimizer_fused=None))
+    return out
+
+
+def micro_batches(config: TrainConfig) -> list[TrainConfig]:
+    """Every split of the effective batch into micro-batch x accumulation steps, largest
+    micro-batch first (the effective batch is kept exactly)."""
+    eff = config.effective_batch
+    if eff is None:
+        return []
+    return [config.replace(batch_size=b, grad_accum_steps=eff // b)
+            for b in range(eff, 0, -1) if eff % b == 0]
+
+
+def _halve_batch(c: TrainConfig) -> TrainConfig:
+    smaller = [x for x in micro_batches(c) if (x.batch_size or 0) < (c.batch_size or 0)]
+    return smaller[0] if smaller else c
+
+
+def _grow_batch(c: TrainConfig) -> TrainConfig:
+    larger = [x for x in micro_batches(c) if (x.batch_size or 0) > (c.batch_size or 0)]
+    return larger[-1] if larger else c
 
 
 _ALL = [
@@ -74,20 +172,26 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True)
 # after: workers prepare batches in parallel with the training step
 loader = DataLoader(dataset, batch_size=64, shuffle=True,
                     num_workers=min(8, len(os.sched_getaffinity(0)) - 1))
-""", auto=True, applies=lambda c, m: c.num_workers < (m.get("cpu_count") or 2) - 0),
+""", auto=True, step=_double_workers, search=worker_ladder,
+        applies=lambda c, m: (_cpus(m) is not None and c.num_workers < (_cpus(m) or 0)
+                              and m.get("iterable_dataset") is not True),
+        needs="fewer workers than the CPUs this process may use, and a map-style dataset "
+              "(an IterableDataset must shard itself across workers)"),
     _fix("persistent_workers", "Keep DataLoader workers alive between epochs", """
 # before
 loader = DataLoader(dataset, batch_size=64, num_workers=4)
 # after: no worker start-up stall at every epoch
 loader = DataLoader(dataset, batch_size=64, num_workers=4, persistent_workers=True)
 """, auto=True, change={"persistent_workers": True},
-        applies=lambda c, m: c.num_workers > 0 and not c.persistent_workers),
+        applies=lambda c, m: c.num_workers > 0 and not c.persistent_workers,
+        needs="worker processes (num_workers > 0)"),
     _fix("prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)", """
 # before
 loader = DataLoader(dataset, batch_size=64, num_workers=4)            # prefetch_factor=2
 # after: each worker keeps 4 batches ready, absorbing slow samples
 loader = DataLoader(dataset, batch_size=64, num_workers=4, prefetch_factor=4)
-""", auto=True, change={"prefetch_factor": 4}, applies=lambda c, m: c.num_workers > 0),
+""", auto=True, step=_more_prefetch, applies=lambda c, m: c.num_workers > 0,
+        needs="worker processes (num_workers > 0)"),
     _fix("pin_memory", "Pinned host memory and asynchronous copies (pin_memory + non_blocking)", """
 # before
 loader = DataLoader(dataset, batch_size=64, num_workers=4)
@@ -97,7 +201,9 @@ for x, y in loader:
 loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
 for x, y in loader:
     x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-""", auto=True, change={"pin_memory": True, "non_blocking": True}),
+""", auto=True, change={"pin_memory": True, "non_blocking": True},
+        applies=lambda c, m: _cuda(m),
+        needs="a CUDA device (pinned memory speeds host-to-GPU copies)"),
     _fix("faster_input", "Make each sample cheaper to produce", """
 # before: decode + augment every sample on the CPU, every epoch
 class DS(Dataset):
@@ -126,19 +232,25 @@ scaler = torch.amp.GradScaler("cuda")
 with torch.autocast("cuda", dtype=torch.float16):
     loss = loss_fn(model(x), y)
 scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
-""", auto=True, change={"amp_dtype": "bfloat16"}),
+""", auto=True, change={"amp_dtype": "bfloat16"}, search=_amp_search,
+        applies=lambda c, m: _cuda(m) and c.amp_dtype is None,
+        needs="a CUDA device and an fp32 step"),
     _fix("channels_last", "channels_last memory format for convolution nets", """
 # before
 model = model.cuda()
 # after: NHWC layout that tensor-core convolutions prefer
 model = model.cuda().to(memory_format=torch.channels_last)
 x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
-""", auto=True, change={"channels_last": True}),
+""", auto=True, change={"channels_last": True},
+        applies=lambda c, m: _cuda(m) and m.get("model_has_conv") is True,
+        needs="a convolution net on a CUDA device"),
     _fix("cudnn_benchmark", "Let cuDNN pick the fastest convolution algorithm", """
 # before: cuDNN uses a heuristic algorithm choice
 # after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
 torch.backends.cudnn.benchmark = True
-""", auto=True, change={"cudnn_benchmark": True}),
+""", auto=True, change={"cudnn_benchmark": True},
+        applies=lambda c, m: _cuda(m) and m.get("model_has_conv") is True,
+        needs="a convolution net on a CUDA device"),
     _fix("set_to_none", "zero_grad(set_to_none=True)", """
 # before: a fill kernel per parameter every step
 optimizer.zero_grad(set_to_none=False)
@@ -150,13 +262,18 @@ optimizer.zero_grad(set_to_none=True)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
 # after: a few multi-tensor kernels for all parameters
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # or foreach=True
-""", auto=True, change={"optimizer_foreach": True}),
+""", auto=True, change={"optimizer_foreach": True, "optimizer_fused": None},
+        search=_optimizer_search,
+        applies=lambda c, m: not c.optimizer_fused and c.optimizer_foreach is not True,
+        needs="an optimizer not already foreach or fused"),
     _fix("torch_compile", "torch.compile: fuse small kernels, cut launch overhead", """
 # before
 model = Net().cuda()
 # after: fused kernels; mode="reduce-overhead" also captures CUDA graphs
 model = torch.compile(Net().cuda())               # or torch.compile(model, mode="reduce-overhead")
-""", auto=True, change={"compile": True}),
+""", auto=True, change={"compile": True},
+        applies=lambda c, m: m.get("allow_compile") is True,
+        needs="opt-in: autofix(compile=True) (compile time is counted)"),
     _fix("cuda_graphs", "Capture the step in a CUDA graph", """
 # before: every step launches every kernel from Python
 loss = train_step(x, y)
@@ -171,7 +288,10 @@ static_x.copy_(x); static_y.copy_(y); g.replay()
 loader = DataLoader(dataset, batch_size=16)
 # after: more work per kernel; scale the learning rate or keep the effective batch
 loader = DataLoader(dataset, batch_size=128)
-"""),
+# autofix applies it only where the effective batch stays: fewer accumulation steps
+""", auto=True, step=_grow_batch,
+        applies=lambda c, m: c.grad_accum_steps > 1 and c.batch_size is not None,
+        needs="gradient accumulation to trade for a larger micro-batch (effective batch kept)"),
     _fix("remove_sync", "Take host synchronisation out of the step", """
 # before: .item() forces the host to wait for the GPU every step
 for x, y in loader:
@@ -194,7 +314,11 @@ for i, (x, y) in enumerate(loader):          # batch_size=64
     (loss_fn(model(x), y) / 4).backward()
     if (i + 1) % 4 == 0:
         opt.step(); opt.zero_grad()
-""", auto=True, applies=lambda c, m: (c.batch_size or 0) > 1),
+""", auto=True, step=_halve_batch,
+        search=lambda c, m: [x for x in micro_batches(c)
+                             if (x.batch_size or 0) < (c.batch_size or 0)],
+        applies=lambda c, m: (c.batch_size or 0) > 1 and m.get("oom") is True,
+        needs="a batch that does not fit (out of memory)"),
     _fix("activation_checkpointing", "Recompute activations in backward instead of storing them", """
 # before
 h = self.block(h)
@@ -242,4 +366,4 @@ loader = DataLoader(dataset, num_workers=max(1, len(os.sched_getaffinity(0)) - 1
 
 FIXES: dict[str, Fix] = {f.id: f for f in _ALL}
 
-__all__ = ["FIXES", "Fix", "TrainConfig"]
+__all__ = ["FIXES", "Facts", "Fix", "TrainConfig", "micro_batches", "worker_ladder"]

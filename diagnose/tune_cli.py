@@ -1,0 +1,239 @@
+"""Commands `torch-diagnose demo` and `torch-diagnose autofix TARGET` (thin: they call the API).
+
+Nothing here imports torch until a command runs, so the rest of the CLI stays torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import DiagnoseError
+
+
+def add_parser(sub: Any) -> None:
+    d = sub.add_parser("demo", help="diagnose and autofix a built-in slow training loop",
+                       description="An MNIST-sized net on 60k synthetic digits with per-sample "
+                       "augmentation and num_workers=0: baseline -> diagnosis -> autofix -> "
+                       "before/after.")
+    d.add_argument("--samples", type=int, default=None, help="dataset size (default 60000)")
+    d.add_argument("--batch-size", type=int, default=64)
+    d.add_argument("--budget", type=float, default=120.0, metavar="S",
+                   help="seconds autofix may spend on trials (default 120)")
+    d.add_argument("--max-trials", type=int, default=8)
+    d.add_argument("--quick", action="store_true",
+                   help="short rounds and a smaller dataset (seconds, wider intervals)")
+    d.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch intra-op threads of the training process (default 1: the net is "
+                   "too small to gain from more, and the CPUs are left to the DataLoader)")
+    d.add_argument("--json", metavar="FILE", help="also write the autofix report as JSON")
+    d.set_defaults(func=run_demo)
+
+    a = sub.add_parser("autofix", help="autofix your own workload: TARGET returns its objects",
+                       description="TARGET is `path/to/file.py:function` or `module:function`; "
+                       "the function takes no arguments and returns a dict with model, loader, "
+                       "optimizer and loss_fn (or step_fn).")
+    a.add_argument("target", metavar="TARGET")
+    a.add_argument("--budget", type=float, default=300.0, metavar="S")
+    a.add_argument("--max-trials", type=int, default=12)
+    a.add_argument("--min-gain", type=float, default=0.03)
+    a.add_argument("--compile", action="store_true", help="also try torch.compile (opt-in)")
+    a.add_argument("--fixes", metavar="ID,ID", help="try these fixes instead of the ones a "
+                   "diagnosis of the baseline names (ids: `torch-diagnose rules ID`)")
+    a.add_argument("--quick", action="store_true", help="short rounds (wider intervals)")
+    a.add_argument("--keep-tuned-state", action="store_true",
+                   help="leave the model as trained by the trials (default: restore it)")
+    a.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    a.set_defaults(func=run_autofix)
+
+
+# ---------------------------------------------------------------------- demo
+def run_demo(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import demo
+    from .tune import Plan, autofix, diagnose_baseline
+    from .tune_trial import Workload
+
+    console = _console()
+    plan = Plan.quick() if args.quick else Plan()
+    samples = args.samples or (12_000 if args.quick else demo.SAMPLES)
+    if samples < 4 * args.batch_size or args.batch_size < 1 or args.threads < 1:
+        raise DiagnoseError("demo: need --batch-size >= 1, --threads >= 1 and "
+                            "--samples >= 4 x batch size")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    try:
+        console.rule("torch-diagnose demo")
+        console.print(f"machine: {demo.machine_line()}")
+        console.print(f"command: {_demo_command(args)}")
+        with console.status("building the workload (60k samples in memory)"):
+            wl = demo.build(samples=samples, batch_size=args.batch_size)
+        console.print(
+            f"workload: MLP 784-128-64-10, SGD(lr=0.01, momentum=0.9), {samples:,} synthetic "
+            f"28x28 digits, per-sample RandomAffine + elastic distortion + Normalize on the CPU,\n"
+            f"          DataLoader(ds, batch_size={args.batch_size}, shuffle=True) "
+            f"(num_workers=0); torch threads {args.threads}; built in {wl.build_s:.1f} s")
+        w = Workload.from_user(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn)
+        from .fixes import TrainConfig
+
+        with console.status("1/3 diagnosis: profiling the baseline with `with diagnose(...)`"):
+            report = diagnose_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer))
+        if report is None:
+            raise DiagnoseError("demo: the baseline capture produced no report")
+        _print_findings(console, report)
+        with console.status("2/3 autofix") as status:
+            tr = autofix(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn, report=report,
+                         max_trials=args.max_trials, budget_s=args.budget, plan=plan,
+                         progress=lambda s: status.update(f"2/3 autofix: {s}"))
+        console.rule("3/3 result")
+        tr.print(console)
+        _verdict(console, tr, time.perf_counter() - t0)
+        if args.json:
+            _write_json(args.json, tr.to_json())
+    finally:
+        torch.set_num_threads(threads)
+    return 0
+
+
+def _demo_command(args: argparse.Namespace) -> str:
+    parts = ["torch-diagnose", "demo"]
+    for flag, value, default in (("--samples", args.samples, None),
+                                 ("--batch-size", args.batch_size, 64),
+                                 ("--budget", args.budget, 120.0),
+                                 ("--max-trials", args.max_trials, 8),
+                                 ("--threads", args.threads, 1)):
+        if value != default:
+            parts += [flag, str(value)]
+    if args.quick:
+        parts.append("--quick")
+    return " ".join(parts)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    c = Console(highlight=False)
+    if not c.is_terminal:  # a pipe or a file: wide enough for the tables
+        c = Console(highlight=False, width=max(c.width, 132))
+    return c
+
+
+def _print_findings(console: Any, report: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title="diagnosis of the baseline", title_justify="left")
+    for col in ("severity", "rule", "finding", "fixes named"):
+        t.add_column(col)
+    for f in report.findings:
+        t.add_row(f.severity, f.rule, f.message, ", ".join(f.fixes))
+    if not report.findings:
+        t.add_row("", "", "no findings", "")
+    console.print(t)
+
+
+def _verdict(console: Any, tr: Any, total_s: float) -> None:
+    named = set(tr.named)
+    kept = tr.kept
+    iv = tr.speedup
+    load = _load_note()
+    if iv is None:
+        console.print("[yellow]no fix measurably helped on this machine now: the baseline "
+                      f"stays[/yellow]{load}")
+    else:
+        faster = iv.lo > 1.0
+        style = "bold green" if faster else "yellow"
+        console.print(f"[{style}]tuned vs baseline: {iv.ratio:.2f}x faster, "
+                      f"{iv.confidence:.0%} CI [{iv.lo:.2f}, {iv.hi:.2f}] "
+                      f"({tr.final.rounds} interleaved rounds of {tr.final.steps} steps each)"
+                      f"{'' if faster else ' -- not measurably faster'}[/{style}]"
+                      f"{'' if faster else load}")
+    if kept:
+        ok = set(kept) <= named
+        console.print(
+            f"kept fixes: {', '.join(kept)}; named by the findings: "
+            f"{', '.join(f'{k} ({tr.named[k]})' for k in kept if k in tr.named)}"
+            f"{'' if ok else ' -- some kept fix was not named!'}")
+    console.print(f"[dim]demo took {total_s:.0f} s[/dim]")
+
+
+def _load_note() -> str:
+    """Why worker processes may not help right now: other processes hold the CPUs."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return ""
+    if load < cpus:
+        return ""
+    return (f"\n  (load average {load:.1f} on {cpus} CPUs: other processes hold the CPUs that "
+            "DataLoader workers would use; run again on a quieter machine)")
+
+
+def _write_json(path: str, data: Any) -> None:
+    try:
+        Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot write ({e.strerror or e})") from None
+
+
+# ---------------------------------------------------------------------- autofix TARGET
+def load_target(target: str) -> dict[str, Any]:
+    """Call ``file.py:fn`` or ``module:fn``; it returns model, loader, optimizer, loss/step."""
+    if ":" not in target:
+        raise DiagnoseError(f"{target}: expected path/to/file.py:function or module:function")
+    where, fn_name = target.rsplit(":", 1)
+    try:
+        if where.endswith(".py") or Path(where).is_file():
+            path = Path(where)
+            if not path.is_file():
+                raise DiagnoseError(f"{where}: no such file")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None:
+                raise DiagnoseError(f"{where}: cannot import")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, mod)
+            spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(where)
+    except ImportError as e:
+        raise DiagnoseError(f"{where}: cannot import ({e})") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise DiagnoseError(f"{target}: {fn_name!r} is not a function of {where}")
+    out = fn()
+    if not isinstance(out, dict) or not {"model", "loader", "optimizer"} <= set(out):
+        raise DiagnoseError(f"{target}: must return a dict with model, loader, optimizer and "
+                            "loss_fn or step_fn")
+    return out
+
+
+def run_autofix(args: argparse.Namespace) -> int:
+    from .tune import Plan, autofix
+
+    objs = load_target(args.target)
+    fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
+    console = _console()
+    with console.status("autofix") as status:
+        tr = autofix(objs["model"], objs["loader"], objs["optimizer"],
+                     loss_fn=objs.get("loss_fn"), step_fn=objs.get("step_fn"),
+                     max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,
+                     compile=args.compile, fixes=fixes, keep_tuned_state=args.keep_tuned_state,
+                     plan=Plan.quick() if args.quick else None,
+                     progress=lambda s: status.update(f"autofix: {s}"))
+    tr.print(console)
+    if args.json:
+        _write_json(args.json, tr.to_json())
+    return 0
+
+
+__all__ = ["add_parser", "load_target", "run_autofix", "run_demo"]

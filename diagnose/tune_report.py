@@ -1,0 +1,133 @@
+"""Terminal rendering of a TuneReport with rich: decisions, before/after, bound, code."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from .tune import TuneReport
+
+_STYLE = {"kept": "bold green", "reverted": "yellow", "does not fit": "red", "fits": "green",
+          "error": "red", "skipped": "dim", "not applicable": "dim", "no change": "dim",
+          "advice": "cyan"}
+
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def decisions_table(r: TuneReport) -> Table:
+    ci = "speedup [CI]"
+    for d in r.decisions:
+        if d.speedup is not None:
+            ci = f"speedup [{d.speedup.confidence:.0%} CI]"
+            break
+    t = Table(title=f"autofix decisions (kept only if the CI's lower bound > {1 + r.min_gain:.2f})",
+              title_justify="left", expand=False)
+    fold = {"overflow": "fold"}
+    for col, kw in (("#", {"justify": "right"}), ("fix", fold), ("named by", {}), ("change", fold),
+                    ("baseline ms", {"justify": "right"}), ("trial ms", {"justify": "right"}),
+                    (ci, {"justify": "right", "no_wrap": True}), ("decision", {"no_wrap": True}),
+                    ("reason", {})):
+        t.add_column(col, **kw)
+    for i, d in enumerate(r.decisions, 1):
+        t.add_row(str(i), d.fix, d.finding or "", escape(d.change), _ms(d.baseline_ms),
+                  _ms(d.trial_ms), "" if d.speedup is None else str(d.speedup),
+                  Text(d.status, style=_STYLE.get(d.status, "")), escape(d.reason))
+    return t
+
+
+def _per_s(cfg: Any, ms: float | None) -> str:
+    eb = cfg.effective_batch
+    if eb is None or not ms:
+        return ""
+    return f"{eb / (ms / 1e3):,.0f}"
+
+
+def before_after_table(r: TuneReport) -> Table:
+    t = Table(title="before / after", title_justify="left")
+    for col in ("", "config", "ms / step", "samples / s", "vs baseline"):
+        t.add_column(col, justify="right" if col in ("ms / step", "samples / s") else "left")
+    f = r.final
+    if f is None or f.interval is None:
+        t.add_row("baseline = tuned", escape(_cfg_text(r.baseline, r.original)),
+                  _ms(r.tuned_ms), _per_s(r.baseline, r.tuned_ms), "no fix was kept")
+        return t
+    t.add_row("baseline", escape(_cfg_text(r.baseline, r.original)), _ms(f.base_ms),
+              _per_s(r.baseline, f.base_ms), "1.00x")
+    t.add_row(Text("tuned", style="bold green"), escape(_cfg_text(r.best, r.baseline)),
+              _ms(f.cand_ms), _per_s(r.best, f.cand_ms),
+              Text(f"{f.interval}", style="bold green" if f.interval.lo > 1 else "yellow"))
+    return t
+
+
+def _cfg_text(cfg: Any, ref: Any) -> str:
+    d = ref.describe_change(cfg)
+    loader = f"num_workers={cfg.num_workers}"
+    if cfg.batch_size:
+        loader += f", batch {cfg.batch_size}"
+        if cfg.grad_accum_steps > 1:
+            loader += f" x {cfg.grad_accum_steps}"
+    return d if d else loader
+
+
+def bound_table(r: TuneReport) -> Table | None:
+    b = r.bound
+    if b is None:
+        return None
+    t = Table(title="speed of light (the step is no faster than compute alone or input alone)",
+              title_justify="left")
+    for col in ("", "ms / step", "note"):
+        t.add_column(col, justify="right" if col == "ms / step" else "left")
+    t.add_row("compute only", _ms(b.compute_ms), "one batch, already on the device, reused")
+    t.add_row("input only", _ms(b.data_ms),
+              f"the DataLoader iterated alone (num_workers={b.config.num_workers})")
+    t.add_row(Text("bound", style="bold"), _ms(b.bound_ms), f"limited by {b.limited_by}")
+    tuned = r.tuned_ms
+    if tuned:
+        left = tuned - b.bound_ms
+        note = (f"{b.bound_ms / tuned:.0%} of the bound's speed: {left:.2f} ms / step left"
+                if left > 0 else "at the bound (within measurement noise)")
+        t.add_row("tuned", _ms(tuned), note + " (same rounds as the bound)")
+    return t
+
+
+def parts(r: TuneReport) -> list[Any]:
+    head = Text()
+    head.append("autofix ", style="bold")
+    head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
+                f"({r.cpus} CPUs usable); kept: {', '.join(r.kept) or 'nothing'}")
+    out: list[Any] = [head, decisions_table(r), before_after_table(r)]
+    bt = bound_table(r)
+    if bt is not None:
+        out.append(bt)
+    if r.code:
+        out.append(Panel(Syntax(r.code, "python", theme="ansi_dark", word_wrap=True),
+                         title="the change by hand", title_align="left"))
+    for n in r.notes:
+        out.append(Text(f"note: {n}", style="dim"))
+    return out
+
+
+def print_report(r: TuneReport, console: Any = None) -> None:
+    console = console or Console(highlight=False)
+    console.print(Group(*parts(r)))
+
+
+def render(r: TuneReport, *, width: int = 120, color: bool = False) -> str:
+    buf = io.StringIO()
+    c = Console(file=buf, width=width, color_system="standard" if color else None,
+                highlight=False, force_terminal=color)
+    c.print(Group(*parts(r)))
+    return buf.getvalue()
+
+
+__all__ = ["before_after_table", "bound_table", "decisions_table", "print_report", "render"]

@@ -1,0 +1,371 @@
+"""A TrainConfig made real: the user's step run with a rebuilt DataLoader and optimizer.
+
+A :class:`Trial` never touches the user's DataLoader or optimizer objects: it
+builds a new DataLoader from the original's dataset, sampler (or batch
+sampler), collate_fn, drop_last, worker_init_fn, timeout and multiprocessing
+context (with a copy of its generator), with the config's num_workers,
+pin_memory, persistent_workers, prefetch_factor and batch size; and a new
+optimizer of the same class over the same parameter groups and hyper-parameters,
+loaded with a deep copy of the original's state, with the config's
+foreach/fused flags. The model is the user's own (its training is what is
+timed); :mod:`diagnose.tune_state` puts it back afterwards.
+
+Global switches a config sets (``cudnn.benchmark``, the ``channels_last``
+layout of the parameters) are set on entering a trial's ``with`` block and put
+back on leaving it, so interleaved trials never see each other's settings.
+Leaving the block also shuts the DataLoader's worker processes down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .capture.context import is_oom
+from .errors import DiagnoseError
+from .fixes import TrainConfig
+
+
+class TuneError(DiagnoseError):
+    """autofix cannot run this workload (one line saying what to change)."""
+
+
+@dataclass
+class Workload:
+    """The user's objects, read-only: model, DataLoader, optimizer and the loss."""
+
+    model: Any
+    loader: Any
+    optimizer: Any
+    loss_fn: Callable[[Any, Any], Any] | None
+    step_fn: Callable[[Any, Any], Any] | None
+    device: Any
+
+    @classmethod
+    def from_user(cls, model: Any, loader: Any, optimizer: Any, *, loss_fn: Any = None,
+                  step_fn: Any = None, device: Any = None) -> Workload:
+        import torch
+        from torch.utils.data import DataLoader
+
+        if not isinstance(model, torch.nn.Module):
+            raise TuneError(f"autofix needs a torch.nn.Module model (got {type(model).__name__})")
+        params = list(model.parameters())
+        if not params:
+            raise TuneError("autofix needs a model with parameters to train")
+        if not isinstance(loader, DataLoader):
+            raise TuneError(
+                "autofix rebuilds the DataLoader: pass a torch DataLoader "
+                f"(got {type(loader).__name__})"
+            )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TuneError("autofix drives the steps itself: "
+                            "pass optimizer=<your torch.optim optimizer>")
+        if (loss_fn is None) == (step_fn is None):
+            raise TuneError("autofix needs exactly one of loss_fn=(output, target) -> loss "
+                            "or step_fn=(model, batch) -> loss")
+        dev = torch.device(device) if device is not None else params[0].device
+        return cls(model, loader, optimizer, loss_fn, step_fn, dev)
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.on_cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+
+# ---------------------------------------------------------------------- building the pieces
+def _clone_generator(g: Any) -> Any:
+    if g is None:
+        return None
+    import torch
+
+    c = torch.Generator(device=g.device)
+    c.set_state(g.get_state())
+    return c
+
+
+def build_loader(orig: Any, cfg: TrainConfig) -> Any:
+    """A new DataLoader over the original's data with ``cfg``'s loader settings."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    kw: dict[str, Any] = {
+        "collate_fn": orig.collate_fn,
+        "timeout": orig.timeout,
+        "worker_init_fn": orig.worker_init_fn,
+        "multiprocessing_context": orig.multiprocessing_context,
+        "generator": _clone_generator(orig.generator),
+    }
+    if getattr(orig, "in_order", True) is not True:
+        kw["in_order"] = orig.in_order
+    if getattr(orig, "pin_memory_device", ""):
+        kw["pin_memory_device"] = orig.pin_memory_device
+    kw.update(cfg.loader_kwargs())
+    iterable = isinstance(orig.dataset, IterableDataset)
+    if orig.batch_size is not None:  # the loader made its own BatchSampler
+        kw["batch_size"] = cfg.batch_size or orig.batch_size
+        kw["drop_last"] = orig.drop_last
+        if not iterable:
+            kw["sampler"] = orig.sampler
+    elif orig.batch_sampler is not None:  # the user's own batch sampler
+        if cfg.batch_size is not None:
+            raise TuneError("the DataLoader uses its own batch_sampler: autofix cannot change "
+                            "its batch size")
+        kw["batch_sampler"] = orig.batch_sampler
+    else:  # automatic batching off: the dataset yields batches
+        kw["batch_size"] = None
+        if not iterable:
+            kw["sampler"] = orig.sampler
+    return DataLoader(orig.dataset, **kw)
+
+
+def build_optimizer(orig: Any, cfg: TrainConfig) -> Any:
+    """Same class, parameter groups, hyper-parameters and (copied) state; cfg's kernels."""
+    cls = type(orig)
+    try:
+        accepted = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover - C-implemented optimizers
+        accepted = {}
+    defaults = {k: v for k, v in orig.defaults.items() if k in accepted}
+    groups = [{**g, "params": list(g["params"])} for g in orig.param_groups]
+    state = copy.deepcopy(orig.state_dict())
+    flags: dict[str, Any] = {}
+    if cfg.optimizer_fused is not None and "fused" in accepted:
+        flags["fused"] = cfg.optimizer_fused
+        if cfg.optimizer_fused:
+            flags["foreach"] = None
+    if cfg.optimizer_foreach is not None and "foreach" in accepted:
+        flags["foreach"] = cfg.optimizer_foreach
+        if cfg.optimizer_foreach:
+            flags["fused"] = None
+    for d in (defaults, *groups, *state["param_groups"]):
+        d.update({k: v for k, v in flags.items() if k in d or d is defaults})
+    try:
+        new = cls(groups, **defaults)
+        new.load_state_dict(state)
+    except Exception as e:
+        raise TuneError(f"cannot rebuild the optimizer {cls.__name__} with "
+                        f"{flags or 'its settings'}: {type(e).__name__}: {e}") from e
+    return new
+
+
+def to_device(batch: Any, device: Any, non_blocking: bool, channels_last: bool) -> Any:
+    """Tensors of a (nested) batch on ``device``; 4-D floating inputs in channels_last."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        t = batch.to(device, non_blocking=non_blocking)
+        if channels_last and t.dim() == 4 and t.is_floating_point():
+            t = t.contiguous(memory_format=torch.channels_last)
+        return t
+    if isinstance(batch, tuple | list):
+        out = [to_device(b, device, non_blocking, channels_last) for b in batch]
+        return type(batch)(out) if isinstance(batch, list) else tuple(out)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
+    return batch
+
+
+def release_memory(w: Workload) -> None:
+    """After an out-of-memory error: drop gradients and cached blocks."""
+    for p in w.model.parameters():
+        p.grad = None
+    gc.collect()
+    if w.on_cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------- the trial
+class Trial:
+    """One config, realised. Use as ``with trial: times = trial.run(warmup, n)``."""
+
+    def __init__(self, w: Workload, cfg: TrainConfig, optimizer: Any = None) -> None:
+        """``optimizer``: a rebuilt optimizer to share between trials with the same optimizer
+        settings (each copy of the state costs as much device memory as the state)."""
+        import torch
+
+        self.w, self.cfg = w, cfg
+        self.loader = build_loader(w.loader, cfg)
+        self.optimizer = optimizer if optimizer is not None else build_optimizer(w.optimizer, cfg)
+        self.scaler = torch.amp.GradScaler(w.device.type) if cfg.uses_grad_scaler else None
+        self.net = torch.compile(w.model) if cfg.compile else w.model
+        self.first_step_s: float | None = None  # includes torch.compile's compile time
+        self._it: Any = None
+        self._flag: bool | None = None
+        self._relaid: list[Any] = []
+
+    # ------------------------------------------------------------------ enter / exit
+    def __enter__(self) -> Trial:
+        import torch
+
+        self._flag = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = self.cfg.cudnn_benchmark
+        if self.cfg.channels_last:
+            cl = torch.channels_last
+            for t in [*self.w.model.parameters(), *self.w.model.buffers()]:
+                if t.dim() == 4 and not t.is_contiguous(memory_format=cl):
+                    t.data = t.data.contiguous(memory_format=cl)
+                    self._relaid.append(t)
+            self._relayout_state(cl)  # fused/foreach kernels want matching strides
+        self.optimizer.zero_grad(set_to_none=True)
+        return self
+
+    def _relayout_state(self, fmt: Any) -> None:
+        for p in self._relaid:
+            st = self.optimizer.state.get(p)
+            for k, v in (st or {}).items():
+                if hasattr(v, "shape") and v.shape == p.shape and v.dim() == 4:
+                    st[k] = v.contiguous(memory_format=fmt)
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        try:
+            self.close()
+        finally:
+            if self._relaid:
+                self._relayout_state(torch.contiguous_format)
+            for t in self._relaid:
+                t.data = t.data.contiguous()
+            self._relaid = []
+            if self._flag is not None:
+                torch.backends.cudnn.benchmark = self._flag
+                self._flag = None
+
+    def close(self) -> None:
+        """Shut the worker processes down (also persistent ones)."""
+        its = [self._it, getattr(self.loader, "_iterator", None)]
+        self._it = None
+        with contextlib.suppress(AttributeError):
+            self.loader._iterator = None
+        for it in its:
+            if it is not None and hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+
+    # ------------------------------------------------------------------ steps
+    def next_batch(self) -> Any:
+        if self._it is None:
+            self._it = iter(self.loader)
+        try:
+            return next(self._it)
+        except StopIteration:  # a new epoch, as a training loop would start one
+            self._it = iter(self.loader)
+            return next(self._it)
+
+    def _loss(self, batch: Any) -> Any:
+        w = self.w
+        if w.step_fn is not None:
+            return w.step_fn(self.net, batch)
+        if not (isinstance(batch, tuple | list) and len(batch) == 2):
+            raise TuneError("with loss_fn, batches must be (inputs, target) pairs; "
+                            "pass step_fn=(model, batch) -> loss for other batches")
+        x, y = batch
+        return w.loss_fn(self.net(x), y)  # type: ignore[misc]
+
+    def step(self, fetch: Callable[[], Any] | None = None) -> None:
+        """One optimizer step: ``grad_accum_steps`` micro-batches, then the update."""
+        import torch
+
+        cfg, w = self.cfg, self.w
+        fetch = fetch or self.next_batch
+        k = cfg.grad_accum_steps
+        amp = (torch.autocast(w.device.type, dtype=getattr(torch, cfg.amp_dtype))
+               if cfg.amp_dtype else contextlib.nullcontext())
+        for _ in range(k):
+            batch = to_device(fetch(), w.device, cfg.non_blocking, cfg.channels_last)
+            with amp:
+                loss = self._loss(batch)
+            if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+                raise TuneError("the step must return the loss as a tensor that requires grad "
+                                f"(got {type(loss).__name__})")
+            if k > 1:
+                loss = loss / k
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=cfg.zero_grad_set_to_none)
+        w.sync()
+
+    def _timed(self, n: int, warmup: int, one: Callable[[], None]) -> np.ndarray:
+        for i in range(warmup):
+            t0 = time.perf_counter()
+            one()
+            if i == 0 and self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - t0
+        out = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            t0 = time.perf_counter()
+            one()
+            out[i] = time.perf_counter() - t0
+        return out
+
+    def run(self, warmup: int, n: int) -> np.ndarray:
+        """Seconds per optimizer step of ``n`` steps after ``warmup`` discarded ones, on a
+        fresh iterator (workers start inside the warmup); workers are shut down after."""
+        self.close()
+        try:
+            return self._timed(n, warmup, self.step)
+        finally:
+            self.close()
+
+    def compute_only(self, warmup: int, n: int) -> np.ndarray:
+        """Step times with one batch, already on the device, reused: no input pipeline."""
+        try:
+            batch = to_device(self.next_batch(), self.w.device, self.cfg.non_blocking,
+                              self.cfg.channels_last)
+        finally:
+            self.close()
+        self.w.sync()
+        return self._timed(n, warmup, lambda: self.step(lambda: batch))
+
+    def data_only(self, warmup: int, n: int) -> np.ndarray:
+        """Time per optimizer step's worth of batches with the loader iterated alone."""
+        k = self.cfg.grad_accum_steps
+
+        def fetch() -> None:
+            for _ in range(k):
+                self.next_batch()
+
+        self.close()
+        try:
+            return self._timed(n, warmup, fetch)
+        finally:
+            self.close()
+
+
+def fits(trial: Trial, steps: int = 2) -> tuple[bool, str]:
+    """Whether ``steps`` optimizer steps run without running out of memory."""
+    oom_msg = ""
+    try:
+        with trial:
+            trial.run(0, steps)
+        return True, ""
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        oom_msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+    release_memory(trial.w)  # after the except block: the frames holding tensors are gone
+    return False, oom_msg
+
+
+__all__ = ["Trial", "TuneError", "Workload", "build_loader", "build_optimizer", "fits",
+           "is_oom", "release_memory", "to_device"]

@@ -1,0 +1,342 @@
+"""autofix: trials keep what helps and revert what does not, survive out-of-memory,
+leave no worker processes, and put model, optimizer and RNG state back bit-exact."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
+
+from diagnose.fixes import Fix, TrainConfig  # noqa: E402
+from diagnose.tune import (  # noqa: E402
+    FITS,
+    KEPT,
+    NO_FIT,
+    NOT_APPLICABLE,
+    REVERTED,
+    Plan,
+    TuneError,
+    autofix,
+)
+from diagnose.tune_trial import build_loader, build_optimizer  # noqa: E402
+
+QUICK = Plan.quick()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a busy 2-CPU machine OpenMP threads of a tiny model spin
+    against the DataLoader workers and other processes (steps of ~1 ms become 50 ms)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class Sleepy(Dataset):
+    """Each sample waits ~0.5 ms (storage latency): worker processes overlap the waits
+    without needing CPU, so they help even on a busy machine."""
+
+    def __init__(self, n: int = 512, delay: float = 0.0005) -> None:
+        self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        time.sleep(self.delay)
+        return self.x[i], i % 4
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_a_fix_that_helps_is_kept_and_no_worker_is_left() -> None:
+    before_children = children()
+    model, ds = make_model(), Sleepy()
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    between: list[set[int]] = []  # worker processes alive at the start of every round
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["num_workers"], plan=QUICK,
+                progress=lambda msg: between.append(children() - before_children))
+    assert len(between) > 4 and not any(between)  # each trial's workers are gone after it
+    assert "num_workers" in r.kept, r.render_text()
+    assert r.best.num_workers >= 1 and r.speedup is not None and r.speedup.lo > 1.0
+    kept = [d for d in r.decisions if d.status == KEPT]
+    assert all(d.speedup is not None and d.speedup.lo > 1 + r.min_gain for d in kept)
+    # ready to use: the same dataset and sampler, the winning settings; yours unchanged
+    assert r.loader is not loader and r.loader.dataset is ds and r.loader.sampler is loader.sampler
+    assert r.loader.num_workers == r.best.num_workers and loader.num_workers == 0
+    assert "num_workers=" in r.code and r.bound is not None and r.bound.limited_by == "input"
+    assert r.optimizer is None  # optimizer settings unchanged: keep yours
+    assert children() <= before_children  # every trial's workers were shut down
+    assert "autofix decisions" in r.render_text()
+
+
+def test_a_fix_that_does_not_help_is_reverted() -> None:
+    """cudnn.benchmark changes nothing on the CPU: the trial must show no gain."""
+    noop = Fix("noop_test", "cudnn.benchmark on a CPU", "# before\n# after", auto=True,
+               change={"cudnn_benchmark": True})
+    model = make_model()
+    ds = TensorDataset(torch.randn(2048, 8), torch.randint(0, 4, (2048,)))
+    loader = DataLoader(ds, batch_size=32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    flag = torch.backends.cudnn.benchmark
+    plan = Plan(warmup=2, round_s=0.1, min_steps=12, max_steps=80, min_rounds=4, max_rounds=4)
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=[noop], plan=plan)
+    (d,) = r.decisions
+    assert d.status == REVERTED and d.speedup is not None and not d.speedup.above(1.03)
+    assert d.baseline_ms and d.trial_ms and "CI" in d.reason
+    assert r.best == r.baseline and r.kept == [] and r.final is None and r.code == ""
+    assert torch.backends.cudnn.benchmark == flag  # the global switch is put back
+
+
+def _state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    return {
+        "model": {k: v.clone() for k, v in model.state_dict().items()},
+        "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        "opt": {k: {n: t.clone() for n, t in s.items()}
+                for k, s in opt.state_dict()["state"].items()},
+        "opt_ids": {k: {n: id(t) for n, t in s.items()} for k, s in opt.state.items()},
+        "groups": [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+        "param_ids": [id(p) for p in model.parameters()],
+        "training": [m.training for m in model.modules()],
+        "torch_rng": torch.get_rng_state(),
+        "np_rng": np.random.get_state(),
+        "py_rng": random.getstate(),
+    }
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k  # bit-exact
+    for ga, gb in zip(a["grads"], b["grads"], strict=True):
+        assert (ga is None and gb is None) or torch.equal(ga, gb)
+    for k in a["opt"]:
+        for n in a["opt"][k]:
+            assert torch.equal(a["opt"][k][n], b["opt"][k][n]), (k, n)
+    assert a["opt_ids"] == b["opt_ids"]  # the same state tensors: the optimizer was not touched
+    assert a["groups"] == b["groups"] and a["param_ids"] == b["param_ids"]
+    assert a["training"] == b["training"]
+    assert torch.equal(a["torch_rng"], b["torch_rng"])
+    na, nb = a["np_rng"], b["np_rng"]
+    assert na[0] == nb[0] and np.array_equal(na[1], nb[1]) and na[2:] == nb[2:]
+    assert a["py_rng"] == b["py_rng"]
+
+
+def test_state_is_restored_bit_exact() -> None:
+    model = make_model()
+    gen = torch.Generator().manual_seed(3)
+    loader = DataLoader(Sleepy(256), batch_size=8, shuffle=True, generator=gen)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for x, y in list(loader)[:2]:  # real optimizer state and gradients left in place
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    model.eval()  # a flag trials must not leave changed
+    model[1].train()
+    torch.manual_seed(123)
+    np.random.seed(5)
+    random.seed(7)
+    before, gen_state = _state(model, opt), gen.get_state()
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["num_workers"], plan=QUICK,
+                max_trials=1)
+    assert r.trials == 1
+    _assert_same(before, _state(model, opt))
+    assert torch.equal(gen.get_state(), gen_state)
+    assert loader.num_workers == 0 and loader._iterator is None
+
+
+def test_keep_tuned_state_keeps_the_trained_weights() -> None:
+    model = make_model()
+    loader = DataLoader(Sleepy(256), batch_size=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    w0 = model[0].weight.detach().clone()
+    autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["persistent_workers"],
+            plan=QUICK, keep_tuned_state=True)
+    assert not torch.equal(w0, model[0].weight)
+
+
+def _oom_step(limit: int):
+    def step_fn(model: nn.Module, batch: tuple) -> torch.Tensor:
+        x, y = batch
+        if x.shape[0] > limit:  # what a too-large batch does on a GPU
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} MiB")
+        return F.cross_entropy(model(x), y)
+    return step_fn
+
+
+def test_out_of_memory_trials_are_survived_and_the_batch_search_keeps_the_effective_batch() -> None:
+    model = make_model()
+    ds = TensorDataset(torch.randn(2048, 8), torch.randint(0, 4, (2048,)))
+    loader = DataLoader(ds, batch_size=64, shuffle=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    r = autofix(model, loader, opt, step_fn=_oom_step(16), fixes=["larger_batch"], plan=QUICK)
+    assert (r.baseline.batch_size, r.baseline.grad_accum_steps) == (16, 4)  # largest that fits
+    assert r.baseline.effective_batch == 64 == r.original.effective_batch
+    search = [d for d in r.decisions if d.fix == "grad_accumulation"]
+    assert search[0].status == NO_FIT and "out of memory" in search[0].reason
+    assert any(d.status == FITS and "16" in d.change for d in search)
+    assert not any(d.status == FITS and "32" in d.change for d in search)
+    (trial,) = [d for d in r.decisions if d.fix == "larger_batch"]
+    assert trial.status == NO_FIT and "32" in trial.change  # the trial ran out of memory ...
+    assert r.best == r.baseline  # ... was recorded and reverted; autofix went on
+    assert r.loader.batch_size == 16 and r.step_settings()["grad_accum_steps"] == 4
+    assert loader.batch_size == 64
+    assert any("does not fit" in n for n in r.notes)
+
+
+def test_nothing_fits_is_one_clear_error() -> None:
+    model = make_model()
+    ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+    with pytest.raises(TuneError, match="micro-batch 1"):
+        autofix(model, DataLoader(ds, batch_size=4), torch.optim.SGD(model.parameters(), lr=0.1),
+                step_fn=_oom_step(0), fixes=[], plan=QUICK)
+
+
+def test_user_errors_are_one_line() -> None:
+    model = make_model()
+    ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+    loader = DataLoader(ds, batch_size=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TuneError, match="exactly one of loss_fn"):
+        autofix(model, loader, opt)
+    with pytest.raises(TuneError, match="optimizer="):
+        autofix(model, loader, None, loss_fn=F.cross_entropy)
+    with pytest.raises(TuneError, match="DataLoader"):
+        autofix(model, [1, 2], opt, loss_fn=F.cross_entropy)
+    with pytest.raises(TuneError, match="unknown fix"):
+        autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["no_such_fix"], plan=QUICK)
+    triples = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64), torch.randn(64)),
+                         batch_size=8)
+    with pytest.raises(TuneError, match="step_fn"):
+        autofix(model, triples, opt, loss_fn=F.cross_entropy, fixes=[], plan=QUICK)
+
+
+def test_rebuilt_optimizer_and_loader_leave_the_originals_alone() -> None:
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-4, betas=(0.8, 0.9), foreach=False)
+    F.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 2, 3])).backward()
+    opt.step()
+    new = build_optimizer(opt, TrainConfig(optimizer_foreach=True))
+    assert type(new) is type(opt) and new is not opt
+    assert new.param_groups[0]["foreach"] is True and opt.param_groups[0]["foreach"] is False
+    assert new.param_groups[0]["lr"] == 3e-4 and new.param_groups[0]["betas"] == (0.8, 0.9)
+    assert [p is q for p, q in zip(new.param_groups[0]["params"], opt.param_groups[0]["params"],
+                                   strict=True)] == [True] * len(opt.param_groups[0]["params"])
+    p0 = opt.param_groups[0]["params"][0]
+    assert torch.equal(new.state[p0]["exp_avg"], opt.state[p0]["exp_avg"])
+    assert new.state[p0]["exp_avg"] is not opt.state[p0]["exp_avg"]  # a copy of the state
+
+    gen = torch.Generator().manual_seed(1)
+    ds = TensorDataset(torch.randn(32, 8))
+    loader = DataLoader(ds, batch_size=4, shuffle=True, generator=gen, drop_last=True)
+    nl = build_loader(loader, TrainConfig(num_workers=1, persistent_workers=True, batch_size=8))
+    assert nl.sampler is loader.sampler and nl.batch_size == 8 and nl.drop_last
+    assert nl.generator is not gen and torch.equal(nl.generator.get_state(), gen.get_state())
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    custom = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False))
+    assert build_loader(custom, TrainConfig()).batch_sampler is custom.batch_sampler
+    with pytest.raises(TuneError, match="batch_sampler"):
+        build_loader(custom, TrainConfig(batch_size=8))
+
+
+def test_session_entry_point_uses_the_findings() -> None:
+    """diagnose(model, loader, optimizer=, loss_fn=).autofix(): capture -> findings -> fixes."""
+    from diagnose import diagnose
+
+    model = make_model()
+    loader = DataLoader(Sleepy(1024), batch_size=8, shuffle=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    r = diagnose(model, loader, optimizer=opt, loss_fn=F.cross_entropy).autofix(
+        plan=QUICK, max_trials=3, budget_s=60)
+    assert r.diagnosis is not None and any(f.rule == "IN001" for f in r.diagnosis.findings)
+    assert r.named.get("num_workers") == "IN001"
+    assert set(r.kept) <= set(r.named)  # only what the findings named is ever kept
+    assert "num_workers" in r.kept
+    assert any(d.status in (NOT_APPLICABLE, REVERTED, KEPT, "skipped") for d in r.decisions)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="needs a CUDA GPU (none visible to torch here)")
+
+
+@cuda
+def test_real_cuda_out_of_memory_is_survived() -> None:
+    dev = torch.device("cuda")
+    free, total = torch.cuda.mem_get_info()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (512 << 20) / total))
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(dev)
+        ds = TensorDataset(torch.randn(4096, 4096), torch.randint(0, 10, (4096,)))
+        loader = DataLoader(ds, batch_size=4096)  # activations of 4096 x 4096: 64 MiB each ...
+        opt = torch.optim.Adam(model.parameters())
+        r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=[], plan=QUICK)
+        assert r.baseline.effective_batch == 4096 and r.baseline.batch_size < 4096
+        assert r.decisions[0].status == NO_FIT
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+
+
+@cuda
+def test_cuda_step_settings_are_realised_and_put_back() -> None:
+    dev = torch.device("cuda")
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(4)).to(dev)
+    model(torch.randn(2, 3, 16, 16, device=dev))
+    ds = TensorDataset(torch.randn(512, 3, 16, 16), torch.randint(0, 4, (512,)))
+    loader = DataLoader(ds, batch_size=32)
+    opt = torch.optim.AdamW(model.parameters())
+    w0 = model[0].weight.detach().clone()
+    stride0 = model[0].weight.stride()
+    flag = torch.backends.cudnn.benchmark
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, plan=QUICK,
+                fixes=["pin_memory", "amp", "channels_last", "cudnn_benchmark",
+                       "foreach_optimizer"])
+    assert {d.fix for d in r.decisions} >= {"pin_memory", "amp", "channels_last"}
+    assert all(d.status != "error" for d in r.decisions), r.render_text()
+    assert torch.equal(model[0].weight, w0) and model[0].weight.stride() == stride0
+    assert torch.backends.cudnn.benchmark == flag
+
+
+def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> None:
+    """The machine can change between a trial and the before/after (another process starts):
+    a kept fix the before/after does not confirm is reverted, and the baseline stays."""
+    from diagnose import tune
+    from diagnose.tune_stats import Interval
+
+    def fake_compare(self, a, b, label, *, rounds=None, bound=False):
+        if not bound:  # the trial: a clear win
+            return tune.Comparison(10.0, 6.0, Interval(1.6, 1.4, 1.8, 0.95), 4, 12), None
+        return (tune.Comparison(10.0, 11.8, Interval(0.85, 0.81, 0.89, 0.95), 10, 12),
+                tune.Bound(1.0, 9.0, b))
+
+    monkeypatch.setattr(tune._Tuner, "compare", fake_compare)
+    model = make_model()
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8)
+    r = autofix(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
+                loss_fn=F.cross_entropy, fixes=["persistent_workers", "num_workers"],
+                plan=QUICK, max_trials=1)
+    assert r.best == r.baseline and r.kept == [] and r.final is None and r.code == ""
+    conf = r.decisions[-1]
+    assert conf.fix == "confirmation" and conf.status == REVERTED and "0.85x" in conf.reason
+    assert any(d.fix == "num_workers" and "not confirmed" in d.reason for d in r.decisions)
+    assert r.loader.num_workers == 0 and r.bound is not None and r.tuned_ms is not None

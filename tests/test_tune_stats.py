@@ -1,0 +1,79 @@
+"""The statistics autofix decides with: blocks, the paired two-stage bootstrap interval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose.tune_stats import block_means, speedup_interval
+
+
+def _rounds(rng: np.random.Generator, center: float, n_rounds: int = 4, n: int = 12,
+            spread: float = 0.05) -> list[np.ndarray]:
+    return [center * (1 + spread * rng.standard_normal(n)) for _ in range(n_rounds)]
+
+
+def test_block_means() -> None:
+    assert block_means(np.arange(8.0), 4).tolist() == [1.5, 5.5]
+    assert block_means(np.arange(9.0), 4).tolist() == [1.5, 5.5]  # partial block dropped
+    assert block_means(np.array([1.0, 3.0]), 4).tolist() == [2.0]  # only one: kept
+
+
+def test_same_distribution_is_not_a_gain() -> None:
+    rng = np.random.default_rng(1)
+    iv = speedup_interval(_rounds(rng, 10.0), _rounds(rng, 10.0))
+    assert iv.lo < 1.0 < iv.hi
+    assert not iv.above(1.03)
+
+
+def test_clear_gain_is_above_the_threshold() -> None:
+    rng = np.random.default_rng(2)
+    iv = speedup_interval(_rounds(rng, 15.0), _rounds(rng, 10.0))
+    assert iv.above(1.03) and 1.3 < iv.lo <= iv.ratio <= iv.hi < 1.7
+
+
+def test_clear_loss_is_below() -> None:
+    rng = np.random.default_rng(3)
+    iv = speedup_interval(_rounds(rng, 10.0), _rounds(rng, 15.0))
+    assert iv.below(1.0)
+
+
+def test_seeded_and_deterministic() -> None:
+    rng = np.random.default_rng(4)
+    a, b = _rounds(rng, 12.0), _rounds(rng, 10.0)
+    assert speedup_interval(a, b, seed=7) == speedup_interval(a, b, seed=7)
+
+
+def test_round_to_round_variation_widens_the_interval() -> None:
+    """Drift that hits one arm in one round (another process starting) must show in the
+    interval: drawing rounds makes it as wide as the rounds disagree."""
+    rng = np.random.default_rng(5)
+    a = _rounds(rng, 10.0, spread=0.01)
+    b_steady = [r / 1.1 for r in _rounds(rng, 10.0, spread=0.01)]
+    b_drift = [r * f for r, f in zip(b_steady, (0.8, 1.25, 0.8, 1.25), strict=True)]
+    steady, drift = speedup_interval(a, b_steady), speedup_interval(a, b_drift)
+    assert steady.above(1.03)
+    assert (drift.hi - drift.lo) > 4 * (steady.hi - steady.lo)
+    assert not drift.above(1.03)
+
+
+def test_needs_paired_rounds() -> None:
+    with pytest.raises(ValueError):
+        speedup_interval([np.ones(3)], [np.ones(3), np.ones(3)])
+    with pytest.raises(ValueError):
+        speedup_interval([np.ones(0)], [np.ones(3)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.floats(0.2, 5.0), seed=st.integers(0, 2**16))
+def test_scaling_the_candidate_scales_the_interval(scale: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = _rounds(rng, 10.0, n_rounds=3, n=6), _rounds(rng, 9.0, n_rounds=3, n=6)
+    iv = speedup_interval(a, b, resamples=300)
+    scaled = speedup_interval(a, [r * scale for r in b], resamples=300)
+    assert scaled.ratio == pytest.approx(iv.ratio / scale)
+    assert scaled.lo == pytest.approx(iv.lo / scale)
+    assert scaled.hi == pytest.approx(iv.hi / scale)
+    assert iv.lo <= iv.hi
