@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="analyze trace files, folders or run folders")
     a.add_argument("paths", nargs="+", metavar="PATH")
-    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="html: one self-contained page with plots (use with -o FILE)")
     a.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     a.add_argument("--fail-on", choices=("info", "warning", "critical"),
                    help="exit 1 if a finding is at least this severe")
@@ -72,6 +73,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             _write(args.output, text + "\n")
         else:
             print(text)
+    elif args.format == "html":
+        from .report.html import render_html
+
+        page = render_html(report)
+        if args.output:
+            _write(args.output, page)
+        else:
+            sys.stdout.write(page)
     elif args.output:
         _write(args.output, report.render_text())
     else:

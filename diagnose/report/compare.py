@@ -1,0 +1,337 @@
+"""``torch-diagnose compare A B``: two runs side by side, and what changed.
+
+A and B are anything ``analyze`` takes (trace files, folders, run folders). The
+comparison shows the metrics that say most about speed with their deltas, and
+the findings of A that are resolved in B, still there, or new. ``--fail-on-regression
+PCT`` exits 1 when B's median step time is more than PCT percent above A's (for CI).
+
+Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..engine import severity_rank
+from ..errors import DiagnoseError
+from ..metrics import CATALOG
+
+if TYPE_CHECKING:
+    from ..api import Report
+
+SCHEMA_VERSION = 1
+
+# (metric, which direction is better: "lower" | "higher" | None when neither is)
+KEY_METRICS: tuple[tuple[str, str | None], ...] = (
+    ("step_time_median_ms", "lower"),
+    ("step_time_p90_ms", "lower"),
+    ("step_time_cv", "lower"),
+    ("gpu_busy_frac", "higher"),
+    ("dataloader_share", "lower"),
+    ("dataloader_wait_ms_per_step", "lower"),
+    ("share_kernel", None),
+    ("share_memcpy", None),
+    ("share_memset", None),
+    ("share_communication", None),
+    ("share_runtime", None),
+    ("share_dataloader", "lower"),
+    ("share_cpu_exec", None),
+    ("share_other", None),
+    ("idle_input_frac", "lower"),
+    ("idle_sync_frac", "lower"),
+    ("idle_launch_frac", "lower"),
+    ("idle_other_frac", "lower"),
+    ("sync_calls_per_step", "lower"),
+    ("item_calls_per_step", "lower"),
+    ("sync_ms_per_step", "lower"),
+    ("memcpy_pageable_host_frac", "lower"),
+    ("memcpy_pageable_host_ms_per_step", "lower"),
+    ("memcpy_h2d_pageable_count", "lower"),
+    ("memcpy_h2d_pinned_count", None),
+    ("kernels_per_step", None),
+    ("kernel_median_us", None),
+    ("launch_api_frac", "lower"),
+    ("gemm_fp32_frac", "lower"),
+    ("comm_exposed_frac", "lower"),
+    ("gpu_mem_peak_frac", None),
+    ("step_count", None),
+)
+_SAME = 0.005  # changes below 0.5% (half a point for fractions) count as unchanged
+
+
+@dataclass
+class MetricDelta:
+    name: str
+    unit: str
+    a: Any
+    b: Any
+    better: str | None
+
+    @property
+    def delta(self) -> float | None:
+        if not (_isnum(self.a) and _isnum(self.b)):
+            return None
+        return float(self.b) - float(self.a)
+
+    @property
+    def change_pct(self) -> float | None:
+        """Relative change in percent (None for fractions, which change in points)."""
+        d = self.delta
+        if d is None or self.unit == "fraction" or not self.a:
+            return None
+        return d / abs(float(self.a)) * 100.0
+
+    @property
+    def verdict(self) -> str | None:
+        d = self.delta
+        if d is None or self.better is None:
+            return None
+        size = abs(d) if self.unit == "fraction" else (
+            abs(d) / abs(float(self.a)) if self.a else abs(d))
+        if size < _SAME:
+            return "same"
+        return "better" if (d < 0) == (self.better == "lower") else "worse"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b,
+                "delta": _round(self.delta), "change_pct": _round(self.change_pct, 2),
+                "better": self.better, "verdict": self.verdict}
+
+
+@dataclass
+class FindingChange:
+    rule: str
+    title: str
+    category: str
+    status: str  # "resolved" | "still" | "new" | "not_evaluated"
+    severity_a: str | None
+    severity_b: str | None
+    message_a: str | None
+    message_b: str | None
+    reason: str | None = None  # why B could not evaluate it (status "not_evaluated")
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("rule", "title", "category", "status", "severity_a",
+                                              "severity_b", "message_a", "message_b", "reason")}
+
+
+@dataclass
+class Comparison:
+    a: Report
+    b: Report
+    metrics: list[MetricDelta]
+    findings: list[FindingChange]
+
+    def step_change_pct(self) -> float | None:
+        return next((m.change_pct for m in self.metrics if m.name == "step_time_median_ms"), None)
+
+    def by_status(self, status: str) -> list[FindingChange]:
+        return [f for f in self.findings if f.status == status]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "a": {"source": self.a.source, "ranks": len(self.a.ranks)},
+            "b": {"source": self.b.source, "ranks": len(self.b.ranks)},
+            "metrics": [m.to_json() for m in self.metrics],
+            "findings": {s: [f.to_json() for f in self.by_status(s)]
+                         for s in ("resolved", "still", "new", "not_evaluated")},
+            "step_time_median_change_pct": _round(self.step_change_pct(), 2),
+        }
+
+
+def _isnum(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _round(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def compare_reports(a: Report, b: Report) -> Comparison:
+    """What changed from run A to run B: key metrics and findings."""
+    metrics = [MetricDelta(name, CATALOG.get(name, ("", ""))[0], a.metrics.get(name),
+                           b.metrics.get(name), better)
+               for name, better in KEY_METRICS
+               if a.metrics.get(name) is not None or b.metrics.get(name) is not None]
+    fa = {f.rule: f for f in a.findings}
+    fb = {f.rule: f for f in b.findings}
+    ne_b = {n.rule: n.reason for n in b.not_evaluated}
+    changes: list[FindingChange] = []
+    for rule, f in fa.items():
+        g = fb.get(rule)
+        if g is not None:
+            status, reason = "still", None
+        elif rule in ne_b:
+            status, reason = "not_evaluated", ne_b[rule]
+        else:
+            status, reason = "resolved", None
+        changes.append(FindingChange(rule, f.title, f.category, status, f.severity,
+                                     g.severity if g else None, f.message,
+                                     g.message if g else None, reason))
+    for rule, g in fb.items():
+        if rule not in fa:
+            changes.append(FindingChange(rule, g.title, g.category, "new", None, g.severity,
+                                         None, g.message))
+    order = {"new": 0, "still": 1, "not_evaluated": 2, "resolved": 3}
+    changes.sort(key=lambda c: (order[c.status],
+                                -severity_rank(c.severity_b or c.severity_a or "info"), c.rule))
+    return Comparison(a, b, metrics, changes)
+
+
+# ------------------------------------------------------------------------------- text
+def _fmt(m: MetricDelta, v: Any) -> str:
+    from .html import fmt
+
+    return fmt(m.name, v)
+
+
+def _delta_text(m: MetricDelta) -> str:
+    d = m.delta
+    if d is None:
+        return ""
+    if m.unit == "fraction":
+        return f"{d * 100:+.1f} pp"
+    if d == 0:
+        return "0"
+    pct = m.change_pct
+    unit = {"ms": " ms", "us": " µs"}.get(m.unit, "")
+    mag = abs(d)
+    head = f"{d:+,.0f}" if mag >= 100 else f"{d:+,.1f}" if mag >= 1 else f"{d:+.2g}"
+    return head + unit + (f" ({pct:+.1f}%)" if pct is not None else "")
+
+
+def renderables(c: Comparison) -> list[Any]:
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    head.add_row("A", Text(", ".join(c.a.source)))
+    head.add_row("B", Text(", ".join(c.b.source)))
+    t = Table(title="Metrics", title_justify="left")
+    t.add_column("metric", overflow="fold")
+    t.add_column("A", justify="right", no_wrap=True)
+    t.add_column("B", justify="right", no_wrap=True)
+    t.add_column("Δ", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    style = {"better": "green", "worse": "red", "same": "dim"}
+    for m in c.metrics:
+        t.add_row(m.name, _fmt(m, m.a), _fmt(m, m.b), _delta_text(m),
+                  Text(m.verdict or "", style=style.get(m.verdict or "", "")))
+    f = Table(title="Findings (A -> B)", title_justify="left")
+    for col in ("status", "rule", "category", "A", "B"):
+        f.add_column(col, no_wrap=True)
+    f.add_column("finding (as B reports it; A where B has none)", ratio=1)
+    sstyle = {"resolved": "green", "new": "red", "still": "yellow", "not_evaluated": "dim"}
+    for ch in c.findings:
+        what = ch.message_b or ch.message_a or ch.title
+        if ch.reason:
+            what += f"\nB: not evaluated ({ch.reason})"
+        f.add_row(Text(ch.status.replace("_", " "), style=sstyle[ch.status]), ch.rule,
+                  ch.category, ch.severity_a or "-", ch.severity_b or "-", Text(what))
+    out: list[Any] = [head, t]
+    if c.findings:
+        out.append(f)
+    else:
+        out.append(Text("No findings in either run.", style="green"))
+    counts = ", ".join(f"{len(c.by_status(s))} {s.replace('_', ' ')}"
+                       for s in ("resolved", "still", "new", "not_evaluated") if c.by_status(s))
+    if counts:
+        out.append(Text(f"findings: {counts}"))
+    return out
+
+
+def render_text(c: Comparison, *, width: int = 110) -> str:
+    import io
+
+    from rich.console import Console, Group
+
+    buf = io.StringIO()
+    # force_jupyter=False: inside a notebook rich would display the output instead of writing it
+    Console(file=buf, width=width, color_system=None, highlight=False,
+            force_jupyter=False).print(Group(*renderables(c)))
+    return buf.getvalue()
+
+
+# -------------------------------------------------------------------------------- CLI
+def _pct_arg(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {s!r}")
+    return v
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare", help="compare two runs: metrics with deltas, findings resolved/still/new",
+        description="Compare run A (before) with run B (after): trace files, folders or run "
+                    "folders.")
+    p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
+    p.add_argument("b", metavar="B", help="the run after")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE")
+    p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
+                   help="exit 1 if B's median step time is more than PCT%% above A's")
+    p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
+                   help="add your own rule files (same TOML format); repeatable")
+    p.set_defaults(func=run)
+
+
+def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
+    """(regressed, the one line that says so) for --fail-on-regression PCT."""
+    a = c.a.metrics.get("step_time_median_ms")
+    b = c.b.metrics.get("step_time_median_ms")
+    change = c.step_change_pct()
+    if change is None:
+        which = "A" if not _isnum(a) else "B"
+        raise DiagnoseError(f"--fail-on-regression: run {which} has no median step time "
+                            "(no profiled steps)")
+    worse = change > pct
+    verdict = (f"regression: more than the allowed +{pct:g}%" if worse
+               else f"within the allowed +{pct:g}%")
+    return worse, f"median step time {a:,.1f} ms -> {b:,.1f} ms ({change:+.1f}%): {verdict}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import analyze
+
+    a = analyze(args.a, extra_rules=args.rules)
+    b = analyze(args.b, extra_rules=args.rules)
+    c = compare_reports(a, b)
+    regressed = False
+    line: str | None = None
+    if args.fail_on_regression is not None:
+        regressed, line = regression_line(c, args.fail_on_regression)
+    out: str | None
+    if args.format == "json":
+        doc = c.to_json()
+        if args.fail_on_regression is not None:
+            doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
+                                 "message": line}
+        out = json.dumps(doc, indent=2, default=str) + "\n"
+    else:
+        out = render_text(c) if args.output else None
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(out or "")
+        except OSError as e:
+            raise DiagnoseError(f"{args.output}: cannot write ({e.strerror or e})") from None
+    elif out is not None:
+        sys.stdout.write(out)
+    else:
+        from rich.console import Console, Group
+
+        Console(highlight=False).print(Group(*renderables(c)))
+    if line is not None:
+        print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 1 if regressed else 0
