@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.capture import context as ctxmod
+from diagnose.capture import distributed
 from diagnose.capture.profiler import WindowProfiler
 from diagnose.capture.runfolder import new_run_dir, trace_files, write_context
 from diagnose.capture.samplers import (
@@ -83,6 +84,10 @@ class Session:
         with_stack: bool = False,
         print_report: bool = True,
         analyze: bool = True,
+        tensorboard: str | os.PathLike[str] | bool | None = None,
+        optimizer: Any = None,
+        loss_fn: Any = None,
+        step_fn: Any = None,
     ) -> None:
         if steps < 1 or warmup < 0 or wait < 0:
             raise CaptureError(
@@ -103,8 +108,14 @@ class Session:
         self.with_stack = with_stack
         self.print_report = print_report
         self.analyze = analyze
+        self.optimizer = optimizer  # for .autofix(): it drives the steps itself
+        self.loss_fn = loss_fn
+        self.step_fn = step_fn
+        self.tensorboard = tensorboard  # a log dir (True: diagnose-tb) to write the run into
+        self.tensorboard_dir: Path | None = None
 
         self.run_dir: Path | None = None
+        self._dist: Any = None  # capture.distributed.DistributedCapture inside a process group
         self.report: Any = None
         self.notes: list[str] = []
         self.steps_seen = 0
@@ -146,6 +157,19 @@ class Session:
         self._pending = False
         self._advance()
 
+    def autofix(self, **kwargs: Any) -> Any:
+        """Apply the fixes the findings name in measured trials; keep what helps.
+
+        Needs ``diagnose(model, loader, optimizer=opt, loss_fn=fn)`` (or ``step_fn=``).
+        Uses this session's report when the ``with`` block already ran, else captures a
+        baseline itself. Keyword arguments go to :func:`diagnose.tune.autofix`; returns its
+        TuneReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
+        from diagnose.tune import autofix
+
+        kwargs.setdefault("report", self.report)
+        return autofix(self.model, self.loader, self.optimizer, loss_fn=self.loss_fn,
+                       step_fn=self.step_fn, **kwargs)
+
     @property
     def worker_pids(self) -> list[int]:
         """pids of the DataLoader worker processes seen so far."""
@@ -170,7 +194,9 @@ class Session:
         self._t_enter = time.time()
         try:
             try:
-                self.run_dir = new_run_dir(self.out_dir)
+                self._dist = distributed.current()  # torch.distributed: one folder for all ranks
+                self.run_dir = (self._dist.run_dir(self.out_dir) if self._dist is not None
+                                else new_run_dir(self.out_dir))
             except OSError as e:
                 raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
             self._context = ctxmod.collect(self.model, self.loader)
@@ -182,6 +208,8 @@ class Session:
                 self._sampler_thread = SamplerThread(
                     self._make_samplers(), self.run_dir, self.sample_hz
                 )
+                if self._dist is not None:  # samples.rank<N>.jsonl
+                    self._sampler_thread.path = self._dist.samples_path(self.run_dir)
                 self._sampler_thread.start()
             self._profiler = WindowProfiler(
                 self.run_dir,
@@ -192,6 +220,7 @@ class Session:
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
                 on_mark=self._on_mark,
+                worker_name=self._dist.worker_name if self._dist is not None else None,
             )
             self._profiler.start()
         except BaseException:
@@ -385,7 +414,8 @@ class Session:
                     f"boundaries, the schedule needs {need} (wait={self.wait}, warmup={self.warmup}, "
                     f"steps={self.steps})"
                 )
-        traces = [p.name for p in trace_files(run_dir)]
+        traces = [p.name for p in (self._dist.own_traces(run_dir) if self._dist is not None
+                                   else trace_files(run_dir))]
         if not traces:
             self.notes.append("no trace was written: the loop ended before the active window")
         ctx["capture"] = {
@@ -415,22 +445,46 @@ class Session:
         if exc is not None:
             ctx["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
         ctx["oom"] = oom
-        write_context(run_dir, ctx)
+        if self._dist is not None:  # rank 0 writes context.json and reports on all ranks
+            self.report = self._dist.finish(run_dir, ctx, analyze=self.analyze)
+            if self._dist.rank != 0 or self.report is None:
+                return
+        else:
+            write_context(run_dir, ctx)
         if not self.analyze:
             return
         try:
-            self.report = _run_analysis(run_dir)
+            self.report = self.report if self._dist is not None else _run_analysis(run_dir)
         except Exception as e:
             msg = f"torch-diagnose: analysis of {run_dir} failed: {type(e).__name__}: {e}"
             self.notes.append(msg)
             print(msg, file=sys.stderr)
             return
+        if self.report is not None:
+            try:  # the page people open: report.html next to the trace
+                from diagnose.report.html import write_html
+
+                write_html(self.report, run_dir / "report.html")
+            except Exception as e:
+                self.notes.append(f"could not write report.html: {type(e).__name__}: {e}")
         if self.print_report and self.report is not None:
             try:
                 self.report.print()
             except Exception as e:
                 print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
             print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
+        if self.tensorboard and self.report is not None:
+            try:  # the same run as a TensorBoard run (scalars, findings, adapted trace)
+                from diagnose.report.tensorboard import write_session_logdir
+
+                self.tensorboard_dir = write_session_logdir(self.report, run_dir, self.tensorboard)
+                if self.print_report:
+                    print(f"torch-diagnose: TensorBoard run {self.tensorboard_dir} "
+                          f"(tensorboard --logdir {self.tensorboard_dir.parent})", file=sys.stderr)
+            except Exception as e:
+                msg = f"torch-diagnose: could not write TensorBoard logs: {type(e).__name__}: {e}"
+                self.notes.append(msg)
+                print(msg, file=sys.stderr)
 
 
 def diagnose(
@@ -446,6 +500,10 @@ def diagnose(
     profile_memory: bool = True,
     with_stack: bool = False,
     print_report: bool = True,
+    tensorboard: str | os.PathLike[str] | bool | None = None,
+    optimizer: Any = None,
+    loss_fn: Any = None,
+    step_fn: Any = None,
 ) -> Session:
     """Profile a few steps of the training loop inside ``with`` and report what slows it.
 
@@ -453,6 +511,10 @@ def diagnose(
     discarded steps. ``out_dir`` is the folder the run folder is made in
     (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
     ``sample_hz`` is the host/GPU sampling rate (0 or None: no sampling).
+    ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
+    for TensorBoard: scalars, findings and a trace torch-tb-profiler reads correctly.
+    ``optimizer`` with ``loss_fn(output, target)`` or ``step_fn(model, batch) -> loss``
+    enable ``.autofix()`` (see :func:`diagnose.tune.autofix`).
     """
     return Session(
         model,
@@ -466,4 +528,8 @@ def diagnose(
         profile_memory=profile_memory,
         with_stack=with_stack,
         print_report=print_report,
+        tensorboard=tensorboard,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        step_fn=step_fn,
     )
