@@ -348,6 +348,14 @@ model = torch.nn.DataParallel(model)
 torch.distributed.init_process_group("nccl")
 model = DDP(model.to(local_rank), device_ids=[local_rank])
 """),
+    _fix("use_nccl", "NCCL backend for GPU tensors", """
+# before: gloo moves GPU tensors through host memory for every collective
+torch.distributed.init_process_group("gloo")
+# after: NCCL talks GPU to GPU (NVLink / InfiniBand / PCIe peer-to-peer); on AMD it is RCCL
+torch.distributed.init_process_group("nccl")
+# keep gloo for CPU-only collectives if you need them:
+torch.distributed.init_process_group("cuda:nccl,cpu:gloo")
+"""),
     _fix("balance_ranks", "Even out work across ranks", """
 # before: one rank gets slower input or larger samples
 sampler = DistributedSampler(dataset)
