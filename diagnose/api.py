@@ -84,8 +84,8 @@ class Report:
         return self.render_text()
 
 
-def _analyze_file(path: str) -> tuple[str, int | None, MetricSet]:
-    t = read_trace(path)
+def _analyze_file(path: str, workers: int | None = None) -> tuple[str, int | None, MetricSet]:
+    t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
     return path, t.rank, compute_rank(t)
@@ -119,7 +119,8 @@ def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
     # time) is large enough: total minus largest, not the total alone
     if len(files) > 1 and workers > 1 and sum(sizes[1:]) >= _PARALLEL_MIN_BYTES:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(_analyze_file, map(str, files)))
+            # one file per process: no second level of processes inside a file's read
+            return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
     return [_analyze_file(str(f)) for f in files]
 
 

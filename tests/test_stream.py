@@ -103,3 +103,28 @@ def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
     p = tmp_path / "lines.json"
     p.write_text(head + ', "traceEvents": [\n  ' + body + '\n], "traceName": "x"}')
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+
+
+def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch):
+    """Byte ranges decoded in worker processes merge into exactly the whole-read Trace."""
+    from diagnose.trace import parallel
+
+    monkeypatch.setattr(parallel, "_WINDOW", 4096)
+    doc = tb.launch_bound().build()
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(doc, indent=2))
+    assert_same(read_trace(p, stream=False), parallel.read_parallel(p, 2**40, 3))
+    # and through read_trace's own choice, with the size threshold lowered
+    from diagnose.trace import reader
+
+    monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", 1)
+    assert_same(read_trace(p, stream=False), read_trace(p, stream=True, workers=2))
+
+
+def test_parallel_read_refuses_odd_layouts(tmp_path):
+    from diagnose.trace import parallel
+
+    p = tmp_path / "min.json"
+    p.write_text(json.dumps(tb.healthy().build(), separators=(",", ":")))
+    with pytest.raises(stream.NotStreamable):
+        parallel.read_parallel(p, 2**40, 2)

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import TraceError
 from .decode import decode, max_bytes, read_bytes
 from .model import Trace
+from .parallel import PARALLEL_MIN_BYTES, read_parallel, usable_cpus
 from .stream import NotStreamable, read_streaming
 
 _SUFFIXES = (".json", ".json.gz")
@@ -58,6 +59,15 @@ STREAM_MIN_BYTES = 16 * 2**20
 STREAM_MIN_GZ_BYTES = 2 * 2**20
 
 
+def _plain_size(p: Path) -> int:
+    """The size of a plain (not gzipped) file; 0 for gzip or an unreadable path."""
+    try:
+        with open(p, "rb") as f:
+            return 0 if f.read(2) == b"\x1f\x8b" else p.stat().st_size
+    except OSError:
+        return 0
+
+
 def _large(p: Path) -> bool:
     try:
         size = p.stat().st_size
@@ -68,18 +78,26 @@ def _large(p: Path) -> bool:
     return size >= (STREAM_MIN_GZ_BYTES if gz else STREAM_MIN_BYTES)
 
 
-def read_trace(path: str | Path, *, stream: bool | None = None) -> Trace:
+def read_trace(path: str | Path, *, stream: bool | None = None,
+               workers: int | None = None) -> Trace:
     """Read one trace file into a columnar Trace (TraceError on bad input).
 
     ``stream``: None reads large files chunk by chunk (bounded memory) and small ones
-    whole; True always tries the chunked read first; False never does. A file whose
-    layout does not allow chunking is read whole either way.
+    whole; True always tries the chunked read first; False never does. ``workers``:
+    processes for a large plain-JSON file (None: every usable CPU; 1: none). A file
+    whose layout does not allow chunking is read whole either way.
     """
     p = Path(path)
     if stream is None:
         stream = _large(p)
     trace = None
-    if stream:
+    workers = usable_cpus() if workers is None else workers
+    if stream and workers > 1 and _plain_size(p) >= PARALLEL_MIN_BYTES:
+        try:
+            trace = read_parallel(p, max_bytes(), workers)
+        except NotStreamable:
+            trace = None
+    if stream and trace is None:
         try:
             trace = read_streaming(p, max_bytes())
         except NotStreamable:
