@@ -115,8 +115,12 @@ def _child(phase: str, path_str: str) -> None:
         out["check"]["findings"] = sorted(f.rule for f in report.findings)
     else:
         raise SystemExit(f"unknown phase {phase!r}")
+    # worker processes the work started (the parallel reader): the largest one's peak
+    # (ru_maxrss of waited-for children; it includes what a forked child shared with us)
+    children = int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     out.update(import_s=imported - t0, work_s=work, peak_rss_kib=_peak_rss_kib(),
-               base_rss_kib=rss_base, ru_maxrss_kib=_ru_maxrss_kib())
+               base_rss_kib=rss_base, ru_maxrss_kib=_ru_maxrss_kib(),
+               children_peak_kib=children, workers=_usable_cpus() if children else 0)
     sys.stdout.write(_RESULT_TAG + json.dumps(out) + "\n")
     sys.stdout.flush()
     os._exit(0)  # skip tearing down millions of objects: not part of the measurement
@@ -139,6 +143,13 @@ def _profile(analyze: Any, path: Path, top: int = 10) -> None:
 
 def _ru_maxrss_kib() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
 
 
 def _peak_rss_kib() -> int:
@@ -332,6 +343,8 @@ class PhaseResult:
     peak_rss_kib: int  # VmHWM at the end of the child
     base_rss_kib: int  # VmHWM after the imports, before the work
     ru_maxrss_kib: int  # for reference: includes the parent's peak (inherited across exec)
+    children_peak_kib: int = 0  # largest worker process's peak (parallel reader), 0 if none
+    workers: int = 0  # worker processes the parallel reader may use
     events: int | None = None
     check: dict[str, Any] | None = None
 
@@ -393,6 +406,8 @@ def _summarise(phase: str, path: Path, runs: list[tuple[dict[str, Any], float]])
         peak_rss_kib=max(r["peak_rss_kib"] for r, _ in runs),
         base_rss_kib=max(r["base_rss_kib"] for r, _ in runs),
         ru_maxrss_kib=max(r["ru_maxrss_kib"] for r, _ in runs),
+        children_peak_kib=max(r.get("children_peak_kib", 0) for r, _ in runs),
+        workers=max(r.get("workers", 0) for r, _ in runs),
         events=last.get("events"),
         check=last.get("check"),
     )
@@ -512,6 +527,13 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
             f"{max(r.times_s):>7.2f} {statistics.median(r.import_s):>9.2f} "
             f"{r.peak_rss_kib * 1024 / MB:>12,.0f} {r.base_rss_kib * 1024 / MB:>12,.0f} "
             f"{r.peak_rss_kib * 1024 / bt.bytes:>9.2f}x")
+    for r in results:
+        if r.children_peak_kib:
+            total = (r.peak_rss_kib + r.workers * r.children_peak_kib) * 1024
+            lines.append(
+                f"  {r.label} .{r.input}: read by {r.workers} worker processes, the largest "
+                f"peaking at {r.children_peak_kib * 1024 / MB:,.0f} MB; all processes together "
+                f"<= {total / MB:,.0f} MB = {total / bt.bytes:.2f}x the file (upper bound)")
     lines.append("")
     names = {
         "analyze_over_json_load_time": "analyze time / json.load time",

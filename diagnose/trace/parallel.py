@@ -75,26 +75,33 @@ def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int
 
 
 def _decode_range(args: tuple[str, int, int, bool]) -> dict[str, Any]:
-    """Worker: columns of the events in [start, end); the last range also returns the
-    document's trailer (what follows the event array)."""
+    """Worker: columns of the events in [start, end), read in blocks so that a worker
+    holds one chunk of text at a time; the last range also returns the document's
+    trailer (what follows the event array)."""
     path, start, end, last = args
-    with open(path, "rb") as f:
-        f.seek(start)
-        buf = bytearray(f.read(end - start))
-    sep = buf[: buf.index(b"{") + 1]  # this range starts at "\n<indent>{"
     b = ColumnBuilder()
     trailer = None
+    buf = bytearray()
+    sep = b""
     try:
-        while len(buf) > CHUNK_BYTES:
-            cut = buf.rfind(sep, 1, CHUNK_BYTES)
-            if cut <= 0:
-                cut = buf.find(sep, CHUNK_BYTES)
-                if cut <= 0:
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                block = f.read(min(_WINDOW, left))
+                if not block:
                     break
-            b.add(_decode_events(buf, cut))
-            del buf[:cut]
+                left -= len(block)
+                buf += block
+                if not sep:
+                    sep = bytes(buf[: buf.index(b"{") + 1])  # a range starts at "\n<indent>{"
+                if len(buf) >= CHUNK_BYTES:
+                    cut = buf.rfind(sep, 1)
+                    if cut > 0:
+                        b.add(_decode_events(buf, cut))
+                        del buf[:cut]
         if last:
-            cut = buf.rfind(sep, 1)
+            cut = buf.rfind(sep, 1) if sep else -1
             if cut > 0:
                 b.add(_decode_events(buf, cut))
                 del buf[:cut]
@@ -110,7 +117,7 @@ def _decode_range(args: tuple[str, int, int, bool]) -> dict[str, Any]:
                 raise NotStreamable
         elif buf.strip():
             b.add(_decode_events(buf, len(buf)))
-    except NotStreamable:
+    except (NotStreamable, ValueError):
         return {"ok": False}
     return {"ok": True, "parts": b.parts, "names": b.names.values(), "pids": b.pids.values(),
             "tids": b.tids.values(), "n": b.n_total, "trailer": trailer}
