@@ -73,7 +73,9 @@ def run(name: str) -> None:
                           text=True)
     text = proc.stdout
     if proc.returncode != 0:
-        text += f"\n[exit code {proc.returncode}]\n{proc.stderr[-3000:]}"
+        # progress lines redraw themselves with "\r": keep what each line finally showed
+        err = [ln.rsplit("\r", 1)[-1] for ln in proc.stderr.splitlines()]
+        text += f"\n[exit code {proc.returncode}; last lines of stderr:]\n" + "\n".join(err[-15:])
     OUT.mkdir(exist_ok=True)
     (OUT / f"{name}.txt").write_text(text)
 

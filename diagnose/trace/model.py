@@ -171,7 +171,9 @@ class ColumnBuilder:
     def finish(self, path: str | Path, meta: Decoded) -> Trace:
         keys = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", *(c[0] for c in _ARG_COLUMNS))
         if self.parts:
-            cols = {k: np.concatenate([p[k] for p in self.parts]) for k in keys}
+            # column by column, freeing each part's array as it is copied: the peak holds
+            # the parts plus one finished column, not the parts plus every column
+            cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in keys}
         else:
             cols = {k: np.zeros(0, np.int8 if k == "kind" else (
                 np.int32 if k.endswith("_id") and k != "mem_device_id" else np.float64))
