@@ -67,7 +67,18 @@ def _run_analysis(run_dir: Path) -> Any:
 
 
 class Session:
-    """One capture. Made by :func:`diagnose`; use it as a context manager."""
+    """Profile a few steps of the training loop inside ``with`` and report what slows it.
+
+    ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
+    discarded steps. ``out_dir`` is the folder the run folder is made in
+    (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
+    ``sample_hz`` is the host/GPU sampling rate (0 or None: no sampling).
+    ``analyze=False`` skips the analysis on exit (e.g. for trials that only time steps).
+    ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
+    for TensorBoard: scalars, findings and a trace torch-tb-profiler reads correctly.
+    ``optimizer`` with ``loss_fn(output, target)`` or ``step_fn(model, batch) -> loss``
+    enable ``.autofix()`` (see :func:`diagnose.tune.autofix`).
+    """
 
     def __init__(
         self,
@@ -487,49 +498,6 @@ class Session:
                 print(msg, file=sys.stderr)
 
 
-def diagnose(
-    model: Any = None,
-    loader: Any = None,
-    *,
-    steps: int = 5,
-    warmup: int = 1,
-    wait: int = 1,
-    out_dir: str | os.PathLike[str] | None = None,
-    sample_hz: float | None = DEFAULT_HZ,
-    record_shapes: bool = True,
-    profile_memory: bool = True,
-    with_stack: bool = False,
-    print_report: bool = True,
-    tensorboard: str | os.PathLike[str] | bool | None = None,
-    optimizer: Any = None,
-    loss_fn: Any = None,
-    step_fn: Any = None,
-) -> Session:
-    """Profile a few steps of the training loop inside ``with`` and report what slows it.
-
-    ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
-    discarded steps. ``out_dir`` is the folder the run folder is made in
-    (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
-    ``sample_hz`` is the host/GPU sampling rate (0 or None: no sampling).
-    ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
-    for TensorBoard: scalars, findings and a trace torch-tb-profiler reads correctly.
-    ``optimizer`` with ``loss_fn(output, target)`` or ``step_fn(model, batch) -> loss``
-    enable ``.autofix()`` (see :func:`diagnose.tune.autofix`).
-    """
-    return Session(
-        model,
-        loader,
-        steps=steps,
-        warmup=warmup,
-        wait=wait,
-        out_dir=out_dir,
-        sample_hz=sample_hz,
-        record_shapes=record_shapes,
-        profile_memory=profile_memory,
-        with_stack=with_stack,
-        print_report=print_report,
-        tensorboard=tensorboard,
-        optimizer=optimizer,
-        loss_fn=loss_fn,
-        step_fn=step_fn,
-    )
+# The public name: ``with diagnose(model, loader) as d:`` makes a Session. One class, one
+# signature: every option is declared once, in Session.__init__.
+diagnose = Session

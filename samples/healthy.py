@@ -8,21 +8,16 @@ Expected: no finding at warning or above.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
+import _common  # first: finds torch-diagnose in a source checkout
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-try:
-    from diagnose import diagnose
-except ImportError:  # running from a source checkout that is not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from diagnose import diagnose
+from diagnose import diagnose
 
 
 class InMemoryFeatures(Dataset):
@@ -63,10 +58,4 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out", default=None, help="folder for the run folder (default diagnose-runs/)"
-    )
-    ap.add_argument("--steps", type=int, default=5, help="profiled steps")
-    args = ap.parse_args()
-    main(args.out, steps=args.steps)
+    _common.cli(main, __doc__)

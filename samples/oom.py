@@ -12,21 +12,16 @@ Expected finding: ``memory`` (out of memory), with the requested size.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
+import _common  # first: finds torch-diagnose in a source checkout
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
-try:
-    from diagnose import diagnose
-except ImportError:  # running from a source checkout that is not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from diagnose import diagnose
+from diagnose import diagnose
 
 HUGE = 1 << 17  # tokens: 8 x 131072^2 fp32 attention scores = 512 GiB
 
@@ -92,10 +87,4 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out", default=None, help="folder for the run folder (default diagnose-runs/)"
-    )
-    ap.add_argument("--steps", type=int, default=5, help="profiled steps")
-    args = ap.parse_args()
-    main(args.out, steps=args.steps)
+    _common.cli(main, __doc__)
