@@ -59,10 +59,11 @@ MB = 1e6  # sizes are in MB = 10^6 bytes throughout
 BUILD_VERSION = 1  # bump when the way the file is built changes (invalidates the cache)
 GAP_US = 1000  # idle gap between two copies of the source trace
 GZIP_LEVEL = 6
-PHASES = ("json", "decode", "analyze")
+PHASES = ("json", "decode", "gunzip", "analyze")
 PHASE_LABELS = {
     "json": "json.load (stdlib)",
     "decode": "msgspec typed decode",
+    "gunzip": "decompression only",
     "analyze": "diagnose.api.analyze",
 }
 CHECK_METRICS = ("step_count", "kernels_per_step", "launches_per_step", "share_kernel",
@@ -91,6 +92,18 @@ def _child(phase: str, path_str: str) -> None:
                 doc = json.load(f)
         work = time.perf_counter() - start
         out["events"] = len(doc["traceEvents"])
+    elif phase == "gunzip":  # the decompression itself: zlib over the file, output dropped
+        import zlib
+
+        imported = time.perf_counter()
+        rss_base = _peak_rss_kib()
+        start = time.perf_counter()
+        d, n = zlib.decompressobj(wbits=31), 0
+        with open(path, "rb") as f:
+            while block := f.read(2**20):
+                n += len(d.decompress(block))
+        work = time.perf_counter() - start
+        out["bytes"] = n
     elif phase == "decode":
         from diagnose.trace.decode import decode, read_bytes
 
@@ -385,7 +398,8 @@ def run_all(inputs: list[Path], repeat: int, log: Callable[[str], None],
     """Every phase on every input, ``repeat`` rounds. A round runs each phase once, so a
     burst of load from elsewhere on the machine spreads over all phases, not one."""
     runs: dict[tuple[str, Path], list[tuple[dict[str, Any], float]]] = {
-        (phase, p): [] for p in inputs for phase in phases}
+        (phase, p): [] for p in inputs for phase in phases
+        if phase != "gunzip" or p.name.endswith(".gz")}
     for i in range(repeat):
         log(f"round {i + 1}/{repeat}: " + ", ".join(PHASE_LABELS.values())
             + f" on {len(inputs)} file(s) ...")
@@ -484,9 +498,11 @@ def compute_ratios(results: list[PhaseResult], bt: BuiltTrace) -> dict[str, floa
             out[f"analyze_over_typed_decode_time{sfx}"] = _ratio(a.median_s,
                                                                   by[("decode", inp)].median_s)
         out[f"analyze_peak_rss_over_file_size{sfx}"] = a.peak_rss_kib * 1024 / bt.bytes
-    if ("analyze", "json.gz") in by:
-        out["analyze_time_gz_over_json"] = _ratio(by[("analyze", "json.gz")].median_s,
-                                                  by[("analyze", "json")].median_s)
+    if ("analyze", "json.gz") in by and ("analyze", "json") in by:
+        gz, plain = by[("analyze", "json.gz")].median_s, by[("analyze", "json")].median_s
+        out["analyze_time_gz_over_json"] = _ratio(gz, plain)
+        if ("gunzip", "json.gz") in by:
+            out["gz_extra_over_gunzip_time"] = _ratio(gz - plain, by[("gunzip", "json.gz")].median_s)
     return out
 
 
@@ -548,6 +564,10 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
     if "analyze_time_gz_over_json" in ratios:
         lines.append(f"{'analyze time .json.gz / .json':<36} "
                      f"{_fmt(ratios['analyze_time_gz_over_json']):>8}")
+    if "gz_extra_over_gunzip_time" in ratios:
+        lines.append(f"{'(.json.gz - .json) / decompression':<36} "
+                     f"{_fmt(ratios['gz_extra_over_gunzip_time']):>8}   (what .gz adds, "
+                     "against the decompression alone)")
     checks = [r.check for r in results if r.check]
     if checks:
         lines += ["", "analysis check, replicated file: "

@@ -14,14 +14,17 @@ from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 from tests.conftest import REPO, all_shared_traces
 
-COLUMNS = ("ts", "dur", "kind", "correlation", "device", "nbytes", "mem_allocated",
-           "mem_reserved", "mem_delta", "mem_device_type", "mem_device_id")
+COLUMNS = ("ts", "dur", "kind", "correlation")
+SPARSE = ("device", "nbytes", "mem_allocated", "mem_reserved", "mem_delta", "mem_device_type")
 
 
 def assert_same(a, b):
     assert len(a) == len(b)
     for k in COLUMNS:
         assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
+    for k in SPARSE:
+        x, y = getattr(a, k), getattr(b, k)
+        assert np.array_equal(x.idx, y.idx) and np.array_equal(x.val, y.val), k
     assert [a.names[i] for i in a.name_id] == [b.names[i] for i in b.name_id]
     assert [a.pids[i] for i in a.pid_id] == [b.pids[i] for i in b.pid_id]
     assert [a.tids[i] for i in a.tid_id] == [b.tids[i] for i in b.tid_id]
@@ -105,11 +108,15 @@ def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
-def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch):
-    """Byte ranges decoded in worker processes merge into exactly the whole-read Trace."""
+@pytest.mark.parametrize("chunk", [64, 4096, 8 * 2**20], ids=["events-longer-than-chunk",
+                                                                "many-chunks", "one-chunk"])
+def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk):
+    """Byte ranges decoded in worker processes merge into exactly the whole-read Trace,
+    whatever the chunk size (a chunk smaller than one event makes the buffer grow)."""
     from diagnose.trace import parallel
 
     monkeypatch.setattr(parallel, "_WINDOW", 4096)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", chunk)
     doc = tb.launch_bound().build()
     p = tmp_path / "big.json"
     p.write_text(json.dumps(doc, indent=2))
@@ -121,6 +128,35 @@ def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch):
     assert_same(read_trace(p, stream=False), read_trace(p, stream=True, workers=2))
 
 
+GZ_FILES = [p for p in FILES if p.name.endswith(".gz")]
+
+
+@pytest.mark.parametrize("path", GZ_FILES[:3] + GZ_FILES[-2:], ids=lambda p: p.name[:40])
+def test_pipelined_gz_read_equals_whole_read(path, small_chunks, monkeypatch):
+    """A .json.gz decompressed here and decoded by worker processes, many small arrays in
+    flight, merges into exactly the whole-read Trace; read_trace picks that path for a
+    large .gz."""
+    from diagnose.trace import parallel, reader
+
+    whole = read_trace(path, stream=False)
+    assert_same(whole, parallel.read_pipelined(path, 2**40, 2))
+    monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
+    called = []
+    monkeypatch.setattr(reader, "read_pipelined",
+                        lambda *a: called.append(a) or parallel.read_pipelined(*a))
+    assert_same(whole, read_trace(path, stream=True, workers=2))
+    assert called
+
+
+def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path):
+    from diagnose.trace import parallel
+
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(tb.healthy().build(), indent=2).encode())[:-20])
+    with pytest.raises(TraceError, match="truncated gzip"):
+        parallel.read_pipelined(p, 2**40, 2)
+
+
 def test_parallel_read_refuses_odd_layouts(tmp_path):
     from diagnose.trace import parallel
 
@@ -128,3 +164,25 @@ def test_parallel_read_refuses_odd_layouts(tmp_path):
     p.write_text(json.dumps(tb.healthy().build(), separators=(",", ":")))
     with pytest.raises(stream.NotStreamable):
         parallel.read_parallel(p, 2**40, 2)
+
+
+def test_events_without_phase_decode_plain(tmp_path, small_chunks):
+    """Chunks are decoded by phase (flows come out field-less); an event with no or an
+    unknown ``ph`` switches the reader to plain events and nothing is lost."""
+    doc = tb.launch_bound().build()
+    evs = doc["traceEvents"]
+    n_flows = sum(1 for e in evs if e.get("ph") in ("s", "t", "f"))
+    assert n_flows > 0
+    for i, e in enumerate(evs):
+        if i % 7 == 3:
+            e.pop("ph", None)
+        elif i % 11 == 5:
+            e["ph"] = "?"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=2))
+    d = stream.ChunkDecoder()
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+    assert d.by_phase
+    assert d.decode(b'[{"ph": "X", "ts": 1}, {"ts": 2}]')[1].ts == 2.0 and not d.by_phase
+    flows = stream.ChunkDecoder().decode(b'[{"ph": "s", "id": 1, "ts": 5, "cat": "ac2g"}]')
+    assert not hasattr(flows[0], "ts")  # nothing of a flow is kept

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -129,10 +130,26 @@ class _Computer:
         t = self.t
         return iv.union(t.ts[mask], t.end[mask])
 
+    @cached_property
+    def mid(self) -> np.ndarray:
+        """Each event's midpoint."""
+        return self.t.ts + self.t.dur / 2
+
+    @cached_property
+    def in_window(self) -> np.ndarray:
+        """Events whose midpoint lies inside a profiled step (computed once)."""
+        return iv.inside(self.steps_u, self.mid)
+
     def _in_window(self, mask: np.ndarray) -> np.ndarray:
         """Events (of ``mask``) whose midpoint lies inside a profiled step."""
-        t = self.t
-        return mask & iv.inside(self.steps_u, t.ts + t.dur / 2)
+        return mask & self.in_window
+
+    def _contains(self, u: iv.Intervals, mask: np.ndarray) -> np.ndarray:
+        """Events of ``mask`` whose midpoint lies inside ``u`` (only those are searched)."""
+        out = np.zeros(len(mask), bool)
+        idx = np.flatnonzero(mask)
+        out[idx] = iv.contains(u, self.mid[idx])
+        return out
 
     def in_steps(self, u: iv.Intervals) -> float:
         """Length of ``u`` inside the profiled steps (time between steps does not count)."""
@@ -281,7 +298,8 @@ class _Computer:
                 v[n] = None
             return
         dev_idx = np.flatnonzero(self.dev)
-        dev_key = np.where(np.isnan(t.device[dev_idx]), -1.0 - t.pid_id[dev_idx], t.device[dev_idx])
+        dev_no = t.device[dev_idx]
+        dev_key = np.where(np.isnan(dev_no), -1.0 - t.pid_id[dev_idx], dev_no)
         busiest = 0.0
         for d in np.unique(dev_key):  # once per device
             sel = dev_idx[dev_key == d]
@@ -372,13 +390,13 @@ class _Computer:
         t, v = self.t, self.v
         mc = self._in_window(self.dev & (t.kind == Kind.MEMCPY))
         names = t.names
-        direction = np.array([_copy_direction(n) for n in names], dtype=object)
+        direction = [_copy_direction(n) for n in names]
         pageable_n = np.fromiter(("Pageable" in n for n in names), bool, len(names))
         pinned_n = np.fromiter(("Pinned" in n for n in names), bool, len(names))
-        d_ev = direction[t.name_id] if len(names) else np.zeros(0, object)
         gpu = self.has_gpu
         for d in ("h2d", "d2h", "d2d"):
-            m = mc & (d_ev == d)
+            of_d = np.fromiter((x == d for x in direction), bool, len(names))
+            m = mc & of_d[t.name_id] if len(names) else mc
             self._copy_stats(f"memcpy_{d}", m, gpu, f"{d.upper().replace('2', '->')} copies")
             if d != "d2d":
                 self._copy_stats(f"memcpy_{d}_pageable", m & pageable_n[t.name_id], gpu,
@@ -388,8 +406,10 @@ class _Computer:
                                  full=False)
         # host time blocked in the copy API calls that issued pageable copies
         rt_copy = self.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: bool(_MEMCPY_API.match(n)))
-        pageable_corr = t.correlation[mc & pageable_n[t.name_id]]
-        pg_rt = rt_copy & np.isin(t.correlation, pageable_corr[~np.isnan(pageable_corr)])
+        pageable_corr = t.correlation[mc & pageable_n[t.name_id]] if len(names) else np.zeros(0)
+        rt_idx = np.flatnonzero(rt_copy)
+        pg_rt = np.zeros(len(t), bool)
+        pg_rt[rt_idx] = np.isin(t.correlation[rt_idx], pageable_corr[~np.isnan(pageable_corr)])
         v[_doc("memcpy_api_host_frac", "fraction",
                "Host time inside cudaMemcpy*/hipMemcpy* API calls / window")] = (
             _r(self.frac(self._sel(rt_copy))) if gpu else None)
@@ -508,7 +528,9 @@ class _Computer:
     # ---------------------------------------------------------------- memory
     def _memory(self) -> None:
         t, v = self.t, self.v
-        mem = (t.kind == Kind.MEMORY) & (t.mem_device_type == 1)
+        dtype = t.mem_device_type
+        mem = dtype.idx[dtype.val == 1]  # memory events of a GPU (device type 1)
+        mem = mem[t.kind[mem] == Kind.MEMORY]
         alloc = t.mem_allocated[mem]
         res = t.mem_reserved[mem]
         alloc = alloc[np.isfinite(alloc)]
@@ -540,12 +562,13 @@ class _Computer:
         hostish = self.host & np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)])
         step_spans = self._sel(self._in_window(hostish & t.name_mask(lambda n: bool(_OPT_STEP.match(n)))))
         zero_spans = self._sel(self._in_window(hostish & t.name_mask(lambda n: bool(_OPT_ZERO.match(n)))))
-        mid = t.ts + t.dur / 2
         launch = self.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: n in _LAUNCH)
         has_opt = len(step_spans[0]) > 0
-        in_opt = iv.contains(step_spans, mid) if has_opt else np.zeros(len(t), bool)
-        n_launch = int((launch & in_opt).sum())
         foreach_names = t.name_mask(lambda n: bool(_FOREACH.search(n)))
+        # only launches and foreach ops are asked "inside optimizer.step()?"
+        in_opt = (self._contains(step_spans, launch | foreach_names) if has_opt
+                  else np.zeros(len(t), bool))
+        n_launch = int((launch & in_opt).sum())
         v[_doc("optimizer_launches_per_step", "count",
                "Kernel launches inside optimizer.step(), per step")] = (
             _r(n_launch / self.n_steps, 1) if has_opt and self.has_gpu else None)
@@ -555,9 +578,8 @@ class _Computer:
                "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops")] = (
             bool((foreach_names & in_opt).any()) if has_opt else None)
         if len(zero_spans[0]):
-            in_zero = iv.contains(zero_spans, mid)
-            fills = self.host & (t.kind == Kind.CPU_OP) & t.name_mask(
-                lambda n: n == "aten::zero_") & in_zero
+            zero_ops = self.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda n: n == "aten::zero_")
+            fills = self._contains(zero_spans, zero_ops)
             v_zero = _r(int(fills.sum()) / self.n_steps, 1)
         else:
             v_zero = None

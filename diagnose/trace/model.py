@@ -82,28 +82,66 @@ def _take(evs: Sequence[Event], idx: np.ndarray) -> tuple[Event, ...]:
     return itemgetter(*idx.tolist())(evs)
 
 
-def _sparse_column(evs: Sequence[Event], mask: np.ndarray, attr: str) -> np.ndarray:
-    """``attr`` for the events in ``mask``, NaN elsewhere."""
-    out = np.full(len(evs), np.nan)
-    if mask.all():
-        return _column(evs, attr)
+def _sparse_values(evs: Sequence[Event], mask: np.ndarray, attr: str) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, values) of the events in ``mask`` that have a finite ``attr``."""
     idx = np.flatnonzero(mask)
-    if len(idx):
-        out[idx] = _column(_take(evs, idx), attr)
-    return out
+    if not len(idx):
+        return idx, np.zeros(0)
+    vals = _column(evs if len(idx) == len(evs) else _take(evs, idx), attr)
+    have = np.isfinite(vals)
+    return (idx, vals) if have.all() else (idx[have], vals[have])
 
 
-_ARG_COLUMNS = (
-    # column, event attribute, which kinds carry it
-    ("correlation", "args.correlation", "corr"),
+@dataclass(frozen=True, slots=True)
+class SparseColumn:
+    """A float column that few events carry (bytes of a copy, a memory event's totals):
+    the indices of the events that have a value, sorted, and the values. Indexing reads
+    like the dense column, NaN where an event has no value, without storing the NaNs."""
+
+    idx: np.ndarray  # int64, sorted
+    val: np.ndarray  # float64
+    n: int  # length of the dense column
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        return self.idx.nbytes + self.val.nbytes
+
+    def __getitem__(self, sel: Any) -> Any:
+        """``column[i]``, ``column[int_indices]`` or ``column[bool_mask]``, as if dense."""
+        if np.ndim(sel) == 0:
+            return float(self[np.array([sel], dtype=np.int64)][0])
+        sel = np.asarray(sel)
+        if sel.dtype == bool:
+            sel = np.flatnonzero(sel)
+        sel = np.where(sel < 0, sel + self.n, sel)
+        out = np.full(len(sel), np.nan)
+        if len(self.idx) and len(sel):
+            pos = np.minimum(np.searchsorted(self.idx, sel), len(self.idx) - 1)
+            hit = self.idx[pos] == sel
+            out[hit] = self.val[pos[hit]]
+        return out
+
+    def dense(self) -> np.ndarray:
+        out = np.full(self.n, np.nan)
+        out[self.idx] = self.val
+        return out
+
+
+#: Arg columns that only some kinds of event carry: stored sparse (column, event
+#: attribute, which kinds carry it). ``correlation`` is on most events of a GPU trace
+#: (every launch and every device op) and stays a dense column.
+_SPARSE_COLUMNS = (
     ("device", "args.device", "dev"),
     ("nbytes", "args.bytes", "dev"),
     ("mem_allocated", "args.total_allocated", "mem"),
     ("mem_reserved", "args.total_reserved", "mem"),
     ("mem_delta", "args.mem_bytes", "mem"),
     ("mem_device_type", "args.device_type", "mem"),
-    ("mem_device_id", "args.device_id", "mem"),
 )
+_DENSE_KEYS = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", "correlation")
 _CORR_KINDS = [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)]
 _DEV_KINDS = [int(k) for k in DEVICE_KINDS]
 
@@ -154,9 +192,9 @@ class ColumnBuilder:
         if not keep.all():
             evs = _take(evs, np.flatnonzero(keep))
             kind, name_id = kind[keep], name_id[keep]
-        masks = {"corr": np.isin(kind, _CORR_KINDS), "dev": np.isin(kind, _DEV_KINDS),
-                 "mem": kind == Kind.MEMORY}
-        part = {
+        corr = np.isin(kind, _CORR_KINDS)
+        masks = {"dev": np.isin(kind, _DEV_KINDS), "mem": kind == Kind.MEMORY}
+        part: dict[str, Any] = {
             "ts": _column(evs, "ts"),
             "dur": _column(evs, "dur"),
             "kind": kind,
@@ -164,20 +202,34 @@ class ColumnBuilder:
             "pid_id": self.pids.ids(evs, "pid"),
             "tid_id": self.tids.ids(evs, "tid"),
         }
-        for col, attr, which in _ARG_COLUMNS:
-            part[col] = _sparse_column(evs, masks[which], attr)
+        if corr.all():
+            part["correlation"] = _column(evs, "args.correlation")
+        else:
+            part["correlation"] = np.full(len(evs), np.nan)
+            c_idx, c_val = _sparse_values(evs, corr, "args.correlation")
+            part["correlation"][c_idx] = c_val
+        for col, attr, which in _SPARSE_COLUMNS:
+            part[col] = _sparse_values(evs, masks[which], attr)  # (indices in the part, values)
         self.parts.append(part)
 
     def finish(self, path: str | Path, meta: Decoded) -> Trace:
-        keys = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", *(c[0] for c in _ARG_COLUMNS))
+        cols: dict[str, Any]
         if self.parts:
+            offsets = np.cumsum([0] + [len(p["ts"]) for p in self.parts[:-1]])
             # column by column, freeing each part's array as it is copied: the peak holds
             # the parts plus one finished column, not the parts plus every column
-            cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in keys}
+            cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in _DENSE_KEYS}
+            n = len(cols["ts"])
+            for k, _, _ in _SPARSE_COLUMNS:
+                pairs = [p.pop(k) for p in self.parts]
+                cols[k] = SparseColumn(
+                    np.concatenate([i + off for (i, _), off in zip(pairs, offsets, strict=True)]).astype(np.int64),
+                    np.concatenate([v for _, v in pairs]).astype(np.float64), n)
         else:
             cols = {k: np.zeros(0, np.int8 if k == "kind" else (
-                np.int32 if k.endswith("_id") and k != "mem_device_id" else np.float64))
-                for k in keys}
+                np.int32 if k.endswith("_id") else np.float64)) for k in _DENSE_KEYS}
+            cols.update({k: SparseColumn(np.zeros(0, np.int64), np.zeros(0), 0)
+                         for k, _, _ in _SPARSE_COLUMNS})
         self.parts = []
         # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
         ts, dur, kind = cols["ts"], cols["dur"], cols["kind"]
@@ -214,13 +266,13 @@ class Trace:
     tid_id: np.ndarray
     tids: list[str]
     correlation: np.ndarray  # float64, NaN where absent
-    device: np.ndarray
-    nbytes: np.ndarray
-    mem_allocated: np.ndarray
-    mem_reserved: np.ndarray
-    mem_delta: np.ndarray
-    mem_device_type: np.ndarray
-    mem_device_id: np.ndarray
+    # args few events carry, stored sparse (index like a dense column, NaN where absent)
+    device: SparseColumn  # device ops
+    nbytes: SparseColumn  # copies and memsets
+    mem_allocated: SparseColumn  # '[memory]' events
+    mem_reserved: SparseColumn
+    mem_delta: SparseColumn
+    mem_device_type: SparseColumn
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict | None = None
     schema_version: Any = None

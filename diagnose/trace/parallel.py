@@ -15,21 +15,35 @@ import multiprocessing
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from .decode import Decoded, Document, _props
+from .decode import EVENTS
 from .model import ColumnBuilder, Trace
-from .stream import _ARRAY_START, _CLOSE, _EVENTS, CHUNK_BYTES, NotStreamable, _decode_events
+from .stream import (
+    _ARRAY_START,
+    _CLOSE,
+    CHUNK_BYTES,
+    ChunkDecoder,
+    EventSplitter,
+    NotStreamable,
+    text_blocks,
+)
 
 #: Plain files at least this large are read in parallel when there are 2+ CPUs.
 PARALLEL_MIN_BYTES = 64 * 2**20
+#: Gzipped files at least this large (compressed; ~10x that as text) are decoded by
+#: worker processes while this one decompresses.
+PIPELINE_MIN_GZ_BYTES = 4 * 2**20
+#: Text sent to a worker per task by the pipelined read (smaller than CHUNK_BYTES: each
+#: array exists in this process, in the pipe and in the worker).
+PIPELINE_CHUNK_BYTES = 4 * 2**20
 _WINDOW = 2**20
-_DOC = msgspec.json.Decoder(Document)
 
 
 def usable_cpus() -> int:
@@ -57,7 +71,9 @@ def _layout(path: Path) -> tuple[bytes, int, bytes]:
 
 
 def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int]:
-    """Offsets, each just before an event, dividing [start, size) into about ``parts``."""
+    """Offsets, each just before an event, dividing [start, size) into about ``parts``.
+    Each is found by reading a small window at the target offset, doubled until it holds
+    the start of an event (one very long event merges two ranges)."""
     cuts = [start]
     step = (size - start) // parts
     with open(path, "rb") as f:
@@ -65,67 +81,131 @@ def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int
             target = start + k * step
             if target <= cuts[-1]:
                 continue
-            f.seek(target)
-            window = f.read(16 * _WINDOW)
-            i = window.find(sep)
-            if i < 0:
-                continue  # one very long event: merge this range into the next
-            cuts.append(target + i)
+            width = 64 * 1024
+            while True:
+                f.seek(target)
+                window = f.read(width)
+                i = window.find(sep)
+                if i >= 0 or len(window) < width or width >= 16 * _WINDOW:
+                    break
+                width *= 4
+            if i >= 0:
+                cuts.append(target + i)
     return cuts
 
 
+def _events_in_place(buf: bytearray, filled: int, sep: bytes,
+                     decode: ChunkDecoder) -> tuple[list | None, int]:
+    """Decode the whole events in ``buf[:filled]`` (``buf[0]`` is ``[``) without copying the
+    text: the comma after the last whole event is overwritten with ``]`` and the decoder reads
+    the buffer in place. Returns (events or None when no whole event is there yet, the
+    offset where the rest begins)."""
+    cut = buf.rfind(sep, 2, filled)  # the start of the last event in the buffer
+    if cut < 0:
+        return None, 0
+    close = cut - 1
+    while buf[close] in b" \t\r":
+        close -= 1
+    if buf[close] != ord(","):
+        raise NotStreamable
+    buf[close] = ord("]")
+    with memoryview(buf) as mv:
+        return decode.decode(mv[: close + 1]), cut
+
+
 def _decode_range(args: tuple[str, int, int, bool]) -> dict[str, Any]:
-    """Worker: columns of the events in [start, end), read in blocks so that a worker
-    holds one chunk of text at a time; the last range also returns the document's
-    trailer (what follows the event array)."""
+    """Worker: columns of the events in [start, end). The text is read into one buffer of
+    about CHUNK_BYTES, decoded there in place, and the partial event at its end moved to
+    its front for the next read: a worker holds one chunk of text at a time and copies it
+    once (from the file). The last range also returns the document's trailer (what
+    follows the event array)."""
     path, start, end, last = args
     b = ColumnBuilder()
+    decode_events = ChunkDecoder()
     trailer = None
-    buf = bytearray()
+    buf = bytearray(b"[") + bytearray(CHUNK_BYTES)
+    filled = 1
     sep = b""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=0) as f:
             f.seek(start)
             left = end - start
             while left > 0:
-                block = f.read(min(_WINDOW, left))
-                if not block:
+                with memoryview(buf) as mv:
+                    n = f.readinto(mv[filled: filled + min(len(buf) - filled, left)])
+                if not n:
                     break
-                left -= len(block)
-                buf += block
+                left -= n
+                filled += n
                 if not sep:
-                    sep = bytes(buf[: buf.index(b"{") + 1])  # a range starts at "\n<indent>{"
-                if len(buf) >= CHUNK_BYTES:
-                    cut = buf.rfind(sep, 1)
-                    if cut > 0:
-                        b.add(_decode_events(buf, cut))
-                        del buf[:cut]
+                    sep = bytes(buf[1: buf.index(b"{", 1) + 1])  # a range starts at "\n<indent>{"
+                if filled < len(buf):
+                    continue
+                evs, cut = _events_in_place(buf, filled, sep, decode_events)
+                if evs is None:  # one event longer than the buffer: grow it
+                    buf += bytearray(len(buf))
+                    continue
+                b.add(evs)
+                del evs
+                rest = bytes(buf[cut:filled])  # at most one event
+                buf[1: 1 + len(rest)] = rest
+                filled = 1 + len(rest)
+        tail = bytearray(buf[1:filled])
+        del buf
         if last:
-            cut = buf.rfind(sep, 1) if sep else -1
+            cut = tail.rfind(sep, 1) if sep else -1
             if cut > 0:
-                b.add(_decode_events(buf, cut))
-                del buf[:cut]
-            for m in _CLOSE.finditer(buf):
+                b.add(decode_events(tail, cut))
+                del tail[:cut]
+            for m in _CLOSE.finditer(tail):
                 try:
-                    b.add(_EVENTS.decode(b"[" + bytes(buf[: m.start() + 1]) + b"]"))
+                    b.add(EVENTS.decode(b"[" + bytes(tail[: m.start() + 1]) + b"]"))
                 except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
                         RecursionError):
                     continue
-                trailer = bytes(buf[m.end():])
+                trailer = bytes(tail[m.end():])
                 break
             if trailer is None:
                 raise NotStreamable
-        elif buf.strip():
-            b.add(_decode_events(buf, len(buf)))
+        elif tail.strip():
+            b.add(decode_events(tail, len(tail)))
     except (NotStreamable, ValueError):
         return {"ok": False}
+    return _columns_of(b, trailer)
+
+
+def _columns_of(b: ColumnBuilder, trailer: bytes | None = None) -> dict[str, Any]:
+    """What a worker sends back: its columns and its own intern tables."""
     return {"ok": True, "parts": b.parts, "names": b.names.values(), "pids": b.pids.values(),
             "tids": b.tids.values(), "n": b.n_total, "trailer": trailer}
 
 
+def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
+    """Append a worker's columns to ``g``, mapping its name/pid/tid ids onto g's tables."""
+    if not r["ok"]:
+        raise NotStreamable
+    maps = {}
+    for key, local in (("name_id", r["names"]), ("pid_id", r["pids"]), ("tid_id", r["tids"])):
+        table = {"name_id": g.names, "pid_id": g.pids, "tid_id": g.tids}[key]
+        maps[key] = np.fromiter(map(table.__getitem__, local), np.int32, len(local))
+    for part in r["parts"]:
+        for key, remap in maps.items():
+            if len(part[key]):
+                part[key] = remap[part[key]]
+        g.parts.append(part)
+    g.n_total += r["n"]
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    if sys.platform != "linux":
+        raise NotStreamable  # fork keeps the start cheap; elsewhere read in one process
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+
+
 def read_parallel(path: Path, limit: int, workers: int) -> Trace:
-    """Read a large plain-JSON trace with ``workers`` processes (NotStreamable if the
-    layout does not allow it, or on a platform without fork)."""
+    """Read a large plain-JSON trace with ``workers`` processes, each reading its own byte
+    range of the file (NotStreamable if the layout does not allow it, or on a platform
+    without fork)."""
     if sys.platform != "linux":
         raise NotStreamable
     size = path.stat().st_size
@@ -136,26 +216,44 @@ def read_parallel(path: Path, limit: int, workers: int) -> Trace:
     bounds = [*cuts, size]
     tasks = [(str(path), bounds[i], bounds[i + 1], i == len(cuts) - 1)
              for i in range(len(cuts))]
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        results = list(pool.map(_decode_range, tasks))
-    if not all(r["ok"] for r in results):
-        raise NotStreamable
     g = ColumnBuilder()
-    for r in results:
-        maps = {}
-        for key, table in (("name_id", g.names), ("pid_id", g.pids), ("tid_id", g.tids)):
-            local = r[{"name_id": "names", "pid_id": "pids", "tid_id": "tids"}[key]]
-            maps[key] = np.fromiter(map(table.__getitem__, local), np.int32, len(local))
-        for part in r["parts"]:
-            for key, remap in maps.items():
-                if len(part[key]):
-                    part[key] = remap[part[key]]
-            g.parts.append(part)
-        g.n_total += r["n"]
+    with _pool(workers) as pool:
+        for r in pool.map(_decode_range, tasks):
+            _merge(g, r)
+    split = EventSplitter()
+    split.header, split.trailer = header, r["trailer"]
+    return split.finish(g, path)
+
+
+def _decode_array(array: bytes) -> dict[str, Any]:
+    """Worker: the columns of one JSON array of events."""
+    b = ColumnBuilder()
     try:
-        doc = _DOC.decode(header + b'"traceEvents": []' + (results[-1]["trailer"] or b""))
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
-        raise NotStreamable from None
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None
-    return g.finish(path, Decoded([], _props(doc), dist, doc.schemaVersion))
+        b.add(ChunkDecoder().decode(array))
+    except NotStreamable:
+        return {"ok": False}
+    return _columns_of(b)
+
+
+def read_pipelined(path: Path, limit: int, workers: int) -> Trace:
+    """Read a trace whose text only this process can produce (a .json.gz: decompression
+    is serial) with ``workers`` processes: this process decompresses and cuts the text
+    into arrays of whole events, the workers decode them into columns, in order. At most
+    two arrays per worker are in flight, so memory stays bounded whatever the file size."""
+    split = EventSplitter(min(CHUNK_BYTES, PIPELINE_CHUNK_BYTES))
+    g = ColumnBuilder()
+    pending: deque[Future] = deque()
+    with _pool(workers) as pool:
+        pool.submit(int).result()  # start the workers now, while this process is small
+        try:
+            for array in split.arrays(text_blocks(path, limit)):
+                pending.append(pool.submit(_decode_array, bytes(array)))
+                del array
+                while len(pending) > 2 * workers:
+                    _merge(g, pending.popleft().result())
+            while pending:
+                _merge(g, pending.popleft().result())
+        finally:
+            for f in pending:
+                f.cancel()
+    return split.finish(g, path)

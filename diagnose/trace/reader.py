@@ -13,7 +13,13 @@ from pathlib import Path
 from ..errors import TraceError
 from .decode import decode, max_bytes, read_bytes
 from .model import Trace
-from .parallel import PARALLEL_MIN_BYTES, read_parallel, usable_cpus
+from .parallel import (
+    PARALLEL_MIN_BYTES,
+    PIPELINE_MIN_GZ_BYTES,
+    read_parallel,
+    read_pipelined,
+    usable_cpus,
+)
 from .stream import NotStreamable, read_streaming
 
 _SUFFIXES = (".json", ".json.gz")
@@ -59,13 +65,16 @@ STREAM_MIN_BYTES = 16 * 2**20
 STREAM_MIN_GZ_BYTES = 2 * 2**20
 
 
-def _plain_size(p: Path) -> int:
-    """The size of a plain (not gzipped) file; 0 for gzip or an unreadable path."""
+def _sizes(p: Path) -> tuple[int, int]:
+    """(plain size, gzipped size): the file's size in one of them, 0 in the other (and in
+    both for an unreadable path)."""
     try:
         with open(p, "rb") as f:
-            return 0 if f.read(2) == b"\x1f\x8b" else p.stat().st_size
+            gz = f.read(2) == b"\x1f\x8b"
+        size = p.stat().st_size
     except OSError:
-        return 0
+        return 0, 0
+    return (0, size) if gz else (size, 0)
 
 
 def _large(p: Path) -> bool:
@@ -84,17 +93,19 @@ def read_trace(path: str | Path, *, stream: bool | None = None,
 
     ``stream``: None reads large files chunk by chunk (bounded memory) and small ones
     whole; True always tries the chunked read first; False never does. ``workers``:
-    processes for a large plain-JSON file (None: every usable CPU; 1: none). A file
-    whose layout does not allow chunking is read whole either way.
+    processes for a large file (None: every usable CPU; 1: none): a plain one is cut into
+    byte ranges that the workers read; a gzipped one is decompressed here and decoded by
+    the workers. A file whose layout does not allow chunking is read whole either way.
     """
     p = Path(path)
     if stream is None:
         stream = _large(p)
     trace = None
     workers = usable_cpus() if workers is None else workers
-    if stream and workers > 1 and _plain_size(p) >= PARALLEL_MIN_BYTES:
+    plain, gz = _sizes(p) if stream and workers > 1 else (0, 0)
+    if plain >= PARALLEL_MIN_BYTES or gz >= PIPELINE_MIN_GZ_BYTES:
         try:
-            trace = read_parallel(p, max_bytes(), workers)
+            trace = (read_parallel if plain else read_pipelined)(p, max_bytes(), workers)
         except NotStreamable:
             trace = None
     if stream and trace is None:

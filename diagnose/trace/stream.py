@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import TraceError
-from .decode import Decoded, Document, Event, _props
+from .decode import EVENTS, EVENTS_BY_PHASE, Decoded, Document, Event, _props
 from .model import ColumnBuilder, Trace
 
 CHUNK_BYTES = 8 * 2**20  # decoded per step: ~40-80k events
@@ -32,7 +32,6 @@ BLOCK_BYTES = 2**20  # read from disk per step
 _HEADER_SCAN_LIMIT = 64 * 2**20
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CLOSE = re.compile(rb"\}\s*\]")
-_EVENTS = msgspec.json.Decoder(list[Event])
 _DOC = msgspec.json.Decoder(Document)
 
 
@@ -82,86 +81,135 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
         raise TraceError(path, "truncated gzip file (compressed stream ends early)")
 
 
-def _decode_events(buf: bytearray, end: int) -> list[Event]:
-    """Decode the events in ``buf[:end]`` (a run of `{...},` blocks) with one copy."""
+def event_array(buf: bytearray | bytes, end: int) -> bytearray:
+    """``[`` + the events in ``buf[:end]`` (a run of `{...},` blocks) + ``]``: one copy."""
     while end > 0 and buf[end - 1] in b" \t\r\n,":
         end -= 1
     payload = bytearray(b"[")
     with memoryview(buf) as mv:
         payload += mv[:end]
     payload += b"]"
-    try:
-        return _EVENTS.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
-        raise NotStreamable from None
+    return payload
+
+
+class ChunkDecoder:
+    """Decodes runs of events, by phase (flows come out field-less, see decode.py) until a
+    chunk has an event without a known phase; from then on as plain Events."""
+
+    def __init__(self) -> None:
+        self.by_phase = True
+
+    def __call__(self, buf: bytearray, end: int) -> list[Event]:
+        """Decode the events in ``buf[:end]`` (a run of `{...},` blocks)."""
+        return self.decode(event_array(buf, end))
+
+    def decode(self, payload: bytes | bytearray | memoryview) -> list[Event]:
+        """Decode ``[...]``; NotStreamable when it is not a valid list of events."""
+        try:
+            if self.by_phase:
+                try:
+                    return EVENTS_BY_PHASE.decode(payload)
+                except msgspec.ValidationError:
+                    self.by_phase = False
+            return EVENTS.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+                RecursionError):
+            raise NotStreamable from None
+
+
+class EventSplitter:
+    """Cuts a trace's text, given as blocks, into JSON arrays of whole events (each about
+    CHUNK_BYTES) without parsing it; what comes before the event array (``header``) and
+    after it (``trailer``) is kept for the document's other fields."""
+
+    def __init__(self, chunk_bytes: int | None = None) -> None:
+        self.chunk_bytes = chunk_bytes
+        self.header = b""
+        self.trailer: bytes | None = None
+
+    def arrays(self, blocks: Iterator[bytes]) -> Iterator[bytearray]:
+        """The event arrays; NotStreamable when the layout does not allow the cut."""
+        buf = bytearray()
+        # 1. the header, up to the start of the event array
+        m = None
+        for block in blocks:
+            buf += block
+            m = _ARRAY_START.search(buf)
+            if m or len(buf) > _HEADER_SCAN_LIMIT:
+                break
+        if m is None:
+            raise NotStreamable
+        self.header = bytes(buf[: m.start()])
+        del buf[: m.end()]
+        # 2. the indentation of the first event tells where events start
+        while not buf.strip():
+            block = next(blocks, None)
+            if block is None:
+                break
+            buf += block
+        first = re.match(rb"(\s*)\{", buf)
+        if first is None or b"\n" not in first.group(1):
+            raise NotStreamable  # empty array, or events not on their own lines
+        indent = first.group(1).rsplit(b"\n", 1)[1]
+        if indent.strip():
+            raise NotStreamable
+        sep = b"\n" + indent + b"{"
+        # 3. the events, a chunk at a time; the buffer always starts at an event
+        del buf[: first.start(1) + len(first.group(1)) - len(indent) - 1]
+        chunk = self.chunk_bytes or CHUNK_BYTES
+        for block in blocks:
+            buf += block
+            if len(buf) < chunk:
+                continue
+            cut = buf.rfind(sep, 1)
+            if cut <= 0:
+                continue
+            yield event_array(buf, cut)
+            del buf[:cut]
+        # 4. the last events, the end of the array, and the rest of the document
+        cut = buf.rfind(sep, 1)
+        if cut > 0:
+            yield event_array(buf, cut)
+            del buf[:cut]
+        # The buffer now holds one event, then the array's closing bracket, then the rest
+        # of the document. The closing bracket is the first `]` after a `}` at which the
+        # event decodes (a `]` inside the event cannot leave it decodable).
+        for m in _CLOSE.finditer(buf):
+            last = event_array(buf, m.start() + 1)
+            try:
+                EVENTS.decode(last)
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+                    RecursionError):
+                continue
+            self.trailer = bytes(buf[m.end():])
+            yield last
+            return
+        raise NotStreamable
+
+    def finish(self, builder: ColumnBuilder, path: Path) -> Trace:
+        """The Trace: the builder's columns and the document's other fields."""
+        try:
+            doc = _DOC.decode(self.header + b'"traceEvents": []' + (self.trailer or b""))
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+                RecursionError):
+            raise NotStreamable from None
+        dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None
+        return builder.finish(path, Decoded([], _props(doc), dist, doc.schemaVersion))
+
+
+def text_blocks(path: Path, limit: int) -> Iterator[bytes]:
+    """The file's text in blocks, decompressed when gzipped (within ``limit`` bytes)."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return _gzip_blocks(path, limit) if gz else _plain_blocks(path, limit)
 
 
 def read_streaming(path: Path, limit: int) -> Trace:
-    """Read ``path`` chunk by chunk; NotStreamable when its layout does not allow it."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    blocks = _gzip_blocks(path, limit) if gz else _plain_blocks(path, limit)
-    buf = bytearray()
-    # 1. the header, up to the start of the event array
-    m = None
-    for block in blocks:
-        buf += block
-        m = _ARRAY_START.search(buf)
-        if m or len(buf) > _HEADER_SCAN_LIMIT:
-            break
-    if m is None:
-        raise NotStreamable
-    header = bytes(buf[: m.start()])
-    del buf[: m.end()]
-    # 2. the indentation of the first event tells where events start
-    while not buf.strip():
-        block = next(blocks, None)
-        if block is None:
-            break
-        buf += block
-    first = re.match(rb"(\s*)\{", buf)
-    if first is None or b"\n" not in first.group(1):
-        raise NotStreamable  # empty array, or events not on their own lines
-    indent = first.group(1).rsplit(b"\n", 1)[1]
-    if indent.strip():
-        raise NotStreamable
-    sep = b"\n" + indent + b"{"
+    """Read ``path`` chunk by chunk in this process; NotStreamable when its layout does
+    not allow it."""
+    split = EventSplitter()
     builder = ColumnBuilder()
-    # 3. the events, a chunk at a time; the buffer always starts at an event
-    del buf[: first.start(1) + len(first.group(1)) - len(indent) - 1]
-    for block in blocks:
-        buf += block
-        if len(buf) < CHUNK_BYTES:
-            continue
-        cut = buf.rfind(sep, 1)
-        if cut <= 0:
-            continue
-        builder.add(_decode_events(buf, cut))
-        del buf[:cut]
-    # 4. the last events, the end of the array, and the rest of the document
-    cut = buf.rfind(sep, 1)
-    if cut > 0:
-        builder.add(_decode_events(buf, cut))
-        del buf[:cut]
-    # The buffer now holds one event, then the array's closing bracket, then the rest of
-    # the document. The closing bracket is the first `]` after a `}` at which the event
-    # decodes (a `]` inside the event cannot leave it decodable).
-    trailer = None
-    for m in _CLOSE.finditer(buf):
-        try:
-            last = _EVENTS.decode(b"[" + bytes(buf[: m.start() + 1]) + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-                RecursionError):
-            continue
-        builder.add(last)
-        trailer = bytes(buf[m.end():])
-        break
-    if trailer is None:
-        raise NotStreamable
-    del buf
-    try:
-        doc = _DOC.decode(header + b'"traceEvents": []' + trailer)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
-        raise NotStreamable from None
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None
-    return builder.finish(path, Decoded([], _props(doc), dist, doc.schemaVersion))
+    decode = ChunkDecoder()
+    for array in split.arrays(text_blocks(path, limit)):
+        builder.add(decode.decode(array))
+    return split.finish(builder, path)
