@@ -407,3 +407,22 @@ def test_odd_name_or_pid_is_left_out_but_event_kept(tmp_path):
     t = read_trace(write(tmp_path / "l.json", d))
     assert len(t) == 2 and t.dropped_events == 0
     assert t.names_of(np.arange(2)) == ["a", ""]
+
+
+def test_sparse_column_reads_like_the_dense_one():
+    """Args few events carry are stored sparse; every way the analysis indexes a column
+    gives what the dense column (NaN where absent) would."""
+    from diagnose.trace.model import SparseColumn
+
+    dense = np.full(10, np.nan)
+    dense[[1, 4, 9]] = [10.0, 40.0, 90.0]
+    col = SparseColumn(np.array([1, 4, 9]), np.array([10.0, 40.0, 90.0]), 10)
+    assert len(col) == 10 and np.array_equal(col.dense(), dense, equal_nan=True)
+    mask = np.zeros(10, bool)
+    mask[[0, 4, 9]] = True
+    for sel in (mask, np.array([9, 0, 4, 4]), np.array([-1, -6]), np.arange(10),
+                np.zeros(0, np.int64), np.zeros(10, bool)):
+        assert np.array_equal(col[sel], dense[sel], equal_nan=True), sel
+    assert col[4] == 40.0 and np.isnan(col[3]) and col[-1] == 90.0
+    empty = SparseColumn(np.zeros(0, np.int64), np.zeros(0), 3)
+    assert np.isnan(empty[np.arange(3)]).all() and empty.nbytes == 0
