@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .trace import find_trace_files, read_trace
+from .trace.parallel import fork_pool
 
 SCHEMA_VERSION = 1
 # Read several traces in a process pool once the files other than the largest add up to
@@ -117,8 +117,10 @@ def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
     workers = min(len(files), _cpus())
     # the pool pays off when the work beyond the largest file (which bounds the parallel
     # time) is large enough: total minus largest, not the total alone
-    if len(files) > 1 and workers > 1 and sum(sizes[1:]) >= _PARALLEL_MIN_BYTES:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = (fork_pool(workers) if len(files) > 1 and workers > 1
+            and sum(sizes[1:]) >= _PARALLEL_MIN_BYTES else None)
+    if pool is not None:
+        with pool:
             # one file per process: no second level of processes inside a file's read
             return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
     return [_analyze_file(str(f)) for f in files]

@@ -13,6 +13,7 @@ from diagnose.api import RankResult, _read_all, report_from_ranks
 from diagnose.metrics import CATALOG
 from diagnose.metrics.ranks import RUN_CATALOG, run_metrics
 from diagnose.trace import find_trace_files
+from diagnose.trace.parallel import fork_pool
 from tests import rankbuilder as rb
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace
@@ -192,8 +193,38 @@ def test_parallel_read_equals_serial(tmp_path, monkeypatch):
     serial = _read_all(files)
     monkeypatch.setattr(api, "_PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(api, "_cpus", lambda: 2)
+    pools = []
+    monkeypatch.setattr(api, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])
     par = api._read_all(files)
+    assert pools and pools[0] is not None  # the files really went through the pool
     assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
+
+
+
+def test_no_fork_while_other_threads_run(tmp_path):
+    """A process with other Python threads (a training loop's loader threads, a notebook
+    kernel) is never forked: a lock held by another thread would stay locked in the child.
+    The reading is then done in this process, with the same result."""
+    import threading
+
+    from diagnose.trace import parallel, read_trace
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(tb.launch_bound().build(), indent=2))
+    pool = fork_pool(2)
+    assert pool is not None
+    pool.shutdown()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert fork_pool(2) is None
+        with pytest.raises(parallel.NotStreamable):
+            parallel.read_parallel(p, 2**40, 2)
+        assert len(read_trace(p, stream=True, workers=2)) == len(read_trace(p, stream=False))
+    finally:
+        stop.set()
+        t.join()
 
 
 # ----------------------------------------------------------------------- config: gloo

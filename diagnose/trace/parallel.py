@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -196,18 +197,33 @@ def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
     g.n_total += r["n"]
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    if sys.platform != "linux":
-        raise NotStreamable  # fork keeps the start cheap; elsewhere read in one process
+def fork_pool(workers: int) -> ProcessPoolExecutor | None:
+    """A pool of ``workers`` forked processes, or None where forking is not safe, and the
+    caller then works in this one process.
+
+    Fork: workers start in milliseconds with the code already imported, and nothing of the
+    caller's ``__main__`` runs again (spawn and forkserver import it anew: a training script
+    without an ``if __name__ == "__main__"`` guard would start training in every worker).
+    Not safe: off Linux; in a daemonic process (which may not have children); and while other
+    Python threads run (a training loop's loader or sampler threads, a notebook kernel's), as
+    a lock another thread holds at the fork stays locked forever in the child."""
+    if (sys.platform != "linux" or multiprocessing.current_process().daemon
+            or threading.active_count() > 1):
+        return None
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    pool = fork_pool(workers)
+    if pool is None:
+        raise NotStreamable  # read in this one process instead
+    return pool
 
 
 def read_parallel(path: Path, limit: int, workers: int) -> Trace:
     """Read a large plain-JSON trace with ``workers`` processes, each reading its own byte
-    range of the file (NotStreamable if the layout does not allow it, or on a platform
-    without fork)."""
-    if sys.platform != "linux":
-        raise NotStreamable
+    range of the file (NotStreamable if the layout does not allow it, or where
+    ``fork_pool`` gives no pool)."""
     size = path.stat().st_size
     if size > limit:
         raise NotStreamable  # the whole-document path gives the clear error
