@@ -32,9 +32,11 @@ class RankResult:
     metrics: dict[str, Any]
     series: dict[str, list[float]]
     notes: list[str]
+    tables: dict[str, Any] = field(default_factory=dict)  # top_kernels: see README (JSON)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "path": self.path, "metrics": self.metrics, "series": self.series}
+        return {"rank": self.rank, "path": self.path, "metrics": self.metrics,
+                "series": self.series, "tables": self.tables}
 
 
 @dataclass
@@ -170,7 +172,7 @@ def analyze(
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
         values = compute_all(ms, ctx, smp)
-        ranks.append(RankResult(path, rank, values, ms.series, ms.notes))
+        ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     return report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
 
 

@@ -8,6 +8,7 @@ that console messages are in fact seen on this Chromium.
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -313,3 +314,30 @@ def test_autofix_result_becomes_before_after_rows() -> None:
     assert "num_workers 0 → 2 (kept)" in "".join(d.text)
     without = parse(render_html(report, kernels=False))
     assert "plot-autofix" not in without.ids and "autofix" not in without.ids
+
+
+def test_top_kernels_come_with_the_analysis(tmp_path: Path) -> None:
+    """The top-kernels table is computed with the metrics (the JSON carries it per rank) and
+    the page is rendered from it: the trace is not read a second time."""
+    import json as _json
+
+    import numpy as np
+
+    from diagnose.trace import Kind, read_trace
+
+    src = multi_rank_run(tmp_path)
+    report = analyze(src)
+    first = min(report.ranks, key=lambda r: r.rank)
+    table = first.tables["top_kernels"]
+    t = read_trace(first.path)
+    k = t.kind == Kind.KERNEL
+    total = np.bincount(t.name_id[k], weights=t.dur[k], minlength=len(t.names))
+    assert table["rows"][0]["name"] == t.names[int(np.argmax(total))]
+    assert table["rows"][0]["total_ms"] == pytest.approx(total.max() / 1e3)
+    assert sum(r["share"] for r in table["rows"]) <= 1.0 + 1e-9
+    assert _json.loads(_json.dumps(report.to_json()))["ranks"][0]["tables"]["top_kernels"]
+    for f in Path(src).rglob("*.json*"):
+        f.unlink()  # rendering must not need the trace any more
+    page = render_html(report)
+    assert 'id="kernels"' in page
+    assert html.escape(table["rows"][0]["name"], quote=False) in page

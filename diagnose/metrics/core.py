@@ -70,6 +70,10 @@ _FOREACH = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused
 _DATAPARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$")
 
 
+#: Rows of the top-kernels table each rank carries.
+TOP_KERNELS = 10
+
+
 @dataclass
 class MetricSet:
     """Flat name -> value mapping, per-step series, and notes on what was missing."""
@@ -77,6 +81,7 @@ class MetricSet:
     values: dict[str, Any]
     series: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tables: dict[str, Any] = field(default_factory=dict)  # e.g. top_kernels, for reports
 
 
 def _r(x: float | None, nd: int = 6) -> float | None:
@@ -97,6 +102,7 @@ class _Computer:
         self.v: dict[str, Any] = {}
         self.series: dict[str, list[float]] = {}
         self.notes: list[str] = []
+        self.tables: dict[str, Any] = {}
 
     # ------------------------------------------------------------- selection
     def run(self) -> MetricSet:
@@ -119,12 +125,13 @@ class _Computer:
         self._transfers()
         self._syncs()
         self._kernels()
+        self._top_kernels()
         self._communication()
         self._memory()
         self._optimizer()
         self.v[_doc("trace_dropped_events", "count",
                     "Events dropped because their fields had unusable types")] = t.dropped_events
-        return MetricSet(self.v, self.series, self.notes)
+        return MetricSet(self.v, self.series, self.notes, self.tables)
 
     def _sel(self, mask: np.ndarray) -> iv.Intervals:
         t = self.t
@@ -506,6 +513,24 @@ class _Computer:
             _r(tc / classified) if gpu and classified > 0 else None)
         v[_doc("gemm_fp32_ms_per_step", "ms", "fp32 SIMT GEMM/conv kernel time per step")] = (
             _r(simt / 1e3 / self.n_steps, 3) if gpu and classified > 0 else None)
+
+    def _top_kernels(self, n: int = TOP_KERNELS) -> None:
+        """The kernels with the most total time in the whole trace (for the reports)."""
+        t = self.t
+        mask = (t.kind == Kind.KERNEL) & self.dev
+        if not mask.any():
+            return
+        ids = t.name_id[mask]
+        total = np.bincount(ids, weights=t.dur[mask], minlength=len(t.names))
+        calls = np.bincount(ids, minlength=len(t.names))
+        all_us = float(total.sum())
+        order = np.argsort(-total, kind="stable")[:n]
+        self.tables["top_kernels"] = {
+            "distinct": int((calls > 0).sum()),
+            "rows": [{"name": t.names[i], "calls": int(calls[i]),
+                      "total_ms": round(float(total[i]) / 1e3, 6),
+                      "share": round(float(total[i]) / all_us, 6) if all_us > 0 else 0.0}
+                     for i in order if calls[i] > 0]}
 
     # --------------------------------------------------------- communication
     def _communication(self) -> None:

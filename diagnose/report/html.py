@@ -19,7 +19,6 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,41 +126,6 @@ def _bytes(v: float) -> str:
 
 def _pct(v: Any) -> str:
     return "n/a" if v is None else f"{v:.1%}"
-
-
-# ---------------------------------------------------------------------- top kernels
-@dataclass(frozen=True)
-class KernelRow:
-    name: str
-    calls: int
-    total_ms: float
-    share: float  # of all kernel time in the trace
-
-
-def top_kernels(path: str | os.PathLike[str], n: int = 10) -> tuple[list[KernelRow], int] | None:
-    """The ``n`` GPU kernels with the most total time in one trace file, and how many
-    distinct kernels it has; None when the trace cannot be read or has no kernels."""
-    import numpy as np
-
-    from ..errors import DiagnoseError
-    from ..trace import Kind, read_trace
-
-    try:
-        t = read_trace(Path(path))
-    except (DiagnoseError, OSError):
-        return None
-    mask = t.kind == Kind.KERNEL
-    if not mask.any():
-        return None
-    ids = t.name_id[mask]
-    total = np.bincount(ids, weights=t.dur[mask], minlength=len(t.names))
-    calls = np.bincount(ids, minlength=len(t.names))
-    all_us = float(total.sum())
-    order = np.argsort(-total, kind="stable")[:n]
-    rows = [KernelRow(t.names[i], int(calls[i]), float(total[i]) / 1e3,
-                      float(total[i]) / all_us if all_us > 0 else 0.0)
-            for i in order if calls[i] > 0]
-    return rows, int((calls > 0).sum())
 
 
 # -------------------------------------------------------------------------- sections
@@ -404,10 +368,10 @@ def _kernels(report: Report) -> Markup | None:
     if not report.ranks:
         return None
     first = min(report.ranks, key=lambda r: (r.rank is None, r.rank or 0))
-    got = top_kernels(first.path)
-    if got is None:
+    table = first.tables.get("top_kernels")
+    if not table or not table.get("rows"):
         return None
-    rows, distinct = got
+    rows, distinct = table["rows"], table["distinct"]
     multi = len(report.ranks) > 1 and first.rank is not None
     where = f"rank {first.rank}" if multi else "the trace"
     return el(
@@ -418,10 +382,10 @@ def _kernels(report: Report) -> Markup | None:
            el("thead", el("tr", el("th", "kernel"), el("th", "calls", class_="num"),
                           el("th", "total", class_="num"),
                           el("th", "of kernel time", class_="num"))),
-           el("tbody", [el("tr", el("td", el("code", k.name)),
-                           el("td", f"{k.calls:,}", class_="num"),
-                           el("td", f"{k.total_ms:,.1f} ms", class_="num"),
-                           el("td", f"{k.share:.1%}", class_="num")) for k in rows])),
+           el("tbody", [el("tr", el("td", el("code", k["name"])),
+                           el("td", f"{k['calls']:,}", class_="num"),
+                           el("td", f"{k['total_ms']:,.1f} ms", class_="num"),
+                           el("td", f"{k['share']:.1%}", class_="num")) for k in rows])),
         id="kernels")
 
 
@@ -470,8 +434,8 @@ def render_html(
 
     ``autofix``: what ``diagnose.tune.autofix`` returned, or ``(label, before_ms,
     after_ms)`` rows (median step time without and with each change tried), for the
-    before/after chart and table. ``kernels``: read the first rank's trace again for
-    the top-kernels table.
+    before/after chart and table. ``kernels``: include the first rank's top-kernels
+    table (computed with its metrics).
     """
     from .. import __version__
 
