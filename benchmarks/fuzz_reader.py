@@ -6,7 +6,11 @@ the project's own one-line error (DiagnoseError), never any other exception.
 Cases come from tests/fuzz_strategies.py (hypothesis): generated traces with missing
 fields, wrong types, NaN/negative/huge numbers, numbers as strings, then mutated
 (truncated, flipped bytes, inserted garbage, gzip of the document or of garbage, deep
-nesting, binary garbage). Prints a table of outcomes and the failure count (goal: 0).
+nesting, binary garbage), written on one line or indented as torch.profiler writes them.
+Each case is also read by every chunked reader (streaming, byte ranges, pipelined; cut
+into tiny pieces), which must give the whole read's Trace, fall back to the whole read,
+or refuse what it refuses (tests/readers.py). Prints a table of outcomes and the failure
+count (goal: 0).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from diagnose import analyze  # noqa: E402
 from diagnose.errors import DiagnoseError  # noqa: E402
 from tests.fuzz_strategies import trace_file  # noqa: E402
+from tests.readers import check_chunked_reads  # noqa: E402
 
 
 def main() -> int:
@@ -37,6 +42,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     outcomes: collections.Counter[str] = collections.Counter()
+    chunked: collections.Counter[str] = collections.Counter()
     failures: list[tuple[str, bytes]] = []
     work = Path(tempfile.mkdtemp(prefix="fuzz-reader-"))
     path = work / "case.pt.trace.json"
@@ -47,6 +53,12 @@ def main() -> int:
     @given(trace_file())
     def run(data: bytes) -> None:
         path.write_bytes(data)
+        try:
+            seen, problems = check_chunked_reads(path)
+        except Exception:  # noqa: BLE001 - the reference read itself broke: a failure
+            seen, problems = [], [traceback.format_exc(limit=3)]
+        chunked.update(seen)
+        failures.extend((f"chunked read: {p}", data) for p in problems)
         try:
             report = analyze(path)
             report.to_json()
@@ -64,7 +76,7 @@ def main() -> int:
     t0 = time.perf_counter()
     run()
     dt = time.perf_counter() - t0
-    total = sum(outcomes.values()) + len(failures)
+    total = sum(outcomes.values()) + sum(1 for f, _ in failures if not f.startswith("chunked"))
     print("torch-diagnose: reader fuzz")
     print(f"machine : {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     print(f"date    : {datetime.datetime.now().isoformat(timespec='seconds')}")
@@ -74,8 +86,14 @@ def main() -> int:
     for k, v in outcomes.most_common():
         print(f"{k:60s} {v:8d}")
     print("-" * 69)
+    print(f"\n{'chunked reader: outcome':60s} {'cases':>8s}")
+    print("-" * 69)
+    for k, v in sorted(chunked.items()):
+        print(f"{k:60s} {v:8d}")
+    print("-" * 69)
     print(f"{'cases run':60s} {total:8d}")
-    print(f"{'failures (any other exception)':60s} {len(failures):8d}")
+    print(f"{'failures (any other exception, or a chunked read that differs)':60s} "
+          f"{len(failures):8d}")
     print(f"{'time':60s} {dt:7.1f}s")
     for tb_text, data in failures[:5]:
         print("\nFAILURE on", repr(data[:200]))

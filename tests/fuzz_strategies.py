@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 
 from hypothesis import strategies as st
 
@@ -100,12 +99,11 @@ def document(draw):
     return doc
 
 
-def _dumps(obj) -> bytes:
-    def fix(o):  # json cannot write NaN/inf as JSON: let some through as the literal anyway
-        if isinstance(o, float) and not math.isfinite(o):
-            return str(o)
-        return o
-    return json.dumps(obj, default=str, allow_nan=True).encode("utf-8", "surrogatepass")
+def _dumps(obj, indent: int | None = None) -> bytes:
+    """JSON text (NaN/inf let through as literals); with ``indent``, one event per block of
+    lines as torch.profiler writes them, which the chunked readers can cut."""
+    return json.dumps(obj, default=str, allow_nan=True, indent=indent).encode(
+        "utf-8", "surrogatepass")
 
 
 @st.composite
@@ -139,4 +137,4 @@ def mutated(draw, data: bytes) -> bytes:
 
 @st.composite
 def trace_file(draw) -> bytes:
-    return draw(mutated(_dumps(draw(document()))))
+    return draw(mutated(_dumps(draw(document()), draw(st.sampled_from([None, 1, 2])))))

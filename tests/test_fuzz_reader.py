@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import gzip
 import tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from diagnose import analyze
 from diagnose.errors import DiagnoseError
-from tests.fuzz_strategies import trace_file
+from tests.fuzz_strategies import _dumps, document, trace_file
+from tests.readers import check_chunked_reads
 
 
 def analyze_bytes(data: bytes, workdir: Path) -> None:
-    """Raises only if the reader/analysis fails in a way it must not."""
+    """Raises only if the reader/analysis fails in a way it must not, or if a chunked
+    reader disagrees with the whole-document read."""
     p = workdir / "case.pt.trace.json"
     p.write_bytes(data)
+    _, problems = check_chunked_reads(p)
+    assert not problems, problems
     try:
         report = analyze(p)
     except DiagnoseError as e:
@@ -31,3 +37,18 @@ def analyze_bytes(data: bytes, workdir: Path) -> None:
 def test_any_file_gives_report_or_clear_error(data):
     with tempfile.TemporaryDirectory() as d:
         analyze_bytes(data, Path(d))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(document(), st.sampled_from([1, 2, 4]), st.booleans())
+def test_chunked_readers_agree_on_generated_traces(doc, indent, gz):
+    """Generated traces (odd fields, types and numbers, but laid out as torch.profiler
+    writes them) read by every chunked reader, cut into tiny pieces: the same Trace as
+    the whole read, or the same refusal."""
+    data = _dumps(doc, indent)
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "case.pt.trace.json"
+        p.write_bytes(gzip.compress(data) if gz else data)
+        outcomes, problems = check_chunked_reads(p)
+    assert not problems, problems
+    assert len(outcomes) == 3

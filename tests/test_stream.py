@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 import diagnose.trace.stream as stream
@@ -13,23 +12,11 @@ from diagnose.errors import TraceError
 from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 from tests.conftest import REPO, all_shared_traces
-
-COLUMNS = ("ts", "dur", "kind", "correlation")
-SPARSE = ("device", "nbytes", "mem_allocated", "mem_reserved", "mem_delta", "mem_device_type")
+from tests.readers import trace_difference
 
 
 def assert_same(a, b):
-    assert len(a) == len(b)
-    for k in COLUMNS:
-        assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
-    for k in SPARSE:
-        x, y = getattr(a, k), getattr(b, k)
-        assert np.array_equal(x.idx, y.idx) and np.array_equal(x.val, y.val), k
-    assert [a.names[i] for i in a.name_id] == [b.names[i] for i in b.name_id]
-    assert [a.pids[i] for i in a.pid_id] == [b.pids[i] for i in b.pid_id]
-    assert [a.tids[i] for i in a.tid_id] == [b.tids[i] for i in b.tid_id]
-    assert (a.device_properties, a.distributed_info, a.schema_version, a.n_events_total) == (
-        b.device_properties, b.distributed_info, b.schema_version, b.n_events_total)
+    assert trace_difference(a, b) is None, trace_difference(a, b)
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ import re
 import sys
 import threading
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -220,10 +221,16 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return pool
 
 
-def read_parallel(path: Path, limit: int, workers: int) -> Trace:
+def _using(pool: Executor | None, workers: int) -> AbstractContextManager[Executor]:
+    """The given executor (left open), else a new fork pool (closed after)."""
+    return nullcontext(pool) if pool is not None else _pool(workers)
+
+
+def read_parallel(path: Path, limit: int, workers: int, pool: Executor | None = None) -> Trace:
     """Read a large plain-JSON trace with ``workers`` processes, each reading its own byte
     range of the file (NotStreamable if the layout does not allow it, or where
-    ``fork_pool`` gives no pool)."""
+    ``fork_pool`` gives no pool). ``pool``: run the ranges on this executor instead (the
+    fuzz tests use one that runs them in this process)."""
     size = path.stat().st_size
     if size > limit:
         raise NotStreamable  # the whole-document path gives the clear error
@@ -233,8 +240,8 @@ def read_parallel(path: Path, limit: int, workers: int) -> Trace:
     tasks = [(str(path), bounds[i], bounds[i + 1], i == len(cuts) - 1)
              for i in range(len(cuts))]
     g = ColumnBuilder()
-    with _pool(workers) as pool:
-        for r in pool.map(_decode_range, tasks):
+    with _using(pool, workers) as ex:
+        for r in ex.map(_decode_range, tasks):
             _merge(g, r)
     split = EventSplitter()
     split.header, split.trailer = header, r["trailer"]
@@ -251,19 +258,20 @@ def _decode_array(array: bytes) -> dict[str, Any]:
     return _columns_of(b)
 
 
-def read_pipelined(path: Path, limit: int, workers: int) -> Trace:
+def read_pipelined(path: Path, limit: int, workers: int, pool: Executor | None = None) -> Trace:
     """Read a trace whose text only this process can produce (a .json.gz: decompression
     is serial) with ``workers`` processes: this process decompresses and cuts the text
     into arrays of whole events, the workers decode them into columns, in order. At most
-    two arrays per worker are in flight, so memory stays bounded whatever the file size."""
+    two arrays per worker are in flight, so memory stays bounded whatever the file size.
+    ``pool``: as for read_parallel."""
     split = EventSplitter(min(CHUNK_BYTES, PIPELINE_CHUNK_BYTES))
     g = ColumnBuilder()
     pending: deque[Future] = deque()
-    with _pool(workers) as pool:
-        pool.submit(int).result()  # start the workers now, while this process is small
+    with _using(pool, workers) as ex:
+        ex.submit(int).result()  # start the workers now, while this process is small
         try:
             for array in split.arrays(text_blocks(path, limit)):
-                pending.append(pool.submit(_decode_array, bytes(array)))
+                pending.append(ex.submit(_decode_array, bytes(array)))
                 del array
                 while len(pending) > 2 * workers:
                     _merge(g, pending.popleft().result())
