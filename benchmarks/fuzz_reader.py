@@ -95,6 +95,9 @@ def main() -> int:
     print(f"{'failures (any other exception, or a chunked read that differs)':60s} "
           f"{len(failures):8d}")
     print(f"{'time':60s} {dt:7.1f}s")
+    kinds = collections.Counter(f.splitlines()[0][:100] for f, _ in failures)
+    for k, v in kinds.most_common():
+        print(f"  failure: {k}  x{v}")
     for tb_text, data in failures[:5]:
         print("\nFAILURE on", repr(data[:200]))
         print(tb_text)

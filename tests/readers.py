@@ -42,7 +42,8 @@ def trace_difference(a: Trace, b: Trace) -> str | None:
         if ([getattr(a, table)[i] for i in getattr(a, ids)]
                 != [getattr(b, table)[i] for i in getattr(b, ids)]):
             return f"column {ids}"
-    for k in ("device_properties", "distributed_info", "schema_version", "n_events_total"):
+    for k in ("device_properties", "distributed_info", "schema_version", "n_events_total",
+              "dropped_events"):
         if getattr(a, k) != getattr(b, k):
             return k
     return None

@@ -66,10 +66,11 @@ class Event(msgspec.Struct, gc=False):
 
 # Decoding by phase ("ph"). Flow events (phases s, t, f: the arrows from a launch to its
 # kernel) are about a third of a GPU trace's events and the analysis reads none of their
-# fields: decoded by phase, each becomes a field-less struct (no strings built) whose
-# category (a class attribute) sets it aside with the other unused events. Every other
-# phase of the Chrome trace format decodes as an Event. A chunk with a missing or unknown
-# phase fails validation and is decoded again as plain Events (``EVENTS``).
+# fields: decoded by phase, each becomes a field-less struct (no strings built, no field
+# validated) whose category (a class attribute) sets it aside with the other unused
+# events. Every other phase of the Chrome trace format decodes as an Event. A text with a
+# missing or unknown phase fails validation and is decoded again as plain Events. Every
+# reader (whole document, chunks, lenient) treats flows alike, so all count the same.
 FLOW_CATEGORY = "\x00flow"  # never a real category: classified as unused
 _FLOW_PHASES = ("s", "t", "f")
 _EVENT_PHASES = ("X", "B", "E", "i", "I", "C", "b", "n", "e", "P", "N", "O", "D", "M",
@@ -86,9 +87,10 @@ def _phase_type(ph: str) -> type:
     return types.new_class(f"Event_{ord(ph)}", (Event,), {"tag_field": "ph", "tag": ph, "gc": False})
 
 
+_FLOWS = {ph: _flow_type(ph) for ph in _FLOW_PHASES}
+_PHASED = Union[tuple([*map(_phase_type, _EVENT_PHASES), *_FLOWS.values()])]  # noqa: UP007
 EVENTS = msgspec.json.Decoder(list[Event])
-EVENTS_BY_PHASE = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007 (a runtime-built union)
-    [*map(_phase_type, _EVENT_PHASES), *map(_flow_type, _FLOW_PHASES)])]])
+EVENTS_BY_PHASE = msgspec.json.Decoder(list[_PHASED])  # type: ignore[valid-type]
 
 
 class Document(msgspec.Struct, gc=False):
@@ -99,6 +101,11 @@ class Document(msgspec.Struct, gc=False):
     schemaVersion: Any = None  # noqa: N815
 
 
+class PhasedDocument(Document, gc=False):
+    traceEvents: list[_PHASED] = []  # type: ignore[valid-type,assignment]  # noqa: N815
+
+
+_TYPED_BY_PHASE = msgspec.json.Decoder(PhasedDocument | list[_PHASED])  # type: ignore[valid-type]
 _TYPED = msgspec.json.Decoder(Document | list[Event])
 _UNTYPED = msgspec.json.Decoder()
 
@@ -181,7 +188,10 @@ def decode(data: bytes, path: Path) -> Decoded:
     if not data.strip():
         raise TraceError(path, "empty file")
     try:
-        doc = _TYPED.decode(data)
+        try:
+            doc = _TYPED_BY_PHASE.decode(data)
+        except msgspec.ValidationError:
+            doc = _TYPED.decode(data)  # an event without a known phase
     except msgspec.ValidationError:
         return _decode_lenient(data, path)
     except msgspec.DecodeError as e:
@@ -242,13 +252,16 @@ def _decode_lenient(data: bytes, path: Path) -> Decoded:
 _EVENT_FIELDS = ("cat", "name", "pid", "tid", "ts", "dur")
 
 
-def _convert_event(raw: Any) -> Event | None:
-    """One event of a file that failed the typed decode: converted leniently (numbers
-    written as strings are read), with each other field that still does not fit left
-    out. An event whose time or duration is unusable is dropped (and counted): a guessed
-    duration would distort every share."""
+def _convert_event(raw: Any) -> Any:
+    """One event of a file that failed the typed decode, converted leniently: an Event
+    (numbers written as strings are read; each other field that still does not fit is
+    left out), a flow's field-less struct (nothing of a flow is read), or None: an event
+    whose time or duration is unusable is dropped (and counted), as a guessed duration
+    would distort every share."""
     if not isinstance(raw, dict):
         return None
+    if isinstance(raw.get("ph"), str) and raw["ph"] in _FLOWS:
+        return _FLOWS[raw["ph"]]()  # a flow: nothing of it is read, as in the typed decode
     try:
         return msgspec.convert(raw, Event, strict=False)
     except (msgspec.ValidationError, RecursionError, OverflowError):
