@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -173,3 +174,26 @@ def test_events_without_phase_decode_plain(tmp_path, small_chunks):
     assert d.decode(b'[{"ph": "X", "ts": 1}, {"ts": 2}]')[1].ts == 2.0 and not d.by_phase
     flows = stream.ChunkDecoder().decode(b'[{"ph": "s", "id": 1, "ts": 5, "cat": "ac2g"}]')
     assert not hasattr(flows[0], "ts")  # nothing of a flow is kept
+
+
+def _die(*_args):
+    """A worker's task that kills its process (a module-level function: tasks are pickled)."""
+    os._exit(9)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["byte-ranges", "pipelined"])
+def test_a_dead_worker_costs_speed_not_the_analysis(tmp_path, monkeypatch, gz):
+    """A worker process that dies (the OOM killer, say) breaks the pool; the file is then
+    read in this process, with the same result."""
+    from diagnose.trace import parallel, reader
+
+    data = json.dumps(tb.launch_bound().build(), indent=2).encode()
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
+    monkeypatch.setattr(parallel, "_decode_range", _die)
+    monkeypatch.setattr(parallel, "_decode_array", _die)
+    with pytest.raises(parallel.BrokenProcessPool):
+        (parallel.read_pipelined if gz else parallel.read_parallel)(p, 2**40, 2)
+    assert_same(read_trace(p, stream=False), read_trace(p, stream=True, workers=2))

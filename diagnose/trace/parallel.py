@@ -18,6 +18,7 @@ import sys
 import threading
 from collections import deque
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool  # noqa: F401 (re-exported for callers)
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any

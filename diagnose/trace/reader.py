@@ -8,6 +8,7 @@ TensorBoard layout (``<run>/*.pt.trace.json*`` and
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import TraceError
@@ -106,7 +107,8 @@ def read_trace(path: str | Path, *, stream: bool | None = None,
     if plain >= PARALLEL_MIN_BYTES or gz >= PIPELINE_MIN_GZ_BYTES:
         try:
             trace = (read_parallel if plain else read_pipelined)(p, max_bytes(), workers)
-        except NotStreamable:
+        except (NotStreamable, BrokenProcessPool):
+            # a worker that died (killed for memory, say) costs speed, not the analysis
             trace = None
     if stream and trace is None:
         try:
