@@ -15,7 +15,7 @@ from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .trace import find_trace_files, read_trace
-from .trace.parallel import fork_pool
+from .trace.parallel import BrokenProcessPool, fork_pool
 
 SCHEMA_VERSION = 1
 # Read several traces in a process pool once the files other than the largest add up to
@@ -122,9 +122,12 @@ def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
     pool = (fork_pool(workers) if len(files) > 1 and workers > 1
             and sum(sizes[1:]) >= _PARALLEL_MIN_BYTES else None)
     if pool is not None:
-        with pool:
-            # one file per process: no second level of processes inside a file's read
-            return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
+        try:
+            with pool:
+                # one file per process: no second level of processes inside a file's read
+                return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
+        except BrokenProcessPool:
+            pass  # a worker died (killed for memory, say): read them here instead
     return [_analyze_file(str(f)) for f in files]
 
 

@@ -4,10 +4,12 @@ the cross-rank spread in findings, and the real 8-rank DLRM traces."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+import diagnose.api as api_module
 from diagnose import analyze
 from diagnose.api import RankResult, _read_all, report_from_ranks
 from diagnose.metrics import CATALOG
@@ -199,6 +201,31 @@ def test_parallel_read_equals_serial(tmp_path, monkeypatch):
     assert pools and pools[0] is not None  # the files really went through the pool
     assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
 
+
+
+_PARENT = os.getpid()
+_REAL_ANALYZE_FILE = api_module._analyze_file
+
+
+def _dies_in_a_worker(path, workers=None):
+    """Per-file work that kills any worker process it runs in (the OOM killer, say) and
+    works in the test's own process. Module level: pool tasks are pickled."""
+    if os.getpid() != _PARENT:
+        os._exit(9)
+    return _REAL_ANALYZE_FILE(path, workers)
+
+
+def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch):
+    files = find_trace_files(_write(tmp_path, rb.slow_input(2)))
+    serial = _read_all(files)
+    monkeypatch.setattr(api_module, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(api_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(api_module, "_analyze_file", _dies_in_a_worker)
+    pools = []
+    monkeypatch.setattr(api_module, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])
+    par = api_module._read_all(files)
+    assert pools and pools[0] is not None  # the pool was tried (and its workers died)
+    assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
 
 
 def test_no_fork_while_other_threads_run(tmp_path):

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections import deque
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool  # noqa: F401 (re-exported for callers)
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ from .stream import (
     NotStreamable,
     text_blocks,
 )
+
+__all__ = ["BrokenProcessPool", "fork_pool", "read_parallel", "read_pipelined"]
 
 #: Plain files at least this large are read in parallel when there are 2+ CPUs.
 PARALLEL_MIN_BYTES = 64 * 2**20
