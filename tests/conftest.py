@@ -50,3 +50,13 @@ def no_stray_processes():
         kids = [k for k in me.children(recursive=True) if k.is_running()
                 and k.status() != psutil.STATUS_ZOMBIE]
     assert not kids, f"the test suite left processes behind: {kids}"
+
+
+@pytest.fixture
+def forkable(monkeypatch):
+    """Tests of the worker-pool paths run as the CLI does, in a process with no other
+    Python thread: earlier tests leave library threads behind (the notebook test's
+    Jupyter client keeps its channel threads), which would make fork_pool refuse."""
+    from diagnose.trace import parallel
+
+    monkeypatch.setattr(parallel, "_other_threads", lambda: False)

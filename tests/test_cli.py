@@ -464,7 +464,7 @@ def test_module_entry_point_help():
 
 
 # ----------------------------------------------------------------------------- known bugs
-def test_bad_file_in_parallel_read(tmp_path, capsys, monkeypatch):
+def test_bad_file_in_parallel_read(tmp_path, capsys, monkeypatch, forkable):
     import diagnose.api
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

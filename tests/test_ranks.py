@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -188,7 +189,7 @@ def test_run_folder_gives_each_rank_its_own_context_and_samples(tmp_path):
 
 
 # ------------------------------------------------------------------------ parallel read
-def test_parallel_read_equals_serial(tmp_path, monkeypatch):
+def test_parallel_read_equals_serial(tmp_path, monkeypatch, forkable):
     import diagnose.api as api
 
     files = find_trace_files(_write(tmp_path, rb.slow_input(4)))
@@ -215,7 +216,7 @@ def _dies_in_a_worker(path, workers=None):
     return _REAL_ANALYZE_FILE(path, workers)
 
 
-def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch):
+def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch, forkable):
     files = find_trace_files(_write(tmp_path, rb.slow_input(2)))
     serial = _read_all(files)
     monkeypatch.setattr(api_module, "_PARALLEL_MIN_BYTES", 0)
@@ -228,23 +229,19 @@ def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch):
     assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
 
 
-def test_no_fork_while_other_threads_run(tmp_path):
+def test_no_fork_while_other_threads_run(tmp_path, monkeypatch):
     """A process with other Python threads (a training loop's loader threads, a notebook
     kernel) is never forked: a lock held by another thread would stay locked in the child.
     The reading is then done in this process, with the same result."""
-    import threading
-
     from diagnose.trace import parallel, read_trace
 
     p = tmp_path / "t.json"
     p.write_text(json.dumps(tb.launch_bound().build(), indent=2))
-    pool = fork_pool(2)
-    assert pool is not None
-    pool.shutdown()
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
+        assert parallel._other_threads()
         assert fork_pool(2) is None
         with pytest.raises(parallel.NotStreamable):
             parallel.read_parallel(p, 2**40, 2)
@@ -252,6 +249,11 @@ def test_no_fork_while_other_threads_run(tmp_path):
     finally:
         stop.set()
         t.join()
+    # it is the threads that stop it: without them (as in the CLI) there is a pool
+    monkeypatch.setattr(parallel, "_other_threads", lambda: False)
+    pool = fork_pool(2)
+    assert pool is not None
+    pool.shutdown()
 
 
 # ----------------------------------------------------------------------- config: gloo

@@ -98,7 +98,7 @@ def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
 
 @pytest.mark.parametrize("chunk", [64, 4096, 8 * 2**20], ids=["events-longer-than-chunk",
                                                                 "many-chunks", "one-chunk"])
-def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk):
+def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk, forkable):
     """Byte ranges decoded in worker processes merge into exactly the whole-read Trace,
     whatever the chunk size (a chunk smaller than one event makes the buffer grow)."""
     from diagnose.trace import parallel
@@ -120,7 +120,7 @@ GZ_FILES = [p for p in FILES if p.name.endswith(".gz")]
 
 
 @pytest.mark.parametrize("path", GZ_FILES[:3] + GZ_FILES[-2:], ids=lambda p: p.name[:40])
-def test_pipelined_gz_read_equals_whole_read(path, small_chunks, monkeypatch):
+def test_pipelined_gz_read_equals_whole_read(path, small_chunks, monkeypatch, forkable):
     """A .json.gz decompressed here and decoded by worker processes, many small arrays in
     flight, merges into exactly the whole-read Trace; read_trace picks that path for a
     large .gz."""
@@ -136,7 +136,7 @@ def test_pipelined_gz_read_equals_whole_read(path, small_chunks, monkeypatch):
     assert called
 
 
-def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path):
+def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path, forkable):
     from diagnose.trace import parallel
 
     p = tmp_path / "cut.json.gz"
@@ -182,7 +182,7 @@ def _die(*_args):
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["byte-ranges", "pipelined"])
-def test_a_dead_worker_costs_speed_not_the_analysis(tmp_path, monkeypatch, gz):
+def test_a_dead_worker_costs_speed_not_the_analysis(tmp_path, monkeypatch, gz, forkable):
     """A worker process that dies (the OOM killer, say) breaks the pool; the file is then
     read in this process, with the same result."""
     from diagnose.trace import parallel, reader

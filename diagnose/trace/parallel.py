@@ -201,6 +201,11 @@ def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
     g.n_total += r["n"]
 
 
+def _other_threads() -> bool:
+    """Does another Python thread run in this process?"""
+    return threading.active_count() > 1
+
+
 def fork_pool(workers: int) -> ProcessPoolExecutor | None:
     """A pool of ``workers`` forked processes, or None where forking is not safe, and the
     caller then works in this one process.
@@ -211,8 +216,7 @@ def fork_pool(workers: int) -> ProcessPoolExecutor | None:
     Not safe: off Linux; in a daemonic process (which may not have children); and while other
     Python threads run (a training loop's loader or sampler threads, a notebook kernel's), as
     a lock another thread holds at the fork stays locked forever in the child."""
-    if (sys.platform != "linux" or multiprocessing.current_process().daemon
-            or threading.active_count() > 1):
+    if sys.platform != "linux" or multiprocessing.current_process().daemon or _other_threads():
         return None
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
 
