@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, TensorDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -43,26 +43,15 @@ from diagnose.capture.samplers import (  # noqa: E402
 from diagnose.session import Session  # noqa: E402
 
 
-class Features(Dataset):
-    def __init__(self, n: int, dim: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[i], self.y[i]
-
-
 def workload(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
     ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    loader = DataLoader(Features(8192, 256), batch_size=64, shuffle=True)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(8192, 256, generator=g), torch.randint(0, 10, (8192,), generator=g))
+    loader = DataLoader(data, batch_size=64, shuffle=True)
     return model, opt, loader
 
 

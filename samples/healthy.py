@@ -17,8 +17,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from diagnose import diagnose
-
 
 class InMemoryFeatures(Dataset):
     """Pre-computed feature vectors and labels held in memory (e.g. cached embeddings)."""
@@ -43,18 +41,8 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
     ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(InMemoryFeatures(), batch_size=64, shuffle=True, num_workers=0)
-    loss_fn = nn.CrossEntropyLoss()
-
-    with diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw) as d:
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            loss = loss_fn(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if d.done:
-                break
-    return d.report
+    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+                         **kw)
 
 
 if __name__ == "__main__":

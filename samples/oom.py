@@ -21,8 +21,6 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
-from diagnose import diagnose
-
 HUGE = 1 << 17  # tokens: 8 x 131072^2 fp32 attention scores = 512 GiB
 
 
@@ -67,23 +65,8 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
     model = Classifier().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = DataLoader(Sequences(), batch_size=8, collate_fn=collate)  # batch 5 holds the long one
-    loss_fn = nn.CrossEntropyLoss()
-
-    d = diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw)
-    try:
-        with d:
-            for x, y in loader:
-                x, y = x.to(device), y.to(device)
-                loss = loss_fn(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if d.done:
-                    break
-    except (torch.OutOfMemoryError, RuntimeError) as e:
-        if not quiet:
-            print(f"oom.py: the training loop failed as planted: {str(e).splitlines()[0][:160]}")
-    return d.report
+    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+                         expect=(torch.OutOfMemoryError, RuntimeError), **kw)
 
 
 if __name__ == "__main__":

@@ -16,24 +16,7 @@ from typing import Any
 import _common  # first: finds torch-diagnose in a source checkout
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
-
-from diagnose import diagnose
-
-
-class Volumes(Dataset):
-    """Large dense inputs (e.g. 3x128x128 crops) served from memory."""
-
-    def __init__(self, n: int, side: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 3, side, side, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[i], self.y[i]
+from torch.utils.data import DataLoader
 
 
 def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
@@ -50,19 +33,12 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
         nn.Linear(8, 10),
     ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(Volumes(n, side), batch_size=batch, shuffle=True, pin_memory=False)
-    loss_fn = nn.CrossEntropyLoss()
-
-    with diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw) as d:
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)  # pageable source, blocking copy
-            loss = loss_fn(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if d.done:
-                break
-    return d.report
+    # large dense inputs (like 3 x side x side crops) served from memory, not pinned
+    loader = DataLoader(_common.in_memory(n, 3, side, side), batch_size=batch, shuffle=True,
+                        pin_memory=False)
+    # the loop copies each batch with a plain .to(device): pageable source, blocking copy
+    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+                         **kw)
 
 
 if __name__ == "__main__":

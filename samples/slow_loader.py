@@ -18,8 +18,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from diagnose import diagnose
-
 
 class AugmentedImages(Dataset):
     """Synthetic 32x32 RGB images with per-sample CPU work, like JPEG decode + augment."""
@@ -64,18 +62,8 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = DataLoader(AugmentedImages(), batch_size=32, shuffle=True, num_workers=0)
-    loss_fn = nn.CrossEntropyLoss()
-
-    with diagnose(model, loader, steps=steps, out_dir=out_dir, print_report=not quiet, **kw) as d:
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            loss = loss_fn(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if d.done:
-                break
-    return d.report
+    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+                         **kw)
 
 
 if __name__ == "__main__":

@@ -16,22 +16,9 @@ from typing import Any
 import _common  # first: finds torch-diagnose in a source checkout
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from diagnose import diagnose
-
-
-class Features(Dataset):
-    def __init__(self, n: int = 4096, dim: int = 128) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[i], self.y[i]
 
 
 def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
@@ -39,7 +26,7 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loader = DataLoader(Features(), batch_size=64, shuffle=True)
+    loader = DataLoader(_common.in_memory(4096, 128), batch_size=64, shuffle=True)
     loss_fn = nn.CrossEntropyLoss()
     history: list[float] = []
 

@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.optim import optimizer as optim_mod  # noqa: E402
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.session as session_mod  # noqa: E402
@@ -29,26 +29,9 @@ from diagnose.capture.context import is_oom, parse_oom_message  # noqa: E402
 from diagnose.capture.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
+from tests.datasets import Pairs  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
-
-
-class Pairs(Dataset):
-    """A real map-style dataset; ``delay_s`` of sleep per sample stands for loading work."""
-
-    def __init__(self, n: int = 256, dim: int = 16, delay_s: float = 0.0) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, 3, (n,), generator=g)
-        self.delay_s = delay_s
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return self.x[i], self.y[i]
 
 
 def make(seed: int = 0, **loader_kw: Any) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:

@@ -27,26 +27,10 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     from diagnose import diagnose
-
-    class Samples(Dataset):
-        """A real map-style dataset; ``delay_s`` of sleep per sample stands for slow loading."""
-
-        def __init__(self, delay_s: float) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.x = torch.randn(512, 32, generator=g)
-            self.y = torch.randint(0, 4, (512,), generator=g)
-            self.delay_s = delay_s
-
-        def __len__(self) -> int:
-            return len(self.y)
-
-        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            return self.x[i], self.y[i]
+    from tests.datasets import Pairs
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -54,7 +38,7 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = DataLoader(Samples(SLOW_S if rank == 1 else 0.0), batch_size=16)
+    loader = DataLoader(Pairs(512, 32, 4, delay_s=SLOW_S if rank == 1 else 0.0), batch_size=16)
 
 
     def train(d: Any = None, limit: int = 9) -> None:

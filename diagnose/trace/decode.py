@@ -194,12 +194,8 @@ def decode(data: bytes, path: Path) -> Decoded:
             doc = _TYPED.decode(data)  # an event without a known phase
     except msgspec.ValidationError:
         return _decode_lenient(data, path)
-    except msgspec.DecodeError as e:
-        raise TraceError(path, f"not valid JSON ({_short(e)})") from None
-    except UnicodeDecodeError as e:
-        raise TraceError(path, f"not valid UTF-8 text (byte {e.start})") from None
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply") from None
+    except _JSON_ERRORS as e:
+        raise _json_error(path, e) from None
     if isinstance(doc, list):
         if not doc:
             raise TraceError(path, "the trace has no events")
@@ -212,15 +208,23 @@ def decode(data: bytes, path: Path) -> Decoded:
     return Decoded(doc.traceEvents, _props(doc), dist, doc.schemaVersion)
 
 
+_JSON_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _json_error(path: Path, e: Exception) -> TraceError:
+    """The one-line error for a text that is not JSON at all."""
+    if isinstance(e, UnicodeDecodeError):
+        return TraceError(path, f"not valid UTF-8 text (byte {e.start})")
+    if isinstance(e, RecursionError):
+        return TraceError(path, "JSON nested too deeply")
+    return TraceError(path, f"not valid JSON ({_short(e)})")
+
+
 def _decode_lenient(data: bytes, path: Path) -> Decoded:
     try:
         obj = _UNTYPED.decode(data)
-    except msgspec.DecodeError as e:
-        raise TraceError(path, f"not valid JSON ({_short(e)})") from None
-    except UnicodeDecodeError as e:
-        raise TraceError(path, f"not valid UTF-8 text (byte {e.start})") from None
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply") from None
+    except _JSON_ERRORS as e:
+        raise _json_error(path, e) from None
     if isinstance(obj, list):
         raw_events, top = obj, {}
     elif isinstance(obj, dict):
