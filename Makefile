@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)
@@ -26,6 +27,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check diagnose tests samples benchmarks
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diagnose.demo import build, machine_line  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
-from diagnose.tune import autofix, cpu_count  # noqa: E402
-from diagnose.tune_stats import block_means, pooled_median, speedup_interval  # noqa: E402
-from diagnose.tune_trial import Trial, Workload  # noqa: E402
+from diagnose.session import autofix  # noqa: E402  (with the baseline capture)
+from diagnose.tune import cpu_count  # noqa: E402
+from diagnose.tune.stats import block_means, pooled_median, speedup_interval  # noqa: E402
+from diagnose.tune.trial import Trial, Workload  # noqa: E402
 
 
 def grid(base: TrainConfig, cpus: int, gpu: bool) -> list[TrainConfig]:

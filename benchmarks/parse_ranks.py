@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.analyze_speed import MB, _write_replicated  # noqa: E402
-from diagnose.api import _analyze_file, _cpus  # noqa: E402
+from diagnose.analysis import _analyze_file, _cpus  # noqa: E402
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "traces" / "param" / "dlrm_kineto"
 DEFAULT_WORKDIR = Path("/tmp/torch-diagnose-bench/ranks")

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._version import __version__
 from .api import Report, analyze
 from .engine import Finding
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, TrainConfig
-
-__version__ = "0.1.0"
 
 __all__ = [
     "FIXES",

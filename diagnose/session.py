@@ -29,7 +29,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -37,10 +39,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from diagnose.api import as_report
 from diagnose.capture import context as ctxmod
 from diagnose.capture import distributed
 from diagnose.capture.profiler import WindowProfiler
-from diagnose.capture.runfolder import new_run_dir, trace_files, write_context
 from diagnose.capture.samplers import (
     DEFAULT_HZ,
     HostSampler,
@@ -50,8 +52,9 @@ from diagnose.capture.samplers import (
     UnavailableSampler,
 )
 from diagnose.errors import CaptureError
+from diagnose.runfolder import new_run_dir, trace_files, write_context
 
-__all__ = ["Session", "diagnose"]
+__all__ = ["Session", "autofix", "capture_baseline", "diagnose"]
 
 _active_lock = threading.Lock()
 _active: Session | None = None
@@ -175,8 +178,6 @@ class Session:
         Uses this session's report when the ``with`` block already ran, else captures a
         baseline itself. Keyword arguments go to :func:`diagnose.tune.autofix`; returns its
         TuneReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
-        from diagnose.tune import autofix
-
         kwargs.setdefault("report", self.report)
         return autofix(self.model, self.loader, self.optimizer, loss_fn=self.loss_fn,
                        step_fn=self.step_fn, **kwargs)
@@ -457,7 +458,7 @@ class Session:
             ctx["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
         ctx["oom"] = oom
         if self._dist is not None:  # rank 0 writes context.json and reports on all ranks
-            self.report = self._dist.finish(run_dir, ctx, analyze=self.analyze)
+            self.report = as_report(self._dist.finish(run_dir, ctx, analyze=self.analyze))
             if self._dist.rank != 0 or self.report is None:
                 return
         else:
@@ -496,6 +497,45 @@ class Session:
                 msg = f"torch-diagnose: could not write TensorBoard logs: {type(e).__name__}: {e}"
                 self.notes.append(msg)
                 print(msg, file=sys.stderr)
+
+
+def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
+                     out_dir: str | os.PathLike[str] | None = None) -> Any:
+    """Capture ``steps`` profiled steps of ``cfg`` with the Session a user would run, and
+    return its Report (the same analysis as ``torch-diagnose analyze``). This is the
+    ``capture`` that :meth:`Session.autofix` hands to :func:`diagnose.tune.autofix`."""
+    from diagnose.tune.trial import Trial, TuneError, release_memory
+
+    tmp = tempfile.mkdtemp(prefix="diagnose-autofix-") if out_dir is None else None
+    trial = Trial(w, cfg)
+    session = Session(w.model, trial.loader, steps=steps, warmup=1, wait=1,
+                      out_dir=tmp if out_dir is None else out_dir, print_report=False)
+    try:
+        try:
+            with session, trial:
+                for _ in range(4 * (steps + 2) + 10):
+                    trial.step()
+                    if session.done:
+                        break
+        except Exception as e:
+            if not ctxmod.is_oom(e):
+                raise TuneError(f"the baseline step failed: {type(e).__name__}: {e}") from e
+        else:
+            return session.report
+        release_memory(w)  # out of memory: recorded by the session (a `memory` finding)
+        return session.report
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def autofix(model: Any, loader: Any, optimizer: Any, **kwargs: Any) -> Any:
+    """:func:`diagnose.tune.autofix` with this module's baseline capture: findings come from
+    ``report=`` when given, else from profiled steps of the baseline (see its arguments)."""
+    from diagnose.tune import autofix as run
+
+    kwargs.setdefault("capture", capture_baseline)
+    return run(model, loader, optimizer, **kwargs)
 
 
 # The public name: ``with diagnose(model, loader) as d:`` makes a Session. One class, one

@@ -17,10 +17,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 try:
-    from diagnose.capture.runfolder import trace_files
+    from diagnose.runfolder import trace_files
 except ImportError:  # running from a source checkout that is not installed
     sys.path.insert(0, str(HERE.parent))
-    from diagnose.capture.runfolder import trace_files
+    from diagnose.runfolder import trace_files
 
 import healthy  # noqa: E402
 import slow_loader  # noqa: E402

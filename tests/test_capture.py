@@ -26,8 +26,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.session as session_mod  # noqa: E402
 from diagnose.capture.context import is_oom, parse_oom_message  # noqa: E402
-from diagnose.capture.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
+from diagnose.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs  # noqa: E402
 

@@ -465,12 +465,12 @@ def test_module_entry_point_help():
 
 # ----------------------------------------------------------------------------- known bugs
 def test_bad_file_in_parallel_read(tmp_path, capsys, monkeypatch, forkable):
-    import diagnose.api
+    import diagnose.analysis
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if (cpus or 1) < 2:
         pytest.skip("parallel reading needs two CPUs")
-    monkeypatch.setattr(diagnose.api, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(diagnose.analysis, "_PARALLEL_MIN_BYTES", 0)
     write(tmp_path / "a.pt.trace.json", small_trace())
     bad = make_bad(tmp_path, "not_json")
     rc, _, err = run_cli(capsys, "analyze", str(tmp_path))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import diagnose.api as api_module
+import diagnose.analysis as api_module
 from diagnose import analyze
-from diagnose.api import RankResult, _read_all, report_from_ranks
+from diagnose.analysis import RankResult, _read_all, report_from_ranks
 from diagnose.metrics import CATALOG
 from diagnose.metrics.ranks import RUN_CATALOG, run_metrics
 from diagnose.trace import find_trace_files
@@ -190,7 +190,7 @@ def test_run_folder_gives_each_rank_its_own_context_and_samples(tmp_path):
 
 # ------------------------------------------------------------------------ parallel read
 def test_parallel_read_equals_serial(tmp_path, monkeypatch, forkable):
-    import diagnose.api as api
+    import diagnose.analysis as api
 
     files = find_trace_files(_write(tmp_path, rb.slow_input(4)))
     serial = _read_all(files)

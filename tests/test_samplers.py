@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from diagnose.capture.runfolder import SAMPLES_FILE, load_samples
 from diagnose.capture.samplers import (
     HostSampler,
     NvmlSampler,
@@ -23,6 +22,7 @@ from diagnose.capture.samplers import (
     usable_cpus,
 )
 from diagnose.metrics.samples import CATALOG, samples_metrics, samples_notes
+from diagnose.runfolder import SAMPLES_FILE, load_samples
 
 
 def no_sampler_thread() -> bool:

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("torch")
 
 from diagnose.api import analyze  # noqa: E402
-from diagnose.capture.runfolder import load_context, trace_files  # noqa: E402
 from diagnose.cli import main as cli_main  # noqa: E402
+from diagnose.runfolder import load_context, trace_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"

@@ -26,7 +26,7 @@ from diagnose.tune import (  # noqa: E402
     TuneError,
     autofix,
 )
-from diagnose.tune_trial import build_loader, build_optimizer  # noqa: E402
+from diagnose.tune.trial import build_loader, build_optimizer  # noqa: E402
 
 QUICK = Plan.quick()
 
@@ -319,8 +319,8 @@ def test_cuda_step_settings_are_realised_and_put_back() -> None:
 def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> None:
     """The machine can change between a trial and the before/after (another process starts):
     a kept fix the before/after does not confirm is reverted, and the baseline stays."""
-    from diagnose import tune
-    from diagnose.tune_stats import Interval
+    from diagnose.tune import runner as tune
+    from diagnose.tune.stats import Interval
 
     def fake_compare(self, a, b, label, *, rounds=None, bound=False):
         if not bound:  # the trial: a clear win

@@ -4,7 +4,7 @@
 each piece also works alone (the samplers and run folder need no torch).
 """
 
-from diagnose.capture.runfolder import (
+from diagnose.runfolder import (
     CONTEXT_FILE,
     SAMPLES_FILE,
     load_context,

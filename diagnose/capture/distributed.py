@@ -38,7 +38,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diagnose.capture.runfolder import (
+from diagnose.runfolder import (
     new_run_dir,
     samples_file,
     trace_files,
@@ -153,10 +153,10 @@ class DistributedCapture:
     def finish(self, run_dir: Path, context: dict[str, Any], *, analyze: bool = True) -> Any:
         """Measure this rank, bring every rank's summary to rank 0, write context.json.
 
-        Returns the cross-rank Report on rank 0 and this rank's own Report elsewhere
+        Returns the cross-rank Analysis on rank 0 and this rank's own Analysis elsewhere
         (None when ``analyze`` is False or nothing could be measured).
         """
-        from diagnose.api import report_from_ranks
+        from diagnose.analysis import report_from_ranks
 
         context = dict(context)
         context["distributed"] = self.info()
@@ -216,9 +216,10 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.api import RankResult, _analyze_file
-        from diagnose.capture.runfolder import load_samples
+        from diagnose.analysis import _analyze_file
         from diagnose.metrics import compute_all
+        from diagnose.result import RankResult
+        from diagnose.runfolder import load_samples
 
         traces = self.own_traces(run_dir)
         if not traces:
@@ -228,8 +229,9 @@ class DistributedCapture:
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 
     def _combine(self, run_dir: Path, gathered: list[Any]) -> Any:
-        from diagnose.api import RankResult, report_from_ranks
-        from diagnose.capture.runfolder import load_samples
+        from diagnose.analysis import report_from_ranks
+        from diagnose.result import RankResult
+        from diagnose.runfolder import load_samples
 
         ranks: list[RankResult] = []
         notes: list[str] = list(self.notes)
@@ -256,6 +258,6 @@ def _pack(r: Any) -> dict[str, Any]:
 
 
 def _unpack(d: dict[str, Any]) -> Any:
-    from diagnose.api import RankResult
+    from diagnose.result import RankResult
 
     return RankResult(d["path"], d["rank"], d["metrics"], d["series"], d["notes"])

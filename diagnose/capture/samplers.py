@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from diagnose.capture.runfolder import SAMPLES_FILE, SAMPLES_VERSION
+from diagnose.runfolder import SAMPLES_FILE, SAMPLES_VERSION
 
 DEFAULT_HZ = 10.0
 _FLUSH_EVERY_S = 1.0

@@ -1,4 +1,4 @@
-"""Metrics from the sampler time series of a run (the dict ``capture.runfolder.load_samples`` returns).
+"""Metrics from the sampler time series of a run (the dict ``diagnose.runfolder.load_samples`` returns).
 
 Values summarise the profiled window (between the ``active_start`` and
 ``active_end`` marks) when at least ``MIN_WINDOW_SAMPLES`` ticks fall inside

@@ -10,9 +10,6 @@ Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +18,7 @@ from ..errors import DiagnoseError
 from ..metrics import CATALOG
 
 if TYPE_CHECKING:
-    from ..api import Report
+    from ..result import Analysis
 
 SCHEMA_VERSION = 1
 
@@ -121,8 +118,8 @@ class FindingChange:
 
 @dataclass
 class Comparison:
-    a: Report
-    b: Report
+    a: Analysis
+    b: Analysis
     metrics: list[MetricDelta]
     findings: list[FindingChange]
 
@@ -152,7 +149,7 @@ def _round(x: float | None, nd: int = 6) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def compare_reports(a: Report, b: Report) -> Comparison:
+def compare_reports(a: Analysis, b: Analysis) -> Comparison:
     """What changed from run A to run B: key metrics and findings."""
     metrics = [MetricDelta(name, CATALOG.get(name, ("", ""))[0], a.metrics.get(name),
                            b.metrics.get(name), better)
@@ -259,33 +256,6 @@ def render_text(c: Comparison, *, width: int = 110) -> str:
     return buf.getvalue()
 
 
-# -------------------------------------------------------------------------------- CLI
-def _pct_arg(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {s!r}")
-    return v
-
-
-def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "compare", help="compare two runs: metrics with deltas, findings resolved/still/new",
-        description="Compare run A (before) with run B (after): trace files, folders or run "
-                    "folders.")
-    p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
-    p.add_argument("b", metavar="B", help="the run after")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE")
-    p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
-                   help="exit 1 if B's median step time is more than PCT%% above A's")
-    p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
-                   help="add your own rule files (same TOML format); repeatable")
-    p.set_defaults(func=run)
-
-
 def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
     """(regressed, the one line that says so) for --fail-on-regression PCT."""
     a = c.a.metrics.get("step_time_median_ms")
@@ -299,39 +269,3 @@ def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
     verdict = (f"regression: more than the allowed +{pct:g}%" if worse
                else f"within the allowed +{pct:g}%")
     return worse, f"median step time {a:,.1f} ms -> {b:,.1f} ms ({change:+.1f}%): {verdict}"
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..api import analyze
-
-    a = analyze(args.a, extra_rules=args.rules)
-    b = analyze(args.b, extra_rules=args.rules)
-    c = compare_reports(a, b)
-    regressed = False
-    line: str | None = None
-    if args.fail_on_regression is not None:
-        regressed, line = regression_line(c, args.fail_on_regression)
-    out: str | None
-    if args.format == "json":
-        doc = c.to_json()
-        if args.fail_on_regression is not None:
-            doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
-                                 "message": line}
-        out = json.dumps(doc, indent=2, default=str) + "\n"
-    else:
-        out = render_text(c) if args.output else None
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(out or "")
-        except OSError as e:
-            raise DiagnoseError(f"{args.output}: cannot write ({e.strerror or e})") from None
-    elif out is not None:
-        sys.stdout.write(out)
-    else:
-        from rich.console import Console, Group
-
-        Console(highlight=False).print(Group(*renderables(c)))
-    if line is not None:
-        print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
-    return 1 if regressed else 0

@@ -28,9 +28,8 @@ from ..metrics import CATALOG
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 
 if TYPE_CHECKING:
-    from ..api import RankResult, Report
     from ..engine import Finding
-    from ..tune import TuneReport
+    from ..result import Analysis, RankResult
 
 AutofixRows = Sequence[AutofixRow | tuple[str, float, float]]
 
@@ -192,7 +191,7 @@ def _kv(rows: Iterable[tuple[str, Child] | None]) -> Markup:
               class_="kv")
 
 
-def _counts(report: Report) -> Markup:
+def _counts(report: Analysis) -> Markup:
     if not report.findings:
         return el("span", "no findings", class_="badge ok")
     out = []
@@ -203,7 +202,7 @@ def _counts(report: Report) -> Markup:
     return text(*[text(b, " ") for b in out])
 
 
-def _summary(report: Report) -> Markup:
+def _summary(report: Analysis) -> Markup:
     m = report.metrics
     steps = m.get("step_count")
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
@@ -273,7 +272,7 @@ def _finding(f: Finding) -> Markup:
     )
 
 
-def _findings(report: Report) -> Markup:
+def _findings(report: Analysis) -> Markup:
     if not report.findings:
         body: Child = el("p", "No findings: nothing in this run points at a bottleneck.",
                          class_="message")
@@ -293,7 +292,7 @@ _CAPTIONS = {
 }
 
 
-def _plots(report: Report, autofix: AutofixRows | None
+def _plots(report: Analysis, autofix: AutofixRows | None
            ) -> tuple[Markup | None, list[str]]:
     figs = figures(report, autofix)
     out = []
@@ -364,7 +363,7 @@ def _autofix_table(rows: AutofixRows | None) -> Markup | None:
                  el("tbody", body)), id="autofix")
 
 
-def _kernels(report: Report) -> Markup | None:
+def _kernels(report: Analysis) -> Markup | None:
     if not report.ranks:
         return None
     first = min(report.ranks, key=lambda r: (r.rank is None, r.rank or 0))
@@ -389,7 +388,7 @@ def _kernels(report: Report) -> Markup | None:
         id="kernels")
 
 
-def _not_evaluated(report: Report) -> Markup | None:
+def _not_evaluated(report: Analysis) -> Markup | None:
     if not report.not_evaluated:
         return None
     return el("section", el("h2", f"Not evaluated ({len(report.not_evaluated)})"),
@@ -399,14 +398,14 @@ def _not_evaluated(report: Report) -> Markup | None:
                         for n in report.not_evaluated]), id="not-evaluated")
 
 
-def _notes(report: Report) -> Markup | None:
+def _notes(report: Analysis) -> Markup | None:
     if not report.notes:
         return None
     return el("section", el("h2", "Notes"), el("ul", [el("li", n) for n in report.notes]),
               id="notes")
 
 
-def _metrics(report: Report) -> Markup:
+def _metrics(report: Analysis) -> Markup:
     rows = [el("tr", el("td", el("code", k)), el("td", fmt(k, v), class_="num"),
                el("td", CATALOG.get(k, ("", ""))[0]), el("td", CATALOG.get(k, ("", ""))[1],
                                                          class_="muted"))
@@ -424,9 +423,9 @@ _CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 
 
 
 def render_html(
-    report: Report,
+    report: Analysis,
     *,
-    autofix: AutofixRows | TuneReport | None = None,
+    autofix: Any = None,
     kernels: bool = True,
     title: str | None = None,
 ) -> str:
@@ -437,7 +436,7 @@ def render_html(
     before/after chart and table. ``kernels``: include the first rank's top-kernels
     table (computed with its metrics).
     """
-    from .. import __version__
+    from .._version import __version__
 
     if autofix is not None and hasattr(autofix, "decisions"):
         autofix = autofix_rows(autofix)
@@ -476,7 +475,7 @@ def render_html(
     return "<!doctype html>\n" + page + "\n"
 
 
-def write_html(report: Report, path: str | os.PathLike[str], **kw: Any) -> Path:
+def write_html(report: Analysis, path: str | os.PathLike[str], **kw: Any) -> Path:
     """Render the report and write it to ``path`` (UTF-8); returns the path."""
     p = Path(path)
     p.write_text(render_html(report, **kw), encoding="utf-8")

@@ -23,7 +23,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
-    from ..api import RankResult, Report
+    from ..result import Analysis, RankResult
 
 # The per-step breakdown, in the order categories claim time (README "What it measures").
 BREAKDOWN: tuple[tuple[str, str, str], ...] = (
@@ -302,7 +302,7 @@ def autofix_figure(rows: Sequence[AutofixRow | tuple[str, float, float]] | None)
     return fig
 
 
-def figures(report: Report, autofix: Sequence[AutofixRow | tuple[str, float, float]] | None = None
+def figures(report: Analysis, autofix: Sequence[AutofixRow | tuple[str, float, float]] | None = None
             ) -> dict[str, Figure]:
     """Every figure the report has data for, by name (keys of ``PLOT_TITLES``), in page order."""
     made = {

@@ -36,7 +36,6 @@ The user's files are only read.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import importlib.util
 import math
@@ -57,15 +56,13 @@ from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
 
 if TYPE_CHECKING:
-    from ..api import Report
+    from ..result import Analysis
 
 __all__ = [
     "DEFAULT_LOGDIR",
     "TraceCopy",
     "WriteResult",
     "adapt_trace",
-    "add_parser",
-    "run",
     "serve",
     "write_logdir",
     "write_session_logdir",
@@ -366,7 +363,7 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def findings_markdown(report: Report) -> str:
+def findings_markdown(report: Analysis) -> str:
     from ..fixes import FIXES
 
     m = report.metrics
@@ -410,7 +407,7 @@ def findings_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def notes_markdown(report: Report, copies: Sequence[TraceCopy]) -> str:
+def notes_markdown(report: Analysis, copies: Sequence[TraceCopy]) -> str:
     lines: list[str] = []
     if report.not_evaluated:
         lines += ["**Not evaluated**", ""]
@@ -443,7 +440,7 @@ class WriteResult:
     tags: list[str] = field(default_factory=list)
 
 
-def default_run_name(report: Report) -> str:
+def default_run_name(report: Analysis) -> str:
     src = Path(report.source[0]) if report.source else Path("run")
     name = _strip_suffix(src.name) if src.name else src.resolve().name
     return _safe(name, "run")
@@ -478,7 +475,7 @@ def _prepare_run_dir(run_dir: Path, sources: Iterable[Path], overwrite: bool) ->
         raise DiagnoseError(f"{run_dir}: cannot create the run folder ({e.strerror or e})") from None
 
 
-def write_logdir(report: Report, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR, *,
+def write_logdir(report: Analysis, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR, *,
                  run: str | None = None, overwrite: bool = False,
                  traces: bool = True) -> WriteResult:
     """Write ``report`` (and adapted copies of its traces) as the run ``<logdir>/<run>``."""
@@ -517,7 +514,7 @@ def write_logdir(report: Report, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR
     return res
 
 
-def write_session_logdir(report: Report, run_dir: str | os.PathLike[str],
+def write_session_logdir(report: Analysis, run_dir: str | os.PathLike[str],
                          tensorboard: str | os.PathLike[str] | bool) -> Path:
     """``diagnose(..., tensorboard=...)``: the run named after the run folder; returns its path."""
     logdir = Path(DEFAULT_LOGDIR) if isinstance(tensorboard, bool) else Path(tensorboard)
@@ -593,52 +590,3 @@ def serve(logdir: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = 
         return 0
     finally:
         stop_process(proc)
-
-
-# -------------------------------------------------------------------------------- CLI
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "tensorboard",
-        help="write a TensorBoard log dir (scalars, findings, profiler trace); --serve to view",
-        description="Analyze traces and write them as one TensorBoard run: scalars (step time, "
-                    "DataLoader share, GPU and host utilization), the findings as text, and a "
-                    "copy of each trace that torch-tb-profiler 0.4.3 reads correctly.",
-    )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, folders or run folders")
-    p.add_argument("--logdir", default=DEFAULT_LOGDIR, metavar="DIR",
-                   help=f"TensorBoard log directory (default: {DEFAULT_LOGDIR})")
-    p.add_argument("--run", metavar="NAME", help="run name (default: from the first PATH)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a run of the same name that torch-diagnose wrote before")
-    p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
-                   help="add your own rule files; repeatable")
-    p.add_argument("--serve", action="store_true",
-                   help="then start TensorBoard on the log dir (Ctrl-C stops it)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address TensorBoard binds to with --serve (default: {DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"port for --serve (default: {DEFAULT_PORT}; 0: any free port)")
-    p.set_defaults(func=run)
-    return p
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..api import analyze
-
-    if not 0 <= args.port <= 65535:
-        raise DiagnoseError(f"--port {args.port}: not a port number (0-65535)")
-    if importlib.util.find_spec("tensorboard") is None:
-        raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
-    report = analyze(args.paths, extra_rules=args.rules)
-    res = write_logdir(report, args.logdir, run=args.run, overwrite=args.overwrite)
-    adapted = sum(c.dataloader_events for c in res.copies)
-    n_tags = len([t for t in res.tags if t.startswith(("metrics/", "step/", "samples/"))])
-    print(f"wrote {res.run_dir}: {res.scalars} scalar points in {n_tags} tags, "
-          f"findings as text, {len(res.copies)} trace cop{'y' if len(res.copies) == 1 else 'ies'}"
-          + (f" ({adapted} DataLoader events re-categorised for torch-tb-profiler)"
-             if adapted else ""))
-    if args.serve:
-        return serve(args.logdir, args.host, args.port)
-    print(f"view it: tensorboard --logdir {args.logdir}  "
-          f"(or: torch-diagnose tensorboard ... --serve)")
-    return 0

@@ -15,7 +15,7 @@ from rich.text import Text
 from ..fixes import FIXES
 
 if TYPE_CHECKING:
-    from ..api import Report
+    from ..result import Analysis
 
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
@@ -25,7 +25,7 @@ def _pct(x: Any) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _summary(report: Report) -> Table:
+def _summary(report: Analysis) -> Table:
     m = report.metrics
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
@@ -59,7 +59,7 @@ def _summary(report: Report) -> Table:
     return t
 
 
-def _ranks_table(report: Report) -> Table:
+def _ranks_table(report: Analysis) -> Table:
     """One row per rank: step time, GPU busy, DataLoader and communication shares, overlap;
     the straggler (when a finding names it) is marked with its cause."""
     from ..metrics.ranks import rank_row
@@ -82,7 +82,7 @@ def _ranks_table(report: Report) -> Table:
     return t
 
 
-def _findings_table(report: Report) -> Table:
+def _findings_table(report: Analysis) -> Table:
     t = Table(show_lines=False, expand=True, title="Findings", title_justify="left")
     t.add_column("severity", no_wrap=True)
     t.add_column("rule", no_wrap=True)
@@ -100,7 +100,7 @@ def _findings_table(report: Report) -> Table:
     return t
 
 
-def _fix_panels(report: Report) -> list[Panel]:
+def _fix_panels(report: Analysis) -> list[Panel]:
     panels: list[Panel] = []
     shown: set[str] = set()
     for f in report.findings:
@@ -116,7 +116,7 @@ def _fix_panels(report: Report) -> list[Panel]:
     return panels
 
 
-def renderables(report: Report) -> list[Any]:
+def renderables(report: Analysis) -> list[Any]:
     out: list[Any] = [_summary(report)]
     if len(report.ranks) > 1:
         out.append(_ranks_table(report))
@@ -135,7 +135,7 @@ def renderables(report: Report) -> list[Any]:
     return out
 
 
-def render(report: Report, *, width: int = 110, color: bool = False) -> str:
+def render(report: Analysis, *, width: int = 110, color: bool = False) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
                       else None, highlight=False, force_jupyter=False)
@@ -143,7 +143,7 @@ def render(report: Report, *, width: int = 110, color: bool = False) -> str:
     return buf.getvalue()
 
 
-def print_report(report: Report, console: Console | None = None) -> None:
+def print_report(report: Analysis, console: Console | None = None) -> None:
     (console or Console(highlight=False)).print(Group(*renderables(report)))
 
 

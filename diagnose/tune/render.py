@@ -1,4 +1,4 @@
-"""Terminal rendering of a TuneReport with rich: decisions, before/after, bound, code."""
+"""Terminal rendering of an autofix result with rich: decisions, before/after, bound, code."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from .tune import TuneReport
+    from .result import TuneResult
 
 _STYLE = {"kept": "bold green", "reverted": "yellow", "does not fit": "red", "fits": "green",
           "error": "red", "skipped": "dim", "not applicable": "dim", "no change": "dim",
@@ -24,7 +24,7 @@ def _ms(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
 
 
-def decisions_table(r: TuneReport) -> Table:
+def decisions_table(r: TuneResult) -> Table:
     ci = "speedup [CI]"
     for d in r.decisions:
         if d.speedup is not None:
@@ -52,7 +52,7 @@ def _per_s(cfg: Any, ms: float | None) -> str:
     return f"{eb / (ms / 1e3):,.0f}"
 
 
-def before_after_table(r: TuneReport) -> Table:
+def before_after_table(r: TuneResult) -> Table:
     t = Table(title="before / after", title_justify="left")
     for col in ("", "config", "ms / step", "samples / s", "vs baseline"):
         t.add_column(col, justify="right" if col in ("ms / step", "samples / s") else "left")
@@ -79,7 +79,7 @@ def _cfg_text(cfg: Any, ref: Any) -> str:
     return d if d else loader
 
 
-def bound_table(r: TuneReport) -> Table | None:
+def bound_table(r: TuneResult) -> Table | None:
     b = r.bound
     if b is None:
         return None
@@ -100,7 +100,7 @@ def bound_table(r: TuneReport) -> Table | None:
     return t
 
 
-def parts(r: TuneReport) -> list[Any]:
+def parts(r: TuneResult) -> list[Any]:
     head = Text()
     head.append("autofix ", style="bold")
     head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
@@ -117,12 +117,12 @@ def parts(r: TuneReport) -> list[Any]:
     return out
 
 
-def print_report(r: TuneReport, console: Any = None) -> None:
+def print_report(r: TuneResult, console: Any = None) -> None:
     console = console or Console(highlight=False)
     console.print(Group(*parts(r)))
 
 
-def render(r: TuneReport, *, width: int = 120, color: bool = False) -> str:
+def render(r: TuneResult, *, width: int = 120, color: bool = False) -> str:
     buf = io.StringIO()
     c = Console(file=buf, width=width, color_system="standard" if color else None,
                 highlight=False, force_terminal=color)

@@ -1,4 +1,6 @@
-"""The run folder: where one capture writes everything it produces.
+"""The run folder: where one capture writes everything it produces, and analysis reads.
+
+It is the one interface between capture and analysis, so it sits below both.
 
 Layout (TensorBoard's: the trace sits directly in the run folder, named the way
 ``torch.profiler.tensorboard_trace_handler(..., use_gzip=True)`` names it)::
@@ -12,8 +14,8 @@ A torch.distributed run shares one run folder: every rank writes its own trace (
 ``<host>_<pid>_rank<N>``), rank 0 writes ``context.json`` with the other ranks' contexts
 under ``rank_contexts``, and rank N > 0 samples into ``samples.rank<N>.jsonl``.
 
-``load_context`` and ``load_samples`` are what ``diagnose.api.analyze`` calls on a
-run folder, so in-process analysis and ``torch-diagnose analyze RUN`` read the
+``load_context`` and ``load_samples`` are what the analysis (``diagnose.analysis``) calls
+on a run folder, so in-process analysis and ``torch-diagnose analyze RUN`` read the
 same files with the same code. Both are tolerant: a missing or corrupt file gives
 ``None``, never an exception (the trace alone can still be analysed).
 

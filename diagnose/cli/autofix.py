@@ -1,4 +1,4 @@
-"""Commands `torch-diagnose demo` and `torch-diagnose autofix TARGET` (thin: they call the API).
+"""Commands ``torch-diagnose demo`` and ``torch-diagnose autofix TARGET`` (thin: they call the API).
 
 Nothing here imports torch until a command runs, so the rest of the CLI stays torch-free.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import DiagnoseError
+from ..errors import DiagnoseError
 
 
 def add_parser(sub: Any) -> None:
@@ -57,9 +57,10 @@ def add_parser(sub: Any) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     import torch
 
-    from . import demo
-    from .tune import Plan, autofix, diagnose_baseline
-    from .tune_trial import Workload
+    from .. import demo
+    from ..fixes import TrainConfig
+    from ..session import capture_baseline
+    from ..tune import Plan, Workload, autofix
 
     console = _console()
     plan = Plan.quick() if args.quick else Plan()
@@ -82,10 +83,8 @@ def run_demo(args: argparse.Namespace) -> int:
             f"          DataLoader(ds, batch_size={args.batch_size}, shuffle=True) "
             f"(num_workers=0); torch threads {args.threads}; built in {wl.build_s:.1f} s")
         w = Workload.from_user(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn)
-        from .fixes import TrainConfig
-
         with console.status("1/3 diagnosis: profiling the baseline with `with diagnose(...)`"):
-            report = diagnose_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer))
+            report = capture_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer))
         if report is None:
             raise DiagnoseError("demo: the baseline capture produced no report")
         _print_findings(console, report)
@@ -218,7 +217,8 @@ def load_target(target: str) -> dict[str, Any]:
 
 
 def run_autofix(args: argparse.Namespace) -> int:
-    from .tune import Plan, autofix
+    from ..session import autofix
+    from ..tune import Plan
 
     objs = load_target(args.target)
     fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None

@@ -1,17 +1,19 @@
 """autofix: measure a baseline, try the fixes the findings name, keep only what measurably helps.
 
-    report = autofix(model, loader, optimizer, loss_fn=loss_fn)      # or step_fn=(model, batch)
+    report = diagnose(model, loader, optimizer=opt, loss_fn=loss_fn).autofix()  # the usual way
+    report = autofix(model, loader, optimizer, loss_fn=loss_fn, report=d.report)  # this module
     report.print()           # every decision with its numbers; before/after; the code change
     loader = report.loader   # your dataset/sampler/collate_fn with the winning settings
 
 The flow follows the project's one direction: a baseline capture (the same
-:class:`~diagnose.session.Session` a user runs) is analysed into findings; the
+:class:`~diagnose.session.Session` a user runs, handed in as ``capture``) is analysed into
+findings; the
 findings' fix ids become :class:`~diagnose.fixes.Fix` objects; each fix is a
 pure change of a frozen :class:`~diagnose.fixes.TrainConfig`; a trial realises
-the config (:mod:`diagnose.tune_trial`) and is timed against the current best
-in interleaved rounds; :mod:`diagnose.tune_stats` decides. The model, the
+the config (:mod:`diagnose.tune.trial`) and is timed against the current best
+in interleaved rounds; :mod:`diagnose.tune.stats` decides. The model, the
 optimizer and the random number generators are put back bit-exact afterwards
-(:mod:`diagnose.tune_state`) unless ``keep_tuned_state=True``.
+(:mod:`diagnose.tune.state`) unless ``keep_tuned_state=True``.
 """
 
 from __future__ import annotations
@@ -19,19 +21,32 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .fixes import FIXES, Fix, TrainConfig, micro_batches
-from .tune_state import restore, take
-from .tune_stats import Interval, block_means, pooled_median, speedup_interval
-from .tune_trial import (
+from ..fixes import FIXES, Fix, TrainConfig, micro_batches
+from .report import TuneReport
+from .result import (
+    ADVICE,
+    ERROR,
+    FITS,
+    KEPT,
+    NO_CHANGE,
+    NO_FIT,
+    NOT_APPLICABLE,
+    REVERTED,
+    SKIPPED,
+    Bound,
+    Comparison,
+    Decision,
+)
+from .state import restore, take
+from .stats import Interval, block_means, pooled_median, speedup_interval
+from .trial import (
     Trial,
     TuneError,
     Workload,
@@ -41,11 +56,6 @@ from .tune_trial import (
     is_oom,
     release_memory,
 )
-
-# What a decision can be (the table's last columns).
-KEPT, REVERTED, NO_FIT, FITS = "kept", "reverted", "does not fit", "fits"
-NOT_APPLICABLE, NO_CHANGE, SKIPPED, ADVICE, ERROR = (
-    "not applicable", "no change", "skipped", "advice", "error")
 
 
 @dataclass(frozen=True)
@@ -71,136 +81,6 @@ class Plan:
         """Short rounds: for tests and `torch-diagnose demo --quick` (wider intervals)."""
         return cls(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=2,
                    max_rounds=4, final_rounds=4, resamples=1000)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One trial (or one fix that was not tried), as shown in the table."""
-
-    fix: str
-    change: str
-    status: str
-    reason: str
-    finding: str | None = None  # rule id that named the fix ("OOM": the baseline did not fit)
-    baseline_ms: float | None = None
-    trial_ms: float | None = None
-    speedup: Interval | None = None
-    rounds: int = 0
-    steps: int = 0
-    setup_s: float | None = None  # first step of the trial (torch.compile: compile time)
-
-    def to_json(self) -> dict[str, Any]:
-        s = self.speedup
-        return {"fix": self.fix, "change": self.change, "status": self.status,
-                "reason": self.reason, "finding": self.finding,
-                "baseline_ms": self.baseline_ms, "trial_ms": self.trial_ms,
-                "speedup": None if s is None else s.ratio,
-                "ci": None if s is None else [s.lo, s.hi],
-                "rounds": self.rounds, "steps": self.steps, "setup_s": self.setup_s}
-
-
-@dataclass(frozen=True)
-class Bound:
-    """Speed of light: the step can be no faster than compute alone or input alone."""
-
-    compute_ms: float  # one batch, already on the device, reused
-    data_ms: float  # the DataLoader iterated alone, per optimizer step
-    config: TrainConfig
-
-    @property
-    def bound_ms(self) -> float:
-        return max(self.compute_ms, self.data_ms)
-
-    @property
-    def limited_by(self) -> str:
-        return "input" if self.data_ms >= self.compute_ms else "compute"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"compute_ms": self.compute_ms, "data_ms": self.data_ms,
-                "bound_ms": self.bound_ms, "limited_by": self.limited_by}
-
-
-@dataclass(frozen=True)
-class Comparison:
-    base_ms: float | None
-    cand_ms: float | None
-    interval: Interval | None
-    rounds: int
-    steps: int
-    status: str = "ok"  # ok | does not fit | error
-    note: str = ""
-    setup_s: float | None = None
-
-
-@dataclass
-class TuneReport:
-    """What autofix did and found: every decision, before/after, the bound, the code."""
-
-    original: TrainConfig
-    baseline: TrainConfig
-    best: TrainConfig
-    decisions: list[Decision]
-    final: Comparison | None
-    bound: Bound | None
-    bound_before: Bound | None
-    tuned_ms: float | None  # the winner's step time, measured in the same rounds as the bound
-    named: dict[str, str]  # fix id -> rule id that named it
-    diagnosis: Any  # the baseline's Report (None when findings were given another way)
-    loader: Any  # a DataLoader with the winning settings (built, not yet iterated)
-    optimizer: Any  # rebuilt optimizer when its kernels changed, else None (keep yours)
-    code: str
-    trials: int
-    elapsed_s: float
-    device: str
-    cpus: int
-    min_gain: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def kept(self) -> list[str]:
-        return [d.fix for d in self.decisions if d.status == KEPT]
-
-    @property
-    def speedup(self) -> Interval | None:
-        return None if self.final is None else self.final.interval
-
-    def step_settings(self) -> dict[str, Any]:
-        """How to run the step with the winning config (the DataLoader is ``loader``)."""
-        b = self.best
-        return {"non_blocking": b.non_blocking, "amp_dtype": b.amp_dtype,
-                "grad_scaler": b.uses_grad_scaler, "channels_last": b.channels_last,
-                "cudnn_benchmark": b.cudnn_benchmark, "compile": b.compile,
-                "zero_grad_set_to_none": b.zero_grad_set_to_none,
-                "grad_accum_steps": b.grad_accum_steps, "batch_size": b.batch_size}
-
-    def to_json(self) -> dict[str, Any]:
-        f = self.final
-        return {
-            "original": self.original.to_json(), "baseline": self.baseline.to_json(),
-            "best": self.best.to_json(), "decisions": [d.to_json() for d in self.decisions],
-            "final": None if f is None or f.interval is None else {
-                "baseline_ms": f.base_ms, "tuned_ms": f.cand_ms, "speedup": f.interval.ratio,
-                "ci": [f.interval.lo, f.interval.hi], "rounds": f.rounds, "steps": f.steps},
-            "bound": None if self.bound is None else self.bound.to_json(),
-            "bound_before": None if self.bound_before is None else self.bound_before.to_json(),
-            "tuned_ms": self.tuned_ms,
-            "kept": self.kept, "named": self.named, "code": self.code, "trials": self.trials,
-            "elapsed_s": self.elapsed_s, "device": self.device, "cpus": self.cpus,
-            "min_gain": self.min_gain, "notes": self.notes,
-        }
-
-    def render_text(self, *, width: int = 120, color: bool = False) -> str:
-        from .tune_report import render
-
-        return render(self, width=width, color=color)
-
-    def print(self, console: Any = None) -> None:
-        from .tune_report import print_report
-
-        print_report(self, console)
-
-    def __str__(self) -> str:
-        return self.render_text()
 
 
 # ---------------------------------------------------------------------- facts
@@ -541,35 +421,6 @@ def _requested(fixes: Iterable[str | Fix]) -> list[tuple[Fix, str]]:
     return out
 
 
-def diagnose_baseline(w: Workload, cfg: TrainConfig, *, steps: int = 5,
-                      out_dir: str | os.PathLike[str] | None = None) -> Any:
-    """Capture ``steps`` profiled steps of ``cfg`` with the Session a user would run, and
-    return its Report (the same analysis as ``torch-diagnose analyze``)."""
-    from .session import Session
-
-    tmp = tempfile.mkdtemp(prefix="diagnose-autofix-") if out_dir is None else None
-    trial = Trial(w, cfg)
-    session = Session(w.model, trial.loader, steps=steps, warmup=1, wait=1,
-                      out_dir=tmp if out_dir is None else out_dir, print_report=False)
-    try:
-        try:
-            with session, trial:
-                for _ in range(4 * (steps + 2) + 10):
-                    trial.step()
-                    if session.done:
-                        break
-        except Exception as e:
-            if not is_oom(e):
-                raise TuneError(f"the baseline step failed: {type(e).__name__}: {e}") from e
-        else:
-            return session.report
-        release_memory(w)  # out of memory: recorded by the session (a `memory` finding)
-        return session.report
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _workers_estimate(b: Bound, cfg: TrainConfig, cpus: int) -> int:
     """Workers needed so input keeps up with compute: one worker's time per step's batches
     over the compute-only step time (both measured), within 1..cpus."""
@@ -579,6 +430,13 @@ def _workers_estimate(b: Bound, cfg: TrainConfig, cpus: int) -> int:
 
 
 # ---------------------------------------------------------------------- entry point
+#: Records ``steps`` profiled steps of a workload under a config and returns their analysis
+#: (a Report, or None when nothing was recorded): ``capture(workload, config, steps=...,
+#: out_dir=...)``. Autofix takes it as an argument so that it needs nothing from the layer
+#: above it (``diagnose.session.capture_baseline`` is the one ``diagnose(...)`` passes).
+Capture = Callable[..., Any]
+
+
 def autofix(
     model: Any,
     loader: Any,
@@ -599,14 +457,16 @@ def autofix(
     diagnose_steps: int = 5,
     out_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    capture: Capture | None = None,
 ) -> TuneReport:
     """Try the fixes the findings name, one trial each, and keep those that measurably help.
 
     ``loss_fn(model(x), y)`` for ``(x, y)`` batches, or ``step_fn(model, batch) -> loss``
     (the batch already on the device); autofix runs backward, the optimizer step and
     zero_grad itself. Findings come from ``report`` (e.g. ``d.report`` of an earlier
-    ``with diagnose(...)``) or from a capture of the baseline; ``fixes`` names the fixes
-    to try instead. ``start`` states step settings the loop already uses (e.g.
+    ``with diagnose(...)``) or from ``capture``, which records and analyses the baseline
+    (``diagnose(...).autofix()`` passes the session's; see :data:`Capture`); ``fixes``
+    names the fixes to try instead. ``start`` states step settings the loop already uses (e.g.
     ``TrainConfig(amp_dtype="bfloat16")``; the DataLoader settings are read from ``loader``).
     A change is kept only if its speedup's confidence interval lies above ``1 + min_gain``.
     ``max_trials`` and ``budget_s`` bound the trials; ``compile=True`` lets autofix try
@@ -643,9 +503,13 @@ def autofix(
         if fixes is not None:
             named = _requested(fixes)
         else:
+            if report is None and capture is None:
+                raise TuneError("autofix needs the baseline's findings: pass report= (a "
+                                "diagnosis), fixes=, or capture= (diagnose(model, loader, "
+                                "optimizer=..., loss_fn=...).autofix() does this for you)")
             if report is None:
                 tuner.progress("baseline: capturing profiled steps for the diagnosis")
-                report = diagnose_baseline(w, base, steps=diagnose_steps, out_dir=out_dir)
+                report = capture(w, base, steps=diagnose_steps, out_dir=out_dir)
             if report is None:
                 raise TuneError("the baseline capture produced no report: nothing to fix from")
             named = planned_fixes(report.findings)
@@ -724,10 +588,10 @@ def autofix(
 
 
 def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any) -> str:
-    from .fixes.code import render_change
+    from ..fixes.code import render_change
 
     return render_change(original, best, loader=loader, optimizer=optimizer)
 
 
-__all__ = ["Bound", "Decision", "Plan", "TuneError", "TuneReport", "autofix",
-           "diagnose_baseline", "planned_fixes"]
+__all__ = ["Bound", "Capture", "Decision", "Plan", "TuneError", "TuneReport", "autofix",
+           "planned_fixes"]

@@ -1,0 +1,256 @@
+"""The analysis pipeline: trace files -> metrics -> rules -> :class:`~diagnose.result.Analysis`.
+
+``diagnose.analyze`` (diagnose/api.py) wraps its result in the printable Report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
+from .errors import TraceError
+from .metrics import compute_all
+from .metrics.core import CATALOG as TRACE_CATALOG
+from .metrics.core import MetricSet
+from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
+from .metrics.samples import samples_notes
+from .result import Analysis, RankResult
+from .runfolder import load_context, load_samples, rank_context
+from .trace import find_trace_files, read_trace
+from .trace.parallel import BrokenProcessPool, fork_pool
+
+# Read several traces in a process pool once the files other than the largest add up to
+# this much. benchmarks/parse_ranks.py, 2 free cores: the pool starts in 10-35 ms, a rank
+# costs 10-25 ms of CPU per MB, and 8 DLRM ranks (7.4 MB) read 1.7x faster in the pool
+# (0.18 -> 0.10 s), 1.6-1.9x up to 260 MB. With no free core it costs 0-30% more.
+_PARALLEL_MIN_BYTES = 4 * 2**20
+
+
+def _analyze_file(path: str, workers: int | None = None) -> tuple[str, int | None, MetricSet]:
+    t = read_trace(path, workers=workers)
+    from .metrics.ranks import compute_rank
+
+    return path, t.rank, compute_rank(t)
+
+
+def _cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+_GZ_RATIO = 8  # a gzipped trace holds at least ~8x its size in JSON (7-30x in shared/traces)
+
+
+def _work_bytes(f: Path) -> int:
+    """About how much JSON reading ``f`` decodes: its size, times _GZ_RATIO when gzipped."""
+    try:
+        with open(f, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        return f.stat().st_size * (_GZ_RATIO if gz else 1)
+    except OSError:
+        return 0  # the reader reports it
+
+
+def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
+    """Read and measure each trace; several in a process pool once they are big enough that
+    parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
+    sizes = sorted((_work_bytes(f) for f in files), reverse=True)
+    workers = min(len(files), _cpus())
+    # the pool pays off when the work beyond the largest file (which bounds the parallel
+    # time) is large enough: total minus largest, not the total alone
+    pool = (fork_pool(workers) if len(files) > 1 and workers > 1
+            and sum(sizes[1:]) >= _PARALLEL_MIN_BYTES else None)
+    if pool is not None:
+        try:
+            with pool:
+                # one file per process: no second level of processes inside a file's read
+                return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
+        except BrokenProcessPool:
+            pass  # a worker died (killed for memory, say): read them here instead
+    return [_analyze_file(str(f)) for f in files]
+
+
+def _run_extras(files: list[Path], source: list[Path]) -> tuple[dict | None, dict | None]:
+    """context.json and samples of a run folder (written by `with diagnose(...)`)."""
+    dirs = {p for p in source if p.is_dir()} | {f.parent for f in files}
+    for d in sorted(dirs):
+        ctx, smp = load_context(d), load_samples(d)
+        if ctx is not None or smp is not None:
+            return ctx, smp
+    return None, None
+
+
+def analyze(
+    source: str | Path | Iterable[str | Path],
+    *,
+    context: dict | None = None,
+    samples: dict | None = None,
+    extra_rules: Iterable[str | Path] | None = None,
+    rules: list[Rule] | None = None,
+) -> Analysis:
+    """Analyze trace files (a file, a folder, a run folder, or several) into an Analysis."""
+    srcs = [Path(source)] if isinstance(source, str | Path) else [Path(s) for s in source]
+    rules = rules if rules is not None else load_rules(extra_rules)
+    try:
+        files = find_trace_files(srcs)
+    except TraceError:
+        # A run folder whose run failed before the profiled steps (e.g. out of memory in
+        # the first step) has context and samples but no trace: evaluate what it holds.
+        if len(srcs) == 1 and srcs[0].is_dir() and context is None and samples is None:
+            ctx, smp = _run_extras([], srcs)
+            if ctx is not None:
+                return _report_without_trace(srcs[0], ctx, smp, rules)
+        raise
+    per_rank = context is None and samples is None
+    if per_rank:
+        context, samples = _run_extras(files, srcs)
+    results = _read_all(files)
+    ranks: list[RankResult] = []
+    for path, rank, ms in results:
+        ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
+                    else (context, samples))
+        values = compute_all(ms, ctx, smp)
+        ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
+    return report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
+
+
+def report_from_ranks(
+    source: list[str],
+    ranks: list[RankResult],
+    *,
+    rules: list[Rule] | None = None,
+    samples: dict | None = None,
+) -> Analysis:
+    """Evaluate the rules over per-rank metrics already computed: one report for the run.
+
+    With two or more ranks, the run-scope metrics (spread across ranks, straggler) are
+    computed from the ranks' metrics and the run-scope rules evaluated on them; rank rules
+    see them too (for hints). Rank 0 of a live distributed run calls this with the
+    summaries it gathered, without reading the other ranks' traces.
+    """
+    rules = rules if rules is not None else load_rules()
+    multi = len(ranks) > 1
+    run = _merge_metrics(ranks) if multi else (ranks[0].metrics if ranks else {})
+    run_only = {k: run[k] for k in RUN_CATALOG if k in run} if multi else {}
+    all_findings: list[tuple[int | None, Finding]] = []
+    not_eval: dict[str, NotEvaluated] = {}
+    for r in ranks:
+        values = {**r.metrics, **run_only} if multi else r.metrics
+        found, skipped_here = evaluate([x for x in rules if x.scope == "rank"], values)
+        all_findings.extend((r.rank, x) for x in found)
+        for ne in skipped_here:
+            not_eval.setdefault(ne.rule, ne)
+    merged = _merge_findings(all_findings, multi=multi, run=run)
+    run_rules = [x for x in rules if x.scope == "run"]
+    if multi:
+        run_findings, run_skipped = evaluate(run_rules, run)
+        for rf in run_findings:
+            who = run.get("straggler_rank") if rf.category == "imbalance" else None
+            rf.ranks = [who] if isinstance(who, int) else None
+            _add_spread(rf, run)
+        merged = sorted(merged + run_findings, key=lambda x: (
+            -severity_rank(x.severity), -(x.estimated_gain or 0.0), x.rule))
+        for skipped in run_skipped:
+            not_eval.setdefault(skipped.rule, skipped)
+    else:
+        for rule in run_rules:
+            not_eval.setdefault(rule.id, NotEvaluated(
+                rule.id, "needs 2 or more ranks analysed together (one trace per rank)"))
+    fired = {f.rule for f in merged}
+    not_evaluated = [n for k, n in sorted(not_eval.items()) if k not in fired]
+    notes: list[str] = []
+    for r in ranks:
+        for n in r.notes:
+            line = f"{Path(r.path).name}: {n}" if multi else n
+            if line not in notes:
+                notes.append(line)
+    notes.extend(samples_notes(samples))
+    series = ranks[0].series if len(ranks) == 1 else {}
+    return Analysis(
+        source=source,
+        ranks=ranks,
+        metrics=run,
+        findings=merged,
+        not_evaluated=not_evaluated,
+        notes=notes,
+        series=series,
+        samples=samples,
+    )
+
+
+def _rank_extras(path: Path, rank: int | None, context: dict | None,
+                 samples: dict | None) -> tuple[dict | None, dict | None]:
+    """The context and samples of one rank of a distributed run folder (rank 0's, or the
+    folder's only ones, otherwise)."""
+    if not rank:
+        return context, samples
+    smp = load_samples(path.parent, rank=rank)
+    return rank_context(context, rank), smp if smp is not None else samples
+
+
+def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: list[Rule]) -> Analysis:
+    values = compute_all(MetricSet(values=dict.fromkeys(TRACE_CATALOG)), ctx, smp)
+    findings, not_evaluated = evaluate([r for r in rules if r.scope == "rank"], values)
+    notes = ["no steps were profiled (the run ended before the profiled window): "
+             "only rules on the run's context and samples were evaluated"]
+    notes.extend(samples_notes(smp))
+    return Analysis(source=[str(run_dir)], ranks=[], metrics=values, findings=findings,
+                  not_evaluated=not_evaluated, notes=notes, samples=smp)
+
+
+def _merge_findings(items: list[tuple[int | None, Finding]], *, multi: bool,
+                    run: dict[str, Any] | None = None) -> list[Finding]:
+    """One finding per rule; across ranks the worst one speaks, naming the ranks affected
+    and carrying the spread across ranks of what it is about (``run``: run metrics)."""
+    if not multi:
+        return [f for _, f in items]
+    by_rule: dict[str, tuple[Finding, list[int]]] = {}
+    for rank, f in items:
+        cur = by_rule.get(f.rule)
+        rl = [rank] if rank is not None else []
+        if cur is None:
+            by_rule[f.rule] = (f, rl)
+            continue
+        best, ranks = cur
+        ranks.extend(rl)
+        if (severity_rank(f.severity), f.estimated_gain or 0) > (
+            severity_rank(best.severity), best.estimated_gain or 0):
+            by_rule[f.rule] = (f, ranks)
+    out = []
+    for f, ranks in by_rule.values():
+        f.ranks = sorted(set(ranks)) or None
+        _add_spread(f, run)
+        out.append(f)
+    out.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.rule))
+    return out
+
+
+def _add_spread(f: Finding, run: dict[str, Any] | None) -> None:
+    """A multi-rank finding's evidence: the spread across ranks of what it is about."""
+    for k in SPREAD_EVIDENCE.get(f.category, ()):
+        if run is not None and run.get(k) is not None:
+            f.evidence.setdefault(k, run[k])
+
+
+def _merge_metrics(ranks: list[RankResult]) -> dict[str, Any]:
+    """Run-level metrics over ranks: the mean of numbers, the common value of the rest, and
+    the run-scope metrics of metrics/ranks.py (spread across ranks, straggler)."""
+    out: dict[str, Any] = {}
+    keys = list(dict.fromkeys(k for r in ranks for k in r.metrics))
+    for k in keys:
+        vals = [r.metrics.get(k) for r in ranks]
+        nums = [v for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+        if nums and len(nums) == len([v for v in vals if v is not None]):
+            mean = sum(nums) / len(nums)
+            out[k] = round(mean) if all(isinstance(v, int) for v in nums) else round(mean, 6)
+        else:
+            distinct = {repr(v) for v in vals if v is not None}
+            out[k] = next((v for v in vals if v is not None), None) if len(distinct) == 1 else None
+    out["rank"] = None  # not one rank's any more (their ranks are in Report.ranks)
+    out["rank_count"] = len(ranks)
+    out.update(run_metrics([(r.rank, r.metrics) for r in ranks]))
+    return out

@@ -1,0 +1,69 @@
+"""The torch-diagnose command line: a thin layer over the API, one function a subcommand.
+
+The analysis commands are in :mod:`diagnose.cli.analysis` (torch-free), ``demo`` and
+``autofix`` in :mod:`diagnose.cli.autofix` (torch is imported when they run).
+
+Exit codes: 0 ok; 1 findings at or above --fail-on; 2 bad input (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .._version import __version__
+from ..errors import DiagnoseError
+from . import analysis, autofix
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="torch-diagnose",
+        description="Find why PyTorch training is slow: analyze torch.profiler traces.",
+    )
+    p.add_argument("--version", action="version", version=f"torch-diagnose {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("analyze", help="analyze trace files, folders or run folders")
+    a.add_argument("paths", nargs="+", metavar="PATH")
+    a.add_argument("--format", choices=("text", "json", "html"), default="text",
+                   help="html: one self-contained page with plots (use with -o FILE)")
+    a.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    a.add_argument("--fail-on", choices=("info", "warning", "critical"),
+                   help="exit 1 if a finding is at least this severe")
+    a.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
+                   help="add your own rule files (same TOML format); repeatable")
+
+    r = sub.add_parser("rules", help="list the rules, or explain one")
+    r.add_argument("rule_id", nargs="?", metavar="ID")
+    r.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[])
+
+    m = sub.add_parser("metrics", help="print the raw metrics of a trace")
+    m.add_argument("paths", nargs="+", metavar="PATH")
+    m.add_argument("--format", choices=("text", "json"), default="text")
+    a.set_defaults(func=analysis.cmd_analyze)
+    r.set_defaults(func=analysis.cmd_rules)
+    m.set_defaults(func=analysis.cmd_metrics)
+    analysis.add_compare(sub)
+    analysis.add_tensorboard(sub)
+    autofix.add_parser(sub)  # demo, autofix
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DiagnoseError as e:
+        print(f"torch-diagnose: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("torch-diagnose: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. piped into `head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The analysis commands: analyze, rules, metrics, compare, tensorboard.
+
+Each is one thin function over the API a user would call; none imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from typing import Any
+
+from ..errors import DiagnoseError
+from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from ..api import analyze
+
+    report = analyze(args.paths, extra_rules=args.rules)
+    if args.format == "json":
+        text = json.dumps(report.to_json(), indent=2, default=str)
+        if args.output:
+            _write(args.output, text + "\n")
+        else:
+            print(text)
+    elif args.format == "html":
+        from ..report.html import render_html
+
+        page = render_html(report)
+        if args.output:
+            _write(args.output, page)
+        else:
+            sys.stdout.write(page)
+    elif args.output:
+        _write(args.output, report.render_text())
+    else:
+        report.print()
+    if args.fail_on and report.at_least(args.fail_on):
+        return 1
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot write the report ({e.strerror or e})") from None
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..engine import get_rule, load_rules
+    from ..report.text import render_rule
+
+    rules = load_rules(args.rules)
+    console = Console(highlight=False)
+    if args.rule_id:
+        for part in render_rule(get_rule(args.rule_id, rules)):
+            console.print(part)
+        return 0
+    t = Table(title=f"{len(rules)} rules", title_justify="left")
+    for col in ("id", "category", "title", "fixes"):
+        t.add_column(col)
+    for r in rules:
+        t.add_row(r.id, r.category, r.title, ", ".join(r.fixes))
+    console.print(t)
+    console.print("`torch-diagnose rules ID` explains one.", style="dim")
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from ..api import analyze
+    from ..metrics import CATALOG
+
+    report = analyze(args.paths)
+    if args.format == "json":
+        print(json.dumps({"metrics": report.metrics,
+                          "ranks": [r.to_json() for r in report.ranks]}, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="metrics", title_justify="left")
+    for col in ("name", "value", "unit", "meaning"):
+        t.add_column(col)
+    for k, v in report.metrics.items():
+        unit, doc = CATALOG.get(k, ("", ""))
+        t.add_row(k, "None" if v is None else str(v), unit, doc)
+    Console(highlight=False).print(t)
+    return 0
+
+
+
+# -------------------------------------------------------------------- compare A B
+def _pct_arg(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {s!r}")
+    return v
+
+
+def add_compare(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare", help="compare two runs: metrics with deltas, findings resolved/still/new",
+        description="Compare run A (before) with run B (after): trace files, folders or run "
+                    "folders.")
+    p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
+    p.add_argument("b", metavar="B", help="the run after")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE")
+    p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
+                   help="exit 1 if B's median step time is more than PCT%% above A's")
+    p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
+                   help="add your own rule files (same TOML format); repeatable")
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..api import analyze
+    from ..report.compare import compare_reports, regression_line, render_text, renderables
+
+    a = analyze(args.a, extra_rules=args.rules)
+    b = analyze(args.b, extra_rules=args.rules)
+    c = compare_reports(a, b)
+    regressed = False
+    line: str | None = None
+    if args.fail_on_regression is not None:
+        regressed, line = regression_line(c, args.fail_on_regression)
+    out: str | None
+    if args.format == "json":
+        doc = c.to_json()
+        if args.fail_on_regression is not None:
+            doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
+                                 "message": line}
+        out = json.dumps(doc, indent=2, default=str) + "\n"
+    else:
+        out = render_text(c) if args.output else None
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(out or "")
+        except OSError as e:
+            raise DiagnoseError(f"{args.output}: cannot write ({e.strerror or e})") from None
+    elif out is not None:
+        sys.stdout.write(out)
+    else:
+        from rich.console import Console, Group
+
+        Console(highlight=False).print(Group(*renderables(c)))
+    if line is not None:
+        print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 1 if regressed else 0
+
+
+# -------------------------------------------------------------------- tensorboard
+def add_tensorboard(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "tensorboard",
+        help="write a TensorBoard log dir (scalars, findings, profiler trace); --serve to view",
+        description="Analyze traces and write them as one TensorBoard run: scalars (step time, "
+                    "DataLoader share, GPU and host utilization), the findings as text, and a "
+                    "copy of each trace that torch-tb-profiler 0.4.3 reads correctly.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, folders or run folders")
+    p.add_argument("--logdir", default=DEFAULT_LOGDIR, metavar="DIR",
+                   help=f"TensorBoard log directory (default: {DEFAULT_LOGDIR})")
+    p.add_argument("--run", metavar="NAME", help="run name (default: from the first PATH)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a run of the same name that torch-diagnose wrote before")
+    p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
+                   help="add your own rule files; repeatable")
+    p.add_argument("--serve", action="store_true",
+                   help="then start TensorBoard on the log dir (Ctrl-C stops it)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address TensorBoard binds to with --serve (default: {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port for --serve (default: {DEFAULT_PORT}; 0: any free port)")
+    p.set_defaults(func=cmd_tensorboard)
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from ..api import analyze
+    from ..report.tensorboard import INSTALL_HINT, serve, write_logdir
+
+    if not 0 <= args.port <= 65535:
+        raise DiagnoseError(f"--port {args.port}: not a port number (0-65535)")
+    if importlib.util.find_spec("tensorboard") is None:
+        raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
+    report = analyze(args.paths, extra_rules=args.rules)
+    res = write_logdir(report, args.logdir, run=args.run, overwrite=args.overwrite)
+    adapted = sum(c.dataloader_events for c in res.copies)
+    n_tags = len([t for t in res.tags if t.startswith(("metrics/", "step/", "samples/"))])
+    print(f"wrote {res.run_dir}: {res.scalars} scalar points in {n_tags} tags, "
+          f"findings as text, {len(res.copies)} trace cop{'y' if len(res.copies) == 1 else 'ies'}"
+          + (f" ({adapted} DataLoader events re-categorised for torch-tb-profiler)"
+             if adapted else ""))
+    if args.serve:
+        return serve(args.logdir, args.host, args.port)
+    print(f"view it: tensorboard --logdir {args.logdir}  "
+          f"(or: torch-diagnose tensorboard ... --serve)")
+    return 0

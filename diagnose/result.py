@@ -1,0 +1,66 @@
+"""The analysis result types: one rank's measurements and the whole analysis.
+
+Data only, so that every stage above (renderers, autofix, capture) can take them without
+importing each other: printing lives in :class:`diagnose.api.Report`, a subclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine import Finding, NotEvaluated, severity_rank
+from .metrics import CATALOG
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RankResult:
+    path: str
+    rank: int | None
+    metrics: dict[str, Any]
+    series: dict[str, list[float]]
+    notes: list[str]
+    tables: dict[str, Any] = field(default_factory=dict)  # top_kernels: see README (JSON)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "path": self.path, "metrics": self.metrics,
+                "series": self.series, "tables": self.tables}
+
+
+@dataclass
+class Analysis:
+    """What analysis found: metrics, findings (worst first), rules not evaluated, notes.
+
+    Data only: :class:`diagnose.Report` adds printing (``print``, ``render_text``).
+    """
+
+    source: list[str]
+    ranks: list[RankResult]
+    metrics: dict[str, Any]
+    findings: list[Finding]
+    not_evaluated: list[NotEvaluated]
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, list[float]] = field(default_factory=dict)
+    samples: dict[str, Any] | None = None
+
+    def worst(self) -> str | None:
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=severity_rank)
+
+    def at_least(self, severity: str) -> list[Finding]:
+        return [f for f in self.findings if severity_rank(f.severity) >= severity_rank(severity)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "source": self.source,
+            "ranks": [r.to_json() for r in self.ranks],
+            "metrics": self.metrics,
+            "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},
+            "findings": [f.to_json() for f in self.findings],
+            "not_evaluated": [n.to_json() for n in self.not_evaluated],
+            "notes": self.notes,
+        }
