@@ -29,11 +29,42 @@ from .trace.parallel import BrokenProcessPool, fork_pool
 _PARALLEL_MIN_BYTES = 4 * 2**20
 
 
-def _analyze_file(path: str, workers: int | None = None) -> tuple[str, int | None, MetricSet]:
+def _analyze_file(path: str, workers: int | None = None,
+                  max_steps: int | None = None) -> tuple[str, int | None, MetricSet]:
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
-    return path, t.rank, compute_rank(t)
+    return path, t.rank, compute_rank(t, max_steps)
+
+
+def whole_steps(context: dict | None) -> int | None:
+    """How many whole steps the trace of a cut-short window holds (None: all of them)."""
+    cap = context.get("capture") if isinstance(context, dict) else None
+    if not isinstance(cap, dict) or cap.get("window_complete") is not False:
+        return None
+    n = cap.get("whole_steps")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+# the profiled steps may be this much slower than the unprofiled ones before a note says so
+OVERHEAD_NOTE_RATIO = 1.2
+
+
+def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
+    """What the capture itself noted (a cut-short window, a shortened schedule, hooks that
+    failed) and how much the profiler slowed the steps it recorded."""
+    cap = context.get("capture") if isinstance(context, dict) else None
+    notes = [n for n in (cap.get("notes") or []) if isinstance(n, str)] if isinstance(
+        cap, dict) else []
+    r = metrics.get("profiler_overhead_ratio")
+    if isinstance(r, int | float) and r > OVERHEAD_NOTE_RATIO:
+        notes.append(
+            f"the profiler slowed the profiled steps {r:.2f}x (median "
+            f"{metrics.get('step_time_profiled_clock_median_ms')} ms, "
+            f"{metrics.get('step_time_unprofiled_median_ms')} ms without it): the step time "
+            "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
+            "window (its shares hold up better)")
+    return notes
 
 
 def _cpus() -> int:
@@ -55,9 +86,11 @@ def _work_bytes(f: Path) -> int:
         return 0  # the reader reports it
 
 
-def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
+def _read_all(files: list[Path], steps: list[int | None] | None = None
+              ) -> list[tuple[str, int | None, MetricSet]]:
     """Read and measure each trace; several in a process pool once they are big enough that
     parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
+    steps = steps if steps is not None else [None] * len(files)
     sizes = sorted((_work_bytes(f) for f in files), reverse=True)
     workers = min(len(files), _cpus())
     # the pool pays off when the work beyond the largest file (which bounds the parallel
@@ -68,10 +101,11 @@ def _read_all(files: list[Path]) -> list[tuple[str, int | None, MetricSet]]:
         try:
             with pool:
                 # one file per process: no second level of processes inside a file's read
-                return list(pool.map(_analyze_file, map(str, files), [1] * len(files)))
+                return list(pool.map(_analyze_file, map(str, files), [1] * len(files),
+                                     steps))
         except BrokenProcessPool:
             pass  # a worker died (killed for memory, say): read them here instead
-    return [_analyze_file(str(f)) for f in files]
+    return [_analyze_file(str(f), None, n) for f, n in zip(files, steps, strict=True)]
 
 
 def _run_extras(files: list[Path], source: list[Path]) -> tuple[dict | None, dict | None]:
@@ -108,14 +142,19 @@ def analyze(
     per_rank = context is None and samples is None
     if per_rank:
         context, samples = _run_extras(files, srcs)
-    results = _read_all(files)
+    whole = whole_steps(context)
+    if whole == 0 and len(files) == 1:  # the loop ended inside the window's first step
+        return _report_without_trace(srcs[0], context or {}, samples, rules, cut_short=True)
+    results = _read_all(files, [whole] * len(files))
     ranks: list[RankResult] = []
     for path, rank, ms in results:
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
         values = compute_all(ms, ctx, smp)
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
-    return report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
+    report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
+    report.notes[:0] = capture_notes(context, report.metrics)
+    return report
 
 
 def report_from_ranks(
@@ -192,11 +231,13 @@ def _rank_extras(path: Path, rank: int | None, context: dict | None,
     return rank_context(context, rank), smp if smp is not None else samples
 
 
-def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: list[Rule]) -> Analysis:
+def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: list[Rule],
+                          *, cut_short: bool = False) -> Analysis:
     values = compute_all(MetricSet(values=dict.fromkeys(TRACE_CATALOG)), ctx, smp)
     findings, not_evaluated = evaluate([r for r in rules if r.scope == "rank"], values)
-    notes = ["no steps were profiled (the run ended before the profiled window): "
-             "only rules on the run's context and samples were evaluated"]
+    notes = capture_notes(ctx, values) if cut_short else [
+        "no steps were profiled (the run ended before the profiled window): "
+        "only rules on the run's context and samples were evaluated"]
     notes.extend(samples_notes(smp))
     return Analysis(source=[str(run_dir)], ranks=[], metrics=values, findings=findings,
                   not_evaluated=not_evaluated, notes=notes, samples=smp)

@@ -53,10 +53,24 @@ class Analysis:
     def at_least(self, severity: str) -> list[Finding]:
         return [f for f in self.findings if severity_rank(f.severity) >= severity_rank(severity)]
 
+    def step_time(self) -> dict[str, Any]:
+        """The step time to lead with: what the job does without the profiler when the
+        capture timed unprofiled steps, else the profiled window's (a saved trace)."""
+        m = self.metrics
+        un, prof = m.get("step_time_unprofiled_median_ms"), m.get("step_time_median_ms")
+        base = {"profiled_median_ms": prof, "profiled_steps": m.get("step_count"),
+                "profiler_overhead_ratio": m.get("profiler_overhead_ratio")}
+        if isinstance(un, int | float):
+            return {"median_ms": un, "measured": "without the profiler",
+                    "steps": m.get("step_time_unprofiled_steps"), **base}
+        return {"median_ms": prof, "measured": "as profiled", "steps": m.get("step_count"),
+                **base}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
+            "step_time": self.step_time(),
             "ranks": [r.to_json() for r in self.ranks],
             "metrics": self.metrics,
             "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},

@@ -1,6 +1,9 @@
-"""Re-record the small CPU traces bundled in samples/traces/cpu/ (used by `make demo` and tests).
+"""Re-record the small traces bundled in samples/traces/ (used by `make demo` and tests).
 
-    python samples/record_traces.py [--dest samples/traces/cpu]
+    python samples/record_traces.py [--dest samples/traces/cpu] [--samples a,b,...]
+
+On a CUDA machine: ``--dest samples/traces/gpu --samples all`` records every sample that
+writes a trace (the GPU traces bundled there were recorded so; see samples/README.md).
 
 Each sample runs under ``diagnose`` with 3 profiled steps and ``record_shapes`` off
 (small files); its trace is copied out of the run folder.
@@ -23,15 +26,22 @@ except ImportError:  # running from a source checkout that is not installed
     from diagnose.runfolder import trace_files
 
 import healthy  # noqa: E402
+import pageable_copy  # noqa: E402
 import slow_loader  # noqa: E402
+import small_kernels  # noqa: E402
+import sync_in_loop  # noqa: E402
 
-SAMPLES = {"slow_loader": slow_loader.main, "healthy": healthy.main}
+SAMPLES = {"slow_loader": slow_loader.main, "healthy": healthy.main,
+           "pageable_copy": pageable_copy.main, "small_kernels": small_kernels.main,
+           "sync_in_loop": sync_in_loop.main}
+DEFAULT = ("slow_loader", "healthy")
 
 
-def record(dest: Path) -> list[Path]:
+def record(dest: Path, names: tuple[str, ...] = DEFAULT) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, main in SAMPLES.items():
+    for name in names:
+        main = SAMPLES[name]
         with tempfile.TemporaryDirectory() as tmp:
             main(tmp, steps=3, quiet=True, record_shapes=False)
             runs = sorted(Path(tmp).iterdir())
@@ -48,4 +58,11 @@ def record(dest: Path) -> list[Path]:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", type=Path, default=HERE / "traces" / "cpu")
-    record(ap.parse_args().dest)
+    ap.add_argument("--samples", default=",".join(DEFAULT),
+                    help=f"comma-separated, or 'all' ({', '.join(SAMPLES)})")
+    args = ap.parse_args()
+    names = tuple(SAMPLES) if args.samples == "all" else tuple(args.samples.split(","))
+    unknown = [n for n in names if n not in SAMPLES]
+    if unknown:
+        ap.error(f"unknown sample(s) {', '.join(unknown)}: choose from {', '.join(SAMPLES)}")
+    record(args.dest, names)

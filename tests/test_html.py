@@ -275,7 +275,7 @@ def test_real_trace_report_in_browser(tmp_path: Path) -> None:
     dom, console = load_in_browser(page, tmp_path)
     d = assert_page_shows(dom, console, report, ["breakdown", "idle", "autofix"])
     text = _squash("".join(d.text))
-    assert "Tesla V100-DGXS-32GB" in text and "39.6% of the window" in text
+    assert "Tesla V100-DGXS-32GB" in text and "39.6% of the profiled window" in text
     assert "volta_sgemm_64x64_nt" in text  # the top-kernels table
 
 

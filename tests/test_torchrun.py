@@ -41,9 +41,10 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
     loader = DataLoader(Pairs(512, 32, 4, delay_s=SLOW_S if rank == 1 else 0.0), batch_size=16)
 
 
-    def train(d: Any = None, limit: int = 9) -> None:
+    def train(d: Any = None, limit: int = 12) -> None:
         """The user's loop; every rank runs the same steps (DDP needs it), so it ends at
-        ``limit`` (the window, 1 + 1 + 4 steps, is over by then) rather than at d.done."""
+        ``limit`` (the window, 1 + 1 + 4 steps, and the 4 + 1 unprofiled steps after it are
+        over by then) rather than at d.done."""
         for i, (x, y) in enumerate(loader):
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()

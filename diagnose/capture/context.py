@@ -300,6 +300,26 @@ def _first_size(m: re.Match[str] | None) -> int | None:
     return _to_bytes(groups[0], groups[1]) if len(groups) >= 2 else None
 
 
+def cuda_memory(ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """The caching allocator's peaks on the run's CUDA device, read when the profiled window
+    ends (``torch.cuda.max_memory_*``: since the process started or the user last reset
+    them; the session never resets them). None off CUDA. This is how a lean capture (no
+    ``profile_memory``) still knows the peak memory."""
+    dev = ctx.get("device") or {}
+    if dev.get("type") != "cuda" or dev.get("index") is None:
+        return None
+    try:
+        import torch
+
+        i = int(dev["index"])
+        return {"device": f"cuda:{i}",
+                "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(i)),
+                "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(i)),
+                "total_bytes": int(torch.cuda.get_device_properties(i).total_memory)}
+    except Exception:
+        return None
+
+
 def is_oom(exc: BaseException) -> bool:
     """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
     try:

@@ -156,7 +156,7 @@ class DistributedCapture:
         Returns the cross-rank Analysis on rank 0 and this rank's own Analysis elsewhere
         (None when ``analyze`` is False or nothing could be measured).
         """
-        from diagnose.analysis import report_from_ranks
+        from diagnose.analysis import capture_notes, report_from_ranks
 
         context = dict(context)
         context["distributed"] = self.info()
@@ -171,19 +171,26 @@ class DistributedCapture:
                 summary["result"] = None if own is None else _pack(own)
             except Exception as e:  # a broken trace on one rank must not stall the others
                 summary["error"] = f"{type(e).__name__}: {e}"
+        def alone() -> Any:
+            if own is None:
+                return None
+            report = report_from_ranks([str(run_dir)], [own])
+            report.notes[:0] = capture_notes(context, report.metrics)
+            return report
+
         if self.world_size == 1:  # captured alone
             write_context(run_dir, context)
-            return None if own is None else report_from_ranks([str(run_dir)], [own])
+            return alone()
         gathered = self._gather(summary)
         if self.rank != 0:
-            return None if own is None else report_from_ranks([str(run_dir)], [own])
+            return alone()
         ctx0 = dict(context)
         ctx0["rank_contexts"] = {str(s["rank"]): s["context"] for s in gathered
                                  if isinstance(s, dict) and s.get("rank") not in (None, 0)}
         write_context(run_dir, ctx0)
         if not analyze:
             return None
-        return self._combine(run_dir, gathered)
+        return self._combine(run_dir, gathered, context)
 
     def _gather(self, summary: dict[str, Any]) -> list[Any]:
         """Rank 0: the summaries of every rank that joined (its own first); others: []."""
@@ -216,7 +223,7 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.analysis import _analyze_file
+        from diagnose.analysis import _analyze_file, whole_steps
         from diagnose.metrics import compute_all
         from diagnose.result import RankResult
         from diagnose.runfolder import load_samples
@@ -224,12 +231,12 @@ class DistributedCapture:
         traces = self.own_traces(run_dir)
         if not traces:
             return None
-        path, rank, ms = _analyze_file(str(traces[-1]))
+        path, rank, ms = _analyze_file(str(traces[-1]), None, whole_steps(context))
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 
-    def _combine(self, run_dir: Path, gathered: list[Any]) -> Any:
-        from diagnose.analysis import report_from_ranks
+    def _combine(self, run_dir: Path, gathered: list[Any], context: dict[str, Any]) -> Any:
+        from diagnose.analysis import capture_notes, report_from_ranks
         from diagnose.result import RankResult
         from diagnose.runfolder import load_samples
 
@@ -248,7 +255,7 @@ class DistributedCapture:
         if not ranks:
             return None
         report = report_from_ranks([str(run_dir)], ranks, samples=load_samples(run_dir))
-        report.notes[:0] = notes
+        report.notes[:0] = notes + capture_notes(context, report.metrics)
         return report
 
 

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from ..console import make_console, progress
 from ..errors import DiagnoseError
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
 
@@ -18,7 +19,8 @@ from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..api import analyze
 
-    report = analyze(args.paths, extra_rules=args.rules)
+    with progress(f"analysing {_describe(args.paths)}"):
+        report = analyze(args.paths, extra_rules=args.rules)
     if args.format == "json":
         text = json.dumps(report.to_json(), indent=2, default=str)
         if args.output:
@@ -42,6 +44,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _describe(paths: list[str]) -> str:
+    """``a.json (306 MB)`` or ``3 paths``: what the spinner says is being read."""
+    import os
+
+    if len(paths) != 1:
+        return f"{len(paths)} paths"
+    try:
+        size = os.path.getsize(paths[0]) if os.path.isfile(paths[0]) else None
+    except OSError:
+        size = None
+    return paths[0] + (f" ({size / 2**20:,.0f} MiB)" if size else "")
+
+
 def _write(path: str, text: str) -> None:
     try:
         with open(path, "w", encoding="utf-8") as f:
@@ -51,14 +66,13 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..engine import get_rule, load_rules
     from ..report.text import render_rule
 
     rules = load_rules(args.rules)
-    console = Console(highlight=False)
+    console = make_console()
     if args.rule_id:
         for part in render_rule(get_rule(args.rule_id, rules)):
             console.print(part)
@@ -82,7 +96,6 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         print(json.dumps({"metrics": report.metrics,
                           "ranks": [r.to_json() for r in report.ranks]}, indent=2, default=str))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title="metrics", title_justify="left")
@@ -91,7 +104,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     for k, v in report.metrics.items():
         unit, doc = CATALOG.get(k, ("", ""))
         t.add_row(k, "None" if v is None else str(v), unit, doc)
-    Console(highlight=False).print(t)
+    make_console().print(t)
     return 0
 
 
@@ -152,9 +165,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     elif out is not None:
         sys.stdout.write(out)
     else:
-        from rich.console import Console, Group
+        from rich.console import Group
 
-        Console(highlight=False).print(Group(*renderables(c)))
+        make_console().print(Group(*renderables(c)))
     if line is not None:
         print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 1 if regressed else 0

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..console import make_console, progress
 from ..errors import DiagnoseError
 
 
@@ -62,7 +63,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from ..session import capture_baseline
     from ..tune import Plan, Workload, autofix
 
-    console = _console()
+    console = make_console()
     plan = Plan.quick() if args.quick else Plan()
     samples = args.samples or (12_000 if args.quick else demo.SAMPLES)
     if samples < 4 * args.batch_size or args.batch_size < 1 or args.threads < 1:
@@ -75,7 +76,7 @@ def run_demo(args: argparse.Namespace) -> int:
         console.rule("torch-diagnose demo")
         console.print(f"machine: {demo.machine_line()}")
         console.print(f"command: {_demo_command(args)}")
-        with console.status("building the workload (60k samples in memory)"):
+        with progress("building the workload (60k samples in memory)"):
             wl = demo.build(samples=samples, batch_size=args.batch_size)
         console.print(
             f"workload: MLP 784-128-64-10, SGD(lr=0.01, momentum=0.9), {samples:,} synthetic "
@@ -83,12 +84,12 @@ def run_demo(args: argparse.Namespace) -> int:
             f"          DataLoader(ds, batch_size={args.batch_size}, shuffle=True) "
             f"(num_workers=0); torch threads {args.threads}; built in {wl.build_s:.1f} s")
         w = Workload.from_user(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn)
-        with console.status("1/3 diagnosis: profiling the baseline with `with diagnose(...)`"):
+        with progress("1/3 diagnosis: profiling the baseline with `with diagnose(...)`"):
             report = capture_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer))
         if report is None:
             raise DiagnoseError("demo: the baseline capture produced no report")
         _print_findings(console, report)
-        with console.status("2/3 autofix") as status:
+        with progress("2/3 autofix") as status:
             tr = autofix(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn, report=report,
                          max_trials=args.max_trials, budget_s=args.budget, plan=plan,
                          progress=lambda s: status.update(f"2/3 autofix: {s}"))
@@ -114,15 +115,6 @@ def _demo_command(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     return " ".join(parts)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    c = Console(highlight=False)
-    if not c.is_terminal:  # a pipe or a file: wide enough for the tables
-        c = Console(highlight=False, width=max(c.width, 132))
-    return c
 
 
 def _print_findings(console: Any, report: Any) -> None:
@@ -222,8 +214,8 @@ def run_autofix(args: argparse.Namespace) -> int:
 
     objs = load_target(args.target)
     fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
-    console = _console()
-    with console.status("autofix") as status:
+    console = make_console()
+    with progress("autofix") as status:
         tr = autofix(objs["model"], objs["loader"], objs["optimizer"],
                      loss_fn=objs.get("loss_fn"), step_fn=objs.get("step_fn"),
                      max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,

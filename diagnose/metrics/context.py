@@ -7,6 +7,7 @@ state is None (rule "not evaluated"), never a default.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 CATALOG: dict[str, tuple[str, str]] = {
@@ -42,6 +43,30 @@ CATALOG: dict[str, tuple[str, str]] = {
     "model_is_dataparallel": ("bool", "the model is wrapped in nn.DataParallel"),
     "model_has_conv": ("bool", "the model has convolution layers"),
     "torch_version": ("name", "torch.__version__ of the captured run"),
+    "step_time_unprofiled_median_ms": (
+        "ms",
+        "median step time without the profiler (the session's clock, steps outside the "
+        "profiled window but the run's first and the first after it): what the job does "
+        "when nobody watches",
+    ),
+    "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "dataloader_wait_unprofiled_share": (
+        "fraction",
+        "share of the unprofiled steps' time the loop waited for its next batch",
+    ),
+    "step_time_profiled_clock_median_ms": (
+        "ms",
+        "median step time of the profiled window by the same clock (for the overhead ratio)",
+    ),
+    "profiler_overhead_ratio": (
+        "ratio",
+        "profiled median step / unprofiled median step (1.0: the profiler costs nothing)",
+    ),
+    "window_complete": (
+        "bool",
+        "the profiled window ran every step of its schedule (False: the loop ended first)",
+    ),
+    "whole_steps": ("count", "whole steps in the profiled window (a cut-short one has fewer)"),
     "oom": (
         "bool",
         "the run ended in an out-of-memory error (False when it did not; None: unknown)",
@@ -99,6 +124,8 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["model_is_dataparallel"] = _bool(_get(ctx, "model", "is_dataparallel"))
     out["model_has_conv"] = _bool(_get(ctx, "model", "has_conv"))
     out["torch_version"] = _str(ctx.get("torch_version"))
+    out.update(_clock_metrics(_get(ctx, "capture")))
+    out.update(_cuda_memory(_get(ctx, "capture", "cuda_memory")))
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)
@@ -108,3 +135,52 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
             out["oom_total_bytes"] = _int(oom.get("total_bytes"))
             out["oom_device"] = _str(oom.get("device"))
     return out
+
+
+def _clock_metrics(cap: Any) -> dict[str, object]:
+    """Step times by the session's own clock: the profiled window's steps against the
+    unprofiled ones around it (the first step of a run, with its one-time costs, is left out)."""
+    out: dict[str, object] = {}
+    if not isinstance(cap, dict):
+        return out
+    out["window_complete"] = _bool(cap.get("window_complete"))
+    out["whole_steps"] = _int(cap.get("whole_steps"))
+    clock = cap.get("step_clock")
+    if not isinstance(clock, dict):
+        return out
+    phase, ms, dl = clock.get("phase") or [], clock.get("ms") or [], clock.get("dataloader_ms") or []
+    if not (len(phase) == len(ms) == len(dl)):
+        return out
+    rows = list(zip(phase, ms, dl, strict=True))
+    first_after = next((i for i, r in enumerate(rows) if r[0] == "after"), None)
+    # left out: the run's first step (one-time costs: workers starting, lazy init) and the
+    # first after the window (the profiler's teardown runs in it)
+    free = [r for i, r in enumerate(rows)
+            if i > 0 and i != first_after and r[0] in ("wait", "after")]
+    prof = [r for r in rows if r[0] == "active"]
+    if free:
+        med = statistics.median(r[1] for r in free)
+        out["step_time_unprofiled_median_ms"] = round(med, 3)
+        out["step_time_unprofiled_steps"] = len(free)
+        total = sum(r[1] for r in free)
+        out["dataloader_wait_unprofiled_share"] = (
+            round(sum(r[2] for r in free) / total, 4) if total > 0 else None)
+    if prof:
+        out["step_time_profiled_clock_median_ms"] = round(statistics.median(r[1] for r in prof), 3)
+    if free and prof and out["step_time_unprofiled_median_ms"]:
+        out["profiler_overhead_ratio"] = round(
+            out["step_time_profiled_clock_median_ms"] / out["step_time_unprofiled_median_ms"], 3)
+    return out
+
+
+def _cuda_memory(mem: Any) -> dict[str, object]:
+    """The allocator's peaks read at the end of the window (a lean capture has no [memory]
+    events): the same names the trace gives when it has them (the trace's values win)."""
+    if not isinstance(mem, dict):
+        return {}
+    pa, pr, total = (_int(mem.get(k)) for k in
+                     ("peak_allocated_bytes", "peak_reserved_bytes", "total_bytes"))
+    peak = pr if pr is not None else pa
+    return {"gpu_mem_peak_allocated_bytes": pa, "gpu_mem_peak_reserved_bytes": pr,
+            "gpu_mem_peak_frac": round(peak / total, 6) if peak is not None and total else None,
+            "gpu_mem_frag_ratio": round(pr / pa, 3) if pr is not None and pa else None}

@@ -91,14 +91,16 @@ def _r(x: float | None, nd: int = 6) -> float | None:
     return round(x, nd) if np.isfinite(x) else None
 
 
-def compute(trace: Trace) -> MetricSet:
-    """All trace metrics for one rank."""
-    return _Computer(trace).run()
+def compute(trace: Trace, max_steps: int | None = None) -> MetricSet:
+    """All trace metrics for one rank (of its first ``max_steps`` ProfilerSteps, if given:
+    a window cut short by the end of the loop ends in a step that is not whole)."""
+    return _Computer(trace, max_steps).run()
 
 
 class _Computer:
-    def __init__(self, t: Trace) -> None:
+    def __init__(self, t: Trace, max_steps: int | None = None) -> None:
         self.t = t
+        self.max_steps = max_steps
         self.v: dict[str, Any] = {}
         self.series: dict[str, list[float]] = {}
         self.notes: list[str] = []
@@ -181,6 +183,10 @@ class _Computer:
                     keep.append(i)
                     last_end = t.end[i]
             idx = np.array(keep, dtype=np.int64)
+            if self.max_steps is not None and len(idx) > self.max_steps:
+                self.notes.append(f"{len(idx) - self.max_steps} ProfilerStep span(s) after the "
+                                  f"{self.max_steps} whole step(s) left out (the loop ended)")
+                idx = idx[:self.max_steps]
         if len(idx):
             self.step_lo, self.step_hi = t.ts[idx], t.end[idx]
             source = "ProfilerStep"

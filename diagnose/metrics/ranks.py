@@ -132,9 +132,9 @@ _register_catalog()
 
 
 # ------------------------------------------------------------------------------ per rank
-def compute_rank(trace: Trace) -> MetricSet:
-    """All trace metrics of one rank, with its collectives."""
-    comp = _Computer(trace)
+def compute_rank(trace: Trace, max_steps: int | None = None) -> MetricSet:
+    """All trace metrics of one rank, with its collectives (``max_steps``: see compute)."""
+    comp = _Computer(trace, max_steps)
     ms = comp.run()
     ms.values.update(_collectives(comp, ms.values))
     return ms

@@ -26,6 +26,7 @@ from ..engine import SEVERITIES, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
+from .text import step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..engine import Finding
@@ -204,7 +205,7 @@ def _counts(report: Analysis) -> Markup:
 
 def _summary(report: Analysis) -> Markup:
     m = report.metrics
-    steps = m.get("step_count")
+    head, window = step_lines(report)
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
                  if isinstance(m.get(f"share_{key}"), int | float) and m[f"share_{key}"] >= 0.005]
     device = m.get("device_name") or ("no GPU activity in the trace" if m.get("has_gpu") is False
@@ -214,14 +215,12 @@ def _summary(report: Analysis) -> Markup:
         ("source", el("code", ", ".join(report.source))),
         ("ranks", f"{len(report.ranks)} (figures below: the mean over ranks)") if multi else None,
         ("device", device) if device else None,
-        ("steps", "none profiled" if steps is None else
-         f"{steps} ({m.get('steps_source')}), "
-         f"median {fmt('step_time_median_ms', m.get('step_time_median_ms'))}, "
-         f"p90 {fmt('step_time_p90_ms', m.get('step_time_p90_ms'))}"),
+        ("step time", head),
+        ("profiled", window) if window else None,
         ("GPU busy", _pct(m.get("gpu_busy_frac"))) if m.get("gpu_busy_frac") is not None else None,
-        ("step time", ", ".join(breakdown)) if breakdown else None,
-        ("DataLoader", f"{_pct(m.get('dataloader_share'))} of the window")
-        if m.get("dataloader_share") is not None else None,
+        ("breakdown", ", ".join(breakdown) + " (of the profiled window)") if breakdown else None,
+        ("DataLoader", f"{_pct(m.get('dataloader_share'))} of the profiled window"
+         + unprofiled_dl(m)) if m.get("dataloader_share") is not None else None,
         ("findings", _counts(report)),
     ]
     return el("section", el("h2", "Summary"), _kv(rows), id="summary")

@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ..console import make_console
 from ..fixes import FIXES
 
 if TYPE_CHECKING:
@@ -39,24 +40,52 @@ def _summary(report: Analysis) -> Table:
         t.add_row("device", escape(str(dev)))
     elif m.get("has_gpu") is False:
         t.add_row("device", "no GPU activity in the trace")
-    steps = m.get("step_count")
-    if steps is None:
-        t.add_row("steps", "none profiled")
-    else:
-        t.add_row(
-            "steps",
-            f"{steps} ({m.get('steps_source')}), median {m.get('step_time_median_ms')} ms, "
-            f"p90 {m.get('step_time_p90_ms')} ms",
-        )
+    head, window = step_lines(report)
+    t.add_row("step time", head)
+    if window:
+        t.add_row("profiled", window)
     if m.get("gpu_busy_frac") is not None:
         t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
     parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN
              if isinstance(m.get(f"share_{c}"), int | float) and m[f"share_{c}"] >= 0.005]
     if parts:
-        t.add_row("step time", ", ".join(parts))
+        t.add_row("breakdown", ", ".join(parts) + " (of the profiled window)")
     if m.get("dataloader_share") is not None:
-        t.add_row("DataLoader", _pct(m.get("dataloader_share")) + " of the window")
+        t.add_row("DataLoader", _pct(m.get("dataloader_share")) + " of the profiled window"
+                  + unprofiled_dl(m))
     return t
+
+
+def _ms(x: Any) -> str:
+    return f"{x:,.2f} ms" if isinstance(x, int | float) else "n/a"
+
+
+def step_lines(report: Analysis) -> tuple[str, str | None]:
+    """The headline step time, and the profiled window's line (shared by text and HTML)."""
+    m = report.metrics
+    st = report.step_time()
+    n_prof = m.get("step_count")
+    window = None if n_prof is None else (
+        f"{n_prof} step{'s' if n_prof != 1 else ''} ({m.get('steps_source')}), median "
+        f"{_ms(m.get('step_time_median_ms'))}, p90 {_ms(m.get('step_time_p90_ms'))}")
+    if st["median_ms"] is None:
+        return "none profiled", None
+    if st["measured"] == "as profiled":
+        why = ("the loop ran no step outside the profiled window to time without it"
+               if m.get("context_available") else
+               "a saved trace: no steps were timed without the profiler")
+        return f"{_ms(st['median_ms'])} median, as profiled ({why})", window
+    r = st["profiler_overhead_ratio"]
+    head = (f"{_ms(st['median_ms'])} median without the profiler ({st['steps']} step"
+            f"{'s' if st['steps'] != 1 else ''} timed by the session)")
+    if window is not None and isinstance(r, int | float):
+        window += f"; the profiler made steps {r:.2f}x as long"
+    return head, window
+
+
+def unprofiled_dl(m: dict[str, Any]) -> str:
+    x = m.get("dataloader_wait_unprofiled_share")
+    return f"; {x:.1%} without the profiler" if isinstance(x, int | float) else ""
 
 
 def _ranks_table(report: Analysis) -> Table:
@@ -144,7 +173,7 @@ def render(report: Analysis, *, width: int = 110, color: bool = False) -> str:
 
 
 def print_report(report: Analysis, console: Console | None = None) -> None:
-    (console or Console(highlight=False)).print(Group(*renderables(report)))
+    (console or make_console()).print(Group(*renderables(report)))
 
 
 def render_rule(rule: Any) -> list[Any]:

@@ -12,6 +12,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ..console import make_console
+
 if TYPE_CHECKING:
     from .result import TuneResult
 
@@ -118,7 +120,7 @@ def parts(r: TuneResult) -> list[Any]:
 
 
 def print_report(r: TuneResult, console: Any = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or make_console()
     console.print(Group(*parts(r)))
 
 
