@@ -103,6 +103,22 @@ def assert_input_bound(cb: Any) -> None:
     assert (cb.run_dir / "report.html").is_file()
 
 
+TRAINERS = ["lightning", "transformers"]
+
+
+def callback(kind: str, tmp_path: Path, **kw: Any) -> Any:
+    mod = pytest.importorskip(f"diagnose.integrations.{kind}")
+    return mod.DiagnoseCallback(steps=STEPS, out_dir=tmp_path / "runs", **kw)
+
+
+def train(kind: str, tmp_path: Path, callbacks: list[Any], **kw: Any) -> tuple[Any, list[Any]]:
+    """Lightning ``fit`` or Hugging Face ``train``: the trained model and its losses."""
+    if kind == "lightning":
+        module = lightning_fit(callbacks, **kw)
+        return module, module.losses
+    return hf_train(tmp_path, callbacks, **kw)
+
+
 # ------------------------------------------------------------------------------ Lightning
 def lightning_module(fail_at: int | None = None) -> Any:
     L = pytest.importorskip("lightning.pytorch")
@@ -144,40 +160,11 @@ def lightning_fit(callbacks: list[Any], *, logger: Any = False, fail_at: int | N
     return module
 
 
-def lightning_callback(tmp_path: Path, **kw: Any) -> Any:
-    mod = pytest.importorskip("diagnose.integrations.lightning")
-    return mod.DiagnoseCallback(steps=STEPS, out_dir=tmp_path / "runs", **kw)
-
-
-def test_lightning_fit_names_the_input_bottleneck(tmp_path: Path, capfd: Any) -> None:
-    cb = lightning_callback(tmp_path)
-    t0 = time.perf_counter()
-    lightning_fit([cb])
-    took = time.perf_counter() - t0
-    assert_input_bound(cb)
-    assert_clean()
-    err = capfd.readouterr().err
-    assert err.count("torch-diagnose: run folder") == 1  # the report, printed once
-    assert took < 30, f"Trainer.fit with the callback took {took:.1f} s"
-
-
-def test_lightning_results_unchanged(tmp_path: Path) -> None:
-    plain = lightning_fit([])
-    cb = lightning_callback(tmp_path, print_report=False)
-    profiled = lightning_fit([cb])
-    assert cb.report is not None
-    assert len(plain.losses) == len(profiled.losses) == MAX_STEPS
-    assert torch.equal(torch.stack(plain.losses), torch.stack(profiled.losses))
-    for (name, a), b in zip(plain.state_dict().items(), profiled.state_dict().values(),
-                            strict=True):
-        assert torch.equal(a, b), name
-
-
 def test_lightning_writes_into_the_tensorboard_loggers_log_dir(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     L = pytest.importorskip("lightning.pytorch")
     logger = L.loggers.TensorBoardLogger(str(tmp_path / "tb"), name="exp")
-    cb = lightning_callback(tmp_path, print_report=False)
+    cb = callback("lightning", tmp_path, print_report=False)
     lightning_fit([cb], logger=logger)
     tb = cb.session.tensorboard_dir
     assert tb is not None, cb.session.notes
@@ -188,7 +175,7 @@ def test_lightning_writes_into_the_tensorboard_loggers_log_dir(tmp_path: Path) -
 
 def test_lightning_exception_closes_the_session(tmp_path: Path) -> None:
     hooks_before = dict(optim_mod._global_optimizer_post_hooks)
-    cb = lightning_callback(tmp_path, print_report=False)
+    cb = callback("lightning", tmp_path, print_report=False)
     with pytest.raises(RuntimeError, match="planted failure"):
         lightning_fit([cb], fail_at=3)  # inside the window (wait 1, warmup 1, steps 3)
     assert_clean()
@@ -200,7 +187,7 @@ def test_lightning_exception_closes_the_session(tmp_path: Path) -> None:
 
 def test_lightning_callback_is_a_callback_of_both_packages(tmp_path: Path) -> None:
     L = pytest.importorskip("lightning.pytorch")
-    cb = lightning_callback(tmp_path)
+    cb = callback("lightning", tmp_path)
     assert isinstance(cb, L.Callback)
     try:
         import pytorch_lightning
@@ -244,40 +231,11 @@ def hf_train(tmp_path: Path, callbacks: list[Any], *, report_to: Any = "none",
     return model, losses
 
 
-def hf_callback(tmp_path: Path, **kw: Any) -> Any:
-    mod = pytest.importorskip("diagnose.integrations.transformers")
-    return mod.DiagnoseCallback(steps=STEPS, out_dir=tmp_path / "runs", **kw)
-
-
-def test_hf_train_names_the_input_bottleneck(tmp_path: Path, capfd: Any) -> None:
-    cb = hf_callback(tmp_path)
-    t0 = time.perf_counter()
-    hf_train(tmp_path, [cb])
-    took = time.perf_counter() - t0
-    assert_input_bound(cb)
-    assert_clean()
-    err = capfd.readouterr().err
-    assert err.count("torch-diagnose: run folder") == 1
-    assert took < 30, f"Trainer.train with the callback took {took:.1f} s"
-
-
-def test_hf_results_unchanged(tmp_path: Path) -> None:
-    plain, plain_losses = hf_train(tmp_path / "a", [])
-    cb = hf_callback(tmp_path, print_report=False)
-    profiled, losses = hf_train(tmp_path / "b", [cb])
-    assert cb.report is not None
-    assert len(plain_losses) == len(losses) == MAX_STEPS
-    assert torch.equal(torch.stack(plain_losses), torch.stack(losses))
-    for (name, a), b in zip(plain.state_dict().items(), profiled.state_dict().values(),
-                            strict=True):
-        assert torch.equal(a, b), name
-
-
 def test_hf_writes_into_the_trainers_tensorboard_folder(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("tensorboard")
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
-    cb = hf_callback(tmp_path, print_report=False)
+    cb = callback("transformers", tmp_path, print_report=False)
     hf_train(tmp_path, [cb], report_to=["tensorboard"])
     tb = cb.session.tensorboard_dir
     assert tb is not None, cb.session.notes
@@ -291,7 +249,7 @@ def test_hf_writes_into_the_trainers_tensorboard_folder(tmp_path: Path,
 def test_hf_exception_inside_the_window_then_close(tmp_path: Path) -> None:
     """No exception hook in TrainerCallback (the documented limit): the session stays open
     until close() (or the next train()); close() removes everything and keeps the trace."""
-    cb = hf_callback(tmp_path, print_report=False)
+    cb = callback("transformers", tmp_path, print_report=False)
     with pytest.raises(RuntimeError, match="planted failure"):
         hf_train(tmp_path, [cb], fail_at=3)
     assert session_mod._active is cb.session  # still open: nothing ended it
@@ -302,7 +260,7 @@ def test_hf_exception_inside_the_window_then_close(tmp_path: Path) -> None:
 
 
 def test_hf_next_train_closes_a_session_left_open(tmp_path: Path) -> None:
-    cb = hf_callback(tmp_path, print_report=False)
+    cb = callback("transformers", tmp_path, print_report=False)
     with pytest.raises(RuntimeError, match="planted failure"):
         hf_train(tmp_path / "a", [cb], fail_at=2)
     first = cb.session
@@ -313,8 +271,34 @@ def test_hf_next_train_closes_a_session_left_open(tmp_path: Path) -> None:
     assert_clean()
 
 
-# ---------------------------------------------------------------------- both / neither
-@pytest.mark.parametrize("module", ["lightning", "transformers"])
+# ------------------------------------------------------------------------------- both
+@pytest.mark.parametrize("kind", TRAINERS)
+def test_trainer_names_the_input_bottleneck(kind: str, tmp_path: Path, capfd: Any) -> None:
+    cb = callback(kind, tmp_path)
+    t0 = time.perf_counter()
+    train(kind, tmp_path, [cb])
+    took = time.perf_counter() - t0
+    assert_input_bound(cb)
+    assert_clean()
+    err = capfd.readouterr().err
+    assert err.count("torch-diagnose: run folder") == 1  # the report, printed once
+    assert took < 30, f"{kind}: training with the callback took {took:.1f} s"
+
+
+@pytest.mark.parametrize("kind", TRAINERS)
+def test_training_results_unchanged(kind: str, tmp_path: Path) -> None:
+    plain, plain_losses = train(kind, tmp_path / "a", [])
+    cb = callback(kind, tmp_path, print_report=False)
+    profiled, losses = train(kind, tmp_path / "b", [cb])
+    assert cb.report is not None
+    assert len(plain_losses) == len(losses) == MAX_STEPS
+    assert torch.equal(torch.stack(plain_losses), torch.stack(losses))
+    for (name, a), b in zip(plain.state_dict().items(), profiled.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("module", TRAINERS)
 def test_options_are_the_sessions(module: str, tmp_path: Path) -> None:
     mod = pytest.importorskip(f"diagnose.integrations.{module}")
     with pytest.raises(CaptureError, match="steps >= 1"):

@@ -19,7 +19,7 @@ from typing import Any
 
 from diagnose.errors import DiagnoseError
 
-__all__ = ["MissingExtraError", "TrainerCapture", "import_trainer"]
+__all__ = ["CallbackBase", "MissingExtraError", "TrainerCapture", "import_trainer"]
 
 # Session's arguments that the trainer supplies; a callback takes every other one.
 _FROM_TRAINER = ("model", "loader")
@@ -132,6 +132,33 @@ class TrainerCapture:
             self.session.__exit__(None, None, None)
         else:
             self.session.__exit__(type(exc), exc, exc.__traceback__)
+
+
+class CallbackBase:
+    """What both ``DiagnoseCallback`` classes expose; mixed in before the trainer's base."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self._capture = TrainerCapture(type(self).__name__, options)
+
+    @property
+    def report(self) -> Any:
+        """The Report (None before the window is over, or with ``analyze=False``)."""
+        return self._capture.report
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run folder (trace, samples, context.json, report.html)."""
+        return self._capture.run_dir
+
+    @property
+    def session(self) -> Any:
+        """The last run's :class:`~diagnose.session.Session`."""
+        return self._capture.session
+
+    def close(self) -> None:
+        """Close a session that is still open (normally the trainer's hooks do it)."""
+        self._capture.close()
 
 
 def _base_loader(loader: Any) -> Any:

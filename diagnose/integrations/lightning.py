@@ -23,10 +23,9 @@ package; where both are installed the callback is an instance of both ``Callback
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from diagnose.integrations._common import TrainerCapture, import_trainer
+from diagnose.integrations._common import CallbackBase, import_trainer
 
 __all__ = ["DiagnoseCallback"]
 
@@ -43,7 +42,7 @@ def _tensorboard_dir(trainer: Any) -> str | None:
     return None
 
 
-class DiagnoseCallback(*_BASES):  # type: ignore[misc]
+class DiagnoseCallback(CallbackBase, *_BASES):  # type: ignore[misc]
     """Profile ``steps`` training batches (after ``wait`` + ``warmup``) and report on them.
 
     Takes ``diagnose(...)``'s keyword arguments (``steps``, ``warmup``, ``wait``,
@@ -52,26 +51,6 @@ class DiagnoseCallback(*_BASES):  # type: ignore[misc]
     After training: ``.report`` (the Report, None before or without analysis),
     ``.run_dir`` (the run folder) and ``.session``.
     """
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__()
-        self._capture = TrainerCapture("DiagnoseCallback", options)
-
-    @property
-    def report(self) -> Any:
-        return self._capture.report
-
-    @property
-    def run_dir(self) -> Path | None:
-        return self._capture.run_dir
-
-    @property
-    def session(self) -> Any:
-        return self._capture.session
-
-    def close(self) -> None:
-        """Close a session that is still open (normally the hooks do it)."""
-        self._capture.close()
 
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:

@@ -30,10 +30,9 @@ After the window nothing of the session is left installed.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-from diagnose.integrations._common import TrainerCapture, import_trainer
+from diagnose.integrations._common import CallbackBase, import_trainer
 
 __all__ = ["DiagnoseCallback"]
 
@@ -56,7 +55,7 @@ def _tensorboard_dir(args: Any) -> str | None:
     return os.path.join(args.output_dir, "runs")
 
 
-class DiagnoseCallback(_hf.TrainerCallback):
+class DiagnoseCallback(CallbackBase, _hf.TrainerCallback):
     """Profile ``steps`` optimizer steps (after ``wait`` + ``warmup``) and report on them.
 
     Takes ``diagnose(...)``'s keyword arguments (``steps``, ``warmup``, ``wait``,
@@ -65,25 +64,6 @@ class DiagnoseCallback(_hf.TrainerCallback):
     After training: ``.report`` (the Report, None before or without analysis),
     ``.run_dir`` (the run folder) and ``.session``.
     """
-
-    def __init__(self, **options: Any) -> None:
-        self._capture = TrainerCapture("DiagnoseCallback", options)
-
-    @property
-    def report(self) -> Any:
-        return self._capture.report
-
-    @property
-    def run_dir(self) -> Path | None:
-        return self._capture.run_dir
-
-    @property
-    def session(self) -> Any:
-        return self._capture.session
-
-    def close(self) -> None:
-        """Close a session that is still open (after ``train()`` raised inside the window)."""
-        self._capture.close()
 
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
