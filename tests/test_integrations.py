@@ -35,7 +35,6 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.session as session_mod  # noqa: E402
-from diagnose.capture.runfolder import load_context, trace_files  # noqa: E402
 from diagnose.errors import CaptureError, DiagnoseError  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
@@ -78,6 +77,15 @@ def one_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def load_context(run_dir: Path) -> dict[str, Any]:
+    """The run folder's context.json (read here: the run folder module may move)."""
+    return json.loads((Path(run_dir) / "context.json").read_text())
+
+
+def trace_files(run_dir: Path) -> list[Path]:
+    return sorted(Path(run_dir).glob("*.pt.trace.json.gz"))
 
 
 def assert_clean() -> None:
