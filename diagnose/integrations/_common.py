@@ -35,16 +35,17 @@ def import_trainer(modules: tuple[str, ...], extra: str, what: str) -> list[Any]
     """The modules of ``modules`` that import (in order); none: one clear error naming the
     extra that installs them."""
     found = []
+    error: ImportError | None = None
     for name in modules:
         try:
             found.append(importlib.import_module(name))
-        except ImportError:
-            continue
+        except ImportError as e:  # the cause stays chained (a broken install shows there)
+            error = error or e
     if not found:
         raise MissingExtraError(
             f"diagnose.integrations.{extra} needs {what}: "
             f"pip install 'torch-diagnose[{extra}]'"
-        )
+        ) from error
     return found
 
 

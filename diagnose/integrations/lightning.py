@@ -17,6 +17,10 @@ With a ``TensorBoardLogger`` the run is also written into its ``log_dir`` (unles
 ``tensorboard=`` is given). Under DDP every rank captures into one run folder and global
 rank 0 prints the cross-rank report, exactly as ``with diagnose(...)`` under torchrun.
 
+With ``strategy="ddp_spawn"`` (or ``ddp_notebook``) the ranks are new processes that get
+copies of the callback: rank 0's copy prints the report, and ``cb.report`` in the process
+that called ``fit`` stays None (the run folder is on disk as always).
+
 Works with ``lightning`` (``lightning.pytorch``) and the older ``pytorch_lightning``
 package; where both are installed the callback is an instance of both ``Callback`` classes.
 """
