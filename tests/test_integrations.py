@@ -346,7 +346,8 @@ def test_rank_zero_prints_other_ranks_do_not(tmp_path: Path, capfd: Any) -> None
                                       "out_dir": tmp_path, "sample_hz": 0})
         model = nn.Linear(DIM, CLASSES)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loader = DataLoader(SlowFeatures(64, rounds=1), batch_size=16)
+        # 8 batches: 2 profiled steps, then 2 + 1 timed without the profiler
+        loader = DataLoader(SlowFeatures(128, rounds=1), batch_size=16)
         cap.begin(model, loader, rank_zero=rank_zero, logdir=None)
         for x, y in loader:
             nn.functional.cross_entropy(model(x), y).backward()
