@@ -203,18 +203,17 @@ def _counts(report: Report) -> Markup:
     return text(*[text(b, " ") for b in out])
 
 
-def _summary(report: Report) -> Markup:
-    m = report.metrics
+def summary_facts(m: dict[str, Any], n_ranks: int) -> list[tuple[str, str]]:
+    """The summary's rows between source and findings, as (label, text): also the TensorBoard
+    tab's (:mod:`diagnose.report.tb_plugin`), which reads the metrics back from JSON."""
     steps = m.get("step_count")
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
                  if isinstance(m.get(f"share_{key}"), int | float) and m[f"share_{key}"] >= 0.005]
     device = m.get("device_name") or ("no GPU activity in the trace" if m.get("has_gpu") is False
                                       else None)
-    multi = len(report.ranks) > 1
-    rows: list[tuple[str, Child] | None] = [
-        ("source", el("code", ", ".join(report.source))),
-        ("ranks", f"{len(report.ranks)} (figures below: the mean over ranks)") if multi else None,
-        ("device", device) if device else None,
+    rows: list[tuple[str, str] | None] = [
+        ("ranks", f"{n_ranks} (figures below: the mean over ranks)") if n_ranks > 1 else None,
+        ("device", str(device)) if device else None,
         ("steps", "none profiled" if steps is None else
          f"{steps} ({m.get('steps_source')}), "
          f"median {fmt('step_time_median_ms', m.get('step_time_median_ms'))}, "
@@ -223,6 +222,14 @@ def _summary(report: Report) -> Markup:
         ("step time", ", ".join(breakdown)) if breakdown else None,
         ("DataLoader", f"{_pct(m.get('dataloader_share'))} of the window")
         if m.get("dataloader_share") is not None else None,
+    ]
+    return [r for r in rows if r is not None]
+
+
+def _summary(report: Report) -> Markup:
+    rows: list[tuple[str, Child]] = [
+        ("source", el("code", ", ".join(report.source))),
+        *summary_facts(report.metrics, len(report.ranks)),
         ("findings", _counts(report)),
     ]
     return el("section", el("h2", "Summary"), _kv(rows), id="summary")
@@ -343,19 +350,25 @@ def _ranks_table(ranks: Sequence[RankResult]) -> Markup | None:
                  el("tbody", rows)), id="ranks")
 
 
+def autofix_cells(r: AutofixRow | tuple[str, float, float]) -> tuple[str, str, str, str, str]:
+    """One autofix row as shown: label, before, after, change, and its class (better, worse
+    or empty); also the TensorBoard tab's."""
+    label, before, after = str(r[0]), float(r[1]), float(r[2])
+    change = (after - before) / before if before else None
+    cls = "" if change is None else ("better" if change < 0 else "worse")
+    return (label, fmt("step_time_median_ms", before), fmt("step_time_median_ms", after),
+            "n/a" if change is None else f"{change:+.1%}", cls)
+
+
 def _autofix_table(rows: AutofixRows | None) -> Markup | None:
     if not rows:
         return None
     body = []
     for r in rows:
-        label, before, after = str(r[0]), float(r[1]), float(r[2])
-        change = (after - before) / before if before else None
-        cls = None if change is None else ("better" if change < 0 else "worse")
-        body.append(el("tr", el("td", label),
-                       el("td", fmt("step_time_median_ms", before), class_="num"),
-                       el("td", fmt("step_time_median_ms", after), class_="num"),
-                       el("td", "n/a" if change is None else f"{change:+.1%}",
-                          class_=f"num {cls}" if cls else "num")))
+        label, before, after, change, cls = autofix_cells(r)
+        body.append(el("tr", el("td", label), el("td", before, class_="num"),
+                       el("td", after, class_="num"),
+                       el("td", change, class_=f"num {cls}" if cls else "num")))
     return el("section", el("h2", "Autofix"),
               el("table", el("thead", el("tr", el("th", "change tried"),
                                          el("th", "before (median step)", class_="num"),
