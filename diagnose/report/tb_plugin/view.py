@@ -34,6 +34,21 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
+def _metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's metrics, a value of the wrong type for its unit read as missing."""
+    out = {}
+    for k, v in _dict(report.get("metrics")).items():
+        unit = CATALOG.get(k, ("", ""))[0]
+        if unit == "bool":
+            ok = v is None or isinstance(v, bool)
+        elif unit in ("", "name"):
+            ok = v is None or isinstance(v, str | int | float)
+        else:
+            ok = v is None or _num(v) is not None
+        out[str(k)] = v if ok else None
+    return out
+
+
 def _severity(f: dict[str, Any]) -> str:
     s = f.get("severity")
     return s if s in SEVERITIES else "info"
@@ -53,8 +68,7 @@ def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     """One line of the run list: name, worst severity, counts, median step time, headline."""
     report = _dict(doc.get("report"))
     findings = _findings(report)
-    m = _dict(report.get("metrics"))
-    step = m.get("step_time_median_ms")
+    step = _metrics(report).get("step_time_median_ms")
     return {
         "run": name,
         "worst": _severity(findings[0]) if findings else None,
@@ -119,7 +133,7 @@ def _kernels(report: dict[str, Any]) -> dict[str, Any] | None:
 def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> dict[str, Any]:
     """Everything the tab shows of one run."""
     report = _dict(doc.get("report"))
-    m = _dict(report.get("metrics"))
+    m = _metrics(report)
     ranks = _list(report.get("ranks"))
     findings = _findings(report)
     source = [_str(s) for s in _list(report.get("source"))]
