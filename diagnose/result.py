@@ -6,6 +6,7 @@ importing each other: printing lives in :class:`diagnose.api.Report`, a subclass
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,18 @@ from .engine import Finding, NotEvaluated, severity_rank
 from .metrics import CATALOG
 
 SCHEMA_VERSION = 1
+
+
+def step_time(m: Mapping[str, Any]) -> dict[str, Any]:
+    """The step time to lead with, from a run's metrics: what the job does without the
+    profiler when the capture timed unprofiled steps, else the profiled window's."""
+    un, prof = m.get("step_time_unprofiled_median_ms"), m.get("step_time_median_ms")
+    base = {"profiled_median_ms": prof, "profiled_steps": m.get("step_count"),
+            "profiler_overhead_ratio": m.get("profiler_overhead_ratio")}
+    if isinstance(un, int | float):
+        return {"median_ms": un, "measured": "without the profiler",
+                "steps": m.get("step_time_unprofiled_steps"), **base}
+    return {"median_ms": prof, "measured": "as profiled", "steps": m.get("step_count"), **base}
 
 
 @dataclass
@@ -54,17 +67,8 @@ class Analysis:
         return [f for f in self.findings if severity_rank(f.severity) >= severity_rank(severity)]
 
     def step_time(self) -> dict[str, Any]:
-        """The step time to lead with: what the job does without the profiler when the
-        capture timed unprofiled steps, else the profiled window's (a saved trace)."""
-        m = self.metrics
-        un, prof = m.get("step_time_unprofiled_median_ms"), m.get("step_time_median_ms")
-        base = {"profiled_median_ms": prof, "profiled_steps": m.get("step_count"),
-                "profiler_overhead_ratio": m.get("profiler_overhead_ratio")}
-        if isinstance(un, int | float):
-            return {"median_ms": un, "measured": "without the profiler",
-                    "steps": m.get("step_time_unprofiled_steps"), **base}
-        return {"median_ms": prof, "measured": "as profiled", "steps": m.get("step_count"),
-                **base}
+        """The step time to lead with (see :func:`step_time`)."""
+        return step_time(self.metrics)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,4 +1,5 @@
-"""The built wheel ships the rule pack and the installed copy finds it."""
+"""The built wheel ships the rule pack and the installed copy finds it; it declares the
+TensorBoard tab's entry point, and TensorBoard finds the installed tab through it."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ def _build_wheel(out: Path) -> Path:
     return wheels[0]
 
 
+def _install_and_probe(wheel: Path, site: Path, probe: str) -> dict:
+    """Install ``wheel`` into ``site`` and run ``probe`` (which prints JSON) with ``site``
+    first on the path, from a folder away from the repository."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+         "--disable-pip-version-check", "--target", str(site), str(wheel)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    work = site.parent / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    r = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_wheel_ships_rules_and_installed_copy_loads_them(tmp_path):
     counts = _rule_counts()
     assert counts and all(counts.values()), counts
@@ -59,22 +78,37 @@ def test_wheel_ships_rules_and_installed_copy_loads_them(tmp_path):
     assert not any(n.startswith(("tests/", "rules/")) for n in names)
 
     site = tmp_path / "site"
-    r = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-         "--disable-pip-version-check", "--target", str(site), str(wheel)],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    info = _install_and_probe(wheel, site, PROBE)
     assert (site / "diagnose" / "_rules").is_dir()
-
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    r = subprocess.run([sys.executable, "-c", PROBE], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    info = json.loads(r.stdout)
     installed = (site / "diagnose").resolve()
     assert Path(info["file"]).resolve().parent == installed, info
     assert Path(info["dir"]).resolve() == installed / "_rules", info
     assert info["count"] == sum(counts.values())
+
+
+TB_PROBE = """
+import json
+from tensorboard import default
+from diagnose.report.tb_plugin.plugin import DiagnoseLoader, STATIC
+found = [p for p in default.get_dynamic_plugins() if p is DiagnoseLoader]
+print(json.dumps({"found": len(found), "static": sorted(p.name for p in STATIC.iterdir())}))
+"""
+
+
+def test_wheel_declares_the_tensorboard_tab_and_tensorboard_finds_it(tmp_path):
+    pytest.importorskip("tensorboard")
+    wheel = _build_wheel(tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        (ep,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        entry_points = z.read(ep).decode()
+    section = re.search(r"^\[tensorboard_plugins\]\n((?:[^\[\n].*\n?)*)", entry_points, re.MULTILINE)
+    assert section, entry_points
+    assert re.search(r"^diagnose\s*=\s*diagnose\.report\.tb_plugin\.plugin:DiagnoseLoader\s*$",
+                     section.group(1), re.MULTILINE), entry_points
+    static = {"index.js", "index.html", "tab.css"}
+    assert {f"diagnose/report/tb_plugin/static/{n}" for n in static} <= names
+
+    # the installed copy first on the path: its metadata is the one entry points come from
+    info = _install_and_probe(wheel, tmp_path / "site", TB_PROBE)
+    assert info == {"found": 1, "static": sorted(static)}, info

@@ -129,7 +129,7 @@ def _pct(v: Any) -> str:
 
 
 # -------------------------------------------------------------------------- sections
-_CSS = """
+CSS = """
 :root { --crit: #b3261e; --warn: #9a6700; --info: #0b62a4; --ok: #1a7f37; --line: #d8dee4;
         --muted: #57606a; --bg-soft: #f6f8fa; }
 * { box-sizing: border-box; }
@@ -203,24 +203,31 @@ def _counts(report: Analysis) -> Markup:
     return text(*[text(b, " ") for b in out])
 
 
-def _summary(report: Analysis) -> Markup:
-    m = report.metrics
-    head, window = step_lines(report)
+def summary_facts(m: dict[str, Any], n_ranks: int) -> list[tuple[str, str]]:
+    """The summary's rows between source and findings, as (label, text): also the TensorBoard
+    tab's (:mod:`diagnose.report.tb_plugin`), which reads the metrics back from JSON."""
+    head, window = step_lines(m)
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
                  if isinstance(m.get(f"share_{key}"), int | float) and m[f"share_{key}"] >= 0.005]
     device = m.get("device_name") or ("no GPU activity in the trace" if m.get("has_gpu") is False
                                       else None)
-    multi = len(report.ranks) > 1
-    rows: list[tuple[str, Child] | None] = [
-        ("source", el("code", ", ".join(report.source))),
-        ("ranks", f"{len(report.ranks)} (figures below: the mean over ranks)") if multi else None,
-        ("device", device) if device else None,
+    rows: list[tuple[str, str] | None] = [
+        ("ranks", f"{n_ranks} (figures below: the mean over ranks)") if n_ranks > 1 else None,
+        ("device", str(device)) if device else None,
         ("step time", head),
         ("profiled", window) if window else None,
         ("GPU busy", _pct(m.get("gpu_busy_frac"))) if m.get("gpu_busy_frac") is not None else None,
         ("breakdown", ", ".join(breakdown) + " (of the profiled window)") if breakdown else None,
         ("DataLoader", f"{_pct(m.get('dataloader_share'))} of the profiled window"
          + unprofiled_dl(m)) if m.get("dataloader_share") is not None else None,
+    ]
+    return [r for r in rows if r is not None]
+
+
+def _summary(report: Analysis) -> Markup:
+    rows: list[tuple[str, Child]] = [
+        ("source", el("code", ", ".join(report.source))),
+        *summary_facts(report.metrics, len(report.ranks)),
         ("findings", _counts(report)),
     ]
     return el("section", el("h2", "Summary"), _kv(rows), id="summary")
@@ -281,7 +288,7 @@ def _findings(report: Analysis) -> Markup:
     return el("section", el("h2", f"Findings ({len(report.findings)})"), body, id="findings")
 
 
-_CAPTIONS = {
+CAPTIONS = {
     "breakdown": "each step split by category (a category claims only time no category before"
                  " it in the legend claimed); the black mark is the step time",
     "idle": "share of the profiled window the GPU was busy, and what it waited for while idle",
@@ -297,7 +304,7 @@ def _plots(report: Analysis, autofix: AutofixRows | None
     out = []
     for key, fig in figs.items():
         out.append(el("figure", el("figcaption", PLOT_TITLES[key], " ",
-                                   el("span", "— ", _CAPTIONS[key])),
+                                   el("span", "— ", CAPTIONS[key])),
                       raw_svg(to_svg(fig, salt=key)),
                       class_="plot", id=f"plot-{key}", data_plot=key, role="img",
                       aria_label=PLOT_TITLES[key]))
@@ -341,19 +348,25 @@ def _ranks_table(ranks: Sequence[RankResult]) -> Markup | None:
                  el("tbody", rows)), id="ranks")
 
 
+def autofix_cells(r: AutofixRow | tuple[str, float, float]) -> tuple[str, str, str, str, str]:
+    """One autofix row as shown: label, before, after, change, and its class (better, worse
+    or empty); also the TensorBoard tab's."""
+    label, before, after = str(r[0]), float(r[1]), float(r[2])
+    change = (after - before) / before if before else None
+    cls = "" if change is None else ("better" if change < 0 else "worse")
+    return (label, fmt("step_time_median_ms", before), fmt("step_time_median_ms", after),
+            "n/a" if change is None else f"{change:+.1%}", cls)
+
+
 def _autofix_table(rows: AutofixRows | None) -> Markup | None:
     if not rows:
         return None
     body = []
     for r in rows:
-        label, before, after = str(r[0]), float(r[1]), float(r[2])
-        change = (after - before) / before if before else None
-        cls = None if change is None else ("better" if change < 0 else "worse")
-        body.append(el("tr", el("td", label),
-                       el("td", fmt("step_time_median_ms", before), class_="num"),
-                       el("td", fmt("step_time_median_ms", after), class_="num"),
-                       el("td", "n/a" if change is None else f"{change:+.1%}",
-                          class_=f"num {cls}" if cls else "num")))
+        label, before, after, change, cls = autofix_cells(r)
+        body.append(el("tr", el("td", label), el("td", before, class_="num"),
+                       el("td", after, class_="num"),
+                       el("td", change, class_=f"num {cls}" if cls else "num")))
     return el("section", el("h2", "Autofix"),
               el("table", el("thead", el("tr", el("th", "change tried"),
                                          el("th", "before (median step)", class_="num"),
@@ -461,7 +474,7 @@ def render_html(
            el("meta", name="viewport", content="width=device-width, initial-scale=1"),
            el("meta", name="generator", content=f"torch-diagnose {__version__}"),
            el("title", f"torch-diagnose: {name}"),
-           el("style", Markup(_CSS))),
+           el("style", Markup(CSS))),
         el("body", el("main",
                       el("header", el("h1", "torch-diagnose report"),
                          el("p", ", ".join(report.source), class_="sub"), nav),

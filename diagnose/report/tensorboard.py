@@ -3,6 +3,8 @@
 One analysis becomes one TensorBoard run, ``<logdir>/<run>/``::
 
     events.out.tfevents.*                 scalars and the findings as markdown text
+    diagnose.json                         the report, autofix rows and plots for the "diagnose"
+                                          tab (:mod:`diagnose.report.tb_plugin`)
     <worker>.<span>.pt.trace.json.gz      a copy of each trace, adapted for torch-tb-profiler
     rank<N>/events.out.tfevents.*         per-rank scalars, when several ranks were analysed
 
@@ -54,6 +56,7 @@ import msgspec
 
 from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
+from .tb_plugin.runfile import RUN_FILE, write_run_file
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -448,7 +451,7 @@ def default_run_name(report: Analysis) -> str:
 
 def _ours(p: Path) -> bool:
     n = p.name
-    return n.startswith("events.out.tfevents.") or bool(_PLUGIN_FILE.match(n))
+    return n == RUN_FILE or n.startswith("events.out.tfevents.") or bool(_PLUGIN_FILE.match(n))
 
 
 def _prepare_run_dir(run_dir: Path, sources: Iterable[Path], overwrite: bool) -> None:
@@ -477,8 +480,12 @@ def _prepare_run_dir(run_dir: Path, sources: Iterable[Path], overwrite: bool) ->
 
 def write_logdir(report: Analysis, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR, *,
                  run: str | None = None, overwrite: bool = False,
-                 traces: bool = True) -> WriteResult:
-    """Write ``report`` (and adapted copies of its traces) as the run ``<logdir>/<run>``."""
+                 traces: bool = True, autofix: Any = None) -> WriteResult:
+    """Write ``report`` (and adapted copies of its traces) as the run ``<logdir>/<run>``.
+
+    ``autofix``: what ``diagnose.tune.autofix`` returned, or ``(label, before_ms, after_ms)``
+    rows, for the diagnose tab's before/after table and plot.
+    """
     name = _safe(run, "run") if run else default_run_name(report)
     run_dir = Path(logdir) / name
     sources = [Path(r.path) for r in report.ranks]
@@ -501,6 +508,7 @@ def write_logdir(report: Analysis, logdir: str | os.PathLike[str] = DEFAULT_LOGD
     finally:
         ev.close()
     res.tags = sorted(ev.tags)
+    write_run_file(run_dir, report, autofix, [c.path.name for c in res.copies])
     if len(report.ranks) > 1:
         for i, r in enumerate(report.ranks):
             sub = run_dir / f"rank{r.rank if r.rank is not None else i}"

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
+from ..result import step_time
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -40,7 +41,7 @@ def _summary(report: Analysis) -> Table:
         t.add_row("device", escape(str(dev)))
     elif m.get("has_gpu") is False:
         t.add_row("device", "no GPU activity in the trace")
-    head, window = step_lines(report)
+    head, window = step_lines(m)
     t.add_row("step time", head)
     if window:
         t.add_row("profiled", window)
@@ -60,10 +61,10 @@ def _ms(x: Any) -> str:
     return f"{x:,.2f} ms" if isinstance(x, int | float) else "n/a"
 
 
-def step_lines(report: Analysis) -> tuple[str, str | None]:
-    """The headline step time, and the profiled window's line (shared by text and HTML)."""
-    m = report.metrics
-    st = report.step_time()
+def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
+    """The headline step time and the profiled window's line, from a run's metrics (shared
+    by the text, HTML and TensorBoard views)."""
+    st = step_time(m)
     n_prof = m.get("step_count")
     window = None if n_prof is None else (
         f"{n_prof} step{'s' if n_prof != 1 else ''} ({m.get('steps_source')}), median "

@@ -1,0 +1,165 @@
+"""What the tab shows of a run, from its ``diagnose.json``: every value already a string.
+
+Numbers are formatted here, by the same helpers as the HTML report (:func:`html.fmt`,
+:func:`html.summary_facts`, :func:`html.autofix_cells`), so the script in the page only
+places text. The document comes from a file on disk and is read defensively: a field of the
+wrong type is shown as missing, never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+from ...engine import SEVERITIES
+from ...metrics import CATALOG
+from ..html import autofix_cells, fmt, summary_facts
+
+NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _list(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else []
+
+
+def _str(x: Any) -> str:
+    return "" if x is None else str(x)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's metrics, a value of the wrong type for its unit read as missing."""
+    out = {}
+    for k, v in _dict(report.get("metrics")).items():
+        unit = CATALOG.get(k, ("", ""))[0]
+        if unit == "bool":
+            ok = v is None or isinstance(v, bool)
+        elif unit in ("", "name"):
+            ok = v is None or isinstance(v, str | int | float)
+        else:
+            ok = v is None or _num(v) is not None
+        out[str(k)] = v if ok else None
+    return out
+
+
+def _severity(f: dict[str, Any]) -> str:
+    s = f.get("severity")
+    return s if s in SEVERITIES else "info"
+
+
+def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [f for f in _list(report.get("findings")) if isinstance(f, dict)]
+    return sorted(found, key=lambda f: -SEVERITIES.index(_severity(f)))
+
+
+def _counts(findings: list[dict[str, Any]]) -> dict[str, int]:
+    return {sev: n for sev in reversed(SEVERITIES)
+            if (n := sum(1 for f in findings if _severity(f) == sev))}
+
+
+def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """One line of the run list: name, worst severity, counts, median step time, headline."""
+    report = _dict(doc.get("report"))
+    findings = _findings(report)
+    step = _metrics(report).get("step_time_median_ms")
+    return {
+        "run": name,
+        "worst": _severity(findings[0]) if findings else None,
+        "counts": _counts(findings),
+        "step_time": None if _num(step) is None else fmt("step_time_median_ms", step),
+        "headline": _str(findings[0].get("message")) if findings else NO_FINDINGS,
+    }
+
+
+def _finding(f: dict[str, Any]) -> dict[str, Any]:
+    gain = _num(f.get("estimated_gain"))
+    evidence = _dict(f.get("evidence"))
+    fixes = [x for x in _list(f.get("fixes")) if isinstance(x, dict)]
+    return {
+        "rule": _str(f.get("rule")), "severity": _severity(f),
+        "category": _str(f.get("category")), "title": _str(f.get("title")),
+        "message": _str(f.get("message")),
+        "hints": [_str(h) for h in _list(f.get("hints"))],
+        "ranks": ", ".join(map(_str, _list(f.get("ranks")))),
+        "gain": f"fixing it could save up to {gain:.0%} of step time" if gain else "",
+        "evidence": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[1]]
+                     for k, v in evidence.items()],
+        "fixes": [{"id": _str(x.get("id")), "title": _str(x.get("title") or x.get("id")),
+                   "code": _str(x.get("code")), "auto": bool(x.get("auto"))} for x in fixes],
+    }
+
+
+def _autofix(doc: dict[str, Any]) -> dict[str, Any] | None:
+    af = _dict(doc.get("autofix"))
+    rows = []
+    for r in _list(af.get("rows")):
+        if isinstance(r, list) and len(r) == 3 and None not in (_num(r[1]), _num(r[2])):
+            rows.append(list(autofix_cells((_str(r[0]), float(r[1]), float(r[2])))))
+    if not rows:
+        return None
+    code = af.get("code")
+    return {"rows": rows, "code": code if isinstance(code, str) else None}
+
+
+def _kernels(report: dict[str, Any]) -> dict[str, Any] | None:
+    ranks = [r for r in _list(report.get("ranks")) if isinstance(r, dict)]
+    if not ranks:
+        return None
+    first = min(ranks, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") or 0))
+    table = _dict(_dict(first.get("tables")).get("top_kernels"))
+    rows = [k for k in _list(table.get("rows")) if isinstance(k, dict)]
+    if not rows:
+        return None
+    multi = len(ranks) > 1 and isinstance(first.get("rank"), int)
+    where = f"rank {first['rank']}" if multi else "the trace"
+    total, share = (_num(k.get("total_ms")) for k in rows), (_num(k.get("share")) for k in rows)
+    return {
+        "caption": f"The {len(rows)} of {_str(table.get('distinct'))} distinct kernels with the "
+                   f"most total time in {where} ({PurePath(_str(first.get('path'))).name}), "
+                   "whole trace.",
+        "rows": [[_str(k.get("name")), _str(k.get("calls")),
+                  "n/a" if t is None else f"{t:,.1f} ms", "n/a" if s is None else f"{s:.1%}"]
+                 for k, t, s in zip(rows, total, share, strict=True)],
+    }
+
+
+def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> dict[str, Any]:
+    """Everything the tab shows of one run."""
+    report = _dict(doc.get("report"))
+    m = _metrics(report)
+    ranks = _list(report.get("ranks"))
+    findings = _findings(report)
+    source = [_str(s) for s in _list(report.get("source"))]
+    plots = [{"key": _str(k), "title": _str(p.get("title") or k),
+              "caption": _str(p.get("caption"))}
+             for k, p in _dict(doc.get("plots")).items()
+             if isinstance(p, dict) and isinstance(p.get("svg"), str)
+             and p["svg"].lstrip().startswith("<svg")]
+    return {
+        **run_summary(name, doc),
+        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks)))],
+        "findings": [_finding(f) for f in findings],
+        "plots": plots,
+        "autofix": _autofix(doc),
+        "kernels": _kernels(report),
+        "not_evaluated": [[_str(n.get("rule")), _str(n.get("reason"))]
+                          for n in _list(report.get("not_evaluated")) if isinstance(n, dict)],
+        "notes": [_str(n) for n in _list(report.get("notes"))],
+        "metrics": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[0]]
+                    for k, v in m.items()],
+        "traces": [_str(t) for t in _list(doc.get("traces"))],
+        "profiler_tab": profiler_tab and bool(_list(doc.get("traces"))),
+    }
+
+
+def plot_svg(doc: dict[str, Any], key: str) -> str | None:
+    """The SVG of plot ``key``, or None."""
+    svg = _dict(_dict(doc.get("plots")).get(key)).get("svg")
+    return svg if isinstance(svg, str) and svg.lstrip().startswith("<svg") else None
