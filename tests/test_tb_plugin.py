@@ -152,7 +152,9 @@ def test_listing_shows_the_tab_and_routes_give_runs_and_diagnosis(
     assert dict((k, v) for k, v, _ in in001["evidence"])["dataloader_share"] == (
         f"{cpu.metrics['dataloader_share']:.1%}")
     summary = dict(view["summary"])
-    assert summary["steps"].startswith(f"{cpu.metrics['step_count']} (ProfilerStep)")
+    assert summary["profiled"].startswith(f"{cpu.metrics['step_count']} steps (ProfilerStep)")
+    assert summary["step time"].endswith("as profiled (a saved trace: no steps were timed "
+                                         "without the profiler)")
     assert [p["key"] for p in view["plots"]] == list(figures(cpu, AUTOFIX)) == [
         "breakdown", "autofix"]
     assert [r[0] for r in view["autofix"]["rows"]] == [str(r[0]) for r in AUTOFIX] + [XSS]
@@ -317,7 +319,7 @@ def test_broken_and_missing_files_give_a_clear_message(tmp_path: Path) -> None:
     assert [(f["rule"], f["severity"], f["fixes"]) for f in body["findings"]] == [("3", "info", [])]
     assert body["plots"] == [] and body["autofix"] is None
     summary = dict(body["summary"])
-    assert "GPU busy" not in summary and summary["steps"] == "none profiled"  # read as missing
+    assert "GPU busy" not in summary and summary["step time"] == "none profiled"  # read as missing
     assert route(plugin, "/plot", run="odd", name="breakdown")[0] == 404
 
     # a run removed after it was listed
