@@ -276,6 +276,24 @@ def test_nvml_sampler_fields_with_stub_bindings(
     assert s["errors"] == []
 
 
+def test_nvml_pcie_read_once_a_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's PCIe throughput blocks ~21 ms a call (it measures over 20 ms): read once per
+    PCIE_PERIOD_S, None (not read) on the ticks between, never a repeated old value."""
+    nv = _fake_pynvml()
+    calls = []
+    nv.nvmlDeviceGetPcieThroughput = lambda h, kind: calls.append(kind) or 2000
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setattr(NvmlSampler, "PCIE_PERIOD_S", 0.25)
+    with SamplerThread([NvmlSampler(index=0)], tmp_path, hz=50):
+        time.sleep(0.6)
+    gpu = load_samples(tmp_path)["series"]["gpu"]
+    rx = gpu["pcie_rx_kbps"]
+    read = [v for v in rx if v is not None]
+    assert len(rx) > 10 and 2 <= len(read) <= 4 and set(read) == {2000}
+    assert len(calls) == 2 * len(read)  # rx and tx together
+    assert len([v for v in gpu["util_pct"] if v is not None]) == len(rx)  # the rest every tick
+
+
 def test_nvml_error_ends_sampler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nv = _fake_pynvml(fail_after=3)
     monkeypatch.setitem(sys.modules, "pynvml", nv)

@@ -147,6 +147,28 @@ def test_bundled_traces(name: str) -> None:
         assert serious(report) == []
 
 
+# Recorded on an NVIDIA H100 (torch 2.11, CUDA 13) with samples/record_traces.py --samples all
+GPU_EXPECTED = {"slow_loader": ("IN001", "num_workers"), "pageable_copy": ("TR001", "pin_memory"),
+                "small_kernels": ("LA001", None), "sync_in_loop": ("SY001", None),
+                "healthy": (None, None)}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_EXPECTED))
+def test_bundled_gpu_traces(name: str) -> None:
+    """Each sample's planted bottleneck, found in its real GPU trace; healthy: nothing."""
+    path = BUNDLED.parent / "gpu" / f"{name}.pt.trace.json.gz"
+    assert path.stat().st_size < 300 * 1024
+    report = analyze(path)
+    assert report.metrics["has_gpu"] is True
+    rule, fix = GPU_EXPECTED[name]
+    if rule is None:
+        assert serious(report) == [], [(f.rule, f.severity) for f in report.findings]
+        assert report.metrics["gpu_busy_frac"] > 0.9
+        return
+    (f,) = [f for f in serious(report) if f.rule == rule]
+    assert fix is None or fix in f.fixes
+
+
 def test_oom_in_first_step_still_reports(tmp_path: Path) -> None:
     """No step was profiled (it failed at once): the memory finding still comes."""
     import oom

@@ -246,7 +246,13 @@ class NvmlSampler(Sampler):
     The device is found by UUID, else PCI bus id (both survive
     CUDA_VISIBLE_DEVICES renumbering), else by index. A field the device does
     not support reads None; any other NVML error ends the sampler.
+
+    PCIe throughput is read at most once per :data:`PCIE_PERIOD_S` (None between): NVML
+    measures it over a 20 ms window, so each of its two calls blocks ~21 ms (measured on
+    an H100), while every other field takes 3-10 us.
     """
+
+    PCIE_PERIOD_S = 1.0
 
     name = "gpu"
 
@@ -264,6 +270,7 @@ class NvmlSampler(Sampler):
         self._nvml: Any = None
         self._handle: Any = None
         self._unsupported: set[str] = set()
+        self._pcie_at = -float("inf")
 
     def open(self) -> dict[str, Any]:
         try:
@@ -334,12 +341,14 @@ class NvmlSampler(Sampler):
         mem = self._read("mem_used_bytes", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used))
         clock = self._read("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
         power = self._read("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
-        rx = self._read(
-            "pcie_rx_kbps", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        )
-        tx = self._read(
-            "pcie_tx_kbps", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)
-        )
+        rx = tx = None
+        now = time.monotonic()
+        if now - self._pcie_at >= self.PCIE_PERIOD_S:
+            self._pcie_at = now
+            rx = self._read("pcie_rx_kbps",
+                            lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES))
+            tx = self._read("pcie_tx_kbps",
+                            lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES))
         proc_mem = self._read("proc_mem_bytes", self._proc_mem)
         return {
             "util_pct": util,
