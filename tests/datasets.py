@@ -1,8 +1,10 @@
-"""Small real map-style datasets for the capture tests (torch's TensorDataset, seeded)."""
+"""Small real map-style datasets for the capture tests (torch's TensorDataset, seeded), and
+the plain training loop they run."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from torch.utils.data import TensorDataset
@@ -21,3 +23,18 @@ class Pairs(TensorDataset):
         if self.delay_s:
             time.sleep(self.delay_s)
         return super().__getitem__(i)
+
+
+def train(model: Any, opt: Any, loader: Any, d: Any = None, limit: int | None = None) -> int:
+    """The user's plain loop: nothing in it knows about diagnose, except an optional early
+    stop at ``d.done`` (``d``: the session) or after ``limit`` steps. Returns the steps run."""
+    n = 0
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        n += 1
+        if (limit is not None and n >= limit) or (d is not None and d.done):
+            break
+    return n

@@ -29,7 +29,7 @@ from diagnose.capture.context import is_oom, parse_oom_message  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
 from diagnose.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
-from tests.datasets import Pairs  # noqa: E402
+from tests.datasets import Pairs, train  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
 
@@ -41,26 +41,6 @@ def make(seed: int = 0, **loader_kw: Any) -> tuple[nn.Module, torch.optim.Optimi
     ds = loader_kw.pop("dataset", None) or Pairs()
     loader = DataLoader(ds, batch_size=8, **loader_kw)
     return model, opt, loader
-
-
-def train(
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    loader: DataLoader,
-    d: Any = None,
-    limit: int | None = None,
-) -> int:
-    """The user's plain loop: nothing in it knows about diagnose (except an optional early stop)."""
-    n = 0
-    for x, y in loader:
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        n += 1
-        if limit is not None and n >= limit:
-            break
-    return n
 
 
 class FakeReport:

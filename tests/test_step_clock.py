@@ -19,20 +19,7 @@ from diagnose.analysis import capture_notes  # noqa: E402
 from diagnose.metrics.context import context_metrics  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
-from tests.datasets import Pairs  # noqa: E402
-
-
-def _loop(model: nn.Module, opt: Any, loader: Any, d: Any = None) -> int:
-    n = 0
-    for x, y in loader:
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        n += 1
-        if d is not None and d.done:
-            break
-    return n
+from tests.datasets import Pairs, train  # noqa: E402
 
 
 def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
@@ -46,7 +33,7 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     model, opt, loader = _make(Pairs(n=400, delay_s=0.0005))
     with diagnose(model, loader, steps=3, out_dir=tmp_path, sample_hz=0,
                   print_report=False) as d:
-        n = _loop(model, opt, loader, d)
+        n = train(model, opt, loader, d)
     # wait 1 + warmup 1 + 3 profiled, then 3 + 1 unprofiled steps before d.done
     assert n == 10
     clock = load_context(d.run_dir)["capture"]["step_clock"]
@@ -106,7 +93,7 @@ def test_short_loader_fits_the_schedule_and_says_so(tmp_path: Path) -> None:
     so the one profiled step is whole; the loop's tail makes no finding."""
     model, opt, loader = _make(Pairs(n=64, delay_s=0.002), batch_size=32)
     with diagnose(model, loader, out_dir=tmp_path, sample_hz=0, print_report=False) as d:
-        _loop(model, opt, loader)
+        train(model, opt, loader)
     r = d.report
     assert r.metrics["step_count"] == 1 and r.metrics["window_complete"] is True
     note = "the DataLoader yields 2 batches per pass, fewer than the schedule needs"
@@ -137,7 +124,7 @@ def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int
     model, opt, loader = _make(_Stream(8 * batches))
     with diagnose(model, loader, steps=5, out_dir=tmp_path, sample_hz=0,
                   print_report=False) as d:
-        _loop(model, opt, loader)
+        train(model, opt, loader)
     r = d.report
     ctx = load_context(d.run_dir)["capture"]
     assert ctx["window_complete"] is False and ctx["whole_steps"] == whole
