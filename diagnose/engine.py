@@ -6,10 +6,24 @@ an estimate of the most that fixing it could gain, the fixes to try, and its
 documentation. Conditions run in the whitelisting evaluator of
 :mod:`diagnose.expr`; a rule whose metrics are missing is reported as not
 evaluated, never as passed.
+
+Severity follows the time at stake, for every rule, built-in or the user's: a rule's
+``warning``/``critical`` conditions give the most it may be graded, and then its
+estimated gain (the share of step time fixing it could save) caps it: ``warning`` needs
+a gain of at least ``WARNING_GAIN`` (2%), ``critical`` at least ``CRITICAL_GAIN`` (15%).
+A finding without an estimate is ``info``. The ``memory`` category (out of memory, near
+capacity) is exempt: a job that cannot run has no step time to share. A finding graded
+down says so (``graded_down_from`` and a hint).
+
+Never advise what is in place: a fix in ``IN_PLACE`` is left out of a finding when the
+metrics show it is already used (CUDA graphs replaying the kernels, compiled Triton code),
+with a hint that says so. Rules marked ``training_only`` are not evaluated on a trace
+that looks like inference (``is_training`` False).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -22,8 +36,10 @@ from typing import Any
 import msgspec
 
 from .errors import RuleError
-from .expr import Expr, MissingMetric, compile_expr, format_message, template_names
+from .expr import DivisionByZero, Expr, MissingMetric, compile_expr, format_message, template_names
 from .fixes import FIXES
+from .metrics import CATALOG as METRIC_CATALOG
+from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,6 +53,26 @@ CATEGORIES = (
 SEVERITIES = ("info", "warning", "critical")
 _ID = re.compile(r"^[A-Z]{2,4}\d{3}$")
 DOC_SECTIONS = ("detects", "why", "fix", "false_positives")
+
+#: Least estimated gain (share of step time) for a ``warning`` and for a ``critical``.
+WARNING_GAIN = 0.02
+CRITICAL_GAIN = 0.15
+#: Categories whose severity is not capped by the gain (a job that does not fit cannot run).
+UNCAPPED = frozenset({"memory"})
+#: Fixes never suggested where the metrics show them in place: fix -> (metric, why) pairs.
+IN_PLACE: dict[str, tuple[tuple[str, str], ...]] = {
+    "torch_compile": (
+        ("uses_compiled_code", "compiled code (Triton kernels) is already in use"),
+        ("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),
+    ),
+    "cuda_graphs": (("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),),
+}
+INFERENCE_REASON = "training only: this looks like inference (no backward, no optimizer step)"
+
+
+def known_metrics() -> frozenset[str]:
+    """Every metric name a rule may use: trace, context, samples, per-rank and run metrics."""
+    return frozenset(METRIC_CATALOG) | frozenset(RANK_CATALOG) | frozenset(RUN_CATALOG)
 
 
 class _Hint(msgspec.Struct, forbid_unknown_fields=True):
@@ -59,12 +95,13 @@ class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
     message: str
     fixes: list[str]
     docs: _Docs
-    gain: str
+    gain: str | None = None  # only memory rules may leave it out (no step time to share)
     warning: str | None = None
     critical: str | None = None
     evidence: list[str] = []
     hints: list[_Hint] = []
     scope: str = "rank"  # "rank": per trace; "run": over all ranks' merged metrics
+    training_only: bool = False  # not evaluated on inference traces (is_training False)
 
 
 class _PackFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -80,13 +117,14 @@ class Rule:
     warning: Expr | None
     critical: Expr | None
     message: str
-    gain: Expr
+    gain: Expr | None
     fixes: tuple[str, ...]
     evidence: tuple[str, ...]
     hints: tuple[tuple[Expr, str], ...]
     docs: Mapping[str, str]
     source: str
     scope: str = "rank"
+    training_only: bool = False
 
     @property
     def needs(self) -> frozenset[str]:
@@ -109,6 +147,7 @@ class Finding:
     estimated_gain: float | None
     hints: list[str] = field(default_factory=list)
     ranks: list[int] | None = None
+    graded_down_from: str | None = None  # the rule's own grade, before the gain capped it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,6 +160,7 @@ class Finding:
             "evidence": self.evidence,
             "fixes": [FIXES[f].to_json() for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
+            "graded_down_from": self.graded_down_from,
             "ranks": self.ranks,
         }
 
@@ -176,31 +216,54 @@ def load_rule_file(path: Path) -> list[Rule]:
         unknown = [f for f in spec.fixes if f not in FIXES]
         if unknown:
             raise RuleError(f"{where}: unknown fix {unknown[0]!r} (see diagnose/fixes)")
+        if spec.scope not in ("rank", "run"):
+            raise RuleError(f"{where}: scope must be 'rank' or 'run', not {spec.scope!r}")
+        if spec.gain is None and spec.category not in UNCAPPED:
+            raise RuleError(f"{where}: needs a gain (the share of step time a fix could save)")
         try:
-            template_names(spec.message)
+            names: list[tuple[str, str]] = [(n, "message") for n in sorted(template_names(spec.message))]
             for h in spec.hints:
-                template_names(h.text)
+                names += [(n, "hint text") for n in sorted(template_names(h.text))]
         except RuleError as e:
             raise RuleError(f"{where}: {e}") from None
-        rules.append(
-            Rule(
-                id=spec.id,
-                category=spec.category,
-                title=spec.title,
-                when=_compile(spec.when, where),
-                warning=_compile(spec.warning, where) if spec.warning else None,
-                critical=_compile(spec.critical, where) if spec.critical else None,
-                message=spec.message,
-                gain=_compile(spec.gain, where),
-                fixes=tuple(spec.fixes),
-                evidence=tuple(spec.evidence),
-                hints=tuple((_compile(h.when, where), h.text) for h in spec.hints),
-                docs={k: getattr(spec.docs, k).strip() for k in DOC_SECTIONS},
-                source=str(path),
-                scope=spec.scope,
-            )
+        rule = Rule(
+            id=spec.id,
+            category=spec.category,
+            title=spec.title,
+            when=_compile(spec.when, where),
+            warning=_compile(spec.warning, where) if spec.warning else None,
+            critical=_compile(spec.critical, where) if spec.critical else None,
+            message=spec.message,
+            gain=_compile(spec.gain, where) if spec.gain is not None else None,
+            fixes=tuple(spec.fixes),
+            evidence=tuple(spec.evidence),
+            hints=tuple((_compile(h.when, where), h.text) for h in spec.hints),
+            docs={k: getattr(spec.docs, k).strip() for k in DOC_SECTIONS},
+            source=str(path),
+            scope=spec.scope,
+            training_only=spec.training_only,
         )
+        for field_name, e in (("when", rule.when), ("warning", rule.warning),
+                              ("critical", rule.critical), ("gain", rule.gain)):
+            if e is not None:
+                names += [(n, field_name) for n in sorted(e.names)]
+        names += [(n, "hint condition") for c, _ in rule.hints for n in sorted(c.names)]
+        names += [(n, "evidence") for n in spec.evidence]
+        _check_names(names, where)
+        rules.append(rule)
     return rules
+
+
+def _check_names(names: list[tuple[str, str]], where: str) -> None:
+    """Refuse a metric name that no stage computes (a typo would never be evaluated)."""
+    known = known_metrics()
+    for name, field_name in names:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else (
+            "; `torch-diagnose metrics PATH` lists the metrics")
+        raise RuleError(f"{where}: unknown metric {name!r} in {field_name}{hint}")
 
 
 def _rule_files(path: Path) -> list[Path]:
@@ -255,6 +318,8 @@ _CONTEXT_METRICS = ("dataloader_num_workers", "dataloader_pin_memory", "dataload
 
 def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
     """A person-readable reason why ``name`` has no value."""
+    if name not in metrics and name in known_metrics():
+        return f"needs {name}: not computed for this input"
     if name not in metrics and not name.startswith(_CONTEXT_METRICS):
         return f"needs {name} (unknown metric)"
     if name.startswith(_CONTEXT_METRICS) and metrics.get("context_available") is not True:
@@ -280,17 +345,49 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
+def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
+    return str(e) if isinstance(e, DivisionByZero) else why_missing(e.name, metrics)
+
+
+def _cap(category: str, severity: str, gain: float | None) -> str:
+    """The grade the time at stake allows (see the module doc)."""
+    if category in UNCAPPED:
+        return severity
+    if gain is None or gain < WARNING_GAIN:
+        return "info"
+    if severity == "critical" and gain < CRITICAL_GAIN:
+        return "warning"
+    return severity
+
+
+def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The fixes to suggest, and a hint for each one left out because it is in place."""
+    keep, hints = [], []
+    for fix in fixes:
+        why = next((w for name, w in IN_PLACE.get(fix, ()) if metrics.get(name) is True), None)
+        if why is None:
+            keep.append(fix)
+        else:
+            title = FIXES[fix].title if fix in FIXES else fix
+            hints.append(f"Not suggested: {title} ({why})")
+    return keep, hints
+
+
 def evaluate(
     rules: Iterable[Rule], metrics: Mapping[str, Any]
 ) -> tuple[list[Finding], list[NotEvaluated]]:
     """Run every rule over one set of metrics."""
     findings: list[Finding] = []
     skipped: list[NotEvaluated] = []
+    inference = metrics.get("is_training") is False
     for rule in rules:
+        if rule.training_only and inference:
+            skipped.append(NotEvaluated(rule.id, INFERENCE_REASON))
+            continue
         try:
             fired = rule.when.evaluate(metrics)
         except MissingMetric as e:
-            skipped.append(NotEvaluated(rule.id, why_missing(e.name, metrics)))
+            skipped.append(NotEvaluated(rule.id, _reason(e, metrics)))
             continue
         if not fired:
             continue
@@ -307,7 +404,7 @@ def evaluate(
         try:
             message = format_message(rule.message, metrics)
         except MissingMetric as e:
-            message = f"{rule.title} ({why_missing(e.name, metrics)})"
+            message = f"{rule.title} ({_reason(e, metrics)})"
         hints = []
         for cond, text in rule.hints:
             try:
@@ -315,13 +412,27 @@ def evaluate(
                     hints.append(format_message(text, metrics))
             except MissingMetric:
                 continue
-        try:
-            g = _num(rule.gain.evaluate(metrics))
-            gain = None if g is None else round(min(max(g, 0.0), 1.0), 4)
-        except MissingMetric:
-            gain = None
+        gain, no_gain = None, "no estimate of the time at stake"
+        if rule.gain is not None:
+            try:
+                g = _num(rule.gain.evaluate(metrics))
+                gain = None if g is None else round(min(max(g, 0.0), 1.0), 4)
+            except MissingMetric as e:
+                no_gain = f"no estimate of the time at stake: {_reason(e, metrics)}"
+        capped = _cap(rule.category, severity, gain)
+        graded_from = None
+        if capped != severity:
+            graded_from = severity
+            at_stake = (f"{gain:.1%} of step time at stake" if gain is not None else no_gain)
+            need, grade = ((CRITICAL_GAIN, "critical") if capped == "warning"
+                           else (WARNING_GAIN, "warning"))
+            hints.append(f"{capped}: graded down from {severity}, {at_stake} "
+                         f"({grade} needs >= {need:.0%} of step time)")
+            severity = capped
+        fixes, not_suggested = _in_place(rule.fixes, metrics)
+        hints.extend(not_suggested)
         evidence = {n: metrics.get(n) for n in (rule.evidence or sorted(rule.needs))}
         findings.append(Finding(rule.id, rule.category, severity, rule.title, message,
-                                evidence, list(rule.fixes), gain, hints))
+                                evidence, fixes, gain, hints, graded_down_from=graded_from))
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.estimated_gain or 0.0), f.rule))
     return findings, skipped

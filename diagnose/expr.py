@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from diagnose.errors import ExpressionError
 
 __all__ = [
+    "DivisionByZero",
     "Expr",
     "MissingMetric",
     "compile_expr",
@@ -54,6 +55,22 @@ class MissingMetric(Exception):  # noqa: N818 - the name is the API
 
     def __str__(self) -> str:
         return f"needs {self.name}"
+
+
+class DivisionByZero(MissingMetric):
+    """A division (``/``, ``//``, ``%``, or ``**`` with a negative exponent) by zero.
+
+    A subclass of MissingMetric, so that callers that only know that class still treat the
+    expression as not computable; ``expr`` is the division's source, e.g. ``'x / 0'``.
+    """
+
+    def __init__(self, divisor: str, expr: str) -> None:
+        super().__init__(divisor)
+        self.args = (divisor, expr)  # so that it pickles
+        self.expr = expr
+
+    def __str__(self) -> str:
+        return f"division by zero in {self.expr!r}"
 
 
 class _EvalError(Exception):
@@ -139,7 +156,7 @@ _REFUSED_BINOPS: dict[type[ast.operator], str] = {
 }
 
 
-def _pow(a: object, b: object, base_text: str) -> object:
+def _pow(a: object, b: object, base_text: str, expr_text: str = "") -> object:
     x, y = _nums("**", a, b)
     if not abs(y) <= MAX_POW_EXPONENT:
         raise _EvalError(
@@ -150,7 +167,7 @@ def _pow(a: object, b: object, base_text: str) -> object:
     try:
         result = x**y
     except ZeroDivisionError:
-        raise MissingMetric(base_text) from None
+        raise DivisionByZero(base_text, expr_text or base_text) from None
     if type(result) is complex:
         raise _EvalError("'**' result is not a real number")
     return _check_int(result)
@@ -233,8 +250,10 @@ class _Compiler:
             value = fn({})
         except _EvalError as exc:
             raise self.refuse(str(exc)) from None
-        except MissingMetric as exc:
-            raise self.refuse(f"division by zero (by {exc.name})") from None
+        except DivisionByZero as exc:
+            raise self.refuse(str(exc)) from None
+        except MissingMetric as exc:  # pragma: no cover - constants name no metric
+            raise self.refuse(f"needs {exc.name}") from None
         return _const_fn(value)
 
     def compile(self, node: ast.AST, lenient: bool = False) -> tuple[_Fn, bool]:
@@ -346,22 +365,24 @@ class _Compiler:
         elif op_t in _DIV_BINOPS:
             sym, divf = _DIV_BINOPS[op_t]
             divisor = ast.unparse(node.right)
+            whole = ast.unparse(node)
 
             def fn(m: Metrics) -> object:
                 x, y = _nums(sym, left(m), right(m))
                 try:
                     return _check_int(divf(x, y))
                 except ZeroDivisionError:
-                    raise MissingMetric(divisor) from None
+                    raise DivisionByZero(divisor, whole) from None
                 except OverflowError:
                     raise _EvalError(f"numeric overflow in '{sym}'") from None
 
         elif op_t is ast.Pow:
             base_text = ast.unparse(node.left)
+            whole = ast.unparse(node)
 
             def fn(m: Metrics) -> object:
                 try:
-                    return _pow(left(m), right(m), base_text)
+                    return _pow(left(m), right(m), base_text, whole)
                 except OverflowError:
                     raise _EvalError("numeric overflow in '**'") from None
 

@@ -265,8 +265,9 @@ def test_gloo_on_gpus(tmp_path, backend, gpu, fires):
     r = analyze(b.write(tmp_path / "t.pt.trace.json.gz"))
     hit = [f for f in r.findings if f.rule == "CF005"]
     assert bool(hit) == fires, r.render_text()
-    if fires:
-        assert hit[0].severity == "warning" and "gloo" in hit[0].message
+    if fires:  # no collectives in this trace: no time at stake, so the warning is capped
+        assert hit[0].severity == "info" and hit[0].graded_down_from == "warning"
+        assert "gloo" in hit[0].message
 
 
 # ------------------------------------------------------------------------- real traces

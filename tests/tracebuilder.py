@@ -131,6 +131,7 @@ _NCCL_OP = {
 #: CUPTI callback ids, as in real traces
 CBID = {
     "cudaLaunchKernel": 211,
+    "cudaGraphLaunch": 311,
     "cudaMemcpyAsync": 41,
     "cudaMemsetAsync": 51,
     "cudaStreamSynchronize": 131,
@@ -508,6 +509,27 @@ class TraceBuilder:
         with self._maybe_op(op):
             self._launch(name, dur=dur, launch_dur=launch_dur, stream=stream,
                          queue_delay=queue_delay)
+
+    def graph_launch(
+        self,
+        kernels: Iterable[tuple[str, float]],
+        *,
+        launch_dur: float = 12.0,
+        stream: int = 7,
+        name: str = "cudaGraphLaunch",
+    ) -> None:
+        """Replay a captured CUDA graph: one ``cudaGraphLaunch`` (``hipGraphLaunch`` with
+        ``name=``) on the host, and its ``(kernel name, dur)`` kernels back to back on
+        ``stream``, each carrying the launch's correlation id (as CUPTI reports them)."""
+        self._need_gpu("graph_launch")
+        corr, rt_start = self._runtime(name, launch_dur)
+        start = max(self.now, self._stream_free.get(stream, -math.inf))
+        for i, (kname, dur) in enumerate(kernels):
+            self._device("kernel", kname, stream=stream, start=start, dur=dur, corr=corr,
+                         extra=self._geometry(kname, dur))
+            if i == 0:
+                self._flow(corr, rt_start, stream, start)
+            start += dur + 1.0
 
     def memcpy(
         self,
@@ -1000,6 +1022,7 @@ def _train_step(
     allocated: int | None = None,
     reserved: int | None = None,
     comm: tuple[int, float] | None = None,
+    hidden_copy: bool = False,
 ) -> None:
     """One training iteration: loader, inputs, zero_grad, forward, loss, backward, (comm),
     optimizer. ``comm=(buckets, us per bucket)`` adds all-reduces after the backward pass."""
@@ -1011,6 +1034,8 @@ def _train_step(
     with b.annotation("## forward ##"):
         for _ in range(layers):
             _layer(b, fwd, pace=pace)
+        if hidden_copy:  # class weights built on the CPU every step: 64 bytes, pageable
+            b.memcpy("HtoD", bytes=64, dur=1.5, pinned=False, blocking=True)
         b.kernel(REDUCE_SUM, dur=25.0, op="aten::nll_loss_forward")
     with b.annotation("## backward ##"):
         for _ in range(layers):
@@ -1215,6 +1240,73 @@ def zero_grad_fill(*, params: int = 200, steps: int = STEPS, **kw: Any) -> Trace
     return b
 
 
+_DECODE_KERNELS = (
+    (GEMM_BF16[0], 6.0, "aten::addmm"),
+    (GELU_BF16, 2.5, "aten::gelu"),
+    (GEMM_BF16[1], 7.0, "aten::addmm"),
+    (LAYER_NORM_BF16, 3.0, "aten::native_layer_norm"),
+)
+
+
+def _decode_token(b: TraceBuilder, *, graph: bool, layers: int) -> None:
+    if graph:
+        b.graph_launch([(n, d) for _ in range(layers) for n, d, _ in _DECODE_KERNELS])
+        b.idle(30.0)  # sampling the next token in Python
+    else:
+        for _ in range(layers):
+            for n, d, op in _DECODE_KERNELS:
+                b.kernel(n, dur=d, launch_dur=5.0, op=op)
+                b.cpu(6.0, "aten::view")  # module and dispatcher overhead between launches
+    b.kernel(REDUCE_SUM, dur=4.0, op="aten::argmax")
+
+
+def graph_decode(*, graph: bool = True, tokens: int = 16, layers: int = 40, steps: int = STEPS,
+                 **kw: Any) -> TraceBuilder:
+    """LLM-style decoding (inference: no backward, no optimizer): each step makes ``tokens``
+    (16) tokens; each token runs ``layers`` (40) x 4 tiny kernels (2.5-7 us), replayed by one
+    ``cudaGraphLaunch`` (``graph=False``: launched one by one, each behind its op, so the GPU
+    waits for the host), then an argmax; the step ends reading the token with ``.item()``.
+    With the graph ~98% of kernels come from graph launches and the GPU is busy ~90%.
+    """
+    b = TraceBuilder(**kw)
+    for _ in range(steps):
+        with b.step():
+            for _ in range(tokens):
+                _decode_token(b, graph=graph, layers=layers)
+            b.sync(via_item=True)
+    return b
+
+
+def eager_decode(**kw: Any) -> TraceBuilder:
+    """``graph_decode`` without the CUDA graph: launch-bound inference."""
+    return graph_decode(graph=False, tokens=4, **kw)
+
+
+def compiled_launch_bound(**kw: Any) -> TraceBuilder:
+    """``launch_bound`` where the tiny kernels are Triton kernels (torch.compile / Inductor
+    output): still launch-bound, but compiled already."""
+    b = launch_bound(**kw)
+    names = ("triton_poi_fused_add_mul_0", "triton_poi_fused_gelu_1", "triton_red_fused_sum_2")
+    for i, ev in enumerate(e for e in b._events if e.get("cat") == "kernel"):
+        if not ev["name"].startswith(("nvjet", "sm90")):
+            ev["name"] = names[i % 3]
+    return b
+
+
+def hidden_sync(*, steps: int = STEPS, **kw: Any) -> TraceBuilder:
+    """Healthy training (the host runs ahead of a busy GPU) except that after the forward pass
+    each step builds a 64-byte tensor on the CPU and copies it with a plain ``.cuda()``
+    (pageable, blocking): the copy waits for all queued forward work, so the host is blocked
+    ~1.1 ms per step for 64 bytes while the GPU keeps running. The GPU then idles only until
+    the host launches the backward pass: a small cost for a long host wait.
+    """
+    b = TraceBuilder(**kw)
+    for _ in range(steps):
+        with b.step():
+            _train_step(b, hidden_copy=True)
+    return b
+
+
 def cpu_only(*, steps: int = STEPS, **kw: Any) -> TraceBuilder:
     """A CPU-only run (``deviceProperties == []``): only cpu_op / user_annotation events
     (plus CPU ``[memory]`` instants); ~33 ms steps. Every GPU rule must be "not applicable".
@@ -1256,6 +1348,10 @@ SCENARIOS = {
     "optimizer_per_param": optimizer_per_param,
     "zero_grad_fill": zero_grad_fill,
     "cpu_only": cpu_only,
+    "graph_decode": graph_decode,
+    "eager_decode": eager_decode,
+    "compiled_launch_bound": compiled_launch_bound,
+    "hidden_sync": hidden_sync,
 }
 
 

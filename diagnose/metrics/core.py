@@ -48,6 +48,13 @@ _LAUNCH = frozenset(
     }
 )
 _MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
+_TRITON_KERNEL = re.compile(r"^triton_")
+_COMPILED_REGION = re.compile(r"^Torch-Compiled Region|^CompiledFunction")
+_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|Backward\b")
+_OPTIMIZER_OP = re.compile(r"^Optimizer\.step#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_(add|addcdiv|lerp|mul)_$")
+_CONV = re.compile(r"scudnn|hcudnn|implicit_convolve|winograd|convolve|_fprop|wgrad|dgrad|conv2d|conv_|"
+                   r"cudnn_.*(conv|infer|train)", re.IGNORECASE)
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _GEMM = re.compile(
     r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|hcudnn|implicit_convolve|winograd|"
@@ -55,7 +62,7 @@ _GEMM = re.compile(
     re.IGNORECASE,
 )
 _FP32_SIMT = re.compile(
-    r"sgemm|scudnn|_simt_|implicit_convolve_sgemm|<float, float|<float,\s*float|"
+    r"sgemm|scudnn|_simt_|implicit_convolve_sgemm|<float, float|<float,\s*float|_ffma_|f32f32_f32f32_f32|"
     r"winograd.*<float|wgrad_alg\d_engine<float|dgrad_engine<float|gemv2T_kernel_val<int, int, float",
     re.IGNORECASE,
 )
@@ -72,6 +79,27 @@ _DATAPARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Back
 
 #: Rows of the top-kernels table each rank carries.
 TOP_KERNELS = 10
+
+# A pageable host-to-device copy needs at most its bytes at PAGEABLE_GBPS plus
+# PAGEABLE_COPY_US per copy: a deliberately low rate (pageable copies run at several GB/s
+# on PCIe 3 and newer) and a generous fixed cost, so that "blocked far longer than its
+# bytes need" only holds when the host waited for something else: the queued GPU work a
+# pageable copy must wait behind (a hidden synchronisation).
+PAGEABLE_GBPS = 1.0
+PAGEABLE_COPY_US = 20.0
+HIDDEN_SYNC_RATIO = 5.0  # blocked at least this many times what the bytes need ...
+HIDDEN_SYNC_GPU_BUSY = 0.5  # ... while the GPU ran other work at least this share of the time
+
+# Tensor cores vs fp32 SIMT, peak dense throughput ratio by CUDA compute capability, from
+# NVIDIA's datasheets (fp16/bf16 tensor-core FLOP/s with fp32 accumulation / fp32 FLOP/s):
+# V100 125/15.7, T4 65/8.1, A100 312/19.5, A10 125/31.2 (GeForce/L40 parts lower: ~2),
+# H100 SXM 989/67. The speedup we expect of AMP for the fp32 GEMM/conv time is half the
+# peak ratio, at most 4x: real GEMMs are not all compute-bound (tile shapes, memory).
+_TC_PEAK_RATIO = ((9, 14.8), (8.9, 2.0), (8.6, 2.0), (8, 16.0), (7.5, 8.0), (7, 8.0))
+TC_SPEEDUP_CAP = 4.0
+
+# CPU ops in the window needed to call a trace training or inference (is_training)
+MIN_OPS_TO_TELL = 20
 
 
 @dataclass
@@ -122,6 +150,7 @@ class _Computer:
         self.has_gpu = bool(self.dev.any())
         self._window()
         self._device_info()
+        self._workload()
         self._breakdown_and_idle()
         self._dataloader()
         self._transfers()
@@ -247,6 +276,115 @@ class _Computer:
         v[_doc("world_size", "count", "World size from distributedInfo")] = self.t.world_size
         v[_doc("dist_backend", "", "torch.distributed backend from distributedInfo")] = self.t.backend
 
+    # -------------------------------------------------------------- workload
+    def _workload(self) -> None:
+        """Training or inference; CUDA/HIP graphs and compiled (Triton) code in use."""
+        t, v = self.t, self.v
+        ops = self.host & np.isin(t.kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
+        # a handful of ops (a micro-benchmark, a collective alone) cannot tell inference apart
+        has_ops = int(self._in_window(ops & (t.kind == Kind.CPU_OP)).sum()) >= MIN_OPS_TO_TELL
+        backward = bool((ops & t.name_mask(lambda n: bool(_BACKWARD_OP.search(n)))).any())
+        opt = bool((ops & t.name_mask(lambda n: bool(_OPTIMIZER_OP.search(n)))).any())
+        v[_doc("has_backward", "bool",
+               "Backward ops in the trace (autograd::engine::evaluate_function, *Backward*); "
+               f"None when the window has fewer than {MIN_OPS_TO_TELL} CPU ops")] = backward if has_ops else None
+        v[_doc("has_optimizer_step", "bool",
+               "optimizer.step() annotations or optimizer kernels' ops (_foreach_add_, _fused_adam, "
+               "...) in the trace; None when the window has too few CPU ops to tell")] = opt if has_ops else None
+        training = (backward or opt) if has_ops else None
+        v[_doc("is_training", "bool",
+               "The trace trains (backward or an optimizer step); False: it looks like inference; "
+               "None: too few CPU ops to tell")] = training
+        if training is False:
+            self.notes.append("this looks like inference (no backward, no optimizer step): "
+                              "training-only rules not evaluated")
+        gpu = self.has_gpu
+        kern = self._in_window((t.kind == Kind.KERNEL) & self.dev)
+        n_kern = int(kern.sum())
+        n_graph = int((kern & self.graph_kernel).sum())
+        launches = self._in_window(self.host & (t.kind == Kind.RUNTIME) & t.name_mask(
+            lambda n: bool(_GRAPH_LAUNCH.match(n))))
+        n_launch = int(launches.sum())
+        v[_doc("graph_launches_per_step", "count",
+               "CUDA/HIP graph launches (cudaGraphLaunch, hipGraphLaunch) per step")] = (
+            _r(n_launch / self.n_steps, 2) if gpu else None)
+        v[_doc("graph_kernel_frac", "fraction",
+               "Kernels replayed by a graph launch (matched by correlation id) / all kernels")] = (
+            _r(n_graph / n_kern) if gpu and n_kern else None)
+        v[_doc("uses_cuda_graphs", "bool",
+               "CUDA/HIP graphs are in use: the window has graph launches")] = (
+            n_launch > 0 or n_graph > 0) if gpu else None
+        triton = t.name_mask(lambda n: bool(_TRITON_KERNEL.match(n)))
+        kd = t.dur[kern]
+        tri_us = float(t.dur[kern & triton].sum())
+        v[_doc("triton_kernel_frac", "fraction",
+               "Kernel time in Triton kernels (triton_*: torch.compile / Inductor) / kernel time")] = (
+            _r(tri_us / kd.sum()) if gpu and kd.sum() > 0 else None)
+        region = bool((ops & t.name_mask(lambda n: bool(_COMPILED_REGION.match(n)))).any())
+        v[_doc("uses_compiled_code", "bool",
+               "Compiled code runs: Triton kernels, or torch.compile regions on the host")] = (
+            bool((kern & triton).any()) or region)
+        notes = []
+        if v["uses_cuda_graphs"]:
+            frac = v["graph_kernel_frac"]
+            share = f"{frac:.0%} of kernels" if frac is not None else "kernels"
+            notes.append(f"CUDA/HIP graphs are in use ({share} replayed by "
+                         f"{v['graph_launches_per_step']:g} graph launches per step): replayed "
+                         "kernels are not counted as individual launches, and CUDA graphs and "
+                         "torch.compile are not suggested")
+        if v["uses_compiled_code"]:
+            frac = v["triton_kernel_frac"]
+            share = f" ({frac:.0%} of kernel time in Triton kernels)" if frac else ""
+            notes.append(f"compiled code is in use{share}: torch.compile is not suggested")
+        self.notes.extend(notes)
+
+    @cached_property
+    def graph_kernel(self) -> np.ndarray:
+        """Device events replayed by a CUDA/HIP graph launch (mask, matched by correlation id)."""
+        t = self.t
+        launch = self.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: bool(_GRAPH_LAUNCH.match(n)))
+        corr = t.correlation[launch]
+        corr = corr[~np.isnan(corr)]
+        out = np.zeros(len(t), bool)
+        if len(corr):
+            idx = np.flatnonzero(self.dev)
+            out[idx] = np.isin(t.correlation[idx], corr)
+        return out
+
+    @cached_property
+    def pageable_h2d(self) -> np.ndarray:
+        """Pageable host-to-device copies on the device (mask over all events)."""
+        t = self.t
+        if not len(t.names):
+            return np.zeros(len(t), bool)
+        pg = np.fromiter((("Pageable" in n) and _copy_direction(n) == "h2d" for n in t.names),
+                         bool, len(t.names))
+        return self.dev & (t.kind == Kind.MEMCPY) & pg[t.name_id]
+
+    @cached_property
+    def pageable_blocked(self) -> tuple[iv.Intervals, np.ndarray]:
+        """Host time blocked issuing pageable host-to-device copies, and the copy API calls.
+
+        Each copy API call (found by the copy's correlation id) is widened to the
+        ``aten::copy_`` op on its thread that holds it: current PyTorch follows a pageable
+        copy with a stream synchronisation inside that op, older versions block inside
+        ``cudaMemcpyAsync`` itself.
+        """
+        t = self.t
+        rt = np.flatnonzero(self.host & (t.kind == Kind.RUNTIME)
+                            & t.name_mask(lambda n: bool(_MEMCPY_API.match(n))))
+        corr = t.correlation[self.pageable_h2d]
+        rt = rt[np.isin(t.correlation[rt], corr[~np.isnan(corr)])]
+        lo, hi = t.ts[rt].copy(), t.end[rt].copy()
+        ops = np.flatnonzero(self.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda n: n == "aten::copy_"))
+        if len(rt) and len(ops):
+            ops = ops[np.argsort(t.ts[ops], kind="stable")]
+            pos = np.searchsorted(t.ts[ops], t.ts[rt], side="right") - 1
+            cand = ops[np.maximum(pos, 0)]
+            ok = (pos >= 0) & (t.end[cand] >= t.end[rt]) & (t.tid_id[cand] == t.tid_id[rt])
+            lo[ok], hi[ok] = t.ts[cand[ok]], t.end[cand[ok]]
+        return iv.union(lo, hi), rt
+
     # ------------------------------------------------------------- breakdown
     def _breakdown_and_idle(self) -> None:
         t, v = self.t, self.v
@@ -294,14 +432,27 @@ class _Computer:
     def _gpu_busy_and_idle(self) -> None:
         t, v = self.t, self.v
         names = ("gpu_busy_frac", "gpu_idle_frac", "idle_input_frac", "idle_sync_frac",
-                 "idle_launch_frac", "idle_other_frac")
+                 "idle_launch_frac", "idle_other_frac", "idle_copy_sync_frac",
+                 "idle_sync_call_frac", "idle_graph_launch_frac", "idle_kernel_launch_frac")
         _doc("gpu_busy_frac", "fraction",
              "Union of kernel, memcpy and memset time on the busiest device / window")
         _doc("gpu_idle_frac", "fraction", "Window time with no device activity at all / window")
         _doc("idle_input_frac", "fraction", "GPU idle while the host waits on the DataLoader / window")
         _doc("idle_sync_frac", "fraction",
              "GPU idle after the host drained it with a synchronising call (.item(), "
-             "synchronize, blocking copy) until new work arrived / window")
+             "synchronize, a blocking pageable copy) until new work arrived / window")
+        _doc("idle_copy_sync_frac", "fraction",
+             "The part of idle_sync_frac that begins while the host is blocked in a pageable "
+             "host-to-device copy (the copy call and the synchronisation it issues) / window")
+        _doc("idle_sync_call_frac", "fraction",
+             "The rest of idle_sync_frac: after .item(), synchronize and other synchronising "
+             "calls / window")
+        _doc("idle_kernel_launch_frac", "fraction",
+             "The part of idle_launch_frac that ends with a kernel launched on its own (not "
+             "replayed by a graph) / window")
+        _doc("idle_graph_launch_frac", "fraction",
+             "The part of idle_launch_frac that ends with kernels replayed by a CUDA/HIP graph "
+             "(the GPU waits for one graph launch, not for per-kernel launches) / window")
         _doc("idle_launch_frac", "fraction",
              "GPU idle waiting for the host to launch the next work (launch overhead, Python "
              "and CPU work between launches) / window")
@@ -328,7 +479,9 @@ class _Computer:
         input_part = iv.measure_between(self.sets["dataloader"], gs, ge)
         rest = np.maximum(glen - input_part, 0.0)
         self.sync_set = self._sync_set()
-        sync_flag = iv.contains(self.sync_set, gs)
+        copy_set = self.pageable_blocked[0]
+        copy_flag = iv.contains(copy_set, gs)
+        sync_flag = iv.contains(self.sync_set, gs) | copy_flag
         # which device op ends each gap, and when was it launched?
         order = dev_idx[np.argsort(t.ts[dev_idx], kind="stable")]
         nxt = np.searchsorted(t.ts[order], ge, side="left")
@@ -336,6 +489,12 @@ class _Computer:
         nxt_ev = order[np.minimum(nxt, len(order) - 1)]
         launch_end = self._launch_end(nxt_ev)
         host_late = has_next & ~np.isnan(launch_end) & (launch_end >= gs - 1e-3)
+        # a gap is the host's doing only if the work that ends it was not yet launched when
+        # the GPU ran dry; a gap between work already queued (inside a CUDA graph, behind a
+        # cross-stream wait) is the device's own, whatever the host is doing meanwhile
+        queued = has_next & ~np.isnan(launch_end) & ~host_late
+        sync_flag &= ~queued
+        copy_flag &= ~queued
         sync_part = np.where(sync_flag, rest, 0.0)
         launch_part = np.where(~sync_flag & host_late, rest, 0.0)
         other_part = rest - sync_part - launch_part
@@ -344,6 +503,15 @@ class _Computer:
         v["idle_sync_frac"] = _r(sync_part.sum() / W)
         v["idle_launch_frac"] = _r(launch_part.sum() / W)
         v["idle_other_frac"] = _r(other_part.sum() / W)
+        copy_part = np.where(copy_flag, sync_part, 0.0)
+        v["idle_copy_sync_frac"] = _r(copy_part.sum() / W)
+        v["idle_sync_call_frac"] = _r((sync_part - copy_part).sum() / W)
+        # idle gaps that end with work replayed by a CUDA/HIP graph: one graph launch, not
+        # one launch per kernel (counted in idle_launch_frac, reported apart)
+        graph_end = has_next & self.graph_kernel[nxt_ev]
+        graph_part = np.where(graph_end, launch_part, 0.0)
+        v["idle_graph_launch_frac"] = _r(graph_part.sum() / W)
+        v["idle_kernel_launch_frac"] = _r((launch_part - graph_part).sum() / W)
 
     def _launch_end(self, dev_events: np.ndarray) -> np.ndarray:
         """End time of the host runtime call that launched each device event (NaN if unknown)."""
@@ -433,10 +601,44 @@ class _Computer:
                "Host time blocked issuing pageable copies, per step")] = (
             _r(self.in_steps(self._sel(pg_rt)) / 1e3 / self.n_steps, 3)
             if gpu else None)
+        self._pageable_blocking(gpu)
         known = bool(np.any(pageable_n | pinned_n)) if len(names) else False
         v[_doc("memcpy_pinned_info", "bool",
                "Copy names say pageable vs pinned (NVIDIA); False on e.g. AMD traces")] = (
             known if gpu else None)
+
+    def _pageable_blocking(self, gpu: bool) -> None:
+        """How long the host is blocked by pageable copies, and whether it waited for the copy
+        or for the GPU work queued before it (a hidden synchronisation)."""
+        t, v = self.t, self.v
+        blocked, rt = self.pageable_blocked
+        blocked_us = self.in_steps(blocked)
+        copies = self._in_window(self.pageable_h2d)
+        b = t.nbytes[copies]
+        b = b[np.isfinite(b)]
+        expected_us = float(b.sum()) / (PAGEABLE_GBPS * 1e3) + PAGEABLE_COPY_US * int(copies.sum())
+        other_dev = self._sel(self.dev & ~self.pageable_h2d)
+        busy_in = iv.overlap(iv.clip(blocked, self.lo, self.hi), other_dev)
+        busy_frac = busy_in / blocked_us if blocked_us > 0 else None
+        n = self.n_steps
+        v[_doc("memcpy_pageable_blocked_ms_per_step", "ms",
+               "Host time blocked by pageable host-to-device copies per step: the copy call, "
+               "widened to the aten::copy_ op that holds it (with the sync it issues)")] = (
+            _r(blocked_us / 1e3 / n, 3) if gpu else None)
+        v[_doc("memcpy_pageable_expected_ms_per_step", "ms",
+               f"What those copies' bytes need per step at a plausible {PAGEABLE_GBPS:g} GB/s "
+               f"plus {PAGEABLE_COPY_US:g} us per copy")] = (
+            _r(expected_us / 1e3 / n, 3) if gpu else None)
+        v[_doc("memcpy_pageable_blocked_gpu_busy_frac", "fraction",
+               "Share of that blocked host time during which the GPU ran other work "
+               "(kernels, other copies)")] = _r(busy_frac) if gpu else None
+        hidden = (blocked_us > 0 and blocked_us >= HIDDEN_SYNC_RATIO * expected_us
+                  and (busy_frac or 0.0) >= HIDDEN_SYNC_GPU_BUSY)
+        v[_doc("memcpy_pageable_hidden_sync", "bool",
+               f"Pageable copies act as a hidden synchronisation: the host is blocked "
+               f">= {HIDDEN_SYNC_RATIO:g}x what their bytes need while the GPU runs queued "
+               f"work >= {HIDDEN_SYNC_GPU_BUSY:.0%} of that time")] = (
+            bool(hidden) if gpu else None)
 
     def _copy_stats(self, prefix: str, m: np.ndarray, gpu: bool, what: str, full: bool = True) -> None:
         t, v = self.t, self.v
@@ -480,32 +682,39 @@ class _Computer:
         k = self._in_window((t.kind == Kind.KERNEL) & self.dev)
         kd = t.dur[k]
         launch = self._in_window(self.host & (t.kind == Kind.RUNTIME) & t.name_mask(
-            lambda n: n in _LAUNCH))
+            lambda n: n in _LAUNCH and not _GRAPH_LAUNCH.match(n)))
         ld = t.dur[launch]
-        v[_doc("kernels_per_step", "count", "GPU kernels per step")] = (
+        v[_doc("kernels_per_step", "count", "GPU kernels per step (graph replays included)")] = (
             _r(len(kd) / self.n_steps, 1) if gpu else None)
+        v[_doc("launched_kernels_per_step", "count",
+               "GPU kernels per step launched one by one (not replayed by a CUDA/HIP graph)")] = (
+            _r(int((k & ~self.graph_kernel).sum()) / self.n_steps, 1) if gpu else None)
         v[_doc("kernel_median_us", "us", "Median kernel duration")] = (
             _r(np.median(kd), 3) if gpu and len(kd) else None)
         v[_doc("kernel_ms_per_step", "ms", "Summed kernel time per step")] = (
             _r(kd.sum() / 1e3 / self.n_steps, 3) if gpu else None)
-        v[_doc("launch_api_median_us", "us", "Median duration of kernel-launch API calls")] = (
+        v[_doc("launch_api_median_us", "us",
+               "Median duration of kernel-launch API calls (graph launches not included)")] = (
             _r(np.median(ld), 3) if gpu and len(ld) else None)
         v[_doc("launch_api_frac", "fraction", "Host time inside kernel-launch API calls / window")] = (
             _r(self.frac(self._sel(launch))) if gpu else None)
-        v[_doc("launches_per_step", "count", "Kernel-launch API calls per step")] = (
+        v[_doc("launches_per_step", "count",
+               "Kernel-launch API calls per step (graph launches not included)")] = (
             _r(len(ld) / self.n_steps, 1) if gpu else None)
         # GEMM / convolution precision from kernel names
         names = t.names
         is_gemm = np.fromiter((bool(_GEMM.search(n)) for n in names), bool, len(names))
         is_simt = np.fromiter((bool(_FP32_SIMT.search(n)) for n in names), bool, len(names))
         is_tc = np.fromiter((bool(_TENSOR_CORE.search(n)) for n in names), bool, len(names)) & ~is_simt
+        is_conv = np.fromiter((bool(_CONV.search(n)) for n in names), bool, len(names))
         if len(names):
             g = k & is_gemm[t.name_id]
             simt = t.dur[g & is_simt[t.name_id]].sum()
             tc = t.dur[g & is_tc[t.name_id]].sum()
             gemm_total = t.dur[g].sum()
+            conv = t.dur[k & is_conv[t.name_id]].sum()
         else:
-            simt = tc = gemm_total = 0.0
+            simt = tc = gemm_total = conv = 0.0
         classified = simt + tc
         v[_doc("gemm_kernel_frac", "fraction",
                "GEMM/convolution kernel time / all kernel time")] = (
@@ -519,6 +728,25 @@ class _Computer:
             _r(tc / classified) if gpu and classified > 0 else None)
         v[_doc("gemm_fp32_ms_per_step", "ms", "fp32 SIMT GEMM/conv kernel time per step")] = (
             _r(simt / 1e3 / self.n_steps, 3) if gpu and classified > 0 else None)
+        v[_doc("conv_kernel_ms_per_step", "ms", "Convolution kernel time per step (cuDNN, by name)")] = (
+            _r(conv / 1e3 / self.n_steps, 3) if gpu else None)
+        peak = None
+        cc = v.get("device_cc_major"), v.get("device_cc_minor")
+        if v.get("device_has_tensor_cores") and cc[0] is not None:
+            ccf = cc[0] + (cc[1] or 0) / 10
+            peak = next((r for lo, r in _TC_PEAK_RATIO if ccf >= lo), None)
+        speedup = min(peak / 2, TC_SPEEDUP_CAP) if peak else None
+        v[_doc("tensor_core_peak_ratio", "ratio",
+               "Peak fp16/bf16 tensor-core vs fp32 SIMT throughput of this GPU (NVIDIA datasheets, "
+               "by compute capability)")] = peak
+        v[_doc("tensor_core_speedup", "ratio",
+               f"Speedup expected of AMP for fp32 GEMM/conv kernels: half the peak ratio, at most "
+               f"{TC_SPEEDUP_CAP:g}x (conservative)")] = speedup
+        v[_doc("gemm_fp32_saving_ms_per_step", "ms",
+               "fp32 SIMT GEMM/conv time per step that AMP is expected to save: "
+               "gemm_fp32_ms_per_step * (1 - 1/tensor_core_speedup)")] = (
+            _r(simt / 1e3 / self.n_steps * (1 - 1 / speedup), 3)
+            if gpu and classified > 0 and speedup else None)
 
     def _top_kernels(self, n: int = TOP_KERNELS) -> None:
         """The kernels with the most total time in the whole trace (for the reports)."""
@@ -588,6 +816,25 @@ class _Computer:
             int(np.max(np.cumsum(deltas))) if len(deltas) else None)
 
     # ------------------------------------------------------------- optimizer
+    def _launched_device_us(self, spans: iv.Intervals) -> float:
+        """Device time (in the window) of the work launched by runtime calls inside ``spans``."""
+        t = self.t
+        rt = self._contains(spans, self.host & (t.kind == Kind.RUNTIME))
+        corr = t.correlation[rt]
+        corr = corr[~np.isnan(corr)]
+        if not len(corr):
+            return 0.0
+        idx = np.flatnonzero(self._in_window(self.dev))
+        return float(t.dur[idx[np.isin(t.correlation[idx], corr)]].sum())
+
+    def _host_stake_us(self, spans: iv.Intervals) -> float:
+        """Step time at stake in host time spent in ``spans``: a GPU that keeps busy meanwhile
+        loses nothing, so on a GPU it is at most the GPU's idle waiting for launches."""
+        host = self.in_steps(spans)
+        if not self.has_gpu:
+            return host
+        return min(host, (self.v.get("idle_launch_frac") or 0.0) * self.W)
+
     def _optimizer(self) -> None:
         t, v = self.t, self.v
         hostish = self.host & np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)])
@@ -605,6 +852,14 @@ class _Computer:
             _r(n_launch / self.n_steps, 1) if has_opt and self.has_gpu else None)
         v[_doc("optimizer_ms_per_step", "ms", "Host time inside optimizer.step(), per step")] = (
             _r(iv.measure(step_spans) / 1e3 / self.n_steps, 3) if has_opt else None)
+        v[_doc("optimizer_stake_frac", "fraction",
+               "Step time at stake in optimizer.step()'s host time / window: on a GPU, at most "
+               "the GPU's idle waiting for launches (idle_launch_frac); on a CPU, all of it")] = (
+            _r(self._host_stake_us(step_spans) / self.W) if has_opt and self.W > 0 else None)
+        v[_doc("optimizer_kernel_ms_per_step", "ms",
+               "Device time of the kernels launched inside optimizer.step(), per step")] = (
+            _r(self._launched_device_us(step_spans) / 1e3 / self.n_steps, 3)
+            if has_opt and self.has_gpu else None)
         v[_doc("optimizer_uses_foreach", "bool",
                "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops")] = (
             bool((foreach_names & in_opt).any()) if has_opt else None)
@@ -612,15 +867,27 @@ class _Computer:
             zero_ops = self.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda n: n == "aten::zero_")
             fills = self._contains(zero_spans, zero_ops)
             v_zero = _r(int(fills.sum()) / self.n_steps, 1)
+            if self.has_gpu:
+                cost = self._launched_device_us(zero_spans) + self._host_stake_us(zero_spans)
+            else:
+                cost = self.in_steps(self._sel(fills))
+            v_cost = _r(cost / self.W) if self.W > 0 else None
         else:
-            v_zero = None
+            v_zero = v_cost = None
         v[_doc("zero_grad_fill_ops_per_step", "count",
                "aten::zero_ calls inside optimizer.zero_grad() per step (0 with set_to_none)")] = v_zero
+        v[_doc("zero_grad_cost_frac", "fraction",
+               "What zeroing gradients costs / window: the device time of the kernels and "
+               "memsets launched inside optimizer.zero_grad(), plus its host time up to the GPU's "
+               "idle waiting for launches (CPU-only: host time in its aten::zero_ calls)")] = v_cost
         dp = self._in_window(self.host & (t.kind == Kind.CPU_OP) & t.name_mask(
             lambda n: bool(_DATAPARALLEL.match(n))))
         v[_doc("dataparallel_ops_per_step", "count",
                "nn.DataParallel scatter/broadcast/gather ops per step")] = (
             _r(int(dp.sum()) / self.n_steps, 1))
+        v[_doc("dataparallel_ms_per_step", "ms",
+               "Host time in nn.DataParallel scatter/broadcast/gather ops per step")] = (
+            _r(self.in_steps(self._sel(dp)) / 1e3 / self.n_steps, 3))
 
 
 def _copy_direction(name: str) -> str | None:
