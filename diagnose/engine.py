@@ -109,6 +109,7 @@ class Finding:
     estimated_gain: float | None
     hints: list[str] = field(default_factory=list)
     ranks: list[int] | None = None
+    fix_code: dict[str, str] = field(default_factory=dict)  # fix id -> code for this run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,7 +120,7 @@ class Finding:
             "message": self.message,
             "hints": self.hints,
             "evidence": self.evidence,
-            "fixes": [FIXES[f].to_json() for f in self.fixes if f in FIXES],
+            "fixes": [FIXES[f].to_json(self.fix_code.get(f)) for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
             "ranks": self.ranks,
         }

@@ -340,3 +340,44 @@ def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> Non
     assert conf.fix == "confirmation" and conf.status == REVERTED and "0.85x" in conf.reason
     assert any(d.fix == "num_workers" and "not confirmed" in d.reason for d in r.decisions)
     assert r.loader.num_workers == 0 and r.bound is not None and r.tuned_ms is not None
+
+
+def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
+    """6 workers on 2 usable CPUs, each batch a cheap slice of a tensor: worker processes
+    only add inter-process transfer. IN004 names num_workers_cap, IN001 num_workers: one
+    search, downward (2, 1, 0: measured, each against the best so far), in the table."""
+    from types import SimpleNamespace
+
+    from diagnose.tune import NO_CHANGE
+    from diagnose.tune import runner as tune
+
+    monkeypatch.setattr(tune, "cpu_count", lambda: 2)  # what the fixes see, on any machine
+    model = make_model()
+    ds = TensorDataset(torch.randn(4096, 8), torch.randint(0, 4, (4096,)))
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    diagnosis = SimpleNamespace(metrics={}, findings=[
+        SimpleNamespace(rule="IN004", fixes=["num_workers_cap"]),
+        SimpleNamespace(rule="IN001", fixes=["num_workers", "persistent_workers"])])
+    before_children = children()
+    plan = Plan(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=4, max_rounds=10,
+                final_rounds=6, resamples=1000)  # more rounds than QUICK: a loaded machine
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, report=diagnosis, plan=plan)
+    table = r.render_text(width=132)
+    down = [d for d in r.decisions if d.fix == "num_workers_cap"]
+    assert down and all(d.finding == "IN004" for d in down), table
+    # the ladder below 6 on 2 CPUs, in order; each trial measured against the best so far
+    tried = [int(d.change.rsplit("→", 1)[1]) for d in down]
+    assert tried[0] == 2 and tried == sorted(tried, reverse=True) and tried[-1] == 0, table
+    for d in down:
+        assert d.baseline_ms and d.trial_ms and d.speedup is not None and d.rounds > 0, table
+        row = next(line for line in table.splitlines() if d.change in line)  # one line:
+        assert row.split()[:2] == ["num_workers_cap", "IN004"], table  # fix, finding,
+        assert str(d.speedup) in row and row.rstrip().endswith(d.status), table  # numbers
+    (again,) = [d for d in r.decisions if d.fix == "num_workers"]
+    assert again.status == NO_CHANGE and "num_workers_cap" in again.reason
+    assert r.best.num_workers <= 6 and loader.num_workers == 6  # yours unchanged
+    assert children() <= before_children
+    # 0 workers is ~3-4x faster here (no inter-process transfer): a huge, reliable effect
+    assert "num_workers_cap" in r.kept and r.best.num_workers < 6, table
+    assert "num_workers=6" in r.code and f"num_workers={r.best.num_workers}" in r.code
