@@ -547,8 +547,8 @@ def autofix(
                 continue
             if fix.id in WORKER_FIXES and tuner.workers_searched_by is not None:
                 tuner.decisions.append(Decision(
-                    fix.id, "", NO_CHANGE, f"num_workers searched above "
-                    f"({tuner.workers_searched_by})", finding))
+                    fix.id, "", NO_CHANGE, f"searched above, as {tuner.workers_searched_by}",
+                    finding))
                 continue
             why = fix.why_not(best, facts)
             if why is not None:
