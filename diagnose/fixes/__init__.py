@@ -298,9 +298,8 @@ def _code_pin_memory(setup: Setup | None) -> str:
 
 
 def _code_larger_batch(setup: Setup | None) -> str:
-    spec = setup.loader if setup is not None else None
-    if spec is not None and spec.batch_size is None:  # a batch sampler: no batch_size to show
-        spec, setup = None, None
+    if setup is not None and setup.loader is not None and setup.loader.batch_size is None:
+        setup = None  # a batch sampler: no batch_size to show
     return _loader_code(
         setup, "tiny kernels, the GPU mostly waits for launches",
         "more work per kernel; scale the learning rate or keep the effective batch",

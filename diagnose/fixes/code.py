@@ -133,8 +133,8 @@ class LoaderSpec:
     @classmethod
     def from_context(cls, d: Mapping[str, Any] | None) -> LoaderSpec | None:
         """From ``context.json``'s ``dataloader`` entry (None when there is none)."""
-        if not isinstance(d, Mapping):
-            return None
+        if not isinstance(d, Mapping) or d.get("num_workers") is None:
+            return None  # none, or not a torch DataLoader (no num_workers): not known
         sampler_cls = d.get("sampler_class")
         custom_bs = d.get("batch_sampler_class")
         bs = d.get("batch_size")
