@@ -12,6 +12,7 @@ from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import TraceError
+from .fixes import Setup, fix_code
 from .metrics import compute_all
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
@@ -137,7 +138,7 @@ def analyze(
         if len(srcs) == 1 and srcs[0].is_dir() and context is None and samples is None:
             ctx, smp = _run_extras([], srcs)
             if ctx is not None:
-                return _report_without_trace(srcs[0], ctx, smp, rules)
+                return with_fix_code(_report_without_trace(srcs[0], ctx, smp, rules), ctx)
         raise
     per_rank = context is None and samples is None
     if per_rank:
@@ -154,7 +155,16 @@ def analyze(
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
     report.notes[:0] = capture_notes(context, report.metrics)
-    return report
+    return with_fix_code(report, context)
+
+
+def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
+    """Each finding's fixes as code for the run's own DataLoader and optimizer (from
+    context.json); without a context the fixes' generic templates serve."""
+    setup = Setup.from_context(context)
+    for f in a.findings:
+        f.fix_code = fix_code(f.fixes, setup)
+    return a
 
 
 def report_from_ranks(

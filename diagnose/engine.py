@@ -148,6 +148,7 @@ class Finding:
     hints: list[str] = field(default_factory=list)
     ranks: list[int] | None = None
     graded_down_from: str | None = None  # the rule's own grade, before the gain capped it
+    fix_code: dict[str, str] = field(default_factory=dict)  # fix id -> code for this run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,7 +159,7 @@ class Finding:
             "message": self.message,
             "hints": self.hints,
             "evidence": self.evidence,
-            "fixes": [FIXES[f].to_json() for f in self.fixes if f in FIXES],
+            "fixes": [FIXES[f].to_json(self.fix_code.get(f)) for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
             "graded_down_from": self.graded_down_from,
             "ranks": self.ranks,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import pytest
 
-from diagnose.fixes import FIXES, Fix, TrainConfig, micro_batches, worker_ladder
+from diagnose.fixes import FIXES, Fix, Setup, TrainConfig, fix_code, micro_batches, worker_ladder
 from diagnose.fixes.code import loader_call, render_change
 
 CPU = {"device_type": "cpu", "cpu_count": 2, "model_has_conv": False, "bf16_supported": False,
@@ -56,10 +58,24 @@ def test_worker_ladder_is_bounded_by_the_cpus() -> None:
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=2),
                                                  {"cpu_count": 8})] == [4, 8]
     assert worker_ladder(TrainConfig(), {}) == []  # CPUs unknown: nothing to search
+    # more workers than CPUs: downward, the CPU count first, down to 0 (in-process)
+    assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=6),
+                                                 {"cpu_count": 2})] == [2, 1, 0]
+    assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=32),
+                                                 {"cpu_count": 8})] == [8, 7, 4, 1, 0]
+    # the CPUs saturated (a diagnosis' host_cpu_mean_pct): fewer workers, also below the CPUs
+    hot = {"cpu_count": 8, "host_cpu_mean_pct": 97.0}
+    assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=4), hot)] == [1, 0]
+    assert [c.num_workers for c in worker_ladder(TrainConfig(), hot)] == [1, 2, 4, 8]
     nw = FIXES["num_workers"]
     assert nw.why_not(TrainConfig(num_workers=2), CPU) is not None  # already at the CPU count
     assert nw.why_not(TrainConfig(), CPU) is None
     assert nw.why_not(TrainConfig(), {**CPU, "iterable_dataset": True}) is not None
+    assert nw.why_not(TrainConfig(num_workers=6), CPU) is None  # searched downward
+    cap = FIXES["num_workers_cap"]  # IN004's fix is automatic: the same downward search
+    assert cap.auto and cap.why_not(TrainConfig(num_workers=6), CPU) is None
+    assert [c.num_workers for c in cap.candidates(TrainConfig(num_workers=6), CPU)] == [2, 1, 0]
+    assert "more workers than the CPUs" in (cap.why_not(TrainConfig(num_workers=2), CPU) or "")
 
 
 def test_cuda_only_fixes_do_not_apply_on_cpu_and_say_why() -> None:
@@ -132,9 +148,86 @@ def test_code_change_by_hand() -> None:
     after = before.replace(num_workers=2, persistent_workers=True)
     code = render_change(before, after, loader=loader)
     assert "# before" in code and "# after" in code
-    assert "num_workers=2, persistent_workers=True" in code
+    before_line, after_line = (code.split("# after")[0],
+                               code.split("# after")[1].replace("\n" + " " * 20, " "))
+    assert "num_workers=0" in before_line  # what changes is written out, also at its default
+    assert "num_workers=2" in after_line and "persistent_workers=True" in after_line
+    assert "drop_last=True" in after_line  # the rest as it was
     assert render_change(before, before, loader=loader) == ""
     step = render_change(before, before.replace(amp_dtype="float16", batch_size=2,
                                                 grad_accum_steps=2), loader=loader)
     assert "GradScaler" in step and "autocast" in step and "% 2 == 0" in step
     assert "batch_size=2" in step
+
+
+def pad_collate(batch: list) -> object:
+    import torch
+
+    return torch.utils.data.default_collate(batch)
+
+
+def _unusual_loader() -> object:
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    ds = torch.utils.data.TensorDataset(torch.zeros(96, 2), torch.zeros(96))
+    return DataLoader(ds, batch_size=48, shuffle=False, drop_last=True, collate_fn=pad_collate,
+                      num_workers=3, prefetch_factor=3)
+
+
+def _joined(code: str) -> str:
+    """Wrapped call arguments back on one line."""
+    return re.sub(r",\n +", ", ", code)
+
+
+def test_fix_code_is_the_users_own_loader_and_optimizer() -> None:
+    torch = pytest.importorskip("torch")
+    loader = _unusual_loader()
+    opt = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters(), lr=3e-4, weight_decay=0.05)
+    setup = Setup.from_objects(loader, opt)
+    mine = ["loader = DataLoader(dataset, batch_size=48, shuffle=False, num_workers=3, ",
+            "collate_fn=pad_collate, ", "drop_last=True, ", "prefetch_factor=3"]
+    for fid in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory",
+                "num_workers_cap"):
+        code = _joined(FIXES[fid].code_for(setup))
+        before = code.split("# after")[0]
+        assert all(a in before for a in mine), (fid, code)
+        assert "..." not in code and "64" not in code, (fid, code)
+    after = _joined(FIXES["persistent_workers"].code_for(setup)).split("# after")[1]
+    assert "persistent_workers=True" in after and "collate_fn=pad_collate" in after
+    ga = _joined(FIXES["grad_accumulation"].code_for(setup))
+    assert "batch_size=48" in ga and "batch_size=12" in ga and "drop_last=True" in ga
+    fo = _joined(FIXES["foreach_optimizer"].code_for(setup))
+    assert "torch.optim.AdamW(model.parameters(), lr=0.0003, weight_decay=0.05)" in fo
+    assert "torch.optim.AdamW(model.parameters(), lr=0.0003, weight_decay=0.05, fused=True)" in fo
+    # the same from what context.json records (the CLI on a run folder)
+    from diagnose.capture.context import collect
+
+    ctx = json.loads(json.dumps(collect(None, loader, opt)))
+    assert Setup.from_context(ctx) == setup
+    # nothing known (a saved trace alone): a template that says it is one
+    generic = FIXES["num_workers"].code_for(None)
+    assert "DataLoader(dataset, ...," in generic and "your other arguments" in generic
+    assert fix_code(["num_workers", "no_such_fix"], None) == {}
+    assert set(fix_code(["num_workers", "no_such_fix"], setup)) == {"num_workers"}
+
+
+def test_render_change_shows_the_users_arguments() -> None:
+    torch = pytest.importorskip("torch")
+    loader = _unusual_loader()
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.05, momentum=0.9)
+    before = TrainConfig.from_objects(loader, opt)
+    code = _joined(render_change(before, before.replace(num_workers=0, optimizer_foreach=True),
+                                 loader=loader, optimizer=opt))
+    assert ("loader = DataLoader(dataset, batch_size=48, shuffle=False, num_workers=0, "
+            "collate_fn=pad_collate, drop_last=True)") in code
+    assert "opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=True)" \
+        in code
+    # a custom sampler / batch sampler is passed on by name, never replaced by shuffle=
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, WeightedRandomSampler
+
+    ds = loader.dataset
+    weighted = DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler([1.0] * 96, 96))
+    assert loader_call(weighted) == "DataLoader(dataset, batch_size=8, sampler=sampler)"
+    bs = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False))
+    assert loader_call(bs) == "DataLoader(dataset, batch_sampler=batch_sampler)"

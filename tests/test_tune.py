@@ -340,3 +340,90 @@ def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> Non
     assert conf.fix == "confirmation" and conf.status == REVERTED and "0.85x" in conf.reason
     assert any(d.fix == "num_workers" and "not confirmed" in d.reason for d in r.decisions)
     assert r.loader.num_workers == 0 and r.bound is not None and r.tuned_ms is not None
+
+
+def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
+    """6 workers on 2 usable CPUs, each batch a cheap slice of a tensor: worker processes
+    only add inter-process transfer. IN004 names num_workers_cap, IN001 num_workers: one
+    search, downward (2, 1, 0: measured, each against the best so far), in the table."""
+    from types import SimpleNamespace
+
+    from diagnose.tune import NO_CHANGE
+    from diagnose.tune import runner as tune
+
+    monkeypatch.setattr(tune, "cpu_count", lambda: 2)  # what the fixes see, on any machine
+    model = make_model()
+    ds = TensorDataset(torch.randn(4096, 8), torch.randint(0, 4, (4096,)))
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    diagnosis = SimpleNamespace(metrics={}, findings=[
+        SimpleNamespace(rule="IN004", fixes=["num_workers_cap"]),
+        SimpleNamespace(rule="IN001", fixes=["num_workers", "persistent_workers"])])
+    before_children = children()
+    plan = Plan(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=4, max_rounds=10,
+                final_rounds=6, resamples=1000)  # more rounds than QUICK: a loaded machine
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, report=diagnosis, plan=plan)
+    table = r.render_text(width=132)
+    down = [d for d in r.decisions if d.fix == "num_workers_cap"]
+    assert down and all(d.finding == "IN004" for d in down), table
+    # the ladder below 6 on 2 CPUs, in order; each trial measured against the best so far
+    tried = [int(d.change.rsplit("→", 1)[1]) for d in down]
+    assert tried[0] == 2 and tried == sorted(tried, reverse=True) and tried[-1] == 0, table
+    for d in down:
+        assert d.baseline_ms and d.trial_ms and d.speedup is not None and d.rounds > 0, table
+        row = next(line for line in table.splitlines() if d.change in line)  # one line:
+        assert row.split()[:2] == ["num_workers_cap", "IN004"], table  # fix, finding,
+        assert str(d.speedup) in row and row.rstrip().endswith(d.status), table  # numbers
+    (again,) = [d for d in r.decisions if d.fix == "num_workers"]
+    assert again.status == NO_CHANGE and "num_workers_cap" in again.reason
+    assert r.best.num_workers <= 6 and loader.num_workers == 6  # yours unchanged
+    assert children() <= before_children
+    # 0 workers is ~3-4x faster here (no inter-process transfer): a huge, reliable effect
+    assert "num_workers_cap" in r.kept and r.best.num_workers < 6, table
+    assert "num_workers=6" in r.code and f"num_workers={r.best.num_workers}" in r.code
+
+
+def test_decision_table_rows_stay_whole_in_a_log() -> None:
+    """Piped to a file or a CI log (no terminal): at 120 columns or more each decision is
+    at most two lines, and its fix, finding, times, speedup and decision share the first."""
+    from diagnose.tune import ADVICE, ERROR, NO_CHANGE, Decision, TuneReport
+    from diagnose.tune.stats import Interval
+
+    iv = Interval(1.73, 1.39, 2.27, 0.95)
+    decisions = [
+        Decision("num_workers_cap", "num_workers 6 → 2", REVERTED,
+                 "no gain shown: CI lower bound 0.90 ≤ 1.03", "IN004", 2.39, 2.01,
+                 Interval(1.19, 0.90, 1.51, 0.95), 4, 36),
+        Decision("num_workers_cap", "num_workers 2 → 0", KEPT, "CI lower bound 1.39 > 1.03",
+                 "IN004", 2.57, 1.48, iv, 4, 36),
+        Decision("num_workers", "", NO_CHANGE, "searched above, as num_workers_cap", "IN001"),
+        Decision("persistent_workers", "persistent_workers False → True", REVERTED,
+                 "slower: CI upper bound 0.97 < 1", "IN001", 126.53, 131.2,
+                 Interval(0.96, 0.93, 0.97, 0.95), 6, 48),
+        Decision("pin_memory", "", NOT_APPLICABLE,
+                 "needs a CUDA device (pinned memory speeds host-to-GPU copies)", "TR001"),
+        Decision("faster_input", "", ADVICE, "Make each sample cheaper to produce", "IN002"),
+        Decision("foreach_optimizer", "optimizer_foreach default → True", ERROR,
+                 "RuntimeError: " + "a long message " * 12, "CF001", 3.1, None),
+    ]
+    cfg = TrainConfig(num_workers=6, batch_size=8)
+    r = TuneReport(original=cfg, baseline=cfg, best=cfg, decisions=decisions, final=None,
+                   bound=None, bound_before=None, tuned_ms=2.0, named={}, diagnosis=None,
+                   loader=None, optimizer=None, code="", trials=3, elapsed_s=9.5,
+                   device="cpu", cpus=2, min_gain=0.03)
+    for width in (120, 132, 200):
+        text = r.render_text(width=width)
+        table = text.split("before / after")[0].splitlines()
+        assert all(len(line) <= width for line in table)
+        starts = [next(i for i, line in enumerate(table) if line.startswith(d.fix + " ")
+                       and (d.change or d.reason[:20]) in line) for d in decisions]
+        ends = [*starts[1:], len(table)]
+        for d, start, end in zip(decisions, starts, ends, strict=True):
+            first = table[start]  # the fix, the finding, the numbers, the decision
+            assert first.split()[1] == d.finding and first.rstrip().endswith(d.status), text
+            if d.baseline_ms is not None:
+                assert f"{d.baseline_ms:.3g}"[:3] in first, text
+            if d.speedup is not None:
+                assert str(d.speedup) in first, text
+            if d.status != ERROR:  # (a long error message takes the lines it needs)
+                assert end - start <= 2, text  # the change, then the reason

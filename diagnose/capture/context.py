@@ -16,13 +16,16 @@ context.json (version 1)::
       "cpu_count_logical": int|None,   # all CPUs of the machine
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
-                     "iterable_dataset", "sampler_class"} | None,
+                     "iterable_dataset", "sampler_class", "batch_sampler_class",
+                     "collate_fn", "worker_init_fn" (names; None: default), "generator"
+                     (bool), "timeout", "multiprocessing_context"} | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
                 "is_dataparallel", "has_conv", "conv_count"} | None,
       "optimizer": {"class", "foreach", "fused" (as set: None = torch's default),
                     "foreach_effective", "fused_effective" (what torch actually runs),
-                    "param_count", "param_groups"} | None,
+                    "param_count", "param_groups", "arguments" (lr and the
+                    hyper-parameters set to other than the class's defaults)} | None,
       "capture": {... filled in by the session: schedule, steps seen, step mode, window},
       "exception": {"type", "message"} | None,
       "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
@@ -40,6 +43,8 @@ import re
 import time
 from collections import Counter
 from typing import Any
+
+from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 CONTEXT_VERSION = 1
 
@@ -133,6 +138,8 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,
+        # what the fixes' code shows: batch_sampler_class, collate_fn, worker_init_fn, ...
+        **_safe(lambda: loader_arguments(loader), {}),
     }
 
 
@@ -223,6 +230,7 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
         "fused_effective": fused_eff,
         "param_count": sum(int(p.numel()) for p in params),
         "param_groups": len(getattr(opt, "param_groups", [])),
+        "arguments": _safe(lambda: optimizer_arguments(opt), {}),  # lr, the non-defaults
     }
 
 

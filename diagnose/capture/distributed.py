@@ -156,7 +156,7 @@ class DistributedCapture:
         Returns the cross-rank Analysis on rank 0 and this rank's own Analysis elsewhere
         (None when ``analyze`` is False or nothing could be measured).
         """
-        from diagnose.analysis import capture_notes, report_from_ranks
+        from diagnose.analysis import capture_notes, report_from_ranks, with_fix_code
 
         context = dict(context)
         context["distributed"] = self.info()
@@ -176,7 +176,7 @@ class DistributedCapture:
                 return None
             report = report_from_ranks([str(run_dir)], [own])
             report.notes[:0] = capture_notes(context, report.metrics)
-            return report
+            return with_fix_code(report, context)
 
         if self.world_size == 1:  # captured alone
             write_context(run_dir, context)
@@ -236,7 +236,7 @@ class DistributedCapture:
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 
     def _combine(self, run_dir: Path, gathered: list[Any], context: dict[str, Any]) -> Any:
-        from diagnose.analysis import capture_notes, report_from_ranks
+        from diagnose.analysis import capture_notes, report_from_ranks, with_fix_code
         from diagnose.result import RankResult
         from diagnose.runfolder import load_samples
 
@@ -256,7 +256,7 @@ class DistributedCapture:
             return None
         report = report_from_ranks([str(run_dir)], ranks, samples=load_samples(run_dir))
         report.notes[:0] = notes + capture_notes(context, report.metrics)
-        return report
+        return with_fix_code(report, context)
 
 
 def _pack(r: Any) -> dict[str, Any]:

@@ -11,17 +11,26 @@ Facts
 (``diagnose.analyze``) overlaid by what autofix measures live. The names fixes
 read: ``device_type`` ("cuda"/"cpu"), ``cpu_count`` (``os.sched_getaffinity``),
 ``model_has_conv``, ``iterable_dataset``, ``bf16_supported``, ``fused_supported``,
-``allow_compile``, ``oom`` (the configured batch does not fit). A fact that is
-missing counts as not known, and a fix that needs it does not apply.
+``allow_compile``, ``oom`` (the configured batch does not fit), ``host_cpu_mean_pct``
+(a diagnosis' CPU load: 85% or more is saturated). A fact that is missing counts as not
+known, and a fix that needs it does not apply.
+
+Code
+----
+``code`` is a generic template (``DataLoader(dataset, ...)``: "..." stands for the other
+arguments); ``code_for(setup)`` writes the same change from the user's own DataLoader and
+optimizer (:class:`~diagnose.fixes.code.Setup`, from the live objects or a run's
+context.json): their batch size, sampler, collate_fn, ... as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .code import GENERIC_NOTE, Setup, loader_call, optimizer_call
 from .config import TrainConfig
 
 Facts = Mapping[str, Any]
@@ -46,6 +55,9 @@ class Fix:
         default=None, repr=False, compare=False
     )  # the candidates autofix measures (default: [apply(config)])
     needs: str = ""  # when it applies, in words (the reason shown when it does not)
+    render: Callable[[Setup | None], str] | None = field(
+        default=None, repr=False, compare=False
+    )  # the code for a known Setup (``code`` is render(None): the generic template)
 
     def apply(self, config: TrainConfig) -> TrainConfig:
         """A new config with this fix applied (the input is never changed)."""
@@ -84,21 +96,42 @@ class Fix:
                 out.append(c)
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "code": self.code, "auto": self.auto}
+    def code_for(self, setup: Setup | None) -> str:
+        """The change by hand for the user's own DataLoader and optimizer (``setup``); the
+        generic template where nothing is known."""
+        if setup is None or self.render is None:
+            return self.code
+        return self.render(setup).strip("\n")
+
+    def to_json(self, code: str | None = None) -> dict[str, Any]:
+        """``code``: the code rendered for a run (default: the generic template)."""
+        return {"id": self.id, "title": self.title, "code": code or self.code,
+                "auto": self.auto}
 
 
-def _fix(id: str, title: str, code: str, *, auto: bool = False,
-         change: Mapping[str, Any] | None = None,
+def fix_code(ids: Iterable[str], setup: Setup | None) -> dict[str, str]:
+    """The known fixes among ``ids`` as code for ``setup`` (empty when nothing is known:
+    the generic templates then serve)."""
+    if setup is None:
+        return {}
+    return {i: FIXES[i].code_for(setup) for i in ids if i in FIXES}
+
+
+def _fix(id: str, title: str, code: str | Callable[[Setup | None], str], *,
+         auto: bool = False, change: Mapping[str, Any] | None = None,
          applies: Callable[[TrainConfig, Facts], bool] | None = None,
          step: Callable[[TrainConfig], TrainConfig] | None = None,
          search: Callable[[TrainConfig, Facts], list[TrainConfig]] | None = None,
          needs: str = "") -> Fix:
+    """``code``: the template, or a function of the Setup (None: the generic template)."""
     kw: dict[str, Any] = {}
     if applies is not None:
         kw["applies"] = applies
+    render = None
+    if callable(code):
+        render, code = code, code(None)
     return Fix(id, title, code.strip("\n"), auto, change=change, step=step, search=search,
-               needs=needs, **kw)
+               needs=needs, render=render, **kw)
 
 
 # ---------------------------------------------------------------------- conditions and searches
@@ -111,12 +144,36 @@ def _cpus(m: Facts) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
+def cpus_saturated(facts: Facts) -> bool:
+    """The diagnosis saw the usable CPUs busy 85% of the time or more."""
+    v = facts.get("host_cpu_mean_pct")
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 85
+
+
+def too_many_workers(config: TrainConfig, facts: Facts) -> bool:
+    """More DataLoader workers than the CPUs this process may use, or workers on CPUs the
+    diagnosis saw saturated: fewer workers may be faster (searched downward)."""
+    cpus = _cpus(facts)
+    return cpus is not None and config.num_workers > 0 and (
+        config.num_workers > cpus or cpus_saturated(facts))
+
+
 def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
-    """num_workers candidates above the current value: 1, 2, 4, ... and the CPU count itself,
-    never more workers than CPUs this process may use."""
+    """num_workers candidates, measured in this order.
+
+    Upward (fewer workers than CPUs): 1, 2, 4, ... and the CPU count itself above the
+    current value, never more workers than CPUs this process may use. Downward (more
+    workers than CPUs, or the CPUs saturated; :func:`too_many_workers`): the CPU count,
+    one less, half, 1 and 0 below the current value (0: batches made in the training
+    process, no inter-process transfer at all).
+    """
     cpus = _cpus(facts)
     if cpus is None:
         return []
+    if too_many_workers(config, facts):
+        down = {cpus, cpus - 1, cpus // 2, 1, 0}
+        return [config.replace(num_workers=v) for v in sorted(down, reverse=True)
+                if 0 <= v < config.num_workers]
     values, n = set(), 1
     while n <= cpus:
         values.add(n)
@@ -127,6 +184,10 @@ def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
 
 def _double_workers(c: TrainConfig) -> TrainConfig:
     return c.replace(num_workers=max(1, 2 * c.num_workers))
+
+
+def _halve_workers(c: TrainConfig) -> TrainConfig:
+    return c.replace(num_workers=c.num_workers // 2)
 
 
 def _more_prefetch(c: TrainConfig) -> TrainConfig:
@@ -165,45 +226,143 @@ def _grow_batch(c: TrainConfig) -> TrainConfig:
     return larger[-1] if larger else c
 
 
+# ---------------------------------------------------------------------- code for a setup
+_AFFINITY = "len(os.sched_getaffinity(0))"
+_SOME_WORKERS = f"min(8, {_AFFINITY} - 1)"
+
+
+def _loader_code(setup: Setup | None, before_note: str, after_note: str,
+                 after: Callable[[TrainConfig], TrainConfig], *, generic: TrainConfig,
+                 override: Mapping[str, str] | None = None,
+                 needs_workers: bool = False, before_extra: tuple[str, ...] = (),
+                 after_extra: tuple[str, ...] = ()) -> str:
+    """``# before`` / ``# after`` of the user's DataLoader call (``generic`` settings and
+    ``DataLoader(dataset, ...)`` when the loader is not known). ``needs_workers``: the
+    change needs worker processes, so a loader without them gets some in the after."""
+    spec = setup.loader if setup is not None else None
+    before = spec.config() if spec is not None else generic
+    new = after(before)
+    over = dict(override or {})
+    if needs_workers and before.num_workers == 0:
+        new = new.replace(num_workers=1)
+        over.setdefault("num_workers", _SOME_WORKERS)
+    changed = [*before.diff(new), *over]
+    head = "# before" + (f": {before_note}" if before_note else "")
+    if spec is None:
+        head += f" {GENERIC_NOTE}" if len(head) + len(GENERIC_NOTE) < 88 else \
+            f"\n# {GENERIC_NOTE}"
+    return "\n".join([head, loader_call(spec, before, show=changed, prefix="loader = "),
+                      *before_extra, f"# after: {after_note}",
+                      loader_call(spec, new, show=changed, override=over, prefix="loader = "),
+                      *after_extra])
+
+
+def _code_num_workers(setup: Setup | None) -> str:
+    return _loader_code(setup, "", "workers prepare batches in parallel with the training "
+                        "step", lambda c: c, generic=TrainConfig(),
+                        override={"num_workers": _SOME_WORKERS})
+
+
+def _code_num_workers_cap(setup: Setup | None) -> str:
+    spec = setup.loader if setup is not None else None
+    n = spec.num_workers if spec is not None and spec.num_workers else 32
+    return _loader_code(setup, "workers fight for the CPUs (and with the training process)",
+                        "at most the CPUs; fewer (even 0) can be faster: measure",
+                        lambda c: c, generic=TrainConfig(num_workers=32),
+                        override={"num_workers": f"min({n}, {_AFFINITY} - 1)"})
+
+
+def _code_persistent_workers(setup: Setup | None) -> str:
+    return _loader_code(setup, "", "no worker start-up stall at every epoch",
+                        lambda c: c.replace(persistent_workers=True),
+                        generic=TrainConfig(num_workers=4), needs_workers=True)
+
+
+def _code_prefetch_factor(setup: Setup | None) -> str:
+    def more(c: TrainConfig) -> TrainConfig:
+        return _more_prefetch(c.replace(num_workers=c.num_workers or 1))
+
+    spec = setup.loader if setup is not None else None
+    n = more(spec.config() if spec is not None else TrainConfig()).prefetch_factor
+    return _loader_code(setup, "", f"each worker keeps {n} batches ready, absorbing slow "
+                        "samples", more, generic=TrainConfig(num_workers=4), needs_workers=True)
+
+
+def _code_pin_memory(setup: Setup | None) -> str:
+    return _loader_code(
+        setup, "", "page-locked batches, copied without blocking the host",
+        lambda c: c.replace(pin_memory=True), generic=TrainConfig(num_workers=4),
+        before_extra=("for x, y in loader:", "    x, y = x.cuda(), y.cuda()"),
+        after_extra=("for x, y in loader:",
+                     "    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)"))
+
+
+def _code_larger_batch(setup: Setup | None) -> str:
+    if setup is not None and setup.loader is not None and setup.loader.batch_size is None:
+        setup = None  # a batch sampler: no batch_size to show
+    return _loader_code(
+        setup, "tiny kernels, the GPU mostly waits for launches",
+        "more work per kernel; scale the learning rate or keep the effective batch",
+        lambda c: c.replace(batch_size=8 * (c.batch_size or 16)),
+        generic=TrainConfig(batch_size=16),
+        after_extra=("# autofix applies it only where the effective batch stays: fewer "
+                     "accumulation steps",))
+
+
+def _code_grad_accumulation(setup: Setup | None) -> str:
+    spec = setup.loader if setup is not None else None
+    b = spec.batch_size if spec is not None else None
+    k = next((k for k in (4, 2, 3) if b and b % k == 0 and b > k), None)
+    if b is None or k is None:
+        spec, b, k = None, 256, 4
+    micro = b // k
+    before = spec.config() if spec is not None else TrainConfig(batch_size=b)
+    head = f"# before: batch {b} does not fit" + ("" if spec is not None else
+                                                   f"\n# {GENERIC_NOTE}")
+    return "\n".join([
+        head, loader_call(spec, before, show=["batch_size"], prefix="loader = "),
+        "for x, y in loader:",
+        "    loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()",
+        f"# after: {k} micro-batches of {micro}, the same effective batch",
+        loader_call(spec, before.replace(batch_size=micro), show=["batch_size"],
+                    prefix="loader = "),
+        "for i, (x, y) in enumerate(loader):",
+        f"    (loss_fn(model(x), y) / {k}).backward()",
+        f"    if (i + 1) % {k} == 0:",
+        "        opt.step(); opt.zero_grad()"])
+
+
+def _code_foreach_optimizer(setup: Setup | None) -> str:
+    o = setup.optimizer if setup is not None else None
+    head = "# before: one small kernel per parameter per operation"
+    if o is None:
+        head += f"\n# {GENERIC_NOTE}"
+        before = optimizer_call(None, foreach=False)
+    else:
+        before = optimizer_call(o, foreach=o.foreach, fused=o.fused)
+    return "\n".join([head, before, "# after: a few multi-tensor kernels for all parameters",
+                      optimizer_call(o, fused=True) + "   # or foreach=True"])
+
+
 _ALL = [
-    _fix("num_workers", "Load batches in worker processes (DataLoader num_workers)", """
-# before
-loader = DataLoader(dataset, batch_size=64, shuffle=True)
-# after: workers prepare batches in parallel with the training step
-loader = DataLoader(dataset, batch_size=64, shuffle=True,
-                    num_workers=min(8, len(os.sched_getaffinity(0)) - 1))
-""", auto=True, step=_double_workers, search=worker_ladder,
-        applies=lambda c, m: (_cpus(m) is not None and c.num_workers < (_cpus(m) or 0)
-                              and m.get("iterable_dataset") is not True),
-        needs="fewer workers than the CPUs this process may use, and a map-style dataset "
-              "(an IterableDataset must shard itself across workers)"),
-    _fix("persistent_workers", "Keep DataLoader workers alive between epochs", """
-# before
-loader = DataLoader(dataset, batch_size=64, num_workers=4)
-# after: no worker start-up stall at every epoch
-loader = DataLoader(dataset, batch_size=64, num_workers=4, persistent_workers=True)
-""", auto=True, change={"persistent_workers": True},
-        applies=lambda c, m: c.num_workers > 0 and not c.persistent_workers,
-        needs="worker processes (num_workers > 0)"),
-    _fix("prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)", """
-# before
-loader = DataLoader(dataset, batch_size=64, num_workers=4)            # prefetch_factor=2
-# after: each worker keeps 4 batches ready, absorbing slow samples
-loader = DataLoader(dataset, batch_size=64, num_workers=4, prefetch_factor=4)
-""", auto=True, step=_more_prefetch, applies=lambda c, m: c.num_workers > 0,
-        needs="worker processes (num_workers > 0)"),
-    _fix("pin_memory", "Pinned host memory and asynchronous copies (pin_memory + non_blocking)", """
-# before
-loader = DataLoader(dataset, batch_size=64, num_workers=4)
-for x, y in loader:
-    x, y = x.cuda(), y.cuda()
-# after: page-locked batches, copied without blocking the host
-loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
-for x, y in loader:
-    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-""", auto=True, change={"pin_memory": True, "non_blocking": True},
-        applies=lambda c, m: _cuda(m),
-        needs="a CUDA device (pinned memory speeds host-to-GPU copies)"),
+    _fix("num_workers", "Load batches in worker processes (DataLoader num_workers)",
+         _code_num_workers, auto=True, step=_double_workers, search=worker_ladder,
+         applies=lambda c, m: (_cpus(m) is not None and m.get("iterable_dataset") is not True
+                               and (c.num_workers < (_cpus(m) or 0) or too_many_workers(c, m))),
+         needs="a map-style dataset (an IterableDataset must shard itself across workers) "
+               "and workers other than the CPU count: fewer are searched upward, more (or "
+               "saturated CPUs) downward"),
+    _fix("persistent_workers", "Keep DataLoader workers alive between epochs",
+         _code_persistent_workers, auto=True, change={"persistent_workers": True},
+         applies=lambda c, m: c.num_workers > 0 and not c.persistent_workers,
+         needs="worker processes (num_workers > 0)"),
+    _fix("prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)",
+         _code_prefetch_factor, auto=True, step=_more_prefetch,
+         applies=lambda c, m: c.num_workers > 0, needs="worker processes (num_workers > 0)"),
+    _fix("pin_memory", "Pinned host memory and asynchronous copies (pin_memory + non_blocking)",
+         _code_pin_memory, auto=True, change={"pin_memory": True, "non_blocking": True},
+         applies=lambda c, m: _cuda(m),
+         needs="a CUDA device (pinned memory speeds host-to-GPU copies)"),
     _fix("faster_input", "Make each sample cheaper to produce", """
 # before: decode + augment every sample on the CPU, every epoch
 class DS(Dataset):
@@ -257,12 +416,9 @@ optimizer.zero_grad(set_to_none=False)
 # after: gradients are simply dropped (the default since PyTorch 2.0)
 optimizer.zero_grad(set_to_none=True)
 """, auto=True, change={"zero_grad_set_to_none": True}),
-    _fix("foreach_optimizer", "Multi-tensor (foreach) or fused optimizer", """
-# before: one small kernel per parameter per operation
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-# after: a few multi-tensor kernels for all parameters
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # or foreach=True
-""", auto=True, change={"optimizer_foreach": True, "optimizer_fused": None},
+    _fix("foreach_optimizer", "Multi-tensor (foreach) or fused optimizer",
+         _code_foreach_optimizer,
+         auto=True, change={"optimizer_foreach": True, "optimizer_fused": None},
         search=_optimizer_search,
         applies=lambda c, m: not c.optimizer_fused and c.optimizer_foreach is not True,
         needs="an optimizer not already foreach or fused"),
@@ -283,15 +439,12 @@ with torch.cuda.graph(g):
     static_loss = train_step(static_x, static_y)
 static_x.copy_(x); static_y.copy_(y); g.replay()
 """),
-    _fix("larger_batch", "Larger batch per step (keep the effective batch with fewer accumulation steps)", """
-# before: tiny kernels, the GPU mostly waits for launches
-loader = DataLoader(dataset, batch_size=16)
-# after: more work per kernel; scale the learning rate or keep the effective batch
-loader = DataLoader(dataset, batch_size=128)
-# autofix applies it only where the effective batch stays: fewer accumulation steps
-""", auto=True, step=_grow_batch,
-        applies=lambda c, m: c.grad_accum_steps > 1 and c.batch_size is not None,
-        needs="gradient accumulation to trade for a larger micro-batch (effective batch kept)"),
+    _fix("larger_batch",
+         "Larger batch per step (keep the effective batch with fewer accumulation steps)",
+         _code_larger_batch, auto=True, step=_grow_batch,
+         applies=lambda c, m: c.grad_accum_steps > 1 and c.batch_size is not None,
+         needs="gradient accumulation to trade for a larger micro-batch (effective batch "
+               "kept)"),
     _fix("remove_sync", "Take host synchronisation out of the step", """
 # before: .item() forces the host to wait for the GPU every step
 for x, y in loader:
@@ -305,16 +458,8 @@ for i, (x, y) in enumerate(loader):
     if i % 100 == 0:
         print(running.item() / 100); running.zero_()
 """),
-    _fix("grad_accumulation", "Smaller micro-batch with gradient accumulation", """
-# before: batch 256 does not fit
-for x, y in loader:                          # batch_size=256
-    loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
-# after: 4 micro-batches of 64, the same effective batch
-for i, (x, y) in enumerate(loader):          # batch_size=64
-    (loss_fn(model(x), y) / 4).backward()
-    if (i + 1) % 4 == 0:
-        opt.step(); opt.zero_grad()
-""", auto=True, step=_halve_batch,
+    _fix("grad_accumulation", "Smaller micro-batch with gradient accumulation",
+         _code_grad_accumulation, auto=True, step=_halve_batch,
         search=lambda c, m: [x for x in micro_batches(c)
                              if (x.batch_size or 0) < (c.batch_size or 0)],
         applies=lambda c, m: (c.batch_size or 0) > 1 and m.get("oom") is True,
@@ -364,14 +509,14 @@ sampler = DistributedSampler(dataset)
 sampler = DistributedSampler(dataset, drop_last=True)
 loader = DataLoader(dataset, sampler=sampler, num_workers=workers_per_rank, pin_memory=True)
 """),
-    _fix("num_workers_cap", "No more DataLoader workers than CPUs", """
-# before: workers fight for the CPUs (and with the training process)
-loader = DataLoader(dataset, num_workers=32)
-# after
-loader = DataLoader(dataset, num_workers=max(1, len(os.sched_getaffinity(0)) - 1))
-"""),
+    _fix("num_workers_cap", "No more DataLoader workers than CPUs", _code_num_workers_cap,
+         auto=True, step=_halve_workers, search=worker_ladder,
+         applies=lambda c, m: (_cpus(m) is not None and c.num_workers > (_cpus(m) or 0)
+                               and m.get("iterable_dataset") is not True),
+         needs="more workers than the CPUs this process may use, and a map-style dataset"),
 ]
 
 FIXES: dict[str, Fix] = {f.id: f for f in _ALL}
 
-__all__ = ["FIXES", "Facts", "Fix", "TrainConfig", "micro_batches", "worker_ladder"]
+__all__ = ["FIXES", "Facts", "Fix", "Setup", "TrainConfig", "cpus_saturated", "fix_code",
+           "micro_batches", "too_many_workers", "worker_ladder"]

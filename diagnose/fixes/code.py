@@ -1,67 +1,377 @@
-"""The change a person would make by hand to go from one TrainConfig to another.
+"""The code a person would write by hand: the user's own DataLoader and optimizer calls.
 
-``render_change(before, after, loader=..., optimizer=...)`` writes the DataLoader
-call before and after (from the user's own loader: batch size, shuffle,
-drop_last, custom sampler or collate_fn) and the lines of the step that change.
+:class:`Setup` is what is known about the user's objects: read from the live DataLoader
+and optimizer (``Setup.from_objects``) or from a run's ``context.json``
+(``Setup.from_context``), so that ``torch-diagnose analyze RUN`` shows the same arguments
+as the live run. Where nothing is known (a saved trace alone) the code is a generic
+template that says so (``DataLoader(dataset, ...)``: "..." stands for the other arguments).
+
+``render_change(before, after, setup=...)`` writes the DataLoader call before and after
+and the lines of the step that change (what autofix prints as "the change by hand").
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .config import TrainConfig
 
+#: The first line of a generic template's ``# before``: what "..." means.
+GENERIC_NOTE = '("..." stands for your other arguments, unchanged)'
 
+_WIDTH = 88  # wrap a call's arguments beyond this many characters
+
+
+# ---------------------------------------------------------------------- names of callables
 def _collate_is_default(fn: Any) -> bool:
     name = getattr(fn, "__name__", "")
     mod = getattr(fn, "__module__", "") or ""
     return name in ("default_collate", "default_convert") and mod.startswith("torch.utils.data")
 
 
-def loader_call(loader: Any, cfg: TrainConfig) -> str:
-    """``DataLoader(dataset, batch_size=64, shuffle=True, num_workers=2)`` for ``cfg``."""
-    args = ["dataset"]
-    if loader is not None:
-        sampler = type(getattr(loader, "sampler", None)).__name__
-        if getattr(loader, "batch_size", None) is not None:
-            args.append(f"batch_size={cfg.batch_size or loader.batch_size}")
-        elif getattr(loader, "batch_sampler", None) is not None:
-            args.append("batch_sampler=batch_sampler")
-        if sampler == "RandomSampler":
-            args.append("shuffle=True")
-        elif sampler not in ("SequentialSampler", "_InfiniteConstantSampler", "NoneType") \
-                and getattr(loader, "batch_size", None) is not None:
-            args.append("sampler=sampler")
-        if getattr(loader, "drop_last", False):
-            args.append("drop_last=True")
-        if not _collate_is_default(getattr(loader, "collate_fn", None)):
-            args.append("collate_fn=collate_fn")
-    elif cfg.batch_size is not None:
-        args.append(f"batch_size={cfg.batch_size}")
-    if cfg.num_workers:
-        args.append(f"num_workers={cfg.num_workers}")
-        if cfg.persistent_workers:
-            args.append("persistent_workers=True")
-        if cfg.prefetch_factor not in (None, 2):
-            args.append(f"prefetch_factor={cfg.prefetch_factor}")
-    if cfg.pin_memory:
-        args.append("pin_memory=True")
-    return "DataLoader(" + ", ".join(args) + ")"
+def callable_name(fn: Any, param: str) -> str | None:
+    """How a callable argument reads in code: the function's name (``pad_collate``), a
+    callable object's class (``Collator(...)``), else the parameter's own name."""
+    if fn is None:
+        return None
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str) and name.isidentifier():
+        return name
+    cls = type(fn).__name__
+    if not inspect.isroutine(fn) and cls != "partial" and cls.isidentifier():
+        return f"{cls}(...)"
+    return param
 
 
+def loader_arguments(loader: Any) -> dict[str, Any]:
+    """The DataLoader arguments code shows that ``context.json`` does not hold otherwise
+    (JSON values): custom batch sampler, collate_fn, worker_init_fn, generator, timeout,
+    multiprocessing context. ``capture.context.dataloader_info`` adds them."""
+    bs = getattr(loader, "batch_sampler", None)
+    custom_bs = getattr(loader, "batch_size", None) is None and bs is not None
+    collate = getattr(loader, "collate_fn", None)
+    mp = getattr(loader, "multiprocessing_context", None)
+    return {
+        "batch_sampler_class": type(bs).__name__ if custom_bs else None,
+        "collate_fn": None if collate is None or _collate_is_default(collate)
+        else callable_name(collate, "collate_fn"),
+        "worker_init_fn": callable_name(getattr(loader, "worker_init_fn", None),
+                                        "worker_init_fn"),
+        "generator": getattr(loader, "generator", None) is not None,
+        "timeout": getattr(loader, "timeout", 0) or 0,
+        "multiprocessing_context": None if mp is None else (
+            getattr(mp, "_name", None) or getattr(mp, "get_start_method", lambda: None)()),
+    }
+
+
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+def _plain(v: Any) -> Any:
+    """A hyper-parameter as a JSON value (tuples as lists), or None when it is not one."""
+    if isinstance(v, _SIMPLE):
+        return v
+    if isinstance(v, tuple | list) and all(isinstance(x, _SIMPLE) for x in v):
+        return list(v)
+    if hasattr(v, "item") and getattr(v, "numel", lambda: 0)() == 1:  # a tensor lr
+        return _plain(v.item())
+    return None
+
+
+def optimizer_arguments(opt: Any) -> dict[str, Any]:
+    """The optimizer's hyper-parameters as the user set them: ``lr`` always, the others
+    where they differ from the class's defaults (foreach/fused are the config's)."""
+    defaults = getattr(opt, "defaults", {}) or {}
+    try:
+        sig = inspect.signature(type(opt).__init__).parameters
+    except (TypeError, ValueError):
+        sig = {}
+    out: dict[str, Any] = {}
+    for k, v in defaults.items():
+        if k in ("foreach", "fused", "params"):
+            continue
+        pv = _plain(v)
+        if pv is None and v is not None:
+            continue
+        p = sig.get(k)
+        if sig and p is None:  # set by the class itself (AdamW: decoupled_weight_decay)
+            continue
+        dflt = _plain(p.default) if p is not None and p.default is not p.empty else object()
+        if k == "lr" or pv != dflt:
+            out[k] = pv
+    return out
+
+
+# ---------------------------------------------------------------------- what is known
+@dataclass(frozen=True)
+class LoaderSpec:
+    """The user's DataLoader call: what code shows (values as they are, callables by name)."""
+
+    batch_size: int | None = 1  # None: a batch_sampler, or automatic batching off
+    shuffle: bool | None = False  # None: neither (a custom sampler, an IterableDataset)
+    sampler: str | None = None  # class of a custom sampler
+    batch_sampler: str | None = None  # class of a custom batch sampler
+    drop_last: bool = False
+    collate_fn: str | None = None  # name of a custom collate_fn (None: torch's default)
+    worker_init_fn: str | None = None
+    generator: bool = False
+    timeout: float = 0
+    multiprocessing_context: str | None = None
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+
+    @classmethod
+    def from_loader(cls, loader: Any) -> LoaderSpec:
+        from_ctx = {**_loader_info(loader), **loader_arguments(loader)}
+        return cls.from_context(from_ctx) or cls()
+
+    @classmethod
+    def from_context(cls, d: Mapping[str, Any] | None) -> LoaderSpec | None:
+        """From ``context.json``'s ``dataloader`` entry (None when there is none)."""
+        if not isinstance(d, Mapping) or d.get("num_workers") is None:
+            return None  # none, or not a torch DataLoader (no num_workers): not known
+        sampler_cls = d.get("sampler_class")
+        custom_bs = d.get("batch_sampler_class")
+        bs = d.get("batch_size")
+        shuffle: bool | None = None
+        sampler = None
+        if not custom_bs and bs is not None and not d.get("iterable_dataset"):
+            if sampler_cls == "RandomSampler":
+                shuffle = True
+            elif sampler_cls in ("SequentialSampler", None):
+                shuffle = False
+            elif sampler_cls != "_InfiniteConstantSampler":
+                sampler = str(sampler_cls)
+        nw = int(d.get("num_workers") or 0)
+        return cls(
+            batch_size=bs if isinstance(bs, int) else None, shuffle=shuffle, sampler=sampler,
+            batch_sampler=str(custom_bs) if custom_bs else None,
+            drop_last=bool(d.get("drop_last")), collate_fn=d.get("collate_fn"),
+            worker_init_fn=d.get("worker_init_fn"), generator=bool(d.get("generator")),
+            timeout=d.get("timeout") or 0,
+            multiprocessing_context=d.get("multiprocessing_context"), num_workers=nw,
+            pin_memory=bool(d.get("pin_memory")),
+            persistent_workers=bool(d.get("persistent_workers")) and nw > 0,
+            prefetch_factor=d.get("prefetch_factor") if nw > 0 else None)
+
+    def config(self, **step: Any) -> TrainConfig:
+        """The TrainConfig of this loader (step settings from ``step``)."""
+        return TrainConfig(num_workers=self.num_workers, pin_memory=self.pin_memory,
+                           persistent_workers=self.persistent_workers,
+                           prefetch_factor=self.prefetch_factor, batch_size=self.batch_size,
+                           **step)
+
+
+def _loader_info(loader: Any) -> dict[str, Any]:
+    """The settings ``context.json`` records for a DataLoader (see capture.context)."""
+    ds = getattr(loader, "dataset", None)
+    sampler = getattr(loader, "sampler", None)
+    try:
+        from torch.utils.data import IterableDataset
+
+        iterable = isinstance(ds, IterableDataset)
+    except ImportError:  # pragma: no cover
+        iterable = False
+    return {"num_workers": getattr(loader, "num_workers", 0),
+            "pin_memory": getattr(loader, "pin_memory", False),
+            "batch_size": getattr(loader, "batch_size", None),
+            "persistent_workers": getattr(loader, "persistent_workers", False),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None),
+            "drop_last": getattr(loader, "drop_last", False), "iterable_dataset": iterable,
+            "sampler_class": None if sampler is None else type(sampler).__name__}
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The user's optimizer call: class, hyper-parameters as set, foreach/fused as set."""
+
+    cls: str = "Optimizer"
+    args: tuple[tuple[str, Any], ...] = ()
+    foreach: bool | None = None
+    fused: bool | None = None
+
+    @classmethod
+    def from_optimizer(cls, opt: Any) -> OptimizerSpec:
+        d = getattr(opt, "defaults", {}) or {}
+        return cls(type(opt).__name__, tuple(optimizer_arguments(opt).items()),
+                   d.get("foreach"), d.get("fused"))
+
+    @classmethod
+    def from_context(cls, d: Mapping[str, Any] | None) -> OptimizerSpec | None:
+        if not isinstance(d, Mapping) or not d.get("class"):
+            return None
+        args = d.get("arguments")
+        return cls(str(d["class"]), tuple(args.items()) if isinstance(args, Mapping) else (),
+                   d.get("foreach"), d.get("fused"))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What is known about the user's DataLoader and optimizer (None: not known)."""
+
+    loader: LoaderSpec | None = None
+    optimizer: OptimizerSpec | None = None
+
+    @classmethod
+    def from_objects(cls, loader: Any = None, optimizer: Any = None) -> Setup:
+        return cls(None if loader is None else LoaderSpec.from_loader(loader),
+                   None if optimizer is None else OptimizerSpec.from_optimizer(optimizer))
+
+    @classmethod
+    def from_context(cls, ctx: Mapping[str, Any] | None) -> Setup | None:
+        """From a run's ``context.json`` (None when it knows neither object)."""
+        if not isinstance(ctx, Mapping):
+            return None
+        s = cls(LoaderSpec.from_context(ctx.get("dataloader")),
+                OptimizerSpec.from_context(ctx.get("optimizer")))
+        return None if s.loader is None and s.optimizer is None else s
+
+
+# ---------------------------------------------------------------------- calls
+def call(prefix: str, head: str, args: Iterable[str], width: int = _WIDTH) -> str:
+    """``prefix + head(args)``, the arguments wrapped under the parenthesis when long."""
+    args = list(args)
+    one = f"{prefix}{head}(" + ", ".join(args) + ")"
+    if len(one) <= width or len(args) < 2:
+        return one
+    indent = " " * (len(prefix) + len(head) + 1)
+    lines, cur = [], f"{prefix}{head}(" + args[0]
+    for a in args[1:]:
+        if len(cur) + 2 + len(a) + 1 > width:
+            lines.append(cur + ",")
+            cur = indent + a
+        else:
+            cur += ", " + a
+    lines.append(cur + ")")
+    return "\n".join(lines)
+
+
+def _as_spec(loader: Any) -> LoaderSpec | None:
+    if loader is None or isinstance(loader, LoaderSpec):
+        return loader
+    return LoaderSpec.from_loader(loader)
+
+
+def loader_args(loader: LoaderSpec | Any | None, cfg: TrainConfig | None = None, *,
+                show: Iterable[str] = (), override: Mapping[str, str] | None = None) -> list[str]:
+    """The arguments of the user's DataLoader call with ``cfg``'s settings, in torch's order.
+
+    ``loader``: a :class:`LoaderSpec`, a live DataLoader, or None (generic: ``...`` for the
+    arguments not known). ``show``: settings written even at their default (the ones that
+    change); ``override``: settings written as the given expression.
+    """
+    spec = _as_spec(loader)
+    if cfg is None:
+        cfg = spec.config() if spec is not None else TrainConfig()
+    show, override = set(show), dict(override or {})
+    out: dict[str, str] = {}
+    if spec is None:
+        if cfg.batch_size is not None and "batch_size" in show:
+            out["batch_size"] = str(cfg.batch_size)
+    else:
+        bs = cfg.batch_size or spec.batch_size
+        if spec.batch_sampler:
+            out["batch_sampler"] = "batch_sampler"
+        elif bs is not None:
+            out["batch_size"] = str(bs)
+        else:
+            out["batch_size"] = "None"
+        if spec.shuffle is not None:
+            out["shuffle"] = str(spec.shuffle)
+        if spec.sampler:
+            out["sampler"] = "sampler"
+    workers = int(override["num_workers"] != "0") if "num_workers" in override \
+        else cfg.num_workers
+    if cfg.num_workers or "num_workers" in show or "num_workers" in override:
+        out["num_workers"] = str(cfg.num_workers)
+    if spec is not None and spec.collate_fn:
+        out["collate_fn"] = spec.collate_fn
+    if cfg.pin_memory or "pin_memory" in show:
+        out["pin_memory"] = str(cfg.pin_memory)
+    if spec is not None:
+        if spec.drop_last and not spec.batch_sampler:
+            out["drop_last"] = "True"
+        if spec.timeout:
+            out["timeout"] = repr(spec.timeout)
+        if spec.worker_init_fn:
+            out["worker_init_fn"] = spec.worker_init_fn
+        if spec.multiprocessing_context:
+            out["multiprocessing_context"] = repr(spec.multiprocessing_context)
+        if spec.generator:
+            out["generator"] = "generator"
+    if workers:
+        if cfg.prefetch_factor not in (None, 2) or "prefetch_factor" in show:
+            out["prefetch_factor"] = str(cfg.prefetch_factor or 2)
+        if cfg.persistent_workers or "persistent_workers" in show:
+            out["persistent_workers"] = str(cfg.persistent_workers)
+    out.update(override)
+    order = ["batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
+             "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context",
+             "generator", "prefetch_factor", "persistent_workers"]
+    args = ["dataset"] + (["..."] if spec is None else [])
+    return args + [f"{k}={out[k]}" for k in order if k in out]
+
+
+def loader_call(loader: LoaderSpec | Any | None, cfg: TrainConfig | None = None, *,
+                show: Iterable[str] = (), override: Mapping[str, str] | None = None,
+                prefix: str = "") -> str:
+    """``DataLoader(dataset, batch_size=64, shuffle=True, num_workers=2)`` for ``cfg`` (see
+    :func:`loader_args`); ``prefix`` (e.g. ``"loader = "``) lines wrapped arguments up."""
+    return call(prefix, "DataLoader", loader_args(loader, cfg, show=show, override=override))
+
+
+def optimizer_call(opt: OptimizerSpec | Any | None, *, foreach: bool | None = None,
+                   fused: bool | None = None, prefix: str = "opt = ") -> str:
+    """``opt = torch.optim.AdamW(model.parameters(), lr=0.001, fused=True)``: the user's
+    class and hyper-parameters (``...`` where they are not known) with these kernels."""
+    if opt is not None and not isinstance(opt, OptimizerSpec):
+        opt = OptimizerSpec.from_optimizer(opt)
+    cls = opt.cls if opt is not None else "AdamW"
+    args = ["model.parameters()"]
+    if opt is None:
+        args.append("...")
+    else:
+        for k, v in opt.args:
+            args.append(f"{k}={tuple(v) if isinstance(v, list) else v!r}")
+    if fused is not None:
+        args.append(f"fused={fused}")
+    if foreach is not None:
+        args.append(f"foreach={foreach}")
+    return call(prefix, f"torch.optim.{cls}", args)
+
+
+# ---------------------------------------------------------------------- a change, by hand
 def _loader_changed(a: TrainConfig, b: TrainConfig) -> bool:
     return a.loader_kwargs() != b.loader_kwargs() or a.batch_size != b.batch_size
 
 
-def render_change(before: TrainConfig, after: TrainConfig, *, loader: Any = None,
-                  optimizer: Any = None) -> str:
-    """Code, ``# before`` / ``# after``, for the fields that differ (empty: nothing to do)."""
+_LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+                  "batch_size")
+
+
+def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | None = None,
+                  loader: Any = None, optimizer: Any = None) -> str:
+    """Code, ``# before`` / ``# after``, for the fields that differ (empty: nothing to do).
+
+    The DataLoader and optimizer calls are the user's own (``setup``, or the live
+    ``loader`` / ``optimizer``); a generic template where they are not known."""
     if before == after:
         return ""
+    if setup is None and (loader is not None or optimizer is not None):
+        setup = Setup.from_objects(loader, optimizer)
+    spec = setup.loader if setup is not None else None
+    ospec = setup.optimizer if setup is not None else None
     lines: list[str] = []
     if _loader_changed(before, after):
-        lines += ["# before", f"loader = {loader_call(loader, before)}",
-                  "# after", f"loader = {loader_call(loader, after)}"]
+        changed = [k for k in before.diff(after) if k in _LOADER_FIELDS]
+        lines += ["# before" + ("" if spec is not None else " " + GENERIC_NOTE),
+                  loader_call(spec, before, show=changed, prefix="loader = "),
+                  "# after", loader_call(spec, after, show=changed, prefix="loader = ")]
     step: list[str] = []
     dev = "cuda"
     if after.cudnn_benchmark and not before.cudnn_benchmark:
@@ -72,9 +382,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, loader: Any = None
         step.append("model = torch.compile(model)")
     if (after.optimizer_foreach, after.optimizer_fused) != (
             before.optimizer_foreach, before.optimizer_fused):
-        cls = type(optimizer).__name__ if optimizer is not None else "Optimizer"
-        flag = "fused=True" if after.optimizer_fused else "foreach=True"
-        step.append(f"opt = torch.optim.{cls}(model.parameters(), ..., {flag})  # same settings")
+        step.append(optimizer_call(ospec, foreach=after.optimizer_foreach or None,
+                                   fused=after.optimizer_fused or None))
     if after.uses_grad_scaler and not before.uses_grad_scaler:
         step.append(f'scaler = torch.amp.GradScaler("{dev}")')
     k = after.grad_accum_steps
@@ -108,4 +417,6 @@ def render_change(before: TrainConfig, after: TrainConfig, *, loader: Any = None
     return "\n".join(lines)
 
 
-__all__ = ["loader_call", "render_change"]
+__all__ = ["GENERIC_NOTE", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
+           "loader_args", "loader_arguments", "loader_call", "optimizer_arguments",
+           "optimizer_call", "render_change"]

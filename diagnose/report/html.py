@@ -253,7 +253,8 @@ def _fixes(f: Finding) -> Markup | None:
                         el("summary", label, fix.title, " ",
                            el("span", "autofix can apply", class_="badge auto")
                            if fix.auto else None),
-                        el("pre", el("code", fix.code, class_="language-python")),
+                        el("pre", el("code", f.fix_code.get(fix.id, fix.code),
+                                      class_="language-python")),
                         open=i == 0, class_="fix", data_fix=fix.id))
     return text(el("h4", "Fix" if len(known) == 1 else f"Fixes ({len(known)})"), items)
 

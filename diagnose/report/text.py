@@ -141,7 +141,7 @@ def _fix_panels(report: Analysis) -> list[Panel]:
                 continue
             shown.add(fid)
             fix = FIXES[fid]
-            panels.append(Panel(Syntax(fix.code, "python", theme="ansi_dark", word_wrap=True),
+            panels.append(Panel(Syntax(f.fix_code.get(fid, fix.code), "python", theme="ansi_dark", word_wrap=True),
                                 title=f"{f.rule} fix: {escape(fix.title)}", title_align="left"))
     return panels
 

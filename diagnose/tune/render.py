@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -26,24 +27,51 @@ def _ms(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
 
 
+def _ms3(x: float | None) -> str:
+    """Three significant digits or so: 0.42, 2.39, 12.3, 127."""
+    if x is None:
+        return "?"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _ms_pair(d: Any) -> str:
+    if d.baseline_ms is None and d.trial_ms is None:
+        return ""
+    return f"{_ms3(d.baseline_ms)} → {_ms3(d.trial_ms)}"
+
+
 def decisions_table(r: TuneResult) -> Table:
+    """One row per decision: the fix, the finding that named it, the change with the reason
+    under it, the times, the speedup, the decision. Sized for logs as well as terminals:
+    only the change/reason column wraps, so at 120 columns or more a row is two lines (the
+    change, then the reason) with the fix, the numbers and the decision intact on the
+    first."""
     ci = "speedup [CI]"
     for d in r.decisions:
         if d.speedup is not None:
             ci = f"speedup [{d.speedup.confidence:.0%} CI]"
             break
-    t = Table(title=f"autofix decisions (kept only if the CI's lower bound > {1 + r.min_gain:.2f})",
-              title_justify="left", expand=False)
-    fold = {"overflow": "fold"}
-    for col, kw in (("#", {"justify": "right"}), ("fix", fold), ("named by", {}), ("change", fold),
-                    ("baseline ms", {"justify": "right"}), ("trial ms", {"justify": "right"}),
-                    (ci, {"justify": "right", "no_wrap": True}), ("decision", {"no_wrap": True}),
-                    ("reason", {})):
-        t.add_column(col, **kw)
-    for i, d in enumerate(r.decisions, 1):
-        t.add_row(str(i), d.fix, d.finding or "", escape(d.change), _ms(d.baseline_ms),
-                  _ms(d.trial_ms), "" if d.speedup is None else str(d.speedup),
-                  Text(d.status, style=_STYLE.get(d.status, "")), escape(d.reason))
+    t = Table(title=f"autofix decisions (ms: baseline → trial step; kept only if the CI's "
+                    f"lower bound > {1 + r.min_gain:.2f})",
+              title_justify="left", expand=False, box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False, padding=(0, 1, 0, 0))
+    keep = {"no_wrap": True, "overflow": "ellipsis"}
+    longest = max((len(d.fix) for d in r.decisions), default=3)
+    t.add_column("fix", min_width=longest, **keep)
+    t.add_column("by", **keep)
+    t.add_column("change / reason", overflow="fold", min_width=24)
+    t.add_column("ms", justify="right", **keep)
+    t.add_column(ci, justify="right", **keep)
+    t.add_column("decision", **keep)
+    for d in r.decisions:
+        what = Text(d.change)
+        if d.reason:
+            if d.change:
+                what.append("\n")
+            what.append(d.reason, style="dim")
+        t.add_row(d.fix, d.finding or "", what, _ms_pair(d),
+                  "" if d.speedup is None else str(d.speedup),
+                  Text(d.status, style=_STYLE.get(d.status, "")))
     return t
 
 

@@ -127,6 +127,7 @@ class _Tuner:
         self.trials = 0
         self.steps = plan.min_steps
         self.w_original_workers = 0
+        self.workers_searched_by: str | None = None  # the fix that searched num_workers
         self._optimizers: dict[tuple[bool | None, bool | None], Any] = {}
 
     def trial_for(self, cfg: TrainConfig) -> Trial:
@@ -351,6 +352,18 @@ class _Tuner:
             attempt((failed + best.num_workers) // 2)
         return best
 
+    def search_workers_down(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
+                            finding: str | None) -> TrainConfig:
+        """Too many workers (more than the CPUs, or CPUs saturated): each value of the
+        descending ladder (the CPU count, one less, half, 1, 0) against the best so far.
+        A value that is no gain does not end the search: the cost of workers is not
+        monotone in their number (0 workers means no inter-process transfer at all)."""
+        for c in cands:  # descending: every value is below the best so far
+            cand = best.replace(num_workers=c.num_workers)
+            if cand.num_workers < best.num_workers and self.trial(fix, best, cand, finding):
+                best = cand
+        return best
+
     def search_batch(self, cfg: TrainConfig, first_error: str) -> TrainConfig:
         """The largest micro-batch that fits, keeping the effective batch (binary search
         over the divisors of the effective batch; fitting is monotone in the batch)."""
@@ -398,6 +411,11 @@ def _ms(rounds: Sequence[np.ndarray]) -> float | None:
 
 
 # ---------------------------------------------------------------------- planning
+#: Fixes that search num_workers (one search serves both: IN004 names the cap, IN001 the
+#: count; the second one named says it was searched above).
+WORKER_FIXES = ("num_workers", "num_workers_cap")
+
+
 def planned_fixes(findings: Iterable[Any]) -> list[tuple[Fix, str]]:
     """The fixes the findings name, in order (worst finding first), each once."""
     out: list[tuple[Fix, str]] = []
@@ -527,6 +545,11 @@ def autofix(
             if not fix.auto:
                 tuner.decisions.append(Decision(fix.id, "", ADVICE, fix.title, finding))
                 continue
+            if fix.id in WORKER_FIXES and tuner.workers_searched_by is not None:
+                tuner.decisions.append(Decision(
+                    fix.id, "", NO_CHANGE, f"searched above, as {tuner.workers_searched_by}",
+                    finding))
+                continue
             why = fix.why_not(best, facts)
             if why is not None:
                 tuner.decisions.append(Decision(fix.id, "", NOT_APPLICABLE, why, finding))
@@ -536,8 +559,12 @@ def autofix(
                 tuner.decisions.append(Decision(fix.id, "", NO_CHANGE,
                                                 "already in place", finding))
                 continue
-            if fix.id == "num_workers":
-                best = tuner.search_workers(fix, best, cands, estimate, finding)
+            if fix.id in WORKER_FIXES:
+                tuner.workers_searched_by = fix.id
+                if cands[0].num_workers < best.num_workers:  # the ladder goes down
+                    best = tuner.search_workers_down(fix, best, cands, finding)
+                else:
+                    best = tuner.search_workers(fix, best, cands, estimate, finding)
                 continue
             for cand in cands:
                 if fix.why_not(best, facts) is not None or cand == best:
