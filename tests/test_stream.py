@@ -44,13 +44,16 @@ def test_builder_traces_stream(tmp_path, small_chunks, legacy):
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
-def test_minified_json_falls_back_to_whole_read(tmp_path, small_chunks):
-    doc = tb.healthy().build()
-    p = tmp_path / "min.json"
-    p.write_text(json.dumps(doc, separators=(",", ":")))  # one line: not chunkable
-    with pytest.raises(stream.NotStreamable):
-        stream.read_streaming(p, 2**40)
-    assert_same(read_trace(p, stream=False), read_trace(p, stream=True))
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "json.gz"])
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["minified", "json.dump"])
+def test_one_line_json_streams(tmp_path, small_chunks, separators, gz):
+    """A trace on one long line (json.dump with no indent, as other tools re-export or
+    merge traces) is cut by the string-aware scan, not read whole."""
+    data = json.dumps(tb.launch_bound().build(), separators=separators).encode()
+    assert b"\n" not in data
+    p = tmp_path / ("one-line.json.gz" if gz else "one-line.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
 def test_odd_values_fall_back_to_the_lenient_path(tmp_path, small_chunks):
@@ -96,18 +99,21 @@ def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
+@pytest.mark.parametrize("indent", [2, None], ids=["indented", "one-line"])
 @pytest.mark.parametrize("chunk", [64, 4096, 8 * 2**20], ids=["events-longer-than-chunk",
                                                                 "many-chunks", "one-chunk"])
-def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk, forkable):
+def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk, indent,
+                                         forkable):
     """Byte ranges decoded in worker processes merge into exactly the whole-read Trace,
-    whatever the chunk size (a chunk smaller than one event makes the buffer grow)."""
+    whatever the chunk size (a chunk smaller than one event makes the buffer grow) and
+    the layout."""
     from diagnose.trace import parallel
 
     monkeypatch.setattr(parallel, "_WINDOW", 4096)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", chunk)
     doc = tb.launch_bound().build()
     p = tmp_path / "big.json"
-    p.write_text(json.dumps(doc, indent=2))
+    p.write_text(json.dumps(doc, indent=indent))
     assert_same(read_trace(p, stream=False), parallel.read_parallel(p, 2**40, 3))
     # and through read_trace's own choice, with the size threshold lowered
     from diagnose.trace import reader
@@ -148,8 +154,8 @@ def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path, forkable):
 def test_parallel_read_refuses_odd_layouts(tmp_path):
     from diagnose.trace import parallel
 
-    p = tmp_path / "min.json"
-    p.write_text(json.dumps(tb.healthy().build(), separators=(",", ":")))
+    p = tmp_path / "list.json"
+    p.write_text(json.dumps(tb.healthy().build()["traceEvents"]))  # a bare list of events
     with pytest.raises(stream.NotStreamable):
         parallel.read_parallel(p, 2**40, 2)
 
