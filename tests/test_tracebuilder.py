@@ -8,7 +8,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from tracebuilder import (
+
+from tests.tracebuilder import (
     GEMM_BF16,
     SCENARIOS,
     TraceBuilder,
