@@ -6,11 +6,13 @@ the project's own one-line error (DiagnoseError), never any other exception.
 Cases come from tests/fuzz_strategies.py (hypothesis): generated traces with missing
 fields, wrong types, NaN/negative/huge numbers, numbers as strings, then mutated
 (truncated, flipped bytes, inserted garbage, gzip of the document or of garbage, deep
-nesting, binary garbage), written on one line or indented as torch.profiler writes them.
-Each case is also read by every chunked reader (streaming, byte ranges, pipelined; cut
-into tiny pieces), which must give the whole read's Trace, fall back to the whole read,
-or refuse what it refuses (tests/readers.py). Prints a table of outcomes and the failure
-count (goal: 0).
+nesting, binary garbage). Strings are full of what a cut could take for structure
+(brackets, commas, quotes, backslashes, fake events, long runs across every window).
+Each case's document is written both as torch.profiler writes it (indented) and on one
+line (compact), and each of those two files and the mutated one is read by every chunked
+reader (streaming, byte ranges, pipelined; cut into tiny pieces), which must give the
+whole read's Trace, fall back to the whole read, or refuse what it refuses
+(tests/readers.py). Prints a table of outcomes and the failure count (goal: 0).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 from diagnose import analyze  # noqa: E402
 from diagnose.errors import DiagnoseError  # noqa: E402
-from tests.fuzz_strategies import trace_file  # noqa: E402
+from tests.fuzz_strategies import COMPACT, trace_case  # noqa: E402
 from tests.readers import check_chunked_reads  # noqa: E402
 
 
@@ -50,15 +52,19 @@ def main() -> int:
     @seed(args.seed)
     @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(trace_file())
-    def run(data: bytes) -> None:
+    @given(trace_case())
+    def run(files: dict[str, bytes]) -> None:
+        for layout, data in files.items():
+            path.write_bytes(data)
+            kind = "compact" if layout in COMPACT else layout.split()[0]
+            try:
+                seen, problems = check_chunked_reads(path)
+            except Exception:  # noqa: BLE001 - the reference read itself broke: a failure
+                seen, problems = [], [traceback.format_exc(limit=3)]
+            chunked.update(f"{kind:8s} {s}" for s in seen)
+            failures.extend((f"chunked read ({layout}): {p}", data) for p in problems)
+        data = files["mutated"]
         path.write_bytes(data)
-        try:
-            seen, problems = check_chunked_reads(path)
-        except Exception:  # noqa: BLE001 - the reference read itself broke: a failure
-            seen, problems = [], [traceback.format_exc(limit=3)]
-        chunked.update(seen)
-        failures.extend((f"chunked read: {p}", data) for p in problems)
         try:
             report = analyze(path)
             report.to_json()
@@ -86,7 +92,8 @@ def main() -> int:
     for k, v in outcomes.most_common():
         print(f"{k:60s} {v:8d}")
     print("-" * 69)
-    print(f"\n{'chunked reader: outcome':60s} {'cases':>8s}")
+    print(f"\n{'file (indented, compact, mutated) / chunked reader: outcome':60s} "
+          f"{'cases':>8s}")
     print("-" * 69)
     for k, v in sorted(chunked.items()):
         print(f"{k:60s} {v:8d}")

@@ -21,7 +21,7 @@ newest such ``traceinsight`` (``--hta-package`` picks one: ``traceinsight``,
 ``HolisticTraceAnalysis==0.2.0``, ...); the table names the version measured. If none
 installs, the table says why and the script still exits 0: no HTA number is ever made up.
 
-The trace is the one ``benchmarks/analyze_speed.py`` builds and caches (same builder, same
+The trace is the one ``benchmarks/analyze_speed.py`` builds and caches (``_bench.py``: same builder, same
 cache, so the same bytes): a real GPU trace replicated to ``--size-mb`` (default 300) MB.
 
 Each measurement is a fresh child process; times are taken inside it around the work only
@@ -55,8 +55,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCH_DIR = Path(__file__).resolve().parent
+from _bench import (
+    MB,
+    REPO_ROOT,
+    add_trace_options,
+    built_trace,
+    emit,
+    loadavg,
+    log,
+    machine_info,
+    ram_text,
+    tagged,
+    use_this_checkout,
+    vmhwm_kib,
+    warm_page_cache,
+)
+from _bench import RESULT_TAG as _RESULT
+
 DEFAULT_HTA_VENV = Path("/tmp/torch-diagnose-hta-venv")
 HTA_PACKAGES = ("HolisticTraceAnalysis", "traceinsight")  # both install the `hta` package
 HTA_TRACE_NAME = "rank-0.json"
@@ -68,8 +83,6 @@ HTA_ANALYSES = {
 }
 DEFAULT_ANALYSES = ("temporal", "idle")
 MAX_INSTALL_TRIES = 6
-MB = 1e6
-_RESULT = "@@RESULT@@ "
 _PROGRESS = "@@PROGRESS@@ "
 OUR_CHECK = ("step_count", "gpu_idle_frac", "share_kernel", "idle_launch_frac")
 
@@ -100,42 +113,20 @@ print(json.dumps(out))
 
 
 # --------------------------------------------------------------------------- child side
-def _peak_rss_kib() -> int | None:
-    """This process's VmHWM in KiB (None where /proc is unavailable)."""
-    return _vmhwm_kib("self")
-
-
-def _vmhwm_kib(pid: int | str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _emit(tag: str, obj: dict[str, Any]) -> None:
-    sys.stdout.write(tag + json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 def _child_ours(path: str) -> None:
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # this checkout's diagnose, not an installed one
+    use_this_checkout()
     t0 = time.perf_counter()
     from diagnose.api import analyze
 
     import_s = time.perf_counter() - t0
-    base = _peak_rss_kib()
-    _emit(_PROGRESS, {"stage": "work", "monotonic": time.monotonic()})
+    base = vmhwm_kib()
+    emit(_PROGRESS, {"stage": "work", "monotonic": time.monotonic()})
     start = time.perf_counter()
     report = analyze(Path(path))
     work_s = time.perf_counter() - start
     check: dict[str, Any] = {k: report.metrics.get(k) for k in OUR_CHECK}
     check["findings"] = sorted(f.rule for f in report.findings)
-    _emit(_RESULT, {"import_s": import_s, "work_s": work_s, "peak_rss_kib": _peak_rss_kib(),
+    emit(_RESULT, {"import_s": import_s, "work_s": work_s, "peak_rss_kib": vmhwm_kib(),
                     "base_rss_kib": base, "check": check})
     os._exit(0)  # skip tearing down millions of objects: not part of the measurement
 
@@ -145,12 +136,12 @@ def _child_hta(trace_dir: str, analyses: str) -> None:
     from hta.trace_analysis import TraceAnalysis  # type: ignore[import-not-found]
 
     import_s = time.perf_counter() - t0
-    base = _peak_rss_kib()
-    _emit(_PROGRESS, {"stage": "work", "monotonic": time.monotonic()})
+    base = vmhwm_kib()
+    emit(_PROGRESS, {"stage": "work", "monotonic": time.monotonic()})
     start = time.perf_counter()
     ta = TraceAnalysis(trace_files={0: HTA_TRACE_NAME}, trace_dir=trace_dir)
     parse_s = time.perf_counter() - start
-    _emit(_PROGRESS, {"stage": "parse", "s": parse_s})
+    emit(_PROGRESS, {"stage": "parse", "s": parse_s})
     out: dict[str, Any] = {"import_s": import_s, "parse_s": parse_s, "analysis_s": {},
                            "rows": len(ta.t.get_trace(0)), "base_rss_kib": base, "check": {}}
     for name in analyses.split(","):
@@ -173,9 +164,9 @@ def _child_hta(trace_dir: str, analyses: str) -> None:
         else:
             raise SystemExit(f"unknown HTA analysis {name!r}")
         out["analysis_s"][name] = time.perf_counter() - start
-        _emit(_PROGRESS, {"stage": name, "s": out["analysis_s"][name]})
-    out["peak_rss_kib"] = _peak_rss_kib()
-    _emit(_RESULT, out)
+        emit(_PROGRESS, {"stage": name, "s": out["analysis_s"][name]})
+    out["peak_rss_kib"] = vmhwm_kib()
+    emit(_RESULT, out)
     os._exit(0)
 
 
@@ -210,7 +201,7 @@ def run_child(cmd: list[str], timeout: float | None, poll_s: float = 0.5) -> Chi
                 proc.wait(timeout=poll_s)
                 break
             except subprocess.TimeoutExpired:
-                hwm = _vmhwm_kib(proc.pid)
+                hwm = vmhwm_kib(proc.pid)
                 if hwm is not None:
                     peak = max(peak or 0, hwm)
                 if timeout is not None and time.monotonic() - t0 > timeout:
@@ -221,12 +212,8 @@ def run_child(cmd: list[str], timeout: float | None, poll_s: float = 0.5) -> Chi
         end = time.monotonic()
         out.seek(0)
         text = out.read()
-    progress, result = [], None
-    for line in text.splitlines():
-        if line.startswith(_PROGRESS):
-            progress.append(json.loads(line[len(_PROGRESS):]))
-        elif line.startswith(_RESULT):
-            result = json.loads(line[len(_RESULT):])
+    progress = tagged(text, _PROGRESS)
+    result = (tagged(text, _RESULT) or [None])[-1]
     work_mark = next((p["monotonic"] for p in progress if p.get("stage") == "work"), None)
     return ChildRun(proc.returncode, end - t0, result, progress, peak, timed_out,
                     None if work_mark is None else end - work_mark, text[-3000:])
@@ -448,13 +435,6 @@ def measure_hta(env: HtaEnv, path: Path, analyses: list[str], timeout: float, re
 
 
 # ------------------------------------------------------------------------------ reporting
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def ratio(hta: Hta, ours: Ours) -> tuple[float | None, bool]:
     """(HTA total / ours, is a lower bound); None when HTA has no time at all."""
     if hta.total_s is not None:
@@ -478,12 +458,11 @@ def _mb(kib: int | None, lower: bool = False) -> str:
 
 def render(info: dict[str, Any], command: str, date: str, bt: Any, env: HtaEnv, ours: Ours,
            hta: Hta, analyses: list[str], repeat: int, hta_repeat: int) -> str:
-    ram = f"{info['ram_bytes'] / 2**30:.1f} GiB RAM" if info.get("ram_bytes") else "RAM unknown"
     hta_ver = (f"{env.dist} {env.version} (pandas {env.pandas}, numpy {env.numpy})"
                if env.version else f"not installable: {env.error}")
     lines = [
         "torch-diagnose vs Holistic Trace Analysis: full analysis of one large trace",
-        f"machine : {info['cpu']}, {info['cores']} cores, {ram}",
+        f"machine : {info['cpu']}, {info['cores']} cores, {ram_text(info)}",
         f"load avg: at start {info['loadavg_start']}, at end {info.get('loadavg_end')}"
         "  (1/5/15 min; the machine is shared)",
         f"software: Python {info['python']}, torch-diagnose at git {info['code']}",
@@ -540,12 +519,7 @@ def render(info: dict[str, Any], command: str, date: str, bt: Any, env: HtaEnv, 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--size-mb", type=float, default=300.0,
-                    help="size of the built uncompressed trace in MB (default 300)")
-    ap.add_argument("--source", type=Path, default=None,
-                    help="real trace to replicate (default: analyze_speed.py's)")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where built traces are cached (default: analyze_speed.py's)")
+    add_trace_options(ap)
     ap.add_argument("--hta-venv", type=Path, default=DEFAULT_HTA_VENV,
                     help=f"venv for HTA, created or reused (default {DEFAULT_HTA_VENV})")
     ap.add_argument("--hta-package", default="auto",
@@ -575,34 +549,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1 or args.hta_repeat < 1 or args.size_mb <= 0 or args.hta_timeout <= 0:
         ap.error("--repeat, --hta-repeat, --size-mb and --hta-timeout must be positive")
 
-    sys.path.insert(0, str(BENCH_DIR))
-    import analyze_speed as speed  # the same builder and cache: the same file
-
     command = shlex.join(["python", "benchmarks/hta_compare.py",
                           *(sys.argv[1:] if argv is None else argv)])
     date = dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    info = speed.machine_info()
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    info = machine_info()
     env = ensure_hta(args.hta_venv, args.hta_package, log)
     if env.error:
         print(f"HTA not installable: {env.error}", flush=True)
-    source = args.source or speed.DEFAULT_SOURCE
-    workdir = args.workdir or speed.DEFAULT_WORKDIR
-    log(f"building ~{args.size_mb:g} MB trace from {source.name} (cached in {workdir}) ...")
-    bt = speed.build_trace(source, args.size_mb, workdir)
-    log(f"  {bt.path} ({bt.bytes / MB:,.1f} MB, {bt.events:,} events, "
-        + (f"built in {bt.build_s:.1f} s)" if bt.build_s is not None else "cached)"))
-    with open(bt.path, "rb") as f:  # warm the page cache: both read it from memory
-        while f.read(64 * 2**20):
-            pass
+    bt = built_trace(args)  # analyze_speed.py's builder and cache: the same file
+    warm_page_cache(bt.path)  # both read it from memory
 
     ours = measure_ours(sys.executable, bt.path, args.repeat, log)
     log(f"  ours: median {ours.median_s:.2f} s")
     hta = measure_hta(env, bt.path, analyses, args.hta_timeout, args.hta_repeat, log)
-    info["loadavg_end"] = _loadavg()
+    info["loadavg_end"] = loadavg()
     print(render(info, command, date, bt, env, ours, hta, analyses, args.repeat,
                  args.hta_repeat))
     if args.json:

@@ -2,7 +2,7 @@
 
 The 8 DLRM rank traces in ``../shared/traces/param/dlrm_kineto`` (~0.9 MB each) are
 replicated, each on its own, to several sizes per rank (copies of the rank's events with
-shifted timestamps and renumbered steps: ``benchmarks/analyze_speed.py``'s builder). For
+shifted timestamps and renumbered steps: ``benchmarks/_bench.py``'s builder). For
 each size, every rank is read and measured (``api._analyze_file``: decode, columns, all
 trace metrics):
 
@@ -38,7 +38,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.analyze_speed import MB, _write_replicated  # noqa: E402
+from _bench import MB, cpu_model, loadavg, write_replicated  # noqa: E402
+
 from diagnose.analysis import _analyze_file, _cpus  # noqa: E402
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "traces" / "param" / "dlrm_kineto"
@@ -59,7 +60,7 @@ def build_ranks(source: Path, size_mb: float, workdir: Path) -> list[Path]:
         name = f.name.removesuffix(".gz")
         out = out_dir / name
         if not out.is_file() or abs(out.stat().st_size - size_mb * MB) > 0.5 * MB + 0.2 * size_mb * MB:
-            _write_replicated(f, out, int(size_mb * MB))
+            write_replicated(f, out, int(size_mb * MB))
         built.append(out)
     return built
 
@@ -118,23 +119,9 @@ def pool_overhead(files: list[Path], workers: int) -> float:
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus_usable": _cpus(),
-        "cpus_total": os.cpu_count(),
-    }
-    try:
-        with open("/proc/cpuinfo") as fh:
-            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in fh
-                                if ln.startswith("model name")), None)
-    except OSError:
-        info["cpu"] = None
-    try:
-        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        info["loadavg"] = None
-    return info
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus_usable": _cpus(), "cpus_total": os.cpu_count(), "cpu": cpu_model(),
+            "loadavg": loadavg()}
 
 
 def main(argv: list[str] | None = None) -> int:

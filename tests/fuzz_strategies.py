@@ -23,15 +23,31 @@ NAMES = ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#x",
          "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad", "aten::zero_",
          "[memory]", "<script>alert(1)</script>", "", "é\u202e\x00"]
 
+# Strings that a cut which did not know JSON strings would take for structure: brackets,
+# commas, colons, quotes and backslashes (escaped by json.dumps: \" and \\), runs of them,
+# control characters and non-ASCII (\uXXXX escapes, or raw UTF-8), whole fake events, and
+# long strings that cross every window and chunk boundary of the chunked readers.
+TRICKY_CHARS = list('{}[],:"\\ /\n\tu0') + ["\x00", "\x1f", "é", "\u202e", "\U0001f600"]
+FAKE_EVENTS = ['}, {"ph": "X", "ts": 1, "dur": 2}', '"}]}', '}]', '\\', '\\"', '"\\',
+               '\\\\"', '\\u0022', '}, {', '},{"', '], [', '\\"}, {\\"']
+tricky_text = st.one_of(
+    st.text(st.sampled_from(TRICKY_CHARS), max_size=16),
+    st.sampled_from(FAKE_EVENTS),
+    st.builds(lambda s, n: s * n, st.one_of(st.text(st.sampled_from(TRICKY_CHARS), min_size=1,
+                                                    max_size=6), st.sampled_from(FAKE_EVENTS)),
+              st.integers(50, 400)),
+)
+
 weird_number = st.one_of(
     st.integers(-(2**70), 2**70),
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from([0, -1, 1e-9, 1e15, 1e300, -1e300, 2**63, -(2**63)]),
 )
 scalar = st.one_of(st.none(), st.booleans(), weird_number, st.text(max_size=8),
-                   weird_number.map(str))
+                   weird_number.map(str), tricky_text)
 json_value = st.recursive(scalar, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=6), tricky_text),
+                                                 inner, max_size=3)),
     max_leaves=6)
 
 ARG_KEYS = ["correlation", "External id", "external id", "device", "stream", "bytes",
@@ -43,13 +59,16 @@ ARG_KEYS = ["correlation", "External id", "external id", "device", "stream", "by
 def clean_event(draw) -> dict:
     """A well-typed event, so that many cases reach the metrics and rules."""
     ev = {"ph": draw(st.sampled_from(["X", "X", "X", "i"])), "cat": draw(st.sampled_from(CATS)),
-          "name": draw(st.sampled_from(NAMES)), "pid": draw(st.sampled_from([1, 0, "Spans"])),
+          "name": draw(st.one_of(st.sampled_from(NAMES), tricky_text)),
+          "pid": draw(st.sampled_from([1, 0, "Spans"])),
           "tid": draw(st.sampled_from([1, 7, "stream 7"])),
           "ts": draw(st.floats(0, 1e5, allow_nan=False)),
           "dur": draw(st.one_of(st.floats(0, 1e4, allow_nan=False), st.just(-5.0)))}
     if draw(st.booleans()):
         ev["args"] = {k: draw(st.integers(-1, 10**6)) for k in
                       draw(st.lists(st.sampled_from(ARG_KEYS[:11]), max_size=4, unique=True))}
+        if draw(st.booleans()):  # args the analysis does not read: skipped by the decoder
+            ev["args"][draw(tricky_text)] = draw(st.one_of(tricky_text, json_value))
     return ev
 
 
@@ -96,13 +115,28 @@ def document(draw):
                                                          "backend": "nccl"}), json_value))
     if draw(st.booleans()):
         doc["schemaVersion"] = draw(scalar)
+    if isinstance(doc, dict) and draw(st.booleans()):  # fields before and after the events
+        doc = {draw(tricky_text): draw(json_value), **doc, "traceName": draw(tricky_text)}
     return doc
 
 
-def _dumps(obj, indent: int | None = None) -> bytes:
-    """JSON text (NaN/inf let through as literals); with ``indent``, one event per block of
-    lines as torch.profiler writes them, which the chunked readers can cut."""
-    return json.dumps(obj, default=str, allow_nan=True, indent=indent).encode(
+#: How a document is written: json.dumps keyword arguments. Indented: one event per block
+#: of lines, as torch.profiler writes them (cut at line breaks); compact: one long line
+#: (json.dump with no indent, as other tools re-export or merge traces; cut by the scan).
+LAYOUTS = {
+    "indent 1": {"indent": 1},
+    "indent 2": {"indent": 2},
+    "one line": {},
+    "minified": {"separators": (",", ":")},
+    "one line, raw UTF-8": {"ensure_ascii": False},
+}
+INDENTED = ("indent 1", "indent 2")
+COMPACT = ("one line", "minified", "one line, raw UTF-8")
+
+
+def _dumps(obj, layout: str = "one line") -> bytes:
+    """JSON text in one of LAYOUTS (NaN/inf let through as literals)."""
+    return json.dumps(obj, default=str, allow_nan=True, **LAYOUTS[layout]).encode(
         "utf-8", "surrogatepass")
 
 
@@ -137,4 +171,15 @@ def mutated(draw, data: bytes) -> bytes:
 
 @st.composite
 def trace_file(draw) -> bytes:
-    return draw(mutated(_dumps(draw(document()), draw(st.sampled_from([None, 1, 2])))))
+    return draw(mutated(_dumps(draw(document()), draw(st.sampled_from(list(LAYOUTS))))))
+
+
+@st.composite
+def trace_case(draw) -> dict[str, bytes]:
+    """One document written indented and compactly, and a file made from one of the two
+    (mutated): {"indent 2": ..., "minified": ..., "mutated": ...}."""
+    doc = draw(document())
+    layouts = [draw(st.sampled_from(INDENTED)), draw(st.sampled_from(COMPACT))]
+    files = {name: _dumps(doc, name) for name in layouts}
+    files["mutated"] = draw(mutated(files[draw(st.sampled_from(layouts))]))
+    return files

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from diagnose.errors import DiagnoseError
-from diagnose.trace import Trace, parallel, read_trace, stream
+from diagnose.trace import Trace, cut, parallel, read_trace, stream
 from diagnose.trace.decode import max_bytes
 
 COLUMNS = ("ts", "dur", "kind", "correlation")
@@ -61,17 +61,26 @@ class InProcessExecutor(Executor):
         return f
 
 
+#: (chunk, window, scan) sizes in bytes: chunks, the parallel reader's windows, the scan's
+#: numpy passes (odd sizes, so that boundaries fall anywhere in strings and escapes)
+TINY = (512, 1024, 61)
+
+
 @contextmanager
-def small_chunks(chunk: int = 512, window: int = 1024) -> Iterator[None]:
+def small_chunks(chunk: int = TINY[0], window: int = TINY[1],
+                 scan: int = TINY[2]) -> Iterator[None]:
     """Cut into many small pieces, so that even a tiny file takes every chunk boundary
-    (and pieces shorter than one event)."""
-    saved = stream.CHUNK_BYTES, stream.BLOCK_BYTES, parallel.CHUNK_BYTES, parallel._WINDOW
-    stream.CHUNK_BYTES, stream.BLOCK_BYTES, parallel.CHUNK_BYTES, parallel._WINDOW = (
-        chunk, chunk, chunk, window)
+    (and pieces shorter than one event, or than one string)."""
+    names = ((stream, "CHUNK_BYTES"), (stream, "BLOCK_BYTES"), (parallel, "CHUNK_BYTES"),
+             (parallel, "_WINDOW"), (cut, "SCAN_WINDOW"))
+    saved = [getattr(m, n) for m, n in names]
+    for (m, n), v in zip(names, (chunk, chunk, chunk, window, scan), strict=True):
+        setattr(m, n, v)
     try:
         yield
     finally:
-        stream.CHUNK_BYTES, stream.BLOCK_BYTES, parallel.CHUNK_BYTES, parallel._WINDOW = saved
+        for (m, n), v in zip(names, saved, strict=True):
+            setattr(m, n, v)
 
 
 def chunked_readers() -> dict[str, Callable[[Path, int], Trace]]:
@@ -83,8 +92,10 @@ def chunked_readers() -> dict[str, Callable[[Path, int], Trace]]:
     }
 
 
-def check_chunked_reads(path: Path) -> tuple[list[str], list[str]]:
-    """(outcomes, problems) of every chunked reader on ``path`` against the whole read."""
+def check_chunked_reads(path: Path, sizes: tuple[int, int, int] = TINY
+                        ) -> tuple[list[str], list[str]]:
+    """(outcomes, problems) of every chunked reader on ``path`` against the whole read,
+    cut into pieces of ``sizes`` (see small_chunks)."""
     try:
         whole: Trace | None = read_trace(path, stream=False)
         refused: DiagnoseError | None = None
@@ -92,7 +103,7 @@ def check_chunked_reads(path: Path) -> tuple[list[str], list[str]]:
         whole, refused = None, e
     outcomes: list[str] = []
     problems: list[str] = []
-    with small_chunks():
+    with small_chunks(*sizes):
         for name, read in chunked_readers().items():
             try:
                 got = read(path, max_bytes())

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from diagnose import analyze
 from diagnose.errors import DiagnoseError
-from tests.fuzz_strategies import _dumps, document, trace_file
+from tests.fuzz_strategies import COMPACT, INDENTED, _dumps, document, trace_file
 from tests.readers import check_chunked_reads
 
 
@@ -40,15 +40,18 @@ def test_any_file_gives_report_or_clear_error(data):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(document(), st.sampled_from([1, 2, 4]), st.booleans())
-def test_chunked_readers_agree_on_generated_traces(doc, indent, gz):
-    """Generated traces (odd fields, types and numbers, but laid out as torch.profiler
-    writes them) read by every chunked reader, cut into tiny pieces: the same Trace as
-    the whole read, or the same refusal."""
-    data = _dumps(doc, indent)
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "case.pt.trace.json"
-        p.write_bytes(gzip.compress(data) if gz else data)
-        outcomes, problems = check_chunked_reads(p)
-    assert not problems, problems
-    assert len(outcomes) == 3
+@given(document(), st.sampled_from(INDENTED), st.sampled_from(COMPACT), st.booleans(),
+       st.sampled_from([(512, 1024, 61), (97, 300, 7)]))
+def test_chunked_readers_agree_on_generated_traces(doc, indented, compact, gz, sizes):
+    """Generated traces (odd fields, types and numbers, strings full of brackets, commas,
+    quotes and backslashes), each written as torch.profiler writes them and on one line,
+    read by every chunked reader cut into tiny pieces: the same Trace as the whole read,
+    the whole read instead, or the same refusal."""
+    for layout in (indented, compact):
+        data = _dumps(doc, layout)
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "case.pt.trace.json"
+            p.write_bytes(gzip.compress(data) if gz else data)
+            outcomes, problems = check_chunked_reads(p, sizes)
+        assert not problems, (layout, problems)
+        assert len(outcomes) == 3

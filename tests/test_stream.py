@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import diagnose.trace.stream as stream
 from diagnose.errors import TraceError
-from diagnose.trace import read_trace
+from diagnose.trace import cut, read_trace
 from tests import tracebuilder as tb
 from tests.conftest import REPO, all_shared_traces
-from tests.readers import trace_difference
+from tests.fuzz_strategies import LAYOUTS, _dumps, clean_event, json_value, tricky_text
+from tests.readers import InProcessExecutor, check_chunked_reads, trace_difference
+from tests.readers import small_chunks as tiny_pieces
 
 
 def assert_same(a, b):
@@ -44,13 +51,16 @@ def test_builder_traces_stream(tmp_path, small_chunks, legacy):
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
-def test_minified_json_falls_back_to_whole_read(tmp_path, small_chunks):
-    doc = tb.healthy().build()
-    p = tmp_path / "min.json"
-    p.write_text(json.dumps(doc, separators=(",", ":")))  # one line: not chunkable
-    with pytest.raises(stream.NotStreamable):
-        stream.read_streaming(p, 2**40)
-    assert_same(read_trace(p, stream=False), read_trace(p, stream=True))
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "json.gz"])
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["minified", "json.dump"])
+def test_one_line_json_streams(tmp_path, small_chunks, separators, gz):
+    """A trace on one long line (json.dump with no indent, as other tools re-export or
+    merge traces) is cut by the string-aware scan, not read whole."""
+    data = json.dumps(tb.launch_bound().build(), separators=separators).encode()
+    assert b"\n" not in data
+    p = tmp_path / ("one-line.json.gz" if gz else "one-line.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
 def test_odd_values_fall_back_to_the_lenient_path(tmp_path, small_chunks):
@@ -96,18 +106,21 @@ def test_one_event_per_line_layout_streams(tmp_path, small_chunks):
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
 
 
+@pytest.mark.parametrize("indent", [2, None], ids=["indented", "one-line"])
 @pytest.mark.parametrize("chunk", [64, 4096, 8 * 2**20], ids=["events-longer-than-chunk",
                                                                 "many-chunks", "one-chunk"])
-def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk, forkable):
+def test_parallel_read_equals_whole_read(tmp_path, small_chunks, monkeypatch, chunk, indent,
+                                         forkable):
     """Byte ranges decoded in worker processes merge into exactly the whole-read Trace,
-    whatever the chunk size (a chunk smaller than one event makes the buffer grow)."""
+    whatever the chunk size (a chunk smaller than one event makes the buffer grow) and
+    the layout."""
     from diagnose.trace import parallel
 
     monkeypatch.setattr(parallel, "_WINDOW", 4096)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", chunk)
     doc = tb.launch_bound().build()
     p = tmp_path / "big.json"
-    p.write_text(json.dumps(doc, indent=2))
+    p.write_text(json.dumps(doc, indent=indent))
     assert_same(read_trace(p, stream=False), parallel.read_parallel(p, 2**40, 3))
     # and through read_trace's own choice, with the size threshold lowered
     from diagnose.trace import reader
@@ -148,8 +161,8 @@ def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path, forkable):
 def test_parallel_read_refuses_odd_layouts(tmp_path):
     from diagnose.trace import parallel
 
-    p = tmp_path / "min.json"
-    p.write_text(json.dumps(tb.healthy().build(), separators=(",", ":")))
+    p = tmp_path / "list.json"
+    p.write_text(json.dumps(tb.healthy().build()["traceEvents"]))  # a bare list of events
     with pytest.raises(stream.NotStreamable):
         parallel.read_parallel(p, 2**40, 2)
 
@@ -197,3 +210,213 @@ def test_a_dead_worker_costs_speed_not_the_analysis(tmp_path, monkeypatch, gz, f
     with pytest.raises(parallel.BrokenProcessPool):
         (parallel.read_pipelined if gz else parallel.read_parallel)(p, 2**40, 2)
     assert_same(read_trace(p, stream=False), read_trace(p, stream=True, workers=2))
+
+
+# ------------------------------------------------------------------ the cut of any layout
+
+
+def value_ends(values: list, sep: bytes) -> tuple[bytes, list[int], int]:
+    """``[`` + the values joined by ``sep`` + ``]`` + a trailer; the offsets just past each
+    value that ends with a bracket, and the offset of the array's closing bracket."""
+    parts = [json.dumps(v).encode() for v in values]
+    ends, off = [], 1
+    for p in parts:
+        off += len(p)
+        if p[-1:] in b"}]":
+            ends.append(off)
+        off += len(sep)
+    return b"[" + sep.join(parts) + b'], "x": "]"}', ends, off - len(sep)
+
+
+def scan_in_pieces(text: bytes, splits: list[int], window: int, monkeypatch) -> tuple[list, int]:
+    """Scanner over text[1:] (the array's content), one call per piece between ``splits``."""
+    monkeypatch.setattr(cut, "SCAN_WINDOW", window)
+    s, ends, close = cut.Scanner(), [], -1
+    bounds = [1, *sorted(p for p in splits if 1 < p < len(text)), len(text)]
+    for a, b in itertools.pairwise(bounds):
+        found, close = s.scan(text, a, b)
+        ends += found.tolist()
+        if close >= 0:
+            break
+    return ends, close
+
+
+TRICKY_VALUES = [
+    {"name": '}, {"ph": "X", "ts": 1}'}, {"a": "\\"}, {"b": '\\"'}, {"c": '\\\\"}, {'},
+    {"d": "\u00e9\u202e\x00", "e": [{"f": "]"}, "[", {}]}, [], {}, 7, "}]", None,
+    {'"k"': {"\\": ["x" * 300, '"' * 50, "\\" * 51]}},
+]
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 64, 2**20])
+def test_scanner_every_split_point(window, monkeypatch):
+    """Values whose strings hold brackets, commas, escaped quotes and backslash runs, with
+    the text split at every byte (in a string, between a backslash and what it escapes,
+    inside a run of backslashes) and scanned in windows of every small size: the value
+    ends and the array's end are found exactly."""
+    text, ends, close = value_ends(TRICKY_VALUES, b", ")
+    step = 1 if window > 3 else 17  # every byte with big windows; a sample with tiny ones
+    for p in range(1, len(text), step):
+        assert scan_in_pieces(text, [p], window, monkeypatch) == (ends, close), p
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(json_value, st.dictionaries(tricky_text, json_value, max_size=3)),
+                min_size=1, max_size=8),
+       st.sampled_from([b",", b", ", b" ,\n\t"]), st.lists(st.integers(0, 5000), max_size=6),
+       st.sampled_from([1, 5, 61, 2**20]))
+def test_scanner_matches_the_values(values, sep, splits, window):
+    text, ends, close = value_ends(values, sep)
+    with pytest.MonkeyPatch.context() as mp:
+        assert scan_in_pieces(text, splits, window, mp) == (ends, close)
+
+
+def test_scanner_carries_escapes_across_windows(monkeypatch):
+    r"""A window that ends in the middle of a run of backslashes: `\\\"` is an escaped
+    backslash then an escaped quote (still in the string); `\\"` ends the string."""
+    monkeypatch.setattr(cut, "SCAN_WINDOW", 1)
+    for body, ends in ((rb'{"a": "\\\"}, {"}', [18]), (rb'{"a": "\\"}, {"b": 1}', [12, 22])):
+        s = cut.Scanner()
+        found, close = s.scan(b"[" + body + b"]", 1, len(body) + 2)
+        assert (found.tolist(), close) == (ends, len(body) + 1)
+
+
+def test_array_start_is_the_top_level_key():
+    text = (b'{"a": "\\"traceEvents\\": [", "m": {"traceEvents": [1]}, '
+            b'"traceEvents" : [{"ph": "X"}]}')
+    m = cut.array_start(text)
+    assert m is not None and m.start() == text.rindex(b'"traceEvents" : [')
+    assert cut.array_start(b'[{"traceEvents": [{}]}]') is None  # a list, not a document
+    assert cut.array_start(b'{"x": ["traceEvents": [') is None
+
+
+def test_event_array_wants_exactly_one_comma():
+    assert cut.event_array(b'{"a": 1} ,\n ', 12) == b'[{"a": 1}]'
+    assert cut.event_array(b'{"a": 1}\n', 9, comma=False) == b'[{"a": 1}]'
+    for text in (b'{"a": 1}\n', b"  ,  ", b""):
+        with pytest.raises(stream.NotStreamable):
+            cut.event_array(text, len(text))
+    with pytest.raises(stream.NotStreamable):
+        cut.event_array(b"  ", 2, comma=False)
+
+
+def small_trace() -> dict:
+    """A trace small enough to read in pieces of a few bytes (~100 events, 23 kB)."""
+    return tb.launch_bound(kernels=10, steps=1).build()
+
+
+def _trace_with(layout: str, tricky: str) -> dict:
+    doc = small_trace()
+    for i, e in enumerate(doc["traceEvents"]):
+        if i % 3 == 0:
+            e.setdefault("args", {})["note"] = tricky * (1 + i % 7)
+    doc["traceName"] = tricky
+    return doc
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("sizes", [(512, 1024, 61), (97, 300, 7)], ids=["512", "97"])
+def test_strings_that_look_like_structure_stream(tmp_path, layout, sizes):
+    """Events whose strings hold fake events, brackets, escaped quotes and backslash runs
+    (long ones across every chunk and window): the streaming and pipelined readers give
+    the whole read's Trace in every layout, never a fallback; the byte-range reader gives
+    it too, or (a range start guessed inside a string) reads the whole file instead."""
+    doc = _trace_with(layout, '}, {"ph": "X", "cat": "kernel", "ts": 0} \\" \\\\" ]}')
+    p = tmp_path / "t.json"
+    p.write_bytes(_dumps(doc, layout))
+    whole = read_trace(p, stream=False)
+    ex = InProcessExecutor()
+    with tiny_pieces(*sizes):
+        assert_same(whole, stream.read_streaming(p, 2**40))
+        assert_same(whole, parallel_module().read_pipelined(p, 2**40, 2, pool=ex))
+        try:
+            assert_same(whole, parallel_module().read_parallel(p, 2**40, 3, pool=ex))
+        except stream.NotStreamable:
+            assert layout not in ("indent 1", "indent 2")
+
+
+def parallel_module():
+    from diagnose.trace import parallel
+
+    return parallel
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(clean_event(), min_size=1, max_size=25), st.sampled_from(list(LAYOUTS)),
+       tricky_text, st.sampled_from([(512, 1024, 61), (97, 300, 7)]))
+def test_clean_traces_stream_in_every_layout(events, layout, text, sizes):
+    """Well-typed events with tricky strings before, in and after them, in any layout:
+    the streaming reader never falls back and gives the whole read's Trace."""
+    kernel = {"ph": "X", "cat": "kernel", "name": text, "pid": 0, "tid": 7, "ts": 1.0,
+              "dur": 2.0, "args": {text: text}}
+    doc = {text: [text], "traceEvents": [kernel, *events], "traceName": text}
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "t.json"
+        p.write_bytes(_dumps(doc, layout))
+        whole = read_trace(p, stream=False)
+        with tiny_pieces(*sizes):
+            assert_same(whole, stream.read_streaming(p, 2**40))
+
+
+def _separators(data: bytes) -> list[int]:
+    """Offsets of the commas between events (after each event's closing brace)."""
+    ends = cut.Scanner().scan(data, cut.array_start(data).end(), len(data))[0]
+    return [data.index(b",", e) for e in ends.tolist() if data.find(b",", e) >= 0
+            and not data[e:data.index(b",", e)].strip()]
+
+
+@pytest.mark.parametrize("layout", ["indent 2", "one line", "minified"])
+@pytest.mark.parametrize("bad", [b" ", b",,", b"\x0c,", b", ,"], ids=repr)
+def test_a_broken_separator_is_never_accepted(tmp_path, layout, bad):
+    """A missing, doubled or odd-spaced comma between two events makes the file invalid
+    JSON: wherever it falls (at a cut or not), every chunked reader refuses it or reads
+    the whole file instead (which refuses it), never returns events."""
+    data = _dumps(small_trace(), layout)
+    p = tmp_path / "t.json"
+    for i in _separators(data)[::9]:
+        p.write_bytes(data[:i] + bad + data[i + 1:])
+        with pytest.raises(TraceError):
+            read_trace(p, stream=False)
+        outcomes, problems = check_chunked_reads(p, (97, 300, 7))
+        assert not problems, (i, problems)
+        assert not any(o.endswith("same trace") for o in outcomes)
+
+
+def test_only_json_white_space_is_left_out(tmp_path):
+    r"""Text a cut leaves out (around the array's brackets and commas) may only be JSON's
+    own white space: a form feed there is invalid JSON, refused by every reader."""
+    data = _dumps(small_trace(), "one line")
+    for bad in (data.replace(b'"traceEvents": [', b'"traceEvents":\x0c['),
+                data.replace(b'"traceEvents": [', b'"traceEvents": [\x0c'),
+                data[:data.rindex(b"]")] + b"\x0c" + data[data.rindex(b"]"):]):
+        p = tmp_path / "t.json"
+        p.write_bytes(bad)
+        with pytest.raises(TraceError):
+            read_trace(p, stream=False)
+        with pytest.raises((stream.NotStreamable, TraceError)):
+            stream.read_streaming(p, 2**40)
+
+
+def test_nested_or_second_event_arrays(tmp_path, small_chunks):
+    """A "traceEvents" key inside another field is not the event array; a second
+    top-level one (the whole read takes the last) makes the chunked read give way."""
+    doc = tb.launch_bound().build()
+    events = json.dumps(doc.pop("traceEvents"))
+    fake = '[{"ph": "X", "cat": "kernel", "name": "fake", "ts": 1, "dur": 1}]'
+    p = tmp_path / "t.json"
+    p.write_text('{"meta": {"traceEvents": ' + fake + '}, "traceEvents": ' + events + "}")
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+    p.write_text('{"traceEvents": ' + events + ', "traceEvents": ' + fake + "}")
+    with pytest.raises(stream.NotStreamable):
+        stream.read_streaming(p, 2**40)
+    assert_same(read_trace(p, stream=False), read_trace(p, stream=True))
+
+
+def test_events_on_their_own_lines_only_at_first(tmp_path, small_chunks):
+    """The first event on its own line, the rest on one line: the line cut finds no more
+    line breaks and scans from there on."""
+    doc = tb.launch_bound().build()
+    events = ", ".join(json.dumps(e) for e in doc.pop("traceEvents"))
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [\n  ' + events + '], "traceName": "x"}')
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))

@@ -1,12 +1,16 @@
 """Parallel read of one large plain-JSON trace: byte ranges decoded in worker processes.
 
-The layout facts of the streaming reader (events start on their own line at a fixed
-indentation, so a cut just before ``\\n<indent>{`` never splits a string or an event)
-let the file be cut into byte ranges without parsing it: each cut point is found by
-reading a small window around a target offset. Each worker reads its own range from
-the file, decodes it into columns (with its own intern tables) and sends the columns
-back; the parent maps the workers' name/pid/tid ids onto one table. Decoding and
-column building, most of the time on a large file, then run on every CPU.
+The file is cut into byte ranges without parsing it, each starting at an event: found by
+reading a small window around a target offset, and looking there for the start of an
+event (``\\n<indent>{`` where events stand on their own lines; ``}, {`` in any other
+layout). In the second case the place may lie inside a string: each worker takes its
+range to start at an event, cuts it into chunks as the streaming reader does
+(``cut.py``), and every chunk is validated by the decoder, so a range that did not start
+at an event fails to decode and the file is read by the streaming reader instead (a
+chunk that decodes is the document's own events wherever the cut fell). Each worker reads
+its own range from the file, decodes it into columns (with its own intern tables) and
+sends the columns back; the parent maps the workers' name/pid/tid ids onto one table.
+Decoding and column building, most of the time on a large file, then run on every CPU.
 """
 
 from __future__ import annotations
@@ -23,20 +27,11 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from .decode import EVENTS
+from .cut import Cutter, array_start, cutter, event_array, first_event
 from .model import ColumnBuilder, Trace
-from .stream import (
-    _ARRAY_START,
-    _CLOSE,
-    CHUNK_BYTES,
-    ChunkDecoder,
-    EventSplitter,
-    NotStreamable,
-    text_blocks,
-)
+from .stream import CHUNK_BYTES, ChunkDecoder, EventSplitter, NotStreamable, text_blocks
 
 __all__ = ["BrokenProcessPool", "fork_pool", "read_parallel", "read_pipelined"]
 
@@ -58,24 +53,32 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _layout(path: Path) -> tuple[bytes, int, bytes]:
-    """(header, offset of the first event's line break, separator before each event)."""
+def _layout(path: Path) -> tuple[bytes, int, bytes | None]:
+    """(header, offset where the events begin, separator before each event or None:
+    see cut.first_event)."""
     with open(path, "rb") as f:
         head = f.read(8 * _WINDOW)
-    m = _ARRAY_START.search(head)
+    m = array_start(head)
     if m is None:
         raise NotStreamable
-    first = re.match(rb"(\s*)\{", head[m.end():])
-    if first is None or b"\n" not in first.group(1):
-        raise NotStreamable
-    indent = first.group(1).rsplit(b"\n", 1)[1]
-    if indent.strip():
-        raise NotStreamable
-    start = m.end() + first.end(1) - len(indent) - 1
-    return head[: m.start()], start, b"\n" + indent + b"{"
+    start, sep = first_event(head, m.end())
+    return head[: m.start()], start, sep
 
 
-def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int]:
+#: Where an event may start in a layout without line breaks: after the comma that
+#: follows a closing brace (perhaps inside a string: the decoder tells).
+_NEXT_EVENT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+def _event_in(window: bytes, sep: bytes | None) -> int:
+    """Offset in ``window`` where an event (as laid out) may start, or -1."""
+    if sep is not None:
+        return window.find(sep)
+    m = _NEXT_EVENT.search(window)
+    return m.end() - 1 if m else -1
+
+
+def _cuts(path: Path, start: int, size: int, sep: bytes | None, parts: int) -> list[int]:
     """Offsets, each just before an event, dividing [start, size) into about ``parts``.
     Each is found by reading a small window at the target offset, doubled until it holds
     the start of an event (one very long event merges two ranges)."""
@@ -90,7 +93,7 @@ def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int
             while True:
                 f.seek(target)
                 window = f.read(width)
-                i = window.find(sep)
+                i = _event_in(window, sep)
                 if i >= 0 or len(window) < width or width >= 16 * _WINDOW:
                     break
                 width *= 4
@@ -99,38 +102,38 @@ def _cuts(path: Path, start: int, size: int, sep: bytes, parts: int) -> list[int
     return cuts
 
 
-def _events_in_place(buf: bytearray, filled: int, sep: bytes,
+def _events_in_place(buf: bytearray, filled: int, cut: Cutter,
                      decode: ChunkDecoder) -> tuple[list | None, int]:
     """Decode the whole events in ``buf[:filled]`` (``buf[0]`` is ``[``) without copying the
     text: the comma after the last whole event is overwritten with ``]`` and the decoder reads
     the buffer in place. Returns (events or None when no whole event is there yet, the
     offset where the rest begins)."""
-    cut = buf.rfind(sep, 2, filled)  # the start of the last event in the buffer
-    if cut < 0:
+    k = cut.cut(buf, filled)  # the rest: from the start of an event, or white space before it
+    if k < 0:
         return None, 0
-    close = cut - 1
-    while buf[close] in b" \t\r":
+    close = k - 1
+    while buf[close] in b" \t\r\n":
         close -= 1
     if buf[close] != ord(","):
         raise NotStreamable
     buf[close] = ord("]")
     with memoryview(buf) as mv:
-        return decode.decode(mv[: close + 1]), cut
+        return decode.decode(mv[: close + 1]), k
 
 
-def _decode_range(args: tuple[str, int, int, bool]) -> dict[str, Any]:
-    """Worker: columns of the events in [start, end). The text is read into one buffer of
-    about CHUNK_BYTES, decoded there in place, and the partial event at its end moved to
-    its front for the next read: a worker holds one chunk of text at a time and copies it
-    once (from the file). The last range also returns the document's trailer (what
-    follows the event array)."""
-    path, start, end, last = args
+def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, Any]:
+    """Worker: columns of the events in [start, end) (``sep``: as _layout gives it). The text
+    is read into one buffer of about CHUNK_BYTES, decoded there in place, and the partial
+    event at its end moved to its front for the next read: a worker holds one chunk of text
+    at a time and copies it once (from the file). The last range also returns the
+    document's trailer (what follows the event array)."""
+    path, start, end, last, sep = args
     b = ColumnBuilder()
     decode_events = ChunkDecoder()
     trailer = None
     buf = bytearray(b"[") + bytearray(CHUNK_BYTES)
     filled = 1
-    sep = b""
+    cut = cutter(sep, lo=1)
     try:
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
@@ -142,38 +145,30 @@ def _decode_range(args: tuple[str, int, int, bool]) -> dict[str, Any]:
                     break
                 left -= n
                 filled += n
-                if not sep:
-                    sep = bytes(buf[1: buf.index(b"{", 1) + 1])  # a range starts at "\n<indent>{"
                 if filled < len(buf):
                     continue
-                evs, cut = _events_in_place(buf, filled, sep, decode_events)
+                evs, k = _events_in_place(buf, filled, cut, decode_events)
                 if evs is None:  # one event longer than the buffer: grow it
                     buf += bytearray(len(buf))
                     continue
                 b.add(evs)
                 del evs
-                rest = bytes(buf[cut:filled])  # at most one event
+                rest = bytes(buf[k:filled])  # at most one event
                 buf[1: 1 + len(rest)] = rest
                 filled = 1 + len(rest)
-        tail = bytearray(buf[1:filled])
-        del buf
+                cut.moved(k - 1)
         if last:
-            cut = tail.rfind(sep, 1) if sep else -1
-            if cut > 0:
-                b.add(decode_events(tail, cut))
-                del tail[:cut]
-            for m in _CLOSE.finditer(tail):
-                try:
-                    b.add(EVENTS.decode(b"[" + bytes(tail[: m.start() + 1]) + b"]"))
-                except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-                        RecursionError):
-                    continue
-                trailer = bytes(tail[m.end():])
-                break
-            if trailer is None:
-                raise NotStreamable
-        elif tail.strip():
-            b.add(decode_events(tail, len(tail)))
+            k = cut.cut(buf, filled)
+            if k > 0:
+                b.add(decode_events(buf, k, 1))
+                buf[1: 1 + filled - k] = buf[k:filled]
+                filled -= k - 1
+                cut.moved(k - 1)
+            stop, rest_at = cut.last(buf, filled)
+            b.add(decode_events.decode(event_array(buf, stop, 1, comma=False)))
+            trailer = bytes(buf[rest_at:filled])
+        elif buf[1:filled].strip():
+            b.add(decode_events(buf, filled, 1))
     except (NotStreamable, ValueError):
         return {"ok": False}
     return _columns_of(b, trailer)
@@ -244,7 +239,7 @@ def read_parallel(path: Path, limit: int, workers: int, pool: Executor | None = 
     header, start, sep = _layout(path)
     cuts = _cuts(path, start, size, sep, workers * 4)
     bounds = [*cuts, size]
-    tasks = [(str(path), bounds[i], bounds[i + 1], i == len(cuts) - 1)
+    tasks = [(str(path), bounds[i], bounds[i + 1], i == len(cuts) - 1, sep)
              for i in range(len(cuts))]
     g = ColumnBuilder()
     with _using(pool, workers) as ex:

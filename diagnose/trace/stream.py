@@ -1,22 +1,22 @@
 """Streaming read of large traces: the event array is decoded a chunk at a time.
 
-A trace file is mostly one JSON array, ``traceEvents``. Kineto and torch.profiler
-write each event as its own block starting on a new line at a fixed indentation
-(``\\n  {``). A raw newline cannot occur inside a JSON string, so cutting the array
-just before such a line never cuts a string; every chunk is then decoded by the
-typed decoder, which validates it. Each chunk becomes columns and its structs are
-freed, so peak memory is the columns plus one chunk, not the whole file as Python
-objects (nor, for .gz, the whole decompressed text).
+A trace file is mostly one JSON array, ``traceEvents``. The text is cut into runs of
+whole events without parsing it (``cut.py``: just before each ``\\n<indent>{`` line where
+events stand on their own lines, as torch.profiler writes them; after the values that a
+vectorised, string-aware scan finds at the top level of the array in any other layout,
+such as one long line). Every chunk is decoded by the typed decoder, which validates it.
+Each chunk becomes columns and its structs are freed, so peak memory is the columns plus
+one chunk, not the whole file as Python objects (nor, for .gz, the whole decompressed
+text).
 
-Anything unexpected (no newline-separated events, an odd layout, a value the
-typed decoder refuses) raises NotStreamable and the caller falls back to the
-whole-document decode, which has the lenient path and the precise error messages.
+Anything unexpected (an odd layout, a value the typed decoder refuses) raises
+NotStreamable and the caller falls back to the whole-document decode, which has the
+lenient path and the precise error messages.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,19 +24,16 @@ from pathlib import Path
 import msgspec
 
 from ..errors import TraceError
+from .cut import NotStreamable, array_start, cutter, event_array, first_event
 from .decode import EVENTS, EVENTS_BY_PHASE, Decoded, Document, Event, _props
 from .model import ColumnBuilder, Trace
+
+__all__ = ["ChunkDecoder", "EventSplitter", "NotStreamable", "read_streaming", "text_blocks"]
 
 CHUNK_BYTES = 8 * 2**20  # decoded per step: ~40-80k events
 BLOCK_BYTES = 2**20  # read from disk per step
 _HEADER_SCAN_LIMIT = 64 * 2**20
-_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
-_CLOSE = re.compile(rb"\}\s*\]")
 _DOC = msgspec.json.Decoder(Document)
-
-
-class NotStreamable(Exception):
-    """The file's layout does not allow a chunked read: use the whole-document decode."""
 
 
 def _plain_blocks(path: Path, limit: int) -> Iterator[bytes]:
@@ -81,17 +78,6 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
         raise TraceError(path, "truncated gzip file (compressed stream ends early)")
 
 
-def event_array(buf: bytearray | bytes, end: int) -> bytearray:
-    """``[`` + the events in ``buf[:end]`` (a run of `{...},` blocks) + ``]``: one copy."""
-    while end > 0 and buf[end - 1] in b" \t\r\n,":
-        end -= 1
-    payload = bytearray(b"[")
-    with memoryview(buf) as mv:
-        payload += mv[:end]
-    payload += b"]"
-    return payload
-
-
 class ChunkDecoder:
     """Decodes runs of events, by phase (flows come out field-less, see decode.py) until a
     chunk has an event without a known phase; from then on as plain Events."""
@@ -99,9 +85,9 @@ class ChunkDecoder:
     def __init__(self) -> None:
         self.by_phase = True
 
-    def __call__(self, buf: bytearray, end: int) -> list[Event]:
-        """Decode the events in ``buf[:end]`` (a run of `{...},` blocks)."""
-        return self.decode(event_array(buf, end))
+    def __call__(self, buf: bytearray, end: int, start: int = 0) -> list[Event]:
+        """Decode the events in ``buf[start:end]`` (whole events, then a comma)."""
+        return self.decode(event_array(buf, end, start))
 
     def decode(self, payload: bytes | bytearray | memoryview) -> list[Event]:
         """Decode ``[...]``; NotStreamable when it is not a valid list of events."""
@@ -134,57 +120,44 @@ class EventSplitter:
         m = None
         for block in blocks:
             buf += block
-            m = _ARRAY_START.search(buf)
+            m = array_start(buf)
             if m or len(buf) > _HEADER_SCAN_LIMIT:
                 break
         if m is None:
             raise NotStreamable
         self.header = bytes(buf[: m.start()])
         del buf[: m.end()]
-        # 2. the indentation of the first event tells where events start
+        # 2. the layout: events on their own lines, or not
         while not buf.strip():
             block = next(blocks, None)
             if block is None:
                 break
             buf += block
-        first = re.match(rb"(\s*)\{", buf)
-        if first is None or b"\n" not in first.group(1):
-            raise NotStreamable  # empty array, or events not on their own lines
-        indent = first.group(1).rsplit(b"\n", 1)[1]
-        if indent.strip():
-            raise NotStreamable
-        sep = b"\n" + indent + b"{"
+        start, sep = first_event(buf, 0)
+        del buf[:start]
+        cut = cutter(sep)
         # 3. the events, a chunk at a time; the buffer always starts at an event
-        del buf[: first.start(1) + len(first.group(1)) - len(indent) - 1]
         chunk = self.chunk_bytes or CHUNK_BYTES
         for block in blocks:
             buf += block
             if len(buf) < chunk:
                 continue
-            cut = buf.rfind(sep, 1)
-            if cut <= 0:
+            k = cut.cut(buf, len(buf))
+            if k <= 0:
                 continue
-            yield event_array(buf, cut)
-            del buf[:cut]
+            yield event_array(buf, k)
+            del buf[:k]
+            cut.moved(k)
         # 4. the last events, the end of the array, and the rest of the document
-        cut = buf.rfind(sep, 1)
-        if cut > 0:
-            yield event_array(buf, cut)
-            del buf[:cut]
-        # The buffer now holds one event, then the array's closing bracket, then the rest
-        # of the document. The closing bracket is the first `]` after a `}` at which the
-        # event decodes (a `]` inside the event cannot leave it decodable).
-        for m in _CLOSE.finditer(buf):
-            last = event_array(buf, m.start() + 1)
-            try:
-                EVENTS.decode(last)
-            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-                    RecursionError):
-                continue
-            self.trailer = bytes(buf[m.end():])
-            yield last
-            return
-        raise NotStreamable
+        k = cut.cut(buf, len(buf))
+        if k > 0:
+            yield event_array(buf, k)
+            del buf[:k]
+            cut.moved(k)
+        end, rest = cut.last(buf, len(buf))
+        last = event_array(buf, end, comma=False)
+        self.trailer = bytes(buf[rest:])
+        yield last
 
     def finish(self, builder: ColumnBuilder, path: Path) -> Trace:
         """The Trace: the builder's columns and the document's other fields."""
@@ -193,6 +166,8 @@ class EventSplitter:
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
                 RecursionError):
             raise NotStreamable from None
+        if b'"traceEvents"' in (self.trailer or b""):
+            raise NotStreamable  # a second event array: the whole read takes the last one
         dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else None
         return builder.finish(path, Decoded([], _props(doc), dist, doc.schemaVersion))
 
