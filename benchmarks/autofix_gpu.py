@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -31,21 +31,8 @@ if str(ROOT) not in sys.path:
 
 from diagnose import diagnose  # noqa: E402
 
-
-class Augmented(Dataset):
-    def __init__(self, n: int, dim: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.x[i]
-        for _ in range(40):
-            x = torch.tanh(x * 1.01 + 0.01)
-        return x, self.y[i]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _workloads import Augmented  # noqa: E402
 
 
 def build(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
@@ -65,7 +52,7 @@ def build(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
                               nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 10))
         loader = DataLoader(ds, batch_size=256, shuffle=True, pin_memory=True)
     else:
-        ds = Augmented(64 * 128, 512)
+        ds = Augmented(64 * 128, 512, rounds=40)
         model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 10))
         loader = DataLoader(ds, batch_size=128, shuffle=True)
     model = model.to(dev)

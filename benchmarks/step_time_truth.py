@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -32,23 +32,8 @@ if str(ROOT) not in sys.path:
 
 from diagnose import diagnose  # noqa: E402
 
-
-class Augmented(Dataset):
-    """Per-sample CPU work (an input pipeline of many small tensor ops)."""
-
-    def __init__(self, n: int, dim: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.x[i]
-        for _ in range(20):
-            x = torch.tanh(x * 1.01 + 0.01)
-        return x, self.y[i]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _workloads import Augmented  # noqa: E402
 
 
 def workload(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
