@@ -14,6 +14,7 @@ from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_
 from .errors import TraceError
 from .fixes import Setup, fix_code
 from .metrics import compute_all
+from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
@@ -155,6 +156,9 @@ def analyze(
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
     report.notes[:0] = capture_notes(context, report.metrics)
+    clock = unprofiled_step_ms(context)
+    if clock:  # the per-step spread of the headline step time (compare's interval reads it)
+        report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
     return with_fix_code(report, context)
 
 

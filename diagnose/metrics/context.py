@@ -137,6 +137,33 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     return out
 
 
+def _clock_rows(cap: Any) -> list[tuple[str, float, float]]:
+    """(phase, step ms, DataLoader wait ms) of every step the session's clock timed."""
+    clock = cap.get("step_clock") if isinstance(cap, dict) else None
+    if not isinstance(clock, dict):
+        return []
+    phase, ms, dl = clock.get("phase") or [], clock.get("ms") or [], clock.get("dataloader_ms") or []
+    if not (len(phase) == len(ms) == len(dl)):
+        return []
+    return list(zip(phase, ms, dl, strict=True))
+
+
+def _unprofiled_rows(rows: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """The steps that count as unprofiled. Left out: the run's first step (one-time costs:
+    workers starting, lazy init) and the first after the window (the profiler's teardown
+    runs in it)."""
+    first_after = next((i for i, r in enumerate(rows) if r[0] == "after"), None)
+    return [r for i, r in enumerate(rows)
+            if i > 0 and i != first_after and r[0] in ("wait", "after")]
+
+
+def unprofiled_step_ms(context: Any) -> list[float]:
+    """Each unprofiled step's time (ms) by the session's own clock, in the order run, from a
+    run's context.json (``[]`` where the capture timed none, e.g. a saved trace)."""
+    cap = context.get("capture") if isinstance(context, dict) else None
+    return [float(r[1]) for r in _unprofiled_rows(_clock_rows(cap))]
+
+
 def _clock_metrics(cap: Any) -> dict[str, object]:
     """Step times by the session's own clock: the profiled window's steps against the
     unprofiled ones around it (the first step of a run, with its one-time costs, is left out)."""
@@ -145,19 +172,8 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         return out
     out["window_complete"] = _bool(cap.get("window_complete"))
     out["whole_steps"] = _int(cap.get("whole_steps"))
-    clock = cap.get("step_clock")
-    if not isinstance(clock, dict):
-        return out
-    phase, ms, dl = clock.get("phase") or [], clock.get("ms") or [], clock.get("dataloader_ms") or []
-    if not (len(phase) == len(ms) == len(dl)):
-        return out
-    rows = list(zip(phase, ms, dl, strict=True))
-    first_after = next((i for i, r in enumerate(rows) if r[0] == "after"), None)
-    # left out: the run's first step (one-time costs: workers starting, lazy init) and the
-    # first after the window (the profiler's teardown runs in it)
-    free = [r for i, r in enumerate(rows)
-            if i > 0 and i != first_after and r[0] in ("wait", "after")]
-    prof = [r for r in rows if r[0] == "active"]
+    rows = _clock_rows(cap)
+    free, prof = _unprofiled_rows(rows), [r for r in rows if r[0] == "active"]
     if free:
         med = statistics.median(r[1] for r in free)
         out["step_time_unprofiled_median_ms"] = round(med, 3)
