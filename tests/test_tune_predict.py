@@ -158,3 +158,34 @@ def test_skips_disagreements_and_the_predicted_tuned_step() -> None:
     assert predicted_tuned_ms(10.0, ["a", "b"], {"a": 2.0, "b": 1.25}) == pytest.approx(4.0)
     assert predicted_tuned_ms(10.0, ["a", "c"], {"a": 2.0}) is None
     assert log_disagreements(None, [{"fix": "a"}]) is None
+
+
+# ---------------------------------------------------------------------- HTML and the tab
+def test_html_and_the_tensorboard_tab_show_measured_and_predicted(tmp_path) -> None:
+    from diagnose import analyze
+    from diagnose.report.html import autofix_cells, render_html
+    from diagnose.report.tb_plugin.runfile import run_document
+    from diagnose.report.tb_plugin.view import run_view
+    from tests import tracebuilder as tb
+
+    tuned = SimpleNamespace(decisions=[
+        SimpleNamespace(fix="num_workers", change="num_workers 0 → 2", status="kept",
+                        baseline_ms=20.0, trial_ms=11.0, speedup=Interval(1.8, 1.6, 2.0, 0.95),
+                        predicted_speedup=1.9),
+        SimpleNamespace(fix="fb", change="x", status="reverted", baseline_ms=10.0,
+                        trial_ms=10.1, speedup=None, predicted_speedup=None),
+    ], final=SimpleNamespace(base_ms=20.0, cand_ms=11.0, interval=Interval(1.8, 1.6, 2.0, 0.95)),
+        predicted_tuned_ms=10.0, code="")
+    assert autofix_cells(("a", 20.0, 11.0, 1.8, 1.6, 2.0, 1.9)) == (
+        "a", "20.0 ms", "11.0 ms", "-45.0%", "1.80x [1.60, 2.00]", "1.90x", "better")
+    assert autofix_cells(("a", 20.0, 11.0))[4:] == ("", "", "better")
+    report = analyze(tb.dataloader_bound().write(tmp_path / "t.pt.trace.json.gz"))
+    page = render_html(report, autofix=tuned, kernels=False)
+    section = page[page.index('id="autofix"'):]
+    section = section[:section.index("</section>")]
+    for text in ("speedup [CI]", "predicted", "1.80x [1.60, 2.00]", "1.90x", "2.00x"):
+        assert text in section, text  # 2.00x: the model's tuned step, 20 ms / 10 ms
+    view = run_view("r", run_document(report, tuned))
+    rows = view["autofix"]["rows"]
+    assert rows[0][4:] == ["1.80x [1.60, 2.00]", "1.90x", "better"]
+    assert rows[1][4:] == ["", "", "worse"] and rows[2][5] == "2.00x"
