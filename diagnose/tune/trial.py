@@ -326,6 +326,8 @@ class Trial:
         one), after ``warmup`` discarded steps; one device sync per block (module docstring).
         The first warmup step is timed alone (``first_step_s``: torch.compile's compile)."""
         block = max(1, min(int(block), n))
+        if n <= 0:
+            return np.empty(0, dtype=np.float64)
         for i in range(warmup):
             t0 = time.perf_counter()
             one()
