@@ -1,12 +1,14 @@
 """Statistics for autofix: is a candidate step measurably faster than the baseline?
 
 Measurements come in *rounds*: baseline and candidate run alternately (A B, B A,
-A B, ...) so that drift on the machine hits both. Within a round, per-step times
-are grouped into blocks of ``k`` consecutive steps and each block's mean is one
-observation: a step that only waits for the next batch and a step that gets
-two batches at once belong to the same prefetch cycle, so the block mean is the
-throughput the loop actually sees, and the median over blocks ignores a stray
-slow block (another process, garbage collection).
+A B, ...) so that drift on the machine hits both. Within a round, steps are timed
+in blocks of ``k`` consecutive steps (one device sync per block, see
+:mod:`diagnose.tune.trial`) and each block's per-step time is one observation: a
+step that only waits for the next batch and a step that gets two batches at once
+belong to the same prefetch cycle, so the block is the throughput the loop
+actually sees, and the median over blocks ignores a stray slow block (another
+process, garbage collection). (:func:`block_means` groups per-step times the same
+way, for callers that time single steps.)
 
 The speedup is ``median(baseline blocks) / median(candidate blocks)``; its
 confidence interval is a seeded, paired two-stage bootstrap: each resample
