@@ -268,3 +268,11 @@ def test_user_rules_with_a_duplicate_id_are_refused(tmp_path):
     (tmp_path / "dup.toml").write_text(src)
     with pytest.raises(RuleError, match="defined twice"):
         load_rules([tmp_path / "dup.toml"])
+
+
+def test_each_rule_sits_in_the_file_of_its_category():
+    """rules/<category>.toml holds exactly that category's rules: one file per category."""
+    files = {Path(r.source).stem for r in builtin_rules()}
+    assert files == set(CATEGORIES)
+    for r in builtin_rules():
+        assert Path(r.source).name == f"{r.category}.toml", (r.id, r.source)
