@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
+from ..code import AFFINITY, SOME_WORKERS, Setup, loader_call, loader_change, some_workers
 from ..config import TrainConfig
 from ..facts import count, cpus, cpus_saturated
 from ..unit import SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
@@ -85,8 +85,7 @@ class NumWorkers(_WorkerSearch):
             return None
         if n == 1:
             return "1 CPU: no core to spare for a worker process"
-        return (f"num_workers={nw} already, what its code sets on {n} CPUs: "
-                "one per CPU beside the training process, at most 8")
+        return f"num_workers={nw} already: min(8, CPUs - 1) on {n} CPUs"
 
     def render(self, setup: Setup | None) -> str:
         return loader_change(setup, "", "workers prepare batches in parallel with the "
@@ -104,11 +103,15 @@ class NumWorkersCap(_WorkerSearch):
         nw, n = _workers(metrics)
         if nw is None or n is None or nw > max(0, n - 1):
             return None
+        if nw == 0:
+            return "num_workers=0: no worker processes to cap"
         return f"num_workers={nw} already leaves a CPU of {n} to the training process"
 
     def render(self, setup: Setup | None) -> str:
         spec = setup.loader if setup is not None else None
-        n = spec.num_workers if spec is not None and spec.num_workers else 32
+        if spec is not None and not spec.num_workers:
+            setup = spec = None  # no workers to cap: the generic example
+        n = spec.num_workers if spec is not None else 32
         return loader_change(setup, "workers fight for the CPUs (and with the training "
                              "process)", "at most the CPUs; fewer (even 0) can be faster: "
                              "measure", lambda c: c, generic=TrainConfig(num_workers=32),
@@ -160,6 +163,18 @@ class Threads(Fix):
         if threads is None or nw is None or n is None or threads + nw > n:
             return None
         return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"
+
+    def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        if spec is None or not spec.num_workers:
+            return self.code  # the generic template (no workers: nothing to split)
+        loader = loader_call(spec, prefix="loader = ")
+        n = spec.num_workers
+        return "\n".join([
+            "# before: torch's intra-op threads (one per CPU) compete with the "
+            f"DataLoader's {n} worker{'s' if n > 1 else ''}", loader,
+            "# after: the workers keep their CPUs, torch's math gets the rest (measure "
+            "both ways)", f"torch.set_num_threads(max(1, {AFFINITY} - {n}))", loader])
 
 
 # ---------------------------------------------------------------------- the units
