@@ -118,6 +118,7 @@ def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkey
     """`rules ID`'s "How to fix" is each fix's own code, as a finding shows it where the
     user's objects are not known (a saved trace, no context.json): one rendering."""
     from diagnose.cli import main
+    from diagnose.engine import get_rule
     from diagnose.fixes import FIXES, fix_code
     from tests import tracebuilder as tb
 
@@ -134,8 +135,7 @@ def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkey
             j for j in report.to_json()["findings"] if j["rule"] == rule_id)["fixes"]}
         assert f.fix_code == {} and list(shown) == f.fixes
     else:  # ME001 needs a live OOM: what with_fix_code gives a run without context
-        fixes = next(r for r in __import__("diagnose.engine").engine.builtin_rules()
-                     if r.id == rule_id).fixes
+        fixes = get_rule(rule_id).fixes
         assert fix_code(fixes, None) == {}
         shown = {fid: FIXES[fid].code for fid in fixes}
     for fid, code in shown.items():

@@ -129,9 +129,8 @@ def test_a_transform_plugs_into_a_fix() -> None:
         (first, *_) = fix.candidates(config, facts)
         step = model["input_ms"] / max(1, first.num_workers) + model["compute_ms"]
         now = model["input_ms"] + model["compute_ms"]
-        return Prediction(config.diff(first) and {k: b for k, (_, b) in
-                                                  config.diff(first).items()},
-                          step, now / step, (now / step * 0.9, now / step * 1.1))
+        change = {k: b for k, (_, b) in config.diff(first).items()}
+        return Prediction(change, step, now / step, (now / step * 0.9, now / step * 1.1))
 
     fix = FIXES["num_workers"].with_transform(workers)
     assert fix.id == "num_workers" and FIXES["num_workers"].transform is None
