@@ -236,3 +236,25 @@ def test_render_change_shows_the_users_arguments() -> None:
     assert loader_call(weighted) == "DataLoader(dataset, batch_size=8, sampler=sampler)"
     bs = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False))
     assert loader_call(bs) == "DataLoader(dataset, batch_sampler=batch_sampler)"
+
+
+def test_render_change_writes_every_config_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each TrainConfig field that a fix changes shows up in the change by hand: as code
+    where render_change knows it, else named (a new field is never silently dropped)."""
+    from diagnose.fixes.code import _RENDERED
+
+    base = TrainConfig(num_workers=2, batch_size=8)
+    changed = {"num_workers": 3, "pin_memory": True, "persistent_workers": True,
+               "prefetch_factor": 4, "batch_size": 4, "non_blocking": True,
+               "amp_dtype": "float16", "channels_last": True, "cudnn_benchmark": True,
+               "compile": True, "zero_grad_set_to_none": False, "optimizer_foreach": True,
+               "grad_accum_steps": 2}
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(changed) | {"optimizer_fused"} == names == _RENDERED
+    for k, v in changed.items():
+        code = render_change(base, base.replace(**{k: v}))
+        assert code and "also:" not in code, k
+    # a field render_change has no code for (here: pretend it does not know amp)
+    monkeypatch.setattr("diagnose.fixes.code._RENDERED", _RENDERED - {"amp_dtype"})
+    assert "# also: amp_dtype None -> 'bfloat16'" in render_change(
+        base, base.replace(amp_dtype="bfloat16"))

@@ -452,7 +452,20 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
             lines.append("")
         lines.append("# the step")
         lines += step + loop
+    # a setting this rendering does not write yet is still named, never dropped
+    others = {k: v for k, v in before.diff(after).items() if k not in _RENDERED}
+    if others:
+        if lines:
+            lines.append("")
+        lines += [f"# also: {k} {a!r} -> {b!r} (see the fix's code)"
+                  for k, (a, b) in others.items()]
     return "\n".join(lines)
+
+
+#: The TrainConfig fields :func:`render_change` writes as code (others are named).
+_RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_last",
+                       "cudnn_benchmark", "compile", "zero_grad_set_to_none",
+                       "optimizer_foreach", "optimizer_fused", "grad_accum_steps"})
 
 
 __all__ = ["AFFINITY", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
