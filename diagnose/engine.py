@@ -18,8 +18,9 @@ down says so (``graded_down_from`` and a hint).
 Never advise what is in place: a fix whose ``in_place(metrics)`` gives a reason (CUDA
 graphs replaying the kernels, compiled Triton code, a setting the run already has) is
 left out of a finding with a hint that says so; the fixes it names ``instead`` take its
-place, and a finding left with none says that nothing here helps further. Rules marked ``training_only`` are not evaluated on a trace
-that looks like inference (``is_training`` False).
+place, and a finding left with none says that nothing here helps further. Rules marked
+``training_only`` are not evaluated on a trace that looks like inference (``is_training``
+False).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -201,7 +202,7 @@ def render_rule(rule: Any) -> list[Any]:
     return out
 
 
-def _fix_examples(fix_ids: Any) -> list[Any]:
+def _fix_examples(fix_ids: Iterable[str]) -> list[Any]:
     """Each fix's code as a finding shows it where the user's objects are not known: the
     fix unit's own generic rendering, never a copy."""
     out: list[Any] = []
