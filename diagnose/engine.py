@@ -15,10 +15,12 @@ A finding without an estimate is ``info``. The ``memory`` category (out of memor
 capacity) is exempt: a job that cannot run has no step time to share. A finding graded
 down says so (``graded_down_from`` and a hint).
 
-Never advise what is in place: a fix in ``IN_PLACE`` is left out of a finding when the
-metrics show it is already used (CUDA graphs replaying the kernels, compiled Triton code),
-with a hint that says so. Rules marked ``training_only`` are not evaluated on a trace
-that looks like inference (``is_training`` False).
+Never advise what is in place: a fix whose ``in_place(metrics)`` gives a reason (CUDA
+graphs replaying the kernels, compiled Triton code, a setting the run already has) is
+left out of a finding with a hint that says so; the fixes it names ``instead`` take its
+place, and a finding left with none says that nothing here helps further. Rules marked
+``training_only`` are not evaluated on a trace that looks like inference (``is_training``
+False).
 """
 
 from __future__ import annotations
@@ -59,14 +61,6 @@ WARNING_GAIN = 0.02
 CRITICAL_GAIN = 0.15
 #: Categories whose severity is not capped by the gain (a job that does not fit cannot run).
 UNCAPPED = frozenset({"memory"})
-#: Fixes never suggested where the metrics show them in place: fix -> (metric, why) pairs.
-IN_PLACE: dict[str, tuple[tuple[str, str], ...]] = {
-    "torch_compile": (
-        ("uses_compiled_code", "compiled code (Triton kernels) is already in use"),
-        ("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),
-    ),
-    "cuda_graphs": (("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),),
-}
 INFERENCE_REASON = "training only: this looks like inference (no backward, no optimizer step)"
 
 
@@ -362,15 +356,30 @@ def _cap(category: str, severity: str, gain: float | None) -> str:
 
 
 def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The fixes to suggest, and a hint for each one left out because it is in place."""
-    keep, hints = [], []
-    for fix in fixes:
-        why = next((w for name, w in IN_PLACE.get(fix, ()) if metrics.get(name) is True), None)
-        if why is None:
-            keep.append(fix)
-        else:
-            title = FIXES[fix].title if fix in FIXES else fix
-            hints.append(f"Not suggested: {title} ({why})")
+    """The fixes to suggest, and the hints for those left out because the run already has
+    them: each one's ``instead`` fixes take its place (those not named or in place)."""
+    named = list(fixes)
+    keep: list[str] = []
+    hints: list[str] = []
+    left_out = False
+    for fid in named:
+        fix = FIXES.get(fid)
+        why = fix.in_place(metrics) if fix is not None else None
+        if fix is None or why is None:
+            if fid not in keep:
+                keep.append(fid)
+            continue
+        left_out = True
+        others = [i for i in fix.instead if i not in named and i not in keep
+                  and FIXES[i].in_place(metrics) is None]
+        keep += others
+        hint = f"Not suggested: {fix.title} ({why})"
+        if others:
+            hint += "; try instead: " + "; ".join(FIXES[i].title for i in others)
+        hints.append(hint)
+    if left_out and not keep:
+        hints.append("Nothing here helps further: every fix for this finding is already in "
+                      "place in this run")
     return keep, hints
 
 

@@ -108,8 +108,18 @@ class TrainConfig:
         return cls(**kw)
 
 
+def micro_batches(config: TrainConfig) -> list[TrainConfig]:
+    """Every split of the effective batch into micro-batch x accumulation steps, largest
+    micro-batch first (the effective batch is kept exactly)."""
+    eff = config.effective_batch
+    if eff is None:
+        return []
+    return [config.replace(batch_size=b, grad_accum_steps=eff // b)
+            for b in range(eff, 0, -1) if eff % b == 0]
+
+
 def _fmt(v: Any) -> str:
     return "default" if v is None else str(v)
 
 
-__all__ = ["AMP_DTYPES", "TrainConfig"]
+__all__ = ["AMP_DTYPES", "TrainConfig", "micro_batches"]
