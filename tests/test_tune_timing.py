@@ -63,11 +63,12 @@ def test_one_sync_per_timed_block(what: str) -> None:
 def test_the_drain_is_paid_once_per_block() -> None:
     """A block's time runs to the end of its drain: the device work the host ran ahead of
     is counted, once per block, spread over the block's steps."""
-    drain = Drain(wait_s=0.02)
+    # the drain (0.2 s) dwarfs the tiny step, so the comparison holds on a busy machine
+    drain = Drain(wait_s=0.2)
     w = _workload(drain)
     with Trial(w, TrainConfig.from_objects(w.loader, w.optimizer)) as t:
         per_step = t.run(1, 8, block=4)
         one = t.run(1, 8, block=1)  # the old way: a drain after every step
     assert len(per_step) == 2 and len(one) == 8
-    assert (per_step >= 0.02 / 4).all() and (one >= 0.02).all()
-    assert float(per_step.min()) < 0.5 * float(sorted(one)[len(one) // 2])
+    assert (per_step >= 0.2 / 4).all() and (one >= 0.2).all()
+    assert float(per_step.max()) < float(one.min())

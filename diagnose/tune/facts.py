@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
-from ..fixes import TrainConfig
-from .result import Bound
 from .trial import Workload
 
 
@@ -44,12 +41,4 @@ def live_facts(w: Workload, allow_compile: bool, cpus: int | None = None) -> dic
             "iterable_dataset": iterable, "allow_compile": allow_compile, "oom": False}
 
 
-def workers_estimate(b: Bound, cfg: TrainConfig, cpus: int) -> int:
-    """Workers needed so input keeps up with compute: one worker's time per step's batches
-    over the compute-only step time (both measured), within 1..cpus."""
-    per_worker = b.data_ms * max(1, cfg.num_workers)
-    est = math.ceil(per_worker / max(b.compute_ms, 1e-6))
-    return max(1, min(cpus, est))
-
-
-__all__ = ["cpu_count", "live_facts", "workers_estimate"]
+__all__ = ["cpu_count", "live_facts"]

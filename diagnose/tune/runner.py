@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..fixes import FIXES, Fix, TrainConfig
-from .facts import cpu_count, live_facts, workers_estimate
+from .facts import cpu_count, live_facts
 from .measure import Plan
 from .predict import (
     in_predicted_order,
@@ -41,7 +41,7 @@ from .predict import (
 )
 from .report import TuneReport
 from .result import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
-from .search import WORKER_FIXES, Tuner, try_fix
+from .search import Tuner, try_fix
 from .state import restore, take
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
 
@@ -179,8 +179,7 @@ def autofix(
         tuner.progress("baseline: timing the step, compute alone and input alone")
         tuner.pilot(base)
         bound_before = tuner.bound(base)
-        estimate = workers_estimate(bound_before, base, int(facts["cpu_count"]))
-        tuner.w_original_workers = base.num_workers
+        tuner.original = base
         # 4. the trials of each fix
         best = base
         todo = [(fix, finding) for fix, finding in named if fix.auto]
@@ -199,7 +198,8 @@ def autofix(
                 if why is not None:
                     tuner.note(fix, "", SKIPPED, why, finding)
                     continue
-            best = try_fix(tuner, fix, best, facts, finding, estimate)
+            best = try_fix(tuner, fix, best, facts, finding, input_ms=bound_before.data_ms,
+                           compute_ms=bound_before.compute_ms)
         # 5. before/after and the bound of the winner
         final: Comparison | None = None
         bound: Bound | None = None
@@ -256,5 +256,5 @@ def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any)
     return render_change(original, best, loader=loader, optimizer=optimizer)
 
 
-__all__ = ["WORKER_FIXES", "Bound", "Capture", "Comparison", "Decision", "Plan", "TuneError",
+__all__ = ["Bound", "Capture", "Comparison", "Decision", "Plan", "TuneError",
            "TuneReport", "autofix", "cpu_count", "planned_fixes"]

@@ -1,9 +1,11 @@
 """Searching: one trial per candidate config, decided by the sequential rule; the
-num_workers searches; the micro-batch search when the batch does not fit.
+ladder searches (climbing or descending, e.g. num_workers); the micro-batch search when
+the batch does not fit.
 
-:func:`try_fix` is the one place that runs a fix's trials, and the only place that knows
-fix ids (the num_workers searches, :data:`WORKER_FIXES`): a fix that owns its search
-replaces it there.
+:func:`try_fix` is the one place that runs a fix's trials. It knows no fix ids: each fix
+unit says how its candidates are walked (``Fix.search_mode``: each, climb or descend),
+where a climb starts (``Fix.search_start``), and which fixes share one search
+(``Fix.search_key``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..fixes import Fix, TrainConfig, micro_batches
+from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, Fix, TrainConfig, micro_batches
 from .measure import Measurer, Plan
 from .predict import disagreement
 from .result import (
@@ -44,8 +46,8 @@ class Tuner(Measurer):
         self.preds = predictions or {}
         self.disagreements: list[dict[str, Any]] = []
         self.fixes_left = 1  # fixes still to try (the runner counts down): budget shares
-        self.w_original_workers = 0
-        self.workers_searched_by: str | None = None  # the fix that searched num_workers
+        self.original: TrainConfig | None = None  # the baseline config (ladders stay above it)
+        self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
         self.fix_start: TrainConfig | None = None  # the config the current fix started from
 
     # ------------------------------------------------------------------ budget
@@ -119,21 +121,26 @@ class Tuner(Measurer):
         return status == KEPT
 
     # ------------------------------------------------------------------ searches
-    def search_workers(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
-                       estimate: int, finding: str | None) -> TrainConfig:
-        """num_workers: start at the measured estimate, climb the ladder while each step is a
-        measured gain; if the start is no gain, walk down until one is, then climb from there;
-        refine once between the best and the first value above it that was no gain."""
-        values = [c.num_workers for c in cands]
-        start = next((i for i, v in enumerate(values) if v >= estimate), len(values) - 1)
+    def search_climb(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
+                     start: int, finding: str | None) -> TrainConfig:
+        """A ladder of one field (``fix.search_key``, e.g. num_workers), ascending: start at
+        ``values[start]`` (the fix's estimate), climb while each step is a measured gain; if
+        the start is no gain, walk down until one is, then climb from there; refine once
+        between the best and the first value above it that was no gain."""
+        key = fix.search_key
+        assert key is not None
+        values = [getattr(c, key) for c in cands]
+        start = max(0, min(start, len(values) - 1))
+        floor = getattr(self.original, key) if self.original is not None else values[0] - 1
         tried: set[tuple[int, int]] = set()  # (from, to): never the same comparison twice
 
         def attempt(v: int) -> bool | None:
             nonlocal best
-            if (best.num_workers, v) in tried or v == best.num_workers:
+            cur = getattr(best, key)
+            if (cur, v) in tried or v == cur:
                 return None
-            tried.add((best.num_workers, v))
-            cand = best.replace(num_workers=v)
+            tried.add((cur, v))
+            cand = best.replace(**{key: v})
             if self.trial(fix, best, cand, finding):
                 best = cand
                 return True
@@ -142,7 +149,7 @@ class Tuner(Measurer):
         def climb(i: int) -> int | None:
             """Try values[i:] upwards while kept; the first value that was no gain."""
             for v in values[i:]:
-                if v <= best.num_workers:
+                if v <= getattr(best, key):
                     continue
                 if attempt(v) is False:
                     return v
@@ -150,28 +157,30 @@ class Tuner(Measurer):
 
         if attempt(values[start]):
             failed = climb(start + 1)
-            lower = [v for v in values[:start] if v > self.w_original_workers]
-            if lower and best.num_workers == values[start]:
-                attempt(lower[-1])  # as fast with fewer workers? (kept only if faster)
+            lower = [v for v in values[:start] if v > floor]
+            if lower and getattr(best, key) == values[start]:
+                attempt(lower[-1])  # as fast with fewer? (kept only if faster)
         else:
             failed = values[start]
             for i in range(start - 1, -1, -1):
                 if attempt(values[i]):
                     failed = climb(i + 1)
                     break
-        if failed is not None and failed - best.num_workers > 1:
-            attempt((failed + best.num_workers) // 2)
+        if failed is not None and failed - getattr(best, key) > 1:
+            attempt((failed + getattr(best, key)) // 2)
         return best
 
-    def search_workers_down(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
-                            finding: str | None) -> TrainConfig:
-        """Too many workers (more than the CPUs, or CPUs saturated): each value of the
-        descending ladder (the CPU count, one less, half, 1, 0) against the best so far.
-        A value that is no gain does not end the search: the cost of workers is not
-        monotone in their number (0 workers means no inter-process transfer at all)."""
+    def search_descend(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
+                       finding: str | None) -> TrainConfig:
+        """A descending ladder of one field (e.g. too many workers: the CPU count, one less,
+        half, 1, 0), each value against the best so far. A value that is no gain does not
+        end the search: the cost of workers is not monotone in their number (0 workers means
+        no inter-process transfer at all)."""
+        key = fix.search_key
+        assert key is not None
         for c in cands:  # descending: every value is below the best so far
-            cand = best.replace(num_workers=c.num_workers)
-            if cand.num_workers < best.num_workers and self.trial(fix, best, cand, finding):
+            cand = best.replace(**{key: getattr(c, key)})
+            if getattr(cand, key) < getattr(best, key) and self.trial(fix, best, cand, finding):
                 best = cand
         return best
 
@@ -207,17 +216,14 @@ class Tuner(Measurer):
         return found
 
 
-#: Fixes that search num_workers (one search serves both: IN004 names the cap, IN001 the
-#: count; the second one named says it was searched above).
-WORKER_FIXES = ("num_workers", "num_workers_cap")
-
-
 def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
-            finding: str | None, estimate: int) -> TrainConfig:
-    """The trials of one automatic fix from ``best``; the best config after them. The only
-    code that knows fix ids: the num_workers searches (:data:`WORKER_FIXES`)."""
-    if fix.id in WORKER_FIXES and t.workers_searched_by is not None:
-        t.note(fix, "", NO_CHANGE, f"searched above, as {t.workers_searched_by}", finding)
+            finding: str | None, *, input_ms: float, compute_ms: float) -> TrainConfig:
+    """The trials of one automatic fix from ``best``; the best config after them.
+    ``input_ms``/``compute_ms``: the baseline's input-only and compute-only step, where a
+    climbing search starts (``Fix.search_start``)."""
+    key = fix.search_key
+    if key is not None and key in t.searched:
+        t.note(fix, "", NO_CHANGE, f"searched above, as {t.searched[key]}", finding)
         return best
     why = fix.why_not(best, facts)
     if why is not None:
@@ -228,11 +234,15 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
         t.note(fix, "", NO_CHANGE, "already in place", finding)
         return best
     t.fix_start = best
-    if fix.id in WORKER_FIXES:
-        t.workers_searched_by = fix.id
-        if cands[0].num_workers < best.num_workers:  # the ladder goes down
-            return t.search_workers_down(fix, best, cands, finding)
-        return t.search_workers(fix, best, cands, estimate, finding)
+    if key is not None:
+        t.searched[key] = fix.id
+    mode = fix.search_mode(best, cands)
+    if mode == SEARCH_DESCEND:
+        return t.search_descend(fix, best, cands, finding)
+    if mode == SEARCH_CLIMB:
+        base = t.original if t.original is not None else best
+        start = fix.search_start(base, cands, input_ms=input_ms, compute_ms=compute_ms)
+        return t.search_climb(fix, best, cands, start, finding)
     for cand in cands:
         if fix.why_not(best, facts) is not None or cand == best:
             break
@@ -241,4 +251,4 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
     return best
 
 
-__all__ = ["WORKER_FIXES", "Tuner", "try_fix"]
+__all__ = ["Tuner", "try_fix"]
