@@ -412,6 +412,17 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
                   "# after", loader_call(spec, after, show=changed, prefix="loader = ")]
     step: list[str] = []
     dev = "cuda"
+    if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
+        step.append(f"torch.set_num_threads({after.intra_op_threads})")
+    if after.batched_fetch and not before.batched_fetch:
+        bs = after.batch_size or (spec.batch_size if spec is not None else None) or "batch_size"
+        order = ("SequentialSampler(dataset)" if spec is not None and spec.shuffle is False
+                 else "RandomSampler(dataset)")
+        step += [f"from torch.utils.data import BatchSampler, {order.split('(')[0]}",
+                 "loader = DataLoader(dataset, batch_size=None,  # one dataset[indices] per "
+                 "batch",
+                 f"                    sampler=BatchSampler({order}, batch_size={bs}, "
+                 f"drop_last={spec.drop_last if spec is not None else False}))"]
     if after.cudnn_benchmark and not before.cudnn_benchmark:
         step.append("torch.backends.cudnn.benchmark = True")
     if after.channels_last and not before.channels_last:
@@ -465,7 +476,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
 #: The TrainConfig fields :func:`render_change` writes as code (others are named).
 _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_last",
                        "cudnn_benchmark", "compile", "zero_grad_set_to_none",
-                       "optimizer_foreach", "optimizer_fused", "grad_accum_steps"})
+                       "optimizer_foreach", "optimizer_fused", "grad_accum_steps",
+                       "intra_op_threads", "batched_fetch"})
 
 
 __all__ = ["AFFINITY", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",

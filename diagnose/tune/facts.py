@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .trial import Workload
+from .trial import Workload, batch_indexable
 
 
 def cpu_count() -> int:
@@ -38,7 +38,9 @@ def live_facts(w: Workload, allow_compile: bool, cpus: int | None = None) -> dic
     iterable = isinstance(w.loader.dataset, torch.utils.data.IterableDataset)
     return {"device_type": w.device.type, "cpu_count": cpus or cpu_count(), "bf16_supported": bf16,
             "fused_supported": fused_ok, "model_has_conv": has_conv,
-            "iterable_dataset": iterable, "allow_compile": allow_compile, "oom": False}
+            "iterable_dataset": iterable, "allow_compile": allow_compile, "oom": False,
+            "torch_num_threads": torch.get_num_threads(),
+            "dataset_batch_indexable": batch_indexable(w.loader)}
 
 
 __all__ = ["cpu_count", "live_facts"]

@@ -110,6 +110,21 @@ def _clone_generator(g: Any) -> Any:
     return c
 
 
+def batch_indexable(loader: Any) -> bool:
+    """Whether ``loader``'s batches can be fetched with one ``dataset[indices]`` call and
+    come out the same: a TensorDataset (or a subclass that keeps its ``__getitem__``), the
+    loader's own batch_size, torch's default collate. Indexing each tensor with the list of
+    indices gives exactly what collating the rows one by one gives."""
+    from torch.utils.data import TensorDataset
+    from torch.utils.data._utils.collate import default_collate
+
+    ds = getattr(loader, "dataset", None)
+    return (isinstance(ds, TensorDataset)
+            and type(ds).__getitem__ is TensorDataset.__getitem__
+            and getattr(loader, "batch_size", None) is not None
+            and getattr(loader, "collate_fn", None) is default_collate)
+
+
 def build_loader(orig: Any, cfg: TrainConfig) -> Any:
     """A new DataLoader over the original's data with ``cfg``'s loader settings."""
     from torch.utils.data import DataLoader, IterableDataset
@@ -127,6 +142,17 @@ def build_loader(orig: Any, cfg: TrainConfig) -> Any:
         kw["pin_memory_device"] = orig.pin_memory_device
     kw.update(cfg.loader_kwargs())
     iterable = isinstance(orig.dataset, IterableDataset)
+    if cfg.batched_fetch:  # one dataset[indices] call per batch (batch_indexable says when)
+        if not batch_indexable(orig):
+            raise TuneError("batched_fetch needs a TensorDataset-like dataset, torch's default "
+                            "collate and the DataLoader's own batch_size")
+        from torch.utils.data import BatchSampler
+
+        kw["collate_fn"] = None  # torch's default_convert: the dataset returns the batch
+        kw["batch_size"] = None
+        kw["sampler"] = BatchSampler(orig.sampler, cfg.batch_size or orig.batch_size,
+                                     orig.drop_last)
+        return DataLoader(orig.dataset, **kw)
     if orig.batch_size is not None:  # the loader made its own BatchSampler
         kw["batch_size"] = cfg.batch_size or orig.batch_size
         kw["drop_last"] = orig.drop_last
@@ -219,6 +245,7 @@ class Trial:
         self.first_step_s: float | None = None  # includes torch.compile's compile time
         self._it: Any = None
         self._flag: bool | None = None
+        self._threads: int | None = None  # torch's intra-op threads before the trial
         self._relaid: list[Any] = []
 
     # ------------------------------------------------------------------ enter / exit
@@ -227,6 +254,9 @@ class Trial:
 
         self._flag = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = self.cfg.cudnn_benchmark
+        if self.cfg.intra_op_threads is not None:
+            self._threads = torch.get_num_threads()
+            torch.set_num_threads(self.cfg.intra_op_threads)
         if self.cfg.channels_last:
             cl = torch.channels_last
             for t in [*self.w.model.parameters(), *self.w.model.buffers()]:
@@ -260,6 +290,9 @@ class Trial:
             if self._flag is not None:
                 torch.backends.cudnn.benchmark = self._flag
                 self._flag = None
+            if self._threads is not None:
+                torch.set_num_threads(self._threads)
+                self._threads = None
 
     def close(self) -> None:
         """Shut the worker processes down (also persistent ones)."""

@@ -156,7 +156,31 @@ class PrefetchFactor(Fix):
 
 
 class Threads(Fix):
-    """torch's intra-op threads and the loader's workers share the CPUs: split them."""
+    """torch's intra-op threads and the loader's workers share the CPUs: split them.
+
+    Candidates (measured in this order): each worker count ``w`` of 1, 2, 4, ... up to half
+    the CPUs (and the current count) with torch on the ``CPUs - w`` CPUs left; never the
+    current split."""
+
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        n = cpus(facts)
+        return (n is not None and n >= 2 and count(facts, "torch_num_threads") is not None
+                and facts.get("iterable_dataset") is not True)
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        n, threads = cpus(facts), count(facts, "torch_num_threads")
+        if n is None or threads is None or n < 2:
+            return []
+        now = config.intra_op_threads or threads
+        ws, k = set(), 1
+        while k <= max(1, n // 2):
+            ws.add(k)
+            k *= 2
+        if 0 < config.num_workers < n:
+            ws.add(config.num_workers)
+        out = [config.replace(num_workers=w, intra_op_threads=n - w) for w in sorted(ws)]
+        return [c for c in out
+                if (c.num_workers, c.intra_op_threads) != (config.num_workers, now)]
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         threads, (nw, n) = count(metrics, "torch_num_threads"), _workers(metrics)
@@ -206,7 +230,43 @@ loader = DataLoader(dataset, ..., num_workers=workers)
 # after: the workers keep their CPUs, torch's math gets the rest (measure both ways)
 torch.set_num_threads(max(1, {AFFINITY} - workers))
 loader = DataLoader(dataset, ..., num_workers=workers)
-""", category="input")
+""", category="input", auto=True,
+                  needs="2 or more CPUs, torch's thread count and a map-style dataset")
+
+
+class BatchedFetch(Fix):
+    """Fetch a whole batch with one ``dataset[indices]`` call: per-sample ``__getitem__`` and
+    ``default_collate`` stacking the rows cost more than the training step on big batches
+    of in-memory tensor rows."""
+
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return facts.get("dataset_batch_indexable") is True
+
+    def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        bs = spec.batch_size if spec is not None and spec.batch_size else "batch_size"
+        order = ("RandomSampler(dataset)" if spec is None or spec.shuffle
+                 else "SequentialSampler(dataset)")
+        drop = spec.drop_last if spec is not None else False
+        before = (loader_call(spec, prefix="loader = ") if spec is not None
+                  else "loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, ...)")
+        rest = ""
+        if spec is not None:
+            extra = [f"num_workers={spec.num_workers}"] if spec.num_workers else []
+            extra += ["pin_memory=True"] if spec.pin_memory else []
+            rest = "".join(f", {e}" for e in extra)
+        else:
+            rest = ", ..."
+        return "\n".join([
+            "# before: one __getitem__ per sample, then default_collate stacks the rows",
+            before,
+            "# after: one indexing call per batch (a TensorDataset takes a list of indices);",
+            "# the batches are the same tensors. For your own Dataset, define",
+            "# __getitems__(self, indices) returning the batch's samples in one go instead.",
+            "from torch.utils.data import BatchSampler, " + order.split("(")[0],
+            "loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(",
+            f"    {order}, batch_size={bs}, drop_last={drop}){rest})"])
+
 
 FASTER_INPUT = Fix("faster_input", "Make each sample cheaper to produce", """
 # before: decode + augment every sample on the CPU, every epoch
@@ -222,6 +282,12 @@ class DS(Dataset):
         return augment(self.cache[i])
 """, category="input")
 
+BATCHED_FETCH = BatchedFetch(
+    "batched_fetch", "Fetch each batch with one indexing call", category="input", auto=True,
+    change={"batched_fetch": True},
+    needs="a TensorDataset-like dataset (rows indexed by a list of indices), torch's default "
+          "collate and the DataLoader's own batch_size")
+
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (NUM_WORKERS, NUM_WORKERS_CAP, PERSISTENT_WORKERS, PREFETCH_FACTOR, FASTER_INPUT,
-         THREADS)
+         THREADS, BATCHED_FETCH)
