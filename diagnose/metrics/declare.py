@@ -55,10 +55,10 @@ def _ranks(m: Mapping[str, Any]) -> bool | None:
 
 
 GPU = Need("GPU activity in the trace", "the trace has no GPU activity", _flag("has_gpu"))
-LIVE = Need("a live capture", "needs a live capture (with diagnose(...)): not in a saved trace",
+LIVE = Need("a live capture", "only known from a live capture (with diagnose(...))",
             _flag("context_available"))
-SAMPLES = Need("the run's samples", "needs the run's samples (GPU and host sampling of a live "
-               "capture)")
+SAMPLES = Need("the run's samples", "only known from the samples of a live capture "
+               "(GPU and host sampling)")
 RANKS = Need("2+ ranks", "needs 2 or more ranks analysed together (one trace per rank)", _ranks)
 DATALOADER = Need("a DataLoader in the trace", "no DataLoader activity in the trace",
                   _known("dataloader_share"))
@@ -70,7 +70,16 @@ ZERO_GRAD = Need("optimizer.zero_grad() in the trace",
                  _known("zero_grad_fill_ops_per_step"))
 MEMORY_EVENTS = Need("[memory] events", "the trace has no [memory] events with allocator totals "
                      "(profile with profile_memory=True on a recent PyTorch)")
-DEVICE_PROPERTIES = Need("deviceProperties", "the trace has no deviceProperties for its GPU")
+DEVICE_PROPERTIES = Need("deviceProperties", "the trace has no deviceProperties for its GPU",
+                         _known("device_name"))
+
+
+def _nvidia(m: Mapping[str, Any]) -> bool | None:
+    vendor = m.get("device_vendor")
+    return None if vendor is None else vendor == "nvidia"
+
+
+NVIDIA = Need("an NVIDIA GPU", "not an NVIDIA GPU (no CUDA compute capability)", _nvidia)
 DISTRIBUTED_INFO = Need("distributedInfo", "the trace has no distributedInfo")
 CPU_OPS = Need("20+ CPU ops in the window", "too few CPU ops in the window to tell")
 KERNEL_NAMES = Need("GEMM/conv kernels named by precision",

@@ -6,16 +6,18 @@ from typing import Any
 
 from ..basics import as_int
 from ..trace import Trace
-from .declare import DEVICE_PROPERTIES, DISTRIBUTED_INFO, Metric
+from .declare import DEVICE_PROPERTIES, DISTRIBUTED_INFO, GPU, NVIDIA, Metric
+
+_PROPS = (GPU, DEVICE_PROPERTIES)
+_CC = (GPU, DEVICE_PROPERTIES, NVIDIA)
 
 METRICS = (
-    Metric("device_name", "", "GPU name from deviceProperties", (DEVICE_PROPERTIES,)),
-    Metric("device_vendor", "", "nvidia, amd or other (from the device name)", (DEVICE_PROPERTIES,)),
-    Metric("device_cc_major", "", "CUDA compute capability, major", (DEVICE_PROPERTIES,)),
-    Metric("device_cc_minor", "", "CUDA compute capability, minor", (DEVICE_PROPERTIES,)),
-    Metric("device_memory_bytes", "bytes", "Device memory capacity", (DEVICE_PROPERTIES,)),
-    Metric("device_has_tensor_cores", "bool", "NVIDIA GPU with compute capability >= 7.0",
-           (DEVICE_PROPERTIES,)),
+    Metric("device_name", "", "GPU name from deviceProperties", _PROPS),
+    Metric("device_vendor", "", "nvidia, amd or other (from the device name)", _PROPS),
+    Metric("device_cc_major", "", "CUDA compute capability, major", _CC),
+    Metric("device_cc_minor", "", "CUDA compute capability, minor", _CC),
+    Metric("device_memory_bytes", "bytes", "Device memory capacity", _PROPS),
+    Metric("device_has_tensor_cores", "bool", "NVIDIA GPU with compute capability >= 7.0", _CC),
     Metric("rank", "", "Rank of this trace (distributedInfo, else the file name)",
            (DISTRIBUTED_INFO,)),
     Metric("world_size", "count", "World size from distributedInfo", (DISTRIBUTED_INFO,)),

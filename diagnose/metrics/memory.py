@@ -7,20 +7,22 @@ from typing import Any
 import numpy as np
 
 from ..trace import Kind, Trace
-from .declare import DEVICE_PROPERTIES, MEMORY_EVENTS, Metric, rnd
+from .declare import DEVICE_PROPERTIES, GPU, MEMORY_EVENTS, Metric, rnd
+
+_EVENTS = (GPU, MEMORY_EVENTS)
 
 METRICS = (
     Metric("gpu_mem_peak_allocated_bytes", "bytes",
            "Peak memory allocated by PyTorch's caching allocator ([memory] events)",
-           (MEMORY_EVENTS,)),
+           _EVENTS),
     Metric("gpu_mem_peak_reserved_bytes", "bytes",
-           "Peak memory reserved by the caching allocator ([memory] events)", (MEMORY_EVENTS,)),
+           "Peak memory reserved by the caching allocator ([memory] events)", _EVENTS),
     Metric("gpu_mem_peak_frac", "fraction", "Peak reserved (else allocated) / device capacity",
-           (MEMORY_EVENTS, DEVICE_PROPERTIES)),
-    Metric("gpu_mem_frag_ratio", "ratio", "Peak reserved / peak allocated", (MEMORY_EVENTS,)),
+           (*_EVENTS, DEVICE_PROPERTIES)),
+    Metric("gpu_mem_frag_ratio", "ratio", "Peak reserved / peak allocated", _EVENTS),
     Metric("gpu_mem_growth_peak_bytes", "bytes",
            "Peak of the running sum of allocation deltas in the trace (a lower bound on use)",
-           (MEMORY_EVENTS,)),
+           _EVENTS),
 )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Trace
-from .declare import DEVICE_PROPERTIES, GPU, KERNEL_NAMES, Metric, rnd
+from .declare import DEVICE_PROPERTIES, GPU, KERNEL_NAMES, NVIDIA, Metric, rnd
 
 _CONV = re.compile(r"scudnn|hcudnn|implicit_convolve|winograd|convolve|_fprop|wgrad|dgrad|conv2d|conv_|"
                    r"cudnn_.*(conv|infer|train)", re.IGNORECASE)
@@ -51,14 +51,14 @@ METRICS = (
            (GPU,)),
     Metric("tensor_core_peak_ratio", "ratio",
            "Peak fp16/bf16 tensor-core vs fp32 SIMT throughput of this GPU (NVIDIA datasheets, "
-           "by compute capability)", (DEVICE_PROPERTIES,)),
+           "by compute capability)", (GPU, DEVICE_PROPERTIES, NVIDIA)),
     Metric("tensor_core_speedup", "ratio",
            f"Speedup expected of AMP for fp32 GEMM/conv kernels: half the peak ratio, at most "
-           f"{TC_SPEEDUP_CAP:g}x (conservative)", (DEVICE_PROPERTIES,)),
+           f"{TC_SPEEDUP_CAP:g}x (conservative)", (GPU, DEVICE_PROPERTIES, NVIDIA)),
     Metric("gemm_fp32_saving_ms_per_step", "ms",
            "fp32 SIMT GEMM/conv time per step that AMP is expected to save: "
            "gemm_fp32_ms_per_step * (1 - 1/tensor_core_speedup)",
-           (GPU, KERNEL_NAMES, DEVICE_PROPERTIES)),
+           (GPU, KERNEL_NAMES, DEVICE_PROPERTIES, NVIDIA)),
 )
 
 
