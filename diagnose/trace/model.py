@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..basics import as_int
 from .decode import Decoded, Event
 
 
@@ -309,8 +310,8 @@ class Trace:
     @property
     def rank(self) -> int | None:
         info = self.distributed_info or {}
-        r = info.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool):
+        r = as_int(info.get("rank"))
+        if r is not None:
             return r
         name = Path(self.path).name
         m = _RANK_IN_NAME.search(name) or _WORKER_IN_NAME.search(name)
@@ -318,8 +319,7 @@ class Trace:
 
     @property
     def world_size(self) -> int | None:
-        w = (self.distributed_info or {}).get("world_size")
-        return w if isinstance(w, int) and not isinstance(w, bool) else None
+        return as_int((self.distributed_info or {}).get("world_size"))
 
     @property
     def backend(self) -> str | None:
