@@ -246,10 +246,10 @@ def load_rule_file(path: Path) -> list[Rule]:
             scope=spec.scope,
             training_only=spec.training_only,
         )
-        for field_name, e in (("when", rule.when), ("warning", rule.warning),
-                              ("critical", rule.critical), ("gain", rule.gain)):
-            if e is not None:
-                names += [(n, field_name) for n in sorted(e.names)]
+        for field_name, cond in (("when", rule.when), ("warning", rule.warning),
+                                 ("critical", rule.critical), ("gain", rule.gain)):
+            if cond is not None:
+                names += [(n, field_name) for n in sorted(cond.names)]
         names += [(n, "hint condition") for c, _ in rule.hints for n in sorted(c.names)]
         names += [(n, "evidence") for n in spec.evidence]
         _check_names(names, where)

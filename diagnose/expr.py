@@ -20,6 +20,7 @@ import sys
 import tokenize
 import warnings
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from diagnose.basics import as_real
 from diagnose.errors import ExpressionError
@@ -180,7 +181,7 @@ def _not_contains(a: object, b: object) -> bool:
     return a not in b  # type: ignore[operator]
 
 
-_CMPOPS: dict[type[ast.cmpop], tuple[str, Callable[[object, object], object]]] = {
+_CMPOPS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], object]]] = {
     ast.Eq: ("==", operator.eq),
     ast.NotEq: ("!=", operator.ne),
     ast.Lt: ("<", operator.lt),

@@ -158,7 +158,8 @@ class _Interner(dict):
     def ids(self, evs: Sequence[Event], attr: str) -> np.ndarray:
         return np.fromiter(map(self.__getitem__, map(attrgetter(attr), evs)), np.int32, len(evs))
 
-    def values(self) -> list[Any]:
+    def in_order(self) -> list[Any]:
+        """The values, by id."""
         return list(self)
 
 
@@ -240,9 +241,9 @@ class ColumnBuilder:
             cols["kind"] = np.where(bad, Kind.OTHER, kind).astype(np.int8)
         return Trace(
             path=str(path),
-            names=self.names.values(),
-            pids=[str(p) for p in self.pids.values()],
-            tids=[str(t) for t in self.tids.values()],
+            names=self.names.in_order(),
+            pids=[str(p) for p in self.pids.in_order()],
+            tids=[str(t) for t in self.tids.in_order()],
             device_properties=meta.device_properties,
             distributed_info=meta.distributed_info,
             schema_version=meta.schema_version,

@@ -168,8 +168,8 @@ def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, A
 
 def _columns_of(b: ColumnBuilder, trailer: bytes | None = None) -> dict[str, Any]:
     """What a worker sends back: its columns and its own intern tables."""
-    return {"ok": True, "parts": b.parts, "names": b.names.values(), "pids": b.pids.values(),
-            "tids": b.tids.values(), "n": b.n_total, "trailer": trailer}
+    return {"ok": True, "parts": b.parts, "names": b.names.in_order(), "pids": b.pids.in_order(),
+            "tids": b.tids.in_order(), "n": b.n_total, "trailer": trailer}
 
 
 def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
