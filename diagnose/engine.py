@@ -40,7 +40,7 @@ from .errors import RuleError
 from .expr import DivisionByZero, Expr, MissingMetric, compile_expr, format_message, template_names
 from .fixes import FIXES
 from .metrics import CATALOG as METRIC_CATALOG
-from .metrics import why_none
+from .metrics.needs import why_none
 from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
 
 if sys.version_info >= (3, 11):

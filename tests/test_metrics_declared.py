@@ -11,8 +11,9 @@ import pytest
 
 from diagnose import analyze
 from diagnose.engine import known_metrics, why_missing
-from diagnose.metrics import CATALOG, DECLARED, core
+from diagnose.metrics import CATALOG, core
 from diagnose.metrics.declare import GPU, LIVE, RANKS, Metric, catalog
+from diagnose.metrics.needs import DECLARED
 from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 
