@@ -37,10 +37,12 @@ from typing import Any
 
 import msgspec
 
+from .basics import as_number
 from .errors import RuleError
 from .expr import DivisionByZero, Expr, MissingMetric, compile_expr, format_message, template_names
 from .fixes import FIXES
 from .metrics import CATALOG as METRIC_CATALOG
+from .metrics.needs import why_none
 from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
 
 if sys.version_info >= (3, 11):
@@ -238,10 +240,10 @@ def load_rule_file(path: Path) -> list[Rule]:
             scope=spec.scope,
             training_only=spec.training_only,
         )
-        for field_name, e in (("when", rule.when), ("warning", rule.warning),
-                              ("critical", rule.critical), ("gain", rule.gain)):
-            if e is not None:
-                names += [(n, field_name) for n in sorted(e.names)]
+        for field_name, cond in (("when", rule.when), ("warning", rule.warning),
+                                 ("critical", rule.critical), ("gain", rule.gain)):
+            if cond is not None:
+                names += [(n, field_name) for n in sorted(cond.names)]
         names += [(n, "hint condition") for c, _ in rule.hints for n in sorted(c.names)]
         names += [(n, "evidence") for n in spec.evidence]
         _check_names(names, where)
@@ -299,49 +301,27 @@ def get_rule(rule_id: str, rules: Iterable[Rule] | None = None) -> Rule:
 
 
 # --------------------------------------------------------------- evaluation
-_MISSING_WHY = (
-    (("gpu_", "idle_", "memcpy_", "sync_", "item_", "kernel", "launch", "gemm_", "comm_",
-      "share_kernel", "share_memcpy", "share_memset", "share_communication", "share_runtime",
-      "device_", "optimizer_launches"),
-     "has_gpu", "the trace has no GPU activity"),
-)
-_CONTEXT_METRICS = ("dataloader_num_workers", "dataloader_pin_memory", "dataloader_batch_size",
-                    "dataloader_persistent_workers", "dataloader_prefetch_factor", "cudnn_benchmark",
-                    "optimizer_class", "optimizer_foreach", "optimizer_fused", "torch_num_threads",
-                    "cpu_count", "model_", "oom")
-
-
 def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
-    """A person-readable reason why ``name`` has no value."""
-    if name not in metrics and name in known_metrics():
-        return f"needs {name}: not computed for this input"
-    if name not in metrics and not name.startswith(_CONTEXT_METRICS):
+    """Why ``name`` has no value, as one short cause read from the metric's declaration
+    (what it needs: GPU activity in the trace, a live capture, 2+ ranks, ...): the same
+    string for every metric with that cause, so that reasons group."""
+    if name not in known_metrics():
         return f"needs {name} (unknown metric)"
-    if name.startswith(_CONTEXT_METRICS) and metrics.get("context_available") is not True:
-        return f"needs {name}: only known from a live capture (with diagnose(...))"
-    if name.startswith(("gpu_util", "host_", "proc_", "workers_")):
-        return f"needs {name}: from the run's samples"
-    if name.startswith("gpu_mem") and metrics.get("has_gpu") is True:
-        return (f"needs {name}: the trace has no [memory] events with allocator totals "
-                "(profile with profile_memory=True on a recent PyTorch)")
-    for prefixes, flag, reason in _MISSING_WHY:
-        if name.startswith(prefixes) and metrics.get(flag) is False:
-            return f"needs {name}: {reason}"
-    if name.startswith("dataloader_"):
-        return f"needs {name}: no DataLoader activity in the trace"
-    if name.startswith("optimizer_") or name.startswith("zero_grad"):
-        return f"needs {name}: no optimizer.step()/zero_grad() annotations in the trace"
-    return f"needs {name}"
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x)
+    cause = why_none(name, metrics)
+    if cause is not None:
+        return cause
+    return f"needs {name}" if name in metrics else f"needs {name}: not computed for this input"
 
 
 def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
+    """Why a rule is not evaluated (the cause alone, so that reasons group)."""
     return str(e) if isinstance(e, DivisionByZero) else why_missing(e.name, metrics)
+
+
+def _named_reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
+    """The same, naming the metric (for a finding's message or hint)."""
+    why = _reason(e, metrics)
+    return why if isinstance(e, DivisionByZero) or e.name in why else f"needs {e.name}: {why}"
 
 
 def _cap(category: str, severity: str, gain: float | None) -> str:
@@ -414,7 +394,7 @@ def evaluate(
         try:
             message = format_message(rule.message, metrics)
         except MissingMetric as e:
-            message = f"{rule.title} ({_reason(e, metrics)})"
+            message = f"{rule.title} ({_named_reason(e, metrics)})"
         hints = []
         for cond, text in rule.hints:
             try:
@@ -425,10 +405,10 @@ def evaluate(
         gain, no_gain = None, "no estimate of the time at stake"
         if rule.gain is not None:
             try:
-                g = _num(rule.gain.evaluate(metrics))
+                g = as_number(rule.gain.evaluate(metrics), finite=False)
                 gain = None if g is None else round(min(max(g, 0.0), 1.0), 4)
             except MissingMetric as e:
-                no_gain = f"no estimate of the time at stake: {_reason(e, metrics)}"
+                no_gain = f"no estimate of the time at stake: {_named_reason(e, metrics)}"
         capped = _cap(rule.category, severity, gain)
         graded_from = None
         if capped != severity:
