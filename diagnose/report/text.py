@@ -161,8 +161,8 @@ def renderables(report: Analysis) -> list[Any]:
         for n in report.not_evaluated:
             lines.append(f"\n  {n.rule}: {n.reason}", style="dim")
         out.append(lines)
-    for n in report.notes:
-        out.append(Text(f"note: {n}", style="dim"))
+    for note in report.notes:
+        out.append(Text(f"note: {note}", style="dim"))
     return out
 
 
