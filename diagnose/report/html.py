@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import SEVERITIES, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
+from ..model.step import step_model_line
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from .text import step_lines, unprofiled_dl
 
@@ -228,6 +229,7 @@ def _summary(report: Analysis) -> Markup:
     rows: list[tuple[str, Child]] = [
         ("source", el("code", ", ".join(report.source))),
         *summary_facts(report.metrics, len(report.ranks)),
+        ("step model", step_model_line(report.step_model, report.step_model_why)),
         ("findings", _counts(report)),
     ]
     return el("section", el("h2", "Summary"), _kv(rows), id="summary")

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
+from ..model.step import step_model_line
 from ..result import step_time
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def _summary(report: Analysis) -> Table:
     t.add_row("step time", head)
     if window:
         t.add_row("profiled", window)
+    t.add_row("step model", escape(step_model_line(report.step_model, report.step_model_why)))
     if m.get("gpu_busy_frac") is not None:
         t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
     parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...engine import SEVERITIES
 from ...metrics import CATALOG
+from ...model.step import step_model_line
 from ..html import autofix_cells, fmt, summary_facts
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
@@ -144,7 +145,9 @@ def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> d
              and p["svg"].lstrip().startswith("<svg")]
     return {
         **run_summary(name, doc),
-        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks)))],
+        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks))),
+                    ["step model", step_model_line(report.get("step_model"),
+                                                   report.get("step_model_why"))]],
         "findings": [_finding(f) for f in findings],
         "plots": plots,
         "autofix": _autofix(doc),
