@@ -15,10 +15,11 @@ import re
 
 import numpy as np
 
+from ..metrics import intervals as iv
 from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace
-from .graph import EdgeKind, Graph, ResKind, Resource, TaskKind
+from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
 
-WINDOW_STEPS = 5  # replay at most this many consecutive steps, around the median one
+WINDOW_STEPS = 3  # replay at most this many consecutive steps, around the median one
 EPS = 0.5  # us: timestamps of host and device clocks agree to about this
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -28,6 +29,8 @@ _SYNC = frozenset({
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
 })
+_OPT_STEP = re.compile(r"^Optimizer\.step#")
+_OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
 _MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
 _DEV_KIND = {int(Kind.KERNEL): TaskKind.KERNEL, int(Kind.MEMCPY): TaskKind.MEMCPY,
              int(Kind.MEMSET): TaskKind.MEMSET}
@@ -217,6 +220,7 @@ class _Builder:
         dev_ids = self._device(d_idx, call_of, call_task)
         # ---- waits: syncs wait for the device op that ended last before they returned
         self._sync_edges(top, is_sync, wait_task, d_idx, dev_ids)
+        self._full_queue_edges(top, ~(is_sync | is_dl | blocking), call_task, d_idx, dev_ids, call_of)
         bl = np.flatnonzero(blocking)
         if len(bl):
             c = dev_ids[copy_of[bl]]
@@ -280,7 +284,11 @@ class _Builder:
         base = float(d.min())
         r = self._res("DataLoader workers", ResKind.PRODUCER, -np.inf, capacity=1)
         rel = s + d - base
-        p = self.rows.tasks(TaskKind.PRODUCER, r, np.zeros(len(s)), rel, release=rel)
+        # a wait no longer than the shortest one: the batch was ready before it was asked
+        # for (when, the trace cannot say): it does not hold a host that comes earlier
+        rel = np.where(d <= base + max(50.0, 0.1 * base), np.nan, rel)
+        p = self.rows.tasks(TaskKind.PRODUCER, r, np.zeros(len(s)), np.where(np.isnan(rel), s, rel),
+                            release=rel)
         dur = np.concatenate(self.rows.cols["dur"])
         self._set("dur", waits, np.full(len(waits), base))
         del dur
@@ -374,7 +382,8 @@ class _Builder:
         gap_typ = np.full(len(d_idx), 1.0)
         for k in np.unique(dk).tolist():  # once per kind of device op
             m = dk == k
-            idle = m & np.isfinite(lat) & (gap > 1.0)
+            # launched onto a stream that had run dry: its start shows the launch latency
+            idle = m & np.isfinite(lat) & (gap > 1.0) & (launch_start >= prev_end)
             if idle.any():
                 lat_typ[m] = float(np.median(lat[idle]))
             q = m & np.isfinite(lat) & (launch_start + lat_typ < prev_end)
@@ -402,8 +411,11 @@ class _Builder:
         lag = np.where(unexplained, lat, lag)  # kept as measured
         kinds = np.array([_DEV_KIND[int(k)] for k in dk], np.int8)
         no_launch = ct < 0
+        # work launched before the window runs in stream order (queued behind the stream);
+        # work the trace cannot place keeps its measured start
+        queued_in = no_launch & (s - prev_end <= gap_typ + 5.0)
         out = rows.tasks(kinds, res, t.dur[d_idx], s, gap=gap_typ,
-                         release=np.where(no_launch, s, np.nan), name_id=t.name_id[d_idx],
+                         release=np.where(no_launch & ~queued_in, s, np.nan), name_id=t.name_id[d_idx],
                          nbytes=t.nbytes[d_idx])
         hl = ~no_launch
         rows.edge(ct[hl], out[hl], EdgeKind.START_AFTER_START, lag[hl])
@@ -411,6 +423,36 @@ class _Builder:
         rows.edge(out[src[xs]], out[xs], EdgeKind.START_AFTER_END, s[xs] - e[src[xs]])
         self.unexplained = int(unexplained.sum())
         return out
+
+    def _full_queue_edges(self, top: np.ndarray, launch: np.ndarray, call_task: np.ndarray,
+                          d_idx: np.ndarray, dev_ids: np.ndarray, call_of: np.ndarray) -> None:
+        """A launch held far longer than launches take, returning just as a device op ends,
+        waited for that op: the device's queue was full (the host ran a step or more ahead
+        of a busy GPU). It waits for it in the replay too; its own time is a typical launch."""
+        t, rows = self.t, self.rows
+        li = np.flatnonzero(launch)
+        if not len(li) or not len(d_idx):
+            return
+        d = t.dur[top[li]]
+        typical = float(np.median(d))
+        long = li[d > max(50.0, 5 * typical)]
+        if not len(long):
+            return
+        e = t.end[d_idx]
+        # device ops launched before each call (by an earlier call) are candidates
+        launched_at = np.full(len(d_idx), -np.inf)  # no call in the window: before it
+        has = call_of >= 0
+        launched_at[has] = t.ts[top[call_of[has]]]
+        o = np.argsort(e, kind="stable")
+        cs, ce = t.ts[top[long]], t.end[top[long]]
+        pos = np.searchsorted(e[o], ce + EPS, side="right") - 1
+        tgt = o[np.maximum(pos, 0)]
+        ok = (pos >= 0) & (e[tgt] > cs) & (ce - e[tgt] < 20.0) & (launched_at[tgt] < cs)
+        if not ok.any():
+            return
+        rows.edge(dev_ids[tgt[ok]], call_task[long[ok]], EdgeKind.END_AFTER_END, ce[ok] - e[tgt[ok]])
+        self._set("dur", call_task[long[ok]], np.full(int(ok.sum()), typical))
+        self.full_queue = int(ok.sum())
 
     def _sync_edges(self, top: np.ndarray, is_sync: np.ndarray, wait_task: np.ndarray,
                     d_idx: np.ndarray, dev_ids: np.ndarray) -> None:
@@ -430,6 +472,40 @@ class _Builder:
         rows.edge(dev_ids[tgt[ok]], wait_task[sy[ok]], EdgeKind.END_AFTER_END, tail[ok])
         self._set("dur", wait_task[sy[ok]], np.maximum(tail[ok], 0.0))
 
+    def _tags(self, c: dict[str, np.ndarray], ed: dict[str, np.ndarray]) -> np.ndarray:
+        """Tag host tasks by the optimizer spans they start in, device work by its launch,
+        and pageable host-to-device copies with their launch and wait."""
+        t = self.t
+        tag = np.zeros(len(c["kind"]), np.int32)
+        spans = (t.pid_id == self.pid) & (t.ts < self.w1) & (t.end > self.w0) & np.isin(
+            t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)])
+        host = np.isin(c["kind"], [int(k) for k in (TaskKind.HOST, TaskKind.LAUNCH, TaskKind.SYNC,
+                                                     TaskKind.COPY_WAIT)])
+        for flag, pat in ((Tag.OPTIMIZER, _OPT_STEP), (Tag.ZERO_GRAD, _OPT_ZERO)):
+            sp = np.flatnonzero(spans & t.name_mask(lambda n, p=pat: bool(p.match(n))))
+            if len(sp):
+                lo, hi = iv.union(t.ts[sp], t.end[sp])
+                tag[host & iv.inside((lo, hi), c["start0"])] |= int(flag)
+        pg = np.fromiter(("Pageable" in n and ("HtoD" in n or "Host->Device" in n)
+                          for n in t.names), bool, len(t.names))
+        ok = c["name_id"] >= 0
+        is_pg = np.zeros(len(tag), bool)
+        is_pg[ok] = pg[c["name_id"][ok]] & (c["kind"][ok] == TaskKind.MEMCPY)
+        tag[is_pg] |= int(Tag.PAGEABLE)
+        ss = ed["ekind"] == EdgeKind.START_AFTER_START
+        src, dst = ed["esrc"][ss], ed["edst"][ss]
+        dev = np.isin(c["kind"][dst], [int(k) for k in DEVICE_TASKS])
+        np.bitwise_or.at(tag, dst[dev], tag[src[dev]] & int(Tag.OPTIMIZER | Tag.ZERO_GRAD))
+        # a pageable copy's launch, and the wait on it
+        np.bitwise_or.at(tag, src[dev & is_pg[dst]], int(Tag.PAGEABLE))
+        ee = ed["ekind"] == EdgeKind.END_AFTER_END
+        w = ee & is_pg[ed["esrc"]]
+        np.bitwise_or.at(tag, ed["edst"][w], int(Tag.PAGEABLE))
+        work = (tag == 0) & np.isin(c["kind"], [int(k) for k in (TaskKind.HOST, TaskKind.LAUNCH,
+                                                                  *DEVICE_TASKS)])
+        tag[work] |= int(Tag.FORWARD_BACKWARD)
+        return tag
+
     def _graph(self) -> Graph:
         rows = self.rows
         c = {k: rows.cat(k, rows.cols, dt) for k, dt in (
@@ -438,5 +514,6 @@ class _Builder:
             ("nbytes", np.float64), ("start0", np.float64))}
         ed = {k: rows.cat(k, rows.edges, dt) for k, dt in (
             ("esrc", np.int64), ("edst", np.int64), ("ekind", np.int8), ("elag", np.float64))}
+        c["tag"] = self._tags(c, ed)
         return Graph(**c, **ed, resources=self.resources, names=self.t.names, main=0,
                      t0=self.w0, steps_measured=self.hi - self.lo, step_index=self.step_index)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
+from enum import IntEnum, IntFlag
 
 import numpy as np
 
@@ -47,6 +47,15 @@ class TaskKind(IntEnum):
     MEMSET = 8
     PRODUCER = 9  # a batch made by the loader (its cost on a worker)
     COLLECTIVE = 10  # reserved: a collective that waits for its peers (many ranks, later)
+
+
+class Tag(IntFlag):
+    """Where a task runs (device work inherits its launch's tags)."""
+
+    OPTIMIZER = 1  # inside optimizer.step()
+    ZERO_GRAD = 2  # inside optimizer.zero_grad()
+    PAGEABLE = 4  # a pageable host-to-device copy (its launch and its wait too)
+    FORWARD_BACKWARD = 8  # neither of the above nor the DataLoader: the model's own work
 
 
 class ResKind(IntEnum):
@@ -85,6 +94,7 @@ class Graph:
     name_id: np.ndarray  # int32: the trace's name id (-1: made by a transform)
     nbytes: np.ndarray  # float64: bytes of a copy (NaN: unknown)
     start0: np.ndarray  # float64: measured start (NaN: made by a transform)
+    tag: np.ndarray  # int32 bit set of Tag: where in the step a task runs
     esrc: np.ndarray  # int64
     edst: np.ndarray  # int64
     ekind: np.ndarray  # int8 EdgeKind
@@ -178,7 +188,7 @@ class Graph:
         """Append tasks (columns given; the rest default); returns the graph and their ids."""
         n = len(cols["kind"])
         defaults = {"gap": 0.0, "release": np.nan, "step": -1, "name_id": -1, "nbytes": np.nan,
-                    "start0": np.nan, "dur": 0.0}
+                    "start0": np.nan, "dur": 0.0, "tag": 0}
         g = self.copy()
         for k in _TASK_ARRAYS:
             v = cols.get(k, defaults.get(k))
@@ -187,7 +197,8 @@ class Graph:
         return g, np.arange(len(self), len(self) + n)
 
 
-_TASK_ARRAYS = ("kind", "res", "dur", "gap", "release", "step", "name_id", "nbytes", "start0")
+_TASK_ARRAYS = ("kind", "res", "dur", "gap", "release", "step", "name_id", "nbytes", "start0",
+                "tag")
 _ARRAYS = (*_TASK_ARRAYS, "esrc", "edst", "ekind", "elag")
 
 
