@@ -236,7 +236,7 @@ class _Builder:
         t, rows = self.t, self.rows
         s, e = t.ts[top[sel]], t.end[top[sel]]
         # host work: the time between the calls, cut at step boundaries
-        pts = np.unique(np.concatenate([[self.w0, self.w1], s, e, self.lo, self.hi]))
+        pts = np.unique(np.concatenate([[self.w0, self.w1], s, e, self.lo, self.hi, self._cuts()]))
         pts = pts[(pts >= self.w0) & (pts <= self.w1)]
         gs, ge = pts[:-1], pts[1:]
         gm = (gs + ge) / 2
@@ -251,6 +251,14 @@ class _Builder:
         starts = np.concatenate(rows.cols["start0"])[ids]
         o = np.argsort(starts, kind="stable")
         return ids[o], starts[o], np.isin(ids[o], host_ids)
+
+    def _cuts(self) -> np.ndarray:
+        """Bounds of the optimizer's spans on the main thread: host work is cut there, so
+        that a task is inside optimizer.step() / zero_grad() or outside it, not both."""
+        t = self.t
+        m = ((t.pid_id == self.pid) & (t.tid_id == self.tid) & (t.ts < self.w1) & (t.end > self.w0)
+             & t.name_mask(lambda n: bool(_OPT_STEP.match(n) or _OPT_ZERO.match(n))))
+        return np.concatenate([t.ts[m], t.end[m]])
 
     def _calls(self, r: int, top: np.ndarray, sel: np.ndarray, is_dl: np.ndarray, is_sync: np.ndarray,
                blocking: np.ndarray, call_task: np.ndarray, wait_task: np.ndarray, main: bool) -> None:
