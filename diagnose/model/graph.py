@@ -28,6 +28,7 @@ graphs of the ranks merged into one.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, IntFlag
@@ -105,6 +106,9 @@ class Graph:
     t0: float  # window start
     steps_measured: np.ndarray  # measured length of each window step (us)
     step_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # trace step numbers
+    # a topological order (replay); kept by changes of times and removed edges, which leave
+    # it valid, dropped by anything that adds or removes tasks or adds edges
+    order_cache: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -173,10 +177,11 @@ class Graph:
         arrays = {k: getattr(self, k)[idx] for k in _TASK_ARRAYS}
         return replace(self, **arrays, esrc=new_id[self.esrc[ok]], edst=new_id[self.edst[ok]],
                        ekind=self.ekind[ok], elag=self.elag[ok],
-                       resources=[replace(r) for r in self.resources])
+                       resources=[replace(r) for r in self.resources], order_cache=None)
 
     def add_edges(self, src: np.ndarray, dst: np.ndarray, kind: EdgeKind, lag: float | np.ndarray = 0.0) -> Graph:
         g = self.copy()
+        g.order_cache = None
         n = len(src)
         g.esrc = np.concatenate([g.esrc, np.asarray(src, np.int64)])
         g.edst = np.concatenate([g.edst, np.asarray(dst, np.int64)])
@@ -190,6 +195,7 @@ class Graph:
         defaults = {"gap": 0.0, "release": np.nan, "step": -1, "name_id": -1, "nbytes": np.nan,
                     "start0": np.nan, "dur": 0.0, "tag": 0}
         g = self.copy()
+        g.order_cache = None
         for k in _TASK_ARRAYS:
             v = cols.get(k, defaults.get(k))
             arr = getattr(g, k)
@@ -254,7 +260,8 @@ def _order(g: Graph) -> list[int]:
 def replay(g: Graph) -> Replay:
     """Replay the graph (see the module docstring); one pass in topological order."""
     n = len(g)
-    order = _order(g)
+    if g.order_cache is None or len(g.order_cache) != n:
+        g.order_cache = _order(g)
     ein = np.argsort(g.edst, kind="stable")
     iptr = np.searchsorted(g.edst[ein], np.arange(n + 1)).tolist()
     esrc = g.esrc[ein].tolist()
@@ -263,31 +270,47 @@ def replay(g: Graph) -> Replay:
     res = g.res.tolist()
     dur = g.dur.tolist()
     gap = g.gap.tolist()
-    rel = np.where(np.isnan(g.release), -np.inf, g.release).tolist()
+    ninf = -math.inf
+    rel = np.where(np.isnan(g.release), ninf, g.release).tolist()
     caps = [r.capacity for r in g.resources]
-    pools: list[list[float]] = [[r.free_at] * max(r.capacity, 1) for r in g.resources]
+    free = [r.free_at for r in g.resources]  # capacity 1: when the resource is free
+    pools = {k: [r.free_at] * r.capacity for k, r in enumerate(g.resources) if r.capacity > 1}
     start = [0.0] * n
     end = [0.0] * n
     ss, se = int(EdgeKind.START_AFTER_START), int(EdgeKind.START_AFTER_END)
-    for i in order:
+    for i in g.order_cache:
         r = res[i]
-        pool = pools[r]
-        s = max(pool[0] + gap[i], rel[i])
-        e_min = -np.inf
-        for k in range(iptr[i], iptr[i + 1]):
-            j, kd = esrc[k], ekind[k]
+        multi = caps[r] > 1
+        s = (pools[r][0] if multi else free[r]) + gap[i]
+        x = rel[i]
+        if x > s:
+            s = x
+        e_min = ninf
+        a, b = iptr[i], iptr[i + 1]
+        while a < b:
+            kd = ekind[a]
             if kd == ss:
-                s = max(s, start[j] + elag[k])
+                x = start[esrc[a]] + elag[a]
+                if x > s:
+                    s = x
             elif kd == se:
-                s = max(s, end[j] + elag[k])
+                x = end[esrc[a]] + elag[a]
+                if x > s:
+                    s = x
             else:
-                e_min = max(e_min, end[j] + elag[k])
-        e = max(s + dur[i], e_min)
-        start[i], end[i] = s, e
-        if caps[r] == 1:
-            pool[0] = e
+                x = end[esrc[a]] + elag[a]
+                if x > e_min:
+                    e_min = x
+            a += 1
+        e = s + dur[i]
+        if e_min > e:
+            e = e_min
+        start[i] = s
+        end[i] = e
+        if multi:
+            heapq.heapreplace(pools[r], e)
         else:
-            heapq.heapreplace(pool, e)
+            free[r] = e
     st, en = np.array(start), np.array(end)
     return Replay(st, en, step_lengths(g, en))
 
