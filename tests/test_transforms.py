@@ -106,12 +106,13 @@ def test_larger_batch_with_accumulation(tmp_path):
 
 def test_num_workers_cpu_bound(tmp_path):
     """cpu_loader: 3000 us steps (2000 us fetch + 1000 us compute) on 2 CPUs, 400 kB batches
-    (200 us to hand over at 2 GB/s). k=1: the worker makes a batch every 2000 us: 2000 us.
+    (200 us to hand over at a measured 2 GB/s). k=1: the worker makes a batch every 2000 us: 2000 us.
     k=2: a batch every 1000 us; the main process needs 200 + 1000 = 1200 us; but the CPUs
     must do 1000 (compute) + 2000 (fetch) + 2 x 200 (hand-over, both sides) = 3400 us of
     work a step on 2 cores: 1700 us. Best: 2 workers, 1700 us, 1.76x."""
     m = _model(mt.cpu_loader(), tmp_path)
-    facts = _facts(m, cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0)
+    facts = _facts(m, cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+                   worker_transfer_gbps=2.0)
     assert candidates("num_workers", facts) == [{"num_workers": 1}, {"num_workers": 2}]
     p = Predictor(m, facts).predict("num_workers")
     assert isinstance(p, Prediction)
@@ -125,7 +126,8 @@ def test_num_workers_big_batches_are_slower(tmp_path):
     needs 4000 + 1000 us a step with workers; the CPUs need (1000 + 2000 + 2 x 4000) / 2 =
     5500 us: with any number of workers the step is 5500 us against 3000 in-process, 0.55x."""
     m = _model(mt.cpu_loader(), tmp_path)
-    facts = _facts(m, cpu_count=2, input_batch_bytes=8_000_000, dataloader_num_workers=0)
+    facts = _facts(m, cpu_count=2, input_batch_bytes=8_000_000, dataloader_num_workers=0,
+                   worker_transfer_gbps=2.0)
     p = Predictor(m, facts).predict("num_workers")
     assert isinstance(p, Prediction)
     assert p.speedup == pytest.approx(3.0 / 5.5, rel=0.01)

@@ -234,3 +234,15 @@ def predict_finding(f: Finding, pr: Predictor) -> None:
     made = [p for p in preds.values() if isinstance(p, Prediction)]
     if made:
         f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
+
+
+def prediction_line(p: Any) -> str:
+    """A fix's prediction as the reports show it ("predicted 25.2 -> 14.1 ms (1.79x)"), from
+    a Prediction or its JSON; empty when there is none."""
+    if isinstance(p, Prediction):
+        return p.line()
+    if isinstance(p, dict) and isinstance(p.get("step_ms"), int | float) and isinstance(
+            p.get("speedup"), int | float) and p["speedup"] > 0:
+        base = p["step_ms"] * p["speedup"]
+        return f"predicted {base:.1f} -> {p['step_ms']:.1f} ms ({p['speedup']:.2f}x)"
+    return ""

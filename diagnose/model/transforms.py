@@ -24,11 +24,12 @@ Facts = Mapping[str, Any]
 Transform = Callable[[Graph, Mapping[str, Any], Facts], "Graph | str"]
 
 # Hand-over of a batch from a worker process: the worker writes the batch's tensors into
-# shared memory and the main process maps them and rebuilds the batch. Measured with
-# benchmarks/step_model_replay.py's sibling job on the development machine (a 2-core VM):
-# 12 MB batches of float32 rows cost ~5-6 ms each way, i.e. ~2 GB/s; a live capture's own
-# measurement (facts["worker_transfer_gbps"]) wins.
-SHM_GBPS = 2.0
+# a new shared-memory segment and the main process maps and touches them. Timed on the
+# 2-core development VM (shared, so noisy): one worker returning fresh 2 MB tensors
+# delivered one every ~11-12 ms, 12 MB ones every ~24-30 ms (in-process: under 1 ms), i.e.
+# about 0.5 GB/s with the segment's setup included. A live capture's own measurement
+# (facts["worker_transfer_gbps"]) wins; faster machines do better than this.
+SHM_GBPS = 0.5
 # Pinned host-to-device bandwidth by GPU generation (CUDA compute capability major): what
 # a pinned copy reaches on the PCIe generation those parts ship with (about 80% of the
 # link: PCIe 3 x16 ~12 GB/s for V100/T4, PCIe 4 ~24 GB/s for A100, PCIe 5 ~50 GB/s for H100).

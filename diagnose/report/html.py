@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import SEVERITIES, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
+from ..model.predict import prediction_line
 from ..model.step import step_model_line
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from .text import step_lines, unprofiled_dl
@@ -253,6 +254,8 @@ def _fixes(f: Finding) -> Markup | None:
         label = "try first: " if i == 0 and len(known) > 1 else ""
         items.append(el("details",
                         el("summary", label, fix.title, " ",
+                           el("span", prediction_line(f.predictions.get(fix.id)), class_="muted")
+                           if f.predictions.get(fix.id) is not None else None, " ",
                            el("span", "autofix can apply", class_="badge auto")
                            if fix.auto else None),
                         el("pre", el("code", f.fix_code.get(fix.id, fix.code),

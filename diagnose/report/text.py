@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
+from ..model.predict import prediction_line
 from ..model.step import step_model_line
 from ..result import step_time
 
@@ -144,7 +145,9 @@ def _fix_panels(report: Analysis) -> list[Panel]:
             shown.add(fid)
             fix = FIXES[fid]
             panels.append(Panel(Syntax(f.fix_code.get(fid, fix.code), "python", theme="ansi_dark", word_wrap=True),
-                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left"))
+                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left",
+                                subtitle=prediction_line(f.predictions.get(fid)) or None,
+                                subtitle_align="left"))
     return panels
 
 

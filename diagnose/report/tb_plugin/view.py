@@ -13,6 +13,7 @@ from typing import Any
 
 from ...engine import SEVERITIES
 from ...metrics import CATALOG
+from ...model.predict import prediction_line
 from ...model.step import step_model_line
 from ..html import autofix_cells, fmt, summary_facts
 
@@ -92,7 +93,9 @@ def _finding(f: dict[str, Any]) -> dict[str, Any]:
         "gain": f"fixing it could save up to {gain:.0%} of step time" if gain else "",
         "evidence": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[1]]
                      for k, v in evidence.items()],
-        "fixes": [{"id": _str(x.get("id")), "title": _str(x.get("title") or x.get("id")),
+        "fixes": [{"id": _str(x.get("id")),
+                   "title": " ".join(filter(None, (_str(x.get("title") or x.get("id")),
+                                                   prediction_line(x.get("predicted"))))),
                    "code": _str(x.get("code")), "auto": bool(x.get("auto"))} for x in fixes],
     }
 
