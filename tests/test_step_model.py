@@ -117,3 +117,40 @@ def test_window_is_around_the_median_step():
     durs = np.array([50.0, 10, 11, 12, 13, 14, 15, 90])
     a, b = pick_window(durs, 5)
     assert b - a == 5 and a <= int(np.argsort(durs)[4]) < b
+
+
+def test_findings_fixes_carry_predictions():
+    """findings[].fixes[].predicted = {change, step_ms, speedup, range}, or null and why."""
+    doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
+    fixes = [x for f in doc["findings"] for x in f["fixes"]]
+    assert fixes
+    made = [x["predicted"] for x in fixes if x["predicted"] is not None]
+    assert made, fixes
+    for p in made:
+        assert set(p) == {"change", "step_ms", "speedup", "range"}
+        lo, hi = p["range"]
+        assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
+    for x in fixes:
+        assert (x["predicted"] is None) == isinstance(x["predicted_why"], str)
+    tr = [f for f in doc["findings"] if f["category"] == "transfer"]
+    assert tr and tr[0]["fixes"][0]["id"] == "pin_memory"
+    assert tr[0]["fixes"][0]["predicted"]["change"] == {"pin_memory": True, "non_blocking": True}
+
+
+def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
+    """cpu_loader with 8 MB batches: workers are predicted 0.55x (test_transforms), so the
+    finding does not lead with them and says why."""
+    from diagnose.engine import Finding
+    from diagnose.model.predict import Predictor, predict_finding
+    from tests.modeltraces import cpu_loader
+
+    m = step_model(as_trace(cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
+             "worker_transfer_gbps": 2.0}
+    f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers", "faster_input"], 0.6)
+    predict_finding(f, Predictor(m, facts))
+    assert f.fixes == ["faster_input", "num_workers"]
+    assert any(h.startswith("num_workers: predicted 0.55x") and "not offered" in h for h in f.hints)
+    # faster_input cannot be predicted: the rule's own time at stake and grade stand
+    assert f.severity == "critical" and f.estimated_gain == 0.6

@@ -231,8 +231,10 @@ def predict_finding(f: Finding, pr: Predictor) -> None:
         p = preds[x]
         f.hints.append(f"{x}: predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> {p.step_ms:.1f} ms), "
                        "slower: not offered as the fix")
+    # the time at stake is the best prediction's saving; when the fixes the model predicts
+    # do not help but others it cannot tell remain, the rule's own estimate stands
     made = [p for p in preds.values() if isinstance(p, Prediction)]
-    if made:
+    if made and (helps or not unknown):
         f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
 
 
