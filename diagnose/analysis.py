@@ -19,6 +19,8 @@ from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
+from .model import MODEL_TABLE, step_model
+from .model.predict import attach_models
 from .result import Analysis, RankResult
 from .runfolder import load_context, load_samples, rank_context
 from .trace import find_trace_files, read_trace
@@ -36,7 +38,9 @@ def _analyze_file(path: str, workers: int | None = None,
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
-    return path, t.rank, compute_rank(t, max_steps)
+    ms = compute_rank(t, max_steps)
+    ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in analyze()
+    return path, t.rank, ms
 
 
 def whole_steps(context: dict | None) -> int | None:
@@ -149,6 +153,7 @@ def analyze(
         return _report_without_trace(srcs[0], context or {}, samples, rules, cut_short=True)
     results = _read_all(files, [whole] * len(files))
     ranks: list[RankResult] = []
+    models = [(rank, ms.tables.pop(MODEL_TABLE, None)) for _, rank, ms in results]
     for path, rank, ms in results:
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
@@ -156,6 +161,7 @@ def analyze(
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
     report.notes[:0] = capture_notes(context, report.metrics)
+    attach_models(report, models, context)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]

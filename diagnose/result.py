@@ -57,6 +57,9 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     series: dict[str, list[float]] = field(default_factory=dict)
     samples: dict[str, Any] | None = None
+    # the step model's replay of the unmodified step (diagnose/model): JSON step_model
+    step_model: dict[str, Any] | None = None
+    step_model_why: str | None = "no trace analysed"
 
     def worst(self) -> str | None:
         if not self.findings:
@@ -78,6 +81,8 @@ class Analysis:
             "ranks": [r.to_json() for r in self.ranks],
             "metrics": self.metrics,
             "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},
+            "step_model": self.step_model,
+            "step_model_why": None if self.step_model is not None else self.step_model_why,
             "findings": [f.to_json() for f in self.findings],
             "not_evaluated": [n.to_json() for n in self.not_evaluated],
             "notes": self.notes,
