@@ -12,7 +12,8 @@ from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import TraceError
-from .fixes import Setup, fix_code
+from .fixes import Setup, TrainConfig, fix_code
+from .fixes.predict import predict_findings, sort_findings
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
@@ -161,11 +162,32 @@ def analyze(
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
     report.notes[:0] = capture_notes(context, report.metrics)
-    attach_models(report, models, context)
+    predictor = attach_models(report, models)
+    predict_findings(report.findings, predictor, run_config(context, report.metrics),
+                     report.metrics)
+    sort_findings(report.findings)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
     return with_fix_code(report, context)
+
+
+def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
+    """The run's own settings, as autofix would start from them: its DataLoader and
+    optimizer (context.json), and what the trace shows of its step (gradients zeroed by
+    fills, a foreach optimizer); torch's defaults where nothing is known."""
+    setup = Setup.from_context(context)
+    loader = setup.loader if setup is not None else None
+    opt = setup.optimizer if setup is not None else None
+    cfg = loader.config() if loader is not None else TrainConfig()
+    if opt is not None:
+        cfg = cfg.replace(optimizer_foreach=opt.foreach, optimizer_fused=opt.fused)
+    fills = metrics.get("zero_grad_fill_ops_per_step")
+    if isinstance(fills, int | float) and fills > 0:
+        cfg = cfg.replace(zero_grad_set_to_none=False)
+    if metrics.get("optimizer_uses_foreach") is False and not cfg.optimizer_fused:
+        cfg = cfg.replace(optimizer_foreach=False)
+    return cfg
 
 
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:

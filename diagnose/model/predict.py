@@ -19,15 +19,11 @@ import numpy as np
 
 from .graph import DEVICE_TASKS, EdgeKind, Graph, TaskKind, replay
 from .step import StepModel
-from .transforms import TRANSFORMS, cpu_bound_ms
+from .transforms import Transform, cpu_bound_ms
 
-# The analysis and its findings are typed in layers above this one (result, engine): they
-# are taken as they come, and only their attributes are used.
+# The analysis is typed in a layer above this one (result): it is taken as it comes, and
+# only its step_model attributes are set.
 Analysis = Any
-Finding = Any
-
-_SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
-SLOWER = 0.98  # a fix predicted to give less than this speedup is not offered as the fix
 
 
 @dataclass(frozen=True)
@@ -52,45 +48,6 @@ class Prediction:
 def _num(facts: Mapping[str, Any], name: str) -> float | None:
     v = facts.get(name)
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def candidates(fix: str, facts: Mapping[str, Any]) -> list[dict[str, Any]] | str:
-    """The changes autofix would try for ``fix`` (the best predicted one is reported)."""
-    cpus = _num(facts, "cpu_count")
-    now = int(_num(facts, "dataloader_num_workers") or 0)
-    if fix in ("num_workers", "num_workers_cap"):
-        if cpus is None:
-            return "cannot tell: the number of CPUs is not known (a live capture records it)"
-        n = int(cpus)
-        if fix == "num_workers_cap" or now > n:
-            ks = sorted({n, n - 1, n // 2, 1} - {now}, reverse=True)
-            return [{"num_workers": k} for k in ks if 0 < k < now]
-        ks, k = {n}, 1
-        while k <= n:
-            ks.add(k)
-            k *= 2
-        return [{"num_workers": k} for k in sorted(ks) if k > now]
-    fixed = {
-        "pin_memory": {"pin_memory": True, "non_blocking": True},
-        "remove_sync": {},
-        "foreach_optimizer": {"optimizer_foreach": True},
-        "set_to_none": {"zero_grad_set_to_none": True},
-        "cuda_graphs": {},
-        "torch_compile": {"compile": True},
-        "cudnn_benchmark": {"cudnn_benchmark": True},
-        "channels_last": {"channels_last": True},
-    }
-    if fix in fixed:
-        return [fixed[fix]]
-    if fix == "amp":
-        cc = _num(facts, "device_cc_major")
-        return [{"amp_dtype": "bfloat16" if cc is not None and cc >= 8 else "float16"}]
-    if fix == "larger_batch":
-        b, acc = _num(facts, "dataloader_batch_size"), _num(facts, "grad_accum_steps")
-        if b is None or acc is None or acc < 2:
-            return "a larger batch changes training unless it replaces gradient accumulation"
-        return [{"batch_size": int(2 * b), "grad_accum_steps": int(acc // 2)}]
-    return "no model of this fix"
 
 
 def busiest_ms(g: Graph) -> float:
@@ -147,39 +104,36 @@ class Predictor:
         cv = _num(facts, "step_time_cv") or 0.0
         n = max(int(_num(facts, "step_count") or 1), 1)
         self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)
-        self.cache: dict[str, Prediction | str] = {}
+        self.cache: dict[Any, Prediction | str] = {}
 
-    def predict(self, fix: str) -> Prediction | str:
-        if fix not in self.cache:
-            self.cache[fix] = self._predict(fix)
-        return self.cache[fix]
-
-    def _predict(self, fix: str) -> Prediction | str:
-        tr = TRANSFORMS.get(fix)
-        if tr is None:
-            return "no model of this fix"
-        cands = candidates(fix, self.facts)
-        if isinstance(cands, str):
-            return cands
-        if not cands:
-            return "no other setting to try"
-        best: Prediction | str = "no model of this fix"
-        for change in cands:
-            g2 = tr(self.g, change, self.facts)
-            if isinstance(g2, str):
-                return g2
-            ratio = _step(g2) / self.base_replay if self.base_replay > 0 else 1.0
-            if fix == "larger_batch":
-                ratio /= 2  # per step of the old size
-            ms = self.base_ms * ratio
-            bound = cpu_bound_ms(g2, change, self.facts) if fix.startswith("num_workers") else None
+    def predict_change(self, transform: Transform, change: Mapping[str, Any]
+                       ) -> Prediction | str:
+        """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,
+        through ``transform`` (a graph transform of :mod:`diagnose.model.transforms`); the
+        reason where the model cannot tell. Where the change moves CPU work (workers,
+        torch's threads) the step is no shorter than all CPU work per step over the cores;
+        where it trades accumulation for a larger batch, the time is per old step."""
+        key = (getattr(transform, "__name__", repr(transform)),
+               tuple(sorted((k, repr(v)) for k, v in change.items())))
+        if key in self.cache:
+            return self.cache[key]
+        g2 = transform(self.g, change, self.facts)
+        if isinstance(g2, str):
+            self.cache[key] = g2
+            return g2
+        ratio = _step(g2) / self.base_replay if self.base_replay > 0 else 1.0
+        old_b, new_b = _num(self.facts, "dataloader_batch_size"), change.get("batch_size")
+        if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
+            ratio /= new_b / old_b  # per step of the old size
+        ms = self.base_ms * ratio
+        if "num_workers" in change or "intra_op_threads" in change:
+            bound = cpu_bound_ms(g2, change, self.facts)
             if bound is not None:
                 ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
-            p = Prediction(dict(change), ms, self.base_ms / ms if ms > 0 else math.inf,
-                           (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
-            if isinstance(best, str) or p.step_ms < best.step_ms:
-                best = p
-        return best
+        p = Prediction(dict(change), ms, self.base_ms / ms if ms > 0 else math.inf,
+                       (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
+        self.cache[key] = p
+        return p
 
 
 def _pick(models: list[tuple[int | None, StepModel | None]]) -> tuple[int | None, StepModel | None]:
@@ -191,51 +145,24 @@ def _pick(models: list[tuple[int | None, StepModel | None]]) -> tuple[int | None
     return next(((r, m) for r, m in models if m is not None), (None, None))
 
 
-def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]],
-                  context: dict | None) -> None:
-    """Put the step model's replay accuracy on the analysis and a prediction on each
-    finding's fixes (fixes ordered by predicted effect; severity from the prediction)."""
+def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
+                  ) -> Predictor | str:
+    """Put the step model's replay accuracy on the analysis (``step_model`` or
+    ``step_model_why``) and return the Predictor for its findings' fixes (or why there is
+    none: a many-rank run, or no model)."""
     rank, m = _pick(models)
     if m is None:
         a.step_model, a.step_model_why = None, "no trace analysed"
-        return
+        return "cannot tell: no trace analysed"
     js: dict[str, Any] | None = m.to_json()
     if js is not None and len(models) > 1:
         js["rank"] = rank
     a.step_model, a.step_model_why = js, m.why
-    if len(models) > 1:  # the JSON says why (engine.Finding): as in a live many-rank run
-        return
+    if len(models) > 1:
+        return "cannot tell: predictions are made for one rank's run, not across ranks"
     if m.graph is None:
-        for f in a.findings:
-            f.predictions = {x: f"cannot tell: no step model ({m.why})" for x in f.fixes}
-        return
-    pr = Predictor(m, a.metrics)
-    for f in a.findings:
-        predict_finding(f, pr)
-    # worst first again (engine.severity_rank's order), the grades may have moved
-    a.findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0), f.rule))
-
-
-def predict_finding(f: Finding, pr: Predictor) -> None:
-    """Predict each fix of ``f``; order the fixes by predicted effect (unpredicted ones keep
-    their place after the predicted ones that help); a fix predicted to slow the job down
-    goes last and says so; the time at stake follows the best prediction."""
-    preds = {x: pr.predict(x) for x in f.fixes}
-    f.predictions = preds
-    helps = [x for x in f.fixes if isinstance(preds[x], Prediction) and preds[x].speedup >= SLOWER]
-    helps.sort(key=lambda x: -preds[x].speedup)
-    unknown = [x for x in f.fixes if isinstance(preds[x], str)]
-    slower = [x for x in f.fixes if isinstance(preds[x], Prediction) and preds[x].speedup < SLOWER]
-    f.fixes = helps + unknown + slower
-    for x in slower:
-        p = preds[x]
-        f.hints.append(f"{x}: predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> {p.step_ms:.1f} ms), "
-                       "slower: not offered as the fix")
-    # the time at stake is the best prediction's saving; when the fixes the model predicts
-    # do not help but others it cannot tell remain, the rule's own estimate stands
-    made = [p for p in preds.values() if isinstance(p, Prediction)]
-    if made and (helps or not unknown):
-        f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
+        return f"cannot tell: no step model ({m.why})"
+    return Predictor(m, a.metrics)
 
 
 def prediction_line(p: Any) -> str:

@@ -1,8 +1,9 @@
 """Fixes as transforms of the step graph (Daydream-style: select tasks, scale their time,
-remove or insert tasks and edges), one function per fix id.
+remove or insert tasks and edges), one function per kind of change.
 
-``TRANSFORMS[fix_id](graph, change, facts)`` returns the graph the fix would give (to be
-replayed), or a sentence saying why the model cannot tell. ``change`` is exactly the
+Each fix unit (:mod:`diagnose.fixes.catalog`) names its transform: ``transform(graph,
+change, facts)`` returns the graph the fix would give (to be replayed), or a sentence
+saying why the model cannot tell. ``change`` is exactly the
 TrainConfig change autofix would apply (``{"num_workers": 2}``); ``facts`` are the run's
 metrics (trace, context, samples), read by name; a missing one means "cannot tell".
 Constants below are documented where they come from; none is a guess at a number the
@@ -260,21 +261,45 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
     return out
 
 
-def _cannot(why: str) -> Transform:
+def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """One ``dataset[indices]`` call per batch instead of a ``__getitem__`` per sample and
+    ``default_collate`` stacking the rows: the in-process fetch costs what collating cost
+    (both copy the batch's bytes once: a gather instead of a stack), and the per-sample
+    calls go. Needs the live capture's split of the fetch into its causes."""
+    fetch_ms = _num(facts, "dataloader_fetch_ms_per_step")
+    collate_ms = _num(facts, "dataloader_collate_ms_per_step")
+    if fetch_ms is None or collate_ms is None:
+        return ("cannot tell: the loader's time is not split into fetch and collate (a live "
+                "capture measures it)")
+    fetch = g.is_kind(TaskKind.FETCH)
+    if not fetch.any():
+        return "cannot tell: the batches are not made in the training process"
+    total = fetch_ms + collate_ms
+    if total <= 0:
+        return "cannot tell: no time in the loader's fetch or collate"
+    # each in-process fetch task shrinks to the collate share of its own time
+    return g.scale(fetch, collate_ms / total)
+
+
+def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """torch on ``intra_op_threads`` threads beside ``num_workers`` workers. The workers'
+    side is :func:`num_workers`; the main process's own work (its ops) takes as much longer
+    as it had threads more, the bound where every op scales perfectly with threads (so the
+    prediction is the least the split can give), and the CPU bound (caller) counts the
+    threads' time."""
+    now = _num(facts, "intra_op_threads", "torch_num_threads")
+    t = change.get("intra_op_threads")
+    if now is None or not isinstance(t, int):
+        return "cannot tell: torch's thread count is not known (a live capture records it)"
+    out: Graph | str = g
+    if change.get("num_workers"):
+        out = num_workers(g, change, facts)
+        if isinstance(out, str):
+            return out
+    host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
+    return out.scale(host, max(1.0, now / t))
+
+
+def cannot(why: str) -> Transform:
+    """The transform of a fix whose effect the trace cannot show: its reason."""
     return lambda g, change, facts: why
-
-
-TRANSFORMS: dict[str, Transform] = {
-    "num_workers": num_workers,
-    "num_workers_cap": num_workers,
-    "pin_memory": pin_memory,
-    "remove_sync": remove_sync,
-    "amp": amp,
-    "foreach_optimizer": foreach_optimizer,
-    "set_to_none": set_to_none,
-    "cuda_graphs": cuda_graphs,
-    "larger_batch": larger_batch,
-    "cudnn_benchmark": _cannot("cannot tell: cuDNN's autotuned algorithms are not in the trace"),
-    "torch_compile": _cannot("cannot tell: what torch.compile fuses is not in the trace"),
-    "channels_last": _cannot("cannot tell: the NHWC kernels' times are not in the trace"),
-}
