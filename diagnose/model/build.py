@@ -12,6 +12,7 @@ thread or stream, never per event.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -281,7 +282,8 @@ class _Builder:
         if bl.any():
             b = np.flatnonzero(bl)
             wids = rows.tasks(TaskKind.COPY_WAIT, r, np.zeros(len(b)), s[b] + 1e-6,
-                              step=step if np.ndim(step) == 0 else step[b], name_id=t.name_id[ev[b]])
+                              step=step if isinstance(step, int) else step[b],
+                              name_id=t.name_id[ev[b]])
             wait_task[sel[b]] = wids
         if multi.any():
             self._producer(ids[multi], s[multi], d[multi])
@@ -490,7 +492,8 @@ class _Builder:
         host = np.isin(c["kind"], [int(k) for k in (TaskKind.HOST, TaskKind.LAUNCH, TaskKind.SYNC,
                                                      TaskKind.COPY_WAIT)])
         for flag, pat in ((Tag.OPTIMIZER, _OPT_STEP), (Tag.ZERO_GRAD, _OPT_ZERO)):
-            sp = np.flatnonzero(spans & t.name_mask(lambda n, p=pat: bool(p.match(n))))
+            sp = np.flatnonzero(spans & t.name_mask(
+                lambda n, p=pat: p.match(n) is not None))  # type: ignore[misc]
             if len(sp):
                 lo, hi = iv.union(t.ts[sp], t.end[sp])
                 tag[host & iv.inside((lo, hi), c["start0"])] |= int(flag)
@@ -523,5 +526,6 @@ class _Builder:
         ed = {k: rows.cat(k, rows.edges, dt) for k, dt in (
             ("esrc", np.int64), ("edst", np.int64), ("ekind", np.int8), ("elag", np.float64))}
         c["tag"] = self._tags(c, ed)
-        return Graph(**c, **ed, resources=self.resources, names=self.t.names, main=0,
+        cols: dict[str, Any] = {**c, **ed}
+        return Graph(**cols, resources=self.resources, names=self.t.names, main=0,
                      t0=self.w0, steps_measured=self.hi - self.lo, step_index=self.step_index)

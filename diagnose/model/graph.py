@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, IntFlag
 
@@ -120,9 +121,9 @@ class Graph:
     def is_kind(self, *kinds: TaskKind) -> np.ndarray:
         return np.isin(self.kind, [int(k) for k in kinds])
 
-    def name_mask(self, pred: object) -> np.ndarray:
+    def name_mask(self, pred: Callable[[str], object]) -> np.ndarray:
         """Tasks whose trace name satisfies ``pred`` (evaluated once per unique name)."""
-        per = np.fromiter((bool(pred(n)) for n in self.names), bool, len(self.names))  # type: ignore[operator]
+        per = np.array([bool(pred(n)) for n in self.names], dtype=bool)
         ok = self.name_id >= 0
         out = np.zeros(len(self), bool)
         out[ok] = per[self.name_id[ok]] if len(per) else False

@@ -291,11 +291,12 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return "cannot tell: torch's thread count is not known (a live capture records it)"
-    out: Graph | str = g
+    out = g
     if change.get("num_workers"):
-        out = num_workers(g, change, facts)
-        if isinstance(out, str):
-            return out
+        made = num_workers(g, change, facts)
+        if isinstance(made, str):
+            return made
+        out = made
     host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
     return out.scale(host, max(1.0, now / t))
 
