@@ -69,6 +69,21 @@ class Analysis:
     def at_least(self, severity: str) -> list[Finding]:
         return [f for f in self.findings if severity_rank(f.severity) >= severity_rank(severity)]
 
+    @property
+    def predictions(self) -> dict[str, float | None]:
+        """Each fix's predicted speedup from the step model (the best over the findings that
+        name it; None where the model cannot tell): what autofix orders its trials by."""
+        out: dict[str, float | None] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                s = getattr(p, "speedup", None)
+                if isinstance(s, int | float):
+                    prev = out.get(fix)
+                    out[fix] = max(prev, s) if isinstance(prev, float) else float(s)
+                else:
+                    out.setdefault(fix, None)
+        return out
+
     def step_time(self) -> dict[str, Any]:
         """The step time to lead with (see :func:`step_time`)."""
         return step_time(self.metrics)
