@@ -14,20 +14,22 @@ from typing import Any
 from ..console import make_console, progress
 from ..errors import DiagnoseError
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
+from .output import choose_format
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..api import analyze
 
+    fmt = choose_format(args.format, args.output)
     with progress(f"analysing {_describe(args.paths)}"):
         report = analyze(args.paths, extra_rules=args.rules)
-    if args.format == "json":
+    if fmt == "json":
         text = json.dumps(report.to_json(), indent=2, default=str)
         if args.output:
             _write(args.output, text + "\n")
         else:
             print(text)
-    elif args.format == "html":
+    elif fmt == "html":
         from ..report.html import render_html
 
         page = render_html(report)
@@ -127,8 +129,10 @@ def add_compare(subparsers: Any) -> None:
                     "folders.")
     p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
     p.add_argument("b", metavar="B", help="the run after")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE")
+    p.add_argument("--format", choices=("text", "json"), default=None,
+                   help="text (default) or json; with -o FILE the extension decides")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the comparison to FILE (.json: JSON, else text)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
                    help="exit 1 if B's median step time is more than PCT%% above A's")
     p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
@@ -140,6 +144,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..api import analyze
     from ..report.compare import compare_reports, regression_line, render_text, renderables
 
+    fmt = choose_format(args.format, args.output, ("text", "json"))
     a = analyze(args.a, extra_rules=args.rules)
     b = analyze(args.b, extra_rules=args.rules)
     c = compare_reports(a, b)
@@ -148,7 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.fail_on_regression is not None:
         regressed, line = regression_line(c, args.fail_on_regression)
     out: str | None
-    if args.format == "json":
+    if fmt == "json":
         doc = c.to_json()
         if args.fail_on_regression is not None:
             doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
@@ -169,7 +174,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         make_console().print(Group(*renderables(c)))
     if line is not None:
-        print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
+        print(f"torch-diagnose: {line}", file=sys.stderr if fmt == "json" else sys.stdout)
     return 1 if regressed else 0
 
 
