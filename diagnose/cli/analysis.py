@@ -82,7 +82,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
     t = Table(title=f"{len(rules)} rules", title_justify="left")
     for col in ("id", "category", "title", "fixes"):
         t.add_column(col)
-    for r in rules:
+    for r in sorted(rules, key=lambda r: r.id):
         t.add_row(r.id, r.category, r.title, ", ".join(r.fixes))
     console.print(t)
     console.print("`torch-diagnose rules ID` explains one.", style="dim")
