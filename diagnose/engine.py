@@ -162,11 +162,32 @@ class Finding:
 
 @dataclass
 class NotEvaluated:
+    """A rule this input cannot evaluate: ``reason`` names the metric it needs and why it
+    is missing; ``cause`` is the why alone (default: the reason), so that rules missing
+    different metrics for the same cause (no GPU activity...) group together."""
+
     rule: str
     reason: str
+    cause: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cause:
+            self.cause = self.reason
 
     def to_json(self) -> dict[str, str]:
         return {"rule": self.rule, "reason": self.reason}
+
+
+def group_not_evaluated(items: Iterable[NotEvaluated]) -> list[dict[str, Any]]:
+    """The rules not evaluated grouped by cause, largest group first: ``cause``, ``count``,
+    ``rules`` (ids, sorted) and ``reasons`` (rule id -> its full reason)."""
+    groups: dict[str, list[NotEvaluated]] = {}
+    for n in items:
+        groups.setdefault(n.cause, []).append(n)
+    out = [{"cause": cause, "count": len(ns), "rules": sorted(n.rule for n in ns),
+            "reasons": {n.rule: n.reason for n in sorted(ns, key=lambda n: n.rule)}}
+           for cause, ns in groups.items()]
+    return sorted(out, key=lambda g: (-g["count"], g["cause"]))
 
 
 def severity_rank(sev: str) -> int:
@@ -313,25 +334,35 @@ _CONTEXT_METRICS = ("dataloader_num_workers", "dataloader_pin_memory", "dataload
 
 def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
     """A person-readable reason why ``name`` has no value."""
+    return missing_cause(name, metrics)[1]
+
+
+def missing_cause(name: str, metrics: Mapping[str, Any]) -> tuple[str, str]:
+    """(cause, reason) why ``name`` has no value: the reason names the metric, the cause
+    is the same for every metric missing for the same reason (rules group by it)."""
     if name not in metrics and name in known_metrics():
-        return f"needs {name}: not computed for this input"
+        return "needs metrics not computed for this input", f"needs {name}: not computed for this input"
     if name not in metrics and not name.startswith(_CONTEXT_METRICS):
-        return f"needs {name} (unknown metric)"
+        return "needs metrics torch-diagnose does not know", f"needs {name} (unknown metric)"
     if name.startswith(_CONTEXT_METRICS) and metrics.get("context_available") is not True:
-        return f"needs {name}: only known from a live capture (with diagnose(...))"
+        why = "only known from a live capture (with diagnose(...))"
+        return why, f"needs {name}: {why}"
     if name.startswith(("gpu_util", "host_", "proc_", "workers_")):
-        return f"needs {name}: from the run's samples"
+        return "needs the run's samples (a live capture records them)", f"needs {name}: from the run's samples"
     if name.startswith("gpu_mem") and metrics.get("has_gpu") is True:
-        return (f"needs {name}: the trace has no [memory] events with allocator totals "
-                "(profile with profile_memory=True on a recent PyTorch)")
+        why = ("the trace has no [memory] events with allocator totals "
+               "(profile with profile_memory=True on a recent PyTorch)")
+        return why, f"needs {name}: {why}"
     for prefixes, flag, reason in _MISSING_WHY:
         if name.startswith(prefixes) and metrics.get(flag) is False:
-            return f"needs {name}: {reason}"
+            return reason, f"needs {name}: {reason}"
     if name.startswith("dataloader_"):
-        return f"needs {name}: no DataLoader activity in the trace"
+        why = "no DataLoader activity in the trace"
+        return why, f"needs {name}: {why}"
     if name.startswith("optimizer_") or name.startswith("zero_grad"):
-        return f"needs {name}: no optimizer.step()/zero_grad() annotations in the trace"
-    return f"needs {name}"
+        why = "no optimizer.step()/zero_grad() annotations in the trace"
+        return why, f"needs {name}: {why}"
+    return "needs metrics this input lacks", f"needs {name}"
 
 
 def _num(x: Any) -> float | None:
@@ -342,6 +373,13 @@ def _num(x: Any) -> float | None:
 
 def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
     return str(e) if isinstance(e, DivisionByZero) else why_missing(e.name, metrics)
+
+
+def _not_evaluated(rule: str, e: MissingMetric, metrics: Mapping[str, Any]) -> NotEvaluated:
+    if isinstance(e, DivisionByZero):
+        return NotEvaluated(rule, str(e), "a metric its condition divides by is zero")
+    cause, reason = missing_cause(e.name, metrics)
+    return NotEvaluated(rule, reason, cause)
 
 
 def _cap(category: str, severity: str, gain: float | None) -> str:
@@ -397,7 +435,7 @@ def evaluate(
         try:
             fired = rule.when.evaluate(metrics)
         except MissingMetric as e:
-            skipped.append(NotEvaluated(rule.id, _reason(e, metrics)))
+            skipped.append(_not_evaluated(rule.id, e, metrics))
             continue
         if not fired:
             continue

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Finding, NotEvaluated, severity_rank
+from .engine import Finding, NotEvaluated, group_not_evaluated, severity_rank
 from .metrics import CATALOG
 
 SCHEMA_VERSION = 1
@@ -80,5 +80,6 @@ class Analysis:
             "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},
             "findings": [f.to_json() for f in self.findings],
             "not_evaluated": [n.to_json() for n in self.not_evaluated],
+            "not_evaluated_groups": group_not_evaluated(self.not_evaluated),
             "notes": self.notes,
         }
