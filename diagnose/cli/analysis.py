@@ -13,6 +13,7 @@ from typing import Any
 
 from ..console import make_console, progress
 from ..errors import DiagnoseError
+from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
 from .output import choose_format
 
@@ -134,7 +135,12 @@ def add_compare(subparsers: Any) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the comparison to FILE (.json: JSON, else text)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
-                   help="exit 1 if B's median step time is more than PCT%% above A's")
+                   help="exit 1 if B's step time is more than PCT%% above A's and beyond the "
+                   "noise (see --noise-floor)")
+    p.add_argument("--noise-floor", type=_pct_arg, metavar="PCT", default=NOISE_FLOOR_PCT,
+                   help="a step-time change within PCT%% either way counts as no change: the "
+                   "run-to-run noise one capture of each run cannot measure (default "
+                   f"{NOISE_FLOOR_PCT:g}; 0: the per-step interval alone decides)")
     p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
                    help="add your own rule files (same TOML format); repeatable")
     p.set_defaults(func=cmd_compare)
@@ -147,7 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     fmt = choose_format(args.format, args.output, ("text", "json"))
     a = analyze(args.a, extra_rules=args.rules)
     b = analyze(args.b, extra_rules=args.rules)
-    c = compare_reports(a, b)
+    c = compare_reports(a, b, noise_floor_pct=args.noise_floor)
     regressed = False
     line: str | None = None
     if args.fail_on_regression is not None:
