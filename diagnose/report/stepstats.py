@@ -103,8 +103,9 @@ def spread(times_ms: Sequence[float]) -> Spread:
 def clean(times_ms: Sequence[Any] | None) -> list[float]:
     """The usable per-step times: finite, positive numbers."""
     out = []
-    for t in times_ms or []:
-        if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) and t > 0:
+    for t in [] if times_ms is None else list(times_ms):
+        if isinstance(t, int | float | np.floating) and not isinstance(t, bool) \
+                and math.isfinite(t) and t > 0:
             out.append(float(t))
     return out
 
