@@ -186,11 +186,32 @@ class Finding:
 
 @dataclass
 class NotEvaluated:
+    """A rule this input cannot evaluate: ``reason`` names the metric it needs and why it
+    is missing; ``cause`` is the why alone (default: the reason), so that rules missing
+    different metrics for the same cause (no GPU activity...) group together."""
+
     rule: str
     reason: str
+    cause: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cause:
+            self.cause = self.reason
 
     def to_json(self) -> dict[str, str]:
         return {"rule": self.rule, "reason": self.reason}
+
+
+def group_not_evaluated(items: Iterable[NotEvaluated]) -> list[dict[str, Any]]:
+    """The rules not evaluated grouped by cause, largest group first: ``cause``, ``count``,
+    ``rules`` (ids, sorted) and ``reasons`` (rule id -> its full reason)."""
+    groups: dict[str, list[NotEvaluated]] = {}
+    for n in items:
+        groups.setdefault(n.cause, []).append(n)
+    out = [{"cause": cause, "count": len(ns), "rules": sorted(n.rule for n in ns),
+            "reasons": {n.rule: n.reason for n in sorted(ns, key=lambda n: n.rule)}}
+           for cause, ns in groups.items()]
+    return sorted(out, key=lambda g: (-g["count"], g["cause"]))
 
 
 def severity_rank(sev: str) -> int:
@@ -335,6 +356,14 @@ def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
     return f"needs {name}" if name in metrics else f"needs {name}: not computed for this input"
 
 
+def missing_cause(name: str, metrics: Mapping[str, Any]) -> tuple[str, str]:
+    """(cause, reason) why ``name`` has no value: the cause is the same for every metric
+    missing for the same reason (not-evaluated rules group by it); the reason names the
+    metric."""
+    cause = why_missing(name, metrics)
+    return cause, cause if name in cause else f"needs {name}: {cause}"
+
+
 def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
     """Why a rule is not evaluated (the cause alone, so that reasons group)."""
     return str(e) if isinstance(e, DivisionByZero) else why_missing(e.name, metrics)
@@ -344,6 +373,13 @@ def _named_reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
     """The same, naming the metric (for a finding's message or hint)."""
     why = _reason(e, metrics)
     return why if isinstance(e, DivisionByZero) or e.name in why else f"needs {e.name}: {why}"
+
+
+def _not_evaluated(rule: str, e: MissingMetric, metrics: Mapping[str, Any]) -> NotEvaluated:
+    if isinstance(e, DivisionByZero):
+        return NotEvaluated(rule, str(e), "a metric its condition divides by is zero")
+    cause, reason = missing_cause(e.name, metrics)
+    return NotEvaluated(rule, reason, cause)
 
 
 def _cap(category: str, severity: str, gain: float | None) -> str:
@@ -399,7 +435,7 @@ def evaluate(
         try:
             fired = rule.when.evaluate(metrics)
         except MissingMetric as e:
-            skipped.append(NotEvaluated(rule.id, _reason(e, metrics)))
+            skipped.append(_not_evaluated(rule.id, e, metrics))
             continue
         if not fired:
             continue

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Finding, NotEvaluated, severity_rank
+from .engine import Finding, NotEvaluated, group_not_evaluated, severity_rank
 from .metrics import CATALOG
 
 SCHEMA_VERSION = 1
@@ -100,5 +100,6 @@ class Analysis:
             "step_model_why": None if self.step_model is not None else self.step_model_why,
             "findings": [f.to_json() for f in self.findings],
             "not_evaluated": [n.to_json() for n in self.not_evaluated],
+            "not_evaluated_groups": group_not_evaluated(self.not_evaluated),
             "notes": self.notes,
         }

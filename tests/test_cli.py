@@ -390,6 +390,8 @@ def test_rules_lists_every_rule(capsys):
     assert f"{len(ids)} rules" in out
     for rid in ids:
         assert rid in out
+    shown = sorted(ids, key=out.index)  # the order the table shows them in
+    assert shown == sorted(ids) and shown != ids  # by id, not by rule file
 
 
 def test_rules_lists_user_rules(tmp_path, capsys):

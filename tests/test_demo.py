@@ -27,9 +27,11 @@ def test_demo_dataset_is_mnist_shaped_and_deterministic() -> None:
 def test_demo_command_runs_and_keeps_only_named_fixes(tmp_path: Path, capsys) -> None:
     out = tmp_path / "demo.json"
     rc = cli.main(["demo", "--quick", "--samples", "6000", "--budget", "40",
-                   "--json", str(out)])
+                   "--json", str(out), "--out-dir", str(tmp_path / "runs")])
     text = capsys.readouterr().out
     assert rc == 0
+    (run,) = (tmp_path / "runs").iterdir()  # the baseline's capture and autofix.json
+    assert (run / "autofix.json").is_file() and any(p.is_dir() for p in run.iterdir())
     assert "diagnosis of the baseline" in text and "IN001" in text
     assert "autofix decisions" in text and "speed of light" in text
     data = json.loads(out.read_text())

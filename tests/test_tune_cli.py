@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from diagnose import cli  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -41,13 +45,90 @@ def broken():
 def test_autofix_command(tmp_path: Path, capsys) -> None:
     src = tmp_path / "work.py"
     src.write_text(WORKLOAD)
-    out = tmp_path / "r.json"
+    out, js, txt = tmp_path / "r.json", tmp_path / "o.json", tmp_path / "o.txt"
+    runs = tmp_path / "runs"
     rc = cli.main(["autofix", f"{src}:make", "--quick", "--fixes",
-                   "persistent_workers,set_to_none", "--json", str(out)])
+                   "persistent_workers,set_to_none", "--json", str(out), "-o", str(js),
+                   "--out-dir", str(runs), "--try-all"])
     assert rc == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert [d["status"] for d in data["decisions"]] == ["not applicable", "no change"]
-    assert "autofix decisions" in capsys.readouterr().out
+    assert json.loads(js.read_text()) == data  # -o x.json: JSON, as --json
+    (run,) = runs.iterdir()  # the run folder autofix was given: its report is there
+    assert json.loads((run / "autofix.json").read_text()) == data
+    printed = capsys.readouterr().out
+    assert "autofix decisions" in printed and str(run) in printed
+    rc = cli.main(["autofix", f"{src}:make", "--quick", "--fixes", "set_to_none",
+                   "-o", str(txt), "--out-dir", str(runs)])
+    assert rc == 0
+    text = txt.read_text()
+    assert "autofix decisions" in text and not text.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("argv,phrase", [
+    (["--json", "r.txt"], "--json contradicts the file name r.txt"),
+    (["-o", "r.html"], "not html"),
+])
+def test_autofix_output_name_checked_first(tmp_path: Path, capsys, argv: list[str],
+                                           phrase: str) -> None:
+    """A report file the command cannot write is refused before the target runs."""
+    src = tmp_path / "work.py"
+    src.write_text(WORKLOAD.replace("def make():", "def make():\n    raise SystemExit(9)"))
+    assert cli.main(["autofix", f"{src}:make", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and phrase in err[0], err
+
+
+SIBLING = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+def tiny_loader():
+    torch.manual_seed(0)
+    ds = TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,)))
+    return DataLoader(ds, batch_size=32)
+'''
+
+JOB = '''
+import torch
+from torch import nn
+
+from mydata import tiny_loader  # a module next to this file
+
+def make_job():
+    model = nn.Linear(8, 4)
+    return {"model": model, "loader": tiny_loader(),
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "loss_fn": nn.functional.cross_entropy}
+'''
+
+
+def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real command line in a fresh process: only the package itself on PYTHONPATH."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "diagnose", *argv], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+def test_autofix_target_imports_its_sibling_module(tmp_path: Path) -> None:
+    """As `python job/job.py` would: the target's folder is on sys.path, no PYTHONPATH."""
+    job, elsewhere = tmp_path / "job", tmp_path / "elsewhere"
+    job.mkdir()
+    elsewhere.mkdir()
+    (job / "mydata.py").write_text(SIBLING)
+    (job / "job.py").write_text(JOB)
+    out = tmp_path / "r.json"
+    r = _cli("autofix", f"{job / 'job.py'}:make_job", "--quick", "--fixes", "set_to_none",
+             "--out-dir", str(tmp_path / "runs"), "-o", str(out), cwd=elsewhere)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [d["fix"] for d in json.loads(out.read_text())["decisions"]] == ["set_to_none"]
+
+    (job / "job.py").write_text(JOB.replace("from mydata", "from mydata_gone"))
+    r = _cli("autofix", f"{job / 'job.py'}:make_job", "--quick", cwd=elsewhere)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "'mydata_gone'" in err[0] and str(job) in err[0]
 
 
 @pytest.mark.parametrize("target,msg", [

@@ -27,9 +27,11 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="analyze trace files, folders or run folders")
     a.add_argument("paths", nargs="+", metavar="PATH")
-    a.add_argument("--format", choices=("text", "json", "html"), default="text",
-                   help="html: one self-contained page with plots (use with -o FILE)")
-    a.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    a.add_argument("--format", choices=("text", "json", "html"), default=None,
+                   help="text (default), json, or html: one self-contained page with plots; "
+                   "with -o FILE the file's extension (.txt, .json, .html) decides")
+    a.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report to FILE, in the format its extension names")
     a.add_argument("--fail-on", choices=("info", "warning", "critical"),
                    help="exit 1 if a finding is at least this severe")
     a.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],

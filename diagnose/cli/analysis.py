@@ -13,21 +13,24 @@ from typing import Any
 
 from ..console import make_console, progress
 from ..errors import DiagnoseError
+from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
+from .output import choose_format
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..api import analyze
 
+    fmt = choose_format(args.format, args.output)
     with progress(f"analysing {_describe(args.paths)}"):
         report = analyze(args.paths, extra_rules=args.rules)
-    if args.format == "json":
+    if fmt == "json":
         text = json.dumps(report.to_json(), indent=2, default=str)
         if args.output:
             _write(args.output, text + "\n")
         else:
             print(text)
-    elif args.format == "html":
+    elif fmt == "html":
         from ..report.html import render_html
 
         page = render_html(report)
@@ -80,7 +83,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
     t = Table(title=f"{len(rules)} rules", title_justify="left")
     for col in ("id", "category", "title", "fixes"):
         t.add_column(col)
-    for r in rules:
+    for r in sorted(rules, key=lambda r: r.id):
         t.add_row(r.id, r.category, r.title, ", ".join(r.fixes))
     console.print(t)
     console.print("`torch-diagnose rules ID` explains one.", style="dim")
@@ -127,10 +130,17 @@ def add_compare(subparsers: Any) -> None:
                     "folders.")
     p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
     p.add_argument("b", metavar="B", help="the run after")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE")
+    p.add_argument("--format", choices=("text", "json"), default=None,
+                   help="text (default) or json; with -o FILE the extension decides")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the comparison to FILE (.json: JSON, else text)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
-                   help="exit 1 if B's median step time is more than PCT%% above A's")
+                   help="exit 1 if B's step time is more than PCT%% above A's and beyond the "
+                   "noise (see --noise-floor)")
+    p.add_argument("--noise-floor", type=_pct_arg, metavar="PCT", default=NOISE_FLOOR_PCT,
+                   help="a step-time change within PCT%% either way counts as no change: the "
+                   "run-to-run noise one capture of each run cannot measure (default "
+                   f"{NOISE_FLOOR_PCT:g}; 0: the per-step interval alone decides)")
     p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
                    help="add your own rule files (same TOML format); repeatable")
     p.set_defaults(func=cmd_compare)
@@ -140,15 +150,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..api import analyze
     from ..report.compare import compare_reports, regression_line, render_text, renderables
 
+    fmt = choose_format(args.format, args.output, ("text", "json"))
     a = analyze(args.a, extra_rules=args.rules)
     b = analyze(args.b, extra_rules=args.rules)
-    c = compare_reports(a, b)
+    c = compare_reports(a, b, noise_floor_pct=args.noise_floor)
     regressed = False
     line: str | None = None
     if args.fail_on_regression is not None:
         regressed, line = regression_line(c, args.fail_on_regression)
     out: str | None
-    if args.format == "json":
+    if fmt == "json":
         doc = c.to_json()
         if args.fail_on_regression is not None:
             doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
@@ -169,7 +180,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         make_console().print(Group(*renderables(c)))
     if line is not None:
-        print(f"torch-diagnose: {line}", file=sys.stderr if args.format == "json" else sys.stdout)
+        print(f"torch-diagnose: {line}", file=sys.stderr if fmt == "json" else sys.stdout)
     return 1 if regressed else 0
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..console import make_console, progress
 from ..errors import DiagnoseError
+from .output import choose_format
 
 
 def add_parser(sub: Any) -> None:
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--threads", type=int, default=1, metavar="N",
                    help="torch intra-op threads of the training process (default 1: the net is "
                    "too small to gain from more, and the CPUs are left to the DataLoader)")
-    d.add_argument("--json", metavar="FILE", help="also write the autofix report as JSON")
+    _add_output_args(d)
     d.set_defaults(func=run_demo)
 
     a = sub.add_parser("autofix", help="autofix your own workload: TARGET returns its objects",
@@ -50,8 +51,49 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--quick", action="store_true", help="short rounds (wider intervals)")
     a.add_argument("--keep-tuned-state", action="store_true",
                    help="leave the model as trained by the trials (default: restore it)")
-    a.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    _add_output_args(a)
     a.set_defaults(func=run_autofix)
+
+
+def _add_output_args(p: Any) -> None:
+    p.add_argument("--try-all", action="store_true",
+                   help="try every named fix, even those the step model predicts will not help")
+    p.add_argument("--out-dir", metavar="DIR", default=None,
+                   help="make the run folder in DIR (default: diagnose-runs): the baseline's "
+                   "capture, autofix.json and model_disagreements.jsonl go there")
+    p.add_argument("--json", metavar="FILE", help="also write the autofix report as JSON")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="also write the autofix report to FILE (.json: JSON, else text)")
+
+
+def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(path, format) of each report file asked for; checked before any trial runs."""
+    out = []
+    if args.json:
+        out.append((args.json, choose_format("json", args.json, ("json",), said_by="--json")))
+    if args.output:
+        out.append((args.output, choose_format(None, args.output, ("text", "json"))))
+    return out
+
+
+def _write_outputs(outputs: list[tuple[str, str]], tr: Any, run_dir: Path) -> None:
+    """The report files asked for, and ``autofix.json`` in the run folder."""
+    for path, fmt in [*outputs, (str(run_dir / "autofix.json"), "json")]:
+        if fmt == "json":
+            _write_json(path, tr.to_json())
+        else:
+            _write_text(path, tr.render_text())
+
+
+def _run_dir(args: argparse.Namespace) -> Path:
+    """The run folder of this command (under --out-dir): baseline capture, disagreements."""
+    from ..runfolder import new_run_dir
+
+    try:
+        return new_run_dir(args.out_dir)
+    except OSError as e:
+        raise DiagnoseError(f"cannot create a run folder under "
+                            f"{args.out_dir or 'diagnose-runs'}: {e.strerror or e}") from None
 
 
 # ---------------------------------------------------------------------- demo
@@ -64,6 +106,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from ..tune import Plan, Workload, autofix
 
     console = make_console()
+    outputs = _outputs(args)
     plan = Plan.quick() if args.quick else Plan()
     samples = args.samples or (12_000 if args.quick else demo.SAMPLES)
     if samples < 4 * args.batch_size or args.batch_size < 1 or args.threads < 1:
@@ -84,20 +127,23 @@ def run_demo(args: argparse.Namespace) -> int:
             f"          DataLoader(ds, batch_size={args.batch_size}, shuffle=True) "
             f"(num_workers=0); torch threads {args.threads}; built in {wl.build_s:.1f} s")
         w = Workload.from_user(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn)
+        run_dir = _run_dir(args)
+        console.print(f"run folder: {run_dir}")
         with progress("1/3 diagnosis: profiling the baseline with `with diagnose(...)`"):
-            report = capture_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer))
+            report = capture_baseline(w, TrainConfig.from_objects(wl.loader, wl.optimizer),
+                                      out_dir=run_dir)
         if report is None:
             raise DiagnoseError("demo: the baseline capture produced no report")
         _print_findings(console, report)
         with progress("2/3 autofix") as status:
             tr = autofix(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn, report=report,
                          max_trials=args.max_trials, budget_s=args.budget, plan=plan,
+                         try_all=args.try_all, out_dir=run_dir,
                          progress=lambda s: status.update(f"2/3 autofix: {s}"))
         console.rule("3/3 result")
         tr.print(console)
         _verdict(console, tr, time.perf_counter() - t0)
-        if args.json:
-            _write_json(args.json, tr.to_json())
+        _write_outputs(outputs, tr, run_dir)
     finally:
         torch.set_num_threads(threads)
     return 0
@@ -112,8 +158,9 @@ def _demo_command(args: argparse.Namespace) -> str:
                                  ("--threads", args.threads, 1)):
         if value != default:
             parts += [flag, str(value)]
-    if args.quick:
-        parts.append("--quick")
+    for flag, on in (("--quick", args.quick), ("--try-all", args.try_all)):
+        if on:
+            parts.append(flag)
     return " ".join(parts)
 
 
@@ -171,23 +218,35 @@ def _load_note() -> str:
 
 
 def _write_json(path: str, data: Any) -> None:
+    _write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _write_text(path: str, text: str) -> None:
     try:
-        Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        Path(path).write_text(text, encoding="utf-8")
     except OSError as e:
         raise DiagnoseError(f"{path}: cannot write ({e.strerror or e})") from None
 
 
 # ---------------------------------------------------------------------- autofix TARGET
 def load_target(target: str) -> dict[str, Any]:
-    """Call ``file.py:fn`` or ``module:fn``; it returns model, loader, optimizer, loss/step."""
+    """Call ``file.py:fn`` or ``module:fn``; it returns model, loader, optimizer, loss/step.
+
+    Imported as ``python path/file.py`` (or ``python -m module``) would: the file's folder
+    (the current folder for a module) goes first on ``sys.path``, so that the target can
+    import the modules next to it."""
     if ":" not in target:
         raise DiagnoseError(f"{target}: expected path/to/file.py:function or module:function")
     where, fn_name = target.rsplit(":", 1)
+    is_file = where.endswith(".py") or Path(where).is_file()
+    path = Path(where)
+    if is_file and not path.is_file():
+        raise DiagnoseError(f"{where}: no such file")
+    folder = str(path.resolve().parent if is_file else Path.cwd())
+    if not sys.path or sys.path[0] != folder:
+        sys.path.insert(0, folder)
     try:
-        if where.endswith(".py") or Path(where).is_file():
-            path = Path(where)
-            if not path.is_file():
-                raise DiagnoseError(f"{where}: no such file")
+        if is_file:
             spec = importlib.util.spec_from_file_location(path.stem, path)
             if spec is None or spec.loader is None:
                 raise DiagnoseError(f"{where}: cannot import")
@@ -197,7 +256,13 @@ def load_target(target: str) -> dict[str, Any]:
         else:
             mod = importlib.import_module(where)
     except ImportError as e:
-        raise DiagnoseError(f"{where}: cannot import ({e})") from None
+        missing = f"module {e.name!r}" if e.name else "a module"
+        raise DiagnoseError(f"{where}: cannot import {missing} ({e}); looked in {folder} "
+                            f"({'the file' if is_file else 'the current'} folder) and the "
+                            "Python path") from None
+    except SyntaxError as e:
+        raise DiagnoseError(f"{where}: syntax error in {e.filename}, line {e.lineno}: "
+                            f"{e.msg}") from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise DiagnoseError(f"{target}: {fn_name!r} is not a function of {where}")
@@ -212,19 +277,21 @@ def run_autofix(args: argparse.Namespace) -> int:
     from ..session import autofix
     from ..tune import Plan
 
+    outputs = _outputs(args)
     objs = load_target(args.target)
     fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
     console = make_console()
+    run_dir = _run_dir(args)
     with progress("autofix") as status:
         tr = autofix(objs["model"], objs["loader"], objs["optimizer"],
                      loss_fn=objs.get("loss_fn"), step_fn=objs.get("step_fn"),
                      max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,
                      compile=args.compile, fixes=fixes, keep_tuned_state=args.keep_tuned_state,
-                     plan=Plan.quick() if args.quick else None,
-                     progress=lambda s: status.update(f"autofix: {s}"))
+                     plan=Plan.quick() if args.quick else None, try_all=args.try_all,
+                     out_dir=run_dir, progress=lambda s: status.update(f"autofix: {s}"))
     tr.print(console)
-    if args.json:
-        _write_json(args.json, tr.to_json())
+    console.print(f"run folder: {run_dir}", style="dim")
+    _write_outputs(outputs, tr, run_dir)
     return 0
 
 

@@ -1,21 +1,27 @@
 """``torch-diagnose compare A B``: two runs side by side, and what changed.
 
 A and B are anything ``analyze`` takes (trace files, folders, run folders). The
-comparison shows the metrics that say most about speed with their deltas, and
-the findings of A that are resolved in B, still there, or new. ``--fail-on-regression
-PCT`` exits 1 when B's median step time is more than PCT percent above A's (for CI).
+comparison leads with the step time ``analyze`` leads with (without the profiler when
+both runs timed such steps, else as profiled), each run's per-step spread and an interval
+for the change (:mod:`diagnose.report.stepstats`): "better" or "worse" only when the
+interval excludes no change, else "within noise". Then the metrics that say most about
+speed with their deltas, and the findings of A that are resolved in B, still there, or
+new. ``--fail-on-regression PCT`` exits 1 when B's step time is more than PCT percent
+above A's and the interval says B is slower (for CI).
 
 Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engine import severity_rank
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
+from ..result import step_time
+from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -117,11 +123,83 @@ class FindingChange:
 
 
 @dataclass
+class StepComparison:
+    """The headline step time of both runs, measured the same way, and its change."""
+
+    measured: str  # "without the profiler" | "as profiled"
+    median_a: float | None
+    median_b: float | None
+    diff: StepDiff | None  # None: a run has no per-step times
+    note: str | None = None  # why "as profiled" when one run had unprofiled steps
+
+    @property
+    def verdict(self) -> str | None:
+        return self.diff.verdict if self.diff is not None else None
+
+    @property
+    def change_pct(self) -> float | None:
+        a, b = self.median_a, self.median_b
+        return (b / a - 1) * 100 if _isnum(a) and _isnum(b) and a else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"measured": self.measured, "note": self.note,
+                               "a_median_ms": self.median_a, "b_median_ms": self.median_b,
+                               "change_pct": _round(self.change_pct, 2),
+                               "verdict": self.verdict}
+        if self.diff is not None:
+            d = self.diff.to_json()
+            out.update(a=d["a"], b=d["b"], interval_pct=d["interval_pct"],
+                       confidence=d["confidence"], noise_floor_pct=d["noise_floor_pct"],
+                       shift_pct=d["shift_pct"], method=d["method"])
+        return out
+
+    def line(self) -> str:
+        """``step time without the profiler: 59.5 ms -> 61.0 ms (+2.5%; 95% interval ...):
+        within noise``."""
+        a, b = self.median_a, self.median_b
+        if not (_isnum(a) and _isnum(b)):
+            return f"step time {self.measured}: not in both runs"
+        head = f"step time {self.measured}: {a:,.1f} ms -> {b:,.1f} ms"
+        pct = self.change_pct
+        if self.diff is None:
+            return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
+                ": no per-step times, no interval"
+        return f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {self.diff.verdict}"
+
+
+def _series(r: Analysis, name: str) -> list[float]:
+    if r.series.get(name):
+        return clean(r.series[name])
+    return clean(r.ranks[0].series.get(name)) if len(r.ranks) >= 1 else []
+
+
+def compare_step(a: Analysis, b: Analysis, *,
+                 noise_floor_pct: float = NOISE_FLOOR_PCT) -> StepComparison:
+    """The step time ``analyze`` leads with, for both runs measured the same way."""
+    sa, sb = step_time(a.metrics), step_time(b.metrics)
+    un_a, un_b = _series(a, "step_unprofiled_ms"), _series(b, "step_unprofiled_ms")
+    note = None
+    if sa["measured"] == sb["measured"] == "without the profiler" and un_a and un_b:
+        measured, ma, mb, xa, xb = ("without the profiler", sa["median_ms"], sb["median_ms"],
+                                    un_a, un_b)
+    else:
+        measured, ma, mb = "as profiled", sa["profiled_median_ms"], sb["profiled_median_ms"]
+        xa, xb = _series(a, "step_ms"), _series(b, "step_ms")
+        if "without the profiler" in (sa["measured"], sb["measured"]):
+            which = "A" if sa["measured"] != "without the profiler" else "B"
+            note = (f"run {which} has no steps timed without the profiler (e.g. a saved "
+                    "trace): both are compared as profiled")
+    diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
+    return StepComparison(measured, ma, mb, diff, note)
+
+
+@dataclass
 class Comparison:
     a: Analysis
     b: Analysis
     metrics: list[MetricDelta]
     findings: list[FindingChange]
+    step: StepComparison | None = field(default=None)
 
     def step_change_pct(self) -> float | None:
         return next((m.change_pct for m in self.metrics if m.name == "step_time_median_ms"), None)
@@ -138,6 +216,7 @@ class Comparison:
             "findings": {s: [f.to_json() for f in self.by_status(s)]
                          for s in ("resolved", "still", "new", "not_evaluated")},
             "step_time_median_change_pct": _round(self.step_change_pct(), 2),
+            "step_time": self.step.to_json() if self.step is not None else None,
         }
 
 
@@ -149,8 +228,10 @@ def _round(x: float | None, nd: int = 6) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def compare_reports(a: Analysis, b: Analysis) -> Comparison:
-    """What changed from run A to run B: key metrics and findings."""
+def compare_reports(a: Analysis, b: Analysis, *,
+                    noise_floor_pct: float = NOISE_FLOOR_PCT) -> Comparison:
+    """What changed from run A to run B: the headline step time, key metrics and findings
+    (``noise_floor_pct``: a step-time change within it either way is "within noise")."""
     metrics = [MetricDelta(name, CATALOG.get(name, ("", ""))[0], a.metrics.get(name),
                            b.metrics.get(name), better)
                for name, better in KEY_METRICS
@@ -177,7 +258,8 @@ def compare_reports(a: Analysis, b: Analysis) -> Comparison:
     order = {"new": 0, "still": 1, "not_evaluated": 2, "resolved": 3}
     changes.sort(key=lambda c: (order[c.status],
                                 -severity_rank(c.severity_b or c.severity_a or "info"), c.rule))
-    return Comparison(a, b, metrics, changes)
+    return Comparison(a, b, metrics, changes,
+                      compare_step(a, b, noise_floor_pct=noise_floor_pct))
 
 
 # ------------------------------------------------------------------------------- text
@@ -211,6 +293,14 @@ def renderables(c: Comparison) -> list[Any]:
     head.add_column(overflow="fold")
     head.add_row("A", Text(", ".join(c.a.source)))
     head.add_row("B", Text(", ".join(c.b.source)))
+    if c.step is not None:
+        style = {"better": "green", "worse": "red"}.get(c.step.verdict or "", "")
+        head.add_row("step", Text(c.step.line(), style=style))
+        for who, d in (("A", c.step.diff.a), ("B", c.step.diff.b)) if c.step.diff else ():
+            head.add_row("", Text(f"{who}: median {d.median:,.1f} ms, middle half "
+                                  f"{d.p25:,.1f}-{d.p75:,.1f} ms ({d.n} steps)", style="dim"))
+        if c.step.note:
+            head.add_row("", Text(c.step.note, style="dim"))
     t = Table(title="Metrics", title_justify="left")
     t.add_column("metric", overflow="fold")
     t.add_column("A", justify="right", no_wrap=True)
@@ -257,15 +347,20 @@ def render_text(c: Comparison, *, width: int = 110) -> str:
 
 
 def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
-    """(regressed, the one line that says so) for --fail-on-regression PCT."""
-    a = c.a.metrics.get("step_time_median_ms")
-    b = c.b.metrics.get("step_time_median_ms")
-    change = c.step_change_pct()
+    """(regressed, the one line that says so) for --fail-on-regression PCT: B's headline
+    step time more than PCT% above A's, and the interval says B is slower (not noise)."""
+    st = c.step if c.step is not None else compare_step(c.a, c.b)
+    change = st.change_pct
     if change is None:
-        which = "A" if not _isnum(a) else "B"
+        which = "A" if not _isnum(st.median_a) else "B"
         raise DiagnoseError(f"--fail-on-regression: run {which} has no median step time "
                             "(no profiled steps)")
-    worse = change > pct
-    verdict = (f"regression: more than the allowed +{pct:g}%" if worse
-               else f"within the allowed +{pct:g}%")
-    return worse, f"median step time {a:,.1f} ms -> {b:,.1f} ms ({change:+.1f}%): {verdict}"
+    noisy = st.diff is not None and st.verdict != "worse"
+    worse = change > pct and not noisy
+    if worse:
+        verdict = f"regression: more than the allowed +{pct:g}%"
+    elif change > pct:
+        verdict = f"above +{pct:g}% but within noise: not a regression"
+    else:
+        verdict = f"within the allowed +{pct:g}%"
+    return worse, f"{st.line()}; {verdict}"

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import SEVERITIES, severity_rank
+from ..engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
 from ..model.predict import prediction_line
@@ -418,11 +418,19 @@ def _kernels(report: Analysis) -> Markup | None:
 def _not_evaluated(report: Analysis) -> Markup | None:
     if not report.not_evaluated:
         return None
+    items = []
+    for g in group_not_evaluated(report.not_evaluated):
+        rules = [el("li", el("span", rule, class_="rule"), ": ", reason)
+                 for rule, reason in g["reasons"].items()]
+        if g["count"] == 1:
+            items.append(rules[0])
+            continue
+        items.append(el("li", el("details", el("summary", f"{g['count']} rules: {g['cause']}"),
+                                 el("ul", rules))))
     return el("section", el("h2", f"Not evaluated ({len(report.not_evaluated)})"),
-              el("p", "Rules whose metrics this run cannot give: neither passed nor failed.",
-                 class_="muted"),
-              el("ul", [el("li", el("span", n.rule, class_="rule"), ": ", n.reason)
-                        for n in report.not_evaluated]), id="not-evaluated")
+              el("p", "Rules whose metrics this run cannot give: neither passed nor failed; "
+                 "grouped by cause.", class_="muted"),
+              el("ul", items), id="not-evaluated")
 
 
 def _notes(report: Analysis) -> Markup | None:

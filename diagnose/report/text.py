@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..console import make_console
+from ..engine import group_not_evaluated
 from ..fixes import FIXES
 from ..model.predict import prediction_line
 from ..model.step import step_model_line
@@ -152,6 +153,15 @@ def _fix_panels(report: Analysis) -> list[Panel]:
     return panels
 
 
+def not_evaluated_line(group: dict[str, Any]) -> str:
+    """One group of :func:`diagnose.engine.group_not_evaluated` as one line: a rule alone
+    with its full reason, several as ``10 rules (A, B, ...): cause``."""
+    if group["count"] == 1:
+        (rule, reason), = group["reasons"].items()
+        return f"{rule}: {reason}"
+    return f"{group['count']} rules ({', '.join(group['rules'])}): {group['cause']}"
+
+
 def renderables(report: Analysis) -> list[Any]:
     out: list[Any] = [_summary(report)]
     if len(report.ranks) > 1:
@@ -163,8 +173,8 @@ def renderables(report: Analysis) -> list[Any]:
         out.append(Text("No findings: nothing in this run points at a bottleneck.", style="green"))
     if report.not_evaluated:
         lines = Text("Not evaluated:", style="bold")
-        for n in report.not_evaluated:
-            lines.append(f"\n  {n.rule}: {n.reason}", style="dim")
+        for g in group_not_evaluated(report.not_evaluated):
+            lines.append(f"\n  {not_evaluated_line(g)}", style="dim")
         out.append(lines)
     for note in report.notes:
         out.append(Text(f"note: {note}", style="dim"))

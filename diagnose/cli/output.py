@@ -1,0 +1,47 @@
+"""Which format a report is written in: the one ``--format`` names, else the output file's.
+
+``-o report.html`` writes HTML, ``-o report.json`` JSON, ``-o report.txt`` (or any other
+name) text; ``--format`` without ``-o`` picks what goes to stdout. A ``--format`` that
+contradicts a known extension is an error (one line, exit 2), as is an extension the
+subcommand cannot write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DiagnoseError
+
+#: File extensions that decide the format; any other name is written as text.
+EXTENSIONS: dict[str, str] = {".html": "html", ".htm": "html", ".json": "json",
+                              ".txt": "text", ".text": "text"}
+
+
+def format_of(path: str) -> str | None:
+    """The format a file name asks for (``None``: its extension says nothing)."""
+    return EXTENSIONS.get(Path(path).suffix.lower())
+
+
+def choose_format(explicit: str | None, output: str | None,
+                  allowed: tuple[str, ...] = ("text", "json", "html"),
+                  said_by: str | None = None) -> str:
+    """The format to write: ``explicit`` (the ``--format`` given, or None), else the one
+    ``output``'s extension names, else text. Raises DiagnoseError on a contradiction;
+    ``said_by`` is how the error names the explicit choice (default ``--format X``)."""
+    by_name = format_of(output) if output else None
+    if explicit is not None and by_name is not None and explicit != by_name:
+        said = said_by or f"--format {explicit}"
+        raise DiagnoseError(f"{said} contradicts the file name {output} (a {by_name} file): "
+                            f"drop {said.split()[0]} or rename the file")
+    chosen = explicit or by_name or "text"
+    if chosen not in allowed:
+        raise DiagnoseError(f"-o {output}: this command writes {' or '.join(allowed)}, not "
+                            f"{chosen} (use {', '.join(_ext(a) for a in allowed)})")
+    return chosen
+
+
+def _ext(fmt: str) -> str:
+    return {"text": ".txt", "json": ".json", "html": ".html"}[fmt]
+
+
+__all__ = ["EXTENSIONS", "choose_format", "format_of"]

@@ -1,0 +1,90 @@
+"""``-o FILE`` writes the format its extension names (analyze, compare; autofix in
+test_tune_cli.py); a ``--format`` that contradicts it is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnose.cli import main
+from diagnose.cli.output import choose_format
+from diagnose.errors import DiagnoseError
+from tests import tracebuilder as tb
+
+
+@pytest.mark.parametrize("explicit,output,want", [
+    (None, None, "text"),
+    ("json", None, "json"),
+    (None, "r.html", "html"),
+    (None, "R.HTM", "html"),
+    (None, "out/r.json", "json"),
+    (None, "r.txt", "text"),
+    (None, "report", "text"),
+    (None, "r.log", "text"),
+    ("json", "r.log", "json"),  # an extension that says nothing: --format decides
+    ("html", "r.html", "html"),
+])
+def test_choose_format(explicit: str | None, output: str | None, want: str) -> None:
+    assert choose_format(explicit, output) == want
+
+
+@pytest.mark.parametrize("explicit,output,allowed,phrase", [
+    ("text", "r.json", ("text", "json", "html"), "--format text contradicts the file name r.json"),
+    ("json", "r.html", ("text", "json", "html"), "(a html file)"),
+    ("html", "r.txt", ("text", "json", "html"), "drop --format or rename the file"),
+    (None, "r.html", ("text", "json"), "writes text or json, not html (use .txt, .json)"),
+])
+def test_choose_format_refuses(explicit: str | None, output: str, allowed: tuple[str, ...],
+                               phrase: str) -> None:
+    with pytest.raises(DiagnoseError) as e:
+        choose_format(explicit, output, allowed)
+    assert phrase in str(e.value)
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> tuple[str, str]:
+    a = tb.dataloader_bound().write(tmp_path / "a.pt.trace.json.gz")
+    b = tb.healthy().write(tmp_path / "b.pt.trace.json.gz")
+    return str(a), str(b)
+
+
+def test_analyze_output_follows_the_file_name(tmp_path: Path, traces: tuple[str, str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = traces
+    html, js, txt = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.txt"
+    for path in (html, js, txt):
+        assert main(["analyze", a, "-o", str(path)]) == 0
+    assert capsys.readouterr().out == ""
+    page = html.read_text(encoding="utf-8")
+    assert page.lstrip().lower().startswith("<!doctype html") and "IN001" in page
+    assert json.loads(js.read_text(encoding="utf-8"))["findings"][0]["rule"] == "IN001"
+    text = txt.read_text(encoding="utf-8")
+    assert "IN001" in text and not text.lstrip().startswith(("{", "<"))
+
+
+@pytest.mark.parametrize("cmd", ["analyze", "compare"])
+def test_contradicting_format_is_one_line(tmp_path: Path, traces: tuple[str, str], cmd: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    paths = list(traces) if cmd == "compare" else traces[:1]
+    assert main([cmd, *paths, "--format", "text", "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and "contradicts" in err[0], err
+    assert not out.exists()
+
+
+def test_compare_output_follows_the_file_name(tmp_path: Path, traces: tuple[str, str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    js, txt, html = tmp_path / "c.json", tmp_path / "c.txt", tmp_path / "c.html"
+    assert main(["compare", *traces, "-o", str(js)]) == 0
+    assert main(["compare", *traces, "-o", str(txt)]) == 0
+    doc = json.loads(js.read_text(encoding="utf-8"))
+    assert doc["schema_version"] == 1 and "metrics" in doc
+    assert "resolved" in txt.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["compare", *traces, "-o", str(html)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not html" in err[0] and not html.exists()

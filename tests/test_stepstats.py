@@ -1,0 +1,82 @@
+"""The step-time comparison's statistics on synthetic per-step times with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from diagnose.report.stepstats import _mw_counts, _rank_bound, spread, step_difference
+
+
+@pytest.mark.parametrize("n,m,k", [(4, 4, 1), (5, 5, 3), (8, 8, 14), (10, 12, 30)])
+def test_rank_bound_matches_the_mann_whitney_table(n: int, m: int, k: int) -> None:
+    # the tables' two-sided 5% critical U, plus one
+    assert _rank_bound(n, m, 0.05) == k
+
+
+def test_counts_are_all_orderings() -> None:
+    assert _mw_counts(3, 4).sum() == math.comb(7, 3)
+    assert list(_mw_counts(2, 2)) == [1, 1, 2, 1, 1]
+    assert _rank_bound(3, 3, 0.05) is None  # 1/20 > 2.5%: no 95% interval from 3 and 3
+    assert _rank_bound(80, 80, 0.05) == pytest.approx(_rank_bound(60, 60, 0.05) * 80 ** 2
+                                                      / 60 ** 2, rel=0.05)  # normal approx.
+
+
+def test_spread() -> None:
+    s = spread([10, 20, 30, 40, 50])
+    assert (s.n, s.median, s.p25, s.p75) == (5, 30, 20, 40)
+
+
+def test_same_times_are_within_noise() -> None:
+    rng = np.random.default_rng(0)
+    a = 20 * np.exp(rng.normal(0, 0.05, 12))
+    d = step_difference(a, a[::-1], floor_pct=0)
+    assert d.change_pct == pytest.approx(0) and d.lo_pct < 0 < d.hi_pct
+    assert d.verdict == "within noise"
+
+
+def test_a_clear_speedup_is_better_and_a_slowdown_worse() -> None:
+    rng = np.random.default_rng(1)
+    a = 20 * np.exp(rng.normal(0, 0.03, 10))
+    b = a / 1.3 * np.exp(rng.normal(0, 0.03, 10))
+    d = step_difference(a, b)
+    assert d.verdict == "better" and d.hi_pct < -5
+    assert d.lo_pct < (1 / 1.3 - 1) * 100 < d.hi_pct  # covers the true change
+    assert step_difference(b, a).verdict == "worse"
+
+
+def test_interval_covers_the_true_shift_at_its_rate() -> None:
+    """Over many synthetic pairs with a true +10% change, the 95% interval misses it in
+    about 5% of them (the interval is exact for a shift of iid times)."""
+    rng = np.random.default_rng(2)
+    miss = 0
+    for _ in range(400):
+        a = 20 * np.exp(rng.normal(0, 0.1, 7))
+        b = 22 * np.exp(rng.normal(0, 0.1, 6))
+        d = step_difference(a, b, floor_pct=0)
+        miss += not (d.lo_pct <= 10.0 <= d.hi_pct)
+    assert 0.01 <= miss / 400 <= 0.09
+
+
+def test_small_change_inside_the_floor_is_within_noise() -> None:
+    a = [20.0, 20.1, 19.9, 20.05, 19.95, 20.02]
+    b = [x * 1.03 for x in a]  # +3%, tightly measured: beyond the steps' noise, not the floor
+    assert step_difference(a, b, floor_pct=0).verdict == "worse"
+    assert step_difference(a, b).verdict == "within noise"
+
+
+def test_too_few_steps_gives_no_interval() -> None:
+    d = step_difference([10, 11], [20, 21, 22])
+    assert d.lo_pct is None and d.verdict == "within noise" and "too few steps" in d.interval_text()
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ValueError):
+        step_difference([], [1.0])
+    with pytest.raises(ValueError):
+        step_difference([1.0], [1.0], confidence=1.5)
+    # non-finite or non-positive times are left out
+    d = step_difference([10, float("nan"), -1, 10, 10, 10], [10] * 5)
+    assert d.a.n == 4
