@@ -139,7 +139,7 @@ class StepComparison:
     @property
     def change_pct(self) -> float | None:
         a, b = self.median_a, self.median_b
-        return (b / a - 1) * 100 if _isnum(a) and _isnum(b) and a else None
+        return (b / a - 1) * 100 if a is not None and b is not None and a else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"measured": self.measured, "note": self.note,
@@ -307,10 +307,10 @@ def renderables(c: Comparison) -> list[Any]:
     t.add_column("B", justify="right", no_wrap=True)
     t.add_column("Δ", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True)
-    style = {"better": "green", "worse": "red", "same": "dim"}
+    mstyle = {"better": "green", "worse": "red", "same": "dim"}
     for m in c.metrics:
         t.add_row(m.name, _fmt(m, m.a), _fmt(m, m.b), _delta_text(m),
-                  Text(m.verdict or "", style=style.get(m.verdict or "", "")))
+                  Text(m.verdict or "", style=mstyle.get(m.verdict or "", "")))
     f = Table(title="Findings (A -> B)", title_justify="left")
     for col in ("status", "rule", "category", "A", "B"):
         f.add_column(col, no_wrap=True)

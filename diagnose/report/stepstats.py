@@ -94,7 +94,7 @@ def _round2(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def spread(times_ms: Sequence[float]) -> Spread:
+def spread(times_ms: Sequence[float] | np.ndarray) -> Spread:
     x = np.asarray(times_ms, dtype=float)
     p25, med, p75 = np.percentile(x, [25, 50, 75])
     return Spread(len(x), float(med), float(p25), float(p75))
