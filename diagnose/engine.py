@@ -344,24 +344,26 @@ def get_rule(rule_id: str, rules: Iterable[Rule] | None = None) -> Rule:
 
 
 # --------------------------------------------------------------- evaluation
-def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
-    """Why ``name`` has no value, as one short cause read from the metric's declaration
-    (what it needs: GPU activity in the trace, a live capture, 2+ ranks, ...): the same
-    string for every metric with that cause, so that reasons group."""
-    if name not in known_metrics():
-        return f"needs {name} (unknown metric)"
-    cause = why_none(name, metrics)
-    if cause is not None:
-        return cause
-    return f"needs {name}" if name in metrics else f"needs {name}: not computed for this input"
-
-
 def missing_cause(name: str, metrics: Mapping[str, Any]) -> tuple[str, str]:
-    """(cause, reason) why ``name`` has no value: the cause is the same for every metric
-    missing for the same reason (not-evaluated rules group by it); the reason names the
-    metric."""
-    cause = why_missing(name, metrics)
+    """(cause, reason) why ``name`` has no value. The cause is one short string read from
+    the metric's declaration (what it needs: GPU activity in the trace, a live capture, 2+
+    ranks, ...), the same for every metric with that cause, so that rules group by it; the
+    reason names the metric."""
+    if name not in known_metrics():
+        return "needs metrics torch-diagnose does not know", f"needs {name} (unknown metric)"
+    cause = why_none(name, metrics)
+    if cause is None:
+        cause = "needs metrics this input lacks" if name in metrics else \
+            "needs metrics not computed for this input"
+        return cause, f"needs {name}" if name in metrics else \
+            f"needs {name}: not computed for this input"
     return cause, cause if name in cause else f"needs {name}: {cause}"
+
+
+def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
+    """Why ``name`` has no value, naming it (``needs gpu_busy_frac: the trace has no GPU
+    activity``); :func:`missing_cause` gives the cause alone."""
+    return missing_cause(name, metrics)[1]
 
 
 def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from diagnose import analyze
-from diagnose.engine import known_metrics, why_missing
+from diagnose.engine import known_metrics, missing_cause, why_missing
 from diagnose.metrics import CATALOG, core
 from diagnose.metrics.declare import GPU, LIVE, RANKS, Metric, catalog
 from diagnose.metrics.needs import DECLARED
@@ -65,19 +65,24 @@ def test_reasons_are_one_cause_per_need(tmp_path):
     assert len(gpu_only) > 60
     for n in gpu_only:
         assert m[n] is None, n
-        assert why_missing(n, m) == GPU.missing == "the trace has no GPU activity"
+        assert cause(n, m) == GPU.missing == "the trace has no GPU activity"
+        assert why_missing(n, m) == f"needs {n}: {GPU.missing}"  # the reason names it
     for n in ("dataloader_num_workers", "cudnn_benchmark", "model_has_conv"):
-        assert why_missing(n, m) == LIVE.missing
-    assert why_missing("straggler_rank", {"rank_count": 1}) == RANKS.missing
+        assert cause(n, m) == LIVE.missing
+    assert cause("straggler_rank", {"rank_count": 1}) == RANKS.missing
     assert why_missing("no_such_metric", m) == "needs no_such_metric (unknown metric)"
+
+
+def cause(name, metrics):
+    return missing_cause(name, metrics)[0]
 
 
 def test_reasons_name_the_cause_on_a_gpu_trace(tmp_path):
     m = analyze(tb.healthy().write(tmp_path / "h.pt.trace.json.gz")).metrics
     assert m["has_gpu"] is True and m["comm_overlap_frac"] is None
-    assert why_missing("comm_overlap_frac", m) == "no collectives in the trace"
+    assert cause("comm_overlap_frac", m) == "no collectives in the trace"
     amd = dict(m, device_vendor="amd", device_cc_major=None)
-    assert why_missing("device_cc_major", amd) == "not an NVIDIA GPU (no CUDA compute capability)"
+    assert cause("device_cc_major", amd) == "not an NVIDIA GPU (no CUDA compute capability)"
     no_dl = analyze(GPU_DATA / "graph_decode.pt.trace.json.gz").metrics
     assert no_dl["dataloader_share"] is None
-    assert why_missing("dataloader_share", no_dl) == "no DataLoader activity in the trace"
+    assert cause("dataloader_share", no_dl) == "no DataLoader activity in the trace"
