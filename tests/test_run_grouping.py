@@ -227,3 +227,17 @@ def test_tensorboard_writes_one_run_per_analysis_run(tmp_path, capsys):
         doc = read_run_file(logdir / name)
         assert not any(f["category"] == "imbalance" for f in doc["report"]["findings"])
         assert not (logdir / name / "rank1").exists()
+
+
+def test_tensorboard_run_names_are_distinct():
+    from diagnose.report.tb_runs import run_names
+    from diagnose.result import Analysis
+
+    def a(src: str) -> Analysis:
+        return Analysis(source=[src], ranks=[], metrics={}, findings=[], not_evaluated=[])
+
+    runs = [a("gpu/healthy.pt.trace.json.gz"), a("cpu/healthy.pt.trace.json.gz"),
+            a("diagnose-runs/20261123-101000-000")]
+    assert run_names(runs) == ["healthy", "healthy-2", "20261123-101000-000"]
+    assert run_names(runs, "exp") == ["exp-healthy", "exp-healthy-2", "exp-20261123-101000-000"]
+    assert run_names(runs[:1], "exp") == ["exp"]  # one run: the name given, as before
