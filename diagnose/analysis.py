@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
-from .errors import TraceError
+from .errors import DiagnoseError, TraceError
 from .fixes import Setup, TrainConfig, fix_code
 from .fixes.predict import predict_findings, sort_findings
 from .metrics import compute_all
@@ -25,6 +26,15 @@ from .model.predict import attach_models
 from .result import Analysis, RankResult
 from .runfolder import load_context, load_samples, rank_context
 from .trace import find_trace_files, read_trace
+from .trace.grouping import (
+    Declared,
+    Group,
+    Unit,
+    declared_rank,
+    group_folder,
+    group_loose,
+    split_units,
+)
 from .trace.parallel import BrokenProcessPool, fork_pool
 
 # Read several traces in a process pool once the files other than the largest add up to
@@ -34,14 +44,16 @@ from .trace.parallel import BrokenProcessPool, fork_pool
 _PARALLEL_MIN_BYTES = 4 * 2**20
 
 
-def _analyze_file(path: str, workers: int | None = None,
-                  max_steps: int | None = None) -> tuple[str, int | None, MetricSet]:
+def _analyze_file(path: str, workers: int | None = None, max_steps: int | None = None
+                  ) -> tuple[str, int | None, MetricSet, Declared | None]:
+    """One trace's metrics, its own rank (distributedInfo, else its file name) and the rank
+    and world size its distributedInfo declares (see diagnose.trace.grouping)."""
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
     ms = compute_rank(t, max_steps)
-    ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in analyze()
-    return path, t.rank, ms
+    ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in the analysis
+    return path, t.rank, ms, declared_rank(t)
 
 
 def whole_steps(context: dict | None) -> int | None:
@@ -94,7 +106,7 @@ def _work_bytes(f: Path) -> int:
 
 
 def _read_all(files: list[Path], steps: list[int | None] | None = None
-              ) -> list[tuple[str, int | None, MetricSet]]:
+              ) -> list[tuple[str, int | None, MetricSet, Declared | None]]:
     """Read and measure each trace; several in a process pool once they are big enough that
     parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
     steps = steps if steps is not None else [None] * len(files)
@@ -132,9 +144,40 @@ def analyze(
     samples: dict | None = None,
     extra_rules: Iterable[str | Path] | None = None,
     rules: list[Rule] | None = None,
+    as_ranks: bool = False,
 ) -> Analysis:
-    """Analyze trace files (a file, a folder, a run folder, or several) into an Analysis."""
-    srcs = [Path(source)] if isinstance(source, str | Path) else [Path(s) for s in source]
+    """Analyze trace files (a file, a folder, a run folder, or several) that hold one run
+    into an Analysis; sources holding several runs raise a DiagnoseError that says so
+    (:func:`analyze_runs` gives one Analysis per run)."""
+    runs = analyze_runs(source, context=context, samples=samples, extra_rules=extra_rules,
+                        rules=rules, as_ranks=as_ranks)
+    if len(runs) > 1:
+        raise DiagnoseError(
+            f"{len(runs)} separate runs in {', '.join(str(p) for p in _sources(source))} "
+            f"({'; '.join(', '.join(r.source) for r in runs)}): analyse one at a time, take "
+            "one report per run (analyze_runs), or force ranks of one run (as_ranks=True, "
+            "--as-ranks)")
+    return runs[0]
+
+
+def _sources(source: str | Path | Iterable[str | Path]) -> list[Path]:
+    return [Path(source)] if isinstance(source, str | Path) else [Path(s) for s in source]
+
+
+def analyze_runs(
+    source: str | Path | Iterable[str | Path],
+    *,
+    context: dict | None = None,
+    samples: dict | None = None,
+    extra_rules: Iterable[str | Path] | None = None,
+    rules: list[Rule] | None = None,
+    as_ranks: bool = False,
+) -> list[Analysis]:
+    """One Analysis per run that the sources hold, in order (see diagnose.trace.grouping:
+    files are ranks of one run only when they say so; a folder of run folders gives its runs
+    newest first). ``as_ranks``: the files outside run folders are ranks of one run (their
+    own ranks, or numbered in the order given). ``context``/``samples`` apply to every run."""
+    srcs = _sources(source)
     rules = rules if rules is not None else load_rules(extra_rules)
     try:
         files = find_trace_files(srcs)
@@ -144,24 +187,57 @@ def analyze(
         if len(srcs) == 1 and srcs[0].is_dir() and context is None and samples is None:
             ctx, smp = _run_extras([], srcs)
             if ctx is not None:
-                return with_fix_code(_report_without_trace(srcs[0], ctx, smp, rules), ctx)
+                return [with_fix_code(_report_without_trace(srcs[0], ctx, smp, rules), ctx)]
         raise
-    per_rank = context is None and samples is None
-    if per_rank:
-        context, samples = _run_extras(files, srcs)
-    whole = whole_steps(context)
-    if whole == 0 and len(files) == 1:  # the loop ended inside the window's first step
-        return _report_without_trace(srcs[0], context or {}, samples, rules, cut_short=True)
-    results = _read_all(files, [whole] * len(files))
+    given = context is not None or samples is not None
+    units = split_units(srcs, files)
+    extras = {id(u): (context, samples) if given or u.folder is None
+              else _run_extras(u.files, [u.folder]) for u in units}
+    cut = {id(u): whole_steps(extras[id(u)][0]) for u in units}
+    todo = [f for u in units if not (cut[id(u)] == 0 and len(u.files) == 1) for f in u.files]
+    steps = {f: cut[id(u)] for u in units for f in u.files}
+    reads = {Path(r[0]): r for r in _read_all(todo, [steps[f] for f in todo])}
+    runs: list[Analysis] = []
+    for u in units:
+        ctx, smp = extras[id(u)]
+        if cut[id(u)] == 0 and len(u.files) == 1:  # the loop ended inside the first step
+            where = u.folder or u.files[0]
+            runs.append(_report_without_trace(where, ctx or {}, smp, rules, cut_short=True))
+            continue
+        for g in _groups(u, [reads[f] for f in u.files], as_ranks):
+            whole = g.folder is not None and len(g.files) == len(u.files)
+            src = [str(g.folder)] if whole else [str(f) for f in g.files]
+            runs.append(_analyze_group(g, src, [reads[f] for f in g.files], ctx, smp, rules,
+                                       per_rank=not given))
+    if len(runs) == 1:
+        runs[0].source = [str(s) for s in srcs]
+    return runs
+
+
+def _groups(u: Unit, reads: list[tuple[str, int | None, MetricSet, Declared | None]],
+            as_ranks: bool) -> list[Group]:
+    own = [r[1] for r in reads]
+    if u.folder is not None:
+        return group_folder(u, own)
+    return group_loose(u.files, [r[3] for r in reads], own, as_ranks=as_ranks)
+
+
+def _analyze_group(g: Group, src: list[str],
+                   reads: list[tuple[str, int | None, MetricSet, Declared | None]], context: dict | None, samples: dict | None, rules: list[Rule], *,
+                   per_rank: bool) -> Analysis:
+    """One run's report from its files' metrics, each rank labelled by the group's rank."""
     ranks: list[RankResult] = []
-    models = [(rank, ms.tables.pop(MODEL_TABLE, None)) for _, rank, ms in results]
-    for path, rank, ms in results:
+    models = [(rank, ms.tables.pop(MODEL_TABLE, None))
+              for (_path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True)]
+    for (path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True):
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
         values = compute_all(ms, ctx, smp)
+        if rank is not None:
+            values["rank"] = rank
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
-    report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
-    report.notes[:0] = capture_notes(context, report.metrics)
+    report = report_from_ranks(src, ranks, rules=rules, samples=samples)
+    report.notes[:0] = [*g.notes, *capture_notes(context, report.metrics)]
     predictor = attach_models(report, models)
     predict_findings(report.findings, predictor, run_config(context, report.metrics),
                      report.metrics)
@@ -215,6 +291,8 @@ def report_from_ranks(
     """
     rules = rules if rules is not None else load_rules()
     multi = len(ranks) > 1
+    if multi:
+        ranks = _labelled(ranks)
     run = _merge_metrics(ranks) if multi else (ranks[0].metrics if ranks else {})
     run_only = {k: run[k] for k in RUN_CATALOG if k in run} if multi else {}
     all_findings: list[tuple[int | None, Finding]] = []
@@ -261,6 +339,16 @@ def report_from_ranks(
         series=series,
         samples=samples,
     )
+
+
+def _labelled(ranks: list[RankResult]) -> list[RankResult]:
+    """Ranks of one run, each with a label: a rank not known takes the lowest number no
+    other rank has, in order, so that the table, findings and JSON all name it the same."""
+    if all(r.rank is not None for r in ranks):
+        return ranks
+    taken = {r.rank for r in ranks}
+    free = (i for i in range(len(ranks) + len(taken)) if i not in taken)
+    return [r if r.rank is not None else dataclasses.replace(r, rank=next(free)) for r in ranks]
 
 
 def _rank_extras(path: Path, rank: int | None, context: dict | None,

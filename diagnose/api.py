@@ -14,9 +14,9 @@ from typing import Any
 
 from . import analysis
 from .engine import Rule
-from .result import Analysis, RankResult
+from .result import Analysis, RankResult, Runs
 
-__all__ = ["RankResult", "Report", "analyze", "as_report"]
+__all__ = ["RankResult", "Report", "Runs", "analyze", "analyze_runs", "as_report"]
 
 
 class Report(Analysis):
@@ -56,13 +56,34 @@ def analyze(
     samples: dict | None = None,
     extra_rules: Iterable[str | Path] | None = None,
     rules: list[Rule] | None = None,
+    as_ranks: bool = False,
 ) -> Report:
-    """Analyze trace files (a file, a folder, a run folder, or several) into a Report.
+    """Analyze trace files (a file, a folder, a run folder, or several) of one run into a
+    Report; sources that hold several runs raise a DiagnoseError (see :func:`analyze_runs`).
 
     ``context``/``samples``: a run's context.json and host/GPU samples when they are not
-    in the folder; ``extra_rules``: your own rule files; ``rules``: the whole rule list.
+    in the folder; ``extra_rules``: your own rule files; ``rules``: the whole rule list;
+    ``as_ranks``: take the files outside run folders as ranks of one run (forced).
     """
     report = as_report(analysis.analyze(source, context=context, samples=samples,
-                                        extra_rules=extra_rules, rules=rules))
+                                        extra_rules=extra_rules, rules=rules,
+                                        as_ranks=as_ranks))
     assert report is not None
     return report
+
+
+def analyze_runs(
+    source: str | Path | Iterable[str | Path],
+    *,
+    context: dict | None = None,
+    samples: dict | None = None,
+    extra_rules: Iterable[str | Path] | None = None,
+    rules: list[Rule] | None = None,
+    as_ranks: bool = False,
+) -> Runs:
+    """One Report per run that the sources hold (``Runs.runs``, in order): files are ranks
+    of one run only when they say so; a folder of run folders gives its runs newest first.
+    Arguments as for :func:`analyze`."""
+    runs = analysis.analyze_runs(source, context=context, samples=samples,
+                                 extra_rules=extra_rules, rules=rules, as_ranks=as_ranks)
+    return Runs([r for r in map(as_report, runs) if r is not None])

@@ -103,3 +103,35 @@ class Analysis:
             "not_evaluated_groups": group_not_evaluated(self.not_evaluated),
             "notes": self.notes,
         }
+
+
+@dataclass
+class Runs:
+    """What analysis found in sources that hold several runs: one Analysis per run, in order
+    (see :func:`diagnose.analysis.analyze_runs`). A single run is that run's Analysis."""
+
+    runs: list[Analysis]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def worst(self) -> str | None:
+        sev = [w for r in self.runs if (w := r.worst()) is not None]
+        return max(sev, key=severity_rank) if sev else None
+
+    def at_least(self, severity: str) -> list[Finding]:
+        """Findings at or above ``severity`` in any run (``--fail-on`` reads all of them)."""
+        return [f for r in self.runs for f in r.at_least(severity)]
+
+    def summary(self) -> str:
+        return (f"{len(self.runs)} separate runs, one report each: files are ranks of one run "
+                "only when they say so (distributedInfo rank and world size, or a capture's "
+                "run folder); --as-ranks forces rank-less files into one run")
+
+    def to_json(self) -> dict[str, Any]:
+        """One run: that run's document, unchanged. Several: ``{"schema_version", "runs":
+        [<one run's document>, ...], "notes": [...]}``."""
+        if len(self.runs) == 1:
+            return self.runs[0].to_json()
+        return {"schema_version": SCHEMA_VERSION, "runs": [r.to_json() for r in self.runs],
+                "notes": [self.summary()]}

@@ -205,7 +205,9 @@ def test_analyze_text(tmp_path, capsys):
 
 def test_analyze_folder_of_ranks(tmp_path, capsys):
     for r in range(2):
-        write(tmp_path / f"rank-{r}.pt.trace.json", small_trace())
+        # ranks of one run because the traces say so (distributedInfo), not their names
+        write(tmp_path / f"rank-{r}.pt.trace.json",
+              {**small_trace(), "distributedInfo": {"rank": r, "world_size": 2}})
     rc, out, _ = run_cli(capsys, "analyze", str(tmp_path), "--format", "json")
     assert rc == 0
     rep = json.loads(out)

@@ -200,7 +200,8 @@ def test_parallel_read_equals_serial(tmp_path, monkeypatch, forkable):
     monkeypatch.setattr(api, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])
     par = api._read_all(files)
     assert pools and pools[0] is not None  # the files really went through the pool
-    assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
+    assert [(p, r, m.values, d) for p, r, m, d in par] == [
+        (p, r, m.values, d) for p, r, m, d in serial]
 
 
 
@@ -226,7 +227,8 @@ def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch, fork
     monkeypatch.setattr(api_module, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])
     par = api_module._read_all(files)
     assert pools and pools[0] is not None  # the pool was tried (and its workers died)
-    assert [(p, r, m.values) for p, r, m in par] == [(p, r, m.values) for p, r, m in serial]
+    assert [(p, r, m.values, d) for p, r, m, d in par] == [
+        (p, r, m.values, d) for p, r, m, d in serial]
 
 
 def test_no_fork_while_other_threads_run(tmp_path, monkeypatch):
@@ -293,3 +295,28 @@ def test_dlrm_per_rank_table_imbalance_and_communication():
     assert ev["rank_comm_frac_max"] == pytest.approx(0.57, abs=0.02)
     assert ev["rank_comm_exposed_frac_min_rank"] == 7
     assert any("14.0% (rank 7) to 57.0% (rank 1)" in h for h in cm.hints), cm.hints
+
+
+def test_dlrm_is_one_run_and_names_its_straggler_alike_everywhere(capsys):
+    """The 8 DLRM traces say rank r of world size 8 (distributedInfo): one run, and rank 7 is
+    rank 7 in the table, the finding, its message, the JSON and the HTML."""
+    from diagnose.api import analyze_runs
+    from diagnose.cli import main
+
+    folder = shared_trace(DLRM)
+    runs = analyze_runs(folder)
+    assert len(runs) == 1
+    r = runs.runs[0]
+    by_path = {Path(x.path).name.split("_")[0]: x.rank for x in r.ranks}
+    assert by_path == {f"worker{i}": i for i in range(8)}  # each trace keeps its own rank
+    (im,) = _imbalance(r)
+    assert im.ranks == [7] and "Rank 7 is the straggler" in im.message
+    text = r.render_text(width=160)
+    (row,) = [line for line in text.splitlines() if "straggler (" in line]
+    assert row.strip("│ ").startswith("7 ")
+    assert main(["analyze", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "runs" not in doc and doc["metrics"]["straggler_rank"] == 7
+    assert [f["ranks"] for f in doc["findings"] if f["rule"] == "IM001"] == [[7]]
+    assert sorted(x["rank"] for x in doc["ranks"]) == list(range(8))
+    assert ">7</td>" in r.to_html()

@@ -443,7 +443,7 @@ def test_multi_rank_writes_per_rank_scalars(tmp_path: Path) -> None:
         ev("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", 1, 50),
         ev("aten::mm", "cpu_op", 60, 30)]}
     (tmp_path / "in").mkdir()
-    paths = [write_json(tmp_path / "in" / f"rank{r}.json", {**doc, "distributedInfo": {"rank": r}})
+    paths = [write_json(tmp_path / "in" / f"rank{r}.json", {**doc, "distributedInfo": {"rank": r, "world_size": 2}})
              for r in (0, 1)]
     rep = analyze(paths)
     res = write_logdir(rep, tmp_path / "logs", run="dist")

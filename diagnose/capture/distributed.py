@@ -231,7 +231,7 @@ class DistributedCapture:
         traces = self.own_traces(run_dir)
         if not traces:
             return None
-        path, rank, ms = _analyze_file(str(traces[-1]), None, whole_steps(context))
+        path, rank, ms, _declared = _analyze_file(str(traces[-1]), None, whole_steps(context))
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 

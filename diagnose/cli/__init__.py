@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="exit 1 if a finding is at least this severe")
     a.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
                    help="add your own rule files (same TOML format); repeatable")
+    a.add_argument("--as-ranks", action="store_true",
+                   help="take the files outside run folders as ranks of one run (forced: "
+                        "their own ranks, or numbered in the order given)")
 
     r = sub.add_parser("rules", help="list the rules, or explain one")
     r.add_argument("rule_id", nargs="?", metavar="ID")

@@ -19,30 +19,35 @@ from .output import choose_format
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from ..api import analyze
+    from ..api import analyze_runs
 
     fmt = choose_format(args.format, args.output)
     with progress(f"analysing {_describe(args.paths)}"):
-        report = analyze(args.paths, extra_rules=args.rules)
+        runs = analyze_runs(args.paths, extra_rules=args.rules,
+                            as_ranks=getattr(args, "as_ranks", False))
     if fmt == "json":
-        text = json.dumps(report.to_json(), indent=2, default=str)
+        text = json.dumps(runs.to_json(), indent=2, default=str)
         if args.output:
             _write(args.output, text + "\n")
         else:
             print(text)
     elif fmt == "html":
-        from ..report.html import render_html
+        from ..report.html import render_html, render_runs_html
 
-        page = render_html(report)
+        page = render_html(runs.runs[0]) if len(runs) == 1 else render_runs_html(runs)
         if args.output:
             _write(args.output, page)
         else:
             sys.stdout.write(page)
     elif args.output:
-        _write(args.output, report.render_text())
+        from ..report.text import render_runs
+
+        _write(args.output, render_runs(runs))
     else:
-        report.print()
-    if args.fail_on and report.at_least(args.fail_on):
+        from ..report.text import print_runs
+
+        print_runs(runs)
+    if args.fail_on and runs.at_least(args.fail_on):  # over every run
         return 1
     return 0
 
@@ -189,14 +194,17 @@ def add_tensorboard(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "tensorboard",
         help="write a TensorBoard log dir (scalars, findings, profiler trace); --serve to view",
-        description="Analyze traces and write them as one TensorBoard run: scalars (step time, "
+        description="Analyze traces and write each run they hold as a TensorBoard run: scalars (step time, "
                     "DataLoader share, GPU and host utilization), the findings as text, and a "
                     "copy of each trace that torch-tb-profiler 0.4.3 reads correctly.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files, folders or run folders")
     p.add_argument("--logdir", default=DEFAULT_LOGDIR, metavar="DIR",
                    help=f"TensorBoard log directory (default: {DEFAULT_LOGDIR})")
-    p.add_argument("--run", metavar="NAME", help="run name (default: from the first PATH)")
+    p.add_argument("--run", metavar="NAME",
+                   help="run name (default: from the PATH; several runs: NAME-<source>)")
+    p.add_argument("--as-ranks", action="store_true",
+                   help="take the files outside run folders as ranks of one run (forced)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a run of the same name that torch-diagnose wrote before")
     p.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[],
@@ -211,21 +219,26 @@ def add_tensorboard(subparsers: Any) -> None:
 
 
 def cmd_tensorboard(args: argparse.Namespace) -> int:
-    from ..api import analyze
-    from ..report.tensorboard import INSTALL_HINT, serve, write_logdir
+    from ..api import analyze_runs
+    from ..report.tb_runs import write_runs
+    from ..report.tensorboard import INSTALL_HINT, serve
 
     if not 0 <= args.port <= 65535:
         raise DiagnoseError(f"--port {args.port}: not a port number (0-65535)")
     if importlib.util.find_spec("tensorboard") is None:
         raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
-    report = analyze(args.paths, extra_rules=args.rules)
-    res = write_logdir(report, args.logdir, run=args.run, overwrite=args.overwrite)
-    adapted = sum(c.dataloader_events for c in res.copies)
-    n_tags = len([t for t in res.tags if t.startswith(("metrics/", "step/", "samples/"))])
-    print(f"wrote {res.run_dir}: {res.scalars} scalar points in {n_tags} tags, "
-          f"findings as text, {len(res.copies)} trace cop{'y' if len(res.copies) == 1 else 'ies'}"
-          + (f" ({adapted} DataLoader events re-categorised for torch-tb-profiler)"
-             if adapted else ""))
+    runs = analyze_runs(args.paths, extra_rules=args.rules,
+                        as_ranks=getattr(args, "as_ranks", False))
+    if len(runs) > 1:
+        print(runs.summary())
+    for res in write_runs(runs.runs, args.logdir, run=args.run, overwrite=args.overwrite):
+        adapted = sum(c.dataloader_events for c in res.copies)
+        n_tags = len([t for t in res.tags if t.startswith(("metrics/", "step/", "samples/"))])
+        print(f"wrote {res.run_dir}: {res.scalars} scalar points in {n_tags} tags, "
+              f"findings as text, {len(res.copies)} trace "
+              f"cop{'y' if len(res.copies) == 1 else 'ies'}"
+              + (f" ({adapted} DataLoader events re-categorised for torch-tb-profiler)"
+                 if adapted else ""))
     if args.serve:
         return serve(args.logdir, args.host, args.port)
     print(f"view it: tensorboard --logdir {args.logdir}  "

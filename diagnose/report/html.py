@@ -32,7 +32,7 @@ from .text import step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..engine import Finding
-    from ..result import Analysis, RankResult
+    from ..result import Analysis, RankResult, Runs
 
 AutofixRows = Sequence[AutofixRow | tuple[str, float, float]]
 
@@ -471,14 +471,19 @@ def render_html(
     before/after chart and table. ``kernels``: include the first rank's top-kernels
     table (computed with its metrics).
     """
-    from .._version import __version__
-
     if autofix is not None and hasattr(autofix, "decisions"):
         autofix = autofix_rows(autofix)
 
     name = title or ", ".join(Path(s).name for s in report.source) or "report"
+    sections = _sections(report, autofix, kernels)
+    nav = el("nav", [el("a", t, href=f"#{sid}") for sid, t, s in sections if s is not None])
+    return _page(name, ", ".join(report.source), nav, [s for _, _, s in sections])
+
+
+def _sections(report: Analysis, autofix: Any, kernels: bool
+              ) -> list[tuple[str, str, Markup | None]]:
     plots, _ = _plots(report, autofix)
-    sections = [
+    return [
         ("summary", "Summary", _summary(report)),
         ("findings", "Findings", _findings(report)),
         ("plots", "Plots", plots),
@@ -489,7 +494,11 @@ def render_html(
         ("notes", "Notes", _notes(report)),
         ("metrics", "Metrics", _metrics(report)),
     ]
-    nav = el("nav", [el("a", t, href=f"#{sid}") for sid, t, s in sections if s is not None])
+
+
+def _page(name: str, sub: str, nav: Markup, body: Child) -> str:
+    from .._version import __version__
+
     page = el(
         "html",
         el("head", el("meta", charset="utf-8"),
@@ -500,14 +509,35 @@ def render_html(
            el("style", Markup(CSS))),
         el("body", el("main",
                       el("header", el("h1", "torch-diagnose report"),
-                         el("p", ", ".join(report.source), class_="sub"), nav),
-                      [s for _, _, s in sections],
+                         el("p", sub, class_="sub"), nav),
+                      body,
                       el("footer", f"torch-diagnose {__version__}. Every number on this page "
                                    "comes from the analysis of the source above; the page works "
                                    "offline and runs no script."))),
         lang="en",
     )
     return "<!doctype html>\n" + page + "\n"
+
+
+def render_runs_html(runs: Runs, *, kernels: bool = True) -> str:
+    """Several runs on one page: a list of the runs, then each run's report in a section of
+    its own (``#run<N>``, its parts ``#run<N>-summary``, ...), in order."""
+    n = len(runs.runs)
+    nav = el("nav", [el("a", f"run {i}", href=f"#run{i}") for i in range(1, n + 1)])
+    body = [el("p", runs.summary(), class_="muted"),
+            el("ol", [el("li", el("a", ", ".join(r.source), href=f"#run{i}"))
+                      for i, r in enumerate(runs.runs, 1)])]
+    for i, r in enumerate(runs.runs, 1):
+        parts = _sections(r, None, kernels)
+        # each part's id gets the run's prefix, so that ids stay unique on the page (a
+        # section's own id is an attribute el() wrote: the text in it is escaped)
+        kept = [Markup(s.replace(f' id="{sid}"', f' id="run{i}-{sid}"', 1))
+                for sid, _, s in parts if s is not None]
+        links = el("nav", [el("a", t, href=f"#run{i}-{sid}") for sid, t, s in parts
+                           if s is not None])
+        body.append(el("section", el("h2", f"Run {i} of {n}: ", el("code", ", ".join(r.source))),
+                       links, kept, id=f"run{i}", class_="run"))
+    return _page(f"{n} runs", f"{n} separate runs", nav, body)
 
 
 def write_html(report: Analysis, path: str | os.PathLike[str], **kw: Any) -> Path:

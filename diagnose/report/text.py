@@ -21,7 +21,7 @@ from ..model.step import step_model_line
 from ..result import step_time
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..result import Analysis, Runs
 
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
@@ -191,6 +191,34 @@ def render(report: Analysis, *, width: int = 110, color: bool = False) -> str:
 
 def print_report(report: Analysis, console: Console | None = None) -> None:
     (console or make_console()).print(Group(*renderables(report)))
+
+
+def runs_renderables(runs: Runs) -> list[Any]:
+    """Several runs: a line saying so, then each run's report under a rule naming it."""
+    from rich.rule import Rule
+
+    out: list[Any] = [Text(runs.summary(), style="bold")]
+    for i, r in enumerate(runs.runs, 1):
+        out.append(Rule(escape(f"run {i} of {len(runs.runs)}: {', '.join(r.source)}"),
+                        align="left"))
+        out.extend(renderables(r))
+    return out
+
+
+def render_runs(runs: Runs, *, width: int = 110, color: bool = False) -> str:
+    """One report per run as text (one run: that run's report alone)."""
+    if len(runs.runs) == 1:
+        return render(runs.runs[0], width=width, color=color)
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
+                      else None, highlight=False, force_jupyter=False)
+    console.print(Group(*runs_renderables(runs)))
+    return buf.getvalue()
+
+
+def print_runs(runs: Runs, console: Console | None = None) -> None:
+    items = renderables(runs.runs[0]) if len(runs.runs) == 1 else runs_renderables(runs)
+    (console or make_console()).print(Group(*items))
 
 
 def render_rule(rule: Any) -> list[Any]:
