@@ -239,9 +239,10 @@ def _analyze_group(g: Group, src: list[str],
     report = report_from_ranks(src, ranks, rules=rules, samples=samples)
     report.notes[:0] = [*g.notes, *capture_notes(context, report.metrics)]
     predictor = attach_models(report, models)
-    predict_findings(report.findings, predictor, run_config(context, report.metrics),
-                     report.metrics)
-    sort_findings(report.findings)
+    if len(ranks) == 1:  # many ranks: no predictions, as rank 0 of a live run reports them
+        predict_findings(report.findings, predictor, run_config(context, report.metrics),
+                         report.metrics)
+        sort_findings(report.findings)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
