@@ -342,11 +342,11 @@ def test_rank_zero_prints_other_ranks_do_not(tmp_path: Path, capfd: Any) -> None
 
     reports = []
     for rank_zero in (False, True):
-        cap = TrainerCapture("test", {"steps": 2, "warmup": 0, "wait": 0,
+        cap = TrainerCapture("test", {"steps": 2, "warmup": 0, "wait": 0, "clock_steps": 4,
                                       "out_dir": tmp_path, "sample_hz": 0})
         model = nn.Linear(DIM, CLASSES)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        # 8 batches: 2 profiled steps, then 2 + 1 timed without the profiler
+        # 8 batches: 2 profiled steps, 1 settling, then 4 timed without the profiler
         loader = DataLoader(SlowFeatures(128, rounds=1), batch_size=16)
         cap.begin(model, loader, rank_zero=rank_zero, logdir=None)
         for x, y in loader:

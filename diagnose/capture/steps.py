@@ -215,7 +215,8 @@ class Steps:
             phase = "settle"
         st = self._step
         if st is not None:  # the step that ends here, by the session's clock
-            self.rows.append((phase, (now - st.t0) * 1e3, st.dl * 1e3,
+            self.rows.append((phase, (now - st.t0) * 1e3,
+                              None if self.hook is None else st.dl * 1e3,
                               None if st.fetch is None else st.fetch * 1e3,
                               None if st.collate is None else st.collate * 1e3,
                               st.batches, st.nbytes))

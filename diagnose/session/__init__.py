@@ -156,6 +156,11 @@ class Session:
         """How steps are found: "optimizer", "dataloader", "manual" (None: none yet)."""
         return self._steps.mode
 
+    @step_mode.setter
+    def step_mode(self, mode: str | None) -> None:
+        """"manual": only ``d.step()`` marks boundaries (trainer callbacks set it)."""
+        self._steps.mode = mode
+
     @property
     def steps_seen(self) -> int:
         """Step boundaries the profiler's schedule saw."""
