@@ -24,6 +24,7 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session as session_mod  # noqa: E402
 from diagnose.capture.runinfo import is_oom, parse_oom_message  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
@@ -32,6 +33,13 @@ from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 
 
 def make(seed: int = 0, **loader_kw: Any) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:

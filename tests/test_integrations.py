@@ -34,10 +34,18 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session as session_mod  # noqa: E402
 from diagnose.errors import CaptureError, DiagnoseError  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 DIM, CLASSES, VOCAB, SEQ = 16, 3, 64, 8
 STEPS, MAX_STEPS = 3, 7  # profiled steps (after wait=1, warmup=1), steps trained
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 from diagnose import analyze  # noqa: E402
 from diagnose.analysis import capture_notes  # noqa: E402
 from diagnose.metrics.context import clock_note, context_metrics  # noqa: E402
@@ -21,6 +23,13 @@ from diagnose.report.text import step_lines  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 
 
 def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
@@ -201,3 +210,30 @@ def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int
     else:
         assert r.metrics["step_count"] is None  # no whole step: the trace is not analysed
         assert not [f for f in r.findings if f.category == "input"]
+
+
+def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float]) -> steps_mod.Steps:
+    """A Steps without profiler (every step is after the window) on a fake clock whose
+    steps last ``lengths`` ms in turn; advanced until done or the lengths run out."""
+    now = [0.0]
+    monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(steps_mod, "EXTEND", 3)
+    s = steps_mod.Steps(None, after=4, settle=1)
+    s.start()
+    for ms in lengths:
+        now[0] += ms / 1e3
+        s.advance()
+        if s.done:
+            break
+    return s
+
+
+def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+    steady = _run_clock(monkeypatch, [50.0] + [10.0, 11.0, 10.5, 10.2] * 10)
+    assert steady.done and [r[0] for r in steady.rows] == ["settle"] + ["after"] * 4
+    # busy: the same 4 planned steps vary by more than their median, so up to 3 x 4 are timed
+    busy = _run_clock(monkeypatch, [50.0] + [10.0, 30.0, 9.0, 25.0] * 10)
+    assert busy.done and len(busy.rows) == 1 + 3 * 4
+    # a pace that settles ends the extension as soon as the spread is back under the bound
+    calm = _run_clock(monkeypatch, [50.0, 10.0, 30.0, 10.0, 10.0] + [10.0] * 20)
+    assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms

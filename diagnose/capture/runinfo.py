@@ -31,8 +31,10 @@ context.json (version 1)::
                     "param_count", "param_groups", "arguments" (lr and the
                     hyper-parameters set to other than the class's defaults)} | None,
       "capture": {... filled in by the session: schedule, steps seen, step mode, window,
-                  "step_clock": {column: [one value a step]} (see capture.steps),
-                  "input": {the DataLoader's time by cause, see capture.steps}},
+                  "clock_steps", "settle_steps", "dataloader_hooks" (bool),
+                  "step_clock": {column: [one value a step]}: phase, ms, dataloader_ms,
+                  fetch_ms, collate_ms, batches, batch_bytes (per-step sums; null where
+                  unknown; see capture.steps)},
       "exception": {"type", "message"} | None,
       "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
               "reserved_unallocated_bytes", "memory_allocated_bytes", "max_memory_allocated_bytes",

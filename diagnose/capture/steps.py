@@ -25,6 +25,7 @@ function (see :mod:`diagnose.capture.loader_shim`), and the bytes of the batches
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 import weakref
 from collections.abc import Callable
@@ -32,12 +33,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.capture import loader_shim
+from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
 #: reads) ms, collate ms, batches pulled and the bytes of their tensors
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes")
+
+#: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
+#: timed longer, up to EXTEND times the planned number
+EXTEND = 3
 
 _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
 
@@ -86,8 +92,8 @@ class Steps:
     """Finds the step boundaries, drives the profiler's schedule, keeps the clock.
 
     ``profiler`` is a started :class:`~diagnose.capture.profiler.WindowProfiler` (or
-    None); ``after`` steps are timed after the window once ``settle`` steps ran, then
-    :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
+    None); ``after`` steps are timed after the window once ``settle`` steps ran (up to
+    :data:`EXTEND` times more while they vary widely), then :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
     ``on_error(where, exc)`` is told of any problem (the user's loop never sees one).
     """
 
@@ -222,7 +228,7 @@ class Steps:
                               st.batches, st.nbytes))
         if phase in ("after", "settle"):
             self._after += 1
-            if self._after >= self.settle + self.after:
+            if self._after >= self.settle + self.after and not self._keep_timing():
                 self.done = True
         elif prof is not None:
             try:
@@ -238,6 +244,18 @@ class Steps:
         if self.hook is not None:
             self.hook.fetch_times.take()
         self._step = _Step(time.perf_counter())
+
+    def _keep_timing(self) -> bool:
+        """Steps that vary widely (a busy machine) get more of them timed, up to
+        :data:`EXTEND` times the planned number: their median then holds better."""
+        if self._after >= self.settle + EXTEND * self.after:
+            return False
+        times = [r[1] for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
+        if len(times) < 3:
+            return False
+        med = statistics.median(times)
+        deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
+        return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD
 
     def clock(self) -> dict[str, list[Any]]:
         """The clock as ``context.json`` stores it: one list per :data:`CLOCK_COLUMNS`."""
