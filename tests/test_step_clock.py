@@ -5,6 +5,7 @@ never turns the loop's tail into findings."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -237,3 +238,28 @@ def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> No
     # a pace that settles ends the extension as soon as the spread is back under the bound
     calm = _run_clock(monkeypatch, [50.0, 10.0, 30.0, 10.0, 10.0] + [10.0] * 20)
     assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms
+
+
+def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing the trace (here made 0.4 s slower) happens between two steps and is counted
+    in neither: no step the clock timed holds it."""
+    import torch.profiler as tp
+
+    real = tp.tensorboard_trace_handler
+
+    def slow_handler(*args: Any, **kwargs: Any) -> Any:
+        handler = real(*args, **kwargs)
+
+        def ready(prof: Any) -> None:
+            time.sleep(0.4)
+            handler(prof)
+        return ready
+
+    monkeypatch.setattr(tp, "tensorboard_trace_handler", slow_handler)
+    model, opt, loader = _make(Pairs(n=400))
+    with diagnose(model, loader, steps=2, wait=2, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, analyze=False) as d:
+        train(model, opt, loader, d)
+    clock = load_context(d.run_dir)["capture"]["step_clock"]
+    assert "settle" in clock["phase"] and d.done
+    assert max(clock["ms"]) < 400, clock
