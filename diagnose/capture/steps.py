@@ -93,17 +93,18 @@ class Steps:
 
     ``profiler`` is a started :class:`~diagnose.capture.profiler.WindowProfiler` (or
     None); ``after`` steps are timed after the window once ``settle`` steps ran (up to
-    :data:`EXTEND` times more while they vary widely), then :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
+    :data:`EXTEND` times more while they vary widely, unless ``extend`` is False: ranks of
+    a process group must agree on when they are done), then :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
     ``on_error(where, exc)`` is told of any problem (the user's loop never sees one).
     """
 
     def __init__(self, profiler: Any, *, param_ids: frozenset[int] = frozenset(),
-                 after: int = 8, settle: int = 1,
+                 after: int = 8, settle: int = 1, extend: bool = True,
                  on_window_over: Callable[[], None] | None = None,
                  on_error: Callable[[str, BaseException], None] | None = None) -> None:
         self.profiler = profiler
         self.param_ids = param_ids
-        self.after, self.settle = after, settle
+        self.after, self.settle, self.extend = after, settle, extend
         self.on_window_over = on_window_over
         self.on_error = on_error
         self.mode: str | None = None  # "optimizer" | "dataloader" | "manual"
@@ -248,7 +249,7 @@ class Steps:
     def _keep_timing(self) -> bool:
         """Steps that vary widely (a busy machine) get more of them timed, up to
         :data:`EXTEND` times the planned number: their median then holds better."""
-        if self._after >= self.settle + EXTEND * self.after:
+        if not self.extend or self._after >= self.settle + EXTEND * self.after:
             return False
         times = [r[1] for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
         if len(times) < 3:

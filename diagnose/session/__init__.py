@@ -235,6 +235,7 @@ class Session:
                            else frozenset()),
                 after=max(self.clock_steps - before, 1),
                 settle=settle_steps(dl.get("num_workers"), dl.get("prefetch_factor")),
+                extend=self._dist is None,  # ranks must agree on d.done: a fixed plan
                 on_window_over=self._window_over, on_error=self._internal_error)
             self._install_hooks()
             if self.sample_hz:
