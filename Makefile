@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
+# mypy ([tool.mypy] in pyproject.toml) runs over the packages that pass today; the rest
+# (tune, report, fixes, integrations, metrics/context.py) is left out until it does.
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy --follow-imports=silent \
+	  --exclude '^diagnose/(tune|report|fixes|integrations)/|^diagnose/metrics/context\.py$$'
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)

@@ -32,7 +32,7 @@ from diagnose.demo import build, machine_line  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
 from diagnose.session import autofix  # noqa: E402  (with the baseline capture)
 from diagnose.tune import cpu_count  # noqa: E402
-from diagnose.tune.stats import block_means, pooled_median, speedup_interval  # noqa: E402
+from diagnose.tune.stats import pooled_median, speedup_interval  # noqa: E402
 from diagnose.tune.trial import Trial, Workload  # noqa: E402
 
 
@@ -103,15 +103,15 @@ def main() -> int:
         for c in order:
             t = trials[label(c)]
             with t:
-                arms[label(c)].append(block_means(t.run(5 + c.num_workers, n), k))
+                arms[label(c)].append(t.run(5 + c.num_workers, n, block=k))  # as autofix times
             print(f"\r# grid round {rnd + 1}/{args.rounds}: {label(c):<45}", end="",
                   file=sys.stderr, flush=True)
         # speed of light of autofix's pick, in the same rounds
         t = trials[label(pick)]
         with t:
-            best_sol["compute"].append(block_means(t.compute_only(5, n), k))
+            best_sol["compute"].append(t.compute_only(5, n, block=k))
         with t:
-            best_sol["data"].append(block_means(t.data_only(5 + pick.num_workers, n), k))
+            best_sol["data"].append(t.data_only(5 + pick.num_workers, n, block=k))
     print(file=sys.stderr)
     grid_s = time.perf_counter() - t1
 

@@ -98,14 +98,16 @@ def assemble() -> str:
             lines += ["```", f.read_text().rstrip(), "```", ""]
         else:
             lines += ["Not run yet on this machine.", ""]
-    gpu = OUT / "gpu.txt"
-    lines += ["## On a GPU", ""]
-    if gpu.exists():
-        lines += ["```", gpu.read_text().rstrip(), "```", ""]
-    else:
-        lines += ["No GPU was lent to the sessions that built this: the CUDA rules were",
-                  "checked on real GPU traces from public projects (tests), but GPU captures,",
-                  "NVML sampling and autofix gains on a GPU are still to be measured.", ""]
+    lines += ["## On a GPU", "",
+              "Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh` (each file names",
+              "its GPU, torch build, date and code); the sessions here have no GPU of their own,",
+              "so these are re-run only when one is lent.", ""]
+    gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
+    for f in gpu_files:
+        lines += [f"### {f.stem}", "", f"Saved output: `benchmarks/results/{f.name}`", "",
+                  "```", f.read_text().rstrip(), "```", ""]
+    if not gpu_files:
+        lines += ["No GPU results are saved yet.", ""]
     return "\n".join(lines)
 
 

@@ -15,10 +15,12 @@ A finding without an estimate is ``info``. The ``memory`` category (out of memor
 capacity) is exempt: a job that cannot run has no step time to share. A finding graded
 down says so (``graded_down_from`` and a hint).
 
-Never advise what is in place: a fix in ``IN_PLACE`` is left out of a finding when the
-metrics show it is already used (CUDA graphs replaying the kernels, compiled Triton code),
-with a hint that says so. Rules marked ``training_only`` are not evaluated on a trace
-that looks like inference (``is_training`` False).
+Never advise what is in place: a fix whose ``in_place(metrics)`` gives a reason (CUDA
+graphs replaying the kernels, compiled Triton code, a setting the run already has) is
+left out of a finding with a hint that says so; the fixes it names ``instead`` take its
+place, and a finding left with none says that nothing here helps further. Rules marked
+``training_only`` are not evaluated on a trace that looks like inference (``is_training``
+False).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from typing import Any
 
 import msgspec
 
+from .basics import as_number
 from .errors import RuleError
 from .expr import DivisionByZero, Expr, MissingMetric, compile_expr, format_message, template_names
 from .fixes import FIXES
 from .metrics import CATALOG as METRIC_CATALOG
+from .metrics.needs import why_none
 from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
 
 if sys.version_info >= (3, 11):
@@ -59,14 +63,6 @@ WARNING_GAIN = 0.02
 CRITICAL_GAIN = 0.15
 #: Categories whose severity is not capped by the gain (a job that does not fit cannot run).
 UNCAPPED = frozenset({"memory"})
-#: Fixes never suggested where the metrics show them in place: fix -> (metric, why) pairs.
-IN_PLACE: dict[str, tuple[tuple[str, str], ...]] = {
-    "torch_compile": (
-        ("uses_compiled_code", "compiled code (Triton kernels) is already in use"),
-        ("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),
-    ),
-    "cuda_graphs": (("uses_cuda_graphs", "CUDA/HIP graphs are already in use"),),
-}
 INFERENCE_REASON = "training only: this looks like inference (no backward, no optimizer step)"
 
 
@@ -244,10 +240,10 @@ def load_rule_file(path: Path) -> list[Rule]:
             scope=spec.scope,
             training_only=spec.training_only,
         )
-        for field_name, e in (("when", rule.when), ("warning", rule.warning),
-                              ("critical", rule.critical), ("gain", rule.gain)):
-            if e is not None:
-                names += [(n, field_name) for n in sorted(e.names)]
+        for field_name, cond in (("when", rule.when), ("warning", rule.warning),
+                                 ("critical", rule.critical), ("gain", rule.gain)):
+            if cond is not None:
+                names += [(n, field_name) for n in sorted(cond.names)]
         names += [(n, "hint condition") for c, _ in rule.hints for n in sorted(c.names)]
         names += [(n, "evidence") for n in spec.evidence]
         _check_names(names, where)
@@ -305,49 +301,27 @@ def get_rule(rule_id: str, rules: Iterable[Rule] | None = None) -> Rule:
 
 
 # --------------------------------------------------------------- evaluation
-_MISSING_WHY = (
-    (("gpu_", "idle_", "memcpy_", "sync_", "item_", "kernel", "launch", "gemm_", "comm_",
-      "share_kernel", "share_memcpy", "share_memset", "share_communication", "share_runtime",
-      "device_", "optimizer_launches"),
-     "has_gpu", "the trace has no GPU activity"),
-)
-_CONTEXT_METRICS = ("dataloader_num_workers", "dataloader_pin_memory", "dataloader_batch_size",
-                    "dataloader_persistent_workers", "dataloader_prefetch_factor", "cudnn_benchmark",
-                    "optimizer_class", "optimizer_foreach", "optimizer_fused", "torch_num_threads",
-                    "cpu_count", "model_", "oom")
-
-
 def why_missing(name: str, metrics: Mapping[str, Any]) -> str:
-    """A person-readable reason why ``name`` has no value."""
-    if name not in metrics and name in known_metrics():
-        return f"needs {name}: not computed for this input"
-    if name not in metrics and not name.startswith(_CONTEXT_METRICS):
+    """Why ``name`` has no value, as one short cause read from the metric's declaration
+    (what it needs: GPU activity in the trace, a live capture, 2+ ranks, ...): the same
+    string for every metric with that cause, so that reasons group."""
+    if name not in known_metrics():
         return f"needs {name} (unknown metric)"
-    if name.startswith(_CONTEXT_METRICS) and metrics.get("context_available") is not True:
-        return f"needs {name}: only known from a live capture (with diagnose(...))"
-    if name.startswith(("gpu_util", "host_", "proc_", "workers_")):
-        return f"needs {name}: from the run's samples"
-    if name.startswith("gpu_mem") and metrics.get("has_gpu") is True:
-        return (f"needs {name}: the trace has no [memory] events with allocator totals "
-                "(profile with profile_memory=True on a recent PyTorch)")
-    for prefixes, flag, reason in _MISSING_WHY:
-        if name.startswith(prefixes) and metrics.get(flag) is False:
-            return f"needs {name}: {reason}"
-    if name.startswith("dataloader_"):
-        return f"needs {name}: no DataLoader activity in the trace"
-    if name.startswith("optimizer_") or name.startswith("zero_grad"):
-        return f"needs {name}: no optimizer.step()/zero_grad() annotations in the trace"
-    return f"needs {name}"
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x)
+    cause = why_none(name, metrics)
+    if cause is not None:
+        return cause
+    return f"needs {name}" if name in metrics else f"needs {name}: not computed for this input"
 
 
 def _reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
+    """Why a rule is not evaluated (the cause alone, so that reasons group)."""
     return str(e) if isinstance(e, DivisionByZero) else why_missing(e.name, metrics)
+
+
+def _named_reason(e: MissingMetric, metrics: Mapping[str, Any]) -> str:
+    """The same, naming the metric (for a finding's message or hint)."""
+    why = _reason(e, metrics)
+    return why if isinstance(e, DivisionByZero) or e.name in why else f"needs {e.name}: {why}"
 
 
 def _cap(category: str, severity: str, gain: float | None) -> str:
@@ -362,15 +336,30 @@ def _cap(category: str, severity: str, gain: float | None) -> str:
 
 
 def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The fixes to suggest, and a hint for each one left out because it is in place."""
-    keep, hints = [], []
-    for fix in fixes:
-        why = next((w for name, w in IN_PLACE.get(fix, ()) if metrics.get(name) is True), None)
-        if why is None:
-            keep.append(fix)
-        else:
-            title = FIXES[fix].title if fix in FIXES else fix
-            hints.append(f"Not suggested: {title} ({why})")
+    """The fixes to suggest, and the hints for those left out because the run already has
+    them: each one's ``instead`` fixes take its place (those not named or in place)."""
+    named = list(fixes)
+    keep: list[str] = []
+    hints: list[str] = []
+    left_out = False
+    for fid in named:
+        fix = FIXES.get(fid)
+        why = fix.in_place(metrics) if fix is not None else None
+        if fix is None or why is None:
+            if fid not in keep:
+                keep.append(fid)
+            continue
+        left_out = True
+        others = [i for i in fix.instead if i not in named and i not in keep
+                  and FIXES[i].in_place(metrics) is None]
+        keep += others
+        hint = f"Not suggested: {fix.title} ({why})"
+        if others:
+            hint += "; try instead: " + "; ".join(FIXES[i].title for i in others)
+        hints.append(hint)
+    if left_out and not keep:
+        hints.append("Nothing here helps further: every fix for this finding is already in "
+                      "place in this run")
     return keep, hints
 
 
@@ -405,7 +394,7 @@ def evaluate(
         try:
             message = format_message(rule.message, metrics)
         except MissingMetric as e:
-            message = f"{rule.title} ({_reason(e, metrics)})"
+            message = f"{rule.title} ({_named_reason(e, metrics)})"
         hints = []
         for cond, text in rule.hints:
             try:
@@ -416,10 +405,10 @@ def evaluate(
         gain, no_gain = None, "no estimate of the time at stake"
         if rule.gain is not None:
             try:
-                g = _num(rule.gain.evaluate(metrics))
+                g = as_number(rule.gain.evaluate(metrics), finite=False)
                 gain = None if g is None else round(min(max(g, 0.0), 1.0), 4)
             except MissingMetric as e:
-                no_gain = f"no estimate of the time at stake: {_reason(e, metrics)}"
+                no_gain = f"no estimate of the time at stake: {_named_reason(e, metrics)}"
         capped = _cap(rule.category, severity, gain)
         graded_from = None
         if capped != severity:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import functools
 import io
-import numbers
 import operator
 import re
 import string
@@ -21,7 +20,9 @@ import sys
 import tokenize
 import warnings
 from collections.abc import Callable, Mapping
+from typing import Any
 
+from diagnose.basics import as_real
 from diagnose.errors import ExpressionError
 
 __all__ = [
@@ -95,11 +96,10 @@ def _num(value: object) -> int | float:
     t = type(value)
     if t is int or t is float or t is bool:
         return value  # type: ignore[return-value]
-    if isinstance(value, numbers.Integral):  # numpy integers and the like
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError
+    r = as_real(value)  # numpy integers and floats and the like
+    if r is None:
+        raise TypeError
+    return r
 
 
 def _nums(sym: str, a: object, b: object) -> tuple[int | float, int | float]:
@@ -181,7 +181,7 @@ def _not_contains(a: object, b: object) -> bool:
     return a not in b  # type: ignore[operator]
 
 
-_CMPOPS: dict[type[ast.cmpop], tuple[str, Callable[[object, object], object]]] = {
+_CMPOPS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], object]]] = {
     ast.Eq: ("==", operator.eq),
     ast.NotEq: ("!=", operator.ne),
     ast.Lt: ("<", operator.lt),

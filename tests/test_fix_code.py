@@ -21,16 +21,17 @@ ARGS = ("batch_size=48", "shuffle=False", "collate_fn=pad_collate", "drop_last=T
 
 
 class Slow(Dataset):
-    """Each sample waits 0.2 ms: the loop waits for input (IN001 fires)."""
+    """Each sample waits ``sleep_s`` (0.2 ms): the loop waits for input (IN001 fires)."""
 
-    def __init__(self, n: int = 480) -> None:
+    def __init__(self, n: int = 480, sleep_s: float = 0.0002) -> None:
         self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
+        self.sleep_s = sleep_s
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        time.sleep(0.0002)
+        time.sleep(self.sleep_s)
         return self.x[i], i % 4
 
 
@@ -104,3 +105,82 @@ def test_autofix_code_shows_the_users_dataloader_and_optimizer(monkeypatch) -> N
     # on the CPU the multi-tensor kernels are foreach (fused is tried on CUDA first)
     assert "torch.optim.AdamW(model.parameters(), lr=0.0003, weight_decay=0.05, foreach=True)" \
         in code, code
+
+
+# ---------------------------------------------------------------------- `rules ID`'s example
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("rule_id", ["IN001", "TR001", "CF001", "ME001"])
+def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkeypatch,
+                                                         tmp_path: Path) -> None:
+    """`rules ID`'s "How to fix" is each fix's own code, as a finding shows it where the
+    user's objects are not known (a saved trace, no context.json): one rendering."""
+    from diagnose.cli import main
+    from diagnose.engine import get_rule
+    from diagnose.fixes import FIXES, fix_code
+    from tests import tracebuilder as tb
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["rules", rule_id]) == 0
+    out = _lines(capsys.readouterr().out)
+    how = out[out.index("How to fix"):out.index("Known false positives")]
+    trace = {"IN001": tb.dataloader_bound, "TR001": tb.pageable_copies,
+             "CF001": tb.optimizer_per_param}.get(rule_id)
+    if trace is not None:  # a finding of this rule, from a saved trace alone
+        report = analyze(trace().write(tmp_path / "t.pt.trace.json.gz"))
+        (f,) = [f for f in report.findings if f.rule == rule_id]
+        shown = {x["id"]: x["code"] for x in next(
+            j for j in report.to_json()["findings"] if j["rule"] == rule_id)["fixes"]}
+        assert f.fix_code == {} and list(shown) == f.fixes
+    else:  # ME001 needs a live OOM: what with_fix_code gives a run without context
+        fixes = get_rule(rule_id).fixes
+        assert fix_code(fixes, None) == {}
+        shown = {fid: FIXES[fid].code for fid in fixes}
+    for fid, code in shown.items():
+        block = _lines(code)
+        starts = [i for i in range(len(how)) if how[i:i + len(block)] == block]
+        assert starts, (fid, code, "\n".join(how))
+    # and no hand-written copy of it next to it: the rule's own text is prose
+    assert "# before" not in "\n".join(how[:how.index(next(
+        line for line in how if line.startswith(f"{next(iter(shown))}: ")))])
+
+
+# ---------------------------------------------------------------------- a fix already applied
+def test_a_capture_with_the_suggested_workers_does_not_offer_them_again(tmp_path: Path) -> None:
+    """The user applied num_workers=min(8, cpus - 1): the next diagnosis of the same job
+    does not offer the same change (its before and after would be the same), and says
+    what else to try."""
+    import os
+
+    from diagnose.fixes.code import some_workers
+
+    cpus = len(os.sched_getaffinity(0))
+    workers = some_workers(cpus)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    # 48 samples x 1 ms each per batch: input is slow even with the workers the fix sets
+    loader = DataLoader(Slow(n=960, sleep_s=0.001), batch_size=48, drop_last=True,
+                        collate_fn=pad_collate, num_workers=workers)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.05)
+    with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path, sample_hz=0,
+                  print_report=False) as d:
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    report = d.report
+    assert report is not None and report.metrics.get("dataloader_num_workers") == workers
+    hits = [f for f in report.findings if f.rule in ("IN001", "IN002")]
+    assert hits, report.render_text(width=132)
+    for f in hits:
+        assert "num_workers" not in f.fixes and "num_workers" not in f.fix_code, f
+        assert any(h.startswith("Not suggested: Load batches in worker processes") and
+                   f"num_workers={workers} already" in h for h in f.hints), f.hints
+        assert f.fixes, f  # something else to try
+    j = report.to_json()["findings"]
+    assert not any(x["id"] == "num_workers" for f in j for x in f["fixes"])
+    # the run folder analysed again (the CLI's path): the same
+    again = analyze(d.run_dir)
+    assert not any("num_workers" in f.fixes for f in again.findings)

@@ -84,3 +84,35 @@ def test_copies_by_direction_and_kind(tmp_path):
     assert m["memcpy_h2d_pageable_bytes"] > 0 and m["memcpy_h2d_pageable_gbps"] > 0
     h = analyze(tb.healthy().write(tmp_path / "h.json.gz")).metrics
     assert h["memcpy_h2d_pinned_count"] > 0 and h["memcpy_h2d_pageable_count"] == 0
+
+
+# Key metrics of real traces, pinned when the metrics were split by area (every metric of
+# every shared, sample and test-data trace was checked identical then): a change here is a
+# change of what the tool reports, to be made on purpose.
+PINNED = {
+    "hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": {
+        "step_time_mean_ms": 78.828, "gpu_busy_frac": 0.974417, "idle_input_frac": 0.0,
+        "idle_sync_frac": 0.0, "idle_launch_frac": 0.014166, "idle_other_frac": 0.011417,
+        "share_kernel": 0.9652, "gemm_fp32_frac": 1.0, "optimizer_stake_frac": 0.011847,
+        "kernels_per_step": 703.4, "is_training": True, "dataloader_share": None},
+    "kineto/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz": {
+        "step_time_mean_ms": 174.829, "gpu_busy_frac": 0.560205, "idle_input_frac": 0.33897,
+        "idle_sync_frac": 0.002518, "idle_launch_frac": 0.092582, "idle_other_frac": 0.005726,
+        "dataloader_share": 0.396378, "share_kernel": 0.548747, "memcpy_h2d_pageable_count": 12,
+        "optimizer_stake_frac": 0.092582, "kernels_per_step": 1367.8},
+    "hta/cpu_only__rank-34.OLDv.pt.trace.json.gz": {
+        "step_time_mean_ms": 256.988, "gpu_busy_frac": None, "share_kernel": None,
+        "optimizer_stake_frac": 0.041249, "is_training": True},
+}
+
+
+@pytest.mark.shared_traces
+@pytest.mark.parametrize("rel", sorted(PINNED))
+def test_key_metrics_of_real_traces_are_pinned(rel):
+    from diagnose.metrics.core import compute
+    from diagnose.trace import read_trace
+    from tests.conftest import shared_trace
+
+    m = compute(read_trace(shared_trace(rel))).values
+    for name, want in PINNED[rel].items():
+        assert m[name] == (pytest.approx(want, abs=1e-9) if isinstance(want, float) else want), name

@@ -268,3 +268,20 @@ def test_user_rules_with_a_duplicate_id_are_refused(tmp_path):
     (tmp_path / "dup.toml").write_text(src)
     with pytest.raises(RuleError, match="defined twice"):
         load_rules([tmp_path / "dup.toml"])
+
+
+def test_each_rule_sits_in_the_file_of_its_category():
+    """rules/<category>.toml holds exactly that category's rules: one file per category."""
+    files = {Path(r.source).stem for r in builtin_rules()}
+    assert files == set(CATEGORIES)
+    for r in builtin_rules():
+        assert Path(r.source).name == f"{r.category}.toml", (r.id, r.source)
+
+
+def test_how_to_fix_is_prose_the_code_comes_from_the_fix_units():
+    """No hand-written before/after in a rule's docs: `rules ID` shows each fix's own code
+    (the same rendering a finding shows), so the two can never differ."""
+    for r in builtin_rules():
+        text = r.docs["fix"]
+        assert "# before" not in text and "# after" not in text, r.id
+        assert not [line for line in text.splitlines() if line.startswith("    ")], r.id

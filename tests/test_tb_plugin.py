@@ -158,7 +158,8 @@ def test_listing_shows_the_tab_and_routes_give_runs_and_diagnosis(
     assert [p["key"] for p in view["plots"]] == list(figures(cpu, AUTOFIX)) == [
         "breakdown", "autofix"]
     assert [r[0] for r in view["autofix"]["rows"]] == [str(r[0]) for r in AUTOFIX] + [XSS]
-    assert view["autofix"]["rows"][0][1:] == ["176.3 ms", "126.5 ms", "-28.2%", "better"]
+    assert view["autofix"]["rows"][0][1:] == ["176.3 ms", "126.5 ms", "-28.2%", "", "",
+                                              "better"]  # no speedup, no prediction given
     assert view["traces"] and view["traces"][0].endswith(".pt.trace.json.gz")
 
     status, ctype, svg = fetch(f"{server}{BASE}/plot?{q({'run': 'cpu', 'name': 'breakdown'})}")
@@ -336,7 +337,8 @@ def test_run_file_round_trip_and_overwrite(tmp_path: Path) -> None:
     write_logdir(rep, logs, run="r", autofix=AUTOFIX)
     doc = read_run_file(logs / "r")
     assert doc["report"]["findings"] == json.loads(json.dumps(rep.to_json()))["findings"]
-    assert doc["autofix"]["rows"] == [[str(r[0]), float(r[1]), float(r[2])] for r in AUTOFIX]
+    assert doc["autofix"]["rows"] == [[str(r[0]), float(r[1]), float(r[2]), None, None, None,
+                                       None] for r in AUTOFIX]
     assert set(doc["plots"]) == set(figures(rep, AUTOFIX))
     write_logdir(rep, logs, run="r", overwrite=True)  # --overwrite: ours, so rewritten
     assert read_run_file(logs / "r")["autofix"] is None

@@ -361,7 +361,7 @@ def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
         SimpleNamespace(rule="IN001", fixes=["num_workers", "persistent_workers"])])
     before_children = children()
     plan = Plan(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=4, max_rounds=10,
-                final_rounds=6, resamples=1000)  # more rounds than QUICK: a loaded machine
+                looks=3, final_rounds=6, resamples=1000)  # more rounds than QUICK: loaded machine
     r = autofix(model, loader, opt, loss_fn=F.cross_entropy, report=diagnosis, plan=plan)
     table = r.render_text(width=132)
     down = [d for d in r.decisions if d.fix == "num_workers_cap"]

@@ -26,6 +26,7 @@ test scaffolding, not the project's metrics code.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gzip
 import json
@@ -1358,12 +1359,25 @@ SCENARIOS = {
 # --------------------------------------------------------------------------------------------
 # measure(): an independent oracle for what a scenario plants
 # --------------------------------------------------------------------------------------------
+#
+# Plain Python over the event dicts (no numpy, nothing from diagnose), following the
+# definitions the metrics document: time is counted inside the ProfilerStep spans only,
+# counts and kernel-time shares take the events whose midpoint lies in a step, and what a
+# trace cannot give (no GPU, no DataLoader, no collectives, ...) is None, never 0.
 
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+_KERNEL_CATS = {"kernel", "Kernel"}
+_RUNTIME_CATS = {"cuda_runtime", "Runtime"}
 _HOST_SPAN_CATS = {"user_annotation", "Operator"}
+_HOST_OP_CATS = {"cpu_op", "user_annotation", "Operator"}
+_SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+               "cudaMemcpy"}
+_SYNC_OPS_ORACLE = {"aten::item", "aten::_local_scalar_dense"}
+
+Span = tuple[float, float]
 
 
-def _union(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
+def _union(intervals: Iterable[Span], lo: float, hi: float) -> float:
     """Length of the union of ``intervals`` clipped to [lo, hi]."""
     clipped = sorted((max(s, lo), min(e, hi)) for s, e in intervals)
     total, reach = 0.0, -math.inf
@@ -1375,79 +1389,192 @@ def _union(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> fl
     return total
 
 
-def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    pts = sorted(a)
-    total = 0.0
-    for s, e in b:
-        total += _union(pts, s, e)
-    return total
+def _merged(intervals: Iterable[Span]) -> list[Span]:
+    """The union of ``intervals`` as sorted disjoint spans."""
+    out: list[Span] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, max(s, e)))
+    return out
 
 
-def measure(doc: dict[str, Any]) -> dict[str, float]:
-    """Shares of the ProfilerStep window (first step start .. last step end) and counts.
+def _starts_inside(spans: list[Span], x: float) -> bool:
+    """Does ``x`` lie in some span, after its start (start < x <= end)? ``spans``: merged."""
+    k = bisect.bisect_left(spans, (x, -math.inf)) - 1
+    return k >= 0 and spans[k][0] < x <= spans[k][1]
 
-    gpu_busy: union of kernel/memcpy/memset time; dataloader: time in DataLoader spans;
-    memcpy_host: host time in cudaMemcpyAsync; sync_host: host time in *Synchronize calls;
-    nccl: union of NCCL kernel time; comm_overlap: share of NCCL time overlapping other
-    device work; gemm_fp32_share / gemm_share: of total kernel time; kernels_per_step;
-    optimizer_kernels_per_step; zero_fill_per_step; max_reserved_frac.
-    """
-    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")
-             and e.get("cat") in _HOST_SPAN_CATS]
+
+def _x_events(doc: dict[str, Any]) -> list[Event]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
+def _steps(ev: list[Event]) -> list[Span]:
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+                   if str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") in _HOST_SPAN_CATS)
     if steps:
-        lo = min(e["ts"] for e in steps)
-        hi = max(e["ts"] + e["dur"] for e in steps)
-    else:
-        lo = min(e["ts"] for e in ev)
-        hi = max(e["ts"] + e["dur"] for e in ev)
-    win = hi - lo
-    n = max(1, len(steps))
+        return steps
+    return [(min(e["ts"] for e in ev), max(e["ts"] + e["dur"] for e in ev))]
 
-    def iv(sel: Iterable[Event]) -> list[tuple[float, float]]:
-        return [(e["ts"], e["ts"] + e["dur"]) for e in sel]
+
+def _pageable_blocked(ev: list[Event]) -> list[Span]:
+    """Host time blocked by pageable host-to-device copies: each copy's API call, widened
+    to the ``aten::copy_`` op on its thread that holds it."""
+    corr = {e["args"]["correlation"] for e in ev if e.get("cat") in _DEVICE_CATS
+            and "Pageable" in e["name"] and "HtoD" in e["name"]}
+    copy_ops = sorted((e for e in ev if e["name"] == "aten::copy_"), key=lambda e: e["ts"])
+    out = []
+    for r in ev:
+        if r.get("cat") not in _RUNTIME_CATS or r["args"].get("correlation") not in corr \
+                or not r["name"].startswith("cudaMemcpy"):
+            continue
+        lo, hi = r["ts"], r["ts"] + r["dur"]
+        holder = [op for op in copy_ops if op["ts"] <= lo]
+        if holder and holder[-1]["ts"] + holder[-1]["dur"] >= hi and holder[-1]["tid"] == r["tid"]:
+            lo, hi = holder[-1]["ts"], holder[-1]["ts"] + holder[-1]["dur"]
+        out.append((lo, hi))
+    return _merged(out)
+
+
+def idle_split(doc: dict[str, Any]) -> dict[str, float | None]:
+    """The GPU's idle time in the steps, split by cause (shares of the summed step time).
+
+    A gap is a stretch of a step with no kernel, copy or memset. The DataLoader claims the
+    part of it the host spends in ``enumerate(DataLoader)``; the rest goes to ``sync`` if
+    the gap begins inside a synchronising call (or a blocking pageable copy), to ``launch``
+    if the work that ends it was launched after the gap began, else to ``other``; a gap whose
+    ending work was already queued when it began is never the host's doing (sync or launch).
+    """
+    ev = _x_events(doc)
+    steps = _steps(ev)
+    dev = sorted((e for e in ev if e.get("cat") in _DEVICE_CATS), key=lambda e: e["ts"])
+    names = ("gpu_idle", "idle_input", "idle_sync", "idle_launch", "idle_other",
+             "idle_copy_sync", "idle_graph_launch")
+    if not dev:
+        return dict.fromkeys(names)
+    busy = _merged((e["ts"], e["ts"] + e["dur"]) for e in dev)
+    dl = [(e["ts"], e["ts"] + e["dur"]) for e in ev
+          if "DataLoader" in e["name"] and e.get("cat") in _HOST_SPAN_CATS]
+    sync = _merged((e["ts"], e["ts"] + e["dur"]) for e in ev
+                   if (e.get("cat") in _RUNTIME_CATS and e["name"] in _SYNC_CALLS)
+                   or (e.get("cat") in _HOST_OP_CATS and e["name"] in _SYNC_OPS_ORACLE))
+    blocked = _pageable_blocked(ev)
+    launch_end = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in ev
+                  if e.get("cat") in _RUNTIME_CATS}
+    graph_corr = {e["args"]["correlation"] for e in ev if e.get("cat") in _RUNTIME_CATS
+                  and e["name"] == "cudaGraphLaunch"}
+    starts = [e["ts"] for e in dev]
+    total = dict.fromkeys(names, 0.0)
+    for s, e in steps:
+        cursor, gaps = s, []
+        for bs, be in busy:  # the complement of the busy time within the step
+            if be <= s or bs >= e:
+                continue
+            if bs > cursor:
+                gaps.append((cursor, bs))
+            cursor = max(cursor, be)
+        if cursor < e:
+            gaps.append((cursor, e))
+        for gs, ge in gaps:
+            total["gpu_idle"] += ge - gs
+            waiting = _union(dl, gs, ge)
+            total["idle_input"] += waiting
+            rest = max(ge - gs - waiting, 0.0)
+            k = bisect.bisect_left(starts, ge)
+            nxt = dev[k] if k < len(dev) else None
+            launched = launch_end.get(nxt["args"]["correlation"]) if nxt else None
+            late = launched is not None and launched >= gs - 1e-3
+            queued = launched is not None and not late
+            copy = _starts_inside(blocked, gs) and not queued
+            if (_starts_inside(sync, gs) or copy) and not queued:
+                total["idle_sync"] += rest
+                total["idle_copy_sync"] += rest if copy else 0.0
+            elif late:
+                total["idle_launch"] += rest
+                if nxt is not None and nxt["args"]["correlation"] in graph_corr:
+                    total["idle_graph_launch"] += rest
+            else:
+                total["idle_other"] += rest
+    window = sum(e - s for s, e in steps)
+    return {k: v / window for k, v in total.items()}
+
+
+def measure(doc: dict[str, Any]) -> dict[str, float | None]:
+    """What a scenario plants, measured inside the ProfilerStep spans (see above).
+
+    window_us: summed step time; steps; step_ms: mean step time. Shares of the window:
+    gpu_busy (union of kernel/memcpy/memset time), dataloader (DataLoader spans),
+    memcpy_host (host time in cudaMemcpy* calls), sync_host (host time in synchronising
+    calls: *Synchronize, blocking cudaMemcpy, .item()), nccl (union of NCCL kernel time).
+    comm_overlap: share of NCCL time overlapping other kernels. Of the window's kernel time:
+    gemm_share, gemm_fp32_share (sgemm/simt); gemm_fp32_of_gemm: the fp32 share of GEMM time
+    (every builder GEMM name tells its precision). Per step: kernels_per_step,
+    optimizer_kernels_per_step (kernel launches inside optimizer.step()), zero_fill_per_step
+    (launches inside zero_grad()). max_reserved_frac: peak reserved / device memory. The
+    idle split: :func:`idle_split`.
+    """
+    ev = _x_events(doc)
+    steps = _steps(ev)
+    win = sum(e - s for s, e in steps)
+    n = len(steps)
+
+    def in_steps(sel: Iterable[Event]) -> float:
+        spans = [(e["ts"], e["ts"] + e["dur"]) for e in sel]
+        return sum(_union(spans, s, e) for s, e in steps)
+
+    def in_window(e: Event) -> bool:
+        mid = e["ts"] + e["dur"] / 2
+        return any(s <= mid < t for s, t in steps)
 
     dev = [e for e in ev if e.get("cat") in _DEVICE_CATS]
-    kern = [e for e in dev if e["cat"] in ("kernel", "Kernel")]
-    nccl = [e for e in kern if e["name"].startswith("nccl")]
-    other = [e for e in dev if not e["name"].startswith("nccl")]
-    ktime = sum(e["dur"] for e in kern) or 1.0
-    simt = ("sgemm", "simt")
+    gpu = bool(dev)
+    kern = [e for e in dev if e["cat"] in _KERNEL_CATS and in_window(e)]
+    nccl = [e for e in dev if e["cat"] in _KERNEL_CATS and e["name"].startswith("nccl")]
+    compute = [e for e in dev if e["cat"] in _KERNEL_CATS and not e["name"].startswith("nccl")]
+    ktime = sum(e["dur"] for e in kern)
     gemm = [e for e in kern if "gemm" in e["name"] or e["name"].startswith("nvjet")]
-    runtime = [e for e in ev if e.get("cat") in ("cuda_runtime", "Runtime")]
+    fp32 = [e for e in gemm if "sgemm" in e["name"] or "simt" in e["name"]]
+    runtime = [e for e in ev if e.get("cat") in _RUNTIME_CATS]
+    host_ops = [e for e in ev if e.get("cat") in _HOST_OP_CATS]
     opt = [e for e in ev if e["name"].startswith("Optimizer.step#") and e["cat"] in _HOST_SPAN_CATS]
     zg = [e for e in ev if e["name"].startswith("Optimizer.zero_grad#")
           and e["cat"] in _HOST_SPAN_CATS]
+    dl = [e for e in ev if "DataLoader" in e["name"] and e["cat"] in _HOST_SPAN_CATS]
 
     def launches_in(spans: list[Event]) -> int:
         return sum(
             1 for r in runtime if r["name"] == "cudaLaunchKernel"
-            and any(s["ts"] <= r["ts"] <= s["ts"] + s["dur"] for s in spans)
+            and any(s["ts"] < r["ts"] + r["dur"] / 2 <= s["ts"] + s["dur"] for s in spans)
         )
 
-    reserved = [e["args"].get("Total Reserved", 0) for e in doc["traceEvents"]
-                if e.get("name") == "[memory]"]
+    reserved = [e["args"]["Total Reserved"] for e in doc["traceEvents"]
+                if e.get("name") == "[memory]" and "Total Reserved" in e.get("args", {})]
     total_mem = (doc.get("deviceProperties") or [{}])[0].get("totalGlobalMem", 0)
-    nccl_iv = iv(nccl)
-    return {
+    nccl_time = in_steps(nccl)
+    overlap = nccl_time + in_steps(compute) - in_steps(nccl + compute)
+    sync = [e for e in runtime if e["name"] in _SYNC_CALLS] + [
+        e for e in host_ops if e["name"] in _SYNC_OPS_ORACLE]
+    out: dict[str, float | None] = {
         "window_us": win,
-        "steps": float(len(steps)),
+        "steps": float(n),
         "step_ms": win / n / 1e3,
-        "gpu_busy": _union(iv(dev), lo, hi) / win,
-        "dataloader": _union(iv(e for e in ev if "DataLoader" in e["name"]
-                                and e["cat"] in _HOST_SPAN_CATS), lo, hi) / win,
-        "memcpy_host": _union(iv(e for e in runtime if e["name"] == "cudaMemcpyAsync"), lo, hi)
-        / win,
-        "sync_host": _union(iv(e for e in runtime if e["name"].endswith("Synchronize")), lo, hi)
-        / win,
-        "nccl": _union(nccl_iv, lo, hi) / win,
-        "comm_overlap": (_intersect(iv(other), nccl_iv) / sum(e["dur"] for e in nccl))
-        if nccl else 0.0,
-        "gemm_share": sum(e["dur"] for e in gemm) / ktime,
-        "gemm_fp32_share": sum(e["dur"] for e in gemm if any(s in e["name"] for s in simt))
-        / ktime,
-        "kernels_per_step": len(kern) / n,
-        "optimizer_kernels_per_step": launches_in(opt) / n,
-        "zero_fill_per_step": launches_in(zg) / n,
-        "max_reserved_frac": (max(reserved) / total_mem) if reserved and total_mem else 0.0,
+        "gpu_busy": in_steps(dev) / win if gpu else None,
+        "dataloader": in_steps(dl) / win if dl else None,
+        "memcpy_host": in_steps(e for e in runtime if e["name"].startswith("cudaMemcpy")) / win
+        if gpu else None,
+        "sync_host": in_steps(sync) / win if gpu else None,
+        "nccl": nccl_time / win if gpu else None,
+        "comm_overlap": overlap / nccl_time if nccl_time > 0 else None,
+        "gemm_share": sum(e["dur"] for e in gemm) / ktime if ktime > 0 else None,
+        "gemm_fp32_share": sum(e["dur"] for e in fp32) / ktime if gemm else None,
+        "gemm_fp32_of_gemm": sum(e["dur"] for e in fp32) / sum(e["dur"] for e in gemm)
+        if gemm else None,
+        "kernels_per_step": len(kern) / n if gpu else None,
+        "optimizer_kernels_per_step": launches_in(opt) / n if opt and gpu else None,
+        "zero_fill_per_step": launches_in(zg) / n if zg else None,
+        "max_reserved_frac": (max(reserved) / total_mem) if reserved and total_mem else None,
     }
+    out.update(idle_split(doc))
+    return out

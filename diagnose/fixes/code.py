@@ -13,7 +13,7 @@ and the lines of the step that change (what autofix prints as "the change by han
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -345,6 +345,44 @@ def optimizer_call(opt: OptimizerSpec | Any | None, *, foreach: bool | None = No
     return call(prefix, f"torch.optim.{cls}", args)
 
 
+# ---------------------------------------------------------------------- a fix's DataLoader code
+#: The CPUs this process may use, as code.
+AFFINITY = "len(os.sched_getaffinity(0))"
+#: Some workers, as code: the CPUs less one for the training process, at most 8.
+SOME_WORKERS = f"min(8, {AFFINITY} - 1)"
+
+
+def some_workers(cpus: int) -> int:
+    """What :data:`SOME_WORKERS` comes to on ``cpus`` CPUs."""
+    return max(0, min(8, cpus - 1))
+
+
+def loader_change(setup: Setup | None, before_note: str, after_note: str,
+                  after: Callable[[TrainConfig], TrainConfig], *, generic: TrainConfig,
+                  override: Mapping[str, str] | None = None, needs_workers: bool = False,
+                  before_extra: tuple[str, ...] = (), after_extra: tuple[str, ...] = ()) -> str:
+    """A fix's ``# before`` / ``# after`` of the user's DataLoader call (``generic``
+    settings and ``DataLoader(dataset, ...)`` when the loader is not known).
+    ``needs_workers``: the change needs worker processes, so a loader without them gets
+    some in the after."""
+    spec = setup.loader if setup is not None else None
+    before = spec.config() if spec is not None else generic
+    new = after(before)
+    over = dict(override or {})
+    if needs_workers and before.num_workers == 0:
+        new = new.replace(num_workers=1)
+        over.setdefault("num_workers", SOME_WORKERS)
+    changed = [*before.diff(new), *over]
+    head = "# before" + (f": {before_note}" if before_note else "")
+    if spec is None:
+        head += f" {GENERIC_NOTE}" if len(head) + len(GENERIC_NOTE) < _WIDTH else \
+            f"\n# {GENERIC_NOTE}"
+    return "\n".join([head, loader_call(spec, before, show=changed, prefix="loader = "),
+                      *before_extra, f"# after: {after_note}",
+                      loader_call(spec, new, show=changed, override=over, prefix="loader = "),
+                      *after_extra])
+
+
 # ---------------------------------------------------------------------- a change, by hand
 def _loader_changed(a: TrainConfig, b: TrainConfig) -> bool:
     return a.loader_kwargs() != b.loader_kwargs() or a.batch_size != b.batch_size
@@ -374,6 +412,17 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
                   "# after", loader_call(spec, after, show=changed, prefix="loader = ")]
     step: list[str] = []
     dev = "cuda"
+    if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
+        step.append(f"torch.set_num_threads({after.intra_op_threads})")
+    if after.batched_fetch and not before.batched_fetch:
+        bs = after.batch_size or (spec.batch_size if spec is not None else None) or "batch_size"
+        order = ("SequentialSampler(dataset)" if spec is not None and spec.shuffle is False
+                 else "RandomSampler(dataset)")
+        step += [f"from torch.utils.data import BatchSampler, {order.split('(')[0]}",
+                 "loader = DataLoader(dataset, batch_size=None,  # one dataset[indices] per "
+                 "batch",
+                 f"                    sampler=BatchSampler({order}, batch_size={bs}, "
+                 f"drop_last={spec.drop_last if spec is not None else False}))"]
     if after.cudnn_benchmark and not before.cudnn_benchmark:
         step.append("torch.backends.cudnn.benchmark = True")
     if after.channels_last and not before.channels_last:
@@ -414,9 +463,23 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
             lines.append("")
         lines.append("# the step")
         lines += step + loop
+    # a setting this rendering does not write yet is still named, never dropped
+    others = {k: v for k, v in before.diff(after).items() if k not in _RENDERED}
+    if others:
+        if lines:
+            lines.append("")
+        lines += [f"# also: {k} {a!r} -> {b!r} (see the fix's code)"
+                  for k, (a, b) in others.items()]
     return "\n".join(lines)
 
 
-__all__ = ["GENERIC_NOTE", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
-           "loader_args", "loader_arguments", "loader_call", "optimizer_arguments",
-           "optimizer_call", "render_change"]
+#: The TrainConfig fields :func:`render_change` writes as code (others are named).
+_RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_last",
+                       "cudnn_benchmark", "compile", "zero_grad_set_to_none",
+                       "optimizer_foreach", "optimizer_fused", "grad_accum_steps",
+                       "intra_op_threads", "batched_fetch"})
+
+
+__all__ = ["AFFINITY", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
+           "loader_args", "loader_arguments", "loader_call", "loader_change", "optimizer_arguments",
+           "optimizer_call", "render_change", "some_workers"]

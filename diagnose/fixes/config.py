@@ -32,6 +32,8 @@ class TrainConfig:
     optimizer_foreach: bool | None = None  # None: as the optimizer was built
     optimizer_fused: bool | None = None
     grad_accum_steps: int = 1
+    intra_op_threads: int | None = None  # torch.set_num_threads in the training process (None: as it is)
+    batched_fetch: bool = False  # one dataset[indices] call per batch, not one per sample
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -44,6 +46,8 @@ class TrainConfig:
             raise ValueError(f"prefetch_factor must be >= 1 (got {self.prefetch_factor})")
         if self.amp_dtype not in AMP_DTYPES:
             raise ValueError(f"amp_dtype must be one of {AMP_DTYPES} (got {self.amp_dtype!r})")
+        if self.intra_op_threads is not None and self.intra_op_threads < 1:
+            raise ValueError(f"intra_op_threads must be >= 1 (got {self.intra_op_threads})")
         if self.optimizer_fused and self.optimizer_foreach:
             raise ValueError("optimizer_fused and optimizer_foreach cannot both be True")
 
@@ -108,8 +112,18 @@ class TrainConfig:
         return cls(**kw)
 
 
+def micro_batches(config: TrainConfig) -> list[TrainConfig]:
+    """Every split of the effective batch into micro-batch x accumulation steps, largest
+    micro-batch first (the effective batch is kept exactly)."""
+    eff = config.effective_batch
+    if eff is None:
+        return []
+    return [config.replace(batch_size=b, grad_accum_steps=eff // b)
+            for b in range(eff, 0, -1) if eff % b == 0]
+
+
 def _fmt(v: Any) -> str:
     return "default" if v is None else str(v)
 
 
-__all__ = ["AMP_DTYPES", "TrainConfig"]
+__all__ = ["AMP_DTYPES", "TrainConfig", "micro_batches"]

@@ -1,38 +1,39 @@
 """Named measurements: from the trace, the capture context and the samples.
 
-``CATALOG`` maps every metric name to (unit, one-line documentation).
+``CATALOG`` maps every metric name to (unit, one-line documentation): the union of the
+static declarations (:class:`~diagnose.metrics.declare.Metric`), nothing is computed to
+build it. The cross-rank metrics join it when :mod:`.ranks` is imported; :mod:`.needs`
+tells from the declarations why a metric has no value.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .core import CATALOG as _TRACE_CATALOG
+from .context import CATALOG as _CTX_CATALOG
+from .context import context_metrics
+from .core import DECLARATIONS as _TRACE_DECLARATIONS
 from .core import MetricSet, compute
+from .declare import LIVE, SAMPLES, Metric, catalog, declared
+from .samples import CATALOG as _SMP_CATALOG
+from .samples import samples_metrics
 
-CATALOG: dict[str, tuple[str, str]] = dict(_TRACE_CATALOG)
-CATALOG["context_available"] = ("bool", "The run's context.json (from a live capture) was read")
-CATALOG["rank_count"] = ("count", "Number of ranks (trace files) analysed together")
+_RUN_INFO = (
+    Metric("context_available", "bool", "The run's context.json (from a live capture) was read"),
+    Metric("rank_count", "count", "Number of ranks (trace files) analysed together"),
+)
 
-try:  # context and samples metrics come with capture
-    from .context import CATALOG as _CTX_CATALOG
-    from .context import context_metrics
-    from .samples import CATALOG as _SMP_CATALOG
-    from .samples import samples_metrics
-
-    CATALOG.update(_CTX_CATALOG)
-    CATALOG.update(_SMP_CATALOG)
-except ImportError:  # pragma: no cover - during development only
-    context_metrics = samples_metrics = None  # type: ignore[assignment]
+#: Every metric's declaration but the cross-rank ones (see :mod:`.needs`).
+DECLARATIONS: list[Metric] = [*_TRACE_DECLARATIONS, *_RUN_INFO,
+                               *declared([_CTX_CATALOG], LIVE), *declared([_SMP_CATALOG], SAMPLES)]
+CATALOG: dict[str, tuple[str, str]] = catalog(DECLARATIONS)
 
 
 def compute_all(ms: MetricSet, context: dict | None, samples: dict | None) -> dict[str, Any]:
     """Trace metrics merged with context and sample metrics (trace values win)."""
     values: dict[str, Any] = {}
-    if context_metrics is not None:
-        values.update(context_metrics(context))
-    if samples_metrics is not None:
-        values.update(samples_metrics(samples))
+    values.update(context_metrics(context))
+    values.update(samples_metrics(samples))
     values["context_available"] = context is not None
     for k, v in ms.values.items():
         if v is not None or k not in values:
@@ -40,4 +41,4 @@ def compute_all(ms: MetricSet, context: dict | None, samples: dict | None) -> di
     return values
 
 
-__all__ = ["CATALOG", "MetricSet", "compute", "compute_all"]
+__all__ = ["CATALOG", "DECLARATIONS", "MetricSet", "compute", "compute_all"]

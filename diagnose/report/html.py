@@ -349,14 +349,20 @@ def _ranks_table(ranks: Sequence[RankResult]) -> Markup | None:
                  el("tbody", rows)), id="ranks")
 
 
-def autofix_cells(r: AutofixRow | tuple[str, float, float]) -> tuple[str, str, str, str, str]:
-    """One autofix row as shown: label, before, after, change, and its class (better, worse
-    or empty); also the TensorBoard tab's."""
+def autofix_cells(r: AutofixRow | Sequence[Any]) -> tuple[str, str, str, str, str, str, str]:
+    """One autofix row as shown: label, before, after, change, measured speedup [CI], the
+    step model's predicted speedup, and its class (better, worse or empty); also the
+    TensorBoard tab's. Rows of three (label, before, after) have no speedup or prediction."""
     label, before, after = str(r[0]), float(r[1]), float(r[2])
+    extra = [None if x is None else float(x) for x in (*r[3:7], None, None, None, None)[:4]]
+    ratio, lo, hi, predicted = extra
     change = (after - before) / before if before else None
     cls = "" if change is None else ("better" if change < 0 else "worse")
+    measured = "" if ratio is None else f"{ratio:.2f}x" + (
+        "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
     return (label, fmt("step_time_median_ms", before), fmt("step_time_median_ms", after),
-            "n/a" if change is None else f"{change:+.1%}", cls)
+            "n/a" if change is None else f"{change:+.1%}", measured,
+            "" if predicted is None else f"{predicted:.2f}x", cls)
 
 
 def _autofix_table(rows: AutofixRows | None) -> Markup | None:
@@ -364,15 +370,18 @@ def _autofix_table(rows: AutofixRows | None) -> Markup | None:
         return None
     body = []
     for r in rows:
-        label, before, after, change, cls = autofix_cells(r)
+        label, before, after, change, measured, predicted, cls = autofix_cells(r)
         body.append(el("tr", el("td", label), el("td", before, class_="num"),
                        el("td", after, class_="num"),
-                       el("td", change, class_=f"num {cls}" if cls else "num")))
+                       el("td", change, class_=f"num {cls}" if cls else "num"),
+                       el("td", measured, class_="num"), el("td", predicted, class_="num")))
     return el("section", el("h2", "Autofix"),
               el("table", el("thead", el("tr", el("th", "change tried"),
                                          el("th", "before (median step)", class_="num"),
                                          el("th", "after", class_="num"),
-                                         el("th", "change", class_="num"))),
+                                         el("th", "change", class_="num"),
+                                         el("th", "speedup [CI]", class_="num"),
+                                         el("th", "predicted", class_="num"))),
                  el("tbody", body)), id="autofix")
 
 

@@ -64,11 +64,17 @@ _RC: Any = {  # dict[str, Any]; matplotlib types its keys as literals
 
 
 class AutofixRow(NamedTuple):
-    """One autofix trial for the before/after chart: median step time without and with it."""
+    """One autofix trial for the before/after chart: median step time without and with it;
+    for the tables also the measured speedup with its interval and the step model's
+    prediction, where known."""
 
     label: str
     before_ms: float
     after_ms: float
+    speedup: float | None = None
+    ci_lo: float | None = None
+    ci_hi: float | None = None
+    predicted: float | None = None
 
 
 def autofix_rows(result: Any) -> list[AutofixRow]:
@@ -80,12 +86,22 @@ def autofix_rows(result: Any) -> list[AutofixRow]:
         before, after = _num(getattr(d, "baseline_ms", None)), _num(getattr(d, "trial_ms", None))
         if before is not None and after is not None:
             what = getattr(d, "change", "") or getattr(d, "fix", "?")
-            rows.append(AutofixRow(f"{what} ({getattr(d, 'status', '?')})", before, after))
+            rows.append(AutofixRow(f"{what} ({getattr(d, 'status', '?')})", before, after,
+                                   *_interval(getattr(d, "speedup", None)),
+                                   _num(getattr(d, "predicted_speedup", None))))
     final = getattr(result, "final", None)
     before, after = _num(getattr(final, "base_ms", None)), _num(getattr(final, "cand_ms", None))
     if before is not None and after is not None:
-        rows.append(AutofixRow("baseline vs tuned (all kept changes)", before, after))
+        tuned = _num(getattr(result, "predicted_tuned_ms", None))
+        rows.append(AutofixRow("baseline vs tuned (all kept changes)", before, after,
+                               *_interval(getattr(final, "interval", None)),
+                               before / tuned if tuned else None))
     return rows
+
+
+def _interval(iv: Any) -> tuple[float | None, float | None, float | None]:
+    return (_num(getattr(iv, "ratio", None)), _num(getattr(iv, "lo", None)),
+            _num(getattr(iv, "hi", None)))
 
 
 @contextmanager

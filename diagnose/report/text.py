@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -196,4 +197,20 @@ def render_rule(rule: Any) -> list[Any]:
                        ("fix", "How to fix"), ("false_positives", "Known false positives")):
         out.append(Text(title, style="bold underline"))
         out.append(Text(rule.docs[key]))
+        if key == "fix":
+            out += _fix_examples(rule.fixes)
+    return out
+
+
+def _fix_examples(fix_ids: Iterable[str]) -> list[Any]:
+    """Each fix's code as a finding shows it where the user's objects are not known: the
+    fix unit's own generic rendering, never a copy."""
+    out: list[Any] = []
+    for fid in fix_ids:
+        fix = FIXES.get(fid)
+        if fix is None:
+            continue
+        how = "autofix can apply it" if fix.auto else "by hand"
+        out.append(Text(f"{fid}: {fix.title} ({how})", style="bold"))
+        out.append(Syntax(fix.code_for(None), "python", theme="ansi_dark", word_wrap=True))
     return out

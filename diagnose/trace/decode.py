@@ -88,9 +88,10 @@ def _phase_type(ph: str) -> type:
 
 
 _FLOWS = {ph: _flow_type(ph) for ph in _FLOW_PHASES}
-_PHASED = Union[tuple([*map(_phase_type, _EVENT_PHASES), *_FLOWS.values()])]  # noqa: UP007
+# a union built at run time (one tagged struct per phase): mypy sees Any
+_PHASED: Any = Union[tuple([*map(_phase_type, _EVENT_PHASES), *_FLOWS.values()])]  # noqa: UP007
 EVENTS = msgspec.json.Decoder(list[Event])
-EVENTS_BY_PHASE = msgspec.json.Decoder(list[_PHASED])  # type: ignore[valid-type]
+EVENTS_BY_PHASE = msgspec.json.Decoder(list[_PHASED])
 
 
 class Document(msgspec.Struct, gc=False):
@@ -102,10 +103,10 @@ class Document(msgspec.Struct, gc=False):
 
 
 class PhasedDocument(Document, gc=False):
-    traceEvents: list[_PHASED] = []  # type: ignore[valid-type,assignment]  # noqa: N815
+    traceEvents: list[_PHASED] = []  # noqa: N815
 
 
-_TYPED_BY_PHASE = msgspec.json.Decoder(PhasedDocument | list[_PHASED])  # type: ignore[valid-type]
+_TYPED_BY_PHASE = msgspec.json.Decoder(PhasedDocument | list[_PHASED])
 _TYPED = msgspec.json.Decoder(Document | list[Event])
 _UNTYPED = msgspec.json.Decoder()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..basics import as_int
 from .decode import Decoded, Event
 
 
@@ -157,7 +158,8 @@ class _Interner(dict):
     def ids(self, evs: Sequence[Event], attr: str) -> np.ndarray:
         return np.fromiter(map(self.__getitem__, map(attrgetter(attr), evs)), np.int32, len(evs))
 
-    def values(self) -> list[Any]:
+    def in_order(self) -> list[Any]:
+        """The values, by id."""
         return list(self)
 
 
@@ -239,9 +241,9 @@ class ColumnBuilder:
             cols["kind"] = np.where(bad, Kind.OTHER, kind).astype(np.int8)
         return Trace(
             path=str(path),
-            names=self.names.values(),
-            pids=[str(p) for p in self.pids.values()],
-            tids=[str(t) for t in self.tids.values()],
+            names=self.names.in_order(),
+            pids=[str(p) for p in self.pids.in_order()],
+            tids=[str(t) for t in self.tids.in_order()],
             device_properties=meta.device_properties,
             distributed_info=meta.distributed_info,
             schema_version=meta.schema_version,
@@ -309,8 +311,8 @@ class Trace:
     @property
     def rank(self) -> int | None:
         info = self.distributed_info or {}
-        r = info.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool):
+        r = as_int(info.get("rank"))
+        if r is not None:
             return r
         name = Path(self.path).name
         m = _RANK_IN_NAME.search(name) or _WORKER_IN_NAME.search(name)
@@ -318,8 +320,7 @@ class Trace:
 
     @property
     def world_size(self) -> int | None:
-        w = (self.distributed_info or {}).get("world_size")
-        return w if isinstance(w, int) and not isinstance(w, bool) else None
+        return as_int((self.distributed_info or {}).get("world_size"))
 
     @property
     def backend(self) -> str | None:

@@ -16,7 +16,6 @@ Decoding and column building, most of the time on a large file, then run on ever
 from __future__ import annotations
 
 import multiprocessing
-import os
 import re
 import sys
 import threading
@@ -44,13 +43,6 @@ PIPELINE_MIN_GZ_BYTES = 4 * 2**20
 #: array exists in this process, in the pipe and in the worker).
 PIPELINE_CHUNK_BYTES = 4 * 2**20
 _WINDOW = 2**20
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _layout(path: Path) -> tuple[bytes, int, bytes | None]:
@@ -176,8 +168,8 @@ def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, A
 
 def _columns_of(b: ColumnBuilder, trailer: bytes | None = None) -> dict[str, Any]:
     """What a worker sends back: its columns and its own intern tables."""
-    return {"ok": True, "parts": b.parts, "names": b.names.values(), "pids": b.pids.values(),
-            "tids": b.tids.values(), "n": b.n_total, "trailer": trailer}
+    return {"ok": True, "parts": b.parts, "names": b.names.in_order(), "pids": b.pids.in_order(),
+            "tids": b.tids.in_order(), "n": b.n_total, "trailer": trailer}
 
 
 def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:

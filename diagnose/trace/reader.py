@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from ..basics import usable_cpus
 from ..errors import TraceError
 from .decode import decode, max_bytes, read_bytes
 from .model import Trace
@@ -19,7 +20,6 @@ from .parallel import (
     PIPELINE_MIN_GZ_BYTES,
     read_parallel,
     read_pipelined,
-    usable_cpus,
 )
 from .stream import NotStreamable, read_streaming
 

@@ -129,10 +129,10 @@ class EventSplitter:
         del buf[: m.end()]
         # 2. the layout: events on their own lines, or not
         while not buf.strip():
-            block = next(blocks, None)
-            if block is None:
+            more = next(blocks, None)
+            if more is None:
                 break
-            buf += block
+            buf += more
         start, sep = first_event(buf, 0)
         del buf[:start]
         cut = cutter(sep)

@@ -62,6 +62,9 @@ def decisions_table(r: TuneResult) -> Table:
     t.add_column("change / reason", overflow="fold", min_width=24)
     t.add_column("ms", justify="right", **keep)
     t.add_column(ci, justify="right", **keep)
+    predicted = any(getattr(d, "predicted_speedup", None) is not None for d in r.decisions)
+    if predicted:  # the step model's prediction, next to the measurement
+        t.add_column("predicted", justify="right", **keep)
     t.add_column("decision", **keep)
     for d in r.decisions:
         what = Text(d.change)
@@ -69,9 +72,12 @@ def decisions_table(r: TuneResult) -> Table:
             if d.change:
                 what.append("\n")
             what.append(d.reason, style="dim")
-        t.add_row(d.fix, d.finding or "", what, _ms_pair(d),
-                  "" if d.speedup is None else str(d.speedup),
-                  Text(d.status, style=_STYLE.get(d.status, "")))
+        cells: list[Any] = [d.fix, d.finding or "", what, _ms_pair(d),
+                            "" if d.speedup is None else str(d.speedup)]
+        if predicted:
+            p = d.predicted_speedup
+            cells.append("" if p is None else f"{p:.2f}x")
+        t.add_row(*cells, Text(d.status, style=_STYLE.get(d.status, "")))
     return t
 
 
@@ -83,18 +89,26 @@ def _per_s(cfg: Any, ms: float | None) -> str:
 
 
 def before_after_table(r: TuneResult) -> Table:
+    """Baseline and tuned: measured step, throughput, speedup; the step model's predicted
+    tuned step beside the measured one when every kept fix had a prediction."""
     t = Table(title="before / after", title_justify="left")
-    for col in ("", "config", "ms / step", "samples / s", "vs baseline"):
-        t.add_column(col, justify="right" if col in ("ms / step", "samples / s") else "left")
     f = r.final
+    pred = getattr(r, "predicted_tuned_ms", None) if f is not None else None
+    cols = ["", "config", "ms / step", *(["predicted ms / step"] if pred else []),
+            "samples / s", "vs baseline"]
+    for col in cols:
+        t.add_column(col, justify="right" if "/" in col else "left")
     if f is None or f.interval is None:
         t.add_row("baseline = tuned", escape(_cfg_text(r.baseline, r.original)),
                   _ms(r.tuned_ms), _per_s(r.baseline, r.tuned_ms), "no fix was kept")
         return t
-    t.add_row("baseline", escape(_cfg_text(r.baseline, r.original)), _ms(f.base_ms),
+    extra = [""] if pred else []
+    t.add_row("baseline", escape(_cfg_text(r.baseline, r.original)), _ms(f.base_ms), *extra,
               _per_s(r.baseline, f.base_ms), "1.00x")
+    extra = [f"{_ms(pred)} ({f.base_ms / pred:.2f}x)" if pred and f.base_ms else ""] \
+        if pred else []
     t.add_row(Text("tuned", style="bold green"), escape(_cfg_text(r.best, r.baseline)),
-              _ms(f.cand_ms), _per_s(r.best, f.cand_ms),
+              _ms(f.cand_ms), *extra, _per_s(r.best, f.cand_ms),
               Text(f"{f.interval}", style="bold green" if f.interval.lo > 1 else "yellow"))
     return t
 

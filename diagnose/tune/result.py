@@ -16,7 +16,8 @@ from .stats import Interval
 KEPT, REVERTED, NO_FIT, FITS = "kept", "reverted", "does not fit", "fits"
 NOT_APPLICABLE, NO_CHANGE, SKIPPED, ADVICE, ERROR = (
     "not applicable", "no change", "skipped", "advice", "error")
-
+# What a comparison can end in: measured (OK), or NO_FIT / ERROR as above.
+OK = "ok"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Decision:
     rounds: int = 0
     steps: int = 0
     setup_s: float | None = None  # first step of the trial (torch.compile: compile time)
+    predicted_speedup: float | None = None  # the step model's prediction for the fix
 
     def to_json(self) -> dict[str, Any]:
         s = self.speedup
@@ -42,7 +44,8 @@ class Decision:
                 "baseline_ms": self.baseline_ms, "trial_ms": self.trial_ms,
                 "speedup": None if s is None else s.ratio,
                 "ci": None if s is None else [s.lo, s.hi],
-                "rounds": self.rounds, "steps": self.steps, "setup_s": self.setup_s}
+                "rounds": self.rounds, "steps": self.steps, "setup_s": self.setup_s,
+                "predicted_speedup": self.predicted_speedup}
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Comparison:
     interval: Interval | None
     rounds: int
     steps: int
-    status: str = "ok"  # ok | does not fit | error
+    status: str = OK  # OK | NO_FIT | ERROR
     note: str = ""
     setup_s: float | None = None
 
@@ -104,6 +107,8 @@ class TuneResult:
     cpus: int
     min_gain: float
     notes: list[str] = field(default_factory=list)
+    predicted_tuned_ms: float | None = None  # the model's tuned step (all kept fixes predicted)
+    model_disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def kept(self) -> list[str]:
@@ -136,4 +141,6 @@ class TuneResult:
             "kept": self.kept, "named": self.named, "code": self.code, "trials": self.trials,
             "elapsed_s": self.elapsed_s, "device": self.device, "cpus": self.cpus,
             "min_gain": self.min_gain, "notes": self.notes,
+            "predicted_tuned_ms": self.predicted_tuned_ms,
+            "model_disagreements": self.model_disagreements,
         }

@@ -7,8 +7,9 @@ flag, the random number generators (torch, CUDA, numpy, ``random``, and the
 ``torch.Generator`` objects the DataLoader and its sampler hold), and the
 ``cudnn.benchmark`` flag. ``restore`` puts all of it back; a parameter whose
 memory layout a trial changed (``channels_last``) gets its original tensor
-back, every other one is copied into in place, so tensors the user holds stay
-the same objects. The user's optimizer and DataLoader are never given to a
+back (``Tensor.set_``; ``torch.utils.swap_tensors`` for a changed dtype), every
+other one is copied into in place, so tensors the user holds stay the same
+objects. The user's optimizer and DataLoader are never given to a
 trial (trials use rebuilt copies), so they need no restoring.
 """
 
@@ -86,8 +87,13 @@ def _put_back(live: Any, saved: Any) -> None:
         if live.dtype == saved.dtype and live.shape == saved.shape and \
                 live.stride() == saved.stride():
             live.copy_(saved)
-        else:  # a trial changed its layout or dtype: give the original tensor back
-            live.data = saved.to(live.device)
+        elif live.dtype == saved.dtype:  # a trial changed its layout: same object, old strides
+            live.set_(saved.to(live.device))
+        else:  # its dtype: the same Python object holding the original tensor
+            new = saved.to(live.device)
+            if isinstance(live, torch.nn.Parameter):
+                new = torch.nn.Parameter(new, requires_grad=live.requires_grad)
+            torch.utils.swap_tensors(live, new)
 
 
 def restore(s: Snapshot) -> None:

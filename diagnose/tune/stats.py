@@ -1,12 +1,14 @@
 """Statistics for autofix: is a candidate step measurably faster than the baseline?
 
 Measurements come in *rounds*: baseline and candidate run alternately (A B, B A,
-A B, ...) so that drift on the machine hits both. Within a round, per-step times
-are grouped into blocks of ``k`` consecutive steps and each block's mean is one
-observation: a step that only waits for the next batch and a step that gets
-two batches at once belong to the same prefetch cycle, so the block mean is the
-throughput the loop actually sees, and the median over blocks ignores a stray
-slow block (another process, garbage collection).
+A B, ...) so that drift on the machine hits both. Within a round, steps are timed
+in blocks of ``k`` consecutive steps (one device sync per block, see
+:mod:`diagnose.tune.trial`) and each block's per-step time is one observation: a
+step that only waits for the next batch and a step that gets two batches at once
+belong to the same prefetch cycle, so the block is the throughput the loop
+actually sees, and the median over blocks ignores a stray slow block (another
+process, garbage collection). (:func:`block_means` groups per-step times the same
+way, for callers that time single steps.)
 
 The speedup is ``median(baseline blocks) / median(candidate blocks)``; its
 confidence interval is a seeded, paired two-stage bootstrap: each resample
@@ -14,14 +16,51 @@ draws rounds with replacement (the same rounds for both arms, so drift that
 hit both in a round cancels) and then blocks with replacement within each drawn
 round. Drawing rounds makes the interval as wide as the round-to-round
 variation of the machine (another process starting, caches, thermal state),
-which a bootstrap of steps alone would hide. A change is kept only if the whole
-interval lies above ``1 + min_gain``.
+which a bootstrap of steps alone would hide. The bootstrap serves
+fixed-size comparisons (the before/after); trials decide with the sequential
+rule below.
+
+Trials: a sequential rule with a stated error rate
+----------------------------------------------------
+A trial looks at its data more than once (it stops as soon as the answer is
+clear), and an interval checked after every round would keep a null effect far
+more often than its nominal 2.5% (each look is another chance to cross). So
+trials use *repeated confidence intervals* (Jennison & Turnbull, "Interim
+analyses: the repeated confidence interval approach", JRSS B 51, 1989) with a
+Bonferroni split of the error over a fixed maximum number of looks ``K``:
+
+- The observation of round ``r`` is the paired log ratio
+  ``d_r = log median(baseline blocks_r) - log median(candidate blocks_r)``; both
+  arms ran in the same round, so drift that hit both cancels. ``d_r`` are
+  treated as independent and normal with unknown variance.
+- At each look (after ``n`` rounds, the schedule fixed before the trial starts)
+  the interval is the Student-t interval ``mean(d) +- t(1 - alpha/(2K), n-1) *
+  sd(d) / sqrt(n)``, exponentiated into a speedup interval.
+- The trial stops and keeps the change when the interval's lower end is above
+  ``1 + min_gain``; it stops and reverts when its upper end is below; after the
+  last look (or when the trial's share of the budget ends) it reverts, undecided.
+
+Error rates. By the union bound over at most ``K`` looks, all intervals of a
+trial cover the true speedup together with probability at least ``1 - alpha``
+(exact t intervals for normal ``d_r``; conservative, since the looks are
+correlated). Hence a change whose true speedup is at most ``1 + min_gain`` is
+kept with probability at most ``alpha / 2`` (2.5% with the defaults), however
+many looks are taken, and one truly faster by more than the threshold is
+reverted as "slower than the threshold" with probability at most ``alpha / 2``.
+Stopping early for the budget only ends trials undecided, so it never raises
+the false-keep rate. Power (keeping a true effect) depends on the noise and the
+number of rounds: :func:`rounds_for` sizes the first look so that an effect as
+large as the prediction is kept with probability ``power`` (normal
+approximation of the t test, as in any sample-size calculation);
+``tests/test_tune_sequential.py`` checks both rates on simulated trials.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -92,4 +131,120 @@ def speedup_interval(base: Sequence[np.ndarray], cand: Sequence[np.ndarray], *,
     return Interval(pooled_median(base) / pooled_median(cand), float(lo), float(hi), confidence)
 
 
-__all__ = ["Interval", "block_means", "pooled_median", "speedup_interval"]
+# ---------------------------------------------------------------------- sequential rule
+def _t_cdf_two_sided(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with an integer number of degrees of freedom (the exact
+    finite series, Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 1:
+        total, term = 0.0, 1.0
+        if df > 1:
+            total = 1.0
+            for j in range(1, (df - 3) // 2 + 1):
+                term *= c2 * (2 * j) / (2 * j + 1)
+                total += term
+            total *= s * math.cos(theta)
+        return 2.0 / math.pi * (theta + total)
+    total, term = 1.0, 1.0
+    for j in range(1, (df - 2) // 2 + 1):
+        term *= c2 * (2 * j - 1) / (2 * j)
+        total += term
+    return s * total
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (p > 0.5) of Student's t with ``df`` >= 1 degrees of freedom."""
+    if not 0.5 < p < 1.0 or df < 1:
+        raise ValueError("t_quantile needs 0.5 < p < 1 and df >= 1")
+    target = 2.0 * p - 1.0
+    lo, hi = 0.0, 1.0
+    while _t_cdf_two_sided(hi, df) < target:
+        hi *= 2.0
+    for _ in range(100):  # bisection: the CDF is monotone
+        mid = (lo + hi) / 2.0
+        if _t_cdf_two_sided(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class SequentialRule:
+    """Repeated confidence intervals with the error ``alpha`` split over ``looks`` looks
+    (see the module docstring for the rule and its error rates)."""
+
+    alpha: float = 0.05  # two-sided, for all looks of one trial together
+    looks: int = 4  # the most looks a trial may take
+    power: float = 0.9  # the power the first look is sized for (:func:`rounds_for`)
+
+    @property
+    def confidence(self) -> float:
+        return 1.0 - self.alpha
+
+    @property
+    def per_look(self) -> float:
+        return self.alpha / self.looks
+
+    def bounds(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean, lo, hi) of the log speedup from per-round log ratios ``d`` (last axis:
+        rounds, at least 2); vectorised over any leading axes."""
+        d = np.asarray(d, dtype=np.float64)
+        n = d.shape[-1]
+        if n < 2:
+            raise ValueError("a sequential interval needs at least 2 rounds")
+        mean = d.mean(axis=-1)
+        half = t_quantile(1.0 - self.per_look / 2.0, n - 1) * d.std(axis=-1, ddof=1) / \
+            math.sqrt(n)
+        return mean, mean - half, mean + half
+
+    def verdict(self, d: np.ndarray, threshold: float) -> np.ndarray:
+        """+1 keep (interval above ``threshold``), -1 stop (below), 0 go on; per row."""
+        _, lo, hi = self.bounds(d)
+        t = math.log(threshold)
+        return np.where(lo > t, 1, np.where(hi < t, -1, 0))
+
+    def interval(self, d: np.ndarray) -> Interval:
+        mean, lo, hi = (float(x) for x in self.bounds(d))
+        return Interval(math.exp(mean), math.exp(lo), math.exp(hi), self.confidence)
+
+
+def round_log_ratios(base: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> np.ndarray:
+    """``log median(base_r) - log median(cand_r)`` for each round ``r`` (paired rounds)."""
+    if not base or len(base) != len(cand) or any(len(r) == 0 for r in (*base, *cand)):
+        raise ValueError("round_log_ratios needs the same rounds for both arms, none empty")
+    a = np.array([np.median(np.asarray(r, dtype=np.float64)) for r in base])
+    b = np.array([np.median(np.asarray(r, dtype=np.float64)) for r in cand])
+    return np.log(a) - np.log(b)
+
+
+def rounds_for(noise: float, predicted: float | None, threshold: float, rule: SequentialRule,
+               minimum: int) -> int:
+    """Rounds for the first look: enough that an effect as large as ``predicted`` is
+    decided with probability ``rule.power`` (normal approximation), given ``noise`` (the
+    standard deviation of one round's log ratio). Without a prediction: ``minimum``."""
+    if predicted is None or predicted <= 0 or noise <= 0:
+        return minimum
+    margin = abs(math.log(predicted) - math.log(threshold))
+    if margin == 0:
+        return minimum
+    nd = NormalDist()
+    z = nd.inv_cdf(1.0 - rule.per_look / 2.0) + nd.inv_cdf(rule.power)
+    # + 2 rounds: the t quantile with few degrees of freedom is wider than the normal one
+    return max(minimum, math.ceil((z * noise / margin) ** 2) + 2)
+
+
+def look_schedule(first: int, last: int, looks: int) -> list[int]:
+    """At most ``looks`` round counts from ``first`` to ``last``, spaced geometrically
+    (fixed before the trial starts: the rule's error split assumes it)."""
+    first = max(2, min(first, last))
+    if looks <= 1 or first >= last:
+        return [last if looks <= 1 else first]
+    ratio = (last / first) ** (1.0 / (looks - 1))
+    out = sorted({min(last, round(first * ratio ** i)) for i in range(looks)})
+    return out
+
+
+__all__ = ["Interval", "SequentialRule", "block_means", "look_schedule", "pooled_median",
+           "round_log_ratios", "rounds_for", "speedup_interval", "t_quantile"]

@@ -14,6 +14,20 @@ Global switches a config sets (``cudnn.benchmark``, the ``channels_last``
 layout of the parameters) are set on entering a trial's ``with`` block and put
 back on leaving it, so interleaved trials never see each other's settings.
 Leaving the block also shuts the DataLoader's worker processes down.
+
+Timing, as the user's loop runs
+-------------------------------
+A training loop does not wait for the GPU after every step: the host queues the
+next step's copies and kernels while the device still runs the last ones, and
+that overlap is what ``pin_memory`` + ``non_blocking`` (or removing a sync)
+buys. So a trial never synchronises inside a step. Timed steps come in
+*blocks* of ``block`` steps: the device queue is drained once before the first
+block (after the warmup) and once at the end of every block, and each block's
+time is taken from that drain to the next. The per-step time of a block is its
+time / ``block``. A block is long enough (the runner uses at least 4 steps and
+2 x the DataLoader workers) that the one drain at its end, which the user's loop
+pays at most once per many steps, is a small share of it, while the steps inside
+it overlap as they do in real training. On the CPU the drain is a no-op.
 """
 
 from __future__ import annotations
@@ -96,6 +110,21 @@ def _clone_generator(g: Any) -> Any:
     return c
 
 
+def batch_indexable(loader: Any) -> bool:
+    """Whether ``loader``'s batches can be fetched with one ``dataset[indices]`` call and
+    come out the same: a TensorDataset (or a subclass that keeps its ``__getitem__``), the
+    loader's own batch_size, torch's default collate. Indexing each tensor with the list of
+    indices gives exactly what collating the rows one by one gives."""
+    from torch.utils.data import TensorDataset
+    from torch.utils.data._utils.collate import default_collate
+
+    ds = getattr(loader, "dataset", None)
+    return (isinstance(ds, TensorDataset)
+            and type(ds).__getitem__ is TensorDataset.__getitem__
+            and getattr(loader, "batch_size", None) is not None
+            and getattr(loader, "collate_fn", None) is default_collate)
+
+
 def build_loader(orig: Any, cfg: TrainConfig) -> Any:
     """A new DataLoader over the original's data with ``cfg``'s loader settings."""
     from torch.utils.data import DataLoader, IterableDataset
@@ -113,6 +142,17 @@ def build_loader(orig: Any, cfg: TrainConfig) -> Any:
         kw["pin_memory_device"] = orig.pin_memory_device
     kw.update(cfg.loader_kwargs())
     iterable = isinstance(orig.dataset, IterableDataset)
+    if cfg.batched_fetch:  # one dataset[indices] call per batch (batch_indexable says when)
+        if not batch_indexable(orig):
+            raise TuneError("batched_fetch needs a TensorDataset-like dataset, torch's default "
+                            "collate and the DataLoader's own batch_size")
+        from torch.utils.data import BatchSampler
+
+        kw["collate_fn"] = None  # torch's default_convert: the dataset returns the batch
+        kw["batch_size"] = None
+        kw["sampler"] = BatchSampler(orig.sampler, cfg.batch_size or orig.batch_size,
+                                     orig.drop_last)
+        return DataLoader(orig.dataset, **kw)
     if orig.batch_size is not None:  # the loader made its own BatchSampler
         kw["batch_size"] = cfg.batch_size or orig.batch_size
         kw["drop_last"] = orig.drop_last
@@ -205,6 +245,7 @@ class Trial:
         self.first_step_s: float | None = None  # includes torch.compile's compile time
         self._it: Any = None
         self._flag: bool | None = None
+        self._threads: int | None = None  # torch's intra-op threads before the trial
         self._relaid: list[Any] = []
 
     # ------------------------------------------------------------------ enter / exit
@@ -213,11 +254,15 @@ class Trial:
 
         self._flag = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = self.cfg.cudnn_benchmark
+        if self.cfg.intra_op_threads is not None:
+            self._threads = torch.get_num_threads()
+            torch.set_num_threads(self.cfg.intra_op_threads)
         if self.cfg.channels_last:
             cl = torch.channels_last
             for t in [*self.w.model.parameters(), *self.w.model.buffers()]:
                 if t.dim() == 4 and not t.is_contiguous(memory_format=cl):
-                    t.data = t.data.contiguous(memory_format=cl)
+                    with torch.no_grad():  # same tensor object, new strides
+                        t.set_(t.contiguous(memory_format=cl))
                     self._relaid.append(t)
             self._relayout_state(cl)  # fused/foreach kernels want matching strides
         self.optimizer.zero_grad(set_to_none=True)
@@ -238,12 +283,16 @@ class Trial:
         finally:
             if self._relaid:
                 self._relayout_state(torch.contiguous_format)
-            for t in self._relaid:
-                t.data = t.data.contiguous()
+            with torch.no_grad():
+                for t in self._relaid:
+                    t.set_(t.contiguous())
             self._relaid = []
             if self._flag is not None:
                 torch.backends.cudnn.benchmark = self._flag
                 self._flag = None
+            if self._threads is not None:
+                torch.set_num_threads(self._threads)
+                self._threads = None
 
     def close(self) -> None:
         """Shut the worker processes down (also persistent ones)."""
@@ -303,41 +352,51 @@ class Trial:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=cfg.zero_grad_set_to_none)
-        w.sync()
+        # no synchronisation here: the timing drains the queue once per block (see above)
 
-    def _timed(self, n: int, warmup: int, one: Callable[[], None]) -> np.ndarray:
+    def _timed(self, n: int, warmup: int, one: Callable[[], None], block: int) -> np.ndarray:
+        """Per-step seconds of each block of ``block`` steps (``n // block`` values, at least
+        one), after ``warmup`` discarded steps; one device sync per block (module docstring).
+        The first warmup step is timed alone (``first_step_s``: torch.compile's compile)."""
+        block = max(1, min(int(block), n))
+        if n <= 0:
+            return np.empty(0, dtype=np.float64)
         for i in range(warmup):
             t0 = time.perf_counter()
             one()
             if i == 0 and self.first_step_s is None:
+                self.w.sync()
                 self.first_step_s = time.perf_counter() - t0
-        out = np.empty(n, dtype=np.float64)
-        for i in range(n):
+        self.w.sync()  # the timed blocks start with an empty queue
+        out = np.empty(max(1, n // block), dtype=np.float64)
+        for j in range(len(out)):
             t0 = time.perf_counter()
-            one()
-            out[i] = time.perf_counter() - t0
+            for _ in range(block):
+                one()
+            self.w.sync()
+            out[j] = (time.perf_counter() - t0) / block
         return out
 
-    def run(self, warmup: int, n: int) -> np.ndarray:
-        """Seconds per optimizer step of ``n`` steps after ``warmup`` discarded ones, on a
-        fresh iterator (workers start inside the warmup); workers are shut down after."""
+    def run(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
+        """Seconds per optimizer step, one value per block of ``block`` steps, of ``n`` steps
+        after ``warmup`` discarded ones, on a fresh iterator (workers start inside the
+        warmup); workers are shut down after."""
         self.close()
         try:
-            return self._timed(n, warmup, self.step)
+            return self._timed(n, warmup, self.step, block)
         finally:
             self.close()
 
-    def compute_only(self, warmup: int, n: int) -> np.ndarray:
+    def compute_only(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Step times with one batch, already on the device, reused: no input pipeline."""
         try:
             batch = to_device(self.next_batch(), self.w.device, self.cfg.non_blocking,
                               self.cfg.channels_last)
         finally:
             self.close()
-        self.w.sync()
-        return self._timed(n, warmup, lambda: self.step(lambda: batch))
+        return self._timed(n, warmup, lambda: self.step(lambda: batch), block)
 
-    def data_only(self, warmup: int, n: int) -> np.ndarray:
+    def data_only(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Time per optimizer step's worth of batches with the loader iterated alone."""
         k = self.cfg.grad_accum_steps
 
@@ -347,7 +406,7 @@ class Trial:
 
         self.close()
         try:
-            return self._timed(n, warmup, fetch)
+            return self._timed(n, warmup, fetch, block)
         finally:
             self.close()
 

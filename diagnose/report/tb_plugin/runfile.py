@@ -4,7 +4,8 @@
 
     {"format": "torch-diagnose-run", "version": 1,
      "report": {...},                       # Report.to_json(), as `analyze --format json`
-     "autofix": {"rows": [[label, before_ms, after_ms], ...], "code": "..."} | null,
+     "autofix": {"rows": [[label, before_ms, after_ms, speedup, ci_lo, ci_hi, predicted],
+                          ...], "code": "..."} | null,   # the last four may be null
      "plots": {"breakdown": {"title": "...", "caption": "...", "svg": "<svg ..."}, ...},
      "traces": ["host.1700000000000.pt.trace.json.gz", ...]}   # the copies for torch-tb-profiler
 
@@ -55,11 +56,20 @@ def run_document(report: Analysis, autofix: AutofixInput | None = None,
     return {
         "format": FORMAT, "version": VERSION,
         "report": report.to_json(),
-        "autofix": {"rows": [[str(r[0]), float(r[1]), float(r[2])] for r in rows],
+        "autofix": {"rows": [[str(r[0]), float(r[1]), float(r[2]), *_optional(r)]
+                             for r in rows],
                     "code": code if isinstance(code, str) and code else None} if rows else None,
         "plots": plots,
         "traces": list(traces),
     }
+
+
+def _optional(r: Sequence[Any]) -> list[float | None]:
+    """Speedup, its interval and the prediction of a row (None where not known)."""
+    out: list[float | None] = []
+    for x in (*r[3:7], None, None, None, None)[:4]:
+        out.append(float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None)
+    return out
 
 
 def write_run_file(run_dir: str | os.PathLike[str], report: Analysis,

@@ -100,8 +100,10 @@ def _autofix(doc: dict[str, Any]) -> dict[str, Any] | None:
     af = _dict(doc.get("autofix"))
     rows = []
     for r in _list(af.get("rows")):
-        if isinstance(r, list) and len(r) == 3 and None not in (_num(r[1]), _num(r[2])):
-            rows.append(list(autofix_cells((_str(r[0]), float(r[1]), float(r[2])))))
+        if isinstance(r, list) and len(r) in (3, 7) and None not in (_num(r[1]), _num(r[2])):
+            # (label, before, after) or also (speedup, ci_lo, ci_hi, predicted), any null
+            rows.append(list(autofix_cells((_str(r[0]), float(r[1]), float(r[2]),
+                                            *[_num(x) for x in r[3:]]))))
     if not rows:
         return None
     code = af.get("code")

@@ -108,12 +108,15 @@ function runView(v) {
       el('table', null,
         el('thead', null, el('tr', null, el('th', null, 'change tried'),
           el('th', {class: 'num'}, 'before (median step)'), el('th', {class: 'num'}, 'after'),
-          el('th', {class: 'num'}, 'change'))),
-        el('tbody', null, v.autofix.rows.map(([label, before, after, change, cls]) =>
-          el('tr', null, el('td', null, label), el('td', {class: 'num'}, before),
-             el('td', {class: 'num'}, after),
-             el('td', {class: ['better', 'worse'].includes(cls) ? `num ${cls}` : 'num'},
-                change))))),
+          el('th', {class: 'num'}, 'change'), el('th', {class: 'num'}, 'speedup [CI]'),
+          el('th', {class: 'num'}, 'predicted'))),
+        el('tbody', null, v.autofix.rows.map(
+          ([label, before, after, change, measured, predicted, cls]) =>
+            el('tr', null, el('td', null, label), el('td', {class: 'num'}, before),
+               el('td', {class: 'num'}, after),
+               el('td', {class: ['better', 'worse'].includes(cls) ? `num ${cls}` : 'num'},
+                  change),
+               el('td', {class: 'num'}, measured), el('td', {class: 'num'}, predicted))))),
       v.autofix.code ? [el('h4', null, 'The kept changes, as code'),
                         el('pre', null, el('code', null, v.autofix.code))] : null));
   }

@@ -1,0 +1,77 @@
+"""Config fixes: settings of the optimizer, zero_grad and cuDNN."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..code import GENERIC_NOTE, Setup, optimizer_call
+from ..config import TrainConfig
+from ..facts import cuda
+from ..unit import Facts, Fix
+
+
+class ForeachOptimizer(Fix):
+    """Multi-tensor kernels: fused first where CUDA supports it, else foreach."""
+
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return not config.optimizer_fused and config.optimizer_foreach is not True
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        out = []
+        if cuda(facts) and facts.get("fused_supported"):
+            out.append(config.replace(optimizer_fused=True, optimizer_foreach=None))
+        out.append(config.replace(optimizer_foreach=True, optimizer_fused=None))
+        return out
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("optimizer_fused") is True:
+            return "the optimizer is already fused"
+        if metrics.get("optimizer_foreach") is True:
+            return "the optimizer already runs foreach (multi-tensor) kernels"
+        return None
+
+    def render(self, setup: Setup | None) -> str:
+        o = setup.optimizer if setup is not None else None
+        head = "# before: one small kernel per parameter per operation"
+        if o is None:
+            head += f"\n# {GENERIC_NOTE}"
+            before = optimizer_call(None, foreach=False)
+        else:
+            before = optimizer_call(o, foreach=o.foreach, fused=o.fused)
+        return "\n".join([head, before, "# after: a few multi-tensor kernels for all "
+                          "parameters", optimizer_call(o, fused=True) + "   # or foreach=True"])
+
+
+class CudnnBenchmark(Fix):
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return cuda(facts) and facts.get("model_has_conv") is True
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("cudnn_benchmark") is True:
+            return "torch.backends.cudnn.benchmark is already True"
+        return None
+
+
+FOREACH_OPTIMIZER = ForeachOptimizer(
+    "foreach_optimizer", "Multi-tensor (foreach) or fused optimizer", category="config",
+    auto=True,
+    needs="an optimizer not already foreach or fused")
+
+SET_TO_NONE = Fix("set_to_none", "zero_grad(set_to_none=True)", """
+# before: a fill kernel per parameter every step
+optimizer.zero_grad(set_to_none=False)
+# after: gradients are simply dropped (the default since PyTorch 2.0)
+optimizer.zero_grad(set_to_none=True)
+""", category="config", auto=True, change={"zero_grad_set_to_none": True})
+
+CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest convolution "
+                                 "algorithm", """
+# before: cuDNN uses a heuristic algorithm choice
+# after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
+torch.backends.cudnn.benchmark = True
+""", category="config", auto=True, change={"cudnn_benchmark": True},
+    needs="a convolution net on a CUDA device")
+
+#: The registered units of this category (a test checks that each one declared is here).
+FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK)

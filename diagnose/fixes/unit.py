@@ -1,0 +1,179 @@
+"""A fix is one unit: when it applies, when it is already in place, the configs autofix
+measures, the code by hand, and the slot for its prediction.
+
+A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
+(``change={"cudnn_benchmark": True}``). A fix whose behaviour is computed subclasses
+``Fix`` and overrides what differs (each method below says its default):
+
+- ``applies(config, facts)``: autofix may try it on this config (``needs`` says when, in
+  words); ``why_not`` turns both into the reason shown.
+- ``in_place(metrics)``: the reason it is already in place in the diagnosed run (the
+  engine then does not suggest it, and suggests ``instead``).
+- ``search(config, facts)``: the configs to measure, best guess first. ``candidates``
+  (what callers use) drops those equal to ``config`` and repeats; ``apply`` is the first.
+- ``search_key``, ``search_mode`` and ``search_start``: how autofix walks the candidates
+  (fixes with one key share one search; see the SEARCH_* modes).
+- ``render(setup)``: the code for the user's own DataLoader and optimizer
+  (:class:`~diagnose.fixes.code.Setup`; None: the generic template, ``code``).
+- ``predict(model, config, facts)``: through ``transform`` (see
+  :mod:`diagnose.fixes.predict`); a fix without one says so.
+
+Facts
+-----
+``applies``/``search`` read a flat mapping: the metrics of a diagnosis overlaid by what
+autofix measures live. The names fixes read: ``device_type`` ("cuda"/"cpu"),
+``cpu_count`` (``os.sched_getaffinity``), ``model_has_conv``, ``iterable_dataset``,
+``bf16_supported``, ``fused_supported``, ``allow_compile``, ``oom`` (the configured batch
+does not fit), ``host_cpu_mean_pct`` (85% or more is saturated). A fact that is missing
+counts as not known, and a fix that needs it does not apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .code import Setup
+from .config import TrainConfig
+from .predict import NoPrediction, Prediction
+
+Facts = Mapping[str, Any]
+#: A fix's what-if over the step model: ``transform(fix, model, config, facts)``.
+Transform = Callable[["Fix", Any, TrainConfig, Facts], "Prediction | NoPrediction"]
+
+#: How autofix walks a fix's candidates (``Fix.search_mode``):
+#: each in order against the best so far, while the fix still applies;
+SEARCH_EACH = "each"
+#: an upward ladder of one setting, from ``search_start`` while each step is a gain;
+SEARCH_CLIMB = "climb"
+#: a downward ladder, every value against the best so far (a loss does not end it).
+SEARCH_DESCEND = "descend"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One change a person (or autofix) can make; see the module doc for what it owns."""
+
+    id: str
+    title: str
+    code: str = ""  # the generic template (empty: ``render(None)`` writes it)
+    auto: bool = False  # autofix can apply it mechanically
+    change: Mapping[str, Any] | None = None  # the fields a fixed change sets
+    needs: str = ""  # when it applies, in words (the reason shown when it does not)
+    category: str = ""  # the rule category it answers (its module in diagnose/fixes/catalog)
+    search_key: str | None = None  # one search serves every fix with this key
+    instead: tuple[str, ...] = ()  # fix ids to suggest when this one is in place
+    transform: Transform | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        code = self.code or self.render(None)
+        object.__setattr__(self, "code", code.strip("\n"))
+
+    # ------------------------------------------------------------------ when
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        """Autofix may try it on ``config`` (default: always)."""
+        return True
+
+    def why_not(self, config: TrainConfig, facts: Facts) -> str | None:
+        """None when autofix may try it on ``config``; else the reason, in words."""
+        if not self.auto:
+            return "advice only: a person makes this change"
+        try:
+            ok = bool(self.applies(config, facts))
+        except Exception as e:  # a broken condition is reported, never raised
+            return f"condition failed: {type(e).__name__}: {e}"
+        return None if ok else (f"needs {self.needs}" if self.needs else "does not apply")
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        """Why the diagnosed run already has this fix (its change is the run's current
+        setting), from its metrics; None when it does not or cannot be told (default)."""
+        return None
+
+    # ------------------------------------------------------------------ what
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        """The configs to measure, best guess first (default: ``change`` applied)."""
+        return [config.replace(**self.change)] if self.change else []
+
+    def candidates(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        """The configs autofix measures for this fix, in order; none equal to ``config``
+        (empty: advice only, or nothing left to change)."""
+        if not self.auto:
+            return []
+        out: list[TrainConfig] = []
+        for c in self.search(config, facts):
+            if c != config and c not in out:
+                out.append(c)
+        return out
+
+    def apply(self, config: TrainConfig, facts: Facts | None = None) -> TrainConfig:
+        """A new config with this fix applied (its first candidate; the input is never
+        changed). ``config`` itself when there is nothing left to change."""
+        if not self.auto:
+            raise ValueError(f"fix {self.id!r} is advice only: autofix cannot apply it")
+        cands = self.candidates(config, facts or {})
+        return cands[0] if cands else config
+
+    def changes_nothing(self, config: TrainConfig, facts: Facts | None = None) -> bool:
+        """True when autofix has nothing to change on ``config`` (already in place, or
+        advice only)."""
+        return not self.candidates(config, facts or {})
+
+    def search_mode(self, config: TrainConfig, candidates: list[TrainConfig]) -> str:
+        """How autofix walks ``candidates`` (one of the SEARCH_* modes; default each)."""
+        return SEARCH_EACH
+
+    def search_start(self, config: TrainConfig, candidates: list[TrainConfig], *,
+                     input_ms: float, compute_ms: float) -> int:
+        """Where a climb starts: an index into ``candidates``, from the baseline's
+        measured input time and compute-only time per step (default: the first)."""
+        return 0
+
+    # ------------------------------------------------------------------ code
+    def render(self, setup: Setup | None) -> str:
+        """The change by hand for ``setup`` (None: the generic template). Default: the
+        template, whatever the setup."""
+        return self.code
+
+    def code_for(self, setup: Setup | None) -> str:
+        """The change by hand for the user's own DataLoader and optimizer (``setup``); the
+        generic template where nothing is known."""
+        return self.code if setup is None else self.render(setup).strip("\n")
+
+    # ------------------------------------------------------------------ prediction
+    def predict(self, model: Any, config: TrainConfig, facts: Facts) -> Prediction | NoPrediction:
+        """The step time this fix is expected to give, from the step ``model``."""
+        if self.transform is None:
+            return NoPrediction(f"no model of what {self.id} does to a step")
+        try:
+            return self.transform(self, model, config, facts)
+        except Exception as e:  # a broken transform is reported, never raised
+            return NoPrediction(f"the model failed: {type(e).__name__}: {e}")
+
+    def with_transform(self, transform: Transform) -> Fix:
+        """This fix predicting through ``transform``."""
+        return dataclasses.replace(self, transform=transform)
+
+    def to_json(self, code: str | None = None) -> dict[str, Any]:
+        """``code``: the code rendered for a run (default: the generic template)."""
+        return {"id": self.id, "title": self.title, "code": code or self.code,
+                "auto": self.auto}
+
+
+def registry(fixes: Iterable[Fix]) -> dict[str, Fix]:
+    """id -> fix; an id twice, or an ``instead`` that names no fix, is refused."""
+    out: dict[str, Fix] = {}
+    for f in fixes:
+        if f.id in out:
+            raise ValueError(f"fix id {f.id!r} declared twice")
+        out[f.id] = f
+    for f in out.values():
+        unknown = [i for i in f.instead if i not in out]
+        if unknown:
+            raise ValueError(f"fix {f.id!r}: instead names unknown fix {unknown[0]!r}")
+    return out
+
+
+__all__ = ["SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "Facts", "Fix", "Transform",
+           "registry"]

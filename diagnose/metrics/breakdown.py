@@ -1,0 +1,86 @@
+"""Where each step's time goes: kernels, copies, memsets, communication, runtime calls,
+the DataLoader and CPU ops, each claiming only time no category before it claimed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..trace import Kind
+from . import intervals as iv
+from .declare import GPU, Metric, Need, per_step_ms, rnd
+from .names import COMM_KERNEL, DATALOADER, STEP
+from .window import StepWindow
+
+#: The categories, highest first (a category claims only time no higher one claimed).
+CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+_DEVICE_ONLY = frozenset({"kernel", "memcpy", "memset", "communication", "runtime"})
+
+
+def _needs(cat: str) -> tuple[Need, ...]:
+    return (GPU,) if cat in _DEVICE_ONLY else ()
+
+
+METRICS = tuple(
+    Metric(f"share_{cat}", "fraction",
+           f"Share of step time attributed to {cat.replace('_', ' ')} "
+           "(each category claims only time no higher category claimed)", _needs(cat))
+    for cat in CATEGORIES
+) + (Metric("share_other", "fraction", "Share of step time in no category above"),)
+
+
+@dataclass(frozen=True)
+class Categories:
+    """Each category's events as an interval set (``sets``), and the masks other areas use:
+    ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``: the
+    host's ``enumerate(DataLoader)`` spans."""
+
+    comm: np.ndarray
+    compute: np.ndarray
+    dataloader: np.ndarray
+    sets: dict[str, iv.Intervals]
+
+
+def categories(w: StepWindow) -> Categories:
+    t = w.t
+    comm_name = t.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
+    kern = (t.kind == Kind.KERNEL) & w.dev
+    comm = kern & comm_name
+    compute = kern & ~comm_name
+    dl = w.host & t.name_mask(lambda n: bool(DATALOADER.match(n)))
+    cpu = w.host & (t.kind == Kind.CPU_OP) & ~dl & ~t.name_mask(lambda n: bool(STEP.match(n)))
+    sets = {
+        "kernel": w.sel(compute),
+        "memcpy": w.sel(w.dev & (t.kind == Kind.MEMCPY)),
+        "memset": w.sel(w.dev & (t.kind == Kind.MEMSET)),
+        "communication": w.sel(comm),
+        "runtime": w.sel(w.host & (t.kind == Kind.RUNTIME)),
+        "dataloader": w.sel(dl),
+        "cpu_exec": w.sel(cpu),
+    }
+    return Categories(comm, compute, dl, sets)
+
+
+def breakdown_metrics(w: StepWindow, cats: Categories
+                      ) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The METRICS above, and the per-step series ``<category>_ms`` and ``other_ms``."""
+    v: dict[str, Any] = {}
+    series: dict[str, list[float]] = {}
+    step_len = w.step_hi - w.step_lo
+    total = float(step_len.sum())
+    acc = iv.EMPTY
+    prev = np.zeros(w.n_steps)
+    for cat in CATEGORIES:
+        acc = iv.merge(acc, cats.sets[cat])
+        now = iv.measure_between(acc, w.step_lo, w.step_hi)
+        claimed = now - prev
+        prev = now
+        series[f"{cat}_ms"] = per_step_ms(claimed)
+        ok = total > 0 and (w.has_gpu or cat not in _DEVICE_ONLY)
+        v[f"share_{cat}"] = rnd(claimed.sum() / total) if ok else None
+    other = step_len - prev
+    series["other_ms"] = per_step_ms(other)
+    v["share_other"] = rnd(other.sum() / total) if total > 0 else None
+    return v, series

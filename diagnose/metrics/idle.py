@@ -1,0 +1,139 @@
+"""GPU busy, and the GPU's idle time inside the steps split by its host-side cause.
+
+Each idle gap (no kernel, copy or memset on any device) is attributed in turn to: the
+host waiting on the DataLoader (the part of the gap it covers); a synchronisation that
+drained the GPU (the gap begins inside a synchronising call or a blocking pageable copy);
+the host launching late (the work that ends the gap was launched after the GPU ran dry);
+or nothing attributable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..trace import Kind
+from . import intervals as iv
+from .declare import GPU, Metric, rnd
+from .window import StepWindow
+
+METRICS = (
+    Metric("gpu_busy_frac", "fraction",
+           "Union of kernel, memcpy and memset time on the busiest device / window", (GPU,)),
+    Metric("gpu_idle_frac", "fraction", "Window time with no device activity at all / window",
+           (GPU,)),
+    Metric("idle_input_frac", "fraction",
+           "GPU idle while the host waits on the DataLoader / window", (GPU,)),
+    Metric("idle_sync_frac", "fraction",
+           "GPU idle after the host drained it with a synchronising call (.item(), "
+           "synchronize, a blocking pageable copy) until new work arrived / window", (GPU,)),
+    Metric("idle_copy_sync_frac", "fraction",
+           "The part of idle_sync_frac that begins while the host is blocked in a pageable "
+           "host-to-device copy (the copy call and the synchronisation it issues) / window", (GPU,)),
+    Metric("idle_sync_call_frac", "fraction",
+           "The rest of idle_sync_frac: after .item(), synchronize and other synchronising "
+           "calls / window", (GPU,)),
+    Metric("idle_kernel_launch_frac", "fraction",
+           "The part of idle_launch_frac that ends with a kernel launched on its own (not "
+           "replayed by a graph) / window", (GPU,)),
+    Metric("idle_graph_launch_frac", "fraction",
+           "The part of idle_launch_frac that ends with kernels replayed by a CUDA/HIP graph "
+           "(the GPU waits for one graph launch, not for per-kernel launches) / window", (GPU,)),
+    Metric("idle_launch_frac", "fraction",
+           "GPU idle waiting for the host to launch the next work (launch overhead, Python "
+           "and CPU work between launches) / window", (GPU,)),
+    Metric("idle_other_frac", "fraction", "GPU idle for no attributable host cause / window",
+           (GPU,)),
+)
+
+# the order the values come in (the declarations above keep the catalog's order)
+_ORDER = ("gpu_busy_frac", "gpu_idle_frac", "idle_input_frac", "idle_sync_frac",
+          "idle_launch_frac", "idle_other_frac", "idle_copy_sync_frac",
+          "idle_sync_call_frac", "idle_graph_launch_frac", "idle_kernel_launch_frac")
+
+
+def _launch_end(w: StepWindow, dev_events: np.ndarray) -> np.ndarray:
+    """End time of the host runtime call that launched each device event (NaN if unknown)."""
+    t = w.t
+    rt = np.flatnonzero((t.kind == Kind.RUNTIME) & ~np.isnan(t.correlation))
+    out = np.full(len(dev_events), np.nan)
+    if not len(rt):
+        return out
+    order = rt[np.argsort(t.correlation[rt], kind="stable")]
+    keys = t.correlation[order]
+    want = t.correlation[dev_events]
+    pos = np.searchsorted(keys, want)
+    pos_c = np.minimum(pos, len(keys) - 1)
+    hit = (pos < len(keys)) & (keys[pos_c] == want)
+    out[hit] = t.end[order[pos_c[hit]]]
+    return out
+
+
+def _busiest(w: StepWindow) -> float:
+    """GPU busy share of the busiest device."""
+    t = w.t
+    dev_idx = np.flatnonzero(w.dev)
+    dev_no = t.device[dev_idx]
+    dev_key = np.where(np.isnan(dev_no), -1.0 - t.pid_id[dev_idx], dev_no)
+    busiest = 0.0
+    for d in np.unique(dev_key):  # once per device
+        sel = dev_idx[dev_key == d]
+        busiest = max(busiest, w.frac(iv.union(t.ts[sel], t.end[sel])))
+    return busiest
+
+
+def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Intervals,
+                 copy_blocked: iv.Intervals, graph_kernel: np.ndarray) -> dict[str, Any]:
+    """The METRICS above.
+
+    ``dataloader``: the host's DataLoader spans; ``sync_spans``: its synchronising calls;
+    ``copy_blocked``: host time blocked by pageable copies; ``graph_kernel``: the device
+    events a CUDA/HIP graph replays (a mask).
+    """
+    if not w.has_gpu or w.W <= 0:
+        return dict.fromkeys(_ORDER)
+    t = w.t
+    dev_idx = np.flatnonzero(w.dev)
+    # idle gaps inside steps only: the time between two steps is set aside as if busy
+    between = (w.step_hi[:-1], w.step_lo[1:])
+    keep = between[1] > between[0]
+    gs, ge = iv.gaps(iv.merge(w.sel(w.dev), (between[0][keep], between[1][keep])), w.lo, w.hi)
+    glen = ge - gs
+    input_part = iv.measure_between(dataloader, gs, ge)
+    rest = np.maximum(glen - input_part, 0.0)
+    copy_flag = iv.contains(copy_blocked, gs)
+    sync_flag = iv.contains(sync_spans, gs) | copy_flag
+    # which device op ends each gap, and when was it launched?
+    order = dev_idx[np.argsort(t.ts[dev_idx], kind="stable")]
+    nxt = np.searchsorted(t.ts[order], ge, side="left")
+    has_next = nxt < len(order)
+    nxt_ev = order[np.minimum(nxt, len(order) - 1)]
+    launch_end = _launch_end(w, nxt_ev)
+    host_late = has_next & ~np.isnan(launch_end) & (launch_end >= gs - 1e-3)
+    # a gap is the host's doing only if the work that ends it was not yet launched when
+    # the GPU ran dry; a gap between work already queued (inside a CUDA graph, behind a
+    # cross-stream wait) is the device's own, whatever the host is doing meanwhile
+    queued = has_next & ~np.isnan(launch_end) & ~host_late
+    sync_flag &= ~queued
+    copy_flag &= ~queued
+    sync_part = np.where(sync_flag, rest, 0.0)
+    launch_part = np.where(~sync_flag & host_late, rest, 0.0)
+    other_part = rest - sync_part - launch_part
+    copy_part = np.where(copy_flag, sync_part, 0.0)
+    # idle gaps that end with work replayed by a CUDA/HIP graph: one graph launch, not
+    # one launch per kernel (counted in idle_launch_frac, reported apart)
+    graph_part = np.where(has_next & graph_kernel[nxt_ev], launch_part, 0.0)
+    W = w.W
+    return {
+        "gpu_busy_frac": rnd(_busiest(w)),
+        "gpu_idle_frac": rnd(glen.sum() / W),
+        "idle_input_frac": rnd(input_part.sum() / W),
+        "idle_sync_frac": rnd(sync_part.sum() / W),
+        "idle_launch_frac": rnd(launch_part.sum() / W),
+        "idle_other_frac": rnd(other_part.sum() / W),
+        "idle_copy_sync_frac": rnd(copy_part.sum() / W),
+        "idle_sync_call_frac": rnd((sync_part - copy_part).sum() / W),
+        "idle_graph_launch_frac": rnd(graph_part.sum() / W),
+        "idle_kernel_launch_frac": rnd((launch_part - graph_part).sum() / W),
+    }

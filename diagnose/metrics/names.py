@@ -1,0 +1,39 @@
+"""Event names the analysis recognises, shared by the area modules."""
+
+from __future__ import annotations
+
+import re
+
+STEP = re.compile(r"^ProfilerStep#\d+$")
+DATALOADER = re.compile(r"^enumerate\(DataLoader\)#")
+SYNC_RUNTIME = frozenset(
+    {
+        "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+        "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpy",
+        "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    }
+)
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+LAUNCH = frozenset(
+    {
+        "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+        "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtLaunchKernel",
+        "hipModuleLaunchKernel", "cudaGraphLaunch", "hipGraphLaunch",
+    }
+)
+MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
+COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+
+
+def copy_direction(name: str) -> str | None:
+    """h2d, d2h or d2d for a device copy's name (``Memcpy HtoD (Pageable -> Device)``)."""
+    if not name.startswith("Memcpy"):
+        return None
+    if "HtoD" in name or "Host->Device" in name or "HostToDevice" in name:
+        return "h2d"
+    if "DtoH" in name or "Device->Host" in name or "DeviceToHost" in name:
+        return "d2h"
+    if "DtoD" in name or "Device->Device" in name or "PtoP" in name or "DeviceToDevice" in name:
+        return "d2d"
+    return None

@@ -1,0 +1,111 @@
+"""optimizer.step() and zero_grad() as the trace shows them, and nn.DataParallel's ops."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ..trace import Kind
+from . import intervals as iv
+from .declare import GPU, OPTIMIZER, ZERO_GRAD, Metric, rnd
+from .names import LAUNCH
+from .window import StepWindow
+
+_OPT_STEP = re.compile(r"^Optimizer\.step#")
+_OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
+_FOREACH = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused_", re.IGNORECASE)
+_DATAPARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$")
+
+METRICS = (
+    Metric("optimizer_launches_per_step", "count",
+           "Kernel launches inside optimizer.step(), per step", (GPU, OPTIMIZER)),
+    Metric("optimizer_ms_per_step", "ms", "Host time inside optimizer.step(), per step",
+           (OPTIMIZER,)),
+    Metric("optimizer_stake_frac", "fraction",
+           "Step time at stake in optimizer.step()'s host time / window: on a GPU, at most "
+           "the GPU's idle waiting for launches (idle_launch_frac); on a CPU, all of it",
+           (OPTIMIZER,)),
+    Metric("optimizer_kernel_ms_per_step", "ms",
+           "Device time of the kernels launched inside optimizer.step(), per step",
+           (GPU, OPTIMIZER)),
+    Metric("optimizer_uses_foreach", "bool",
+           "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops", (OPTIMIZER,)),
+    Metric("zero_grad_fill_ops_per_step", "count",
+           "aten::zero_ calls inside optimizer.zero_grad() per step (0 with set_to_none)",
+           (ZERO_GRAD,)),
+    Metric("zero_grad_cost_frac", "fraction",
+           "What zeroing gradients costs / window: the device time of the kernels and "
+           "memsets launched inside optimizer.zero_grad(), plus its host time up to the GPU's "
+           "idle waiting for launches (CPU-only: host time in its aten::zero_ calls)",
+           (ZERO_GRAD,)),
+    Metric("dataparallel_ops_per_step", "count",
+           "nn.DataParallel scatter/broadcast/gather ops per step"),
+    Metric("dataparallel_ms_per_step", "ms",
+           "Host time in nn.DataParallel scatter/broadcast/gather ops per step"),
+)
+
+
+def _launched_device_us(w: StepWindow, spans: iv.Intervals) -> float:
+    """Device time (in the window) of the work launched by runtime calls inside ``spans``."""
+    t = w.t
+    rt = w.contains(spans, w.host & (t.kind == Kind.RUNTIME))
+    corr = t.correlation[rt]
+    corr = corr[~np.isnan(corr)]
+    if not len(corr):
+        return 0.0
+    idx = np.flatnonzero(w.within(w.dev))
+    return float(t.dur[idx[np.isin(t.correlation[idx], corr)]].sum())
+
+
+def _host_stake_us(w: StepWindow, spans: iv.Intervals, idle_launch_frac: float | None) -> float:
+    """Step time at stake in host time spent in ``spans``: a GPU that keeps busy meanwhile
+    loses nothing, so on a GPU it is at most the GPU's idle waiting for launches."""
+    host = w.in_steps(spans)
+    if not w.has_gpu:
+        return host
+    return min(host, (idle_launch_frac or 0.0) * w.W)
+
+
+def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str, Any]:
+    """The METRICS above. ``idle_launch_frac``: the GPU's idle waiting for launches, the
+    most that host time can cost on a GPU (see :mod:`.idle`)."""
+    t = w.t
+    n, W, gpu = w.n_steps, w.W, w.has_gpu
+    hostish = w.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
+    step_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_STEP.match(s)))))
+    zero_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_ZERO.match(s)))))
+    launch = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda s: s in LAUNCH)
+    has_opt = len(step_spans[0]) > 0
+    foreach_names = t.name_mask(lambda s: bool(_FOREACH.search(s)))
+    # only launches and foreach ops are asked "inside optimizer.step()?"
+    in_opt = w.contains(step_spans, launch | foreach_names) if has_opt else np.zeros(len(t), bool)
+    v: dict[str, Any] = {
+        "optimizer_launches_per_step": rnd(int((launch & in_opt).sum()) / n, 1)
+        if has_opt and gpu else None,
+        "optimizer_ms_per_step": rnd(iv.measure(step_spans) / 1e3 / n, 3) if has_opt else None,
+        "optimizer_stake_frac": rnd(_host_stake_us(w, step_spans, idle_launch_frac) / W)
+        if has_opt and W > 0 else None,
+        "optimizer_kernel_ms_per_step": rnd(_launched_device_us(w, step_spans) / 1e3 / n, 3)
+        if has_opt and gpu else None,
+        "optimizer_uses_foreach": bool((foreach_names & in_opt).any()) if has_opt else None,
+    }
+    v_zero = v_cost = None
+    if len(zero_spans[0]):
+        zero_ops = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda s: s == "aten::zero_")
+        fills = w.contains(zero_spans, zero_ops)
+        v_zero = rnd(int(fills.sum()) / n, 1)
+        if gpu:
+            cost = (_launched_device_us(w, zero_spans)
+                    + _host_stake_us(w, zero_spans, idle_launch_frac))
+        else:
+            cost = w.in_steps(w.sel(fills))
+        v_cost = rnd(cost / W) if W > 0 else None
+    v["zero_grad_fill_ops_per_step"] = v_zero
+    v["zero_grad_cost_frac"] = v_cost
+    dp = w.within(w.host & (t.kind == Kind.CPU_OP) & t.name_mask(
+        lambda s: bool(_DATAPARALLEL.match(s))))
+    v["dataparallel_ops_per_step"] = rnd(int(dp.sum()) / n, 1)
+    v["dataparallel_ms_per_step"] = rnd(w.in_steps(w.sel(dp)) / 1e3 / n, 3)
+    return v

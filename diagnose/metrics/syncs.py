@@ -1,0 +1,54 @@
+"""Host waits on the device: synchronising runtime calls and ``.item()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..trace import Kind
+from . import intervals as iv
+from .declare import GPU, Metric, rnd
+from .names import SYNC_OPS, SYNC_RUNTIME
+from .window import StepWindow
+
+METRICS = (
+    Metric("sync_calls_per_step", "count",
+           "Synchronising runtime calls (cuda*Synchronize, blocking cudaMemcpy) per step", (GPU,)),
+    Metric("item_calls_per_step", "count", "aten::item calls (.item(), float(t), ...) per step",
+           (GPU,)),
+    Metric("sync_frac", "fraction", "Host time inside synchronising calls / window", (GPU,)),
+    Metric("sync_ms_per_step", "ms", "Host time inside synchronising calls per step", (GPU,)),
+)
+
+
+@dataclass(frozen=True)
+class Syncs:
+    """``spans``: host time in synchronising calls and ops (an interval set); ``runtime``
+    and ``item``: masks of the synchronising runtime calls and of ``aten::item``."""
+
+    spans: iv.Intervals
+    runtime: np.ndarray
+    item: np.ndarray
+
+
+def syncs(w: StepWindow) -> Syncs:
+    t = w.t
+    runtime = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: n in SYNC_RUNTIME)
+    ops = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda n: n in SYNC_OPS)
+    item = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda n: n == "aten::item")
+    return Syncs(w.sel(runtime | ops), runtime, item)
+
+
+def sync_metrics(w: StepWindow, s: Syncs) -> dict[str, Any]:
+    """The METRICS above."""
+    if not w.has_gpu:
+        return dict.fromkeys(m.name for m in METRICS)
+    n = w.n_steps
+    return {
+        "sync_calls_per_step": rnd(int(w.within(s.runtime).sum()) / n, 2),
+        "item_calls_per_step": rnd(int(w.within(s.item).sum()) / n, 2),
+        "sync_frac": rnd(w.frac(s.spans)),
+        "sync_ms_per_step": rnd(w.in_steps(s.spans) / 1e3 / n, 3),
+    }

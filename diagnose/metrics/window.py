@@ -1,0 +1,143 @@
+"""The profiled window: which steps count, and the event selections every area shares.
+
+Fractions are of the profiled window: the union of ``ProfilerStep#N`` spans (time between
+two steps does not count), or the whole trace span where it has none. :class:`StepWindow`
+is computed once per trace and passed to every area module.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace
+from . import intervals as iv
+from .declare import Metric, per_step_ms, rnd
+from .names import STEP
+
+METRICS = (
+    Metric("steps_source", "", "Where the step windows come from: ProfilerStep or whole trace"),
+    Metric("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)"),
+    Metric("window_ms", "ms", "Length of the profiled window (sum of the step spans)"),
+    Metric("step_time_median_ms", "ms", "Median step time"),
+    Metric("step_time_p90_ms", "ms", "90th percentile step time"),
+    Metric("step_time_mean_ms", "ms", "Mean step time"),
+    Metric("step_time_cv", "ratio", "Coefficient of variation of step time (std/mean)"),
+    Metric("has_gpu", "bool", "The trace has device (kernel/memcpy/memset) activity"),
+)
+
+
+class StepWindow:
+    """One trace's profiled steps and its host and device events (masks over all events).
+
+    ``host``: host events of the main process (the one with the most host events);
+    ``dev``: kernels, copies and memsets; ``step_lo``/``step_hi``: the steps kept;
+    ``W``: their summed length (us); ``notes``: what the step selection left out.
+    """
+
+    def __init__(self, t: Trace, max_steps: int | None = None) -> None:
+        self.t = t
+        self.notes: list[str] = []
+        valid = np.isfinite(t.ts)
+        host_all = np.isin(t.kind, [int(k) for k in HOST_KINDS]) & valid
+        if host_all.any():
+            counts = np.bincount(t.pid_id[host_all], minlength=len(t.pids))
+            self.main_pid = int(np.argmax(counts))
+            self.host: np.ndarray = host_all & (t.pid_id == self.main_pid)
+        else:
+            self.main_pid = -1
+            self.host = host_all
+        self.dev: np.ndarray = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & valid
+        self.has_gpu = bool(self.dev.any())
+        self.step_lo, self.step_hi, self.source = self._steps(max_steps)
+        self.lo, self.hi = float(self.step_lo[0]), float(self.step_hi[-1])
+        self.steps_u: iv.Intervals = (self.step_lo, self.step_hi)
+        self.W = float(np.sum(self.step_hi - self.step_lo))
+        self.n_steps = len(self.step_lo)
+
+    def _steps(self, max_steps: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+        t = self.t
+        is_step = t.name_mask(lambda n: bool(STEP.match(n))) & self.host & np.isin(
+            t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)]
+        )
+        idx = np.flatnonzero(is_step)
+        idx = idx[np.argsort(t.ts[idx], kind="stable")]
+        if len(idx):
+            # drop repeated or nested step spans: keep those starting after the last kept one ended
+            keep: list[int] = []
+            last_end = -np.inf
+            for i in idx.tolist():  # once per step (a handful), not per event
+                if t.ts[i] >= last_end - 1e-3 and t.dur[i] > 0:
+                    keep.append(i)
+                    last_end = t.end[i]
+            idx = np.array(keep, dtype=np.int64)
+            if max_steps is not None and len(idx) > max_steps:
+                self.notes.append(f"{len(idx) - max_steps} ProfilerStep span(s) after the "
+                                  f"{max_steps} whole step(s) left out (the loop ended)")
+                idx = idx[:max_steps]
+        if len(idx):
+            return t.ts[idx], t.end[idx], "ProfilerStep"
+        span = (self.host | self.dev) & (t.kind != Kind.TRACE)
+        if not span.any():
+            span = np.isfinite(t.ts) & (t.kind != Kind.TRACE)
+        lo = float(np.min(t.ts[span])) if span.any() else 0.0
+        hi = float(np.max(t.end[span])) if span.any() else 0.0
+        self.notes.append("no ProfilerStep# spans: the whole trace is analysed as one window")
+        return np.array([lo]), np.array([hi]), "whole trace"
+
+    # ------------------------------------------------------------------ selections
+    def sel(self, mask: np.ndarray) -> iv.Intervals:
+        """The events of ``mask`` as an interval set."""
+        return iv.union(self.t.ts[mask], self.t.end[mask])
+
+    @cached_property
+    def mid(self) -> np.ndarray:
+        """Each event's midpoint."""
+        return self.t.ts + self.t.dur / 2
+
+    @cached_property
+    def in_window(self) -> np.ndarray:
+        """Events whose midpoint lies inside a profiled step (computed once)."""
+        return iv.inside(self.steps_u, self.mid)
+
+    def within(self, mask: np.ndarray) -> np.ndarray:
+        """Events (of ``mask``) whose midpoint lies inside a profiled step."""
+        return mask & self.in_window
+
+    def contains(self, u: iv.Intervals, mask: np.ndarray) -> np.ndarray:
+        """Events of ``mask`` whose midpoint lies inside ``u`` (only those are searched)."""
+        out = np.zeros(len(mask), bool)
+        idx = np.flatnonzero(mask)
+        out[idx] = iv.contains(u, self.mid[idx])
+        return out
+
+    def in_steps(self, u: iv.Intervals) -> float:
+        """Length of ``u`` inside the profiled steps (time between steps does not count)."""
+        return iv.overlap(self.steps_u, u)
+
+    def frac(self, u: iv.Intervals) -> float:
+        """Share of the window that ``u`` covers."""
+        return self.in_steps(u) / self.W if self.W > 0 else 0.0
+
+    def of_kind(self, *kinds: Kind) -> np.ndarray:
+        """Host events of the main process of these kinds."""
+        return self.host & np.isin(self.t.kind, [int(k) for k in kinds])
+
+
+def window_metrics(w: StepWindow) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The METRICS above, and the ``step_ms`` series."""
+    st = (w.step_hi - w.step_lo) / 1e3
+    v: dict[str, Any] = {
+        "steps_source": w.source,
+        "step_count": w.n_steps,
+        "window_ms": rnd(w.W / 1e3, 3),
+        "step_time_median_ms": rnd(np.median(st), 3),
+        "step_time_p90_ms": rnd(np.percentile(st, 90), 3),
+        "step_time_mean_ms": rnd(np.mean(st), 3),
+        "step_time_cv": rnd(np.std(st) / np.mean(st), 4)
+        if w.n_steps > 1 and np.mean(st) > 0 else None,
+        "has_gpu": w.has_gpu,
+    }
+    return v, {"step_ms": per_step_ms(w.step_hi - w.step_lo)}

@@ -1,0 +1,46 @@
+"""What autofix knows for sure about the running process (it overrides a diagnosis' metrics)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .trial import Workload, batch_indexable
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask; the machine's count elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def live_facts(w: Workload, allow_compile: bool, cpus: int | None = None) -> dict[str, Any]:
+    """The facts fixes read (see :mod:`diagnose.fixes`), measured on the live objects
+    (``cpus``: the usable CPUs, default :func:`cpu_count`)."""
+    import inspect
+
+    import torch
+
+    cuda = w.on_cuda
+    bf16 = False
+    if cuda:
+        try:
+            bf16 = bool(torch.cuda.is_bf16_supported())
+        except Exception:
+            bf16 = False
+    try:
+        fused_ok = "fused" in inspect.signature(type(w.optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        fused_ok = False
+    has_conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in w.model.modules())
+    iterable = isinstance(w.loader.dataset, torch.utils.data.IterableDataset)
+    return {"device_type": w.device.type, "cpu_count": cpus or cpu_count(), "bf16_supported": bf16,
+            "fused_supported": fused_ok, "model_has_conv": has_conv,
+            "iterable_dataset": iterable, "allow_compile": allow_compile, "oom": False,
+            "torch_num_threads": torch.get_num_threads(),
+            "dataset_batch_indexable": batch_indexable(w.loader)}
+
+
+__all__ = ["cpu_count", "live_facts"]

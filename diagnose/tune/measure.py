@@ -1,0 +1,278 @@
+"""Measuring: the plan of a trial's rounds, interleaved arms, and the interval they give.
+
+Rounds alternate the arms (A B, B A, ...) so that drift on the machine hits every arm
+alike. In each round an arm runs ``warmup`` discarded steps, then its timed steps in
+*blocks* (:meth:`diagnose.tune.trial.Trial.run`: one synchronisation per block, as the
+user's loop runs). A trial's rounds follow the sequential rule of
+:mod:`diagnose.tune.stats`: looks at round counts fixed before it starts (sized by a power
+calculation from the measured noise and the predicted effect), stopping when the interval
+excludes the keep threshold on either side, or when the trial's share of the budget ends.
+Fixed-size comparisons (the before/after, the speed of light) use the bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..fixes import TrainConfig
+from .result import ERROR, NO_FIT, Bound, Comparison
+from .stats import (
+    Interval,
+    SequentialRule,
+    look_schedule,
+    pooled_median,
+    round_log_ratios,
+    rounds_for,
+    speedup_interval,
+)
+from .trial import Trial, TuneError, Workload, build_optimizer, is_oom, release_memory
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How trials are measured."""
+
+    # Many short rounds rather than a few long ones: on a shared machine the variation
+    # between rounds (other processes) dominates, and it shrinks with the number of rounds.
+    warmup: int = 3  # discarded steps at the start of every round (plus one per worker)
+    round_s: float = 0.15  # target time of one arm's measured steps in one round
+    min_steps: int = 8  # two blocks: slow steps make long rounds even so
+    max_steps: int = 400
+    block: int = 4  # steps per block (at least 2 x the workers of either arm)
+    min_rounds: int = 4  # the earliest look of a trial
+    max_rounds: int = 20  # the last look (and fewer when the trial's budget share ends)
+    looks: int = 4  # the most looks a trial takes: its error is split over them
+    alpha: float = 0.05  # error of a trial's intervals, all looks together (two-sided)
+    power: float = 0.9  # the first look is sized to decide the predicted effect this often
+    noise: float = 0.05  # prior SD of one round's log ratio, until trials measure it
+    final_rounds: int = 10  # before/after and speed of light (fixed: nothing is decided)
+    resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Plan:
+        """Short rounds: for tests and `torch-diagnose demo --quick` (wider intervals)."""
+        return cls(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=3,
+                   max_rounds=6, looks=2, final_rounds=4, resamples=1000)
+
+    @property
+    def rule(self) -> SequentialRule:
+        return SequentialRule(alpha=self.alpha, looks=self.looks, power=self.power)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A trial's sequential schedule: the round counts at which the rule looks (fixed before
+    the trial starts) and the time its share of the budget ends."""
+
+    at: tuple[int, ...]
+    deadline: float | None = None
+
+
+class _ArmFailed(Exception):
+    def __init__(self, arm: str, error: BaseException, partial: dict[str, list[np.ndarray]]):
+        super().__init__(arm)
+        self.arm, self.error, self.partial = arm, error, partial
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+
+
+def _ms(rounds: Sequence[np.ndarray]) -> float | None:
+    return 1e3 * pooled_median(rounds) if rounds else None
+
+
+Rounds = dict[str, list[np.ndarray]]
+
+
+class Measurer:
+    """Times configs of one workload against each other (see the module docstring)."""
+
+    def __init__(self, w: Workload, plan: Plan, min_gain: float,
+                 progress: Callable[[str], None] | None) -> None:
+        self.w, self.plan, self.min_gain = w, plan, min_gain
+        self.progress = progress or (lambda s: None)
+        self.steps = plan.min_steps
+        self.step_s: float | None = None  # the baseline's seconds per step (pilot)
+        self._residuals: list[tuple[float, int]] = []  # (variance of d_r, dof) per trial
+        self._optimizers: dict[tuple[bool | None, bool | None], Any] = {}
+
+    def trial_for(self, cfg: TrainConfig) -> Trial:
+        """A Trial of ``cfg``; trials with the same optimizer settings share one rebuilt
+        optimizer (one copy of the state on the device, not one per trial)."""
+        key = (cfg.optimizer_foreach, cfg.optimizer_fused)
+        if key not in self._optimizers:
+            self._optimizers[key] = build_optimizer(self.w.optimizer, cfg)
+        return Trial(self.w, cfg, self._optimizers[key])
+
+    # ------------------------------------------------------------------ noise and size
+    @property
+    def noise(self) -> float:
+        """SD of one round's log ratio: pooled over the trials so far (each around its own
+        mean), the plan's prior before any."""
+        dof = sum(k for _, k in self._residuals)
+        if dof < 4:
+            return self.plan.noise
+        return math.sqrt(sum(v * k for v, k in self._residuals) / dof)
+
+    def schedule(self, predicted: float | None, share_s: float | None,
+                 a: TrainConfig, b: TrainConfig) -> Looks:
+        """The looks of one trial: the first sized by :func:`~diagnose.tune.stats.rounds_for`,
+        the last at ``max_rounds`` or the rounds the trial's budget share affords."""
+        p = self.plan
+        last = p.max_rounds
+        if share_s is not None and self.step_s:
+            warmup, n, _ = self.layout(a, b)
+            per_round = 2 * (warmup + n) * self.step_s
+            last = max(p.min_rounds, min(last, int(share_s / max(per_round, 1e-9))))
+        first = rounds_for(self.noise, predicted, 1.0 + self.min_gain, p.rule, p.min_rounds)
+        deadline = None if share_s is None else time.perf_counter() + share_s
+        return Looks(tuple(look_schedule(first, last, p.looks)), deadline)
+
+    # ------------------------------------------------------------------ rounds
+    def layout(self, a: TrainConfig, b: TrainConfig) -> tuple[int, int, int]:
+        """(warmup, timed steps, block) of one arm in one round."""
+        workers = max(a.num_workers, b.num_workers)
+        k = max(self.plan.block, 2 * workers)
+        n = max(k, math.ceil(self.steps / k) * k)
+        return self.plan.warmup + workers, n, k
+
+    def _rounds(self, arms: list[tuple[str, Callable[[], np.ndarray]]], looks: Sequence[int],
+                label: str, done: Callable[[Rounds], bool] | None = None,
+                deadline: float | None = None) -> Rounds:
+        """Run every arm once per round, rotating the order, and ask ``done`` at each look
+        (and once more when the ``deadline`` ends the rounds before the last look)."""
+        res: Rounds = {name: [] for name, _ in arms}
+        last = looks[-1]
+        for r in range(last):
+            self.progress(f"{label} (round {r + 1}/{last})")
+            i = r % len(arms)
+            for name, fn in arms[i:] + arms[:i]:
+                try:
+                    res[name].append(fn())
+                except Exception as e:
+                    raise _ArmFailed(name, e, res) from e
+            if done is None:
+                continue
+            late = deadline is not None and time.perf_counter() >= deadline and r + 1 >= 2
+            if (r + 1 in looks or late) and done(res):
+                break
+            if late:
+                break
+        return res
+
+    def _arm(self, t: Trial, what: str, warmup: int, n: int, k: int) -> Callable[[], np.ndarray]:
+        def run() -> np.ndarray:
+            with t:
+                if what == "compute":
+                    return t.compute_only(self.plan.warmup, n, block=k)
+                if what == "data":
+                    return t.data_only(warmup, n, block=k)
+                return t.run(warmup, n, block=k)
+        return run
+
+    def compare(self, a: TrainConfig, b: TrainConfig, label: str, *,
+                rounds: int | Looks | None = None, bound: bool = False,
+                ) -> tuple[Comparison, Bound | None]:
+        """Interleaved rounds of ``a`` (baseline) and ``b`` (candidate). ``rounds``: a
+        trial's :class:`Looks` (the sequential rule decides when to stop), or a fixed number
+        of rounds (default ``final_rounds``) with the bootstrap interval. With ``bound``,
+        ``b``'s compute-only and input-only times are measured in the same rounds."""
+        plan = self.plan
+        warmup, n, k = self.layout(a, b)
+        try:
+            ta, tb = self.trial_for(a), self.trial_for(b)
+        except TuneError as e:
+            return Comparison(None, None, None, 0, 0, ERROR, str(e)), None
+        arms = [("a", self._arm(ta, "step", warmup, n, k)),
+                ("b", self._arm(tb, "step", warmup, n, k))]
+        if bound:
+            arms += [("compute", self._arm(tb, "compute", warmup, n, k)),
+                     ("data", self._arm(tb, "data", warmup, n, k))]
+        rule, threshold = plan.rule, 1.0 + self.min_gain
+
+        def decided(res: Rounds) -> bool:
+            return bool(rule.verdict(round_log_ratios(res["a"], res["b"]), threshold) != 0)
+
+        sequential = isinstance(rounds, Looks)
+        if isinstance(rounds, Looks):
+            schedule, deadline = list(rounds.at), rounds.deadline
+        else:
+            schedule, deadline = [rounds or plan.final_rounds], None
+        failed: tuple[str, str, Rounds] | None = None
+        try:
+            res = self._rounds(arms, schedule, label, decided if sequential else None,
+                               deadline)
+        except _ArmFailed as f:
+            e = f.error
+            if is_oom(e):
+                failed = (NO_FIT, first_line(e), f.partial)
+            elif f.arm != "a":
+                failed = (ERROR, f"{type(e).__name__}: {e}"[:200], f.partial)
+            else:
+                raise e from None
+            del e
+        if failed is not None:  # the exception and the frames holding tensors are gone now
+            status, note, res = failed
+            release_memory(self.w)
+            return Comparison(_ms(res["a"]), _ms(res["b"]), None, len(res["b"]), n, status,
+                              note, tb.first_step_s), None
+        c = Comparison(_ms(res["a"]), _ms(res["b"]), self._interval(res, sequential),
+                       len(res["b"]), n, setup_s=tb.first_step_s)
+        bnd = None
+        if bound:
+            bnd = Bound(_ms(res["compute"]) or 0.0, _ms(res["data"]) or 0.0, b)
+        return c, bnd
+
+    def _interval(self, res: Rounds, sequential: bool) -> Interval:
+        p = self.plan
+        if not sequential or len(res["a"]) < 2:
+            return speedup_interval(res["a"], res["b"], confidence=p.confidence,
+                                    resamples=p.resamples, seed=p.seed)
+        d = round_log_ratios(res["a"], res["b"])
+        if len(d) >= 3:
+            self._residuals.append((float(np.var(d, ddof=1)), len(d) - 1))
+        return p.rule.interval(d)
+
+    def bound_rounds(self, cfg: TrainConfig, rounds: int) -> tuple[float | None, Bound]:
+        """``cfg``'s step time with its compute-only and input-only times, interleaved."""
+        warmup, n, k = self.layout(cfg, cfg)
+        t = self.trial_for(cfg)
+        res = self._rounds([("step", self._arm(t, "step", warmup, n, k)),
+                            ("compute", self._arm(t, "compute", warmup, n, k)),
+                            ("data", self._arm(t, "data", warmup, n, k))], [rounds],
+                           "speed of light: the step, compute alone, input alone")
+        return _ms(res["step"]), Bound(_ms(res["compute"]) or 0.0, _ms(res["data"]) or 0.0, cfg)
+
+    def bound(self, cfg: TrainConfig) -> Bound:
+        """Compute-only and data-only step times of ``cfg`` (medians of blocks)."""
+        warmup, n, k = self.layout(cfg, cfg)
+        t = self.trial_for(cfg)
+        with t:
+            comp = t.compute_only(self.plan.warmup, n, block=k)
+        with t:
+            data = t.data_only(warmup, n, block=k)
+        return Bound(1e3 * float(np.median(comp)), 1e3 * float(np.median(data)), cfg)
+
+    def pilot(self, cfg: TrainConfig) -> float:
+        """Seconds per step of ``cfg`` (sizes the rounds)."""
+        warmup, _, k = self.layout(cfg, cfg)
+        n = max(k, math.ceil(self.plan.min_steps / k) * k)
+        with self.trial_for(cfg) as t:
+            times = t.run(warmup, n, block=k)
+        step = float(np.median(times))
+        self.step_s = step
+        self.steps = int(min(self.plan.max_steps,
+                             max(self.plan.min_steps, math.ceil(self.plan.round_s / step))))
+        return step
+
+
+__all__ = ["Looks", "Measurer", "Plan", "first_line"]

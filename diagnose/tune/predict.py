@@ -1,0 +1,133 @@
+"""Predictions in autofix: the step model's predicted speedup of each fix orders the
+trials, spares trials the model says cannot win, and is checked against the measurement.
+
+The interface
+-------------
+``autofix(..., predictions={fix_id: speedup})``: for each fix id, the predicted speedup of
+applying that fix alone to the baseline (baseline step time / predicted step time; above 1
+is faster), or None where the model cannot know (cudnn autotuning, compiler fusion). When
+``predictions`` is not given, ``report.predictions`` is read if the diagnosis carries a
+mapping of that shape. Without any prediction autofix behaves as it did without a model.
+
+What autofix does with them
+---------------------------
+- Trials in predicted order: fixes with a prediction, largest first, then those without
+  one in the findings' order (the order is stated in the result's notes).
+- A fix predicted to be slower than the noise floor (``predicted < 1 / (1 + floor)``) is
+  skipped, unless ``try_all=True``.
+- When the product of the remaining predicted gains is within the noise floor
+  (``<= 1 + floor``), the remaining predicted fixes are skipped (again unless
+  ``try_all=True``); fixes without a prediction are still tried.
+- The noise floor is the larger of ``min_gain`` and the half-width a trial at the plan's
+  most rounds resolves at the measured noise (``1.96 * noise / sqrt(max_rounds)``).
+- Every decision carries its prediction (``Decision.predicted_speedup``). When a trial's
+  interval excludes the prediction, the decision's reason says so (a finding about the
+  model, not the fix) and the disagreement is recorded (``TuneResult.model_disagreements``;
+  ``model_disagreements.jsonl`` in ``out_dir`` when autofix has one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .stats import Interval
+
+Predictions = Mapping[str, "float | None"]
+T = TypeVar("T")
+
+
+def predictions_from(given: Predictions | None, report: Any) -> dict[str, float]:
+    """The usable predictions (finite and > 0) from ``given``, else from ``report``."""
+    src = given if given is not None else getattr(report, "predictions", None)
+    if not isinstance(src, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for k, v in src.items():
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out[str(k)] = float(v)
+    return out
+
+
+def in_predicted_order(named: Sequence[tuple[Any, T]], preds: Mapping[str, float]
+                       ) -> list[tuple[Any, T]]:
+    """``(fix, finding)`` pairs: predicted fixes by predicted speedup (largest first), then
+    the others in their given order (a stable sort)."""
+    def key(item: tuple[int, tuple[Any, T]]) -> tuple[int, float, int]:
+        i, (fix, _) = item
+        p = preds.get(fix.id)
+        return (0, -p, i) if p is not None else (1, 0.0, i)
+
+    return [pair for _, pair in sorted(enumerate(named), key=key)]
+
+
+def order_note(ordered: Sequence[tuple[Any, Any]], preds: Mapping[str, float]) -> str | None:
+    shown = [f"{fix.id} ({preds[fix.id]:.2f}x)" for fix, _ in ordered if fix.id in preds]
+    if not shown:
+        return None
+    rest = [fix.id for fix, _ in ordered if fix.id not in preds and fix.auto]
+    tail = f"; then, without a prediction: {', '.join(rest)}" if rest else ""
+    return f"trials in order of predicted speedup: {', '.join(shown)}{tail}"
+
+
+def noise_floor(noise: float, min_gain: float, max_rounds: int) -> float:
+    """Relative change a trial cannot tell from noise (see the module docstring)."""
+    return max(min_gain, 1.96 * noise / math.sqrt(max(1, max_rounds)))
+
+
+def skip_reason(pred: float | None, remaining_gain: float, floor: float) -> str | None:
+    """Why a fix predicted ``pred`` is not tried (None: try it). ``remaining_gain``: the
+    product of the predicted gains (above 1) of this fix and those after it."""
+    if pred is None:
+        return None
+    if pred < 1.0 / (1.0 + floor):
+        return (f"predicted {pred:.2f}x: slower than the noise floor (±{floor:.0%}); "
+                "try_all=True tries it")
+    if remaining_gain <= 1.0 + floor:
+        return (f"the remaining predicted gains ({remaining_gain:.2f}x together) are within "
+                f"the measured noise (±{floor:.0%}); try_all=True tries them")
+    return None
+
+
+def disagreement(pred: float | None, iv: Interval | None) -> str | None:
+    """A note when the measured interval excludes the prediction."""
+    if pred is None or iv is None or iv.lo <= pred <= iv.hi:
+        return None
+    side = "above" if pred > iv.hi else "below"
+    return (f"model disagrees: predicted {pred:.2f}x, {side} the measured "
+            f"{iv.confidence:.0%} CI [{iv.lo:.2f}, {iv.hi:.2f}]")
+
+
+def log_disagreements(out_dir: str | os.PathLike[str] | None,
+                      rows: Sequence[Mapping[str, Any]]) -> Path | None:
+    """Append the disagreements to ``<out_dir>/model_disagreements.jsonl`` (None: no folder
+    or nothing to log; a folder that cannot be written is not an error of the tuning)."""
+    if out_dir is None or not rows:
+        return None
+    path = Path(out_dir) / "model_disagreements.jsonl"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(dict(r), sort_keys=True) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def predicted_tuned_ms(base_ms: float | None, kept: Sequence[str],
+                       preds: Mapping[str, float]) -> float | None:
+    """The baseline step over the product of the kept fixes' predictions, when every kept
+    fix has one (the model's tuned step; effects taken as independent)."""
+    if base_ms is None or not kept or any(k not in preds for k in kept):
+        return None
+    return base_ms / math.prod(preds[k] for k in kept)
+
+
+__all__ = ["Predictions", "disagreement", "in_predicted_order", "log_disagreements",
+           "noise_floor", "order_note", "predicted_tuned_ms", "predictions_from",
+           "skip_reason"]

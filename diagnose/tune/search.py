@@ -1,0 +1,254 @@
+"""Searching: one trial per candidate config, decided by the sequential rule; the
+ladder searches (climbing or descending, e.g. num_workers); the micro-batch search when
+the batch does not fit.
+
+:func:`try_fix` is the one place that runs a fix's trials. It knows no fix ids: each fix
+unit says how its candidates are walked (``Fix.search_mode``: each, climb or descend),
+where a climb starts (``Fix.search_start``), and which fixes share one search
+(``Fix.search_key``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, Fix, TrainConfig, micro_batches
+from .measure import Measurer, Plan
+from .predict import disagreement
+from .result import (
+    FITS,
+    KEPT,
+    NO_CHANGE,
+    NO_FIT,
+    NOT_APPLICABLE,
+    OK,
+    REVERTED,
+    SKIPPED,
+    Decision,
+)
+from .trial import TuneError, Workload, fits
+
+
+class Tuner(Measurer):
+    """The trials of one autofix run: budget, decisions, predictions, searches."""
+
+    def __init__(self, w: Workload, plan: Plan, min_gain: float, max_trials: int,
+                 budget_s: float, progress: Callable[[str], None] | None,
+                 predictions: dict[str, float] | None = None) -> None:
+        super().__init__(w, plan, min_gain, progress)
+        self.max_trials, self.budget_s = max_trials, budget_s
+        self.t0 = time.perf_counter()
+        self.decisions: list[Decision] = []
+        self.trials = 0
+        self.preds = predictions or {}
+        self.disagreements: list[dict[str, Any]] = []
+        self.fixes_left = 1  # fixes still to try (the runner counts down): budget shares
+        self.original: TrainConfig | None = None  # the baseline config (ladders stay above it)
+        self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
+        self.fix_start: TrainConfig | None = None  # the config the current fix started from
+
+    # ------------------------------------------------------------------ budget
+    def out_of_budget(self) -> str | None:
+        if self.trials >= self.max_trials:
+            return f"max_trials={self.max_trials} reached"
+        if time.perf_counter() - self.t0 >= self.budget_s:
+            return f"budget of {self.budget_s:.0f} s used"
+        return None
+
+    def share_s(self) -> float:
+        """This trial's share of the budget left: equal shares for the fixes still to try."""
+        left = self.budget_s - (time.perf_counter() - self.t0)
+        return max(0.0, left) / max(1, self.fixes_left)
+
+    def note(self, fix: Fix, change: str, status: str, reason: str, finding: str | None
+             ) -> None:
+        """A decision without a trial (not applicable, no change, skipped, advice)."""
+        self.decisions.append(Decision(fix.id, change, status, reason, finding,
+                                       predicted_speedup=self.preds.get(fix.id)))
+
+    # ------------------------------------------------------------------ one trial
+    def trial(self, fix: Fix, best: TrainConfig, cand: TrainConfig, finding: str | None) -> bool:
+        """Time ``cand`` against ``best`` until the sequential rule decides; record the
+        decision (with the prediction, and the model's disagreement); True if kept."""
+        change = best.describe_change(cand)
+        why = self.out_of_budget()
+        if why:
+            self.note(fix, change, SKIPPED, why, finding)
+            return False
+        self.trials += 1
+        pred = self.preds.get(fix.id)
+        vs_start = self.fix_start is None or best == self.fix_start  # what pred is about
+        looks = self.schedule(pred if vs_start else None, self.share_s(), best, cand)
+        label = f"trial {self.trials}: {fix.id}: {change}"
+        c, _ = self.compare(best, cand, label, rounds=looks)
+        threshold = 1.0 + self.min_gain
+        if c.status != OK or c.interval is None:
+            self.decisions.append(Decision(fix.id, change, c.status, c.note, finding,
+                                           c.base_ms, c.cand_ms, None, c.rounds, c.steps,
+                                           c.setup_s, pred))
+            return False
+        iv = c.interval
+        if iv.above(threshold):
+            status, reason = KEPT, f"CI lower bound {iv.lo:.2f} > {threshold:.2f}"
+        elif iv.hi < 1.0:
+            status, reason = REVERTED, f"slower: CI upper bound {iv.hi:.2f} < 1"
+        elif iv.below(threshold):
+            status = REVERTED
+            reason = f"no gain worth keeping: CI upper bound {iv.hi:.2f} < {threshold:.2f}"
+        else:
+            status = REVERTED
+            reason = (f"no gain shown in {c.rounds} rounds: CI lower bound {iv.lo:.2f} ≤ "
+                      f"{threshold:.2f}")
+        if cand.compile and c.setup_s is not None and c.base_ms and c.cand_ms:
+            # compile time is counted: the steps it takes to pay for itself
+            saved = c.base_ms - c.cand_ms
+            pays = f"pays back after {math.ceil(1e3 * c.setup_s / saved):,} steps" \
+                if saved > 0 else "never pays back"
+            reason += f"; first step (compile) {c.setup_s:.1f} s, {pays}"
+        off = disagreement(pred, iv) if vs_start else None
+        if off is not None:
+            reason += f"; {off}"
+            self.disagreements.append({
+                "fix": fix.id, "change": change, "finding": finding, "predicted_speedup": pred,
+                "speedup": iv.ratio, "ci": [iv.lo, iv.hi], "confidence": iv.confidence,
+                "rounds": c.rounds, "baseline_ms": c.base_ms, "trial_ms": c.cand_ms,
+                "status": status})
+        self.decisions.append(Decision(fix.id, change, status, reason, finding, c.base_ms,
+                                       c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred))
+        return status == KEPT
+
+    # ------------------------------------------------------------------ searches
+    def search_climb(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
+                     start: int, finding: str | None) -> TrainConfig:
+        """A ladder of one field (``fix.search_key``, e.g. num_workers), ascending: start at
+        ``values[start]`` (the fix's estimate), climb while each step is a measured gain; if
+        the start is no gain, walk down until one is, then climb from there; refine once
+        between the best and the first value above it that was no gain."""
+        key = fix.search_key
+        assert key is not None
+        values = [getattr(c, key) for c in cands]
+        start = max(0, min(start, len(values) - 1))
+        floor = getattr(self.original, key) if self.original is not None else values[0] - 1
+        tried: set[tuple[int, int]] = set()  # (from, to): never the same comparison twice
+
+        def attempt(v: int) -> bool | None:
+            nonlocal best
+            cur = getattr(best, key)
+            if (cur, v) in tried or v == cur:
+                return None
+            tried.add((cur, v))
+            cand = best.replace(**{key: v})
+            if self.trial(fix, best, cand, finding):
+                best = cand
+                return True
+            return False
+
+        def climb(i: int) -> int | None:
+            """Try values[i:] upwards while kept; the first value that was no gain."""
+            for v in values[i:]:
+                if v <= getattr(best, key):
+                    continue
+                if attempt(v) is False:
+                    return v
+            return None
+
+        if attempt(values[start]):
+            failed = climb(start + 1)
+            lower = [v for v in values[:start] if v > floor]
+            if lower and getattr(best, key) == values[start]:
+                attempt(lower[-1])  # as fast with fewer? (kept only if faster)
+        else:
+            failed = values[start]
+            for i in range(start - 1, -1, -1):
+                if attempt(values[i]):
+                    failed = climb(i + 1)
+                    break
+        if failed is not None and failed - getattr(best, key) > 1:
+            attempt((failed + getattr(best, key)) // 2)
+        return best
+
+    def search_descend(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
+                       finding: str | None) -> TrainConfig:
+        """A descending ladder of one field (e.g. too many workers: the CPU count, one less,
+        half, 1, 0), each value against the best so far. A value that is no gain does not
+        end the search: the cost of workers is not monotone in their number (0 workers means
+        no inter-process transfer at all)."""
+        key = fix.search_key
+        assert key is not None
+        for c in cands:  # descending: every value is below the best so far
+            cand = best.replace(**{key: getattr(c, key)})
+            if getattr(cand, key) < getattr(best, key) and self.trial(fix, best, cand, finding):
+                best = cand
+        return best
+
+    def search_batch(self, cfg: TrainConfig, first_error: str) -> TrainConfig:
+        """The largest micro-batch that fits, keeping the effective batch (binary search
+        over the divisors of the effective batch; fitting is monotone in the batch)."""
+        options = micro_batches(cfg)
+        if not options:
+            raise TuneError("the batch does not fit in memory and the DataLoader has no "
+                            "batch_size autofix can split (custom batch_sampler)")
+        self.decisions.append(Decision("grad_accumulation", f"batch_size {cfg.batch_size}",
+                                       NO_FIT, f"out of memory: {first_error}", "OOM"))
+        lo, hi = 1, len(options) - 1  # options[0] is cfg itself: does not fit
+        found: TrainConfig | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            c = options[mid]
+            self.progress(f"batch search: micro-batch {c.batch_size} x {c.grad_accum_steps}")
+            ok, msg = fits(self.trial_for(c))
+            change = cfg.describe_change(c)
+            if ok:
+                found = c
+                self.decisions.append(Decision("grad_accumulation", change, FITS,
+                                               "runs without running out of memory", "OOM"))
+                hi = mid - 1
+            else:
+                self.decisions.append(Decision("grad_accumulation", change, NO_FIT,
+                                               f"out of memory: {msg}", "OOM"))
+                lo = mid + 1
+        if found is None:
+            raise TuneError(f"out of memory even at micro-batch 1 (effective batch "
+                            f"{cfg.effective_batch}): the model itself does not fit")
+        return found
+
+
+def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
+            finding: str | None, *, input_ms: float, compute_ms: float) -> TrainConfig:
+    """The trials of one automatic fix from ``best``; the best config after them.
+    ``input_ms``/``compute_ms``: the baseline's input-only and compute-only step, where a
+    climbing search starts (``Fix.search_start``)."""
+    key = fix.search_key
+    if key is not None and key in t.searched:
+        t.note(fix, "", NO_CHANGE, f"searched above, as {t.searched[key]}", finding)
+        return best
+    why = fix.why_not(best, facts)
+    if why is not None:
+        t.note(fix, "", NOT_APPLICABLE, why, finding)
+        return best
+    cands = fix.candidates(best, facts)
+    if not cands:
+        t.note(fix, "", NO_CHANGE, "already in place", finding)
+        return best
+    t.fix_start = best
+    if key is not None:
+        t.searched[key] = fix.id
+    mode = fix.search_mode(best, cands)
+    if mode == SEARCH_DESCEND:
+        return t.search_descend(fix, best, cands, finding)
+    if mode == SEARCH_CLIMB:
+        base = t.original if t.original is not None else best
+        start = fix.search_start(base, cands, input_ms=input_ms, compute_ms=compute_ms)
+        return t.search_climb(fix, best, cands, start, finding)
+    for cand in cands:
+        if fix.why_not(best, facts) is not None or cand == best:
+            break
+        if t.trial(fix, best, cand, finding):
+            best = cand
+    return best
+
+
+__all__ = ["Tuner", "try_fix"]

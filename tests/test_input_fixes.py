@@ -1,0 +1,96 @@
+"""The input fixes that autofix applies: batched fetch (one dataset[indices] per batch) and
+the split of the CPUs between torch's threads and the loader's workers."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
+
+from diagnose.fixes import FIXES, TrainConfig
+from diagnose.fixes.code import Setup, render_change
+from diagnose.tune.trial import Trial, Workload, batch_indexable, build_loader
+
+
+def _rows(n: int = 103) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g))
+
+
+class _PerSample(TensorDataset):
+    def __getitem__(self, i):  # a subclass with its own __getitem__: not safe to batch
+        x, y = super().__getitem__(i)
+        return x * 2, y
+
+
+def test_batch_indexable_only_where_the_batches_come_out_the_same() -> None:
+    ds = _rows()
+    assert batch_indexable(DataLoader(ds, batch_size=8))
+    assert not batch_indexable(DataLoader(ds, batch_size=8, collate_fn=lambda b: b))
+    assert not batch_indexable(DataLoader(_PerSample(*ds.tensors), batch_size=8))
+    assert not batch_indexable(DataLoader(ds, batch_size=None))
+
+    class Plain(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.zeros(2)
+
+    assert not batch_indexable(DataLoader(Plain(), batch_size=2))
+
+
+def test_batched_fetch_gives_the_same_batches() -> None:
+    ds = _rows()
+    def orig(shuffle: bool) -> DataLoader:  # the same seed each time: the same order
+        return DataLoader(ds, batch_size=16, shuffle=shuffle, drop_last=False,
+                          generator=torch.Generator().manual_seed(3) if shuffle else None)
+
+    for shuffle in (False, True):
+        new = build_loader(orig(shuffle), TrainConfig(batched_fetch=True))
+        assert new.batch_size is None and new.sampler.batch_size == 16
+        a, b = list(build_loader(orig(shuffle), TrainConfig())), list(new)
+        assert len(a) == len(b) == 7  # 103 rows: the last batch is short, as before
+        for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb) and ya.dtype == yb.dtype
+
+
+def test_the_batched_fetch_fix_applies_from_the_fact_and_writes_the_change() -> None:
+    fix = FIXES["batched_fetch"]
+    assert fix.auto and fix.why_not(TrainConfig(), {"dataset_batch_indexable": True}) is None
+    assert fix.why_not(TrainConfig(), {"dataset_batch_indexable": False}) is not None
+    assert fix.apply(TrainConfig()) == TrainConfig(batched_fetch=True)
+    setup = Setup.from_objects(DataLoader(_rows(), batch_size=4096, shuffle=True))
+    code = fix.code_for(setup)
+    assert "batch_size=None" in code and "BatchSampler(" in code and "4096" in code
+    assert "RandomSampler(dataset)" in code and "__getitems__" in code
+    changed = render_change(TrainConfig(batch_size=4096), TrainConfig(batch_size=4096,
+                                                                      batched_fetch=True))
+    assert "BatchSampler(RandomSampler(dataset), batch_size=4096" in changed
+
+
+def test_the_threads_fix_splits_the_cpus() -> None:
+    fix = FIXES["threads"]
+    facts = {"cpu_count": 2, "torch_num_threads": 2}
+    assert fix.auto and fix.why_not(TrainConfig(), facts) is None
+    assert fix.candidates(TrainConfig(), facts) == [
+        TrainConfig(num_workers=1, intra_op_threads=1)]
+    # already split that way: nothing left to try on 2 CPUs
+    assert fix.candidates(TrainConfig(num_workers=1), {**facts, "torch_num_threads": 1}) == []
+    eight = fix.candidates(TrainConfig(num_workers=2), {"cpu_count": 8, "torch_num_threads": 8})
+    assert [(c.num_workers, c.intra_op_threads) for c in eight] == [(1, 7), (2, 6), (4, 4)]
+    assert fix.why_not(TrainConfig(), {"cpu_count": 1, "torch_num_threads": 1}) is not None
+    assert "torch.set_num_threads(1)" in render_change(TrainConfig(), eight[0].replace(
+        intra_op_threads=1))
+
+
+def test_a_trial_sets_torch_threads_and_puts_them_back() -> None:
+    before = torch.get_num_threads()
+    model = torch.nn.Linear(5, 3)
+    loader = DataLoader(_rows(), batch_size=8, sampler=SequentialSampler(_rows()))
+    w = Workload.from_user(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
+                           loss_fn=torch.nn.functional.cross_entropy)
+    seen = []
+    with Trial(w, TrainConfig(batch_size=8, intra_op_threads=1)) as t:
+        seen.append(torch.get_num_threads())
+        t.run(1, 2)
+    assert seen == [1] and torch.get_num_threads() == before

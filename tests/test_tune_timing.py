@@ -1,0 +1,74 @@
+"""Trials time steps as the user's loop runs them: no synchronisation inside a step, one
+drain of the device queue per timed block, per-step time = block time / steps."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from diagnose.fixes import TrainConfig  # noqa: E402
+from diagnose.tune.trial import Trial, Workload  # noqa: E402
+
+
+class Drain:
+    """A stand-in for torch.cuda.synchronize: counts calls; each one waits ``wait_s`` (the
+    queued device work the host catches up with)."""
+
+    def __init__(self, wait_s: float = 0.0) -> None:
+        self.calls, self.wait_s = 0, wait_s
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.wait_s:
+            time.sleep(self.wait_s)
+
+
+def _workload(drain: Drain) -> Workload:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8)
+    w = Workload.from_user(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
+                           loss_fn=F.cross_entropy)
+    w.sync = drain  # type: ignore[method-assign]
+    return w
+
+
+def test_a_step_does_not_synchronise() -> None:
+    drain = Drain()
+    w = _workload(drain)
+    with Trial(w, TrainConfig.from_objects(w.loader, w.optimizer)) as t:
+        for _ in range(5):
+            t.step()
+    assert drain.calls == 0
+
+
+@pytest.mark.parametrize("what", ["run", "compute_only", "data_only"])
+def test_one_sync_per_timed_block(what: str) -> None:
+    drain = Drain()
+    w = _workload(drain)
+    with Trial(w, TrainConfig.from_objects(w.loader, w.optimizer)) as t:
+        times = getattr(t, what)(2, 12, block=4)
+    # the first warmup step (its own time: compile), the start of the timed blocks, and
+    # one at the end of each of the 3 blocks
+    assert len(times) == 3 and drain.calls == 1 + 1 + 3
+
+
+def test_the_drain_is_paid_once_per_block() -> None:
+    """A block's time runs to the end of its drain: the device work the host ran ahead of
+    is counted, once per block, spread over the block's steps."""
+    # the drain (0.2 s) dwarfs the tiny step, so the comparison holds on a busy machine
+    drain = Drain(wait_s=0.2)
+    w = _workload(drain)
+    with Trial(w, TrainConfig.from_objects(w.loader, w.optimizer)) as t:
+        per_step = t.run(1, 8, block=4)
+        one = t.run(1, 8, block=1)  # the old way: a drain after every step
+    assert len(per_step) == 2 and len(one) == 8
+    assert (per_step >= 0.2 / 4).all() and (one >= 0.2).all()
+    assert float(per_step.max()) < float(one.min())
