@@ -1,4 +1,4 @@
-"""Metrics from a run's ``context.json`` (written by capture; see diagnose.capture.context).
+"""Metrics from a run's ``context.json`` (written by capture; see diagnose.capture.runinfo).
 
 Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_workers
 == 0 and dataloader_wait_frac > 0.4``. Every value that the context does not
@@ -251,6 +251,7 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and _num(r.get("ms"))]
     times = [float(r["ms"]) for r in free]
     med = statistics.median(times) if times else None
+    spread: float | None = None
     if med is not None:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
         out["step_time_unprofiled_steps"] = len(times)
@@ -270,7 +271,6 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
     if med is not None:
         ratio = round(statistics.median(prof) / med, 3) if prof and med > 0 else None
-        spread = out["step_time_unprofiled_spread"]
         reliable = (len(times) >= MIN_CLOCK_STEPS and isinstance(spread, float)
                     and spread <= UNRELIABLE_SPREAD
                     and (ratio is None or ratio >= MIN_OVERHEAD_RATIO))
