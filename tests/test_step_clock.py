@@ -263,3 +263,29 @@ def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.Monke
     clock = load_context(d.run_dir)["capture"]["step_clock"]
     assert "settle" in clock["phase"] and d.done
     assert max(clock["ms"]) < 400, clock
+
+
+def _input_cap(fetch: Any, collate: Any) -> dict[str, Any]:
+    phase = ["wait", "wait", "active", "settle", "after", "after"]
+    return {"step_clock": {"phase": phase, "ms": [50.0, 20.0, 30.0, 25.0, 20.0, 20.0],
+                           "dataloader_ms": [9.0, 10.0, 12.0, 5.0, 10.0, 10.0],
+                           "fetch_ms": fetch, "collate_ms": collate,
+                           "batches": [1] * 6, "batch_bytes": [4096] * 5 + [None]}}
+
+
+def test_input_by_cause_in_process_and_with_workers() -> None:
+    cap = _input_cap([6.0] * 6, [2.0] * 6)
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 0, "pin_memory": True}})
+    assert (m["input_fetch_ms"], m["input_collate_ms"], m["input_pin_ms"]) == (6.0, 2.0, 2.0)
+    assert m["input_fetch_share"] == 0.3 and m["input_collate_share"] == 0.1
+    assert m["input_worker_wait_ms"] is None and m["input_worker_wait_share"] is None
+    assert m["input_batch_bytes"] == 4096
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 0, "pin_memory": False}})
+    assert m["input_pin_ms"] is None  # no pinning: the rest is not called pinning
+    # workers: fetch and collate happen elsewhere (null columns); the wait is theirs
+    cap = _input_cap([None] * 6, [None] * 6)
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 2, "pin_memory": True}})
+    assert m["input_fetch_ms"] is None and m["input_collate_ms"] is None
+    assert m["input_pin_ms"] is None
+    assert m["input_worker_wait_ms"] == 10.0 and m["input_worker_wait_share"] == 0.5
+    assert context_metrics({})["input_fetch_ms"] is None  # nothing known: None, not 0
