@@ -64,8 +64,10 @@ class Session:
     profiler: ``clock_steps`` steps timed by the session's own clock, the ``wait`` steps
     (but the run's first, with its one-time costs) and the rest after the window, once the
     trace is written and the steps just after it (the loader's prefetched batches, the
-    profiler's teardown) have run. ``d.done`` turns True after them. The median comes with
-    its spread; a spread too wide to trust is said in the report's notes.
+    profiler's teardown) have run; steps that vary widely (a busy machine) are timed longer,
+    up to 3x (not across the ranks of a process group, which must stop together).
+    ``d.done`` turns True after them. The median comes with its p10-p90 spread; a spread
+    too wide to trust is said in the report's notes, with how to get a better figure.
     Capture is lean by default, here and in :class:`~diagnose.capture.profiler.
     WindowProfiler`: ``record_shapes`` and ``profile_memory`` slow the profiled steps
     (1.4-2x on small ops) and no built-in rule needs shapes; on CUDA the peak memory of the
