@@ -7,7 +7,9 @@ plain again; the reference is the mean of the two plain medians, so a machine wh
 drifts during the round does not favour either side. For (b) the table shows what the
 report prints: the unprofiled median (the session's own clock: the ``wait`` steps before
 the window and the steps after it), its p10-p90 spread and whether the report trusts it,
-and the profiled window's median (the trace), each as a ratio to the plain reference. A
+the share of those steps the training thread waited for a CPU other processes held
+("busy"), and the profiled window's median (the trace), each as a ratio to the plain
+reference. A
 round whose two plain timings differ by more than twice the tolerance (someone else's job
 changed the machine's pace) has no reference to compare with: it is shown, marked
 unsteady, and run again (``--retries``).
@@ -102,6 +104,7 @@ def diagnosed(name: str, dev: torch.device) -> dict[str, Any]:
             "p10": m["step_time_unprofiled_p10_ms"], "p90": m["step_time_unprofiled_p90_ms"],
             "n": m["step_time_unprofiled_steps"],
             "reliable": m["step_time_unprofiled_reliable"],
+            "busy": m.get("step_cpu_wait_unprofiled_share"),
             "dl": m.get("dataloader_wait_unprofiled_share"), "dl_prof": m.get("dataloader_share")}
 
 
@@ -122,7 +125,8 @@ def main() -> None:
           f"{torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds, "
           f"plain / diagnose / plain interleaved")
     print(f"{'workload':9} {'round':>5} {'plain ms':>9} {'steady':>6} {'tool ms':>8} "
-          f"{'tool/plain':>10} {'steps':>5} {'p10-p90 ms':>13} {'trusted':>7} {'prof ms':>8} "
+          f"{'tool/plain':>10} {'steps':>5} {'p10-p90 ms':>13} {'trusted':>7} {'busy':>5} "
+          f"{'prof ms':>8} "
           f"{'prof/plain':>10} {'overhead':>8} {'DL unprof':>9} {'DL prof':>8}")
     for name in names:
         rel, unsteady = [], 0
@@ -139,7 +143,9 @@ def main() -> None:
                 print(f"{name:9} {r:5d} {p:9.2f} {'yes' if steady else 'no':>6} "
                       f"{d['unprofiled']:8.2f} {d['unprofiled'] / p:10.3f} "
                       f"{d['n']:5d} {d['p10']:6.1f}-{d['p90']:<6.1f} "
-                      f"{'yes' if d['reliable'] else 'no':>7} {d['profiled']:8.2f} "
+                      f"{'yes' if d['reliable'] else 'no':>7} "
+                      f"{'-' if d['busy'] is None else format(d['busy'], '.0%'):>5} "
+                      f"{d['profiled']:8.2f} "
                       f"{d['profiled'] / p:10.3f} {ratio:>8} "
                       f"{d['dl'] or 0:9.1%} {d['dl_prof'] or 0:8.1%}", flush=True)
                 if steady or attempt == args.retries:

@@ -61,6 +61,11 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     assert all(f + c <= dl for f, c, dl in zip(clock["fetch_ms"], clock["collate_ms"],
                                                clock["dataloader_ms"], strict=True))
     assert set(clock["batches"]) == {1}
+    # how long the training thread waited for a CPU others held (Linux schedstat)
+    assert all(w is None or 0 <= w <= ms for w, ms in zip(clock["cpu_wait_ms"], clock["ms"],
+                                                          strict=True))
+    if Path("/proc/thread-self/schedstat").exists():
+        assert 0 <= d.report.metrics["step_cpu_wait_unprofiled_share"] <= 1
     assert set(clock["batch_bytes"]) == {8 * 16 * 4 + 8 * 8}  # float32 x[8, 16], int64 y[8]
     m = d.report.metrics
     assert m["step_time_unprofiled_steps"] == 6
@@ -151,7 +156,11 @@ def test_an_unreliable_clock_says_so_instead_of_a_ratio(
         profiled: list[float], free: list[float], why: str) -> None:
     phase = ["wait"] * 4 + ["warmup"] + ["active"] * 3 + ["settle"] + ["after"] * 3
     ms = [90.0, *free[:3], 40.0, *profiled, 80.0, *free[3:]]
-    m = context_metrics({"capture": _cap(phase, ms)})
+    cap = _cap(phase, ms)
+    cap["step_clock"]["cpu_wait_ms"] = [x / 4 for x in ms]  # a busy machine
+    m = context_metrics({"capture": cap})
+    assert m["step_cpu_wait_unprofiled_share"] == 0.25
+    assert "the training thread waited 25% of these steps for a CPU" in (clock_note(m) or "")
     assert m["step_time_unprofiled_reliable"] is False
     assert m["profiler_overhead_ratio"] is None  # no "the profiler made steps 0.54x as long"
     note = clock_note(m) or ""

@@ -17,7 +17,9 @@ profiled window, no profiler), ``warmup``/``active`` (the window), ``settle`` (j
 the loader's prefetched batches and queued device work make these steps unusually fast or
 slow) and ``after`` (timed without the profiler). The profiler's own work at a boundary
 (starting, and exporting the trace after the last active step) runs between two steps and
-belongs to neither. Per step it also sums the DataLoader wait and, where the loader
+belongs to neither. Per step it also records how long the training thread waited for a
+CPU that other processes held (Linux schedstat: a busy machine), sums the DataLoader wait
+and, where the loader
 builds batches in this process, the time in the dataset's reads and in the collate
 function (see :mod:`diagnose.capture.loader_shim`), and the bytes of the batches.
 """
@@ -39,7 +41,19 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
 #: reads) ms, collate ms, batches pulled and the bytes of their tensors
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
-                 "batch_bytes")
+                 "batch_bytes", "cpu_wait_ms")
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
+
+
+def cpu_wait_ns() -> int | None:
+    """Nanoseconds the calling thread has waited, runnable, for a CPU others held (the
+    kernel's schedstat); None where the kernel does not say."""
+    try:
+        with open(_SCHEDSTAT) as fh:
+            return int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
 #: timed longer, up to EXTEND times the planned number
@@ -73,6 +87,7 @@ class _Step:
     """What the step now running has accumulated."""
 
     t0: float
+    wait0: int | None = None  # cpu_wait_ns() at the start
     dl: float = 0.0
     fetch: float | None = None
     collate: float | None = None
@@ -125,7 +140,7 @@ class Steps:
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
         """The first step starts now."""
-        self._step = _Step(time.perf_counter())
+        self._step = _Step(time.perf_counter(), cpu_wait_ns())
 
     @property
     def optimizer(self) -> Any:
@@ -214,6 +229,7 @@ class Steps:
     # ------------------------------------------------------------------ boundary
     def advance(self) -> None:
         now = time.perf_counter()
+        wait = cpu_wait_ns()
         prof = self.profiler
         phase = "after" if prof is None or prof.finished else prof.phase
         if phase != "after":
@@ -226,7 +242,9 @@ class Steps:
                               None if self.hook is None else st.dl * 1e3,
                               None if st.fetch is None else st.fetch * 1e3,
                               None if st.collate is None else st.collate * 1e3,
-                              st.batches, st.nbytes))
+                              st.batches, st.nbytes,
+                              None if wait is None or st.wait0 is None
+                              else (wait - st.wait0) / 1e6))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
@@ -244,7 +262,7 @@ class Steps:
         # export after the last active step) belongs to no step
         if self.hook is not None:
             self.hook.fetch_times.take()
-        self._step = _Step(time.perf_counter())
+        self._step = _Step(time.perf_counter(), cpu_wait_ns())
 
     def _keep_timing(self) -> bool:
         """Steps that vary widely (a busy machine) get more of them timed, up to

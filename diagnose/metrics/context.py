@@ -77,6 +77,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "profiled median step / unprofiled median step (1.0: the profiler costs nothing); "
         "None when the unprofiled figure is unreliable (see step_time_unprofiled_reliable)",
     ),
+    "step_cpu_wait_unprofiled_share": (
+        "fraction",
+        "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
+        "other processes held (Linux schedstat): how busy the machine was while timing",
+    ),
     "dataloader_wait_unprofiled_ms": (
         "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
     "input_fetch_ms": (
@@ -260,6 +265,10 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)
         spread = (p90 - p10) / med if med > 0 else None
         out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
+        starved = [_num(r.get("cpu_wait_ms")) for r in free]
+        if all(w is not None for w in starved) and sum(times) > 0:
+            out["step_cpu_wait_unprofiled_share"] = round(
+                sum(w or 0.0 for w in starved) / sum(times), 4)
         waits = [_num(r.get("dataloader_ms")) for r in free]
         if all(w is not None for w in waits):
             total = sum(times)
@@ -299,6 +308,10 @@ def clock_note(m: dict[str, object]) -> str | None:
             prof / free < MIN_OVERHEAD_RATIO):
         why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), which "
                    "a profiler cannot do: something else on the machine changed the pace")
+    busy = m.get("step_cpu_wait_unprofiled_share")
+    if isinstance(busy, float) and busy >= 0.05:
+        why.append(f"the machine was busy: the training thread waited {busy:.0%} of these "
+                   "steps for a CPU other processes held")
     return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
             + ". For a better figure, time more steps (diagnose(..., clock_steps=30)) or run "
             "when the machine is less busy; the profiler's overhead is not stated")
