@@ -12,13 +12,16 @@ from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import TraceError
-from .fixes import Setup, fix_code
+from .fixes import Setup, TrainConfig, fix_code
+from .fixes.predict import predict_findings, sort_findings
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
+from .model import MODEL_TABLE, step_model
+from .model.predict import attach_models
 from .result import Analysis, RankResult
 from .runfolder import load_context, load_samples, rank_context
 from .trace import find_trace_files, read_trace
@@ -36,7 +39,9 @@ def _analyze_file(path: str, workers: int | None = None,
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
-    return path, t.rank, compute_rank(t, max_steps)
+    ms = compute_rank(t, max_steps)
+    ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in analyze()
+    return path, t.rank, ms
 
 
 def whole_steps(context: dict | None) -> int | None:
@@ -149,6 +154,7 @@ def analyze(
         return _report_without_trace(srcs[0], context or {}, samples, rules, cut_short=True)
     results = _read_all(files, [whole] * len(files))
     ranks: list[RankResult] = []
+    models = [(rank, ms.tables.pop(MODEL_TABLE, None)) for _, rank, ms in results]
     for path, rank, ms in results:
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
@@ -156,10 +162,32 @@ def analyze(
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks([str(s) for s in srcs], ranks, rules=rules, samples=samples)
     report.notes[:0] = capture_notes(context, report.metrics)
+    predictor = attach_models(report, models)
+    predict_findings(report.findings, predictor, run_config(context, report.metrics),
+                     report.metrics)
+    sort_findings(report.findings)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
     return with_fix_code(report, context)
+
+
+def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
+    """The run's own settings, as autofix would start from them: its DataLoader and
+    optimizer (context.json), and what the trace shows of its step (gradients zeroed by
+    fills, a foreach optimizer); torch's defaults where nothing is known."""
+    setup = Setup.from_context(context)
+    loader = setup.loader if setup is not None else None
+    opt = setup.optimizer if setup is not None else None
+    cfg = loader.config() if loader is not None else TrainConfig()
+    if opt is not None:
+        cfg = cfg.replace(optimizer_foreach=opt.foreach, optimizer_fused=opt.fused)
+    fills = metrics.get("zero_grad_fill_ops_per_step")
+    if isinstance(fills, int | float) and fills > 0:
+        cfg = cfg.replace(zero_grad_set_to_none=False)
+    if metrics.get("optimizer_uses_foreach") is False and not cfg.optimizer_fused:
+        cfg = cfg.replace(optimizer_foreach=False)
+    return cfg
 
 
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:

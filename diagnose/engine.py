@@ -145,6 +145,28 @@ class Finding:
     ranks: list[int] | None = None
     graded_down_from: str | None = None  # the rule's own grade, before the gain capped it
     fix_code: dict[str, str] = field(default_factory=dict)  # fix id -> code for this run
+    # fix id -> the step model's Prediction (to_json, line) or why there is none
+    predictions: dict[str, Any] = field(default_factory=dict)
+
+    def _fix_json(self, f: str) -> dict[str, Any]:
+        out = FIXES[f].to_json(self.fix_code.get(f))
+        p = self.predictions.get(f)
+        out["predicted"] = None if p is None or isinstance(p, str) else p.to_json()
+        out["predicted_why"] = p if isinstance(p, str) else (
+            "not predicted: the step model predicts from one rank's trace" if p is None else None)
+        return out
+
+    def take_gain(self, gain: float) -> None:
+        """The time at stake from a prediction: the rule's own grade, capped by it."""
+        own = self.graded_down_from or self.severity
+        self.hints = [h for h in self.hints if not h.startswith(f"{self.severity}: graded down from")]
+        self.estimated_gain = round(min(max(gain, 0.0), 1.0), 4)
+        capped = _cap(self.category, own, self.estimated_gain)
+        self.graded_down_from = own if capped != own else None
+        if capped != own:
+            self.hints.append(f"{capped}: graded down from {own}, {self.estimated_gain:.1%} of step "
+                              "time at stake by the step model's prediction")
+        self.severity = capped
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -155,7 +177,7 @@ class Finding:
             "message": self.message,
             "hints": self.hints,
             "evidence": self.evidence,
-            "fixes": [FIXES[f].to_json(self.fix_code.get(f)) for f in self.fixes if f in FIXES],
+            "fixes": [self._fix_json(f) for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
             "graded_down_from": self.graded_down_from,
             "ranks": self.ranks,

@@ -57,6 +57,9 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     series: dict[str, list[float]] = field(default_factory=dict)
     samples: dict[str, Any] | None = None
+    # the step model's replay of the unmodified step (diagnose/model): JSON step_model
+    step_model: dict[str, Any] | None = None
+    step_model_why: str | None = "no trace analysed"
 
     def worst(self) -> str | None:
         if not self.findings:
@@ -65,6 +68,21 @@ class Analysis:
 
     def at_least(self, severity: str) -> list[Finding]:
         return [f for f in self.findings if severity_rank(f.severity) >= severity_rank(severity)]
+
+    @property
+    def predictions(self) -> dict[str, float | None]:
+        """Each fix's predicted speedup from the step model (the best over the findings that
+        name it; None where the model cannot tell): what autofix orders its trials by."""
+        out: dict[str, float | None] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                s = getattr(p, "speedup", None)
+                if isinstance(s, int | float):
+                    prev = out.get(fix)
+                    out[fix] = max(prev, s) if isinstance(prev, float) else float(s)
+                else:
+                    out.setdefault(fix, None)
+        return out
 
     def step_time(self) -> dict[str, Any]:
         """The step time to lead with (see :func:`step_time`)."""
@@ -78,6 +96,8 @@ class Analysis:
             "ranks": [r.to_json() for r in self.ranks],
             "metrics": self.metrics,
             "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},
+            "step_model": self.step_model,
+            "step_model_why": None if self.step_model is not None else self.step_model_why,
             "findings": [f.to_json() for f in self.findings],
             "not_evaluated": [n.to_json() for n in self.not_evaluated],
             "notes": self.notes,

@@ -18,7 +18,6 @@ from diagnose.fixes import (
     SEARCH_DESCEND,
     SEARCH_EACH,
     Fix,
-    NoPrediction,
     Prediction,
     TrainConfig,
     catalog,
@@ -27,6 +26,7 @@ from diagnose.fixes.code import AFFINITY, LoaderSpec, Setup, some_workers
 from diagnose.fixes.unit import registry
 
 CPU2 = {"device_type": "cpu", "cpu_count": 2}
+CUDA8 = {"device_type": "cuda", "cpu_count": 8, "bf16_supported": True}
 
 
 # ---------------------------------------------------------------------- the registry
@@ -120,30 +120,50 @@ def test_the_worker_fixes_share_one_search_and_say_how_to_walk_it() -> None:
 
 # ---------------------------------------------------------------------- the prediction slot
 def test_a_fix_without_a_transform_says_it_has_no_prediction() -> None:
-    p = FIXES["num_workers"].predict(object(), TrainConfig(), CPU2)
-    assert isinstance(p, NoPrediction) and "num_workers" in p.why
+    p = FIXES["persistent_workers"].predict(object(), TrainConfig(num_workers=2), CPU2)
+    assert isinstance(p, str) and "persistent_workers" in p
 
 
-def test_a_transform_plugs_into_a_fix() -> None:
-    def workers(fix: Fix, model: dict, config: TrainConfig, facts: dict) -> Prediction:
-        (first, *_) = fix.candidates(config, facts)
-        step = model["input_ms"] / max(1, first.num_workers) + model["compute_ms"]
-        now = model["input_ms"] + model["compute_ms"]
-        change = {k: b for k, (_, b) in config.diff(first).items()}
-        return Prediction(change, step, now / step, (now / step * 0.9, now / step * 1.1))
+class _Predictor:
+    """Stands in for the step model's Predictor: a step time per change, from a formula."""
+
+    def __init__(self, input_ms: float, compute_ms: float) -> None:
+        self.input_ms, self.compute_ms = input_ms, compute_ms
+        self.asked: list[dict] = []
+
+    def predict_change(self, transform, change):
+        self.asked.append(dict(change))
+        out = transform(None, change, {})
+        if isinstance(out, str):
+            return out
+        now = self.input_ms + self.compute_ms
+        step = self.input_ms / max(1, change.get("num_workers", 0)) + self.compute_ms
+        return Prediction(dict(change), step, now / step, (step * 0.9, step * 1.1), now)
+
+
+def test_a_fix_predicts_through_its_transform_for_each_config_autofix_would_measure() -> None:
+    def workers(graph, change, facts):
+        return graph  # the stand-in predictor does the arithmetic
 
     fix = FIXES["num_workers"].with_transform(workers)
-    assert fix.id == "num_workers" and FIXES["num_workers"].transform is None
-    p = fix.predict({"input_ms": 10.0, "compute_ms": 10.0}, TrainConfig(), CPU2)
-    assert isinstance(p, Prediction)
-    assert p.to_json() == {"change": {"num_workers": 1}, "step_ms": 20.0, "speedup": 1.0,
-                           "range": [0.9, 1.1]}
+    assert fix.id == "num_workers" and FIXES["num_workers"].transform is not workers
+    pr = _Predictor(input_ms=10.0, compute_ms=10.0)
+    p = fix.predict(pr, TrainConfig(), {"cpu_count": 8})
+    # every rung autofix would climb was predicted; the best is reported
+    assert pr.asked == [{"num_workers": n} for n in (1, 2, 4, 8)]
+    assert isinstance(p, Prediction) and p.change == {"num_workers": 8}
+    assert p.to_json() == {"change": {"num_workers": 8}, "step_ms": 11.25,
+                           "speedup": round(20 / 11.25, 3), "range": [10.125, 12.375]}
 
-    def broken(fix: Fix, model: object, config: TrainConfig, facts: dict) -> Prediction:
+    def broken(graph, change, facts):
         raise ZeroDivisionError("no steps")
 
-    q = FIXES["amp"].with_transform(broken).predict(None, TrainConfig(), CPU2)
-    assert isinstance(q, NoPrediction) and "ZeroDivisionError" in q.why
+    q = FIXES["amp"].with_transform(broken).predict(pr, TrainConfig(), CUDA8)
+    assert isinstance(q, str) and "ZeroDivisionError" in q
+    # an advice-only fix predicts the change it stands for (here: none, a sync removed)
+    pr.asked.clear()
+    FIXES["remove_sync"].with_transform(workers).predict(pr, TrainConfig(), CPU2)
+    assert pr.asked == [{}]
 
 
 # ---------------------------------------------------------------------- in place
@@ -235,9 +255,11 @@ def test_a_fix_already_in_place_is_not_offered_and_what_else_to_try_is(tmp_path)
     samples) and says why."""
     f, report = _in001(tmp_path, cpu_count=2, torch_num_threads=2)
     assert "num_workers" not in f.fixes
-    # what else to try takes num_workers' place (threads: the rule names it already)
-    assert f.fixes == ["faster_input", "batched_fetch", "threads", "persistent_workers",
-                       "prefetch_factor"]
+    # what else to try takes num_workers' place (threads: the rule names it already); the
+    # order after it follows the step model's predictions
+    assert f.fixes[0] == "faster_input"
+    assert sorted(f.fixes) == ["batched_fetch", "faster_input", "persistent_workers",
+                               "prefetch_factor", "threads"]
     (hint,) = [h for h in f.hints if h.startswith("Not suggested")]
     assert "num_workers=1 already" in hint and "2 CPUs" in hint and "try instead" in hint
     assert set(f.fix_code) <= set(f.fixes)
@@ -253,8 +275,8 @@ def test_what_else_to_try_leaves_out_what_is_in_place_too(tmp_path) -> None:
     assert f.fixes[0] == "faster_input" and "threads" not in f.fixes
     # more CPUs: the fix would add workers, so it is offered as before
     f, _ = _in001(tmp_path, cpu_count=8, torch_num_threads=8)
-    assert f.fixes == ["num_workers", "batched_fetch", "threads", "persistent_workers",
-                       "prefetch_factor"]
+    assert sorted(f.fixes) == ["batched_fetch", "num_workers", "persistent_workers",
+                               "prefetch_factor", "threads"]
     assert not [h for h in f.hints if h.startswith("Not suggested")]
 
 

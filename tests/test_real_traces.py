@@ -46,15 +46,15 @@ def test_num_workers_4_pageable_copies_cost_the_gpu_little():
     assert r.metrics["dataloader_share"] < 0.03
     tr = _by_category(r, "transfer")
     assert len(tr) == 1 and tr[0].rule == "TR001"
-    # the host waits ~7% of the window inside cudaMemcpyAsync for them, but the GPU runs the
-    # copies meanwhile: what pinning saves is the GPU idle after them plus the copies' speed
-    # (half their ~2.7% of device time): ~1.5%, so the rule's warning is graded down to info
+    # the host waits ~7% of the window inside cudaMemcpyAsync for them; the step model's
+    # replay of pinned, non-blocking copies (the host freed from those waits queues ahead)
+    # says what is at stake, and the rule's warning stands on it
     assert 0.05 <= r.metrics["memcpy_pageable_host_frac"] <= 0.09
     assert r.metrics["memcpy_pageable_blocked_gpu_busy_frac"] < 0.05
     assert r.metrics["memcpy_pageable_hidden_sync"] is False
-    assert tr[0].severity == "info" and tr[0].graded_down_from == "warning"
-    assert 0.01 <= tr[0].estimated_gain < 0.02
-    assert any("graded down from warning" in h for h in tr[0].hints)
+    p = tr[0].predictions["pin_memory"]
+    assert tr[0].estimated_gain == pytest.approx(1 - p.step_ms / p.base_ms, abs=1e-3)
+    assert tr[0].severity == "warning" and 0.02 <= tr[0].estimated_gain < 0.07
     assert "pin_memory" in tr[0].fixes
     fix = tr[0].to_json()["fixes"][0]
     assert "pin_memory=True" in fix["code"] and "non_blocking=True" in fix["code"]

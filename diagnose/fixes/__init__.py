@@ -19,7 +19,7 @@ from .catalog.input import too_many_workers, worker_ladder
 from .code import Setup
 from .config import TrainConfig, micro_batches
 from .facts import cpus_saturated
-from .predict import NoPrediction, Prediction
+from .predict import Prediction
 from .unit import (
     SEARCH_CLIMB,
     SEARCH_DESCEND,
@@ -43,5 +43,5 @@ def fix_code(ids: Iterable[str], setup: Setup | None) -> dict[str, str]:
 
 
 __all__ = ["FIXES", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "Facts", "Fix",
-           "NoPrediction", "Prediction", "Setup", "TrainConfig", "Transform", "cpus_saturated",
+           "Prediction", "Setup", "TrainConfig", "Transform", "cpus_saturated",
            "fix_code", "micro_batches", "too_many_workers", "worker_ladder"]

@@ -85,6 +85,7 @@ def optimizer_arguments(opt: Any) -> dict[str, Any]:
     """The optimizer's hyper-parameters as the user set them: ``lr`` always, the others
     where they differ from the class's defaults (foreach/fused are the config's)."""
     defaults = getattr(opt, "defaults", {}) or {}
+    sig: Mapping[str, inspect.Parameter]
     try:
         sig = inspect.signature(type(opt).__init__).parameters
     except (TypeError, ValueError):

@@ -1,44 +1,73 @@
-"""The slot for a fix's prediction: what applying it would do to the step time.
+"""What a fix is predicted to do: each fix unit carries its transform of the step model
+(``Fix.transform``, a graph transform from :mod:`diagnose.model.transforms`), and predicts
+through it for each config autofix would measure (``Fix.candidates``): the change is
+exactly what autofix applies, the step time comes from replaying the transformed graph.
+Where the model cannot tell, the answer is the reason, never an invented number.
 
-A fix predicts through a *transform* of a model of the step (Daydream's what-if: select
-tasks, scale or remove them, replay). The step model and the transforms live elsewhere;
-here is only the contract a fix unit offers them (``Transform`` in
-:mod:`diagnose.fixes.unit`):
-
-``transform(fix, model, config, facts) -> Prediction | NoPrediction``: ``model`` is the
-replayable step model of the run, ``config`` the run's current :class:`TrainConfig`,
-``facts`` the flat mapping fixes read (see :mod:`diagnose.fixes.unit`). A transform may
-ask ``fix.candidates(config, facts)`` for the changes autofix would measure and predict
-each. Where the model cannot tell, it answers :class:`NoPrediction` with the reason:
-never an invented number.
+:func:`predict_findings` puts a prediction on every fix of every finding, orders the fixes
+by predicted effect, keeps a fix predicted to slow the job from being offered first (a
+hint says why), and takes each finding's time at stake from its best prediction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..model.predict import Prediction, Predictor
+from .config import TrainConfig
 
-@dataclass(frozen=True)
-class Prediction:
-    """The step time a fix is expected to give (JSON ``findings[].fixes[].predicted``)."""
-
-    change: Mapping[str, Any]  # TrainConfig fields -> value: exactly what autofix applies
-    step_ms: float  # predicted step time after the change
-    speedup: float  # current step time / step_ms (below 1: the change makes it slower)
-    range: tuple[float, float]  # the speedup's plausible range (lo, hi)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"change": dict(self.change), "step_ms": self.step_ms, "speedup": self.speedup,
-                "range": list(self.range)}
+#: A fix predicted to give less than this speedup is not offered as the fix.
+SLOWER = 0.98
+_SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
 
 
-@dataclass(frozen=True)
-class NoPrediction:
-    """No number for this fix, and why (JSON ``predicted: null`` with ``predicted_why``)."""
+def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
+                     config: TrainConfig, facts: Mapping[str, Any]) -> None:
+    """Predict each fix of each finding (``predictor``: the run's, or why there is none)."""
+    from . import FIXES
 
-    why: str
+    for f in findings:
+        preds: dict[str, Prediction | str] = {}
+        for x in f.fixes:
+            fix = FIXES.get(x)
+            if isinstance(predictor, str) or fix is None:
+                preds[x] = predictor if isinstance(predictor, str) else "no such fix"
+            else:
+                preds[x] = fix.predict(predictor, config, facts)
+        _order(f, preds)
 
 
-__all__ = ["NoPrediction", "Prediction"]
+def _order(f: Any, preds: dict[str, Prediction | str]) -> None:
+    """Fixes by predicted effect (unpredicted ones keep their place after the predicted
+    ones that help); a fix predicted to slow the job down goes last and says so; the time
+    at stake follows the best prediction."""
+    f.predictions = preds
+    helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= SLOWER]
+    helps.sort(key=lambda x: -_speedup(preds[x]))
+    unknown = [x for x in f.fixes if isinstance(preds[x], str)]
+    slower = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup < SLOWER]
+    f.fixes = helps + unknown + slower
+    for x in slower:
+        p = preds[x]
+        assert isinstance(p, Prediction)
+        f.hints.append(f"{x}: predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> {p.step_ms:.1f} "
+                       "ms), slower: not offered as the fix")
+    # the time at stake is the best prediction's saving; when the fixes the model predicts
+    # do not help but others it cannot tell remain, the rule's own estimate stands
+    made = [p for p in preds.values() if isinstance(p, Prediction)]
+    if made and (helps or not unknown):
+        f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
+
+
+def _speedup(p: Prediction | str) -> float:
+    return p.speedup if isinstance(p, Prediction) else 0.0
+
+
+def sort_findings(findings: list[Any]) -> None:
+    """Worst first again (engine's order): predictions may have moved the grades."""
+    findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
+                                 f.rule))
+
+
+__all__ = ["SLOWER", "Prediction", "predict_findings", "sort_findings"]

@@ -15,7 +15,9 @@ A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
   (fixes with one key share one search; see the SEARCH_* modes).
 - ``render(setup)``: the code for the user's own DataLoader and optimizer
   (:class:`~diagnose.fixes.code.Setup`; None: the generic template, ``code``).
-- ``predict(model, config, facts)``: through ``transform`` (see
+- ``transform``: the fix as a transform of the step model (a function of
+  :mod:`diagnose.model.transforms`); ``predict(predictor, config, facts)`` replays it for
+  each config autofix would measure and returns the best (see
   :mod:`diagnose.fixes.predict`); a fix without one says so.
 
 Facts
@@ -31,17 +33,16 @@ counts as not known, and a fix that needs it does not apply.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model.predict import Prediction, Predictor
+from ..model.transforms import Transform
 from .code import Setup
 from .config import TrainConfig
-from .predict import NoPrediction, Prediction
 
 Facts = Mapping[str, Any]
-#: A fix's what-if over the step model: ``transform(fix, model, config, facts)``.
-Transform = Callable[["Fix", Any, TrainConfig, Facts], "Prediction | NoPrediction"]
 
 #: How autofix walks a fix's candidates (``Fix.search_mode``):
 #: each in order against the best so far, while the fix still applies;
@@ -142,14 +143,31 @@ class Fix:
         return self.code if setup is None else self.render(setup).strip("\n")
 
     # ------------------------------------------------------------------ prediction
-    def predict(self, model: Any, config: TrainConfig, facts: Facts) -> Prediction | NoPrediction:
-        """The step time this fix is expected to give, from the step ``model``."""
+    def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts
+                ) -> Prediction | str:
+        """The step time this fix is expected to give: its transform replayed for each config
+        autofix would measure (advice: the fix as it stands), the best of them; else why
+        the model cannot tell."""
         if self.transform is None:
-            return NoPrediction(f"no model of what {self.id} does to a step")
-        try:
-            return self.transform(self, model, config, facts)
-        except Exception as e:  # a broken transform is reported, never raised
-            return NoPrediction(f"the model failed: {type(e).__name__}: {e}")
+            return f"no model of what {self.id} does to a step"
+        if self.auto:
+            changes = [{k: new for k, (_, new) in config.diff(c).items()}
+                       for c in self.candidates(config, facts)]
+            if not changes:
+                return self.why_not(config, facts) or "nothing left to change"
+        else:
+            changes = [dict(self.change or {})]
+        best: Prediction | str = "no model of this fix"
+        for change in changes:
+            try:
+                p = predictor.predict_change(self.transform, change)
+            except Exception as e:  # a broken transform is reported, never raised
+                return f"the model failed: {type(e).__name__}: {e}"
+            if isinstance(p, str):
+                return p
+            if isinstance(best, str) or p.step_ms < best.step_ms:
+                best = p
+        return best
 
     def with_transform(self, transform: Transform) -> Fix:
         """This fix predicting through ``transform``."""

@@ -37,6 +37,7 @@ from diagnose.integrations._common import CallbackBase, import_trainer
 __all__ = ["DiagnoseCallback"]
 
 _hf = import_trainer(("transformers",), "transformers", "Hugging Face transformers")[0]
+TrainerCallback: Any = _hf.TrainerCallback  # imported at run time: a base mypy cannot see
 
 
 def _tensorboard_dir(args: Any) -> str | None:
@@ -55,7 +56,7 @@ def _tensorboard_dir(args: Any) -> str | None:
     return os.path.join(args.output_dir, "runs")
 
 
-class DiagnoseCallback(CallbackBase, _hf.TrainerCallback):
+class DiagnoseCallback(CallbackBase, TrainerCallback):
     """Profile ``steps`` optimizer steps (after ``wait`` + ``warmup``) and report on them.
 
     Takes ``diagnose(...)``'s keyword arguments (``steps``, ``warmup``, ``wait``,

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from ..engine import SEVERITIES, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
+from ..model.predict import prediction_line
+from ..model.step import step_model_line
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from .text import step_lines, unprofiled_dl
 
@@ -228,6 +230,7 @@ def _summary(report: Analysis) -> Markup:
     rows: list[tuple[str, Child]] = [
         ("source", el("code", ", ".join(report.source))),
         *summary_facts(report.metrics, len(report.ranks)),
+        ("step model", step_model_line(report.step_model, report.step_model_why)),
         ("findings", _counts(report)),
     ]
     return el("section", el("h2", "Summary"), _kv(rows), id="summary")
@@ -251,6 +254,8 @@ def _fixes(f: Finding) -> Markup | None:
         label = "try first: " if i == 0 and len(known) > 1 else ""
         items.append(el("details",
                         el("summary", label, fix.title, " ",
+                           el("span", prediction_line(f.predictions.get(fix.id)), class_="muted")
+                           if f.predictions.get(fix.id) is not None else None, " ",
                            el("span", "autofix can apply", class_="badge auto")
                            if fix.auto else None),
                         el("pre", el("code", f.fix_code.get(fix.id, fix.code),

@@ -15,6 +15,8 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
+from ..model.predict import prediction_line
+from ..model.step import step_model_line
 from ..result import step_time
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ def _summary(report: Analysis) -> Table:
     t.add_row("step time", head)
     if window:
         t.add_row("profiled", window)
+    t.add_row("step model", escape(step_model_line(report.step_model, report.step_model_why)))
     if m.get("gpu_busy_frac") is not None:
         t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
     parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN
@@ -143,7 +146,9 @@ def _fix_panels(report: Analysis) -> list[Panel]:
             shown.add(fid)
             fix = FIXES[fid]
             panels.append(Panel(Syntax(f.fix_code.get(fid, fix.code), "python", theme="ansi_dark", word_wrap=True),
-                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left"))
+                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left",
+                                subtitle=prediction_line(f.predictions.get(fid)) or None,
+                                subtitle_align="left"))
     return panels
 
 
@@ -161,8 +166,8 @@ def renderables(report: Analysis) -> list[Any]:
         for n in report.not_evaluated:
             lines.append(f"\n  {n.rule}: {n.reason}", style="dim")
         out.append(lines)
-    for n in report.notes:
-        out.append(Text(f"note: {n}", style="dim"))
+    for note in report.notes:
+        out.append(Text(f"note: {note}", style="dim"))
     return out
 
 

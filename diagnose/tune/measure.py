@@ -212,14 +212,14 @@ class Measurer:
             res = self._rounds(arms, schedule, label, decided if sequential else None,
                                deadline)
         except _ArmFailed as f:
-            e = f.error
-            if is_oom(e):
-                failed = (NO_FIT, first_line(e), f.partial)
+            err = f.error
+            if is_oom(err):
+                failed = (NO_FIT, first_line(err), f.partial)
             elif f.arm != "a":
-                failed = (ERROR, f"{type(e).__name__}: {e}"[:200], f.partial)
+                failed = (ERROR, f"{type(err).__name__}: {err}"[:200], f.partial)
             else:
-                raise e from None
-            del e
+                raise err from None
+            del err
         if failed is not None:  # the exception and the frames holding tensors are gone now
             status, note, res = failed
             release_memory(self.w)

@@ -55,7 +55,7 @@ def decisions_table(r: TuneResult) -> Table:
                     f"lower bound > {1 + r.min_gain:.2f})",
               title_justify="left", expand=False, box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False, padding=(0, 1, 0, 0))
-    keep = {"no_wrap": True, "overflow": "ellipsis"}
+    keep: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis"}
     longest = max((len(d.fix) for d in r.decisions), default=3)
     t.add_column("fix", min_width=longest, **keep)
     t.add_column("by", **keep)

@@ -161,7 +161,7 @@ def autofix(
                 raise TuneError("autofix needs the baseline's findings: pass report= (a "
                                 "diagnosis), fixes=, or capture= (diagnose(model, loader, "
                                 "optimizer=..., loss_fn=...).autofix() does this for you)")
-            if report is None:
+            if report is None and capture is not None:
                 tuner.progress("baseline: capturing profiled steps for the diagnosis")
                 report = capture(w, base, steps=diagnose_steps, out_dir=out_dir)
             if report is None:

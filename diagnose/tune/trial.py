@@ -37,7 +37,7 @@ import copy
 import gc
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,7 @@ def build_loader(orig: Any, cfg: TrainConfig) -> Any:
 def build_optimizer(orig: Any, cfg: TrainConfig) -> Any:
     """Same class, parameter groups, hyper-parameters and (copied) state; cfg's kernels."""
     cls = type(orig)
+    accepted: Mapping[str, inspect.Parameter]
     try:
         accepted = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):  # pragma: no cover - C-implemented optimizers

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...model import transforms as tr
 from ..code import GENERIC_NOTE, Setup, optimizer_call
 from ..config import TrainConfig
 from ..facts import cuda
@@ -55,6 +56,7 @@ class CudnnBenchmark(Fix):
 
 FOREACH_OPTIMIZER = ForeachOptimizer(
     "foreach_optimizer", "Multi-tensor (foreach) or fused optimizer", category="config",
+    transform=tr.foreach_optimizer,
     auto=True,
     needs="an optimizer not already foreach or fused")
 
@@ -63,7 +65,8 @@ SET_TO_NONE = Fix("set_to_none", "zero_grad(set_to_none=True)", """
 optimizer.zero_grad(set_to_none=False)
 # after: gradients are simply dropped (the default since PyTorch 2.0)
 optimizer.zero_grad(set_to_none=True)
-""", category="config", auto=True, change={"zero_grad_set_to_none": True})
+""", category="config", auto=True, change={"zero_grad_set_to_none": True},
+    transform=tr.set_to_none)
 
 CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest convolution "
                                  "algorithm", """
@@ -71,6 +74,7 @@ CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest 
 # after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
 torch.backends.cudnn.benchmark = True
 """, category="config", auto=True, change={"cudnn_benchmark": True},
+    transform=tr.cannot("cannot tell: cuDNN's autotuned algorithms are not in the trace"),
     needs="a convolution net on a CUDA device")
 
 #: The registered units of this category (a test checks that each one declared is here).

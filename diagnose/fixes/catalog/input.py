@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ...model import transforms as tr
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_call, loader_change, some_workers
 from ..config import TrainConfig
 from ..facts import count, cpus, cpus_saturated
@@ -204,7 +205,7 @@ class Threads(Fix):
 # ---------------------------------------------------------------------- the units
 NUM_WORKERS = NumWorkers(
     "num_workers", "Load batches in worker processes (DataLoader num_workers)",
-    category="input", auto=True, search_key="num_workers",
+    category="input", auto=True, search_key="num_workers", transform=tr.num_workers,
     instead=("threads", "faster_input"),
     needs="a map-style dataset (an IterableDataset must shard itself across workers) and "
           "workers other than the CPU count: fewer are searched upward, more (or saturated "
@@ -212,7 +213,7 @@ NUM_WORKERS = NumWorkers(
 
 NUM_WORKERS_CAP = NumWorkersCap(
     "num_workers_cap", "No more DataLoader workers than CPUs", category="input", auto=True,
-    search_key="num_workers",
+    search_key="num_workers", transform=tr.num_workers,
     needs="more workers than the CPUs this process may use, and a map-style dataset")
 
 PERSISTENT_WORKERS = PersistentWorkers(
@@ -230,7 +231,7 @@ loader = DataLoader(dataset, ..., num_workers=workers)
 # after: the workers keep their CPUs, torch's math gets the rest (measure both ways)
 torch.set_num_threads(max(1, {AFFINITY} - workers))
 loader = DataLoader(dataset, ..., num_workers=workers)
-""", category="input", auto=True,
+""", category="input", auto=True, transform=tr.threads,
                   needs="2 or more CPUs, torch's thread count and a map-style dataset")
 
 
@@ -284,7 +285,7 @@ class DS(Dataset):
 
 BATCHED_FETCH = BatchedFetch(
     "batched_fetch", "Fetch each batch with one indexing call", category="input", auto=True,
-    change={"batched_fetch": True},
+    change={"batched_fetch": True}, transform=tr.batched_fetch,
     needs="a TensorDataset-like dataset (rows indexed by a list of indices), torch's default "
           "collate and the DataLoader's own batch_size")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...model import transforms as tr
 from ..code import Setup, loader_change
 from ..config import TrainConfig, micro_batches
 from ..unit import Facts, Fix
@@ -57,6 +58,7 @@ model = Net().cuda()
 # after: fused kernels; mode="reduce-overhead" also captures CUDA graphs
 model = torch.compile(Net().cuda())               # or torch.compile(model, mode="reduce-overhead")
 """, category="launch", auto=True, change={"compile": True},
+    transform=tr.cannot("cannot tell: what torch.compile fuses is not in the trace"),
     needs="opt-in: autofix(compile=True) (compile time is counted)")
 
 CUDA_GRAPHS = CudaGraphs("cuda_graphs", "Capture the step in a CUDA graph", """
@@ -67,11 +69,11 @@ g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):
     static_loss = train_step(static_x, static_y)
 static_x.copy_(x); static_y.copy_(y); g.replay()
-""", category="launch")
+""", category="launch", transform=tr.cuda_graphs)
 
 LARGER_BATCH = LargerBatch(
     "larger_batch", "Larger batch per step (keep the effective batch with fewer accumulation "
-    "steps)", category="launch", auto=True,
+    "steps)", category="launch", auto=True, transform=tr.larger_batch,
     needs="gradient accumulation to trade for a larger micro-batch (effective batch kept)")
 
 #: The registered units of this category (a test checks that each one declared is here).

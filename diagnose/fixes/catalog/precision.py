@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...model import transforms as tr
 from ..config import TrainConfig
 from ..facts import cuda
 from ..unit import Facts, Fix
@@ -36,7 +37,8 @@ scaler = torch.amp.GradScaler("cuda")
 with torch.autocast("cuda", dtype=torch.float16):
     loss = loss_fn(model(x), y)
 scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
-""", category="precision", auto=True, needs="a CUDA device and an fp32 step")
+""", category="precision", auto=True, needs="a CUDA device and an fp32 step",
+    transform=tr.amp)
 
 CHANNELS_LAST = ConvNetOnCuda("channels_last", "channels_last memory format for convolution "
                               "nets", """
@@ -46,6 +48,7 @@ model = model.cuda()
 model = model.cuda().to(memory_format=torch.channels_last)
 x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
 """, category="precision", auto=True, change={"channels_last": True},
+    transform=tr.cannot("cannot tell: the NHWC kernels' times are not in the trace"),
     needs="a convolution net on a CUDA device")
 
 #: The registered units of this category (a test checks that each one declared is here).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...model import transforms as tr
 from ..unit import Fix
 
 REMOVE_SYNC = Fix("remove_sync", "Take host synchronisation out of the step", """
@@ -16,7 +17,7 @@ for i, (x, y) in enumerate(loader):
     running += loss.detach()
     if i % 100 == 0:
         print(running.item() / 100); running.zero_()
-""", category="sync")
+""", category="sync", transform=tr.remove_sync)
 
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (REMOVE_SYNC,)

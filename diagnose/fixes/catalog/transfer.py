@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...model import transforms as tr
 from ..code import Setup, loader_change
 from ..config import TrainConfig
 from ..facts import cuda
@@ -27,6 +28,7 @@ class PinMemory(Fix):
 PIN_MEMORY = PinMemory(
     "pin_memory", "Pinned host memory and asynchronous copies (pin_memory + non_blocking)",
     category="transfer", auto=True, change={"pin_memory": True, "non_blocking": True},
+    transform=tr.pin_memory,
     needs="a CUDA device (pinned memory speeds host-to-GPU copies)")
 
 #: The registered units of this category (a test checks that each one declared is here).

@@ -126,12 +126,12 @@ class DiagnosePlugin(base_plugin.TBPlugin):
 
         return serve
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for functions
     def _serve_css(self, request: wrappers.Request) -> wrappers.Response:
         css = CSS + (STATIC / "tab.css").read_text(encoding="utf-8")
         return http_util.Respond(request, css, "text/css")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for functions
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
         out = []
         for name, run_dir in self.runs().items():
@@ -141,7 +141,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
                 out.append({"run": name, "error": str(e)})
         return http_util.Respond(request, out, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for functions
     def _serve_run(self, request: wrappers.Request) -> wrappers.Response:
         name = request.args.get("run")
         run_dir = self._lookup(name)
@@ -158,7 +158,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
                                           f"cannot show ({type(e).__name__}: {e})"}
         return http_util.Respond(request, body, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for functions
     def _serve_plot(self, request: wrappers.Request) -> wrappers.Response:
         run_dir = self._lookup(request.args.get("run"))
         svg = None

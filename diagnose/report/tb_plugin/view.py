@@ -13,6 +13,8 @@ from typing import Any
 
 from ...engine import SEVERITIES
 from ...metrics import CATALOG
+from ...model.predict import prediction_line
+from ...model.step import step_model_line
 from ..html import autofix_cells, fmt, summary_facts
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
@@ -91,7 +93,9 @@ def _finding(f: dict[str, Any]) -> dict[str, Any]:
         "gain": f"fixing it could save up to {gain:.0%} of step time" if gain else "",
         "evidence": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[1]]
                      for k, v in evidence.items()],
-        "fixes": [{"id": _str(x.get("id")), "title": _str(x.get("title") or x.get("id")),
+        "fixes": [{"id": _str(x.get("id")),
+                   "title": " ".join(filter(None, (_str(x.get("title") or x.get("id")),
+                                                   prediction_line(x.get("predicted"))))),
                    "code": _str(x.get("code")), "auto": bool(x.get("auto"))} for x in fixes],
     }
 
@@ -146,7 +150,9 @@ def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> d
              and p["svg"].lstrip().startswith("<svg")]
     return {
         **run_summary(name, doc),
-        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks)))],
+        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks))),
+                    ["step model", step_model_line(report.get("step_model"),
+                                                   report.get("step_model_why"))]],
         "findings": [_finding(f) for f in findings],
         "plots": plots,
         "autofix": _autofix(doc),

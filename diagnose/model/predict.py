@@ -1,0 +1,177 @@
+"""What analysis takes from the step model: the replay's accuracy (``step_model`` in the
+JSON) and, for each finding's fixes, a prediction of the step time the fix gives.
+
+A prediction is a ratio of two replays of the same graph, the fix's transform against
+the unmodified one, applied to the step time the report leads with (the unprofiled one
+where the capture timed it). Its range widens the point by the replay's own error and
+the spread of the measured steps. In a live capture the host's work is first scaled so
+that the replay gives the unprofiled step (the profiler's per-op cost taken out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .graph import DEVICE_TASKS, EdgeKind, Graph, TaskKind, replay
+from .step import StepModel
+from .transforms import Transform, cpu_bound_ms
+
+# The analysis is typed in a layer above this one (result): it is taken as it comes, and
+# only its step_model attributes are set.
+Analysis = Any
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a fix is predicted to do: the exact change, the step time, the speedup."""
+
+    change: dict[str, Any]
+    step_ms: float
+    speedup: float
+    range: tuple[float, float]  # step_ms, low and high
+    base_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"change": self.change, "step_ms": round(self.step_ms, 3),
+                "speedup": round(self.speedup, 3),
+                "range": [round(self.range[0], 3), round(self.range[1], 3)]}
+
+    def line(self) -> str:
+        return f"predicted {self.base_ms:.1f} -> {self.step_ms:.1f} ms ({self.speedup:.2f}x)"
+
+
+def _num(facts: Mapping[str, Any], name: str) -> float | None:
+    v = facts.get(name)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def busiest_ms(g: Graph) -> float:
+    """Work per step of the busiest resource (ms): a host thread's or a stream's own time
+    and spacing, the producer's over its workers. In steady state no step is shorter: a
+    host that never waits for the device within the window still fills its queues."""
+    # device work launched before the window belongs to the step before
+    own = ~g.is_kind(*DEVICE_TASKS)
+    own[g.edst[g.ekind == EdgeKind.START_AFTER_START]] = True
+    per = np.bincount(g.res[own], weights=(g.dur + g.gap)[own], minlength=len(g.resources))
+    caps = np.array([max(r.capacity, 1) for r in g.resources], float)
+    return float((per / caps).max()) / max(g.n_steps, 1) / 1e3 if len(per) else 0.0
+
+
+def _step(g: Graph) -> float:
+    """The steady step of a replay: the median replayed step, and no less than the
+    busiest resource's work per step (ms)."""
+    return max(float(np.median(replay(g).step_ms)), busiest_ms(g))
+
+
+def calibrate(g: Graph, target_ratio: float) -> Graph:
+    """Scale the host's own work so the replay gives ``target_ratio`` x the profiled step
+    (the profiler's per-op cost taken out); a few secant steps on the scale."""
+    if not (0.2 < target_ratio < 1.0) or abs(target_ratio - 1) < 0.03:
+        return g
+    host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    base = _step(g)
+    want = base * target_ratio
+    lo_f, lo_v, hi_f, hi_v = 0.0, _step(g.scale(host, 0.0)), 1.0, base
+    if lo_v >= want:  # even a free host does not get there: the device sets the step
+        return g.scale(host, 0.0)
+    f = 1.0
+    for _ in range(4):
+        f = lo_f + (want - lo_v) * (hi_f - lo_f) / max(hi_v - lo_v, 1e-9)
+        v = _step(g.scale(host, f))
+        if abs(v - want) <= 0.005 * want:
+            break
+        lo_f, lo_v, hi_f, hi_v = (f, v, hi_f, hi_v) if v < want else (lo_f, lo_v, f, v)
+    return g.scale(host, f)
+
+
+class Predictor:
+    """Predictions for one run, from one rank's model and the run's metrics."""
+
+    def __init__(self, model: StepModel, facts: Mapping[str, Any]) -> None:
+        assert model.graph is not None
+        self.facts = facts
+        prof = _num(facts, "step_time_median_ms")
+        un = _num(facts, "step_time_unprofiled_median_ms")
+        self.base_ms = un or prof or (model.measured_ms or 0.0)
+        g = model.graph
+        self.g = calibrate(g, un / prof) if un and prof else g
+        self.base_replay = _step(self.g)
+        cv = _num(facts, "step_time_cv") or 0.0
+        n = max(int(_num(facts, "step_count") or 1), 1)
+        self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)
+        self.cache: dict[Any, Prediction | str] = {}
+
+    def predict_change(self, transform: Transform, change: Mapping[str, Any]
+                       ) -> Prediction | str:
+        """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,
+        through ``transform`` (a graph transform of :mod:`diagnose.model.transforms`); the
+        reason where the model cannot tell. Where the change moves CPU work (workers,
+        torch's threads) the step is no shorter than all CPU work per step over the cores;
+        where it trades accumulation for a larger batch, the time is per old step."""
+        key = (getattr(transform, "__name__", repr(transform)),
+               tuple(sorted((k, repr(v)) for k, v in change.items())))
+        if key in self.cache:
+            return self.cache[key]
+        g2 = transform(self.g, change, self.facts)
+        if isinstance(g2, str):
+            self.cache[key] = g2
+            return g2
+        ratio = _step(g2) / self.base_replay if self.base_replay > 0 else 1.0
+        old_b, new_b = _num(self.facts, "dataloader_batch_size"), change.get("batch_size")
+        if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
+            ratio /= new_b / old_b  # per step of the old size
+        ms = self.base_ms * ratio
+        if "num_workers" in change or "intra_op_threads" in change:
+            bound = cpu_bound_ms(g2, change, self.facts)
+            if bound is not None:
+                ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
+        p = Prediction(dict(change), ms, self.base_ms / ms if ms > 0 else math.inf,
+                       (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
+        self.cache[key] = p
+        return p
+
+
+def _pick(models: list[tuple[int | None, StepModel | None]]) -> tuple[int | None, StepModel | None]:
+    """The rank whose replay is furthest from its measured step (the error a prediction
+    must own up to), else the first rank's reason for having no model."""
+    built = [(r, m) for r, m in models if m is not None and m.graph is not None]
+    if built:
+        return max(built, key=lambda x: abs(x[1].error or 0.0))
+    return next(((r, m) for r, m in models if m is not None), (None, None))
+
+
+def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
+                  ) -> Predictor | str:
+    """Put the step model's replay accuracy on the analysis (``step_model`` or
+    ``step_model_why``) and return the Predictor for its findings' fixes (or why there is
+    none: a many-rank run, or no model)."""
+    rank, m = _pick(models)
+    if m is None:
+        a.step_model, a.step_model_why = None, "no trace analysed"
+        return "cannot tell: no trace analysed"
+    js: dict[str, Any] | None = m.to_json()
+    if js is not None and len(models) > 1:
+        js["rank"] = rank
+    a.step_model, a.step_model_why = js, m.why
+    if len(models) > 1:
+        return "cannot tell: predictions are made for one rank's run, not across ranks"
+    if m.graph is None:
+        return f"cannot tell: no step model ({m.why})"
+    return Predictor(m, a.metrics)
+
+
+def prediction_line(p: Any) -> str:
+    """A fix's prediction as the reports show it ("predicted 25.2 -> 14.1 ms (1.79x)"), from
+    a Prediction or its JSON; empty when there is none."""
+    if isinstance(p, Prediction):
+        return p.line()
+    if isinstance(p, dict) and isinstance(p.get("step_ms"), int | float) and isinstance(
+            p.get("speedup"), int | float) and p["speedup"] > 0:
+        base = p["step_ms"] * p["speedup"]
+        return f"predicted {base:.1f} -> {p['step_ms']:.1f} ms ({p['speedup']:.2f}x)"
+    return ""

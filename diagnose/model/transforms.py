@@ -1,0 +1,306 @@
+"""Fixes as transforms of the step graph (Daydream-style: select tasks, scale their time,
+remove or insert tasks and edges), one function per kind of change.
+
+Each fix unit (:mod:`diagnose.fixes.catalog`) names its transform: ``transform(graph,
+change, facts)`` returns the graph the fix would give (to be replayed), or a sentence
+saying why the model cannot tell. ``change`` is exactly the
+TrainConfig change autofix would apply (``{"num_workers": 2}``); ``facts`` are the run's
+metrics (trace, context, samples), read by name; a missing one means "cannot tell".
+Constants below are documented where they come from; none is a guess at a number the
+trace or the capture measures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
+
+Facts = Mapping[str, Any]
+Transform = Callable[[Graph, Mapping[str, Any], Facts], "Graph | str"]
+
+# Hand-over of a batch from a worker process: the worker writes the batch's tensors into
+# a new shared-memory segment and the main process maps and touches them. Timed on the
+# 2-core development VM (shared, so noisy): one worker returning fresh 2 MB tensors
+# delivered one every ~11-12 ms, 12 MB ones every ~24-30 ms (in-process: under 1 ms), i.e.
+# about 0.5 GB/s with the segment's setup included. A live capture's own measurement
+# (facts["worker_transfer_gbps"]) wins; faster machines do better than this.
+SHM_GBPS = 0.5
+# Pinned host-to-device bandwidth by GPU generation (CUDA compute capability major): what
+# a pinned copy reaches on the PCIe generation those parts ship with (about 80% of the
+# link: PCIe 3 x16 ~12 GB/s for V100/T4, PCIe 4 ~24 GB/s for A100, PCIe 5 ~50 GB/s for H100).
+PINNED_GBPS = {7: 12.0, 8: 24.0, 9: 50.0}
+# A foreach/fused optimizer launches one multi-tensor kernel per ~this many parameters
+# (torch's multi_tensor_apply chunks tensor lists by depth: 110/64/48/36 per launch).
+FOREACH_PARAMS_PER_LAUNCH = 64
+
+_GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolve|winograd|"
+                   r"convolve|_fprop|wgrad|dgrad|conv2d|conv_|cudnn_.*(conv|infer|train)",
+                   re.IGNORECASE)
+_FP32_SIMT = re.compile(r"sgemm|scudnn|_simt_|<float, float|<float,\s*float|_ffma_|"
+                        r"f32f32_f32f32_f32|winograd.*<float|engine<float", re.IGNORECASE)
+_FP32_NAME = re.compile(r"\bfloat\b|<float|float>|f32", re.IGNORECASE)
+
+
+def _num(facts: Facts, *names: str) -> float | None:
+    for n in names:
+        v = facts.get(n)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def _per_step(g: Graph, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over tasks of ``mask``, per window step (main-thread tasks)."""
+    m = mask & (g.step >= 0)
+    return np.bincount(g.step[m], weights=values[m], minlength=g.n_steps)
+
+
+# ---------------------------------------------------------------- input pipeline
+def batch_bytes(g: Graph, facts: Facts) -> float | None:
+    """Bytes of one batch: the capture's measurement, else the host-to-device copies of a
+    step (the batch goes to the GPU once per step)."""
+    b = _num(facts, "input_batch_bytes", "batch_bytes", "dataloader_batch_bytes")
+    if b is not None:
+        return b
+    h2d = _num(facts, "memcpy_h2d_bytes")
+    steps = _num(facts, "step_count")
+    return h2d / steps if h2d and steps else None
+
+
+def cpus_for_workers(facts: Facts) -> int | None:
+    c = _num(facts, "cpu_count")
+    return int(c) if c else None
+
+
+def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Batches made by k worker processes: the producer runs on min(k, CPUs) cores, each
+    batch costing what the main process spent fetching and collating it (in-process
+    loader) or what the measured rate says (workers already, loader-bound); the main
+    process pays the hand-over of each batch from shared memory instead. The CPU bound
+    (all CPU work per step / cores) is applied by the caller (cpu_bound_ms)."""
+    k = int(change["num_workers"])
+    cpus = cpus_for_workers(facts)
+    if cpus is None:
+        return "cannot tell: the number of CPUs is not known (a live capture records it)"
+    now = _num(facts, "dataloader_num_workers")
+    if now is not None and now > cpus:
+        return ("cannot tell: what more workers than CPUs cost (switching, memory) is not "
+                "in the trace")
+    fetch = g.is_kind(TaskKind.FETCH)
+    wait = g.is_kind(TaskKind.DL_WAIT)
+    if fetch.any():
+        cost = _per_step(g, fetch, g.dur)
+        mean_cost = float(cost.mean())
+    elif wait.any():
+        waited = float(_per_step(g, wait, g.dur).mean())
+        step = float(g.steps_measured.mean())
+        if now is None or now < 1 or waited < 0.05 * step:
+            return ("cannot tell: the workers keep up (or their number is unknown), so "
+                    "their per-batch cost is hidden behind the step")
+        # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
+        mean_cost = step * min(now, cpus)
+    else:
+        return "cannot tell: no DataLoader in the profiled steps"
+    if k == 0:
+        return "cannot tell: the in-process cost of a batch is not measured with workers"
+    b = batch_bytes(g, facts)
+    if b is None:
+        return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
+    rate = _num(facts, "worker_transfer_gbps") or SHM_GBPS
+    hand_over = b / (rate * 1e3)  # us
+    cap = max(1, min(k, cpus))
+    per_batch = mean_cost / cap  # one batch every per_batch us once the pipeline is full
+    # the main process now waits for the batch and receives it
+    out = g.copy()
+    host = fetch | wait
+    out.kind[host] = TaskKind.DL_WAIT
+    out.dur[host] = hand_over
+    r = len(out.resources)
+    out.resources.append(Resource("DataLoader workers", ResKind.PRODUCER, cap, -np.inf))
+    ids = np.flatnonzero(host)
+    n = len(ids)
+    # batch i is ready per_batch after batch i-1 (steady state: the workers are staggered)
+    ready = g.t0 + per_batch * np.arange(1, n + 1) - mean_cost
+    out = out.remove_edges(np.isin(out.edst, ids) & (out.ekind == EdgeKind.END_AFTER_END))
+    prod = (out.kind == TaskKind.PRODUCER)
+    out = out.take(~prod) if prod.any() else out
+    # ids shift when old producer tasks go (they were appended after the host tasks)
+    ids = np.flatnonzero(out.kind == TaskKind.DL_WAIT)
+    out, p = out.add_tasks(kind=np.full(n, int(TaskKind.PRODUCER), np.int8),
+                           res=np.full(n, r, np.int32), dur=np.full(n, mean_cost),
+                           release=ready, start0=ready)
+    return out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
+
+
+def cpu_bound_ms(g: Graph, change: Mapping[str, Any], facts: Facts) -> float | None:
+    """No setting beats (all CPU work per step) / cores: the main process's busy time on its
+    intra-op threads, every batch's fetch and collate, and the hand-over of each batch."""
+    cpus = cpus_for_workers(facts)
+    if cpus is None:
+        return None
+    threads = _num(facts, "intra_op_threads", "torch_num_threads") or 1.0
+    threads = float(change.get("intra_op_threads", threads))
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    busy = float(_per_step(g, main, g.dur).mean())
+    fetch = g.is_kind(TaskKind.FETCH, TaskKind.PRODUCER)
+    work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
+    hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
+        "num_workers") else 0.0
+    return (busy * min(threads, cpus) + work + 2 * hand) / cpus / 1e3
+
+
+# ---------------------------------------------------------------- transfers
+def pin_memory(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Pinned, non-blocking copies: a pageable host-to-device copy stops blocking the host
+    (its wait and the stream sync that followed it go) and runs at pinned bandwidth."""
+    pg = (g.tag & int(Tag.PAGEABLE)) > 0
+    copies = pg & g.is_kind(TaskKind.MEMCPY)
+    if not copies.any():
+        return "no pageable host-to-device copies in the profiled steps"
+    cc = _num(facts, "device_cc_major")
+    rate = _num(facts, "memcpy_h2d_pinned_gbps") or (PINNED_GBPS.get(int(cc)) if cc else None)
+    out = g.copy()
+    if rate is not None:
+        b = out.nbytes[copies]
+        fast = np.where(np.isfinite(b), b / (rate * 1e3), out.dur[copies])
+        out.dur[copies] = np.minimum(out.dur[copies], fast)
+    waits = pg & g.is_kind(TaskKind.COPY_WAIT, TaskKind.SYNC)
+    out.dur[waits] = 0.0
+    return out.remove_edges(np.isin(out.edst, np.flatnonzero(waits))
+                            & (out.ekind == EdgeKind.END_AFTER_END))
+
+
+def remove_sync(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """The host stops waiting for the device in .item(), synchronize and blocking copies of
+    results to the host (their own time stays): those edges go."""
+    waits = g.is_kind(TaskKind.SYNC, TaskKind.COPY_WAIT) & ((g.tag & int(Tag.PAGEABLE)) == 0)
+    if not waits.any():
+        return "no synchronising calls in the profiled steps"
+    return g.remove_edges(np.isin(g.edst, np.flatnonzero(waits))
+                          & (g.ekind == EdgeKind.END_AFTER_END))
+
+
+# ---------------------------------------------------------------- device work
+def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """fp32 GEMM/convolution kernels run tensor_core_speedup x faster (metrics: half the
+    datasheet peak ratio of this GPU, at most 4x); other fp32 kernels outside the optimizer
+    are memory-bound and move half the bytes in bf16/fp16 (2x)."""
+    tc = _num(facts, "tensor_core_speedup")
+    if tc is None:
+        return "cannot tell: no tensor-core speedup is known for this device"
+    kern = g.is_kind(TaskKind.KERNEL)
+    simt = kern & g.name_mask(lambda n: bool(_GEMM.search(n)) and bool(_FP32_SIMT.search(n)))
+    if not simt.any():
+        return "no fp32 GEMM/convolution kernels in the profiled steps"
+    other = (kern & ~g.name_mask(lambda n: bool(_GEMM.search(n)))
+             & g.name_mask(lambda n: bool(_FP32_NAME.search(n)))
+             & ((g.tag & int(Tag.OPTIMIZER)) == 0))
+    out = g.scale(simt, 1 / tc)
+    out.dur[other] *= 0.5
+    return out
+
+
+def foreach_optimizer(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Per-parameter launches collapse into a few multi-tensor ones: the optimizer's host
+    work shrinks by launches-after / launches-before; its kernels' total time stays."""
+    opt = (g.tag & int(Tag.OPTIMIZER)) > 0
+    launches = opt & g.is_kind(TaskKind.LAUNCH)
+    n = float(_per_step(g, launches, np.ones(len(g))).mean())
+    if n < 2 * FOREACH_PARAMS_PER_LAUNCH / 8:
+        return "the optimizer already launches few kernels"
+    kernels_per_param = 5.0  # Adam: mul_, lerp_/add_, addcmul_, sqrt, addcdiv_ per parameter
+    params = n / kernels_per_param
+    after = max(4.0, math.ceil(params / FOREACH_PARAMS_PER_LAUNCH) * kernels_per_param)
+    if after >= n:
+        return "the optimizer already launches few kernels"
+    host = opt & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH) & (g.res == g.main)
+    return g.scale(host, after / n)
+
+
+def set_to_none(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """zero_grad(set_to_none=True): the fills go, host and device."""
+    zero = (g.tag & int(Tag.ZERO_GRAD)) > 0
+    work = zero & g.is_kind(TaskKind.LAUNCH, *DEVICE_TASKS)
+    if not work.any():
+        return "optimizer.zero_grad() launches no fills"
+    out = g.copy()
+    out.dur[zero & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)] = 0.0
+    return out.remove_tasks(zero & g.is_kind(*DEVICE_TASKS))
+
+
+def cuda_graphs(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """One graph launch per step instead of one launch per kernel: the launch calls' host
+    time per step becomes that of one launch (the median one); op dispatch stays."""
+    launch = g.is_kind(TaskKind.LAUNCH) & ((g.tag & int(Tag.PAGEABLE)) == 0) & (g.step >= 0)
+    if launch.sum() < 2 * g.n_steps:
+        return "few launches per step: nothing for a graph to save"
+    if _num(facts, "graph_launches_per_step"):
+        return "CUDA graphs are already in use"
+    out = g.copy()
+    per = np.bincount(g.step[launch], minlength=g.n_steps).astype(float)
+    one = float(np.median(g.dur[launch]))
+    out.dur[launch] = one / per[g.step[launch]]
+    return out
+
+
+def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Twice the micro-batch, half the accumulation steps (the effective batch kept): a
+    step's kernels and its input take twice as long, its launches and host work stay; the
+    replayed step is then halved (the same samples as before per step)."""
+    acc = _num(facts, "grad_accum_steps")
+    if acc is None or acc < 2:
+        return "a larger batch changes training unless it replaces gradient accumulation"
+    out = g.scale(g.is_kind(*DEVICE_TASKS, TaskKind.FETCH, TaskKind.PRODUCER), 2.0)
+    out.steps_measured = g.steps_measured * 2  # two of the old steps' work per step
+    return out
+
+
+def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """One ``dataset[indices]`` call per batch instead of a ``__getitem__`` per sample and
+    ``default_collate`` stacking the rows: the in-process fetch costs what collating cost
+    (both copy the batch's bytes once: a gather instead of a stack), and the per-sample
+    calls go. Needs the live capture's split of the fetch into its causes."""
+    fetch_ms = _num(facts, "dataloader_fetch_ms_per_step")
+    collate_ms = _num(facts, "dataloader_collate_ms_per_step")
+    if fetch_ms is None or collate_ms is None:
+        return ("cannot tell: the loader's time is not split into fetch and collate (a live "
+                "capture measures it)")
+    fetch = g.is_kind(TaskKind.FETCH)
+    if not fetch.any():
+        return "cannot tell: the batches are not made in the training process"
+    total = fetch_ms + collate_ms
+    if total <= 0:
+        return "cannot tell: no time in the loader's fetch or collate"
+    # each in-process fetch task shrinks to the collate share of its own time
+    return g.scale(fetch, collate_ms / total)
+
+
+def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """torch on ``intra_op_threads`` threads beside ``num_workers`` workers. The workers'
+    side is :func:`num_workers`; the main process's own work (its ops) takes as much longer
+    as it had threads more, the bound where every op scales perfectly with threads (so the
+    prediction is the least the split can give), and the CPU bound (caller) counts the
+    threads' time."""
+    now = _num(facts, "intra_op_threads", "torch_num_threads")
+    t = change.get("intra_op_threads")
+    if now is None or not isinstance(t, int):
+        return "cannot tell: torch's thread count is not known (a live capture records it)"
+    out = g
+    if change.get("num_workers"):
+        made = num_workers(g, change, facts)
+        if isinstance(made, str):
+            return made
+        out = made
+    host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
+    return out.scale(host, max(1.0, now / t))
+
+
+def cannot(why: str) -> Transform:
+    """The transform of a fix whose effect the trace cannot show: its reason."""
+    return lambda g, change, facts: why

@@ -1,0 +1,158 @@
+"""The step model (diagnose/model): the replay of the unmodified step reproduces the
+measured one on every real trace we have, and the graph really carries the dependencies
+(a change of a task's time moves the step by what the dependencies say)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diagnose import analyze
+from diagnose.model import TaskKind, build_graph, replay, step_model
+from diagnose.trace import read_trace
+from tests import tracebuilder as tb
+from tests.conftest import all_shared_traces
+from tests.modeltraces import as_trace, sync_loop
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted([*(REPO / "samples" / "traces").rglob("*.json.gz"),
+                  *(REPO / "tests" / "data" / "gpu").glob("*.json.gz")])
+# traces with no model, and why (anything else must be modelled)
+NO_MODEL = {
+    "triton_example__triton_example.json.gz": "no ProfilerStep#",
+    "mtia_trace_single_rank__mtia_rank_0.json.gz": "no device work",
+    "cpu_only__rank-34.OLDv.pt.trace.json.gz": "no device work",
+    "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": "no device work",
+}
+ALL = [*all_shared_traces(), *SHIPPED]
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, object]:
+    return {p.name: step_model(read_trace(p)) for p in ALL}
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_replay_reproduces_each_trace(path, models):
+    m = models[path.name]
+    if path.name in NO_MODEL:
+        assert m.graph is None and NO_MODEL[path.name] in m.why
+        return
+    assert m.graph is not None, m.why
+    assert abs(m.error) <= 0.10, f"replayed {m.replayed_ms:.3f} vs measured {m.measured_ms:.3f} ms"
+
+
+def test_replay_accuracy_over_all_traces(models):
+    errors = [abs(m.error) for m in models.values() if m.graph is not None]
+    assert len(errors) >= 20
+    assert statistics.median(errors) <= 0.03
+
+
+def test_hand_worked_step_and_its_dependencies(tmp_path):
+    """sync_loop: a step of 111 + 1000 us (see its docstring). The host waits for the kernel,
+    so doubling the kernel lengthens the step by exactly 1000 us; doubling the host work
+    before the launch (100 us + the op's 3 us before its launch call: one host task of
+    103 us) lengthens it by 103 us."""
+    g = build_graph(as_trace(sync_loop(), tmp_path))
+    assert not isinstance(g, str)
+    r = replay(g)
+    assert r.step_ms[1:] == pytest.approx([1.111] * (g.n_steps - 1), abs=2e-3)
+    assert r.step_ms == pytest.approx(g.steps_measured / 1e3, abs=1e-6)
+    slow = replay(g.scale(g.is_kind(TaskKind.KERNEL), 2.0))
+    assert slow.step_ms - r.step_ms == pytest.approx([1.0] * g.n_steps, abs=1e-3)
+    host = g.is_kind(TaskKind.HOST) & (g.dur > 90)
+    assert host.sum() == g.n_steps
+    assert replay(g.scale(host, 2.0)).step_ms - r.step_ms == pytest.approx([0.103] * g.n_steps, abs=1e-3)
+
+
+def test_host_bound_step_ignores_faster_kernels(tmp_path):
+    """A launch-bound step (kernels much shorter than their launches' spacing): halving
+    every kernel leaves the step where it was, as the critical path says."""
+    b = tb.launch_bound(steps=4)
+    g = build_graph(as_trace(b, tmp_path))
+    assert not isinstance(g, str)
+    base = replay(g).mean_step_ms
+    fast = replay(g.scale(g.is_kind(TaskKind.KERNEL), 0.5)).mean_step_ms
+    assert fast == pytest.approx(base, rel=0.01)
+
+
+def test_cpu_only_trace_with_a_loader_is_modelled(tmp_path):
+    m = step_model(as_trace(tb.cpu_only(), tmp_path))
+    assert m.graph is not None, m.why
+    assert m.error == pytest.approx(0.0, abs=1e-6)
+    assert m.graph.is_kind(TaskKind.DL_WAIT).sum() == m.graph.n_steps  # workers=2
+
+
+def test_json_shape(tmp_path):
+    doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
+    sm = doc["step_model"]
+    assert set(sm) >= {"measured_ms", "replayed_ms", "error"}
+    assert sm["error"] == pytest.approx(sm["replayed_ms"] / sm["measured_ms"] - 1, abs=1e-4)
+    assert doc["step_model_why"] is None
+    json.dumps(doc)
+
+
+def test_json_without_a_model_says_why(shared):
+    doc = analyze(shared / "hta" / "triton_example__triton_example.json.gz").to_json()
+    assert doc["step_model"] is None
+    assert "no ProfilerStep#" in doc["step_model_why"]
+
+
+def test_report_line(tmp_path):
+    rep = analyze(REPO / "samples" / "traces" / "gpu" / "healthy.pt.trace.json.gz")
+    from diagnose.report.html import render_html
+
+    text = rep.render_text(width=200)
+    assert "step model" in text and "of the measured step" in text
+    assert "of the measured step" in render_html(rep)
+
+
+def test_window_is_around_the_median_step():
+    from diagnose.model.build import pick_window
+
+    durs = np.array([50.0, 10, 11, 12, 13, 14, 15, 90])
+    a, b = pick_window(durs, 5)
+    assert b - a == 5 and a <= int(np.argsort(durs)[4]) < b
+
+
+def test_findings_fixes_carry_predictions():
+    """findings[].fixes[].predicted = {change, step_ms, speedup, range}, or null and why."""
+    doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
+    fixes = [x for f in doc["findings"] for x in f["fixes"]]
+    assert fixes
+    made = [x["predicted"] for x in fixes if x["predicted"] is not None]
+    assert made, fixes
+    for p in made:
+        assert set(p) == {"change", "step_ms", "speedup", "range"}
+        lo, hi = p["range"]
+        assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
+    for x in fixes:
+        assert (x["predicted"] is None) == isinstance(x["predicted_why"], str)
+    tr = [f for f in doc["findings"] if f["category"] == "transfer"]
+    assert tr and tr[0]["fixes"][0]["id"] == "pin_memory"
+    assert tr[0]["fixes"][0]["predicted"]["change"] == {"pin_memory": True, "non_blocking": True}
+
+
+def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
+    """cpu_loader with 8 MB batches: workers are predicted 0.55x (test_transforms), so the
+    finding does not lead with them and says why."""
+    from diagnose.engine import Finding
+    from diagnose.fixes import TrainConfig
+    from diagnose.fixes.predict import predict_findings
+    from diagnose.model.predict import Predictor
+    from tests.modeltraces import cpu_loader
+
+    m = step_model(as_trace(cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
+             "worker_transfer_gbps": 2.0}
+    f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers", "faster_input"], 0.6)
+    predict_findings([f], Predictor(m, facts), TrainConfig(), facts)
+    assert f.fixes == ["faster_input", "num_workers"]
+    assert any(h.startswith("num_workers: predicted 0.55x") and "not offered" in h for h in f.hints)
+    # faster_input cannot be predicted: the rule's own time at stake and grade stand
+    assert f.severity == "critical" and f.estimated_gain == 0.6
