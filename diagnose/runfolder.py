@@ -7,7 +7,7 @@ Layout (TensorBoard's: the trace sits directly in the run folder, named the way
 
     diagnose-runs/<stamp>/
         <host>_<pid>.<time_ns>.pt.trace.json.gz   the profiler trace (one per rank)
-        context.json                                what the run was (see capture.context)
+        context.json                                what the run was (see capture.runinfo)
         samples.jsonl                               sampler time series, one JSON object a line
 
 A torch.distributed run shares one run folder: every rank writes its own trace (named

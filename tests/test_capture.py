@@ -24,14 +24,22 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session as session_mod  # noqa: E402
-from diagnose.capture.context import is_oom, parse_oom_message  # noqa: E402
+from diagnose.capture.runinfo import is_oom, parse_oom_message  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
 from diagnose.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 
 
 def make(seed: int = 0, **loader_kw: Any) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:
@@ -104,9 +112,9 @@ def test_plain_loop_unchanged(tmp_path: Path, analysis: list[Path]) -> None:
     assert run is not None and run.parent == tmp_path
     assert re.fullmatch(r"\d{8}-\d{6}-\d{3}", run.name)
     assert d.done and d.step_mode == "optimizer"
-    assert d.steps_seen == 5  # boundaries counted while profiling: wait 1 + warmup 1 + 3
-    # exactly one cycle: wait=1, warmup=1, then the 3 active steps #2, #3, #4
-    assert step_numbers(read_trace(run)) == [2, 3, 4]
+    assert d.steps_seen == 7  # boundaries counted while profiling: wait 3 + warmup 1 + 3
+    # exactly one cycle: wait=3 (the default), warmup=1, then the 3 active steps #4, #5, #6
+    assert step_numbers(read_trace(run)) == [4, 5, 6]
     trace = read_trace(run)
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in names
@@ -158,7 +166,7 @@ def test_exception_propagates_and_everything_is_removed(
     boom = ValueError("user bug at step 4")
     with (
         pytest.raises(ValueError) as info,
-        diagnose(model, loader, steps=5, out_dir=tmp_path, sample_hz=20) as d,
+        diagnose(model, loader, steps=5, wait=1, out_dir=tmp_path, sample_hz=20) as d,
     ):
         for i, (x, y) in enumerate(loader):
             if i == 4:
@@ -183,7 +191,8 @@ def test_one_cycle_then_profiler_off(tmp_path: Path, analysis: list[Path]) -> No
     model, opt, loader = make()
     seen_done_at = None
     profiling: list[tuple[bool, bool]] = []  # (d.done, profiler on) per iteration
-    with diagnose(model, loader, steps=2, warmup=1, wait=2, out_dir=tmp_path, sample_hz=0) as d:
+    with diagnose(model, loader, steps=2, warmup=1, wait=2, clock_steps=3, out_dir=tmp_path,
+                  sample_hz=0) as d:
         for epoch in range(2):  # keeps going long after the window
             for i, (x, y) in enumerate(loader):
                 nn.functional.cross_entropy(model(x), y).backward()
@@ -191,8 +200,8 @@ def test_one_cycle_then_profiler_off(tmp_path: Path, analysis: list[Path]) -> No
                 profiling.append((d.done, torch._C._autograd._profiler_enabled()))
                 if d.done and seen_done_at is None:
                     seen_done_at = (epoch, i)
-    # wait 2, warmup 1, active 2, then 3 unprofiled steps (the first after the window is
-    # left out of the timing) before d.done
+    # wait 2, warmup 1, active 2, then 3 unprofiled steps (the first after the window
+    # settles, untimed; 1 wait + 2 after are the clock's 3) before d.done
     assert [on for done, on in profiling if not done] == [False, False, False, True, True,
                                                          False, False, False]
     assert not any(on for done, on in profiling if done)  # off for good once done
@@ -207,7 +216,8 @@ def test_one_cycle_then_profiler_off(tmp_path: Path, analysis: list[Path]) -> No
 
 def test_inference_loop_steps_on_batches(tmp_path: Path, analysis: list[Path]) -> None:
     model, _, loader = make()
-    with diagnose(model, loader, steps=3, out_dir=tmp_path, sample_hz=0) as d, torch.no_grad():
+    with diagnose(model, loader, steps=3, wait=1, out_dir=tmp_path, sample_hz=0) as d, \
+            torch.no_grad():
         for x, _y in loader:
             model(x)
             if d.done:
@@ -222,7 +232,8 @@ def test_inference_loop_steps_on_batches(tmp_path: Path, analysis: list[Path]) -
 def test_manual_steps_without_dataloader(tmp_path: Path, analysis: list[Path]) -> None:
     model, opt, _ = make()
     batches = [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(10)]
-    with diagnose(model, None, steps=3, out_dir=tmp_path, sample_hz=0) as d:
+    with diagnose(model, None, steps=3, wait=1, clock_steps=3, out_dir=tmp_path,
+                  sample_hz=0) as d:
         for x, y in batches:
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
@@ -239,7 +250,8 @@ def test_optimizer_boundary_when_loop_does_not_use_loader(
 ) -> None:
     model, opt, loader = make()
     batches = [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(8)]
-    with diagnose(model, loader, steps=2, out_dir=tmp_path, sample_hz=0) as d:
+    with diagnose(model, loader, steps=2, wait=1, clock_steps=3, out_dir=tmp_path,
+                  sample_hz=0) as d:
         for x, y in batches:  # not `loader`
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
@@ -250,7 +262,8 @@ def test_optimizer_boundary_when_loop_does_not_use_loader(
 def test_other_optimizers_do_not_count(tmp_path: Path, analysis: list[Path]) -> None:
     model, opt, loader = make()
     other = torch.optim.SGD([nn.Parameter(torch.zeros(3))], lr=0.1)
-    with diagnose(model, loader, steps=3, out_dir=tmp_path, sample_hz=0) as d:
+    with diagnose(model, loader, steps=3, wait=1, clock_steps=3, out_dir=tmp_path,
+                  sample_hz=0) as d:
         for x, y in loader:
             nn.functional.cross_entropy(model(x), y).backward()
             other.step()  # e.g. an EMA or a second model: not the model's optimizer
@@ -258,7 +271,7 @@ def test_other_optimizers_do_not_count(tmp_path: Path, analysis: list[Path]) -> 
             opt.step()
     ctx = load_context(d.run_dir)
     assert ctx is not None
-    # counted until d.done: the window (5 boundaries) and the 3 + 1 timed steps after it
+    # counted until d.done: the window (5 boundaries), 1 settling and 3 timed steps after it
     assert ctx["capture"]["optimizer_steps"] == 9
     assert ctx["optimizer"]["param_count"] == sum(p.numel() for p in model.parameters())
 

@@ -206,7 +206,7 @@ def test_fix_code_is_the_users_own_loader_and_optimizer() -> None:
     assert "torch.optim.AdamW(model.parameters(), lr=0.0003, weight_decay=0.05)" in fo
     assert "torch.optim.AdamW(model.parameters(), lr=0.0003, weight_decay=0.05, fused=True)" in fo
     # the same from what context.json records (the CLI on a run folder)
-    from diagnose.capture.context import collect
+    from diagnose.capture.runinfo import collect
 
     ctx = json.loads(json.dumps(collect(None, loader, opt)))
     assert Setup.from_context(ctx) == setup

@@ -34,10 +34,18 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session as session_mod  # noqa: E402
 from diagnose.errors import CaptureError, DiagnoseError  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 DIM, CLASSES, VOCAB, SEQ = 16, 3, 64, 8
 STEPS, MAX_STEPS = 3, 7  # profiled steps (after wait=1, warmup=1), steps trained
 
@@ -342,11 +350,11 @@ def test_rank_zero_prints_other_ranks_do_not(tmp_path: Path, capfd: Any) -> None
 
     reports = []
     for rank_zero in (False, True):
-        cap = TrainerCapture("test", {"steps": 2, "warmup": 0, "wait": 0,
+        cap = TrainerCapture("test", {"steps": 2, "warmup": 0, "wait": 0, "clock_steps": 4,
                                       "out_dir": tmp_path, "sample_hz": 0})
         model = nn.Linear(DIM, CLASSES)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        # 8 batches: 2 profiled steps, then 2 + 1 timed without the profiler
+        # 8 batches: 2 profiled steps, 1 settling, then 4 timed without the profiler
         loader = DataLoader(SlowFeatures(128, rounds=1), batch_size=16)
         cap.begin(model, loader, rank_zero=rank_zero, logdir=None)
         for x, y in loader:

@@ -5,7 +5,9 @@ never turns the loop's tail into findings."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,12 +16,21 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
+import diagnose.capture.steps as steps_mod  # noqa: E402
 from diagnose import analyze  # noqa: E402
 from diagnose.analysis import capture_notes  # noqa: E402
-from diagnose.metrics.context import context_metrics  # noqa: E402
+from diagnose.metrics.context import clock_note, context_metrics  # noqa: E402
+from diagnose.report.text import step_lines  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
 
 
 def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
@@ -31,29 +42,55 @@ def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
 def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     # a real loader whose samples take time: the DataLoader wait is measured by the hooks
     model, opt, loader = _make(Pairs(n=400, delay_s=0.0005))
-    with diagnose(model, loader, steps=3, out_dir=tmp_path, sample_hz=0,
-                  print_report=False) as d:
+    with diagnose(model, loader, steps=3, wait=3, clock_steps=6, out_dir=tmp_path,
+                  sample_hz=0, print_report=False) as d:
         n = train(model, opt, loader, d)
-    # wait 1 + warmup 1 + 3 profiled, then 3 + 1 unprofiled steps before d.done
-    assert n == 10
+    # wait 3 + warmup 1 + 3 profiled, then 1 settling + 4 timed steps before d.done: the
+    # clock's 6 steps are 2 before the window (the run's first is left out) and 4 after it
+    assert n == 13
     clock = load_context(d.run_dir)["capture"]["step_clock"]
-    assert clock["phase"] == ["wait", "warmup"] + ["active"] * 3 + ["after"] * 4
+    assert clock["phase"] == ["wait"] * 3 + ["warmup"] + ["active"] * 3 + ["settle"] + [
+        "after"] * 4
     assert all(ms > 0 for ms in clock["ms"])
-    # each step pulled one batch of 8 samples sleeping 0.5 ms each: the wait is seen
+    # each step pulled one batch of 8 samples sleeping 0.5 ms each: the wait is seen, and
+    # it is the dataset's reads (in-process loader) more than the collate function
     assert all(dl >= 8 * 0.5 for dl in clock["dataloader_ms"][1:])
+    assert all(f >= 8 * 0.5 for f in clock["fetch_ms"][1:])
+    assert all(0 < c < f for c, f in zip(clock["collate_ms"][1:], clock["fetch_ms"][1:],
+                                         strict=True))
+    assert all(f + c <= dl for f, c, dl in zip(clock["fetch_ms"], clock["collate_ms"],
+                                               clock["dataloader_ms"], strict=True))
+    assert set(clock["batches"]) == {1}
+    # how long the training thread waited for a CPU others held (Linux schedstat)
+    assert all(w is None or 0 <= w <= ms for w, ms in zip(clock["cpu_wait_ms"], clock["ms"],
+                                                          strict=True))
+    if Path("/proc/thread-self/schedstat").exists():
+        assert 0 <= d.report.metrics["step_cpu_wait_unprofiled_share"] <= 1
+    assert set(clock["batch_bytes"]) == {8 * 16 * 4 + 8 * 8}  # float32 x[8, 16], int64 y[8]
     m = d.report.metrics
-    assert m["step_time_unprofiled_steps"] == 3  # the first step after the window left out
-    after = sorted(clock["ms"][-3:])
-    assert m["step_time_unprofiled_median_ms"] == pytest.approx(after[1], abs=1e-3)
+    assert m["step_time_unprofiled_steps"] == 6
+    timed = sorted(clock["ms"][1:3] + clock["ms"][-4:])
+    assert m["step_time_unprofiled_median_ms"] == pytest.approx(
+        (timed[2] + timed[3]) / 2, abs=1e-3)
+    assert m["step_time_unprofiled_p10_ms"] <= m["step_time_unprofiled_median_ms"] <= m[
+        "step_time_unprofiled_p90_ms"]
     assert 0 < m["dataloader_wait_unprofiled_share"] <= 1
-    assert m["profiler_overhead_ratio"] == pytest.approx(
-        m["step_time_profiled_clock_median_ms"] / m["step_time_unprofiled_median_ms"], rel=1e-2)
+    assert m["input_fetch_ms"] >= 4 and m["input_collate_ms"] > 0
+    assert m["input_worker_wait_ms"] is None and m["input_pin_ms"] is None  # none of those
+    assert m["input_batch_bytes"] == 8 * 16 * 4 + 8 * 8
+    if m["step_time_unprofiled_reliable"]:
+        assert m["profiler_overhead_ratio"] == pytest.approx(
+            m["step_time_profiled_clock_median_ms"] / m["step_time_unprofiled_median_ms"],
+            rel=1e-2)
+    else:  # a busy machine: the report says so instead of stating a ratio
+        assert m["profiler_overhead_ratio"] is None
+        assert any("unreliable" in x for x in d.report.notes)
     st = d.report.to_json()["step_time"]
     assert st["measured"] == "without the profiler"
     assert st["median_ms"] == m["step_time_unprofiled_median_ms"]
     assert st["profiled_median_ms"] == m["step_time_median_ms"]
     text = d.report.render_text(width=160)
-    assert "median without the profiler (3 steps timed by the session)" in text
+    assert "median without the profiler (6 steps timed by the session)" in text
     assert "of the profiled window" in text
     html = (d.run_dir / "report.html").read_text()
     assert "median without the profiler" in html
@@ -67,25 +104,70 @@ def test_saved_trace_says_times_are_as_profiled() -> None:
     assert "as profiled (a saved trace" in r.render_text(width=160)
 
 
+def _cap(phase: list[str], ms: list[float]) -> dict[str, Any]:
+    return {"window_complete": True, "whole_steps": phase.count("active"), "notes": [],
+            "step_clock": {"phase": phase, "ms": ms, "dataloader_ms": [4.0] * len(ms)}}
+
+
 def test_overhead_note_and_clock_metrics() -> None:
-    cap = {"window_complete": True, "whole_steps": 3, "notes": [],
-           "step_clock": {"phase": ["wait", "wait", "active", "active", "active", "after",
-                                    "after", "after"],
-                          "ms": [90.0, 10.0, 30.0, 31.0, 29.0, 80.0, 11.0, 12.0],
-                          "dataloader_ms": [5.0, 4.0, 4.0, 4.0, 4.0, 4.0, 5.0, 6.0]}}
+    phase = ["wait"] * 4 + ["warmup"] + ["active"] * 3 + ["settle", "after", "after", "after"]
+    ms = [90.0, 10.0, 11.0, 12.0, 40.0, 30.0, 31.0, 29.0, 80.0, 10.5, 11.5, 12.5]
+    cap = _cap(phase, ms)
     m = context_metrics({"capture": cap})
-    # unprofiled: the 2nd wait step and the after steps but their first (10, 11, 12)
-    assert m["step_time_unprofiled_median_ms"] == 11.0
-    assert m["step_time_unprofiled_steps"] == 3
+    # unprofiled: the wait steps but the run's first, the after steps (settle left out)
+    assert m["step_time_unprofiled_steps"] == 6
+    assert m["step_time_unprofiled_median_ms"] == 11.25  # of 10 10.5 11 11.5 12 12.5
+    assert m["step_time_unprofiled_p10_ms"] == pytest.approx(10.25)
+    assert m["step_time_unprofiled_p90_ms"] == pytest.approx(12.25)
+    assert m["step_time_unprofiled_spread"] == pytest.approx(2 / 11.25, abs=1e-4)
+    assert m["step_time_unprofiled_reliable"] is True
     assert m["step_time_profiled_clock_median_ms"] == 30.0
-    assert m["profiler_overhead_ratio"] == pytest.approx(30 / 11, rel=1e-3)
-    assert m["dataloader_wait_unprofiled_share"] == pytest.approx(15 / 33, rel=1e-3)
+    assert m["profiler_overhead_ratio"] == pytest.approx(30 / 11.25, rel=1e-3)
+    assert m["dataloader_wait_unprofiled_share"] == pytest.approx(24 / 67.5, rel=1e-3)
+    assert m["dataloader_wait_unprofiled_ms"] == 4.0
     notes = capture_notes({"capture": cap}, m)
-    assert any("the profiler slowed the profiled steps 2.73x" in n for n in notes)
-    cap["step_clock"]["ms"][2:5] = [11.5, 11.0, 12.0]  # a profiler that costs little
+    assert any("the profiler slowed the profiled steps 2.67x" in n for n in notes)
+    assert clock_note(m) is None
+    cap["step_clock"]["ms"][5:8] = [11.5, 11.0, 12.0]  # a profiler that costs little
     assert capture_notes({"capture": cap}, context_metrics({"capture": cap})) == []
     # no clock (an older run folder): nothing is made up
     assert context_metrics({"capture": {}})["step_time_unprofiled_median_ms"] is None
+
+
+def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:
+    cap = _cap(["wait", "wait", "active", "active", "active", "after", "after", "after"],
+               [90.0, 10.0, 30.0, 31.0, 29.0, 80.0, 11.0, 12.0])
+    cap["step_clock"].pop("dataloader_ms")  # e.g. no DataLoader hooks: no wait, not 0
+    m = context_metrics({"capture": cap})
+    assert m["step_time_unprofiled_median_ms"] == 11.0 and m["step_time_unprofiled_steps"] == 3
+    assert m["dataloader_wait_unprofiled_share"] is None
+    assert m["step_time_unprofiled_reliable"] is False  # 3 steps are too few to trust
+    assert m["profiler_overhead_ratio"] is None
+    assert "only 3 steps were timed" in (clock_note(m) or "")
+
+
+@pytest.mark.parametrize(("profiled", "free", "why"), [
+    # the busy-machine report: unprofiled steps slower than profiled ones ("0.54x as long")
+    ([30.0, 31.0, 29.0], [55.0, 56.0, 54.0, 57.0, 55.0, 56.0], "the profiled steps came out"),
+    # steps that vary more than their median
+    ([30.0, 31.0, 29.0], [10.0, 30.0, 12.0, 45.0, 11.0, 28.0], "they vary widely"),
+])
+def test_an_unreliable_clock_says_so_instead_of_a_ratio(
+        profiled: list[float], free: list[float], why: str) -> None:
+    phase = ["wait"] * 4 + ["warmup"] + ["active"] * 3 + ["settle"] + ["after"] * 3
+    ms = [90.0, *free[:3], 40.0, *profiled, 80.0, *free[3:]]
+    cap = _cap(phase, ms)
+    cap["step_clock"]["cpu_wait_ms"] = [x / 4 for x in ms]  # a busy machine
+    m = context_metrics({"capture": cap})
+    assert m["step_cpu_wait_unprofiled_share"] == 0.25
+    assert "the training thread waited 25% of these steps for a CPU" in (clock_note(m) or "")
+    assert m["step_time_unprofiled_reliable"] is False
+    assert m["profiler_overhead_ratio"] is None  # no "the profiler made steps 0.54x as long"
+    note = clock_note(m) or ""
+    assert why in note and "clock_steps=" in note
+    assert not any("profiler slowed" in n for n in capture_notes({"capture": _cap(phase, ms)}, m))
+    text_head, window = step_lines(m)
+    assert "as long" not in (window or "")
 
 
 def test_short_loader_fits_the_schedule_and_says_so(tmp_path: Path) -> None:
@@ -122,7 +204,7 @@ class _Stream(IterableDataset):
 def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int,
                                                     whole: int) -> None:
     model, opt, loader = _make(_Stream(8 * batches))
-    with diagnose(model, loader, steps=5, out_dir=tmp_path, sample_hz=0,
+    with diagnose(model, loader, steps=5, wait=1, out_dir=tmp_path, sample_hz=0,
                   print_report=False) as d:
         train(model, opt, loader)
     r = d.report
@@ -138,3 +220,81 @@ def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int
     else:
         assert r.metrics["step_count"] is None  # no whole step: the trace is not analysed
         assert not [f for f in r.findings if f.category == "input"]
+
+
+def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float]) -> steps_mod.Steps:
+    """A Steps without profiler (every step is after the window) on a fake clock whose
+    steps last ``lengths`` ms in turn; advanced until done or the lengths run out."""
+    now = [0.0]
+    monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(steps_mod, "EXTEND", 3)
+    s = steps_mod.Steps(None, after=4, settle=1)
+    s.start()
+    for ms in lengths:
+        now[0] += ms / 1e3
+        s.advance()
+        if s.done:
+            break
+    return s
+
+
+def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+    steady = _run_clock(monkeypatch, [50.0] + [10.0, 11.0, 10.5, 10.2] * 10)
+    assert steady.done and [r[0] for r in steady.rows] == ["settle"] + ["after"] * 4
+    # busy: the same 4 planned steps vary by more than their median, so up to 3 x 4 are timed
+    busy = _run_clock(monkeypatch, [50.0] + [10.0, 30.0, 9.0, 25.0] * 10)
+    assert busy.done and len(busy.rows) == 1 + 3 * 4
+    # a pace that settles ends the extension as soon as the spread is back under the bound
+    calm = _run_clock(monkeypatch, [50.0, 10.0, 30.0, 10.0, 10.0] + [10.0] * 20)
+    assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms
+
+
+def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing the trace (here made 0.4 s slower) happens between two steps and is counted
+    in neither: no step the clock timed holds it."""
+    import torch.profiler as tp
+
+    real = tp.tensorboard_trace_handler
+
+    def slow_handler(*args: Any, **kwargs: Any) -> Any:
+        handler = real(*args, **kwargs)
+
+        def ready(prof: Any) -> None:
+            time.sleep(0.4)
+            handler(prof)
+        return ready
+
+    monkeypatch.setattr(tp, "tensorboard_trace_handler", slow_handler)
+    model, opt, loader = _make(Pairs(n=400))
+    with diagnose(model, loader, steps=2, wait=2, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, analyze=False) as d:
+        train(model, opt, loader, d)
+    clock = load_context(d.run_dir)["capture"]["step_clock"]
+    assert "settle" in clock["phase"] and d.done
+    assert max(clock["ms"]) < 400, clock
+
+
+def _input_cap(fetch: Any, collate: Any) -> dict[str, Any]:
+    phase = ["wait", "wait", "active", "settle", "after", "after"]
+    return {"step_clock": {"phase": phase, "ms": [50.0, 20.0, 30.0, 25.0, 20.0, 20.0],
+                           "dataloader_ms": [9.0, 10.0, 12.0, 5.0, 10.0, 10.0],
+                           "fetch_ms": fetch, "collate_ms": collate,
+                           "batches": [1] * 6, "batch_bytes": [4096] * 5 + [None]}}
+
+
+def test_input_by_cause_in_process_and_with_workers() -> None:
+    cap = _input_cap([6.0] * 6, [2.0] * 6)
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 0, "pin_memory": True}})
+    assert (m["input_fetch_ms"], m["input_collate_ms"], m["input_pin_ms"]) == (6.0, 2.0, 2.0)
+    assert m["input_fetch_share"] == 0.3 and m["input_collate_share"] == 0.1
+    assert m["input_worker_wait_ms"] is None and m["input_worker_wait_share"] is None
+    assert m["input_batch_bytes"] == 4096
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 0, "pin_memory": False}})
+    assert m["input_pin_ms"] is None  # no pinning: the rest is not called pinning
+    # workers: fetch and collate happen elsewhere (null columns); the wait is theirs
+    cap = _input_cap([None] * 6, [None] * 6)
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 2, "pin_memory": True}})
+    assert m["input_fetch_ms"] is None and m["input_collate_ms"] is None
+    assert m["input_pin_ms"] is None
+    assert m["input_worker_wait_ms"] == 10.0 and m["input_worker_wait_share"] == 0.5
+    assert context_metrics({})["input_fetch_ms"] is None  # nothing known: None, not 0

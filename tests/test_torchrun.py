@@ -43,8 +43,8 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
 
     def train(d: Any = None, limit: int = 12) -> None:
         """The user's loop; every rank runs the same steps (DDP needs it), so it ends at
-        ``limit`` (the window, 1 + 1 + 4 steps, and the 4 + 1 unprofiled steps after it are
-        over by then) rather than at d.done."""
+        ``limit`` (the window, 1 + 1 + 4 steps, and the 1 settling + 4 unprofiled steps after
+        it are over by then) rather than at d.done."""
         for i, (x, y) in enumerate(loader):
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
@@ -57,7 +57,8 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
     if only_rank0 and rank != 0:
         train()  # the same steps, without diagnose()
     else:
-        with diagnose(model, loader, steps=4, out_dir=out_dir, profile_memory=False) as d:
+        with diagnose(model, loader, steps=4, wait=1, clock_steps=4, out_dir=out_dir,
+                      profile_memory=False) as d:
             train(d)
         if rank == 0 and d.report is not None:
             (Path(out_dir) / "rank0_report.json").write_text(json.dumps(d.report.to_json()))

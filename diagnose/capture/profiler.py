@@ -40,6 +40,8 @@ def profiler_activities() -> list[Any]:
 class WindowProfiler:
     """One profiling window driven by ``step()`` calls from the session's step hooks.
 
+    Lean by default, as :class:`~diagnose.session.Session` is: no shapes, no memory events
+    (both slow the profiled steps and no built-in rule needs them).
     ``on_mark(name, unix_s)`` is told when the active window starts
     (``"active_start"``) and ends (``"active_end"``).
     """
@@ -51,8 +53,8 @@ class WindowProfiler:
         wait: int = 1,
         warmup: int = 1,
         active: int = 5,
-        record_shapes: bool = True,
-        profile_memory: bool = True,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
         with_stack: bool = False,
         on_mark: Callable[[str, float], None] | None = None,
         worker_name: str | None = None,

@@ -99,7 +99,7 @@ class HostSampler(Sampler):
         self._cores: list[int] = []
         self._proc: Any = None
         self._prev: Any = None
-        self._workers: dict[int, Any] = {}  # pid -> psutil.Process (cpu_percent primed)
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process (cpu_percent primed)
         self._children: list[int] = []
         self._children_at = 0.0
         self._statm: int | None = None  # fd of /proc/<pid>/statm for the fast path
@@ -211,26 +211,26 @@ class HostSampler(Sampler):
         """(live workers, summed CPU % of those read twice, how many those are, summed RSS)."""
         psutil = self._psutil
         pids = set(self._current_worker_pids())
-        for gone in [p for p in self._workers if p not in pids]:
-            del self._workers[gone]
+        for gone in [p for p in self._procs if p not in pids]:
+            del self._procs[gone]
         count = n_cpu = 0
         cpu_sum: float | None = None
         rss_sum = 0
         for pid in pids:
-            proc = self._workers.get(pid)
+            proc = self._procs.get(pid)
             primed = proc is not None
             try:
                 if proc is None:
                     proc = psutil.Process(pid)
-                    self._workers[pid] = proc
+                    self._procs[pid] = proc
                 with proc.oneshot():
                     if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-                        self._workers.pop(pid, None)
+                        self._procs.pop(pid, None)
                         continue
                     cpu = proc.cpu_percent(None)
                     rss = int(proc.memory_info().rss)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
-                self._workers.pop(pid, None)
+                self._procs.pop(pid, None)
                 continue
             count += 1
             rss_sum += rss

@@ -49,7 +49,7 @@ def callable_name(fn: Any, param: str) -> str | None:
 def loader_arguments(loader: Any) -> dict[str, Any]:
     """The DataLoader arguments code shows that ``context.json`` does not hold otherwise
     (JSON values): custom batch sampler, collate_fn, worker_init_fn, generator, timeout,
-    multiprocessing context. ``capture.context.dataloader_info`` adds them."""
+    multiprocessing context. ``capture.runinfo.dataloader_info`` adds them."""
     bs = getattr(loader, "batch_sampler", None)
     custom_bs = getattr(loader, "batch_size", None) is None and bs is not None
     collate = getattr(loader, "collate_fn", None)
@@ -169,7 +169,7 @@ class LoaderSpec:
 
 
 def _loader_info(loader: Any) -> dict[str, Any]:
-    """The settings ``context.json`` records for a DataLoader (see capture.context)."""
+    """The settings ``context.json`` records for a DataLoader (see capture.runinfo)."""
     ds = getattr(loader, "dataset", None)
     sampler = getattr(loader, "sampler", None)
     try:

@@ -1,4 +1,4 @@
-"""Metrics from a run's ``context.json`` (written by capture; see diagnose.capture.context).
+"""Metrics from a run's ``context.json`` (written by capture; see diagnose.capture.runinfo).
 
 Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_workers
 == 0 and dataloader_wait_frac > 0.4``. Every value that the context does not
@@ -50,6 +50,20 @@ CATALOG: dict[str, tuple[str, str]] = {
         "when nobody watches",
     ),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "step_time_unprofiled_p10_ms": (
+        "ms", "10th percentile of the unprofiled steps' times (the spread's low end)"),
+    "step_time_unprofiled_p90_ms": (
+        "ms", "90th percentile of the unprofiled steps' times (the spread's high end)"),
+    "step_time_unprofiled_spread": (
+        "fraction",
+        "(p90 - p10) / median of the unprofiled steps: how much they vary (a busy machine, "
+        "uneven steps); above 0.5, or with fewer than 5 steps, the median is unreliable",
+    ),
+    "step_time_unprofiled_reliable": (
+        "bool",
+        "the unprofiled median can be trusted: at least 5 steps, spread <= 0.5, and the "
+        "profiled steps not clearly faster than the unprofiled ones (ratio >= 0.95)",
+    ),
     "dataloader_wait_unprofiled_share": (
         "fraction",
         "share of the unprofiled steps' time the loop waited for its next batch",
@@ -60,8 +74,43 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "profiler_overhead_ratio": (
         "ratio",
-        "profiled median step / unprofiled median step (1.0: the profiler costs nothing)",
+        "profiled median step / unprofiled median step (1.0: the profiler costs nothing); "
+        "None when the unprofiled figure is unreliable (see step_time_unprofiled_reliable)",
     ),
+    "step_cpu_wait_unprofiled_share": (
+        "fraction",
+        "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
+        "other processes held (Linux schedstat): how busy the machine was while timing",
+    ),
+    "dataloader_wait_unprofiled_ms": (
+        "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
+    "input_fetch_ms": (
+        "ms",
+        "per unprofiled step: the dataset's reads (__getitem__ per sample, or __getitems__) of "
+        "an in-process loader (num_workers=0); None with workers (they fetch elsewhere)",
+    ),
+    "input_fetch_share": ("fraction", "input_fetch_ms / the unprofiled step time"),
+    "input_collate_ms": (
+        "ms", "per unprofiled step: the collate_fn of an in-process loader (None with workers)"),
+    "input_collate_share": ("fraction", "input_collate_ms / the unprofiled step time"),
+    "input_pin_ms": (
+        "ms",
+        "per unprofiled step: the rest of an in-process loader's wait besides fetch and collate "
+        "(pinning the batch, and the sampler) when pin_memory is on; None otherwise",
+    ),
+    "input_pin_share": ("fraction", "input_pin_ms / the unprofiled step time"),
+    "input_worker_wait_ms": (
+        "ms",
+        "per unprofiled step: the wait for batches from worker processes (their fetch and "
+        "collate not yet done, plus the transfer to this process); None in-process",
+    ),
+    "input_worker_wait_share": ("fraction", "input_worker_wait_ms / the unprofiled step time"),
+    "input_batch_bytes": (
+        "bytes", "median bytes of the tensors in one batch the loader hands out"),
+    "dataloader_dataset_getitems": (
+        "bool", "the dataset has __getitems__ (the loader fetches a batch with one call)"),
+    "dataloader_dataset_tensor_indexable": (
+        "bool", "the dataset is a TensorDataset (a whole batch is one indexing call)"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",
@@ -108,6 +157,9 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["dataloader_batch_size"] = _int(_get(ctx, "dataloader", "batch_size"))
     out["dataloader_persistent_workers"] = _bool(_get(ctx, "dataloader", "persistent_workers"))
     out["dataloader_prefetch_factor"] = _int(_get(ctx, "dataloader", "prefetch_factor"))
+    out["dataloader_dataset_getitems"] = _bool(_get(ctx, "dataloader", "dataset_getitems"))
+    out["dataloader_dataset_tensor_indexable"] = _bool(
+        _get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["cudnn_benchmark"] = _bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = _str(_get(ctx, "optimizer", "class"))
     foreach = _get(ctx, "optimizer", "foreach_effective")
@@ -125,6 +177,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["model_has_conv"] = _bool(_get(ctx, "model", "has_conv"))
     out["torch_version"] = _str(ctx.get("torch_version"))
     out.update(_clock_metrics(_get(ctx, "capture")))
+    out.update(input_by_cause(_get(ctx, "capture"), _get(ctx, "dataloader")))
     out.update(_cuda_memory(_get(ctx, "capture", "cuda_memory")))
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
@@ -137,55 +190,166 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     return out
 
 
-def _clock_rows(cap: Any) -> list[tuple[str, float, float]]:
-    """(phase, step ms, DataLoader wait ms) of every step the session's clock timed."""
+#: above this (p90 - p10) / median, the unprofiled median is too noisy to trust
+UNRELIABLE_SPREAD = 0.5
+#: fewer unprofiled steps than this give no trustworthy median
+MIN_CLOCK_STEPS = 5
+#: profiled steps faster than the unprofiled ones by more than this: the clock is off
+MIN_OVERHEAD_RATIO = 0.95
+
+
+def _clock_rows(cap: Any) -> list[dict[str, Any]]:
+    """Every step the session's clock timed, one dict per step (the columns of
+    ``capture.step_clock``; see diagnose.capture.steps)."""
     clock = cap.get("step_clock") if isinstance(cap, dict) else None
     if not isinstance(clock, dict):
         return []
-    phase, ms, dl = clock.get("phase") or [], clock.get("ms") or [], clock.get("dataloader_ms") or []
-    if not (len(phase) == len(ms) == len(dl)):
+    phase, ms = clock.get("phase") or [], clock.get("ms") or []
+    if len(phase) != len(ms):
         return []
-    return list(zip(phase, ms, dl, strict=True))
+    cols = {k: v for k, v in clock.items() if isinstance(v, list) and len(v) == len(ms)}
+    return [{k: v[i] for k, v in cols.items()} for i in range(len(ms))]
 
 
-def _unprofiled_rows(rows: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
-    """The steps that count as unprofiled. Left out: the run's first step (one-time costs:
-    workers starting, lazy init) and the first after the window (the profiler's teardown
-    runs in it)."""
-    first_after = next((i for i, r in enumerate(rows) if r[0] == "after"), None)
+def _unprofiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps that count as unprofiled: ``wait`` and ``after`` ones. Left out: the run's
+    first step (one-time costs: workers starting, lazy init) and the ``settle`` steps just
+    after the window (an older capture without them: the first after the window)."""
+    settled = any(r.get("phase") == "settle" for r in rows)
+    first_after = None if settled else next(
+        (i for i, r in enumerate(rows) if r.get("phase") == "after"), None)
     return [r for i, r in enumerate(rows)
-            if i > 0 and i != first_after and r[0] in ("wait", "after")]
+            if i > 0 and i != first_after and r.get("phase") in ("wait", "after")
+            and _num(r.get("ms")) is not None]
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def unprofiled_step_ms(context: Any) -> list[float]:
     """Each unprofiled step's time (ms) by the session's own clock, in the order run, from a
     run's context.json (``[]`` where the capture timed none, e.g. a saved trace)."""
     cap = context.get("capture") if isinstance(context, dict) else None
-    return [float(r[1]) for r in _unprofiled_rows(_clock_rows(cap))]
+    return [float(r["ms"]) for r in _unprofiled_rows(_clock_rows(cap))]
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of a non-empty list (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _clock_metrics(cap: Any) -> dict[str, object]:
     """Step times by the session's own clock: the profiled window's steps against the
-    unprofiled ones around it (the first step of a run, with its one-time costs, is left out)."""
+    unprofiled ones around it, with their spread and whether the figure holds."""
     out: dict[str, object] = {}
     if not isinstance(cap, dict):
         return out
     out["window_complete"] = _bool(cap.get("window_complete"))
     out["whole_steps"] = _int(cap.get("whole_steps"))
     rows = _clock_rows(cap)
-    free, prof = _unprofiled_rows(rows), [r for r in rows if r[0] == "active"]
-    if free:
-        med = statistics.median(r[1] for r in free)
+    free = _unprofiled_rows(rows)
+    prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and _num(r.get("ms"))]
+    times = [float(r["ms"]) for r in free]
+    med = statistics.median(times) if times else None
+    spread: float | None = None
+    if med is not None:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
-        out["step_time_unprofiled_steps"] = len(free)
-        total = sum(r[1] for r in free)
-        out["dataloader_wait_unprofiled_share"] = (
-            round(sum(r[2] for r in free) / total, 4) if total > 0 else None)
+        out["step_time_unprofiled_steps"] = len(times)
+        p10, p90 = _quantile(times, 0.1), _quantile(times, 0.9)
+        out["step_time_unprofiled_p10_ms"] = round(p10, 3)
+        out["step_time_unprofiled_p90_ms"] = round(p90, 3)
+        spread = (p90 - p10) / med if med > 0 else None
+        out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
+        starved = [_num(r.get("cpu_wait_ms")) for r in free]
+        if all(w is not None for w in starved) and sum(times) > 0:
+            out["step_cpu_wait_unprofiled_share"] = round(
+                sum(w or 0.0 for w in starved) / sum(times), 4)
+        waits = [_num(r.get("dataloader_ms")) for r in free]
+        if all(w is not None for w in waits):
+            total = sum(times)
+            out["dataloader_wait_unprofiled_share"] = (
+                round(sum(w or 0.0 for w in waits) / total, 4) if total > 0 else None)
+            out["dataloader_wait_unprofiled_ms"] = round(statistics.median(
+                [w or 0.0 for w in waits]), 3)
     if prof:
-        out["step_time_profiled_clock_median_ms"] = round(statistics.median(r[1] for r in prof), 3)
-    if free and prof and out["step_time_unprofiled_median_ms"]:
-        out["profiler_overhead_ratio"] = round(
-            out["step_time_profiled_clock_median_ms"] / out["step_time_unprofiled_median_ms"], 3)
+        out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
+    if med is not None:
+        ratio = round(statistics.median(prof) / med, 3) if prof and med > 0 else None
+        reliable = (len(times) >= MIN_CLOCK_STEPS and isinstance(spread, float)
+                    and spread <= UNRELIABLE_SPREAD
+                    and (ratio is None or ratio >= MIN_OVERHEAD_RATIO))
+        out["step_time_unprofiled_reliable"] = reliable
+        # a ratio from an unreliable clock misleads ("the profiler made steps 0.54x as long")
+        out["profiler_overhead_ratio"] = ratio if reliable else None
+    return out
+
+
+def clock_note(m: dict[str, object]) -> str | None:
+    """What the report says when the unprofiled step time cannot be trusted, and how to get
+    a better one (None when it can, or when there is none)."""
+    if m.get("step_time_unprofiled_reliable") is not False:
+        return None
+    n, spread = m.get("step_time_unprofiled_steps"), m.get("step_time_unprofiled_spread")
+    why = []
+    if isinstance(n, int) and n < MIN_CLOCK_STEPS:
+        why.append(f"only {n} step{'s' if n != 1 else ''} were timed")
+    if isinstance(spread, float) and spread > UNRELIABLE_SPREAD:
+        why.append(f"they vary widely (p10 {m.get('step_time_unprofiled_p10_ms')} ms, p90 "
+                   f"{m.get('step_time_unprofiled_p90_ms')} ms, median "
+                   f"{m.get('step_time_unprofiled_median_ms')} ms)")
+    prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
+        "step_time_unprofiled_median_ms")
+    if isinstance(prof, float) and isinstance(free, float) and free > 0 and (
+            prof / free < MIN_OVERHEAD_RATIO):
+        why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), which "
+                   "a profiler cannot do: something else on the machine changed the pace")
+    busy = m.get("step_cpu_wait_unprofiled_share")
+    if isinstance(busy, float) and busy >= 0.05:
+        why.append(f"the machine was busy: the training thread waited {busy:.0%} of these "
+                   "steps for a CPU other processes held")
+    return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
+            + ". For a better figure, time more steps (diagnose(..., clock_steps=30)) or run "
+            "when the machine is less busy; the profiler's overhead is not stated")
+
+
+def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
+    """The DataLoader wait of the unprofiled steps split by cause (ms per step and share of
+    the step): fetch and collate (in-process, timed around the loader's pieces), pinning
+    (the rest of an in-process wait when pin_memory is on), and the wait for worker
+    processes. A cause the capture could not see is None, never 0."""
+    out: dict[str, object] = {}
+    free = _unprofiled_rows(_clock_rows(cap))
+    if not free:
+        return out
+    step = statistics.median(float(r["ms"]) for r in free)
+
+    def per_step(col: str) -> float | None:
+        vals = [_num(r.get(col)) for r in free]
+        return None if not vals or any(v is None for v in vals) else statistics.median(
+            [v or 0.0 for v in vals])
+
+    nw = _int(_get(loader, "num_workers"))
+    fetch, collate, wait = per_step("fetch_ms"), per_step("collate_ms"), per_step(
+        "dataloader_ms")
+    pin = None
+    if (fetch is not None and collate is not None and wait is not None
+            and _bool(_get(loader, "pin_memory"))):
+        pin = max(wait - fetch - collate, 0.0)
+    workers = wait if nw is not None and nw > 0 else None
+    for name, v in (("fetch", fetch), ("collate", collate), ("pin", pin),
+                    ("worker_wait", workers)):
+        out[f"input_{name}_ms"] = None if v is None else round(v, 3)
+        out[f"input_{name}_share"] = None if v is None or step <= 0 else round(v / step, 4)
+    sizes = [_num(r.get("batch_bytes")) for r in free]
+    counts = [_int(r.get("batches")) for r in free]
+    per_batch = [b / c for b, c in zip(sizes, counts, strict=True)
+                 if b is not None and c is not None and c > 0]
+    out["input_batch_bytes"] = int(statistics.median(per_batch)) if per_batch else None
     return out
 
 

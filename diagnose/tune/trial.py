@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..capture.context import is_oom
+from ..capture.runinfo import is_oom
 from ..errors import DiagnoseError
 from ..fixes import TrainConfig
 

@@ -1,4 +1,5 @@
-"""What a run was: the facts rules need besides the trace, written to ``context.json``.
+"""What the run is: devices, loader, model, optimizer, threads; the facts rules need
+besides the trace, written to ``context.json`` (``diagnose.metrics.context`` reads it).
 
 Everything here only reads the user's objects (model, DataLoader, optimizer);
 nothing is changed. Every value that cannot be found is None, never a guess.
@@ -18,7 +19,10 @@ context.json (version 1)::
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
                      "iterable_dataset", "sampler_class", "batch_sampler_class",
                      "collate_fn", "worker_init_fn" (names; None: default), "generator"
-                     (bool), "timeout", "multiprocessing_context"} | None,
+                     (bool), "timeout", "multiprocessing_context",
+                     "dataset_getitems" (the dataset has __getitems__: one call per batch),
+                     "dataset_tensor_indexable" (a TensorDataset: rows index with a list)}
+                    | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
                 "is_dataparallel", "has_conv", "conv_count"} | None,
@@ -26,7 +30,11 @@ context.json (version 1)::
                     "foreach_effective", "fused_effective" (what torch actually runs),
                     "param_count", "param_groups", "arguments" (lr and the
                     hyper-parameters set to other than the class's defaults)} | None,
-      "capture": {... filled in by the session: schedule, steps seen, step mode, window},
+      "capture": {... filled in by the session: schedule, steps seen, step mode, window,
+                  "clock_steps", "settle_steps", "dataloader_hooks" (bool),
+                  "step_clock": {column: [one value a step]}: phase, ms, dataloader_ms,
+                  fetch_ms, collate_ms, batches, batch_bytes (per-step sums; null where
+                  unknown; see capture.steps)},
       "exception": {"type", "message"} | None,
       "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
               "reserved_unallocated_bytes", "memory_allocated_bytes", "max_memory_allocated_bytes",
@@ -135,12 +143,27 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_class": type(ds).__name__ if ds is not None else None,
         "dataset_len": _safe(lambda: len(ds)) if ds is not None and not iterable else None,
         "iterable_dataset": iterable,
+        "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
+        else None,
+        "dataset_tensor_indexable": _tensor_indexable(ds),
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,
         # what the fixes' code shows: batch_sampler_class, collate_fn, worker_init_fn, ...
         **_safe(lambda: loader_arguments(loader), {}),
     }
+
+
+def _tensor_indexable(ds: Any) -> bool | None:
+    """A TensorDataset: one indexing call with a list of indices fetches a whole batch."""
+    if ds is None:
+        return None
+    try:
+        from torch.utils.data import TensorDataset
+
+        return isinstance(ds, TensorDataset)
+    except ImportError:  # pragma: no cover
+        return None
 
 
 def model_info(model: Any) -> dict[str, Any] | None:

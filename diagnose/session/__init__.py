@@ -1,47 +1,31 @@
 """``with diagnose(model, loader) as d:`` around a user's own, unchanged training loop.
 
-Inside the block the loop runs as written. Step boundaries are found without
-user code:
-
-- **optimizer steps**: a global ``torch.optim`` step post-hook notices each
-  ``opt.step()`` of the model's optimizer. The boundary itself is placed where
-  a person would put ``prof.step()``: just before the loop pulls its next batch
-  from ``loader`` (so the data wait belongs to the step that uses the batch and
-  no profiler range is cut inside ``Optimizer.step``). A loop that does not
-  iterate ``loader`` gets the boundary right after ``opt.step()``.
-- **batches** (inference loops, and until the first ``opt.step()``): each
-  batch pulled from ``loader`` after the first starts a new step.
-- **``d.step()``**: a loop that marks its own steps; from the first call on,
-  the automatic boundaries are off.
-
-The profiler runs one wait/warmup/active cycle; when it is over, ``d.done``
-becomes True (``if d.done: break`` ends a long loop early) and the loop goes
-on without profiler or samplers. On exit, whatever happened, the hooks are
-removed, the sampler thread is joined, ``context.json`` is written and the run
-folder is analysed with the same code as ``torch-diagnose analyze``; the report
-is printed and kept in ``d.report``. An exception from the block propagates
-unchanged; an out-of-memory error is recorded in ``context.json`` (``oom``) so
-the rule pack reports it as a ``memory`` finding.
+Inside the block the loop runs as written. Step boundaries are found without user code
+(the optimizer stepping, batches pulled from ``loader``, or ``d.step()``; see
+:mod:`diagnose.capture.steps`). The profiler runs one wait/warmup/active cycle; the
+``wait`` steps before it and the steps after it are timed without the profiler; then
+``d.done`` becomes True (``if d.done: break`` ends a long loop early) and the loop goes on
+without profiler or samplers. On exit, whatever happened, the hooks are removed, the
+sampler thread is joined, and :mod:`diagnose.session.publish` writes ``context.json`` and
+analyses the run folder with the same code as ``torch-diagnose analyze``; the report is
+printed and kept in ``d.report``. An exception from the block propagates unchanged; an
+out-of-memory error is recorded in ``context.json`` (``oom``) so the rule pack reports it
+as a ``memory`` finding.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 import warnings
-import weakref
 from pathlib import Path
 from typing import Any
 
-from diagnose.api import as_report
-from diagnose.capture import context as ctxmod
-from diagnose.capture import distributed
+from diagnose.capture import distributed, loader_shim
+from diagnose.capture import runinfo as ctxmod
 from diagnose.capture.profiler import WindowProfiler
 from diagnose.capture.samplers import (
     DEFAULT_HZ,
@@ -51,8 +35,11 @@ from diagnose.capture.samplers import (
     SamplerThread,
     UnavailableSampler,
 )
+from diagnose.capture.steps import Steps, settle_steps
 from diagnose.errors import CaptureError
-from diagnose.runfolder import new_run_dir, trace_files, write_context
+from diagnose.metrics.context import clock_note, context_metrics
+from diagnose.runfolder import new_run_dir
+from diagnose.session.publish import capture_section, own_traces, publish, window_notes
 
 __all__ = ["Session", "autofix", "capture_baseline", "diagnose"]
 
@@ -73,16 +60,20 @@ class Session:
     """Profile a few steps of the training loop inside ``with`` and report what slows it.
 
     ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
-    discarded steps; then ``steps`` + 1 more run without the profiler, timed by the
-    session's own clock (with the ``wait`` steps; the run's first step and the first after
-    the window, which pays for the profiler's teardown, are left out): the step time the
-    report leads with is theirs, what the job does without the profiler. ``d.done`` turns
-    True after them.
-    Capture is lean by default: ``record_shapes`` and ``profile_memory`` slow the profiled
-    steps (1.4-2x on small ops) and no built-in rule needs shapes; on CUDA the peak memory
-    of the window comes from ``torch.cuda.max_memory_*`` instead (``profile_memory=True``
-    adds the allocator's ``[memory]`` events to the trace). ``out_dir`` is the folder the run folder is made in
-    (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
+    discarded steps. The step time the report leads with is what the job does without the
+    profiler: ``clock_steps`` steps timed by the session's own clock, the ``wait`` steps
+    (but the run's first, with its one-time costs) and the rest after the window, once the
+    trace is written and the steps just after it (the loader's prefetched batches, the
+    profiler's teardown) have run; steps that vary widely (a busy machine) are timed longer,
+    up to 3x (not across the ranks of a process group, which must stop together).
+    ``d.done`` turns True after them. The median comes with its p10-p90 spread; a spread
+    too wide to trust is said in the report's notes, with how to get a better figure.
+    Capture is lean by default, here and in :class:`~diagnose.capture.profiler.
+    WindowProfiler`: ``record_shapes`` and ``profile_memory`` slow the profiled steps
+    (1.4-2x on small ops) and no built-in rule needs shapes; on CUDA the peak memory of the
+    window comes from ``torch.cuda.max_memory_*`` instead (``profile_memory=True`` adds the
+    allocator's ``[memory]`` events to the trace). ``out_dir`` is the folder the run folder
+    is made in (default ``diagnose-runs/``; the run goes to ``<out_dir>/<stamp>/``).
     ``sample_hz`` is the host/GPU sampling rate (0 or None: no sampling).
     ``analyze=False`` skips the analysis on exit (e.g. for trials that only time steps).
     ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
@@ -98,7 +89,8 @@ class Session:
         *,
         steps: int = 5,
         warmup: int = 1,
-        wait: int = 1,
+        wait: int = 3,
+        clock_steps: int = 10,
         out_dir: str | os.PathLike[str] | None = None,
         sample_hz: float | None = DEFAULT_HZ,
         record_shapes: bool = False,
@@ -111,10 +103,10 @@ class Session:
         loss_fn: Any = None,
         step_fn: Any = None,
     ) -> None:
-        if steps < 1 or warmup < 0 or wait < 0:
+        if steps < 1 or warmup < 0 or wait < 0 or clock_steps < 1:
             raise CaptureError(
-                f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0 "
-                f"(got steps={steps}, warmup={warmup}, wait={wait})"
+                f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "
+                f"(got steps={steps}, warmup={warmup}, wait={wait}, clock_steps={clock_steps})"
             )
         if sample_hz is not None and sample_hz < 0:
             raise CaptureError(f"diagnose(): sample_hz must be >= 0 (got {sample_hz})")
@@ -123,6 +115,7 @@ class Session:
         self.steps = steps
         self.warmup = warmup
         self.wait = wait
+        self.clock_steps = clock_steps
         self.out_dir = out_dir
         self.sample_hz = sample_hz or None  # 0 -> no samplers
         self.record_shapes = record_shapes
@@ -140,9 +133,6 @@ class Session:
         self._dist: Any = None  # capture.distributed.DistributedCapture inside a process group
         self.report: Any = None
         self.notes: list[str] = []
-        self.steps_seen = 0
-        self.step_mode: str | None = None  # "optimizer" | "dataloader" | "manual"
-        self._done = False
         self._entered = False
         self._closed = False
         self._t_enter = 0.0
@@ -150,22 +140,10 @@ class Session:
         self._profiler: WindowProfiler | None = None
         self._sampler_thread: SamplerThread | None = None
         self._hook_handle: Any = None
-        self._patched_next: Any = None  # the original _BaseDataLoaderIter.__next__
-        self._iter_cls: Any = None
-        self._index_sampler: Any = None
-        self._param_ids: frozenset[int] = frozenset()
-        self._opt_ref: weakref.ReferenceType[Any] | None = None
-        self._opt_steps = 0
-        self._batches = 0
-        self._pending = False
-        self._last_iter: weakref.ReferenceType[Any] | None = None
-        self._worker_pids: set[int] = set()
+        self._loader_hook: loader_shim.LoaderHook | None = None
+        self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
+        self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
         self._context: dict[str, Any] = {}
-        # the step clock: every step's phase, length and DataLoader wait (time.perf_counter)
-        self._clock: list[tuple[str, float, float]] = []
-        self._step_t0: float | None = None
-        self._step_dl = 0.0
-        self._after = 0  # unprofiled steps timed after the window
         self._cuda_mem: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ public
@@ -173,18 +151,30 @@ class Session:
     def done(self) -> bool:
         """True once the profiled window and the unprofiled steps after it are recorded (the
         loop may stop: ``if d.done: break``)."""
-        return self._done
+        return self._steps.done
+
+    @property
+    def step_mode(self) -> str | None:
+        """How steps are found: "optimizer", "dataloader", "manual" (None: none yet)."""
+        return self._steps.mode
+
+    @step_mode.setter
+    def step_mode(self, mode: str | None) -> None:
+        """"manual": only ``d.step()`` marks boundaries (trainer callbacks set it)."""
+        self._steps.mode = mode
+
+    @property
+    def steps_seen(self) -> int:
+        """Step boundaries the profiler's schedule saw."""
+        return self._steps.seen
 
     def step(self) -> None:
         """Mark a step boundary yourself (call it once per step, at the end of the step).
 
         From the first call on, the automatic boundaries (optimizer / batches) are off.
         """
-        if not self._entered or self._closed or self._done:
-            return
-        self.step_mode = "manual"
-        self._pending = False
-        self._advance()
+        if self._entered and not self._closed:
+            self._steps.manual()
 
     def autofix(self, **kwargs: Any) -> Any:
         """Apply the fixes the findings name in measured trials; keep what helps.
@@ -200,7 +190,7 @@ class Session:
     @property
     def worker_pids(self) -> list[int]:
         """pids of the DataLoader worker processes seen so far."""
-        return sorted(self._worker_pids)
+        return sorted(self._steps.worker_pids)
 
     # ------------------------------------------------------------------ enter
     def __enter__(self) -> Session:
@@ -228,17 +218,6 @@ class Session:
                 raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
             self._context = ctxmod.collect(self.model, self.loader)
             self._fit_schedule()
-            self._param_ids = (
-                ctxmod.model_param_ids(self.model) if self.model is not None else frozenset()
-            )
-            self._install_hooks()
-            if self.sample_hz:
-                self._sampler_thread = SamplerThread(
-                    self._make_samplers(), self.run_dir, self.sample_hz
-                )
-                if self._dist is not None:  # samples.rank<N>.jsonl
-                    self._sampler_thread.path = self._dist.samples_path(self.run_dir)
-                self._sampler_thread.start()
             self._profiler = WindowProfiler(
                 self.run_dir,
                 wait=self.wait,
@@ -250,11 +229,29 @@ class Session:
                 on_mark=self._on_mark,
                 worker_name=self._dist.worker_name if self._dist is not None else None,
             )
+            dl = self._context.get("dataloader") or {}
+            before = max(self.wait - 1, 0)  # the run's first step is not timed
+            self._steps = Steps(
+                self._profiler,
+                param_ids=(ctxmod.model_param_ids(self.model) if self.model is not None
+                           else frozenset()),
+                after=max(self.clock_steps - before, 1),
+                settle=settle_steps(dl.get("num_workers"), dl.get("prefetch_factor")),
+                extend=self._dist is None,  # ranks must agree on d.done: a fixed plan
+                on_window_over=self._window_over, on_error=self._internal_error)
+            self._install_hooks()
+            if self.sample_hz:
+                self._sampler_thread = SamplerThread(
+                    self._make_samplers(), self.run_dir, self.sample_hz
+                )
+                if self._dist is not None:  # samples.rank<N>.jsonl
+                    self._sampler_thread.path = self._dist.samples_path(self.run_dir)
+                self._sampler_thread.start()
             self._profiler.start()
         except BaseException:
             self._teardown()
             raise
-        self._step_t0 = time.perf_counter()
+        self._steps.start()
         return self
 
     def _fit_schedule(self) -> None:
@@ -279,7 +276,7 @@ class Session:
             + (" (a single batch gives no whole step: use more batches)" if bounds == 0 else ""))
 
     def _make_samplers(self) -> list[Sampler]:
-        pids = (lambda: list(self._worker_pids)) if self._iter_cls is not None else None
+        pids = (lambda: list(self._steps.worker_pids)) if self._loader_hooked else None
         samplers: list[Sampler] = [HostSampler(worker_pids=pids)]
         dev = self._context.get("device") or {}
         if dev.get("type") == "cuda" and dev.get("index") is not None:
@@ -295,123 +292,30 @@ class Session:
     def _install_hooks(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
-        try:
-            from torch.utils.data import DataLoader
-            from torch.utils.data.dataloader import _BaseDataLoaderIter
-        except ImportError:  # pragma: no cover
+        self._hook_handle = register_optimizer_step_post_hook(self._steps.on_optimizer_step)
+        if self.loader is None:
             return
-        if not isinstance(self.loader, DataLoader):
+        why = loader_shim.missing()
+        if why is not None:  # a torch whose DataLoader internals moved: fall back, say so
+            self.notes.append(
+                f"DataLoader hooks unavailable ({why}): steps are found from the optimizer "
+                "(or d.step()) only, and the DataLoader wait is not timed by the session")
             return
-        self._index_sampler = self.loader._index_sampler
-        orig = _BaseDataLoaderIter.__next__
-        session = self
-
-        @functools.wraps(orig)
-        def __next__(it: Any) -> Any:
-            if getattr(it, "_index_sampler", None) is not session._index_sampler:
-                return orig(it)
-            session._on_next(it)
-            t0 = time.perf_counter()
-            try:
-                return orig(it)
-            finally:  # the loop waits for its batch: the step clock's DataLoader time
-                session._step_dl += time.perf_counter() - t0
-
-        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
-        self._iter_cls = _BaseDataLoaderIter
-        self._patched_next = orig
+        self._loader_hook = loader_shim.install(
+            self.loader, self._steps.on_next, self._steps.on_batch)
+        self._steps.hook = self._loader_hook
+        self._loader_hooked = self._loader_hook is not None
 
     def _remove_hooks(self) -> None:
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
-        if self._iter_cls is not None:
-            self._iter_cls.__next__ = self._patched_next
-            self._iter_cls = None
-            self._patched_next = None
+        if self._loader_hook is not None:
+            self._loader_hook.restore()
+            self._loader_hook = None
+            self._steps.hook = None
 
     # ------------------------------------------------------------------ hooks
-    def _on_optimizer_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        try:
-            if self._done or self._closed:
-                return
-            known = self._opt_ref() if self._opt_ref is not None else None
-            if known is None:
-                if not self._owns(opt):
-                    return
-                self._opt_ref = weakref.ref(opt)
-            elif opt is not known:
-                return
-            self._opt_steps += 1
-            if self.step_mode == "manual":
-                return
-            self.step_mode = "optimizer"
-            if self._batches > 0:
-                self._pending = True  # boundary just before the next batch is pulled
-            else:
-                self._advance()  # the loop does not iterate `loader`: boundary here
-        except Exception as e:  # never break the user's step
-            self._internal_error("optimizer hook", e)
-
-    def _owns(self, opt: Any) -> bool:
-        if not self._param_ids:
-            return True
-        try:
-            return any(id(p) in self._param_ids for g in opt.param_groups for p in g["params"])
-        except Exception:
-            return False
-
-    def _on_next(self, it: Any) -> None:
-        try:
-            last = self._last_iter() if self._last_iter is not None else None
-            if last is not it:
-                self._last_iter = weakref.ref(it)
-                for w in getattr(it, "_workers", ()) or ():
-                    pid = getattr(w, "pid", None)
-                    if isinstance(pid, int):
-                        self._worker_pids.add(pid)
-            if self._done or self._closed:
-                return
-            self._batches += 1
-            if self.step_mode == "manual":
-                return
-            if self.step_mode == "optimizer":
-                if self._pending:
-                    self._pending = False
-                    self._advance()
-            elif self._batches > 1:
-                self.step_mode = "dataloader"
-                self._advance()
-        except Exception as e:
-            self._internal_error("DataLoader hook", e)
-
-    def _advance(self) -> None:
-        now = time.perf_counter()
-        prof = self._profiler
-        phase = "after" if prof is None or prof.finished else prof.phase
-        if phase != "after":
-            self.steps_seen += 1  # boundaries the profiler's schedule saw
-        if self._step_t0 is not None:  # the step that ends here, by the session's clock
-            self._clock.append((phase, now - self._step_t0, self._step_dl))
-        if phase == "after":
-            self._after += 1
-            if self._after > self.steps:  # the first one after the window is left out
-                self._done = True  # the unprofiled steps after the window are timed too
-        elif prof is not None:
-            try:
-                prof.step()
-            except Exception as e:
-                self._internal_error("profiler step", e)
-                with contextlib.suppress(Exception):
-                    prof.stop()
-            if prof.finished:
-                self._window_over()
-        # the next step starts now: the profiler's own work at the boundary (the trace's
-        # export after the last active step) belongs to no step
-        self._step_t0 = time.perf_counter()
-        self._step_dl = 0.0
-
     def _window_over(self) -> None:
         if self._sampler_thread is not None:
             self._sampler_thread.request_stop()
@@ -463,110 +367,52 @@ class Session:
                         self.notes.append("sampler thread did not stop within 5 s (left as daemon)")
                 finally:
                     self._closed = True
+                    self._steps.closed = True
                     with _active_lock:
                         if _active is self:
                             _active = None
 
     def _finish(self, exc: BaseException | None, oom: dict[str, Any] | None) -> None:
+        """Assemble ``context.json`` from what was recorded and hand it to
+        :func:`~diagnose.session.publish.publish`."""
         run_dir = self.run_dir
         if run_dir is None:
             return
         ctx = dict(self._context)
-        opt = self._opt_ref() if self._opt_ref is not None else None
-        ctx["optimizer"] = ctxmod.optimizer_info(opt)
+        ctx["optimizer"] = ctxmod.optimizer_info(self._steps.optimizer)
         prof = self._profiler
-        st = self._sampler_thread
+        schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:
-            self.notes.extend(prof.errors)
-            if not prof.window_complete:
-                need = prof.total_steps
-                whole = max(prof.steps - self.wait - self.warmup, 0)
-                self.notes.append(
-                    f"the profiled window was cut short by the end of the loop: it ran "
-                    f"{self.steps_seen} step boundaries, the schedule needs {need} (wait="
-                    f"{self.wait}, warmup={self.warmup}, steps={self.steps}); "
-                    + (f"only the {whole} whole step{'s' if whole != 1 else ''} are analysed"
-                       if whole else "no whole step was profiled, so the trace is not analysed")
-                    + ": use fewer wait/warmup/steps, or run the loop over more batches")
+            self.notes.extend(window_notes(prof, self._steps, schedule))
         if self._cuda_mem is None and prof is not None and prof.active_start is not None:
             self._cuda_mem = ctxmod.cuda_memory(self._context)  # the window ended early
-        traces = [p.name for p in (self._dist.own_traces(run_dir) if self._dist is not None
-                                   else trace_files(run_dir))]
+        traces = own_traces(run_dir, self._dist)
         if not traces:
             self.notes.append("no trace was written: the loop ended before the active window")
-        ctx["capture"] = {
-            "run_dir": str(run_dir),
-            "wait": self.wait,
-            "warmup": self.warmup,
-            "active": self.steps,
-            "record_shapes": self.record_shapes,
-            "profile_memory": self.profile_memory,
-            "with_stack": self.with_stack,
-            "sample_hz": self.sample_hz,
-            "activities": prof.activities if prof is not None else [],
-            "step_mode": self.step_mode,
-            "steps_seen": self.steps_seen,
-            "optimizer_steps": self._opt_steps,
-            "batches": self._batches,
-            "window_complete": bool(prof and prof.window_complete),
-            "whole_steps": (None if prof is None else self.steps if prof.window_complete
-                            else max(prof.steps - self.wait - self.warmup, 0)),
-            "step_clock": {"phase": [c[0] for c in self._clock],
-                           "ms": [round(c[1] * 1e3, 4) for c in self._clock],
-                           "dataloader_ms": [round(c[2] * 1e3, 4) for c in self._clock]},
-            "cuda_memory": self._cuda_mem,
-            "active_start": prof.active_start if prof is not None else None,
-            "active_end": prof.active_end if prof is not None else None,
-            "started": self._t_enter,
-            "ended": time.time(),
-            "trace_files": traces,
-            "worker_pids": self.worker_pids,
-            "sampler_rows": st.rows if st is not None else 0,
-            "notes": list(self.notes),
-        }
+        st = self._sampler_thread
+        ctx["capture"] = capture_section(
+            run_dir=run_dir, prof=prof, steps=self._steps, schedule=schedule,
+            settings={"clock_steps": self.clock_steps, "record_shapes": self.record_shapes,
+                      "profile_memory": self.profile_memory, "with_stack": self.with_stack,
+                      "sample_hz": self.sample_hz},
+            traces=traces,
+            extra={"cuda_memory": self._cuda_mem, "started": self._t_enter,
+                   "dataloader_hooks": self._loader_hooked,
+                   "worker_pids": self.worker_pids,
+                   "sampler_rows": st.rows if st is not None else 0,
+                   "notes": list(self.notes)})
+        note = clock_note(context_metrics(ctx))  # an unprofiled figure too noisy to trust
+        if note is not None:
+            self.notes.append(note)
+            ctx["capture"]["notes"].append(note)
         if exc is not None:
             ctx["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
         ctx["oom"] = oom
-        if self._dist is not None:  # rank 0 writes context.json and reports on all ranks
-            self.report = as_report(self._dist.finish(run_dir, ctx, analyze=self.analyze))
-            if self._dist.rank != 0 or self.report is None:
-                return
-        else:
-            write_context(run_dir, ctx)
-        if not self.analyze:
-            return
-        try:
-            self.report = self.report if self._dist is not None else _run_analysis(run_dir)
-        except Exception as e:
-            msg = f"torch-diagnose: analysis of {run_dir} failed: {type(e).__name__}: {e}"
-            self.notes.append(msg)
-            print(msg, file=sys.stderr)
-            return
-        if self.report is not None:
-            try:  # the page people open: report.html next to the trace
-                from diagnose.report.html import write_html
-
-                write_html(self.report, run_dir / "report.html")
-            except Exception as e:
-                self.notes.append(f"could not write report.html: {type(e).__name__}: {e}")
-        if self.print_report and self.report is not None:
-            try:
-                self.report.print()
-            except Exception as e:
-                print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
-            print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
-        if self.tensorboard and self.report is not None:
-            try:  # the same run as a TensorBoard run (scalars, findings, adapted trace)
-                from diagnose.report.tensorboard import write_session_logdir
-
-                self.tensorboard_dir = write_session_logdir(self.report, run_dir, self.tensorboard)
-                if self.print_report:
-                    print(f"torch-diagnose: TensorBoard run {self.tensorboard_dir} "
-                          f"(tensorboard --logdir {self.tensorboard_dir.parent})", file=sys.stderr)
-            except Exception as e:
-                msg = f"torch-diagnose: could not write TensorBoard logs: {type(e).__name__}: {e}"
-                self.notes.append(msg)
-                print(msg, file=sys.stderr)
+        out = publish(run_dir, ctx, dist=self._dist, analyze=self.analyze,
+                      run_analysis=_run_analysis, print_report=self.print_report,
+                      tensorboard=self.tensorboard)
+        self.report, self.tensorboard_dir = out.report, out.tensorboard_dir
+        self.notes.extend(out.notes)
 
 
 def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,

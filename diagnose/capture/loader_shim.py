@@ -1,0 +1,180 @@
+"""The one module that touches ``torch.utils.data``'s private DataLoader internals.
+
+The session needs three things torch has no public API for:
+
+- a hook on every batch a loader's iterator hands out: a patch of
+  ``_BaseDataLoaderIter.__next__`` that acts only on iterators of the session's loader
+  (told apart by the ``_index_sampler`` they were made from) and is undone on exit;
+- the pids of the worker processes (``_workers`` of a multi-process iterator);
+- in-process loaders: the ``_dataset_fetcher`` whose ``fetch`` (dataset ``__getitem__`` /
+  ``__getitems__`` and the collate function) and ``collate_fn`` are timed by wrapping them
+  on that one fetcher object (results pass through unchanged; the originals are put back).
+
+Each is checked before use: :func:`missing` says why the internals cannot be used (a torch
+older than :data:`MIN_TORCH`, or a name gone); the session then finds steps from the
+optimizer hook (or ``d.step()``) alone and says so in a note. Tested against the installed
+torch and with the names taken away (tests/test_loader_shim.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the oldest torch whose DataLoader internals this module was written against
+MIN_TORCH = (1, 13)
+
+
+def _version(v: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", v)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def missing(loader: Any = None) -> str | None:
+    """Why the DataLoader hooks cannot be used here (None: they can). With ``loader``,
+    also checks that it is a torch DataLoader that exposes its index sampler."""
+    try:
+        import torch
+        from torch.utils.data import DataLoader
+        from torch.utils.data import dataloader as dlmod
+    except ImportError:  # pragma: no cover - the session needs torch anyway
+        return "torch is not installed"
+    ver = _version(torch.__version__)
+    if ver is None or ver < MIN_TORCH:
+        return (f"torch {torch.__version__} is older than "
+                f"{MIN_TORCH[0]}.{MIN_TORCH[1]}, whose DataLoader internals the hooks read")
+    it_cls = getattr(dlmod, "_BaseDataLoaderIter", None)
+    if it_cls is None or not callable(getattr(it_cls, "__next__", None)):
+        return f"torch {torch.__version__} has no _BaseDataLoaderIter.__next__"
+    if not isinstance(getattr(DataLoader, "_index_sampler", None), property):
+        return f"torch {torch.__version__}'s DataLoader has no _index_sampler"
+    if loader is not None and not isinstance(loader, DataLoader):
+        return f"the loader is a {type(loader).__name__}, not a torch DataLoader"
+    return None
+
+
+@dataclass
+class FetchTimes:
+    """Time (s) an in-process loader spent in its fetcher since the last :meth:`take`:
+    ``fetch`` is the whole ``fetcher.fetch`` call (dataset reads and the collate function),
+    ``collate`` the collate function's share of it."""
+
+    fetch: float = 0.0
+    collate: float = 0.0
+    batches: int = 0
+
+    def take(self) -> tuple[float, float, int]:
+        out = (self.fetch, self.collate, self.batches)
+        self.fetch = self.collate = 0.0
+        self.batches = 0
+        return out
+
+
+@dataclass
+class LoaderHook:
+    """The patch of ``_BaseDataLoaderIter.__next__`` for one loader; :meth:`restore` undoes
+    it and every fetcher wrap. ``on_next(it)`` runs before each batch is pulled and
+    ``on_batch(it, seconds, batch)`` after it came (``seconds``: the time the loop waited)."""
+
+    it_cls: Any
+    original: Any
+    fetch_times: FetchTimes = field(default_factory=FetchTimes)
+    _wrapped: list[tuple[weakref.ReferenceType[Any], Any]] = field(default_factory=list)
+    _seen: weakref.WeakKeyDictionary[Any, bool] = field(
+        default_factory=weakref.WeakKeyDictionary)
+
+    def restore(self) -> None:
+        if self.it_cls is not None:
+            self.it_cls.__next__ = self.original
+            self.it_cls = None
+        for ref, collate in self._wrapped:
+            fetcher = ref()
+            if fetcher is None:
+                continue
+            fetcher.__dict__.pop("fetch", None)  # back to the class's method
+            fetcher.collate_fn = collate
+        self._wrapped.clear()
+
+    def time_fetcher(self, it: Any) -> bool:
+        """Wrap the fetcher of an in-process iterator (once per iterator); False when it has
+        none (worker processes fetch in other processes)."""
+        known = self._seen.get(it)
+        if known is not None:
+            return known
+        self._seen[it] = False
+        fetcher = getattr(it, "_dataset_fetcher", None)
+        fetch, collate = getattr(fetcher, "fetch", None), getattr(fetcher, "collate_fn", None)
+        if fetcher is None or not callable(fetch) or not callable(collate):
+            return False
+        times = self.fetch_times
+
+        @functools.wraps(collate)
+        def timed_collate(data: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return collate(data)
+            finally:
+                times.collate += time.perf_counter() - t0
+
+        @functools.wraps(fetch)
+        def timed_fetch(index: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fetch(index)
+            finally:
+                times.fetch += time.perf_counter() - t0
+                times.batches += 1
+
+        fetcher.collate_fn = timed_collate
+        fetcher.fetch = timed_fetch
+        self._wrapped.append((weakref.ref(fetcher), collate))
+        self._seen[it] = True
+        return True
+
+
+def install(loader: Any, on_next: Callable[[Any], None],
+            on_batch: Callable[[Any, float, Any], None]) -> LoaderHook | None:
+    """Patch ``__next__`` for the iterators of ``loader`` (None when :func:`missing` says the
+    internals are not there). Iterators of other loaders pass through untouched."""
+    if missing(loader) is not None:
+        return None
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    index_sampler = loader._index_sampler
+    orig = _BaseDataLoaderIter.__next__
+
+    @functools.wraps(orig)
+    def __next__(it: Any) -> Any:
+        if getattr(it, "_index_sampler", None) is not index_sampler:
+            return orig(it)
+        on_next(it)
+        t0 = time.perf_counter()
+        batch = None
+        try:
+            batch = orig(it)
+            return batch
+        finally:  # the loop waited for its batch this long (StopIteration included)
+            on_batch(it, time.perf_counter() - t0, batch)
+
+    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
+    return LoaderHook(_BaseDataLoaderIter, orig)
+
+
+def worker_pids(it: Any) -> list[int]:
+    """pids of a multi-process iterator's worker processes ([] in-process or unknown)."""
+    out = []
+    for w in getattr(it, "_workers", ()) or ():
+        pid = getattr(w, "pid", None)
+        if isinstance(pid, int):
+            out.append(pid)
+    return out
+
+
+def in_process(it: Any) -> bool:
+    """The iterator builds batches in this process (num_workers=0)."""
+    return getattr(it, "_dataset_fetcher", None) is not None

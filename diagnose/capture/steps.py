@@ -1,0 +1,289 @@
+"""Step boundaries found without user code, and the session's own step clock.
+
+Boundaries:
+
+- **optimizer steps**: the model's optimizer stepping (a global ``torch.optim`` step
+  post-hook calls :meth:`Steps.on_optimizer_step`). The boundary itself is placed where a
+  person would put ``prof.step()``: just before the loop pulls its next batch from the
+  loader (so the data wait belongs to the step that uses the batch and no profiler range is
+  cut inside ``Optimizer.step``). A loop that does not iterate the loader gets the boundary
+  right after ``opt.step()``.
+- **batches** (inference loops, and until the first ``opt.step()``): each batch pulled
+  from the loader after the first starts a new step.
+- **manual**: ``d.step()``; from the first call on, the automatic boundaries are off.
+
+The clock times every step by ``time.perf_counter`` with its phase: ``wait`` (before the
+profiled window, no profiler), ``warmup``/``active`` (the window), ``settle`` (just after it:
+the loader's prefetched batches and queued device work make these steps unusually fast or
+slow) and ``after`` (timed without the profiler). The profiler's own work at a boundary
+(starting, and exporting the trace after the last active step) runs between two steps and
+belongs to neither. Per step it also records how long the training thread waited for a
+CPU that other processes held (Linux schedstat: a busy machine), sums the DataLoader wait
+and, where the loader
+builds batches in this process, the time in the dataset's reads and in the collate
+function (see :mod:`diagnose.capture.loader_shim`), and the bytes of the batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.capture import loader_shim
+from diagnose.metrics.context import UNRELIABLE_SPREAD
+
+#: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
+#: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
+#: reads) ms, collate ms, batches pulled and the bytes of their tensors
+CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
+                 "batch_bytes", "cpu_wait_ms")
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
+
+
+def cpu_wait_ns() -> int | None:
+    """Nanoseconds the calling thread has waited, runnable, for a CPU others held (the
+    kernel's schedstat); None where the kernel does not say."""
+    try:
+        with open(_SCHEDSTAT) as fh:
+            return int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+#: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
+#: timed longer, up to EXTEND times the planned number
+EXTEND = 3
+
+_MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
+
+
+def batch_nbytes(batch: Any) -> int | None:
+    """Sum of the ``nbytes`` of the tensors in a batch (nested tuples, lists, dicts); None
+    when it holds none or is too large a structure to walk cheaply."""
+    total, found, seen = 0, False, 0
+    stack = [batch]
+    while stack:
+        x = stack.pop()
+        seen += 1
+        if seen > _MAX_LEAVES:
+            return None
+        nb = getattr(x, "nbytes", None)
+        if isinstance(nb, int) and hasattr(x, "dtype"):
+            total, found = total + nb, True
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+    return total if found else None
+
+
+@dataclass
+class _Step:
+    """What the step now running has accumulated."""
+
+    t0: float
+    wait0: int | None = None  # cpu_wait_ns() at the start
+    dl: float = 0.0
+    fetch: float | None = None
+    collate: float | None = None
+    batches: int = 0
+    nbytes: int | None = None
+
+
+def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
+    """Steps left untimed right after the window: the first (the profiler's teardown) and
+    as many as the workers can have prefetched while the trace was written."""
+    nw = num_workers if isinstance(num_workers, int) and num_workers > 0 else 0
+    pf = prefetch_factor if isinstance(prefetch_factor, int) and prefetch_factor > 0 else 2
+    return 1 + min(nw * pf, 16)
+
+
+class Steps:
+    """Finds the step boundaries, drives the profiler's schedule, keeps the clock.
+
+    ``profiler`` is a started :class:`~diagnose.capture.profiler.WindowProfiler` (or
+    None); ``after`` steps are timed after the window once ``settle`` steps ran (up to
+    :data:`EXTEND` times more while they vary widely, unless ``extend`` is False: ranks of
+    a process group must agree on when they are done), then :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
+    ``on_error(where, exc)`` is told of any problem (the user's loop never sees one).
+    """
+
+    def __init__(self, profiler: Any, *, param_ids: frozenset[int] = frozenset(),
+                 after: int = 8, settle: int = 1, extend: bool = True,
+                 on_window_over: Callable[[], None] | None = None,
+                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+        self.profiler = profiler
+        self.param_ids = param_ids
+        self.after, self.settle, self.extend = after, settle, extend
+        self.on_window_over = on_window_over
+        self.on_error = on_error
+        self.mode: str | None = None  # "optimizer" | "dataloader" | "manual"
+        self.seen = 0  # boundaries the profiler's schedule saw
+        self.opt_steps = 0
+        self.batches = 0
+        self.done = False
+        self.closed = False
+        self.hook: loader_shim.LoaderHook | None = None
+        self.worker_pids: set[int] = set()
+        self.rows: list[tuple[Any, ...]] = []
+        self._after = 0
+        self._pending = False
+        self._opt_ref: weakref.ReferenceType[Any] | None = None
+        self._last_iter: weakref.ReferenceType[Any] | None = None
+        self._step: _Step | None = None
+
+    # ------------------------------------------------------------------ inputs
+    def start(self) -> None:
+        """The first step starts now."""
+        self._step = _Step(time.perf_counter(), cpu_wait_ns())
+
+    @property
+    def optimizer(self) -> Any:
+        return self._opt_ref() if self._opt_ref is not None else None
+
+    def manual(self) -> None:
+        if self.closed or self.done:
+            return
+        self.mode = "manual"
+        self._pending = False
+        self.advance()
+
+    def on_optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        try:
+            if self.done or self.closed:
+                return
+            known = self.optimizer
+            if known is None:
+                if not self._owns(opt):
+                    return
+                self._opt_ref = weakref.ref(opt)
+            elif opt is not known:
+                return
+            self.opt_steps += 1
+            if self.mode == "manual":
+                return
+            self.mode = "optimizer"
+            if self.batches > 0:
+                self._pending = True  # boundary just before the next batch is pulled
+            else:
+                self.advance()  # the loop does not iterate the loader: boundary here
+        except Exception as e:  # never break the user's step
+            self._error("optimizer hook", e)
+
+    def _owns(self, opt: Any) -> bool:
+        if not self.param_ids:
+            return True
+        try:
+            return any(id(p) in self.param_ids for g in opt.param_groups for p in g["params"])
+        except Exception:
+            return False
+
+    def on_next(self, it: Any) -> None:
+        """The loop asks the loader's iterator ``it`` for its next batch."""
+        try:
+            last = self._last_iter() if self._last_iter is not None else None
+            if last is not it:
+                self._last_iter = weakref.ref(it)
+                self.worker_pids.update(loader_shim.worker_pids(it))
+            if self.hook is not None and not (self.done or self.closed):
+                self.hook.time_fetcher(it)
+            if self.done or self.closed:
+                return
+            self.batches += 1
+            if self.mode == "manual":
+                return
+            if self.mode == "optimizer":
+                if self._pending:
+                    self._pending = False
+                    self.advance()
+            elif self.batches > 1:
+                self.mode = "dataloader"
+                self.advance()
+        except Exception as e:
+            self._error("DataLoader hook", e)
+
+    def on_batch(self, it: Any, seconds: float, batch: Any) -> None:
+        """The batch came after the loop waited ``seconds`` for it."""
+        try:
+            st = self._step
+            if st is None or self.done or self.closed:
+                return
+            st.dl += seconds
+            st.batches += 1
+            hook = self.hook
+            if hook is not None and loader_shim.in_process(it):
+                fetch, collate, _ = hook.fetch_times.take()
+                st.fetch = (st.fetch or 0.0) + max(fetch - collate, 0.0)
+                st.collate = (st.collate or 0.0) + collate
+            nb = batch_nbytes(batch) if batch is not None else None
+            if nb is not None:
+                st.nbytes = (st.nbytes or 0) + nb
+        except Exception as e:
+            self._error("DataLoader timing", e)
+
+    # ------------------------------------------------------------------ boundary
+    def advance(self) -> None:
+        now = time.perf_counter()
+        wait = cpu_wait_ns()
+        prof = self.profiler
+        phase = "after" if prof is None or prof.finished else prof.phase
+        if phase != "after":
+            self.seen += 1
+        elif self._after < self.settle:
+            phase = "settle"
+        st = self._step
+        if st is not None:  # the step that ends here, by the session's clock
+            self.rows.append((phase, (now - st.t0) * 1e3,
+                              None if self.hook is None else st.dl * 1e3,
+                              None if st.fetch is None else st.fetch * 1e3,
+                              None if st.collate is None else st.collate * 1e3,
+                              st.batches, st.nbytes,
+                              None if wait is None or st.wait0 is None
+                              else (wait - st.wait0) / 1e6))
+        if phase in ("after", "settle"):
+            self._after += 1
+            if self._after >= self.settle + self.after and not self._keep_timing():
+                self.done = True
+        elif prof is not None:
+            try:
+                prof.step()
+            except Exception as e:
+                self._error("profiler step", e)
+                with contextlib.suppress(Exception):
+                    prof.stop()
+            if prof.finished and self.on_window_over is not None:
+                self.on_window_over()
+        # the next step starts now: the profiler's own work at the boundary (the trace's
+        # export after the last active step) belongs to no step
+        if self.hook is not None:
+            self.hook.fetch_times.take()
+        self._step = _Step(time.perf_counter(), cpu_wait_ns())
+
+    def _keep_timing(self) -> bool:
+        """Steps that vary widely (a busy machine) get more of them timed, up to
+        :data:`EXTEND` times the planned number: their median then holds better."""
+        if not self.extend or self._after >= self.settle + EXTEND * self.after:
+            return False
+        times = [r[1] for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
+        if len(times) < 3:
+            return False
+        med = statistics.median(times)
+        deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
+        return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD
+
+    def clock(self) -> dict[str, list[Any]]:
+        """The clock as ``context.json`` stores it: one list per :data:`CLOCK_COLUMNS`."""
+        cols: dict[str, list[Any]] = {c: [] for c in CLOCK_COLUMNS}
+        for row in self.rows:
+            for c, v in zip(CLOCK_COLUMNS, row, strict=True):
+                cols[c].append(round(v, 4) if isinstance(v, float) else v)
+        return cols
+
+    def _error(self, where: str, e: BaseException) -> None:
+        if self.on_error is not None:
+            self.on_error(where, e)

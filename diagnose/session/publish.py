@@ -1,0 +1,131 @@
+"""What a finished session writes: ``context.json``, then the analysis of the run folder,
+``report.html`` next to the trace, the printed report and (if asked) a TensorBoard run.
+
+The session hands over what it recorded; nothing here touches the user's objects, the
+profiler or the hooks, which are all gone by now. Every step after ``context.json`` is
+allowed to fail alone: its problem becomes a note (and a line on stderr), never an
+exception over the user's own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnose.api import as_report
+from diagnose.capture.steps import Steps
+from diagnose.runfolder import trace_files, write_context
+
+
+def window_notes(prof: Any, steps: Steps, schedule: tuple[int, int, int]) -> list[str]:
+    """The profiler's own problems, and a window the loop cut short."""
+    notes = list(prof.errors)
+    wait, warmup, active = schedule
+    if not prof.window_complete:
+        whole = max(prof.steps - wait - warmup, 0)
+        notes.append(
+            f"the profiled window was cut short by the end of the loop: it ran "
+            f"{steps.seen} step boundaries, the schedule needs {prof.total_steps} (wait="
+            f"{wait}, warmup={warmup}, steps={active}); "
+            + (f"only the {whole} whole step{'s' if whole != 1 else ''} are analysed"
+               if whole else "no whole step was profiled, so the trace is not analysed")
+            + ": use fewer wait/warmup/steps, or run the loop over more batches")
+    return notes
+
+
+def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[int, int, int],
+                    settings: dict[str, Any], traces: list[str], extra: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """``context.json``'s ``capture`` part: schedule, settings, what the hooks saw, the step
+    clock and the window's bounds. ``extra`` adds the session's own keys (notes, pids...)."""
+    wait, warmup, active = schedule
+    return {
+        "run_dir": str(run_dir),
+        "wait": wait,
+        "warmup": warmup,
+        "active": active,
+        **settings,
+        "activities": prof.activities if prof is not None else [],
+        "step_mode": steps.mode,
+        "steps_seen": steps.seen,
+        "optimizer_steps": steps.opt_steps,
+        "batches": steps.batches,
+        "window_complete": bool(prof and prof.window_complete),
+        "whole_steps": (None if prof is None else active if prof.window_complete
+                        else max(prof.steps - wait - warmup, 0)),
+        "settle_steps": steps.settle,
+        "step_clock": steps.clock(),
+        "active_start": prof.active_start if prof is not None else None,
+        "active_end": prof.active_end if prof is not None else None,
+        "ended": time.time(),
+        "trace_files": traces,
+        **extra,
+    }
+
+
+def own_traces(run_dir: Path, dist: Any) -> list[str]:
+    return [p.name for p in (dist.own_traces(run_dir) if dist is not None
+                             else trace_files(run_dir))]
+
+
+@dataclass
+class Published:
+    report: Any = None
+    tensorboard_dir: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
+            run_analysis: Callable[[Path], Any], print_report: bool,
+            tensorboard: str | os.PathLike[str] | bool | None) -> Published:
+    """Write ``ctx`` as the run's ``context.json`` (rank 0 of a process group writes it for
+    all ranks), analyse the folder, write ``report.html``, print, write TensorBoard logs."""
+    out = Published()
+    if dist is not None:  # rank 0 writes context.json and reports on all ranks
+        out.report = as_report(dist.finish(run_dir, ctx, analyze=analyze))
+        if dist.rank != 0 or out.report is None:
+            return out
+    else:
+        write_context(run_dir, ctx)
+    if not analyze:
+        return out
+    if dist is None:
+        try:
+            out.report = run_analysis(run_dir)
+        except Exception as e:
+            msg = f"torch-diagnose: analysis of {run_dir} failed: {type(e).__name__}: {e}"
+            out.notes.append(msg)
+            print(msg, file=sys.stderr)
+            return out
+    if out.report is None:
+        return out
+    try:  # the page people open: report.html next to the trace
+        from diagnose.report.html import write_html
+
+        write_html(out.report, run_dir / "report.html")
+    except Exception as e:
+        out.notes.append(f"could not write report.html: {type(e).__name__}: {e}")
+    if print_report:
+        try:
+            out.report.print()
+        except Exception as e:
+            print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
+        print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
+    if tensorboard:
+        try:  # the same run as a TensorBoard run (scalars, findings, adapted trace)
+            from diagnose.report.tensorboard import write_session_logdir
+
+            out.tensorboard_dir = write_session_logdir(out.report, run_dir, tensorboard)
+            if print_report:
+                print(f"torch-diagnose: TensorBoard run {out.tensorboard_dir} "
+                      f"(tensorboard --logdir {out.tensorboard_dir.parent})", file=sys.stderr)
+        except Exception as e:
+            msg = f"torch-diagnose: could not write TensorBoard logs: {type(e).__name__}: {e}"
+            out.notes.append(msg)
+            print(msg, file=sys.stderr)
+    return out

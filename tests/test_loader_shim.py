@@ -1,0 +1,145 @@
+"""The DataLoader shim: the private names it reads exist in the installed torch, its wraps
+change no batch and are undone, and without those names the session falls back (steps
+from the optimizer alone, a note) instead of failing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data import dataloader as dlmod  # noqa: E402
+
+import diagnose.capture.steps as steps_mod  # noqa: E402
+import diagnose.session as session_mod  # noqa: E402
+from diagnose.capture import loader_shim  # noqa: E402
+from diagnose.capture.steps import batch_nbytes, settle_steps  # noqa: E402
+from diagnose.runfolder import load_context  # noqa: E402
+from diagnose.session import diagnose  # noqa: E402
+from tests.datasets import Pairs, train  # noqa: E402
+
+ORIGINAL_NEXT = dlmod._BaseDataLoaderIter.__next__
+DIAGNOSE = Path(__file__).resolve().parents[1] / "diagnose"
+
+
+@pytest.fixture(autouse=True)
+def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step counts here are exact: no extra steps timed when a busy machine makes them vary
+    (tests/test_step_clock.py tests that extension on its own)."""
+    monkeypatch.setattr(steps_mod, "EXTEND", 1)
+
+
+def test_the_private_names_exist_in_this_torch() -> None:
+    assert loader_shim.missing() is None, loader_shim.missing()
+    loader = DataLoader(Pairs(n=32), batch_size=8)
+    assert loader_shim.missing(loader) is None
+    assert "not a torch DataLoader" in (loader_shim.missing([1, 2]) or "")
+    it = iter(loader)
+    assert loader_shim.in_process(it) and loader_shim.worker_pids(it) == []
+    assert it._index_sampler is loader._index_sampler  # what install() tells loaders apart by
+
+
+def test_only_the_shim_names_the_private_internals() -> None:
+    """One module reads torch's private DataLoader names (the rest of the package asks it)."""
+    out = subprocess.run(["grep", "-rlE", "--include=*.py", r"_BaseDataLoaderIter|_index_sampler|\._workers\b|"
+                          r"_dataset_fetcher", str(DIAGNOSE)], capture_output=True, text=True)
+    hits = sorted(Path(p).relative_to(DIAGNOSE).as_posix() for p in out.stdout.split())
+    assert hits == ["capture/loader_shim.py"], hits
+
+
+def test_wraps_change_no_batch_and_are_undone() -> None:
+    ds = Pairs(n=48)
+    plain = [b for b in DataLoader(ds, batch_size=8)]
+    loader = DataLoader(ds, batch_size=8)
+    other = DataLoader(ds, batch_size=8)
+    seen: list[tuple[float, Any]] = []
+    hook = loader_shim.install(loader, lambda it: None, lambda it, s, b: seen.append((s, b)))
+    assert hook is not None and dlmod._BaseDataLoaderIter.__next__ is not ORIGINAL_NEXT
+    try:
+        _check_wrapped(hook, loader, other, plain, seen)
+    finally:
+        hook.restore()
+    assert dlmod._BaseDataLoaderIter.__next__ is ORIGINAL_NEXT
+
+
+def _check_wrapped(hook: Any, loader: DataLoader, other: DataLoader, plain: list[Any],
+                   seen: list[tuple[float, Any]]) -> None:
+    it = iter(loader)
+    assert hook.time_fetcher(it) and hook.time_fetcher(it)  # once per iterator
+    got = list(it)
+    assert len(list(other)) == 6 and len(seen) == 7  # other loaders pass through; +StopIteration
+    for (x1, y1), (x2, y2) in zip(plain, got, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    fetch, collate, batches = hook.fetch_times.take()
+    assert batches == 6 and 0 < collate < fetch  # the sampler ended the 7th call, not a fetch
+    assert hook.fetch_times.take() == (0.0, 0.0, 0)
+    fetcher = it._dataset_fetcher
+    hook.restore()
+    assert "fetch" not in vars(fetcher) and fetcher.collate_fn is loader.collate_fn
+
+
+def test_fallback_when_the_internals_are_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """A torch without _BaseDataLoaderIter (simulated): steps come from the optimizer hook,
+    the DataLoader wait is not known (None, not 0), and the report says why."""
+    monkeypatch.delattr(dlmod, "_BaseDataLoaderIter")
+    assert "no _BaseDataLoaderIter" in (loader_shim.missing() or "")
+    monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
+    torch.manual_seed(0)
+    model = nn.Linear(16, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Pairs(n=400), batch_size=8)
+    with diagnose(model, loader, steps=2, wait=2, clock_steps=5, out_dir=tmp_path,
+                  sample_hz=0) as d:
+        n = train(model, opt, loader, d)
+    assert d.done and d.step_mode == "optimizer" and n == 2 + 1 + 2 + 1 + 4
+    assert any("DataLoader hooks unavailable" in x for x in d.notes)
+    ctx = load_context(d.run_dir)
+    cap = ctx["capture"]
+    assert cap["dataloader_hooks"] is False and cap["batches"] == 0
+    assert set(cap["step_clock"]["dataloader_ms"]) == {None}
+    assert set(cap["step_clock"]["fetch_ms"]) == {None}
+
+
+def test_fallback_on_an_old_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "__version__", "1.12.1")
+    assert "older than 1.13" in (loader_shim.missing() or "")
+    assert loader_shim.install(DataLoader(Pairs(n=8)), print, print) is None
+
+
+def test_batch_facts() -> None:
+    x, y = torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64)
+    assert batch_nbytes((x, y)) == 4 * 3 * 4 + 4 * 8
+    assert batch_nbytes({"a": [x, "text"], "b": y}) == 4 * 3 * 4 + 4 * 8
+    assert batch_nbytes(["no", "tensor"]) is None
+    assert batch_nbytes([0] * 10_000) is None  # too big a structure to weigh cheaply
+    assert settle_steps(0, None) == 1 and settle_steps(2, 2) == 5 and settle_steps(64, 4) == 17
+
+
+def test_dataset_facts_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
+    ds = TensorDataset(torch.randn(64, 16), torch.randint(0, 3, (64,)))
+    model = nn.Linear(16, 3)
+    loader = DataLoader(ds, batch_size=8)
+    with diagnose(model, loader, steps=1, wait=1, warmup=0, clock_steps=2, out_dir=tmp_path,
+                  sample_hz=0) as d:
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, d)
+    dl = load_context(d.run_dir)["dataloader"]
+    assert dl["dataset_tensor_indexable"] is True and dl["batch_size"] == 8
+    assert dl["dataset_getitems"] is False
+    assert load_context(d.run_dir)["capture"]["dataloader_hooks"] is True
+
+
+def test_no_private_name_in_a_fresh_import() -> None:
+    """Importing the package patches nothing: the patch exists only inside a session."""
+    code = ("import torch.utils.data.dataloader as d; f = d._BaseDataLoaderIter.__next__; "
+            "import diagnose, diagnose.session; "
+            "assert d._BaseDataLoaderIter.__next__ is f")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={"PYTHONPATH": str(DIAGNOSE.parent), "PATH": "/usr/bin:/bin"})
