@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
 
+from diagnose.capture.runinfo import batch_indexable
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.fixes.code import Setup, render_change
-from diagnose.tune.trial import Trial, Workload, batch_indexable, build_loader
+from diagnose.tune.trial import Trial, Workload, build_loader
 
 
 def _rows(n: int = 103) -> TensorDataset:
@@ -56,8 +57,11 @@ def test_batched_fetch_gives_the_same_batches() -> None:
 
 def test_the_batched_fetch_fix_applies_from_the_fact_and_writes_the_change() -> None:
     fix = FIXES["batched_fetch"]
-    assert fix.auto and fix.why_not(TrainConfig(), {"dataset_batch_indexable": True}) is None
-    assert fix.why_not(TrainConfig(), {"dataset_batch_indexable": False}) is not None
+    assert fix.auto and fix.why_not(TrainConfig(), {"dataloader_dataset_tensor_indexable": True}) is None
+    assert fix.why_not(TrainConfig(), {"dataloader_dataset_tensor_indexable": False}) is not None
+    # a diagnosis whose dataset is not batch-indexable does not suggest it
+    assert "one indexing call" in fix.in_place({"dataloader_dataset_tensor_indexable": False})
+    assert fix.in_place({"dataloader_dataset_tensor_indexable": True}) is None
     assert fix.apply(TrainConfig()) == TrainConfig(batched_fetch=True)
     setup = Setup.from_objects(DataLoader(_rows(), batch_size=4096, shuffle=True))
     code = fix.code_for(setup)

@@ -21,7 +21,8 @@ context.json (version 1)::
                      "collate_fn", "worker_init_fn" (names; None: default), "generator"
                      (bool), "timeout", "multiprocessing_context",
                      "dataset_getitems" (the dataset has __getitems__: one call per batch),
-                     "dataset_tensor_indexable" (a TensorDataset: rows index with a list)}
+                     "dataset_tensor_indexable" (batches fetch with one dataset[indices]
+                     call and come out the same: see batch_indexable)}
                     | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
@@ -145,7 +146,7 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "iterable_dataset": iterable,
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,
-        "dataset_tensor_indexable": _tensor_indexable(ds),
+        "dataset_tensor_indexable": batch_indexable(loader),
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,
@@ -154,16 +155,23 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
     }
 
 
-def _tensor_indexable(ds: Any) -> bool | None:
-    """A TensorDataset: one indexing call with a list of indices fetches a whole batch."""
+def batch_indexable(loader: Any) -> bool | None:
+    """Whether ``loader``'s batches can be fetched with one ``dataset[indices]`` call and
+    come out the same: a TensorDataset (or a subclass that keeps its ``__getitem__``), the
+    loader's own batch_size, torch's default collate. Indexing each tensor with the list of
+    indices gives exactly what collating the rows one by one gives. None: no loader."""
+    ds = getattr(loader, "dataset", None)
     if ds is None:
         return None
     try:
         from torch.utils.data import TensorDataset
-
-        return isinstance(ds, TensorDataset)
+        from torch.utils.data._utils.collate import default_collate
     except ImportError:  # pragma: no cover
         return None
+    return (isinstance(ds, TensorDataset)
+            and type(ds).__getitem__ is TensorDataset.__getitem__
+            and getattr(loader, "batch_size", None) is not None
+            and getattr(loader, "collate_fn", None) is default_collate)
 
 
 def model_info(model: Any) -> dict[str, Any] | None:

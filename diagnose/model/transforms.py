@@ -266,8 +266,10 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     ``default_collate`` stacking the rows: the in-process fetch costs what collating cost
     (both copy the batch's bytes once: a gather instead of a stack), and the per-sample
     calls go. Needs the live capture's split of the fetch into its causes."""
-    fetch_ms = _num(facts, "dataloader_fetch_ms_per_step")
-    collate_ms = _num(facts, "dataloader_collate_ms_per_step")
+    if facts.get("dataloader_dataset_tensor_indexable") is False:
+        return "does not apply: the dataset cannot hand over a batch in one indexing call"
+    fetch_ms = _num(facts, "input_fetch_ms")
+    collate_ms = _num(facts, "input_collate_ms")
     if fetch_ms is None or collate_ms is None:
         return ("cannot tell: the loader's time is not split into fetch and collate (a live "
                 "capture measures it)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .trial import Workload, batch_indexable
+from ..capture.runinfo import batch_indexable
+from .trial import Workload
 
 
 def cpu_count() -> int:
@@ -40,7 +41,7 @@ def live_facts(w: Workload, allow_compile: bool, cpus: int | None = None) -> dic
             "fused_supported": fused_ok, "model_has_conv": has_conv,
             "iterable_dataset": iterable, "allow_compile": allow_compile, "oom": False,
             "torch_num_threads": torch.get_num_threads(),
-            "dataset_batch_indexable": batch_indexable(w.loader)}
+            "dataloader_dataset_tensor_indexable": batch_indexable(w.loader) is True}
 
 
 __all__ = ["cpu_count", "live_facts"]

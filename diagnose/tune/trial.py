@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..capture.runinfo import is_oom
+from ..capture.runinfo import batch_indexable, is_oom
 from ..errors import DiagnoseError
 from ..fixes import TrainConfig
 
@@ -108,21 +108,6 @@ def _clone_generator(g: Any) -> Any:
     c = torch.Generator(device=g.device)
     c.set_state(g.get_state())
     return c
-
-
-def batch_indexable(loader: Any) -> bool:
-    """Whether ``loader``'s batches can be fetched with one ``dataset[indices]`` call and
-    come out the same: a TensorDataset (or a subclass that keeps its ``__getitem__``), the
-    loader's own batch_size, torch's default collate. Indexing each tensor with the list of
-    indices gives exactly what collating the rows one by one gives."""
-    from torch.utils.data import TensorDataset
-    from torch.utils.data._utils.collate import default_collate
-
-    ds = getattr(loader, "dataset", None)
-    return (isinstance(ds, TensorDataset)
-            and type(ds).__getitem__ is TensorDataset.__getitem__
-            and getattr(loader, "batch_size", None) is not None
-            and getattr(loader, "collate_fn", None) is default_collate)
 
 
 def build_loader(orig: Any, cfg: TrainConfig) -> Any:

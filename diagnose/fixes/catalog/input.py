@@ -241,7 +241,13 @@ class BatchedFetch(Fix):
     of in-memory tensor rows."""
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return facts.get("dataset_batch_indexable") is True
+        return facts.get("dataloader_dataset_tensor_indexable") is True
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("dataloader_dataset_tensor_indexable") is False:
+            return ("the dataset cannot hand over a batch in one indexing call (not a plain "
+                    "TensorDataset with the default collate)")
+        return None
 
     def render(self, setup: Setup | None) -> str:
         spec = setup.loader if setup is not None else None
