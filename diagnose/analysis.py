@@ -13,7 +13,7 @@ from typing import Any
 
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import DiagnoseError, TraceError
-from .fixes import Setup, TrainConfig, fix_code
+from .fixes import FIXES, Setup, TrainConfig, fix_code
 from .fixes.predict import predict_findings, sort_findings
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
@@ -241,7 +241,7 @@ def _analyze_group(g: Group, src: list[str],
     predictor = attach_models(report, models)
     if len(ranks) == 1:  # many ranks: no predictions, as rank 0 of a live run reports them
         predict_findings(report.findings, predictor, run_config(context, report.metrics),
-                         report.metrics)
+                         report.metrics, FIXES)
         sort_findings(report.findings)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)

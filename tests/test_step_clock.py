@@ -90,7 +90,9 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     assert st["median_ms"] == m["step_time_unprofiled_median_ms"]
     assert st["profiled_median_ms"] == m["step_time_median_ms"]
     text = d.report.render_text(width=160)
-    assert "median without the profiler (6 steps timed by the session)" in text
+    lo, hi = m["step_time_unprofiled_p10_ms"], m["step_time_unprofiled_p90_ms"]
+    assert (f"median without the profiler (6 steps timed by the session, p10-p90 "
+            f"{lo:,.2f}-{hi:,.2f} ms)") in text
     assert "of the profiled window" in text
     html = (d.run_dir / "report.html").read_text()
     assert "median without the profiler" in html

@@ -141,7 +141,7 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
     """cpu_loader with 8 MB batches: workers are predicted 0.55x (test_transforms), so the
     finding does not lead with them and says why."""
     from diagnose.engine import Finding
-    from diagnose.fixes import TrainConfig
+    from diagnose.fixes import FIXES, TrainConfig
     from diagnose.fixes.predict import predict_findings
     from diagnose.model.predict import Predictor
     from tests.modeltraces import cpu_loader
@@ -151,7 +151,7 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
              "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
              "worker_transfer_gbps": 2.0}
     f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers", "faster_input"], 0.6)
-    predict_findings([f], Predictor(m, facts), TrainConfig(), facts)
+    predict_findings([f], Predictor(m, facts), TrainConfig(), facts, FIXES)
     assert f.fixes == ["faster_input", "num_workers"]
     assert any(h.startswith("num_workers: predicted 0.55x") and "not offered" in h for h in f.hints)
     # faster_input cannot be predicted: the rule's own time at stake and grade stand

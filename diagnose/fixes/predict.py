@@ -16,6 +16,7 @@ from typing import Any
 
 from ..model.predict import Prediction, Predictor
 from .config import TrainConfig
+from .unit import Fix
 
 #: A fix predicted to give less than this speedup is not offered as the fix.
 SLOWER = 0.98
@@ -23,14 +24,14 @@ _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer abov
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
-                     config: TrainConfig, facts: Mapping[str, Any]) -> None:
-    """Predict each fix of each finding (``predictor``: the run's, or why there is none)."""
-    from . import FIXES
-
+                     config: TrainConfig, facts: Mapping[str, Any],
+                     fixes: Mapping[str, Fix]) -> None:
+    """Predict each fix of each finding (``predictor``: the run's, or why there is none;
+    ``fixes``: the registry, :data:`diagnose.fixes.FIXES`)."""
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         for x in f.fixes:
-            fix = FIXES.get(x)
+            fix = fixes.get(x)
             if isinstance(predictor, str) or fix is None:
                 preds[x] = predictor if isinstance(predictor, str) else "no such fix"
             else:

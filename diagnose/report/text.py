@@ -82,8 +82,11 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
                "a saved trace: no steps were timed without the profiler")
         return f"{_ms(st['median_ms'])} median, as profiled ({why})", window
     r = st["profiler_overhead_ratio"]
+    lo, hi = m.get("step_time_unprofiled_p10_ms"), m.get("step_time_unprofiled_p90_ms")
+    spread = (f", p10-p90 {lo:,.2f}-{hi:,.2f} ms" if isinstance(lo, int | float)
+              and isinstance(hi, int | float) else "")
     head = (f"{_ms(st['median_ms'])} median without the profiler ({st['steps']} step"
-            f"{'s' if st['steps'] != 1 else ''} timed by the session)")
+            f"{'s' if st['steps'] != 1 else ''} timed by the session{spread})")
     if window is not None and isinstance(r, int | float):
         window += f"; the profiler made steps {r:.2f}x as long"
     return head, window
