@@ -139,11 +139,21 @@ def _capture(tmp_path: Path, delay_s: float) -> Path:
 
 def test_captures_same_job_within_noise_and_a_real_change_better(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a1, a2 = _capture(tmp_path, 0.002), _capture(tmp_path, 0.002)
+    # Two captures of one job. Another process holding a CPU for the whole of one capture
+    # looks exactly like a real change (+15% was seen here), and nothing in the two runs
+    # tells them apart: up to 3 pairs are made, and one must read "within noise" (a tool
+    # that called every pair a change would fail; a busy stretch does not).
+    verdicts = []
+    for _ in range(3):
+        a1, a2 = _capture(tmp_path, 0.002), _capture(tmp_path, 0.002)
+        code = main(["compare", str(a1), str(a2), "--fail-on-regression", "5"])
+        out = capsys.readouterr().out
+        assert "step time without the profiler" in out
+        verdicts.append((code, "within noise" in out))
+        if verdicts[-1] == (0, True):
+            break
+    assert verdicts[-1] == (0, True), verdicts
     b = _capture(tmp_path, 0.0015)  # 12 ms of loading a step instead of 16: ~1.3x
-    assert main(["compare", str(a1), str(a2), "--fail-on-regression", "5"]) == 0
-    out = capsys.readouterr().out
-    assert "step time without the profiler" in out and "within noise" in out
     assert main(["compare", str(a1), str(b), "--format", "json"]) == 0
     st = json.loads(capsys.readouterr().out)["step_time"]
     assert st["measured"] == "without the profiler" and st["verdict"] == "better"
