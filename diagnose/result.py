@@ -77,6 +77,8 @@ class Analysis:
         for f in self.findings:
             for fix, p in (f.predictions or {}).items():
                 s = getattr(p, "speedup", None)
+                if getattr(p, "at_least", False) and isinstance(s, int | float) and s < 1:
+                    s = None  # a bound below 1: not a reason to skip the trial
                 if isinstance(s, int | float):
                     prev = out.get(fix)
                     out[fix] = max(prev, s) if isinstance(prev, float) else float(s)

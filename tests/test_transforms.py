@@ -144,3 +144,19 @@ def test_what_the_model_cannot_tell(tmp_path):
     assert "CPU" in _predict("num_workers", m)
     mc = _model(mt.cpu_loader(), tmp_path / "x") if (tmp_path / "x").mkdir() is None else None
     assert "bytes" in _predict("num_workers", mc, cpu_count=2)
+
+
+def test_num_workers_with_torch_on_every_cpu_is_slower(tmp_path):
+    """cpu_loader again, torch's intra-op threads on both CPUs: no core is left for a
+    worker, so a batch is still made while the main process waits (2000 us) and handing it
+    over (400 kB at 2 GB/s: 200 us) comes on top: 3000 -> 3200 us, 0.94x. With torch on one
+    thread (the threads fix: 1 worker, 1 thread) the worker has its own CPU."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=2)
+    p = _predict("num_workers", m, **kw)
+    assert isinstance(p, Prediction)
+    assert p.step_ms == pytest.approx(3.2, abs=0.01) and p.speedup < 1
+    q = _predict("threads", m, **kw)
+    assert isinstance(q, Prediction) and q.change == {"num_workers": 1, "intra_op_threads": 1}
+    assert q.speedup > 1

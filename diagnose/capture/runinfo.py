@@ -118,6 +118,25 @@ def device_info(device: Any = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- objects
 
 
+def time_batched_fetch(loader: Any, repeat: int = 3) -> float | None:
+    """A cheap measurement for the batched-fetch prediction, made before the loop runs (so
+    on no timed step): the best of ``repeat`` ``dataset[indices]`` calls for one batch of
+    spread-out indices, in ms. None where batches cannot be fetched that way."""
+    if not batch_indexable(loader):
+        return None
+    import torch
+
+    ds = loader.dataset
+    n, bs = len(ds), int(loader.batch_size)
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:bs].tolist()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ds[idx]
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1e3, 4)
+
+
 def dataloader_info(loader: Any) -> dict[str, Any] | None:
     """The DataLoader settings rules look at. None when there is no loader."""
     if loader is None:
@@ -147,6 +166,7 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,
         "dataset_tensor_indexable": batch_indexable(loader),
+        "batched_fetch_ms": _safe(lambda: time_batched_fetch(loader)),
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,

@@ -30,25 +30,35 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     ``fixes``: the registry, :data:`diagnose.fixes.FIXES`)."""
     for f in findings:
         preds: dict[str, Prediction | str] = {}
+        off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
         for x in f.fixes:
             fix = fixes.get(x)
             if isinstance(predictor, str) or fix is None:
                 preds[x] = predictor if isinstance(predictor, str) else "no such fix"
-            else:
-                preds[x] = fix.predict(predictor, config, facts)
-        _order(f, preds)
+                continue
+            p = fix.predict(predictor, config, facts)
+            why = fix.why_not(config, facts) if fix.auto else None
+            if isinstance(p, str) and why is not None and not why.startswith("needs opt-in"):
+                p = f"does not apply to this run: {why}"
+                off.append(x)
+            preds[x] = p
+        _order(f, preds, off)
 
 
-def _order(f: Any, preds: dict[str, Prediction | str]) -> None:
+def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
     """Fixes by predicted effect (unpredicted ones keep their place after the predicted
-    ones that help); a fix predicted to slow the job down goes last and says so; the time
-    at stake follows the best prediction."""
+    ones that help; those that do not apply to the run as it is, e.g. worker settings with
+    no workers, after them); a fix predicted to slow the job down goes last and says so;
+    the time at stake follows the best prediction."""
     f.predictions = preds
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= SLOWER]
     helps.sort(key=lambda x: -_speedup(preds[x]))
-    unknown = [x for x in f.fixes if isinstance(preds[x], str)]
-    slower = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup < SLOWER]
-    f.fixes = helps + unknown + slower
+    # a bound below 1 says little: such a fix stays with those the model cannot tell
+    unknown = [x for x in f.fixes if x not in off and (isinstance(p := preds[x], str) or (
+        p.at_least and p.speedup < SLOWER))]
+    slower = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
+              and p.speedup < SLOWER and not p.at_least]
+    f.fixes = helps + unknown + [x for x in f.fixes if x in off] + slower
     for x in slower:
         p = preds[x]
         assert isinstance(p, Prediction)
@@ -56,7 +66,7 @@ def _order(f: Any, preds: dict[str, Prediction | str]) -> None:
                        "ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain, the rule's own estimate stands
-    made = [p for p in preds.values() if isinstance(p, Prediction)]
+    made = [p for p in preds.values() if isinstance(p, Prediction) and not p.at_least]
     if made and (helps or not unknown):
         f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
 

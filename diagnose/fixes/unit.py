@@ -67,6 +67,8 @@ class Fix:
     search_key: str | None = None  # one search serves every fix with this key
     instead: tuple[str, ...] = ()  # fix ids to suggest when this one is in place
     transform: Transform | None = field(default=None, repr=False, compare=False)
+    # the transform gives the least the fix does (a bound), not a point: see Prediction
+    predicts_at_least: bool = False
 
     def __post_init__(self) -> None:
         code = self.code or self.render(None)
@@ -167,6 +169,8 @@ class Fix:
                 return p
             if isinstance(best, str) or p.step_ms < best.step_ms:
                 best = p
+        if isinstance(best, Prediction) and self.predicts_at_least:
+            best = dataclasses.replace(best, at_least=True)
         return best
 
     def with_transform(self, transform: Transform) -> Fix:

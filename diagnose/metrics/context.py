@@ -110,7 +110,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_dataset_getitems": (
         "bool", "the dataset has __getitems__ (the loader fetches a batch with one call)"),
     "dataloader_dataset_tensor_indexable": (
-        "bool", "the dataset is a TensorDataset (a whole batch is one indexing call)"),
+        "bool", "the loader's batches come out the same from one dataset[indices] call "
+        "(a TensorDataset with the default collate)"),
+    "input_batched_fetch_ms": (
+        "ms", "one batch fetched with a single dataset[indices] call, timed before the loop "
+        "(None where the dataset cannot do that)"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",
@@ -160,6 +164,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["dataloader_dataset_getitems"] = _bool(_get(ctx, "dataloader", "dataset_getitems"))
     out["dataloader_dataset_tensor_indexable"] = _bool(
         _get(ctx, "dataloader", "dataset_tensor_indexable"))
+    out["input_batched_fetch_ms"] = _num(_get(ctx, "dataloader", "batched_fetch_ms"))
     out["cudnn_benchmark"] = _bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = _str(_get(ctx, "optimizer", "class"))
     foreach = _get(ctx, "optimizer", "foreach_effective")

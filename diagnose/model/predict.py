@@ -35,13 +35,22 @@ class Prediction:
     speedup: float
     range: tuple[float, float]  # step_ms, low and high
     base_ms: float
+    # True: the model gives the least the fix can do (e.g. torch's ops taken to scale fully
+    # with their threads); the fix may do better, so nothing is skipped on it
+    at_least: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"change": self.change, "step_ms": round(self.step_ms, 3),
-                "speedup": round(self.speedup, 3),
-                "range": [round(self.range[0], 3), round(self.range[1], 3)]}
+        out = {"change": self.change, "step_ms": round(self.step_ms, 3),
+               "speedup": round(self.speedup, 3),
+               "range": [round(self.range[0], 3), round(self.range[1], 3)]}
+        if self.at_least:
+            out["at_least"] = True
+        return out
 
     def line(self) -> str:
+        if self.at_least:
+            return (f"predicted at least {self.speedup:.2f}x ({self.base_ms:.1f} -> at most "
+                    f"{self.step_ms:.1f} ms)")
         return f"predicted {self.base_ms:.1f} -> {self.step_ms:.1f} ms ({self.speedup:.2f}x)"
 
 

@@ -79,11 +79,14 @@ def cpus_for_workers(facts: Facts) -> int | None:
 
 
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
-    """Batches made by k worker processes: the producer runs on min(k, CPUs) cores, each
-    batch costing what the main process spent fetching and collating it (in-process
-    loader) or what the measured rate says (workers already, loader-bound); the main
-    process pays the hand-over of each batch from shared memory instead. The CPU bound
-    (all CPU work per step / cores) is applied by the caller (cpu_bound_ms)."""
+    """Batches made by k worker processes: the producer runs on min(k, the CPUs the main
+    process's intra-op threads leave free) cores, each batch costing what the main process
+    spent fetching and collating it (in-process loader) or what the measured rate says
+    (workers already, loader-bound); the main process pays the hand-over of each batch
+    from shared memory instead. With no CPU left free (torch's threads on every core) the
+    workers only run in the gaps of the main process's own work: a batch costs what it cost
+    in-process, and the hand-over comes on top. The CPU bound (all CPU work per step /
+    cores) is applied by the caller (cpu_bound_ms)."""
     k = int(change["num_workers"])
     cpus = cpus_for_workers(facts)
     if cpus is None:
@@ -114,7 +117,16 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
     rate = _num(facts, "worker_transfer_gbps") or SHM_GBPS
     hand_over = b / (rate * 1e3)  # us
-    cap = max(1, min(k, cpus))
+    threads = change.get("intra_op_threads") or _num(facts, "intra_op_threads",
+                                                     "torch_num_threads")
+    free = cpus - int(threads) if threads else cpus
+    if free < 1 and fetch.any():
+        # no core to spare: the batch is still made while the main process does not run
+        # (serially with its work), and handing it over costs on top
+        out = g.copy()
+        out.dur[fetch] = out.dur[fetch] + hand_over / max(int(fetch.sum()) / g.n_steps, 1)
+        return out
+    cap = max(1, min(k, free))
     per_batch = mean_cost / cap  # one batch every per_batch us once the pipeline is full
     # the main process now waits for the batch and receives it
     out = g.copy()
@@ -263,36 +275,46 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
 
 def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """One ``dataset[indices]`` call per batch instead of a ``__getitem__`` per sample and
-    ``default_collate`` stacking the rows: the in-process fetch costs what collating cost
-    (both copy the batch's bytes once: a gather instead of a stack), and the per-sample
-    calls go. Needs the live capture's split of the fetch into its causes."""
+    ``default_collate`` stacking the rows: the in-process fetch takes what one such call
+    took when the capture timed it before the loop (``input_batched_fetch_ms``) instead of
+    the fetch and collate the clock measured per batch (``input_fetch_ms`` +
+    ``input_collate_ms``)."""
     if facts.get("dataloader_dataset_tensor_indexable") is False:
         return "does not apply: the dataset cannot hand over a batch in one indexing call"
+    one = _num(facts, "input_batched_fetch_ms")
     fetch_ms = _num(facts, "input_fetch_ms")
     collate_ms = _num(facts, "input_collate_ms")
-    if fetch_ms is None or collate_ms is None:
-        return ("cannot tell: the loader's time is not split into fetch and collate (a live "
-                "capture measures it)")
+    if one is None or fetch_ms is None or collate_ms is None:
+        return ("cannot tell: one batched fetch and the loader's fetch and collate were not "
+                "timed (a live capture times them)")
     fetch = g.is_kind(TaskKind.FETCH)
     if not fetch.any():
         return "cannot tell: the batches are not made in the training process"
-    total = fetch_ms + collate_ms
-    if total <= 0:
+    per_step = fetch_ms + collate_ms  # per unprofiled step: one batch a step
+    if per_step <= 0:
         return "cannot tell: no time in the loader's fetch or collate"
-    # each in-process fetch task shrinks to the collate share of its own time
-    return g.scale(fetch, collate_ms / total)
+    return g.scale(fetch, min(1.0, one / per_step))
 
 
 def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """torch on ``intra_op_threads`` threads beside ``num_workers`` workers. The workers'
-    side is :func:`num_workers`; the main process's own work (its ops) takes as much longer
-    as it had threads more, the bound where every op scales perfectly with threads (so the
-    prediction is the least the split can give), and the CPU bound (caller) counts the
-    threads' time."""
+    side is :func:`num_workers`. The main process's own work takes longer by how many
+    threads it really kept busy over how many it keeps: the training process's measured
+    CPU (``proc_cpu_mean_pct``, from the samples) less the in-process loading it did on
+    one thread gives the threads its ops used (their spinning included); without the
+    samples, every op is taken to scale with its threads (the least the split can give).
+    The CPU bound (caller) counts the threads' time."""
     now = _num(facts, "intra_op_threads", "torch_num_threads")
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return "cannot tell: torch's thread count is not known (a live capture records it)"
+    used = now
+    pct = _num(facts, "proc_cpu_mean_pct")
+    step = float(g.steps_measured.mean()) if g.n_steps else 0.0
+    if pct is not None and step > 0:
+        loading = float(_per_step(g, g.is_kind(TaskKind.FETCH), g.dur).mean()) / step
+        if loading < 0.95:
+            used = min(now, max(1.0, (pct / 100 - loading) / (1 - loading)))
     out = g
     if change.get("num_workers"):
         made = num_workers(g, change, facts)
@@ -300,7 +322,7 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
             return made
         out = made
     host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
-    return out.scale(host, max(1.0, now / t))
+    return out.scale(host, max(1.0, used / t))
 
 
 def cannot(why: str) -> Transform:

@@ -185,8 +185,8 @@ class Threads(Fix):
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         threads, (nw, n) = count(metrics, "torch_num_threads"), _workers(metrics)
-        if threads is None or nw is None or n is None or threads + nw > n:
-            return None
+        if threads is None or nw is None or n is None or nw < 1 or threads + nw > n:
+            return None  # no workers yet: nothing is split, the fix would add one
         return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"
 
     def render(self, setup: Setup | None) -> str:
@@ -231,7 +231,7 @@ loader = DataLoader(dataset, ..., num_workers=workers)
 # after: the workers keep their CPUs, torch's math gets the rest (measure both ways)
 torch.set_num_threads(max(1, {AFFINITY} - workers))
 loader = DataLoader(dataset, ..., num_workers=workers)
-""", category="input", auto=True, transform=tr.threads,
+""", category="input", auto=True, transform=tr.threads, predicts_at_least=True,
                   needs="2 or more CPUs, torch's thread count and a map-style dataset")
 
 
