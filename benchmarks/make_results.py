@@ -57,6 +57,27 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         ["benchmarks/autofix_vs_grid.py"],
         "Goal: at least 95% of the best grid throughput with far fewer trials.",
     ),
+    "step_model_replay": (
+        "Step model: replay of the unmodified step on real traces",
+        ["benchmarks/step_model_replay.py"],
+        "Each trace's profiled steps rebuilt as a dependency graph and replayed; error = "
+        "replayed / measured - 1. Goal: median |error| <= 3%, none over 10%; a trace with no "
+        "model says why. Also the model's own time next to the metrics' time.",
+    ),
+    "predict_vs_measured": (
+        "Predictions checked by timing the job without the profiler",
+        ["benchmarks/predict_vs_measured.py", "--rounds", "16"],
+        "Jobs of a user's own (benchmarks/jobs): each warning/critical finding's first fix, "
+        "its change applied exactly as autofix applies it, timed in interleaved blocks "
+        "against the unchanged job. Goal: measured within 15% of predicted.",
+    ),
+    "step_clock_truth": (
+        "The unprofiled step time against the same loop timed without the tool",
+        ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",
+         "--retries", "4"],
+        "plain / capture / plain interleaved; goal: the report's unprofiled step within 15% "
+        "of the plain loop in 5 of 5 captures.",
+    ),
     "fuzz_reader": (
         "Reader fuzzing",
         ["benchmarks/fuzz_reader.py", "--cases", "10000"],
