@@ -153,10 +153,23 @@ def test_num_workers_with_torch_on_every_cpu_is_slower(tmp_path):
     thread (the threads fix: 1 worker, 1 thread) the worker has its own CPU."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
-              worker_transfer_gbps=2.0, torch_num_threads=2)
+              worker_transfer_gbps=2.0, torch_num_threads=2, proc_cpu_mean_pct=180.0)
     p = _predict("num_workers", m, **kw)
     assert isinstance(p, Prediction)
     assert p.step_ms == pytest.approx(3.2, abs=0.01) and p.speedup < 1
     q = _predict("threads", m, **kw)
     assert isinstance(q, Prediction) and q.change == {"num_workers": 1, "intra_op_threads": 1}
     assert q.speedup > 1
+
+
+def test_num_workers_for_loading_that_waits(tmp_path):
+    """The same job whose loading waits (I/O): the training process kept a third of a core
+    busy, so a worker overlaps the 2000 us of loading although torch holds both CPUs: as
+    test_num_workers_cpu_bound with one worker, 2000 us a step. Without the samples the
+    model cannot tell which kind of loading it is."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=2)
+    assert "I/O" in _predict("num_workers", m, **kw)
+    p = _predict("num_workers", m, **kw, proc_cpu_mean_pct=30.0)
+    assert isinstance(p, Prediction) and p.speedup > 1.3

@@ -35,6 +35,10 @@ SHM_GBPS = 0.5
 # a pinned copy reaches on the PCIe generation those parts ship with (about 80% of the
 # link: PCIe 3 x16 ~12 GB/s for V100/T4, PCIe 4 ~24 GB/s for A100, PCIe 5 ~50 GB/s for H100).
 PINNED_GBPS = {7: 12.0, 8: 24.0, 9: 50.0}
+# A training process that kept less than this much of one core busy on average (% from
+# the host samples) spent much of its step waiting, not computing: its loading is I/O (or
+# sleep), which a worker overlaps without a core of its own.
+IO_BOUND_PCT = 60.0
 # A foreach/fused optimizer launches one multi-tensor kernel per ~this many parameters
 # (torch's multi_tensor_apply chunks tensor lists by depth: 110/64/48/36 per launch).
 FOREACH_PARAMS_PER_LAUNCH = 64
@@ -121,8 +125,18 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                                                      "torch_num_threads")
     free = cpus - int(threads) if threads else cpus
     if free < 1 and fetch.any():
-        # no core to spare: the batch is still made while the main process does not run
-        # (serially with its work), and handing it over costs on top
+        # no core to spare for CPU work; loading that waits (files, network, sleep) still
+        # overlaps in a worker. The training process's measured CPU tells which: about a
+        # core or more the whole time is CPU-bound loading
+        pct = _num(facts, "proc_cpu_mean_pct")
+        if pct is None:
+            return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not "
+                    "known (a capture with host sampling measures it)")
+        if pct < IO_BOUND_PCT:
+            free = k
+    if free < 1 and fetch.any():
+        # CPU-bound loading and no core to spare: the batch is still made while the main
+        # process does not run (serially with its work), and handing it over costs on top
         out = g.copy()
         out.dur[fetch] = out.dur[fetch] + hand_over / max(int(fetch.sum()) / g.n_steps, 1)
         return out

@@ -191,15 +191,18 @@ class Threads(Fix):
 
     def render(self, setup: Setup | None) -> str:
         spec = setup.loader if setup is not None else None
-        if spec is None or not spec.num_workers:
-            return self.code  # the generic template (no workers: nothing to split)
-        loader = loader_call(spec, prefix="loader = ")
-        n = spec.num_workers
+        if spec is None:
+            return self.code  # the generic template
+        n = spec.num_workers or 1
+        before = loader_call(spec, prefix="loader = ")
+        after = loader_call(spec, spec.config().replace(num_workers=n), show=["num_workers"],
+                            prefix="loader = ")
+        who = (f"the DataLoader's {n} worker{'s' if n > 1 else ''}" if spec.num_workers
+               else "the loading done in the training process")
         return "\n".join([
-            "# before: torch's intra-op threads (one per CPU) compete with the "
-            f"DataLoader's {n} worker{'s' if n > 1 else ''}", loader,
+            f"# before: torch's intra-op threads (one per CPU) compete with {who}", before,
             "# after: the workers keep their CPUs, torch's math gets the rest (measure "
-            "both ways)", f"torch.set_num_threads(max(1, {AFFINITY} - {n}))", loader])
+            "both ways)", f"torch.set_num_threads(max(1, {AFFINITY} - {n}))", after])
 
 
 # ---------------------------------------------------------------------- the units
