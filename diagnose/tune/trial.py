@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..capture.loader_shim import shut_down
 from ..capture.runinfo import batch_indexable, is_oom
 from ..errors import DiagnoseError
 from ..fixes import TrainConfig
@@ -282,13 +283,8 @@ class Trial:
 
     def close(self) -> None:
         """Shut the worker processes down (also persistent ones)."""
-        its = [self._it, getattr(self.loader, "_iterator", None)]
-        self._it = None
-        with contextlib.suppress(AttributeError):
-            self.loader._iterator = None
-        for it in its:
-            if it is not None and hasattr(it, "_shutdown_workers"):
-                it._shutdown_workers()
+        it, self._it = self._it, None
+        shut_down(self.loader, it)
 
     # ------------------------------------------------------------------ steps
     def next_batch(self) -> Any:
