@@ -39,11 +39,12 @@ import msgspec
 
 from .basics import as_number
 from .errors import RuleError
-from .expr import DivisionByZero, Expr, MissingMetric, compile_expr, format_message, template_names
+from .expr import DivisionByZero, Expr, MissingMetric, compile_expr
 from .fixes import FIXES
 from .metrics import CATALOG as METRIC_CATALOG
 from .metrics.needs import why_none
 from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
+from .template import format_message, template_names
 
 if sys.version_info >= (3, 11):
     import tomllib

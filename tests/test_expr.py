@@ -10,13 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.errors import DiagnoseError, ExpressionError, RuleError
-from diagnose.expr import (
-    Expr,
-    MissingMetric,
-    compile_expr,
-    format_message,
-    template_names,
-)
+from diagnose.expr import Expr, MissingMetric, compile_expr
+from diagnose.template import format_message, template_names
 
 METRICS: dict[str, object] = {
     "a": 3,
