@@ -264,7 +264,7 @@ def compare_reports(a: Analysis, b: Analysis, *,
 
 # ------------------------------------------------------------------------------- text
 def _fmt(m: MetricDelta, v: Any) -> str:
-    from .html import fmt
+    from .fmt import fmt
 
     return fmt(m.name, v)
 

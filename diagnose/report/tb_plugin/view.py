@@ -15,7 +15,8 @@ from ...engine import SEVERITIES
 from ...metrics import CATALOG
 from ...model.predict import prediction_line
 from ...model.step import step_model_line
-from ..html import autofix_cells, fmt, summary_facts
+from ..fmt import fmt
+from ..html import autofix_cells, summary_facts
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
 
