@@ -149,7 +149,7 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
     m = step_model(as_trace(cpu_loader(), tmp_path))
     facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
              "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
-             "worker_transfer_gbps": 2.0}
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0}
     f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers", "faster_input"], 0.6)
     predict_findings([f], Predictor(m, facts), TrainConfig(), facts, FIXES)
     assert f.fixes == ["faster_input", "num_workers"]

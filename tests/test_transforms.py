@@ -118,7 +118,8 @@ def test_num_workers_cpu_bound(tmp_path):
     work a step on 2 cores: 1700 us. Best: 2 workers, 1700 us, 1.76x."""
     m = _model(mt.cpu_loader(), tmp_path)
     p = _predict("num_workers", m, cpu_count=2, input_batch_bytes=400_000,
-                 dataloader_num_workers=0, worker_transfer_gbps=2.0)
+                 dataloader_num_workers=0, worker_transfer_gbps=2.0, torch_num_threads=1,
+                 proc_cpu_mean_pct=180.0)
     assert isinstance(p, Prediction)
     assert p.change == {"num_workers": 2}
     assert p.step_ms == pytest.approx(1.7, abs=0.01)
@@ -131,7 +132,8 @@ def test_num_workers_big_batches_are_slower(tmp_path):
     5500 us: with any number of workers the step is 5500 us against 3000 in-process, 0.55x."""
     m = _model(mt.cpu_loader(), tmp_path)
     p = _predict("num_workers", m, cpu_count=2, input_batch_bytes=8_000_000,
-                 dataloader_num_workers=0, worker_transfer_gbps=2.0)
+                 dataloader_num_workers=0, worker_transfer_gbps=2.0, torch_num_threads=1,
+                 proc_cpu_mean_pct=180.0)
     assert isinstance(p, Prediction)
     assert p.speedup == pytest.approx(3.0 / 5.5, rel=0.01)
 
@@ -146,20 +148,23 @@ def test_what_the_model_cannot_tell(tmp_path):
     assert "bytes" in _predict("num_workers", mc, cpu_count=2)
 
 
-def test_num_workers_with_torch_on_every_cpu_is_slower(tmp_path):
-    """cpu_loader again, torch's intra-op threads on both CPUs: no core is left for a
-    worker, so a batch is still made while the main process waits (2000 us) and handing it
-    over (400 kB at 2 GB/s: 200 us) comes on top: 3000 -> 3200 us, 0.94x. With torch on one
-    thread (the threads fix: 1 worker, 1 thread) the worker has its own CPU."""
+def test_num_workers_beside_torch_on_every_cpu(tmp_path):
+    """cpu_loader again, torch's intra-op threads on both CPUs (the process measured at 180%
+    of a core: CPU-bound loading). A busy worker takes one of the two cores from torch's
+    threads, so the main process's 1000 us of ops take 2 / (2 - 1) = 2x as long while the
+    worker makes the next batch (2000 us): the step is 2000 + 200 (hand-over) = 2200 us,
+    and the CPUs' work, (1000 x 2 + 2000 + 2 x 200) / 2 = 2200 us, agrees: 1.36x, where the
+    same job with torch on one thread (test_num_workers_cpu_bound, 2 workers) reached
+    1.76x."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
               worker_transfer_gbps=2.0, torch_num_threads=2, proc_cpu_mean_pct=180.0)
     p = _predict("num_workers", m, **kw)
     assert isinstance(p, Prediction)
-    assert p.step_ms == pytest.approx(3.2, abs=0.01) and p.speedup < 1
+    assert p.step_ms == pytest.approx(2.2, abs=0.01)
     q = _predict("threads", m, **kw)
     assert isinstance(q, Prediction) and q.change == {"num_workers": 1, "intra_op_threads": 1}
-    assert q.speedup > 1
+    assert q.at_least and q.speedup > 1
 
 
 def test_num_workers_for_loading_that_waits(tmp_path):

@@ -136,7 +136,7 @@ class Predictor:
             ratio /= new_b / old_b  # per step of the old size
         ms = self.base_ms * ratio
         if "num_workers" in change or "intra_op_threads" in change:
-            bound = cpu_bound_ms(g2, change, self.facts)
+            bound = cpu_bound_ms(self.g, g2, change, self.facts)
             if bound is not None:
                 ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
         p = Prediction(dict(change), ms, self.base_ms / ms if ms > 0 else math.inf,

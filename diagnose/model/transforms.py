@@ -83,14 +83,13 @@ def cpus_for_workers(facts: Facts) -> int | None:
 
 
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
-    """Batches made by k worker processes: the producer runs on min(k, the CPUs the main
-    process's intra-op threads leave free) cores, each batch costing what the main process
-    spent fetching and collating it (in-process loader) or what the measured rate says
-    (workers already, loader-bound); the main process pays the hand-over of each batch
-    from shared memory instead. With no CPU left free (torch's threads on every core) the
-    workers only run in the gaps of the main process's own work: a batch costs what it cost
-    in-process, and the hand-over comes on top. The CPU bound (all CPU work per step /
-    cores) is applied by the caller (cpu_bound_ms)."""
+    """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
+    loading that waits), each batch costing what the main process spent fetching and
+    collating it (in-process loader) or what the measured rate says (workers already,
+    loader-bound); the main process pays the hand-over of each batch from shared memory
+    instead, and its own work slows where the busy workers and torch's threads
+    oversubscribe the cores (below). The CPU bound (all CPU work per step / cores) is
+    applied by the caller (cpu_bound_ms)."""
     k = int(change["num_workers"])
     cpus = cpus_for_workers(facts)
     if cpus is None:
@@ -121,25 +120,22 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
     rate = _num(facts, "worker_transfer_gbps") or SHM_GBPS
     hand_over = b / (rate * 1e3)  # us
-    threads = change.get("intra_op_threads") or _num(facts, "intra_op_threads",
-                                                     "torch_num_threads")
-    free = cpus - int(threads) if threads else cpus
-    if free < 1 and fetch.any():
-        # no core to spare for CPU work; loading that waits (files, network, sleep) still
-        # overlaps in a worker. The training process's measured CPU tells which: about a
-        # core or more the whole time is CPU-bound loading
-        pct = _num(facts, "proc_cpu_mean_pct")
-        if pct is None:
-            return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not "
-                    "known (a capture with host sampling measures it)")
-        if pct < IO_BOUND_PCT:
-            free = k
-    if free < 1 and fetch.any():
-        # CPU-bound loading and no core to spare: the batch is still made while the main
-        # process does not run (serially with its work), and handing it over costs on top
-        out = g.copy()
-        out.dur[fetch] = out.dur[fetch] + hand_over / max(int(fetch.sum()) / g.n_steps, 1)
-        return out
+    threads = int(change.get("intra_op_threads") or _num(
+        facts, "intra_op_threads", "torch_num_threads") or 1)
+    # Loading that waits (files, network, sleep) needs no core: the training process's
+    # measured CPU tells (about a core or more the whole time is CPU-bound loading). CPU
+    # loading on k workers beside torch's threads oversubscribes the cores when
+    # threads + k > CPUs: torch's parallel ops then wait for their descheduled threads, so
+    # the main process's own work takes threads / (CPUs left by the busy workers) as long.
+    pct = _num(facts, "proc_cpu_mean_pct")
+    io = pct is not None and pct < IO_BOUND_PCT
+    busy = 0 if io else min(k, cpus)
+    over = threads + busy > cpus
+    if over and pct is None and fetch.any():
+        return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
+                "(a capture with host sampling measures it)")
+    slow = threads / max(1, cpus - busy) if over else 1.0
+    free = k if io else cpus
     cap = max(1, min(k, free))
     per_batch = mean_cost / cap  # one batch every per_batch us once the pipeline is full
     # the main process now waits for the batch and receives it
@@ -161,19 +157,25 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     out, p = out.add_tasks(kind=np.full(n, int(TaskKind.PRODUCER), np.int8),
                            res=np.full(n, r, np.int32), dur=np.full(n, mean_cost),
                            release=ready, start0=ready)
-    return out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
+    out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
+    if slow > 1:
+        out = out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
+    return out
 
 
-def cpu_bound_ms(g: Graph, change: Mapping[str, Any], facts: Facts) -> float | None:
-    """No setting beats (all CPU work per step) / cores: the main process's busy time on its
-    intra-op threads, every batch's fetch and collate, and the hand-over of each batch."""
+def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
+                 ) -> float | None:
+    """No setting beats (all CPU work per step) / cores: the main process's own work on its
+    intra-op threads as measured (``base``: the unchanged step; a split of the threads or
+    ops waiting for descheduled threads change when that work runs, not how much of it
+    there is), every batch's fetch and collate, and the hand-over of each batch (``g``: the
+    changed step)."""
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return None
     threads = _num(facts, "intra_op_threads", "torch_num_threads") or 1.0
-    threads = float(change.get("intra_op_threads", threads))
-    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
-    busy = float(_per_step(g, main, g.dur).mean())
+    main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    busy = float(_per_step(base, main, base.dur).mean())
     fetch = g.is_kind(TaskKind.FETCH, TaskKind.PRODUCER)
     work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
     hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
