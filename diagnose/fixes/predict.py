@@ -66,9 +66,13 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
                        "ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain, the rule's own estimate stands
-    made = [p for p in preds.values() if isinstance(p, Prediction) and not p.at_least]
-    if made and (helps or not unknown):
-        f.take_gain(max(max(0.0, 1 - p.step_ms / p.base_ms) for p in made))
+    points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
+    open_ = [x for x, p in preds.items() if x not in off and (
+        isinstance(p, str) or p.at_least)]
+    if points:
+        best = max(points, key=lambda p: p.speedup)
+        if best.speedup >= SLOWER or not open_:
+            f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
 
 
 def _speedup(p: Prediction | str) -> float:
