@@ -1,0 +1,179 @@
+"""Check the diagnosis' predictions the way a user would: apply exactly the change a
+finding's first fix predicts, time the job without the profiler, compare.
+
+    python benchmarks/predict_vs_measured.py                 # every job in benchmarks/jobs
+    python benchmarks/predict_vs_measured.py tokenizing --rounds 12
+
+For each job (``make_job()`` in benchmarks/jobs/<name>.py): a diagnosis of its plain loop
+(``with diagnose(...)``), then, for every warning or critical finding, the change its first
+fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofix makes it
+(``diagnose.tune.trial.build_loader`` over a ``TrainConfig``; ``intra_op_threads`` by
+``torch.set_num_threads``), and the job is timed without the profiler in interleaved blocks
+(baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones).
+Measured speedup = median baseline block / median changed block, with a bootstrap 95%
+interval over the rounds. A prediction is "within 15%" when measured / predicted is in
+[0.85, 1.15]. Prints one table; machine, date and load are in its header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+JOBS = HERE / "jobs"
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(JOBS))  # a job imports its siblings as `python job.py` would
+
+
+def _job(name: str) -> dict[str, Any]:
+    return importlib.import_module(name).make_job()
+
+
+def _diagnose(job: dict[str, Any], out: str) -> dict[str, Any]:
+    from diagnose import diagnose
+
+    m, loader, opt, loss_fn = job["model"], job["loader"], job["optimizer"], job["loss_fn"]
+    d = diagnose(m, loader, out_dir=out, print_report=False)
+    with d:
+        while not d.done:
+            for x, y in loader:
+                loss = loss_fn(m(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if d.done:
+                    break
+    return d.report.to_json()
+
+
+@contextlib.contextmanager
+def _threads(n: int | None):
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None]:
+    """The loader for ``change`` (built as autofix builds it) and the threads to use."""
+    from diagnose.fixes import TrainConfig
+    from diagnose.tune.trial import build_loader
+
+    base = TrainConfig.from_objects(job["loader"], job["optimizer"])
+    known = {k: v for k, v in change.items() if hasattr(base, k)}
+    cfg = base.replace(**known)
+    return build_loader(job["loader"], cfg), getattr(cfg, "intra_op_threads", None)
+
+
+def _time(job: dict[str, Any], arms: list[tuple[Any, int | None]], rounds: int,
+          steps: int) -> list[list[float]]:
+    m, opt, loss_fn = job["model"], job["optimizer"], job["loss_fn"]
+    its = [iter(loader) for loader, _ in arms]
+    out: list[list[float]] = [[] for _ in arms]
+
+    def batch(i: int) -> Any:
+        try:
+            return next(its[i])
+        except StopIteration:
+            its[i] = iter(arms[i][0])
+            return next(its[i])
+
+    for _ in range(rounds):
+        for i, (_, threads) in enumerate(arms):
+            with _threads(threads):
+                for k in range(3 + steps):
+                    if k == 3:
+                        t0 = time.perf_counter()
+                    x, y = batch(i)
+                    loss = loss_fn(m(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                out[i].append((time.perf_counter() - t0) / steps * 1e3)
+    return out
+
+
+def _ratio_ci(a: list[float], b: list[float], n: int = 2000) -> tuple[float, float, float]:
+    rng = np.random.default_rng(0)
+    aa, bb = np.asarray(a), np.asarray(b)
+    ia = rng.integers(0, len(aa), (n, len(aa)))
+    ib = rng.integers(0, len(bb), (n, len(bb)))
+    r = np.median(aa[ia], axis=1) / np.median(bb[ib], axis=1)
+    return float(np.median(aa) / np.median(bb)), float(np.quantile(r, 0.025)), float(
+        np.quantile(r, 0.975))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("jobs", nargs="*", help="job names in benchmarks/jobs (default: all)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    names = args.jobs or sorted(p.stem for p in JOBS.glob("[!_]*.py"))
+    import torch
+
+    print("# predictions checked by timing the job without the profiler")
+    print(f"# machine: {platform.machine()}, {len(os.sched_getaffinity(0))} CPUs usable, "
+          f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}, torch {torch.__version__}, "
+          f"Python {platform.python_version()}")
+    print(f"# date:    {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"# command: python benchmarks/predict_vs_measured.py {' '.join(sys.argv[1:])}")
+    print()
+    head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>8} "
+            f"{'predicted':>10} {'measured [95% CI]':>22} {'meas/pred':>9}  verdict")
+    print(head)
+    print("-" * len(head))
+    rows = within = 0
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = _diagnose(_job(name), tmp)
+        firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
+                  if f["severity"] in ("warning", "critical") and f.get("fixes")]
+        if not firsts:
+            print(f"{name:<17} no warning or critical finding")
+            continue
+        for rule, fix in firsts:
+            pred = fix.get("predicted")
+            if not pred:
+                print(f"{name:<17} {rule:<8} {fix['id']:<14} no prediction: "
+                      f"{fix.get('predicted_why')}")
+                continue
+            job = _job(name)
+            change = pred["change"]
+            arms = [_arm(job, {}), _arm(job, change)]
+            times = _time(job, arms, args.rounds, args.steps)
+            sp, lo, hi = _ratio_ci(times[0], times[1])
+            err = sp / pred["speedup"]
+            ok = 0.85 <= err <= 1.15
+            rows += 1
+            within += ok
+            ch = ", ".join(f"{k}={v}" for k, v in change.items())
+            print(f"{name:<17} {rule:<8} {fix['id']:<14} {ch:<34} "
+                  f"{statistics.median(times[0]):8.2f} {pred['speedup']:9.2f}x "
+                  f"{sp:8.2f}x [{lo:.2f}, {hi:.2f}] {err:9.2f}  "
+                  f"{'within 15%' if ok else 'OFF'}")
+    print()
+    print(f"{within} of {rows} predictions within 15% of the measured speedup")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
