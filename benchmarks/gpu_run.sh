@@ -20,8 +20,8 @@ for f in "$OUT"/traces/*.pt.trace.json.gz; do
   $py -m diagnose analyze "$f" > "$OUT/json/$n.txt" 2>&1
 done
 echo "== GPU tests" | tee -a "$OUT/log.txt"
-$py -m pytest -q -p no:cacheprovider -x tests/test_capture.py tests/test_samplers.py \
-  tests/test_step_clock.py tests/test_samples.py 2>&1 | grep -v USDT | tail -15 | tee -a "$OUT/log.txt"
+$py -m pytest -q -p no:cacheprovider -x tests/capture/test_capture.py tests/capture/test_samplers.py \
+  tests/capture/test_step_clock.py tests/project/test_samples.py 2>&1 | grep -v USDT | tail -15 | tee -a "$OUT/log.txt"
 echo "== step time truth" | tee -a "$OUT/log.txt"
 $py benchmarks/step_time_truth.py --rounds 3 2>&1 | grep -v USDT | tee "$OUT/step_time_truth.txt"
 echo "== capture overhead" | tee -a "$OUT/log.txt"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SLOW_S = 0.002  # per sample, rank 1 only: 32 ms per batch of 16
 
 

@@ -25,7 +25,7 @@ from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
 
 ORIGINAL_NEXT = dlmod._BaseDataLoaderIter.__next__
-DIAGNOSE = Path(__file__).resolve().parents[1] / "diagnose"
+DIAGNOSE = Path(__file__).resolve().parents[2] / "diagnose"
 
 
 @pytest.fixture(autouse=True)

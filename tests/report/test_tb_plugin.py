@@ -36,7 +36,7 @@ from diagnose.report.tb_plugin.plugin import DiagnoseLoader, DiagnosePlugin  # n
 from diagnose.report.tb_plugin.runfile import RUN_FILE, find_runs, read_run_file  # noqa: E402
 from diagnose.report.tensorboard import _free_port, stop_process, write_logdir  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
-from tests.test_html import (  # noqa: E402
+from tests.report.test_html import (  # noqa: E402
     AUTOFIX,
     XSS,
     XSS_DEVICE,
@@ -46,7 +46,7 @@ from tests.test_html import (  # noqa: E402
     multi_rank_run,
     parse,
 )
-from tests.test_tensorboard import CPU_SLOW, assert_gone, descendants, get_json, poll  # noqa: E402
+from tests.report.test_tensorboard import CPU_SLOW, assert_gone, descendants, get_json, poll  # noqa: E402
 
 HOST = "127.0.0.1"
 BASE = "/data/plugin/diagnose"

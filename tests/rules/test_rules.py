@@ -265,7 +265,7 @@ def test_fix_docs_show_before_and_after():
 def test_user_rules_with_a_duplicate_id_are_refused(tmp_path):
     from diagnose.errors import RuleError
 
-    src = (Path(__file__).parent.parent / "rules" / "input.toml").read_text()
+    src = (Path(__file__).parents[2] / "rules" / "input.toml").read_text()
     (tmp_path / "dup.toml").write_text(src)
     with pytest.raises(RuleError, match="defined twice"):
         load_rules([tmp_path / "dup.toml"])

@@ -27,7 +27,7 @@ from diagnose.errors import RuleError
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
+GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
 ADVICE_IN_PLACE = {"torch_compile", "cuda_graphs"}
 TRAINING_ONLY = {"CF001", "CF002", "CM001"}
 
@@ -79,7 +79,7 @@ def test_severity_is_capped_by_the_gain(tmp_path, gain, category, want):
 
 def test_thresholds_are_the_documented_ones():
     assert (WARNING_GAIN, CRITICAL_GAIN) == (0.02, 0.15)
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert ">= 2%" in readme and ">= 15%" in readme
 
 
@@ -108,7 +108,7 @@ def test_a_rule_without_a_gain_must_be_a_memory_rule(tmp_path):
 
 def test_healthy_traces_have_nothing_at_warning(tmp_path):
     for name, path in [("healthy", _write(tmp_path, "h", tb.healthy())),
-                       ("cpu healthy", Path(__file__).parent.parent / "samples" / "traces"
+                       ("cpu healthy", Path(__file__).parents[2] / "samples" / "traces"
                         / "cpu" / "healthy.pt.trace.json.gz")]:
         r = analyze(path)
         assert not r.at_least("warning"), (name, r.render_text())
@@ -346,7 +346,7 @@ def test_cf002_gain_is_the_fill_cost(tmp_path):
 
 
 def test_in004_gain_needs_samples(tmp_path):
-    from tests.test_rules import _ctx, _samples
+    from tests.rules.test_rules import _ctx, _samples
 
     path = _write(tmp_path, "dl", tb.dataloader_bound(workers=4, share=0.1))
     ctx = _ctx(dataloader={"num_workers": 16}, cpu_count=4)

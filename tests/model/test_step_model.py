@@ -18,7 +18,7 @@ from tests import tracebuilder as tb
 from tests.conftest import all_shared_traces
 from tests.modeltraces import as_trace, sync_loop
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*(REPO / "samples" / "traces").rglob("*.json.gz"),
                   *(REPO / "tests" / "data" / "gpu").glob("*.json.gz")])
 # traces with no model, and why (anything else must be modelled)

@@ -18,7 +18,7 @@ from diagnose.errors import DiagnoseError
 from diagnose.runfolder import write_context
 from tests import tracebuilder as tb
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "traces"
 PAGEABLE = SAMPLES / "gpu" / "pageable_copy.pt.trace.json.gz"
 HEALTHY = SAMPLES / "gpu" / "healthy.pt.trace.json.gz"
 

@@ -17,7 +17,7 @@ from diagnose.metrics.needs import DECLARED
 from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
+GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
 
 
 @pytest.mark.parametrize("name", ["healthy", "cpu_only", "comm_not_overlapped", "graph_decode"])

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __name__ == "__main__":  # run as the DDP script: import this checkout's diagnose and tests
     sys.path.insert(0, str(REPO))
 

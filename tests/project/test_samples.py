@@ -24,7 +24,7 @@ from diagnose.api import analyze  # noqa: E402
 from diagnose.cli import main as cli_main  # noqa: E402
 from diagnose.runfolder import load_context, trace_files  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 BUNDLED = SAMPLES / "traces" / "cpu"
 RANK = {"info": 0, "warning": 1, "critical": 2}

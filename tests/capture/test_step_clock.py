@@ -99,7 +99,7 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
 
 
 def test_saved_trace_says_times_are_as_profiled() -> None:
-    trace = Path(__file__).resolve().parents[1] / "samples/traces/cpu/slow_loader.pt.trace.json.gz"
+    trace = Path(__file__).resolve().parents[2] / "samples/traces/cpu/slow_loader.pt.trace.json.gz"
     r = analyze(trace)
     st = r.to_json()["step_time"]
     assert st["measured"] == "as profiled" and st["median_ms"] == r.metrics["step_time_median_ms"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LINT = shutil.which("lint-imports", path=os.path.dirname(sys.executable)) or shutil.which(
     "lint-imports")
 

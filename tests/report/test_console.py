@@ -13,7 +13,7 @@ from pathlib import Path
 
 from diagnose.console import LOG_WIDTH, make_console, progress
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "samples" / "traces" / "cpu" / "slow_loader.pt.trace.json.gz"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 COLOUR = re.compile(r"\x1b\[(?:[0-9]+;)*(?:3[0-8]|9[0-7])[;m]")  # a foreground colour
