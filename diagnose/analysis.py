@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .basics import usable_cpus
 from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, Setup, TrainConfig, fix_code
@@ -86,12 +86,6 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 _GZ_RATIO = 8  # a gzipped trace holds at least ~8x its size in JSON (7-30x in shared/traces)
 
 
@@ -111,7 +105,7 @@ def _read_all(files: list[Path], steps: list[int | None] | None = None
     parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
     steps = steps if steps is not None else [None] * len(files)
     sizes = sorted((_work_bytes(f) for f in files), reverse=True)
-    workers = min(len(files), _cpus())
+    workers = min(len(files), usable_cpus())
     # the pool pays off when the work beyond the largest file (which bounds the parallel
     # time) is large enough: total minus largest, not the total alone
     pool = (fork_pool(workers) if len(files) > 1 and workers > 1

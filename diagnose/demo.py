@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from .basics import usable_cpus
+
 SAMPLES = 60_000
 BATCH = 64
 
@@ -96,10 +98,7 @@ def build(samples: int = SAMPLES, batch_size: int = BATCH, seed: int = 0) -> Dem
 
 
 def machine_line() -> str:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     try:
         load = " load {:.2f} {:.2f} {:.2f},".format(*os.getloadavg())
     except OSError:

@@ -55,6 +55,8 @@ from typing import Any
 
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
+from ..basics import usable_cpus
+
 CONTEXT_VERSION = 1
 
 
@@ -65,12 +67,7 @@ def _safe(fn: Any, default: Any = None) -> Any:
         return default
 
 
-def cpu_count() -> int:
-    """CPUs this process may run on (affinity), not the machine's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+cpu_count = usable_cpus  # CPUs this process may run on (affinity), not the machine's total
 
 
 # ---------------------------------------------------------------------------- device

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..basics import usable_cpus
 from ..console import make_console, progress
 from ..errors import DiagnoseError
 from .output import choose_format
@@ -208,7 +209,7 @@ def _load_note() -> str:
 
     try:
         load = os.getloadavg()[0]
-        cpus = len(os.sched_getaffinity(0))
+        cpus = usable_cpus()
     except (AttributeError, OSError):
         return ""
     if load < cpus:

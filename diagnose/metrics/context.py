@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..basics import as_int, as_number
+
 CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_num_workers": (
         "count",
@@ -143,10 +145,6 @@ def _bool(v: Any) -> bool | None:
     return v if isinstance(v, bool) else None
 
 
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
@@ -156,15 +154,15 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out: dict[str, object] = dict.fromkeys(CATALOG)
     if not isinstance(ctx, dict):
         return out
-    out["dataloader_num_workers"] = _int(_get(ctx, "dataloader", "num_workers"))
+    out["dataloader_num_workers"] = as_int(_get(ctx, "dataloader", "num_workers"))
     out["dataloader_pin_memory"] = _bool(_get(ctx, "dataloader", "pin_memory"))
-    out["dataloader_batch_size"] = _int(_get(ctx, "dataloader", "batch_size"))
+    out["dataloader_batch_size"] = as_int(_get(ctx, "dataloader", "batch_size"))
     out["dataloader_persistent_workers"] = _bool(_get(ctx, "dataloader", "persistent_workers"))
-    out["dataloader_prefetch_factor"] = _int(_get(ctx, "dataloader", "prefetch_factor"))
+    out["dataloader_prefetch_factor"] = as_int(_get(ctx, "dataloader", "prefetch_factor"))
     out["dataloader_dataset_getitems"] = _bool(_get(ctx, "dataloader", "dataset_getitems"))
     out["dataloader_dataset_tensor_indexable"] = _bool(
         _get(ctx, "dataloader", "dataset_tensor_indexable"))
-    out["input_batched_fetch_ms"] = _num(_get(ctx, "dataloader", "batched_fetch_ms"))
+    out["input_batched_fetch_ms"] = as_number(_get(ctx, "dataloader", "batched_fetch_ms"), finite=False)
     out["cudnn_benchmark"] = _bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = _str(_get(ctx, "optimizer", "class"))
     foreach = _get(ctx, "optimizer", "foreach_effective")
@@ -173,9 +171,9 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     )
     fused = _get(ctx, "optimizer", "fused_effective")
     out["optimizer_fused"] = _bool(fused if fused is not None else _get(ctx, "optimizer", "fused"))
-    out["torch_num_threads"] = _int(ctx.get("torch_num_threads"))
-    out["cpu_count"] = _int(ctx.get("cpu_count"))
-    out["model_param_count"] = _int(_get(ctx, "model", "param_count"))
+    out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
+    out["cpu_count"] = as_int(ctx.get("cpu_count"))
+    out["model_param_count"] = as_int(_get(ctx, "model", "param_count"))
     out["model_param_dtype"] = _str(_get(ctx, "model", "param_dtype"))
     out["model_device"] = _str(_get(ctx, "model", "device"))
     out["model_is_dataparallel"] = _bool(_get(ctx, "model", "is_dataparallel"))
@@ -188,9 +186,9 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)
         if isinstance(oom, dict):
-            out["oom_requested_bytes"] = _int(oom.get("requested_bytes"))
-            out["oom_in_use_bytes"] = _int(oom.get("in_use_bytes"))
-            out["oom_total_bytes"] = _int(oom.get("total_bytes"))
+            out["oom_requested_bytes"] = as_int(oom.get("requested_bytes"))
+            out["oom_in_use_bytes"] = as_int(oom.get("in_use_bytes"))
+            out["oom_total_bytes"] = as_int(oom.get("total_bytes"))
             out["oom_device"] = _str(oom.get("device"))
     return out
 
@@ -225,11 +223,7 @@ def _unprofiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         (i for i, r in enumerate(rows) if r.get("phase") == "after"), None)
     return [r for i, r in enumerate(rows)
             if i > 0 and i != first_after and r.get("phase") in ("wait", "after")
-            and _num(r.get("ms")) is not None]
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+            and as_number(r.get("ms"), finite=False) is not None]
 
 
 def unprofiled_step_ms(context: Any) -> list[float]:
@@ -255,10 +249,10 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     if not isinstance(cap, dict):
         return out
     out["window_complete"] = _bool(cap.get("window_complete"))
-    out["whole_steps"] = _int(cap.get("whole_steps"))
+    out["whole_steps"] = as_int(cap.get("whole_steps"))
     rows = _clock_rows(cap)
     free = _unprofiled_rows(rows)
-    prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and _num(r.get("ms"))]
+    prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
     times = [float(r["ms"]) for r in free]
     med = statistics.median(times) if times else None
     spread: float | None = None
@@ -270,11 +264,11 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)
         spread = (p90 - p10) / med if med > 0 else None
         out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
-        starved = [_num(r.get("cpu_wait_ms")) for r in free]
+        starved = [as_number(r.get("cpu_wait_ms"), finite=False) for r in free]
         if all(w is not None for w in starved) and sum(times) > 0:
             out["step_cpu_wait_unprofiled_share"] = round(
                 sum(w or 0.0 for w in starved) / sum(times), 4)
-        waits = [_num(r.get("dataloader_ms")) for r in free]
+        waits = [as_number(r.get("dataloader_ms"), finite=False) for r in free]
         if all(w is not None for w in waits):
             total = sum(times)
             out["dataloader_wait_unprofiled_share"] = (
@@ -334,11 +328,11 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
     step = statistics.median(float(r["ms"]) for r in free)
 
     def per_step(col: str) -> float | None:
-        vals = [_num(r.get(col)) for r in free]
+        vals = [as_number(r.get(col), finite=False) for r in free]
         return None if not vals or any(v is None for v in vals) else statistics.median(
             [v or 0.0 for v in vals])
 
-    nw = _int(_get(loader, "num_workers"))
+    nw = as_int(_get(loader, "num_workers"))
     fetch, collate, wait = per_step("fetch_ms"), per_step("collate_ms"), per_step(
         "dataloader_ms")
     pin = None
@@ -350,8 +344,8 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
                     ("worker_wait", workers)):
         out[f"input_{name}_ms"] = None if v is None else round(v, 3)
         out[f"input_{name}_share"] = None if v is None or step <= 0 else round(v / step, 4)
-    sizes = [_num(r.get("batch_bytes")) for r in free]
-    counts = [_int(r.get("batches")) for r in free]
+    sizes = [as_number(r.get("batch_bytes"), finite=False) for r in free]
+    counts = [as_int(r.get("batches")) for r in free]
     per_batch = [b / c for b, c in zip(sizes, counts, strict=True)
                  if b is not None and c is not None and c > 0]
     out["input_batch_bytes"] = int(statistics.median(per_batch)) if per_batch else None
@@ -363,7 +357,7 @@ def _cuda_memory(mem: Any) -> dict[str, object]:
     events): the same names the trace gives when it has them (the trace's values win)."""
     if not isinstance(mem, dict):
         return {}
-    pa, pr, total = (_int(mem.get(k)) for k in
+    pa, pr, total = (as_int(mem.get(k)) for k in
                      ("peak_allocated_bytes", "peak_reserved_bytes", "total_bytes"))
     peak = pr if pr is not None else pa
     return {"gpu_mem_peak_allocated_bytes": pa, "gpu_mem_peak_reserved_bytes": pr,

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..basics import as_number
 from ..trace import Kind, Trace
 from . import intervals as iv
 from .core import MetricSet, _Computer
@@ -180,12 +181,6 @@ def _collectives(comp: _Computer, v: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------- per run
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not np.isfinite(x):
-        return None
-    return float(x)
-
-
 @dataclass(frozen=True)
 class _Parts:
     """One rank's step split into input, exposed communication and compute (ms per step)."""
@@ -205,12 +200,12 @@ class _Parts:
 
 
 def _parts(m: Mapping[str, Any]) -> _Parts | None:
-    step = _num(m.get("step_time_mean_ms"))
+    step = as_number(m.get("step_time_mean_ms"))
     if step is None or step <= 0:
         return None
-    inp = min(_num(m.get("dataloader_wait_ms_per_step")) or 0.0, step)
-    comm_total = _num(m.get("comm_ms_per_step"))
-    comm = _num(m.get("comm_exposed_ms_per_step"))
+    inp = min(as_number(m.get("dataloader_wait_ms_per_step")) or 0.0, step)
+    comm_total = as_number(m.get("comm_ms_per_step"))
+    comm = as_number(m.get("comm_exposed_ms_per_step"))
     c = min(comm or 0.0, step - inp)
     return _Parts(step=step, input=inp, comm=c, compute=max(step - inp - c, 0.0),
                   comm_measured=comm is not None,
@@ -245,9 +240,9 @@ def run_metrics(ranks: Sequence[tuple[int | None, Mapping[str, Any]]]) -> dict[s
     out: dict[str, Any] = dict.fromkeys(RUN_CATALOG)
     labels = [r if r is not None else i for i, (r, _) in enumerate(ranks)]
     parts = [_parts(m) for _, m in ranks]
-    _extremes(out, "rank_gpu_busy", labels, [_num(m.get("gpu_busy_frac")) for _, m in ranks])
+    _extremes(out, "rank_gpu_busy", labels, [as_number(m.get("gpu_busy_frac")) for _, m in ranks])
     _extremes(out, "rank_dataloader_share", labels,
-              [_num(m.get("dataloader_share")) for _, m in ranks])
+              [as_number(m.get("dataloader_share")) for _, m in ranks])
     _extremes(out, "rank_comm_frac", labels, [p.comm_frac if p else None for p in parts])
     _extremes(out, "rank_comm_exposed_frac", labels,
               [p.comm_exposed_frac if p else None for p in parts])
@@ -297,15 +292,15 @@ def rank_row(m: Mapping[str, Any]) -> dict[str, float | None]:
     """The per-rank table's numbers: step time, GPU busy, DataLoader and communication
     shares, and how much of the communication overlaps the rank's own work."""
     p = _parts(m)
-    comm_total = _num(m.get("comm_ms_per_step"))
-    exposed = _num(m.get("comm_exposed_ms_per_step"))
+    comm_total = as_number(m.get("comm_ms_per_step"))
+    exposed = as_number(m.get("comm_exposed_ms_per_step"))
     overlap = None
     if comm_total and exposed is not None:
         overlap = max(0.0, min(1.0, 1.0 - exposed / comm_total))
     return {
-        "step_ms": _num(m.get("step_time_median_ms")),
-        "gpu_busy": _num(m.get("gpu_busy_frac")),
-        "dataloader": _num(m.get("dataloader_share")),
+        "step_ms": as_number(m.get("step_time_median_ms")),
+        "gpu_busy": as_number(m.get("gpu_busy_frac")),
+        "dataloader": as_number(m.get("dataloader_share")),
         "comm": p.comm_frac if p else None,
         "overlap": overlap,
     }

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..basics import as_number
 from .graph import DEVICE_TASKS, EdgeKind, Graph, TaskKind, replay
 from .step import StepModel
 from .transforms import Transform, cpu_bound_ms
@@ -55,8 +56,7 @@ class Prediction:
 
 
 def _num(facts: Mapping[str, Any], name: str) -> float | None:
-    v = facts.get(name)
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+    return as_number(facts.get(name))
 
 
 def busiest_ms(g: Graph) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..basics import as_number
 from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
 
 Facts = Mapping[str, Any]
@@ -52,10 +53,11 @@ _FP32_NAME = re.compile(r"\bfloat\b|<float|float>|f32", re.IGNORECASE)
 
 
 def _num(facts: Facts, *names: str) -> float | None:
+    """The first of ``names`` the facts hold as a finite number."""
     for n in names:
-        v = facts.get(n)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
+        v = as_number(facts.get(n))
+        if v is not None:
+            return v
     return None
 
 

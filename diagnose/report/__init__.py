@@ -1,1 +1,2 @@
-"""Rendering reports: text (rich) and JSON; HTML and TensorBoard come later."""
+"""Renderers of what they are given: text (rich), JSON, HTML (+ plots), compare, and
+TensorBoard (event files, trace copies for torch-tb-profiler, the Diagnose tab)."""

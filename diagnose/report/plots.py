@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import matplotlib
 from matplotlib.figure import Figure
 
+from ..basics import as_number
+
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult
 
@@ -83,16 +85,16 @@ def autofix_rows(result: Any) -> list[AutofixRow]:
     comparison when a change was kept. Read by attribute, so this module needs no tune."""
     rows: list[AutofixRow] = []
     for d in getattr(result, "decisions", None) or ():
-        before, after = _num(getattr(d, "baseline_ms", None)), _num(getattr(d, "trial_ms", None))
+        before, after = as_number(getattr(d, "baseline_ms", None)), as_number(getattr(d, "trial_ms", None))
         if before is not None and after is not None:
             what = getattr(d, "change", "") or getattr(d, "fix", "?")
             rows.append(AutofixRow(f"{what} ({getattr(d, 'status', '?')})", before, after,
                                    *_interval(getattr(d, "speedup", None)),
-                                   _num(getattr(d, "predicted_speedup", None))))
+                                   as_number(getattr(d, "predicted_speedup", None))))
     final = getattr(result, "final", None)
-    before, after = _num(getattr(final, "base_ms", None)), _num(getattr(final, "cand_ms", None))
+    before, after = as_number(getattr(final, "base_ms", None)), as_number(getattr(final, "cand_ms", None))
     if before is not None and after is not None:
-        tuned = _num(getattr(result, "predicted_tuned_ms", None))
+        tuned = as_number(getattr(result, "predicted_tuned_ms", None))
         rows.append(AutofixRow("baseline vs tuned (all kept changes)", before, after,
                                *_interval(getattr(final, "interval", None)),
                                before / tuned if tuned else None))
@@ -100,8 +102,8 @@ def autofix_rows(result: Any) -> list[AutofixRow]:
 
 
 def _interval(iv: Any) -> tuple[float | None, float | None, float | None]:
-    return (_num(getattr(iv, "ratio", None)), _num(getattr(iv, "lo", None)),
-            _num(getattr(iv, "hi", None)))
+    return (as_number(getattr(iv, "ratio", None)), as_number(getattr(iv, "lo", None)),
+            as_number(getattr(iv, "hi", None)))
 
 
 @contextmanager
@@ -110,14 +112,8 @@ def _style() -> Iterator[None]:
         yield
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(float(x)) else None
-
-
 def _nums(xs: Any) -> list[float | None]:
-    return [_num(x) for x in xs] if isinstance(xs, list) else []
+    return [as_number(x) for x in xs] if isinstance(xs, list) else []
 
 
 # ---------------------------------------------------------------------------- figures
@@ -154,7 +150,7 @@ def idle_figure(metrics: dict[str, Any]) -> Figure | None:
     """One 100% bar of the profiled window: GPU busy, and idle time split by its cause."""
     if metrics.get("has_gpu") is False:
         return None
-    parts = [(label, color, _num(metrics.get(key))) for key, label, color in IDLE]
+    parts = [(label, color, as_number(metrics.get(key))) for key, label, color in IDLE]
     if parts[0][2] is None or all(v is None for _, _, v in parts[1:]):
         return None
     with _style():
@@ -182,7 +178,7 @@ def idle_figure(metrics: dict[str, Any]) -> Figure | None:
 def _host_cpu_mean(rows: list[Any]) -> list[float]:
     out = []
     for row in rows:
-        vals = [_num(v) for v in row] if isinstance(row, list) else []
+        vals = [as_number(v) for v in row] if isinstance(row, list) else []
         good = [v for v in vals if v is not None]
         out.append(sum(good) / len(good) if good else math.nan)
     return out
@@ -210,7 +206,7 @@ def samples_figure(samples: dict[str, Any] | None) -> Figure | None:
     starts = [t for t in (*gt[:1], *ht[:1]) if t is not None]
     if not starts:
         return None
-    t0 = _num(samples.get("t0")) or min(starts)
+    t0 = as_number(samples.get("t0")) or min(starts)
     panels: list[tuple[str, list[tuple[str, str, list[float], list[float]]]]] = []
     if gpu and gt:
         panels.append(("GPU util %", [("GPU utilization", "#4C72B0",
@@ -239,7 +235,7 @@ def samples_figure(samples: dict[str, Any] | None) -> Figure | None:
     if not panels:
         return None
     marks: dict[str, Any] = samples["marks"] if isinstance(samples.get("marks"), dict) else {}
-    lo, hi = _num(marks.get("active_start")), _num(marks.get("active_end"))
+    lo, hi = as_number(marks.get("active_start")), as_number(marks.get("active_end"))
     with _style():
         fig = Figure(figsize=(9, 1.2 + 1.7 * len(panels)), layout="constrained")
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -294,7 +290,7 @@ def ranks_figure(ranks: Sequence[RankResult]) -> Figure | None:
 def autofix_figure(rows: Sequence[AutofixRow | tuple[str, float, float]] | None) -> Figure | None:
     """Before/after bars: median step time without and with each change autofix tried."""
     good = [AutofixRow(str(r[0]), float(r[1]), float(r[2])) for r in rows or ()
-            if _num(r[1]) is not None and _num(r[2]) is not None]
+            if as_number(r[1]) is not None and as_number(r[2]) is not None]
     if not good:
         return None
     with _style():

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import math
 import os
 import re
 import socket
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..basics import as_number
 from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
 from .tb_plugin.runfile import RUN_FILE, write_run_file
@@ -289,13 +289,6 @@ class _Events:
         self._w.close()
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 def _describe(name: str) -> str | None:
     from ..metrics import CATALOG
 
@@ -308,7 +301,7 @@ def _describe(name: str) -> str | None:
 def _write_metrics(ev: _Events, metrics: dict[str, Any], wall: float) -> int:
     n = 0
     for name, v in metrics.items():
-        x = _num(v)
+        x = as_number(v)
         if x is None:
             continue
         ev.scalar(f"metrics/{name}", x, 0, wall_time=wall, description=_describe(name))
@@ -320,13 +313,13 @@ def _write_series(ev: _Events, series: dict[str, list[float]], wall: float) -> i
     n = 0
     for name, values in series.items():
         for i, v in enumerate(values):
-            x = _num(v)
+            x = as_number(v)
             if x is not None:
                 ev.scalar(f"step/{name}", x, i, wall_time=wall)
                 n += 1
     steps, dl = series.get("step_ms") or [], series.get("dataloader_ms") or []
     for i, (s, d) in enumerate(zip(steps, dl, strict=False)):
-        s_, d_ = _num(s), _num(d)
+        s_, d_ = as_number(s), as_number(d)
         if s_ and d_ is not None:
             ev.scalar("step/dataloader_share", d_ / s_, i, wall_time=wall,
                       description="DataLoader share of this step, as the step-time breakdown "
@@ -350,13 +343,13 @@ def _write_samples(ev: _Events, samples: dict[str, Any] | None) -> int:
             for i, (t, v) in enumerate(zip(ts, values, strict=False)):
                 tag = f"samples/{sampler}/{fld}"
                 if isinstance(v, list):  # per-core values: their mean
-                    nums = [x for x in map(_num, v) if x is not None]
+                    nums = [x for x in map(as_number, v) if x is not None]
                     x = sum(nums) / len(nums) if nums else None
                     tag += "_mean"
                 else:
-                    x = _num(v)
+                    x = as_number(v)
                 if x is not None:
-                    ev.scalar(tag, x, i, wall_time=_num(t))
+                    ev.scalar(tag, x, i, wall_time=as_number(t))
                     n += 1
     return n
 
@@ -377,7 +370,7 @@ def findings_markdown(report: Analysis) -> str:
                             ("gpu_busy_frac", "GPU busy", "{:.1%}"),
                             ("gpu_util_mean_pct", "GPU utilization (NVML)", "{:.0f}%"),
                             ("host_cpu_mean_pct", "host CPU", "{:.0f}%")):
-        x = _num(m.get(key))
+        x = as_number(m.get(key))
         if x is not None:
             facts.append(f"{label} **{fmt.format(x)}**")
     if facts:
@@ -394,7 +387,7 @@ def findings_markdown(report: Analysis) -> str:
             lines += ["", f"ranks: {', '.join(map(str, f.ranks))}"]
         if f.hints:
             lines += [""] + [f"- {h}" for h in f.hints]
-        gain = _num(f.estimated_gain)
+        gain = as_number(f.estimated_gain)
         if gain is not None:
             lines += ["", f"Fixing it could save at most {gain:.0%} of step time."]
         for fid in f.fixes:

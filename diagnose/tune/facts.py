@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from ..basics import usable_cpus
 from ..capture.runinfo import batch_indexable
 from .trial import Workload
 
-
-def cpu_count() -> int:
-    """CPUs this process may run on (its affinity mask; the machine's count elsewhere)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+cpu_count = usable_cpus  # CPUs this process may run on (its affinity mask)
 
 
 def live_facts(w: Workload, allow_compile: bool, cpus: int | None = None) -> dict[str, Any]:

@@ -195,7 +195,7 @@ def test_parallel_read_equals_serial(tmp_path, monkeypatch, forkable):
     files = find_trace_files(_write(tmp_path, rb.slow_input(4)))
     serial = _read_all(files)
     monkeypatch.setattr(api, "_PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(api, "_cpus", lambda: 2)
+    monkeypatch.setattr(api, "usable_cpus", lambda: 2)
     pools = []
     monkeypatch.setattr(api, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])
     par = api._read_all(files)
@@ -221,7 +221,7 @@ def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch, fork
     files = find_trace_files(_write(tmp_path, rb.slow_input(2)))
     serial = _read_all(files)
     monkeypatch.setattr(api_module, "_PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(api_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(api_module, "usable_cpus", lambda: 2)
     monkeypatch.setattr(api_module, "_analyze_file", _dies_in_a_worker)
     pools = []
     monkeypatch.setattr(api_module, "fork_pool", lambda n: pools.append(fork_pool(n)) or pools[-1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
+from ...basics import as_number
 from ...engine import SEVERITIES
 from ...metrics import CATALOG
 from ...model.predict import prediction_line
@@ -33,10 +34,6 @@ def _str(x: Any) -> str:
     return "" if x is None else str(x)
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
 def _metrics(report: dict[str, Any]) -> dict[str, Any]:
     """The report's metrics, a value of the wrong type for its unit read as missing."""
     out = {}
@@ -47,7 +44,7 @@ def _metrics(report: dict[str, Any]) -> dict[str, Any]:
         elif unit in ("", "name"):
             ok = v is None or isinstance(v, str | int | float)
         else:
-            ok = v is None or _num(v) is not None
+            ok = v is None or as_number(v, finite=False) is not None
         out[str(k)] = v if ok else None
     return out
 
@@ -76,13 +73,13 @@ def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
         "run": name,
         "worst": _severity(findings[0]) if findings else None,
         "counts": _counts(findings),
-        "step_time": None if _num(step) is None else fmt("step_time_median_ms", step),
+        "step_time": None if as_number(step, finite=False) is None else fmt("step_time_median_ms", step),
         "headline": _str(findings[0].get("message")) if findings else NO_FINDINGS,
     }
 
 
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
-    gain = _num(f.get("estimated_gain"))
+    gain = as_number(f.get("estimated_gain"), finite=False)
     evidence = _dict(f.get("evidence"))
     fixes = [x for x in _list(f.get("fixes")) if isinstance(x, dict)]
     return {
@@ -105,10 +102,10 @@ def _autofix(doc: dict[str, Any]) -> dict[str, Any] | None:
     af = _dict(doc.get("autofix"))
     rows = []
     for r in _list(af.get("rows")):
-        if isinstance(r, list) and len(r) in (3, 7) and None not in (_num(r[1]), _num(r[2])):
+        if isinstance(r, list) and len(r) in (3, 7) and None not in (as_number(r[1], finite=False), as_number(r[2], finite=False)):
             # (label, before, after) or also (speedup, ci_lo, ci_hi, predicted), any null
             rows.append(list(autofix_cells((_str(r[0]), float(r[1]), float(r[2]),
-                                            *[_num(x) for x in r[3:]]))))
+                                            *[as_number(x, finite=False) for x in r[3:]]))))
     if not rows:
         return None
     code = af.get("code")
@@ -126,7 +123,8 @@ def _kernels(report: dict[str, Any]) -> dict[str, Any] | None:
         return None
     multi = len(ranks) > 1 and isinstance(first.get("rank"), int)
     where = f"rank {first['rank']}" if multi else "the trace"
-    total, share = (_num(k.get("total_ms")) for k in rows), (_num(k.get("share")) for k in rows)
+    total = (as_number(k.get("total_ms"), finite=False) for k in rows)
+    share = (as_number(k.get("share"), finite=False) for k in rows)
     return {
         "caption": f"The {len(rows)} of {_str(table.get('distinct'))} distinct kernels with the "
                    f"most total time in {where} ({PurePath(_str(first.get('path'))).name}), "
