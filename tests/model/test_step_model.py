@@ -48,7 +48,10 @@ def test_replay_reproduces_each_trace(path, models):
 
 def test_replay_accuracy_over_all_traces(models):
     errors = [abs(m.error) for m in models.values() if m.graph is not None]
-    assert len(errors) >= 20
+    # every trace (the project's own, and ../shared/traces where present) has its model
+    # but the few that say why not
+    assert len(errors) == len({p.name for p in ALL} - NO_MODEL.keys())
+    assert len(errors) >= (20 if all_shared_traces() else 9)
     assert statistics.median(errors) <= 0.03
 
 
