@@ -19,10 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import importlib
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,9 +33,7 @@ JOBS = HERE / "jobs"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(JOBS))  # a job imports its siblings as `python job.py` would
 
-
-def _job(name: str) -> dict[str, Any]:
-    return importlib.import_module(name).make_job()
+from _run import job_names, make, print_header  # noqa: E402
 
 
 def _diagnose(job: dict[str, Any], out: str) -> dict[str, Any]:
@@ -127,16 +121,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
-    names = args.jobs or sorted(p.stem for p in JOBS.glob("[!_]*.py"))
-    import torch
-
-    print("# predictions checked by timing the job without the profiler")
-    print(f"# machine: {platform.machine()}, {len(os.sched_getaffinity(0))} CPUs usable, "
-          f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}, torch {torch.__version__}, "
-          f"Python {platform.python_version()}")
-    print(f"# date:    {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"# command: python benchmarks/predict_vs_measured.py {' '.join(sys.argv[1:])}")
-    print()
+    names = job_names(args.jobs)
+    print_header("predictions checked by timing the job without the profiler",
+                 "predict_vs_measured.py")
     head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>8} "
             f"{'predicted':>10} {'measured [95% CI]':>22} {'meas/pred':>9}  verdict")
     print(head)
@@ -144,7 +131,7 @@ def main() -> int:
     rows = within = 0
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
-            report = _diagnose(_job(name), tmp)
+            report = _diagnose(make(name), tmp)
         firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
                   if f["severity"] in ("warning", "critical") and f.get("fixes")]
         if not firsts:
@@ -156,7 +143,7 @@ def main() -> int:
                 print(f"{name:<17} {rule:<8} {fix['id']:<14} no prediction: "
                       f"{fix.get('predicted_why')}")
                 continue
-            job = _job(name)
+            job = make(name)
             change = pred["change"]
             arms = [_arm(job, {}), _arm(job, change)]
             times = _time(job, arms, args.rounds, args.steps)

@@ -39,9 +39,10 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
-#: reads) ms, collate ms, batches pulled and the bytes of their tensors
+#: reads) ms, collate ms, batches pulled, the bytes of their tensors, the wait for a CPU and
+#: the time in the model's forward calls
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
-                 "batch_bytes", "cpu_wait_ms")
+                 "batch_bytes", "cpu_wait_ms", "forward_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -93,6 +94,7 @@ class _Step:
     collate: float | None = None
     batches: int = 0
     nbytes: int | None = None
+    forward: float | None = None
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -131,6 +133,7 @@ class Steps:
         self.hook: loader_shim.LoaderHook | None = None
         self.worker_pids: set[int] = set()
         self.rows: list[tuple[Any, ...]] = []
+        self.first_batch: Any = None
         self._after = 0
         self._pending = False
         self._opt_ref: weakref.ReferenceType[Any] | None = None
@@ -215,6 +218,8 @@ class Steps:
                 return
             st.dl += seconds
             st.batches += 1
+            if self.first_batch is None:  # for the hand-over timing after the loop
+                self.first_batch = batch
             hook = self.hook
             if hook is not None and loader_shim.in_process(it):
                 fetch, collate, _ = hook.fetch_times.take()
@@ -225,6 +230,12 @@ class Steps:
                 st.nbytes = (st.nbytes or 0) + nb
         except Exception as e:
             self._error("DataLoader timing", e)
+
+    def on_forward(self, seconds: float) -> None:
+        """The model's forward call took ``seconds`` (its hooks time it)."""
+        st = self._step
+        if st is not None and not (self.done or self.closed):
+            st.forward = (st.forward or 0.0) + seconds
 
     # ------------------------------------------------------------------ boundary
     def advance(self) -> None:
@@ -244,7 +255,8 @@ class Steps:
                               None if st.collate is None else st.collate * 1e3,
                               st.batches, st.nbytes,
                               None if wait is None or st.wait0 is None
-                              else (wait - st.wait0) / 1e6))
+                              else (wait - st.wait0) / 1e6,
+                              None if st.forward is None else st.forward * 1e3))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():

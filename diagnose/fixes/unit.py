@@ -150,6 +150,11 @@ class Fix:
         """The step time this fix is expected to give: its transform replayed for each config
         autofix would measure (advice: the fix as it stands), the best of them; else why
         the model cannot tell."""
+        return self.predict_as_fix(predictor, config, facts)
+
+    def predict_as_fix(self, predictor: Predictor, config: TrainConfig, facts: Facts
+                       ) -> Prediction | str:
+        """:meth:`predict` as every fix does it (a unit that refines it calls this)."""
         if self.transform is None:
             return f"no model of what {self.id} does to a step"
         if self.auto:

@@ -51,7 +51,28 @@ CATALOG: dict[str, tuple[str, str]] = {
         "profiled window but the run's first and the first after it): what the job does "
         "when nobody watches",
     ),
+    "step_time_unprofiled_mean_ms": (
+        "ms",
+        "mean step time without the profiler (same steps as the median): the job's pace, "
+        "pauses that hit some steps (garbage collection, a slow file) included; what a "
+        "prediction starts from",
+    ),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "forward_unprofiled_ms": (
+        "ms", "the model's forward calls per unprofiled step (median; module hooks time it)"),
+    "forward_quiet_ms": (
+        "ms", "one forward on the first batch, on torch's threads, timed after the loop "
+        "(nothing else running; CPU models with more than one thread only)"),
+    "model_work_quiet_ms": (
+        "ms", "the same batch's forward and backward on torch's threads, after the loop"),
+    "model_work_one_thread_ms": (
+        "ms", "the same forward and backward on one intra-op thread"),
+    "threads_one_thread_ratio": (
+        "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
+        "model's ops (1.0: they do not scale with threads)"),
+    "forward_contention": (
+        "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
+        "forward ran than the same forward alone (workers or other processes on the cores)"),
     "step_time_unprofiled_p10_ms": (
         "ms", "10th percentile of the unprofiled steps' times (the spread's low end)"),
     "step_time_unprofiled_p90_ms": (
@@ -88,22 +109,24 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
     "input_fetch_ms": (
         "ms",
-        "per unprofiled step: the dataset's reads (__getitem__ per sample, or __getitems__) of "
+        "mean per unprofiled step (pauses such as garbage collection that hit it count): the "
+        "dataset's reads (__getitem__ per sample, or __getitems__) of "
         "an in-process loader (num_workers=0); None with workers (they fetch elsewhere)",
     ),
-    "input_fetch_share": ("fraction", "input_fetch_ms / the unprofiled step time"),
+    "input_fetch_share": ("fraction", "input_fetch_ms / the mean unprofiled step time"),
     "input_collate_ms": (
-        "ms", "per unprofiled step: the collate_fn of an in-process loader (None with workers)"),
-    "input_collate_share": ("fraction", "input_collate_ms / the unprofiled step time"),
+        "ms", "mean per unprofiled step: the collate_fn of an in-process loader (None with "
+        "workers)"),
+    "input_collate_share": ("fraction", "input_collate_ms / the mean unprofiled step time"),
     "input_pin_ms": (
         "ms",
-        "per unprofiled step: the rest of an in-process loader's wait besides fetch and collate "
+        "mean per unprofiled step: the rest of an in-process loader's wait besides fetch and collate "
         "(pinning the batch, and the sampler) when pin_memory is on; None otherwise",
     ),
     "input_pin_share": ("fraction", "input_pin_ms / the unprofiled step time"),
     "input_worker_wait_ms": (
         "ms",
-        "per unprofiled step: the wait for batches from worker processes (their fetch and "
+        "mean per unprofiled step: the wait for batches from worker processes (their fetch and "
         "collate not yet done, plus the transfer to this process); None in-process",
     ),
     "input_worker_wait_share": ("fraction", "input_worker_wait_ms / the unprofiled step time"),
@@ -114,6 +137,13 @@ CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_dataset_tensor_indexable": (
         "bool", "the loader's batches come out the same from one dataset[indices] call "
         "(a TensorDataset with the default collate)"),
+    "input_worker_handover_ms": (
+        "ms", "receiving one batch like the run's from a DataLoader worker process, timed "
+        "after the loop with a one-worker loader (shared memory, file descriptors, "
+        "unpickling): what each batch costs the training process with workers"),
+    "input_inprocess_batch_ms": (
+        "ms", "with workers: one batch made in the training process (the dataset's items "
+        "and the collate_fn), timed after the loop with nothing else running"),
     "input_batched_fetch_ms": (
         "ms", "one batch fetched with a single dataset[indices] call, timed before the loop "
         "(None where the dataset cannot do that)"),
@@ -163,6 +193,10 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["dataloader_dataset_tensor_indexable"] = _bool(
         _get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["input_batched_fetch_ms"] = as_number(_get(ctx, "dataloader", "batched_fetch_ms"), finite=False)
+    out["input_worker_handover_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_handover_ms"), finite=False)
+    out["input_inprocess_batch_ms"] = as_number(
+        _get(ctx, "dataloader", "inprocess_batch_ms"), finite=False)
     out["cudnn_benchmark"] = _bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = _str(_get(ctx, "optimizer", "class"))
     foreach = _get(ctx, "optimizer", "foreach_effective")
@@ -182,6 +216,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(_clock_metrics(_get(ctx, "capture")))
     out.update(input_by_cause(_get(ctx, "capture"), _get(ctx, "dataloader")))
     out.update(_cuda_memory(_get(ctx, "capture", "cuda_memory")))
+    out.update(_forward_metrics(out, ctx.get("threads")))
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)
@@ -258,7 +293,12 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     spread: float | None = None
     if med is not None:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
+        out["step_time_unprofiled_mean_ms"] = round(statistics.fmean(times), 3)
         out["step_time_unprofiled_steps"] = len(times)
+        fwd = [as_number(r.get("forward_ms"), finite=False) for r in free]
+        if fwd and all(f is not None for f in fwd):
+            out["forward_unprofiled_ms"] = round(statistics.median(
+                [f or 0.0 for f in fwd]), 4)
         p10, p90 = _quantile(times, 0.1), _quantile(times, 0.9)
         out["step_time_unprofiled_p10_ms"] = round(p10, 3)
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)
@@ -285,6 +325,25 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_reliable"] = reliable
         # a ratio from an unreliable clock misleads ("the profiler made steps 0.54x as long")
         out["profiler_overhead_ratio"] = ratio if reliable else None
+    return out
+
+
+def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
+    """The forward's thread scaling and contention (diagnose.capture.threads)."""
+    out: dict[str, object] = {}
+    if not isinstance(th, dict):
+        return out
+    quiet = as_number(th.get("forward_ms"), finite=False)
+    work = as_number(th.get("work_ms"), finite=False)
+    one = as_number(th.get("work_1thread_ms"), finite=False)
+    out["forward_quiet_ms"], out["model_work_quiet_ms"] = quiet, work
+    out["model_work_one_thread_ms"] = one
+    if work and work > 0 and one is not None:
+        out["threads_one_thread_ratio"] = round(one / work, 4)
+    if quiet and quiet > 0:
+        loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
+        if loop is not None:
+            out["forward_contention"] = round(loop / quiet, 4)
     return out
 
 
@@ -325,11 +384,12 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
     free = _unprofiled_rows(_clock_rows(cap))
     if not free:
         return out
-    step = statistics.median(float(r["ms"]) for r in free)
+    step = statistics.fmean(float(r["ms"]) for r in free)
 
     def per_step(col: str) -> float | None:
+        """Mean per step: a pause that hits some fetches (garbage collection) is their cost."""
         vals = [as_number(r.get(col), finite=False) for r in free]
-        return None if not vals or any(v is None for v in vals) else statistics.median(
+        return None if not vals or any(v is None for v in vals) else statistics.fmean(
             [v or 0.0 for v in vals])
 
     nw = as_int(_get(loader, "num_workers"))

@@ -77,24 +77,37 @@ def _step(g: Graph) -> float:
     return max(float(np.median(replay(g).step_ms)), busiest_ms(g))
 
 
-def calibrate(g: Graph, target_ratio: float) -> Graph:
-    """Scale the host's own work so the replay gives ``target_ratio`` x the profiled step
-    (the profiler's per-op cost taken out); a few secant steps on the scale."""
-    if not (0.2 < target_ratio < 1.0) or abs(target_ratio - 1) < 0.03:
+def calibrate(g: Graph, target_ratio: float, fetch_share: float | None = None) -> Graph:
+    """Make the replay give ``target_ratio`` x the profiled step (the unprofiled pace: the
+    profiler's per-op cost out, pauses such as garbage collection in). What the session
+    timed directly is set: the in-process fetch and collate, ``fetch_share`` of the
+    unprofiled step by the clock's means. The host's other work is scaled to match, by a
+    few secant steps on the scale."""
+    if not 0.2 < target_ratio < 5.0:
         return g
-    host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
     base = _step(g)
     want = base * target_ratio
-    lo_f, lo_v, hi_f, hi_v = 0.0, _step(g.scale(host, 0.0)), 1.0, base
-    if lo_v >= want:  # even a free host does not get there: the device sets the step
+    fetch = g.is_kind(TaskKind.FETCH)
+    if fetch_share is not None and fetch.any() and g.n_steps and 0 <= fetch_share < 1:
+        now = float(g.dur[fetch].sum()) / g.n_steps
+        if now > 0:
+            g = g.scale(fetch, fetch_share * want * 1e3 / now)
+        host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    else:
+        host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    if abs(_step(g) - want) <= 0.005 * want:
+        return g
+    pts = [(0.0, _step(g.scale(host, 0.0))), (1.0, _step(g))]
+    if pts[0][1] >= want:  # even a free host does not get there: the device sets the step
         return g.scale(host, 0.0)
     f = 1.0
-    for _ in range(4):
-        f = lo_f + (want - lo_v) * (hi_f - lo_f) / max(hi_v - lo_v, 1e-9)
+    for _ in range(8):
+        (f0, v0), (f1, v1) = pts[-2], pts[-1]
+        f = max(0.0, f1 + (want - v1) * (f1 - f0) / (v1 - v0) if abs(v1 - v0) > 1e-9 else f1)
         v = _step(g.scale(host, f))
         if abs(v - want) <= 0.005 * want:
             break
-        lo_f, lo_v, hi_f, hi_v = (f, v, hi_f, hi_v) if v < want else (lo_f, lo_v, f, v)
+        pts.append((f, v))
     return g.scale(host, f)
 
 
@@ -105,10 +118,15 @@ class Predictor:
         assert model.graph is not None
         self.facts = facts
         prof = _num(facts, "step_time_median_ms")
-        un = _num(facts, "step_time_unprofiled_median_ms")
+        # the job's pace: the mean unprofiled step (a pause that hits some steps is time)
+        un = _num(facts, "step_time_unprofiled_mean_ms") or _num(
+            facts, "step_time_unprofiled_median_ms")
         self.base_ms = un or prof or (model.measured_ms or 0.0)
         g = model.graph
-        self.g = calibrate(g, un / prof) if un and prof else g
+        fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
+        loaded = fetch + collate if fetch is not None and collate is not None else None
+        self.g = (calibrate(g, un / prof, None if loaded is None else loaded / un)
+                  if un and prof else g)
         self.base_replay = _step(self.g)
         cv = _num(facts, "step_time_cv") or 0.0
         n = max(int(_num(facts, "step_count") or 1), 1)

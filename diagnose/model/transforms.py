@@ -26,7 +26,8 @@ Facts = Mapping[str, Any]
 Transform = Callable[[Graph, Mapping[str, Any], Facts], "Graph | str"]
 
 # Hand-over of a batch from a worker process: the worker writes the batch's tensors into
-# a new shared-memory segment and the main process maps and touches them. Timed on the
+# a new shared-memory segment and the main process maps and touches them. A live capture
+# times it (input_worker_handover_ms); without that, this rate. Timed on the
 # 2-core development VM (shared, so noisy): one worker returning fresh 2 MB tensors
 # delivered one every ~11-12 ms, 12 MB ones every ~24-30 ms (in-process: under 1 ms), i.e.
 # about 0.5 GB/s with the segment's setup included. A live capture's own measurement
@@ -84,65 +85,126 @@ def cpus_for_workers(facts: Facts) -> int | None:
     return int(c) if c else None
 
 
+def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | None:
+    """How much longer the main process's own work takes on ``t`` intra-op threads than on
+    torch's threads now, from the model's forward and backward the session timed on both
+    (Amdahl: the share that did not speed up with threads stays;
+    ``threads_one_thread_ratio``). That timing covers the model's ops only: of the main
+    thread's own work per step (``host_ms``, where known) the rest (the optimizer, the
+    loop's Python) is taken not to scale. None where it was not timed."""
+    r1 = _num(facts, "threads_one_thread_ratio")
+    n = _num(facts, "torch_num_threads", "intra_op_threads")
+    if r1 is None or n is None or n < 2:
+        return None
+    p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in units of the N-thread time
+    serial = max(1.0 - p / n, 0.0)
+    ratio = max(serial + p / max(t, 1), 0.0)
+    work = _num(facts, "model_work_quiet_ms")
+    if host_ms and work is not None:
+        share = min(1.0, work / host_ms)
+        ratio = 1.0 + share * (ratio - 1.0)
+    return ratio
+
+
+def main_host_ms(g: Graph) -> float:
+    """The main thread's own work per step (ms): its ops and launches, not the loading."""
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    return float(_per_step(g, main, g.dur).mean()) / 1e3 if g.n_steps else 0.0
+
+
+def _contention(facts: Facts, now_workers: float | None, threads: int, cpus: int) -> float:
+    """How much the measured step's own work was slowed by busy workers sharing the cores
+    with torch's threads: the loop's forward over the same forward timed alone
+    (``forward_contention``), counted only where the run oversubscribes its cores."""
+    c = _num(facts, "forward_contention")
+    if c is None or not now_workers or threads + min(now_workers, cpus) <= cpus:
+        return 1.0
+    return max(c, 1.0)
+
+
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
     loading that waits), each batch costing what the main process spent fetching and
-    collating it (in-process loader) or what the measured rate says (workers already,
-    loader-bound); the main process pays the hand-over of each batch from shared memory
-    instead, and its own work slows where the busy workers and torch's threads
-    oversubscribe the cores (below). The CPU bound (all CPU work per step / cores) is
-    applied by the caller (cpu_bound_ms)."""
+    collating it (in-process loader), what one batch took made alone after the loop (the
+    session times it), the CPU time the workers' samples show per batch, or
+    (without samples) what the measured rate says of loader-bound workers; the main process
+    pays the hand-over of each batch from shared memory instead, and its own work slows
+    where the busy workers and torch's threads oversubscribe the cores (below). A run that
+    oversubscribes now has its work freed of the contention measured in its forward first.
+    The CPU bound (all CPU work per step / cores) is applied by the caller (cpu_bound_ms)."""
     k = int(change["num_workers"])
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return "cannot tell: the number of CPUs is not known (a live capture records it)"
     now = _num(facts, "dataloader_num_workers")
-    if now is not None and now > cpus:
-        return ("cannot tell: what more workers than CPUs cost (switching, memory) is not "
-                "in the trace")
+    threads_now = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    over_now = bool(now) and threads_now + min(now or 0, cpus) > cpus
+    if over_now and _num(facts, "forward_contention") is None:
+        return ("cannot tell: how much the workers slow the training process's own work "
+                "now is not measured (a live capture times its forward in and after the loop)")
     fetch = g.is_kind(TaskKind.FETCH)
     wait = g.is_kind(TaskKind.DL_WAIT)
+    step = float(g.steps_measured.mean()) if g.n_steps else 0.0
     if fetch.any():
         cost = _per_step(g, fetch, g.dur)
         mean_cost = float(cost.mean())
     elif wait.any():
         waited = float(_per_step(g, wait, g.dur).mean())
-        step = float(g.steps_measured.mean())
-        if now is None or now < 1 or waited < 0.05 * step:
+        per_worker, alive = _num(facts, "workers_cpu_mean_pct"), _num(facts, "workers_count")
+        alone = _num(facts, "input_inprocess_batch_ms")
+        if alone is not None:  # a batch made alone after the loop, by the session
+            mean_cost = alone * 1e3
+        elif per_worker is not None and alive:
+            # a batch costs the CPU time the workers spent per step (one batch a step)
+            mean_cost = per_worker / 100 * alive * step
+        elif now is not None and now >= 1 and waited >= 0.05 * step:
+            # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
+            mean_cost = step * min(now, cpus)
+        else:
             return ("cannot tell: the workers keep up (or their number is unknown), so "
                     "their per-batch cost is hidden behind the step")
-        # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
-        mean_cost = step * min(now, cpus)
     else:
         return "cannot tell: no DataLoader in the profiled steps"
     if k == 0:
-        return "cannot tell: the in-process cost of a batch is not measured with workers"
+        if fetch.any():
+            return "cannot tell: nothing changes (the batches are made in process already)"
+        if mean_cost <= 0:
+            return "cannot tell: the in-process cost of a batch is not measured with workers"
     b = batch_bytes(g, facts)
     if b is None:
         return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
+    timed = _num(facts, "input_worker_handover_ms")
     rate = _num(facts, "worker_transfer_gbps") or SHM_GBPS
-    hand_over = b / (rate * 1e3)  # us
-    threads = int(change.get("intra_op_threads") or _num(
-        facts, "intra_op_threads", "torch_num_threads") or 1)
+    hand_over = 0.0 if k == 0 else timed * 1e3 if timed is not None else b / (rate * 1e3)
+    threads = int(change.get("intra_op_threads") or threads_now)
     # Loading that waits (files, network, sleep) needs no core: the training process's
     # measured CPU tells (about a core or more the whole time is CPU-bound loading). CPU
     # loading on k workers beside torch's threads oversubscribes the cores when
     # threads + k > CPUs: torch's parallel ops then wait for their descheduled threads, so
     # the main process's own work takes threads / (CPUs left by the busy workers) as long.
     pct = _num(facts, "proc_cpu_mean_pct")
-    io = pct is not None and pct < IO_BOUND_PCT
+    io = pct is not None and pct < IO_BOUND_PCT and fetch.any()
     busy = 0 if io else min(k, cpus)
-    over = threads + busy > cpus
+    over = threads + busy > cpus and k > 0
     if over and pct is None and fetch.any():
         return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
     slow = threads / max(1, cpus - busy) if over else 1.0
+    slow /= _contention(facts, now, threads_now, cpus)
+    out = g.copy()
+    host = fetch | wait
+    if k == 0:  # the batches are made in the training process: the fetch is on its thread
+        out.kind[host] = TaskKind.FETCH
+        out.dur[host] = mean_cost
+        out = out.remove_edges(np.isin(out.edst, np.flatnonzero(host))
+                               & (out.ekind == EdgeKind.END_AFTER_END))
+        prod = out.kind == TaskKind.PRODUCER
+        out = out.take(~prod) if prod.any() else out
+        return out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
     free = k if io else cpus
     cap = max(1, min(k, free))
     per_batch = mean_cost / cap  # one batch every per_batch us once the pipeline is full
     # the main process now waits for the batch and receives it
-    out = g.copy()
-    host = fetch | wait
     out.kind[host] = TaskKind.DL_WAIT
     out.dur[host] = hand_over
     r = len(out.resources)
@@ -160,7 +222,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            res=np.full(n, r, np.int32), dur=np.full(n, mean_cost),
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
-    if slow > 1:
+    if slow != 1.0:
         out = out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
     return out
 
@@ -168,21 +230,25 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
 def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
                  ) -> float | None:
     """No setting beats (all CPU work per step) / cores: the main process's own work on its
-    intra-op threads as measured (``base``: the unchanged step; a split of the threads or
-    ops waiting for descheduled threads change when that work runs, not how much of it
-    there is), every batch's fetch and collate, and the hand-over of each batch (``g``: the
-    changed step)."""
+    intra-op threads (``base``: the unchanged step, freed of the contention measured now;
+    on a new thread count, that work as the forward's scaling says, on those threads), every
+    batch's fetch and collate, and the hand-over of each batch (``g``: the changed step)."""
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return None
-    threads = _num(facts, "intra_op_threads", "torch_num_threads") or 1.0
+    threads = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
     main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     busy = float(_per_step(base, main, base.dur).mean())
+    busy /= _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus)
+    t = change.get("intra_op_threads")
+    scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
+    cpu_main = busy * scale * min(t, cpus) if isinstance(t, int) and scale else busy * min(
+        threads, cpus)
     fetch = g.is_kind(TaskKind.FETCH, TaskKind.PRODUCER)
     work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
     hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
         "num_workers") else 0.0
-    return (busy * min(threads, cpus) + work + 2 * hand) / cpus / 1e3
+    return (cpu_main + work + 2 * hand) / cpus / 1e3
 
 
 # ---------------------------------------------------------------- transfers
@@ -316,31 +382,35 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
 
 def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """torch on ``intra_op_threads`` threads beside ``num_workers`` workers. The workers'
-    side is :func:`num_workers`. The main process's own work takes longer by how many
-    threads it really kept busy over how many it keeps: the training process's measured
-    CPU (``proc_cpu_mean_pct``, from the samples) less the in-process loading it did on
-    one thread gives the threads its ops used (their spinning included); without the
-    samples, every op is taken to scale with its threads (the least the split can give).
-    The CPU bound (caller) counts the threads' time."""
+    side is :func:`num_workers`. The main process's own work takes as much longer as the
+    forward and backward the session timed on one thread and on torch's threads says
+    (:func:`thread_scale`). Without that timing, the training process's measured CPU
+    (``proc_cpu_mean_pct``) less its in-process loading gives the threads its ops kept
+    busy, each op taken to scale with them: an idle-spinning thread pool counts as busy,
+    so this errs toward "the split costs more" (the prediction is then a bound). The CPU
+    bound (caller) counts the threads' time."""
     now = _num(facts, "intra_op_threads", "torch_num_threads")
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return "cannot tell: torch's thread count is not known (a live capture records it)"
-    used = now
-    pct = _num(facts, "proc_cpu_mean_pct")
-    step = float(g.steps_measured.mean()) if g.n_steps else 0.0
-    if pct is not None and step > 0:
-        loading = float(_per_step(g, g.is_kind(TaskKind.FETCH), g.dur).mean()) / step
-        if loading < 0.95:
-            used = min(now, max(1.0, (pct / 100 - loading) / (1 - loading)))
+    scale = thread_scale(facts, t, main_host_ms(g))
+    if scale is None:
+        used = now
+        pct = _num(facts, "proc_cpu_mean_pct")
+        step = float(g.steps_measured.mean()) if g.n_steps else 0.0
+        if pct is not None and step > 0:
+            loading = float(_per_step(g, g.is_kind(TaskKind.FETCH), g.dur).mean()) / step
+            if loading < 0.95:
+                used = min(now, max(1.0, (pct / 100 - loading) / (1 - loading)))
+        scale = max(1.0, used / t)
     out = g
-    if change.get("num_workers"):
+    if "num_workers" in change:
         made = num_workers(g, change, facts)
-        if isinstance(made, str):
+        if isinstance(made, str) and not made.startswith("cannot tell: nothing changes"):
             return made
-        out = made
+        out = g if isinstance(made, str) else made
     host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
-    return out.scale(host, max(1.0, used / t))
+    return out.scale(host, scale)
 
 
 def cannot(why: str) -> Transform:

@@ -87,6 +87,10 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
               and isinstance(hi, int | float) else "")
     head = (f"{_ms(st['median_ms'])} median without the profiler ({st['steps']} step"
             f"{'s' if st['steps'] != 1 else ''} timed by the session{spread})")
+    mean = m.get("step_time_unprofiled_mean_ms")
+    if isinstance(mean, int | float) and mean > 1.1 * st["median_ms"]:
+        # pauses that hit some steps (garbage collection, a slow read) are the job's time
+        head += f"; mean {_ms(mean)}: some steps pause, and predictions start from the mean"
     if window is not None and isinstance(r, int | float):
         window += f"; the profiler made steps {r:.2f}x as long"
     return head, window

@@ -36,6 +36,12 @@ from diagnose.capture.samplers import (
     UnavailableSampler,
 )
 from diagnose.capture.steps import Steps, settle_steps
+from diagnose.capture.threads import (
+    ForwardTimer,
+    time_inprocess_batch,
+    time_threads,
+    time_worker_handover,
+)
 from diagnose.errors import CaptureError
 from diagnose.metrics.context import clock_note, context_metrics
 from diagnose.runfolder import new_run_dir
@@ -140,6 +146,7 @@ class Session:
         self._profiler: WindowProfiler | None = None
         self._sampler_thread: SamplerThread | None = None
         self._hook_handle: Any = None
+        self._forward: ForwardTimer | None = None
         self._loader_hook: loader_shim.LoaderHook | None = None
         self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
         self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
@@ -293,6 +300,8 @@ class Session:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook_handle = register_optimizer_step_post_hook(self._steps.on_optimizer_step)
+        if callable(getattr(self.model, "register_forward_pre_hook", None)):
+            self._forward = ForwardTimer(self.model, self._steps.on_forward)
         if self.loader is None:
             return
         why = loader_shim.missing()
@@ -310,6 +319,8 @@ class Session:
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
+        if self._forward is not None:
+            self._forward.remove()
         if self._loader_hook is not None:
             self._loader_hook.restore()
             self._loader_hook = None
@@ -380,6 +391,21 @@ class Session:
             return
         ctx = dict(self._context)
         ctx["optimizer"] = ctxmod.optimizer_info(self._steps.optimizer)
+        fwd, self._forward = self._forward, None
+        if fwd is not None and exc is None:  # after the loop: on no step's clock
+            try:
+                ctx["threads"] = time_threads(self.model, fwd.inputs)
+            except Exception as e:
+                self._internal_error("thread timing", e)
+        batch, self._steps.first_batch = self._steps.first_batch, None
+        if batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict):
+            try:  # what a batch from a worker process costs this one, for the predictions
+                ctx["dataloader"] = {**ctx["dataloader"],
+                                     "worker_handover_ms": time_worker_handover(batch)}
+                if ctx["dataloader"].get("num_workers"):  # what a batch costs in process
+                    ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
+            except Exception as e:
+                self._internal_error("worker hand-over timing", e)
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:

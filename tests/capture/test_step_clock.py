@@ -67,6 +67,16 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     if Path("/proc/thread-self/schedstat").exists():
         assert 0 <= d.report.metrics["step_cpu_wait_unprofiled_share"] <= 1
     assert set(clock["batch_bytes"]) == {8 * 16 * 4 + 8 * 8}  # float32 x[8, 16], int64 y[8]
+    # the model's forward on every step, by its hooks: part of the step, never all of it
+    assert all(0 < f < ms for f, ms in zip(clock["forward_ms"], clock["ms"], strict=True))
+    # after the loop: a batch from a real worker process, and (2+ threads) the model's
+    # work on one thread and on torch's threads
+    ctx = load_context(d.run_dir)
+    assert ctx["dataloader"]["worker_handover_ms"] > 0
+    if torch.get_num_threads() > 1:
+        assert ctx["threads"]["work_ms"] > 0 and ctx["threads"]["work_1thread_ms"] > 0
+        assert d.report.metrics["threads_one_thread_ratio"] > 0
+    assert d.report.metrics["forward_unprofiled_ms"] > 0
     m = d.report.metrics
     assert m["step_time_unprofiled_steps"] == 6
     timed = sorted(clock["ms"][1:3] + clock["ms"][-4:])

@@ -178,3 +178,75 @@ def test_num_workers_for_loading_that_waits(tmp_path):
     assert "I/O" in _predict("num_workers", m, **kw)
     p = _predict("num_workers", m, **kw, proc_cpu_mean_pct=30.0)
     assert isinstance(p, Prediction) and p.speedup > 1.3
+
+
+def test_thread_scale_from_the_timed_forward_and_backward():
+    """Amdahl from two timings: 1.5x as long on one thread as on two means half of the
+    two-thread time scales (p = 0.5 / 0.5 = 1 in units of it, serial 0.5): one thread
+    gives 0.5 + 1 = 1.5. Where the model's work is half of the main thread's own work,
+    the rest (optimizer, Python) does not scale: 1 + 0.5 x 0.5 = 1.25."""
+    facts = {"threads_one_thread_ratio": 1.5, "torch_num_threads": 2,
+             "model_work_quiet_ms": 1.0}
+    assert tr.thread_scale(facts, 1) == pytest.approx(1.5)
+    assert tr.thread_scale(facts, 2) == pytest.approx(1.0)
+    assert tr.thread_scale(facts, 1, host_ms=2.0) == pytest.approx(1.25)
+    assert tr.thread_scale({"torch_num_threads": 2}, 1) is None  # not timed: no scale
+
+
+def test_threads_split_with_the_timed_scaling_is_a_point_prediction(tmp_path):
+    """cpu_loader on 2 CPUs, torch on both. The session timed the model's work 1.5x as
+    long on one thread, and it is all of the main thread's 1000 us of ops. One worker and
+    one thread: the main process needs 1000 x 1.5 + 200 (the hand-over the session timed)
+    = 1700 us, the worker 2000 us a batch; the CPUs (1500 + 2000 + 2 x 200) / 2 = 1950 us:
+    the step is 2000 us, 1.5x, stated as a prediction, not a bound."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    p = _predict("threads", m, cpu_count=2, input_batch_bytes=400_000,
+                 dataloader_num_workers=0, input_worker_handover_ms=0.2,
+                 torch_num_threads=2, proc_cpu_mean_pct=180.0,
+                 threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+    assert isinstance(p, Prediction)
+    assert p.change == {"num_workers": 1, "intra_op_threads": 1}
+    assert not p.at_least
+    assert p.step_ms == pytest.approx(2.0, abs=0.01)
+
+
+def test_timed_hand_over_wins_over_the_byte_rate(tmp_path):
+    """test_num_workers_cpu_bound with the hand-over timed by the session (0.2 ms a batch)
+    instead of a bandwidth: the same 1700 us."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    p = _predict("num_workers", m, cpu_count=2, input_batch_bytes=400_000,
+                 dataloader_num_workers=0, input_worker_handover_ms=0.2,
+                 torch_num_threads=1, proc_cpu_mean_pct=180.0)
+    assert isinstance(p, Prediction) and p.step_ms == pytest.approx(1.7, abs=0.01)
+
+
+def _worker_loader(steps: int = 5):
+    """6 workers on 2 CPUs: each step waits 500 us for its batch, then 3000 us of ops that
+    the busy workers slowed 2x (the forward in the loop against the same forward alone)."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(steps):
+        with b.step():
+            b.dataloader(500, workers=6)
+            b.cpu(3000, "aten::addmm")
+    return b
+
+
+def test_fewer_workers_than_cpus_from_a_run_with_too_many(tmp_path):
+    """The run above (3500 us steps), a batch made alone in 2 ms, handed over in 0.2 ms,
+    ops that do not scale with threads. One worker, one thread: the ops freed of the
+    contention take 1500 us (+200 us hand-over), the worker 2000 us a batch; the CPUs
+    (1500 + 2000 + 400) / 2 = 1950 us: a 2000 us step, 1.75x. Without the contention
+    measured, the model says it cannot tell."""
+    m = _model(_worker_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=1000, dataloader_num_workers=6,
+              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=150.0,
+              threads_one_thread_ratio=1.0, input_inprocess_batch_ms=2.0)
+    why = _predict("threads", m, **kw)
+    assert isinstance(why, str) and "not measured" in why
+    p = _predict("threads", m, **kw, forward_contention=2.0)
+    assert isinstance(p, Prediction)
+    assert p.change == {"num_workers": 1, "intra_op_threads": 1}
+    assert p.step_ms == pytest.approx(2.0, abs=0.02)
+    assert p.speedup == pytest.approx(3.5 / 2.0, rel=0.02)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -167,6 +168,13 @@ class Threads(Fix):
         n = cpus(facts)
         return (n is not None and n >= 2 and count(facts, "torch_num_threads") is not None
                 and facts.get("iterable_dataset") is not True)
+
+    def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
+        """A point prediction where the session timed the forward on one thread; without
+        that, the thread pool's CPU is read as work and the prediction is a bound."""
+        bound = tr.thread_scale(facts, 1) is None
+        return dataclasses.replace(self, predicts_at_least=bound).predict_as_fix(
+            predictor, config, facts)
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
         n, threads = cpus(facts), count(facts, "torch_num_threads")

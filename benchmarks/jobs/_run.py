@@ -1,0 +1,36 @@
+"""What the benchmarks that run the project's own jobs share: finding the jobs, and the
+header every table of theirs starts with (machine, load, date, command)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+JOBS = Path(__file__).resolve().parent
+
+
+def job_names(given: list[str]) -> list[str]:
+    """``given``, else every job module in benchmarks/jobs."""
+    return given or sorted(p.stem for p in JOBS.glob("[!_]*.py"))
+
+
+def make(name: str) -> dict[str, Any]:
+    """A fresh job: ``make_job()`` of benchmarks/jobs/<name>.py."""
+    return importlib.import_module(name).make_job()
+
+
+def print_header(title: str, script: str) -> None:
+    import torch
+
+    print(f"# {title}")
+    print(f"# machine: {platform.machine()}, {len(os.sched_getaffinity(0))} CPUs usable, "
+          f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}, torch {torch.__version__}, "
+          f"Python {platform.python_version()}")
+    print(f"# date:    {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"# command: python benchmarks/{script} {' '.join(sys.argv[1:])}")
+    print()

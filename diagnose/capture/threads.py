@@ -1,0 +1,255 @@
+"""How the model's own work scales with torch's intra-op threads, measured by the session.
+
+Two cheap measurements for the threads and workers predictions (diagnose.model.transforms):
+
+- **in the loop**: the model's forward calls are timed by a pair of module hooks on every
+  step (the clock's ``forward_ms`` column). On the unprofiled steps that is the forward as
+  the job runs it: beside its DataLoader workers and whatever else holds the CPUs.
+- **after the loop** (the ``with`` block has ended, so no step is on the clock): the first
+  batch the model saw, run forward alone and forward with backward, alternately on torch's
+  threads and on one thread. The inputs are kept from the first forward call (one
+  batch). Gradients come from ``torch.autograd.grad`` (no ``.grad`` is written); the RNG
+  state, the model's buffers (BatchNorm's running statistics) and the thread count are put
+  back afterwards: the run's results do not change. Only a CPU model with more than one
+  intra-op thread is timed; anything else gives None.
+
+``work_1thread_ms / work_ms`` is what one thread costs the model's ops (Amdahl: the part
+that does not scale stays); ``forward_unprofiled_ms / forward_ms`` is how much slower the
+loop's forward ran than the same forward alone (other work on the cores: workers, other
+processes).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: rounds of (torch's threads, one thread) after one warm-up forward of each
+ROUNDS = 5
+#: rounds stop once one takes 3x this (s): the exit must stay quick
+#: idle time before each timed forward and backward (s): in a training loop torch's thread
+#: pool sleeps while the step does other work (loading, the optimizer, Python), and waking
+#: it is part of what its threads cost; timed back to back they would look better
+IDLE_S = 0.005
+SLOW_FORWARD_S = 0.5
+
+
+class ForwardTimer:
+    """Times every forward call of ``model`` into ``on_forward(seconds)`` and keeps the
+    first call's inputs (CPU models only) for :func:`time_threads`."""
+
+    def __init__(self, model: Any, on_forward: Callable[[float], None]) -> None:
+        self.model = model
+        self.on_forward = on_forward
+        self.inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._keep = _on_cpu(model)
+        self._t0: list[float] = []
+        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         model.register_forward_hook(self._post, always_call=True)]
+
+    def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._keep and self.inputs is None:
+            self.inputs = (tuple(args), dict(kwargs))
+        self._t0.append(time.perf_counter())
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._t0:
+            self.on_forward(time.perf_counter() - self._t0.pop())
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+def _on_cpu(model: Any) -> bool:
+    try:
+        p = next(iter(model.parameters()), None)
+    except Exception:
+        return False
+    return p is not None and p.device.type == "cpu"
+
+
+def _first_tensor(out: Any) -> Any:
+    """The first floating-point tensor in a forward's output (a tensor, or nested in a
+    tuple, list or dict), else None."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() else None
+    items = out.values() if isinstance(out, dict) else out if isinstance(
+        out, tuple | list) else ()
+    for v in items:
+        t = _first_tensor(v)
+        if t is not None:
+            return t
+    return None
+
+
+def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | None
+                 ) -> dict[str, Any] | None:
+    """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
+    median of :data:`ROUNDS` alternating rounds): the forward alone (``forward_ms``, to set
+    beside the loop's own forward), and the forward with its backward (``work_ms``,
+    ``work_1thread_ms``). The backward goes through ``torch.autograd.grad``, which returns
+    the gradients without touching any ``.grad``; the RNG state, the model's buffers and
+    the thread count are put back. None where it does not apply (no inputs, a GPU model,
+    one thread already)."""
+    if inputs is None or model is None or not _on_cpu(model):
+        return None
+    import torch
+
+    n = torch.get_num_threads()
+    if n < 2:
+        return None
+    args, kwargs = inputs
+    params = [p for p in model.parameters() if p.requires_grad]
+    rng = torch.get_rng_state()
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
+    backward = bool(params)
+
+    def work() -> float:
+        time.sleep(IDLE_S)  # the pool's threads go idle between steps in a real loop too
+        t0 = time.perf_counter()
+        with torch.enable_grad():
+            out = _first_tensor(model(*args, **kwargs))
+            if backward and out is not None and out.requires_grad:
+                torch.autograd.grad(out.float().sum(), params, allow_unused=True)
+        return time.perf_counter() - t0
+
+    try:
+        for k in range(ROUNDS + 1):
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            with torch.enable_grad():  # as the loop's forward runs: recording for backward
+                model(*args, **kwargs)
+            t1 = time.perf_counter()
+            times["forward"].append(t1 - t0)
+            times["work"].append(work())
+            torch.set_num_threads(1)
+            times["work_1thread"].append(work())
+            if k == 0:  # the first round warms both thread counts up
+                for v in times.values():
+                    v.clear()
+            if time.perf_counter() - t0 > 3 * SLOW_FORWARD_S:
+                break
+    finally:
+        torch.set_num_threads(n)
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+    if not times["work"]:
+        return None
+    out: dict[str, Any] = {"torch_threads": n, "backward": backward}
+    for name, v in times.items():
+        out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
+    return out
+
+
+def _clone(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, tuple | list):
+        return type(x)(_clone(v) for v in x) if not hasattr(x, "_fields") else type(x)(
+            *(_clone(v) for v in x))
+    return x
+
+
+class _Repeat:
+    """A map-style dataset whose every item is a fresh copy of one batch (made in the
+    worker, as a worker makes its batches)."""
+
+    def __init__(self, batch: Any, n: int) -> None:
+        self.batch, self.n = batch, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        return _clone(self.batch)
+
+
+#: batches handed over (after the first, which pays for the worker's start)
+HANDOVERS = 5
+
+
+def time_worker_handover(batch: Any) -> float | None:
+    """What receiving one batch like ``batch`` from a DataLoader worker process costs the
+    training process (ms, median of :data:`HANDOVERS`): a one-worker DataLoader whose
+    dataset copies the batch, each batch taken once the worker has had time to make it,
+    so the time is the hand-over alone (shared memory, file descriptors, unpickling).
+    Made after the loop; the RNG state the loader's seeding draws from is put back."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    if batch is None:
+        return None
+    rng = torch.get_rng_state()
+    try:
+        loader = DataLoader(_Repeat(batch, HANDOVERS + 1), batch_size=None, num_workers=1,  # type: ignore[arg-type,var-annotated]
+                            prefetch_factor=HANDOVERS + 1)
+        it = iter(loader)
+        try:
+            next(it)
+            times = []
+            for _ in range(HANDOVERS):
+                time.sleep(0.02)  # the worker has the next batch ready
+                t0 = time.perf_counter()
+                next(it)
+                times.append(time.perf_counter() - t0)
+        finally:
+            del it
+    finally:
+        torch.set_rng_state(rng)
+    return round(statistics.median(times) * 1e3, 4)
+
+
+def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:
+    """One batch made in the training process as an in-process loader would make it (the
+    dataset's items for the first ``batch_size`` indices, then the loader's collate_fn),
+    the best of ``repeat`` (ms): what a batch costs without workers, timed after the loop
+    with nothing else running. The RNG states the dataset may draw from (torch, random,
+    numpy) are put back. None for an iterable dataset, a custom batch sampler or a
+    ``__getitems__`` dataset's failure."""
+    import random
+
+    import torch
+
+    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    collate = getattr(loader, "collate_fn", None)
+    if ds is None or not isinstance(bs, int) or collate is None:
+        return None
+    try:
+        n = len(ds)
+    except TypeError:  # an IterableDataset
+        return None
+    idx = list(range(min(bs, n)))
+    states: list[tuple[Callable[[Any], Any], Any]] = [
+        (torch.set_rng_state, torch.get_rng_state()), (random.setstate, random.getstate())]
+    try:
+        import numpy as np
+
+        states.append((np.random.set_state, np.random.get_state()))
+    except ImportError:  # pragma: no cover
+        pass
+    best = float("inf")
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            many = getattr(ds, "__getitems__", None)
+            collate(many(idx) if callable(many) else [ds[i] for i in idx])
+            best = min(best, time.perf_counter() - t0)
+            if best > SLOW_FORWARD_S:
+                break
+    finally:
+        for put, state in states:
+            put(state)
+    return round(best * 1e3, 4)

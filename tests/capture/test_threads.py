@@ -1,0 +1,90 @@
+"""The session's cheap measurements for the threads and workers predictions
+(diagnose/capture/threads.py): they time real work and leave the run as it was."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from diagnose.capture.threads import (
+    ForwardTimer,
+    time_inprocess_batch,
+    time_threads,
+    time_worker_handover,
+)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.Dropout(0.5),
+                         nn.Linear(64, 4)).train()
+
+
+def test_forward_timer_times_every_call_and_keeps_the_first_inputs():
+    m, seen = _model(), []
+    timer = ForwardTimer(m, seen.append)
+    x1, x2 = torch.randn(8, 32), torch.randn(8, 32)
+    m(x1)
+    m(x2)
+    timer.remove()
+    m(x1)  # removed: not timed
+    assert len(seen) == 2 and all(s > 0 for s in seen)
+    assert timer.inputs is not None and timer.inputs[0][0] is x1
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_thread_timing_leaves_the_run_as_it_was():
+    """Gradients, buffers (BatchNorm's running statistics), the RNG and the thread count are
+    what they were; the timings are real (positive) and cover forward and backward."""
+    m = _model()
+    x = torch.randn(16, 32)
+    m(x).sum().backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    bufs = [b.clone() for b in m.buffers()]
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    out = time_threads(m, ((x,), {}))
+    assert out is not None and out["backward"] is True
+    assert out["work_ms"] > 0 and out["work_1thread_ms"] > 0 and out["forward_ms"] > 0
+    assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads, strict=True))
+    assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.get_num_threads() == threads
+
+
+def test_thread_timing_does_not_apply_on_one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert time_threads(_model(), ((torch.randn(4, 32),), {})) is None
+    finally:
+        torch.set_num_threads(before)
+    assert time_threads(_model(), None) is None
+
+
+def test_worker_hand_over_is_timed_with_a_real_worker():
+    batch = (torch.randn(256, 256), torch.arange(256))
+    rng = torch.get_rng_state()
+    ms = time_worker_handover(batch)
+    assert ms is not None and ms > 0
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_in_process_batch_is_timed_and_the_rngs_put_back():
+    class Noisy(TensorDataset):
+        def __getitem__(self, i):  # draws from every RNG, as augmentations do
+            random.random(), np.random.rand(), torch.rand(1)
+            return super().__getitem__(i)
+
+    loader = DataLoader(Noisy(torch.randn(100, 8), torch.arange(100)), batch_size=10,
+                        num_workers=2)
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    ms = time_inprocess_batch(loader)
+    assert ms is not None and ms > 0
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert random.getstate() == states[1]
+    assert np.array_equal(np.random.get_state()[1], states[2])
