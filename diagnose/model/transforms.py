@@ -189,8 +189,13 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     if over and pct is None and fetch.any():
         return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
-    slow = threads / max(1, cpus - busy) if over else 1.0
-    slow /= _contention(facts, now, threads_now, cpus)
+    # Oversubscribed now: the contention measured in the forward is what it costs; a
+    # change that stays oversubscribed keeps it, one that is not frees the work of it.
+    # Not oversubscribed now: the formula above says what oversubscribing would cost.
+    if over_now:
+        slow = 1.0 if over else 1.0 / _contention(facts, now, threads_now, cpus)
+    else:
+        slow = threads / max(1, cpus - busy) if over else 1.0
     out = g.copy()
     host = fetch | wait
     if k == 0:  # the batches are made in the training process: the fetch is on its thread

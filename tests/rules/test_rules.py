@@ -47,11 +47,11 @@ def _ctx(**over):
 
 
 # --- traces that plant one symptom each -------------------------------------------------
-def _bursty_loader(**kw):
+def _bursty_loader(workers: int = 4, **kw):
     b = tb.TraceBuilder(**kw)
     for i in range(6):
         with b.step():
-            b.dataloader(60_000.0 if i == 0 else 300.0, workers=4)
+            b.dataloader(60_000.0 if i == 0 else 300.0, workers=workers)
             for _ in range(20):
                 b.kernel(dur=1500.0)
             b.sync()
@@ -195,6 +195,16 @@ def test_rule_quiet_on_healthy_run(rule_id, tmp_path):
     path = _write(tmp_path, "healthy", tb.healthy())
     report = analyze(path, context=_ctx())
     assert not [f for f in report.findings if f.rule == rule_id]
+
+
+def test_bursts_of_an_in_process_loader_are_not_blamed_on_workers(tmp_path):
+    """IN003's fixes (persistent workers, a deeper prefetch queue) need worker processes: an
+    in-process loader's bursts (a slow sample, the garbage collector pausing the fetch)
+    are not its symptom."""
+    path = _write(tmp_path, "bursty0", _bursty_loader(workers=0))
+    report = analyze(path)
+    assert report.metrics["dataloader_multiprocess"] is False
+    assert not [f for f in report.findings if f.rule == "IN003"]
 
 
 @pytest.mark.parametrize("legacy", [False, True])
