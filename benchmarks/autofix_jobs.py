@@ -4,8 +4,9 @@ helps, never leave a job slower, and do its kept changes measure what the model 
     python benchmarks/autofix_jobs.py                      # every job in benchmarks/jobs, 3 runs
     python benchmarks/autofix_jobs.py too_many_workers --runs 3
 
-Each run is ``diagnose.autofix`` on a fresh ``make_job()`` (default budget, the fixes the
-diagnosis names, tried in predicted order). One row per tried decision: the prediction it
+Each run is ``diagnose(model, loader, optimizer=..., loss_fn=...).autofix()`` on a fresh
+``make_job()``, as the README shows it (default budget; the fixes the diagnosis names,
+tried in predicted order). One row per tried decision: the prediction it
 carried, the measured speedup with its 95% interval, kept or not, and for a kept change
 whether the measurement is within 15% of the prediction. Then per run the before/after of
 everything kept (its own interleaved measurement) against the model's predicted tuned step.
@@ -37,7 +38,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     names = job_names(args.jobs)
-    from diagnose import autofix
+    from diagnose import diagnose
 
     print_header("autofix on the project's own jobs: predicted beside measured", "autofix_jobs.py")
     head = (f"{'job':<17} {'run':>3} {'fix':<15} {'change':<34} {'predicted':>9} "
@@ -50,8 +51,8 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             job = make(name)
             with tempfile.TemporaryDirectory() as tmp:
-                r = autofix(job["model"], job["loader"], job["optimizer"],
-                            loss_fn=job["loss_fn"], out_dir=tmp)
+                r = diagnose(job["model"], job["loader"], optimizer=job["optimizer"],
+                             loss_fn=job["loss_fn"], out_dir=tmp).autofix()
             for d in r.decisions:
                 if d.speedup is None and d.predicted_speedup is None:
                     continue

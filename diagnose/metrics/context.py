@@ -59,7 +59,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
     "forward_unprofiled_ms": (
-        "ms", "the model's forward calls per unprofiled step (median; module hooks time it)"),
+        "ms", "the model's forward calls per unprofiled step (median of the steps after the "
+        "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
     "forward_quiet_ms": (
         "ms", "one forward on the first batch, on torch's threads, timed after the loop "
         "(nothing else running; CPU models with more than one thread only)"),
@@ -295,7 +296,11 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
         out["step_time_unprofiled_mean_ms"] = round(statistics.fmean(times), 3)
         out["step_time_unprofiled_steps"] = len(times)
-        fwd = [as_number(r.get("forward_ms"), finite=False) for r in free]
+        # the steps after the window when there are enough: in the first ones worker
+        # processes start and fill their queues, which the forward would pay for
+        late = [r for r in free if r.get("phase") == "after"]
+        fwd = [as_number(r.get("forward_ms"), finite=False)
+               for r in (late if len(late) >= MIN_CLOCK_STEPS else free)]
         if fwd and all(f is not None for f in fwd):
             out["forward_unprofiled_ms"] = round(statistics.median(
                 [f or 0.0 for f in fwd]), 4)

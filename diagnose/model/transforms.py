@@ -115,11 +115,15 @@ def main_host_ms(g: Graph) -> float:
 def _contention(facts: Facts, now_workers: float | None, threads: int, cpus: int) -> float:
     """How much the measured step's own work was slowed by busy workers sharing the cores
     with torch's threads: the loop's forward over the same forward timed alone
-    (``forward_contention``), counted only where the run oversubscribes its cores."""
+    (``forward_contention``), at most what sharing the cores fairly among torch's threads
+    and the busy workers gives, counted only where the run oversubscribes its cores."""
     c = _num(facts, "forward_contention")
     if c is None or not now_workers or threads + min(now_workers, cpus) <= cpus:
         return 1.0
-    return max(c, 1.0)
+    # no more than sharing the cores fairly among every thread that wants one explains
+    # (a forward timed while the workers started up can look slower than that)
+    fair = (threads + min(now_workers, cpus)) / cpus
+    return min(max(c, 1.0), fair)
 
 
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:

@@ -250,6 +250,10 @@ def test_fewer_workers_than_cpus_from_a_run_with_too_many(tmp_path):
     assert p.change == {"num_workers": 1, "intra_op_threads": 1}
     assert p.step_ms == pytest.approx(2.0, abs=0.02)
     assert p.speedup == pytest.approx(3.5 / 2.0, rel=0.02)
+    # a forward timed 5x slower than alone (the workers starting up) is held to what
+    # sharing 2 CPUs fairly among 2 threads and 2 busy workers gives: 2x, as above
+    r = _predict("threads", m, **kw, forward_contention=5.0)
+    assert isinstance(r, Prediction) and r.step_ms == pytest.approx(2.0, abs=0.02)
     # two workers beside torch's two threads still oversubscribe the CPUs: the contention
     # measured stays, the wait for the batch goes, the hand-over comes: 3000 + 200 us
     q = FIXES["num_workers"].transform(m.graph, {"num_workers": 2},
