@@ -36,6 +36,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jobs", nargs="*", help="job names in benchmarks/jobs (default: all)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep each run's folder (baseline capture, autofix.json) under DIR")
     args = ap.parse_args()
     names = job_names(args.jobs)
     from diagnose import diagnose
@@ -51,8 +53,9 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             job = make(name)
             with tempfile.TemporaryDirectory() as tmp:
+                out = Path(args.keep) / f"{name}-{run}" if args.keep else Path(tmp)
                 r = diagnose(job["model"], job["loader"], optimizer=job["optimizer"],
-                             loss_fn=job["loss_fn"], out_dir=tmp).autofix()
+                             loss_fn=job["loss_fn"]).autofix(out_dir=out)
             for d in r.decisions:
                 if d.speedup is None and d.predicted_speedup is None:
                     continue

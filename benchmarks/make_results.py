@@ -71,6 +71,15 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "its change applied exactly as autofix applies it, timed in interleaved blocks "
         "against the unchanged job. Goal: measured within 15% of predicted.",
     ),
+    "autofix_jobs": (
+        "Autofix on the project's own jobs: predicted beside measured",
+        ["benchmarks/autofix_jobs.py", "too_many_workers", "--runs", "3"],
+        "diagnose(...).autofix() as the README shows it, on a fresh job each run: every "
+        "tried decision with the prediction it carried, the measured speedup and its 95% "
+        "interval; a kept change within 15% of its prediction or not; each run's before/"
+        "after. Goals: the job with more workers than CPUs keeps fewer workers in 3 of 3 "
+        "runs; no job is left slower; tensor rows keep the batched fetch.",
+    ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",

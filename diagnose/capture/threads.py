@@ -123,6 +123,7 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
     try:
         for k in range(ROUNDS + 1):
             torch.set_num_threads(n)
+            time.sleep(IDLE_S)  # as in the loop: the pool has been idle while a batch loaded
             t0 = time.perf_counter()
             with torch.enable_grad():  # as the loop's forward runs: recording for backward
                 model(*args, **kwargs)

@@ -98,8 +98,15 @@ def calibrate(g: Graph, target_ratio: float, fetch_share: float | None = None) -
     if abs(_step(g) - want) <= 0.005 * want:
         return g
     pts = [(0.0, _step(g.scale(host, 0.0))), (1.0, _step(g))]
-    if pts[0][1] >= want:  # even a free host does not get there: the device sets the step
-        return g.scale(host, 0.0)
+    if pts[0][1] >= want:
+        # even a free host does not get there: the device (or batches that arrived when
+        # the trace says) sets the step. Take the host's work down only as far as it
+        # still shortens the replay: below that it is off the critical path, and work a
+        # fix could move must not vanish from the model.
+        floor = pts[0][1] * 1.005
+        f = next((f for f in (1.0, 0.8, 0.6, 0.4, 0.2) if _step(g.scale(host, f)) <= floor),
+                 0.2)
+        return g.scale(host, f)
     f = 1.0
     for _ in range(8):
         (f0, v0), (f1, v1) = pts[-2], pts[-1]

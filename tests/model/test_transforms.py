@@ -235,27 +235,21 @@ def _worker_loader(steps: int = 5):
 
 def test_fewer_workers_than_cpus_from_a_run_with_too_many(tmp_path):
     """The run above (3500 us steps), a batch made alone in 2 ms, handed over in 0.2 ms,
-    ops that do not scale with threads. One worker, one thread: the ops freed of the
-    contention take 1500 us (+200 us hand-over), the worker 2000 us a batch; the CPUs
-    (1500 + 2000 + 400) / 2 = 1950 us: a 2000 us step, 1.75x. Without the contention
-    measured, the model says it cannot tell."""
+    ops that do not scale with threads. Its ops ran 2 / (2 - 2) -> 2x as long as alone
+    (torch's 2 threads beside busy workers on 2 CPUs: the rule that says what
+    oversubscribing costs, read the other way). One worker, one thread: the ops take
+    1500 us (+200 us hand-over), the worker 2000 us a batch; the CPUs
+    (1500 + 2000 + 400) / 2 = 1950 us: a 2000 us step, 1.75x."""
     m = _model(_worker_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=1000, dataloader_num_workers=6,
               input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=150.0,
               threads_one_thread_ratio=1.0, input_inprocess_batch_ms=2.0)
-    why = _predict("threads", m, **kw)
-    assert isinstance(why, str) and "not measured" in why
-    p = _predict("threads", m, **kw, forward_contention=2.0)
+    p = _predict("threads", m, **kw)
     assert isinstance(p, Prediction)
     assert p.change == {"num_workers": 1, "intra_op_threads": 1}
     assert p.step_ms == pytest.approx(2.0, abs=0.02)
     assert p.speedup == pytest.approx(3.5 / 2.0, rel=0.02)
-    # a forward timed 5x slower than alone (the workers starting up) is held to what
-    # sharing 2 CPUs fairly among 2 threads and 2 busy workers gives: 2x, as above
-    r = _predict("threads", m, **kw, forward_contention=5.0)
-    assert isinstance(r, Prediction) and r.step_ms == pytest.approx(2.0, abs=0.02)
     # two workers beside torch's two threads still oversubscribe the CPUs: the contention
-    # measured stays, the wait for the batch goes, the hand-over comes: 3000 + 200 us
-    q = FIXES["num_workers"].transform(m.graph, {"num_workers": 2},
-                                       _facts(m, **kw, forward_contention=2.0))
+    # stays, the wait for the batch goes, the hand-over comes: 3000 + 200 us
+    q = FIXES["num_workers"].transform(m.graph, {"num_workers": 2}, _facts(m, **kw))
     assert _median(q) == pytest.approx(3.2, abs=0.02)
