@@ -79,7 +79,7 @@ def main() -> int:
                     if r.predicted_tuned_ms is not None else "")
             slower = iv is not None and iv.hi < 1.0
             summary.append(f"{name:<17} {run:>3}  kept: "
-                           f"{r.best.describe_change(r.original) or 'nothing'}; "
+                           f"{r.original.describe_change(r.best) or 'nothing'}; "
                            f"{before_after}{pred}{'  LEFT SLOWER' if slower else ''}")
     print()
     for line in summary:
