@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import statistics
 import sys
 import tempfile
@@ -66,21 +67,36 @@ def _threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None]:
-    """The loader for ``change`` (built as autofix builds it) and the threads to use."""
+def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None, bool]:
+    """The loader for ``change`` (built as autofix builds it), the threads to use and
+    whether to freeze the collector's objects (as a trial does)."""
     from diagnose.fixes import TrainConfig
     from diagnose.tune.trial import build_loader
 
     base = TrainConfig.from_objects(job["loader"], job["optimizer"])
     known = {k: v for k, v in change.items() if hasattr(base, k)}
     cfg = base.replace(**known)
-    return build_loader(job["loader"], cfg), getattr(cfg, "intra_op_threads", None)
+    return build_loader(job["loader"], cfg), getattr(cfg, "intra_op_threads", None), bool(
+        getattr(cfg, "gc_freeze", False))
 
 
-def _time(job: dict[str, Any], arms: list[tuple[Any, int | None]], rounds: int,
+@contextlib.contextmanager
+def _frozen(on: bool):
+    if on and gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+        try:
+            yield
+        finally:
+            gc.unfreeze()
+    else:
+        yield
+
+
+def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool]], rounds: int,
           steps: int) -> list[list[float]]:
     m, opt, loss_fn = job["model"], job["optimizer"], job["loss_fn"]
-    its = [iter(loader) for loader, _ in arms]
+    its = [iter(loader) for loader, _, _ in arms]
     out: list[list[float]] = [[] for _ in arms]
 
     def batch(i: int) -> Any:
@@ -91,8 +107,8 @@ def _time(job: dict[str, Any], arms: list[tuple[Any, int | None]], rounds: int,
             return next(its[i])
 
     for _ in range(rounds):
-        for i, (_, threads) in enumerate(arms):
-            with _threads(threads):
+        for i, (_, threads, freeze) in enumerate(arms):
+            with _threads(threads), _frozen(freeze):
                 for k in range(3 + steps):
                     if k == 3:
                         t0 = time.perf_counter()

@@ -40,9 +40,10 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
 #: reads) ms, collate ms, batches pulled, the bytes of their tensors, the wait for a CPU and
-#: the time in the model's forward calls
+#: the time in the model's forward calls, and the garbage collector's pauses (ms, and how
+#: many of them were full collections)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
-                 "batch_bytes", "cpu_wait_ms", "forward_ms")
+                 "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -95,6 +96,8 @@ class _Step:
     batches: int = 0
     nbytes: int | None = None
     forward: float | None = None
+    gc: float = 0.0
+    gc_full: int = 0
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -134,6 +137,7 @@ class Steps:
         self.worker_pids: set[int] = set()
         self.rows: list[tuple[Any, ...]] = []
         self.first_batch: Any = None
+        self.gc_timed = False  # the session times the collector's pauses (gc_ms column)
         self._after = 0
         self._pending = False
         self._opt_ref: weakref.ReferenceType[Any] | None = None
@@ -231,6 +235,13 @@ class Steps:
         except Exception as e:
             self._error("DataLoader timing", e)
 
+    def on_gc(self, seconds: float, generation: int) -> None:
+        """The garbage collector paused the training thread for ``seconds``."""
+        st = self._step
+        if st is not None and not (self.done or self.closed):
+            st.gc += seconds
+            st.gc_full += generation == 2
+
     def on_forward(self, seconds: float) -> None:
         """The model's forward call took ``seconds`` (its hooks time it)."""
         st = self._step
@@ -256,7 +267,9 @@ class Steps:
                               st.batches, st.nbytes,
                               None if wait is None or st.wait0 is None
                               else (wait - st.wait0) / 1e6,
-                              None if st.forward is None else st.forward * 1e3))
+                              None if st.forward is None else st.forward * 1e3,
+                              st.gc * 1e3 if self.gc_timed else None,
+                              st.gc_full if self.gc_timed else None))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():

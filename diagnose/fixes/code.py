@@ -424,6 +424,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
                  "batch",
                  f"                    sampler=BatchSampler({order}, batch_size={bs}, "
                  f"drop_last={spec.drop_last if spec is not None else False}))"]
+    if after.gc_freeze and not before.gc_freeze:
+        step += ["import gc", "gc.collect()", "gc.freeze()  # once, before the loop"]
     if after.cudnn_benchmark and not before.cudnn_benchmark:
         step.append("torch.backends.cudnn.benchmark = True")
     if after.channels_last and not before.channels_last:
@@ -478,7 +480,7 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
 _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_last",
                        "cudnn_benchmark", "compile", "zero_grad_set_to_none",
                        "optimizer_foreach", "optimizer_fused", "grad_accum_steps",
-                       "intra_op_threads", "batched_fetch"})
+                       "intra_op_threads", "batched_fetch", "gc_freeze"})
 
 
 __all__ = ["AFFINITY", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",

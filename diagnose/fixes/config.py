@@ -34,6 +34,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     intra_op_threads: int | None = None  # torch.set_num_threads in the training process (None: as it is)
     batched_fetch: bool = False  # one dataset[indices] call per batch, not one per sample
+    gc_freeze: bool = False  # gc.collect(); gc.freeze() before the steps (undone after a trial)
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:

@@ -58,6 +58,16 @@ CATALOG: dict[str, tuple[str, str]] = {
         "prediction starts from",
     ),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "gc_pause_ms": (
+        "ms", "mean per unprofiled step: the time Python's garbage collector paused the "
+        "training thread (gc.callbacks)"),
+    "gc_pause_share": ("fraction", "gc_pause_ms / the mean unprofiled step time"),
+    "gc_full_collections": (
+        "count", "full (generation 2) collections on the training thread in the unprofiled "
+        "steps"),
+    "gc_pause_max_ms": ("ms", "the longest garbage-collector time in one unprofiled step"),
+    "gc_frozen_objects": (
+        "count", "objects gc.freeze() had moved out of the collector's reach (0: none)"),
     "forward_unprofiled_ms": (
         "ms", "the model's forward calls per unprofiled step (median of the steps after the "
         "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
@@ -207,6 +217,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     fused = _get(ctx, "optimizer", "fused_effective")
     out["optimizer_fused"] = _bool(fused if fused is not None else _get(ctx, "optimizer", "fused"))
     out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
+    out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
     out["model_param_count"] = as_int(_get(ctx, "model", "param_count"))
     out["model_param_dtype"] = _str(_get(ctx, "model", "param_dtype"))
@@ -296,6 +307,15 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
         out["step_time_unprofiled_mean_ms"] = round(statistics.fmean(times), 3)
         out["step_time_unprofiled_steps"] = len(times)
+        gcs = [as_number(r.get("gc_ms"), finite=False) for r in free]
+        if gcs and all(g is not None for g in gcs):
+            mean_step = statistics.fmean(times)
+            pauses = [g or 0.0 for g in gcs]
+            out["gc_pause_ms"] = round(statistics.fmean(pauses), 4)
+            out["gc_pause_max_ms"] = round(max(pauses), 4)
+            out["gc_pause_share"] = (round(statistics.fmean(pauses) / mean_step, 4)
+                                     if mean_step > 0 else None)
+            out["gc_full_collections"] = sum(as_int(r.get("gc_full")) or 0 for r in free)
         # the steps after the window when there are enough: in the first ones worker
         # processes start and fill their queues, which the forward would pay for
         late = [r for r in free if r.get("phase") == "after"]
@@ -371,6 +391,10 @@ def clock_note(m: dict[str, object]) -> str | None:
             prof / free < MIN_OVERHEAD_RATIO):
         why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), which "
                    "a profiler cannot do: something else on the machine changed the pace")
+    gc_share, gc_max = m.get("gc_pause_share"), m.get("gc_pause_max_ms")
+    if isinstance(gc_share, float) and gc_share >= 0.03 and isinstance(gc_max, float):
+        why.append(f"Python's garbage collector paused some of them (up to {gc_max:.0f} ms in "
+                   "one step; see CF006)")
     busy = m.get("step_cpu_wait_unprofiled_share")
     if isinstance(busy, float) and busy >= 0.05:
         why.append(f"the machine was busy: the training thread waited {busy:.0%} of these "

@@ -158,6 +158,10 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         elif per_worker is not None and alive:
             # a batch costs the CPU time the workers spent per step (one batch a step)
             mean_cost = per_worker / 100 * alive * step
+        elif now is not None and now > cpus:
+            return ("cannot tell: what a batch costs the workers is not measured, and more "
+                    "workers than CPUs share them in ways the trace does not show (a live "
+                    "capture with host sampling measures it)")
         elif now is not None and now >= 1 and waited >= 0.05 * step:
             # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
             mean_cost = step * min(now, cpus)
@@ -174,9 +178,14 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     b = batch_bytes(g, facts)
     if b is None:
         return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
+    # receiving a batch: as the session timed it; else, with workers now, the shortest
+    # wait of the window (a batch that was ready: the graph's wait tasks hold it); else
+    # the batch's bytes at a shared-memory rate
     timed = _num(facts, "input_worker_handover_ms")
     rate = _num(facts, "worker_transfer_gbps") or SHM_GBPS
-    hand_over = 0.0 if k == 0 else timed * 1e3 if timed is not None else b / (rate * 1e3)
+    seen = float(g.dur[wait].min()) if wait.any() and now else None
+    hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
+                 if seen is not None else b / (rate * 1e3))
     threads = int(change.get("intra_op_threads") or threads_now)
     # Loading that waits (files, network, sleep) needs no core: the training process's
     # measured CPU tells (about a core or more the whole time is CPU-bound loading). CPU
@@ -417,6 +426,23 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
         out = g if isinstance(made, str) else made
     host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
     return out.scale(host, scale)
+
+
+# ---------------------------------------------------------------- the host's pauses
+def remove_gc_pauses(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """``gc.freeze()``: the garbage collector's pauses on the training thread go. The
+    session timed them per step (``gc_pause_ms``, a mean over the unprofiled steps); the
+    main thread's own work per step (ops, launches, in-process loading) loses that much,
+    in proportion (the pause lands on whichever allocation trips it)."""
+    pause = _num(facts, "gc_pause_ms")
+    if pause is None:
+        return ("cannot tell: the collector's pauses were not timed (a live capture times "
+                "them)")
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    own = float(_per_step(g, main, g.dur).mean()) / 1e3 if g.n_steps else 0.0
+    if own <= 0 or pause <= 0:
+        return "the collector did not pause the profiled steps' thread"
+    return g.scale(main, max(0.0, own - pause) / own)
 
 
 def cannot(why: str) -> Transform:

@@ -35,6 +35,7 @@ from diagnose.capture.samplers import (
     SamplerThread,
     UnavailableSampler,
 )
+from diagnose.capture.gcpause import GcTimer, frozen_objects
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
@@ -147,6 +148,7 @@ class Session:
         self._sampler_thread: SamplerThread | None = None
         self._hook_handle: Any = None
         self._forward: ForwardTimer | None = None
+        self._gc: GcTimer | None = None
         self._loader_hook: loader_shim.LoaderHook | None = None
         self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
         self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
@@ -300,6 +302,8 @@ class Session:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook_handle = register_optimizer_step_post_hook(self._steps.on_optimizer_step)
+        self._gc = GcTimer(self._steps.on_gc)
+        self._steps.gc_timed = True
         if callable(getattr(self.model, "register_forward_pre_hook", None)):
             self._forward = ForwardTimer(self.model, self._steps.on_forward)
         if self.loader is None:
@@ -321,6 +325,9 @@ class Session:
             self._hook_handle = None
         if self._forward is not None:
             self._forward.remove()
+        if self._gc is not None:
+            self._gc.remove()
+            self._gc = None
         if self._loader_hook is not None:
             self._loader_hook.restore()
             self._loader_hook = None
@@ -391,6 +398,7 @@ class Session:
             return
         ctx = dict(self._context)
         ctx["optimizer"] = ctxmod.optimizer_info(self._steps.optimizer)
+        ctx["gc_frozen_objects"] = frozen_objects()
         fwd, self._forward = self._forward, None
         if fwd is not None and exc is None:  # after the loop: on no step's clock
             try:

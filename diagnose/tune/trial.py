@@ -233,6 +233,7 @@ class Trial:
         self._it: Any = None
         self._flag: bool | None = None
         self._threads: int | None = None  # torch's intra-op threads before the trial
+        self._froze = False  # this trial froze the collector's objects (undone at exit)
         self._relaid: list[Any] = []
 
     # ------------------------------------------------------------------ enter / exit
@@ -244,6 +245,10 @@ class Trial:
         if self.cfg.intra_op_threads is not None:
             self._threads = torch.get_num_threads()
             torch.set_num_threads(self.cfg.intra_op_threads)
+        if self.cfg.gc_freeze and gc.get_freeze_count() == 0:  # never undo the user's own
+            gc.collect()
+            gc.freeze()
+            self._froze = True
         if self.cfg.channels_last:
             cl = torch.channels_last
             for t in [*self.w.model.parameters(), *self.w.model.buffers()]:
@@ -280,6 +285,9 @@ class Trial:
             if self._threads is not None:
                 torch.set_num_threads(self._threads)
                 self._threads = None
+            if self._froze:
+                gc.unfreeze()
+                self._froze = False
 
     def close(self) -> None:
         """Shut the worker processes down (also persistent ones)."""

@@ -248,7 +248,8 @@ def test_render_change_writes_every_config_field(monkeypatch: pytest.MonkeyPatch
                "prefetch_factor": 4, "batch_size": 4, "non_blocking": True,
                "amp_dtype": "float16", "channels_last": True, "cudnn_benchmark": True,
                "compile": True, "zero_grad_set_to_none": False, "optimizer_foreach": True,
-               "grad_accum_steps": 2, "intra_op_threads": 1, "batched_fetch": True}
+               "grad_accum_steps": 2, "intra_op_threads": 1, "batched_fetch": True,
+               "gc_freeze": True}
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     assert set(changed) | {"optimizer_fused"} == names == _RENDERED
     for k, v in changed.items():

@@ -46,6 +46,23 @@ def _ctx(**over):
     return ctx
 
 
+def _gc_clock(pauses: list[float]) -> dict:
+    """A capture whose clock timed steps of 20 ms (the first left out, as the session does)
+    with the collector's pauses ``pauses`` (ms; a pause over 5 ms was a full collection)."""
+    n = len(pauses)
+    return {"step_clock": {"phase": ["wait"] * n, "ms": [20.0 + p for p in pauses],
+                           "gc_ms": pauses, "gc_full": [int(p > 5) for p in pauses]}}
+
+
+def _cpu_steps(**kw):
+    """CPU only: 8 steps of 20 ms of ops on the training thread."""
+    b = tb.TraceBuilder(device=None)
+    for _ in range(8):
+        with b.step():
+            b.cpu(20_000.0, "aten::addmm")
+    return b
+
+
 # --- traces that plant one symptom each -------------------------------------------------
 def _bursty_loader(workers: int = 4, **kw):
     b = tb.TraceBuilder(**kw)
@@ -143,6 +160,8 @@ POSITIVE = {
     "IN003": (_bursty_loader, None, "warning"),
     "IN004": (lambda: tb.dataloader_bound(workers=4, share=0.1),
               _ctx(dataloader={"num_workers": 16}, cpu_count=4), "warning"),
+    "CF006": (_cpu_steps, _ctx(capture=_gc_clock([0, 0.1, 30, 0.1, 0.2, 40, 0.1, 0.1]),
+                                gc_frozen_objects=0), "warning"),
     "TR001": (tb.pageable_copies, None, "warning"),
     # a hidden sync costs little GPU time here (the host catches up at once): info, truthfully
     "TR002": (tb.hidden_sync, None, "info"),
@@ -205,6 +224,18 @@ def test_bursts_of_an_in_process_loader_are_not_blamed_on_workers(tmp_path):
     report = analyze(path)
     assert report.metrics["dataloader_multiprocess"] is False
     assert not [f for f in report.findings if f.rule == "IN003"]
+
+
+def test_gc_pauses_healthy_and_frozen(tmp_path):
+    """Small collections only (no full one): no finding. gc.freeze() already in place: the
+    finding offers no fix that is there."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    quiet = analyze(path, context=_ctx(capture=_gc_clock([0.1] * 8), gc_frozen_objects=0))
+    assert not [f for f in quiet.findings if f.rule == "CF006"]
+    frozen = analyze(path, context=_ctx(capture=_gc_clock([0, 0.1, 30, 0.1, 0.2, 40, 0.1, 0.1]),
+                                        gc_frozen_objects=250_000))
+    (f,) = [f for f in frozen.findings if f.rule == "CF006"]
+    assert "gc_freeze" not in f.fixes or any("in place" in h for h in f.hints)
 
 
 @pytest.mark.parametrize("legacy", [False, True])

@@ -72,3 +72,25 @@ def test_the_drain_is_paid_once_per_block() -> None:
     assert len(per_step) == 2 and len(one) == 8
     assert (per_step >= 0.2 / 4).all() and (one >= 0.2).all()
     assert float(per_step.max()) < float(one.min())
+
+
+def test_a_gc_freeze_trial_freezes_and_undoes_only_its_own() -> None:
+    """gc_freeze: the trial's steps run with the collector's objects frozen, and the trial
+    unfreezes them after; a user's own freeze is left as it was."""
+    import gc
+
+    w = _workload(Drain())
+    cfg = TrainConfig.from_objects(w.loader, w.optimizer).replace(gc_freeze=True)
+    assert gc.get_freeze_count() == 0
+    with Trial(w, cfg) as t:
+        t.step()
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the user's own
+    try:
+        mine = gc.get_freeze_count()
+        with Trial(w, cfg) as t:
+            t.step()
+        assert 0 < gc.get_freeze_count() <= mine  # not unfrozen (some frozen objects died)
+    finally:
+        gc.unfreeze()
