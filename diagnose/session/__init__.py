@@ -26,6 +26,7 @@ from typing import Any
 
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
+from diagnose.capture.gcpause import GcTimer, frozen_objects
 from diagnose.capture.profiler import WindowProfiler
 from diagnose.capture.samplers import (
     DEFAULT_HZ,
@@ -35,7 +36,6 @@ from diagnose.capture.samplers import (
     SamplerThread,
     UnavailableSampler,
 )
-from diagnose.capture.gcpause import GcTimer, frozen_objects
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
