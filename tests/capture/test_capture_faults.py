@@ -122,8 +122,10 @@ def test_worker_that_is_killed(tmp_path):
                     for w in psutil.Process().children():
                         os.kill(w.pid, signal.SIGKILL)
 
-    # torch's wording varies: "killed by signal" / "exited unexpectedly"
-    assert "DataLoader worker" in _raised(loop)
+    # torch's wording varies: "killed by signal" / "exited unexpectedly"; killed while it
+    # handed a batch over, the file-descriptor transfer breaks first
+    msg = _raised(loop)
+    assert "DataLoader worker" in msg or msg.startswith("ConnectionResetError"), msg
     gc.collect()
     _no_leftovers()
 
