@@ -10,6 +10,9 @@ fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofi
 (``diagnose.tune.trial.build_loader`` over a ``TrainConfig``; ``intra_op_threads`` by
 ``torch.set_num_threads``), and the job is timed without the profiler in interleaved blocks
 (baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones).
+The ms columns are "the diagnosis' / the timing's": the base step the diagnosis predicted
+from (its mean unprofiled step) against the timed baseline, and the predicted step against
+the timed changed one.
 Measured speedup = median baseline block / median changed block, with a bootstrap 95%
 interval over the rounds. A prediction is "within 15%" when measured / predicted is in
 [0.85, 1.15]. Prints one table; machine, date and load are in its header.
@@ -140,8 +143,9 @@ def main() -> int:
     names = job_names(args.jobs)
     print_header("predictions checked by timing the job without the profiler",
                  "predict_vs_measured.py")
-    head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>8} "
-            f"{'predicted':>10} {'measured [95% CI]':>22} {'meas/pred':>9}  verdict")
+    head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>13} "
+            f"{'changed ms':>13} {'predicted':>10} {'measured [95% CI]':>22} {'meas/pred':>9}"
+            "  verdict")
     print(head)
     print("-" * len(head))
     rows = within = 0
@@ -169,8 +173,11 @@ def main() -> int:
             rows += 1
             within += ok
             ch = ", ".join(f"{k}={v}" for k, v in change.items())
+            said = pred["step_ms"] * pred["speedup"]  # the diagnosis' own base step
             print(f"{name:<17} {rule:<8} {fix['id']:<14} {ch:<34} "
-                  f"{statistics.median(times[0]):8.2f} {pred['speedup']:9.2f}x "
+                  f"{said:6.2f}/{statistics.median(times[0]):6.2f} "
+                  f"{pred['step_ms']:6.2f}/{statistics.median(times[1]):6.2f} "
+                  f"{pred['speedup']:9.2f}x "
                   f"{sp:8.2f}x [{lo:.2f}, {hi:.2f}] {err:9.2f}  "
                   f"{'within 15%' if ok else 'OFF'}")
     print()

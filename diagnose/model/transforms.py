@@ -218,7 +218,11 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
     free = k if io else cpus
     cap = max(1, min(k, free))
-    per_batch = mean_cost / cap  # one batch every per_batch us once the pipeline is full
+    # a worker makes the batch and puts it into shared memory (its side of the hand-over,
+    # as long as the receiving side: the CPU bound counts both): one batch every
+    # per_batch us once the pipeline is full
+    made = mean_cost + hand_over
+    per_batch = made / cap
     # the main process now waits for the batch and receives it
     out.kind[host] = TaskKind.DL_WAIT
     out.dur[host] = hand_over
@@ -227,14 +231,14 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     ids = np.flatnonzero(host)
     n = len(ids)
     # batch i is ready per_batch after batch i-1 (steady state: the workers are staggered)
-    ready = g.t0 + per_batch * np.arange(1, n + 1) - mean_cost
+    ready = g.t0 + per_batch * np.arange(1, n + 1) - made
     out = out.remove_edges(np.isin(out.edst, ids) & (out.ekind == EdgeKind.END_AFTER_END))
     prod = (out.kind == TaskKind.PRODUCER)
     out = out.take(~prod) if prod.any() else out
     # ids shift when old producer tasks go (they were appended after the host tasks)
     ids = np.flatnonzero(out.kind == TaskKind.DL_WAIT)
     out, p = out.add_tasks(kind=np.full(n, int(TaskKind.PRODUCER), np.int8),
-                           res=np.full(n, r, np.int32), dur=np.full(n, mean_cost),
+                           res=np.full(n, r, np.int32), dur=np.full(n, made),
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
     if slow != 1.0:
@@ -247,7 +251,7 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     """No setting beats (all CPU work per step) / cores: the main process's own work on its
     intra-op threads (``base``: the unchanged step, freed of the contention measured now;
     on a new thread count, that work as the forward's scaling says, on those threads), every
-    batch's fetch and collate, and the hand-over of each batch (``g``: the changed step)."""
+    batch's fetch and collate and both sides of its hand-over (``g``: the changed step)."""
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return None
@@ -263,7 +267,7 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
     hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
         "num_workers") else 0.0
-    return (cpu_main + work + 2 * hand) / cpus / 1e3
+    return (cpu_main + work + hand) / cpus / 1e3  # the producer's tasks hold the worker's side
 
 
 # ---------------------------------------------------------------- transfers
