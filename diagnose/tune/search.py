@@ -48,7 +48,8 @@ class Tuner(Measurer):
         self.fixes_left = 1  # fixes still to try (the runner counts down): budget shares
         self.original: TrainConfig | None = None  # the baseline config (ladders stay above it)
         self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
-        self.fix_start: TrainConfig | None = None  # the config the current fix started from
+        # kept changes: the fields each changed and its fix's prediction (vs the baseline)
+        self.kept: list[tuple[frozenset[str], float | None]] = []
 
     # ------------------------------------------------------------------ budget
     def out_of_budget(self) -> str | None:
@@ -69,6 +70,22 @@ class Tuner(Measurer):
         self.decisions.append(Decision(fix.id, change, status, reason, finding,
                                        predicted_speedup=self.preds.get(fix.id)))
 
+    def relative(self, pred: float | None, best: TrainConfig, cand: TrainConfig
+                 ) -> float | None:
+        """The model's speedup of ``cand`` over ``best``. Predictions are made against the
+        baseline; a kept change this trial overrides (the same fields, e.g. num_workers
+        again) is divided out, as the model predicted both against the same baseline.
+        None where a kept change it overrides had no prediction."""
+        if pred is None:
+            return None
+        fields = set(best.diff(cand))
+        over = [p for f, p in self.kept if f & fields]
+        if any(p is None or p <= 0 for p in over):
+            return None
+        for p in over:
+            pred /= p  # type: ignore[operator]
+        return pred
+
     # ------------------------------------------------------------------ one trial
     def trial(self, fix: Fix, best: TrainConfig, cand: TrainConfig, finding: str | None) -> bool:
         """Time ``cand`` against ``best`` until the sequential rule decides; record the
@@ -79,9 +96,8 @@ class Tuner(Measurer):
             self.note(fix, change, SKIPPED, why, finding)
             return False
         self.trials += 1
-        pred = self.preds.get(fix.id)
-        vs_start = self.fix_start is None or best == self.fix_start  # what pred is about
-        looks = self.schedule(pred if vs_start else None, self.share_s(), best, cand)
+        pred = self.relative(self.preds.get(fix.id), best, cand)  # for this comparison
+        looks = self.schedule(pred, self.share_s(), best, cand)
         label = f"trial {self.trials}: {fix.id}: {change}"
         c, _ = self.compare(best, cand, label, rounds=looks)
         threshold = 1.0 + self.min_gain
@@ -108,7 +124,7 @@ class Tuner(Measurer):
             pays = f"pays back after {math.ceil(1e3 * c.setup_s / saved):,} steps" \
                 if saved > 0 else "never pays back"
             reason += f"; first step (compile) {c.setup_s:.1f} s, {pays}"
-        off = disagreement(pred, iv) if vs_start else None
+        off = disagreement(pred, iv)
         if off is not None:
             reason += f"; {off}"
             self.disagreements.append({
@@ -118,6 +134,8 @@ class Tuner(Measurer):
                 "status": status})
         self.decisions.append(Decision(fix.id, change, status, reason, finding, c.base_ms,
                                        c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred))
+        if status == KEPT:
+            self.kept.append((frozenset(best.diff(cand)), self.preds.get(fix.id)))
         return status == KEPT
 
     # ------------------------------------------------------------------ searches
@@ -233,7 +251,6 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
     if not cands:
         t.note(fix, "", NO_CHANGE, "already in place", finding)
         return best
-    t.fix_start = best
     if key is not None:
         t.searched[key] = fix.id
     mode = fix.search_mode(best, cands)

@@ -94,3 +94,23 @@ def test_a_gc_freeze_trial_freezes_and_undoes_only_its_own() -> None:
         assert 0 < gc.get_freeze_count() <= mine  # not unfrozen (some frozen objects died)
     finally:
         gc.unfreeze()
+
+
+def test_a_trial_after_a_kept_change_is_predicted_against_it() -> None:
+    """Predictions are made against the baseline. After a kept change, a trial that sets
+    the same fields again is predicted against the kept one (the model's two predictions
+    divided); a change to other fields keeps its own prediction; a kept change without a
+    prediction leaves the overriding trial without one."""
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"threads": 2.0, "num_workers": 1.6})
+    split = base.replace(num_workers=1, intra_op_threads=1)
+    t.kept.append((frozenset(base.diff(split)), 2.0))
+    assert t.relative(1.6, split, split.replace(num_workers=0)) == pytest.approx(0.8)
+    assert t.relative(1.3, split, split.replace(pin_memory=True)) == pytest.approx(1.3)
+    t.kept.append((frozenset({"pin_memory"}), None))
+    pinned = split.replace(pin_memory=True)
+    assert t.relative(1.1, pinned, pinned.replace(pin_memory=False)) is None
