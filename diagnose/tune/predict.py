@@ -119,13 +119,14 @@ def log_disagreements(out_dir: str | os.PathLike[str] | None,
     return path
 
 
-def predicted_tuned_ms(base_ms: float | None, kept: Sequence[str],
-                       preds: Mapping[str, float]) -> float | None:
-    """The baseline step over the product of the kept fixes' predictions, when every kept
-    fix has one (the model's tuned step; effects taken as independent)."""
-    if base_ms is None or not kept or any(k not in preds for k in kept):
+def predicted_tuned_ms(base_ms: float | None, kept: Sequence[float | None]) -> float | None:
+    """The baseline step over the product of the kept decisions' predictions, when every
+    kept decision has one (the model's tuned step). Each decision's prediction is against
+    the best config of its moment (a kept change it overrides divided out), so the
+    product composes them."""
+    if base_ms is None or not kept or any(k is None or k <= 0 for k in kept):
         return None
-    return base_ms / math.prod(preds[k] for k in kept)
+    return base_ms / math.prod(k for k in kept if k is not None)
 
 
 __all__ = ["Predictions", "disagreement", "in_predicted_order", "log_disagreements",

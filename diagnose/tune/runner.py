@@ -232,7 +232,6 @@ def autofix(
     code_str = _code(original, best, loader, optimizer)
     opt_changed = (best.optimizer_foreach, best.optimizer_fused) != (
         original.optimizer_foreach, original.optimizer_fused)
-    kept = list(dict.fromkeys(d.fix for d in tuner.decisions if d.status == KEPT))
     logged = log_disagreements(out_dir, tuner.disagreements)
     if logged is not None:
         notes.append(f"the model's predictions disagreed with {len(tuner.disagreements)} "
@@ -245,7 +244,9 @@ def autofix(
         optimizer=build_optimizer(optimizer, best) if opt_changed else None, code=code_str,
         trials=tuner.trials, elapsed_s=time.perf_counter() - tuner.t0,
         device=str(w.device), cpus=int(facts["cpu_count"]), min_gain=min_gain, notes=notes,
-        predicted_tuned_ms=predicted_tuned_ms(final.base_ms if final else None, kept, preds),
+        predicted_tuned_ms=predicted_tuned_ms(
+            final.base_ms if final else None,
+            [d.predicted_speedup for d in tuner.decisions if d.status == KEPT]),
         model_disagreements=tuner.disagreements,
     )
 

@@ -155,8 +155,8 @@ def test_skips_disagreements_and_the_predicted_tuned_step() -> None:
     iv = Interval(1.3, 1.2, 1.4, 0.95)
     assert disagreement(1.25, iv) is None and disagreement(None, iv) is None
     assert "below" in (disagreement(1.1, iv) or "")
-    assert predicted_tuned_ms(10.0, ["a", "b"], {"a": 2.0, "b": 1.25}) == pytest.approx(4.0)
-    assert predicted_tuned_ms(10.0, ["a", "c"], {"a": 2.0}) is None
+    assert predicted_tuned_ms(10.0, [2.0, 1.25]) == pytest.approx(4.0)
+    assert predicted_tuned_ms(10.0, [2.0, None]) is None
     assert log_disagreements(None, [{"fix": "a"}]) is None
 
 
