@@ -73,7 +73,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
     ),
     "autofix_jobs": (
         "Autofix on the project's own jobs: predicted beside measured",
-        ["benchmarks/autofix_jobs.py", "too_many_workers", "--runs", "3"],
+        ["benchmarks/autofix_jobs.py"],
         "diagnose(...).autofix() as the README shows it, on a fresh job each run: every "
         "tried decision with the prediction it carried, the measured speedup and its 95% "
         "interval; a kept change within 15% of its prediction or not; each run's before/"
