@@ -21,13 +21,16 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         return EMPTY
     order = np.argsort(starts, kind="stable")
     s = np.asarray(starts, dtype=np.float64)[order]
-    e = np.maximum(np.asarray(ends, dtype=np.float64)[order], s)
-    run_end = np.maximum.accumulate(e)
+    run_end = np.asarray(ends, dtype=np.float64)[order]
+    del order  # temporaries the size of the input, one at a time (large traces)
+    np.maximum(run_end, s, out=run_end)
+    np.maximum.accumulate(run_end, out=run_end)
     # a new group starts where an interval begins after everything before it ended
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
     first = np.flatnonzero(new)
+    del new
     last = np.append(first[1:] - 1, len(s) - 1)  # run_end only grows: a group's end is its last
     return s[first], run_end[last]
 

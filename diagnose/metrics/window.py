@@ -17,6 +17,9 @@ from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
 from .names import STEP
 
+#: events per chunk where a per-event pass makes temporaries (bounded memory on large traces)
+CHUNK = 1 << 18
+
 METRICS = (
     Metric("steps_source", "", "Where the step windows come from: ProfilerStep or whole trace"),
     Metric("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)"),
@@ -92,15 +95,21 @@ class StepWindow:
         """The events of ``mask`` as an interval set."""
         return iv.union(self.t.ts[mask], self.t.end[mask])
 
-    @cached_property
-    def mid(self) -> np.ndarray:
-        """Each event's midpoint."""
-        return self.t.ts + self.t.dur / 2
+    def mid(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The midpoints of events ``idx`` (computed when asked, never kept: an array the
+        size of the trace held for the whole analysis is memory a large trace pays for)."""
+        return self.t.ts[idx] + self.t.dur[idx] / 2
 
     @cached_property
     def in_window(self) -> np.ndarray:
-        """Events whose midpoint lies inside a profiled step (computed once)."""
-        return iv.inside(self.steps_u, self.mid)
+        """Events whose midpoint lies inside a profiled step (computed once, in chunks: the
+        temporaries of a large trace stay a chunk's size)."""
+        n = len(self.t)
+        out = np.empty(n, dtype=bool)
+        for a in range(0, n, CHUNK):
+            part = slice(a, min(a + CHUNK, n))
+            out[part] = iv.inside(self.steps_u, self.mid(part))
+        return out
 
     def within(self, mask: np.ndarray) -> np.ndarray:
         """Events (of ``mask``) whose midpoint lies inside a profiled step."""
@@ -110,7 +119,7 @@ class StepWindow:
         """Events of ``mask`` whose midpoint lies inside ``u`` (only those are searched)."""
         out = np.zeros(len(mask), bool)
         idx = np.flatnonzero(mask)
-        out[idx] = iv.contains(u, self.mid[idx])
+        out[idx] = iv.contains(u, self.mid(idx))
         return out
 
     def in_steps(self, u: iv.Intervals) -> float:

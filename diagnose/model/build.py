@@ -37,6 +37,16 @@ _DEV_KIND = {int(Kind.KERNEL): TaskKind.KERNEL, int(Kind.MEMCPY): TaskKind.MEMCP
              int(Kind.MEMSET): TaskKind.MEMSET}
 
 
+
+def _member(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.isin(x, ids)`` by a binary search in the sorted ``ids``: no temporaries the
+    size of both arrays together (isin sorts their concatenation)."""
+    if not len(ids) or not len(x):
+        return np.zeros(len(x), bool)
+    ids = np.sort(ids)
+    pos = np.minimum(np.searchsorted(ids, x), len(ids) - 1)
+    return ids[pos] == x
+
 class _Rows:
     """Columns of tasks and edges, appended a block at a time."""
 
@@ -137,13 +147,18 @@ class _Builder:
     def _specials(self) -> dict[str, np.ndarray]:
         """Top-level host calls that matter to the device, and the DataLoader spans."""
         t = self.t
-        mid = t.ts + t.dur / 2
         in_win = (t.pid_id == self.pid) & (t.ts >= self.w0 - EPS) & (t.end <= self.w1 + EPS)
         rt = in_win & (t.kind == Kind.RUNTIME)
         dev = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & np.isfinite(t.ts)
         dev_corr = t.correlation[dev]
+        del dev
         dev_corr = np.unique(dev_corr[~np.isnan(dev_corr)])
-        launches = rt & np.isin(t.correlation, dev_corr)
+        # the window's runtime calls only: a membership test over every event of a large
+        # trace would hold several arrays its size at once
+        rt_idx = np.flatnonzero(rt)
+        launches = np.zeros(len(t), bool)
+        launches[rt_idx] = _member(t.correlation[rt_idx], dev_corr)
+        del dev_corr
         syncs = rt & t.name_mask(lambda n: n in _SYNC)
         dl = in_win & t.name_mask(lambda n: bool(_DATALOADER.match(n))) & (t.tid_id == self.tid) & (
             np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)]))
@@ -163,7 +178,6 @@ class _Builder:
         # each nested call belongs to the outermost call around it (for its device work)
         top_s = s_shift[~nested]
         owner = np.searchsorted(top_s, s_shift, side="right") - 1
-        del mid
         return {"top": top, "all": cand, "owner_of_all": owner, "dl": dl, "syncs": syncs,
                 "launches": launches}
 
@@ -179,7 +193,12 @@ class _Builder:
         # device ops: launched by a call in the window, or running in it
         dev = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & np.isfinite(t.ts)
         all_corr = t.correlation[sp["all"]]
-        launched = dev & np.isin(t.correlation, all_corr[~np.isnan(all_corr)])
+        # the membership test on device events only (a large trace's every event would
+        # hold several arrays its size at once)
+        dev_idx = np.flatnonzero(dev)
+        launched = np.zeros(len(t), bool)
+        launched[dev_idx] = _member(t.correlation[dev_idx], all_corr[~np.isnan(all_corr)])
+        del dev_idx
         running = dev & (t.ts >= self.w0) & (t.ts < self.w1)
         d_idx = np.flatnonzero(launched | running)
         # the outermost call that launched each device op (NaN correlation: none)

@@ -163,6 +163,32 @@ class _Interner(dict):
         return list(self)
 
 
+def _give_back_freed() -> None:
+    """Return freed heap pages to the OS (glibc's malloc_trim). A large trace's columns
+    arrive in many part arrays of a few hundred kB, below the size glibc serves with their
+    own mappings: freeing them leaves the pages in the heap, so the process's peak memory
+    would hold the parts and the joined columns at once. No-op off glibc."""
+    trim = _MALLOC_TRIM
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim() -> Any:
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
 class ColumnBuilder:
     """Builds a Trace from events given in chunks, so a huge file never has to exist as
     Python objects all at once: each chunk is classified, reduced to the events the
@@ -220,7 +246,10 @@ class ColumnBuilder:
             offsets = np.cumsum([0] + [len(p["ts"]) for p in self.parts[:-1]])
             # column by column, freeing each part's array as it is copied: the peak holds
             # the parts plus one finished column, not the parts plus every column
-            cols = {k: np.concatenate([p.pop(k) for p in self.parts]) for k in _DENSE_KEYS}
+            cols = {}
+            for k in _DENSE_KEYS:
+                cols[k] = np.concatenate([p.pop(k) for p in self.parts])
+                _give_back_freed()  # the parts' arrays just freed: out of the process's RSS
             n = len(cols["ts"])
             for k, _, _ in _SPARSE_COLUMNS:
                 pairs = [p.pop(k) for p in self.parts]
@@ -233,9 +262,10 @@ class ColumnBuilder:
             cols.update({k: SparseColumn(np.zeros(0, np.int64), np.zeros(0), 0)
                          for k, _, _ in _SPARSE_COLUMNS})
         self.parts = []
+        _give_back_freed()
         # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
         ts, dur, kind = cols["ts"], cols["dur"], cols["kind"]
-        cols["dur"] = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
+        dur[~(np.isfinite(dur) & (dur > 0))] = 0.0  # in place: the column is this builder's own
         bad = ~np.isfinite(ts)
         if bad.any():
             cols["kind"] = np.where(bad, Kind.OTHER, kind).astype(np.int8)
