@@ -147,7 +147,7 @@ class _Builder:
     def _specials(self) -> dict[str, np.ndarray]:
         """Top-level host calls that matter to the device, and the DataLoader spans."""
         t = self.t
-        in_win = (t.pid_id == self.pid) & (t.ts >= self.w0 - EPS) & (t.end <= self.w1 + EPS)
+        in_win = (t.pid_id == self.pid) & (t.ts >= self.w0 - EPS) & (t.end[:] <= self.w1 + EPS)
         rt = in_win & (t.kind == Kind.RUNTIME)
         dev = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & np.isfinite(t.ts)
         dev_corr = t.correlation[dev]
@@ -276,7 +276,7 @@ class _Builder:
         """Bounds of the optimizer's spans on the main thread: host work is cut there, so
         that a task is inside optimizer.step() / zero_grad() or outside it, not both."""
         t = self.t
-        m = ((t.pid_id == self.pid) & (t.tid_id == self.tid) & (t.ts < self.w1) & (t.end > self.w0)
+        m = ((t.pid_id == self.pid) & (t.tid_id == self.tid) & (t.ts < self.w1) & (t.end[:] > self.w0)
              & t.name_mask(lambda n: bool(_OPT_STEP.match(n) or _OPT_ZERO.match(n))))
         return np.concatenate([t.ts[m], t.end[m]])
 
@@ -506,7 +506,7 @@ class _Builder:
         and pageable host-to-device copies with their launch and wait."""
         t = self.t
         tag = np.zeros(len(c["kind"]), np.int32)
-        spans = (t.pid_id == self.pid) & (t.ts < self.w1) & (t.end > self.w0) & np.isin(
+        spans = (t.pid_id == self.pid) & (t.ts < self.w1) & (t.end[:] > self.w0) & np.isin(
             t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)])
         host = np.isin(c["kind"], [int(k) for k in (TaskKind.HOST, TaskKind.LAUNCH, TaskKind.SYNC,
                                                      TaskKind.COPY_WAIT)])

@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import cached_property
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -161,6 +160,21 @@ class _Interner(dict):
     def in_order(self) -> list[Any]:
         """The values, by id."""
         return list(self)
+
+
+class _Ends:
+    """``ts + dur`` by index (see :attr:`Trace.end`)."""
+
+    __slots__ = ("dur", "ts")
+
+    def __init__(self, ts: np.ndarray, dur: np.ndarray) -> None:
+        self.ts, self.dur = ts, dur
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.ts[i] + self.dur[i]
+
+    def __len__(self) -> int:
+        return len(self.ts)
 
 
 def _give_back_freed() -> None:
@@ -322,9 +336,12 @@ class Trace:
     def __len__(self) -> int:
         return len(self.ts)
 
-    @cached_property
-    def end(self) -> np.ndarray:
-        return self.ts + self.dur
+    @property
+    def end(self) -> _Ends:
+        """Each event's end, ``end[i]`` = ``ts[i] + dur[i]``, computed for the events asked
+        for: an array the size of the trace held for the whole analysis is memory a large
+        trace pays for (``end[:]`` gives them all)."""
+        return _Ends(self.ts, self.dur)
 
     def of_kind(self, *kinds: Kind) -> np.ndarray:
         """Indices of events of the given kinds, in file order."""
