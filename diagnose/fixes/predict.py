@@ -20,6 +20,9 @@ from .unit import Fix
 
 #: A fix predicted to give less than this speedup is not offered as the fix.
 SLOWER = 0.98
+#: A fix predicted to give less than this (and at least SLOWER) changes nothing that
+#: matters: it goes after the fixes the model cannot tell, which may still help.
+HELPS = 1.02
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
 
 
@@ -47,18 +50,20 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
     """Fixes by predicted effect (unpredicted ones keep their place after the predicted
-    ones that help; those that do not apply to the run as it is, e.g. worker settings with
+    ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
     no workers, after them); a fix predicted to slow the job down goes last and says so;
     the time at stake follows the best prediction."""
     f.predictions = preds
-    helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= SLOWER]
+    helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))
+    same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
+            and SLOWER <= p.speedup < HELPS]
     # a bound below 1 says little: such a fix stays with those the model cannot tell
     unknown = [x for x in f.fixes if x not in off and (isinstance(p := preds[x], str) or (
         p.at_least and p.speedup < SLOWER))]
     slower = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
               and p.speedup < SLOWER and not p.at_least]
-    f.fixes = helps + unknown + [x for x in f.fixes if x in off] + slower
+    f.fixes = helps + unknown + same + [x for x in f.fixes if x in off] + slower
     for x in slower:
         p = preds[x]
         assert isinstance(p, Prediction)
@@ -71,7 +76,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
         isinstance(p, str) or p.at_least)]
     if points:
         best = max(points, key=lambda p: p.speedup)
-        if best.speedup >= SLOWER or not open_:
+        if best.speedup >= HELPS or not open_:
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
 
 
