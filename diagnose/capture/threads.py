@@ -195,8 +195,9 @@ def time_worker_handover(batch: Any) -> float | None:
         return None
     rng = torch.get_rng_state()
     try:
-        loader = DataLoader(_Repeat(batch, HANDOVERS + 1), batch_size=None, num_workers=1,  # type: ignore[arg-type,var-annotated]
-                            prefetch_factor=HANDOVERS + 1)
+        ds: Any = _Repeat(batch, HANDOVERS + 1)  # map-style: __len__ and __getitem__
+        loader: Any = DataLoader(ds, batch_size=None, num_workers=1,
+                                 prefetch_factor=HANDOVERS + 1)
         it = iter(loader)
         try:
             next(it)

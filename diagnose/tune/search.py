@@ -80,11 +80,10 @@ class Tuner(Measurer):
             return None
         fields = set(best.diff(cand))
         over = [p for f, p in self.kept if f & fields]
-        if any(p is None or p <= 0 for p in over):
+        known = [p for p in over if p is not None and p > 0]
+        if len(known) < len(over):
             return None
-        for p in over:
-            pred /= p  # type: ignore[operator]
-        return pred
+        return pred / math.prod(known)
 
     # ------------------------------------------------------------------ one trial
     def trial(self, fix: Fix, best: TrainConfig, cand: TrainConfig, finding: str | None) -> bool:
