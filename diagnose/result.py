@@ -86,6 +86,20 @@ class Analysis:
                     out.setdefault(fix, None)
         return out
 
+    @property
+    def candidate_predictions(self) -> dict[str, dict[frozenset[tuple[str, Any]], float]]:
+        """Each fix's predicted speedup for every config its search would try (the change
+        from the diagnosed run's settings, as a set of (field, value)); point predictions
+        only. Autofix predicts each trial of a ladder from these."""
+        out: dict[str, dict[frozenset[tuple[str, Any]], float]] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                if getattr(p, "at_least", False):
+                    continue
+                for change, speedup in getattr(p, "candidates", ()) or ():
+                    out.setdefault(fix, {})[frozenset(change)] = float(speedup)
+        return out
+
     def step_time(self) -> dict[str, Any]:
         """The step time to lead with (see :func:`step_time`)."""
         return step_time(self.metrics)

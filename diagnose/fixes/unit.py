@@ -165,6 +165,7 @@ class Fix:
         else:
             changes = [dict(self.change or {})]
         best: Prediction | str = "no model of this fix"
+        each: list[tuple[tuple[tuple[str, Any], ...], float]] = []
         for change in changes:
             try:
                 p = predictor.predict_change(self.transform, change)
@@ -172,10 +173,12 @@ class Fix:
                 return f"the model failed: {type(e).__name__}: {e}"
             if isinstance(p, str):
                 return p
+            each.append((tuple(sorted(change.items())), p.speedup))
             if isinstance(best, str) or p.step_ms < best.step_ms:
                 best = p
-        if isinstance(best, Prediction) and self.predicts_at_least:
-            best = dataclasses.replace(best, at_least=True)
+        if isinstance(best, Prediction):
+            best = dataclasses.replace(best, at_least=self.predicts_at_least,
+                                       candidates=tuple(each))
         return best
 
     def with_transform(self, transform: Transform) -> Fix:

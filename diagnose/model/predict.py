@@ -39,6 +39,9 @@ class Prediction:
     # True: the model gives the least the fix can do (e.g. torch's ops taken to scale fully
     # with their threads); the fix may do better, so nothing is skipped on it
     at_least: bool = False
+    # every config the fix's search would try, as (sorted change items, speedup): autofix
+    # predicts each trial of a ladder from these, not from the best one alone
+    candidates: tuple[tuple[tuple[tuple[str, Any], ...], float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {"change": self.change, "step_ms": round(self.step_ms, 3),

@@ -171,6 +171,8 @@ def autofix(
             facts = {**{k: v for k, v in metrics.items() if v is not None}, **facts}
         preds = predictions_from(predictions, report)
         tuner.preds = preds
+        if predictions is None:  # the model's prediction for each config a search tries
+            tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
         named = in_predicted_order(named, preds)
         said = order_note(named, preds)
         if said:

@@ -50,6 +50,8 @@ class Tuner(Measurer):
         self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
         # kept changes: the fields each changed and its fix's prediction (vs the baseline)
         self.kept: list[tuple[frozenset[str], float | None]] = []
+        # fix id -> {change from the baseline as a set of (field, value): speedup}
+        self.cand_preds: dict[str, dict[frozenset[tuple[str, Any]], float]] = {}
 
     # ------------------------------------------------------------------ budget
     def out_of_budget(self) -> str | None:
@@ -70,12 +72,29 @@ class Tuner(Measurer):
         self.decisions.append(Decision(fix.id, change, status, reason, finding,
                                        predicted_speedup=self.preds.get(fix.id)))
 
-    def relative(self, pred: float | None, best: TrainConfig, cand: TrainConfig
-                 ) -> float | None:
-        """The model's speedup of ``cand`` over ``best``. Predictions are made against the
-        baseline; a kept change this trial overrides (the same fields, e.g. num_workers
-        again) is divided out, as the model predicted both against the same baseline.
-        None where a kept change it overrides had no prediction."""
+    def of_config(self, fix: Fix, cfg: TrainConfig) -> float | None:
+        """The model's speedup of ``cfg`` over the baseline through ``fix``'s transform: its
+        prediction for that config's values of the fields the fix's search sets (1.0 where
+        they are the baseline's), None where the search had no such config."""
+        table = self.cand_preds.get(fix.id)
+        if not table or self.original is None:
+            return None
+        fields = {k for change in table for k, _ in change}
+        key = frozenset((k, getattr(cfg, k)) for k in fields
+                        if getattr(cfg, k) != getattr(self.original, k))
+        return 1.0 if not key else table.get(key)
+
+    def relative(self, pred: float | None, best: TrainConfig, cand: TrainConfig,
+                 fix: Fix | None = None) -> float | None:
+        """The model's speedup of ``cand`` over ``best``. Where the fix's search predicted
+        both configs (a ladder's rungs), the ratio of those. Else: predictions are made
+        against the baseline; a kept change this trial overrides (the same fields, e.g.
+        num_workers again) is divided out, as the model predicted both against the same
+        baseline. None where a kept change it overrides had no prediction."""
+        if fix is not None:
+            a, b = self.of_config(fix, cand), self.of_config(fix, best)
+            if a is not None and b is not None and b > 0:
+                return a / b
         if pred is None:
             return None
         fields = set(best.diff(cand))
@@ -95,7 +114,7 @@ class Tuner(Measurer):
             self.note(fix, change, SKIPPED, why, finding)
             return False
         self.trials += 1
-        pred = self.relative(self.preds.get(fix.id), best, cand)  # for this comparison
+        pred = self.relative(self.preds.get(fix.id), best, cand, fix)  # for this comparison
         looks = self.schedule(pred, self.share_s(), best, cand)
         label = f"trial {self.trials}: {fix.id}: {change}"
         c, _ = self.compare(best, cand, label, rounds=looks)

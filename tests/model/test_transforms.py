@@ -124,6 +124,11 @@ def test_num_workers_cpu_bound(tmp_path):
     assert p.change == {"num_workers": 2}
     assert p.step_ms == pytest.approx(1.7, abs=0.01)
     assert p.speedup == pytest.approx(3.0 / 1.7, rel=0.01)
+    # every config the search tries is predicted (autofix predicts each rung from these):
+    # one worker makes a batch every 2000 + 200 us (its side of the hand-over)
+    each = dict(p.candidates)
+    assert each[(("num_workers", 2),)] == pytest.approx(p.speedup)
+    assert each[(("num_workers", 1),)] == pytest.approx(3.0 / 2.2, rel=0.01)
 
 
 def test_num_workers_big_batches_are_slower(tmp_path):

@@ -114,3 +114,26 @@ def test_a_trial_after_a_kept_change_is_predicted_against_it() -> None:
     t.kept.append((frozenset({"pin_memory"}), None))
     pinned = split.replace(pin_memory=True)
     assert t.relative(1.1, pinned, pinned.replace(pin_memory=False)) is None
+
+
+def test_a_ladder_rung_is_predicted_from_the_search_own_configs() -> None:
+    """The diagnosis predicted every config num_workers' search tries (from the baseline,
+    num_workers=0): after 0 -> 2 was kept, the rung 2 -> 1 is predicted as the ratio of the
+    two configs' predictions, not as the kept one divided by itself."""
+    from diagnose.fixes import FIXES
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"num_workers": 1.77})
+    t.original = base
+    t.cand_preds = {"num_workers": {frozenset({("num_workers", 1)}): 1.10,
+                                    frozenset({("num_workers", 2)}): 1.77}}
+    two = base.replace(num_workers=2)
+    t.kept.append((frozenset({"num_workers"}), 1.77))
+    fix = FIXES["num_workers"]
+    assert t.relative(1.77, two, two.replace(num_workers=1), fix) == pytest.approx(1.10 / 1.77)
+    assert t.relative(1.77, two, base, fix) == pytest.approx(1 / 1.77)  # back to the baseline
+    # a config the search did not predict: the kept prediction divided out, as before
+    assert t.relative(1.77, two, two.replace(num_workers=4), fix) == pytest.approx(1.0)
