@@ -237,6 +237,7 @@ def _analyze_group(g: Group, src: list[str],
         predict_findings(report.findings, predictor, run_config(context, report.metrics),
                          report.metrics, FIXES)
         sort_findings(report.findings)
+        report.predictor = None if isinstance(predictor, str) else predictor
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]

@@ -60,6 +60,10 @@ class Analysis:
     # the step model's replay of the unmodified step (diagnose/model): JSON step_model
     step_model: dict[str, Any] | None = None
     step_model_why: str | None = "no trace analysed"
+    # the model's predictor for this run (diagnose.model.predict.Predictor; None: no model,
+    # or many ranks): autofix predicts kept changes and the next trial together through it.
+    # Not in the JSON.
+    predictor: Any = field(default=None, repr=False, compare=False)
 
     def worst(self) -> str | None:
         if not self.findings:

@@ -40,10 +40,12 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
 #: reads) ms, collate ms, batches pulled, the bytes of their tensors, the wait for a CPU and
-#: the time in the model's forward calls, and the garbage collector's pauses (ms, and how
-#: many of them were full collections)
+#: the time in the model's forward calls, and the garbage collector's pauses (ms, how
+#: many of them were full collections, and the ms of them that fell inside the loop's
+#: wait for a batch: the loader's own allocations tripped them)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
-                 "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full")
+                 "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
+                 "gc_loader_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -98,6 +100,7 @@ class _Step:
     forward: float | None = None
     gc: float = 0.0
     gc_full: int = 0
+    gc_loader: float = 0.0  # the pauses inside the wait for a batch
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -143,6 +146,7 @@ class Steps:
         self._opt_ref: weakref.ReferenceType[Any] | None = None
         self._last_iter: weakref.ReferenceType[Any] | None = None
         self._step: _Step | None = None
+        self._loading = False  # inside the loader's __next__ (on_next .. on_batch)
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -192,6 +196,7 @@ class Steps:
 
     def on_next(self, it: Any) -> None:
         """The loop asks the loader's iterator ``it`` for its next batch."""
+        self._loading = True
         try:
             last = self._last_iter() if self._last_iter is not None else None
             if last is not it:
@@ -216,6 +221,7 @@ class Steps:
 
     def on_batch(self, it: Any, seconds: float, batch: Any) -> None:
         """The batch came after the loop waited ``seconds`` for it."""
+        self._loading = False
         try:
             st = self._step
             if st is None or self.done or self.closed:
@@ -241,6 +247,8 @@ class Steps:
         if st is not None and not (self.done or self.closed):
             st.gc += seconds
             st.gc_full += generation == 2
+            if self._loading:
+                st.gc_loader += seconds
 
     def on_forward(self, seconds: float) -> None:
         """The model's forward call took ``seconds`` (its hooks time it)."""
@@ -269,7 +277,8 @@ class Steps:
                               else (wait - st.wait0) / 1e6,
                               None if st.forward is None else st.forward * 1e3,
                               st.gc * 1e3 if self.gc_timed else None,
-                              st.gc_full if self.gc_timed else None))
+                              st.gc_full if self.gc_timed else None,
+                              st.gc_loader * 1e3 if self.gc_timed else None))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():

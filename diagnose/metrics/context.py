@@ -66,6 +66,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "count", "full (generation 2) collections on the training thread in the unprofiled "
         "steps"),
     "gc_pause_max_ms": ("ms", "the longest garbage-collector time in one unprofiled step"),
+    "gc_pause_loader_ms": (
+        "ms", "of gc_pause_ms, the pauses inside the loop's wait for a batch (the loader's "
+        "own allocations tripped them)"),
     "gc_frozen_objects": (
         "count", "objects gc.freeze() had moved out of the collector's reach (0: none)"),
     "forward_unprofiled_ms": (
@@ -316,6 +319,10 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
             out["gc_pause_share"] = (round(statistics.fmean(pauses) / mean_step, 4)
                                      if mean_step > 0 else None)
             out["gc_full_collections"] = sum(as_int(r.get("gc_full")) or 0 for r in free)
+            inside = [as_number(r.get("gc_loader_ms"), finite=False) for r in free]
+            if all(g is not None for g in inside):
+                out["gc_pause_loader_ms"] = round(statistics.fmean(
+                    [g or 0.0 for g in inside]), 4)
         # the steps after the window when there are enough: in the first ones worker
         # processes start and fill their queues, which the forward would pay for
         late = [r for r in free if r.get("phase") == "after"]

@@ -11,7 +11,7 @@ that the replay gives the unprofiled step (the profiler's per-op cost taken out)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,17 @@ from .transforms import Transform, cpu_bound_ms
 # The analysis is typed in a layer above this one (result): it is taken as it comes, and
 # only its step_model attributes are set.
 Analysis = Any
+
+
+#: The facts that say how the run is set up now, by the TrainConfig field that changes
+#: them: a transform applied after another reads the setting the first one made.
+NOW: dict[str, tuple[str, ...]] = {
+    "num_workers": ("dataloader_num_workers",),
+    "intra_op_threads": ("torch_num_threads", "intra_op_threads"),
+    "pin_memory": ("dataloader_pin_memory",),
+    "batch_size": ("dataloader_batch_size",),
+    "grad_accum_steps": ("grad_accum_steps",),
+}
 
 
 @dataclass(frozen=True)
@@ -147,18 +158,33 @@ class Predictor:
                        ) -> Prediction | str:
         """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,
         through ``transform`` (a graph transform of :mod:`diagnose.model.transforms`); the
-        reason where the model cannot tell. Where the change moves CPU work (workers,
-        torch's threads) the step is no shorter than all CPU work per step over the cores;
-        where it trades accumulation for a larger batch, the time is per old step."""
-        key = (getattr(transform, "__name__", repr(transform)),
-               tuple(sorted((k, repr(v)) for k, v in change.items())))
+        reason where the model cannot tell."""
+        return self.predict_steps([(transform, change)])
+
+    def predict_steps(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]]
+                      ) -> Prediction | str:
+        """The step several changes give together: each transform applied in turn to the
+        graph the ones before it gave (a change kept by autofix, then the one it tries
+        next), the changes merged. Where a change moves CPU work (workers, torch's threads)
+        the step is no shorter than all CPU work per step over the cores; where it trades
+        accumulation for a larger batch, the time is per old step. No steps: the baseline."""
+        key = tuple((getattr(t, "__name__", repr(t)),
+                     tuple(sorted((k, repr(v)) for k, v in c.items()))) for t, c in steps)
         if key in self.cache:
             return self.cache[key]
-        g2 = transform(self.g, change, self.facts)
-        if isinstance(g2, str):
-            self.cache[key] = g2
-            return g2
-        ratio = _step(g2) / self.base_replay if self.base_replay > 0 else 1.0
+        g2 = self.g
+        change: dict[str, Any] = {}
+        facts: Mapping[str, Any] = self.facts
+        for transform, part in steps:
+            made = transform(g2, part, facts)
+            if isinstance(made, str):
+                self.cache[key] = made
+                return made
+            g2 = made
+            change.update(part)
+            # the next transform starts from the run this one made: its settings are now
+            facts = {**facts, **{name: v for k, v in part.items() for name in NOW.get(k, ())}}
+        ratio = _step(g2) / self.base_replay if self.base_replay > 0 and steps else 1.0
         old_b, new_b = _num(self.facts, "dataloader_batch_size"), change.get("batch_size")
         if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
             ratio /= new_b / old_b  # per step of the old size

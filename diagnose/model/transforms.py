@@ -435,18 +435,36 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
 # ---------------------------------------------------------------- the host's pauses
 def remove_gc_pauses(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """``gc.freeze()``: the garbage collector's pauses on the training thread go. The
-    session timed them per step (``gc_pause_ms``, a mean over the unprofiled steps); the
-    main thread's own work per step (ops, launches, in-process loading) loses that much,
-    in proportion (the pause lands on whichever allocation trips it)."""
+    session timed them per step (``gc_pause_ms``, a mean over the unprofiled steps) and
+    which of them fell inside the loop's wait for a batch (``gc_pause_loader_ms``). Those
+    come off the in-process loading in proportion to the loading the clock measured (they
+    are in it): a change applied before this one that shrank the loading (a batched fetch)
+    shrank the allocations that tripped them too, and the pauses left are that much
+    smaller. The others come off the main thread's own work (ops, launches), in
+    proportion (a pause lands on whichever allocation trips it)."""
     pause = _num(facts, "gc_pause_ms")
     if pause is None:
         return ("cannot tell: the collector's pauses were not timed (a live capture times "
                 "them)")
-    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
-    own = float(_per_step(g, main, g.dur).mean()) / 1e3 if g.n_steps else 0.0
-    if own <= 0 or pause <= 0:
-        return "the collector did not pause the profiled steps' thread"
-    return g.scale(main, max(0.0, own - pause) / own)
+    if pause <= 0:
+        return "the collector did not pause the training thread"
+    main = g.res == g.main
+    fetch = main & g.is_kind(TaskKind.FETCH)
+    loading = [_num(facts, n) for n in ("input_fetch_ms", "input_collate_ms")]
+    inside = _num(facts, "gc_pause_loader_ms")
+    out, rest = g, pause
+    own_kinds: tuple[TaskKind, ...] = (TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    if inside is not None and fetch.any() and None not in loading:
+        made = sum(x for x in loading if x is not None)
+        inside = min(inside, pause, made)
+        if made > 0 and inside > 0:
+            out = out.scale(fetch, 1.0 - inside / made)
+        rest, own_kinds = pause - inside, (TaskKind.HOST, TaskKind.LAUNCH)
+    host = main & out.is_kind(*own_kinds)
+    own = float(_per_step(out, host, out.dur).mean()) / 1e3 if out.n_steps else 0.0
+    if rest > 0 and own > 0:
+        out = out.scale(host, max(0.0, own - rest) / own)
+    return out
 
 
 def cannot(why: str) -> Transform:

@@ -119,12 +119,17 @@ def log_disagreements(out_dir: str | os.PathLike[str] | None,
     return path
 
 
-def predicted_tuned_ms(base_ms: float | None, kept: Sequence[float | None]) -> float | None:
-    """The baseline step over the product of the kept decisions' predictions, when every
-    kept decision has one (the model's tuned step). Each decision's prediction is against
-    the best config of its moment (a kept change it overrides divided out), so the
-    product composes them."""
-    if base_ms is None or not kept or any(k is None or k <= 0 for k in kept):
+def predicted_tuned_ms(base_ms: float | None, kept: Sequence[float | None],
+                       composed: float | None = None) -> float | None:
+    """The model's tuned step: the baseline step over ``composed`` (the step model's
+    speedup of the kept changes applied together) where the model gives it; else over the
+    product of the kept decisions' predictions, when every kept decision has one (each
+    was predicted against the best config of its moment, so the product composes them)."""
+    if base_ms is None or not kept:
+        return None
+    if composed is not None and composed > 0:
+        return base_ms / composed
+    if any(k is None or k <= 0 for k in kept):
         return None
     return base_ms / math.prod(k for k in kept if k is not None)
 

@@ -173,6 +173,7 @@ def autofix(
         tuner.preds = preds
         if predictions is None:  # the model's prediction for each config a search tries
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
+            tuner.predictor = getattr(report, "predictor", None)
         named = in_predicted_order(named, preds)
         said = order_note(named, preds)
         if said:
@@ -248,7 +249,8 @@ def autofix(
         device=str(w.device), cpus=int(facts["cpu_count"]), min_gain=min_gain, notes=notes,
         predicted_tuned_ms=predicted_tuned_ms(
             final.base_ms if final else None,
-            [d.predicted_speedup for d in tuner.decisions if d.status == KEPT]),
+            [d.predicted_speedup for d in tuner.decisions if d.status == KEPT],
+            tuner.tuned_speedup(best)),
         model_disagreements=tuner.disagreements,
     )
 

@@ -32,6 +32,36 @@ from .result import (
 from .trial import TuneError, Workload, fits
 
 
+def _steps(original: TrainConfig, cfg: TrainConfig, owners: list[tuple[Fix, frozenset[str]]]
+           ) -> list[tuple[Any, dict[str, Any]]] | None:
+    """``cfg`` as transforms of the baseline ``original``: ``owners`` are the fixes that
+    set its fields, in order, each with the fields it set. Owners sharing a field are one
+    change, through the latest one whose fields cover the group's; each change is the
+    config's values of its fields (none where they are the baseline's). None where a field
+    has no owner or no owner's transform covers its group."""
+    groups: list[tuple[list[int], set[str]]] = []
+    for i, (_, fields) in enumerate(owners):
+        touching = [grp for grp in groups if grp[1] & fields]
+        members = sorted([i, *(j for grp in touching for j in grp[0])])
+        union = set(fields).union(*(grp[1] for grp in touching))
+        groups = [grp for grp in groups if not any(grp is t for t in touching)]
+        groups.append((members, union))
+    groups.sort(key=lambda grp: grp[0][0])
+    diff = original.diff(cfg)
+    if any(not any(f in grp[1] for grp in groups) for f in diff):
+        return None
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for members, union in groups:
+        part = {f: new for f, (_, new) in diff.items() if f in union}
+        if not part:
+            continue
+        cover = [owners[j][0] for j in members if owners[j][1] >= union]
+        if not cover or cover[-1].transform is None:
+            return None
+        out.append((cover[-1].transform, part))
+    return out
+
+
 class Tuner(Measurer):
     """The trials of one autofix run: budget, decisions, predictions, searches."""
 
@@ -52,6 +82,10 @@ class Tuner(Measurer):
         self.kept: list[tuple[frozenset[str], float | None]] = []
         # fix id -> {change from the baseline as a set of (field, value): speedup}
         self.cand_preds: dict[str, dict[frozenset[tuple[str, Any]], float]] = {}
+        # the diagnosis' step model (diagnose.model.predict.Predictor), where it has one:
+        # a trial after kept changes is predicted with their transforms applied first
+        self.predictor: Any = None
+        self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
 
     # ------------------------------------------------------------------ budget
     def out_of_budget(self) -> str | None:
@@ -84,14 +118,56 @@ class Tuner(Measurer):
                         if getattr(cfg, k) != getattr(self.original, k))
         return 1.0 if not key else table.get(key)
 
+    def composed(self, fix: Fix, best: TrainConfig, cand: TrainConfig) -> float | None:
+        """The model's speedup of ``cand`` over ``best`` with the kept changes in the model:
+        each config is the baseline with the kept fixes' transforms applied in the order
+        they were kept, then (for ``cand``) this fix's. Fixes that set the same fields (a
+        ladder's rungs; num_workers after a kept threads split) are one change, through
+        the transform of the one whose fields cover them all (the threads split's covers
+        num_workers), for the config's values. None where there is no model, a change no
+        fix's transform covers, or the model cannot tell."""
+        if self.predictor is None or self.original is None:
+            return None
+        kept = list(self.kept_fixes)
+        sb = _steps(self.original, best, kept)
+        sc = _steps(self.original, cand, [*kept, (fix, frozenset(best.diff(cand)))])
+        if sb is None or sc is None:
+            return None
+        try:
+            pb, pc = self.predictor.predict_steps(sb), self.predictor.predict_steps(sc)
+        except Exception:  # a broken transform is a missing prediction, never a failed run
+            return None
+        if isinstance(pb, str) or isinstance(pc, str) or pc.step_ms <= 0:
+            return None
+        return float(pb.step_ms / pc.step_ms)
+
+    def tuned_speedup(self, best: TrainConfig) -> float | None:
+        """The model's speedup of ``best`` (the kept changes together, composed as in
+        :meth:`composed`) over the baseline; None without a model or a prediction."""
+        if self.predictor is None or self.original is None or best == self.original:
+            return None
+        steps = _steps(self.original, best, list(self.kept_fixes))
+        if not steps:
+            return None
+        try:
+            p = self.predictor.predict_steps(steps)
+        except Exception:
+            return None
+        return None if isinstance(p, str) else float(p.speedup)
+
     def relative(self, pred: float | None, best: TrainConfig, cand: TrainConfig,
                  fix: Fix | None = None) -> float | None:
-        """The model's speedup of ``cand`` over ``best``. Where the fix's search predicted
-        both configs (a ladder's rungs), the ratio of those. Else: predictions are made
-        against the baseline; a kept change this trial overrides (the same fields, e.g.
-        num_workers again) is divided out, as the model predicted both against the same
-        baseline. None where a kept change it overrides had no prediction."""
+        """The model's speedup of ``cand`` over ``best``: through the step model with the
+        kept changes in it (:meth:`composed`) where the diagnosis has one. Else, where the
+        fix's search predicted both configs (a ladder's rungs), the ratio of those. Else:
+        predictions are made against the baseline; a kept change this trial overrides (the
+        same fields, e.g. num_workers again) is divided out, as the model predicted both
+        against the same baseline. None where a kept change it overrides had no
+        prediction."""
         if fix is not None:
+            both = self.composed(fix, best, cand)
+            if both is not None:
+                return both
             a, b = self.of_config(fix, cand), self.of_config(fix, best)
             if a is not None and b is not None and b > 0:
                 return a / b
@@ -154,6 +230,7 @@ class Tuner(Measurer):
                                        c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred))
         if status == KEPT:
             self.kept.append((frozenset(best.diff(cand)), self.preds.get(fix.id)))
+            self.kept_fixes.append((fix, frozenset(best.diff(cand))))
         return status == KEPT
 
     # ------------------------------------------------------------------ searches

@@ -60,3 +60,43 @@ def test_session_times_full_collections_in_the_loop(tmp_path: Path):
     assert ctx["gc_frozen_objects"] == 0
     m = d.report.metrics
     assert m["gc_full_collections"] >= 2 and m["gc_pause_ms"] > 0
+
+
+class _CollectingPairs(Pairs):
+    """Pairs whose every 8th sample makes a full collection (the loader's allocations)."""
+
+    def __getitem__(self, i):
+        if i % 8 == 0:
+            gc.collect()
+        return super().__getitem__(i)
+
+
+def test_the_clock_says_which_pauses_fell_in_the_wait_for_a_batch(tmp_path: Path):
+    """Collections inside the in-process loader's fetch go to gc_loader_ms as well as gc_ms;
+    those in the loop's own code only to gc_ms. The metric gc_pause_loader_ms is their
+    mean, at most gc_pause_ms."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(_CollectingPairs(n=800), batch_size=8)  # one collection a batch
+    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=tmp_path,
+                  sample_hz=0, print_report=False) as d:
+        i = 0
+        while not d.done:
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if i % 2:
+                    gc.collect()  # the loop's own: not in the loader's column
+                i += 1
+                if d.done:
+                    break
+    clock = load_context(d.run_dir)["capture"]["step_clock"]
+    rows = list(zip(clock["gc_ms"], clock["gc_loader_ms"], clock["gc_full"], strict=True))
+    assert all(inside > 0 for _, inside, _ in rows[1:])  # a loader collection every step
+    assert all(inside <= total for total, inside, _ in rows)
+    assert any(total > inside and full >= 2 for total, inside, full in rows)  # the loop's
+    m = d.report.metrics
+    assert 0 < m["gc_pause_loader_ms"] < m["gc_pause_ms"]

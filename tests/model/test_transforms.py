@@ -259,3 +259,62 @@ def test_fewer_workers_than_cpus_from_a_run_with_too_many(tmp_path):
     # stays, the wait for the batch goes, the hand-over comes: 3000 + 200 us
     q = FIXES["num_workers"].transform(m.graph, {"num_workers": 2}, _facts(m, **kw))
     assert _median(q) == pytest.approx(3.2, abs=0.02)
+
+
+def _gc_facts(m, **kw):
+    """cpu_loader's run (2000 us fetch + 1000 us ops a step) whose clock measured 0.9 ms of
+    collector pauses a step, 0.6 of them inside the wait for the batch (the loader's 1.5 ms
+    fetch + 0.5 ms collate hold them)."""
+    return _facts(m, gc_pause_ms=0.9, gc_pause_loader_ms=0.6, input_fetch_ms=1.5,
+                  input_collate_ms=0.5, input_batched_fetch_ms=0.2, **kw)
+
+
+def test_gc_pauses_come_off_where_the_clock_saw_them(tmp_path):
+    """The loader's 0.6 ms come off its 2 ms (x 0.7: 1400 us), the other 0.3 ms off the ops'
+    1000 us (700 us): 2100 us, 1.43x. A capture that did not say where the pauses fell
+    takes all 0.9 ms off the thread's 3000 us in proportion (the same 2100 us here)."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    g = FIXES["gc_freeze"].transform(m.graph, {"gc_freeze": True}, _gc_facts(m))
+    assert _median(g) == pytest.approx(2.1, abs=0.01)
+    fetch = g.is_kind(TaskKind.FETCH)
+    assert float(g.dur[fetch].sum()) / g.n_steps == pytest.approx(1400, abs=1)
+    old = _facts(m, gc_pause_ms=0.9)
+    assert _median(FIXES["gc_freeze"].transform(m.graph, {"gc_freeze": True}, old)) == \
+        pytest.approx(2.1, abs=0.01)
+    assert isinstance(FIXES["gc_freeze"].transform(m.graph, {"gc_freeze": True},
+                                                   _facts(m)), str)
+
+
+def test_a_batched_fetch_then_gc_freeze_compose(tmp_path):
+    """A batched fetch takes the 2000 us loading to 200 us (one 0.2 ms call). gc.freeze
+    after it: the loader's pauses shrank with the loading (200 x 0.7 = 140 us), the ops'
+    0.3 ms still go (700 us): 840 us, only 1.43x over the batched fetch's 1200 us, not the
+    3000 / 2100 it gives alone, nor the 1200 / (1200 - 900) = 4x of taking the pauses off
+    what is left."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    facts = _gc_facts(m)
+    p = Predictor(m, facts)
+    batched = p.predict_steps([(tr.batched_fetch, {"batched_fetch": True})])
+    both = p.predict_steps([(tr.batched_fetch, {"batched_fetch": True}),
+                            (tr.remove_gc_pauses, {"gc_freeze": True})])
+    assert isinstance(batched, Prediction) and isinstance(both, Prediction)
+    assert batched.step_ms == pytest.approx(1.2, abs=0.01)
+    assert both.step_ms == pytest.approx(0.84, abs=0.01)
+    assert both.change == {"batched_fetch": True, "gc_freeze": True}
+    assert p.predict_steps([]).step_ms == pytest.approx(p.base_ms)
+
+
+def test_a_transform_after_another_starts_from_its_settings(tmp_path):
+    """A transform applied after another reads the settings the first one made as the run's
+    own: after a batched fetch (in process), num_workers=1 prices its worker at the
+    batched fetch's 200 us a batch (+ 0.2 ms each side of the hand-over) beside the
+    1000 us of ops (a 1200 us step)."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    p = Predictor(m, _gc_facts(m, cpu_count=2, input_batch_bytes=1000, torch_num_threads=1,
+                               dataloader_num_workers=0, input_worker_handover_ms=0.2,
+                               proc_cpu_mean_pct=100.0))
+    both = p.predict_steps([(tr.batched_fetch, {"batched_fetch": True}),
+                            (tr.num_workers, {"num_workers": 1})])
+    assert isinstance(both, Prediction)
+    assert both.step_ms == pytest.approx(1.2, abs=0.02)
+    assert both.change == {"batched_fetch": True, "num_workers": 1}

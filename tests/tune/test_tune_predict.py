@@ -157,6 +157,9 @@ def test_skips_disagreements_and_the_predicted_tuned_step() -> None:
     assert "below" in (disagreement(1.1, iv) or "")
     assert predicted_tuned_ms(10.0, [2.0, 1.25]) == pytest.approx(4.0)
     assert predicted_tuned_ms(10.0, [2.0, None]) is None
+    # the step model's composed speedup of the kept changes wins over the product
+    assert predicted_tuned_ms(10.0, [2.0, None], 2.5) == pytest.approx(4.0)
+    assert predicted_tuned_ms(10.0, [], 2.5) is None  # nothing kept
     assert log_disagreements(None, [{"fix": "a"}]) is None
 
 

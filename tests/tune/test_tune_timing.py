@@ -137,3 +137,61 @@ def test_a_ladder_rung_is_predicted_from_the_search_own_configs() -> None:
     assert t.relative(1.77, two, base, fix) == pytest.approx(1 / 1.77)  # back to the baseline
     # a config the search did not predict: the kept prediction divided out, as before
     assert t.relative(1.77, two, two.replace(num_workers=4), fix) == pytest.approx(1.0)
+
+
+def test_a_trial_after_kept_changes_is_predicted_with_them_in_the_model(tmp_path) -> None:
+    """With the diagnosis' step model, the kept changes are in the model when the next
+    trial is predicted (tests/model/test_transforms.py's cpu_loader run, 2000 us fetch +
+    1000 us ops, 0.9 ms of collector pauses, 0.6 of them in the loading): after the
+    batched fetch (3000 -> 1200 us) gc_freeze is predicted over it (1200 -> 840 us,
+    1.43x), not over the baseline (3000 -> 2100, also 1.43x by chance) nor as the 4x of
+    taking every pause off what is left. num_workers after a kept threads split goes
+    through the split's transform, which covers it."""
+    from diagnose.fixes import FIXES
+    from diagnose.model import step_model
+    from diagnose.model.predict import Predictor
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+    from tests import modeltraces as mt
+
+    m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "gc_pause_ms": 0.9,
+             "gc_pause_loader_ms": 0.6, "input_fetch_ms": 1.5, "input_collate_ms": 0.5,
+             "input_batched_fetch_ms": 0.2}
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"batched_fetch": 2.5, "gc_freeze": 1.43})
+    t.original, t.predictor = base, Predictor(m, facts)
+    batched = base.replace(batched_fetch=True)
+    assert t.relative(2.5, base, batched, FIXES["batched_fetch"]) == pytest.approx(2.5, rel=0.01)
+    t.kept_fixes.append((FIXES["batched_fetch"], frozenset({"batched_fetch"})))
+    frozen = batched.replace(gc_freeze=True)
+    assert t.relative(1.43, batched, frozen, FIXES["gc_freeze"]) == pytest.approx(
+        1.2 / 0.84, rel=0.01)
+    # a field no kept fix or this one set: no composed prediction (the older rules answer)
+    assert t.composed(FIXES["gc_freeze"], batched.replace(pin_memory=True),
+                      frozen.replace(pin_memory=True)) is None
+
+
+def test_changes_to_the_same_fields_are_one_change_through_the_covering_transform() -> None:
+    """A kept threads split (num_workers, intra_op_threads), then num_workers 1 -> 0: one
+    change, through the split's transform (its fields cover num_workers), with the
+    config's values; a ladder's rungs (num_workers twice) are its own transform with the
+    rung's value; pin_memory beside them is a change of its own, after them."""
+    from diagnose.fixes import FIXES
+    from diagnose.tune.search import _steps
+
+    base = TrainConfig()
+    split = base.replace(num_workers=1, intra_op_threads=1)
+    kept = [(FIXES["threads"], frozenset({"num_workers", "intra_op_threads"}))]
+    back = _steps(base, split.replace(num_workers=0),
+                  [*kept, (FIXES["num_workers"], frozenset({"num_workers"}))])
+    assert back == [(FIXES["threads"].transform, {"intra_op_threads": 1})]
+    rungs = [(FIXES["num_workers"], frozenset({"num_workers"}))] * 2
+    assert _steps(base, base.replace(num_workers=4), rungs) == [
+        (FIXES["num_workers"].transform, {"num_workers": 4})]
+    pinned = split.replace(pin_memory=True)
+    assert _steps(base, pinned, [*kept, (FIXES["pin_memory"], frozenset({"pin_memory"}))]) == [
+        (FIXES["threads"].transform, {"num_workers": 1, "intra_op_threads": 1}),
+        (FIXES["pin_memory"].transform, {"pin_memory": True})]
+    assert _steps(base, pinned, kept) is None  # pin_memory: no owner
