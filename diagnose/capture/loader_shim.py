@@ -85,6 +85,12 @@ class LoaderHook:
     it_cls: Any
     original: Any
     fetch_times: FetchTimes = field(default_factory=FetchTimes)
+    # the patch of DataLoader.__iter__ (the loader's class, its original __iter__) and the
+    # seconds each new iterator of the session's loader took to make (worker start-up)
+    loader_cls: Any = None
+    loader_iter: Any = None
+    started: weakref.WeakKeyDictionary[Any, float] = field(
+        default_factory=weakref.WeakKeyDictionary)
     _wrapped: list[tuple[weakref.ReferenceType[Any], Any]] = field(default_factory=list)
     _seen: weakref.WeakKeyDictionary[Any, bool] = field(
         default_factory=weakref.WeakKeyDictionary)
@@ -93,6 +99,9 @@ class LoaderHook:
         if self.it_cls is not None:
             self.it_cls.__next__ = self.original
             self.it_cls = None
+        if self.loader_cls is not None:
+            self.loader_cls.__iter__ = self.loader_iter
+            self.loader_cls = None
         for ref, collate in self._wrapped:
             fetcher = ref()
             if fetcher is None:
@@ -163,7 +172,27 @@ def install(loader: Any, on_next: Callable[[Any], None],
             on_batch(it, time.perf_counter() - t0, batch)
 
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
-    return LoaderHook(_BaseDataLoaderIter, orig)
+    hook = LoaderHook(_BaseDataLoaderIter, orig)
+    # DataLoader.__iter__ (public): how long making an iterator took (with workers: their
+    # processes starting), for the session's loader only
+    from torch.utils.data import DataLoader
+
+    target = weakref.ref(loader)
+    orig_iter: Callable[[Any], Any] = DataLoader.__iter__
+
+    @functools.wraps(orig_iter)
+    def __iter__(dl: Any) -> Any:
+        if dl is not target():
+            return orig_iter(dl)
+        t0 = time.perf_counter()
+        it = orig_iter(dl)
+        with contextlib.suppress(TypeError):  # not weak-referenceable: not timed
+            hook.started[it] = time.perf_counter() - t0
+        return it
+
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    hook.loader_cls, hook.loader_iter = DataLoader, orig_iter
+    return hook
 
 
 def shut_down(loader: Any, *iterators: Any) -> None:

@@ -17,7 +17,7 @@ context.json (version 1)::
       "cpu_count_logical": int|None,   # all CPUs of the machine
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
-                     "iterable_dataset", "sampler_class", "batch_sampler_class",
+                     "len" (batches an epoch), "iterable_dataset", "sampler_class", "batch_sampler_class",
                      "collate_fn", "worker_init_fn" (names; None: default), "generator"
                      (bool), "timeout", "multiprocessing_context",
                      "dataset_getitems" (the dataset has __getitems__: one call per batch),
@@ -35,7 +35,10 @@ context.json (version 1)::
                   "clock_steps", "settle_steps", "dataloader_hooks" (bool),
                   "step_clock": {column: [one value a step]}: phase, ms, dataloader_ms,
                   fetch_ms, collate_ms, batches, batch_bytes (per-step sums; null where
-                  unknown; see capture.steps)},
+                  unknown; see capture.steps),
+                  "loader_starts": [{"iter_ms", "first_wait_ms", "workers"}]: each new
+                  iterator of the loader (an epoch's start): the ms iter() took, the ms
+                  its first batch was waited for, its worker processes},
       "exception": {"type", "message"} | None,
       "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
               "reserved_unallocated_bytes", "memory_allocated_bytes", "max_memory_allocated_bytes",
@@ -159,6 +162,7 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "drop_last": getattr(loader, "drop_last", None),
         "dataset_class": type(ds).__name__ if ds is not None else None,
         "dataset_len": _safe(lambda: len(ds)) if ds is not None and not iterable else None,
+        "len": _safe(lambda: len(loader)) if ds is not None and not iterable else None,
         "iterable_dataset": iterable,
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,

@@ -147,6 +147,10 @@ class Steps:
         self._last_iter: weakref.ReferenceType[Any] | None = None
         self._step: _Step | None = None
         self._loading = False  # inside the loader's __next__ (on_next .. on_batch)
+        # each new iterator of the loader: ms to make it (iter()), ms its first batch was
+        # waited for, its worker processes (context.json capture.loader_starts)
+        self.loader_starts: list[dict[str, Any]] = []
+        self._started: float | None = None  # iter() seconds of the iterator just seen
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -202,6 +206,8 @@ class Steps:
             if last is not it:
                 self._last_iter = weakref.ref(it)
                 self.worker_pids.update(loader_shim.worker_pids(it))
+                if self.hook is not None and not self.closed:
+                    self._started = self.hook.started.pop(it, None)
             if self.hook is not None and not (self.done or self.closed):
                 self.hook.time_fetcher(it)
             if self.done or self.closed:
@@ -223,6 +229,12 @@ class Steps:
         """The batch came after the loop waited ``seconds`` for it."""
         self._loading = False
         try:
+            if self._started is not None:  # a new iterator's first batch
+                self.loader_starts.append({
+                    "iter_ms": round(self._started * 1e3, 4),
+                    "first_wait_ms": round(seconds * 1e3, 4),
+                    "workers": len(loader_shim.worker_pids(it))})
+                self._started = None
             st = self._step
             if st is None or self.done or self.closed:
                 return

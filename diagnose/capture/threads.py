@@ -182,12 +182,14 @@ class _Repeat:
 HANDOVERS = 5
 
 
-def time_worker_handover(batch: Any) -> float | None:
+def time_worker_handover(batch: Any) -> tuple[float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
     training process (ms, median of :data:`HANDOVERS`): a one-worker DataLoader whose
     dataset copies the batch, each batch taken once the worker has had time to make it,
     so the time is the hand-over alone (shared memory, file descriptors, unpickling).
-    Made after the loop; the RNG state the loader's seeding draws from is put back."""
+    Also what starting that worker took (ms: ``iter()`` and its first batch, a copy): the
+    stall an epoch's start pays without persistent workers. Made after the loop; the RNG
+    state the loader's seeding draws from is put back."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -198,9 +200,11 @@ def time_worker_handover(batch: Any) -> float | None:
         ds: Any = _Repeat(batch, HANDOVERS + 1)  # map-style: __len__ and __getitem__
         loader: Any = DataLoader(ds, batch_size=None, num_workers=1,
                                  prefetch_factor=HANDOVERS + 1)
+        t0 = time.perf_counter()
         it = iter(loader)
         try:
             next(it)
+            start = time.perf_counter() - t0
             times = []
             for _ in range(HANDOVERS):
                 time.sleep(0.02)  # the worker has the next batch ready
@@ -211,7 +215,7 @@ def time_worker_handover(batch: Any) -> float | None:
             del it
     finally:
         torch.set_rng_state(rng)
-    return round(statistics.median(times) * 1e3, 4)
+    return round(statistics.median(times) * 1e3, 4), round(start * 1e3, 4)
 
 
 def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:

@@ -23,6 +23,14 @@ CATALOG: dict[str, tuple[str, str]] = {
         "DataLoader batch_size (None with a custom batch_sampler)",
     ),
     "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
+    "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
+    "input_worker_start_ms": (
+        "ms", "starting one DataLoader worker and taking its first batch (a copy of the "
+        "loop's first), timed by the session after the loop"),
+    "dataloader_start_ms": (
+        "ms", "an epoch's start as the loop waits for it, with worker processes: iter() "
+        "(the workers starting) plus the wait for the first batch (median over the new "
+        "iterators the session saw)"),
     "dataloader_prefetch_factor": (
         "batches",
         "DataLoader prefetch_factor per worker (None when num_workers=0)",
@@ -211,6 +219,16 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
         _get(ctx, "dataloader", "worker_handover_ms"), finite=False)
     out["input_inprocess_batch_ms"] = as_number(
         _get(ctx, "dataloader", "inprocess_batch_ms"), finite=False)
+    out["dataloader_epoch_batches"] = as_int(_get(ctx, "dataloader", "len"))
+    out["input_worker_start_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_start_ms"), finite=False)
+    starts = _get(ctx, "capture", "loader_starts")
+    if isinstance(starts, list):
+        waits = [a + b for r in starts if isinstance(r, dict) and (as_int(r.get("workers")) or 0)
+                 and (a := as_number(r.get("iter_ms"))) is not None
+                 and (b := as_number(r.get("first_wait_ms"))) is not None]
+        if waits:
+            out["dataloader_start_ms"] = round(statistics.median(waits), 4)
     out["cudnn_benchmark"] = _bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = _str(_get(ctx, "optimizer", "class"))
     foreach = _get(ctx, "optimizer", "foreach_effective")

@@ -408,8 +408,10 @@ class Session:
         batch, self._steps.first_batch = self._steps.first_batch, None
         if batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict):
             try:  # what a batch from a worker process costs this one, for the predictions
+                timed = time_worker_handover(batch)
                 ctx["dataloader"] = {**ctx["dataloader"],
-                                     "worker_handover_ms": time_worker_handover(batch)}
+                                     "worker_handover_ms": timed and timed[0],
+                                     "worker_start_ms": timed and timed[1]}
                 if ctx["dataloader"].get("num_workers"):  # what a batch costs in process
                     ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
             except Exception as e:

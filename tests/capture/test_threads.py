@@ -69,8 +69,11 @@ def test_thread_timing_does_not_apply_on_one_thread():
 def test_worker_hand_over_is_timed_with_a_real_worker():
     batch = (torch.randn(256, 256), torch.arange(256))
     rng = torch.get_rng_state()
-    ms = time_worker_handover(batch)
-    assert ms is not None and ms > 0
+    timed = time_worker_handover(batch)
+    assert timed is not None
+    ms, start = timed
+    assert ms > 0
+    assert start > ms  # a process started, and its first batch made and handed over
     assert torch.equal(torch.get_rng_state(), rng)
 
 

@@ -318,3 +318,26 @@ def test_a_transform_after_another_starts_from_its_settings(tmp_path):
     assert isinstance(both, Prediction)
     assert both.step_ms == pytest.approx(1.2, abs=0.02)
     assert both.change == {"batched_fetch": True, "num_workers": 1}
+
+
+def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
+    """Workers start again every epoch: the loop waited 26 ms for iter() and its first
+    batch, where live workers would make only that batch (2 ms). Once per 24 batches: 1 ms
+    a step off the 3 ms mean, 1.5x. The session's own worker start (after the loop) serves
+    where no epoch start with workers was seen; without a start, or the epoch's length,
+    the model cannot tell."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    cfg = TrainConfig(num_workers=2)
+    p = _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
+                 input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
+    assert isinstance(p, Prediction)
+    assert p.change == {"persistent_workers": True}
+    assert p.step_ms == pytest.approx(2.0) and p.speedup == pytest.approx(1.5)
+    q = _predict("persistent_workers", m, cfg, input_worker_start_ms=14.0,
+                 input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
+    assert isinstance(q, Prediction) and q.step_ms == pytest.approx(2.5)
+    assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_epoch_batches=24,
+                                     input_inprocess_batch_ms=2.0)
+    assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
+                                     input_inprocess_batch_ms=2.0)
+    assert "cannot tell" in _predict("prefetch_factor", m, cfg)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ...basics import as_number
 from ...model import transforms as tr
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_call, loader_change, some_workers
 from ..config import TrainConfig
@@ -124,6 +125,31 @@ class PersistentWorkers(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         return config.num_workers > 0 and not config.persistent_workers
 
+    def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
+        """Each epoch starts its workers again: the loop waits for ``iter()`` and the first
+        batch (``dataloader_start_ms``, as the session saw an epoch start; else one worker
+        started after the loop, ``input_worker_start_ms``), where live workers would make
+        only that batch (``input_inprocess_batch_ms``). The difference, once per epoch
+        (``dataloader_epoch_batches`` steps), comes off the mean step. The profiled window
+        holds no epoch start, so this is not a replay of the graph."""
+        if not self.applies(config, facts):
+            return self.why_not(config, facts) or "nothing left to change"
+        start = as_number(facts.get("dataloader_start_ms"))
+        if start is None:
+            start = as_number(facts.get("input_worker_start_ms"))
+        n = as_number(facts.get("dataloader_epoch_batches"))
+        batch = as_number(facts.get("input_inprocess_batch_ms"))
+        if start is None:
+            return "cannot tell: no worker start was timed (a live capture times one)"
+        if not n or n <= 0:
+            return "cannot tell: the batches of an epoch are not known (len(loader))"
+        if batch is None:
+            return ("cannot tell: what one batch costs a worker was not timed (a live "
+                    "capture with workers times it)")
+        p = predictor.per_step_saving({"persistent_workers": True}, (start - batch) / n)
+        return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
+                                                   p.speedup),))
+
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         if metrics.get("dataloader_persistent_workers") is True:
             return "persistent_workers=True already"
@@ -233,7 +259,10 @@ PERSISTENT_WORKERS = PersistentWorkers(
 
 PREFETCH_FACTOR = PrefetchFactor(
     "prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)",
-    category="input", auto=True, needs="worker processes (num_workers > 0)")
+    category="input", auto=True, needs="worker processes (num_workers > 0)",
+    transform=tr.cannot("cannot tell: a deeper queue absorbs batches whose cost varies; the "
+                        "model replays the workers at their mean rate, where the queue's "
+                        "depth changes nothing"))
 
 THREADS = Threads("threads", "Split the CPUs between torch's threads and the loader's workers",
                   f"""

@@ -1,0 +1,52 @@
+"""Each epoch's start as the loop waits for it (diagnose/capture/loader_shim.py patches
+DataLoader.__iter__ for the session's loader; steps.py records the first batch's wait)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from diagnose.runfolder import load_context  # noqa: E402
+from diagnose.session import diagnose  # noqa: E402
+from tests.datasets import Pairs, train  # noqa: E402
+
+
+def test_each_epoch_start_with_workers_is_timed(tmp_path: Path):
+    """Epochs of 6 batches from one worker process (not persistent): every new iterator is
+    recorded with its iter() time, its first batch's wait and its worker; the metrics give
+    the median start and the epoch's length; DataLoader.__iter__ is put back."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Pairs(n=48), batch_size=8, num_workers=1)
+    before = DataLoader.__iter__
+    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=tmp_path,
+                  sample_hz=0, print_report=False) as d:
+        while not d.done:  # epoch after epoch
+            train(model, opt, loader, d)
+    assert DataLoader.__iter__ is before
+    starts = load_context(d.run_dir)["capture"]["loader_starts"]
+    assert len(starts) >= 2
+    assert all(s["workers"] == 1 and s["iter_ms"] > 0 and s["first_wait_ms"] > 0
+               for s in starts)
+    m = d.report.metrics
+    assert m["dataloader_epoch_batches"] == 6
+    assert m["dataloader_start_ms"] > 0 and m["input_worker_start_ms"] > 0
+
+
+def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Pairs(n=48), batch_size=8)
+    with diagnose(model, loader, steps=2, wait=3, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, print_report=False) as d:
+        while not d.done:  # epoch after epoch
+            train(model, opt, loader, d)
+    starts = load_context(d.run_dir)["capture"]["loader_starts"]
+    assert starts and all(s["workers"] == 0 for s in starts)
+    assert d.report.metrics["dataloader_start_ms"] is None
