@@ -174,6 +174,7 @@ def autofix(
         if predictions is None:  # the model's prediction for each config a search tries
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
             tuner.predictor = getattr(report, "predictor", None)
+            tuner.facts = dict(facts)
         named = in_predicted_order(named, preds)
         said = order_note(named, preds)
         if said:

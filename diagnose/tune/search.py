@@ -86,6 +86,7 @@ class Tuner(Measurer):
         # a trial after kept changes is predicted with their transforms applied first
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
+        self.facts: dict[str, Any] = {}  # the diagnosed run's metrics and live facts
 
     # ------------------------------------------------------------------ budget
     def out_of_budget(self) -> str | None:
@@ -141,6 +142,25 @@ class Tuner(Measurer):
             return None
         return float(pb.step_ms / pc.step_ms)
 
+    def saving_over(self, fix: Fix, best: TrainConfig) -> float | None:
+        """A fix the diagnosis could not predict for the run as it was (persistent workers
+        for a run without workers) but predicts for ``best``: the time per step it saves
+        (its prediction's base less its step) off the model's step for ``best``."""
+        if self.predictor is None:
+            return None
+        try:
+            p = fix.predict(self.predictor, best, self.facts)
+        except Exception:
+            return None
+        base_ms, step_ms = getattr(p, "base_ms", None), getattr(p, "step_ms", None)
+        if not isinstance(base_ms, float) or not isinstance(step_ms, float):
+            return None
+        now = 1.0 if best == self.original else self.tuned_speedup(best)
+        if now is None:
+            return None
+        best_ms = base_ms / now
+        return best_ms / max(best_ms - (base_ms - step_ms), 1e-9)
+
     def tuned_speedup(self, best: TrainConfig) -> float | None:
         """The model's speedup of ``best`` (the kept changes together, composed as in
         :meth:`composed`) over the baseline; None without a model or a prediction."""
@@ -168,6 +188,8 @@ class Tuner(Measurer):
             both = self.composed(fix, best, cand)
             if both is not None:
                 return both
+            if pred is None and fix.transform is None:
+                return self.saving_over(fix, best)
             a, b = self.of_config(fix, cand), self.of_config(fix, best)
             if a is not None and b is not None and b > 0:
                 return a / b

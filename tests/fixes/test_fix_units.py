@@ -120,8 +120,8 @@ def test_the_worker_fixes_share_one_search_and_say_how_to_walk_it() -> None:
 
 # ---------------------------------------------------------------------- the prediction slot
 def test_a_fix_without_a_transform_says_it_has_no_prediction() -> None:
-    p = FIXES["persistent_workers"].predict(object(), TrainConfig(num_workers=2), CPU2)
-    assert isinstance(p, str) and "persistent_workers" in p
+    p = FIXES["faster_input"].predict(object(), TrainConfig(num_workers=2), CPU2)
+    assert isinstance(p, str) and "faster_input" in p
 
 
 class _Predictor:

@@ -195,3 +195,34 @@ def test_changes_to_the_same_fields_are_one_change_through_the_covering_transfor
         (FIXES["threads"].transform, {"num_workers": 1, "intra_op_threads": 1}),
         (FIXES["pin_memory"].transform, {"pin_memory": True})]
     assert _steps(base, pinned, kept) is None  # pin_memory: no owner
+
+
+def test_persistent_workers_after_kept_workers_is_predicted_on_the_kept_step(tmp_path) -> None:
+    """A run diagnosed without workers has no persistent_workers prediction; after
+    num_workers 0 -> 1 was kept (3.0 -> 2.2 ms in the model: the worker makes a batch in
+    2000 + 200 us), the trial is predicted for that config: a worker started in 14 ms
+    less one 2 ms batch, once per 24 batches, is 0.5 ms a step off 2.2 ms."""
+    from diagnose.fixes import FIXES
+    from diagnose.model import step_model
+    from diagnose.model.predict import Predictor
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+    from tests import modeltraces as mt
+
+    m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 1000, "torch_num_threads": 1, "dataloader_num_workers": 0,
+             "input_worker_handover_ms": 0.2, "proc_cpu_mean_pct": 100.0,
+             "input_fetch_ms": 1.5, "input_collate_ms": 0.5, "input_worker_start_ms": 14.0,
+             "dataloader_epoch_batches": 24}
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    assert base.num_workers == 0
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {})
+    t.original, t.predictor, t.facts = base, Predictor(m, facts), facts
+    one = base.replace(num_workers=1)
+    t.kept_fixes.append((FIXES["num_workers"], frozenset({"num_workers"})))
+    assert t.tuned_speedup(one) == pytest.approx(3.0 / 2.2, rel=0.01)
+    kept = one.replace(persistent_workers=True)
+    assert t.relative(None, one, kept, FIXES["persistent_workers"]) == pytest.approx(
+        2.2 / 1.7, rel=0.01)

@@ -129,7 +129,8 @@ class PersistentWorkers(Fix):
         """Each epoch starts its workers again: the loop waits for ``iter()`` and the first
         batch (``dataloader_start_ms``, as the session saw an epoch start; else one worker
         started after the loop, ``input_worker_start_ms``), where live workers would make
-        only that batch (``input_inprocess_batch_ms``). The difference, once per epoch
+        only that batch (``input_inprocess_batch_ms``; a run without workers: its own
+        fetch and collate per batch). The difference, once per epoch
         (``dataloader_epoch_batches`` steps), comes off the mean step. The profiled window
         holds no epoch start, so this is not a replay of the graph."""
         if not self.applies(config, facts):
@@ -139,6 +140,9 @@ class PersistentWorkers(Fix):
             start = as_number(facts.get("input_worker_start_ms"))
         n = as_number(facts.get("dataloader_epoch_batches"))
         batch = as_number(facts.get("input_inprocess_batch_ms"))
+        if batch is None:
+            made = [as_number(facts.get(k)) for k in ("input_fetch_ms", "input_collate_ms")]
+            batch = None if None in made else sum(x or 0.0 for x in made)
         if start is None:
             return "cannot tell: no worker start was timed (a live capture times one)"
         if not n or n <= 0:
