@@ -60,8 +60,10 @@ def cpu_wait_ns() -> int | None:
         return None
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
-#: timed longer, up to EXTEND times the planned number
+#: timed longer, up to EXTEND times the planned number; so are steps in which the garbage
+#: collector made a full collection fewer than GC_FULL_SEEN times (but at least once)
 EXTEND = 3
+GC_FULL_SEEN = 3
 
 _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
 
@@ -311,13 +313,20 @@ class Steps:
         self._step = _Step(time.perf_counter(), cpu_wait_ns())
 
     def _keep_timing(self) -> bool:
-        """Steps that vary widely (a busy machine) get more of them timed, up to
-        :data:`EXTEND` times the planned number: their median then holds better."""
+        """Steps that vary widely (a busy machine), or that a rare full collection paused,
+        get more of them timed, up to :data:`EXTEND` times the planned number: their
+        median, and the collector's share of the mean, then hold better."""
         if not self.extend or self._after >= self.settle + EXTEND * self.after:
             return False
-        times = [r[1] for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
+        free = [r for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
+        times = [r[1] for r in free]
         if len(times) < 3:
             return False
+        # full collections are rare and long (one step in ten paused 200 ms): their
+        # share of the step is only known once a few were seen
+        full = sum(1 for r in free if r[10])
+        if 0 < full < GC_FULL_SEEN:
+            return True
         med = statistics.median(times)
         deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
         return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD

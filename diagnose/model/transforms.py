@@ -246,6 +246,27 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     return out
 
 
+def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """``prefetch_factor``: each worker keeps more batches ready. The model runs the
+    workers at their mean rate: a queue that stays full gains nothing from more depth, and
+    workers slower than the step are not made faster by it, so the step stays. Where the
+    waits came in bursts (one step waited 5x the median or more, 20 ms at least: IN003's
+    measure), a deeper queue may absorb slow batches, which a mean rate does not show."""
+    now = _num(facts, "dataloader_num_workers")
+    if now is None:
+        return "cannot tell: the loader's workers are not known"
+    if now == 0 and not change.get("num_workers"):
+        return "does not apply: no worker processes (prefetch_factor needs num_workers > 0)"
+    top, mid = _num(facts, "dataloader_wait_max_ms"), _num(facts, "dataloader_wait_median_ms")
+    if top is None or mid is None:
+        return "cannot tell: the waits for batches were not measured"
+    if top >= 20 and top >= 5 * (mid + 0.1):
+        return ("cannot tell: the waits came in bursts (one step waited "
+                f"{top:.0f} ms, the median {mid:.1f} ms); a deeper queue may absorb slow "
+                "batches, which the model's mean rate does not show")
+    return g
+
+
 def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
                  ) -> float | None:
     """No setting beats (all CPU work per step) / cores: the main process's own work on its

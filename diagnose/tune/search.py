@@ -143,8 +143,9 @@ class Tuner(Measurer):
         return float(pb.step_ms / pc.step_ms)
 
     def saving_over(self, fix: Fix, best: TrainConfig) -> float | None:
-        """A fix the diagnosis could not predict for the run as it was (persistent workers
-        for a run without workers) but predicts for ``best``: the time per step it saves
+        """A fix predicted without a graph transform (persistent workers: an epoch's start)
+        for the config it is tried on, ``best``, which the diagnosis may not have had
+        (workers kept for a run without them, or fewer): the time per step it saves there
         (its prediction's base less its step) off the model's step for ``best``."""
         if self.predictor is None:
             return None
@@ -188,8 +189,10 @@ class Tuner(Measurer):
             both = self.composed(fix, best, cand)
             if both is not None:
                 return both
-            if pred is None and fix.transform is None:
-                return self.saving_over(fix, best)
+            if fix.transform is None:  # predicted for the config it is tried on
+                saved = self.saving_over(fix, best)
+                if saved is not None:
+                    return saved
             a, b = self.of_config(fix, cand), self.of_config(fix, best)
             if a is not None and b is not None and b > 0:
                 return a / b

@@ -234,16 +234,22 @@ def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int
         assert not [f for f in r.findings if f.category == "input"]
 
 
-def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float]) -> steps_mod.Steps:
+def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float],
+               full: frozenset[int] = frozenset(), after: int = 4) -> steps_mod.Steps:
     """A Steps without profiler (every step is after the window) on a fake clock whose
-    steps last ``lengths`` ms in turn; advanced until done or the lengths run out."""
+    steps last ``lengths`` ms in turn (in the steps numbered in ``full``, a full
+    collection paused the thread for all but 10 ms); advanced until done or the lengths
+    run out."""
     now = [0.0]
     monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(steps_mod, "EXTEND", 3)
-    s = steps_mod.Steps(None, after=4, settle=1)
+    s = steps_mod.Steps(None, after=after, settle=1)
+    s.gc_timed = True
     s.start()
-    for ms in lengths:
+    for i, ms in enumerate(lengths):
         now[0] += ms / 1e3
+        if i in full:
+            s.on_gc((ms - 10.0) / 1e3, 2)
         s.advance()
         if s.done:
             break
@@ -259,6 +265,22 @@ def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> No
     # a pace that settles ends the extension as soon as the spread is back under the bound
     calm = _run_clock(monkeypatch, [50.0, 10.0, 30.0, 10.0, 10.0] + [10.0] * 20)
     assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms
+
+
+def test_steps_a_rare_full_collection_paused_are_timed_longer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One step in 15 pauses 200 ms for a full collection. The 12 planned steps saw one:
+    their p90 does not reach it (the spread alone would end the clock there), and one is
+    too few to know the collector's share, so the clock goes on until it has seen 3 (32
+    steps); steps that never pause fully end as planned."""
+    lengths = [50.0] + ([10.0, 10.0, 210.0] + [10.0] * 12) * 3
+    lengths = lengths[:1] + lengths[2:]  # the first pause in step 2
+    paused = _run_clock(monkeypatch, lengths, frozenset(i for i, ms in enumerate(lengths)
+                                                        if ms > 200), after=12)
+    assert paused.done and len(paused.rows) == 1 + 32
+    assert sum(r[10] for r in paused.rows) == 3
+    plain = _run_clock(monkeypatch, [50.0] + [10.0] * 40, after=12)
+    assert plain.done and len(plain.rows) == 1 + 12
 
 
 def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -329,7 +329,8 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
     m = _model(mt.cpu_loader(), tmp_path)
     cfg = TrainConfig(num_workers=2)
     p = _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
-                 input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
+                 dataloader_num_workers=2, input_inprocess_batch_ms=2.0,
+                 dataloader_epoch_batches=24)
     assert isinstance(p, Prediction)
     assert p.change == {"persistent_workers": True}
     assert p.step_ms == pytest.approx(2.0) and p.speedup == pytest.approx(1.5)
@@ -339,5 +340,31 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
     assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_epoch_batches=24,
                                      input_inprocess_batch_ms=2.0)
     assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
-                                     input_inprocess_batch_ms=2.0)
+                                     dataloader_num_workers=2, input_inprocess_batch_ms=2.0)
+
+
+
+def test_a_deeper_queue_changes_nothing_at_the_workers_mean_rate(tmp_path):
+    """prefetch_factor: steady waits (the model's mean rate: the step stays, 1.00x); waits
+    in bursts (one of 40 ms against a 1 ms median): the model cannot tell."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    cfg = TrainConfig(num_workers=2)
+    steady = _predict("prefetch_factor", m, cfg, dataloader_num_workers=2,
+                      dataloader_wait_max_ms=3.0, dataloader_wait_median_ms=1.0)
+    assert isinstance(steady, Prediction)
+    assert steady.change == {"prefetch_factor": 4} and steady.speedup == pytest.approx(1.0)
+    bursts = _predict("prefetch_factor", m, cfg, dataloader_num_workers=2,
+                      dataloader_wait_max_ms=40.0, dataloader_wait_median_ms=1.0)
+    assert isinstance(bursts, str) and "bursts" in bursts
     assert "cannot tell" in _predict("prefetch_factor", m, cfg)
+
+
+def test_persistent_workers_for_another_worker_count_use_one_worker_start(tmp_path):
+    """The run had 6 workers (its epoch start: 26 ms); persistent workers tried with 1
+    worker take one worker's start (14 ms) instead: (14 - 2) / 24 = 0.5 ms a step."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(dataloader_start_ms=26.0, input_worker_start_ms=14.0, dataloader_num_workers=6,
+              input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
+    six = _predict("persistent_workers", m, TrainConfig(num_workers=6), **kw)
+    one = _predict("persistent_workers", m, TrainConfig(num_workers=1), **kw)
+    assert six.step_ms == pytest.approx(2.0) and one.step_ms == pytest.approx(2.5)

@@ -127,15 +127,19 @@ class PersistentWorkers(Fix):
 
     def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
         """Each epoch starts its workers again: the loop waits for ``iter()`` and the first
-        batch (``dataloader_start_ms``, as the session saw an epoch start; else one worker
-        started after the loop, ``input_worker_start_ms``), where live workers would make
+        batch (``dataloader_start_ms``, as the session saw an epoch start with the run's
+        workers; for another worker count, or where none was seen, one worker started
+        after the loop, ``input_worker_start_ms``), where live workers would make
         only that batch (``input_inprocess_batch_ms``; a run without workers: its own
         fetch and collate per batch). The difference, once per epoch
         (``dataloader_epoch_batches`` steps), comes off the mean step. The profiled window
         holds no epoch start, so this is not a replay of the graph."""
         if not self.applies(config, facts):
             return self.why_not(config, facts) or "nothing left to change"
-        start = as_number(facts.get("dataloader_start_ms"))
+        # the loop's own epoch start where it had these workers; else one worker's
+        # (processes start one after another in iter(): fewer workers start sooner)
+        same = as_number(facts.get("dataloader_num_workers")) == config.num_workers
+        start = as_number(facts.get("dataloader_start_ms")) if same else None
         if start is None:
             start = as_number(facts.get("input_worker_start_ms"))
         n = as_number(facts.get("dataloader_epoch_batches"))
@@ -264,9 +268,7 @@ PERSISTENT_WORKERS = PersistentWorkers(
 PREFETCH_FACTOR = PrefetchFactor(
     "prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)",
     category="input", auto=True, needs="worker processes (num_workers > 0)",
-    transform=tr.cannot("cannot tell: a deeper queue absorbs batches whose cost varies; the "
-                        "model replays the workers at their mean rate, where the queue's "
-                        "depth changes nothing"))
+    transform=tr.deeper_queue)
 
 THREADS = Threads("threads", "Split the CPUs between torch's threads and the loader's workers",
                   f"""
