@@ -124,9 +124,23 @@ def _child(phase: str, path_str: str) -> None:
         if phase == "profile":
             _profile(analyze, path)
             return
+        import diagnose.analysis as an
+
+        model_s = [0.0]
+        build = an.step_model
+
+        def timed_model(*a: Any, **k: Any) -> Any:  # the step model's own share of the time
+            t = time.perf_counter()
+            try:
+                return build(*a, **k)
+            finally:
+                model_s[0] += time.perf_counter() - t
+
+        an.step_model = timed_model  # type: ignore[assignment]
         start = time.perf_counter()
         report = analyze(path)
         work = time.perf_counter() - start
+        out["model_s"] = model_s[0]
         out["check"] = {k: report.metrics.get(k) for k in CHECK_METRICS}
         out["check"]["findings"] = sorted(f.rule for f in report.findings)
     else:
@@ -191,6 +205,7 @@ class PhaseResult:
     workers: int = 0  # worker processes the parallel reader may use
     events: int | None = None
     check: dict[str, Any] | None = None
+    model_s: list[float] | None = None  # analyze: the step model's own time (build + replay)
 
     @property
     def median_s(self) -> float:
@@ -261,6 +276,8 @@ def _summarise(phase: str, inp: str, file_bytes: int,
         workers=max(r.get("workers", 0) for r, _ in runs),
         events=last.get("events"),
         check=last.get("check"),
+        model_s=[r["model_s"] for r, _ in runs] if all("model_s" in r for r, _ in runs)
+        else None,
     )
 
 
@@ -344,6 +361,12 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
                 f"largest peaking at {r.children_peak_kib * 1024 / MB:,.0f} MB; all processes "
                 f"together <= {total / MB:,.0f} MB = {total / r.file_bytes:.2f}x the file "
                 "(upper bound)")
+    for r in results:
+        if r.model_s:
+            m = statistics.median(r.model_s)
+            lines.append(
+                f"  {r.label} {INPUTS[r.input]}: of which the step model (graph of a few "
+                f"steps, replay) {m:.3f} s median = {m / r.median_s:.1%} of the analysis")
     lines.append("")
     names = {
         "analyze_over_json_load_time": "analyze time / json.load time",

@@ -39,12 +39,14 @@ def _fmt(x: float | None, spec: str = ".2f", unit: str = "x") -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jobs", nargs="*", help="job names in benchmarks/jobs (default: all)")
+    ap.add_argument("--samples", action="store_true",
+                    help="the demo and the CPU samples (benchmarks/sample_jobs) instead")
     ap.add_argument("--runs", type=int, default=None,
                     help="runs per job (default: RUNS, else 1)")
     ap.add_argument("--keep", metavar="DIR",
                     help="keep each run's folder (baseline capture, autofix.json) under DIR")
     args = ap.parse_args()
-    names = job_names(args.jobs)
+    names = job_names(args.jobs, args.samples)
     from diagnose import diagnose
 
     print_header("autofix on the project's own jobs: predicted beside measured", "autofix_jobs.py")
@@ -52,7 +54,7 @@ def main() -> int:
             f"{'measured [95% CI]':>22}  {'decision':<9} meas/pred")
     print(head)
     print("-" * len(head))
-    kept_rows = kept_within = 0
+    kept_rows = kept_within = tried = tried_pred = 0
     summary: list[str] = []
     for name in names:
         for run in range(1, (args.runs or RUNS.get(name, 1)) + 1):
@@ -65,6 +67,9 @@ def main() -> int:
                 if d.speedup is None and d.predicted_speedup is None:
                     continue
                 s = d.speedup
+                if s is not None:  # a trial ran
+                    tried += 1
+                    tried_pred += d.predicted_speedup is not None
                 meas = "-" if s is None else f"{s.ratio:.2f}x [{s.lo:.2f}, {s.hi:.2f}]"
                 err = ""
                 if d.status == "kept" and s is not None and d.predicted_speedup:
@@ -90,6 +95,7 @@ def main() -> int:
     for line in summary:
         print(line)
     print()
+    print(f"{tried_pred} of {tried} tried decisions carried a prediction")
     print(f"{kept_within} of {kept_rows} kept changes measured within 15% of their prediction")
     return 0
 

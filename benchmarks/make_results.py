@@ -80,6 +80,18 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "after. Goals: the job with more workers than CPUs keeps fewer workers in 3 of 3 "
         "runs; no job is left slower; tensor rows keep the batched fetch.",
     ),
+    "predict_vs_measured_samples": (
+        "Predictions on the demo and the CPU samples",
+        ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
+        "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU "
+        "(benchmarks/sample_jobs; the GPU samples need a GPU).",
+    ),
+    "autofix_samples": (
+        "Autofix on the demo and the CPU samples: predicted beside measured",
+        ["benchmarks/autofix_jobs.py", "--samples"],
+        "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU. "
+        "Goals: the demo ends 1.3x faster or more; the healthy sample keeps nothing.",
+    ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",

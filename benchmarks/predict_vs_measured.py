@@ -137,10 +137,12 @@ def _ratio_ci(a: list[float], b: list[float], n: int = 2000) -> tuple[float, flo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jobs", nargs="*", help="job names in benchmarks/jobs (default: all)")
+    ap.add_argument("--samples", action="store_true",
+                    help="the demo and the CPU samples (benchmarks/sample_jobs) instead")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
-    names = job_names(args.jobs)
+    names = job_names(args.jobs, args.samples)
     print_header("predictions checked by timing the job without the profiler",
                  "predict_vs_measured.py")
     head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>13} "

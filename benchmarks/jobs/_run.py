@@ -12,11 +12,16 @@ from pathlib import Path
 from typing import Any
 
 JOBS = Path(__file__).resolve().parent
+#: the demo and the CPU samples as jobs (``--samples``)
+SAMPLE_JOBS = JOBS.parent / "sample_jobs"
+if str(SAMPLE_JOBS) not in sys.path:
+    sys.path.append(str(SAMPLE_JOBS))
 
 
-def job_names(given: list[str]) -> list[str]:
-    """``given``, else every job module in benchmarks/jobs."""
-    return given or sorted(p.stem for p in JOBS.glob("[!_]*.py"))
+def job_names(given: list[str], samples: bool = False) -> list[str]:
+    """``given``, else every job module in benchmarks/jobs (``samples``: in
+    benchmarks/sample_jobs)."""
+    return given or sorted(p.stem for p in (SAMPLE_JOBS if samples else JOBS).glob("[!_]*.py"))
 
 
 def make(name: str) -> dict[str, Any]:
