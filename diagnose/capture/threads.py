@@ -13,6 +13,10 @@ Two cheap measurements for the threads and workers predictions (diagnose.model.t
   back afterwards: the run's results do not change. Only a CPU model with more than one
   intra-op thread is timed; anything else gives None.
 
+Also after the loop: how many CPUs' worth of Python work the usable CPUs do at once
+(:func:`time_cpu_capacity`: one forked process per CPU against one alone), which is what
+the cores give workers and the training process together where CPUs share a core.
+
 ``work_1thread_ms / work_ms`` is what one thread costs the model's ops (Amdahl: the part
 that does not scale stays); ``forward_unprofiled_ms / forward_ms`` is how much slower the
 loop's forward ran than the same forward alone (other work on the cores: workers, other
@@ -259,3 +263,75 @@ def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:
         for put, state in states:
             put(state)
     return round(best * 1e3, 4)
+
+
+#: the Python loop each process of :func:`time_cpu_capacity` runs (about 40 ms on the
+#: 2-core development VM): interpreter work, like a DataLoader worker's per-sample code
+CAPACITY_LOOP = 800_000
+CAPACITY_ROUNDS = 3
+#: at most this many processes at once (a big machine is measured on this many CPUs)
+CAPACITY_MAX_PROCS = 16
+
+
+def _spin(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def _concurrent_loop_s(k: int, loops: int) -> float | None:
+    """``k`` forked processes run the same Python loop at once (released together by a
+    pipe once all exist, so forking is not timed); the mean of their own loop times (s)."""
+    import os
+    import struct
+    import warnings
+
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pids: list[int] = []
+    try:
+        for _ in range(k):
+            with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: only this loop, then out without any clean-up
+                code = 1
+                try:
+                    os.close(go_w)
+                    os.read(go_r, 1)
+                    t0 = time.perf_counter()
+                    _spin(loops)
+                    os.write(res_w, struct.pack("d", time.perf_counter() - t0))
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        os.write(go_w, b"g" * k)
+        times = [struct.unpack("d", os.read(res_r, 8))[0] for _ in range(k)]
+    finally:
+        for fd in (go_r, go_w, res_r, res_w):
+            os.close(fd)
+        for pid in pids:
+            os.waitpid(pid, 0)
+    return statistics.fmean(times) if len(times) == k else None
+
+
+def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
+    """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
+    running the same loop against one process alone, ``cpus x alone / together`` (median of
+    :data:`CAPACITY_ROUNDS`, alternating). Under ``cpus`` where CPUs share a core (SMT
+    siblings) or the host is busy; on the 2-vCPU development VM it measured 1.2-1.9. None
+    with one CPU or where ``os.fork`` is missing."""
+    import os
+
+    n = min(int(cpus), CAPACITY_MAX_PROCS)
+    if n < 2 or not hasattr(os, "fork"):
+        return None
+    ratios = []
+    for _ in range(CAPACITY_ROUNDS):
+        alone, together = _concurrent_loop_s(1, loops), _concurrent_loop_s(n, loops)
+        if alone is None or together is None or together <= 0:
+            return None
+        ratios.append(n * alone / together)
+    return round(min(float(n), max(1.0, statistics.median(ratios))), 3)

@@ -44,6 +44,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "optimizer_fused": ("bool", "the optimizer runs a fused kernel"),
     "torch_num_threads": ("count", "torch.get_num_threads() in the training process"),
     "cpu_count": ("count", "CPUs the training process may use (os.sched_getaffinity)"),
+    "cpu_capacity": (
+        "CPUs", "CPUs' worth of Python work the usable CPUs did at once (one process per "
+        "CPU against one alone, timed after the loop): under cpu_count where CPUs share a "
+        "core (SMT siblings) or the host is busy"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
     "model_device": (
@@ -240,6 +244,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
     out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
+    out["cpu_capacity"] = as_number(ctx.get("cpu_capacity"))
     out["model_param_count"] = as_int(_get(ctx, "model", "param_count"))
     out["model_param_dtype"] = _str(_get(ctx, "model", "param_dtype"))
     out["model_device"] = _str(_get(ctx, "model", "device"))

@@ -106,6 +106,25 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     return ratio
 
 
+def cpu_capacity(facts: Facts) -> float | None:
+    """The CPUs' worth of work the usable CPUs did at once when the session timed it
+    (``cpu_capacity``, between 1 and ``cpu_count``); None where it was not timed."""
+    cap, cpus = _num(facts, "cpu_capacity"), cpus_for_workers(facts)
+    if cap is None or cpus is None:
+        return None
+    return min(float(cpus), max(1.0, cap))
+
+
+def _shared(facts: Facts, demand: int, cpus: int) -> float:
+    """How much longer CPU work takes when ``demand`` processes' worth of it runs at once
+    on CPUs that gave only ``cpu_capacity`` of their count (SMT siblings, a busy host): the
+    busy CPUs' count over the capacity, at least 1 (1 where it was not timed)."""
+    cap = cpu_capacity(facts)
+    if cap is None or demand < 2:
+        return 1.0
+    return max(1.0, min(demand, cpus) / cap)
+
+
 def main_host_ms(g: Graph) -> float:
     """The main thread's own work per step (ms): its ops and launches, not the loading."""
     main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
@@ -206,6 +225,10 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         slow = 1.0 if over else 1.0 / _contention(facts, now, threads_now, cpus)
     else:
         slow = threads / max(1, cpus - busy) if over else 1.0
+    # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
+    # less than their count (cpu_capacity), both sides take that much longer
+    shared = _shared(facts, threads + busy, cpus) if busy and not over else 1.0
+    slow *= shared
     out = g.copy()
     host = fetch | wait
     if k == 0:  # the batches are made in the training process: the fetch is on its thread
@@ -221,7 +244,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # a worker makes the batch and puts it into shared memory (its side of the hand-over,
     # as long as the receiving side: the CPU bound counts both): one batch every
     # per_batch us once the pipeline is full
-    made = mean_cost + hand_over
+    made = mean_cost * shared + hand_over
     per_batch = made / cap
     # the main process now waits for the batch and receives it
     out.kind[host] = TaskKind.DL_WAIT
@@ -288,7 +311,8 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
     hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
         "num_workers") else 0.0
-    return (cpu_main + work + hand) / cpus / 1e3  # the producer's tasks hold the worker's side
+    # the producer's tasks hold the worker's side; the CPUs do what they gave at once
+    return (cpu_main + work + hand) / (cpu_capacity(facts) or cpus) / 1e3
 
 
 # ---------------------------------------------------------------- transfers

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from diagnose.basics import usable_cpus
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
 from diagnose.capture.gcpause import GcTimer, frozen_objects
@@ -39,6 +40,7 @@ from diagnose.capture.samplers import (
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
+    time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
     time_worker_handover,
@@ -416,6 +418,10 @@ class Session:
                     ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
             except Exception as e:
                 self._internal_error("worker hand-over timing", e)
+            try:  # what the CPUs give workers and this process together
+                ctx["cpu_capacity"] = time_cpu_capacity(usable_cpus())
+            except Exception as e:
+                self._internal_error("CPU capacity timing", e)
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:

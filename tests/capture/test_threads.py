@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from diagnose.capture.threads import (
     ForwardTimer,
+    time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
     time_worker_handover,
@@ -91,3 +92,11 @@ def test_in_process_batch_is_timed_and_the_rngs_put_back():
     assert torch.equal(torch.get_rng_state(), states[0])
     assert random.getstate() == states[1]
     assert np.array_equal(np.random.get_state()[1], states[2])
+
+
+def test_cpu_capacity_is_between_one_cpu_and_all_of_them():
+    """Forked processes run a Python loop alone and one per CPU at once: the ratio is
+    clipped to [1, CPUs]; one CPU has nothing to measure."""
+    assert time_cpu_capacity(1) is None
+    cap = time_cpu_capacity(2, loops=100_000)
+    assert cap is not None and 1.0 <= cap <= 2.0

@@ -368,3 +368,22 @@ def test_persistent_workers_for_another_worker_count_use_one_worker_start(tmp_pa
     six = _predict("persistent_workers", m, TrainConfig(num_workers=6), **kw)
     one = _predict("persistent_workers", m, TrainConfig(num_workers=1), **kw)
     assert six.step_ms == pytest.approx(2.0) and one.step_ms == pytest.approx(2.5)
+
+
+def test_workers_on_cpus_that_give_less_than_their_count(tmp_path):
+    """cpu_loader on 2 CPUs that did 1.5 CPUs' worth of work at once (SMT siblings): one
+    worker beside torch's one thread makes both sides take 2 / 1.5 as long. The worker
+    makes a batch in 2000 x 4/3 + 200 (its side of the hand-over) = 2867 us, which sets
+    the step (the main process: 1000 x 4/3 + 200 = 1533 us); without the capacity it was
+    2200 us. Two workers: the CPU bound is all the work over 1.5 CPUs, not 2."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0)
+    full = dict(_predict("num_workers", m, **kw).candidates)
+    shared = _predict("num_workers", m, cpu_capacity=1.5, **kw)
+    each = dict(shared.candidates)
+    assert full[(("num_workers", 1),)] == pytest.approx(3.0 / 2.2, rel=0.01)
+    assert each[(("num_workers", 1),)] == pytest.approx(3.0 / 2.867, rel=0.01)
+    # two workers (oversubscribed: the rule for that applies, not the sharing): the bound
+    # is (1000 + 2000 + 2 x 200) / 1.5 = 2267 us
+    assert each[(("num_workers", 2),)] == pytest.approx(3.0 / 2.267, rel=0.01)
