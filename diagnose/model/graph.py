@@ -107,6 +107,9 @@ class Graph:
     t0: float  # window start
     steps_measured: np.ndarray  # measured length of each window step (us)
     step_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # trace step numbers
+    # the CPU time (us) each producer task holds where its duration is longer (workers
+    # sharing the CPUs with other threads run slower than their work); NaN: its duration
+    producer_cpu: float = math.nan
     # a topological order (replay); kept by changes of times and removed edges, which leave
     # it valid, dropped by anything that adds or removes tasks or adds edges
     order_cache: list[int] | None = field(default=None, repr=False, compare=False)

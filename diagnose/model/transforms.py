@@ -226,9 +226,14 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     else:
         slow = threads / max(1, cpus - busy) if over else 1.0
     # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
-    # less than their count (cpu_capacity), both sides take that much longer
-    shared = _shared(facts, threads + busy, cpus) if busy and not over else 1.0
-    slow *= shared
+    # less than their count (cpu_capacity), both sides take that much longer. Where they
+    # do not fit, the workers share the CPUs with torch's threads (which keep spinning for
+    # work between ops): each gets CPUs / (threads + busy workers) of a CPU.
+    if over:
+        shared = (threads + busy) / (cpu_capacity(facts) or cpus)
+    else:
+        shared = _shared(facts, threads + busy, cpus) if busy else 1.0
+        slow *= shared
     out = g.copy()
     host = fetch | wait
     if k == 0:  # the batches are made in the training process: the fetch is on its thread
@@ -264,6 +269,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            res=np.full(n, r, np.int32), dur=np.full(n, made),
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
+    out.producer_cpu = mean_cost + hand_over  # the CPU it holds; its duration may be longer
     if slow != 1.0:
         out = out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
     return out
@@ -307,8 +313,10 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
     cpu_main = busy * scale * min(t, cpus) if isinstance(t, int) and scale else busy * min(
         threads, cpus)
-    fetch = g.is_kind(TaskKind.FETCH, TaskKind.PRODUCER)
-    work = float(g.dur[fetch].sum()) / max(g.n_steps, 1)
+    prod = g.is_kind(TaskKind.PRODUCER)
+    made = (float(g.dur[prod].sum()) if math.isnan(g.producer_cpu)
+            else g.producer_cpu * int(prod.sum()))  # CPU work, not time slowed by sharing
+    work = (float(g.dur[g.is_kind(TaskKind.FETCH)].sum()) + made) / max(g.n_steps, 1)
     hand = float(_per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
         "num_workers") else 0.0
     # the producer's tasks hold the worker's side; the CPUs do what they gave at once

@@ -156,17 +156,19 @@ def test_what_the_model_cannot_tell(tmp_path):
 def test_num_workers_beside_torch_on_every_cpu(tmp_path):
     """cpu_loader again, torch's intra-op threads on both CPUs (the process measured at 180%
     of a core: CPU-bound loading). A busy worker takes one of the two cores from torch's
-    threads, so the main process's 1000 us of ops take 2 / (2 - 1) = 2x as long while the
-    worker makes the next batch (2000 us): the step is 2000 + 200 (hand-over) = 2200 us,
-    and the CPUs' work, (1000 x 2 + 2000 + 2 x 200) / 2 = 2200 us, agrees: 1.36x, where the
-    same job with torch on one thread (test_num_workers_cpu_bound, 2 workers) reached
-    1.76x."""
+    threads, so the main process's 1000 us of ops take 2 / (2 - 1) = 2x as long, and the
+    worker shares the CPUs with torch's two threads: its 2000 us batch takes 3 / 2 as long
+    (3200 us with its side of the hand-over). Two workers: the ops 2x (2200 us with the
+    hand-over), each worker 2x (4200 us, two at once: 2100 us a batch), and the CPUs'
+    work, (1000 x 2 + 2000 + 2 x 200) / 2 = 2200 us, agrees: 1.36x, where the same job with
+    torch on one thread (test_num_workers_cpu_bound, 2 workers) reached 1.76x."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
               worker_transfer_gbps=2.0, torch_num_threads=2, proc_cpu_mean_pct=180.0)
     p = _predict("num_workers", m, **kw)
     assert isinstance(p, Prediction)
-    assert p.step_ms == pytest.approx(2.2, abs=0.01)
+    assert p.step_ms == pytest.approx(2.2, abs=0.01) and p.change == {"num_workers": 2}
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(3.0 / 3.2, rel=0.01)
     q = _predict("threads", m, **kw)
     assert isinstance(q, Prediction) and q.change == {"num_workers": 1, "intra_op_threads": 1}
     assert q.at_least and q.speedup > 1
@@ -384,6 +386,7 @@ def test_workers_on_cpus_that_give_less_than_their_count(tmp_path):
     each = dict(shared.candidates)
     assert full[(("num_workers", 1),)] == pytest.approx(3.0 / 2.2, rel=0.01)
     assert each[(("num_workers", 1),)] == pytest.approx(3.0 / 2.867, rel=0.01)
-    # two workers (oversubscribed: the rule for that applies, not the sharing): the bound
-    # is (1000 + 2000 + 2 x 200) / 1.5 = 2267 us
+    # two workers beside torch's thread oversubscribe the CPUs: each worker gets 1.5 / 3 of
+    # a CPU (4200 us a batch, 2100 with two at once), and the CPU bound sets the step:
+    # (1000 + 2000 + 2 x 200) / 1.5 = 2267 us
     assert each[(("num_workers", 2),)] == pytest.approx(3.0 / 2.267, rel=0.01)
