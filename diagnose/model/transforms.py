@@ -125,6 +125,31 @@ def _shared(facts: Facts, demand: int, cpus: int) -> float:
     return max(1.0, min(demand, cpus) / cap)
 
 
+def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
+                  k: int, busy: int, threads: int, cpus: int) -> float:
+    """How much longer a worker's batch takes when busy workers and torch's threads
+    oversubscribe the CPUs: (busy workers + threads x u) / CPUs, u being the share of the
+    step in which the main process runs its ops (its threads are then runnable; between
+    ops they sleep), found together with the step it gives: the main process's own work
+    (its ops ``slow`` times as long, its launches, receiving the batch) or a batch from
+    the workers (``cost`` each, ``min(k, CPUs)`` at once), whichever is longer."""
+    main = g.res == g.main
+    if g.n_steps:
+        ops = float(_per_step(g, main & g.is_kind(TaskKind.HOST), g.dur).mean()) * slow
+        busy_main = ops + float(_per_step(g, main & g.is_kind(TaskKind.LAUNCH),
+                                          g.dur).mean()) + hand_over
+    else:
+        ops = busy_main = 0.0
+    given = cpu_capacity(facts) or cpus
+    at_once = max(1, min(k, cpus))
+    u, share = 1.0, 1.0
+    for _ in range(30):  # a fixed point, damped: the share sets the step, the step u
+        share = max(1.0, (busy + threads * u) / given)
+        step = max(busy_main, (cost * share + hand_over) / at_once)
+        u = 0.5 * (u + (min(1.0, ops / step) if step > 0 else 1.0))
+    return share
+
+
 def main_host_ms(g: Graph) -> float:
     """The main thread's own work per step (ms): its ops and launches, not the loading."""
     main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
@@ -227,10 +252,10 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         slow = threads / max(1, cpus - busy) if over else 1.0
     # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
     # less than their count (cpu_capacity), both sides take that much longer. Where they
-    # do not fit, the workers share the CPUs with torch's threads (which keep spinning for
-    # work between ops): each gets CPUs / (threads + busy workers) of a CPU.
+    # do not fit, the workers share the CPUs with torch's threads while those run the
+    # main process's ops: each runnable thread gets an equal part of the CPUs.
     if over:
-        shared = (threads + busy) / (cpu_capacity(facts) or cpus)
+        shared = _worker_share(g, facts, slow, mean_cost, hand_over, k, busy, threads, cpus)
     else:
         shared = _shared(facts, threads + busy, cpus) if busy else 1.0
         slow *= shared
