@@ -273,16 +273,18 @@ CAPACITY_ROUNDS = 3
 CAPACITY_MAX_PROCS = 16
 
 
-def _spin(n: int) -> int:
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
     s = 0
     for i in range(n):
         s += i * i
-    return s
+    return time.perf_counter() - t0
 
 
-def _concurrent_loop_s(k: int, loops: int) -> float | None:
-    """``k`` forked processes run the same Python loop at once (released together by a
-    pipe once all exist, so forking is not timed); the mean of their own loop times (s)."""
+def _concurrent_s(k: int, work: Callable[[], float]) -> float | None:
+    """``k`` forked processes run ``work`` (which returns the seconds it took) at once,
+    released together by a pipe once all exist (forking is not timed); the mean of their
+    times (s), None where a child failed."""
     import os
     import struct
     import warnings
@@ -290,22 +292,21 @@ def _concurrent_loop_s(k: int, loops: int) -> float | None:
     go_r, go_w = os.pipe()
     res_r, res_w = os.pipe()
     pids: list[int] = []
+    times: list[float] = []
     try:
         for _ in range(k):
             with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
-            if pid == 0:  # the child: only this loop, then out without any clean-up
-                code = 1
+            if pid == 0:  # the child: the work, then out without any clean-up
+                took = -1.0
                 try:
                     os.close(go_w)
                     os.read(go_r, 1)
-                    t0 = time.perf_counter()
-                    _spin(loops)
-                    os.write(res_w, struct.pack("d", time.perf_counter() - t0))
-                    code = 0
+                    took = float(work())
                 finally:
-                    os._exit(code)
+                    os.write(res_w, struct.pack("d", took))
+                    os._exit(0)
             pids.append(pid)
         os.write(go_w, b"g" * k)
         times = [struct.unpack("d", os.read(res_r, 8))[0] for _ in range(k)]
@@ -314,24 +315,82 @@ def _concurrent_loop_s(k: int, loops: int) -> float | None:
             os.close(fd)
         for pid in pids:
             os.waitpid(pid, 0)
-    return statistics.fmean(times) if len(times) == k else None
+    if len(times) != k or min(times) <= 0:
+        return None
+    return statistics.fmean(times)
+
+
+def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, float] | None:
+    """(the work's seconds alone, the CPUs' worth ``n`` processes did at once), medians of
+    ``rounds`` alternating rounds."""
+    alone, ratios = [], []
+    for _ in range(rounds):
+        one, many = _concurrent_s(1, work), _concurrent_s(n, work)
+        if one is None or many is None:
+            return None
+        alone.append(one)
+        ratios.append(n * one / many)
+    return statistics.median(alone), min(float(n), max(1.0, statistics.median(ratios)))
 
 
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
     """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
     running the same loop against one process alone, ``cpus x alone / together`` (median of
     :data:`CAPACITY_ROUNDS`, alternating). Under ``cpus`` where CPUs share a core (SMT
-    siblings) or the host is busy; on the 2-vCPU development VM it measured 1.2-1.9. None
-    with one CPU or where ``os.fork`` is missing."""
+    siblings) or the host is busy; on the 2-vCPU development VM it measured 1.1-2.0
+    minutes apart. None with one CPU or where ``os.fork`` is missing."""
     import os
 
     n = min(int(cpus), CAPACITY_MAX_PROCS)
     if n < 2 or not hasattr(os, "fork"):
         return None
-    ratios = []
-    for _ in range(CAPACITY_ROUNDS):
-        alone, together = _concurrent_loop_s(1, loops), _concurrent_loop_s(n, loops)
-        if alone is None or together is None or together <= 0:
-            return None
-        ratios.append(n * alone / together)
-    return round(min(float(n), max(1.0, statistics.median(ratios))), 3)
+    got = _capacity(n, lambda: _spin(loops), CAPACITY_ROUNDS)
+    return None if got is None else round(got[1], 3)
+
+
+def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
+    """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
+    CPUs make at once: forked processes set up as torch sets up a worker (one intra-op
+    thread) make the loader's second batch (the dataset's items for the second
+    ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
+    CPU at once.
+    Returns (ms a batch alone, capacity), medians of 2 rounds; None for an iterable
+    dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
+    batch over half a second (the exit must stay quick)."""
+    import os
+
+    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    collate = getattr(loader, "collate_fn", None)
+    ctx = getattr(loader, "multiprocessing_context", None)
+    method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
+        else "fork"
+    n = min(int(cpus), CAPACITY_MAX_PROCS)
+    if ds is None or not isinstance(bs, int) or collate is None or n < 2 \
+            or not hasattr(os, "fork") or method != "fork":
+        return None
+    try:
+        size = len(ds)
+    except TypeError:  # an IterableDataset
+        return None
+    first, second = list(range(min(bs, size))), list(range(bs, min(2 * bs, size)))
+    many = getattr(ds, "__getitems__", None)
+
+    def batch() -> float:
+        """A warm worker's batch: the first one warms the process (imports, caches), the
+        second (other samples, whose pages it copies on first touch as a worker does)
+        is timed."""
+        import torch
+
+        torch.set_num_threads(1)  # as in a DataLoader worker
+        took = 0.0
+        for idx in (first, second or first):
+            t0 = time.perf_counter()
+            collate(many(idx) if callable(many) else [ds[i] for i in idx])
+            took = time.perf_counter() - t0
+        return took
+
+    one = _concurrent_s(1, batch)
+    if one is None or one > SLOW_FORWARD_S:
+        return None
+    got = _capacity(n, batch, 2)
+    return None if got is None else (round(got[0] * 1e3, 4), round(got[1], 3))

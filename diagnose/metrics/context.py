@@ -24,6 +24,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
     "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
+    "input_worker_batch_ms": (
+        "ms", "one batch made by a forked process set up as a DataLoader worker (one "
+        "intra-op thread, warm), timed by the session after the loop"),
     "input_worker_start_ms": (
         "ms", "starting one DataLoader worker and taking its first batch (a copy of the "
         "loop's first), timed by the session after the loop"),
@@ -45,8 +48,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "torch_num_threads": ("count", "torch.get_num_threads() in the training process"),
     "cpu_count": ("count", "CPUs the training process may use (os.sched_getaffinity)"),
     "cpu_capacity": (
-        "CPUs", "CPUs' worth of Python work the usable CPUs did at once (one process per "
-        "CPU against one alone, timed after the loop): under cpu_count where CPUs share a "
+        "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
+        "worker-like process per CPU making the loader's batches against one alone (a "
+        "Python loop where batches cannot be made so); under cpu_count where CPUs share a "
         "core (SMT siblings) or the host is busy"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
@@ -224,6 +228,8 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["input_inprocess_batch_ms"] = as_number(
         _get(ctx, "dataloader", "inprocess_batch_ms"), finite=False)
     out["dataloader_epoch_batches"] = as_int(_get(ctx, "dataloader", "len"))
+    out["input_worker_batch_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_batch_ms"), finite=False)
     out["input_worker_start_ms"] = as_number(
         _get(ctx, "dataloader", "worker_start_ms"), finite=False)
     starts = _get(ctx, "capture", "loader_starts")

@@ -190,13 +190,16 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     fetch = g.is_kind(TaskKind.FETCH)
     wait = g.is_kind(TaskKind.DL_WAIT)
     step = float(g.steps_measured.mean()) if g.n_steps else 0.0
+    worker = _num(facts, "input_worker_batch_ms")
     if fetch.any():
         cost = _per_step(g, fetch, g.dur)
         mean_cost = float(cost.mean())
+        if worker is not None and k > 0:  # a worker makes it on one intra-op thread
+            mean_cost = worker * 1e3
     elif wait.any():
         waited = float(_per_step(g, wait, g.dur).mean())
         per_worker, alive = _num(facts, "workers_cpu_mean_pct"), _num(facts, "workers_count")
-        alone = _num(facts, "input_inprocess_batch_ms")
+        alone = _num(facts, "input_worker_batch_ms", "input_inprocess_batch_ms")
         if alone is not None:  # a batch made alone after the loop, by the session
             mean_cost = alone * 1e3
         elif per_worker is not None and alive:

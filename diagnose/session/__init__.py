@@ -43,6 +43,7 @@ from diagnose.capture.threads import (
     time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
+    time_worker_batches,
     time_worker_handover,
 )
 from diagnose.errors import CaptureError
@@ -418,8 +419,12 @@ class Session:
                     ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
             except Exception as e:
                 self._internal_error("worker hand-over timing", e)
-            try:  # what the CPUs give workers and this process together
-                ctx["cpu_capacity"] = time_cpu_capacity(usable_cpus())
+            try:  # a worker's batch, and what the CPUs give workers and this process
+                made = time_worker_batches(self.loader, usable_cpus())
+                if made is not None:
+                    ctx["dataloader"]["worker_batch_ms"] = made[0]
+                ctx["cpu_capacity"] = made[1] if made is not None else time_cpu_capacity(
+                    usable_cpus())
             except Exception as e:
                 self._internal_error("CPU capacity timing", e)
         prof = self._profiler

@@ -380,6 +380,11 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
         base = t.original if t.original is not None else best
         start = fix.search_start(base, cands, input_ms=input_ms, compute_ms=compute_ms)
         return t.search_climb(fix, best, cands, start, finding)
+    # each config on its own: the one the model predicts best first
+    guess = [t.of_config(fix, c) for c in cands]
+    if any(p is not None for p in guess):
+        cands = [c for _, _, c in sorted(zip([-(p or 0.0) for p in guess], range(len(cands)),
+                                             cands, strict=True))]
     for cand in cands:
         if fix.why_not(best, facts) is not None or cand == best:
             break

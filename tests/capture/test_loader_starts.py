@@ -37,8 +37,9 @@ def test_each_epoch_start_with_workers_is_timed(tmp_path: Path):
     m = d.report.metrics
     assert m["dataloader_epoch_batches"] == 6
     assert m["dataloader_start_ms"] > 0 and m["input_worker_start_ms"] > 0
-    if m["cpu_count"] >= 2:  # the CPUs' capacity, timed after the loop
+    if m["cpu_count"] >= 2:  # a worker's batch and the CPUs' capacity, after the loop
         assert 1.0 <= m["cpu_capacity"] <= m["cpu_count"]
+        assert m["input_worker_batch_ms"] > 0
 
 
 def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):

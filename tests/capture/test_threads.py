@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from diagnose.capture.threads import (
     ForwardTimer,
     time_cpu_capacity,
+    time_worker_batches,
     time_inprocess_batch,
     time_threads,
     time_worker_handover,
@@ -100,3 +101,36 @@ def test_cpu_capacity_is_between_one_cpu_and_all_of_them():
     assert time_cpu_capacity(1) is None
     cap = time_cpu_capacity(2, loops=100_000)
     assert cap is not None and 1.0 <= cap <= 2.0
+
+
+def test_a_workers_batch_is_timed_in_forked_processes():
+    """A forked process set up as a worker (one intra-op thread) makes the loader's second
+    batch: its time, and the CPUs' worth of batches one process per CPU made at once; the
+    parent's thread count is untouched. Not for a loader whose workers are spawned, nor
+    an iterable dataset, nor one CPU."""
+    import multiprocessing as mp
+
+    from torch.utils.data import IterableDataset
+
+    class Noisy(TensorDataset):
+        def __getitem__(self, i):
+            random.random(), np.random.rand(), torch.rand(1)
+            return super().__getitem__(i)
+
+    before = torch.get_num_threads()
+    loader = DataLoader(Noisy(torch.randn(100, 8), torch.arange(100)), batch_size=10)
+    got = time_worker_batches(loader, 2)
+    assert got is not None
+    ms, cap = got
+    assert ms > 0 and 1.0 <= cap <= 2.0
+    assert torch.get_num_threads() == before
+    assert time_worker_batches(loader, 1) is None
+    spawned = DataLoader(loader.dataset, batch_size=10, num_workers=1,
+                         multiprocessing_context=mp.get_context("spawn"))
+    assert time_worker_batches(spawned, 2) is None
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert time_worker_batches(DataLoader(Stream(), batch_size=2), 2) is None

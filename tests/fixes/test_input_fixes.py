@@ -76,12 +76,16 @@ def test_the_threads_fix_splits_the_cpus() -> None:
     fix = FIXES["threads"]
     facts = {"cpu_count": 2, "torch_num_threads": 2}
     assert fix.auto and fix.why_not(TrainConfig(), facts) is None
+    # one worker beside one thread, and a worker per CPU beside one thread
     assert fix.candidates(TrainConfig(), facts) == [
-        TrainConfig(num_workers=1, intra_op_threads=1)]
-    # already split that way: nothing left to try on 2 CPUs
-    assert fix.candidates(TrainConfig(num_workers=1), {**facts, "torch_num_threads": 1}) == []
+        TrainConfig(num_workers=1, intra_op_threads=1),
+        TrainConfig(num_workers=2, intra_op_threads=1)]
+    # already split one way: the other is left on 2 CPUs
+    assert fix.candidates(TrainConfig(num_workers=1), {**facts, "torch_num_threads": 1}) == [
+        TrainConfig(num_workers=2, intra_op_threads=1)]
     eight = fix.candidates(TrainConfig(num_workers=2), {"cpu_count": 8, "torch_num_threads": 8})
-    assert [(c.num_workers, c.intra_op_threads) for c in eight] == [(1, 7), (2, 6), (4, 4)]
+    assert [(c.num_workers, c.intra_op_threads) for c in eight] == [
+        (1, 7), (2, 6), (4, 4), (8, 1)]
     assert fix.why_not(TrainConfig(), {"cpu_count": 1, "torch_num_threads": 1}) is not None
     assert "torch.set_num_threads(1)" in render_change(TrainConfig(), eight[0].replace(
         intra_op_threads=1))

@@ -194,9 +194,11 @@ class PrefetchFactor(Fix):
 class Threads(Fix):
     """torch's intra-op threads and the loader's workers share the CPUs: split them.
 
-    Candidates (measured in this order): each worker count ``w`` of 1, 2, 4, ... up to half
-    the CPUs (and the current count) with torch on the ``CPUs - w`` CPUs left; never the
-    current split."""
+    Candidates: each worker count ``w`` of 1, 2, 4, ... up to half the CPUs (and the
+    current count) with torch on the ``CPUs - w`` CPUs left, and as many workers as CPUs
+    with torch on one thread (where the main process mostly waits for its batches, its
+    second thread only competes with them); never the current split. Autofix measures them
+    in the order of their predictions."""
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         n = cpus(facts)
@@ -221,7 +223,8 @@ class Threads(Fix):
             k *= 2
         if 0 < config.num_workers < n:
             ws.add(config.num_workers)
-        out = [config.replace(num_workers=w, intra_op_threads=n - w) for w in sorted(ws)]
+        ws.add(n)  # every CPU to the workers, torch on one thread (the main process mostly waits)
+        out = [config.replace(num_workers=w, intra_op_threads=max(1, n - w)) for w in sorted(ws)]
         return [c for c in out
                 if (c.num_workers, c.intra_op_threads) != (config.num_workers, now)]
 
