@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from diagnose.capture.threads import (
     ForwardTimer,
     time_cpu_capacity,
-    time_worker_batches,
     time_inprocess_batch,
     time_threads,
+    time_worker_batches,
     time_worker_handover,
 )
 
