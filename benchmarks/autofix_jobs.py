@@ -67,7 +67,7 @@ def main() -> int:
                 if d.speedup is None and d.predicted_speedup is None:
                     continue
                 s = d.speedup
-                if s is not None:  # a trial ran
+                if s is not None and d.fix != "confirmation":  # a fix's trial ran
                     tried += 1
                     tried_pred += d.predicted_speedup is not None
                 meas = "-" if s is None else f"{s.ratio:.2f}x [{s.lo:.2f}, {s.hi:.2f}]"
