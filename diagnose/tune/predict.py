@@ -70,7 +70,8 @@ def order_note(ordered: Sequence[tuple[Any, Any]], preds: Mapping[str, float]) -
     if not shown:
         return None
     rest = [fix.id for fix, _ in ordered if fix.id not in preds and fix.auto]
-    tail = f"; then, without a prediction: {', '.join(rest)}" if rest else ""
+    tail = (f"; then, without a prediction for the run as diagnosed (one is made for the "
+            f"config each is tried on where the model can): {', '.join(rest)}" if rest else "")
     return f"trials in order of predicted speedup: {', '.join(shown)}{tail}"
 
 
