@@ -32,14 +32,14 @@ def test_timer_reports_this_threads_collections_only():
     assert [g for _, g in seen] == [2] and seen[0][0] > 0
 
 
-def test_session_times_full_collections_in_the_loop(tmp_path: Path):
-    """A loop that triggers a full collection every other step: the clock's gc_ms and
-    gc_full columns see them, and the run records that nothing was frozen."""
+def _collecting_run(dataset: Pairs, out: Path):
+    """A captured loop over ``dataset`` that makes a full collection of its own every other
+    step (in the loop's code, not the loader's); the session."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(Pairs(n=400), batch_size=8)
-    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=tmp_path,
+    loader = DataLoader(dataset, batch_size=8)
+    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=out,
                   sample_hz=0, print_report=False) as d:
         i = 0
         while not d.done:
@@ -53,6 +53,13 @@ def test_session_times_full_collections_in_the_loop(tmp_path: Path):
                 i += 1
                 if d.done:
                     break
+    return d
+
+
+def test_session_times_full_collections_in_the_loop(tmp_path: Path):
+    """A loop that triggers a full collection every other step: the clock's gc_ms and
+    gc_full columns see them, and the run records that nothing was frozen."""
+    d = _collecting_run(Pairs(n=400), tmp_path)
     ctx = load_context(d.run_dir)
     clock = ctx["capture"]["step_clock"]
     assert sum(clock["gc_full"]) >= 3
@@ -75,24 +82,7 @@ def test_the_clock_says_which_pauses_fell_in_the_wait_for_a_batch(tmp_path: Path
     """Collections inside the in-process loader's fetch go to gc_loader_ms as well as gc_ms;
     those in the loop's own code only to gc_ms. The metric gc_pause_loader_ms is their
     mean, at most gc_pause_ms."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(_CollectingPairs(n=800), batch_size=8)  # one collection a batch
-    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=tmp_path,
-                  sample_hz=0, print_report=False) as d:
-        i = 0
-        while not d.done:
-            for x, y in loader:
-                loss = nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if i % 2:
-                    gc.collect()  # the loop's own: not in the loader's column
-                i += 1
-                if d.done:
-                    break
+    d = _collecting_run(_CollectingPairs(n=800), tmp_path)  # one loader collection a batch
     clock = load_context(d.run_dir)["capture"]["step_clock"]
     rows = list(zip(clock["gc_ms"], clock["gc_loader_ms"], clock["gc_full"], strict=True))
     assert all(inside > 0 for _, inside, _ in rows[1:])  # a loader collection every step
