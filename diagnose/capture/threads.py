@@ -354,7 +354,7 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     thread) make the loader's second batch (the dataset's items for the second
     ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
     CPU at once.
-    Returns (ms a batch alone, capacity), medians of 2 rounds; None for an iterable
+    Returns (ms a batch alone, capacity), medians of :data:`CAPACITY_ROUNDS` rounds; None for an iterable
     dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
     batch over half a second (the exit must stay quick)."""
     import os
@@ -392,5 +392,5 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     one = _concurrent_s(1, batch)
     if one is None or one > SLOW_FORWARD_S:
         return None
-    got = _capacity(n, batch, 2)
+    got = _capacity(n, batch, CAPACITY_ROUNDS)
     return None if got is None else (round(got[0] * 1e3, 4), round(got[1], 3))

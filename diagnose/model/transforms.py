@@ -131,11 +131,13 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
     oversubscribe the CPUs: (busy workers + threads x u) / CPUs, u being the share of the
     step in which the main process runs its ops (its threads are then runnable; between
     ops they sleep), found together with the step it gives: the main process's own work
-    (its ops ``slow`` times as long, its launches, receiving the batch) or a batch from
+    (the model's ops ``slow`` times as long, its other work, its launches, receiving the batch) or a batch from
     the workers (``cost`` each, ``min(k, CPUs)`` at once), whichever is longer."""
     main = g.res == g.main
     if g.n_steps:
-        ops = float(_per_step(g, main & g.is_kind(TaskKind.HOST), g.dur).mean()) * slow
+        fb = _model_ops(g)
+        ops = (float(_per_step(g, fb, g.dur).mean()) * slow
+               + float(_per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean()))
         busy_main = ops + float(_per_step(g, main & g.is_kind(TaskKind.LAUNCH),
                                           g.dur).mean()) + hand_over
     else:
@@ -148,6 +150,22 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         step = max(busy_main, (cost * share + hand_over) / at_once)
         u = 0.5 * (u + (min(1.0, ops / step) if step > 0 else 1.0))
     return share
+
+
+def _model_ops(g: Graph) -> np.ndarray:
+    """The main thread's work in the model's forward and backward (torch's parallel ops)."""
+    return ((g.res == g.main) & g.is_kind(TaskKind.HOST)
+            & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0))
+
+
+def _slowed(g: Graph, contend: float, shared: float) -> Graph:
+    """The main thread's work with the model's ops ``contend`` times as long (torch's
+    threads oversubscribed) and all of it ``shared`` times as long (CPUs that gave less)."""
+    if contend != 1.0:
+        g = g.scale(_model_ops(g), contend)
+    if shared != 1.0:
+        g = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), shared)
+    return g
 
 
 def main_host_ms(g: Graph) -> float:
@@ -168,6 +186,21 @@ def _contention(facts: Facts, now_workers: float | None, threads: int, cpus: int
     if not now_workers or threads + min(now_workers, cpus) <= cpus:
         return 1.0
     return threads / max(1, cpus - min(now_workers, cpus))
+
+
+def free_contention(g: Graph, facts: Facts) -> Graph:
+    """The step with the model's forward and backward freed of the contention the run has
+    now (:func:`_contention`). The optimizer's and the loop's other work stay as measured:
+    their ops are mostly too small for torch to split across threads, and timed in the
+    loop on the 2-CPU development VM (benchmarks/jobs/too_many_workers.py, 6 workers
+    beside 2 threads against 0) the forward and backward took 1.9-2.0x as long, the
+    optimizer 1.0-1.6x."""
+    cpus = cpus_for_workers(facts)
+    threads = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    c = _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus or 1)
+    if c == 1.0:
+        return g
+    return g.scale(_model_ops(g), 1.0 / c)
 
 
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
@@ -199,8 +232,11 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     elif wait.any():
         waited = float(_per_step(g, wait, g.dur).mean())
         per_worker, alive = _num(facts, "workers_cpu_mean_pct"), _num(facts, "workers_count")
-        alone = _num(facts, "input_worker_batch_ms", "input_inprocess_batch_ms")
-        if alone is not None:  # a batch made alone after the loop, by the session
+        # a batch made alone after the loop, by the session: in the training process
+        # (for k = 0) or as a worker makes it (one intra-op thread)
+        made_in = ("input_inprocess_batch_ms", "input_worker_batch_ms")
+        alone = _num(facts, *(made_in if k == 0 else made_in[::-1]))
+        if alone is not None:
             mean_cost = alone * 1e3
         elif per_worker is not None and alive:
             # a batch costs the CPU time the workers spent per step (one batch a step)
@@ -246,22 +282,21 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     if over and pct is None and fetch.any():
         return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
-    # Oversubscribed now: a change that stays oversubscribed keeps the contention, one
-    # that is not frees the work of it.
-    # Not oversubscribed now: the formula above says what oversubscribing would cost.
+    # Oversubscribed now: the work is freed of the contention the run has (the same
+    # formula, read the other way) and takes the one the change has: a change that stays
+    # as oversubscribed keeps it, one on fewer threads or workers sheds part of it.
+    contend = threads / max(1, cpus - busy) if over else 1.0
     if over_now:
-        slow = 1.0 if over else 1.0 / _contention(facts, now, threads_now, cpus)
-    else:
-        slow = threads / max(1, cpus - busy) if over else 1.0
+        g = free_contention(g, facts)
     # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
     # less than their count (cpu_capacity), both sides take that much longer. Where they
     # do not fit, the workers share the CPUs with torch's threads while those run the
     # main process's ops: each runnable thread gets an equal part of the CPUs.
     if over:
-        shared = _worker_share(g, facts, slow, mean_cost, hand_over, k, busy, threads, cpus)
+        shared = _worker_share(g, facts, contend, mean_cost, hand_over, k, busy, threads, cpus)
+        main_shared = 1.0
     else:
-        shared = _shared(facts, threads + busy, cpus) if busy else 1.0
-        slow *= shared
+        shared = main_shared = _shared(facts, threads + busy, cpus) if busy else 1.0
     out = g.copy()
     host = fetch | wait
     if k == 0:  # the batches are made in the training process: the fetch is on its thread
@@ -271,7 +306,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                                & (out.ekind == EdgeKind.END_AFTER_END))
         prod = out.kind == TaskKind.PRODUCER
         out = out.take(~prod) if prod.any() else out
-        return out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
+        return _slowed(out, contend, main_shared)
     free = k if io else cpus
     cap = max(1, min(k, free))
     # a worker makes the batch and puts it into shared memory (its side of the hand-over,
@@ -298,9 +333,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
     out.producer_cpu = mean_cost + hand_over  # the CPU it holds; its duration may be longer
-    if slow != 1.0:
-        out = out.scale((out.res == out.main) & out.is_kind(TaskKind.HOST), slow)
-    return out
+    return _slowed(out, contend, main_shared)
 
 
 def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
@@ -334,9 +367,9 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     if cpus is None:
         return None
     threads = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    base = free_contention(base, facts)
     main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     busy = float(_per_step(base, main, base.dur).mean())
-    busy /= _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus)
     t = change.get("intra_op_threads")
     scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
     cpu_main = busy * scale * min(t, cpus) if isinstance(t, int) and scale else busy * min(
