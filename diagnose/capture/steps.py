@@ -42,10 +42,11 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: reads) ms, collate ms, batches pulled, the bytes of their tensors, the wait for a CPU and
 #: the time in the model's forward calls, and the garbage collector's pauses (ms, how
 #: many of them were full collections, and the ms of them that fell inside the loop's
-#: wait for a batch: the loader's own allocations tripped them)
+#: wait for a batch: the loader's own allocations tripped them; then the full (generation
+#: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
-                 "gc_loader_ms")
+                 "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -103,6 +104,8 @@ class _Step:
     gc: float = 0.0
     gc_full: int = 0
     gc_loader: float = 0.0  # the pauses inside the wait for a batch
+    gc_full_s: float = 0.0  # the full collections' pauses
+    gc_full_loader: float = 0.0  # of those, inside the wait for a batch
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -260,9 +263,12 @@ class Steps:
         st = self._step
         if st is not None and not (self.done or self.closed):
             st.gc += seconds
-            st.gc_full += generation == 2
+            full = generation == 2
+            st.gc_full += full
+            st.gc_full_s += seconds if full else 0.0
             if self._loading:
                 st.gc_loader += seconds
+                st.gc_full_loader += seconds if full else 0.0
 
     def on_forward(self, seconds: float) -> None:
         """The model's forward call took ``seconds`` (its hooks time it)."""
@@ -292,7 +298,9 @@ class Steps:
                               None if st.forward is None else st.forward * 1e3,
                               st.gc * 1e3 if self.gc_timed else None,
                               st.gc_full if self.gc_timed else None,
-                              st.gc_loader * 1e3 if self.gc_timed else None))
+                              st.gc_loader * 1e3 if self.gc_timed else None,
+                              st.gc_full_s * 1e3 if self.gc_timed else None,
+                              st.gc_full_loader * 1e3 if self.gc_timed else None))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():

@@ -85,6 +85,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "gc_pause_loader_ms": (
         "ms", "of gc_pause_ms, the pauses inside the loop's wait for a batch (the loader's "
         "own allocations tripped them)"),
+    "gc_pause_full_ms": (
+        "ms", "of gc_pause_ms, the full (generation 2) collections' pauses: the ones "
+        "gc.freeze() spares (young collections walk only new objects)"),
+    "gc_pause_full_loader_ms": (
+        "ms", "of gc_pause_full_ms, those inside the loop's wait for a batch"),
     "gc_frozen_objects": (
         "count", "objects gc.freeze() had moved out of the collector's reach (0: none)"),
     "forward_unprofiled_ms": (
@@ -348,10 +353,12 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
             out["gc_pause_share"] = (round(statistics.fmean(pauses) / mean_step, 4)
                                      if mean_step > 0 else None)
             out["gc_full_collections"] = sum(as_int(r.get("gc_full")) or 0 for r in free)
-            inside = [as_number(r.get("gc_loader_ms"), finite=False) for r in free]
-            if all(g is not None for g in inside):
-                out["gc_pause_loader_ms"] = round(statistics.fmean(
-                    [g or 0.0 for g in inside]), 4)
+            for name, col in (("gc_pause_loader_ms", "gc_loader_ms"),
+                              ("gc_pause_full_ms", "gc_full_ms"),
+                              ("gc_pause_full_loader_ms", "gc_full_loader_ms")):
+                part = [as_number(r.get(col), finite=False) for r in free]
+                if all(g is not None for g in part):
+                    out[name] = round(statistics.fmean([g or 0.0 for g in part]), 4)
         # the steps after the window when there are enough: in the first ones worker
         # processes start and fill their queues, which the forward would pay for
         late = [r for r in free if r.get("phase") == "after"]

@@ -90,3 +90,37 @@ def test_the_clock_says_which_pauses_fell_in_the_wait_for_a_batch(tmp_path: Path
     assert any(total > inside and full >= 2 for total, inside, full in rows)  # the loop's
     m = d.report.metrics
     assert 0 < m["gc_pause_loader_ms"] < m["gc_pause_ms"]
+    # the loader's and the loop's collections here are all full ones (gc.collect()): the
+    # full columns hold them, and never more than the columns they are part of
+    full = list(zip(clock["gc_full_ms"], clock["gc_full_loader_ms"], strict=True))
+    assert all(f <= total + 1e-9 and fl <= inside + 1e-9
+               for (f, fl), (total, inside, _) in zip(full, rows, strict=True))
+    assert all(f > 0 for (f, _), (_, _, n) in zip(full, rows, strict=True) if n)
+    assert all(f == 0 for (f, _), (_, _, n) in zip(full, rows, strict=True) if not n)
+    assert 0 < m["gc_pause_full_loader_ms"] <= m["gc_pause_full_ms"] <= m["gc_pause_ms"]
+
+
+def test_the_profilers_leftovers_are_collected_at_the_window_end(tmp_path: Path, monkeypatch):
+    """The window's end collects the profiler's own garbage between two steps (one full
+    collection, on no step's clock), unless the loop turned the collector off."""
+    from diagnose.capture.profiler import WindowProfiler
+
+    calls: list[int] = []
+    real = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or real(*a))
+    for enabled in (True, False):
+        calls.clear()
+        prof = WindowProfiler(tmp_path / str(enabled), wait=0, warmup=1, active=1)
+        prof.start()
+        was = gc.isenabled()
+        if not enabled:
+            gc.disable()
+        try:
+            for _ in range(2):
+                torch.ones(4).sum()
+                prof.step()
+        finally:
+            if was:
+                gc.enable()
+        assert prof.finished
+        assert calls == ([1] if enabled else [])
