@@ -13,8 +13,9 @@ fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofi
 The ms columns are "the diagnosis' / the timing's": the base step the diagnosis predicted
 from (its mean unprofiled step) against the timed baseline, and the predicted step against
 the timed changed one.
-Measured speedup = median baseline block / median changed block, with a bootstrap 95%
-interval over the rounds. A prediction is "within 15%" when measured / predicted is in
+Measured speedup = mean baseline block / mean changed block (the mean step, as the
+predictions are of it: a full garbage collection that hits one step in several is time),
+with a paired bootstrap 95% interval over the rounds. A prediction is "within 15%" when measured / predicted is in
 [0.85, 1.15]. Prints one table; machine, date and load are in its header.
 """
 
@@ -38,6 +39,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(JOBS))  # a job imports its siblings as `python job.py` would
 
 from _run import job_names, make, print_header  # noqa: E402
+
+from diagnose.tune.stats import speedup_interval  # noqa: E402
 
 
 def _diagnose(job: dict[str, Any], out: str) -> dict[str, Any]:
@@ -124,14 +127,12 @@ def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool]], rounds:
     return out
 
 
-def _ratio_ci(a: list[float], b: list[float], n: int = 2000) -> tuple[float, float, float]:
-    rng = np.random.default_rng(0)
-    aa, bb = np.asarray(a), np.asarray(b)
-    ia = rng.integers(0, len(aa), (n, len(aa)))
-    ib = rng.integers(0, len(bb), (n, len(bb)))
-    r = np.median(aa[ia], axis=1) / np.median(bb[ib], axis=1)
-    return float(np.median(aa) / np.median(bb)), float(np.quantile(r, 0.025)), float(
-        np.quantile(r, 0.975))
+def _ratio_ci(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Mean baseline block / mean changed block (the mean step: a pause that hits some
+    steps is time, as the predictions count it), with autofix's paired bootstrap interval
+    over the rounds (both arms of a round drawn together)."""
+    iv = speedup_interval([np.array([x]) for x in a], [np.array([y]) for y in b])
+    return iv.ratio, iv.lo, iv.hi
 
 
 def main() -> int:
@@ -177,8 +178,8 @@ def main() -> int:
             ch = ", ".join(f"{k}={v}" for k, v in change.items())
             said = pred["step_ms"] * pred["speedup"]  # the diagnosis' own base step
             print(f"{name:<17} {rule:<8} {fix['id']:<14} {ch:<34} "
-                  f"{said:6.2f}/{statistics.median(times[0]):6.2f} "
-                  f"{pred['step_ms']:6.2f}/{statistics.median(times[1]):6.2f} "
+                  f"{said:6.2f}/{statistics.fmean(times[0]):6.2f} "
+                  f"{pred['step_ms']:6.2f}/{statistics.fmean(times[1]):6.2f} "
                   f"{pred['speedup']:9.2f}x "
                   f"{sp:8.2f}x [{lo:.2f}, {hi:.2f}] {err:9.2f}  "
                   f"{'within 15%' if ok else 'OFF'}")

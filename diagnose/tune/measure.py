@@ -26,7 +26,7 @@ from .stats import (
     Interval,
     SequentialRule,
     look_schedule,
-    pooled_median,
+    pooled_mean,
     round_log_ratios,
     rounds_for,
     speedup_interval,
@@ -87,7 +87,7 @@ def first_line(e: BaseException) -> str:
 
 
 def _ms(rounds: Sequence[np.ndarray]) -> float | None:
-    return 1e3 * pooled_median(rounds) if rounds else None
+    return 1e3 * pooled_mean(rounds) if rounds else None
 
 
 Rounds = dict[str, list[np.ndarray]]
@@ -253,14 +253,14 @@ class Measurer:
         return _ms(res["step"]), Bound(_ms(res["compute"]) or 0.0, _ms(res["data"]) or 0.0, cfg)
 
     def bound(self, cfg: TrainConfig) -> Bound:
-        """Compute-only and data-only step times of ``cfg`` (medians of blocks)."""
+        """Compute-only and data-only step times of ``cfg`` (means of blocks)."""
         warmup, n, k = self.layout(cfg, cfg)
         t = self.trial_for(cfg)
         with t:
             comp = t.compute_only(self.plan.warmup, n, block=k)
         with t:
             data = t.data_only(warmup, n, block=k)
-        return Bound(1e3 * float(np.median(comp)), 1e3 * float(np.median(data)), cfg)
+        return Bound(1e3 * float(np.mean(comp)), 1e3 * float(np.mean(data)), cfg)
 
     def pilot(self, cfg: TrainConfig) -> float:
         """Seconds per step of ``cfg`` (sizes the rounds)."""

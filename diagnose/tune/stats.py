@@ -6,11 +6,15 @@ in blocks of ``k`` consecutive steps (one device sync per block, see
 :mod:`diagnose.tune.trial`) and each block's per-step time is one observation: a
 step that only waits for the next batch and a step that gets two batches at once
 belong to the same prefetch cycle, so the block is the throughput the loop
-actually sees, and the median over blocks ignores a stray slow block (another
-process, garbage collection). (:func:`block_means` groups per-step times the same
-way, for callers that time single steps.)
+actually sees. Arms are compared by their mean block, the mean step: the job's
+pace counts a pause that hits some steps (a full garbage collection every few
+steps) as the time it costs. A median over blocks would drop such pauses, and a
+fix that removes them (``gc.freeze()``) could never be measured; a stray slow
+block (another process) widens the interval instead of being dropped.
+(:func:`block_means` groups per-step times the same way, for callers that time
+single steps.)
 
-The speedup is ``median(baseline blocks) / median(candidate blocks)``; its
+The speedup is ``mean(baseline blocks) / mean(candidate blocks)``; its
 confidence interval is a seeded, paired two-stage bootstrap: each resample
 draws rounds with replacement (the same rounds for both arms, so drift that
 hit both in a round cancels) and then blocks with replacement within each drawn
@@ -30,7 +34,7 @@ analyses: the repeated confidence interval approach", JRSS B 51, 1989) with a
 Bonferroni split of the error over a fixed maximum number of looks ``K``:
 
 - The observation of round ``r`` is the paired log ratio
-  ``d_r = log median(baseline blocks_r) - log median(candidate blocks_r)``; both
+  ``d_r = log mean(baseline blocks_r) - log mean(candidate blocks_r)``; both
   arms ran in the same round, so drift that hit both cancels. ``d_r`` are
   treated as independent and normal with unknown variance.
 - At each look (after ``n`` rounds, the schedule fixed before the trial starts)
@@ -95,8 +99,9 @@ def block_means(times: np.ndarray, k: int) -> np.ndarray:
     return times[:n].reshape(-1, k).mean(axis=1)
 
 
-def pooled_median(rounds: Sequence[np.ndarray]) -> float:
-    return float(np.median(np.concatenate([np.asarray(r, dtype=np.float64) for r in rounds])))
+def pooled_mean(rounds: Sequence[np.ndarray]) -> float:
+    """The mean block of all rounds: the mean step (the blocks are of equal length)."""
+    return float(np.mean(np.concatenate([np.asarray(r, dtype=np.float64) for r in rounds])))
 
 
 def _as_matrix(rounds: Sequence[np.ndarray]) -> np.ndarray:
@@ -105,30 +110,30 @@ def _as_matrix(rounds: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack([np.asarray(r, dtype=np.float64)[:m] for r in rounds])
 
 
-def _two_stage_medians(x: np.ndarray, picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Median of each resample: the rounds in ``picks`` (resamples, rounds), then blocks
+def _two_stage_means(x: np.ndarray, picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Mean of each resample: the rounds in ``picks`` (resamples, rounds), then blocks
     with replacement within each of them."""
     resamples, r = picks.shape
     m = x.shape[1]
     chosen = x[picks]  # (resamples, rounds, blocks)
     idx = rng.integers(0, m, size=(resamples, r, m))
     drawn = np.take_along_axis(chosen, idx, axis=2)
-    return np.median(drawn.reshape(resamples, r * m), axis=1)
+    return np.mean(drawn.reshape(resamples, r * m), axis=1)
 
 
 def speedup_interval(base: Sequence[np.ndarray], cand: Sequence[np.ndarray], *,
                      confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
     """Speedup of ``cand`` over ``base`` (per-round block times, paired by round) with a
-    paired two-stage bootstrap interval of the ratio of medians."""
+    paired two-stage bootstrap interval of the ratio of means."""
     if not base or len(base) != len(cand) or any(len(r) == 0 for r in (*base, *cand)):
         raise ValueError("speedup_interval needs the same rounds for both arms, none empty")
     a, b = _as_matrix(base), _as_matrix(cand)
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, a.shape[0], size=(resamples, a.shape[0]))
-    ratios = _two_stage_medians(a, picks, rng) / _two_stage_medians(b, picks, rng)
+    ratios = _two_stage_means(a, picks, rng) / _two_stage_means(b, picks, rng)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
-    return Interval(pooled_median(base) / pooled_median(cand), float(lo), float(hi), confidence)
+    return Interval(pooled_mean(base) / pooled_mean(cand), float(lo), float(hi), confidence)
 
 
 # ---------------------------------------------------------------------- sequential rule
@@ -211,11 +216,11 @@ class SequentialRule:
 
 
 def round_log_ratios(base: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> np.ndarray:
-    """``log median(base_r) - log median(cand_r)`` for each round ``r`` (paired rounds)."""
+    """``log mean(base_r) - log mean(cand_r)`` for each round ``r`` (paired rounds)."""
     if not base or len(base) != len(cand) or any(len(r) == 0 for r in (*base, *cand)):
         raise ValueError("round_log_ratios needs the same rounds for both arms, none empty")
-    a = np.array([np.median(np.asarray(r, dtype=np.float64)) for r in base])
-    b = np.array([np.median(np.asarray(r, dtype=np.float64)) for r in cand])
+    a = np.array([np.mean(np.asarray(r, dtype=np.float64)) for r in base])
+    b = np.array([np.mean(np.asarray(r, dtype=np.float64)) for r in cand])
     return np.log(a) - np.log(b)
 
 
@@ -246,5 +251,5 @@ def look_schedule(first: int, last: int, looks: int) -> list[int]:
     return out
 
 
-__all__ = ["Interval", "SequentialRule", "block_means", "look_schedule", "pooled_median",
+__all__ = ["Interval", "SequentialRule", "block_means", "look_schedule", "pooled_mean",
            "round_log_ratios", "rounds_for", "speedup_interval", "t_quantile"]

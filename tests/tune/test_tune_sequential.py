@@ -157,8 +157,10 @@ def test_the_rule_on_one_trial_is_the_rule_on_many() -> None:
 
 
 def test_round_log_ratios_pair_the_rounds() -> None:
-    a = [np.array([2.0, 2.0, 4.0]), np.array([3.0])]
+    """Each round's arms by their mean block (the mean step): a block that held a pause
+    (the 8.0: a full collection in one block of three) counts as the time it cost."""
+    a = [np.array([2.0, 2.0, 8.0]), np.array([3.0])]
     b = [np.array([1.0]), np.array([3.0, 3.0])]
-    assert round_log_ratios(a, b).tolist() == pytest.approx([math.log(2.0), 0.0])
+    assert round_log_ratios(a, b).tolist() == pytest.approx([math.log(4.0), 0.0])
     with pytest.raises(ValueError):
         round_log_ratios(a, b[:1])
