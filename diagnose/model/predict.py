@@ -115,17 +115,21 @@ def _arrivals_at(g: Graph, ratio: float) -> Graph:
     return out
 
 
-def calibrate(g: Graph, target_ratio: float, fetch_share: float | None = None) -> Graph:
-    """Make the replay give ``target_ratio`` x the profiled step (the unprofiled pace: the
-    profiler's per-op cost out, pauses such as garbage collection in). What the session
-    timed directly is set: the in-process fetch and collate, ``fetch_share`` of the
-    unprofiled step by the clock's means; batches from workers arrive at the unprofiled
-    pace. The host's other work is then scaled to match: the scale is bracketed and found
-    by false position (the replayed step grows with it), never below
-    :data:`HOST_SCALE_MIN`."""
+def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None) -> Graph:
+    """Make the replay give ``target_ms``, the unprofiled mean step (the profiler's per-op
+    cost out, pauses such as garbage collection in): the step the session's own
+    measurements (a worker's batch, a hand-over) are on the scale of. The graph's few steps
+    may hold one slower than the run's median (a pause, a busy moment); the target is the
+    run's pace, not a ratio of them. What the session timed directly is set: the in-process
+    fetch and collate, ``fetch_share`` of the unprofiled step by the clock's means; batches
+    from workers arrive at the unprofiled pace. The host's other work is then scaled to
+    match: the scale is bracketed and found by false position (the replayed step grows with
+    it), within :data:`HOST_SCALE_MIN` and :data:`HOST_SCALE_MAX`."""
+    now = _step(g)
+    target_ratio = target_ms / now if now > 0 else 0.0
     if not 0.2 < target_ratio < 5.0:
         return g
-    want = _step(g) * target_ratio
+    want = target_ms
     g = _arrivals_at(g, target_ratio)
     fetch = g.is_kind(TaskKind.FETCH)
     if fetch_share is not None and fetch.any() and g.n_steps and 0 <= fetch_share < 1:
@@ -194,8 +198,7 @@ class Predictor:
         g = model.graph
         fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
         loaded = fetch + collate if fetch is not None and collate is not None else None
-        self.g = (calibrate(g, un / prof, None if loaded is None else loaded / un)
-                  if un and prof else g)
+        self.g = calibrate(g, un, None if loaded is None else loaded / un) if un else g
         self.base_replay = _step(self.g)
         cv = _num(facts, "step_time_cv") or 0.0
         n = max(int(_num(facts, "step_count") or 1), 1)
