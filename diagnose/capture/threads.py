@@ -188,7 +188,8 @@ HANDOVERS = 5
 
 def time_worker_handover(batch: Any) -> tuple[float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
-    training process (ms, median of :data:`HANDOVERS`): a one-worker DataLoader whose
+    training process (ms, the least of :data:`HANDOVERS`: a busy moment only adds to it):
+    a one-worker DataLoader whose
     dataset copies the batch, each batch taken once the worker has had time to make it,
     so the time is the hand-over alone (shared memory, file descriptors, unpickling).
     Also what starting that worker took (ms: ``iter()`` and its first batch, a copy): the
@@ -219,7 +220,7 @@ def time_worker_handover(batch: Any) -> tuple[float, float] | None:
             del it
     finally:
         torch.set_rng_state(rng)
-    return round(statistics.median(times) * 1e3, 4), round(start * 1e3, 4)
+    return round(min(times) * 1e3, 4), round(start * 1e3, 4)
 
 
 def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:
@@ -321,8 +322,8 @@ def _concurrent_s(k: int, work: Callable[[], float]) -> float | None:
 
 
 def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, float] | None:
-    """(the work's seconds alone, the CPUs' worth ``n`` processes did at once), medians of
-    ``rounds`` alternating rounds."""
+    """(the work's seconds alone: the least of ``rounds`` alternating rounds, as a busy
+    moment only adds to it; the CPUs' worth ``n`` processes did at once: their median)."""
     alone, ratios = [], []
     for _ in range(rounds):
         one, many = _concurrent_s(1, work), _concurrent_s(n, work)
@@ -330,7 +331,7 @@ def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, fl
             return None
         alone.append(one)
         ratios.append(n * one / many)
-    return statistics.median(alone), min(float(n), max(1.0, statistics.median(ratios)))
+    return min(alone), min(float(n), max(1.0, statistics.median(ratios)))
 
 
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
@@ -354,7 +355,8 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     thread) make the loader's second batch (the dataset's items for the second
     ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
     CPU at once.
-    Returns (ms a batch alone, capacity), medians of :data:`CAPACITY_ROUNDS` rounds; None for an iterable
+    Returns (ms a batch alone: the least of :data:`CAPACITY_ROUNDS` rounds; capacity: their
+    median); None for an iterable
     dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
     batch over half a second (the exit must stay quick)."""
     import os

@@ -536,6 +536,23 @@ class _Builder:
         tag[work] |= int(Tag.FORWARD_BACKWARD)
         return tag
 
+    def _events(self, c: dict[str, np.ndarray]) -> np.ndarray:
+        """How many of the profiler's host events (ops at every depth, annotations, runtime
+        calls, Python frames) start inside each main-thread host task: the profiler pays
+        its recording cost per event."""
+        t = self.t
+        m = ((t.pid_id == self.pid) & (t.tid_id == self.tid) & (t.ts < self.w1)
+             & (t.end[:] > self.w0) & np.isin(t.kind, [int(k) for k in (
+                 Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME, Kind.PYTHON)]))
+        ev = np.sort(t.ts[m])
+        out = np.zeros(len(c["kind"]))
+        task = (c["res"] == 0) & np.isin(c["kind"], [int(k) for k in (
+            TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)])
+        s = c["start0"][task]
+        out[task] = (np.searchsorted(ev, s + c["dur"][task], side="left")
+                     - np.searchsorted(ev, s, side="left"))
+        return out
+
     def _graph(self) -> Graph:
         rows = self.rows
         c = {k: rows.cat(k, rows.cols, dt) for k, dt in (
@@ -545,6 +562,7 @@ class _Builder:
         ed = {k: rows.cat(k, rows.edges, dt) for k, dt in (
             ("esrc", np.int64), ("edst", np.int64), ("ekind", np.int8), ("elag", np.float64))}
         c["tag"] = self._tags(c, ed)
+        c["events"] = self._events(c)
         cols: dict[str, Any] = {**c, **ed}
         return Graph(**cols, resources=self.resources, names=self.t.names, main=0,
                      t0=self.w0, steps_measured=self.hi - self.lo, step_index=self.step_index)

@@ -97,6 +97,9 @@ class Graph:
     nbytes: np.ndarray  # float64: bytes of a copy (NaN: unknown)
     start0: np.ndarray  # float64: measured start (NaN: made by a transform)
     tag: np.ndarray  # int32 bit set of Tag: where in the step a task runs
+    # float64: the profiler's events that start inside a main-thread host task (its ops at
+    # every depth, its runtime call): what the profiler's per-event cost scales with
+    events: np.ndarray
     esrc: np.ndarray  # int64
     edst: np.ndarray  # int64
     ekind: np.ndarray  # int8 EdgeKind
@@ -197,7 +200,7 @@ class Graph:
         """Append tasks (columns given; the rest default); returns the graph and their ids."""
         n = len(cols["kind"])
         defaults = {"gap": 0.0, "release": np.nan, "step": -1, "name_id": -1, "nbytes": np.nan,
-                    "start0": np.nan, "dur": 0.0, "tag": 0}
+                    "start0": np.nan, "dur": 0.0, "tag": 0, "events": 0.0}
         g = self.copy()
         g.order_cache = None
         for k in _TASK_ARRAYS:
@@ -208,7 +211,7 @@ class Graph:
 
 
 _TASK_ARRAYS = ("kind", "res", "dur", "gap", "release", "step", "name_id", "nbytes", "start0",
-                "tag")
+                "tag", "events")
 _ARRAYS = (*_TASK_ARRAYS, "esrc", "edst", "ekind", "elag")
 
 

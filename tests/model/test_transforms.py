@@ -469,3 +469,30 @@ def test_freeing_contention_frees_the_models_ops_only(tmp_path):
     # one worker beside one thread fits the 2 CPUs: nothing to free
     one = {**facts, "torch_num_threads": 1, "dataloader_num_workers": 1}
     assert np.array_equal(tr.free_contention(g, one).dur, g.dur)
+
+
+def test_calibration_takes_the_profilers_cost_off_per_event(tmp_path):
+    """A step (after a 200 us in-process fetch) of one large op (4000 us) and 40 small
+    ones (100 us each: the optimizer's kind): ~8200 us profiled. The clock timed 7200 us without the profiler: 800 us of
+    recording cost over 41 events, ~19.5 us each. The small ops lose 40 x 19.5 = 780 us of
+    their 4000, the large one ~20 us; a uniform scale would have taken 400 from each."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(200)
+            b.cpu(4000, "aten::addmm")
+            b.optimizer_step(kernels=40, kernel_dur=100.0)
+    m = _model(b, tmp_path)
+    prof = float(np.median(m.graph.steps_measured)) / 1e3
+    p = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=0.9 * prof))
+    g = p.g
+    assert p.base_replay == pytest.approx(0.9 * prof, rel=0.01)
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
+    opt = main & ((g.tag & int(Tag.OPTIMIZER)) > 0)
+    fb = main & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    cut_opt = float(m.graph.dur[opt].sum() - g.dur[opt].sum()) / g.n_steps
+    cut_fb = float(m.graph.dur[fb].sum() - g.dur[fb].sum()) / g.n_steps
+    assert cut_opt > 10 * cut_fb > 0
+    assert float(g.events[opt].sum()) / g.n_steps >= 40
