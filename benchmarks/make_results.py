@@ -69,7 +69,10 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         ["benchmarks/predict_vs_measured.py", "--rounds", "16"],
         "Jobs of a user's own (benchmarks/jobs): each warning/critical finding's first fix, "
         "its change applied exactly as autofix applies it, timed in interleaved blocks "
-        "against the unchanged job. Goal: measured within 15% of predicted.",
+        "against the unchanged job (gc.freeze: in processes of its own, alternating), "
+        "compared by the mean step. Goal: measured within 15% of predicted. One run on a "
+        "shared 2-CPU machine: the capture's base step and its exit timings vary by 10-30% "
+        "from one capture to the next (the closing notes list several runs).",
     ),
     "autofix_jobs": (
         "Autofix on the project's own jobs: predicted beside measured",
