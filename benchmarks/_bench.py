@@ -43,6 +43,63 @@ RESULT_TAG = "@@RESULT@@ "
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
+# ------------------------------------------------------------------ autofix: predicted beside measured
+DECISION_HEAD = (f"{'job':<17} {'run':>3} {'fix':<15} {'change':<34} {'predicted':>9} "
+                 f"{'measured [95% CI]':>22}  {'decision':<9} meas/pred")
+
+
+@dataclass
+class DecisionTally:
+    """Counts over autofix decisions: trials run (and those carrying a prediction), kept
+    changes (and those measured within 15% of their prediction)."""
+
+    tried: int = 0
+    tried_pred: int = 0
+    kept: int = 0
+    kept_within: int = 0
+
+    def rows(self, job: str, run: int, result: Any) -> list[str]:
+        """One line per decision of an autofix ``result`` that has a prediction or a
+        measurement (the columns of DECISION_HEAD), counting as it goes."""
+        out = []
+        for d in result.decisions:
+            s = d.speedup
+            if s is None and d.predicted_speedup is None:
+                continue
+            if s is not None and d.fix != "confirmation":  # a fix's trial ran
+                self.tried += 1
+                self.tried_pred += d.predicted_speedup is not None
+            meas = "-" if s is None else f"{s.ratio:.2f}x [{s.lo:.2f}, {s.hi:.2f}]"
+            err = ""
+            if d.status == "kept" and s is not None and d.predicted_speedup:
+                e = s.ratio / d.predicted_speedup
+                self.kept += 1
+                self.kept_within += 0.85 <= e <= 1.15
+                err = f"{e:.2f} {'within 15%' if 0.85 <= e <= 1.15 else 'OFF'}"
+            pred = "-" if d.predicted_speedup is None else f"{d.predicted_speedup:.2f}x"
+            out.append(f"{job:<17} {run:>3} {d.fix:<15} {d.change[:34]:<34} "
+                       f"{pred:>9} {meas:>22}  {d.status:<9} {err}")
+        return out
+
+    def totals(self) -> list[str]:
+        return [f"{self.tried_pred} of {self.tried} tried decisions carried a prediction",
+                f"{self.kept_within} of {self.kept} kept changes measured within 15% of their "
+                "prediction"]
+
+
+def before_after(result: Any) -> str:
+    """An autofix result's kept changes measured together, beside the model's tuned step."""
+    f = result.final
+    iv = None if f is None else f.interval
+    text = ("nothing kept" if f is None else
+            f"{f.base_ms:.2f} -> {f.cand_ms:.2f} ms measured "
+            f"({iv.ratio:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}])"
+            if iv is not None and f.base_ms and f.cand_ms else "no measurement")
+    if result.predicted_tuned_ms is not None:
+        text += f", predicted {result.predicted_tuned_ms:.2f} ms"
+    return text + ("  LEFT SLOWER" if iv is not None and iv.hi < 1.0 else "")
+
+
 # ------------------------------------------------------------------ the machine, processes
 def use_this_checkout() -> None:
     """Import this checkout's ``diagnose``, not an installed one."""

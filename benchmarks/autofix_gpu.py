@@ -7,15 +7,23 @@ Three workloads, each with one planted bottleneck, run ``diagnose(...).autofix()
 - ``fp32``: a GEMM-heavy MLP in fp32 on a tensor-core GPU (PR001 -> AMP)
 - ``input``: per-sample CPU work in the training process (IN001 -> num_workers)
 
-For each: the findings (severity, estimated gain), autofix's decisions, and a last line
-with the finding's predicted saving next to the measured before/after.
+For each: the step model's replay error, the findings (severity, the first fix's
+predicted speedup), autofix's decisions, and a table of every tried decision's predicted
+speedup beside the measured one (with its 95% interval), then the kept changes measured
+together beside the model's predicted tuned step.
 
-    python benchmarks/autofix_gpu.py [--workload pageable|fp32|input|all] [--budget 90]
+Also the samples that train in a loop autofix can rebuild (``make_job(device)`` in
+samples/slow_loader.py, pageable_copy.py, small_kernels.py, healthy.py; healthy: nothing
+may be kept). sync_in_loop.py's sync is in its own loop, which autofix does not run.
+
+    python benchmarks/autofix_gpu.py [--workload pageable|fp32|input|slow_loader|...|all]
+                                     [--budget 90]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -32,10 +40,20 @@ if str(ROOT) not in sys.path:
 from diagnose import diagnose  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import DECISION_HEAD, DecisionTally, before_after  # noqa: E402
 from _workloads import Augmented  # noqa: E402
+
+from diagnose.model.step import step_model_line  # noqa: E402
+
+WORKLOADS = ("pageable", "fp32", "input")
+SAMPLES = ("slow_loader", "pageable_copy", "small_kernels", "healthy")
 
 
 def build(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    if name in SAMPLES:
+        sys.path.insert(0, str(ROOT / "samples"))
+        model, opt, loader = importlib.import_module(name).make_job(dev)
+        return model, opt, loader
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     if name == "pageable":
@@ -59,7 +77,7 @@ def build(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4), loader
 
 
-def run(name: str, dev: torch.device, budget: float) -> None:
+def run(name: str, dev: torch.device, budget: float, tally: DecisionTally) -> list[str]:
     model, opt, loader = build(name, dev)
     print(f"\n## {name}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,33 +89,32 @@ def run(name: str, dev: torch.device, budget: float) -> None:
         st = diag.step_time()
         print(f"baseline step {st['median_ms']} ms ({st['measured']}); profiled "
               f"{st['profiled_median_ms']} ms")
+        print(f"step model: {step_model_line(diag.step_model, diag.step_model_why)}")
         for f in diag.findings:
-            print(f"  {f.severity:8} {f.rule} {f.category:10} gain<={f.estimated_gain} "
-                  f"fixes={','.join(f.fixes)}  {f.message[:110]}")
+            p = next((x.get("predicted") for x in f.to_json().get("fixes") or []
+                      if isinstance(x, dict) and x.get("predicted")), None)
+            pred = f"predicted {p['speedup']:.2f}x" if p else "no prediction"
+            print(f"  {f.severity:8} {f.rule} {f.category:10} {pred:<18} "
+                  f"fixes={','.join(f.fixes)}  {f.message[:100]}")
     print(r.render_text(width=150))
-    if r.final is not None and r.final.interval is not None:
-        iv = r.final.interval
-        saved = 1 - 1 / iv.ratio
-        named = sorted({r.named.get(k, "?") for k in r.kept})
-        est = max((f.estimated_gain or 0 for f in (diag.findings if diag else ())
-                   if f.rule in named), default=None)
-        print(f"predicted vs measured ({name}): findings {','.join(named)} estimated <= "
-              f"{est if est is None else f'{est:.0%}'} of the step; measured {saved:.0%} saved "
-              f"({iv.ratio:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}])")
-    else:
-        print(f"predicted vs measured ({name}): nothing kept")
+    return tally.rows(name, 1, r) + [f"{name:<17}   1  kept: "
+                                     f"{r.original.describe_change(r.best) or 'nothing'}; "
+                                     f"{before_after(r)}"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", choices=("pageable", "fp32", "input", "all"), default="all")
+    ap.add_argument("--workload", choices=(*WORKLOADS, *SAMPLES, "all"), default="all")
     ap.add_argument("--budget", type=float, default=90.0)
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"# autofix on {torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU'}, "
           f"torch {torch.__version__}")
-    for name in (("pageable", "fp32", "input") if args.workload == "all" else (args.workload,)):
-        run(name, dev, args.budget)
+    tally, lines = DecisionTally(), []
+    for name in ((*WORKLOADS, *SAMPLES) if args.workload == "all" else (args.workload,)):
+        lines += run(name, dev, args.budget, tally)
+    print("\n## predicted beside measured\n" + DECISION_HEAD + "\n" + "-" * len(DECISION_HEAD))
+    print("\n".join(lines + [""] + tally.totals()))
 
 
 if __name__ == "__main__":

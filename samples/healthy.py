@@ -63,19 +63,22 @@ def _cuda_job(device: torch.device) -> tuple[nn.Module, Any, DataLoader]:
     return model, opt, DataLoader(DeviceBatches(device, dim=dim), batch_size=None, shuffle=True)
 
 
-def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+def make_job(device: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    """The model (on ``device``), its optimizer and the loader this sample trains."""
     torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
-        model, opt, loader = _cuda_job(device)
-        return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir,
-                             quiet=quiet, **kw)
+        return _cuda_job(device)
     model = nn.Sequential(
         nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10)
     ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(InMemoryFeatures(), batch_size=64, shuffle=True, num_workers=0)
-    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+    return model, opt, loader
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return _common.train(*make_job(device), device, steps=steps, out_dir=out_dir, quiet=quiet,
                          **kw)
 
 

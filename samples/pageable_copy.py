@@ -19,12 +19,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 
-def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+def make_job(device: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    """The model (on ``device``), its optimizer and the loader this sample trains."""
     torch.manual_seed(0)
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
     # ~50 MB batches on a GPU; smaller on CPU so the sample stays quick there
-    n, side, batch = (1024, 128, 256) if cuda else (256, 64, 32)
+    n, side, batch = (1024, 128, 256) if device.type == "cuda" else (256, 64, 32)
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, stride=4),
         nn.ReLU(),
@@ -36,8 +35,13 @@ def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False,
     # large dense inputs (like 3 x side x side crops) served from memory, not pinned
     loader = DataLoader(_common.in_memory(n, 3, side, side), batch_size=batch, shuffle=True,
                         pin_memory=False)
+    return model, opt, loader
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     # the loop copies each batch with a plain .to(device): pageable source, blocking copy
-    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+    return _common.train(*make_job(device), device, steps=steps, out_dir=out_dir, quiet=quiet,
                          **kw)
 
 

@@ -56,13 +56,18 @@ def make_model() -> nn.Module:
     )
 
 
-def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+def make_job(device: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    """The model (on ``device``), its optimizer and the loader this sample trains."""
     torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = DataLoader(AugmentedImages(), batch_size=32, shuffle=True, num_workers=0)
-    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+    return model, opt, loader
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return _common.train(*make_job(device), device, steps=steps, out_dir=out_dir, quiet=quiet,
                          **kw)
 
 

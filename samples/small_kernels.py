@@ -29,13 +29,18 @@ class TinyBlock(nn.Module):
         return x + torch.nn.functional.gelu(self.norm(self.fc(x)))
 
 
-def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+def make_job(device: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    """The model (on ``device``), its optimizer and the loader this sample trains."""
     torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = nn.Sequential(*[TinyBlock(32) for _ in range(24)], nn.Linear(32, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(_common.in_memory(1024, 32, classes=4), batch_size=8, shuffle=True)
-    return _common.train(model, opt, loader, device, steps=steps, out_dir=out_dir, quiet=quiet,
+    return model, opt, loader
+
+
+def main(out_dir: str | Path | None = None, steps: int = 5, quiet: bool = False, **kw: Any) -> Any:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return _common.train(*make_job(device), device, steps=steps, out_dir=out_dir, quiet=quiet,
                          **kw)
 
 
