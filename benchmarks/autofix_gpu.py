@@ -77,13 +77,15 @@ def build(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4), loader
 
 
-def run(name: str, dev: torch.device, budget: float, tally: DecisionTally) -> list[str]:
+def run(name: str, dev: torch.device, budget: float, tally: DecisionTally,
+        keep: Path | None = None, trials: int = 8) -> list[str]:
     model, opt, loader = build(name, dev)
     print(f"\n## {name}")
     with tempfile.TemporaryDirectory() as tmp:
+        out = keep / name if keep is not None else Path(tmp)
         d = diagnose(model, loader, optimizer=opt, loss_fn=nn.functional.cross_entropy,
-                     out_dir=tmp, print_report=False)
-        r = d.autofix(budget_s=budget, max_trials=8, out_dir=tmp)
+                     out_dir=out, print_report=False)
+        r = d.autofix(budget_s=budget, max_trials=trials, out_dir=out)
     diag = r.diagnosis
     if diag is not None:
         st = diag.step_time()
@@ -104,15 +106,23 @@ def run(name: str, dev: torch.device, budget: float, tally: DecisionTally) -> li
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", choices=(*WORKLOADS, *SAMPLES, "all"), default="all")
+    ap.add_argument("--workload", default="all",
+                    help=f"all, or a comma-separated list of {', '.join((*WORKLOADS, *SAMPLES))}")
     ap.add_argument("--budget", type=float, default=90.0)
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="keep each workload's folder (its capture, autofix.json) under DIR")
+    ap.add_argument("--trials", type=int, default=8,
+                    help="at most this many trials each (0: the diagnosis and its predictions)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"# autofix on {torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU'}, "
           f"torch {torch.__version__}")
     tally, lines = DecisionTally(), []
-    for name in ((*WORKLOADS, *SAMPLES) if args.workload == "all" else (args.workload,)):
-        lines += run(name, dev, args.budget, tally)
+    names = (*WORKLOADS, *SAMPLES) if args.workload == "all" else tuple(args.workload.split(","))
+    for bad in set(names) - {*WORKLOADS, *SAMPLES}:
+        ap.error(f"unknown workload {bad!r}")
+    for name in names:
+        lines += run(name, dev, args.budget, tally, args.keep, args.trials)
     print("\n## predicted beside measured\n" + DECISION_HEAD + "\n" + "-" * len(DECISION_HEAD))
     print("\n".join(lines + [""] + tally.totals()))
 

@@ -186,12 +186,33 @@ class _Repeat:
 HANDOVERS = 5
 
 
+def _touch(x: Any) -> None:
+    """Read one element of every memory page of the tensors in ``x``: a batch from a worker
+    lives in shared memory that this process has only mapped, and its first use (the copy
+    to the GPU, the forward) faults every page in. On an H200 machine, 25 MB batches from
+    workers made the step 3-4x slower than making them in process (benchmarks/results/
+    autofix_gpu_h200.txt), a cost that receiving alone (the mapping) does not show."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "cpu" and x.numel():
+            flat = x.detach().reshape(-1)
+            flat[:: max(1, 4096 // max(1, x.element_size()))].sum()
+    elif isinstance(x, dict):
+        for v in x.values():
+            _touch(v)
+    elif isinstance(x, tuple | list):
+        for v in x:
+            _touch(v)
+
+
 def time_worker_handover(batch: Any) -> tuple[float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
     training process (ms, the least of :data:`HANDOVERS`: a busy moment only adds to it):
     a one-worker DataLoader whose
     dataset copies the batch, each batch taken once the worker has had time to make it,
-    so the time is the hand-over alone (shared memory, file descriptors, unpickling).
+    so the time is the hand-over alone (shared memory, file descriptors, unpickling, and
+    the first touch of the batch's pages: :func:`_touch`).
     Also what starting that worker took (ms: ``iter()`` and its first batch, a copy): the
     stall an epoch's start pays without persistent workers. Made after the loop; the RNG
     state the loader's seeding draws from is put back."""
@@ -214,7 +235,7 @@ def time_worker_handover(batch: Any) -> tuple[float, float] | None:
             for _ in range(HANDOVERS):
                 time.sleep(0.02)  # the worker has the next batch ready
                 t0 = time.perf_counter()
-                next(it)
+                _touch(next(it))
                 times.append(time.perf_counter() - t0)
         finally:
             del it
@@ -352,7 +373,8 @@ def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
 def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
     CPUs make at once: forked processes set up as torch sets up a worker (one intra-op
-    thread) make the loader's second batch (the dataset's items for the second
+    thread; the worker info set, so that default_collate builds the batch in shared
+    memory as a worker's does) make the loader's second batch (the dataset's items for the second
     ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
     CPU at once.
     Returns (ms a batch alone: the least of :data:`CAPACITY_ROUNDS` rounds; capacity: their
@@ -382,8 +404,12 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
         second (other samples, whose pages it copies on first touch as a worker does)
         is timed."""
         import torch
+        from torch.utils.data._utils import worker
 
         torch.set_num_threads(1)  # as in a DataLoader worker
+        # as in a worker, default_collate writes the batch into shared memory (a new
+        # segment per batch, its pages faulted in), which the hand-over then passes on
+        worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
         took = 0.0
         for idx in (first, second or first):
             t0 = time.perf_counter()

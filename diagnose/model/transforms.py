@@ -80,6 +80,17 @@ def batch_bytes(g: Graph, facts: Facts) -> float | None:
     return h2d / steps if h2d and steps else None
 
 
+def busy_threads(facts: Facts, t: int | None = None) -> int:
+    """The CPUs the training process's own work keeps busy on ``t`` intra-op threads
+    (default: torch's threads now): all of them where the model runs on the CPU (torch's
+    parallel ops), one where it runs on a GPU: the thread that launches the kernels, while
+    torch's CPU threads sleep. On an H200 machine (16 CPUs, torch on 16 threads), counting
+    them all predicted 16 workers at 4.4x for a job they made 16x faster, and made any
+    worker look like it oversubscribed the cores (benchmarks/results/autofix_gpu_h200.txt)."""
+    n = int(t or _num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    return 1 if facts.get("has_gpu") is True else n
+
+
 def cpus_for_workers(facts: Facts) -> int | None:
     c = _num(facts, "cpu_count")
     return int(c) if c else None
@@ -196,7 +207,7 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     beside 2 threads against 0) the forward and backward took 1.9-2.0x as long, the
     optimizer 1.0-1.6x."""
     cpus = cpus_for_workers(facts)
-    threads = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    threads = busy_threads(facts)
     c = _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus or 1)
     if c == 1.0:
         return g
@@ -218,7 +229,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     if cpus is None:
         return "cannot tell: the number of CPUs is not known (a live capture records it)"
     now = _num(facts, "dataloader_num_workers")
-    threads_now = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    threads_now = busy_threads(facts)
     over_now = bool(now) and threads_now + min(now or 0, cpus) > cpus
     fetch = g.is_kind(TaskKind.FETCH)
     wait = g.is_kind(TaskKind.DL_WAIT)
@@ -269,7 +280,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     seen = float(g.dur[wait].min()) if wait.any() and now else None
     hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
                  if seen is not None else b / (rate * 1e3))
-    threads = int(change.get("intra_op_threads") or threads_now)
+    threads = busy_threads(facts, change.get("intra_op_threads"))
     # Loading that waits (files, network, sleep) needs no core: the training process's
     # measured CPU tells (about a core or more the whole time is CPU-bound loading). CPU
     # loading on k workers beside torch's threads oversubscribes the cores when
@@ -366,14 +377,14 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return None
-    threads = int(_num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    threads = busy_threads(facts)
     base = free_contention(base, facts)
     main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     busy = float(_per_step(base, main, base.dur).mean())
     t = change.get("intra_op_threads")
     scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
-    cpu_main = busy * scale * min(t, cpus) if isinstance(t, int) and scale else busy * min(
-        threads, cpus)
+    cpu_main = (busy * scale * min(busy_threads(facts, t), cpus) if isinstance(t, int) and scale
+                else busy * min(threads, cpus))
     prod = g.is_kind(TaskKind.PRODUCER)
     made = (float(g.dur[prod].sum()) if math.isnan(g.producer_cpu)
             else g.producer_cpu * int(prod.sum()))  # CPU work, not time slowed by sharing
