@@ -70,8 +70,41 @@ def _launch_end(w: StepWindow, dev_events: np.ndarray) -> np.ndarray:
     return out
 
 
-def _busiest(w: StepWindow) -> float:
-    """GPU busy share of the busiest device."""
+#: a device op that starts this long (us) after its launch returned waited in a queue
+BACKLOG_US = 50.0
+
+
+def _backlog_end(w: StepWindow) -> float:
+    """Where the device's backlog from before the window ends (us; ``w.lo`` where it had
+    none). A loop that never syncs lets the host run ahead of a busy GPU: the window's
+    first kernels then wait behind work launched before the profiler recorded (an H200
+    trace of samples/healthy.py: its first kernel, launched 0.1 ms into the window, started
+    4.9 ms in, and the device ran without a gap from there). That wait is the device
+    working, not idle: the first recorded device op of the window, if it was launched
+    before the recording began (its launch is not in the trace: that H200 trace's first
+    kernels were the warm-up steps') or started well after its launch returned, marks
+    where the backlog ends."""
+    t = w.t
+    dev = np.flatnonzero(w.dev)
+    ts = t.ts[dev]
+    idx = dev[ts >= w.lo]  # the first may start after the window: all of it was backlog
+    if not len(idx):
+        return w.lo
+    first = idx[np.argmin(t.ts[idx])]
+    before = dev[ts < w.lo]
+    if len(before) and float(np.max(t.end[before])) > w.lo:  # recorded work spans the start
+        return w.lo
+    if not (t.kind == Kind.RUNTIME).any():  # no launches recorded at all: cannot tell
+        return w.lo
+    launched = _launch_end(w, np.array([first]))[0]
+    start = float(t.ts[first])
+    # launched before the recording began (no launch in the trace), or long before it ran
+    queued = not np.isfinite(launched) or start - launched > BACKLOG_US
+    return start if queued else w.lo
+
+
+def _busiest(w: StepWindow, backlog: iv.Intervals) -> float:
+    """GPU busy share of the busiest device (its backlog from before the window counted)."""
     t = w.t
     dev_idx = np.flatnonzero(w.dev)
     dev_no = t.device[dev_idx]
@@ -79,7 +112,7 @@ def _busiest(w: StepWindow) -> float:
     busiest = 0.0
     for d in np.unique(dev_key):  # once per device
         sel = dev_idx[dev_key == d]
-        busiest = max(busiest, w.frac(iv.union(t.ts[sel], t.end[sel])))
+        busiest = max(busiest, w.frac(iv.merge(iv.union(t.ts[sel], t.end[sel]), backlog)))
     return busiest
 
 
@@ -95,10 +128,14 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
         return dict.fromkeys(_ORDER)
     t = w.t
     dev_idx = np.flatnonzero(w.dev)
-    # idle gaps inside steps only: the time between two steps is set aside as if busy
+    # idle gaps inside steps only: the time between two steps is set aside as if busy, and
+    # so is the device's backlog from before the window (work the profiler did not record)
     between = (w.step_hi[:-1], w.step_lo[1:])
     keep = between[1] > between[0]
-    gs, ge = iv.gaps(iv.merge(w.sel(w.dev), (between[0][keep], between[1][keep])), w.lo, w.hi)
+    ahead = _backlog_end(w)
+    backlog = (np.array([w.lo]), np.array([ahead])) if ahead > w.lo else iv.EMPTY
+    busy = iv.merge(iv.merge(w.sel(w.dev), (between[0][keep], between[1][keep])), backlog)
+    gs, ge = iv.gaps(busy, w.lo, w.hi)
     glen = ge - gs
     input_part = iv.measure_between(dataloader, gs, ge)
     rest = np.maximum(glen - input_part, 0.0)
@@ -126,7 +163,7 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
     graph_part = np.where(has_next & graph_kernel[nxt_ev], launch_part, 0.0)
     W = w.W
     return {
-        "gpu_busy_frac": rnd(_busiest(w)),
+        "gpu_busy_frac": rnd(_busiest(w, backlog)),
         "gpu_idle_frac": rnd(glen.sum() / W),
         "idle_input_frac": rnd(input_part.sum() / W),
         "idle_sync_frac": rnd(sync_part.sum() / W),

@@ -116,3 +116,50 @@ def test_key_metrics_of_real_traces_are_pinned(rel):
     m = compute(read_trace(shared_trace(rel))).values
     for name, want in PINNED[rel].items():
         assert m[name] == (pytest.approx(want, abs=1e-9) if isinstance(want, float) else want), name
+
+
+def _behind(tmp_path, keep_warmup_kernels: bool):
+    """A loop that never syncs: the host launches two warm-up steps' long kernels, then
+    three profiled steps whose kernels queue behind them. The profiler recorded none of
+    the warm-up launches (and, where ``keep_warmup_kernels`` is False, none of their
+    kernels either: they started before it did)."""
+    import gzip
+    import json
+
+    b = tb.TraceBuilder()
+    for _ in range(2):  # warm-up, before the window
+        for _ in range(4):
+            b.kernel(dur=3000.0, launch_dur=5.0)
+        b.idle(400.0)
+    first = b.now
+    for _ in range(3):
+        with b.step():
+            for _ in range(4):
+                b.kernel(dur=3000.0, launch_dur=5.0)
+            b.idle(400.0)
+    doc = b.build()
+    pre_launch = {e["args"]["correlation"] for e in doc["traceEvents"]
+                  if e.get("cat") == "cuda_runtime" and e["ts"] < first}
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"]
+        if not (e.get("cat") == "cuda_runtime" and e["args"].get("correlation") in pre_launch)
+        and not (e.get("cat") == "kernel" and e["args"].get("correlation") in pre_launch
+                 and not keep_warmup_kernels)
+        and not (e.get("ph") in ("s", "f") and e.get("id") in pre_launch)]
+    path = tmp_path / "behind.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    return analyze(path)
+
+
+@pytest.mark.parametrize("keep_warmup_kernels", [True, False])
+def test_the_gpus_backlog_from_before_the_window_is_busy_time(tmp_path, keep_warmup_kernels):
+    """The window's first kernels wait behind the warm-up's (recorded without their
+    launches, or not at all): the GPU is working through them, not idle for want of work.
+    An H200 trace of samples/healthy.py had its first 4.9 ms counted as idle, and a
+    warning (samples/traces/gpu_h200/healthy.pt.trace.json.gz)."""
+    r = _behind(tmp_path, keep_warmup_kernels)
+    m = r.metrics
+    assert m["gpu_busy_frac"] > 0.95, m["gpu_busy_frac"]
+    assert m["gpu_idle_frac"] < 0.05
+    assert not [f for f in r.findings if f.severity != "info"], r.render_text()
