@@ -45,12 +45,17 @@ METRICS = (
            "and CPU work between launches) / window", (GPU,)),
     Metric("idle_other_frac", "fraction", "GPU idle for no attributable host cause / window",
            (GPU,)),
+    Metric("device_step_ms", "ms",
+           "The GPU's work per step: how long the device ops each profiled step launched "
+           "keep the device busy (their union), the mean over the steps; above the step time "
+           "where the host ran ahead of the GPU (a loop that never waits for it)", (GPU,)),
 )
 
 # the order the values come in (the declarations above keep the catalog's order)
 _ORDER = ("gpu_busy_frac", "gpu_idle_frac", "idle_input_frac", "idle_sync_frac",
           "idle_launch_frac", "idle_other_frac", "idle_copy_sync_frac",
-          "idle_sync_call_frac", "idle_graph_launch_frac", "idle_kernel_launch_frac")
+          "idle_sync_call_frac", "idle_graph_launch_frac", "idle_kernel_launch_frac",
+          "device_step_ms")
 
 
 def _launch_end(w: StepWindow, dev_events: np.ndarray) -> np.ndarray:
@@ -101,6 +106,27 @@ def _backlog_end(w: StepWindow) -> float:
     # launched before the recording began (no launch in the trace), or long before it ran
     queued = not np.isfinite(launched) or start - launched > BACKLOG_US
     return start if queued else w.lo
+
+
+def _device_step_ms(w: StepWindow) -> float | None:
+    """The GPU's work per step (ms): how long the device ops each profiled step launched
+    keep the device busy (their union), the mean over the steps. No step is shorter once
+    the device's queue is full. None where no launch is in the trace."""
+    t = w.t
+    dev_idx = np.flatnonzero(w.dev)
+    launched = _launch_end(w, dev_idx)
+    ok = np.isfinite(launched)
+    if not ok.any():
+        return None
+    at = launched[ok]
+    step = np.searchsorted(w.step_lo, at, side="right") - 1
+    inside = (step >= 0) & (at <= w.step_hi[np.maximum(step, 0)])
+    if not inside.any():
+        return None
+    ev, st = dev_idx[ok][inside], step[inside]
+    busy = [iv.measure(iv.union(t.ts[ev[st == k]], np.asarray(t.end[ev[st == k]])))
+            for k in range(w.n_steps)]  # once per step
+    return float(np.mean(busy)) / 1e3
 
 
 def _busiest(w: StepWindow, backlog: iv.Intervals) -> float:
@@ -173,4 +199,5 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
         "idle_sync_call_frac": rnd((sync_part - copy_part).sum() / W),
         "idle_graph_launch_frac": rnd(graph_part.sum() / W),
         "idle_kernel_launch_frac": rnd((launch_part - graph_part).sum() / W),
+        "device_step_ms": rnd(_device_step_ms(w)),
     }

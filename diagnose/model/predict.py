@@ -221,6 +221,11 @@ class Predictor:
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time)
         un = _num(facts, "step_time_unprofiled_mean_ms") or _num(
             facts, "step_time_unprofiled_median_ms")
+        # a saved trace's steps are the host's: where the host ran ahead of the GPU, the
+        # job runs at the GPU's pace once its queue fills (the replay's steady step agrees)
+        pace = _num(facts, "device_step_ms")
+        if prof is not None and pace is not None and pace > prof:
+            prof = pace
         self.base_ms = un or prof or (model.measured_ms or 0.0)
         g = model.graph
         fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
