@@ -19,6 +19,7 @@ from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
+from .metrics.idle import host_ahead
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
 from .model import MODEL_TABLE, step_model
@@ -67,8 +68,6 @@ def whole_steps(context: dict | None) -> int | None:
 
 # the profiled steps may be this much slower than the unprofiled ones before a note says so
 OVERHEAD_NOTE_RATIO = 1.2
-# the GPU's pace may be this much slower than the host's steps before a note says so
-AHEAD_NOTE_RATIO = 1.2
 
 
 def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
@@ -85,9 +84,9 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
             f"{metrics.get('step_time_unprofiled_median_ms')} ms without it): the step time "
             "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
             "window (its shares hold up better)")
-    pace, host = metrics.get("device_step_ms"), metrics.get("step_time_mean_ms")
-    if isinstance(pace, int | float) and isinstance(host, int | float) and host > 0 \
-            and pace > AHEAD_NOTE_RATIO * host:
+    ahead = host_ahead(metrics)
+    if ahead is not None:
+        pace, host = ahead
         notes.append(
             f"the host ran ahead of the GPU: each profiled step launched {pace:.2f} ms of "
             f"device work, in host steps of {host:.2f} ms (the loop does not wait for the "

@@ -75,6 +75,19 @@ def _launch_end(w: StepWindow, dev_events: np.ndarray) -> np.ndarray:
     return out
 
 
+#: the GPU work a step launched may be this much longer than the host's step before the
+#: host is said to have run ahead of the GPU
+AHEAD_RATIO = 1.2
+
+
+def host_ahead(metrics: Any) -> tuple[float, float] | None:
+    """(the GPU work per step, the host's mean step), in ms, where the host ran ahead of the
+    GPU (:data:`AHEAD_RATIO`); None where it did not or the metrics cannot tell."""
+    pace, host = metrics.get("device_step_ms"), metrics.get("step_time_mean_ms")
+    ok = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (pace, host))
+    return (float(pace), float(host)) if ok and host > 0 and pace > AHEAD_RATIO * host else None
+
+
 #: a device op that starts this long (us) after its launch returned waited in a queue
 BACKLOG_US = 50.0
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import severity_rank
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
+from ..metrics.idle import host_ahead
 from ..result import step_time
 from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
@@ -189,6 +190,13 @@ def compare_step(a: Analysis, b: Analysis, *,
             which = "A" if sa["measured"] != "without the profiler" else "B"
             note = (f"run {which} has no steps timed without the profiler (e.g. a saved "
                     "trace): both are compared as profiled")
+    ahead = [(which, host_ahead(r.metrics)) for which, r in (("A", a), ("B", b))]
+    said = [f"run {which}'s host ran ahead of its GPU ({pace:.2f} ms of GPU work a step in "
+            f"{host:.2f} ms host steps)" for which, (pace, host) in
+            ((w, x) for w, x in ahead if x is not None)]
+    if said and measured == "as profiled":
+        note = "; ".join([*([note] if note else []), *said]) + (
+            ": the profiled steps are the host's, not the job's pace")
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
     return StepComparison(measured, ma, mb, diff, note)
 

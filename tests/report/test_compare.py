@@ -161,3 +161,21 @@ def test_captures_same_job_within_noise_and_a_real_change_better(
     assert st["interval_pct"][1] < -5 and -35 < st["change_pct"] < -15
     ra = analyze(a1)
     assert st["a_median_ms"] == ra.step_time()["median_ms"]  # the figure analyze leads with
+
+
+def test_runs_whose_host_ran_ahead_of_the_gpu_are_said_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The healthy sample on an H100 and an H200: both loops never wait for the GPU, so
+    their profiled steps (2.9 and 2.2 ms) are the host's, not the ~7 ms a step of GPU work
+    the job runs at; the comparison says so instead of leaving "-19%" unqualified."""
+    root = Path(__file__).resolve().parents[2] / "samples" / "traces"
+    a, b = (str(root / d / "healthy.pt.trace.json.gz") for d in ("gpu", "gpu_h200"))
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    note = json.loads(capsys.readouterr().out)["step_time"]["note"]
+    assert "run A's host ran ahead of its GPU (7.05 ms of GPU work a step" in note
+    assert "run B's host ran ahead of its GPU (6.75 ms" in note
+    assert note.endswith("the profiled steps are the host's, not the job's pace")
+    # runs that keep up with their GPU get no such note
+    nw0 = str(root / "gpu" / "slow_loader.pt.trace.json.gz")
+    assert main(["compare", nw0, nw0, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time"]["note"] is None
