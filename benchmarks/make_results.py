@@ -87,7 +87,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "Predictions on the demo and the CPU samples",
         ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
         "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU "
-        "(benchmarks/sample_jobs; the GPU samples need a GPU).",
+        "(benchmarks/sample_jobs). The GPU samples run under benchmarks/autofix_gpu.py on a "
+        "GPU: see the GPU section at the end.",
     ),
     "autofix_samples": (
         "Autofix on the demo and the CPU samples: predicted beside measured",
