@@ -61,10 +61,18 @@ def cpu_wait_ns() -> int | None:
         return None
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
-#: timed longer, up to EXTEND times the planned number; so are steps in which the garbage
-#: collector made a full collection fewer than GC_FULL_SEEN times (but at least once)
+#: timed longer, up to EXTEND times the planned number
 EXTEND = 3
-GC_FULL_SEEN = 3
+#: steps in which the garbage collector made a full collection (but fewer than GC_FULL_SEEN
+#: of them after the window) are timed longer still: the collector's share of the mean is
+#: its pause over the spacing between full collections (diagnose.metrics.context), which
+#: GC_FULL_SEEN of them give to about one step in four spacings; up to GC_EXTEND times the
+#: planned steps, and past EXTEND times only while the steps after the window took less
+#: than GC_EXTEND_S seconds in all (a cheap wait: a 40 ms step paused every 6 steps needs
+#: about 30 steps, 1.2 s)
+GC_FULL_SEEN = 5
+GC_EXTEND = 20
+GC_EXTEND_S = 5.0
 
 _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
 
@@ -322,19 +330,26 @@ class Steps:
 
     def _keep_timing(self) -> bool:
         """Steps that vary widely (a busy machine), or that a rare full collection paused,
-        get more of them timed, up to :data:`EXTEND` times the planned number: their
-        median, and the collector's share of the mean, then hold better."""
-        if not self.extend or self._after >= self.settle + EXTEND * self.after:
+        get more of them timed (:data:`EXTEND`, :data:`GC_FULL_SEEN`): their median, and
+        the collector's share of the mean, then hold better."""
+        if not self.extend:
             return False
         free = [r for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
         times = [r[1] for r in free]
         if len(times) < 3:
             return False
-        # full collections are rare and long (one step in ten paused 200 ms): their
-        # share of the step is only known once a few were seen
-        full = sum(1 for r in free if r[10])
-        if 0 < full < GC_FULL_SEEN:
-            return True
+        plain = self._after < self.settle + EXTEND * self.after
+        # full collections are rare and long (one step in six paused 130 ms): their share
+        # of the step is only known once a few were seen, spaced apart after the window
+        if any(r[10] for r in free):
+            after = [r for r in self.rows if r[0] == "after"]
+            seen = sum(r[10] or 0 for r in after)
+            cheap = (self._after < self.settle + GC_EXTEND * self.after
+                     and sum(r[1] for r in after) < GC_EXTEND_S * 1e3)
+            if seen < GC_FULL_SEEN and (plain or cheap):
+                return True
+        if not plain:
+            return False
         med = statistics.median(times)
         deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
         return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD

@@ -71,8 +71,13 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms",
         "mean step time without the profiler (same steps as the median): the job's pace, "
         "pauses that hit some steps (garbage collection, a slow file) included; what a "
-        "prediction starts from",
+        "prediction starts from. Full collections count at their spacing where 3 or more "
+        "came after the window (gc_full_every_steps), not as many as fell in the steps",
     ),
+    "gc_full_every_steps": (
+        "steps", "the mean spacing of the full (generation 2) collections after the "
+        "profiled window, where 3 or more came: the gc_pause_* full figures are their mean "
+        "pause over it"),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
     "gc_pause_ms": (
         "ms", "mean per unprofiled step: the time Python's garbage collector paused the "
@@ -281,6 +286,9 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
 UNRELIABLE_SPREAD = 0.5
 #: fewer unprofiled steps than this give no trustworthy median
 MIN_CLOCK_STEPS = 5
+#: full collections after the window that make their spacing a measure (see
+#: _full_gc_spacing)
+GC_FULL_SPACED = 3
 #: profiled steps faster than the unprofiled ones by more than this: the clock is off
 MIN_OVERHEAD_RATIO = 0.95
 
@@ -326,6 +334,67 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def _full_gc_spacing(free: list[dict[str, Any]]) -> float | None:
+    """Steps between full collections after the window, where it saw GC_FULL_SPACED or
+    more: (last - first) / (count - 1) over the contiguous steps after the window. A full
+    collection comes every so many allocations, so every 5-8 steps of a steady loop (one
+    run: 7, 7, 6, 6, 7, 5, 7, ...); a few dozen timed steps hold 3-5 of them, and their
+    count is off by one as often as not, a share of the mean off by 20-30%, while their
+    spacing is off by about a step over the spacings seen."""
+    after = [r for r in free if r.get("phase") == "after"]
+    at = [i for i, r in enumerate(after) for _ in range(as_int(r.get("gc_full")) or 0)]
+    if len(at) < GC_FULL_SPACED or at[-1] <= at[0]:
+        return None
+    return (at[-1] - at[0]) / (len(at) - 1)
+
+
+class StepMeans:
+    """Per-step means of the clock's columns over the unprofiled steps, with full
+    collections counted at their spacing (:func:`_full_gc_spacing`) where it is known: a
+    column's mean over the steps without one, plus its mean excess in the steps with one
+    (per collection) over the spacing. Every figure of a step's time (the step, the
+    loader's fetch and collate, the collector's pauses) is then of the same steady step:
+    the one a prediction starts from. Where the spacing is not known (or every step held
+    a full collection), the plain mean of the steps."""
+
+    def __init__(self, free: list[dict[str, Any]]) -> None:
+        self.free = free
+        self.full = [as_int(r.get("gc_full")) or 0 for r in free]
+        self.spacing = _full_gc_spacing(free) if 0 in self.full else None
+
+    def __call__(self, col: str) -> float | None:
+        """The mean of ``col`` per step (None counted as 0); None where a step lacks it."""
+        vals = [as_number(r.get(col), finite=False) for r in self.free]
+        if not vals or any(v is None for v in vals):
+            return None
+        xs = [v or 0.0 for v in vals]
+        if self.spacing is None:
+            return statistics.fmean(xs)
+        clean = statistics.fmean([x for x, n in zip(xs, self.full, strict=True) if n == 0])
+        excess = sum(x - clean for x, n in zip(xs, self.full, strict=True) if n > 0)
+        return clean + excess / sum(self.full) / self.spacing
+
+
+def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, object]:
+    """The collector's pauses per unprofiled step (the clock's gc columns, at the full
+    collections' spacing where it is known: :class:`StepMeans`)."""
+    pauses = [as_number(r.get("gc_ms"), finite=False) or 0.0 for r in free]
+    out: dict[str, object] = {
+        "gc_full_collections": sum(means.full),
+        "gc_pause_max_ms": round(max(pauses), 4),
+        "gc_full_every_steps": None if means.spacing is None else round(means.spacing, 3)}
+    for name, col in (("gc_pause_ms", "gc_ms"), ("gc_pause_loader_ms", "gc_loader_ms"),
+                      ("gc_pause_full_ms", "gc_full_ms"),
+                      ("gc_pause_full_loader_ms", "gc_full_loader_ms")):
+        v = means(col)
+        if v is not None:
+            out[name] = round(v, 4)
+    step, gc_ms = means("ms"), means("gc_ms")
+    out["gc_pause_share"] = (round(gc_ms / step, 4) if gc_ms is not None and step
+                             else None)
+    return out
+
+
 def _clock_metrics(cap: Any) -> dict[str, object]:
     """Step times by the session's own clock: the profiled window's steps against the
     unprofiled ones around it, with their spread and whether the figure holds."""
@@ -341,24 +410,12 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     med = statistics.median(times) if times else None
     spread: float | None = None
     if med is not None:
+        means = StepMeans(free)
         out["step_time_unprofiled_median_ms"] = round(med, 3)
-        out["step_time_unprofiled_mean_ms"] = round(statistics.fmean(times), 3)
+        out["step_time_unprofiled_mean_ms"] = round(means("ms") or 0.0, 3)
         out["step_time_unprofiled_steps"] = len(times)
-        gcs = [as_number(r.get("gc_ms"), finite=False) for r in free]
-        if gcs and all(g is not None for g in gcs):
-            mean_step = statistics.fmean(times)
-            pauses = [g or 0.0 for g in gcs]
-            out["gc_pause_ms"] = round(statistics.fmean(pauses), 4)
-            out["gc_pause_max_ms"] = round(max(pauses), 4)
-            out["gc_pause_share"] = (round(statistics.fmean(pauses) / mean_step, 4)
-                                     if mean_step > 0 else None)
-            out["gc_full_collections"] = sum(as_int(r.get("gc_full")) or 0 for r in free)
-            for name, col in (("gc_pause_loader_ms", "gc_loader_ms"),
-                              ("gc_pause_full_ms", "gc_full_ms"),
-                              ("gc_pause_full_loader_ms", "gc_full_loader_ms")):
-                part = [as_number(r.get(col), finite=False) for r in free]
-                if all(g is not None for g in part):
-                    out[name] = round(statistics.fmean([g or 0.0 for g in part]), 4)
+        if means("gc_ms") is not None:
+            out.update(_gc_metrics(free, means))
         # the steps after the window when there are enough: in the first ones worker
         # processes start and fill their queues, which the forward would pay for
         late = [r for r in free if r.get("phase") == "after"]
@@ -456,13 +513,9 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
     free = _unprofiled_rows(_clock_rows(cap))
     if not free:
         return out
-    step = statistics.fmean(float(r["ms"]) for r in free)
-
-    def per_step(col: str) -> float | None:
-        """Mean per step: a pause that hits some fetches (garbage collection) is their cost."""
-        vals = [as_number(r.get(col), finite=False) for r in free]
-        return None if not vals or any(v is None for v in vals) else statistics.fmean(
-            [v or 0.0 for v in vals])
+    # means per step: a pause that hits some fetches (garbage collection) is their cost
+    per_step = StepMeans(free)
+    step = per_step("ms") or 0.0
 
     nw = as_int(_get(loader, "num_workers"))
     fetch, collate, wait = per_step("fetch_ms"), per_step("collate_ms"), per_step(

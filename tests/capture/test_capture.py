@@ -40,6 +40,7 @@ def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
     (tests/test_step_clock.py tests that extension on its own)."""
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
+    monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)
 
 
 def make(seed: int = 0, **loader_kw: Any) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:

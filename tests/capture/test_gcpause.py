@@ -124,3 +124,50 @@ def test_the_profilers_leftovers_are_collected_at_the_window_end(tmp_path: Path,
                 gc.enable()
         assert prof.finished
         assert calls == ([1] if enabled else [])
+
+
+def _gc_clock(full_at: list[int], n_after: int = 40, pause: float = 130.0,
+              step: float = 20.0) -> dict:
+    """A clock of 3 wait steps, 5 profiled ones, a settling one, then ``n_after`` steps of
+    ``step`` ms with a young collection (1 ms) each; the after-steps numbered in
+    ``full_at`` also pause ``pause`` ms for a full collection inside the loader's wait."""
+    phase = ["wait"] * 4 + ["active"] * 5 + ["settle"] + ["after"] * n_after
+    ms, gc_ms, full, full_ms = [], [], [], []
+    for i, p in enumerate(phase):
+        hit = p == "after" and (i - 10) in full_at
+        ms.append(step + (pause if hit else 0.0))
+        gc_ms.append(1.0 + (pause if hit else 0.0))
+        full.append(1 if hit else 0)
+        full_ms.append(pause if hit else 0.0)
+    return {"capture": {"step_clock": {
+        "phase": phase, "ms": ms, "gc_ms": gc_ms, "gc_full": full, "gc_loader_ms": gc_ms,
+        "gc_full_ms": full_ms, "gc_full_loader_ms": full_ms}}}
+
+
+def test_full_collections_count_at_their_spacing():
+    """Full collections every 6 steps, 130 ms each, in steps of 20 ms: the job's mean step
+    is 20 + 130/6 = 41.7 ms. 40 steps after the window hold 6 or 7 of them depending on
+    where the first falls (a timed mean of 39.5-42.8 ms, and of fewer steps worse); their
+    spacing gives 41.7 wherever they start, the full pauses' figures with it. Fewer than 3
+    after the window: the timed mean, as before."""
+    from diagnose.metrics.context import context_metrics
+
+    want = 20.0 + 130.0 / 6
+    for first in range(6):
+        at = list(range(first, 40, 6))
+        m = context_metrics(_gc_clock(at))
+        assert m["gc_full_every_steps"] == 6.0
+        assert m["step_time_unprofiled_mean_ms"] == pytest.approx(want, abs=0.01)
+        assert m["gc_pause_full_ms"] == pytest.approx(130.0 / 6, abs=0.01)
+        assert m["gc_pause_full_loader_ms"] == pytest.approx(130.0 / 6, abs=0.01)
+        assert m["gc_pause_ms"] == pytest.approx(1.0 + 130.0 / 6, abs=0.01)
+        assert m["gc_pause_share"] == pytest.approx((1.0 + 130.0 / 6) / want, abs=1e-3)
+        assert m["gc_full_collections"] == len(at)
+    # spacings that vary as a real loop's do (7, 6, 6, 7, 5): their mean, 6.2
+    m = context_metrics(_gc_clock([2, 9, 15, 21, 28, 33]))
+    assert m["gc_full_every_steps"] == pytest.approx(6.2)
+    # two: no spacing to trust; the steps' own mean (43 steps, 2 pauses)
+    m = context_metrics(_gc_clock([5, 30]))
+    assert m["gc_full_every_steps"] is None
+    timed = (41 * 20.0 + 2 * 150.0) / 43
+    assert m["step_time_unprofiled_mean_ms"] == pytest.approx(timed, abs=0.01)

@@ -31,6 +31,7 @@ def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
     (tests/test_step_clock.py tests that extension on its own)."""
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
+    monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)
 
 
 def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
@@ -243,6 +244,7 @@ def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float],
     now = [0.0]
     monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(steps_mod, "EXTEND", 3)
+    monkeypatch.setattr(steps_mod, "GC_EXTEND", 20)
     s = steps_mod.Steps(None, after=after, settle=1)
     s.gc_timed = True
     s.start()
@@ -271,14 +273,22 @@ def test_steps_a_rare_full_collection_paused_are_timed_longer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One step in 15 pauses 200 ms for a full collection. The 12 planned steps saw one:
     their p90 does not reach it (the spread alone would end the clock there), and one is
-    too few to know the collector's share, so the clock goes on until it has seen 3 (32
-    steps); steps that never pause fully end as planned."""
-    lengths = [50.0] + ([10.0, 10.0, 210.0] + [10.0] * 12) * 3
+    too few to know the collector's share, so the clock goes on until it has seen
+    GC_FULL_SEEN (5: four spacings), past the 3x of steps that vary, while the steps
+    after the window are cheap (under GC_EXTEND_S in all); steps that never pause fully
+    end as planned."""
+    assert steps_mod.GC_FULL_SEEN == 5
+    lengths = [50.0] + ([10.0, 10.0, 210.0] + [10.0] * 12) * 6
     lengths = lengths[:1] + lengths[2:]  # the first pause in step 2
     paused = _run_clock(monkeypatch, lengths, frozenset(i for i, ms in enumerate(lengths)
                                                         if ms > 200), after=12)
-    assert paused.done and len(paused.rows) == 1 + 32
-    assert sum(r[10] for r in paused.rows) == 3
+    assert paused.done and sum(r[10] for r in paused.rows) == 5
+    assert paused.rows[-1][10] == 1 and len(paused.rows) == 1 + 2 + 4 * 15  # the 5th pause
+    assert len(paused.rows) > 1 + 3 * 12  # past the 3x of steps that vary
+    # the same job with 1 s steps: 5 s of them after the window end the wait at 3x
+    slow = _run_clock(monkeypatch, [x * 100 for x in lengths], frozenset(
+        i for i, ms in enumerate(lengths) if ms > 200), after=12)
+    assert slow.done and len(slow.rows) == 1 + 3 * 12
     plain = _run_clock(monkeypatch, [50.0] + [10.0] * 40, after=12)
     assert plain.done and len(plain.rows) == 1 + 12
 
