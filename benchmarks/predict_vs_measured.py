@@ -3,6 +3,13 @@ finding's first fix predicts, time the job without the profiler, compare.
 
     python benchmarks/predict_vs_measured.py                 # every job in benchmarks/jobs
     python benchmarks/predict_vs_measured.py tokenizing --rounds 12
+    python benchmarks/predict_vs_measured.py --gpu pageable fp32    # on a CUDA machine
+
+``--gpu``: the workloads of benchmarks/autofix_gpu.py (and its samples) instead, on the
+GPU: the loop moves each batch to the device as the user's does (``.to(device)``; with
+``non_blocking`` and autocast where the change sets them), and each timed block ends with
+one ``torch.cuda.synchronize()``, so the host runs ahead of the GPU within a block as a
+real loop does.
 
 For each job (``make_job()`` in benchmarks/jobs/<name>.py): a diagnosis of its plain loop
 (``with diagnose(...)``), then, for every warning or critical finding, the change its first
@@ -46,21 +53,63 @@ from _run import job_names, make, print_header  # noqa: E402
 from diagnose.tune.stats import speedup_interval  # noqa: E402
 
 
+def _step(job: dict[str, Any], batch: Any, cfg: Any = None) -> None:
+    """One training step of ``job`` on ``batch``: on the job's device (if it has one)
+    with ``cfg``'s transfer and precision (autofix's own ``to_device``)."""
+    import torch
+
+    from diagnose.tune.trial import to_device
+
+    m, opt, loss_fn, dev = job["model"], job["optimizer"], job["loss_fn"], job.get("device")
+    if dev is not None:
+        batch = to_device(batch, dev, bool(cfg and cfg.non_blocking), False)
+    x, y = batch
+    amp = (torch.autocast(dev.type, dtype=getattr(torch, cfg.amp_dtype))
+           if dev is not None and cfg is not None and cfg.amp_dtype else contextlib.nullcontext())
+    with amp:
+        loss = loss_fn(m(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def _sync(job: dict[str, Any]) -> None:
+    dev = job.get("device")
+    if dev is not None and dev.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(dev)
+
+
 def _diagnose(job: dict[str, Any], out: str) -> dict[str, Any]:
     from diagnose import diagnose
 
-    m, loader, opt, loss_fn = job["model"], job["loader"], job["optimizer"], job["loss_fn"]
-    d = diagnose(m, loader, out_dir=out, print_report=False)
+    d = diagnose(job["model"], job["loader"], out_dir=out, print_report=False)
     with d:
         while not d.done:
-            for x, y in loader:
-                loss = loss_fn(m(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+            for batch in job["loader"]:
+                _step(job, batch)
                 if d.done:
                     break
     return d.report.to_json()
+
+
+#: the changes the timing here can make (the loader's, the transfer's, the precision's,
+#: torch's threads, the collector's); another (a compile, channels_last) is not timed
+TIMED = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "non_blocking",
+         "amp_dtype", "intra_op_threads", "batched_fetch", "gc_freeze"}
+
+
+def _gpu_job(name: str) -> dict[str, Any]:
+    """A workload of benchmarks/autofix_gpu.py as a job, on the GPU (on the CPU where
+    there is none: a check of this script, not of a GPU's numbers)."""
+    import torch
+    from autofix_gpu import build
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, opt, loader = build(name, dev)
+    return {"model": model, "loader": loader, "optimizer": opt,
+            "loss_fn": torch.nn.functional.cross_entropy, "device": dev}
 
 
 @contextlib.contextmanager
@@ -76,9 +125,9 @@ def _threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None, bool]:
-    """The loader for ``change`` (built as autofix builds it), the threads to use and
-    whether to freeze the collector's objects (as a trial does)."""
+def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None, bool, Any]:
+    """The loader for ``change`` (built as autofix builds it), the threads to use,
+    whether to freeze the collector's objects (as a trial does), and the config."""
     from diagnose.fixes import TrainConfig
     from diagnose.tune.trial import build_loader
 
@@ -86,7 +135,7 @@ def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None, 
     known = {k: v for k, v in change.items() if hasattr(base, k)}
     cfg = base.replace(**known)
     return build_loader(job["loader"], cfg), getattr(cfg, "intra_op_threads", None), bool(
-        getattr(cfg, "gc_freeze", False))
+        getattr(cfg, "gc_freeze", False)), cfg
 
 
 @contextlib.contextmanager
@@ -102,10 +151,9 @@ def _frozen(on: bool):
         yield
 
 
-def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool]], rounds: int,
+def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool, Any]], rounds: int,
           steps: int) -> list[list[float]]:
-    m, opt, loss_fn = job["model"], job["optimizer"], job["loss_fn"]
-    its = [iter(loader) for loader, _, _ in arms]
+    its = [iter(loader) for loader, _, _, _ in arms]
     out: list[list[float]] = [[] for _ in arms]
 
     def batch(i: int) -> Any:
@@ -116,16 +164,14 @@ def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool]], rounds:
             return next(its[i])
 
     for _ in range(rounds):
-        for i, (_, threads, freeze) in enumerate(arms):
+        for i, (_, threads, freeze, cfg) in enumerate(arms):
             with _threads(threads), _frozen(freeze):
                 for k in range(3 + steps):
                     if k == 3:
+                        _sync(job)
                         t0 = time.perf_counter()
-                    x, y = batch(i)
-                    loss = loss_fn(m(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
+                    _step(job, batch(i), cfg)
+                _sync(job)
                 out[i].append((time.perf_counter() - t0) / steps * 1e3)
     return out
 
@@ -191,12 +237,20 @@ def main() -> int:
                     help="the demo and the CPU samples (benchmarks/sample_jobs) instead")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--gpu", action="store_true",
+                    help="benchmarks/autofix_gpu.py's workloads, on the GPU, instead")
     ap.add_argument("--apart", nargs=2, metavar=("JOB", "FREEZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.apart:
         _apart(args.apart[0], args.apart[1] == "1")
         return 0
-    names = job_names(args.jobs, args.samples)
+    if args.gpu:
+        from autofix_gpu import SAMPLES, WORKLOADS
+
+        names = args.jobs or [*WORKLOADS, *SAMPLES]
+        make_job = _gpu_job
+    else:
+        names, make_job = job_names(args.jobs, args.samples), make
     print_header("predictions checked by timing the job without the profiler",
                  "predict_vs_measured.py")
     head = (f"{'job':<17} {'finding':<8} {'fix':<14} {'change':<34} {'base ms':>13} "
@@ -207,7 +261,7 @@ def main() -> int:
     rows = within = 0
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
-            report = _diagnose(make(name), tmp)
+            report = _diagnose(make_job(name), tmp)
         firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
                   if f["severity"] in ("warning", "critical") and f.get("fixes")]
         if not firsts:
@@ -219,9 +273,13 @@ def main() -> int:
                 print(f"{name:<17} {rule:<8} {fix['id']:<14} no prediction: "
                       f"{fix.get('predicted_why')}")
                 continue
-            job = make(name)
+            job = make_job(name)
             change = pred["change"]
-            if set(change) == {"gc_freeze"}:
+            if set(change) - TIMED:
+                print(f"{name:<17} {rule:<8} {fix['id']:<14} not timed here: "
+                      f"{', '.join(sorted(set(change) - TIMED))}")
+                continue
+            if set(change) == {"gc_freeze"} and not args.gpu:
                 times = _time_apart(name, max(6, args.rounds // 2))
             else:
                 arms = [_arm(job, {}), _arm(job, change)]
