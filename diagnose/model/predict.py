@@ -211,6 +211,36 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
     return shaped
 
 
+def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = None
+                   ) -> float | None:
+    """An epoch's start spread over its steps (ms per step), for the run's loader or with
+    ``change`` made: a loader with worker processes (not persistent) starts them at every
+    ``iter()`` and the loop waits for the first batch, once per epoch
+    (``dataloader_epoch_batches`` steps). The run's own start where the session saw one
+    with these workers (``dataloader_start_ms``); else the workers start one after another,
+    each as long as the one the session started after the loop took to start
+    (``input_worker_start_ms`` less its batch, ``input_worker_batch_ms``), and then the
+    first batch. 0 without workers or with persistent ones; None where it is not known.
+    The steps the clock timed hold no epoch start: a change of workers predicts the mean
+    step over an epoch, its start with it (a 64-batch epoch with 16 workers: its start is
+    a third of the step)."""
+    change = change or {}
+    k = change.get("num_workers", _num(facts, "dataloader_num_workers"))
+    keep = change.get("persistent_workers", facts.get("dataloader_persistent_workers"))
+    if not isinstance(k, int | float) or k <= 0 or keep is True:
+        return 0.0
+    n = _num(facts, "dataloader_epoch_batches")
+    if not n or n <= 0:
+        return None
+    if k == _num(facts, "dataloader_num_workers") and (
+            seen := _num(facts, "dataloader_start_ms")) is not None:
+        return seen / n
+    one, batch = _num(facts, "input_worker_start_ms"), _num(facts, "input_worker_batch_ms")
+    if one is None or batch is None:
+        return None
+    return (k * max(one - batch, 0.0) + batch) / n
+
+
 class Predictor:
     """Predictions for one run, from one rank's model and the run's metrics."""
 
@@ -284,8 +314,13 @@ class Predictor:
             bound = cpu_bound_ms(self.g, g2, change, self.facts)
             if bound is not None:
                 ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
-        p = Prediction(dict(change), ms, self.base_ms / ms if ms > 0 else math.inf,
-                       (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
+        base = self.base_ms
+        if "num_workers" in change:
+            now, then = epoch_start_ms(self.facts), epoch_start_ms(self.facts, change)
+            if now is not None and then is not None:
+                base, ms = base + now, ms + then
+        p = Prediction(dict(change), ms, base / ms if ms > 0 else math.inf,
+                       (ms * (1 - self.rel), ms * (1 + self.rel)), base)
         self.cache[key] = p
         return p
 
