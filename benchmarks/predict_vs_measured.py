@@ -16,7 +16,8 @@ For each job (``make_job()`` in benchmarks/jobs/<name>.py): a diagnosis of its p
 fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofix makes it
 (``diagnose.tune.trial.build_loader`` over a ``TrainConfig``; ``intra_op_threads`` by
 ``torch.set_num_threads``), and the job is timed without the profiler in interleaved blocks
-(baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones).
+(baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones,
+and the batches its workers keep ready: prefetch_factor a worker).
 ``gc.freeze()`` is timed in processes of its own instead, the two arms alternating
 (:func:`_time_apart`: freezing resets the collector, which would shift the unfrozen arm's
 collections in a shared process).
@@ -165,9 +166,12 @@ def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool, Any]], ro
 
     for _ in range(rounds):
         for i, (_, threads, freeze, cfg) in enumerate(arms):
+            # the batches the arm's workers made while the other arm ran are drained
+            # before the clock starts (prefetch_factor a worker)
+            warm = 3 + (cfg.prefetch_factor or 2) * cfg.num_workers
             with _threads(threads), _frozen(freeze):
-                for k in range(3 + steps):
-                    if k == 3:
+                for k in range(warm + steps):
+                    if k == warm:
                         _sync(job)
                         t0 = time.perf_counter()
                     _step(job, batch(i), cfg)

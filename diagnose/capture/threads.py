@@ -30,8 +30,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-#: rounds of (torch's threads, one thread) after one warm-up forward of each
+#: rounds of (torch's threads, one thread) after one warm-up forward of each: ROUNDS at
+#: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all (on a shared
+#: 2-CPU machine the one-thread ratio of 5 rounds ranged 1.27-1.58 from one run to the
+#: next for a 5 ms forward and backward; 15 such rounds take 0.2 s)
 ROUNDS = 5
+MAX_ROUNDS = 15
+ROUNDS_S = 0.3
 #: rounds stop once one takes 3x this (s): the exit must stay quick
 #: idle time before each timed forward and backward (s): in a training loop torch's thread
 #: pool sleeps while the step does other work (loading, the optimizer, Python), and waking
@@ -95,7 +100,7 @@ def _first_tensor(out: Any) -> Any:
 def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | None
                  ) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
-    median of :data:`ROUNDS` alternating rounds): the forward alone (``forward_ms``, to set
+    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone (``forward_ms``, to set
     beside the loop's own forward), and the forward with its backward (``work_ms``,
     ``work_1thread_ms``). The backward goes through ``torch.autograd.grad``, which returns
     the gradients without touching any ``.grad``; the RNG state, the model's buffers and
@@ -124,8 +129,11 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
                 torch.autograd.grad(out.float().sum(), params, allow_unused=True)
         return time.perf_counter() - t0
 
+    start = time.perf_counter()
     try:
-        for k in range(ROUNDS + 1):
+        for k in range(MAX_ROUNDS + 1):
+            if k > ROUNDS and time.perf_counter() - start > ROUNDS_S:
+                break
             torch.set_num_threads(n)
             time.sleep(IDLE_S)  # as in the loop: the pool has been idle while a batch loaded
             t0 = time.perf_counter()
