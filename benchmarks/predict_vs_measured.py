@@ -241,6 +241,8 @@ def main() -> int:
                     help="the demo and the CPU samples (benchmarks/sample_jobs) instead")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="keep each job's diagnosis (its run folder) under DIR/<job>")
     ap.add_argument("--gpu", action="store_true",
                     help="benchmarks/autofix_gpu.py's workloads, on the GPU, instead")
     ap.add_argument("--apart", nargs=2, metavar=("JOB", "FREEZE"), help=argparse.SUPPRESS)
@@ -265,7 +267,8 @@ def main() -> int:
     rows = within = 0
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
-            report = _diagnose(make_job(name), tmp)
+            out = str(args.keep / name) if args.keep else tmp
+            report = _diagnose(make_job(name), out)
         firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
                   if f["severity"] in ("warning", "critical") and f.get("fixes")]
         if not firsts:

@@ -345,7 +345,13 @@ def _full_gc_spacing(free: list[dict[str, Any]]) -> float | None:
     at = [i for i, r in enumerate(after) for _ in range(as_int(r.get("gc_full")) or 0)]
     if len(at) < GC_FULL_SPACED or at[-1] <= at[0]:
         return None
-    return (at[-1] - at[0]) / (len(at) - 1)
+    spacing = (at[-1] - at[0]) / (len(at) - 1)
+    # a cadence goes on: collections in a burst (garbage of the profiler's teardown,
+    # collected over the first steps after the window) and then none for longer than
+    # their spacing says are no cadence; their count over the steps stands
+    if len(after) - 1 - at[-1] > 2 * spacing + 1:
+        return None
+    return spacing
 
 
 class StepMeans:

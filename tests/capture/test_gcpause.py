@@ -166,6 +166,12 @@ def test_full_collections_count_at_their_spacing():
     # spacings that vary as a real loop's do (7, 6, 6, 7, 5): their mean, 6.2
     m = context_metrics(_gc_clock([2, 9, 15, 21, 28, 33]))
     assert m["gc_full_every_steps"] == pytest.approx(6.2)
+    # three in a burst after the window (2 steps apart), then none for 30 steps: no
+    # cadence, the steps' own mean (43 steps, 3 pauses)
+    m = context_metrics(_gc_clock([1, 3, 5]))
+    assert m["gc_full_every_steps"] is None
+    assert m["step_time_unprofiled_mean_ms"] == pytest.approx(
+        (40 * 20.0 + 3 * 150.0) / 43, abs=0.01)
     # two: no spacing to trust; the steps' own mean (43 steps, 2 pauses)
     m = context_metrics(_gc_clock([5, 30]))
     assert m["gc_full_every_steps"] is None
