@@ -376,15 +376,17 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
 def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     """cpu_loader's 2 workers make a 1.7 ms step (test_num_workers_cpu_bound), and 1 worker
     2.2 ms; but a loader without persistent workers starts them at every epoch: here each
-    worker takes 6 ms to start (the session's one took 8 ms with its 2 ms batch) and the
-    loop then waits for the first batch, once per 24 steps: 1 worker (6 + 2) / 24 = 0.33
-    ms a step, 2 workers (12 + 2) / 24 = 0.58. A run with 6 workers whose epoch start the
-    session saw (26 ms) has that in its base. Persistent workers, or a start not timed:
-    the steady step alone."""
+    worker takes 6 ms to start (the session's one took 6.2 ms to start and hand over a copy
+    of a batch, 0.2 ms of it the hand-over) and the loop then waits for the first batch (a
+    worker makes one in 2 ms), once per 24 steps: 1 worker (6 + 2) / 24 = 0.33 ms a step,
+    2 workers (12 + 2) / 24 = 0.58. A run with 6 workers whose epoch start the session saw
+    (26 ms) has that in its base. Persistent workers, or a start not timed: the steady
+    step alone."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
-              torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=8.0,
-              input_worker_batch_ms=2.0, dataloader_epoch_batches=24)
+              torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=6.2,
+              input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
+              dataloader_epoch_batches=24)
     p = _predict("num_workers", m, dataloader_num_workers=0, **kw)
     assert isinstance(p, Prediction) and p.change == {"num_workers": 2}
     assert p.step_ms == pytest.approx(1.7 + 14 / 24, abs=0.01)
