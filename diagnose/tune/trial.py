@@ -28,6 +28,14 @@ time / ``block``. A block is long enough (the runner uses at least 4 steps and
 2 x the DataLoader workers) that the one drain at its end, which the user's loop
 pays at most once per many steps, is a small share of it, while the steps inside
 it overlap as they do in real training. On the CPU the drain is a no-op.
+
+An epoch's start is the loop's time too: a DataLoader with worker processes (not
+persistent) starts them again at every epoch and the loop waits for the first
+batch. Each round runs on a fresh iterator, whose start is timed in its warmup; the
+timed steps carry its share, start / ``len(loader)`` a step
+(:meth:`Trial.epoch_share_s`), unless they began an epoch themselves (a short
+epoch: its start is then in the blocks already). So fewer workers, or persistent
+ones, are measured as the loop runs them over whole epochs.
 """
 
 from __future__ import annotations
@@ -230,6 +238,11 @@ class Trial:
         self.scaler = torch.amp.GradScaler(w.device.type) if cfg.uses_grad_scaler else None
         self.net = torch.compile(w.model) if cfg.compile else w.model
         self.first_step_s: float | None = None  # includes torch.compile's compile time
+        # an epoch's start as the loop waits for it: iter() and the first batch (s), of the
+        # last fresh iterator; epochs begun inside the timed blocks of the last timing
+        self.start_s: float | None = None
+        self.restarts = 0
+        self.timed_restarts = 0
         self._it: Any = None
         self._flag: bool | None = None
         self._threads: int | None = None  # torch's intra-op threads before the trial
@@ -297,12 +310,35 @@ class Trial:
     # ------------------------------------------------------------------ steps
     def next_batch(self) -> Any:
         if self._it is None:
+            t0 = time.perf_counter()
             self._it = iter(self.loader)
+            batch = next(self._it)
+            self.start_s = time.perf_counter() - t0
+            return batch
         try:
             return next(self._it)
         except StopIteration:  # a new epoch, as a training loop would start one
+            self.restarts += 1
             self._it = iter(self.loader)
             return next(self._it)
+
+    def epoch_share_s(self) -> float:
+        """An epoch's start per optimizer step (s) that the last timing missed: a loader
+        with worker processes (not persistent) starts them at every epoch, and the loop
+        waits for them and the first batch (``start_s``, timed on the round's fresh
+        iterator, in its warmup); once per ``len(loader)`` batches. Timed blocks that
+        began an epoch themselves hold it already (a short epoch: nothing is added). 0
+        without workers, with persistent ones (they start once a run), or a loader
+        without a length."""
+        cfg = self.cfg
+        if (not cfg.num_workers or cfg.persistent_workers or self.start_s is None
+                or self.timed_restarts):
+            return 0.0
+        try:
+            n = len(self.loader)
+        except TypeError:
+            return 0.0
+        return self.start_s * cfg.grad_accum_steps / n if n > 0 else 0.0
 
     def _loss(self, batch: Any) -> Any:
         w = self.w
@@ -358,6 +394,7 @@ class Trial:
                 self.w.sync()
                 self.first_step_s = time.perf_counter() - t0
         self.w.sync()  # the timed blocks start with an empty queue
+        before = self.restarts
         out = np.empty(max(1, n // block), dtype=np.float64)
         for j in range(len(out)):
             t0 = time.perf_counter()
@@ -365,15 +402,18 @@ class Trial:
                 one()
             self.w.sync()
             out[j] = (time.perf_counter() - t0) / block
+        self.timed_restarts = self.restarts - before
         return out
 
     def run(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Seconds per optimizer step, one value per block of ``block`` steps, of ``n`` steps
         after ``warmup`` discarded ones, on a fresh iterator (workers start inside the
-        warmup); workers are shut down after."""
+        warmup), each with the epoch's start spread over its steps
+        (:meth:`epoch_share_s`: the loop pays it, the timed blocks may not hold one);
+        workers are shut down after."""
         self.close()
         try:
-            return self._timed(n, warmup, self.step, block)
+            return self._timed(n, warmup, self.step, block) + self.epoch_share_s()
         finally:
             self.close()
 

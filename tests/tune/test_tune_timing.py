@@ -226,3 +226,36 @@ def test_persistent_workers_after_kept_workers_is_predicted_on_the_kept_step(tmp
     kept = one.replace(persistent_workers=True)
     assert t.relative(None, one, kept, FIXES["persistent_workers"]) == pytest.approx(
         2.2 / 1.7, rel=0.01)
+
+
+def _slow_start(_: int) -> None:
+    time.sleep(0.2)  # a worker that takes 0.2 s to start (a fork of a big process)
+
+
+def test_an_epochs_start_is_spread_over_its_steps() -> None:
+    """Workers that are not persistent start again every epoch, and the loop waits for
+    them: a round's fresh iterator times that start (here over 0.2 s: a worker_init_fn
+    that sleeps) and each timed step carries its share (one start per 32 batches: 6 ms or
+    more), which 8 timed steps of a 32-batch epoch would not hold. Persistent workers
+    start once a run; without workers there is nothing to start."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8, worker_init_fn=_slow_start)
+    w = Workload.from_user(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
+                           loss_fn=F.cross_entropy)
+    base = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=1)
+    with Trial(w, base) as t:
+        times = t.run(2, 8, block=4)
+        assert t.start_s is not None and t.start_s >= 0.2 and t.timed_restarts == 0
+        assert t.epoch_share_s() == pytest.approx(t.start_s / 32)
+        assert (times >= 0.2 / 32).all()
+    with Trial(w, base.replace(persistent_workers=True)) as t:
+        t.run(2, 8, block=4)
+        assert t.start_s is not None and t.start_s >= 0.2 and t.epoch_share_s() == 0.0
+    with Trial(w, base.replace(num_workers=0)) as t:
+        assert (t.run(2, 8, block=4) < 0.2 / 32).all() and t.epoch_share_s() == 0.0
+    # timed blocks that cross an epoch's end hold its start already: nothing is added
+    with Trial(w, base) as t:
+        t.run(30, 8, block=4)
+        assert t.timed_restarts == 1 and t.epoch_share_s() == 0.0
