@@ -224,8 +224,10 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     (``input_worker_batch_ms``). 0 without workers or with persistent ones; None where it
     is not known. Starting a worker forks the training process: 22 ms on the 2-CPU VM
     (6 workers, seen: 110 ms an epoch; this gives 141), 48 ms in a CUDA process on an H200
-    host (16 workers on 64-batch epochs, timed by a user's loop: 450-600 ms an epoch;
-    this gives 820: the forks are one after another, the workers' own start-up is not).
+    host (16 workers on 64-batch epochs, timed by a plain loop and by autofix's trials:
+    400-600 ms an epoch; this gives 820). The forks are one after another but part of
+    each start (the child's own start-up, its first hand-over) overlaps the next: for a
+    run without workers this is an upper bound, the run's own start is the measure.
     The steps the clock timed hold no epoch start: a change of workers predicts the mean
     step over an epoch, its start with it (a 64-batch epoch with 16 workers: its start is
     a third of the step)."""
