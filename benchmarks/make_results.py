@@ -87,8 +87,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "Predictions on the demo and the CPU samples",
         ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
         "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU "
-        "(benchmarks/sample_jobs). The GPU samples run under benchmarks/autofix_gpu.py on a "
-        "GPU: see the GPU section at the end.",
+        "(benchmarks/sample_jobs). The GPU workloads and samples run under "
+        "benchmarks/autofix_gpu.py and `predict_vs_measured.py --gpu` on a GPU: see the GPU "
+        "section at the end.",
     ),
     "autofix_samples": (
         "Autofix on the demo and the CPU samples: predicted beside measured",
@@ -145,9 +146,11 @@ def assemble() -> str:
         else:
             lines += ["Not run yet on this machine.", ""]
     lines += ["## On a GPU", "",
-              "Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh` (each file names",
-              "its GPU, torch build, date and code); the sessions here have no GPU of their own,",
-              "so these are re-run only when one is lent.", ""]
+              "Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh`, and by",
+              "`python benchmarks/predict_vs_measured.py --gpu` and `benchmarks/autofix_gpu.py`",
+              "run on their own (each file names its GPU, torch build, date and code); the",
+              "sessions here have no GPU of their own, so these are re-run only when one is lent.",
+              ""]
     gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
     for f in gpu_files:
         lines += [f"### {f.stem}", "", f"Saved output: `benchmarks/results/{f.name}`", "",
