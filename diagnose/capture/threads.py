@@ -31,12 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 #: rounds of (torch's threads, one thread) after one warm-up forward of each: ROUNDS at
-#: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all (on a shared
-#: 2-CPU machine the one-thread ratio of 5 rounds ranged 1.27-1.58 from one run to the
-#: next for a 5 ms forward and backward; 15 such rounds take 0.2 s)
+#: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all. On a shared
+#: 2-CPU machine what two threads give drifts within a second: the one-thread ratio of 5
+#: rounds ranged 1.27-1.58 from one run to the next for a 5 ms forward and backward, and
+#: ten timings back to back of 0.3 s each gave a standard deviation of 0.09-0.23 (three
+#: jobs of benchmarks/jobs), of 1 s each 0.06-0.12
 ROUNDS = 5
-MAX_ROUNDS = 15
-ROUNDS_S = 0.3
+MAX_ROUNDS = 40
+ROUNDS_S = 1.0
 #: rounds stop once one takes 3x this (s): the exit must stay quick
 #: idle time before each timed forward and backward (s): in a training loop torch's thread
 #: pool sleeps while the step does other work (loading, the optimizer, Python), and waking
@@ -299,6 +301,11 @@ def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:
 #: 2-core development VM): interpreter work, like a DataLoader worker's per-sample code
 CAPACITY_LOOP = 800_000
 CAPACITY_ROUNDS = 3
+#: more rounds, up to CAPACITY_MAX_ROUNDS, while all of them took under CAPACITY_S seconds:
+#: a busy moment of some 50 ms covered all three rounds of a 6 ms batch (capacity 1.29
+#: where ten other timings gave 1.82-2.0)
+CAPACITY_MAX_ROUNDS = 12
+CAPACITY_S = 0.25
 #: at most this many processes at once (a big machine is measured on this many CPUs)
 CAPACITY_MAX_PROCS = 16
 
@@ -351,22 +358,31 @@ def _concurrent_s(k: int, work: Callable[[], float]) -> float | None:
 
 
 def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, float] | None:
-    """(the work's seconds alone: the least of ``rounds`` alternating rounds, as a busy
-    moment only adds to it; the CPUs' worth ``n`` processes did at once: their median)."""
-    alone, ratios = [], []
-    for _ in range(rounds):
+    """(the work's seconds alone; the CPUs' worth ``n`` processes did at once), from
+    ``rounds`` (more while cheap: :data:`CAPACITY_S`) alternating rounds of one process and
+    of ``n``: each side's least time, as a busy moment only adds to it, so
+    ``n x least alone / least together``. The median of
+    the rounds' own ratios let one disturbed side of a round through: on the 2-vCPU
+    development VM it ranged 1.27-2.0 over ten timings of one loader (standard deviation
+    0.13-0.22), the least times' ratio 1.79-2.0 (0.02-0.08)."""
+    alone: list[float] = []
+    together: list[float] = []
+    start = time.perf_counter()
+    for k in range(CAPACITY_MAX_ROUNDS):
+        if k >= rounds and time.perf_counter() - start > CAPACITY_S:
+            break
         one, many = _concurrent_s(1, work), _concurrent_s(n, work)
         if one is None or many is None:
             return None
         alone.append(one)
-        ratios.append(n * one / many)
-    return min(alone), min(float(n), max(1.0, statistics.median(ratios)))
+        together.append(many)
+    return min(alone), min(float(n), max(1.0, n * min(alone) / min(together)))
 
 
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
     """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
-    running the same loop against one process alone, ``cpus x alone / together`` (median of
-    :data:`CAPACITY_ROUNDS`, alternating). Under ``cpus`` where CPUs share a core (SMT
+    running the same loop against one process alone, ``cpus x alone / together`` (the least
+    times of :data:`CAPACITY_ROUNDS` alternating rounds, :func:`_capacity`). Under ``cpus`` where CPUs share a core (SMT
     siblings) or the host is busy; on the 2-vCPU development VM it measured 1.1-2.0
     minutes apart. None with one CPU or where ``os.fork`` is missing."""
     import os
@@ -385,8 +401,8 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     memory as a worker's does) make the loader's second batch (the dataset's items for the second
     ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
     CPU at once.
-    Returns (ms a batch alone: the least of :data:`CAPACITY_ROUNDS` rounds; capacity: their
-    median); None for an iterable
+    Returns (ms a batch alone: the least of :data:`CAPACITY_ROUNDS` rounds; the capacity
+    their least times give, :func:`_capacity`); None for an iterable
     dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
     batch over half a second (the exit must stay quick)."""
     import os

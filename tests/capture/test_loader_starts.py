@@ -53,3 +53,23 @@ def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
     starts = load_context(d.run_dir)["capture"]["loader_starts"]
     assert starts and all(s["workers"] == 0 for s in starts)
     assert d.report.metrics["dataloader_start_ms"] is None
+
+
+@pytest.mark.parametrize(("early", "late"), [(1.3, 1.9), (1.9, 1.3), (None, 1.9)])
+def test_cpu_capacity_is_the_larger_of_two_timings_apart(tmp_path: Path, monkeypatch, early,
+                                                         late):
+    """The CPUs' capacity is timed twice after the loop, a second apart (before the thread
+    timing, and with a worker's batch): a busy moment on a shared host lowers one of them,
+    so the larger stands."""
+    import diagnose.session as sess
+
+    monkeypatch.setattr(sess, "time_cpu_capacity", lambda cpus: early)
+    monkeypatch.setattr(sess, "time_worker_batches", lambda loader, cpus: (2.0, late))
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Pairs(n=48), batch_size=8)
+    with diagnose(model, loader, steps=2, wait=3, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, print_report=False) as d:
+        while not d.done:
+            train(model, opt, loader, d)
+    assert d.report.metrics["cpu_capacity"] == 1.9

@@ -103,6 +103,25 @@ def test_cpu_capacity_is_between_one_cpu_and_all_of_them():
     assert cap is not None and 1.0 <= cap <= 2.0
 
 
+def test_cpu_capacity_takes_each_sides_least_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPUs that give both: one process alone 10 ms, two at once 10 ms, but a busy
+    moment slowed a different side in each round. Each side's least time gives the two
+    CPUs; the median of the rounds' own ratios (2, 1.25, 1.33) gave 1.33. Two SMT
+    siblings (two at once always 16 ms) stay at 1.25."""
+    import diagnose.capture.threads as th
+
+    def fake(times):
+        it = iter(times)
+        return lambda k, work: next(it)
+
+    busy = [0.010, 0.010, 0.010, 0.016, 0.015, 0.015]  # (one, many) by round
+    monkeypatch.setattr(th, "CAPACITY_S", 0.0)  # exactly the rounds asked for
+    monkeypatch.setattr(th, "_concurrent_s", fake(busy))
+    assert th._capacity(2, lambda: 0.0, 3) == (0.010, 2.0)
+    monkeypatch.setattr(th, "_concurrent_s", fake([0.010, 0.016] * 3))
+    assert th._capacity(2, lambda: 0.0, 3) == (0.010, 1.25)
+
+
 def test_a_workers_batch_is_timed_in_forked_processes():
     """A forked process set up as a worker (one intra-op thread) makes the loader's second
     batch: its time, and the CPUs' worth of batches one process per CPU made at once; the
