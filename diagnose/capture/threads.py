@@ -254,11 +254,12 @@ def time_worker_handover(batch: Any) -> tuple[float, float] | None:
     return round(min(times) * 1e3, 4), round(start * 1e3, 4)
 
 
-def time_inprocess_batch(loader: Any, repeat: int = 2) -> float | None:
+def time_inprocess_batch(loader: Any, repeat: int = 4) -> float | None:
     """One batch made in the training process as an in-process loader would make it (the
     dataset's items for the first ``batch_size`` indices, then the loader's collate_fn),
     the best of ``repeat`` (ms): what a batch costs without workers, timed after the loop
-    with nothing else running. The RNG states the dataset may draw from (torch, random,
+    with nothing else running (the best of 2 once read 20.7 ms where the others gave
+    10.2-11.1 on a shared 2-vCPU host). The RNG states the dataset may draw from (torch, random,
     numpy) are put back. None for an iterable dataset, a custom batch sampler or a
     ``__getitems__`` dataset's failure."""
     import random

@@ -182,8 +182,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "after the loop with a one-worker loader (shared memory, file descriptors, "
         "unpickling): what each batch costs the training process with workers"),
     "input_inprocess_batch_ms": (
-        "ms", "with workers: one batch made in the training process (the dataset's items "
-        "and the collate_fn), timed after the loop with nothing else running"),
+        "ms", "one batch made in the training process (the dataset's items and the "
+        "collate_fn), timed after the loop with nothing else running: with workers, what "
+        "fewer would cost; without, the pace of the timings after the loop against the "
+        "loop's own fetch and collate"),
     "input_batched_fetch_ms": (
         "ms", "one batch fetched with a single dataset[indices] call, timed before the loop "
         "(None where the dataset cannot do that)"),

@@ -423,8 +423,10 @@ class Session:
                 ctx["dataloader"] = {**ctx["dataloader"],
                                      "worker_handover_ms": timed and timed[0],
                                      "worker_start_ms": timed and timed[1]}
-                if ctx["dataloader"].get("num_workers"):  # what a batch costs in process
-                    ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
+                # what a batch costs in process, timed beside a worker's batch (below):
+                # with workers, for fewer; without, the pace of the timings after the loop
+                # against the loop's own fetch and collate
+                ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
             except Exception as e:
                 self._internal_error("worker hand-over timing", e)
             try:  # a worker's batch, and what the CPUs give workers and this process

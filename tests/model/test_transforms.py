@@ -131,6 +131,29 @@ def test_num_workers_cpu_bound(tmp_path):
     assert each[(("num_workers", 1),)] == pytest.approx(3.0 / 2.2, rel=0.01)
 
 
+def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path):
+    """cpu_loader's loop made a batch in process in 2000 us; after the loop the session
+    timed one in process in 1600 us and one in a worker in 2000 us: the host ran 1.25x as
+    fast then, so a worker's batch in the loop costs 2500 us, and one worker makes one every
+    2500 + 200 us (3.0 / 2.7 ms). Timed at the loop's pace (2000 us in process), the
+    worker's 2000 us stand (3.0 / 2.2); a pace past PACE_BOUNDS is taken at the bound."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
+              input_worker_batch_ms=2.0)
+
+    def one_worker(**more):
+        p = _predict("num_workers", m, **kw, **more)
+        return dict(p.candidates)[(("num_workers", 1),)]
+
+    assert one_worker(input_inprocess_batch_ms=1.6) == pytest.approx(3.0 / 2.7, rel=0.01)
+    assert one_worker(input_inprocess_batch_ms=2.0) == pytest.approx(3.0 / 2.2, rel=0.01)
+    assert one_worker() == pytest.approx(3.0 / 2.2, rel=0.01)  # not timed: as timed
+    hi = tr.PACE_BOUNDS[1]
+    assert one_worker(input_inprocess_batch_ms=0.5) == pytest.approx(
+        3.0 / (2.0 * hi + 0.2), rel=0.01)
+
+
 def test_num_workers_big_batches_are_slower(tmp_path):
     """The same job with 8 MB batches: each takes 4000 us to hand over, so the main process
     needs 4000 + 1000 us a step with workers; the CPUs need (1000 + 2000 + 2 x 4000) / 2 =
