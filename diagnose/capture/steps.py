@@ -43,10 +43,11 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: the time in the model's forward calls, and the garbage collector's pauses (ms, how
 #: many of them were full collections, and the ms of them that fell inside the loop's
 #: wait for a batch: the loader's own allocations tripped them; then the full (generation
-#: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young)
+#: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young),
+#: and the time in the run's ``optimizer.step()`` (its step hooks time it)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
-                 "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms")
+                 "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -73,6 +74,10 @@ EXTEND = 3
 GC_FULL_SEEN = 5
 GC_EXTEND = 20
 GC_EXTEND_S = 5.0
+#: steps after the window are timed for at least this long (s), within EXTEND times the
+#: planned number: 8 steps of 17 ms are 0.14 s of a host whose pace drifts over seconds,
+#: and where workers come and go one step's optimizer took 1.6 ms and the next 17 ms
+MIN_AFTER_S = 1.0
 
 _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
 
@@ -114,6 +119,7 @@ class _Step:
     gc_loader: float = 0.0  # the pauses inside the wait for a batch
     gc_full_s: float = 0.0  # the full collections' pauses
     gc_full_loader: float = 0.0  # of those, inside the wait for a batch
+    optimizer: float | None = None  # in the run's optimizer.step()
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -164,6 +170,7 @@ class Steps:
         # waited for, its worker processes (context.json capture.loader_starts)
         self.loader_starts: list[dict[str, Any]] = []
         self._started: float | None = None  # iter() seconds of the iterator just seen
+        self._opt_t0: float | None = None  # the run's optimizer.step() started then
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -181,6 +188,15 @@ class Steps:
         self._pending = False
         self.advance()
 
+    def on_optimizer_start(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        """An optimizer's ``step()`` begins (a global pre-hook): timed if it is the run's."""
+        try:
+            known = self.optimizer
+            if known is opt or (known is None and self._owns(opt)):
+                self._opt_t0 = time.perf_counter()
+        except Exception as e:  # never break the user's step
+            self._error("optimizer hook", e)
+
     def on_optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
         try:
             if self.done or self.closed:
@@ -192,6 +208,10 @@ class Steps:
                 self._opt_ref = weakref.ref(opt)
             elif opt is not known:
                 return
+            t0, self._opt_t0 = self._opt_t0, None
+            st = self._step
+            if t0 is not None and st is not None:
+                st.optimizer = (st.optimizer or 0.0) + time.perf_counter() - t0
             self.opt_steps += 1
             if self.mode == "manual":
                 return
@@ -308,7 +328,8 @@ class Steps:
                               st.gc_full if self.gc_timed else None,
                               st.gc_loader * 1e3 if self.gc_timed else None,
                               st.gc_full_s * 1e3 if self.gc_timed else None,
-                              st.gc_full_loader * 1e3 if self.gc_timed else None))
+                              st.gc_full_loader * 1e3 if self.gc_timed else None,
+                              None if st.optimizer is None else st.optimizer * 1e3))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
@@ -329,9 +350,10 @@ class Steps:
         self._step = _Step(time.perf_counter(), cpu_wait_ns())
 
     def _keep_timing(self) -> bool:
-        """Steps that vary widely (a busy machine), or that a rare full collection paused,
-        get more of them timed (:data:`EXTEND`, :data:`GC_FULL_SEEN`): their median, and
-        the collector's share of the mean, then hold better."""
+        """Steps that vary widely (a busy machine), that a rare full collection paused, or
+        that took less than :data:`MIN_AFTER_S` in all get more of them timed
+        (:data:`EXTEND`, :data:`GC_FULL_SEEN`): their median and mean, and the collector's
+        share of the mean, then hold better."""
         if not self.extend:
             return False
         free = [r for i, r in enumerate(self.rows) if i > 0 and r[0] in ("wait", "after")]
@@ -350,6 +372,8 @@ class Steps:
                 return True
         if not plain:
             return False
+        if sum(r[1] for r in self.rows if r[0] == "after") < MIN_AFTER_S * 1e3:
+            return True
         med = statistics.median(times)
         deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
         return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD

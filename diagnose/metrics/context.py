@@ -100,6 +100,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "forward_unprofiled_ms": (
         "ms", "the model's forward calls per unprofiled step (median of the steps after the "
         "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
+    "optimizer_unprofiled_ms": (
+        "ms", "the run's optimizer.step() per unprofiled step (the mean, full collections "
+        "at their spacing; its step hooks time it)"),
     "forward_quiet_ms": (
         "ms", "one forward on the first batch, on torch's threads, timed after the loop "
         "(nothing else running; CPU models with more than one thread only)"),
@@ -432,6 +435,9 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
         if fwd and all(f is not None for f in fwd):
             out["forward_unprofiled_ms"] = round(statistics.median(
                 [f or 0.0 for f in fwd]), 4)
+        opt = means("optimizer_ms")
+        if opt is not None:
+            out["optimizer_unprofiled_ms"] = round(opt, 4)
         p10, p90 = _quantile(times, 0.1), _quantile(times, 0.9)
         out["step_time_unprofiled_p10_ms"] = round(p10, 3)
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..basics import as_number
-from .graph import DEVICE_TASKS, EdgeKind, Graph, TaskKind, replay
+from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .step import StepModel
 from .transforms import Transform, cpu_bound_ms
 
@@ -115,14 +115,18 @@ def _arrivals_at(g: Graph, ratio: float) -> Graph:
     return out
 
 
-def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None) -> Graph:
+def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
+              optimizer_share: float | None = None) -> Graph:
     """Make the replay give ``target_ms``, the unprofiled mean step (the profiler's per-op
     cost out, pauses such as garbage collection in): the step the session's own
     measurements (a worker's batch, a hand-over) are on the scale of. The graph's few steps
     may hold one slower than the run's median (a pause, a busy moment); the target is the
     run's pace, not a ratio of them. What the session timed directly is set: the in-process
-    fetch and collate, ``fetch_share`` of the unprofiled step by the clock's means; batches
-    from workers arrive at the unprofiled pace. The host's other work is then fitted: the
+    fetch and collate, ``fetch_share`` of the unprofiled step by the clock's means, and the
+    main thread's ``optimizer.step()``, ``optimizer_share`` of it (the window's few steps
+    put a small model's optimizer at 2.4-6.6 ms a step where the unprofiled loop took
+    3.1-4.7: many small ops, each paying the profiler, beside workers that come and go);
+    batches from workers arrive at the unprofiled pace. The host's other work is then fitted: the
     profiler's per-event cost taken out where the replay is longer, the work scaled up
     where it is shorter (:func:`_host_shaper`); the level is bracketed and found by false
     position (the replayed step grows with it), within :data:`HOST_SCALE_MIN` and
@@ -141,6 +145,13 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None) -> G
         host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     else:
         host = g.is_kind(TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    opt = ((g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+           & ((g.tag & int(Tag.OPTIMIZER)) > 0))
+    if optimizer_share is not None and opt.any() and g.n_steps and 0 < optimizer_share < 1:
+        now = float(g.dur[opt].sum()) / g.n_steps
+        if now > 0:
+            g = g.scale(opt, optimizer_share * want * 1e3 / now)
+            host = host & ~opt
 
     shaped = _host_shaper(g, host)
 
@@ -268,7 +279,9 @@ class Predictor:
         g = model.graph
         fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
         loaded = fetch + collate if fetch is not None and collate is not None else None
-        self.g = calibrate(g, un, None if loaded is None else loaded / un) if un else g
+        opt = _num(facts, "optimizer_unprofiled_ms")
+        self.g = calibrate(g, un, None if loaded is None else loaded / un,
+                           None if opt is None else opt / un) if un else g
         self.base_replay = _step(self.g)
         cv = _num(facts, "step_time_cv") or 0.0
         n = max(int(_num(facts, "step_count") or 1), 1)

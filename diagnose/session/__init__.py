@@ -150,6 +150,7 @@ class Session:
         self._profiler: WindowProfiler | None = None
         self._sampler_thread: SamplerThread | None = None
         self._hook_handle: Any = None
+        self._pre_hook_handle: Any = None
         self._forward: ForwardTimer | None = None
         self._gc: GcTimer | None = None
         self._loader_hook: loader_shim.LoaderHook | None = None
@@ -302,9 +303,14 @@ class Session:
         return samplers
 
     def _install_hooks(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
         self._hook_handle = register_optimizer_step_post_hook(self._steps.on_optimizer_step)
+        self._pre_hook_handle = register_optimizer_step_pre_hook(
+            self._steps.on_optimizer_start)
         self._gc = GcTimer(self._steps.on_gc)
         self._steps.gc_timed = True
         if callable(getattr(self.model, "register_forward_pre_hook", None)):
@@ -326,6 +332,9 @@ class Session:
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
+        if self._pre_hook_handle is not None:
+            self._pre_hook_handle.remove()
+            self._pre_hook_handle = None
         if self._forward is not None:
             self._forward.remove()
         if self._gc is not None:

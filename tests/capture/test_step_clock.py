@@ -70,6 +70,10 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
     assert set(clock["batch_bytes"]) == {8 * 16 * 4 + 8 * 8}  # float32 x[8, 16], int64 y[8]
     # the model's forward on every step, by its hooks: part of the step, never all of it
     assert all(0 < f < ms for f, ms in zip(clock["forward_ms"], clock["ms"], strict=True))
+    # and its optimizer.step(), by the optimizer's step hooks; their mean is a metric
+    assert all(0 < o < ms for o, ms in zip(clock["optimizer_ms"], clock["ms"], strict=True))
+    assert 0 < d.report.metrics["optimizer_unprofiled_ms"] < d.report.metrics[
+        "step_time_unprofiled_mean_ms"]
     # after the loop: a batch from a real worker process, and (2+ threads) the model's
     # work on one thread and on torch's threads
     ctx = load_context(d.run_dir)
@@ -236,7 +240,8 @@ def test_cut_short_window_analyses_whole_steps_only(tmp_path: Path, batches: int
 
 
 def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float],
-               full: frozenset[int] = frozenset(), after: int = 4) -> steps_mod.Steps:
+               full: frozenset[int] = frozenset(), after: int = 4,
+               min_s: float = 0.0) -> steps_mod.Steps:
     """A Steps without profiler (every step is after the window) on a fake clock whose
     steps last ``lengths`` ms in turn (in the steps numbered in ``full``, a full
     collection paused the thread for all but 10 ms); advanced until done or the lengths
@@ -245,6 +250,7 @@ def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float],
     monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(steps_mod, "EXTEND", 3)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 20)
+    monkeypatch.setattr(steps_mod, "MIN_AFTER_S", min_s)
     s = steps_mod.Steps(None, after=after, settle=1)
     s.gc_timed = True
     s.start()
@@ -267,6 +273,18 @@ def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> No
     # a pace that settles ends the extension as soon as the spread is back under the bound
     calm = _run_clock(monkeypatch, [50.0, 10.0, 30.0, 10.0, 10.0] + [10.0] * 20)
     assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms
+
+
+def test_short_steps_are_timed_for_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steady 10 ms steps after the window: 4 planned are 40 ms of a pace that drifts over
+    seconds, so up to 3 x 4 are timed while they took under MIN_AFTER_S in all; 400 ms
+    steps pass it with the plan."""
+    short = _run_clock(monkeypatch, [50.0] + [10.0] * 40, min_s=1.0)
+    assert short.done and len(short.rows) == 1 + 3 * 4
+    fewer = _run_clock(monkeypatch, [50.0] + [10.0] * 40, min_s=0.065)
+    assert fewer.done and len(fewer.rows) == 1 + 7  # the 7th passes 65 ms
+    long = _run_clock(monkeypatch, [50.0] + [400.0] * 40, min_s=1.0)
+    assert long.done and len(long.rows) == 1 + 4
 
 
 def test_steps_a_rare_full_collection_paused_are_timed_longer(

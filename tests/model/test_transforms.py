@@ -505,6 +505,38 @@ def test_calibration_keeps_the_host_work_of_a_loader_bound_run(tmp_path):
     assert float(p.g.dur[ops].sum()) / p.g.n_steps >= 0.5 * 1000
 
 
+def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
+    """Steps of a 200 us wait for a batch, 3000 us of ops and an optimizer.step() of 10 ops
+    x 200 us (the profiler's cost in each of them). The clock timed 3800 us a step without
+    the profiler, 600 us of them in optimizer.step(): the calibrated graph's optimizer
+    holds those 600 us a step, the wait and the model's ops the rest of the step (3200 us).
+    Without the clock's optimizer figure, both shrink alike."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(200, workers=2)
+            b.cpu(3000, "aten::addmm")
+            b.optimizer_step(kernels=10, kernel_dur=200.0)
+    m = step_model(mt.as_trace(b, tmp_path))
+    assert m.graph is not None
+    g = m.graph
+    opt = (g.res == g.main) & ((g.tag & int(Tag.OPTIMIZER)) > 0)
+
+    def per_step(p, mask):
+        return float(p.g.dur[mask].sum()) / p.g.n_steps / 1e3
+
+    timed = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=3.8,
+                                optimizer_unprofiled_ms=0.6))
+    assert timed.base_replay == pytest.approx(3.8, rel=0.01)
+    assert per_step(timed, opt) == pytest.approx(0.6, rel=0.01)
+    ops = (g.res == g.main) & g.is_kind(TaskKind.HOST) & ~opt
+    assert per_step(timed, ops) == pytest.approx(3.0, rel=0.03)
+    plain = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=3.8))
+    assert per_step(plain, opt) > 1.0
+
+
 def test_freeing_contention_frees_the_models_ops_only(tmp_path):
     """6 workers beside torch's 2 threads on 2 CPUs: the model's 3000 us of ops ran 2x as
     long as alone and come back to 1500 us; the optimizer's 10 ops of 100 us (too small
