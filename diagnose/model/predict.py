@@ -115,8 +115,25 @@ def _arrivals_at(g: Graph, ratio: float) -> Graph:
     return out
 
 
+def _waits_as_timed(g: Graph, per_step_ms: float) -> Graph:
+    """The graph with the waits for batches from workers as long as the clock timed them
+    (``per_step_ms`` a step, shared alike), the trace's arrivals gone: what the run waited
+    for its batches without the profiler is measured, where the window's arrivals only say
+    when the profiled loop asked for them. A window whose batches came just as they were
+    asked for (too_many_workers: 6 workers beside torch's 2 threads), its arrivals moved to
+    the unprofiled pace, made a loop that waited 3.5 ms a step wait 7.5 ms in the replay,
+    and the model's work was shrunk to fit."""
+    prod = g.is_kind(TaskKind.PRODUCER)
+    out = g.remove_edges(np.isin(g.esrc, np.flatnonzero(prod))).take(~prod) if prod.any() \
+        else g.copy()
+    wait = out.is_kind(TaskKind.DL_WAIT)
+    out.dur[wait] = per_step_ms * 1e3 * out.n_steps / int(wait.sum())
+    return out
+
+
 def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
-              optimizer_share: float | None = None) -> Graph:
+              optimizer_share: float | None = None, wait_share: float | None = None
+              ) -> Graph:
     """Make the replay give ``target_ms``, the unprofiled mean step (the profiler's per-op
     cost out, pauses such as garbage collection in): the step the session's own
     measurements (a worker's batch, a hand-over) are on the scale of. The graph's few steps
@@ -126,7 +143,9 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     main thread's ``optimizer.step()``, ``optimizer_share`` of it (the window's few steps
     put a small model's optimizer at 2.4-6.6 ms a step where the unprofiled loop took
     3.1-4.7: many small ops, each paying the profiler, beside workers that come and go);
-    batches from workers arrive at the unprofiled pace. The host's other work is then fitted: the
+    batches from workers arrive at the unprofiled pace, or where the clock timed the waits
+    for them (``wait_share`` of the step), the waits are that long
+    (:func:`_waits_as_timed`). The host's other work is then fitted: the
     profiler's per-event cost taken out where the replay is longer, the work scaled up
     where it is shorter (:func:`_host_shaper`); the level is bracketed and found by false
     position (the replayed step grows with it), within :data:`HOST_SCALE_MIN` and
@@ -136,7 +155,11 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     if not 0.2 < target_ratio < 5.0:
         return g
     want = target_ms
-    g = _arrivals_at(g, target_ratio)
+    if wait_share is not None and 0 <= wait_share < 1 and g.n_steps and g.is_kind(
+            TaskKind.DL_WAIT).any():
+        g = _waits_as_timed(g, wait_share * want)
+    else:
+        g = _arrivals_at(g, target_ratio)
     fetch = g.is_kind(TaskKind.FETCH)
     if fetch_share is not None and fetch.any() and g.n_steps and 0 <= fetch_share < 1:
         now = float(g.dur[fetch].sum()) / g.n_steps
@@ -279,9 +302,10 @@ class Predictor:
         g = model.graph
         fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
         loaded = fetch + collate if fetch is not None and collate is not None else None
-        opt = _num(facts, "optimizer_unprofiled_ms")
+        opt, waited = _num(facts, "optimizer_unprofiled_ms"), _num(facts, "input_worker_wait_ms")
         self.g = calibrate(g, un, None if loaded is None else loaded / un,
-                           None if opt is None else opt / un) if un else g
+                           None if opt is None else opt / un,
+                           None if waited is None else waited / un) if un else g
         self.base_replay = _step(self.g)
         cv = _num(facts, "step_time_cv") or 0.0
         n = max(int(_num(facts, "step_count") or 1), 1)

@@ -505,6 +505,37 @@ def test_calibration_keeps_the_host_work_of_a_loader_bound_run(tmp_path):
     assert float(p.g.dur[ops].sum()) / p.g.n_steps >= 0.5 * 1000
 
 
+def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
+    """Six workers whose batches came just as the profiled loop asked for them: each step
+    waited 400 us (the first 100 us: the hand-over of a ready batch), then 3000 us of ops.
+    The clock timed 2720 us a step without the profiler, 1000 us of them waiting for
+    batches (beside the faster loop the workers fell behind). The calibrated graph waits
+    those 1000 us a step and its ops fill the rest, 1720 us: the arrivals the window saw
+    (when the profiled loop asked for them) no longer say how long it waited. From the
+    arrivals alone (no clock figure for the wait), the ops stay at 0.8x, 2400 us."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for i in range(6):
+        with b.step():
+            b.dataloader(100 if i == 0 else 400, workers=6)
+            b.cpu(3000, "aten::addmm")
+    m = step_model(mt.as_trace(b, tmp_path))
+    assert m.graph is not None
+
+    def per_step(p, kind):
+        main = p.g.is_kind(kind) & (p.g.res == p.g.main)
+        return float(p.g.dur[main].sum()) / p.g.n_steps / 1e3
+
+    timed = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=2.72, input_worker_wait_ms=1.0))
+    assert timed.base_replay == pytest.approx(2.72, rel=0.01)
+    assert per_step(timed, TaskKind.DL_WAIT) == pytest.approx(1.0, rel=0.01)
+    assert per_step(timed, TaskKind.HOST) == pytest.approx(1.72, rel=0.02)
+    assert not timed.g.is_kind(TaskKind.PRODUCER).any()
+    arrivals = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=2.72))
+    assert per_step(arrivals, TaskKind.HOST) == pytest.approx(2.4, rel=0.02)
+
+
 def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
     """Steps of a 200 us wait for a batch, 3000 us of ops and an optimizer.step() of 10 ops
     x 200 us (the profiler's cost in each of them). The clock timed 3800 us a step without
