@@ -505,6 +505,14 @@ def test_calibration_keeps_the_host_work_of_a_loader_bound_run(tmp_path):
     assert float(p.g.dur[ops].sum()) / p.g.n_steps >= 0.5 * 1000
 
 
+def _main_per_step(p, kind, also=None) -> float:
+    """ms a step of the calibrated graph's main-thread tasks of ``kind`` (and ``also``)."""
+    m = p.g.is_kind(kind) & (p.g.res == p.g.main)
+    if also is not None:
+        m &= also
+    return float(p.g.dur[m].sum()) / p.g.n_steps / 1e3
+
+
 def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
     """Six workers whose batches came just as the profiled loop asked for them: each step
     waited 400 us (the first 100 us: the hand-over of a ready batch), then 3000 us of ops.
@@ -523,17 +531,13 @@ def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
     m = step_model(mt.as_trace(b, tmp_path))
     assert m.graph is not None
 
-    def per_step(p, kind):
-        main = p.g.is_kind(kind) & (p.g.res == p.g.main)
-        return float(p.g.dur[main].sum()) / p.g.n_steps / 1e3
-
     timed = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=2.72, input_worker_wait_ms=1.0))
     assert timed.base_replay == pytest.approx(2.72, rel=0.01)
-    assert per_step(timed, TaskKind.DL_WAIT) == pytest.approx(1.0, rel=0.01)
-    assert per_step(timed, TaskKind.HOST) == pytest.approx(1.72, rel=0.02)
+    assert _main_per_step(timed, TaskKind.DL_WAIT) == pytest.approx(1.0, rel=0.01)
+    assert _main_per_step(timed, TaskKind.HOST) == pytest.approx(1.72, rel=0.02)
     assert not timed.g.is_kind(TaskKind.PRODUCER).any()
     arrivals = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=2.72))
-    assert per_step(arrivals, TaskKind.HOST) == pytest.approx(2.4, rel=0.02)
+    assert _main_per_step(arrivals, TaskKind.HOST) == pytest.approx(2.4, rel=0.02)
 
 
 def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
@@ -555,17 +559,13 @@ def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
     g = m.graph
     opt = (g.res == g.main) & ((g.tag & int(Tag.OPTIMIZER)) > 0)
 
-    def per_step(p, mask):
-        return float(p.g.dur[mask].sum()) / p.g.n_steps / 1e3
-
     timed = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=3.8,
                                 optimizer_unprofiled_ms=0.6))
     assert timed.base_replay == pytest.approx(3.8, rel=0.01)
-    assert per_step(timed, opt) == pytest.approx(0.6, rel=0.01)
-    ops = (g.res == g.main) & g.is_kind(TaskKind.HOST) & ~opt
-    assert per_step(timed, ops) == pytest.approx(3.0, rel=0.03)
+    assert _main_per_step(timed, TaskKind.HOST, opt) == pytest.approx(0.6, rel=0.01)
+    assert _main_per_step(timed, TaskKind.HOST, ~opt) == pytest.approx(3.0, rel=0.03)
     plain = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=3.8))
-    assert per_step(plain, opt) > 1.0
+    assert _main_per_step(plain, TaskKind.HOST, opt) > 1.0
 
 
 def test_freeing_contention_frees_the_models_ops_only(tmp_path):
