@@ -80,8 +80,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "diagnose(...).autofix() as the README shows it, on a fresh job each run: every "
         "tried decision with the prediction it carried, the measured speedup and its 95% "
         "interval; a kept change within 15% of its prediction or not; each run's before/"
-        "after. Goals: the job with more workers than CPUs keeps fewer workers in 3 of 3 "
-        "runs; no job is left slower; tensor rows keep the batched fetch.",
+        "after (its own, longer interleaved measurement of what was kept) beside the "
+        "model's tuned step. Goals: the job with more workers than CPUs keeps fewer workers "
+        "in 3 of 3 runs; no job is left slower; tensor rows keep the batched fetch.",
     ),
     "predict_vs_measured_samples": (
         "Predictions on the demo and the CPU samples",
