@@ -480,6 +480,25 @@ def test_workers_on_cpus_that_give_less_than_their_count(tmp_path):
     assert each[(("num_workers", 2),)] == pytest.approx(3.0 / 2.267, rel=0.01)
 
 
+def _loader_model(tmp_path, waits: list[float], workers: int, ops_us: float,
+                  opt_kernels: int = 0):
+    """The step model of a CPU trace whose steps wait ``waits[i]`` us for a batch from
+    ``workers`` workers, then run ``ops_us`` of ops (and an optimizer.step() of
+    ``opt_kernels`` ops of 200 us)."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for w in waits:
+        with b.step():
+            b.dataloader(w, workers=workers)
+            b.cpu(ops_us, "aten::addmm")
+            if opt_kernels:
+                b.optimizer_step(kernels=opt_kernels, kernel_dur=200.0)
+    m = step_model(mt.as_trace(b, tmp_path))
+    assert m.graph is not None
+    return m
+
+
 def test_calibration_keeps_the_host_work_of_a_loader_bound_run(tmp_path):
     """Two workers that set the pace: each step waits ~3 ms for its batch (the first one
     was ready: 200 us, the hand-over), then 1000 us of ops; the window's steps take about
@@ -488,15 +507,7 @@ def test_calibration_keeps_the_host_work_of_a_loader_bound_run(tmp_path):
     as they are: the step is the arrivals', not the ops'. Scaling the ops alone could not
     get there (they are off the critical path) and must not shrink them away: a change
     that replaces the workers keeps those 1000 us of work."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for i in range(6):
-        with b.step():
-            b.dataloader(200 if i == 0 else 3000, workers=2)
-            b.cpu(1000, "aten::addmm")
-    m = step_model(mt.as_trace(b, tmp_path))
-    assert m.graph is not None
+    m = _loader_model(tmp_path, [200] + [3000] * 5, 2, 1000)
     prof = float(np.median(m.graph.steps_measured)) / 1e3
     facts = _facts(m, step_time_unprofiled_mean_ms=0.8 * prof)
     p = Predictor(m, facts)
@@ -521,16 +532,7 @@ def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
     those 1000 us a step and its ops fill the rest, 1720 us: the arrivals the window saw
     (when the profiled loop asked for them) no longer say how long it waited. From the
     arrivals alone (no clock figure for the wait), the ops stay at 0.8x, 2400 us."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for i in range(6):
-        with b.step():
-            b.dataloader(100 if i == 0 else 400, workers=6)
-            b.cpu(3000, "aten::addmm")
-    m = step_model(mt.as_trace(b, tmp_path))
-    assert m.graph is not None
-
+    m = _loader_model(tmp_path, [100] + [400] * 5, 6, 3000)
     timed = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=2.72, input_worker_wait_ms=1.0))
     assert timed.base_replay == pytest.approx(2.72, rel=0.01)
     assert _main_per_step(timed, TaskKind.DL_WAIT) == pytest.approx(1.0, rel=0.01)
@@ -546,16 +548,7 @@ def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
     the profiler, 600 us of them in optimizer.step(): the calibrated graph's optimizer
     holds those 600 us a step, the wait and the model's ops the rest of the step (3200 us).
     Without the clock's optimizer figure, both shrink alike."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for _ in range(5):
-        with b.step():
-            b.dataloader(200, workers=2)
-            b.cpu(3000, "aten::addmm")
-            b.optimizer_step(kernels=10, kernel_dur=200.0)
-    m = step_model(mt.as_trace(b, tmp_path))
-    assert m.graph is not None
+    m = _loader_model(tmp_path, [200] * 5, 2, 3000, opt_kernels=10)
     g = m.graph
     opt = (g.res == g.main) & ((g.tag & int(Tag.OPTIMIZER)) > 0)
 
