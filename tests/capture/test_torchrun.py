@@ -63,6 +63,12 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
             train(d)
         if rank == 0 and d.report is not None:
             (Path(out_dir) / "rank0_report.json").write_text(json.dumps(d.report.to_json()))
+    # the ranks leave together, as training scripts end. A rank that reaches interpreter exit
+    # while its gloo thread still holds the last all-reduce's work aborts in torch's own
+    # teardown (the work's decref waits on the GIL that finalization holds: SIGABRT,
+    # "terminate called without an active exception"). Rank 1 without diagnose() got there
+    # while rank 0 timed its threads on every core, 1 run in 4 on a loaded 2-CPU host.
+    dist.barrier()
     dist.destroy_process_group()
 
 
