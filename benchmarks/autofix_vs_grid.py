@@ -32,7 +32,7 @@ from diagnose.demo import build, machine_line  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
 from diagnose.session import autofix  # noqa: E402  (with the baseline capture)
 from diagnose.tune import cpu_count  # noqa: E402
-from diagnose.tune.stats import pooled_median, speedup_interval  # noqa: E402
+from diagnose.tune.stats import pooled_mean, speedup_interval  # noqa: E402
 from diagnose.tune.trial import Trial, Workload  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def main() -> int:
     print(file=sys.stderr)
     grid_s = time.perf_counter() - t1
 
-    ms = {name: 1e3 * pooled_median(v) for name, v in arms.items()}
+    ms = {name: 1e3 * pooled_mean(v) for name, v in arms.items()}
     ranked = sorted(ms, key=ms.get)
     best, pick_name = ranked[0], label(pick)
     eb = base.effective_batch or 1
@@ -126,8 +126,8 @@ def main() -> int:
         print(f"{i:>4}  {name:<42} {ms[name]:>8.2f} {eb / ms[name] * 1e3:>10,.0f} "
               f"{ms[best] / ms[name]:>9.1%}{mark}")
     iv = speedup_interval(arms[best], arms[pick_name])  # best time / pick time = throughput share
-    comp = 1e3 * pooled_median(best_sol["compute"])
-    data = 1e3 * pooled_median(best_sol["data"])
+    comp = 1e3 * pooled_mean(best_sol["compute"])
+    data = 1e3 * pooled_mean(best_sol["data"])
     bound = max(comp, data)
     share = ms[best] / ms[pick_name]
     print(f"\nautofix: {r.trials} trials, {af_s:.0f} s (diagnosis included); picked {pick_name}; "

@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from _bench import MB, cpu_model, loadavg, write_replicated  # noqa: E402
 
-from diagnose.analysis import _analyze_file, _cpus  # noqa: E402
+from diagnose.analysis import _analyze_file  # noqa: E402
+from diagnose.basics import usable_cpus  # noqa: E402
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "traces" / "param" / "dlrm_kineto"
 DEFAULT_WORKDIR = Path("/tmp/torch-diagnose-bench/ranks")
@@ -120,7 +121,7 @@ def pool_overhead(files: list[Path], workers: int) -> float:
 
 def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus_usable": _cpus(), "cpus_total": os.cpu_count(), "cpu": cpu_model(),
+            "cpus_usable": usable_cpus(), "cpus_total": os.cpu_count(), "cpu": cpu_model(),
             "loadavg": loadavg()}
 
 
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.source}: not found (the DLRM rank traces of ../shared/traces)",
               file=sys.stderr)
         return 2
-    workers = _cpus()
+    workers = usable_cpus()
     overhead = statistics.median(pool_overhead(build_ranks(args.source, 0, args.workdir),
                                                min(workers, 8)) for _ in range(args.repeat))
     free = [free_cpu_check(min(workers, 8))]
