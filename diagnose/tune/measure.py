@@ -25,6 +25,7 @@ from .result import ERROR, NO_FIT, Bound, Comparison
 from .stats import (
     Interval,
     SequentialRule,
+    SequentialTrial,
     look_schedule,
     pooled_mean,
     round_log_ratios,
@@ -51,6 +52,8 @@ class Plan:
     alpha: float = 0.05  # error of a trial's intervals, all looks together (two-sided)
     power: float = 0.9  # the first look is sized to decide the predicted effect this often
     noise: float = 0.05  # prior SD of one round's log ratio, until trials measure it
+    # a kept change is measured on to this half-width (stats.SequentialTrial), None: stop
+    precision: float | None = 0.10
     final_rounds: int = 10  # before/after and speed of light (fixed: nothing is decided)
     resamples: int = 2000
     confidence: float = 0.95
@@ -60,7 +63,7 @@ class Plan:
     def quick(cls) -> Plan:
         """Short rounds: for tests and `torch-diagnose demo --quick` (wider intervals)."""
         return cls(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=3,
-                   max_rounds=6, looks=2, final_rounds=4, resamples=1000)
+                   max_rounds=6, looks=2, precision=None, final_rounds=4, resamples=1000)
 
     @property
     def rule(self) -> SequentialRule:
@@ -197,10 +200,10 @@ class Measurer:
         if bound:
             arms += [("compute", self._arm(tb, "compute", warmup, n, k)),
                      ("data", self._arm(tb, "data", warmup, n, k))]
-        rule, threshold = plan.rule, 1.0 + self.min_gain
+        looked = SequentialTrial(plan.rule, 1.0 + self.min_gain, plan.precision)
 
         def decided(res: Rounds) -> bool:
-            return bool(rule.verdict(round_log_ratios(res["a"], res["b"]), threshold) != 0)
+            return bool(looked.look(round_log_ratios(res["a"], res["b"])))
 
         sequential = isinstance(rounds, Looks)
         if isinstance(rounds, Looks):
@@ -225,22 +228,27 @@ class Measurer:
             release_memory(self.w)
             return Comparison(_ms(res["a"]), _ms(res["b"]), None, len(res["b"]), n, status,
                               note, tb.first_step_s), None
-        c = Comparison(_ms(res["a"]), _ms(res["b"]), self._interval(res, sequential),
+        c = Comparison(_ms(res["a"]), _ms(res["b"]), self._interval(res, looked if sequential
+                                                                    else None),
                        len(res["b"]), n, setup_s=tb.first_step_s)
         bnd = None
         if bound:
             bnd = Bound(_ms(res["compute"]) or 0.0, _ms(res["data"]) or 0.0, b)
         return c, bnd
 
-    def _interval(self, res: Rounds, sequential: bool) -> Interval:
+    def _interval(self, res: Rounds, looked: SequentialTrial | None) -> Interval:
+        """A trial's interval: the intersection of its looks (``looked``); a fixed-size
+        comparison's: the bootstrap."""
         p = self.plan
-        if not sequential or len(res["a"]) < 2:
+        if looked is None or len(res["a"]) < 2:
             return speedup_interval(res["a"], res["b"], confidence=p.confidence,
                                     resamples=p.resamples, seed=p.seed)
         d = round_log_ratios(res["a"], res["b"])
         if len(d) >= 3:
             self._residuals.append((float(np.var(d, ddof=1)), len(d) - 1))
-        return p.rule.interval(d)
+        if int(looked.rounds) != len(d):  # rounds past the last look (none today)
+            looked.look(d)
+        return looked.interval()
 
     def bound_rounds(self, cfg: TrainConfig, rounds: int) -> tuple[float | None, Bound]:
         """``cfg``'s step time with its compute-only and input-only times, interleaved."""

@@ -40,9 +40,13 @@ Bonferroni split of the error over a fixed maximum number of looks ``K``:
 - At each look (after ``n`` rounds, the schedule fixed before the trial starts)
   the interval is the Student-t interval ``mean(d) +- t(1 - alpha/(2K), n-1) *
   sd(d) / sqrt(n)``, exponentiated into a speedup interval.
-- The trial stops and keeps the change when the interval's lower end is above
-  ``1 + min_gain``; it stops and reverts when its upper end is below; after the
-  last look (or when the trial's share of the budget ends) it reverts, undecided.
+- The trial reports the intersection of its looks' intervals (:class:`SequentialTrial`).
+  It keeps the change when the interval's lower end is above ``1 + min_gain``; it
+  stops and reverts when its upper end is below; after the last look (or when the
+  trial's share of the budget ends) it reverts, undecided. A kept change is measured
+  on, at the next looks, until its interval is within +-10% (``Plan.precision``): the
+  decision stands as taken, the reported speedup gets narrow enough to check the
+  prediction against.
 
 Error rates. By the union bound over at most ``K`` looks, all intervals of a
 trial cover the true speedup together with probability at least ``1 - alpha``
@@ -215,6 +219,70 @@ class SequentialRule:
         return Interval(math.exp(mean), math.exp(lo), math.exp(hi), self.confidence)
 
 
+class SequentialTrial:
+    """The looks of one trial (or of many at once, one per row, for simulations): the rule's
+    interval at each look, intersected with those before it, and when to stop.
+
+    All of a trial's repeated intervals cover the true speedup together (the union bound
+    above), so their intersection does too, at the same level: it is the interval a trial
+    reports, and it never widens from one look to the next. The verdict of the
+    intersection is the rule's: it is above the threshold once any look was. (When the
+    intervals do not overlap at all, a case the bound puts below ``alpha``, a kept trial
+    stops with the interval it had, any other takes the newest alone.)
+
+    ``precision``: a trial whose interval is above the threshold goes on to its next looks
+    until the interval's half-width is within ``precision`` (0.10: the speedup known to
+    +-10%), so that a large gain, kept at a first look of a few rounds, is also *measured*
+    well enough to set beside its prediction (a 6x kept after 4 rounds had [3.2, 8.1]).
+    The decision is the same as without it (a keep is never taken back: the lower end only
+    rises), so are its error rates; it only costs rounds, within the trial's share of the
+    budget. A trial below the threshold stops at once: there is nothing to measure there.
+    """
+
+    def __init__(self, rule: SequentialRule, threshold: float, precision: float | None = None,
+                 shape: tuple[int, ...] = ()) -> None:
+        self.rule, self.threshold, self.precision = rule, threshold, precision
+        self.mean = np.zeros(shape)
+        self.lo = np.full(shape, -np.inf)
+        self.hi = np.full(shape, np.inf)
+        self.rounds = np.zeros(shape, dtype=int)
+        self.open = np.ones(shape, dtype=bool)
+
+    def look(self, d: np.ndarray) -> np.ndarray:
+        """Take a look at the per-round log ratios so far (last axis: rounds); rows already
+        stopped are left as they were. Returns where the trial stops now (or stopped)."""
+        mean, lo, hi = self.rule.bounds(d)
+        t = math.log(self.threshold)
+        o, kept = self.open, self.lo > t
+        new_lo, new_hi = np.maximum(self.lo, lo), np.minimum(self.hi, hi)
+        apart = new_lo > new_hi
+        # looks that disagree outright: a kept trial keeps its interval and stops; any
+        # other takes the newest look alone, as the rule without intersections would
+        hold = o & apart & kept
+        take = o & ~hold
+        self.lo = np.where(take, np.where(apart, lo, new_lo), self.lo)
+        self.hi = np.where(take, np.where(apart, hi, new_hi), self.hi)
+        self.mean = np.where(o, mean, self.mean)
+        self.rounds = np.where(o, np.asarray(d).shape[-1], self.rounds)
+        precise = True if self.precision is None else \
+            (self.hi - self.lo) / 2.0 <= math.log1p(self.precision)
+        self.open = o & ~(hold | (self.hi < t) | ((self.lo > t) & precise))
+        return ~self.open
+
+    @property
+    def verdict(self) -> np.ndarray:
+        """+1 keep, -1 below the threshold, 0 undecided."""
+        t = math.log(self.threshold)
+        return np.where(self.lo > t, 1, np.where(self.hi < t, -1, 0))
+
+    def interval(self) -> Interval:
+        """The reported speedup of a one-trial run: the newest look's mean (inside the
+        intersection, where it is moved to its nearer end) and the intersection."""
+        lo, hi = float(self.lo), float(self.hi)
+        return Interval(math.exp(min(max(float(self.mean), lo), hi)), math.exp(lo),
+                        math.exp(hi), self.rule.confidence)
+
+
 def round_log_ratios(base: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> np.ndarray:
     """``log mean(base_r) - log mean(cand_r)`` for each round ``r`` (paired rounds)."""
     if not base or len(base) != len(cand) or any(len(r) == 0 for r in (*base, *cand)):
@@ -251,5 +319,5 @@ def look_schedule(first: int, last: int, looks: int) -> list[int]:
     return out
 
 
-__all__ = ["Interval", "SequentialRule", "block_means", "look_schedule", "pooled_mean",
-           "round_log_ratios", "rounds_for", "speedup_interval", "t_quantile"]
+__all__ = ["Interval", "SequentialRule", "SequentialTrial", "block_means", "look_schedule",
+           "pooled_mean", "round_log_ratios", "rounds_for", "speedup_interval", "t_quantile"]
