@@ -9,7 +9,9 @@
    too where there is a GPU), all configs in round-robin rounds so drift on the
    machine hits each alike, plus compute-only and input-only arms (speed of light).
 3. Both are scored with the grid's own measurements: autofix's pick against the
-   grid's best, as a ratio of throughputs with a bootstrap interval.
+   grid's best, as a ratio of throughputs with a bootstrap interval. The best is
+   picked on half the rounds and scored on the other half (picked and scored on the
+   same rounds, the luckiest of several equal configs would be the yardstick).
 
 Prints a plain-text table with a header (machine, date, command). Nothing is
 hard-coded: every number is measured on the machine it runs on.
@@ -61,7 +63,8 @@ def label(c: TrainConfig) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=60_000)
-    ap.add_argument("--rounds", type=int, default=4, help="round-robin rounds over the grid")
+    ap.add_argument("--rounds", type=int, default=10,
+                    help="round-robin rounds over the grid (4 left the interval about 25%% wide)")
     ap.add_argument("--round-s", type=float, default=0.3, help="seconds per config per round")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (as the demo)")
     args = ap.parse_args()
@@ -125,17 +128,23 @@ def main() -> int:
             "  <- autofix" if name == pick_name else "")
         print(f"{i:>4}  {name:<42} {ms[name]:>8.2f} {eb / ms[name] * 1e3:>10,.0f} "
               f"{ms[best] / ms[name]:>9.1%}{mark}")
-    iv = speedup_interval(arms[best], arms[pick_name])  # best time / pick time = throughput share
+    # The grid's best is picked on the even rounds and scored on the odd ones: picked and
+    # scored on the same rounds, the fastest of several equally fast configs is the one the
+    # noise favoured, and autofix's pick is scored against that luck (winner's curse).
+    chosen = min(ms, key=lambda name: pooled_mean(arms[name][0::2]))
+    held = {name: arms[name][1::2] for name in (chosen, pick_name)}
+    iv = speedup_interval(held[chosen], held[pick_name])  # best time / pick time = share
     comp = 1e3 * pooled_mean(best_sol["compute"])
     data = 1e3 * pooled_mean(best_sol["data"])
     bound = max(comp, data)
-    share = ms[best] / ms[pick_name]
+    share = pooled_mean(held[chosen]) / pooled_mean(held[pick_name])
     print(f"\nautofix: {r.trials} trials, {af_s:.0f} s (diagnosis included); picked {pick_name}; "
           f"its own before/after: {r.speedup if r.speedup else 'nothing kept'}")
     print(f"grid:    {len(configs)} configs x {args.rounds} rounds of {n} steps, {grid_s:.0f} s")
     print(f"autofix reaches {share:.1%} of the best grid throughput "
           f"(95% CI {iv.lo:.1%} .. {min(iv.hi, 9.99):.1%}) with {r.trials} trials vs "
-          f"{len(configs)} configs: {'PASS' if share >= 0.95 else 'FAIL'} (>= 95%)")
+          f"{len(configs)} configs: {'PASS' if share >= 0.95 else 'FAIL'} (>= 95%; the best, "
+          f"{chosen}, picked on the even rounds and scored on the odd ones)")
     print(f"speed of light for autofix's pick: compute only {comp:.2f} ms, input only "
           f"{data:.2f} ms -> bound {bound:.2f} ms/step (limited by "
           f"{'input' if data >= comp else 'compute'}); the pick runs at {bound / ms[pick_name]:.0%}"
