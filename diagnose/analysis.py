@@ -23,7 +23,7 @@ from .metrics.idle import host_ahead
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
 from .model import MODEL_TABLE, step_model
-from .model.predict import attach_models
+from .model.predict import Prediction, attach_models
 from .result import Analysis, RankResult
 from .runfolder import load_context, load_samples, rank_context
 from .trace import find_trace_files, read_trace
@@ -273,10 +273,19 @@ def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
 
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
     """Each finding's fixes as code for the run's own DataLoader and optimizer (from
-    context.json); without a context the fixes' generic templates serve."""
+    context.json); without a context the fixes' generic templates serve. A fix whose
+    prediction is for an exact worker count or thread split shows that change (its own
+    template writes an expression, ``min(8, CPUs - 1)``, that may be another config)."""
     setup = Setup.from_context(context)
+    config = run_config(context, a.metrics)
     for f in a.findings:
         f.fix_code = fix_code(f.fixes, setup)
+        # a predicted fix shows the exact change its prediction is for
+        for fid, p in f.predictions.items():
+            if isinstance(p, Prediction) and fid in FIXES:
+                code = FIXES[fid].code_for_change(setup, config, p.change)
+                if code is not None:
+                    f.fix_code[fid] = code
     return a
 
 

@@ -384,6 +384,27 @@ def loader_change(setup: Setup | None, before_note: str, after_note: str,
                       *after_extra])
 
 
+#: The fields whose code :func:`exact_change` writes: the DataLoader's and torch's threads.
+EXACT_FIELDS = frozenset({"num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+                          "batch_size", "intra_op_threads"})
+
+
+def exact_change(setup: Setup | None, before: TrainConfig, after: TrainConfig,
+                 after_note: str) -> str:
+    """``# before`` / ``# after`` of the DataLoader call (and torch's thread count) for one
+    exact change of :data:`EXACT_FIELDS`: the values a prediction is for, where a fix's own
+    template writes an expression (``min(8, CPUs - 1)`` workers) that may come to another
+    config on this machine."""
+    spec = setup.loader if setup is not None else None
+    changed = [k for k in before.diff(after) if k != "intra_op_threads"]
+    head = "# before" + ("" if spec is not None else f" {GENERIC_NOTE}")
+    lines = [head, loader_call(spec, before, show=changed, prefix="loader = "),
+             f"# after: {after_note}"]
+    if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
+        lines.append(f"torch.set_num_threads({after.intra_op_threads})")
+    return "\n".join([*lines, loader_call(spec, after, show=changed, prefix="loader = ")])
+
+
 # ---------------------------------------------------------------------- a change, by hand
 def _loader_changed(a: TrainConfig, b: TrainConfig) -> bool:
     return a.loader_kwargs() != b.loader_kwargs() or a.batch_size != b.batch_size
@@ -483,6 +504,6 @@ _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_l
                        "intra_op_threads", "batched_fetch", "gc_freeze"})
 
 
-__all__ = ["AFFINITY", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
+__all__ = ["AFFINITY", "EXACT_FIELDS", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
            "loader_args", "loader_arguments", "loader_call", "loader_change", "optimizer_arguments",
            "optimizer_call", "render_change", "some_workers"]

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..model.predict import Prediction, Predictor
 from ..model.transforms import Transform
-from .code import Setup
+from .code import EXACT_FIELDS, Setup, exact_change
 from .config import TrainConfig
 
 Facts = Mapping[str, Any]
@@ -143,6 +143,20 @@ class Fix:
         """The change by hand for the user's own DataLoader and optimizer (``setup``); the
         generic template where nothing is known."""
         return self.code if setup is None else self.render(setup).strip("\n")
+
+    def code_for_change(self, setup: Setup | None, config: TrainConfig,
+                        change: Mapping[str, Any]) -> str | None:
+        """The code of the exact ``change`` a prediction is for, where this fix's own code
+        writes an expression that depends on the machine (the worker count, the threads):
+        the user then applies what was predicted. None: the fix's own code says it."""
+        if not self.auto or not change or not set(change) <= EXACT_FIELDS or \
+                not {"num_workers", "intra_op_threads"} & set(change):
+            return None
+        after = config.replace(**change)
+        if after == config:
+            return None
+        return exact_change(setup, config, after, "the change predicted below, for this "
+                            "machine's CPUs (measure both ways)")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,9 +60,10 @@ def _shows_the_loader(code: str) -> None:
         assert "..." not in line and "batch_size=64" not in line, code
 
 
-def test_a_live_capture_shows_the_users_dataloader(tmp_path: Path) -> None:
+def _captured(tmp_path: Path, sample_hz: float) -> tuple[Any, Any, Path]:
+    """A live capture of :func:`_setup`'s loop: (report, its IN001 finding, run folder)."""
     model, loader, opt = _setup()
-    with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path, sample_hz=0,
+    with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path, sample_hz=sample_hz,
                   print_report=False) as d:
         for x, y in loader:
             F.cross_entropy(model(x), y).backward()
@@ -70,6 +72,11 @@ def test_a_live_capture_shows_the_users_dataloader(tmp_path: Path) -> None:
     report = d.report
     assert report is not None
     (f,) = [f for f in report.findings if f.rule == "IN001"]
+    return report, f, d.run_dir
+
+
+def test_a_live_capture_shows_the_users_dataloader(tmp_path: Path) -> None:
+    report, f, run_dir = _captured(tmp_path, sample_hz=0)
     assert set(f.fix_code) == set(f.fixes)
     for fid in ("num_workers", "persistent_workers", "prefetch_factor"):
         _shows_the_loader(f.fix_code[fid])
@@ -78,9 +85,48 @@ def test_a_live_capture_shows_the_users_dataloader(tmp_path: Path) -> None:
     assert fj["fixes"][0]["code"] == f.fix_code[f.fixes[0]]
     assert "collate_fn=pad_collate" in report.render_text(width=132)
     # the run folder analysed again (what `torch-diagnose analyze RUN` does): the same code
-    again = analyze(d.run_dir)
+    again = analyze(run_dir)
     (g,) = [g for g in again.findings if g.rule == "IN001"]
     assert g.fix_code == f.fix_code
+
+
+def test_a_predicted_fix_shows_the_exact_change_it_is_predicted_for(tmp_path: Path) -> None:
+    """A fix's template writes the workers as an expression (``min(8, CPUs - 1)``) and the
+    threads as ``CPUs - workers``; its prediction is for one exact config, which on the
+    demo's 2 CPUs was 2 workers and 1 thread where the template came to 1 worker (0.6x of
+    what was predicted). The code shown is the change predicted, in the user's own call."""
+    from diagnose.model.predict import Prediction
+
+    # with host samples (the default rate): they tell whether the loading is CPU work
+    report, f, run_dir = _captured(tmp_path, sample_hz=10)
+    (fj,) = [x for x in report.to_json()["findings"] if x["rule"] == "IN001"]
+    exact = {fid: p for fid, p in f.predictions.items() if isinstance(p, Prediction)
+             and {"num_workers", "intra_op_threads"} & set(p.change)}
+    assert exact, f.predictions
+    for fid, p in exact.items():
+        code = _joined(f.fix_code[fid])
+        after = code.split("# after", 1)[1]
+        _shows_the_loader(code)
+        assert "sched_getaffinity" not in code, code
+        if "num_workers" in p.change:
+            assert f"num_workers={p.change['num_workers']}" in after, code
+        if "intra_op_threads" in p.change:
+            assert f"torch.set_num_threads({p.change['intra_op_threads']})" in after, code
+        (j,) = [x for x in fj["fixes"] if x["id"] == fid]
+        assert j["code"] == f.fix_code[fid] and j["predicted"]["change"] == p.change
+    # a fix without a prediction keeps its own code
+    for fid in set(f.fixes) - set(exact):
+        assert f.fix_code[fid] == report_fix_code(fid, run_dir)
+    (again,) = [g for g in analyze(run_dir).findings if g.rule == "IN001"]
+    assert again.fix_code == f.fix_code  # the CLI's path shows the same
+
+
+def report_fix_code(fid: str, run_dir: Path) -> str:
+    """The fix's own code for the run's loader (what it shows without a prediction)."""
+    from diagnose.fixes import FIXES, Setup
+    from diagnose.runfolder import load_context
+
+    return FIXES[fid].code_for(Setup.from_context(load_context(run_dir)))
 
 
 def test_autofix_code_shows_the_users_dataloader_and_optimizer(monkeypatch) -> None:
