@@ -24,6 +24,10 @@ SLOWER = 0.98
 #: matters: it goes after the fixes the model cannot tell, which may still help.
 HELPS = 1.02
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
+#: From this share of the timed steps waiting for a CPU that other processes held, a
+#: finding says its predictions were made on a busy machine: with two busy loops beside
+#: the demo on 2 CPUs (a 50% wait), workers were predicted 2.3x and measured 1.5-26x.
+BUSY = 0.10
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -46,6 +50,14 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 off.append(x)
             preds[x] = p
         _order(f, preds, off)
+        busy = facts.get("step_cpu_wait_unprofiled_share")
+        if isinstance(busy, float) and busy >= BUSY and any(
+                isinstance(p, Prediction) for p in preds.values()):
+            f.hints.append(
+                f"predicted on a busy machine: the training thread waited {busy:.0%} of the "
+                "timed steps for a CPU other processes held, and what a change of workers or "
+                "threads gets depends on them; predict again when it is quieter, or let "
+                "autofix measure")
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:

@@ -159,3 +159,26 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
     assert any(h.startswith("num_workers: predicted 0.55x") and "not offered" in h for h in f.hints)
     # faster_input cannot be predicted: the rule's own time at stake and grade stand
     assert f.severity == "critical" and f.estimated_gain == 0.6
+    assert not any("busy machine" in h for h in f.hints)
+
+
+@pytest.mark.parametrize("busy", [0.04, 0.3])
+def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
+    """Other processes held a CPU the training thread waited for (schedstat): from 10% of
+    the timed steps on, the finding says its predictions were made on a busy machine."""
+    from diagnose.engine import Finding
+    from diagnose.fixes import FIXES, TrainConfig
+    from diagnose.fixes.predict import BUSY, predict_findings
+    from diagnose.model.predict import Predictor
+    from tests.modeltraces import cpu_loader
+
+    m = step_model(as_trace(cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
+             "step_cpu_wait_unprofiled_share": busy}
+    f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
+    predict_findings([f], Predictor(m, facts), TrainConfig(), facts, FIXES)
+    said = [h for h in f.hints if h.startswith("predicted on a busy machine")]
+    assert len(said) == (busy >= BUSY)
+    assert not said or f"waited {busy:.0%} of the timed steps" in said[0]
