@@ -107,9 +107,16 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     n = _num(facts, "torch_num_threads", "intra_op_threads")
     if r1 is None or n is None or n < 2:
         return None
-    p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in units of the N-thread time
-    serial = max(1.0 - p / n, 0.0)
-    ratio = max(serial + p / max(t, 1), 0.0)
+    if r1 < 1.0 and t <= 1:
+        # one thread was faster: torch's threads waited for CPUs others held (a busy host:
+        # its parallel ops wait for their descheduled threads), and one thread is what
+        # was timed. Beside one busy process on 2 CPUs the tokenizing job's forward and
+        # backward took 0.69x as long on one thread, where Amdahl has no room below 1
+        ratio = r1
+    else:
+        p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in N-thread time units
+        serial = max(1.0 - p / n, 0.0)
+        ratio = max(serial + p / max(t, 1), 0.0)
     work = _num(facts, "model_work_quiet_ms")
     if host_ms and work is not None:
         share = min(1.0, work / host_ms)

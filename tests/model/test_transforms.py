@@ -225,6 +225,18 @@ def test_thread_scale_from_the_timed_forward_and_backward():
     assert tr.thread_scale({"torch_num_threads": 2}, 1) is None  # not timed: no scale
 
 
+def test_one_thread_timed_faster_is_taken_as_timed():
+    """Beside another busy process torch's threads wait for a CPU it holds: the forward and
+    backward took 0.69x as long on one thread. One thread is then that (Amdahl, which has no
+    room below 1, would say 1.0); the work that does not scale stays; a thread count that
+    was not timed gets no gain."""
+    facts = {"threads_one_thread_ratio": 0.69, "torch_num_threads": 4,
+             "model_work_quiet_ms": 1.0}
+    assert tr.thread_scale(facts, 1) == pytest.approx(0.69)
+    assert tr.thread_scale(facts, 1, host_ms=2.0) == pytest.approx(1 - 0.5 * 0.31)
+    assert tr.thread_scale(facts, 2) == pytest.approx(1.0)
+
+
 def test_threads_split_with_the_timed_scaling_is_a_point_prediction(tmp_path):
     """cpu_loader on 2 CPUs, torch on both. The session timed the model's work 1.5x as
     long on one thread, and it is all of the main thread's 1000 us of ops. One worker and
