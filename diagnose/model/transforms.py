@@ -144,19 +144,22 @@ def _shared(facts: Facts, demand: int, cpus: int) -> float:
 
 
 def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
-                  side: float, k: int, busy: int, threads: int, cpus: int) -> float:
+                  side: float, k: int, busy: int, threads: int, cpus: int,
+                  rest: bool = False) -> float:
     """How much longer a worker's batch takes when busy workers and torch's threads
     oversubscribe the CPUs: (busy workers + threads x u) / CPUs, u being the share of the
     step in which the main process runs its ops (its threads are then runnable; between
     ops they sleep), found together with the step it gives: the main process's own work
-    (the model's ops ``slow`` times as long, its other work, its launches, receiving the batch) or a batch from
+    (the model's ops ``slow`` times as long, its other work (as long too with ``rest``),
+    its launches, receiving the batch) or a batch from
     the workers (``cost`` and their ``side`` of the hand-over each, ``min(k, CPUs)`` at
     once), whichever is longer."""
     main = g.res == g.main
     if g.n_steps:
         fb = _model_ops(g)
         ops = (float(_per_step(g, fb, g.dur).mean()) * slow
-               + float(_per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean()))
+               + float(_per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean())
+               * (slow if rest else 1.0))
         busy_main = ops + float(_per_step(g, main & g.is_kind(TaskKind.LAUNCH),
                                           g.dur).mean()) + hand_over
     else:
@@ -177,11 +180,15 @@ def _model_ops(g: Graph) -> np.ndarray:
             & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0))
 
 
-def _slowed(g: Graph, contend: float, shared: float) -> Graph:
+def _slowed(g: Graph, contend: float, shared: float, rest: bool = False) -> Graph:
     """The main thread's work with the model's ops ``contend`` times as long (torch's
-    threads oversubscribed) and all of it ``shared`` times as long (CPUs that gave less)."""
+    threads oversubscribed), and with ``rest`` the rest of its own work too, and all of it
+    ``shared`` times as long (CPUs that gave less)."""
     if contend != 1.0:
-        g = g.scale(_model_ops(g), contend)
+        ops = _model_ops(g)
+        if rest:
+            ops = ops | ((g.res == g.main) & g.is_kind(TaskKind.HOST))
+        g = g.scale(ops, contend)
     if shared != 1.0:
         g = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), shared)
     return g
@@ -334,13 +341,22 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     contend = threads / max(1, cpus - busy) if over else 1.0
     if over_now:
         g = free_contention(g, facts)
+    # The optimizer's ops on large tensors split across torch's threads as the model's do,
+    # and wait for descheduled threads alike: the tokenizing job with one worker beside 2
+    # threads on 2 CPUs took 1.9x as long in its optimizer (1.5 -> 2.8 ms) and 2.0x in its
+    # forward and backward. A run oversubscribed now has that in its measured optimizer,
+    # as much as its workers were busy while it ran (too_many_workers' 6 workers that keep
+    # up: 1.0-1.6x), so only its model's ops are freed and slowed again. Slowing only the
+    # model's ops predicted tokenizing's 1 and 2 workers beside 2 threads 0.89-0.97x where
+    # 0.79-0.89x was timed (4 captures); with the rest 0.76-0.86x
+    rest = over and not over_now
     # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
     # less than their count (cpu_capacity), both sides take that much longer. Where they
     # do not fit, the workers share the CPUs with torch's threads while those run the
     # main process's ops: each runnable thread gets an equal part of the CPUs.
     if over:
         shared = _worker_share(g, facts, contend, mean_cost, hand_over, side, k, busy,
-                               threads, cpus)
+                               threads, cpus, rest)
         main_shared = 1.0
     else:
         shared = main_shared = _shared(facts, threads + busy, cpus) if busy else 1.0
@@ -353,7 +369,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                                & (out.ekind == EdgeKind.END_AFTER_END))
         prod = out.kind == TaskKind.PRODUCER
         out = out.take(~prod) if prod.any() else out
-        return _slowed(out, contend, main_shared)
+        return _slowed(out, contend, main_shared, rest)
     free = k if io else cpus
     cap = max(1, min(k, free))
     # a worker makes the batch and puts it into shared memory (its side of the hand-over:
@@ -387,7 +403,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
     out.producer_cpu = mean_cost + side  # the CPU it holds; its duration may be longer
-    return _slowed(out, contend, main_shared)
+    return _slowed(out, contend, main_shared, rest)
 
 
 def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:

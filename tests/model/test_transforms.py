@@ -3,6 +3,8 @@ trace whose answer is worked out by hand in tests/modeltraces.py (or in the test
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -601,6 +603,46 @@ def test_freeing_contention_frees_the_models_ops_only(tmp_path):
     # one worker beside one thread fits the 2 CPUs: nothing to free
     one = {**facts, "torch_num_threads": 1, "dataloader_num_workers": 1}
     assert np.array_equal(tr.free_contention(g, one).dur, g.dur)
+
+
+def test_a_change_that_oversubscribes_slows_the_optimizer_too(tmp_path):
+    """In-process loading beside torch's 2 threads on 2 CPUs; one worker takes a core from
+    them, and the optimizer's ops, split across the threads like the model's, wait for a
+    descheduled thread alike: both take 2 / (2 - 1) = 2x as long. A run oversubscribed
+    now (6 workers) has that in its measured optimizer, as much as its workers were busy
+    while it ran: only the model's ops are freed and slowed again."""
+    from tests import tracebuilder as tb
+
+    def graph(workers: int) -> Any:
+        b = tb.TraceBuilder(device=None)
+        for _ in range(5):
+            with b.step():
+                b.dataloader(2000, workers=workers)
+                b.cpu(1000, "aten::addmm")
+                b.optimizer_step(kernels=10, kernel_dur=50.0)
+        (tmp_path / f"w{workers}").mkdir()
+        return _model(b, tmp_path / f"w{workers}").graph
+
+    def opt_fb(g: Any) -> tuple[float, float]:
+        main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
+        per = [float(g.dur[main & ((g.tag & int(t)) > 0)].sum()) / g.n_steps
+               for t in (Tag.OPTIMIZER, Tag.FORWARD_BACKWARD)]
+        return per[0], per[1]
+
+    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
+             "proc_cpu_mean_pct": 180.0, "input_worker_handover_ms": 0.2}
+    g = graph(0)
+    one = tr.num_workers(g, {"num_workers": 1}, {**facts, "dataloader_num_workers": 0})
+    assert not isinstance(one, str)
+    (opt0, fb0), (opt1, fb1) = opt_fb(g), opt_fb(one)
+    assert opt0 >= 500 and opt1 == pytest.approx(2 * opt0, rel=0.01)
+    assert fb1 == pytest.approx(2 * fb0, rel=0.01)
+    g6 = graph(6)
+    two = tr.num_workers(g6, {"num_workers": 2}, {**facts, "dataloader_num_workers": 6,
+                                                  "input_worker_batch_ms": 2.0})
+    assert not isinstance(two, str)
+    (opt6, fb6), (opt2, fb2) = opt_fb(g6), opt_fb(two)
+    assert opt2 == pytest.approx(opt6, rel=0.01) and fb2 == pytest.approx(fb6, rel=0.01)
 
 
 def test_calibration_takes_the_profilers_cost_off_per_event(tmp_path):
