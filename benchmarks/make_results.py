@@ -74,6 +74,16 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "shared 2-CPU machine: the capture's base step and its exit timings vary by 10-30% "
         "from one capture to the next (the closing notes list several runs).",
     ),
+    "predict_configs": (
+        "Every worker and thread split, predicted beside timed",
+        ["benchmarks/predict_configs.py", "--repeat", "2"],
+        "The same jobs, and every config autofix's worker and thread ladders may try "
+        "(0 to CPUs workers, on torch's threads and on one thread), not only the first "
+        "fix: each predicted by the diagnosis' step model and timed against the plain loop "
+        "in interleaved blocks. `--save DIR` keeps the captures and timings, and "
+        "`--offline DIR` predicts them again with a changed model, so that a change to the "
+        "model is judged on the same captures and timings.",
+    ),
     "autofix_jobs": (
         "Autofix on the project's own jobs: predicted beside measured",
         ["benchmarks/autofix_jobs.py"],
