@@ -277,7 +277,15 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         cost = _per_step(g, fetch, g.dur)
         mean_cost = float(cost.mean())
         if worker is not None and k > 0:  # a worker makes it on one intra-op thread
-            mean_cost = worker * 1e3 * _loop_pace(mean_cost, facts)
+            # the garbage collector's pauses inside the loop's loading: the fetch's own
+            # objects set them off, and a worker makes the same objects (its full
+            # collections walk the same heap, forked). The batch timed after the loop
+            # met none, so they are not the loop's pace: they are added to the worker's
+            # batch instead (tensor_rows, 20 of its 40 ms a step in full collections:
+            # one worker predicted 1.3-1.9x, 0.8x timed)
+            paused = (_num(facts, "gc_pause_loader_ms") or 0.0) * 1e3
+            paused = min(paused, 0.9 * mean_cost)
+            mean_cost = worker * 1e3 * _loop_pace(mean_cost - paused, facts) + paused
             sent = True
     elif wait.any():
         waited = float(_per_step(g, wait, g.dur).mean())
