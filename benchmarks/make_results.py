@@ -82,7 +82,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "fix: each predicted by the diagnosis' step model and timed against the plain loop "
         "in interleaved blocks. `--save DIR` keeps the captures and timings, and "
         "`--offline DIR` predicts them again with a changed model, so that a change to the "
-        "model is judged on the same captures and timings.",
+        "model is judged on the same captures and timings. It shows where the model is "
+        "weak: workers beside torch's 2 threads on the 2 CPUs (configs `1w`, `2w`) for "
+        "augment_cnn and tensor_rows timed 0.58-0.78 of their prediction (torch's parallel "
+        "ops wait for their descheduled threads longer than the model's rule says), and a "
+        "capture taken in a busy moment moves a job's predictions by 20-40%.",
     ),
     "autofix_jobs": (
         "Autofix on the project's own jobs: predicted beside measured",

@@ -113,6 +113,9 @@ class Graph:
     # the CPU time (us) each producer task holds where its duration is longer (workers
     # sharing the CPUs with other threads run slower than their work); NaN: its duration
     producer_cpu: float = math.nan
+    # the time (us) between batches the workers give once their queue is full; NaN: no
+    # producer changed by a transform
+    producer_period: float = math.nan
     # a topological order (replay); kept by changes of times and removed edges, which leave
     # it valid, dropped by anything that adds or removes tasks or adds edges
     order_cache: list[int] | None = field(default=None, repr=False, compare=False)

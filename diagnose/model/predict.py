@@ -53,6 +53,9 @@ class Prediction:
     # every config the fix's search would try, as (sorted change items, speedup): autofix
     # predicts each trial of a ladder from these, not from the best one alone
     candidates: tuple[tuple[tuple[tuple[str, Any], ...], float], ...] = ()
+    # where the change runs the loading in worker processes: the time between their
+    # batches over the step (1: the step waits for them; None: no workers modelled)
+    loader_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"change": self.change, "step_ms": round(self.step_ms, 3),
@@ -350,7 +353,8 @@ class Predictor:
             change.update(part)
             # the next transform starts from the run this one made: its settings are now
             facts = {**facts, **{name: v for k, v in part.items() for name in NOW.get(k, ())}}
-        ratio = _step(g2) / self.base_replay if self.base_replay > 0 and steps else 1.0
+        step2 = _step(g2) if steps else 0.0
+        ratio = step2 / self.base_replay if self.base_replay > 0 and steps else 1.0
         old_b, new_b = _num(self.facts, "dataloader_batch_size"), change.get("batch_size")
         if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
             ratio /= new_b / old_b  # per step of the old size
@@ -364,8 +368,11 @@ class Predictor:
             now, then = epoch_start_ms(self.facts), epoch_start_ms(self.facts, change)
             if now is not None and then is not None:
                 base, ms = base + now, ms + then
+        period = g2.producer_period
+        share = (None if math.isnan(period) or not steps or step2 <= 0
+                 else min(1.0, period / 1e3 / step2))
         p = Prediction(dict(change), ms, base / ms if ms > 0 else math.inf,
-                       (ms * (1 - self.rel), ms * (1 + self.rel)), base)
+                       (ms * (1 - self.rel), ms * (1 + self.rel)), base, loader_share=share)
         self.cache[key] = p
         return p
 

@@ -411,6 +411,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
     out.producer_cpu = mean_cost + side  # the CPU it holds; its duration may be longer
+    out.producer_period = per_batch
     return _slowed(out, contend, main_shared, rest)
 
 

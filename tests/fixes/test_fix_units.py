@@ -290,3 +290,20 @@ def test_a_finding_whose_every_fix_is_in_place_says_nothing_here_helps(tmp_path)
     assert f.fixes == [] and f.fix_code == {}
     assert any("already runs foreach" in h for h in f.hints)
     assert any(h.startswith("Nothing here helps further") for h in f.hints)
+
+
+def test_a_tie_goes_to_the_config_whose_loader_has_headroom():
+    """Configs predicted within TIE of the best step tie: the one whose workers leave the
+    step the most time between batches is the advice (a worker's batch may cost more in
+    the loop than the one timed after it); outside the tie, the fastest."""
+    from diagnose.fixes.unit import TIE, _with_headroom
+    from diagnose.model.predict import Prediction
+
+    def pred(ms: float, share: float | None) -> Prediction:
+        return Prediction({"ms": ms}, ms, 20.0 / ms, (ms, ms), 20.0, loader_share=share)
+
+    one, two, three = pred(10.0, 1.0), pred(10.0 * (1 + TIE / 2), 0.5), pred(12.0, 0.3)
+    assert _with_headroom(one, [one, two, three]) is two
+    far = pred(10.0 * (1 + 2 * TIE), 0.2)
+    assert _with_headroom(one, [one, far]) is one
+    assert _with_headroom(one, [one, pred(10.1, None)]).step_ms == 10.1  # no workers at all
