@@ -104,6 +104,18 @@ class Analysis:
                     out.setdefault(fix, {})[frozenset(change)] = float(speedup)
         return out
 
+    @property
+    def advised_changes(self) -> dict[str, frozenset[tuple[str, Any]]]:
+        """Each predicted fix's advice: the change its prediction is for (the best
+        predicted config, a tie going to the one whose loader has headroom)."""
+        out: dict[str, frozenset[tuple[str, Any]]] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                change = getattr(p, "change", None)
+                if isinstance(change, dict) and change:
+                    out.setdefault(fix, frozenset(change.items()))
+        return out
+
     def step_time(self) -> dict[str, Any]:
         """The step time to lead with (see :func:`step_time`)."""
         return step_time(self.metrics)

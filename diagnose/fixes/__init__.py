@@ -24,6 +24,7 @@ from .unit import (
     SEARCH_CLIMB,
     SEARCH_DESCEND,
     SEARCH_EACH,
+    TIE,
     Facts,
     Fix,
     Transform,
@@ -42,6 +43,6 @@ def fix_code(ids: Iterable[str], setup: Setup | None) -> dict[str, str]:
     return {i: FIXES[i].code_for(setup) for i in ids if i in FIXES}
 
 
-__all__ = ["FIXES", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "Facts", "Fix",
+__all__ = ["FIXES", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE", "Facts", "Fix",
            "Prediction", "Setup", "TrainConfig", "Transform", "cpus_saturated",
            "fix_code", "micro_batches", "too_many_workers", "worker_ladder"]

@@ -238,5 +238,5 @@ def registry(fixes: Iterable[Fix]) -> dict[str, Fix]:
     return out
 
 
-__all__ = ["SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "Facts", "Fix", "Transform",
+__all__ = ["SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE", "Facts", "Fix", "Transform",
            "registry"]

@@ -173,6 +173,7 @@ def autofix(
         tuner.preds = preds
         if predictions is None:  # the model's prediction for each config a search tries
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
+            tuner.advised = getattr(report, "advised_changes", None) or {}
             tuner.predictor = getattr(report, "predictor", None)
             tuner.facts = dict(facts)
         named = in_predicted_order(named, preds)

@@ -259,3 +259,31 @@ def test_an_epochs_start_is_spread_over_its_steps() -> None:
     with Trial(w, base) as t:
         t.run(30, 8, block=4)
         assert t.timed_restarts == 1 and t.epoch_share_s() == 0.0
+
+
+def test_a_tied_advice_is_tried_first() -> None:
+    """The threads split's configs as the diagnosis predicted them: 1 worker 1.48x, 2
+    workers 1.47x (a tie within TIE), and the advice names 2 workers (its loader has
+    headroom): autofix tries the advice first. A config predicted clearly better than the
+    advice keeps its place; no advice, the predicted order."""
+    from diagnose.fixes import FIXES
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner, _advice_first
+
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"threads": 1.48})
+    t.original = base
+    one = base.replace(num_workers=1, intra_op_threads=1)
+    two = base.replace(num_workers=2, intra_op_threads=1)
+    fix = FIXES["threads"]
+
+    def key(c: TrainConfig) -> frozenset:
+        return frozenset((k, new) for k, (_, new) in base.diff(c).items())
+
+    t.cand_preds = {"threads": {key(one): 1.48, key(two): 1.47}}
+    assert _advice_first(t, fix, [one, two]) == [one, two]  # no advice: predicted order
+    t.advised = {"threads": frozenset({("num_workers", 2), ("intra_op_threads", 1)})}
+    assert _advice_first(t, fix, [one, two]) == [two, one]
+    t.cand_preds["threads"][key(one)] = 1.7
+    assert _advice_first(t, fix, [one, two]) == [one, two]
