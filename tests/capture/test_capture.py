@@ -40,6 +40,7 @@ def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
     (tests/test_step_clock.py tests that extension on its own)."""
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
+    monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 1)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)
 
 

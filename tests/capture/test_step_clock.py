@@ -31,6 +31,7 @@ def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
     (tests/test_step_clock.py tests that extension on its own)."""
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
+    monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 1)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)
 
 
@@ -251,6 +252,7 @@ def _run_clock(monkeypatch: pytest.MonkeyPatch, lengths: list[float],
     monkeypatch.setattr(steps_mod, "EXTEND", 3)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 20)
     monkeypatch.setattr(steps_mod, "MIN_AFTER_S", min_s)
+    monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 30)
     s = steps_mod.Steps(None, after=after, settle=1)
     s.gc_timed = True
     s.start()
@@ -275,12 +277,14 @@ def test_steps_that_vary_are_timed_longer(monkeypatch: pytest.MonkeyPatch) -> No
     assert calm.done and len(calm.rows) == 1 + 9  # p90 of 9 steps, 1 at 30 ms: 14 ms
 
 
-def test_short_steps_are_timed_for_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_short_steps_are_timed_for_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steady 10 ms steps after the window: 4 planned are 40 ms of a pace that drifts over
-    seconds, so up to 3 x 4 are timed while they took under MIN_AFTER_S in all; 400 ms
-    steps pass it with the plan."""
-    short = _run_clock(monkeypatch, [50.0] + [10.0] * 40, min_s=1.0)
-    assert short.done and len(short.rows) == 1 + 3 * 4
+    seconds, so more are timed while they took under MIN_AFTER_S in all, up to 30 x 4;
+    400 ms steps pass it with the plan."""
+    short = _run_clock(monkeypatch, [50.0] + [10.0] * 200, min_s=1.0)
+    assert short.done and len(short.rows) == 1 + 100  # the 100th passes 1 s
+    capped = _run_clock(monkeypatch, [50.0] + [10.0] * 200, min_s=2.5)
+    assert capped.done and len(capped.rows) == 1 + 30 * 4
     fewer = _run_clock(monkeypatch, [50.0] + [10.0] * 40, min_s=0.065)
     assert fewer.done and len(fewer.rows) == 1 + 7  # the 7th passes 65 ms
     long = _run_clock(monkeypatch, [50.0] + [400.0] * 40, min_s=1.0)

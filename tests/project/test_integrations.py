@@ -46,6 +46,7 @@ def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
     (tests/test_step_clock.py tests that extension on its own)."""
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
+    monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 1)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)
 DIM, CLASSES, VOCAB, SEQ = 16, 3, 64, 8
 STEPS, MAX_STEPS = 3, 7  # profiled steps (after wait=1, warmup=1), steps trained
