@@ -165,6 +165,22 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
     return out
 
 
+def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
+                    ) -> dict[str, Any] | None:
+    """Of two :func:`time_threads` timings made seconds apart, the one in which one thread
+    cost the most against torch's threads: a busy moment on a shared host slows the
+    threads' parallel ops (they wait for descheduled threads) more than one thread, so it
+    only lowers that ratio. On the 2-vCPU development VM one timing in five or so of the
+    tokenizing job's model gave 1.04-1.16 where the others gave 1.25-1.40, and the loop
+    itself 1.28; a prediction made from 1.04 was 1.42x where 1.2x was timed."""
+    def ratio(t: dict[str, Any] | None) -> float:
+        if not t or not t.get("work_ms"):
+            return -1.0
+        return float(t["work_1thread_ms"]) / float(t["work_ms"])
+
+    return first if ratio(first) >= ratio(second) else second
+
+
 def _clone(x: Any) -> Any:
     import torch
 

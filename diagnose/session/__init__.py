@@ -40,6 +40,7 @@ from diagnose.capture.samplers import (
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
+    quieter_threads,
     time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
@@ -450,6 +451,12 @@ class Session:
                 ctx["cpu_capacity"] = max(caps) if caps else None
             except Exception as e:
                 self._internal_error("CPU capacity timing", e)
+        if fwd is not None and exc is None and ctx.get("threads"):
+            try:  # once more, seconds later: the quieter of the two (quieter_threads)
+                ctx["threads"] = quieter_threads(ctx["threads"],
+                                                 time_threads(self.model, fwd.inputs))
+            except Exception as e:
+                self._internal_error("thread timing", e)
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:

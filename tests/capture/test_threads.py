@@ -153,3 +153,15 @@ def test_a_workers_batch_is_timed_in_forked_processes():
             return iter(range(10))
 
     assert time_worker_batches(DataLoader(Stream(), batch_size=2), 2) is None
+
+
+def test_the_quieter_of_two_thread_timings_is_kept():
+    """A busy moment slows torch's threads more than one thread: of two timings, the one
+    where one thread cost the most against them is kept; a missing one gives the other."""
+    from diagnose.capture.threads import quieter_threads
+
+    busy = {"work_ms": 6.0, "work_1thread_ms": 6.3, "forward_ms": 2.5}
+    quiet = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
+    assert quieter_threads(busy, quiet) is quiet
+    assert quieter_threads(quiet, busy) is quiet
+    assert quieter_threads(None, quiet) is quiet and quieter_threads(busy, None) is busy
