@@ -444,9 +444,16 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
         """A warm worker's batch: the first one warms the process (imports, caches), the
         second (other samples, whose pages it copies on first touch as a worker does)
         is timed."""
+        import gc
+
         import torch
         from torch.utils.data._utils import worker
 
+        # no collections in the timed batches: the child starts from the training
+        # process's collector counts, so every round of one capture set off the same full
+        # collection of the forked heap (tensor_rows: 226 ms a batch against 15 ms), and the
+        # step model adds the loop's own pauses inside its loading to a worker's batch
+        gc.disable()
         torch.set_num_threads(1)  # as in a DataLoader worker
         # as in a worker, default_collate writes the batch into shared memory (a new
         # segment per batch, its pages faulted in), which the hand-over then passes on
