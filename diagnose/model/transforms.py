@@ -100,9 +100,10 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     """How much longer the main process's own work takes on ``t`` intra-op threads than on
     torch's threads now, from the model's forward and backward the session timed on both
     (Amdahl: the share that did not speed up with threads stays;
-    ``threads_one_thread_ratio``). That timing covers the model's ops only: of the main
-    thread's own work per step (``host_ms``, where known) the rest (the optimizer, the
-    loop's Python) is taken not to scale. None where it was not timed."""
+    ``threads_one_thread_ratio``). That timing covers the model's ops, and the optimizer
+    (``optimizer_unprofiled_ms``) is taken to scale as they do; of the main thread's own
+    work per step (``host_ms``, where known) the rest (the loop's Python) is taken not to
+    scale. None where it was not timed."""
     r1 = _num(facts, "threads_one_thread_ratio")
     n = _num(facts, "torch_num_threads", "intra_op_threads")
     if r1 is None or n is None or n < 2:
@@ -118,6 +119,8 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
         serial = max(1.0 - p / n, 0.0)
         ratio = max(serial + p / max(t, 1), 0.0)
     work = _num(facts, "model_work_quiet_ms")
+    if work is not None:
+        work += _num(facts, "optimizer_unprofiled_ms") or 0.0
     if host_ms and work is not None:
         share = min(1.0, work / host_ms)
         ratio = 1.0 + share * (ratio - 1.0)
@@ -175,9 +178,13 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
 
 
 def _model_ops(g: Graph) -> np.ndarray:
-    """The main thread's work in the model's forward and backward (torch's parallel ops)."""
+    """The main thread's work in torch's parallel ops: the model's forward and backward,
+    and the optimizer's step and zero_grad (on large tensors its ops split across torch's
+    threads as the model's do). Timed in the loop on the 2-vCPU development VM, the
+    optimizer took 1.9x as long beside 6 busy workers (too_many_workers: the forward and
+    backward 1.9x) and 1.25-1.38x on one thread (the forward and backward 1.28-1.33x)."""
     return ((g.res == g.main) & g.is_kind(TaskKind.HOST)
-            & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0))
+            & ((g.tag & int(Tag.FORWARD_BACKWARD | Tag.OPTIMIZER | Tag.ZERO_GRAD)) > 0))
 
 
 def _slowed(g: Graph, contend: float, shared: float, rest: bool = False) -> Graph:
@@ -215,12 +222,14 @@ def _contention(facts: Facts, now_workers: float | None, threads: int, cpus: int
 
 
 def free_contention(g: Graph, facts: Facts) -> Graph:
-    """The step with the model's forward and backward freed of the contention the run has
-    now (:func:`_contention`). The optimizer's and the loop's other work stay as measured:
-    their ops are mostly too small for torch to split across threads, and timed in the
-    loop on the 2-CPU development VM (benchmarks/jobs/too_many_workers.py, 6 workers
-    beside 2 threads against 0) the forward and backward took 1.9-2.0x as long, the
-    optimizer 1.0-1.6x."""
+    """The step with torch's ops (the model's and the optimizer's: :func:`_model_ops`)
+    freed of the contention the run has now (:func:`_contention`); the loop's other work
+    stays as measured. Timed in the loop on the 2-CPU development VM
+    (benchmarks/jobs/too_many_workers.py, 6 workers beside 2 threads against 0) the
+    forward and backward took 1.9-2.0x as long, and so did the optimizer once the clock
+    timed seconds of steps (2.5 s): a few tenths of a second of them caught the workers'
+    busy spells at a random phase, 1.0-1.6x, and freeing the optimizer then predicted
+    that job's splits 0.73-0.87 of what was timed."""
     cpus = cpus_for_workers(facts)
     threads = busy_threads(facts)
     c = _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus or 1)
@@ -349,14 +358,13 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     contend = threads / max(1, cpus - busy) if over else 1.0
     if over_now:
         g = free_contention(g, facts)
-    # The optimizer's ops on large tensors split across torch's threads as the model's do,
-    # and wait for descheduled threads alike: the tokenizing job with one worker beside 2
-    # threads on 2 CPUs took 1.9x as long in its optimizer (1.5 -> 2.8 ms) and 2.0x in its
-    # forward and backward. A run oversubscribed now has that in its measured optimizer,
-    # as much as its workers were busy while it ran (too_many_workers' 6 workers that keep
-    # up: 1.0-1.6x), so only its model's ops are freed and slowed again. Slowing only the
-    # model's ops predicted tokenizing's 1 and 2 workers beside 2 threads 0.89-0.97x where
-    # 0.79-0.89x was timed (4 captures); with the rest 0.76-0.86x
+    # torch's ops (the model's and the optimizer's) wait for descheduled threads: the
+    # tokenizing job with one worker beside 2 threads on 2 CPUs took 1.9x as long in its
+    # optimizer (1.5 -> 2.8 ms) and 2.0x in its forward and backward. A change that
+    # oversubscribes a run that is not slows the loop's other work as well (slowing
+    # torch's ops alone predicted tokenizing's 1 and 2 workers beside 2 threads
+    # 0.89-0.97x where 0.79-0.89x was timed, 4 captures; with the rest 0.76-0.86x); a run
+    # oversubscribed now has that rest measured as it is
     rest = over and not over_now
     # torch's threads and busy workers that fit the CPUs run at once: where the CPUs gave
     # less than their count (cpu_capacity), both sides take that much longer. Where they

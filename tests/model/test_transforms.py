@@ -587,10 +587,10 @@ def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
     assert _main_per_step(plain, TaskKind.HOST, opt) > 1.0
 
 
-def test_freeing_contention_frees_the_models_ops_only(tmp_path):
+def test_freeing_contention_frees_torchs_ops(tmp_path):
     """6 workers beside torch's 2 threads on 2 CPUs: the model's 3000 us of ops ran 2x as
-    long as alone and come back to 1500 us; the optimizer's 10 ops of 100 us (too small
-    for torch to split across threads) stay as measured."""
+    long as alone and come back to 1500 us, and the optimizer's ops (split across torch's
+    threads as the model's are) come back to half too."""
     from tests import tracebuilder as tb
 
     b = tb.TraceBuilder(device=None)
@@ -607,8 +607,9 @@ def test_freeing_contention_frees_the_models_ops_only(tmp_path):
     opt = (g.tag & int(Tag.OPTIMIZER)) > 0
     main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
     assert float(freed.dur[main & fb].sum()) / g.n_steps == pytest.approx(1500, rel=0.01)
-    assert float(freed.dur[main & opt].sum()) == pytest.approx(float(g.dur[main & opt].sum()))
     assert float(g.dur[main & opt].sum()) / g.n_steps >= 1000
+    assert float(freed.dur[main & opt].sum()) == pytest.approx(
+        float(g.dur[main & opt].sum()) / 2, rel=0.01)
     # one worker beside one thread fits the 2 CPUs: nothing to free
     one = {**facts, "torch_num_threads": 1, "dataloader_num_workers": 1}
     assert np.array_equal(tr.free_contention(g, one).dur, g.dur)
