@@ -88,6 +88,15 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "ops wait for their descheduled threads longer than the model's rule says), and a "
         "capture taken in a busy moment moves a job's predictions by 20-40%.",
     ),
+    "predict_spread": (
+        "One job's predictions, capture after capture",
+        ["benchmarks/predict_spread.py"],
+        "Each job captured 5 times in a row and predicted each time (1 and 2 workers "
+        "beside one thread, the split the jobs' findings advise); nothing else is timed. "
+        "The spread is the part of a prediction's error that comes from the moment of its "
+        "capture, not from the model: the measured speedups it is checked against in the "
+        "tables above carry their own confidence intervals besides.",
+    ),
     "autofix_jobs": (
         "Autofix on the project's own jobs: predicted beside measured",
         ["benchmarks/autofix_jobs.py"],

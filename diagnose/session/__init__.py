@@ -492,6 +492,11 @@ class Session:
         self.notes.extend(out.notes)
 
 
+#: a bound on the baseline capture's steps, past what the session's own plan can ask
+#: (its window, then at most 30x its clock's steps after it: diagnose.capture.steps)
+BASELINE_MAX_STEPS = 2000
+
+
 def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
                      out_dir: str | os.PathLike[str] | None = None) -> Any:
     """Capture ``steps`` profiled steps of ``cfg`` with the Session a user would run, and
@@ -506,7 +511,10 @@ def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
     try:
         try:
             with session, trial:
-                for _ in range(4 * (steps + 2) + 10):
+                # until the session is done: its clock times seconds of steps after the
+                # window, as it does in a user's loop (a cap of 38 steps had left autofix's
+                # captures 29 after it, 0.4 s, and their predictions the spread that gives)
+                for _ in range(BASELINE_MAX_STEPS):
                     trial.step()
                     if session.done:
                         break
