@@ -47,7 +47,8 @@ Facts = Mapping[str, Any]
 #: How autofix walks a fix's candidates (``Fix.search_mode``):
 #: each in order against the best so far, while the fix still applies;
 SEARCH_EACH = "each"
-#: an upward ladder of one setting, from ``search_start`` while each step is a gain;
+#: an upward ladder of one setting, from the rung predicted best (else ``search_start``)
+#: while each step is a gain;
 SEARCH_CLIMB = "climb"
 #: a downward ladder, every value against the best so far (a loss does not end it).
 SEARCH_DESCEND = "descend"
@@ -129,8 +130,10 @@ class Fix:
 
     def search_start(self, config: TrainConfig, candidates: list[TrainConfig], *,
                      input_ms: float, compute_ms: float) -> int:
-        """Where a climb starts: an index into ``candidates``, from the baseline's
-        measured input time and compute-only time per step (default: the first)."""
+        """Where a climb starts when the model predicted none of its rungs (else autofix
+        starts at the rung predicted best): an index into ``candidates``, from the
+        baseline's measured input time and compute-only time per step (default: the
+        first)."""
         return 0
 
     # ------------------------------------------------------------------ code

@@ -133,17 +133,21 @@ class Measurer:
         p = self.plan
         last = p.max_rounds
         if share_s is not None and self.step_s:
-            warmup, n, _ = self.layout(a, b)
-            per_round = 2 * (warmup + n) * self.step_s
+            per_round = sum(w + n for w, n, _ in (self.layout(a), self.layout(b))) * self.step_s
             last = max(p.min_rounds, min(last, int(share_s / max(per_round, 1e-9))))
         first = rounds_for(self.noise, predicted, 1.0 + self.min_gain, p.rule, p.min_rounds)
         deadline = None if share_s is None else time.perf_counter() + share_s
         return Looks(tuple(look_schedule(first, last, p.looks)), deadline)
 
     # ------------------------------------------------------------------ rounds
-    def layout(self, a: TrainConfig, b: TrainConfig) -> tuple[int, int, int]:
-        """(warmup, timed steps, block) of one arm in one round."""
-        workers = max(a.num_workers, b.num_workers)
+    def layout(self, cfg: TrainConfig) -> tuple[int, int, int]:
+        """(warmup, timed steps, block) of ``cfg``'s arm in one round: its own workers start
+        inside its warmup (one step each), and its blocks hold at least 2 x its workers (a
+        block spans their round-robin). Each arm has its own: a baseline without workers
+        does not pay for the candidate's 16 in every round (on a 16-CPU GPU host that had
+        a 60 ms-step baseline run 51 steps a round where 11 do, and a trial's budget share
+        ended after 2 rounds)."""
+        workers = cfg.num_workers
         k = max(self.plan.block, 2 * workers)
         n = max(k, math.ceil(self.steps / k) * k)
         return self.plan.warmup + workers, n, k
@@ -190,16 +194,16 @@ class Measurer:
         of rounds (default ``final_rounds``) with the bootstrap interval. With ``bound``,
         ``b``'s compute-only and input-only times are measured in the same rounds."""
         plan = self.plan
-        warmup, n, k = self.layout(a, b)
+        wb, n, k = self.layout(b)
         try:
             ta, tb = self.trial_for(a), self.trial_for(b)
         except TuneError as e:
             return Comparison(None, None, None, 0, 0, ERROR, str(e)), None
-        arms = [("a", self._arm(ta, "step", warmup, n, k)),
-                ("b", self._arm(tb, "step", warmup, n, k))]
+        arms = [("a", self._arm(ta, "step", *self.layout(a))),
+                ("b", self._arm(tb, "step", wb, n, k))]
         if bound:
-            arms += [("compute", self._arm(tb, "compute", warmup, n, k)),
-                     ("data", self._arm(tb, "data", warmup, n, k))]
+            arms += [("compute", self._arm(tb, "compute", wb, n, k)),
+                     ("data", self._arm(tb, "data", wb, n, k))]
         looked = SequentialTrial(plan.rule, 1.0 + self.min_gain, plan.precision)
 
         def decided(res: Rounds) -> bool:
@@ -252,7 +256,7 @@ class Measurer:
 
     def bound_rounds(self, cfg: TrainConfig, rounds: int) -> tuple[float | None, Bound]:
         """``cfg``'s step time with its compute-only and input-only times, interleaved."""
-        warmup, n, k = self.layout(cfg, cfg)
+        warmup, n, k = self.layout(cfg)
         t = self.trial_for(cfg)
         res = self._rounds([("step", self._arm(t, "step", warmup, n, k)),
                             ("compute", self._arm(t, "compute", warmup, n, k)),
@@ -262,7 +266,7 @@ class Measurer:
 
     def bound(self, cfg: TrainConfig) -> Bound:
         """Compute-only and data-only step times of ``cfg`` (means of blocks)."""
-        warmup, n, k = self.layout(cfg, cfg)
+        warmup, n, k = self.layout(cfg)
         t = self.trial_for(cfg)
         with t:
             comp = t.compute_only(self.plan.warmup, n, block=k)
@@ -272,7 +276,7 @@ class Measurer:
 
     def pilot(self, cfg: TrainConfig) -> float:
         """Seconds per step of ``cfg`` (sizes the rounds)."""
-        warmup, _, k = self.layout(cfg, cfg)
+        warmup, _, k = self.layout(cfg)
         n = max(k, math.ceil(self.plan.min_steps / k) * k)
         with self.trial_for(cfg) as t:
             times = t.run(warmup, n, block=k)

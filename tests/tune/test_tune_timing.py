@@ -287,3 +287,51 @@ def test_a_tied_advice_is_tried_first() -> None:
     assert _advice_first(t, fix, [one, two]) == [two, one]
     t.cand_preds["threads"][key(one)] = 1.7
     assert _advice_first(t, fix, [one, two]) == [one, two]
+
+
+def test_each_arm_has_its_own_warmup_and_blocks() -> None:
+    """A baseline without workers warms up 3 steps and times blocks of 4, whatever the
+    candidate has; 16 workers start inside their own 19-step warmup and are timed in
+    blocks of 32 (one round-robin of theirs twice). The budget share is sized from both."""
+    from diagnose.tune.measure import Measurer, Plan
+
+    w = _workload(Drain())
+    m = Measurer(w, Plan(), 0.03, None)
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    many = base.replace(num_workers=16)
+    assert m.layout(base) == (3, 8, 4)
+    assert m.layout(many) == (19, 32, 32)
+    m.step_s = 0.06  # 60 ms steps: (3 + 8) + (19 + 32) steps a round = 3.72 s
+    looks = m.schedule(3.7, 3.72 * 6, base, many)
+    assert looks.at[-1] == 6
+
+
+def test_a_climb_starts_at_the_rung_predicted_best() -> None:
+    """num_workers from 0 on 16 CPUs: the model predicted 8 workers best (3.7x) and 16 at
+    2.8x; the climb's first trial is 0 -> 8, not the 16 the input/compute ratio names.
+    Without predictions it starts where the fix's estimate says."""
+    from diagnose.fixes import FIXES
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner, try_fix
+
+    class Record(Tuner):
+        def trial(self, fix, best, cand, finding):  # type: ignore[no-untyped-def]
+            tried.append(cand.num_workers)
+            return False
+
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    preds = {1: 1.9, 2: 2.9, 4: 3.5, 8: 3.7, 16: 2.8}
+    t = Record(w, Plan(), 0.03, 10, 60.0, None, {"num_workers": 3.7})
+    t.original = base
+    t.cand_preds = {"num_workers": {frozenset({("num_workers", k)}): p
+                                    for k, p in preds.items()}}
+    facts = {"cpu_count": 16}
+    tried: list[int] = []
+    try_fix(t, FIXES["num_workers"], base, facts, "IN001", input_ms=60.0, compute_ms=1.7)
+    assert tried[0] == 8
+    t2 = Record(w, Plan(), 0.03, 10, 60.0, None, {})
+    t2.original = base
+    tried = []
+    try_fix(t2, FIXES["num_workers"], base, facts, "IN001", input_ms=60.0, compute_ms=1.7)
+    assert tried[0] == 16
