@@ -15,6 +15,7 @@ as a ``memory`` finding.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -377,6 +378,15 @@ class Session:
             msg = f"torch-diagnose: could not finish the run in {self.run_dir}: {type(e).__name__}: {e}"
             self.notes.append(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        finally:
+            # The analysis' leftovers are collected here, before the user's code runs on,
+            # as the profiler's are when its window ends. Left to the loop, its next full
+            # collections walked them: the tokenizing job's steps right after a diagnosis
+            # took 19.9 ms against 16.4 before it and 15.8 after this collection (autofix's
+            # first trials ran in that state too). A loop that turned the collector off
+            # is left as it is.
+            if gc.isenabled():
+                gc.collect()
         return None
 
     def _teardown(self) -> None:

@@ -32,14 +32,14 @@ def test_timer_reports_this_threads_collections_only():
     assert [g for _, g in seen] == [2] and seen[0][0] > 0
 
 
-def _collecting_run(dataset: Pairs, out: Path):
+def _collecting_run(dataset: Pairs, out: Path, *, collects: bool = True, wait: int = 3):
     """A captured loop over ``dataset`` that makes a full collection of its own every other
-    step (in the loop's code, not the loader's); the session."""
+    step (in the loop's code, not the loader's; none without ``collects``); the session."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(dataset, batch_size=8)
-    with diagnose(model, loader, steps=2, wait=3, clock_steps=6, out_dir=out,
+    with diagnose(model, loader, steps=2, wait=wait, clock_steps=6, out_dir=out,
                   sample_hz=0, print_report=False) as d:
         i = 0
         while not d.done:
@@ -48,7 +48,7 @@ def _collecting_run(dataset: Pairs, out: Path):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                if i % 2:
+                if collects and i % 2:
                     gc.collect()
                 i += 1
                 if d.done:
@@ -177,3 +177,28 @@ def test_full_collections_count_at_their_spacing():
     assert m["gc_full_every_steps"] is None
     timed = (41 * 20.0 + 2 * 150.0) / 43
     assert m["step_time_unprofiled_mean_ms"] == pytest.approx(timed, abs=0.01)
+
+
+def _plain_run(out: Path, *, collector: bool = True):
+    """A captured loop with the analysis at its exit; ``collector``: gc enabled in it. The
+    session and the collector's counts right after the ``with``."""
+    was = gc.isenabled()
+    if not collector:
+        gc.disable()
+    try:
+        d = _collecting_run(Pairs(n=400), out, collects=False, wait=1)
+        return d, gc.get_count()
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_the_analysis_leftovers_are_collected_before_the_user_code_runs_on(tmp_path: Path):
+    """The session's exit ends with a full collection, after the analysis: the user's code
+    after the ``with`` finds the collector's generations empty (no full collection of the
+    analysis' objects due in its next steps). A loop that turned the collector off gets
+    none."""
+    d, counts = _plain_run(tmp_path / "on")
+    assert d.report is not None and counts[1:] == (0, 0)
+    _, off = _plain_run(tmp_path / "off", collector=False)
+    assert off[1:] != (0, 0) or off[0] > 700
