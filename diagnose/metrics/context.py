@@ -190,8 +190,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "fewer would cost; without, the pace of the timings after the loop against the "
         "loop's own fetch and collate"),
     "input_batched_fetch_ms": (
-        "ms", "one batch fetched with a single dataset[indices] call, timed before the loop "
-        "(None where the dataset cannot do that)"),
+        "ms", "one batch fetched with a single dataset[indices] call through a loader that "
+        "runs it so, timed before the loop (median of 9; None where the dataset cannot do "
+        "that)"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",

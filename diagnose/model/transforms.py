@@ -579,8 +579,9 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
 
 def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """One ``dataset[indices]`` call per batch instead of a ``__getitem__`` per sample and
-    ``default_collate`` stacking the rows: the in-process fetch takes what one such call
-    took when the capture timed it before the loop (``input_batched_fetch_ms``) instead of
+    ``default_collate`` stacking the rows: the in-process fetch takes what a batch took
+    from a loader fetching so when the capture timed it before the loop
+    (``input_batched_fetch_ms``) instead of
     the fetch and collate the clock measured per batch (``input_fetch_ms`` +
     ``input_collate_ms``)."""
     if facts.get("dataloader_dataset_tensor_indexable") is False:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
 
-from diagnose.capture.runinfo import batch_indexable
+from diagnose.capture.runinfo import batch_indexable, time_batched_fetch
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.fixes.code import Setup, render_change
 from diagnose.tune.trial import Trial, Workload, build_loader
@@ -38,6 +38,29 @@ def test_batch_indexable_only_where_the_batches_come_out_the_same() -> None:
             return torch.zeros(2)
 
     assert not batch_indexable(DataLoader(Plain(), batch_size=2))
+
+
+def test_a_batched_fetch_is_timed_as_the_changed_loader_runs_it() -> None:
+    """The prediction's measurement: batches from a loader that fetches each with one
+    ``dataset[indices]`` call, timed (a positive ms figure), where the loader allows it. The
+    user's random state and the user's loader are left as they were: the next shuffled
+    batch is the one it would have been."""
+    ds = _rows(5000)
+
+    def loader() -> DataLoader:
+        return DataLoader(ds, batch_size=512, shuffle=True)
+
+    torch.manual_seed(7)
+    expected = next(iter(loader()))[1]
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    user = loader()
+    ms = time_batched_fetch(user)
+    assert ms is not None and ms > 0
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(next(iter(user))[1], expected)
+    assert time_batched_fetch(DataLoader(_PerSample(*ds.tensors), batch_size=8)) is None
+    assert time_batched_fetch(DataLoader(_rows(0), batch_size=8)) is None
 
 
 def test_batched_fetch_gives_the_same_batches() -> None:
