@@ -614,7 +614,12 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return "cannot tell: torch's thread count is not known (a live capture records it)"
-    scale = thread_scale(facts, t, main_host_ms(g))
+    # the share of the main thread's work the timed forward and backward stand for, of
+    # that work freed of the contention the run has now (the timing was made alone, as
+    # cpu_bound_ms frees it): against the contended work, too_many_workers' share came
+    # out 0.63 where it is all of it, and one thread was taken to cost 1.29x where the
+    # loop took 1.38x (its splits predicted 8.0-9.4 ms a step where 10.5 was timed)
+    scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts)))
     if scale is None:
         used = now
         pct = _num(facts, "proc_cpu_mean_pct")

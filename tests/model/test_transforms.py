@@ -325,6 +325,23 @@ def test_fewer_workers_than_cpus_from_a_run_with_too_many(tmp_path):
     assert replay(q).step_ms == pytest.approx(3.2, abs=0.02)
 
 
+def test_one_threads_cost_is_taken_against_the_work_freed_of_contention(tmp_path):
+    """The run above, its ops timed alone on torch's 2 threads (1.5 ms: all of the main
+    thread's work, freed of the 2x the busy workers cost it) and 1.5x as long on one
+    thread. One thread beside 2 workers: the ops take 1500 x 1.5 = 2250 us. Taken against
+    the contended 3000 us the timed work would be half of the main thread's, and one
+    thread would cost 1.25x (1875 us)."""
+    m = _model(_worker_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=1000, dataloader_num_workers=6,
+              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=150.0,
+              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.5,
+              input_inprocess_batch_ms=2.0)
+    g = tr.threads(m.graph, {"num_workers": 2, "intra_op_threads": 1}, _facts(m, **kw))
+    assert not isinstance(g, str)
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
+    assert float(g.dur[main].sum()) / g.n_steps == pytest.approx(2250, rel=0.01)
+
+
 def _gc_facts(m, **kw):
     """cpu_loader's run (2000 us fetch + 1000 us ops a step) whose clock measured 0.9 ms of
     collector pauses a step, 0.6 of them inside the wait for the batch (the loader's 1.5 ms
