@@ -232,16 +232,20 @@ def _touch(x: Any) -> None:
             _touch(v)
 
 
-def time_worker_handover(batch: Any) -> tuple[float, float] | None:
+def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
     training process (ms, the least of :data:`HANDOVERS`: a busy moment only adds to it):
     a one-worker DataLoader whose
     dataset copies the batch, each batch taken once the worker has had time to make it,
     so the time is the hand-over alone (shared memory, file descriptors, unpickling, and
     the first touch of the batch's pages: :func:`_touch`).
-    Also what starting that worker took (ms: ``iter()`` and its first batch, a copy): the
-    stall an epoch's start pays without persistent workers. Made after the loop; the RNG
-    state the loader's seeding draws from is put back."""
+    Also, for the stalls an epoch pays without persistent workers (ms): what starting that
+    worker took (``iter()`` and its first batch, a copy), of which ``iter()`` alone (the
+    fork: the training process forks its workers one after another, and each child's own
+    start-up overlaps the next fork), and the end of the epoch (the ``next()`` that
+    raises StopIteration: the loader shuts its workers down and joins them). Made after
+    the loop; the RNG state the loader's seeding draws from is put back. Returns
+    ``(hand_over, start, fork, stop)``."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -255,6 +259,7 @@ def time_worker_handover(batch: Any) -> tuple[float, float] | None:
         t0 = time.perf_counter()
         it = iter(loader)
         try:
+            fork = time.perf_counter() - t0
             next(it)
             start = time.perf_counter() - t0
             times = []
@@ -263,11 +268,16 @@ def time_worker_handover(batch: Any) -> tuple[float, float] | None:
                 t0 = time.perf_counter()
                 _touch(next(it))
                 times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for _ in it:  # the epoch's end: the worker is shut down and joined
+                pass
+            stop = time.perf_counter() - t0
         finally:
             del it
     finally:
         torch.set_rng_state(rng)
-    return round(min(times) * 1e3, 4), round(start * 1e3, 4)
+    return (round(min(times) * 1e3, 4), round(start * 1e3, 4), round(fork * 1e3, 4),
+            round(stop * 1e3, 4))
 
 
 def time_inprocess_batch(loader: Any, repeat: int = 4) -> float | None:

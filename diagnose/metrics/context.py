@@ -30,6 +30,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_start_ms": (
         "ms", "starting one DataLoader worker and taking its first batch (a copy of the "
         "loop's first), timed by the session after the loop"),
+    "input_worker_fork_ms": (
+        "ms", "of input_worker_start_ms, the iter() that forked the worker: the training "
+        "process's own part of a worker's start, paid once per worker"),
+    "input_worker_stop_ms": (
+        "ms", "an epoch's end with that one worker: the next() that shuts it down and "
+        "joins it, timed by the session after the loop"),
     "dataloader_start_ms": (
         "ms", "an epoch's start as the loop waits for it, with worker processes: iter() "
         "(the workers starting) plus the wait for the first batch (median over the new "
@@ -248,6 +254,10 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
         _get(ctx, "dataloader", "worker_batch_ms"), finite=False)
     out["input_worker_start_ms"] = as_number(
         _get(ctx, "dataloader", "worker_start_ms"), finite=False)
+    out["input_worker_fork_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_fork_ms"), finite=False)
+    out["input_worker_stop_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_stop_ms"), finite=False)
     starts = _get(ctx, "capture", "loader_starts")
     if isinstance(starts, list):
         waits = [a + b for r in starts if isinstance(r, dict) and (as_int(r.get("workers")) or 0)

@@ -248,26 +248,43 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
     return shaped
 
 
+def epoch_end_ms(facts: Mapping[str, Any], k: float) -> float:
+    """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
+    loader shuts them down and joins them. One worker's, timed by the session after the
+    loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
+    cpus = max(1.0, _num(facts, "cpu_count") or 1.0)
+    return (_num(facts, "input_worker_stop_ms") or 0.0) * max(1.0, k / cpus)
+
+
 def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = None
                    ) -> float | None:
-    """An epoch's start spread over its steps (ms per step), for the run's loader or with
-    ``change`` made: a loader with worker processes (not persistent) starts them at every
-    ``iter()`` and the loop waits for the first batch, once per epoch
-    (``dataloader_epoch_batches`` steps). The run's own start where the session saw one
-    with these workers (``dataloader_start_ms``); else the workers start one after another,
-    each as long as the one the session started after the loop took to start and hand
-    over a copy of a batch (``input_worker_start_ms`` less that hand-over,
-    ``input_worker_handover_ms``), and then make their first batches
-    (``input_worker_batch_ms``). 0 without workers or with persistent ones; None where it
-    is not known. Starting a worker forks the training process: 22 ms on the 2-CPU VM
-    (6 workers, seen: 110 ms an epoch; this gives 141), 48 ms in a CUDA process on an H200
-    host (16 workers on 64-batch epochs, timed by a plain loop and by autofix's trials:
-    400-600 ms an epoch; this gives 820). The forks are one after another but part of
-    each start (the child's own start-up, its first hand-over) overlaps the next: for a
-    run without workers this is an upper bound, the run's own start is the measure.
-    The steps the clock timed hold no epoch start: a change of workers predicts the mean
-    step over an epoch, its start with it (a 64-batch epoch with 16 workers: its start is
-    a third of the step)."""
+    """An epoch's start and end spread over its steps (ms per step), for the run's loader
+    or with ``change`` made: a loader with worker processes (not persistent) starts them
+    at every ``iter()`` and the loop waits for the first batch, and at the epoch's end it
+    shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
+    0 without workers or with persistent ones; None where it is not known.
+
+    The start: the run's own where the session saw one with these workers
+    (``dataloader_start_ms``). Else from the one worker the session started after the
+    loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
+    start-up and the hand-over of a copy of a batch) and a worker's batch
+    (``input_worker_batch_ms``): the training process forks its k workers one after
+    another while the first starts up and makes its batch, and the children's start-up
+    is CPU work too, over min(k, CPUs) CPUs; the loop waits for the longest of the forks,
+    one worker's start and batch, and every child's start-up and first batch (each
+    worker makes one at once) over the CPUs. Without the fork timed, each start is taken
+    whole, one after another (an upper bound: on an H100 host, 16 workers on 64-batch
+    epochs were timed at 7.7-8.5 ms a step in all, where that bound alone gave 16 ms).
+    On the 2-CPU VM (a 200 MB process, 17 ms batches) 2, 4 and 6 workers'
+    iter() and first batch took 49, 91 and 156 ms, where this gives 49, 96 and 144 (the
+    bound: 79, 140, 200); slow_loader's 40 ms batches 77, 146 and 173 ms, this 62, 121
+    and 182.
+    The end: the one worker's shut-down (``input_worker_stop_ms``), k of them spread over
+    the CPUs (slow_loader on the 2-CPU VM: 10, 16 and 24 ms for 2, 4 and 6 workers
+    where one took 8).
+    The steps the clock timed hold neither: a change of workers predicts the mean step
+    over an epoch, its start and end with it (a 64-batch epoch with 16 workers: its start
+    is a third of the step by the upper bound)."""
     change = change or {}
     k = change.get("num_workers", _num(facts, "dataloader_num_workers"))
     keep = change.get("persistent_workers", facts.get("dataloader_persistent_workers"))
@@ -276,14 +293,22 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     n = _num(facts, "dataloader_epoch_batches")
     if not n or n <= 0:
         return None
+    cpus = max(1.0, _num(facts, "cpu_count") or 1.0)
+    stop = epoch_end_ms(facts, k)
     if k == _num(facts, "dataloader_num_workers") and (
             seen := _num(facts, "dataloader_start_ms")) is not None:
-        return seen / n
+        return (seen + stop) / n
     one, batch = _num(facts, "input_worker_start_ms"), _num(facts, "input_worker_batch_ms")
     hand = _num(facts, "input_worker_handover_ms") or 0.0
+    fork = _num(facts, "input_worker_fork_ms")
     if one is None or batch is None:
         return None
-    return (k * max(one - hand, 0.0) + batch) / n
+    each = max(one - hand, 0.0)
+    if fork is None:
+        start = k * each + batch
+    else:
+        start = max(k * fork + hand, one + batch, k * (each + batch) / cpus)
+    return (start + stop) / n
 
 
 class Predictor:

@@ -442,7 +442,9 @@ class Session:
                 timed = time_worker_handover(batch)
                 ctx["dataloader"] = {**ctx["dataloader"],
                                      "worker_handover_ms": timed and timed[0],
-                                     "worker_start_ms": timed and timed[1]}
+                                     "worker_start_ms": timed and timed[1],
+                                     "worker_fork_ms": timed and timed[2],
+                                     "worker_stop_ms": timed and timed[3]}
                 # what a batch costs in process, timed beside a worker's batch (below):
                 # with workers, for fewer; without, the pace of the timings after the loop
                 # against the loop's own fetch and collate

@@ -31,10 +31,11 @@ it overlap as they do in real training. On the CPU the drain is a no-op.
 
 An epoch's start is the loop's time too: a DataLoader with worker processes (not
 persistent) starts them again at every epoch and the loop waits for the first
-batch. Each round runs on a fresh iterator, whose start is timed in its warmup; the
-timed steps carry its share, start / ``len(loader)`` a step
+batch, and shuts them down at its end. Each round runs on a fresh iterator, whose
+start is timed in its warmup; the timed steps carry its share, (start + end) /
+``len(loader)`` a step, the end as the trial last ran into one
 (:meth:`Trial.epoch_share_s`), unless they began an epoch themselves (a short
-epoch: its start is then in the blocks already). So fewer workers, or persistent
+epoch: its start and end are then in the blocks already). So fewer workers, or persistent
 ones, are measured as the loop runs them over whole epochs.
 """
 
@@ -241,6 +242,9 @@ class Trial:
         # an epoch's start as the loop waits for it: iter() and the first batch (s), of the
         # last fresh iterator; epochs begun inside the timed blocks of the last timing
         self.start_s: float | None = None
+        # an epoch's end as the loop waits for it: the workers shut down and joined (s),
+        # where this trial ran into one
+        self.stop_s: float | None = None
         self.restarts = 0
         self.timed_restarts = 0
         self._it: Any = None
@@ -315,21 +319,26 @@ class Trial:
             batch = next(self._it)
             self.start_s = time.perf_counter() - t0
             return batch
+        t0 = time.perf_counter()
         try:
             return next(self._it)
         except StopIteration:  # a new epoch, as a training loop would start one
+            # the next() that ended the epoch shut the workers down and joined them
+            self.stop_s = time.perf_counter() - t0
             self.restarts += 1
             self._it = iter(self.loader)
             return next(self._it)
 
     def epoch_share_s(self) -> float:
-        """An epoch's start per optimizer step (s) that the last timing missed: a loader
-        with worker processes (not persistent) starts them at every epoch, and the loop
-        waits for them and the first batch (``start_s``, timed on the round's fresh
-        iterator, in its warmup); once per ``len(loader)`` batches. Timed blocks that
-        began an epoch themselves hold it already (a short epoch: nothing is added). 0
-        without workers, with persistent ones (they start once a run), or a loader
-        without a length."""
+        """An epoch's start and end per optimizer step (s) that the last timing missed: a
+        loader with worker processes (not persistent) starts them at every epoch, and the
+        loop waits for them and the first batch (``start_s``, timed on the round's fresh
+        iterator, in its warmup), and shuts them down at its end (``stop_s``, where this
+        trial ran into an epoch's end: rounds are shut down mid-epoch, which waits for
+        batches in flight); once per ``len(loader)`` batches. Timed blocks that began an
+        epoch themselves hold both already (a short epoch: nothing is added). 0 without
+        workers, with persistent ones (they start once a run), or a loader without a
+        length."""
         cfg = self.cfg
         if (not cfg.num_workers or cfg.persistent_workers or self.start_s is None
                 or self.timed_restarts):
@@ -338,7 +347,8 @@ class Trial:
             n = len(self.loader)
         except TypeError:
             return 0.0
-        return self.start_s * cfg.grad_accum_steps / n if n > 0 else 0.0
+        return ((self.start_s + (self.stop_s or 0.0)) * cfg.grad_accum_steps / n
+                if n > 0 else 0.0)
 
     def _loss(self, batch: Any) -> Any:
         w = self.w

@@ -73,9 +73,11 @@ def test_worker_hand_over_is_timed_with_a_real_worker():
     rng = torch.get_rng_state()
     timed = time_worker_handover(batch)
     assert timed is not None
-    ms, start = timed
+    ms, start, fork, stop = timed
     assert ms > 0
     assert start > ms  # a process started, and its first batch made and handed over
+    assert 0 < fork < start  # of it, the fork in iter(); the child's start-up follows
+    assert stop > 0  # the epoch's end: the worker shut down and joined
     assert torch.equal(torch.get_rng_state(), rng)
 
 

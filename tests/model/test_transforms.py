@@ -477,6 +477,34 @@ def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     assert keep.step_ms == pytest.approx(1.6, abs=0.01) == blind.step_ms
 
 
+def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(tmp_path):
+    """With the fork timed (1 ms of the one worker's 6.2 ms start; 0.2 ms of it the
+    hand-over) the loop waits for the longest of: the k forks (then the hand-over), one
+    worker's start and its batch (6.2 + 2), and every child's start-up and first batch
+    over the CPUs. 2 workers on 2 CPUs: max(2.2, 8.2, 2 x 8 / 2) = 8.2 ms; 6 workers:
+    max(6.2, 8.2, 6 x 8 / 2) = 24 ms. The epoch's end joins them: one took 3 ms, 6 of
+    them over 2 CPUs 9 ms. Once per 24 steps."""
+    from diagnose.model.predict import epoch_end_ms, epoch_start_ms
+
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
+              torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=6.2,
+              input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
+              dataloader_epoch_batches=24, input_worker_fork_ms=1.0,
+              input_worker_stop_ms=3.0)
+    facts = _facts(m, dataloader_num_workers=0, **kw)
+    assert epoch_start_ms(facts, {"num_workers": 2}) == pytest.approx((8.2 + 3) / 24)
+    assert epoch_start_ms(facts, {"num_workers": 6}) == pytest.approx((24 + 9) / 24)
+    assert epoch_end_ms(facts, 6) == pytest.approx(9.0)
+    assert epoch_start_ms(facts, {"num_workers": 2, "persistent_workers": True}) == 0.0
+    p = _predict("num_workers", m, dataloader_num_workers=0, **kw)
+    assert isinstance(p, Prediction) and p.change == {"num_workers": 2}
+    assert p.step_ms == pytest.approx(1.6 + 11.2 / 24, abs=0.01)
+    # the run's own start seen with its 6 workers: its end is added to it
+    six = _facts(m, dataloader_num_workers=6, dataloader_start_ms=26.0, **kw)
+    assert epoch_start_ms(six) == pytest.approx((26 + 9) / 24)
+
+
 def test_a_deeper_queue_changes_nothing_at_the_workers_mean_rate(tmp_path):
     """prefetch_factor: steady waits (the model's mean rate: the step stays, 1.00x); waits
     in bursts (one of 40 ms against a 1 ms median): the model cannot tell."""

@@ -259,6 +259,12 @@ def test_an_epochs_start_is_spread_over_its_steps() -> None:
     with Trial(w, base) as t:
         t.run(30, 8, block=4)
         assert t.timed_restarts == 1 and t.epoch_share_s() == 0.0
+        # that end (the worker shut down and joined) was timed, and a later round whose
+        # blocks hold no epoch's start or end carries both
+        assert t.stop_s is not None and t.stop_s > 0
+        t.run(2, 8, block=4)
+        assert t.timed_restarts == 0
+        assert t.epoch_share_s() == pytest.approx((t.start_s + t.stop_s) / 32)
 
 
 def test_a_tied_advice_is_tried_first() -> None:

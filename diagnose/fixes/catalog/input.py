@@ -9,6 +9,7 @@ from typing import Any
 
 from ...basics import as_number
 from ...model import transforms as tr
+from ...model.predict import epoch_end_ms
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_call, loader_change, some_workers
 from ..config import TrainConfig
 from ..facts import count, cpus, cpus_saturated
@@ -132,7 +133,8 @@ class PersistentWorkers(Fix):
         after the loop, ``input_worker_start_ms``), where live workers would make
         only that batch (``input_inprocess_batch_ms``; a run without workers: its own
         fetch and collate per batch). The difference, once per epoch
-        (``dataloader_epoch_batches`` steps), comes off the mean step. The profiled window
+        (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
+        end (the workers shut down and joined: :func:`epoch_end_ms`). The profiled window
         holds no epoch start, so this is not a replay of the graph."""
         if not self.applies(config, facts):
             return self.why_not(config, facts) or "nothing left to change"
@@ -154,7 +156,10 @@ class PersistentWorkers(Fix):
         if batch is None:
             return ("cannot tell: what one batch costs a worker was not timed (a live "
                     "capture with workers times it)")
-        p = predictor.per_step_saving({"persistent_workers": True}, (start - batch) / n)
+        # and at its end the loader shuts its workers down and joins them (epoch_end_ms)
+        end = epoch_end_ms(facts, config.num_workers)
+        p = predictor.per_step_saving({"persistent_workers": True},
+                                      (start + end - batch) / n)
         return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
                                                    p.speedup),))
 
