@@ -269,15 +269,17 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
     start-up and the hand-over of a copy of a batch) and a worker's batch
     (``input_worker_batch_ms``): the training process forks its k workers one after
-    another while the first starts up and makes its batch, and the children's start-up
-    is CPU work too, over min(k, CPUs) CPUs; the loop waits for the longest of the forks,
-    one worker's start and batch, and every child's start-up and first batch (each
-    worker makes one at once) over the CPUs. Without the fork timed, each start is taken
+    another and only then sends the first batch's indices, and the children's start-up
+    is CPU work too; the loop waits for the longest of: the forks and then a batch, one
+    worker's start and batch, and every child's start-up and first batch (each worker
+    makes one at once) over the CPUs. Without the fork timed, each start is taken
     whole, one after another (an upper bound: on an H100 host, 16 workers on 64-batch
-    epochs were timed at 7.7-8.5 ms a step in all, where that bound alone gave 16 ms).
+    epochs were timed at 7.7-8.5 ms a step in all, where that bound alone gave 16 ms;
+    timed there with 4, 8 and 16 workers, slow_loader's iter() and first batch took 134,
+    146 and 226 ms where this gives 110, 150 and 230, the bound 192, 315 and 562).
     On the 2-CPU VM (a 200 MB process, 17 ms batches) 2, 4 and 6 workers'
     iter() and first batch took 49, 91 and 156 ms, where this gives 49, 96 and 144 (the
-    bound: 79, 140, 200); slow_loader's 40 ms batches 77, 146 and 173 ms, this 62, 121
+    bound: 79, 140, 200); slow_loader's 40 ms batches 77, 146 and 173 ms, this 65, 121
     and 182.
     The end: the one worker's shut-down (``input_worker_stop_ms``), k of them spread over
     the CPUs (slow_loader on the 2-CPU VM: 10, 16 and 24 ms for 2, 4 and 6 workers
@@ -307,7 +309,7 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     if fork is None:
         start = k * each + batch
     else:
-        start = max(k * fork + hand, one + batch, k * (each + batch) / cpus)
+        start = max(k * fork + batch + hand, one + batch, k * (each + batch) / cpus)
     return (start + stop) / n
 
 
