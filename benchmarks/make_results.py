@@ -121,6 +121,16 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU. "
         "Goals: the demo ends 1.3x faster or more; the healthy sample keeps nothing.",
     ),
+    "epoch_start": (
+        "An epoch's start and end with DataLoader workers: timed beside the model",
+        ["benchmarks/epoch_start.py", "--workers", "2,4,6", "--reps", "4", "slow_loader"],
+        "Workers that are not persistent are forked at every epoch's iter() and joined at "
+        "its end; the step model predicts both from what a session times after its loop "
+        "(one worker's start, of it the fork, its end, a batch). Here real loaders with k "
+        "workers are timed over whole epochs (loading alone) beside the model and beside "
+        "the one-after-another bound it used where the fork was not timed. The H100 runs "
+        "are in the GPU section.",
+    ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",
