@@ -43,7 +43,9 @@ Bonferroni split of the error over a fixed maximum number of looks ``K``:
 - The trial reports the intersection of its looks' intervals (:class:`SequentialTrial`).
   It keeps the change when the interval's lower end is above ``1 + min_gain``; it
   stops and reverts when its upper end is below; after the last look (or when the
-  trial's share of the budget ends) it reverts, undecided. A kept change is measured
+  trial's share of the budget ends, from its third round on:
+  ``measure.DEADLINE_MIN_ROUNDS``, as two rounds give the t interval one degree of
+  freedom) it reverts, undecided. A kept change is measured
   on, at the next looks, until its interval is within +-10% (``Plan.precision``): the
   decision stands as taken, the reported speedup gets narrow enough to check the
   prediction against.
