@@ -131,6 +131,17 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "the one-after-another bound it used where the fork was not timed. The H100 runs "
         "are in the GPU section.",
     ),
+    "loop_parts": (
+        "Where augment_cnn's step goes for each split, timed in the loop",
+        ["benchmarks/loop_parts.py", "augment_cnn"],
+        "The job's own loop for each (workers, threads) split, no profiler: each step's "
+        "wait for its batch and its compute, and the batch's making where it was made (in "
+        "a worker where there are workers), beside a worker's batch and the one-thread "
+        "ratio as a session times them. It shows what the step model leaves out of the "
+        "split of 2 workers beside 1 thread that augment_cnn's finding advises: there the "
+        "busy workers make their batches about 1.5x as slowly as the timed one, and the "
+        "main thread's compute is slower than on one thread alone (rows 2,1 and 0,1).",
+    ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",
