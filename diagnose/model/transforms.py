@@ -148,15 +148,23 @@ def _shared(facts: Facts, demand: int, cpus: int) -> float:
 
 def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
                   side: float, k: int, busy: int, threads: int, cpus: int,
-                  rest: bool = False) -> float:
-    """How much longer a worker's batch takes when busy workers and torch's threads
-    oversubscribe the CPUs: (busy workers + threads x u) / CPUs, u being the share of the
-    step in which the main process runs its ops (its threads are then runnable; between
-    ops they sleep), found together with the step it gives: the main process's own work
-    (the model's ops ``slow`` times as long, its other work (as long too with ``rest``),
-    its launches, receiving the batch) or a batch from
-    the workers (``cost`` and their ``side`` of the hand-over each, ``min(k, CPUs)`` at
-    once), whichever is longer."""
+                  rest: bool = False) -> tuple[float, float]:
+    """How much longer a worker's batch, and the main process's own work, take when busy
+    workers and torch's threads oversubscribe the CPUs. Each runnable thread gets an equal
+    part of them: a worker's batch takes (busy workers + threads x u) / CPUs as long, u
+    being the share of the step in which the main process runs its ops (its threads are
+    then runnable; between ops they sleep); on one thread, which has no parallel ops to
+    wait in, its work takes (1 + busy workers x m) / CPUs as long, m being the share of
+    the step in which a worker is making a batch. Found together with the step they give:
+    the main process's own work (the model's ops ``slow`` times as long, its other work
+    (as long too with ``rest``), its launches, receiving the batch) or a batch from the
+    workers (``cost`` and their ``side`` of the hand-over each, ``min(k, CPUs)`` at once),
+    whichever is longer. Timed in augment_cnn's loop on the 2-CPU VM
+    (benchmarks/loop_parts.py), 2 workers beside 1 thread made their batches 1.51x as
+    slowly as one made alone and the main thread's compute took 1.19x its time alone on
+    one thread; this gives 1.4-1.5x and 1.2x. With more threads the main process's part
+    is the caller's (torch's parallel ops wait for descheduled threads: ``contend``).
+    Returns (the workers' factor, the main process's)."""
     main = g.res == g.main
     if g.n_steps:
         fb = _model_ops(g)
@@ -169,12 +177,17 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         ops = busy_main = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
-    u, share = 1.0, 1.0
-    for _ in range(30):  # a fixed point, damped: the share sets the step, the step u
+    u, share, mine, making = 1.0, 1.0, 1.0, 1.0
+    for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         share = max(1.0, (busy + threads * u) / given)
-        step = max(busy_main, (cost * share + side) / at_once)
-        u = 0.5 * (u + (min(1.0, ops / step) if step > 0 else 1.0))
-    return share
+        if threads == 1:
+            mine = max(1.0, (1 + busy * making) / given)
+        step = max(busy_main + ops * (mine - 1.0), (cost * share + side) / at_once)
+        if step <= 0:
+            break
+        u = 0.5 * (u + min(1.0, ops * mine / step))
+        making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
+    return share, mine
 
 
 def _model_ops(g: Graph) -> np.ndarray:
@@ -371,9 +384,8 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # do not fit, the workers share the CPUs with torch's threads while those run the
     # main process's ops: each runnable thread gets an equal part of the CPUs.
     if over:
-        shared = _worker_share(g, facts, contend, mean_cost, hand_over, side, k, busy,
-                               threads, cpus, rest)
-        main_shared = 1.0
+        shared, main_shared = _worker_share(g, facts, contend, mean_cost, hand_over, side,
+                                            k, busy, threads, cpus, rest)
     else:
         shared = main_shared = _shared(facts, threads + busy, cpus) if busy else 1.0
     out = g.copy()
@@ -629,14 +641,15 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
             if loading < 0.95:
                 used = min(now, max(1.0, (pct / 100 - loading) / (1 - loading)))
         scale = max(1.0, used / t)
-    out = g
+    # the main thread's work on its new threads first: the workers' side then shares the
+    # CPUs with it as it will run (num_workers: the share of the step each side runs)
+    out = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), scale)
     if "num_workers" in change:
-        made = num_workers(g, change, facts)
+        made = num_workers(out, change, facts)
         if isinstance(made, str) and not made.startswith("cannot tell: nothing changes"):
             return made
-        out = g if isinstance(made, str) else made
-    host = (out.res == out.main) & out.is_kind(TaskKind.HOST)
-    return out.scale(host, scale)
+        out = out if isinstance(made, str) else made
+    return out
 
 
 # ---------------------------------------------------------------- the host's pauses
