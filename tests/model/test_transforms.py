@@ -410,6 +410,23 @@ def test_a_batched_fetch_then_gc_freeze_compose(tmp_path):
     assert p.predict_steps([]).step_ms == pytest.approx(p.base_ms)
 
 
+def test_a_batched_fetch_does_not_count_the_loaders_own_work_twice(tmp_path):
+    """cpu_loader: 2000 us of fetch and collate a step beside 1000 us of ops. The loop
+    waited 2.2 ms a step for its batch (0.2 ms of the loader's own work beyond the fetch
+    and collate, which the step keeps), and the batched fetch timed 0.5 ms through a
+    loader's next(), that 0.2 ms in it: the fetch becomes 300 us, a 1300 us step (1500
+    counted twice). Without the wait timed, the timing is taken whole."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(input_fetch_ms=1.5, input_collate_ms=0.5, input_batched_fetch_ms=0.5,
+              step_time_unprofiled_mean_ms=3.0)
+    g = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True}, _facts(
+        m, dataloader_wait_unprofiled_share=2.2 / 3.0, **kw))
+    assert _median(g) == pytest.approx(1.3, abs=0.01)
+    whole = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True},
+                                             _facts(m, **kw))
+    assert _median(whole) == pytest.approx(1.5, abs=0.01)
+
+
 def test_a_transform_after_another_starts_from_its_settings(tmp_path):
     """A transform applied after another reads the settings the first one made as the run's
     own: after a batched fetch (in process), num_workers=1 prices its worker at the
