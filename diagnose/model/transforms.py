@@ -148,7 +148,7 @@ def _shared(facts: Facts, demand: int, cpus: int) -> float:
 
 def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
                   side: float, k: int, busy: int, threads: int, cpus: int,
-                  rest: bool = False) -> tuple[float, float]:
+                  rest: bool = False, weigh: bool = True) -> tuple[float, float, float]:
     """How much longer a worker's batch, and the main process's own work, take when busy
     workers and torch's threads oversubscribe the CPUs. Each runnable thread gets an equal
     part of them: a worker's batch takes (busy workers + threads x u) / CPUs as long, u
@@ -162,32 +162,42 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
     whichever is longer. Timed in augment_cnn's loop on the 2-CPU VM
     (benchmarks/loop_parts.py), 2 workers beside 1 thread made their batches 1.51x as
     slowly as one made alone and the main thread's compute took 1.19x its time alone on
-    one thread; this gives 1.4-1.5x and 1.2x. With more threads the main process's part
-    is the caller's (torch's parallel ops wait for descheduled threads: ``contend``).
-    Returns (the workers' factor, the main process's)."""
+    one thread; this gives 1.4-1.5x and 1.2x. With more threads, torch's parallel ops
+    wait for their descheduled threads (``slow``: the caller's rule for workers that are
+    always busy) while the workers make batches: for the share of the step in which more
+    of them are busy than torch's threads leave CPUs (the mean busy workers, W / step,
+    less those CPUs; at most 1). A transformer whose workers made a batch in 6 ms of a
+    107 ms step (benchmarks/jobs/masked_lm.py), beside torch's 2 threads on 2 CPUs, was
+    predicted 0.53x for 2 workers with the ops always slowed; 0.93-1.0x was timed, its
+    compute 1.12-1.16x as long. Without ``weigh`` (a run oversubscribed now, whose
+    measured work :func:`free_contention` frees by the whole rule) the whole rule holds.
+    Returns (the workers' factor, the main process's, the ops' factor)."""
     main = g.res == g.main
     if g.n_steps:
         fb = _model_ops(g)
-        ops = (float(_per_step(g, fb, g.dur).mean()) * slow
-               + float(_per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean())
-               * (slow if rest else 1.0))
-        busy_main = ops + float(_per_step(g, main & g.is_kind(TaskKind.LAUNCH),
-                                          g.dur).mean()) + hand_over
+        model = float(_per_step(g, fb, g.dur).mean())
+        other = float(_per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean())
+        launch = float(_per_step(g, main & g.is_kind(TaskKind.LAUNCH), g.dur).mean())
     else:
-        ops = busy_main = 0.0
+        model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
-    u, share, mine, making = 1.0, 1.0, 1.0, 1.0
+    free = max(0, cpus - threads)  # CPUs torch's threads leave to the workers
+    u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
+        ops = model * ops_slow + other * (ops_slow if rest else 1.0)
         share = max(1.0, (busy + threads * u) / given)
         if threads == 1:
             mine = max(1.0, (1 + busy * making) / given)
-        step = max(busy_main + ops * (mine - 1.0), (cost * share + side) / at_once)
+        step = max(ops + launch + hand_over + ops * (mine - 1.0),
+                   (cost * share + side) / at_once)
         if step <= 0:
             break
         u = 0.5 * (u + min(1.0, ops * mine / step))
         making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
-    return share, mine
+        if threads > 1 and weigh:
+            ops_slow = 1.0 + (slow - 1.0) * min(1.0, max(0.0, busy * making - free))
+    return share, mine, ops_slow
 
 
 def _model_ops(g: Graph) -> np.ndarray:
@@ -384,8 +394,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # do not fit, the workers share the CPUs with torch's threads while those run the
     # main process's ops: each runnable thread gets an equal part of the CPUs.
     if over:
-        shared, main_shared = _worker_share(g, facts, contend, mean_cost, hand_over, side,
-                                            k, busy, threads, cpus, rest)
+        shared, main_shared, contend = _worker_share(g, facts, contend, mean_cost, hand_over,
+                                                     side, k, busy, threads, cpus, rest,
+                                                     weigh=not over_now)
     else:
         shared = main_shared = _shared(facts, threads + busy, cpus) if busy else 1.0
     out = g.copy()

@@ -689,9 +689,11 @@ def test_freeing_contention_frees_torchs_ops(tmp_path):
 def test_a_change_that_oversubscribes_slows_the_optimizer_too(tmp_path):
     """In-process loading beside torch's 2 threads on 2 CPUs; one worker takes a core from
     them, and the optimizer's ops, split across the threads like the model's, wait for a
-    descheduled thread alike: both take 2 / (2 - 1) = 2x as long. A run oversubscribed
-    now (6 workers) has that in its measured optimizer, as much as its workers were busy
-    while it ran: only the model's ops are freed and slowed again."""
+    descheduled thread alike: both take up to 2 / (2 - 1) = 2x as long, for the share of
+    the step the worker is busy. Its batch (2000 us, 1.5x as long beside the threads)
+    sets the step here: it is busy nearly all of it. A run oversubscribed now (6 workers)
+    has that in its measured optimizer, as much as its workers were busy while it ran:
+    only the model's ops are freed and slowed again."""
     from tests import tracebuilder as tb
 
     def graph(workers: int) -> Any:
@@ -716,14 +718,56 @@ def test_a_change_that_oversubscribes_slows_the_optimizer_too(tmp_path):
     one = tr.num_workers(g, {"num_workers": 1}, {**facts, "dataloader_num_workers": 0})
     assert not isinstance(one, str)
     (opt0, fb0), (opt1, fb1) = opt_fb(g), opt_fb(one)
-    assert opt0 >= 500 and opt1 == pytest.approx(2 * opt0, rel=0.01)
-    assert fb1 == pytest.approx(2 * fb0, rel=0.01)
+    assert opt0 >= 500 and 1.9 * opt0 <= opt1 <= 2 * opt0
+    assert opt1 / opt0 == pytest.approx(fb1 / fb0, rel=1e-6)
     g6 = graph(6)
     two = tr.num_workers(g6, {"num_workers": 2}, {**facts, "dataloader_num_workers": 6,
                                                   "input_worker_batch_ms": 2.0})
     assert not isinstance(two, str)
     (opt6, fb6), (opt2, fb2) = opt_fb(g6), opt_fb(two)
     assert opt2 == pytest.approx(opt6, rel=0.01) and fb2 == pytest.approx(fb6, rel=0.01)
+
+
+def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work(tmp_path):
+    """A compute-bound step (a 100 ms op beside a 6 ms in-process fetch), torch on 2
+    threads on 2 CPUs. A worker makes a batch in 6 ms alone, 9 ms beside torch's busy
+    threads ((1 + 2 x 1) / 2 = 1.5x), once a step: torch's ops wait for a descheduled
+    thread (2x) only in that share of the step, 9 / 100 or so, not all of it (which
+    predicted 0.53x for such a job where 0.93-1.0x was timed). Known answer: the fixed
+    point of op = 100 x (1 + 9 / step), step = op + 0.2 ms of hand-over (~109.4 ms)."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(6000)
+            b.cpu(100_000, "aten::addmm")
+    g = _model(b, tmp_path).graph
+    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
+             "proc_cpu_mean_pct": 190.0, "input_worker_handover_ms": 0.2,
+             "input_worker_batch_ms": 6.0, "dataloader_num_workers": 0}
+    one = tr.num_workers(g, {"num_workers": 1}, facts)
+    assert not isinstance(one, str)
+    fb = (one.res == one.main) & ((one.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    op = float(one.dur[fb].sum()) / one.n_steps / 1e3
+    step = op + 0.2
+    assert op == pytest.approx(100 * (1 + 9 / step), rel=0.01)
+    assert 108 < op < 110  # the whole rule would give 200
+    # a run with 2 workers beside 2 threads now keeps the whole rule its measured work
+    # is freed by: the same config again predicts the step it has
+    now = {**facts, "dataloader_num_workers": 2}
+    b2 = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b2.step():
+            b2.dataloader(500, workers=2)
+            b2.cpu(100_000, "aten::addmm")
+    (tmp_path / "w2").mkdir()
+    g2 = _model(b2, tmp_path / "w2").graph
+    same = tr.num_workers(g2, {"num_workers": 2}, now)
+    assert not isinstance(same, str)
+    fb2 = (g2.res == g2.main) & ((g2.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    fbs = (same.res == same.main) & ((same.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    assert float(same.dur[fbs].sum()) == pytest.approx(float(g2.dur[fb2].sum()), rel=0.01)
 
 
 def test_calibration_takes_the_profilers_cost_off_per_event(tmp_path):
