@@ -150,12 +150,17 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
                   side: float, k: int, busy: int, threads: int, cpus: int,
                   rest: bool = False, weigh: bool = True) -> tuple[float, float, float]:
     """How much longer a worker's batch, and the main process's own work, take when busy
-    workers and torch's threads oversubscribe the CPUs. Each runnable thread gets an equal
-    part of them: a worker's batch takes (busy workers + threads x u) / CPUs as long, u
-    being the share of the step in which the main process runs its ops (its threads are
-    then runnable; between ops they sleep); on one thread, which has no parallel ops to
-    wait in, its work takes (1 + busy workers x m) / CPUs as long, m being the share of
-    the step in which a worker is making a batch. Found together with the step they give:
+    workers and torch's threads oversubscribe the CPUs. The runnable threads beyond the
+    CPUs (busy workers + threads x u - CPUs, u being the share of the step in which the
+    main process runs its ops: its threads are then runnable; between ops they sleep) each
+    double up with one, and workers land beside torch's threads: that many of the busy
+    workers run at half speed (where all of them do, (busy workers + threads x u) / CPUs,
+    an equal part of the CPUs each). One worker beside torch's 2 threads on 2 CPUs made
+    its batches 2.0x as slowly as alone in tokenizing's loop and 2.4x in masked_lm's
+    (benchmarks/loop_parts.py), where an equal part said 1.5x. On one thread, which has
+    no parallel ops to wait in, its work takes (1 + busy workers x m) / CPUs as long, m
+    being the share of the step in which a worker is making a batch. Found together with
+    the step they give:
     the main process's own work (the model's ops ``slow`` times as long, its other work
     (as long too with ``rest``), its launches, receiving the batch) or a batch from the
     workers (``cost`` and their ``side`` of the hand-over each, ``min(k, CPUs)`` at once),
@@ -186,7 +191,9 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
-        share = max(1.0, (busy + threads * u) / given)
+        # the runnable threads beyond the CPUs each double up with one; workers land
+        # beside torch's threads (one on each CPU, always runnable inside its ops)
+        share = 1.0 + max(0.0, min(busy, busy + threads * u - given)) / max(busy, 1)
         if threads == 1:
             mine = max(1.0, (1 + busy * making) / given)
         step = max(ops + launch + hand_over + ops * (mine - 1.0),
