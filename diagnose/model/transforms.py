@@ -146,6 +146,21 @@ def _shared(facts: Facts, demand: int, cpus: int) -> float:
     return max(1.0, min(demand, cpus) / cap)
 
 
+def _doubled(busy: float, threads: float, u: float, given: float) -> float:
+    """How much longer busy workers' batches take beside torch's threads (busy a share
+    ``u`` of the step) on ``given`` CPUs: the runnable threads beyond the CPUs each double
+    up with one, and workers land beside torch's threads (one on each CPU, always runnable
+    inside its ops), so that many of the busy workers run at half speed."""
+    return 1.0 + max(0.0, min(busy, busy + threads * u - given)) / max(busy, 1.0)
+
+
+def _contended(busy: float, making: float, cpus: int, threads: int) -> float:
+    """The share of the step in which more workers are busy than torch's threads leave
+    CPUs (``making``: the share of the step each of ``busy`` workers makes a batch in):
+    torch's parallel ops wait for their descheduled threads then, at most all the time."""
+    return min(1.0, max(0.0, busy * making - max(0, cpus - threads)))
+
+
 def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
                   side: float, k: int, busy: int, threads: int, cpus: int,
                   rest: bool = False, weigh: bool = True) -> tuple[float, float, float]:
@@ -187,13 +202,10 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
-    free = max(0, cpus - threads)  # CPUs torch's threads leave to the workers
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
-        # the runnable threads beyond the CPUs each double up with one; workers land
-        # beside torch's threads (one on each CPU, always runnable inside its ops)
-        share = 1.0 + max(0.0, min(busy, busy + threads * u - given)) / max(busy, 1)
+        share = _doubled(busy, threads, u, given)
         if threads == 1:
             mine = max(1.0, (1 + busy * making) / given)
         step = max(ops + launch + hand_over + ops * (mine - 1.0),
@@ -203,7 +215,7 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         u = 0.5 * (u + min(1.0, ops * mine / step))
         making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
         if threads > 1 and weigh:
-            ops_slow = 1.0 + (slow - 1.0) * min(1.0, max(0.0, busy * making - free))
+            ops_slow = 1.0 + (slow - 1.0) * _contended(busy, making, cpus, threads)
     return share, mine, ops_slow
 
 
@@ -259,7 +271,13 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     forward and backward took 1.9-2.0x as long, and so did the optimizer once the clock
     timed seconds of steps (2.5 s): a few tenths of a second of them caught the workers'
     busy spells at a random phase, 1.0-1.6x, and freeing the optimizer then predicted
-    that job's splits 0.73-0.87 of what was timed."""
+    that job's splits 0.73-0.87 of what was timed. The whole rule, not weighed by the
+    share of the step the workers are busy as a change's is (:func:`_worker_share`): the
+    window's ops hold more than the loop's compute (too_many_workers: 15.4 ms of ops in a
+    17.1 ms step, where the loop timed 12.0 ms of compute with its workers and 6.9-8.2 ms
+    without them, benchmarks/loop_parts.py): halved they give that compute, weighed
+    (1.68x) they predicted its 2 workers beside one thread at 1.29x where 1.4-1.56x was
+    timed."""
     cpus = cpus_for_workers(facts)
     threads = busy_threads(facts)
     c = _contention(facts, _num(facts, "dataloader_num_workers"), threads, cpus or 1)
