@@ -84,9 +84,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "`--offline DIR` predicts them again with a changed model, so that a change to the "
         "model is judged on the same captures and timings. It shows where the model is "
         "weak: workers beside torch's 2 threads on the 2 CPUs (configs `1w`, `2w`) for "
-        "augment_cnn and tensor_rows timed 0.58-0.78 of their prediction (torch's parallel "
-        "ops wait for their descheduled threads longer than the model's rule says), and a "
-        "capture taken in a busy moment moves a job's predictions by 20-40%.",
+        "augment_cnn and tensor_rows timed 0.58-0.78 of their prediction (workers whose "
+        "own work is torch ops slow torch's compute more than the CPUs' sharing says), and "
+        "a capture taken in a busy moment moves a job's predictions by 20-40%. masked_lm "
+        "(workers that rest most of the step) was predicted 0.53x for 1 and 2 workers "
+        "until 657ff36, where 0.94x was timed.",
     ),
     "predict_spread": (
         "One job's predictions, capture after capture",
@@ -132,15 +134,19 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "are in the GPU section.",
     ),
     "loop_parts": (
-        "Where augment_cnn's step goes for each split, timed in the loop",
-        ["benchmarks/loop_parts.py", "augment_cnn"],
+        "Where a job's step goes for each split, timed in the loop",
+        ["benchmarks/loop_parts.py", "augment_cnn", "--splits", "0,2", "2,2", "2,1", "1,2",
+         "0,2", "--steps", "160"],
         "The job's own loop for each (workers, threads) split, no profiler: each step's "
         "wait for its batch and its compute, and the batch's making where it was made (in "
         "a worker where there are workers), beside a worker's batch and the one-thread "
-        "ratio as a session times them. It shows what the step model leaves out of the "
-        "split of 2 workers beside 1 thread that augment_cnn's finding advises: there the "
-        "busy workers make their batches about 1.5x as slowly as the timed one, and the "
-        "main thread's compute is slower than on one thread alone (rows 2,1 and 0,1).",
+        "ratio as a session times them. What the step model's sharing rules come from: 2 "
+        "workers beside 1 thread make their batches about 1.5x as slowly as the timed one "
+        "(augment_cnn); one worker beside torch's 2 threads 2.0-2.4x (tokenizing, "
+        "masked_lm), and torch's compute then slows only as much as the workers are busy "
+        "(masked_lm's workers rest most of the step: 1.16x). Where it is weak: "
+        "augment_cnn's 2 workers beside torch's 2 threads, whose own work is torch ops, "
+        "made its compute 2.1-3x as long, where the model says 2x.",
     ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
