@@ -280,14 +280,17 @@ def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None
             round(stop * 1e3, 4))
 
 
-def time_inprocess_batch(loader: Any, repeat: int = 4) -> float | None:
+def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
     """One batch made in the training process as an in-process loader would make it (the
     dataset's items for the first ``batch_size`` indices, then the loader's collate_fn),
-    the best of ``repeat`` (ms): what a batch costs without workers, timed after the loop
-    with nothing else running (the best of 2 once read 20.7 ms where the others gave
-    10.2-11.1 on a shared 2-vCPU host). The RNG states the dataset may draw from (torch, random,
-    numpy) are put back. None for an iterable dataset, a custom batch sampler or a
-    ``__getitems__`` dataset's failure."""
+    the median of ``repeat`` (ms): what a batch costs without workers, timed after the
+    loop. The median, not the least: the loop's own batches are a typical time, and on a
+    shared 2-vCPU host the least of a few timings was 0.55-0.6x their median one day
+    (tokenizing, timed in turn with the loop's own next(): the median 11.0-12.6 ms, the
+    loop's 11.3-13.0, the least 6.8-7.0), while a median lets one busy moment through
+    (the best of 2 once read 20.7 ms where the others gave 10.2-11.1). The RNG states the
+    dataset may draw from (torch, random, numpy) are put back. None for an iterable
+    dataset, a custom batch sampler or a ``__getitems__`` dataset's failure."""
     import random
 
     import torch
@@ -309,19 +312,19 @@ def time_inprocess_batch(loader: Any, repeat: int = 4) -> float | None:
         states.append((np.random.set_state, np.random.get_state()))
     except ImportError:  # pragma: no cover
         pass
-    best = float("inf")
+    times: list[float] = []
     try:
         for _ in range(repeat):
             t0 = time.perf_counter()
             many = getattr(ds, "__getitems__", None)
             collate(many(idx) if callable(many) else [ds[i] for i in idx])
-            best = min(best, time.perf_counter() - t0)
-            if best > SLOW_FORWARD_S:
+            times.append(time.perf_counter() - t0)
+            if times[-1] > SLOW_FORWARD_S:
                 break
     finally:
         for put, state in states:
             put(state)
-    return round(best * 1e3, 4)
+    return round(statistics.median(times) * 1e3, 4)
 
 
 #: the Python loop each process of :func:`time_cpu_capacity` runs (about 40 ms on the
@@ -387,7 +390,9 @@ def _concurrent_s(k: int, work: Callable[[], float]) -> float | None:
 def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, float] | None:
     """(the work's seconds alone; the CPUs' worth ``n`` processes did at once), from
     ``rounds`` (more while cheap: :data:`CAPACITY_S`) alternating rounds of one process and
-    of ``n``: each side's least time, as a busy moment only adds to it, so
+    of ``n``. The work's time alone is its median round, a typical time as the loop's
+    are (:func:`time_inprocess_batch` says why not the least). The capacity is a ratio of
+    two sides timed apart: each side's least time, as a busy moment only adds to it, so
     ``n x least alone / least together``. The median of
     the rounds' own ratios let one disturbed side of a round through: on the 2-vCPU
     development VM it ranged 1.27-2.0 over ten timings of one loader (standard deviation
@@ -403,7 +408,8 @@ def _capacity(n: int, work: Callable[[], float], rounds: int) -> tuple[float, fl
             return None
         alone.append(one)
         together.append(many)
-    return min(alone), min(float(n), max(1.0, n * min(alone) / min(together)))
+    return (statistics.median(alone),
+            min(float(n), max(1.0, n * min(alone) / min(together))))
 
 
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
@@ -428,8 +434,8 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     memory as a worker's does) make the loader's second batch (the dataset's items for the second
     ``batch_size`` indices, then its collate_fn) after its first, one alone and one per
     CPU at once.
-    Returns (ms a batch alone: the least of :data:`CAPACITY_ROUNDS` rounds; the capacity
-    their least times give, :func:`_capacity`); None for an iterable
+    Returns (ms a batch alone: the median of :data:`CAPACITY_ROUNDS` or more rounds; the
+    capacity their least times give, :func:`_capacity`); None for an iterable
     dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
     batch over half a second (the exit must stay quick)."""
     import os

@@ -455,15 +455,16 @@ class Session:
                 made = time_worker_batches(self.loader, usable_cpus())
                 if made is not None:
                     ctx["dataloader"]["worker_batch_ms"] = made[0]
-                    # the in-process batch once more, after the worker's: of the two, the
-                    # quicker (a busy moment only slows one), so that the loop's pace is
-                    # set against a timing made at the worker's moment. Four captures of
+                    # the in-process batch once more, after the worker's: the mean of
+                    # the two (medians each), so that the loop's pace is set against
+                    # timings on both sides of the worker's moment. Four captures of
                     # augment_cnn timed it 10.4-14.7 ms where the worker's batch took
                     # 13.6-14.3: the pace 0.83-1.30, its one worker predicted 1.05-1.63x
                     again = time_inprocess_batch(self.loader)
                     first = ctx["dataloader"].get("inprocess_batch_ms")
-                    if again is not None and (first is None or again < first):
-                        ctx["dataloader"]["inprocess_batch_ms"] = again
+                    if again is not None:
+                        ctx["dataloader"]["inprocess_batch_ms"] = (
+                            again if first is None else round((first + again) / 2, 4))
                 # a busy moment on a shared host lowers one timing (1.3-1.6 against
                 # 1.8-2.0 on the 2-vCPU development VM, one timing in five): the larger of
                 # two timed apart is what the CPUs give; SMT siblings lower both

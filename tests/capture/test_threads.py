@@ -124,6 +124,30 @@ def test_cpu_capacity_takes_each_sides_least_time(monkeypatch: pytest.MonkeyPatc
     assert th._capacity(2, lambda: 0.0, 3) == (0.010, 1.25)
 
 
+def test_the_work_alone_is_its_median_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch alone is its typical (median) round, as the loop's batches are typical
+    times; the capacity still comes from each side's least time (a busy moment only adds
+    to a side). Alone 10, 14 and 12 ms, two at once 10 ms each time: 12 ms, 2 CPUs."""
+    import diagnose.capture.threads as th
+
+    it = iter([0.010, 0.010, 0.014, 0.010, 0.012, 0.010])  # (one, many) by round
+    monkeypatch.setattr(th, "CAPACITY_S", 0.0)
+    monkeypatch.setattr(th, "_concurrent_s", lambda k, work: next(it))
+    assert th._capacity(2, lambda: 0.0, 3) == (0.012, 2.0)
+
+
+def test_an_in_process_batch_is_its_median_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process batch is the median of its repeats, not the least: a loop's batches
+    are typical times (the least of a few was 0.55-0.6x the median on a shared 2-vCPU
+    host), and one busy repeat does not move a median."""
+    import diagnose.capture.threads as th
+
+    ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.011, 3.0, 3.012, 4.0, 4.013])
+    monkeypatch.setattr(th.time, "perf_counter", lambda: next(ticks))
+    loader = DataLoader(TensorDataset(torch.randn(40, 4)), batch_size=10)
+    assert th.time_inprocess_batch(loader, repeat=5) == 12.0
+
+
 def test_a_workers_batch_is_timed_in_forked_processes():
     """A forked process set up as a worker (one intra-op thread) makes the loader's second
     batch: its time, and the CPUs' worth of batches one process per CPU made at once; the
