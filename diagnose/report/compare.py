@@ -165,7 +165,8 @@ class StepComparison:
         if self.diff is None:
             return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
                 ": no per-step times, no interval"
-        return f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {self.diff.verdict}"
+        return (f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {self.diff.verdict}"
+                f"{self.diff.why()}")
 
 
 def _series(r: Analysis, name: str) -> list[float]:

@@ -71,6 +71,19 @@ class StepDiff:
             return "worse"
         return "within noise"
 
+    def why(self) -> str:
+        """Why "within noise" where the steps do differ (the interval excludes no change
+        but reaches into the band): the clause the text puts after the verdict, else ""."""
+        if self.verdict != "within noise" or self.lo_pct is None or self.hi_pct is None:
+            return ""
+        if not (self.lo_pct > 0 or self.hi_pct < 0):
+            return ""
+        side = "slower" if self.lo_pct > 0 else "faster"
+        near = min(abs(self.lo_pct), abs(self.hi_pct))
+        return (f" (B's steps are {side}, but by as little as {near:.1f}% at the "
+                f"interval's near end, within the ±{self.floor_pct:g}% that two captures "
+                "of one unchanged job can differ by)")
+
     def interval_text(self) -> str:
         if self.lo_pct is None or self.hi_pct is None:
             return (f"too few steps ({self.a.n} and {self.b.n}) for a "

@@ -67,6 +67,18 @@ def test_small_change_inside_the_floor_is_within_noise() -> None:
     assert step_difference(a, b).verdict == "within noise"
 
 
+def test_steps_that_differ_inside_the_floor_say_why_within_noise() -> None:
+    """An interval that excludes no change but reaches into the band is "within noise"
+    with its reason (a +12.7% change read "within noise" with nothing more); one that
+    covers no change, or a verdict of better or worse, has no clause."""
+    a = [20.0, 20.1, 19.9, 20.05, 19.95, 20.02]
+    d = step_difference(a, [x * 1.03 for x in a])
+    assert d.lo_pct > 0 and "B's steps are slower" in d.why() and "±5%" in d.why()
+    assert "faster" in step_difference(a, [x / 1.03 for x in a]).why()
+    assert step_difference(a, a[::-1]).why() == ""
+    assert step_difference(a, [x * 1.3 for x in a]).why() == ""  # worse: no clause
+
+
 def test_too_few_steps_gives_no_interval() -> None:
     d = step_difference([10, 11], [20, 21, 22])
     assert d.lo_pct is None and d.verdict == "within noise" and "too few steps" in d.interval_text()
