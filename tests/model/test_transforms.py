@@ -642,6 +642,35 @@ def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
     assert _main_per_step(arrivals, TaskKind.HOST) == pytest.approx(2.4, rel=0.02)
 
 
+def test_calibration_gives_each_step_the_clocks_mean_loading(tmp_path):
+    """In-process loading of 2000 us a step, but one of the window's 3 steps met a
+    collector's pause in it (12000 us), then 1000 us of ops each. The clock's 40 steps
+    timed 5000 us of fetch and collate and a 6000 us step on average: the pause fell in one
+    step of a few. Every calibrated step loads 5000 us and its ops keep the other 1000 us;
+    fitted to the median step with the window's loading as it fell, the ops were squeezed
+    to the profiler's floor, and a batched fetch of 500 us was predicted 0.5 + 0.5 ms a
+    step where the ops alone take 1 ms."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for w in (2000, 12000, 2000):
+        with b.step():
+            b.dataloader(w)
+            b.cpu(1000, "aten::addmm")
+    m = _model(b, tmp_path)
+    facts = _facts(m, step_time_unprofiled_mean_ms=6.0, input_fetch_ms=4.0,
+                   input_collate_ms=1.0, input_batched_fetch_ms=0.5)
+    p = Predictor(m, facts)
+    assert p.base_replay == pytest.approx(6.0, rel=0.01)
+    fetch = p.g.is_kind(TaskKind.FETCH) & (p.g.step >= 0)
+    per = np.bincount(p.g.step[fetch], weights=p.g.dur[fetch], minlength=p.g.n_steps)
+    assert per == pytest.approx([5000.0] * 3, rel=0.01)
+    assert _main_per_step(p, TaskKind.HOST) + _main_per_step(p, TaskKind.LAUNCH) \
+        == pytest.approx(1.0, rel=0.03)
+    batched = p.predict_change(tr.batched_fetch, {"batched_fetch": True})
+    assert batched.step_ms == pytest.approx(1.5, rel=0.05)
+
+
 def test_calibration_sets_the_optimizer_the_clock_timed(tmp_path):
     """Steps of a 200 us wait for a batch, 3000 us of ops and an optimizer.step() of 10 ops
     x 200 us (the profiler's cost in each of them). The clock timed 3800 us a step without
