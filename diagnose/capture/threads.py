@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 #: rounds of (torch's threads, one thread) after one warm-up forward of each: ROUNDS at
@@ -99,15 +100,55 @@ def _first_tensor(out: Any) -> Any:
     return None
 
 
+@contextmanager
+def _model_work(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]]
+                ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
+    """(the forward alone, the forward with its backward) on ``inputs``, each returning
+    its seconds after :data:`IDLE_S` asleep; the backward goes through
+    ``torch.autograd.grad`` (no ``.grad`` is written). The RNG state, the model's buffers
+    and torch's thread count are put back on the way out."""
+    import torch
+
+    args, kwargs = inputs
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = torch.get_num_threads()
+    rng = torch.get_rng_state()
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+
+    def forward() -> float:
+        time.sleep(IDLE_S)  # as in the loop: the pool has been idle while a batch loaded
+        t0 = time.perf_counter()
+        with torch.enable_grad():  # as the loop's forward runs: recording for backward
+            model(*args, **kwargs)
+        return time.perf_counter() - t0
+
+    def work() -> float:
+        time.sleep(IDLE_S)  # the pool's threads go idle between steps in a real loop too
+        t0 = time.perf_counter()
+        with torch.enable_grad():
+            out = _first_tensor(model(*args, **kwargs))
+            if params and out is not None and out.requires_grad:
+                torch.autograd.grad(out.float().sum(), params, allow_unused=True)
+        return time.perf_counter() - t0
+
+    try:
+        yield forward, work
+    finally:
+        torch.set_num_threads(n)
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+
+
 def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | None
                  ) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
-    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone (``forward_ms``, to set
-    beside the loop's own forward), and the forward with its backward (``work_ms``,
-    ``work_1thread_ms``). The backward goes through ``torch.autograd.grad``, which returns
-    the gradients without touching any ``.grad``; the RNG state, the model's buffers and
-    the thread count are put back. None where it does not apply (no inputs, a GPU model,
-    one thread already)."""
+    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone
+    (``forward_ms``, to set beside the loop's own forward), and the forward with its
+    backward (``work_ms``, ``work_1thread_ms``), as :func:`_model_work` runs them (nothing
+    of the run changes). None where it does not apply (no inputs, a GPU model, one thread
+    already)."""
     if inputs is None or model is None or not _on_cpu(model):
         return None
     import torch
@@ -115,34 +156,16 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
     n = torch.get_num_threads()
     if n < 2:
         return None
-    args, kwargs = inputs
-    params = [p for p in model.parameters() if p.requires_grad]
-    rng = torch.get_rng_state()
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
-    backward = bool(params)
-
-    def work() -> float:
-        time.sleep(IDLE_S)  # the pool's threads go idle between steps in a real loop too
-        t0 = time.perf_counter()
-        with torch.enable_grad():
-            out = _first_tensor(model(*args, **kwargs))
-            if backward and out is not None and out.requires_grad:
-                torch.autograd.grad(out.float().sum(), params, allow_unused=True)
-        return time.perf_counter() - t0
-
+    backward = any(p.requires_grad for p in model.parameters())
     start = time.perf_counter()
-    try:
+    with _model_work(model, inputs) as (forward, work):
         for k in range(MAX_ROUNDS + 1):
             if k > ROUNDS and time.perf_counter() - start > ROUNDS_S:
                 break
             torch.set_num_threads(n)
-            time.sleep(IDLE_S)  # as in the loop: the pool has been idle while a batch loaded
             t0 = time.perf_counter()
-            with torch.enable_grad():  # as the loop's forward runs: recording for backward
-                model(*args, **kwargs)
-            t1 = time.perf_counter()
-            times["forward"].append(t1 - t0)
+            times["forward"].append(forward())
             times["work"].append(work())
             torch.set_num_threads(1)
             times["work_1thread"].append(work())
@@ -151,18 +174,121 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
                     v.clear()
             if time.perf_counter() - t0 > 3 * SLOW_FORWARD_S:
                 break
-    finally:
-        torch.set_num_threads(n)
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-        torch.set_rng_state(rng)
     if not times["work"]:
         return None
     out: dict[str, Any] = {"torch_threads": n, "backward": backward}
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     return out
+
+
+#: busy processes beyond the CPUs torch's threads leave, timed by time_threads_beside_busy
+#: (1, then 2: a worker more, where two are busy at once)
+BUSY_EXCESS = (1, 2)
+#: rounds of each (a quiet work, then the work beside the busy processes), more while all
+#: of them took under BUSY_S seconds
+BUSY_ROUNDS = 3
+BUSY_MAX_ROUNDS = 8
+BUSY_S = 1.0
+#: no more busy processes than this (torch on few threads of many CPUs: not timed)
+BUSY_MAX_PROCS = 8
+#: timed works beside each set of busy processes (after an untimed one)
+BUSY_REPEAT = 2
+
+
+#: a busy process: Python work until its parent (this process) is gone
+_SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    sum(range(1000))\n"
+
+
+def _spinners(k: int) -> list[Any]:
+    """``k`` processes, stopped, that keep one CPU each busy with Python once continued (as
+    a worker making a batch does). Fresh interpreters, not forks: a fork shares this
+    process's pages, and each of its writes after it copies one (the model's work timed
+    right after forking took 3-8x as long)."""
+    import signal
+    import subprocess
+    import sys
+
+    procs = []
+    for _ in range(k):
+        p = subprocess.Popen([sys.executable, "-S", "-c", _SPIN],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        p.send_signal(signal.SIGSTOP)
+        procs.append(p)
+    return procs
+
+
+def _run(procs: list[Any], k: int) -> None:
+    """The first ``k`` of ``procs`` running, the others stopped."""
+    import signal
+
+    for i, p in enumerate(procs):
+        p.send_signal(signal.SIGCONT if i < k else signal.SIGSTOP)
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+
+
+def time_threads_beside_busy(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]]
+                             | None, cpus: int) -> dict[str, Any] | None:
+    """The model's forward and backward on torch's threads beside processes that keep a
+    CPU busy each, as DataLoader workers making batches do: one more of them than the CPUs
+    torch's threads leave, then two (:data:`BUSY_EXCESS`). Torch's parallel ops wait for
+    their descheduled threads, at every op: on the 2-vCPU development VM one busy process
+    beside 2 threads made four jobs' forward and backward 2.1-2.5x as long, two of them
+    5.3-7.2x (benchmarks/jobs, busy processes forked; the CPUs' share, threads / CPUs
+    left, says 2x and 2x), and
+    a step model that took 2x predicted 2 workers beside 2 threads 1.23-1.37x where
+    0.89-0.96x was timed (augment_cnn, tensor_rows). Timed so, 1.5-2.3x and 2.2-10x
+    (the second moves most: which threads the scheduler leaves waiting is chance). Returns
+    ``{"torch_threads", "cpus", "work_ms", "busy_ratio": {excess: the work's time beside
+    them / work_ms}}`` (the medians of :data:`BUSY_ROUNDS` to :data:`BUSY_MAX_ROUNDS`
+    alternating rounds); None where it does not apply (no inputs, a GPU model, one thread,
+    no SIGSTOP to pause the busy processes with, more of them than
+    :data:`BUSY_MAX_PROCS`)."""
+    import signal
+
+    if (inputs is None or model is None or not _on_cpu(model)
+            or not hasattr(signal, "SIGSTOP")):
+        return None
+    import torch
+
+    n = torch.get_num_threads()
+    left = max(0, cpus - n)
+    if n < 2 or cpus < 1 or left + max(BUSY_EXCESS) > BUSY_MAX_PROCS:
+        return None
+    quiet: list[float] = []
+    busy: dict[int, list[float]] = {e: [] for e in BUSY_EXCESS}
+    procs = _spinners(left + max(BUSY_EXCESS))
+    start = time.perf_counter()
+    try:
+        with _model_work(model, inputs) as (_, work):
+            work()  # warm
+            for k in range(BUSY_MAX_ROUNDS):
+                if k >= BUSY_ROUNDS and time.perf_counter() - start > BUSY_S:
+                    break
+                t0 = time.perf_counter()
+                for e in BUSY_EXCESS:
+                    _run(procs, 0)
+                    quiet.append(work())
+                    _run(procs, left + e)
+                    busy[e].extend(work() for _ in range(BUSY_REPEAT))
+                _run(procs, 0)
+                if time.perf_counter() - t0 > 3 * SLOW_FORWARD_S:
+                    break
+    finally:
+        _stop(procs)
+    if not quiet:
+        return None
+    base = statistics.median(quiet)
+    return {"torch_threads": n, "cpus": cpus, "work_ms": round(base * 1e3, 4),
+            "busy_ratio": {str(e): round(statistics.median(v) / base, 4)
+                           for e, v in busy.items() if v}}
 
 
 def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None

@@ -119,6 +119,13 @@ CATALOG: dict[str, tuple[str, str]] = {
     "threads_one_thread_ratio": (
         "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
         "model's ops (1.0: they do not scale with threads)"),
+    "threads_busy_ratio_1": (
+        "ratio", "the model's forward and backward on torch's threads beside one busy process "
+        "more than the CPUs those threads leave, over the same work alone (after the loop; "
+        "what a busy DataLoader worker costs torch's parallel ops)"),
+    "threads_busy_ratio_2": (
+        "ratio", "the same beside two busy processes more than the CPUs torch's threads "
+        "leave"),
     "forward_contention": (
         "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
         "forward ran than the same forward alone (workers or other processes on the cores)"),
@@ -287,6 +294,11 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(input_by_cause(_get(ctx, "capture"), _get(ctx, "dataloader")))
     out.update(_cuda_memory(_get(ctx, "capture", "cuda_memory")))
     out.update(_forward_metrics(out, ctx.get("threads")))
+    busy = ctx.get("threads_busy")
+    ratios = busy.get("busy_ratio") if isinstance(busy, dict) else None
+    for e in ("1", "2"):
+        v = as_number(ratios.get(e)) if isinstance(ratios, dict) else None
+        out[f"threads_busy_ratio_{e}"] = v if v is not None and v > 0 else None
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)

@@ -202,6 +202,10 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
+    # the session timed torch's ops beside busy processes: the pace they keep with 0..busy
+    # workers busy at once (:func:`_busy_mix`); else the CPUs' share, weighed by the share
+    # of the step more workers are busy than the threads leave CPUs (:func:`_contended`)
+    measured = _num(facts, "threads_busy_ratio_1") is not None
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
@@ -215,8 +219,37 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
         u = 0.5 * (u + min(1.0, ops * mine / step))
         making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
         if threads > 1 and weigh:
-            ops_slow = 1.0 + (slow - 1.0) * _contended(busy, making, cpus, threads)
+            ops_slow = (_busy_mix(facts, busy, making, cpus, threads) if measured else
+                        1.0 + (slow - 1.0) * _contended(busy, making, cpus, threads))
     return share, mine, ops_slow
+
+
+def _busy_ratio(facts: Facts, j: int, cpus: int, threads: int) -> float:
+    """How much longer torch's ops take on ``threads`` threads while ``j`` workers are busy
+    at once: 1 where they fit the CPUs; else as the session timed the model's work beside
+    busy processes, one or two more than the CPUs the threads leave
+    (``threads_busy_ratio_1``, ``_2``; more than two taken as two); threads / CPUs left
+    where it was not timed."""
+    excess = threads + j - cpus
+    if excess <= 0:
+        return 1.0
+    timed = _num(facts, f"threads_busy_ratio_{min(excess, 2)}")
+    rule = threads / max(1, cpus - j)
+    return max(timed, 1.0) if timed is not None else rule
+
+
+def _busy_mix(facts: Facts, busy: int, making: float, cpus: int, threads: int) -> float:
+    """How much longer torch's ops take beside ``busy`` workers, each making a batch a share
+    ``making`` of the time, independently: j of them are busy at once for a binomial share
+    of the time, in which the ops go at 1 / (their ratio beside j busy, :func:`_busy_ratio`);
+    the ops' time is one over that mean pace. One busy worker beside 2 threads on 2 CPUs
+    made four jobs' forward and backward 1.5-2.3x as long, two of them 2.2-10x (the
+    session's timing; benchmarks/jobs); the mean pace, not the mean ratio, is what the
+    ops' time follows: the spells at 7x slow only the work that falls in them."""
+    m = min(1.0, max(0.0, making))
+    pace = sum(math.comb(busy, j) * m ** j * (1.0 - m) ** (busy - j)
+               / _busy_ratio(facts, j, cpus, threads) for j in range(busy + 1))
+    return 1.0 / pace if pace > 0 else 1.0
 
 
 def _model_ops(g: Graph) -> np.ndarray:

@@ -45,6 +45,7 @@ from diagnose.capture.threads import (
     time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
+    time_threads_beside_busy,
     time_worker_batches,
     time_worker_handover,
 )
@@ -479,6 +480,12 @@ class Session:
                                                  time_threads(self.model, fwd.inputs))
             except Exception as e:
                 self._internal_error("thread timing", e)
+            if loaded:  # what busy workers cost torch's threads (the workers' predictions)
+                try:
+                    ctx["threads_busy"] = time_threads_beside_busy(
+                        self.model, fwd.inputs, usable_cpus())
+                except Exception as e:
+                    self._internal_error("thread timing beside busy processes", e)
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:

@@ -760,6 +760,61 @@ def test_a_change_that_oversubscribes_slows_the_optimizer_too(tmp_path):
     assert opt2 == pytest.approx(opt6, rel=0.01) and fb2 == pytest.approx(fb6, rel=0.01)
 
 
+def _inprocess(tmp_path, fetch_us: float, ops_us: float) -> Any:
+    """The graph of 5 steps of in-process loading and one op, no GPU."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(fetch_us)
+            b.cpu(ops_us, "aten::addmm")
+    return _model(b, tmp_path).graph
+
+
+def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
+    """Torch's 2 threads on 2 CPUs, the session's timing: 2x as long beside one busy
+    process, 7x beside two. Two workers each busy half the time: none busy a quarter of
+    it (pace 1), one half of it (1/2), both a quarter (1/7): the ops keep a pace of
+    0.25 + 0.25 + 0.25/7 and take 1.87x as long, not the 4.25x of the mean ratio. Where
+    the workers fit beside the threads (1 thread), nothing; untimed, threads / CPUs left."""
+    facts = {"threads_busy_ratio_1": 2.0, "threads_busy_ratio_2": 7.0}
+    assert tr._busy_mix(facts, 2, 0.5, 2, 2) == pytest.approx(1 / (0.5 + 0.25 / 7))
+    assert tr._busy_mix(facts, 1, 1.0, 2, 2) == pytest.approx(2.0)
+    assert tr._busy_mix(facts, 1, 0.7, 2, 1) == pytest.approx(1.0)
+    assert tr._busy_mix(facts, 0, 0.7, 2, 2) == pytest.approx(1.0)
+    assert tr._busy_mix({}, 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
+    # more busy than two beyond the CPUs left: taken as two
+    assert tr._busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)
+
+
+def test_two_workers_beside_torchs_threads_slow_its_ops_as_the_session_timed(tmp_path):
+    """In-process loading (6000 us) and 3000 us of ops on torch's 2 threads on 2 CPUs. Two
+    workers making batches nearly all the time: where the session timed the ops 7x as long
+    beside two busy processes, the prediction for 2 workers is slower than by the CPUs'
+    share (2x at most), and the ops take longer; one worker, always busy, timed 2x beside
+    one busy process, is predicted as the rule says (2 / (2 - 1))."""
+    g = _inprocess(tmp_path, 6000, 3000)
+    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
+             "proc_cpu_mean_pct": 180.0, "input_worker_handover_ms": 0.2,
+             "dataloader_num_workers": 0}
+    timed = {**facts, "threads_busy_ratio_1": 2.0, "threads_busy_ratio_2": 7.0}
+    rule2 = tr.num_workers(g, {"num_workers": 2}, facts)
+    slow2 = tr.num_workers(g, {"num_workers": 2}, timed)
+    assert not isinstance(rule2, str) and not isinstance(slow2, str)
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
+    ops = [float(x.dur[(x.res == x.main) & x.is_kind(TaskKind.HOST)].sum()) / x.n_steps
+           for x in (g, rule2, slow2)]
+    assert float(g.dur[main].sum()) > 0
+    assert ops[2] > 1.05 * ops[1] > ops[0]
+    assert _median(slow2) > 1.05 * _median(rule2)
+    rule1 = tr.num_workers(g, {"num_workers": 1}, facts)
+    same1 = tr.num_workers(g, {"num_workers": 1},
+                           {**timed, "threads_busy_ratio_2": 50.0})
+    assert not isinstance(rule1, str) and not isinstance(same1, str)
+    assert _median(same1) == pytest.approx(_median(rule1), rel=0.05)
+
+
 def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work(tmp_path):
     """A compute-bound step (a 100 ms op beside a 6 ms in-process fetch), torch on 2
     threads on 2 CPUs. A worker makes a batch in 6 ms alone, 2u x 6 ms beside torch's
@@ -768,14 +823,7 @@ def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work
     12 / 110 or so, not all of it (which predicted 0.53x for such a job where 0.93-1.0x
     was timed). Known answer: the fixed point of op = 100 x (1 + 12u / step), u = op /
     step, step = op + 0.2 ms of hand-over (~110.8 ms)."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for _ in range(5):
-        with b.step():
-            b.dataloader(6000)
-            b.cpu(100_000, "aten::addmm")
-    g = _model(b, tmp_path).graph
+    g = _inprocess(tmp_path, 6000, 100_000)
     facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
              "proc_cpu_mean_pct": 190.0, "input_worker_handover_ms": 0.2,
              "input_worker_batch_ms": 6.0, "dataloader_num_workers": 0}
@@ -788,6 +836,8 @@ def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work
     assert 110 < op < 112  # the whole rule would give 200
     # a run with 2 workers beside 2 threads now keeps the whole rule its measured work
     # is freed by: the same config again predicts the step it has
+    from tests import tracebuilder as tb
+
     now = {**facts, "dataloader_num_workers": 2}
     b2 = tb.TraceBuilder(device=None)
     for _ in range(5):
