@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 #: rounds of (torch's threads, one thread) after one warm-up forward of each: ROUNDS at
@@ -196,8 +196,21 @@ BUSY_MAX_PROCS = 8
 BUSY_REPEAT = 2
 
 
-#: a busy process: Python work until its parent (this process) is gone
-_SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    sum(range(1000))\n"
+#: a busy process: Python work until its parent (this process) is gone. Linux kills it
+#: with its parent even while it is stopped (PR_SET_PDEATHSIG): a training process
+#: killed with SIGKILL during the timing leaves none behind. It says when it is set up.
+_SPIN = """import os, sys
+p = os.getppid()
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(1, 9)
+except Exception:
+    pass
+sys.stdout.write("r")
+sys.stdout.flush()
+while os.getppid() == p:
+    sum(range(1000))
+"""
 
 
 def _spinners(k: int) -> list[Any]:
@@ -212,10 +225,13 @@ def _spinners(k: int) -> list[Any]:
     procs = []
     for _ in range(k):
         p = subprocess.Popen([sys.executable, "-S", "-c", _SPIN],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL)
-        p.send_signal(signal.SIGSTOP)
         procs.append(p)
+        assert p.stdout is not None
+        p.stdout.read(1)  # set up (stopped earlier, it could outlive a killed parent)
+        p.stdout.close()
+        p.send_signal(signal.SIGSTOP)
     return procs
 
 
@@ -417,10 +433,6 @@ def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
     (the best of 2 once read 20.7 ms where the others gave 10.2-11.1). The RNG states the
     dataset may draw from (torch, random, numpy) are put back. None for an iterable
     dataset, a custom batch sampler or a ``__getitems__`` dataset's failure."""
-    import random
-
-    import torch
-
     ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
     collate = getattr(loader, "collate_fn", None)
     if ds is None or not isinstance(bs, int) or collate is None:
@@ -430,6 +442,22 @@ def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
     except TypeError:  # an IterableDataset
         return None
     idx = list(range(min(bs, n)))
+    times: list[float] = []
+    with _rng_kept():
+        for _ in range(repeat):
+            times.append(_make_batch(ds, collate, idx))
+            if times[-1] > SLOW_FORWARD_S:
+                break
+    return round(statistics.median(times) * 1e3, 4)
+
+
+@contextmanager
+def _rng_kept() -> Iterator[None]:
+    """The RNG states a dataset may draw from (torch, random, numpy), put back after."""
+    import random
+
+    import torch
+
     states: list[tuple[Callable[[Any], Any], Any]] = [
         (torch.set_rng_state, torch.get_rng_state()), (random.setstate, random.getstate())]
     try:
@@ -438,19 +466,20 @@ def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
         states.append((np.random.set_state, np.random.get_state()))
     except ImportError:  # pragma: no cover
         pass
-    times: list[float] = []
     try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            many = getattr(ds, "__getitems__", None)
-            collate(many(idx) if callable(many) else [ds[i] for i in idx])
-            times.append(time.perf_counter() - t0)
-            if times[-1] > SLOW_FORWARD_S:
-                break
+        yield
     finally:
         for put, state in states:
             put(state)
-    return round(statistics.median(times) * 1e3, 4)
+
+
+def _make_batch(ds: Any, collate: Callable[[Any], Any], idx: list[int]) -> float:
+    """Seconds to make the batch of ``idx`` as the loader's fetcher does: the dataset's
+    ``__getitems__`` where it has one, else its items one by one; then ``collate``."""
+    t0 = time.perf_counter()
+    many = getattr(ds, "__getitems__", None)
+    collate(many(idx) if callable(many) else [ds[i] for i in idx])
+    return time.perf_counter() - t0
 
 
 #: the Python loop each process of :func:`time_cpu_capacity` runs (about 40 ms on the
@@ -553,6 +582,133 @@ def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
     return None if got is None else round(got[1], 3)
 
 
+def _as_worker(ds: Any) -> None:
+    """This (forked) process set up as torch sets up a DataLoader worker."""
+    import gc
+
+    import torch
+    from torch.utils.data._utils import worker
+
+    # no collections in the timed batches: the child starts from the training
+    # process's collector counts, so every round of one capture set off the same full
+    # collection of the forked heap (tensor_rows: 226 ms a batch against 15 ms), and the
+    # step model adds the loop's own pauses inside its loading to a worker's batch
+    gc.disable()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    # as in a worker, default_collate writes the batch into shared memory (a new
+    # segment per batch, its pages faulted in), which the hand-over then passes on
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
+
+
+def _forked_loader(loader: Any) -> tuple[Any, int, Callable[[Any], Any], int] | None:
+    """(dataset, batch size, collate_fn, len) of a map-style loader whose workers are
+    forked; None for any other (an iterable dataset, no batch size, spawned workers)."""
+    import os
+
+    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    collate = getattr(loader, "collate_fn", None)
+    ctx = getattr(loader, "multiprocessing_context", None)
+    method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
+        else "fork"
+    if ds is None or not isinstance(bs, int) or collate is None \
+            or not hasattr(os, "fork") or method != "fork":
+        return None
+    try:
+        size = len(ds)
+    except TypeError:  # an IterableDataset
+        return None
+    return (ds, bs, collate, size) if size > 0 else None
+
+
+#: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, up to MAX_PAIRS
+#: while they took under PAIRS_S seconds in all
+PAIRS = 7
+MAX_PAIRS = 15
+PAIRS_S = 1.5
+
+
+def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
+    """What a batch costs a DataLoader worker against what it costs this process, timed in
+    turn: one forked process set up as a worker (:func:`_as_worker`) and this process make
+    the same batch one after the other, a new batch each turn (the loader's 2nd, 3rd, ...
+    ``batch_size`` indices, as a worker's next batch touches pages it has not touched
+    yet), after one untimed batch each at once (imports, caches; the pages this process
+    writes after the fork copied once). :data:`PAIRS` turns or more while cheap.
+
+    Returns (ms a worker's batch, ms this process's batch: the median of each side's
+    turns); None where :func:`time_worker_batches` gives None, or for a batch over half
+    a second. The model sets the two against each other (a worker's batch at the loop's
+    pace): timed in turn, a busy moment of the shared host falls on both. Timed seconds
+    apart (a worker's batches, then this process's) the two gave 114 and 70 ms for the
+    same numpy work once (slow_loader; 0.7-1.2 apart in other runs), and its workers were
+    predicted no faster. The RNG states are put back; the child is gone on return."""
+    import os
+    import struct
+
+    got = _forked_loader(loader)
+    if got is None:
+        return None
+    ds, bs, collate, size = got
+    batches = max(1, size // bs)
+
+    def idx(j: int) -> list[int]:
+        at = (j % batches) * bs
+        return list(range(at, min(at + bs, size)))
+
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    import warnings
+
+    with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the worker: a batch for each index it is sent, until -1 or EOF
+        try:
+            os.close(go_w)
+            os.close(res_r)
+            _as_worker(ds)
+            os.write(res_w, struct.pack("d", _make_batch(ds, collate, idx(0))))
+            while len(b := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", b)[0]) >= 0:
+                os.write(res_w, struct.pack("d", _make_batch(ds, collate, idx(j))))
+        finally:
+            os._exit(0)
+    os.close(go_r)
+    os.close(res_w)
+    mine: list[float] = []
+    theirs: list[float] = []
+
+    def worker_batch(j: int | None) -> float | None:
+        if j is not None:
+            os.write(go_w, struct.pack("i", j))
+        b = os.read(res_r, 8)
+        return struct.unpack("d", b)[0] if len(b) == 8 else None
+
+    try:
+        with _rng_kept():
+            _make_batch(ds, collate, idx(0))  # beside the worker's first (untimed) batch
+            if worker_batch(None) is None:
+                return None
+            start = time.perf_counter()
+            for j in range(1, MAX_PAIRS + 1):
+                if j > PAIRS and time.perf_counter() - start > PAIRS_S:
+                    break
+                mine.append(_make_batch(ds, collate, idx(j)))
+                took = worker_batch(j)
+                if took is None:
+                    return None
+                theirs.append(took)
+                if max(mine[-1], took) > SLOW_FORWARD_S:
+                    return None
+    finally:
+        with suppress(OSError):  # the child may be gone already
+            os.write(go_w, struct.pack("i", -1))
+        os.close(go_w)
+        os.close(res_r)
+        os.waitpid(pid, 0)
+    return (round(statistics.median(theirs) * 1e3, 4),
+            round(statistics.median(mine) * 1e3, 4))
+
+
 def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
     CPUs make at once: forked processes set up as torch sets up a worker (one intra-op
@@ -564,51 +720,25 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     capacity their least times give, :func:`_capacity`); None for an iterable
     dataset, a custom batch sampler, a loader whose workers are not forked, one CPU, or a
     batch over half a second (the exit must stay quick)."""
-    import os
-
-    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
-    collate = getattr(loader, "collate_fn", None)
-    ctx = getattr(loader, "multiprocessing_context", None)
-    method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
-        else "fork"
+    got = _forked_loader(loader)
     n = min(int(cpus), CAPACITY_MAX_PROCS)
-    if ds is None or not isinstance(bs, int) or collate is None or n < 2 \
-            or not hasattr(os, "fork") or method != "fork":
+    if got is None or n < 2:
         return None
-    try:
-        size = len(ds)
-    except TypeError:  # an IterableDataset
-        return None
+    ds, bs, collate, size = got
     first, second = list(range(min(bs, size))), list(range(bs, min(2 * bs, size)))
-    many = getattr(ds, "__getitems__", None)
 
     def batch() -> float:
         """A warm worker's batch: the first one warms the process (imports, caches), the
         second (other samples, whose pages it copies on first touch as a worker does)
         is timed."""
-        import gc
-
-        import torch
-        from torch.utils.data._utils import worker
-
-        # no collections in the timed batches: the child starts from the training
-        # process's collector counts, so every round of one capture set off the same full
-        # collection of the forked heap (tensor_rows: 226 ms a batch against 15 ms), and the
-        # step model adds the loop's own pauses inside its loading to a worker's batch
-        gc.disable()
-        torch.set_num_threads(1)  # as in a DataLoader worker
-        # as in a worker, default_collate writes the batch into shared memory (a new
-        # segment per batch, its pages faulted in), which the hand-over then passes on
-        worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
+        _as_worker(ds)
         took = 0.0
         for idx in (first, second or first):
-            t0 = time.perf_counter()
-            collate(many(idx) if callable(many) else [ds[i] for i in idx])
-            took = time.perf_counter() - t0
+            took = _make_batch(ds, collate, idx)
         return took
 
     one = _concurrent_s(1, batch)
     if one is None or one > SLOW_FORWARD_S:
         return None
-    got = _capacity(n, batch, CAPACITY_ROUNDS)
-    return None if got is None else (round(got[0] * 1e3, 4), round(got[1], 3))
+    cap = _capacity(n, batch, CAPACITY_ROUNDS)
+    return None if cap is None else (round(cap[0] * 1e3, 4), round(cap[1], 3))

@@ -42,6 +42,7 @@ from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
     quieter_threads,
+    time_batches_in_turn,
     time_cpu_capacity,
     time_inprocess_batch,
     time_threads,
@@ -446,26 +447,21 @@ class Session:
                                      "worker_start_ms": timed and timed[1],
                                      "worker_fork_ms": timed and timed[2],
                                      "worker_stop_ms": timed and timed[3]}
-                # what a batch costs in process, timed beside a worker's batch (below):
-                # with workers, for fewer; without, the pace of the timings after the loop
-                # against the loop's own fetch and collate
-                ctx["dataloader"]["inprocess_batch_ms"] = time_inprocess_batch(self.loader)
+                # what a batch costs a worker and this process, timed in turn: with
+                # workers, for fewer; without, the pace of the timings after the loop
+                # against the loop's own fetch and collate. Where a worker cannot be
+                # forked, the in-process batch alone
+                in_turn = time_batches_in_turn(self.loader)
+                ctx["dataloader"]["inprocess_batch_ms"] = (
+                    in_turn[1] if in_turn is not None else time_inprocess_batch(self.loader))
             except Exception as e:
+                in_turn = None
                 self._internal_error("worker hand-over timing", e)
-            try:  # a worker's batch, and what the CPUs give workers and this process
+            try:  # what the CPUs give workers and this process (and a worker's batch)
                 made = time_worker_batches(self.loader, usable_cpus())
-                if made is not None:
-                    ctx["dataloader"]["worker_batch_ms"] = made[0]
-                    # the in-process batch once more, after the worker's: the mean of
-                    # the two (medians each), so that the loop's pace is set against
-                    # timings on both sides of the worker's moment. Four captures of
-                    # augment_cnn timed it 10.4-14.7 ms where the worker's batch took
-                    # 13.6-14.3: the pace 0.83-1.30, its one worker predicted 1.05-1.63x
-                    again = time_inprocess_batch(self.loader)
-                    first = ctx["dataloader"].get("inprocess_batch_ms")
-                    if again is not None:
-                        ctx["dataloader"]["inprocess_batch_ms"] = (
-                            again if first is None else round((first + again) / 2, 4))
+                if made is not None:  # the one timed in turn with this process's
+                    ctx["dataloader"]["worker_batch_ms"] = (
+                        made[0] if in_turn is None else in_turn[0])
                 # a busy moment on a shared host lowers one timing (1.3-1.6 against
                 # 1.8-2.0 on the 2-vCPU development VM, one timing in five): the larger of
                 # two timed apart is what the CPUs give; SMT siblings lower both

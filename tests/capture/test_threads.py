@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import random
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +23,8 @@ from diagnose.capture.threads import (
     time_worker_batches,
     time_worker_handover,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model() -> nn.Module:
@@ -82,6 +87,45 @@ def test_the_work_beside_busy_processes_is_timed_and_they_are_gone():
     assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
     assert torch.equal(torch.get_rng_state(), rng)
     assert torch.get_num_threads() == threads
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_stopped_busy_processes_go_with_a_killed_parent(tmp_path: Path) -> None:
+    """A training process killed with SIGKILL while its busy processes are stopped (the
+    timing pauses them between rounds) takes them with it: the kernel kills them with
+    their parent."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    script = tmp_path / "parent.py"
+    script.write_text("import sys, time\n"
+                      "from diagnose.capture.threads import _spinners\n"
+                      "print(*[p.pid for p in _spinners(2)], flush=True)\n"
+                      "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert parent.stdout is not None
+    pids = [int(x) for x in parent.stdout.readline().split()]
+    assert len(pids) == 2
+    stopped = [psutil.Process(p).status() for p in pids]
+    assert stopped == [psutil.STATUS_STOPPED] * 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)
 
 
 def test_the_work_beside_busy_processes_is_not_timed_where_it_cannot_tell():
@@ -218,6 +262,60 @@ def test_a_workers_batch_is_timed_in_forked_processes():
             return iter(range(10))
 
     assert time_worker_batches(DataLoader(Stream(), batch_size=2), 2) is None
+
+
+class _SlowerInWorkers(torch.utils.data.Dataset):
+    """4 ms a sample in a DataLoader worker, 1 ms in the training process; draws from
+    every RNG, as augmentations do."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import time
+
+        from torch.utils.data import get_worker_info
+
+        random.random(), np.random.rand(), torch.rand(1)
+        time.sleep(0.004 if get_worker_info() is not None else 0.001)
+        return torch.full((4,), float(i))
+
+
+def test_a_workers_batch_and_this_processs_are_timed_in_turn():
+    """A forked process set up as a worker and this process make the same batches in
+    turn: the median of each side (4 samples: about 16 and 4 ms). This process's RNGs,
+    thread count and collector are as before, and the worker is gone; a spawned loader or
+    an iterable dataset gives None."""
+    import gc
+    import multiprocessing as mp
+
+    import psutil
+
+    from diagnose.capture.threads import time_batches_in_turn
+
+    kids = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = torch.get_num_threads()
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    got = time_batches_in_turn(DataLoader(_SlowerInWorkers(), batch_size=4))
+    assert got is not None
+    worker, mine = got
+    assert 16.0 <= worker < 40.0 and 4.0 <= mine < 10.0, got
+    assert torch.get_num_threads() == before and gc.isenabled()
+    assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
+    assert np.array_equal(np.random.get_state()[1], states[2])
+    # no child left, not even a zombie
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= kids
+    spawned = DataLoader(_SlowerInWorkers(), batch_size=4, num_workers=1,
+                         multiprocessing_context=mp.get_context("spawn"))
+    assert time_batches_in_turn(spawned) is None
+
+    from torch.utils.data import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert time_batches_in_turn(DataLoader(Stream(), batch_size=2)) is None
 
 
 def test_the_quieter_of_two_thread_timings_is_kept():
