@@ -76,6 +76,15 @@ class Plan:
 #: 114 -> 12.7 ms a step); a third round puts t at 4.3
 DEADLINE_MIN_ROUNDS = 3
 
+#: the before/after (:meth:`Measurer.compare` with ``confirm``) looks at most this often,
+#: each time after ``final_rounds`` more rounds, while its interval leaves the tuned config's
+#: gain open. Only a winner of its trials gets there: a change is kept only where its own
+#: trial and the before/after both say faster, so looking twice cannot keep a change the
+#: trial's rule would not (its false-keep bound holds, stats). On a noisy 2-vCPU host the
+#: quick plan's 4 rounds once read 1.32x [0.98, 1.72] for 0 -> 2 workers its trial had
+#: measured 1.77x [1.43, 2.19], and reverted them
+CONFIRM_LOOKS = 2
+
 
 @dataclass(frozen=True)
 class Looks:
@@ -196,11 +205,15 @@ class Measurer:
 
     def compare(self, a: TrainConfig, b: TrainConfig, label: str, *,
                 rounds: int | Looks | None = None, bound: bool = False,
-                ) -> tuple[Comparison, Bound | None]:
+                confirm: float | None = None) -> tuple[Comparison, Bound | None]:
         """Interleaved rounds of ``a`` (baseline) and ``b`` (candidate). ``rounds``: a
         trial's :class:`Looks` (the sequential rule decides when to stop), or a fixed number
         of rounds (default ``final_rounds``) with the bootstrap interval. With ``bound``,
-        ``b``'s compute-only and input-only times are measured in the same rounds."""
+        ``b``'s compute-only and input-only times are measured in the same rounds.
+
+        ``confirm`` (fixed rounds only): where the interval leaves it open whether ``b`` is
+        faster than ``confirm`` x ``a`` (its lower end at or below, its estimate above),
+        as many rounds again, and the interval of all of them (:data:`CONFIRM_LOOKS`)."""
         plan = self.plan
         wb, n, k = self.layout(b)
         try:
@@ -217,14 +230,20 @@ class Measurer:
         def decided(res: Rounds) -> bool:
             return bool(looked.look(round_log_ratios(res["a"], res["b"])))
 
+        def settled(res: Rounds) -> bool:
+            iv = self._interval(res, None)
+            return confirm is None or iv.lo > confirm or iv.ratio <= confirm
+
         sequential = isinstance(rounds, Looks)
         if isinstance(rounds, Looks):
             schedule, deadline = list(rounds.at), rounds.deadline
         else:
-            schedule, deadline = [rounds or plan.final_rounds], None
+            n0 = rounds or plan.final_rounds
+            schedule = [n0 * (i + 1) for i in range(CONFIRM_LOOKS if confirm else 1)]
+            deadline = None
         failed: tuple[str, str, Rounds] | None = None
         try:
-            res = self._rounds(arms, schedule, label, decided if sequential else None,
+            res = self._rounds(arms, schedule, label, decided if sequential else settled,
                                deadline)
         except _ArmFailed as f:
             err = f.error

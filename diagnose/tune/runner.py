@@ -212,7 +212,7 @@ def autofix(
         if best != base:
             final, bound = tuner.compare(
                 base, best, "before/after: baseline, tuned, compute alone, input alone",
-                rounds=plan.final_rounds, bound=True)
+                rounds=plan.final_rounds, bound=True, confirm=1.0)
             tuned_ms = final.cand_ms
             iv = final.interval
             if final.status != OK or iv is None or iv.lo <= 1.0:

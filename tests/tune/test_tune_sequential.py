@@ -265,3 +265,57 @@ def test_the_runner_measures_a_kept_change_on(monkeypatch, precision: float | No
     else:
         assert c.rounds > 4 and (math.log(iv.hi / iv.lo) / 2 <= math.log1p(precision)
                                  or c.rounds == 20)
+
+
+@pytest.mark.parametrize(("ratios", "rounds", "confirmed"), [
+    ([1.6, 0.95, 1.5, 1.0, 1.4, 1.3, 1.5, 1.4], 8, True),  # open at 4: as many again
+    ([1.5, 1.6, 1.4, 1.5], 4, True),  # clear at 4
+    ([0.9, 1.0, 0.95, 0.9], 4, False),  # no faster: nothing more to look at
+])
+def test_the_before_after_looks_again_while_it_leaves_the_gain_open(
+        monkeypatch, ratios: list[float], rounds: int, confirmed: bool) -> None:
+    """The before/after (fixed rounds, the bootstrap interval) runs as many rounds again
+    where its interval leaves open whether the tuned config is faster (lower end at or
+    below 1, estimate above): a noisy host's 4 rounds once read 1.32x [0.98, 1.72] for a
+    1.77x change. It does not look again where it is clear either way."""
+    from types import SimpleNamespace
+
+    from diagnose.fixes import TrainConfig
+    from diagnose.tune.measure import Measurer
+
+    script = iter(ratios)
+    now = {"ratio": 1.0}
+
+    def arm(self, t, what, warmup, n, k):
+        def run():
+            if t.tuned:
+                return np.full(4, 1.0 / now["ratio"])
+            now["ratio"] = next(script)  # the baseline runs first in a round or second
+            return np.ones(4)
+        return run
+
+    def arms_in_order(self, arms, looks, label, done=None, deadline=None):
+        # rounds with the baseline first, so that each round's ratio is the script's
+        res = {name: [] for name, _ in arms}
+        for r in range(looks[-1]):
+            for name, fn in arms:
+                res[name].append(fn())
+            if done is not None and r + 1 in looks and done(res):
+                break
+        return res
+
+    monkeypatch.setattr(Measurer, "trial_for", lambda self, cfg: SimpleNamespace(
+        tuned=cfg.num_workers > 0, first_step_s=None))
+    monkeypatch.setattr(Measurer, "_arm", arm)
+    monkeypatch.setattr(Measurer, "_rounds", arms_in_order)
+    m = Measurer(None, Plan.quick(), min_gain=0.03, progress=None)
+    c, _ = m.compare(TrainConfig(num_workers=0), TrainConfig(num_workers=2), "before/after",
+                     rounds=4, confirm=1.0)
+    assert c.rounds == rounds and c.interval is not None
+    assert c.interval.above(1.0) == confirmed
+    if rounds == 8:  # the first 4 alone left it open
+        script, now["ratio"] = iter(ratios[:4]), 1.0
+        c4, _ = m.compare(TrainConfig(num_workers=0), TrainConfig(num_workers=2), "b/a",
+                          rounds=4)
+        assert c4.rounds == 4 and c4.interval is not None
+        assert c4.interval.lo <= 1.0 < c4.interval.ratio
