@@ -22,7 +22,12 @@ round. Drawing rounds makes the interval as wide as the round-to-round
 variation of the machine (another process starting, caches, thermal state),
 which a bootstrap of steps alone would hide. The bootstrap serves
 fixed-size comparisons (the before/after); trials decide with the sequential
-rule below.
+rule below. The before/after confirms the trials' winner: where its interval
+leaves open whether the winner is faster (lower end at or below 1, estimate
+above), it runs as many rounds again and looks once more
+(``measure.CONFIRM_LOOKS``). Its two looks could confirm a winner that is no
+faster with up to twice the bootstrap's 2.5%; but a change is kept only where
+its trial kept it too, so the false-keep bound below still holds.
 
 Trials: a sequential rule with a stated error rate
 ----------------------------------------------------
