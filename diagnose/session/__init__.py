@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -427,6 +428,7 @@ class Session:
         loaded = (self._steps.first_batch is not None and exc is None
                   and isinstance(ctx.get("dataloader"), dict))
         early = None
+        caps: list[float] = []  # the CPUs' capacity, timed three times seconds apart
         if loaded:  # what the CPUs give at once, a second before it is timed again below
             try:
                 early = time_cpu_capacity(usable_cpus())
@@ -462,13 +464,10 @@ class Session:
                 if made is not None:  # the one timed in turn with this process's
                     ctx["dataloader"]["worker_batch_ms"] = (
                         made[0] if in_turn is None else in_turn[0])
-                # a busy moment on a shared host lowers one timing (1.3-1.6 against
-                # 1.8-2.0 on the 2-vCPU development VM, one timing in five): the larger of
-                # two timed apart is what the CPUs give; SMT siblings lower both
                 caps = [c for c in (early, made[1] if made is not None else None)
                         if c is not None]
-                ctx["cpu_capacity"] = max(caps) if caps else None
             except Exception as e:
+                caps = [] if early is None else [early]
                 self._internal_error("CPU capacity timing", e)
         if fwd is not None and exc is None and ctx.get("threads"):
             try:  # once more, seconds later: the quieter of the two (quieter_threads)
@@ -482,6 +481,19 @@ class Session:
                         self.model, fwd.inputs, usable_cpus())
                 except Exception as e:
                     self._internal_error("thread timing beside busy processes", e)
+        if loaded:
+            try:  # the CPUs' capacity a third time, seconds after the first two
+                late = time_cpu_capacity(usable_cpus())
+                if late is not None:
+                    caps.append(late)
+            except Exception as e:
+                self._internal_error("CPU capacity timing", e)
+            # what the CPUs give the job over its steps, not at their best: a shared
+            # host's moments differ (20 timings at rest on the 2-vCPU development VM:
+            # 1.19-2.0, median 1.75), and the larger of two timed apart predicted
+            # too_many_workers' split 1.64x at 2.0 where 1.50x was measured; at 1.8,
+            # 1.41-1.59x for three captures measured 1.42-1.53x. SMT siblings lower all
+            ctx["cpu_capacity"] = round(statistics.median(caps), 3) if caps else None
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:
