@@ -685,8 +685,9 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
 
     try:
         with _rng_kept():
-            _make_batch(ds, collate, idx(0))  # beside the worker's first (untimed) batch
-            if worker_batch(None) is None:
+            # beside the worker's first (untimed) batch; a slow batch ends it (quick exit)
+            warm = _make_batch(ds, collate, idx(0))
+            if worker_batch(None) is None or warm > SLOW_FORWARD_S:
                 return None
             start = time.perf_counter()
             for j in range(1, MAX_PAIRS + 1):

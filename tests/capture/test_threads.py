@@ -318,6 +318,31 @@ def test_a_workers_batch_and_this_processs_are_timed_in_turn():
     assert time_batches_in_turn(DataLoader(Stream(), batch_size=2)) is None
 
 
+class _Slow(torch.utils.data.Dataset):
+    """0.6 s a sample; counts the samples made in this process (a fork counts its own)."""
+
+    def __init__(self) -> None:
+        self.made: list[int] = []
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.made.append(i)
+        time.sleep(0.6)
+        return torch.zeros(2)
+
+
+def test_batches_over_half_a_second_are_not_timed_in_turn():
+    """The exit stays quick: a batch over half a second ends the timing after the first,
+    untimed one (made by both sides at once), and gives None."""
+    from diagnose.capture.threads import time_batches_in_turn
+
+    ds = _Slow()
+    assert time_batches_in_turn(DataLoader(ds, batch_size=1)) is None
+    assert ds.made == [0]  # this process made the first batch only
+
+
 def test_the_quieter_of_two_thread_timings_is_kept():
     """A busy moment slows torch's threads more than one thread: of two timings, the one
     where one thread cost the most against them is kept; a missing one gives the other."""
