@@ -422,6 +422,87 @@ def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None
             round(stop * 1e3, 4))
 
 
+def _other_threads_cpu_ns(pid: int) -> int | None:
+    """CPU nanoseconds the threads of process ``pid`` other than its main one have used
+    (Linux schedstat); None where the kernel does not say."""
+    import os
+
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            if int(tid) != pid:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                    total += int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+#: batches of :func:`time_worker_send`: SEND_WARM first, then up to SEND_BATCHES timed
+#: while they take under SEND_S seconds
+SEND_WARM = 1
+SEND_BATCHES = 8
+SEND_S = 0.4
+
+
+def time_worker_send(loader: Any) -> float | None:
+    """What sending its batches costs a DataLoader worker (ms a batch): a real one-worker
+    loader over the run's dataset, batch size and collate_fn makes batches while this
+    process takes them, and the CPU time of the worker's threads other than the one that
+    makes batches is read over :data:`SEND_BATCHES` of them (after :data:`SEND_WARM`).
+    Those threads are the queue's feeder, which pickles each batch, and the one that hands
+    this process each tensor's file descriptor (a connection and a handshake a tensor).
+    The batch timed as a worker makes it (:func:`time_batches_in_turn`) holds none of it,
+    and a worker pays it beside making the next batch: tokenizing's batch of two tensors
+    cost a real worker 2.5-2.8 ms so, beside 13-16 ms of making it (augment_cnn: 1.8 ms
+    beside about 31). Timed with a batch copy and the worker idle it read 0.9-4.2 ms:
+    the threads run beside the one making batches, and cost more so.
+
+    None where no worker is forked (:func:`_forked_loader`), the kernel does not say
+    (Linux schedstat), the epoch is too short, or a batch takes over half a second. The
+    RNG states are put back; the worker is gone on return."""
+    from torch.utils.data import DataLoader
+
+    got = _forked_loader(loader)
+    if got is None:
+        return None
+    ds, bs, collate, size = got
+    if size // bs < SEND_WARM + 3:
+        return None
+    import warnings
+
+    with _rng_kept(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. fork in a threaded process
+        dl: Any = DataLoader(ds, batch_size=bs, collate_fn=collate, num_workers=1,
+                             prefetch_factor=2)
+        it: Any = iter(dl)
+        try:
+            workers = getattr(it, "_workers", None) or [None]
+            pid = getattr(workers[0], "pid", None)
+            if not pid:
+                return None
+            for _ in range(SEND_WARM + 1):  # the first pays for the worker's start
+                t0 = time.perf_counter()
+                next(it)
+                if time.perf_counter() - t0 > SLOW_FORWARD_S:
+                    return None
+            a = _other_threads_cpu_ns(pid)
+            start, n = time.perf_counter(), 0
+            last = min(SEND_BATCHES, size // bs - SEND_WARM - 2)
+            while n < last and (n < 2 or time.perf_counter() - start < SEND_S):
+                t0 = time.perf_counter()
+                next(it)
+                n += 1
+                if time.perf_counter() - t0 > SLOW_FORWARD_S:
+                    return None
+            z = _other_threads_cpu_ns(pid)
+        finally:
+            del it
+    if a is None or z is None or n == 0:
+        return None
+    return round((z - a) / n / 1e6, 4)
+
+
 def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
     """One batch made in the training process as an in-process loader would make it (the
     dataset's items for the first ``batch_size`` indices, then the loader's collate_fn),

@@ -197,6 +197,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "receiving one batch like the run's from a DataLoader worker process, timed "
         "after the loop with a one-worker loader (shared memory, file descriptors, "
         "unpickling): what each batch costs the training process with workers"),
+    "input_worker_send_ms": (
+        "ms", "the CPU time a DataLoader worker's threads spend sending each batch (pickling "
+        "it, handing over its tensors' file descriptors), beside making the next: timed "
+        "after the loop with a real one-worker loader over the run's dataset (Linux)"),
     "input_inprocess_batch_ms": (
         "ms", "one batch made in the training process (the dataset's items and the "
         "collate_fn), timed after the loop with nothing else running: with workers, what "
@@ -254,6 +258,8 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["input_batched_fetch_ms"] = as_number(_get(ctx, "dataloader", "batched_fetch_ms"), finite=False)
     out["input_worker_handover_ms"] = as_number(
         _get(ctx, "dataloader", "worker_handover_ms"), finite=False)
+    out["input_worker_send_ms"] = as_number(
+        _get(ctx, "dataloader", "worker_send_ms"), finite=False)
     out["input_inprocess_batch_ms"] = as_number(
         _get(ctx, "dataloader", "inprocess_batch_ms"), finite=False)
     out["dataloader_epoch_batches"] = as_int(_get(ctx, "dataloader", "len"))

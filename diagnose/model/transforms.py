@@ -363,6 +363,13 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # whether the cost holds the worker's side of the hand-over: a batch timed as a worker
     # makes it (default_collate writing it into shared memory) or the workers' own CPU
     sent = False
+    # what a worker's other threads spend sending each batch (pickling it, handing over
+    # its tensors' file descriptors), where the cost is a batch timed as a worker makes
+    # it, which holds none of it (the workers' own CPU does): tokenizing's real worker
+    # spent 2.5-2.9 ms a batch so beside 13-16 ms making it, and its one worker was
+    # predicted 18.4 ms a step where 19.9-21.8 ms was timed
+    send = _num(facts, "input_worker_send_ms") or 0.0
+    extra = 0.0
     if fetch.any():
         cost = _per_step(g, fetch, g.dur)
         mean_cost = float(cost.mean())
@@ -375,7 +382,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
             # one worker predicted 1.3-1.9x, 0.8x timed)
             paused = (_num(facts, "gc_pause_loader_ms") or 0.0) * 1e3
             paused = min(paused, 0.9 * mean_cost)
-            mean_cost = worker * 1e3 * _loop_pace(mean_cost - paused, facts) + paused
+            pace = _loop_pace(mean_cost - paused, facts)
+            mean_cost = worker * 1e3 * pace + paused
+            extra = send * 1e3 * pace
             sent = True
     elif wait.any():
         waited = float(_per_step(g, wait, g.dur).mean())
@@ -387,6 +396,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         if alone is not None:
             mean_cost = alone * 1e3
             sent = k > 0 and worker is not None
+            extra = send * 1e3 if sent else 0.0
         elif per_worker is not None and alive:
             # a batch costs the CPU time the workers spent per step (one batch a step)
             mean_cost = per_worker / 100 * alive * step
@@ -419,7 +429,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     seen = float(g.dur[wait].min()) if wait.any() and now else None
     hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
                  if seen is not None else b / (rate * 1e3))
-    side = 0.0 if sent else hand_over  # the worker's side of it, where not in its cost
+    side = extra if sent else hand_over  # the worker's side of it, where not in its cost
     threads = busy_threads(facts, change.get("intra_op_threads"))
     # Loading that waits (files, network, sleep) needs no core: the training process's
     # measured CPU tells (about a core or more the whole time is CPU-bound loading). CPU

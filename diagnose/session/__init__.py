@@ -50,6 +50,7 @@ from diagnose.capture.threads import (
     time_threads_beside_busy,
     time_worker_batches,
     time_worker_handover,
+    time_worker_send,
 )
 from diagnose.errors import CaptureError
 from diagnose.metrics.context import clock_note, context_metrics
@@ -456,6 +457,9 @@ class Session:
                 in_turn = time_batches_in_turn(self.loader)
                 ctx["dataloader"]["inprocess_batch_ms"] = (
                     in_turn[1] if in_turn is not None else time_inprocess_batch(self.loader))
+                # and what sending its batches costs a real worker, beside making them
+                ctx["dataloader"]["worker_send_ms"] = (
+                    time_worker_send(self.loader) if in_turn is not None else None)
             except Exception as e:
                 in_turn = None
                 self._internal_error("worker hand-over timing", e)

@@ -373,10 +373,12 @@ def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
     """A worker's batch and this process's are timed in turn after the loop, so that a
     busy moment falls on both (slow_loader once read 114 ms against 70 timed seconds
     apart); where that cannot be timed, the in-process batch is timed alone and the
-    worker's comes from the capacity rounds."""
+    worker's comes from the capacity rounds. What sending a batch costs a real worker is
+    timed beside it, where a worker can be forked."""
     import diagnose.session as session_mod
 
     monkeypatch.setattr(session_mod, "time_batches_in_turn", lambda loader: in_turn)
+    monkeypatch.setattr(session_mod, "time_worker_send", lambda loader: 1.5)
     monkeypatch.setattr(session_mod, "time_inprocess_batch", lambda loader: 12.5)
     monkeypatch.setattr(session_mod, "time_worker_batches", lambda loader, cpus: (9.0, 2.0))
     model, opt, loader = _make(Pairs(n=200))
@@ -384,5 +386,5 @@ def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
                   sample_hz=0, print_report=False) as d:
         train(model, opt, loader, d)
     made = load_context(d.run_dir)["dataloader"]
-    want = (7.0, 5.0) if in_turn else (9.0, 12.5)
-    assert (made["worker_batch_ms"], made["inprocess_batch_ms"]) == want
+    want = (7.0, 5.0, 1.5) if in_turn else (9.0, 12.5, None)
+    assert (made["worker_batch_ms"], made["inprocess_batch_ms"], made["worker_send_ms"]) == want
