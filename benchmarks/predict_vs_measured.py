@@ -18,9 +18,9 @@ fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofi
 ``torch.set_num_threads``), and the job is timed without the profiler in interleaved blocks
 (baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones,
 and the batches its workers keep ready: prefetch_factor a worker).
-``gc.freeze()`` is timed in processes of its own instead, the two arms alternating
-(:func:`_time_apart`: freezing resets the collector, which would shift the unfrozen arm's
-collections in a shared process).
+``gc.freeze()``, and any change to a job whose collector made full collections in the
+diagnosed loop, is timed in processes of its own instead, the two arms alternating
+(:func:`_time_apart`: in a shared process each arm shifts the other's collections).
 The ms columns are "the diagnosis' / the timing's": the base step the diagnosis predicted
 from (its mean unprofiled step) against the timed baseline, and the predicted step against
 the timed changed one.
@@ -189,44 +189,48 @@ def _time(job: dict[str, Any], arms: list[tuple[Any, int | None, bool, Any]], ro
 APART_STEPS = 70
 
 
-def _time_apart(name: str, rounds: int) -> list[list[float]]:
-    """The mean step of the job as it is and with ``gc.freeze()``, each in a process of
-    its own, the two alternating (rounds of both). gc.freeze and the collection before
-    it reset the collector's generations: arms interleaved in one process would hand the
-    unfrozen arm a collector that has just run, and its next full collections come late
-    (tensor_rows in 10-step blocks: 40.8 ms against 44-48 ms timed alone)."""
+def _time_apart(name: str, change: dict[str, Any], rounds: int) -> list[list[float]]:
+    """The mean step of the job as it is and with ``change``, each in a process of its
+    own, the two alternating (rounds of both), as a user times a job: for gc.freeze, and
+    for a job whose collector made full collections in the diagnosed loop. Arms
+    interleaved in one process hand each other the collector's state: freezing resets its
+    generations, and the unfrozen arm's next full collections came late (tensor_rows in
+    10-step blocks: 40.8 ms against 44-48 ms timed alone). tensor_rows' baseline
+    interleaved with its batched fetch took 71.2 ms a step where the same run timed it at
+    61.7 ms apart; the next run timed it at 67.6 and 68.1 ms apart (its captures: 60.0
+    and 59.2 ms)."""
+    import json
     import subprocess
 
     out: list[list[float]] = [[], []]
+    arms = ({}, change)
     for r in range(rounds):
         for arm in ((0, 1) if r % 2 == 0 else (1, 0)):
-            done = subprocess.run([sys.executable, __file__, "--apart", name, str(arm)],
+            done = subprocess.run([sys.executable, __file__, "--apart", name,
+                                   json.dumps(arms[arm])],
                                   capture_output=True, text=True, check=True)
             out[arm].append(float(done.stdout.split()[-1]))
     return out
 
 
-def _apart(name: str, freeze: bool) -> None:
-    """One process of :func:`_time_apart`: prints its mean step (ms)."""
+def _apart(name: str, change: dict[str, Any]) -> None:
+    """One process of :func:`_time_apart`: prints its mean step (ms) over APART_STEPS
+    after 10 untimed ones (and the batches its workers keep ready)."""
     job = make(name)
-    m, loader, opt, loss_fn = job["model"], job["loader"], job["optimizer"], job["loss_fn"]
-    if freeze:
-        gc.collect()
-        gc.freeze()
-    it = iter(loader)
-    t0 = 0.0
-    for k in range(10 + APART_STEPS):
-        if k == 10:
-            t0 = time.perf_counter()
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loader)
-            x, y = next(it)
-        loss = loss_fn(m(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    loader, threads, freeze, cfg = _arm(job, change)
+    warm = 10 + (cfg.prefetch_factor or 2) * cfg.num_workers
+    with _threads(threads), _frozen(freeze):
+        it = iter(loader)
+        t0 = 0.0
+        for k in range(warm + APART_STEPS):
+            if k == warm:
+                t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                it = iter(loader)
+                batch = next(it)
+            _step(job, batch, cfg)
     print(f"{(time.perf_counter() - t0) / APART_STEPS * 1e3:.4f}")
 
 
@@ -249,10 +253,12 @@ def main() -> int:
                     help="keep each job's diagnosis (its run folder) under DIR/<job>")
     ap.add_argument("--gpu", action="store_true",
                     help="benchmarks/autofix_gpu.py's workloads, on the GPU, instead")
-    ap.add_argument("--apart", nargs=2, metavar=("JOB", "FREEZE"), help=argparse.SUPPRESS)
+    ap.add_argument("--apart", nargs=2, metavar=("JOB", "CHANGE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.apart:
-        _apart(args.apart[0], args.apart[1] == "1")
+        import json
+
+        _apart(args.apart[0], json.loads(args.apart[1]))
         return 0
     if args.gpu:
         from autofix_gpu import SAMPLES, WORKLOADS
@@ -290,8 +296,9 @@ def main() -> int:
                 print(f"{name:<17} {rule:<8} {fix['id']:<14} not timed here: "
                       f"{', '.join(sorted(set(change) - TIMED))}")
                 continue
-            if set(change) == {"gc_freeze"} and not args.gpu:
-                times = _time_apart(name, max(6, args.rounds // 2))
+            full = report.get("metrics", {}).get("gc_pause_full_ms")
+            if not args.gpu and (set(change) == {"gc_freeze"} or (full or 0) > 0):
+                times = _time_apart(name, change, max(6, args.rounds // 2))
             else:
                 arms = [_arm(job, {}), _arm(job, change)]
                 times = _time(job, arms, args.rounds, args.steps)
