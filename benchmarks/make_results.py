@@ -69,7 +69,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         ["benchmarks/predict_vs_measured.py", "--rounds", "16"],
         "Jobs of a user's own (benchmarks/jobs): each warning/critical finding's first fix, "
         "its change applied exactly as autofix applies it, timed in interleaved blocks "
-        "against the unchanged job (gc.freeze: in processes of its own, alternating), "
+        "against the unchanged job (gc.freeze, and any change to a job whose collector "
+        "made full collections in the diagnosed loop: in processes of its own, "
+        "alternating, as a user times a job), "
         "compared by the mean step. Goal: measured within 15% of predicted. One run on a "
         "shared 2-CPU machine: the capture's base step and its exit timings vary by 10-30% "
         "from one capture to the next (the closing notes list several runs).",
