@@ -91,6 +91,20 @@ class Analysis:
         return out
 
     @property
+    def prediction_highs(self) -> dict[str, float]:
+        """Each predicted fix's speedup at the fast end of its range (the best over the
+        findings that name it): autofix skips a fix only where even that is no gain."""
+        out: dict[str, float] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                rng, base = getattr(p, "range", None), getattr(p, "base_ms", None)
+                if getattr(p, "at_least", False) or not rng or not isinstance(
+                        base, int | float) or not rng[0] > 0:
+                    continue
+                out[fix] = max(out.get(fix, 0.0), float(base) / float(rng[0]))
+        return out
+
+    @property
     def candidate_predictions(self) -> dict[str, dict[frozenset[tuple[str, Any]], float]]:
         """Each fix's predicted speedup for every config its search would try (the change
         from the diagnosed run's settings, as a set of (field, value)); point predictions

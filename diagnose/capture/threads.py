@@ -716,7 +716,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
     yet), after one untimed batch each at once (imports, caches; the pages this process
     writes after the fork copied once). :data:`PAIRS` turns or more while cheap.
 
-    Returns (ms a worker's batch, ms this process's batch: the median of each side's
+    Returns (ms a worker's batch, ms this process's batch: :func:`paired_medians` of the
     turns); None where :func:`time_worker_batches` gives None, or for a batch over half
     a second. The model sets the two against each other (a worker's batch at the loop's
     pace): timed in turn, a busy moment of the shared host falls on both. Timed seconds
@@ -787,8 +787,21 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
         os.close(go_w)
         os.close(res_r)
         os.waitpid(pid, 0)
-    return (round(statistics.median(theirs) * 1e3, 4),
-            round(statistics.median(mine) * 1e3, 4))
+    return paired_medians(theirs, mine)
+
+
+def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float]:
+    """(ms a worker's batch, ms this process's) from batches timed in turn (s): this
+    process's median turn, and the worker's at the median of the turns' own ratios
+    (worker / this process), so that the two stay paired: a busy moment of the host
+    falls on both sides of a turn, and their ratio keeps. Each side's median alone lets a
+    pace that moved for a few turns land on one side only. augment_cnn, six timings
+    seconds apart: the sides' medians gave 0.93-1.16 (two of six within 1.00-1.06), the
+    turns' ratios 0.98-1.17 (four of six). Five captures of it read 0.90-1.29 even so:
+    the timing at the exit is not as quiet as at rest."""
+    own = statistics.median(mine)
+    ratio = statistics.median(t / m for t, m in zip(theirs, mine, strict=True) if m > 0)
+    return round(own * ratio * 1e3, 4), round(own * 1e3, 4)
 
 
 def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:

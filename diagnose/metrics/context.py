@@ -58,6 +58,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "worker-like process per CPU making the loader's batches against one alone (a "
         "Python loop where batches cannot be made so); under cpu_count where CPUs share a "
         "core (SMT siblings) or the host is busy"),
+    "cpu_capacity_min": (
+        "CPUs", "the least of the CPUs' capacity timings after the loop (cpu_capacity is "
+        "their median): the predictions that move CPU work are made at both ends too"),
+    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
     "model_device": (
@@ -290,6 +294,9 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
     out["cpu_capacity"] = as_number(ctx.get("cpu_capacity"))
+    span = ctx.get("cpu_capacity_span")
+    lo, hi = span if isinstance(span, list | tuple) and len(span) == 2 else (None, None)
+    out["cpu_capacity_min"], out["cpu_capacity_max"] = as_number(lo), as_number(hi)
     out["model_param_count"] = as_int(_get(ctx, "model", "param_count"))
     out["model_param_dtype"] = _str(_get(ctx, "model", "param_dtype"))
     out["model_device"] = _str(_get(ctx, "model", "device"))

@@ -498,6 +498,10 @@ class Session:
             # too_many_workers' split 1.64x at 2.0 where 1.50x was measured; at 1.8,
             # 1.41-1.59x for three captures measured 1.42-1.53x. SMT siblings lower all
             ctx["cpu_capacity"] = round(statistics.median(caps), 3) if caps else None
+            # and how far its timings lay apart: the predictions that move CPU work are
+            # made at each end as well (their range), as the job may meet either
+            ctx["cpu_capacity_span"] = ([round(min(caps), 3), round(max(caps), 3)]
+                                        if len(caps) > 1 else None)
         prof = self._profiler
         schedule = (self.wait, self.warmup, self.steps)
         if prof is not None:

@@ -18,6 +18,10 @@ What autofix does with them
 - When the product of the remaining predicted gains is within the noise floor
   (``<= 1 + floor``), the remaining predicted fixes are skipped (again unless
   ``try_all=True``); fixes without a prediction are still tried.
+- Both take each prediction at the fast end of its range where the diagnosis gives one
+  (``report.prediction_highs``): the range holds what the capture's own timings disagreed
+  on (the CPUs' capacity for a change that moves CPU work), and a gain the job may well
+  have is tried, not skipped on the median of noisy timings.
 - The noise floor is the larger of ``min_gain`` and the half-width a trial at the plan's
   most rounds resolves at the measured noise (``1.96 * noise / sqrt(max_rounds)``).
 - Every decision carries its prediction (``Decision.predicted_speedup``). When a trial's
@@ -80,13 +84,20 @@ def noise_floor(noise: float, min_gain: float, max_rounds: int) -> float:
     return max(min_gain, 1.96 * noise / math.sqrt(max(1, max_rounds)))
 
 
-def skip_reason(pred: float | None, remaining_gain: float, floor: float) -> str | None:
+def skip_reason(pred: float | None, remaining_gain: float, floor: float,
+                best: float | None = None) -> str | None:
     """Why a fix predicted ``pred`` is not tried (None: try it). ``remaining_gain``: the
-    product of the predicted gains (above 1) of this fix and those after it."""
+    product of the predicted gains (above 1) of this fix and those after it, each at the
+    fast end of its range where it has one; ``best``: this fix's speedup there (the
+    prediction's range holds what the capture's timings disagreed on, e.g. the CPUs'
+    capacity: a fix is skipped only where even that end is no gain)."""
     if pred is None:
         return None
-    if pred < 1.0 / (1.0 + floor):
-        return (f"predicted {pred:.2f}x: slower than the noise floor (±{floor:.0%}); "
+    best = pred if best is None else max(pred, best)
+    said = f"predicted {pred:.2f}x" + (f" (at most {best:.2f}x)" if best > pred * 1.005
+                                       else "")
+    if best < 1.0 / (1.0 + floor):
+        return (f"{said}: slower than the noise floor (±{floor:.0%}); "
                 "try_all=True tries it")
     if remaining_gain <= 1.0 + floor:
         return (f"the remaining predicted gains ({remaining_gain:.2f}x together) are within "

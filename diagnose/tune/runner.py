@@ -171,6 +171,10 @@ def autofix(
             facts = {**{k: v for k, v in metrics.items() if v is not None}, **facts}
         preds = predictions_from(predictions, report)
         tuner.preds = preds
+        # each prediction at the fast end of its range (the skips use it)
+        highs: dict[str, float] = (
+            predictions_from(getattr(report, "prediction_highs", None), None)
+            if predictions is None else {})
         if predictions is None:  # the model's prediction for each config a search tries
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
             tuner.advised = getattr(report, "advised_changes", None) or {}
@@ -196,10 +200,11 @@ def autofix(
             todo.remove((fix, finding))
             if not try_all:
                 pred = preds.get(fix.id)
-                gain = math.prod(max(1.0, preds.get(f.id, 1.0))
+                gain = math.prod(max(1.0, preds.get(f.id, 1.0), highs.get(f.id, 1.0))
                                  for f, _ in [(fix, finding), *todo] if f.id in preds)
                 why = skip_reason(pred, gain, noise_floor(tuner.noise, min_gain,
-                                                          plan.max_rounds))
+                                                          plan.max_rounds),
+                                  best=highs.get(fix.id))
                 if why is not None:
                     tuner.note(fix, "", SKIPPED, why, finding)
                     continue

@@ -63,7 +63,8 @@ def test_cpu_capacity_is_the_median_of_three_timings_apart(tmp_path: Path, monke
     """The CPUs' capacity is timed three times after the loop, seconds apart (before the
     thread timing, with a worker's batch, after the timing beside busy processes): a
     shared host's moments differ, and the job's steps meet all of them, so the median
-    stands (the mean of two where one could not be timed)."""
+    stands (the mean of two where one could not be timed); the least and the most are
+    kept for the predictions' ranges."""
     import diagnose.session as sess
 
     python_loop = [timed[0], timed[2]]  # the first and the last are a Python loop's
@@ -79,3 +80,7 @@ def test_cpu_capacity_is_the_median_of_three_timings_apart(tmp_path: Path, monke
             train(model, opt, loader, d)
     assert not python_loop
     assert d.report.metrics["cpu_capacity"] == want
+    # and the least and the most of them, where two or more were timed
+    got = [t for t in timed if t is not None]
+    lo, hi = (min(got), max(got)) if len(got) > 1 else (None, None)
+    assert (d.report.metrics["cpu_capacity_min"], d.report.metrics["cpu_capacity_max"]) == (lo, hi)

@@ -283,7 +283,7 @@ class _SlowerInWorkers(torch.utils.data.Dataset):
 
 def test_a_workers_batch_and_this_processs_are_timed_in_turn():
     """A forked process set up as a worker and this process make the same batches in
-    turn: the median of each side (4 samples: about 16 and 4 ms). This process's RNGs,
+    turn (:func:`paired_medians`; 4 samples: about 16 and 4 ms). This process's RNGs,
     thread count and collector are as before, and the worker is gone; a spawned loader or
     an iterable dataset gives None."""
     import gc
@@ -316,6 +316,20 @@ def test_a_workers_batch_and_this_processs_are_timed_in_turn():
             return iter(range(10))
 
     assert time_batches_in_turn(DataLoader(Stream(), batch_size=2)) is None
+
+
+def test_batches_timed_in_turn_are_set_against_each_other_turn_by_turn():
+    """The worker's batch is this process's median at the median of the turns' ratios: a
+    pace that moved between the two sides of a turn for a few turns (the host busier while
+    this process made its batch) leaves the ratio as the other turns give it, where the
+    sides' own medians would have said the worker's batch is half this process's."""
+    from diagnose.capture.threads import paired_medians
+
+    mine = [0.010, 0.010, 0.020, 0.020, 0.020]
+    theirs = [0.011, 0.011, 0.011, 0.022, 0.022]
+    worker, own = paired_medians(theirs, mine)
+    assert own == 20.0 and worker == pytest.approx(22.0)  # 1.1x, not 11/20
+    assert paired_medians([0.010] * 3, [0.010] * 3) == (10.0, 10.0)
 
 
 class _Slow(torch.utils.data.Dataset):

@@ -123,6 +123,26 @@ def test_predictions_come_from_the_diagnosis_when_not_given(faked) -> None:
     assert r.decisions[0].predicted_speedup is None and r.model_disagreements == []
 
 
+def test_a_fix_is_skipped_only_where_even_the_fast_end_of_its_range_gains_nothing(faked):
+    """The diagnosis' range holds what its timings disagreed on (the CPUs' capacity): fa
+    at 0.99x with 1.30x at the fast end of its range is tried, not skipped as within the
+    noise; fc, 0.80x at best, is skipped, and its reason says both."""
+    report = SimpleNamespace(metrics={}, findings=[],
+                             predictions={"fa": 0.99, "fc": 0.80},
+                             prediction_highs={"fa": 1.30, "fc": 0.85})
+    r = _run(fixes=[FA, FC], report=report)
+    by = {d.fix: d for d in r.decisions}
+    assert [c.split()[0] for c, _ in faked] == ["cudnn_benchmark"]
+    assert by["fa"].status == KEPT and by["fa"].predicted_speedup == 0.99
+    assert by["fc"].status == SKIPPED
+    assert "predicted 0.80x (at most 0.85x): slower than the noise floor" in by["fc"].reason
+    # without the ranges the same predictions skip both (the remaining gains: none)
+    faked.clear()
+    r = _run(fixes=[FA, FC], report=SimpleNamespace(
+        metrics={}, findings=[], predictions={"fa": 0.99, "fc": 0.80}))
+    assert faked == [] and all(d.status == SKIPPED for d in r.decisions)
+
+
 def test_without_predictions_nothing_changes(faked) -> None:
     r = _run(fixes=[FC, FA])
     assert [d.fix for d in r.decisions] == ["fc", "fa"]  # the given order
@@ -152,6 +172,9 @@ def test_skips_disagreements_and_the_predicted_tuned_step() -> None:
     assert skip_reason(0.95, 2.0, floor) is not None  # slower than 1 / 1.03
     assert skip_reason(0.99, 2.0, floor) is None  # within the noise: measure it
     assert skip_reason(1.02, 1.02, floor) is not None  # all that is left is within the noise
+    # the fast end of the prediction's range decides: 0.95x, at most 1.10x, is measured
+    assert skip_reason(0.95, 1.10, floor, best=1.10) is None
+    assert "(at most" not in (skip_reason(0.90, 1.0, floor, best=0.80) or "")
     iv = Interval(1.3, 1.2, 1.4, 0.95)
     assert disagreement(1.25, iv) is None and disagreement(None, iv) is None
     assert "below" in (disagreement(1.1, iv) or "")
