@@ -108,7 +108,10 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "tried decision with the prediction it carried, the measured speedup and its 95% "
         "interval; a kept change within 15% of its prediction or not; each run's before/"
         "after (its own, longer interleaved measurement of what was kept) beside the "
-        "model's tuned step. Goals: the job with more workers than CPUs keeps fewer workers "
+        "model's tuned step. A fix is skipped only where even the fast end of its "
+        "predicted range gains nothing (the range holds the ends of the CPUs' capacity "
+        "timings for a change of CPU work). "
+        "Goals: the job with more workers than CPUs keeps fewer workers "
         "in 3 of 3 runs; no job is left slower; tensor rows keep the batched fetch.",
     ),
     "predict_vs_measured_samples": (
