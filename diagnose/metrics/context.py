@@ -56,11 +56,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "cpu_capacity": (
         "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
         "worker-like process per CPU making the loader's batches against one alone (a "
-        "Python loop where batches cannot be made so); under cpu_count where CPUs share a "
-        "core (SMT siblings) or the host is busy"),
+        "Python loop where batches cannot be made so), the most of three timings seconds "
+        "apart; under cpu_count where CPUs share a core (SMT siblings) or the host is busy"),
     "cpu_capacity_min": (
-        "CPUs", "the least of the CPUs' capacity timings after the loop (cpu_capacity is "
-        "their median): the predictions that move CPU work are made at both ends too"),
+        "CPUs", "the least of the CPUs' capacity timings after the loop: the predictions "
+        "that move CPU work are made there too (their range's slow end)"),
     "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),

@@ -409,9 +409,9 @@ class Predictor:
         change, base, ms, share = made
         lo, hi = ms, ms
         # a change that moves CPU work between torch's threads and workers is made at each
-        # end of the CPUs' capacity timings too: the job may meet either (on the shared
-        # 2-vCPU development VM, three timings of one capture lay 1.43-1.98 apart, and
-        # augment_cnn's split came out 0.99x at their median where 1.33-1.48x was timed)
+        # end of the CPUs' capacity timings too (the point is at the most of them): three
+        # timings of one capture on the shared 2-vCPU development VM lay up to 1.34-2.0
+        # apart, and a split predicted at their median and at the most differed by up to 1.27x
         span = (_num(self.facts, "cpu_capacity_min"), _num(self.facts, "cpu_capacity_max"))
         if ("num_workers" in change or "intra_op_threads" in change) and None not in span:
             for cap in span:
