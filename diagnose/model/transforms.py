@@ -527,6 +527,12 @@ def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
         return "does not apply: no worker processes (prefetch_factor needs num_workers > 0)"
     top, mid = _num(facts, "dataloader_wait_max_ms"), _num(facts, "dataloader_wait_median_ms")
     if top is None or mid is None:
+        if not math.isnan(g.producer_period):
+            # workers the model made for a change before this one (autofix's kept split
+            # of a run that had none): they deliver at their mean rate, and the depth
+            # of their queue changes nothing (tokenizing's prefetch after its kept split
+            # went without a prediction)
+            return g
         return "cannot tell: the waits for batches were not measured"
     if top >= 20 and top >= 5 * (mid + 0.1):
         return ("cannot tell: the waits came in bursts (one step waited "

@@ -542,7 +542,8 @@ def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(
 
 def test_a_deeper_queue_changes_nothing_at_the_workers_mean_rate(tmp_path):
     """prefetch_factor: steady waits (the model's mean rate: the step stays, 1.00x); waits
-    in bursts (one of 40 ms against a 1 ms median): the model cannot tell."""
+    in bursts (one of 40 ms against a 1 ms median), or none measured: the model cannot
+    tell, unless the workers are the model's own (a change before it)."""
     m = _model(mt.cpu_loader(), tmp_path)
     cfg = TrainConfig(num_workers=2)
     steady = _predict("prefetch_factor", m, cfg, dataloader_num_workers=2,
@@ -553,6 +554,16 @@ def test_a_deeper_queue_changes_nothing_at_the_workers_mean_rate(tmp_path):
                       dataloader_wait_max_ms=40.0, dataloader_wait_median_ms=1.0)
     assert isinstance(bursts, str) and "bursts" in bursts
     assert "cannot tell" in _predict("prefetch_factor", m, cfg)
+    # workers the model made for a change before it (a run without any, then 2 workers
+    # kept by autofix): at their mean rate a deeper queue changes nothing
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0)
+    p = Predictor(m, _facts(m, **kw))
+    two = p.predict_steps([(tr.num_workers, {"num_workers": 2})])
+    deeper = p.predict_steps([(tr.num_workers, {"num_workers": 2}),
+                              (tr.deeper_queue, {"prefetch_factor": 4})])
+    assert isinstance(two, Prediction) and isinstance(deeper, Prediction)
+    assert deeper.step_ms == pytest.approx(two.step_ms)
 
 
 def test_persistent_workers_for_another_worker_count_use_one_worker_start(tmp_path):
