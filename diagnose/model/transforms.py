@@ -174,8 +174,15 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
     its batches 2.0x as slowly as alone in tokenizing's loop and 2.4x in masked_lm's
     (benchmarks/loop_parts.py), where an equal part said 1.5x. On one thread, which has
     no parallel ops to wait in, its work takes (1 + busy workers x m) / CPUs as long, m
-    being the share of the step in which a worker is making a batch. Found together with
-    the step they give:
+    being the share of the step in which a worker is making a batch, and a worker's batch
+    (1 + u + (busy workers - 1) x m) / CPUs as long: each side gets an equal part of the
+    CPUs with the others that are runnable beside it, the main thread for the share u and
+    each other busy worker for m. (Taken as always busy at once, as beside torch's
+    threads, two workers of tokenizing and too_many_workers were made 1.41-1.44x as slow
+    as one where their loops timed 1.07-1.2x, benchmarks/loop_parts.py: they keep the
+    main thread fed, each busy about half the step. Two of them beside one thread were
+    predicted 0.92-0.96x of one worker in 9 autofix trials where 1.04-1.12x was timed.)
+    Found together with the step they give:
     the main process's own work (the model's ops ``slow`` times as long, its other work
     (as long too with ``rest``), its launches, receiving the batch) or a batch from the
     workers (``cost`` and their ``side`` of the hand-over each, ``min(k, CPUs)`` at once),
@@ -209,9 +216,11 @@ def _worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: f
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
-        share = _doubled(busy, threads, u, given)
         if threads == 1:
+            share = max(1.0, (1.0 + u + (busy - 1) * making) / given)
             mine = max(1.0, (1 + busy * making) / given)
+        else:
+            share = _doubled(busy, threads, u, given)
         step = max(ops + launch + hand_over + ops * (mine - 1.0),
                    (cost * share + side) / at_once)
         if step <= 0:
