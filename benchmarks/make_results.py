@@ -52,6 +52,13 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         ["benchmarks/capture_overhead.py"],
         "The same loop with and without the samplers, interleaved; goal: under 1% of step time.",
     ),
+    "gc_footprint": (
+        "What a finished session leaves in the training process",
+        ["benchmarks/gc_footprint.py"],
+        "Objects Python's collector walks in every full collection after a session, and "
+        "how long one takes, against the same job never diagnosed (and against the "
+        "session drawing its page's plots in-process, as before).",
+    ),
     "autofix_vs_grid": (
         "Autofix against an exhaustive grid",
         ["benchmarks/autofix_vs_grid.py"],

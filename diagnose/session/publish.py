@@ -81,6 +81,13 @@ class Published:
     notes: list[str] = field(default_factory=list)
 
 
+def _why(e: Exception) -> str:
+    """One line: a child's failure is already "Type: message"."""
+    from diagnose.report.apart import ApartError
+
+    return str(e) if isinstance(e, ApartError) else f"{type(e).__name__}: {e}"
+
+
 def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
             run_analysis: Callable[[Path], Any], print_report: bool,
             tensorboard: str | os.PathLike[str] | bool | None) -> Published:
@@ -105,28 +112,33 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
             return out
     if out.report is None:
         return out
-    try:  # the page people open: report.html next to the trace
-        from diagnose.report.html import write_html
+    # the page people open (report.html next to the trace) and the TensorBoard run, written
+    # by a child Python while the report prints, so that their plots' library never joins
+    # the training process (report/apart.py)
+    from diagnose.report.apart import Apart
 
-        write_html(out.report, run_dir / "report.html")
-    except Exception as e:
-        out.notes.append(f"could not write report.html: {type(e).__name__}: {e}")
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("diagnose.report.html:write_html", (out.report, run_dir / "report.html"))]
+    if tensorboard:  # the same run as a TensorBoard run (scalars, findings, adapted trace)
+        calls.append(("diagnose.report.tensorboard:write_session_logdir",
+                      (out.report, run_dir, tensorboard)))
+    child = Apart(calls)
     if print_report:
         try:
             out.report.print()
         except Exception as e:
             print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
         print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
-    if tensorboard:
-        try:  # the same run as a TensorBoard run (scalars, findings, adapted trace)
-            from diagnose.report.tensorboard import write_session_logdir
-
-            out.tensorboard_dir = write_session_logdir(out.report, run_dir, tensorboard)
-            if print_report:
-                print(f"torch-diagnose: TensorBoard run {out.tensorboard_dir} "
-                      f"(tensorboard --logdir {out.tensorboard_dir.parent})", file=sys.stderr)
-        except Exception as e:
-            msg = f"torch-diagnose: could not write TensorBoard logs: {type(e).__name__}: {e}"
-            out.notes.append(msg)
-            print(msg, file=sys.stderr)
+    page, *tb = child.results()
+    if isinstance(page, Exception):
+        out.notes.append(f"could not write report.html: {_why(page)}")
+    if tb and isinstance(tb[0], Exception):
+        msg = f"torch-diagnose: could not write TensorBoard logs: {_why(tb[0])}"
+        out.notes.append(msg)
+        print(msg, file=sys.stderr)
+    elif tb:
+        out.tensorboard_dir = tb[0]
+        if print_report:
+            print(f"torch-diagnose: TensorBoard run {tb[0]} "
+                  f"(tensorboard --logdir {tb[0].parent})", file=sys.stderr)
     return out
