@@ -8,22 +8,22 @@ after a session on benchmarks/jobs/tensor_rows.py, 341,000 objects where the job
 job's own step did not measurably change on the 2-CPU machine: a full collection every
 7-9 of its steps, and its pace varies more than that).
 
-So a session hands the report to a child Python (pickled in a temporary file) that
-imports and calls the writers there; their return values come back pickled on its stdout.
-The training process never imports matplotlib. Where no child can run (no interpreter, a report that
-does not pickle, a child that cannot import this package) the writers run here, as
-before.
+So a session starts a child Python that imports the writers while the report prints,
+then hands it the report, pickled on its stdin (the only thing this package unpickles:
+its own data, over a pipe between a parent and the child it started); the writers' paths
+come back as JSON on its stdout. The training process never imports matplotlib. Where no
+child can run (no interpreter, a report that does not pickle, a child that cannot import
+this package) the writers run here, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
+import json
 import os
 import pickle
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ TIMEOUT_S = 600.0
 
 
 class ApartError(RuntimeError):
-    """The child ran and failed: the message is its last line of error output."""
+    """A writer failed in the child: the message is its error's one line."""
 
 
 def _check(target: str) -> None:
@@ -76,62 +76,67 @@ def _here(calls: list[Call]) -> list[Any]:
 
 class Apart:
     """Writers started in one child Python (one interpreter's start and one import of the
-    plotting library for all of them); :meth:`results` waits for them. Started before
-    the parent prints its report, the child works while it does."""
+    plotting library for all of them); :meth:`results` hands them their arguments and
+    waits. Started before the parent prints its report, the child imports the writers
+    while it does."""
 
     def __init__(self, calls: list[Call]) -> None:
         for target, _ in calls:
             _check(target)
         self.calls = calls
         self._child: subprocess.Popen[bytes] | None = None
-        self._path: str | None = None
-        try:  # the calls in a file the child reads at once (a pipe would hold us up)
-            payload = pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)
-            fd, self._path = tempfile.mkstemp(prefix="diagnose-apart-", suffix=".pkl")
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
+        try:
             self._child = subprocess.Popen(
-                [sys.executable, "-m", __name__, self._path], stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
-        except (pickle.PicklingError, TypeError, AttributeError, OSError, ValueError):
-            self._child = None  # a report that does not pickle, no interpreter to start
+                [sys.executable, "-m", __name__, *(t for t, _ in calls)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=_env())
+        except (OSError, ValueError):  # no interpreter to start (embedded, frozen)
+            self._child = None
 
     def results(self) -> list[Any]:
-        """Each writer's return value, or the exception it failed with (an
+        """Each writer's return value (a path), or the exception it failed with (an
         :class:`ApartError` with the child's own message where it failed there)."""
-        try:
-            if self._child is None:
-                return _here(self.calls)
-            try:
-                out, _ = self._child.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._child.kill()
-                self._child.communicate()
-                return [ApartError(f"the child writing it ran past {TIMEOUT_S:.0f} s and "
-                                   "was stopped")] * len(self.calls)
-        finally:
-            if self._path is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(self._path)
-                self._path = None
-        if self._child.returncode != 0:
-            # the child itself failed (a writer's error comes back as its result): the
-            # page is still wanted, so it is written here
+        if self._child is None:
             return _here(self.calls)
-        got: list[tuple[bool, Any]] = pickle.loads(out)
-        return [v if ok else ApartError(v) for ok, v in got]
+        try:
+            payload = pickle.dumps([args for _, args in self.calls],
+                                   protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            payload = None  # a report that does not pickle: the child is told to stop
+        try:
+            out, _ = self._child.communicate(payload or b"", timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.communicate()
+            return [ApartError(f"the child writing it ran past {TIMEOUT_S:.0f} s and was "
+                               "stopped")] * len(self.calls)
+        if payload is None or self._child.returncode != 0:
+            # the child could not run the writers (a writer's own error comes back as its
+            # result): the page is still wanted, so it is written here
+            return _here(self.calls)
+        got = json.loads(out)
+        return [Path(v) if ok else ApartError(v) for ok, v in got]
 
 
 def main() -> int:
-    """The child: read the calls from the file named on its command line, make them, write
-    each one's result (or its error's one line) to stdout; anything a writer prints goes to
-    stderr, so that stdout holds only the results."""
-    calls: list[Call] = pickle.loads(Path(sys.argv[1]).read_bytes())
-    out = sys.stdout.buffer
+    """The child: import the writers named on its command line, then read their arguments
+    from stdin (pickled by the parent, which started it: nothing else writes there), call
+    them, and write each one's result (a path) or its error's one line to stdout as JSON;
+    anything a writer prints goes to stderr, so that stdout holds only the results."""
+    writers = [_resolve(t) for t in sys.argv[1:]]
+    data = sys.stdin.buffer.read()
+    if not data:
+        return 1
+    arguments: list[tuple[Any, ...]] = pickle.loads(data)
+    out = sys.stdout
     sys.stdout = sys.stderr
-    got = [(False, f"{type(v).__name__}: {v}") if isinstance(v, Exception) else (True, v)
-           for v in _here(calls)]
-    out.write(pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL))
+    got: list[tuple[bool, str]] = []
+    for write, args in zip(writers, arguments, strict=True):
+        try:
+            got.append((True, str(write(*args))))
+        except Exception as e:  # each writer fails alone; the parent shows this line
+            got.append((False, f"{type(e).__name__}: {e}"))
+    out.write(json.dumps(got))
     out.flush()
     return 0
 
