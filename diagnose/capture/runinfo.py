@@ -119,16 +119,34 @@ def device_info(device: Any = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- objects
 
 
+#: the most the fetch timings before the loop take (at least 3 pairs of batches are timed)
+BUDGET_S = 1.5
+
+
 def time_batched_fetch(loader: Any, batches: int = 9) -> float | None:
+    """One batch fetched with one ``dataset[indices]`` call, in ms (see
+    :func:`time_fetches`); None where batches cannot be fetched that way."""
+    both = time_fetches(loader, batches)
+    return None if both is None else both[0]
+
+
+def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
     """A cheap measurement for the batched-fetch prediction, made before the loop runs (so
-    on no timed step): the median time of ``batches`` batches (after one untimed) from a
+    on no timed step): the median time of ``batches`` batches (after one untimed; fewer
+    where they take more than :data:`BUDGET_S`, but at least 3) from a
     loader that fetches each with one ``dataset[indices]`` call, as the change runs it
-    (``BatchSampler`` lists of indices spread over the dataset, ``batch_size=None``), in
-    ms. The same call on one batch's indices, repeated, timed 1.2 ms on
-    benchmarks/jobs/tensor_rows.py where the changed loop's loader took 2.4 ms a batch:
-    rows fresh from memory, the indices' list and the loader's own step are part of it.
-    The indices come from a generator of its own: the user's random state is left as it
-    is. None where batches cannot be fetched that way."""
+    (``BatchSampler`` lists of indices spread over the dataset, ``batch_size=None``), and,
+    in turn with each, of the same batch fetched as the loader does now (a ``__getitem__``
+    a sample, then collated), in ms. The same call on one batch's indices, repeated, timed
+    1.2 ms on benchmarks/jobs/tensor_rows.py where the changed loop's loader took 2.4 ms a
+    batch: rows fresh from memory, the indices' list and the loader's own step are part of
+    it. The second timing puts the first on the loop's pace (the host's pace moves between
+    this moment and the loop: tensor_rows' batched fetch timed 2.1-4.5 ms before loops
+    whose own fetch and collate ran at 21.5-33 ms a step, and the two did not move
+    together; timed in turn, in five fresh processes, one was 0.11-0.13 of the other,
+    while the batched fetch alone ranged 3.2-4.1 ms). The indices come from a
+    generator of its own: the user's random state is left as it is. None where batches
+    cannot be fetched that way."""
     if not batch_indexable(loader):
         return None
     import torch
@@ -140,16 +158,22 @@ def time_batched_fetch(loader: Any, batches: int = 9) -> float | None:
         return None
     gen = torch.Generator().manual_seed(0)
     order = torch.randint(n, ((batches + 1) * bs,), generator=gen).tolist()
-    batched = DataLoader(ds, sampler=BatchSampler(order, bs, drop_last=False),
-                         batch_size=None, generator=gen)
-    it = iter(batched)
-    next(it)
-    times = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        next(it)
-        times.append(time.perf_counter() - t0)
-    return round(statistics.median(times) * 1e3, 4)
+    batched = iter(DataLoader(ds, sampler=BatchSampler(order, bs, drop_last=False),
+                              batch_size=None, generator=gen))
+    per_sample = iter(DataLoader(ds, sampler=order, batch_size=bs, generator=gen))
+    next(batched)
+    next(per_sample)
+    times: tuple[list[float], list[float]] = ([], [])
+    start = time.perf_counter()
+    for i in range(batches):
+        for it, out in ((batched, times[0]), (per_sample, times[1])):
+            t0 = time.perf_counter()
+            next(it)
+            out.append(time.perf_counter() - t0)
+        if i >= 2 and time.perf_counter() - start > BUDGET_S:  # huge batches: 3 pairs
+            break
+    one, each = (round(statistics.median(t) * 1e3, 4) for t in times)
+    return one, each
 
 
 def dataloader_info(loader: Any) -> dict[str, Any] | None:
@@ -182,13 +206,19 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,
         "dataset_tensor_indexable": batch_indexable(loader),
-        "batched_fetch_ms": _safe(lambda: time_batched_fetch(loader)),
+        **_fetch_timings(loader),
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,
         # what the fixes' code shows: batch_sampler_class, collate_fn, worker_init_fn, ...
         **_safe(lambda: loader_arguments(loader), {}),
     }
+
+
+def _fetch_timings(loader: Any) -> dict[str, float | None]:
+    both = _safe(lambda: time_fetches(loader))
+    return {"batched_fetch_ms": None if both is None else both[0],
+            "batched_fetch_per_sample_ms": None if both is None else both[1]}
 
 
 def batch_indexable(loader: Any) -> bool | None:

@@ -178,6 +178,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "mean per unprofiled step: the collate_fn of an in-process loader (None with "
         "workers)"),
     "input_collate_share": ("fraction", "input_collate_ms / the mean unprofiled step time"),
+    "input_loading_median_ms": (
+        "ms", "an in-process loader's fetch and collate of one batch, median over the "
+        "unprofiled steps (a pause that hits a few of them, such as a full garbage "
+        "collection, left out): the loop's pace for the timings made beside the loop"),
     "input_pin_ms": (
         "ms",
         "mean per unprofiled step: the rest of an in-process loader's wait besides fetch and collate "
@@ -214,6 +218,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "one batch fetched with a single dataset[indices] call through a loader that "
         "runs it so, timed before the loop (median of 9; None where the dataset cannot do "
         "that)"),
+    "input_batched_fetch_per_sample_ms": (
+        "ms", "the same batches fetched as the loader does (a __getitem__ a sample, then "
+        "collated), timed in turn with input_batched_fetch_ms (median of 9): the two at "
+        "one pace"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",
@@ -260,6 +268,8 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["dataloader_dataset_tensor_indexable"] = _bool(
         _get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["input_batched_fetch_ms"] = as_number(_get(ctx, "dataloader", "batched_fetch_ms"), finite=False)
+    out["input_batched_fetch_per_sample_ms"] = as_number(
+        _get(ctx, "dataloader", "batched_fetch_per_sample_ms"), finite=False)
     out["input_worker_handover_ms"] = as_number(
         _get(ctx, "dataloader", "worker_handover_ms"), finite=False)
     out["input_worker_send_ms"] = as_number(
@@ -581,6 +591,12 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
         out[f"input_{name}_share"] = None if v is None or step <= 0 else round(v / step, 4)
     sizes = [as_number(r.get("batch_bytes"), finite=False) for r in free]
     counts = [as_int(r.get("batches")) for r in free]
+    loading = [(f + c) / n for f, c, n in zip(
+        (as_number(r.get("fetch_ms"), finite=False) for r in free),
+        (as_number(r.get("collate_ms"), finite=False) for r in free), counts, strict=True)
+        if f is not None and c is not None and n is not None and n > 0]
+    out["input_loading_median_ms"] = (round(statistics.median(loading), 4)
+                                      if loading and (nw is None or nw == 0) else None)
     per_batch = [b / c for b, c in zip(sizes, counts, strict=True)
                  if b is not None and c is not None and c > 0]
     out["input_batch_bytes"] = int(statistics.median(per_batch)) if per_batch else None

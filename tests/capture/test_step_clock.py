@@ -364,6 +364,19 @@ def test_input_by_cause_in_process_and_with_workers() -> None:
     assert m["input_pin_ms"] is None
     assert m["input_worker_wait_ms"] == 10.0 and m["input_worker_wait_share"] == 0.5
     assert context_metrics({})["input_fetch_ms"] is None  # nothing known: None, not 0
+    assert m["input_loading_median_ms"] is None
+
+
+def test_the_loops_median_loading_leaves_a_paused_step_out() -> None:
+    """The loop's fetch and collate of a batch, as the timings beside the loop compare
+    with it: the median over the unprofiled steps, so that one step's full collection
+    (130 ms in the fetch) moves it no more than any other step; two batches in a step
+    count as two."""
+    cap = _input_cap([6.0, 6.0, 6.0, 6.0, 136.0, 12.0], [2.0] * 5 + [4.0])
+    cap["step_clock"]["batches"] = [1] * 5 + [2]
+    m = context_metrics({"capture": cap, "dataloader": {"num_workers": 0}})
+    assert m["input_loading_median_ms"] == 8.0
+    assert m["input_fetch_ms"] > 30  # the mean holds the pause: it is the loop's cost
 
 
 @pytest.mark.parametrize("in_turn", [(7.0, 5.0), None])

@@ -465,6 +465,25 @@ def test_a_batched_fetch_does_not_count_the_loaders_own_work_twice(tmp_path):
     assert _median(whole) == pytest.approx(1.5, abs=0.01)
 
 
+def test_a_batched_fetch_timed_before_the_loop_is_put_at_the_loops_pace(tmp_path):
+    """cpu_loader: 2000 us of fetch and collate a step beside 1000 us of ops. Before the
+    loop, the batched fetch timed 0.4 ms and the same batches fetched a sample at a time
+    1.6 ms: the host ran 1.25x faster than the loop, whose median fetch and collate of a
+    batch was 2.0 ms. At the loop's pace the batched fetch is 0.5 ms: a 1500 us step, not
+    the 1400 us of taking the timing as it came. Without the paired timing, or without
+    the loop's median, it is taken as timed."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(input_fetch_ms=1.5, input_collate_ms=0.5, input_batched_fetch_ms=0.4)
+    paced = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True}, _facts(
+        m, input_batched_fetch_per_sample_ms=1.6, input_loading_median_ms=2.0, **kw))
+    assert _median(paced) == pytest.approx(1.5, abs=0.01)
+    for partial in ({"input_batched_fetch_per_sample_ms": 1.6},
+                    {"input_loading_median_ms": 2.0}, {}):
+        g = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True},
+                                             _facts(m, **partial, **kw))
+        assert _median(g) == pytest.approx(1.4, abs=0.01)
+
+
 def test_a_transform_after_another_starts_from_its_settings(tmp_path):
     """A transform applied after another reads the settings the first one made as the run's
     own: after a batched fetch (in process), num_workers=1 prices its worker at the
