@@ -107,7 +107,8 @@ def test_stopped_busy_processes_go_with_a_killed_parent(tmp_path: Path) -> None:
                       "time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               text=True, cwd=tmp_path,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)})
     assert parent.stdout is not None
     pids = [int(x) for x in parent.stdout.readline().split()]
     assert len(pids) == 2
