@@ -364,6 +364,16 @@ class Session:
     def _internal_error(self, where: str, e: BaseException) -> None:
         self.notes.append(f"capture problem in {where}: {type(e).__name__}: {e}")
 
+    def _time_capacity(self, caps: list[float]) -> None:
+        """One more timing of the CPUs' capacity (:func:`time_cpu_capacity`) into ``caps``."""
+        try:
+            got = time_cpu_capacity(usable_cpus())
+        except Exception as e:
+            self._internal_error("CPU capacity timing", e)
+            return
+        if got is not None:
+            caps.append(got)
+
     # ------------------------------------------------------------------ exit
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         oom: dict[str, Any] | None = None
@@ -427,19 +437,17 @@ class Session:
         ctx["gc_frozen_objects"] = frozen_objects()
         loaded = (self._steps.first_batch is not None and exc is None
                   and isinstance(ctx.get("dataloader"), dict))
-        early = None
-        caps: list[float] = []  # the CPUs' capacity, timed three times seconds apart
+        caps: list[float] = []  # the CPUs' capacity, timed five times seconds apart
         if loaded:  # what the CPUs give at once, a second before it is timed again below
-            try:
-                early = time_cpu_capacity(usable_cpus())
-            except Exception as e:
-                self._internal_error("CPU capacity timing", e)
+            self._time_capacity(caps)
         fwd, self._forward = self._forward, None
         if fwd is not None and exc is None:  # after the loop: on no step's clock
             try:
                 ctx["threads"] = time_threads(self.model, fwd.inputs)
             except Exception as e:
                 self._internal_error("thread timing", e)
+        if loaded:
+            self._time_capacity(caps)
         batch, self._steps.first_batch = self._steps.first_batch, None
         if batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict):
             try:  # what a batch from a worker process costs this one, for the predictions
@@ -467,10 +475,9 @@ class Session:
                 if made is not None:  # the one timed in turn with this process's
                     ctx["dataloader"]["worker_batch_ms"] = (
                         made[0] if in_turn is None else in_turn[0])
-                caps = [c for c in (early, made[1] if made is not None else None)
-                        if c is not None]
+                    if made[1] is not None:
+                        caps.append(made[1])
             except Exception as e:
-                caps = [] if early is None else [early]
                 self._internal_error("CPU capacity timing", e)
         if fwd is not None and exc is None and ctx.get("threads"):
             try:  # once more, seconds later: the quieter of the two (quieter_threads)
@@ -479,25 +486,24 @@ class Session:
             except Exception as e:
                 self._internal_error("thread timing", e)
             if loaded:  # what busy workers cost torch's threads (the workers' predictions)
+                self._time_capacity(caps)
                 try:
                     ctx["threads_busy"] = time_threads_beside_busy(
                         self.model, fwd.inputs, usable_cpus())
                 except Exception as e:
                     self._internal_error("thread timing beside busy processes", e)
         if loaded:
-            try:  # the CPUs' capacity a third time, seconds after the first two
-                late = time_cpu_capacity(usable_cpus())
-                if late is not None:
-                    caps.append(late)
-            except Exception as e:
-                self._internal_error("CPU capacity timing", e)
-            # what the CPUs give: the most of the three timings. A timing reads low where
+            self._time_capacity(caps)  # the last, seconds after the others
+            # what the CPUs give: the most of the five timings. A timing reads low where
             # something else holds a CPU for a moment; the job's split meets those moments
             # in both of its arms alike. On 13 captures of 5 jobs (2-vCPU development VM,
-            # timings 1.34-2.0), the most predicted their splits within 15% for 10 (mean
-            # |log error| 0.092), the median for 8 (0.122: augment_cnn 1.17x where 1.32x
-            # was timed, a user's hashing job 1.32x where 1.64x was). SMT siblings lower
-            # all three
+            # timings 1.34-2.0), the most of three predicted their splits within 15% for
+            # 10 (mean |log error| 0.092), the median for 8 (0.122: augment_cnn 1.17x
+            # where 1.32x was timed, a user's hashing job 1.32x where 1.64x was). Fifteen
+            # timings 1.5 s apart on that quiet VM read 1.14-2.0, 7 of them under 1.75 (no
+            # steal time with them): three all that low came about one capture in ten
+            # (tokenizing's split 1.05x predicted from 1.37-1.56, 1.29x timed), five one
+            # in fifty. SMT siblings lower all of them
             ctx["cpu_capacity"] = round(max(caps), 3) if caps else None
             # and how far its timings lay apart: the predictions that move CPU work are
             # made at the least as well (their range's slow end)
