@@ -116,7 +116,7 @@ def _child(phase: str, path_str: str) -> None:
         dec = decode(read_bytes(path), path)
         work = time.perf_counter() - start
         out["events"] = len(dec.events)
-    elif phase in ("analyze", "profile"):
+    elif phase in ("analyze", "profile", "together"):
         from diagnose.api import analyze
 
         imported = time.perf_counter()
@@ -124,6 +124,13 @@ def _child(phase: str, path_str: str) -> None:
         if phase == "profile":
             _profile(analyze, path)
             return
+        if phase == "together":
+            with _TogetherPeak() as peak:
+                analyze(path)
+            # a spike of this process's alone can fall between two samples
+            emit(RESULT_TAG, {"together_kib": max(peak.kib, peak_rss_kib()),
+                              "samples": peak.samples})
+            os._exit(0)
         import diagnose.analysis as an
 
         model_s = [0.0]
@@ -153,6 +160,64 @@ def _child(phase: str, path_str: str) -> None:
                children_peak_kib=children, workers=usable_cpus() if children else 0)
     emit(RESULT_TAG, out)
     os._exit(0)  # skip tearing down millions of objects: not part of the measurement
+
+
+def _rollup_kib(pid: int, fields: tuple[str, ...]) -> int:
+    """The sum of ``fields`` (kB) of a process's /proc/PID/smaps_rollup; 0 where it is
+    gone."""
+    got = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                name = line.split(":", 1)[0]
+                if name in fields:
+                    got += int(line.split()[1])
+    except (OSError, ValueError):
+        return 0
+    return got
+
+
+class _TogetherPeak:
+    """The most memory this process and its worker processes held at one moment: this
+    process's RSS (as the peak RSS column counts it) and each worker's own pages (its
+    USS: the pages it shares with this process are in that RSS already), sampled every
+    TOGETHER_EVERY_S in a thread. The workers' peaks added to this process's over-count:
+    a forked worker's peak includes the pages it shares with its parent, and the peaks
+    need not come at the same time."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.kib = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            try:
+                kids = [c.pid for c in me.children(recursive=True)]
+            except psutil.Error:
+                kids = []
+            own = sum(_rollup_kib(k, ("Private_Clean", "Private_Dirty")) for k in kids)
+            self.kib = max(self.kib, _rollup_kib(me.pid, ("Rss",)) + own)
+            self.samples += 1
+            self._stop.wait(TOGETHER_EVERY_S)
+
+    def __enter__(self) -> _TogetherPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+#: how often the memory of all processes together is sampled (s)
+TOGETHER_EVERY_S = 0.005
 
 
 def _profile(analyze: Any, path: Path, top: int = 10) -> None:
@@ -206,6 +271,7 @@ class PhaseResult:
     events: int | None = None
     check: dict[str, Any] | None = None
     model_s: list[float] | None = None  # analyze: the step model's own time (build + replay)
+    together_kib: int | None = None  # analyze: all its processes' PSS at once, at the most
 
     @property
     def median_s(self) -> float:
@@ -255,7 +321,14 @@ def run_all(inputs: dict[str, Path], repeat: int, file_bytes: dict[str, int],
             + f" on {len(inputs)} file(s) ...")
         for (phase, inp), acc in runs.items():
             acc.append(_child_result(phase, inputs[inp]))
-    return [_summarise(phase, inp, file_bytes[inp], acc) for (phase, inp), acc in runs.items()]
+    out = [_summarise(phase, inp, file_bytes[inp], acc) for (phase, inp), acc in runs.items()]
+    if "analyze" in phases and Path("/proc/self/smaps_rollup").exists():
+        log("and once more each, all the analysis' processes' memory sampled together ...")
+        for r in out:
+            if r.phase == "analyze":
+                r.together_kib = int(_child_result("together", inputs[r.input])[0]
+                                     ["together_kib"])
+    return out
 
 
 def _summarise(phase: str, inp: str, file_bytes: int,
@@ -361,6 +434,12 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
                 f"largest peaking at {r.children_peak_kib * 1024 / MB:,.0f} MB; all processes "
                 f"together <= {total / MB:,.0f} MB = {total / r.file_bytes:.2f}x the file "
                 "(upper bound)")
+        if r.together_kib:
+            t = r.together_kib * 1024
+            lines.append(
+                f"  {r.label} {INPUTS[r.input]}: all its processes at once, at the most "
+                f"{t / MB:,.0f} MB = {t / r.file_bytes:.2f}x the file (one more run: its RSS "
+                f"and the workers' own pages, every {TOGETHER_EVERY_S * 1e3:.0f} ms)")
     for r in results:
         if r.model_s:
             m = statistics.median(r.model_s)
