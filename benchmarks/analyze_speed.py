@@ -116,7 +116,7 @@ def _child(phase: str, path_str: str) -> None:
         dec = decode(read_bytes(path), path)
         work = time.perf_counter() - start
         out["events"] = len(dec.events)
-    elif phase in ("analyze", "profile", "together"):
+    elif phase in ("analyze", "profile"):
         from diagnose.api import analyze
 
         imported = time.perf_counter()
@@ -124,13 +124,6 @@ def _child(phase: str, path_str: str) -> None:
         if phase == "profile":
             _profile(analyze, path)
             return
-        if phase == "together":
-            with _TogetherPeak() as peak:
-                analyze(path)
-            # a spike of this process's alone can fall between two samples
-            emit(RESULT_TAG, {"together_kib": max(peak.kib, peak_rss_kib()),
-                              "samples": peak.samples})
-            os._exit(0)
         import diagnose.analysis as an
 
         model_s = [0.0]
@@ -177,43 +170,36 @@ def _rollup_kib(pid: int, fields: tuple[str, ...]) -> int:
     return got
 
 
-class _TogetherPeak:
-    """The most memory this process and its worker processes held at one moment: this
-    process's RSS (as the peak RSS column counts it) and each worker's own pages (its
-    USS: the pages it shares with this process are in that RSS already), sampled every
-    TOGETHER_EVERY_S in a thread. The workers' peaks added to this process's over-count:
-    a forked worker's peak includes the pages it shares with its parent, and the peaks
-    need not come at the same time."""
+def _together_kib(path: Path) -> int:
+    """The most memory one analyze() child and its worker processes held at one moment:
+    the child's RSS (as the peak RSS column counts it) and each worker's own pages (its
+    USS: the pages it shares with the child are in that RSS already), sampled from this
+    process every TOGETHER_EVERY_S (a thread in the child would turn its parallel reader
+    off: it forks only where no other thread runs), and at least the child's own peak (a
+    spike can fall between two samples). The workers' peaks added to the child's
+    over-count: a forked worker's peak includes the pages it shares with its parent, and
+    the peaks need not come at the same time."""
+    import psutil
 
-    def __init__(self) -> None:
-        import threading
-
-        self.kib = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import psutil
-
-        me = psutil.Process()
-        while not self._stop.is_set():
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
+                             "analyze", str(path)], stdout=subprocess.PIPE, text=True)
+    most = 0
+    try:
+        child = psutil.Process(proc.pid)
+        while proc.poll() is None:
             try:
-                kids = [c.pid for c in me.children(recursive=True)]
+                kids = [c.pid for c in child.children(recursive=True)]
             except psutil.Error:
                 kids = []
             own = sum(_rollup_kib(k, ("Private_Clean", "Private_Dirty")) for k in kids)
-            self.kib = max(self.kib, _rollup_kib(me.pid, ("Rss",)) + own)
-            self.samples += 1
-            self._stop.wait(TOGETHER_EVERY_S)
-
-    def __enter__(self) -> _TogetherPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+            most = max(most, _rollup_kib(proc.pid, ("Rss",)) + own)
+            time.sleep(TOGETHER_EVERY_S)
+    finally:
+        out, _ = proc.communicate()
+    results = tagged(out, RESULT_TAG)
+    if proc.returncode != 0 or not results:
+        raise SystemExit(f"analyze on {path} failed (exit {proc.returncode})")
+    return max(most, int(results[-1]["peak_rss_kib"]))
 
 
 #: how often the memory of all processes together is sampled (s)
@@ -326,8 +312,7 @@ def run_all(inputs: dict[str, Path], repeat: int, file_bytes: dict[str, int],
         log("and once more each, all the analysis' processes' memory sampled together ...")
         for r in out:
             if r.phase == "analyze":
-                r.together_kib = int(_child_result("together", inputs[r.input])[0]
-                                     ["together_kib"])
+                r.together_kib = _together_kib(inputs[r.input])
     return out
 
 

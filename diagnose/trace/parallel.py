@@ -43,6 +43,15 @@ PIPELINE_MIN_GZ_BYTES = 4 * 2**20
 #: array exists in this process, in the pipe and in the worker).
 PIPELINE_CHUNK_BYTES = 4 * 2**20
 _WINDOW = 2**20
+#: Text a worker of the parallel read decodes at a time (its buffer): the events of one
+#: chunk, decoded, take several times its size until they are columns. Workers live while
+#: this process gathers their columns, so what they hold counts with it: on the ~300 MB
+#: benchmark trace (2 workers) with CHUNK_BYTES (8 MB) each held 30-45 MB of its own and
+#: all three processes together came to 161-173 MB at the most (0.56-0.58x the file),
+#: above this process's own peak (131-144 MB, later, when the workers are gone); with
+#: 4 MB, 21-31 MB each and 137-140 MB together (this process's own peak), in the same
+#: time (benchmarks/analyze_speed.py's "all its processes at once")
+RANGE_CHUNK_BYTES = 4 * 2**20
 
 
 def _layout(path: Path) -> tuple[bytes, int, bytes | None]:
@@ -115,7 +124,7 @@ def _events_in_place(buf: bytearray, filled: int, cut: Cutter,
 
 def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, Any]:
     """Worker: columns of the events in [start, end) (``sep``: as _layout gives it). The text
-    is read into one buffer of about CHUNK_BYTES, decoded there in place, and the partial
+    is read into one buffer of about RANGE_CHUNK_BYTES, decoded there in place, and the partial
     event at its end moved to its front for the next read: a worker holds one chunk of text
     at a time and copies it once (from the file). The last range also returns the
     document's trailer (what follows the event array)."""
@@ -123,7 +132,7 @@ def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, A
     b = ColumnBuilder()
     decode_events = ChunkDecoder()
     trailer = None
-    buf = bytearray(b"[") + bytearray(CHUNK_BYTES)
+    buf = bytearray(b"[") + bytearray(RANGE_CHUNK_BYTES)
     filled = 1
     cut = cutter(sep, lo=1)
     try:
