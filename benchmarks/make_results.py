@@ -28,7 +28,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "Analysis speed and memory on a ~300 MB trace",
         ["benchmarks/analyze_speed.py", "--profile"],
         "Full analysis (read + all metrics + rules) against `json.load` and a bare typed "
-        "decode of the same file, as ratios in one run; peak RSS against the file size; "
+        "decode of the same file, as ratios in one run; peak RSS against the file size, and "
+        "the analysis' processes' memory at one moment (its worker processes' own pages "
+        "with it); "
         ".json.gz against .json; and where the time goes (cProfile).",
     ),
     "analyze_2gb": (
