@@ -46,11 +46,11 @@ _WINDOW = 2**20
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
 #: chunk, decoded, take several times its size until they are columns. Workers live while
 #: this process gathers their columns, so what they hold counts with it: on the ~300 MB
-#: benchmark trace (2 workers) with CHUNK_BYTES (8 MB) each held 30-45 MB of its own and
-#: all three processes together came to 161-173 MB at the most (0.56-0.58x the file),
-#: above this process's own peak (131-144 MB, later, when the workers are gone); with
-#: 4 MB, 21-31 MB each and 137-140 MB together (this process's own peak), in the same
-#: time (benchmarks/analyze_speed.py's "all its processes at once")
+#: benchmark trace (2 workers) with CHUNK_BYTES (8 MB) each held 30-45 MiB of its own and
+#: all three processes together came to 0.55-0.58x the file at the most, above this
+#: process's own peak (0.45-0.49x, later, when the workers are gone); with 4 MB, 21-31 MiB
+#: each and 0.48-0.49x together (this process's own peak), in the same time
+#: (benchmarks/analyze_speed.py's "all its processes at once")
 RANGE_CHUNK_BYTES = 4 * 2**20
 
 
