@@ -162,6 +162,17 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
         "augment_cnn's 2 workers beside torch's 2 threads, whose own work is torch ops, "
         "made its compute 2.1-3x as long, where the model says 2x.",
     ),
+    "work_after_fetch": (
+        "The model's compute after each kind of fetch (tensor_rows)",
+        ["benchmarks/work_after_fetch.py", "--runs", "2"],
+        "One loop in blocks of per-sample and batched fetches in turn: the compute after a "
+        "long single-threaded load took 1.10-1.25x as long as after a batched fetch. On "
+        "one thread, or with the OpenMP threads spinning, mostly less (0.98-1.12x); with "
+        "20 ms asleep before the batched blocks' compute, none (0.93-0.99x): a thread pool "
+        "left asleep by the load, woken by the ops. The session's own timing of it (the "
+        "last column, what the batched-fetch prediction uses) read 0.99-1.32 where the "
+        "loops gave 1.10-1.25: noisier.",
+    ),
     "step_clock_truth": (
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from .runinfo import batch_indexable
+
 #: rounds of (torch's threads, one thread) after one warm-up forward of each: ROUNDS at
 #: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all. On a shared
 #: 2-CPU machine what two threads give drifts within a second: the one-thread ratio of 5
@@ -101,10 +103,11 @@ def _first_tensor(out: Any) -> Any:
 
 
 @contextmanager
-def _model_work(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]]
+def _model_work(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]],
+                idle_s: float = IDLE_S
                 ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
     """(the forward alone, the forward with its backward) on ``inputs``, each returning
-    its seconds after :data:`IDLE_S` asleep; the backward goes through
+    its seconds after ``idle_s`` asleep; the backward goes through
     ``torch.autograd.grad`` (no ``.grad`` is written). The RNG state, the model's buffers
     and torch's thread count are put back on the way out."""
     import torch
@@ -116,14 +119,16 @@ def _model_work(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]]
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
 
     def forward() -> float:
-        time.sleep(IDLE_S)  # as in the loop: the pool has been idle while a batch loaded
+        if idle_s:  # as in the loop: the pool has been idle while a batch loaded
+            time.sleep(idle_s)
         t0 = time.perf_counter()
         with torch.enable_grad():  # as the loop's forward runs: recording for backward
             model(*args, **kwargs)
         return time.perf_counter() - t0
 
     def work() -> float:
-        time.sleep(IDLE_S)  # the pool's threads go idle between steps in a real loop too
+        if idle_s:  # the pool's threads go idle between steps in a real loop too
+            time.sleep(idle_s)
         t0 = time.perf_counter()
         with torch.enable_grad():
             out = _first_tensor(model(*args, **kwargs))
@@ -180,6 +185,73 @@ def time_threads(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | No
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     return out
+
+
+#: rounds of time_work_after_fetches: at least AFTER_FETCH_ROUNDS, more while they took
+#: under AFTER_FETCH_S seconds in all, at most AFTER_FETCH_MAX_ROUNDS; at least 3 where
+#: they took that long (huge batches)
+AFTER_FETCH_ROUNDS = 6
+AFTER_FETCH_MAX_ROUNDS = 24
+AFTER_FETCH_S = 1.0
+
+
+def time_work_after_fetches(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
+                            loader: Any) -> dict[str, Any] | None:
+    """The model's forward and backward on ``inputs`` timed right after a batch fetched
+    as the loader does now (a ``__getitem__`` a sample, then collated) and right after the
+    same batch fetched with one ``dataset[indices]`` call, in turn (ms, the medians, and
+    the median of the rounds' ratios, ``ratio``): what the batched-fetch prediction needs
+    besides the fetch itself. A long stretch of single-threaded loading leaves torch's
+    thread pool asleep (OpenMP's threads stop spinning after a short wait and block), and
+    the ops that follow pay for waking it: on the 2-vCPU development VM,
+    benchmarks/jobs/tensor_rows.py's forward, backward and optimizer took 1.10-1.25x as
+    long after its ~20 ms per-sample batches as after its ~2.5 ms batched ones (blocks of
+    each in turn in one process, benchmarks/work_after_fetch.py); with the threads kept
+    spinning (OMP_WAIT_POLICY=ACTIVE) or on one thread mostly less (0.98-1.12x), and with
+    20 ms asleep before the batched blocks' ops none (0.93-0.99x). This timing read
+    0.99-1.32 after loops that gave 1.10-1.25: noisier than the loop, which times blocks.
+    The fetched batches are dropped (``inputs`` is what runs, as in :func:`time_threads`);
+    their indices come from a generator of this timing's own. Nothing of the run changes
+    (:func:`_model_work`). None where it does not apply: no inputs, a GPU model, one
+    intra-op thread (no pool to wake), batches that cannot be fetched with one call."""
+    if inputs is None or model is None or not _on_cpu(model):
+        return None
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader
+
+    if torch.get_num_threads() < 2 or not batch_indexable(loader):
+        return None
+    ds, bs = loader.dataset, int(loader.batch_size)
+    n = len(ds)
+    if n < 1:
+        return None
+    gen = torch.Generator().manual_seed(1)
+    order = torch.randint(n, ((AFTER_FETCH_MAX_ROUNDS + 1) * bs,), generator=gen).tolist()
+    after: tuple[list[float], list[float]] = ([], [])
+    with _rng_kept(), _model_work(model, inputs, idle_s=0.0) as (_, work):
+        # the loaders' own seeds come from that generator too, not the user's RNG
+        batched = iter(DataLoader(ds, sampler=BatchSampler(order, bs, drop_last=False),
+                                  batch_size=None, generator=gen))
+        per_sample = iter(DataLoader(ds, sampler=order, batch_size=bs, generator=gen))
+        next(batched), next(per_sample)
+        work()  # warm
+        start = time.perf_counter()
+        for k in range(AFTER_FETCH_MAX_ROUNDS):
+            took = time.perf_counter() - start
+            if (k >= AFTER_FETCH_ROUNDS and took > AFTER_FETCH_S) or (
+                    k >= 3 and took > 2 * AFTER_FETCH_S):
+                break
+            # the order turns each round: neither side always follows the other's work
+            pair = ((per_sample, after[0]), (batched, after[1]))
+            for it, out in (pair if k % 2 == 0 else pair[::-1]):
+                next(it)
+                out.append(work())
+    if not after[1] or min(after[1]) <= 0:
+        return None
+    ratio = statistics.median(a / b for a, b in zip(*after, strict=True))
+    return {"after_per_sample_ms": round(statistics.median(after[0]) * 1e3, 4),
+            "after_batched_ms": round(statistics.median(after[1]) * 1e3, 4),
+            "ratio": round(ratio, 4), "rounds": len(after[1])}
 
 
 #: busy processes beyond the CPUs torch's threads leave, timed by time_threads_beside_busy

@@ -222,6 +222,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "the same batches fetched as the loader does (a __getitem__ a sample, then "
         "collated), timed in turn with input_batched_fetch_ms (median of 9): the two at "
         "one pace"),
+    "input_batched_fetch_work_ratio": (
+        "ratio", "the model's forward and backward timed right after a batch fetched a "
+        "sample at a time, over the same right after a batched fetch, in turn after the loop "
+        "(the median of the rounds' ratios; CPU models on more than one thread): a long "
+        "single-threaded load leaves torch's thread pool asleep, and the ops after it pay "
+        "for waking it"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",
@@ -270,6 +276,8 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out["input_batched_fetch_ms"] = as_number(_get(ctx, "dataloader", "batched_fetch_ms"), finite=False)
     out["input_batched_fetch_per_sample_ms"] = as_number(
         _get(ctx, "dataloader", "batched_fetch_per_sample_ms"), finite=False)
+    out["input_batched_fetch_work_ratio"] = as_number(
+        _get(ctx, "dataloader", "work_after_fetch", "ratio"), finite=False)
     out["input_worker_handover_ms"] = as_number(
         _get(ctx, "dataloader", "worker_handover_ms"), finite=False)
     out["input_worker_send_ms"] = as_number(

@@ -691,6 +691,13 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
     return out
 
 
+#: the most the model's ops are taken to gain from a batched fetch's shorter load (the
+#: session's timing of them after each kind of fetch, input_batched_fetch_work_ratio):
+#: tensor_rows' timings read 0.99-1.32 where its loops gave 1.10-1.25, and timings of nine
+#: rounds up to 1.85 (benchmarks/results/work_after_fetch.txt)
+WAKE_RATIO_MAX = 1.35
+
+
 def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """One ``dataset[indices]`` call per batch instead of a ``__getitem__`` per sample and
     ``default_collate`` stacking the rows: the in-process fetch takes what a batch took
@@ -707,7 +714,16 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     37.8 ms before the loop and in 26.1 ms in it; its batched fetch, timed at 4.17 ms,
     is 2.88 ms at the loop's pace, and the change was predicted 4.97x where 5.59x was
     timed without the profiler (4.49x as timed). Where the two paces agree (25.6 and
-    24.8 ms in another) the prediction hardly moves (5.23x to 5.26x)."""
+    24.8 ms in another) the prediction hardly moves (5.23x to 5.26x).
+
+    The ops after the loading change too: a long single-threaded load leaves torch's
+    thread pool asleep, and the model's work that follows pays for waking it. The session
+    timed that work right after each kind of fetch, in turn
+    (``input_batched_fetch_work_ratio``); the model's ops (:func:`_model_ops`) are that
+    much shorter, at most :data:`WAKE_RATIO_MAX` (never longer: a batched fetch does not
+    make the pool sleep longer, and a ratio under 1 is the timing's noise). Three kept
+    tensor_rows captures, whose changed loops ran 6.10x and 6.31x faster in autofix's
+    trials and 5.47x in separate processes, were predicted 4.76-5.20x without it."""
     if facts.get("dataloader_dataset_tensor_indexable") is False:
         return "does not apply: the dataset cannot hand over a batch in one indexing call"
     one = _num(facts, "input_batched_fetch_ms")
@@ -733,7 +749,11 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     if each and loop and each > 0 and loop > 0:
         one *= loop / each
     one = max(one - own, 0.5 * one)
-    return g.scale(fetch, min(1.0, one / per_step))
+    out = g.scale(fetch, min(1.0, one / per_step))
+    wake = _num(facts, "input_batched_fetch_work_ratio")
+    if wake is not None and wake > 1.0:
+        out = out.scale(_model_ops(out), 1.0 / min(wake, WAKE_RATIO_MAX))
+    return out
 
 
 def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:

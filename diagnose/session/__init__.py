@@ -47,6 +47,7 @@ from diagnose.capture.threads import (
     time_inprocess_batch,
     time_threads,
     time_threads_beside_busy,
+    time_work_after_fetches,
     time_worker_batches,
     time_worker_handover,
     time_worker_send,
@@ -446,6 +447,13 @@ class Session:
                 ctx["threads"] = time_threads(self.model, fwd.inputs)
             except Exception as e:
                 self._internal_error("thread timing", e)
+        if loaded and fwd is not None:
+            try:  # the ops after each kind of fetch, for the batched-fetch prediction
+                ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch":
+                                     time_work_after_fetches(self.model, fwd.inputs,
+                                                             self.loader)}
+            except Exception as e:
+                self._internal_error("timing the model's work after a fetch", e)
         if loaded:
             self._time_capacity(caps)
         batch, self._steps.first_batch = self._steps.first_batch, None

@@ -20,6 +20,7 @@ from diagnose.capture.threads import (
     time_inprocess_batch,
     time_threads,
     time_threads_beside_busy,
+    time_work_after_fetches,
     time_worker_batches,
     time_worker_handover,
 )
@@ -150,6 +151,39 @@ def test_thread_timing_does_not_apply_on_one_thread():
     finally:
         torch.set_num_threads(before)
     assert time_threads(_model(), None) is None
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_the_work_after_each_kind_of_fetch_is_timed_in_turn_and_changes_nothing():
+    """The model's work after a per-sample batch and after a batched fetch of a real
+    TensorDataset loader: real timings, in rounds of both, and the run as it was
+    (gradients, buffers, the RNGs, the thread count). A loader whose batches cannot be
+    fetched with one call, one intra-op thread, or no inputs: None."""
+    m = _model()
+    x = torch.randn(16, 32)
+    m(x).sum().backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    bufs = [b.clone() for b in m.buffers()]
+    loader = DataLoader(TensorDataset(torch.randn(4000, 32), torch.randint(0, 4, (4000,))),
+                        batch_size=256, shuffle=True)
+    rng, py, threads = torch.get_rng_state(), random.getstate(), torch.get_num_threads()
+    out = time_work_after_fetches(m, ((x,), {}), loader)
+    assert out is not None and out["rounds"] >= 6
+    assert out["after_per_sample_ms"] > 0 and out["after_batched_ms"] > 0
+    assert out["ratio"] > 0
+    assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads, strict=True))
+    assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
+    assert torch.equal(torch.get_rng_state(), rng) and random.getstate() == py
+    assert torch.get_num_threads() == threads
+    own = DataLoader(TensorDataset(torch.randn(64, 32)), batch_size=8,
+                     collate_fn=lambda rows: torch.stack([r[0] for r in rows]))
+    assert time_work_after_fetches(m, ((x,), {}), own) is None
+    assert time_work_after_fetches(m, None, loader) is None
+    torch.set_num_threads(1)
+    try:
+        assert time_work_after_fetches(m, ((x,), {}), loader) is None
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_worker_hand_over_is_timed_with_a_real_worker():

@@ -484,6 +484,27 @@ def test_a_batched_fetch_timed_before_the_loop_is_put_at_the_loops_pace(tmp_path
         assert _median(g) == pytest.approx(1.4, abs=0.01)
 
 
+def test_a_batched_fetch_wakes_the_ops_as_the_session_timed_them(tmp_path):
+    """cpu_loader: 2000 us of fetch and collate a step beside 1000 us of ops; the batched
+    fetch timed 0.4 ms. The session timed the model's work 1.25x as long after a batch
+    fetched a sample at a time as after a batched one: the ops become 800 us, a 1200 us
+    step. A ratio past WAKE_RATIO_MAX is taken at it; one under 1 (noise) changes
+    nothing, as does none."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(input_fetch_ms=1.5, input_collate_ms=0.5, input_batched_fetch_ms=0.4)
+
+    def step(**more):
+        g = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True},
+                                             _facts(m, **kw, **more))
+        return _median(g)
+
+    assert step(input_batched_fetch_work_ratio=1.25) == pytest.approx(1.2, abs=0.01)
+    assert step(input_batched_fetch_work_ratio=3.0) == pytest.approx(
+        0.4 + 1.0 / tr.WAKE_RATIO_MAX, abs=0.01)
+    assert step(input_batched_fetch_work_ratio=0.9) == pytest.approx(1.4, abs=0.01)
+    assert step() == pytest.approx(1.4, abs=0.01)
+
+
 def test_a_transform_after_another_starts_from_its_settings(tmp_path):
     """A transform applied after another reads the settings the first one made as the run's
     own: after a batched fetch (in process), num_workers=1 prices its worker at the
