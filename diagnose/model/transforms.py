@@ -723,7 +723,11 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     much shorter, at most :data:`WAKE_RATIO_MAX` (never longer: a batched fetch does not
     make the pool sleep longer, and a ratio under 1 is the timing's noise). Three kept
     tensor_rows captures, whose changed loops ran 6.10x and 6.31x faster in autofix's
-    trials and 5.47x in separate processes, were predicted 4.76-5.20x without it."""
+    trials and 5.47x in separate processes, were predicted 4.76-5.20x without it; with it,
+    three captures (timed 1.13-1.18) were predicted 5.70x (5.57x measured in autofix's
+    trials), 5.78x (5.29x in separate processes) and 6.33x (4.78x: the changed loop timed
+    11.67 ms a step there, where autofix's trial measured 10.37 ms minutes before), in
+    benchmarks/results (autofix_jobs.txt, predict_vs_measured.txt)."""
     if facts.get("dataloader_dataset_tensor_indexable") is False:
         return "does not apply: the dataset cannot hand over a batch in one indexing call"
     one = _num(facts, "input_batched_fetch_ms")
