@@ -376,6 +376,29 @@ class Predictor:
         self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)
         self.cache: dict[Any, Prediction | str] = {}
 
+    def add_capacity_timings(self, timings: Sequence[float]) -> dict[str, float] | None:
+        """Fold later timings of the CPUs' capacity into the run's facts (autofix times it
+        again before the trials that move CPU work, minutes after the capture): the point
+        at the most of all the timings, the range at both ends, as after the loop. The facts
+        that changed (the cached predictions are dropped with them); None where nothing
+        changed, or the capture did not time the capacity (one CPU: nothing to fold in)."""
+        cap = _num(self.facts, "cpu_capacity")
+        got = [float(t) for t in timings if isinstance(t, int | float) and math.isfinite(t)
+               and t > 0]
+        if cap is None or not got:
+            return None
+        ends = [v for k in ("cpu_capacity_min", "cpu_capacity_max")
+                if (v := _num(self.facts, k)) is not None]
+        every = [cap, *ends, *got]
+        new = {"cpu_capacity": max(every), "cpu_capacity_min": min(every),
+               "cpu_capacity_max": max(every)}
+        changed = {k: v for k, v in new.items() if _num(self.facts, k) != v}
+        if not changed:
+            return None
+        self.facts = {**self.facts, **changed}
+        self.cache.clear()
+        return changed
+
     def predict_change(self, transform: Transform, change: Mapping[str, Any]
                        ) -> Prediction | str:
         """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,

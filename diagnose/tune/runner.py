@@ -242,6 +242,9 @@ def autofix(
     code_str = _code(original, best, loader, optimizer)
     opt_changed = (best.optimizer_foreach, best.optimizer_fused) != (
         original.optimizer_foreach, original.optimizer_fused)
+    retimed = tuner.capacity_note()
+    if retimed:
+        notes.append(retimed)
     logged = log_disagreements(out_dir, tuner.disagreements)
     if logged is not None:
         notes.append(f"the model's predictions disagreed with {len(tuner.disagreements)} "

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..basics import usable_cpus
+from ..capture.threads import time_cpu_capacity
 from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, TIE, Fix, TrainConfig, micro_batches
 from .measure import Measurer, Plan
 from .predict import disagreement
@@ -30,6 +32,9 @@ from .result import (
     Decision,
 )
 from .trial import TuneError, Workload, fits
+
+#: the TrainConfig fields whose change moves CPU work between torch's threads and workers
+CPU_FIELDS = frozenset({"num_workers", "intra_op_threads"})
 
 
 def _steps(original: TrainConfig, cfg: TrainConfig, owners: list[tuple[Fix, frozenset[str]]]
@@ -90,6 +95,10 @@ class Tuner(Measurer):
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
         self.facts: dict[str, Any] = {}  # the diagnosed run's metrics and live facts
+        # the CPUs' capacity, timed again before the trials that move CPU work, and the
+        # capture's timings as they were (cpu_capacity_min, cpu_capacity_max)
+        self.capacity_timings: list[float] = []
+        self.capture_capacity: tuple[float | None, float | None] | None = None
 
     # ------------------------------------------------------------------ budget
     def out_of_budget(self) -> str | None:
@@ -207,6 +216,56 @@ class Tuner(Measurer):
         if len(known) < len(over):
             return None
         return pred / math.prod(known)
+
+    def retime_capacity(self, fix: Fix, cands: list[TrainConfig], best: TrainConfig) -> None:
+        """Before the trials of a fix that moves CPU work (workers, torch's threads): time
+        the CPUs' capacity once more and fold it into the model's facts, then predict the
+        fix's configs again with it. A capture made while something else held a CPU timed
+        the capacity low all five times (too_many_workers: 1.15-1.64 of 2 CPUs) and
+        predicted its split 1.28x, which measured 1.52x minutes later; at 2.0 the model
+        gives 1.58x. The trial's prediction is made at the most of all the timings, as the
+        capture's is at the most of its own. About half a second a fix, only with a model
+        whose capture timed the capacity."""
+        if self.predictor is None or self.original is None or "cpu_capacity" not in self.facts:
+            return
+        if not any(set(best.diff(c)) & CPU_FIELDS for c in cands):
+            return
+        got = time_cpu_capacity(usable_cpus())
+        if got is None:
+            return
+        if self.capture_capacity is None:
+            self.capture_capacity = (self.facts.get("cpu_capacity_min"),
+                                     self.facts.get("cpu_capacity_max",
+                                                    self.facts.get("cpu_capacity")))
+        self.capacity_timings.append(got)
+        changed = self.predictor.add_capacity_timings([got])
+        if not changed:
+            return
+        self.facts = {**self.facts, **changed}
+        try:
+            p = fix.predict(self.predictor, self.original, self.facts)
+        except Exception:  # a broken transform keeps the diagnosis' predictions
+            return
+        if isinstance(p, str) or p.at_least or not p.candidates:
+            return
+        self.cand_preds[fix.id] = {frozenset(c): float(x) for c, x in p.candidates}
+        if p.change:
+            self.advised[fix.id] = frozenset(p.change.items())
+        if fix.id in self.preds:
+            self.preds[fix.id] = float(p.speedup)
+
+    def capacity_note(self) -> str | None:
+        """What the timings before the trials read, beside the capture's (None: none)."""
+        if not self.capacity_timings or self.capture_capacity is None:
+            return None
+        lo, hi = min(self.capacity_timings), max(self.capacity_timings)
+        a, b = self.capture_capacity
+        then = (f"{a:.2f}-{b:.2f}" if isinstance(a, float) and isinstance(b, float) and b > a
+                else f"{b:.2f}" if isinstance(b, float) else "not timed")
+        now = f"{lo:.2f}-{hi:.2f}" if hi > lo else f"{hi:.2f}"
+        return (f"the CPUs' capacity, timed again before the trials that move CPU work: "
+                f"{now} CPUs (the capture's: {then}); those trials were predicted at the "
+                "most of all the timings")
 
     # ------------------------------------------------------------------ one trial
     def trial(self, fix: Fix, best: TrainConfig, cand: TrainConfig, finding: str | None) -> bool:
@@ -404,6 +463,7 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
         return best
     if key is not None:
         t.searched[key] = fix.id
+    t.retime_capacity(fix, cands, best)
     mode = fix.search_mode(best, cands)
     if mode == SEARCH_DESCEND:
         return t.search_descend(fix, best, cands, finding)

@@ -372,3 +372,61 @@ def test_a_trial_past_its_budget_share_still_gets_three_rounds() -> None:
     assert len(res["a"]) == len(res["b"]) == 3 and looked == [3]
     res = m._rounds([("a", arm("a")), ("b", arm("b"))], [4, 10], "t", done, None)
     assert len(res["a"]) == 10 and looked[1:] == [4, 10]
+
+
+def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture timed the CPUs at 1.5 (a busy moment): one worker beside torch's thread
+    was predicted 3.0 -> 2.867 ms (tests/model/test_transforms.py). Before the trials the
+    CPUs time 2.0: the fix's configs are predicted again at the most of all the timings
+    (3.0 -> 2.2 ms), the range keeps the capture's 1.5 as its slow end, and the notes say
+    so. A later timing below the most moves nothing but the range; a fix that moves no CPU
+    work times nothing."""
+    from diagnose.fixes import FIXES
+    from diagnose.model import step_model
+    from diagnose.model.predict import Predictor
+    from diagnose.tune import search
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+    from tests import modeltraces as mt
+
+    m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 400_000, "dataloader_num_workers": 0,
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
+             "cpu_capacity": 1.5, "cpu_capacity_min": 1.5, "cpu_capacity_max": 1.5}
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer)
+    fix = FIXES["num_workers"]
+    pred = Predictor(m, facts)
+    first = fix.predict(pred, base, facts)
+    one = frozenset({("num_workers", 1)})
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"num_workers": first.speedup})
+    t.original, t.predictor, t.facts = base, pred, dict(facts)
+    t.cand_preds = {fix.id: {frozenset(c): s for c, s in first.candidates}}
+    assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.867, rel=0.01)
+    cands = fix.candidates(base, t.facts)
+    timed = [2.0, 1.2]
+    monkeypatch.setattr(search, "time_cpu_capacity", lambda cpus: timed.pop(0))
+    t.retime_capacity(fix, cands, base)
+    assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.2, rel=0.01)
+    assert t.relative(None, base, base.replace(num_workers=1), fix) == pytest.approx(
+        3.0 / 2.2, rel=0.01)
+    assert t.preds[fix.id] == pytest.approx(max(t.cand_preds[fix.id].values()))
+    assert t.facts["cpu_capacity"] == 2.0 and t.facts["cpu_capacity_min"] == 1.5
+    got = pred.predict_change(fix.transform, {"num_workers": 1})
+    assert got.range[1] == pytest.approx(2.867 * (1 + pred.rel), rel=0.01)
+    t.retime_capacity(fix, cands, base)  # 1.2: the range's slow end only
+    assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.2, rel=0.01)
+    assert (t.facts["cpu_capacity"], t.facts["cpu_capacity_min"]) == (2.0, 1.2)
+    assert t.capacity_note() == (
+        "the CPUs' capacity, timed again before the trials that move CPU work: 1.20-2.00 "
+        "CPUs (the capture's: 1.50); those trials were predicted at the most of all the "
+        "timings")
+
+    def never(cpus: int) -> float:
+        raise AssertionError("timed for a fix that moves no CPU work")
+
+    monkeypatch.setattr(search, "time_cpu_capacity", never)
+    t.retime_capacity(FIXES["pin_memory"], [base.replace(pin_memory=True)], base)
+
