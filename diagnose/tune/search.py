@@ -150,9 +150,12 @@ class Tuner(Measurer):
             pb, pc = self.predictor.predict_steps(sb), self.predictor.predict_steps(sc)
         except Exception:  # a broken transform is a missing prediction, never a failed run
             return None
-        if isinstance(pb, str) or isinstance(pc, str) or pc.step_ms <= 0:
+        if isinstance(pb, str) or isinstance(pc, str) or pb.speedup <= 0:
             return None
-        return float(pb.step_ms / pc.step_ms)
+        # each over the baseline in its own frame (a change of workers adds the epoch's
+        # start to both its sides: too_many_workers' six workers start in 1.2-2.1 ms a
+        # step), as the diagnosis predicts the first trial and tuned_speedup the kept ones
+        return float(pc.speedup / pb.speedup)
 
     def saving_over(self, fix: Fix, best: TrainConfig) -> float | None:
         """A fix predicted without a graph transform (persistent workers: an epoch's start)

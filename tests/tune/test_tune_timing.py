@@ -430,3 +430,41 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     monkeypatch.setattr(search, "time_cpu_capacity", never)
     t.retime_capacity(FIXES["pin_memory"], [base.replace(pin_memory=True)], base)
 
+
+def test_a_trial_from_the_baseline_is_predicted_as_the_diagnosis_predicts_it(tmp_path) -> None:
+    """A run with six workers that start each epoch (26 ms over 24 batches): a change of
+    workers is predicted with the epoch's start on both its sides. The first trial's
+    prediction is the diagnosis' own speedup for that change, not the step's ratio alone
+    (which left the baseline's start out: too_many_workers' 6 -> 2 was 1.43x in its
+    trial and 1.52x in its finding)."""
+    from diagnose.fixes import FIXES
+    from diagnose.model import step_model
+    from diagnose.model.predict import Predictor
+    from diagnose.tune.measure import Plan
+    from diagnose.tune.search import Tuner
+    from tests import modeltraces as mt
+
+    m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 400_000, "dataloader_num_workers": 6,
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
+             "dataloader_start_ms": 26.0, "input_worker_start_ms": 14.0,
+             "input_inprocess_batch_ms": 2.0, "dataloader_epoch_batches": 24,
+             "input_worker_batch_ms": 2.0}
+    w = _workload(Drain())
+    six = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=6)
+    fix = FIXES["num_workers"]
+    pred = Predictor(m, facts)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {})
+    t.original, t.predictor, t.facts = six, pred, dict(facts)
+    said = pred.predict_change(fix.transform, {"num_workers": 2})
+    assert said.base_ms > pred.base_ms  # the six workers' start, a step's share
+    two = six.replace(num_workers=2)
+    assert t.composed(fix, six, two) == pytest.approx(said.speedup)
+    assert t.composed(fix, six, two) != pytest.approx(pred.base_ms / said.step_ms)
+    t.kept_fixes.append((fix, frozenset({"num_workers"})))
+    assert t.tuned_speedup(two) == pytest.approx(said.speedup)
+    # and the next rung from there: the two configs' steps, each with its own start
+    one = pred.predict_change(fix.transform, {"num_workers": 1})
+    assert t.composed(fix, two, six.replace(num_workers=1)) == pytest.approx(
+        said.step_ms / one.step_ms)
