@@ -63,6 +63,8 @@ def main() -> int:
             summary.append(f"{name:<17} {run:>3}  kept: "
                            f"{r.original.describe_change(r.best) or 'nothing'}; "
                            f"{before_after(r)}")
+            summary += [f"{'':<22}{n}" for n in r.notes
+                        if n.startswith("the CPUs' capacity, timed again")]
     print()
     for line in summary:
         print(line)
