@@ -22,6 +22,15 @@ What autofix does with them
   (``report.prediction_highs``): the range holds what the capture's own timings disagreed
   on (the CPUs' capacity for a change that moves CPU work), and a gain the job may well
   have is tried, not skipped on the median of noisy timings.
+- Before the trials of a fix that moves CPU work (workers, torch's threads), the CPUs'
+  capacity is timed once more and folded into the model's facts; that fix's configs are
+  predicted again at the most of all the timings (``Tuner.retime_capacity``: a capture
+  made at a busy moment otherwise prices the split for that moment). The notes say what
+  the timings read.
+- A trial's prediction over the best config so far is the ratio of the two configs'
+  predicted speedups over the baseline, each with what it changes in it (a change of
+  workers adds the epoch's start to both its sides): a first trial is predicted exactly
+  as the diagnosis predicted that change.
 - The noise floor is the larger of ``min_gain`` and the half-width a trial at the plan's
   most rounds resolves at the measured noise (``1.96 * noise / sqrt(max_rounds)``).
 - Every decision carries its prediction (``Decision.predicted_speedup``). When a trial's

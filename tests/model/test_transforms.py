@@ -142,7 +142,8 @@ def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path)
     in process), the worker's 2000 us stand (3.0 / 2.0); a pace above PACE_BOUNDS is taken
     at the bound. An in-process batch timed slower than the loop's by more than the bounds
     is this process's timing held up on its own, not the host's pace: the worker's batch
-    stands as timed."""
+    stands as timed; unless the worker's batch, timed in turn with it, was as slow (at
+    least WORKER_AGREES of it): the host was, and the pace is taken at the bound."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
               worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
@@ -162,6 +163,13 @@ def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path)
     assert one_worker(input_inprocess_batch_ms=2.0 / lo * 0.99) == pytest.approx(
         3.0 / (2.0 * lo / 0.99), rel=0.01)  # just within: at the loop's pace
     assert one_worker(input_inprocess_batch_ms=3.6) == pytest.approx(3.0 / 2.0, rel=0.01)
+    slow = {**kw, "input_worker_batch_ms": 3.6 * tr.WORKER_AGREES}
+    p = _predict("num_workers", m, **slow, input_inprocess_batch_ms=3.6)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(
+        3.0 / (3.6 * tr.WORKER_AGREES * lo), rel=0.01)
+    p = _predict("num_workers", m, **{**slow, "input_worker_batch_ms": 3.6 * 0.9},
+                 input_inprocess_batch_ms=3.6)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(3.0 / 3.24, rel=0.01)
     # 400 us of the loop's 2000 were the garbage collector's pauses inside the loading:
     # not the pace (1600 against 1600 timed), but what a worker making the same objects
     # pays too: 2000 + 400 us a batch
