@@ -14,8 +14,14 @@ round whose two plain timings differ by more than twice the tolerance (someone e
 changed the machine's pace) has no reference to compare with: it is shown, marked
 unsteady, and run again (``--retries``).
 
-    python benchmarks/step_time_truth.py [--rounds 5] [--workload mlp|input|both]
+    python benchmarks/step_time_truth.py [--rounds 5] [--workload mlp|input|ahead|both]
         [--tolerance 0.15] [--retries 3]
+
+``ahead`` (CUDA only) is samples/healthy.py's GPU job: bf16 GEMMs that keep the GPU busy
+for several ms a step, batches already on the device, nothing that waits for a result, so
+the host runs ahead of the GPU and its own steps time only the launches until the launch
+queue fills. The session's clock drains the device once at the end of the steps it times
+after the window (diagnose.capture.steps) and reports the block's pace.
 
 Goal (on a busy 2-CPU machine, the CPU workloads): unprofiled / plain within 15% in every
 round; profiled / plain is what the profiler costs.
@@ -50,6 +56,11 @@ QUIET = 0.05
 
 
 def workload(name: str, dev: torch.device) -> tuple[nn.Module, Any, DataLoader]:
+    if name == "ahead":
+        sys.path.insert(0, str(ROOT / "samples"))
+        from healthy import make_job
+
+        return make_job(dev)
     torch.manual_seed(0)
     dim = 1024 if dev.type == "cuda" else 256
     model = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, 4 * dim),
@@ -68,11 +79,17 @@ def _step(model: nn.Module, opt: Any, x: Any, y: Any, dev: torch.device) -> None
     opt.zero_grad(set_to_none=True)
 
 
+def _batches(loader: DataLoader) -> Any:
+    """The loader's batches, epoch after epoch (a short loader is passed over again)."""
+    while True:
+        yield from loader
+
+
 def plain(name: str, dev: torch.device, steps: int) -> float:
     """Per-step median on the CPU; on CUDA the mean over ``steps`` with one synchronisation
     at the end (a sync per step would add its own cost; the host runs ahead otherwise)."""
     model, opt, loader = workload(name, dev)
-    it = iter(loader)
+    it = _batches(loader)
     for _ in range(3):  # warm-up steps left out, as the session leaves out its first
         x, y = next(it)
         _step(model, opt, x, y, dev)
@@ -98,7 +115,7 @@ def diagnosed(name: str, dev: torch.device) -> dict[str, Any]:
     model, opt, loader = workload(name, dev)
     with tempfile.TemporaryDirectory() as tmp, diagnose(
             model, loader, out_dir=tmp, print_report=False) as d:
-        for x, y in loader:
+        for x, y in _batches(loader):
             _step(model, opt, x, y, dev)
             if d.done:
                 break
@@ -115,7 +132,7 @@ def diagnosed(name: str, dev: torch.device) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--workload", choices=("mlp", "input", "both"), default="both")
+    ap.add_argument("--workload", choices=("mlp", "input", "ahead", "both"), default="both")
     ap.add_argument("--tolerance", type=float, default=0.15,
                     help="a round is within the goal when |unprofiled/plain - 1| <= this")
     ap.add_argument("--retries", type=int, default=3,
@@ -123,6 +140,9 @@ def main() -> None:
                          "before and after its capture differ by more than 2x the tolerance")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.workload == "ahead" and dev.type != "cuda":
+        sys.exit("step_time_truth: --workload ahead needs a CUDA device (a CPU host cannot "
+                 "run ahead of itself)")
     names = ("mlp", "input") if args.workload == "both" else (args.workload,)
     print(f"# step time truth: {dev} "
           f"({torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU'}), torch "

@@ -22,6 +22,14 @@ CPU that other processes held (Linux schedstat: a busy machine), sums the DataLo
 and, where the loader
 builds batches in this process, the time in the dataset's reads and in the collate
 function (see :mod:`diagnose.capture.loader_shim`), and the bytes of the batches.
+
+On a GPU the host can run ahead of the device (a loop that never waits for a result): its
+steps then time only the launches, until the launch queue fills. The ``after`` steps are
+therefore one block, as a user's own timing would take it: the device's queue is drained
+(untimed) just before the block, and once at its end, timed (:attr:`Steps.drain_ms`). Where
+that drain is longer than a step, the job runs at the device's pace, and the metrics take
+the block's time over its steps (diagnose.metrics.context). No step in between is
+synchronised: the loop's own overlap of host and device stays as it is.
 """
 
 from __future__ import annotations
@@ -148,8 +156,13 @@ class Steps:
     def __init__(self, profiler: Any, *, param_ids: frozenset[int] = frozenset(),
                  after: int = 8, settle: int = 1, extend: bool = True,
                  on_window_over: Callable[[], None] | None = None,
-                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+                 on_error: Callable[[str, BaseException], None] | None = None,
+                 sync: Callable[[], None] | None = None) -> None:
         self.profiler = profiler
+        # the device's synchronize (None on a CPU run): once before the ``after`` block,
+        # once at its end (the drain, timed)
+        self.sync = sync
+        self.drain_ms: float | None = None
         self.param_ids = param_ids
         self.after, self.settle, self.extend = after, settle, extend
         self.on_window_over = on_window_over
@@ -321,24 +334,14 @@ class Steps:
             phase = "settle"
         st = self._step
         if st is not None:  # the step that ends here, by the session's clock
-            self.rows.append((phase, (now - st.t0) * 1e3,
-                              None if self.hook is None else st.dl * 1e3,
-                              None if st.fetch is None else st.fetch * 1e3,
-                              None if st.collate is None else st.collate * 1e3,
-                              st.batches, st.nbytes,
-                              None if wait is None or st.wait0 is None
-                              else (wait - st.wait0) / 1e6,
-                              None if st.forward is None else st.forward * 1e3,
-                              st.gc * 1e3 if self.gc_timed else None,
-                              st.gc_full if self.gc_timed else None,
-                              st.gc_loader * 1e3 if self.gc_timed else None,
-                              st.gc_full_s * 1e3 if self.gc_timed else None,
-                              st.gc_full_loader * 1e3 if self.gc_timed else None,
-                              None if st.optimizer is None else st.optimizer * 1e3))
+            self.rows.append(self._row(st, phase, now, wait))
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
                 self.done = True
+                self.drain_ms = self._drain()  # the queue the block's steps left behind
+            elif self._after == self.settle:
+                self._drain()  # the block starts on an empty queue
         elif prof is not None:
             try:
                 prof.step()
@@ -383,6 +386,50 @@ class Steps:
         med = statistics.median(times)
         deciles = statistics.quantiles(times, n=10, method="inclusive")  # as the report's
         return med > 0 and (deciles[-1] - deciles[0]) / med > UNRELIABLE_SPREAD
+
+    def _row(self, st: _Step, phase: str, now: float, wait: int | None) -> tuple[Any, ...]:
+        """The clock's row (:data:`CLOCK_COLUMNS`) of step ``st``, ending at ``now``."""
+        return (phase, (now - st.t0) * 1e3,
+                None if self.hook is None else st.dl * 1e3,
+                None if st.fetch is None else st.fetch * 1e3,
+                None if st.collate is None else st.collate * 1e3,
+                st.batches, st.nbytes,
+                None if wait is None or st.wait0 is None else (wait - st.wait0) / 1e6,
+                None if st.forward is None else st.forward * 1e3,
+                st.gc * 1e3 if self.gc_timed else None,
+                st.gc_full if self.gc_timed else None,
+                st.gc_loader * 1e3 if self.gc_timed else None,
+                st.gc_full_s * 1e3 if self.gc_timed else None,
+                st.gc_full_loader * 1e3 if self.gc_timed else None,
+                None if st.optimizer is None else st.optimizer * 1e3)
+
+    def finish(self) -> None:
+        """The loop ended before the clock was done (a short loader, a loop of a fixed
+        length): on a GPU the ``after`` block still ends with its drain. The step in progress
+        counts as one of the block where it took at least half the block's median step (the
+        loop broke after a step's work); less is the loop's way out, left out."""
+        if self.done or self.sync is None or self.drain_ms is not None:
+            return
+        after = [r[1] for r in self.rows if r[0] == "after"]
+        if not after:
+            return
+        st, now = self._step, time.perf_counter()
+        if st is not None and (now - st.t0) * 1e3 >= 0.5 * statistics.median(after):
+            self.rows.append(self._row(st, "after", now, cpu_wait_ns()))
+            self._step = None
+        self.drain_ms = self._drain()
+
+    def _drain(self) -> float | None:
+        """Wait for the device's queued work; the ms it took (None without a device)."""
+        if self.sync is None:
+            return None
+        t0 = time.perf_counter()
+        try:
+            self.sync()
+        except Exception as e:
+            self._error("device synchronize", e)
+            return None
+        return (time.perf_counter() - t0) * 1e3
 
     def clock(self) -> dict[str, list[Any]]:
         """The clock as ``context.json`` stores it: one list per :data:`CLOCK_COLUMNS`."""

@@ -426,6 +426,21 @@ class _Repeat:
 HANDOVERS = 5
 
 
+def holds_device_tensors(x: Any) -> bool:
+    """True where a batch (tensors, nested in tuples, lists and dicts) holds a tensor off the
+    CPU: a dataset that hands out batches already on the GPU. A forked DataLoader worker
+    cannot make those (CUDA does not start in a forked child)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.device.type != "cpu"
+    if isinstance(x, dict):
+        return any(holds_device_tensors(v) for v in x.values())
+    if isinstance(x, tuple | list):
+        return any(holds_device_tensors(v) for v in x)
+    return False
+
+
 def _touch(x: Any) -> None:
     """Read one element of every memory page of the tensors in ``x``: a batch from a worker
     lives in shared memory that this process has only mapped, and its first use (the copy

@@ -18,6 +18,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "DataLoader num_workers (0: batches are loaded in the training process)",
     ),
     "dataloader_pin_memory": ("bool", "DataLoader pin_memory"),
+    "dataloader_batches_on_device": (
+        "bool", "the dataset hands out batches already on the GPU (no worker process can "
+        "make them; None: on the CPU, or not known)"),
     "dataloader_batch_size": (
         "samples",
         "DataLoader batch_size (None with a custom batch_sampler)",
@@ -142,6 +145,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(p90 - p10) / median of the unprofiled steps: how much they vary (a busy machine, "
         "uneven steps); above 0.5, or with fewer than 5 steps, the median is unreliable",
     ),
+    "step_time_unprofiled_drain_ms": (
+        "ms", "the wait for the device's queued work at the end of the unprofiled steps after "
+        "the window (one synchronize; None on a CPU run)"),
+    "step_time_device_paced": (
+        "bool", "the host ran ahead of the device in the unprofiled steps (the drain longer "
+        "than a step): their times are the block's, drain included, over its steps"),
     "step_time_unprofiled_reliable": (
         "bool",
         "the unprofiled median can be trusted: at least 5 steps, spread <= 0.5, and the "
@@ -267,6 +276,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
         return out
     out["dataloader_num_workers"] = as_int(_get(ctx, "dataloader", "num_workers"))
     out["dataloader_pin_memory"] = _bool(_get(ctx, "dataloader", "pin_memory"))
+    out["dataloader_batches_on_device"] = _bool(_get(ctx, "dataloader", "batches_on_device"))
     out["dataloader_batch_size"] = as_int(_get(ctx, "dataloader", "batch_size"))
     out["dataloader_persistent_workers"] = _bool(_get(ctx, "dataloader", "persistent_workers"))
     out["dataloader_prefetch_factor"] = as_int(_get(ctx, "dataloader", "prefetch_factor"))
@@ -350,6 +360,10 @@ MIN_CLOCK_STEPS = 5
 GC_FULL_SPACED = 3
 #: profiled steps faster than the unprofiled ones by more than this: the clock is off
 MIN_OVERHEAD_RATIO = 0.95
+#: a drain of the device's queue after the unprofiled block longer than this many of its
+#: median steps: the host ran ahead of the device (a loop that keeps up with its GPU leaves
+#: at most a step's device work behind), so the job runs at the device's pace
+DEVICE_PACED_STEPS = 1.0
 
 
 def _clock_rows(cap: Any) -> list[dict[str, Any]]:
@@ -377,11 +391,38 @@ def _unprofiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and as_number(r.get("ms"), finite=False) is not None]
 
 
+def device_pace_ms(cap: Any) -> float | None:
+    """The ``after`` block's time over its steps, its drain included, where the host ran
+    ahead of the device (the drain longer than :data:`DEVICE_PACED_STEPS` of its median
+    steps): the pace the job keeps once its launch queue is full, which the host's own
+    steps, launches only, understate. None where the block kept up with its device, or
+    had no drain (a CPU run, an older capture)."""
+    drain = as_number(cap.get("step_clock_drain_ms"), finite=False) if isinstance(
+        cap, dict) else None
+    after = [float(r["ms"]) for r in _unprofiled_rows(_clock_rows(cap))
+             if r.get("phase") == "after"]
+    if drain is None or not after or drain <= DEVICE_PACED_STEPS * statistics.median(after):
+        return None
+    return (sum(after) + drain) / len(after)
+
+
+def _free_rows(cap: Any) -> list[dict[str, Any]]:
+    """The unprofiled steps the metrics use: :func:`_unprofiled_rows`, or where the job ran
+    at the device's pace (:func:`device_pace_ms`), the ``after`` block's steps with none
+    shorter than that pace (the steps before the window had no drain: host launches only)."""
+    rows = _unprofiled_rows(_clock_rows(cap))
+    pace = device_pace_ms(cap)
+    if pace is None:
+        return rows
+    return [{**r, "ms": max(float(r["ms"]), pace)} for r in rows if r.get("phase") == "after"]
+
+
 def unprofiled_step_ms(context: Any) -> list[float]:
     """Each unprofiled step's time (ms) by the session's own clock, in the order run, from a
-    run's context.json (``[]`` where the capture timed none, e.g. a saved trace)."""
+    run's context.json (``[]`` where the capture timed none, e.g. a saved trace); at the
+    device's pace where the host ran ahead of it (:func:`device_pace_ms`)."""
     cap = context.get("capture") if isinstance(context, dict) else None
-    return [float(r["ms"]) for r in _unprofiled_rows(_clock_rows(cap))]
+    return [float(r["ms"]) for r in _free_rows(cap)]
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -469,7 +510,11 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     out["window_complete"] = _bool(cap.get("window_complete"))
     out["whole_steps"] = as_int(cap.get("whole_steps"))
     rows = _clock_rows(cap)
-    free = _unprofiled_rows(rows)
+    free = _free_rows(cap)
+    pace = device_pace_ms(cap)
+    drain = as_number(cap.get("step_clock_drain_ms"), finite=False)
+    out["step_time_unprofiled_drain_ms"] = drain
+    out["step_time_device_paced"] = None if drain is None else pace is not None
     prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
     times = [float(r["ms"]) for r in free]
     med = statistics.median(times) if times else None
@@ -511,7 +556,10 @@ def _clock_metrics(cap: Any) -> dict[str, object]:
     if prof:
         out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
     if med is not None:
-        ratio = round(statistics.median(prof) / med, 3) if prof and med > 0 else None
+        # against a device-paced step the profiled host steps (launches) say nothing of
+        # the profiler's cost
+        ratio = (round(statistics.median(prof) / med, 3) if prof and med > 0 and pace is None
+                 else None)
         reliable = (len(times) >= MIN_CLOCK_STEPS and isinstance(spread, float)
                     and spread <= UNRELIABLE_SPREAD
                     and (ratio is None or ratio >= MIN_OVERHEAD_RATIO))
@@ -578,7 +626,7 @@ def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
     (the rest of an in-process wait when pin_memory is on), and the wait for worker
     processes. A cause the capture could not see is None, never 0."""
     out: dict[str, object] = {}
-    free = _unprofiled_rows(_clock_rows(cap))
+    free = _free_rows(cap)
     if not free:
         return out
     # means per step: a pause that hits some fetches (garbage collection) is their cost

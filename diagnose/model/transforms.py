@@ -382,6 +382,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     oversubscribes now has its work freed of that contention first (:func:`_contention`).
     The CPU bound (all CPU work per step / cores) is applied by the caller (cpu_bound_ms)."""
     k = int(change["num_workers"])
+    if k > 0 and facts.get("dataloader_batches_on_device") is True:
+        return ("does not apply: the dataset makes its batches on the GPU, which no worker "
+                "process can (CUDA does not start in a forked one)")
     cpus = cpus_for_workers(facts)
     if cpus is None:
         return "cannot tell: the number of CPUs is not known (a live capture records it)"

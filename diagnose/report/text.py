@@ -87,6 +87,11 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
               and isinstance(hi, int | float) else "")
     head = (f"{_ms(st['median_ms'])} median without the profiler ({st['steps']} step"
             f"{'s' if st['steps'] != 1 else ''} timed by the session{spread})")
+    if m.get("step_time_device_paced"):
+        # the host's own steps were launches only: the block's time, drain included
+        head += (f"; the host ran ahead of the GPU, so the steps are the GPU's pace (the "
+                 f"block's time with the {_ms(m.get('step_time_unprofiled_drain_ms'))} wait "
+                 "for the GPU at its end, over its steps)")
     mean = m.get("step_time_unprofiled_mean_ms")
     if isinstance(mean, int | float) and mean > 1.1 * st["median_ms"]:
         # pauses that hit some steps (garbage collection, a slow read) are the job's time

@@ -41,6 +41,7 @@ from diagnose.capture.samplers import (
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.capture.threads import (
     ForwardTimer,
+    holds_device_tensors,
     quieter_threads,
     time_batches_in_turn,
     time_cpu_capacity,
@@ -257,7 +258,8 @@ class Session:
                 after=max(self.clock_steps - before, 1),
                 settle=settle_steps(dl.get("num_workers"), dl.get("prefetch_factor")),
                 extend=self._dist is None,  # ranks must agree on d.done: a fixed plan
-                on_window_over=self._window_over, on_error=self._internal_error)
+                on_window_over=self._window_over, on_error=self._internal_error,
+                sync=self._device_sync())
             self._install_hooks()
             if self.sample_hz:
                 self._sampler_thread = SamplerThread(
@@ -293,6 +295,16 @@ class Session:
             f"schedule needs ({old}): profiling wait=0, warmup={self.warmup}, "
             f"steps={self.steps} so the window fits in one pass"
             + (" (a single batch gives no whole step: use more batches)" if bounds == 0 else ""))
+
+    def _device_sync(self) -> Any:
+        """The model's CUDA device's synchronize for the step clock (None off a GPU)."""
+        dev = self._context.get("device") or {}
+        if dev.get("type") != "cuda" or dev.get("index") is None:
+            return None
+        import torch
+
+        index = int(dev["index"])
+        return lambda: torch.cuda.synchronize(index)
 
     def _make_samplers(self) -> list[Sampler]:
         pids = (lambda: list(self._steps.worker_pids)) if self._loader_hooked else None
@@ -385,6 +397,8 @@ class Session:
                     oom = ctxmod.oom_info(exc, fallback_device=model.get("device"))
             except Exception as e:
                 self._internal_error("OOM record", e)
+        if exc is None:
+            self._steps.finish()  # a GPU's queue behind the steps timed after the window
         self._teardown()
         try:
             self._finish(exc, oom)
@@ -457,7 +471,13 @@ class Session:
         if loaded:
             self._time_capacity(caps)
         batch, self._steps.first_batch = self._steps.first_batch, None
-        if batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict):
+        # a batch the dataset makes on the GPU no DataLoader worker can make (CUDA cannot
+        # start in a forked process): nothing of a worker is timed, and the worker fixes'
+        # predictions say why they have none
+        if batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict) \
+                and holds_device_tensors(batch):
+            ctx["dataloader"] = {**ctx["dataloader"], "batches_on_device": True}
+        elif batch is not None and exc is None and isinstance(ctx.get("dataloader"), dict):
             try:  # what a batch from a worker process costs this one, for the predictions
                 timed = time_worker_handover(batch)
                 ctx["dataloader"] = {**ctx["dataloader"],

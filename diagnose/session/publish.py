@@ -60,6 +60,8 @@ def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[i
                         else max(prof.steps - wait - warmup, 0)),
         "settle_steps": steps.settle,
         "step_clock": steps.clock(),
+        "step_clock_drain_ms": (None if steps.drain_ms is None
+                                else round(steps.drain_ms, 4)),
         "loader_starts": steps.loader_starts,
         "active_start": prof.active_start if prof is not None else None,
         "active_end": prof.active_end if prof is not None else None,

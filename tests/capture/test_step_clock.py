@@ -315,6 +315,121 @@ def test_steps_a_rare_full_collection_paused_are_timed_longer(
     assert plain.done and len(plain.rows) == 1 + 12
 
 
+class _Device:
+    """A fake GPU on the fake clock: each host step of ``host`` ms queues ``work`` ms of
+    device work, run in order; ``sync`` waits (moves the clock) until the queue is empty."""
+
+    def __init__(self, now: list[float], work: float) -> None:
+        self.now, self.work, self.free_at, self.calls = now, work / 1e3, 0.0, 0
+
+    def launch(self) -> None:
+        self.free_at = max(self.free_at, self.now[0]) + self.work
+
+    def sync(self) -> None:
+        self.calls += 1
+        self.now[0] = max(self.now[0], self.free_at)
+
+
+def _device_clock(monkeypatch: pytest.MonkeyPatch, host: float, work: float,
+                  after: int = 8) -> steps_mod.Steps:
+    """Steps after the window (a settle step first) of ``host`` ms each on the host, each
+    launching ``work`` ms on the fake device, timed as the session times them."""
+    now = [0.0]
+    monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    dev = _Device(now, work)
+    s = steps_mod.Steps(None, after=after, settle=1, sync=dev.sync)
+    s.start()
+    for _ in range(1 + after):
+        now[0] += host / 1e3
+        dev.launch()
+        s.advance()
+    assert s.done and dev.calls == 2  # before the block (untimed) and at its end
+    return s
+
+
+def _clocked(s: steps_mod.Steps) -> dict[str, Any]:
+    cap = {"window_complete": True, "whole_steps": 0, "step_clock": s.clock(),
+           "step_clock_drain_ms": s.drain_ms}
+    return context_metrics({"capture": cap})
+
+
+def test_a_host_ahead_of_its_gpu_is_timed_at_the_gpus_pace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that never waits for its GPU: 1.5 ms of launches a step, 7 ms of GPU work.
+    Its steps time the launches; the drain at the block's end holds the rest, and the
+    step time is the block's over its steps, as a loop timed with one synchronize at its end
+    gives. The settle step's queue is drained before the block, off the clock."""
+    s = _device_clock(monkeypatch, host=1.5, work=7.0)
+    assert [round(r[1], 6) for r in s.rows[1:]] == [1.5] * 8  # launches only
+    # the block: its first launch at 1.5 ms, then 8 x 7 ms of GPU work; 12 ms of launches
+    assert s.drain_ms == pytest.approx(1.5 + 56.0 - 12.0, abs=1e-6)
+    m = _clocked(s)
+    assert m["step_time_device_paced"] is True
+    assert m["step_time_unprofiled_median_ms"] == pytest.approx(57.5 / 8, abs=1e-3)
+    assert m["step_time_unprofiled_mean_ms"] == m["step_time_unprofiled_median_ms"]
+    assert m["profiler_overhead_ratio"] is None  # host launches against the GPU's pace
+    head, _ = step_lines(m)
+    assert "the host ran ahead of the GPU" in head and "wait for the GPU" in head
+
+
+@pytest.mark.parametrize("broke", [True, False])
+def test_a_loop_that_ends_before_the_clock_is_done_still_drains(
+        monkeypatch: pytest.MonkeyPatch, broke: bool) -> None:
+    """A short loader: 4 of 8 planned steps after the window, then the loop ends (the
+    session's exit calls finish()). After a ``break`` the step in progress holds a step's
+    launches and counts; where the loader ran out, the boundary came with the last batch
+    asked for and nothing is in progress."""
+    now = [0.0]
+    monkeypatch.setattr(steps_mod, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    dev = _Device(now, 7.0)
+    s = steps_mod.Steps(None, after=8, settle=1, sync=dev.sync)
+    s.start()
+    for _ in range(1 + 4):
+        now[0] += 1.5 / 1e3
+        dev.launch()
+        s.advance()
+    if broke:
+        now[0] += 1.5 / 1e3
+        dev.launch()
+    else:
+        now[0] += 0.1 / 1e3  # the loader's StopIteration
+    s.finish()
+    assert not s.done and dev.calls == 2
+    steps = 5 if broke else 4
+    assert [r[0] for r in s.rows] == ["settle"] + ["after"] * steps
+    m = _clocked(s)
+    assert m["step_time_device_paced"] is True
+    # the block: the first launch 1.5 ms in, then 7 ms of GPU work a step (the loop's way
+    # out, 0.1 ms, is in no step)
+    assert m["step_time_unprofiled_median_ms"] == pytest.approx(
+        (1.5 + 7.0 * steps - (0.0 if broke else 0.1)) / steps, abs=1e-3)
+    s.finish()  # once only
+    assert dev.calls == 2
+
+
+@pytest.mark.parametrize(("host", "work"), [(7.0, 1.5), (7.0, 6.5)])
+def test_a_loop_that_keeps_up_with_its_gpu_keeps_its_own_steps(
+        monkeypatch: pytest.MonkeyPatch, host: float, work: float) -> None:
+    """Host-bound steps leave at most one step's GPU work queued: the drain is shorter than
+    a step, and the steps stand as timed."""
+    s = _device_clock(monkeypatch, host=host, work=work)
+    assert s.drain_ms is not None and s.drain_ms <= work + 1e-6
+    m = _clocked(s)
+    assert m["step_time_device_paced"] is False
+    assert m["step_time_unprofiled_median_ms"] == pytest.approx(host, abs=1e-3)
+    assert "ran ahead" not in step_lines(m)[0]
+
+
+def test_a_cpu_run_has_no_drain() -> None:
+    s = steps_mod.Steps(None, after=2, settle=1)
+    s.start()
+    for _ in range(3):
+        s.advance()
+    assert s.done and s.drain_ms is None
+    m = _clocked(s)
+    assert m["step_time_device_paced"] is None and m["step_time_unprofiled_drain_ms"] is None
+
+
 def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writing the trace (here made 0.4 s slower) happens between two steps and is counted
     in neither: no step the clock timed holds it."""

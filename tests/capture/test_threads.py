@@ -479,3 +479,14 @@ def test_what_sending_its_batches_costs_a_real_worker_is_timed():
             return iter(range(10))
 
     assert time_worker_send(DataLoader(Stream(), batch_size=2)) is None
+
+
+def test_a_batch_on_a_device_is_told_from_one_on_the_cpu() -> None:
+    """Batches (nested as loaders hand them out) holding a tensor off the CPU (the meta
+    device stands in for a GPU here) are the ones no forked worker can make."""
+    from diagnose.capture.threads import holds_device_tensors
+
+    cpu = torch.zeros(2)
+    assert not holds_device_tensors((cpu, {"y": [cpu, 3]}, "text"))
+    assert holds_device_tensors((cpu, {"y": [torch.empty(2, device="meta")]}))
+    assert not holds_device_tensors(None)

@@ -133,6 +133,16 @@ def test_num_workers_cpu_bound(tmp_path):
     assert each[(("num_workers", 1),)] == pytest.approx(3.0 / 2.2, rel=0.01)
 
 
+def test_no_worker_is_predicted_for_batches_made_on_the_gpu(tmp_path):
+    """The same job, its dataset handing out batches already on the GPU: no worker process
+    can make them, so no worker count is predicted, and the reason says so."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    p = _predict("num_workers", m, cpu_count=2, input_batch_bytes=400_000,
+                 dataloader_num_workers=0, worker_transfer_gbps=2.0, torch_num_threads=1,
+                 proc_cpu_mean_pct=180.0, dataloader_batches_on_device=True)
+    assert isinstance(p, str) and "on the GPU" in p and "forked" in p
+
+
 def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path):
     """cpu_loader's loop made a batch in process in 2000 us; after the loop the session
     timed one in process in 1600 us and one in a worker in 2000 us: the host ran 1.25x as
