@@ -7,6 +7,12 @@
 Each benchmark's full output (it prints its own machine, date and command) is saved
 verbatim in benchmarks/results/<name>.txt; RESULTS.md quotes those files. No number in
 RESULTS.md is typed by hand.
+
+A results file keeps its runs newest first: a new run goes on top, and the ones before it
+follow under their own headings ("## the run before it (...)" or "# Run 7 (...)", each
+naming its code and time). RESULTS.md opens with the checks' tallies (the lines a
+benchmark prints as "N of M ... within 15% ...": the newest run's, and all saved runs'
+together) and quotes the newest run of a long file, pointing to the file for the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,7 +210,84 @@ def run(name: str) -> None:
     (OUT / f"{name}.txt").write_text(text)
 
 
+#: a results file longer than this is quoted down to its newest run
+LONG = 100
+#: the start of a numbered run in a file of them ("# Run 8 (...)", "## Run F (...)")
+RUN_MARK = re.compile(r"^#{1,2} Run \w+ \(")
+#: a heading over the runs before the newest ("## the run before it (...)")
+EARLIER = re.compile(r"^## (the run|the runs|earlier runs)")
+#: the tallies a benchmark prints, each at the start of its line
+TALLY = re.compile(r"^(\d+) of (\d+) (predictions within 15%|kept changes measured within 15%"
+                   r"|runs' before/after measured within 15%)")
+
+
+def newest_run(text: str) -> tuple[str, bool]:
+    """The newest run of a results file (its runs newest first), and whether runs follow
+    it. Numbered runs end at the next run's mark; otherwise the newest run ends at the
+    first "## " heading where that heading is over earlier runs (a file of several checks
+    has headings of its own, and is one run)."""
+    lines = text.rstrip().splitlines()
+    marks = [i for i, ln in enumerate(lines) if RUN_MARK.match(ln)]
+    if marks:
+        end = marks[1] if len(marks) > 1 else len(lines)
+    else:
+        end = next((i for i, ln in enumerate(lines) if ln.startswith("## ")), len(lines))
+        if end < len(lines) and not EARLIER.match(lines[end]):
+            end = len(lines)
+    return "\n".join(lines[:end]).rstrip(), end < len(lines)
+
+
+def tallies(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Each kind of tally in ``text``, in the file's order (newest run first):
+    kind -> [(within, of), ...]."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for ln in text.splitlines():
+        m = TALLY.match(ln)
+        if m:
+            out.setdefault(m.group(3), []).append((int(m.group(1)), int(m.group(2))))
+    return out
+
+
+#: the newest runs the middle column of the tallies sums
+RECENT = 4
+
+
+def tally_table(files: list[Path]) -> list[str]:
+    """The checks' tallies: the newest run's, the newest few runs', every saved run's."""
+
+    def summed(runs: list[tuple[int, int]]) -> str:
+        a, b = sum(x for x, _ in runs), sum(y for _, y in runs)
+        return f"{a} of {b} ({a / b:.0%}), {len(runs)} run{'s' * (len(runs) > 1)}" if b else "-"
+
+    rows = [f"| `{f.name}` | {kind} | {summed(runs[:1])} | {summed(runs[:RECENT])} | "
+            f"{summed(runs)} |"
+            for f in files for kind, runs in tallies(f.read_text()).items()]
+    if not rows:
+        return []
+    return ["## The checks at a glance", "",
+            "The tallies the prediction checks print, read from the saved outputs: the "
+            f"newest run's, the newest {RECENT} runs' together, and every saved run's. Each "
+            "run is at the code its heading names: the wider sums take in earlier code.", "",
+            f"| results file | tally | newest run | newest {RECENT} runs | all saved runs |",
+            "|---|---|---|---|---|", *rows, ""]
+
+
+def quote(f: Path) -> list[str]:
+    """A results file as RESULTS.md quotes it: whole, or its newest run where it is long."""
+    text = f.read_text().rstrip()
+    n = len(text.splitlines())
+    if n > LONG:
+        newest, more = newest_run(text)
+        if more:
+            return ["```", newest, "```", "",
+                    f"The earlier runs, each under a heading with its code and time: "
+                    f"`benchmarks/results/{f.name}` ({n} lines).", ""]
+    return ["```", text, "```", ""]
+
+
 def assemble() -> str:
+    gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
+    checked = [OUT / f"{n}.txt" for n in BENCHMARKS] + gpu_files
     lines = [
         "# Benchmark results",
         "",
@@ -214,11 +298,12 @@ def assemble() -> str:
         f"Assembled {dt.date.today().isoformat()}.",
         "",
     ]
+    lines += tally_table([f for f in checked if f.exists()])
     for name, (title, cmd, what) in BENCHMARKS.items():
         lines += [f"## {title}", "", what, "", f"Reproduce: `python {' '.join(cmd)}`", ""]
         f = OUT / f"{name}.txt"
         if f.exists() and f.read_text().strip():
-            lines += ["```", f.read_text().rstrip(), "```", ""]
+            lines += quote(f)
         else:
             lines += ["Not run yet on this machine.", ""]
     lines += ["## On a GPU", "",
@@ -227,10 +312,9 @@ def assemble() -> str:
               "run on their own (each file names its GPU, torch build, date and code); the",
               "sessions here have no GPU of their own, so these are re-run only when one is lent.",
               ""]
-    gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
     for f in gpu_files:
         lines += [f"### {f.stem}", "", f"Saved output: `benchmarks/results/{f.name}`", "",
-                  "```", f.read_text().rstrip(), "```", ""]
+                  *quote(f)]
     if not gpu_files:
         lines += ["No GPU results are saved yet.", ""]
     return "\n".join(lines)
