@@ -8,5 +8,10 @@ pipeline question:
 - ``augment_cnn``: per-sample image augmentation (op-heavy) in the training process;
 - ``tokenizing``: per-sample pure-Python tokenising (the GIL holds it in one process);
 - ``too_many_workers``: more DataLoader workers than the machine has CPUs;
-- ``tensor_rows``: in-memory tensor rows with big batches (per-sample indexing + collate).
+- ``tensor_rows``: in-memory tensor rows with big batches (per-sample indexing + collate);
+- ``wide_rows``: dict samples of 24 small tensors parsed from text (a worker hands each
+  tensor over on its own);
+- ``masked_lm``: a small transformer whose loading is a few percent of the step;
+- ``npy_files``: one ``.npy`` file read and augmented per sample, beside a CNN on
+  torch's threads (workers and one thread both predicted and timed slower).
 """
