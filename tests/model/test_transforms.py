@@ -153,7 +153,9 @@ def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path)
     at the bound. An in-process batch timed slower than the loop's by more than the bounds
     is this process's timing held up on its own, not the host's pace: the worker's batch
     stands as timed; unless the worker's batch, timed in turn with it, was as slow (at
-    least WORKER_AGREES of it): the host was, and the pace is taken at the bound."""
+    least WORKER_AGREES of it): the host was, and the pace is taken at the bound. Within
+    the bounds alike: a slower in-process batch is the host's pace only where the
+    worker's agrees."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
               worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
@@ -170,8 +172,15 @@ def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path)
     assert one_worker(input_inprocess_batch_ms=0.5) == pytest.approx(
         3.0 / (2.0 * hi), rel=0.01)
     lo = tr.PACE_BOUNDS[0]
+    # just within the bounds, slower than the loop: the worker's batch, timed in turn,
+    # was not (2.0 against 2.96 ms): the in-process one was held up on its own
     assert one_worker(input_inprocess_batch_ms=2.0 / lo * 0.99) == pytest.approx(
-        3.0 / (2.0 * lo / 0.99), rel=0.01)  # just within: at the loop's pace
+        3.0 / 2.0, rel=0.01)
+    # ... where it was as slow, the host was: the loop's pace
+    agrees = {**kw, "input_worker_batch_ms": 2.0 / lo * 0.99 * tr.WORKER_AGREES}
+    p = _predict("num_workers", m, **agrees, input_inprocess_batch_ms=2.0 / lo * 0.99)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(
+        3.0 / (2.0 * tr.WORKER_AGREES), rel=0.01)
     assert one_worker(input_inprocess_batch_ms=3.6) == pytest.approx(3.0 / 2.0, rel=0.01)
     slow = {**kw, "input_worker_batch_ms": 3.6 * tr.WORKER_AGREES}
     p = _predict("num_workers", m, **slow, input_inprocess_batch_ms=3.6)
