@@ -116,6 +116,10 @@ class Graph:
     # the time (us) between batches the workers give once their queue is full; NaN: no
     # producer changed by a transform
     producer_period: float = math.nan
+    # the share of the collector's pauses timed inside the in-process loading that its
+    # tasks still hold: 0 once a transform made the loading something that trips none (a
+    # batched fetch, timed as one indexing call)
+    loading_gc: float = 1.0
     # a topological order (replay); kept by changes of times and removed edges, which leave
     # it valid, dropped by anything that adds or removes tasks or adds edges
     order_cache: list[int] | None = field(default=None, repr=False, compare=False)
