@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..metrics.context import cpu_wait_holders
 from ..model.predict import Prediction, Predictor
 from .config import TrainConfig
 from .unit import Fix
@@ -53,11 +54,15 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
         busy = facts.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
                 isinstance(p, Prediction) for p in preds.values()):
+            elsewhere, holders = cpu_wait_holders(facts)
             f.hints.append(
                 f"predicted on a busy machine: the training thread waited {busy:.0%} of the "
-                "timed steps for a CPU other processes held, and what a change of workers or "
-                "threads gets depends on them; predict again when it is quieter, or let "
-                "autofix measure")
+                f"timed steps for a CPU {holders}, and what a change of workers or threads "
+                "gets depends on them; predict again when it is quieter, or let autofix "
+                "measure" if elsewhere else
+                f"predicted beside the run's own busy workers: the training thread waited "
+                f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
+                "threads changes that wait too (autofix measures it)")
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:

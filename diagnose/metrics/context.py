@@ -8,6 +8,7 @@ state is None (rule "not evaluated"), never a default.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from ..basics import as_int, as_number
@@ -588,6 +589,29 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
     return out
 
 
+#: CPUs' worth of work by processes other than the run's under which a run with DataLoader
+#: workers is taken to have waited for a CPU its own processes held, not a busy machine:
+#: on the 2-vCPU development VM, captures of benchmarks/jobs/too_many_workers.py (six
+#: workers on two CPUs) waited 22-32% of their steps with 0.0-0.40 CPUs of other work
+#: beside them; a capture made while a test suite ran beside it, 44% with 1.08 CPUs
+OTHERS_BUSY_CPUS = 0.5
+
+
+def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
+    """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
+    (whether the machine was busy with other work, the words that say who). A run with
+    DataLoader workers beside less than :data:`OTHERS_BUSY_CPUS` of other processes' work
+    (``host_cpu_others_cpus``) waited for its own processes: its workers and threads
+    oversubscribe the CPUs, which is the run's doing, not the machine's."""
+    others = m.get("host_cpu_others_cpus")
+    workers = m.get("workers_count") or m.get("dataloader_num_workers")
+    if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
+            and workers > 0):
+        return False, (f"this run's own processes held (its {workers} DataLoader workers "
+                       f"beside it; other processes took {others:.2f} CPUs)")
+    return True, "other processes held"
+
+
 def clock_note(m: dict[str, object]) -> str | None:
     """What the report says when the unprofiled step time cannot be trusted, and how to get
     a better one (None when it can, or when there is none)."""
@@ -612,12 +636,16 @@ def clock_note(m: dict[str, object]) -> str | None:
         why.append(f"Python's garbage collector paused some of them (up to {gc_max:.0f} ms in "
                    "one step; see CF006)")
     busy = m.get("step_cpu_wait_unprofiled_share")
+    elsewhere = True
     if isinstance(busy, float) and busy >= 0.05:
-        why.append(f"the machine was busy: the training thread waited {busy:.0%} of these "
-                   "steps for a CPU other processes held")
+        elsewhere, holders = cpu_wait_holders(m)
+        why.append(("the machine was busy: " if elsewhere else "")
+                   + f"the training thread waited {busy:.0%} of these steps for a CPU "
+                   + holders)
     return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
-            + ". For a better figure, time more steps (diagnose(..., clock_steps=30)) or run "
-            "when the machine is less busy; the profiler's overhead is not stated")
+            + ". For a better figure, time more steps (diagnose(..., clock_steps=30))"
+            + (" or run when the machine is less busy" if elsewhere else "")
+            + "; the profiler's overhead is not stated")
 
 
 def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:

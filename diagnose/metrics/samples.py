@@ -31,6 +31,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     "proc_rss_max_bytes": ("bytes", "peak resident memory of the training process"),
     "workers_count": ("count", "most DataLoader worker processes alive at once"),
     "workers_cpu_mean_pct": ("%", "mean CPU per DataLoader worker, % of one core"),
+    "host_cpu_others_cpus": (
+        "CPUs",
+        "CPUs' worth of work that processes other than the training process and its "
+        "DataLoader workers did while it ran: the usable CPUs' busy time less theirs, mean "
+        "over the samples (what a busy machine costs the run, apart from its own load)",
+    ),
     "sample_count": ("count", "sampler rows the values above were computed from"),
 }
 
@@ -135,8 +141,25 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
             if isinstance(cpu, (int, float)) and isinstance(n, int) and n > 0:
                 per_worker.append(float(cpu) / n)
         out["workers_cpu_mean_pct"] = sum(per_worker) / len(per_worker) if per_worker else None
+        out["host_cpu_others_cpus"] = _others(host)
     out["sample_count"] = rows if (gpu is not None or host is not None) else None
     return out
+
+
+def _others(host: dict[str, Any]) -> float | None:
+    """The usable CPUs' busy time less the training process's and its workers' (in CPUs,
+    mean over the samples that have all three; a worker column missing is no workers)."""
+    got: list[float] = []
+    workers = _col(host, "workers_cpu_pct")
+    for i, (cores, proc) in enumerate(zip(_col(host, "cpu_pct"), _col(host, "proc_cpu_pct"),
+                                          strict=False)):
+        busy = _finite(cores) if isinstance(cores, list) else []
+        if not busy or not isinstance(proc, (int, float)) or isinstance(proc, bool):
+            continue
+        w = workers[i] if i < len(workers) else None
+        own = float(proc) + (float(w) if isinstance(w, (int, float)) else 0.0)
+        got.append(max(0.0, (sum(busy) - own) / 100.0))
+    return round(sum(got) / len(got), 3) if got else None
 
 
 def samples_notes(samples: dict[str, Any] | None) -> list[str]:

@@ -55,7 +55,8 @@ from diagnose.capture.threads import (
 )
 from diagnose.errors import CaptureError
 from diagnose.metrics.context import clock_note, context_metrics
-from diagnose.runfolder import new_run_dir
+from diagnose.metrics.samples import samples_metrics
+from diagnose.runfolder import load_samples, new_run_dir
 from diagnose.session.publish import capture_section, own_traces, publish, window_notes
 
 __all__ = ["Session", "autofix", "capture_baseline", "diagnose"]
@@ -441,6 +442,18 @@ class Session:
                         if _active is self:
                             _active = None
 
+    def _load_metrics(self, run_dir: Path) -> dict[str, Any]:
+        """What the host samples say of the CPUs' load beside the run (the other processes'
+        work, the workers alive): {} where nothing was sampled."""
+        if self._sampler_thread is None:
+            return {}
+        try:
+            m = samples_metrics(load_samples(run_dir, self._dist.rank if self._dist else None))
+        except Exception as e:  # the note goes without it
+            self._internal_error("host samples", e)
+            return {}
+        return {k: m.get(k) for k in ("host_cpu_others_cpus", "workers_count")}
+
     def _finish(self, exc: BaseException | None, oom: dict[str, Any] | None) -> None:
         """Assemble ``context.json`` from what was recorded and hand it to
         :func:`~diagnose.session.publish.publish`."""
@@ -558,7 +571,9 @@ class Session:
                    "worker_pids": self.worker_pids,
                    "sampler_rows": st.rows if st is not None else 0,
                    "notes": list(self.notes)})
-        note = clock_note(context_metrics(ctx))  # an unprofiled figure too noisy to trust
+        # an unprofiled figure too noisy to trust; who held the CPUs its steps waited for
+        # (the run's own workers, or other work) is in the samples
+        note = clock_note({**context_metrics(ctx), **self._load_metrics(run_dir)})
         if note is not None:
             self.notes.append(note)
             ctx["capture"]["notes"].append(note)

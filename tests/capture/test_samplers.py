@@ -421,6 +421,20 @@ def test_samples_metrics_window_and_none() -> None:
     assert samples_metrics(s)["sample_count"] == 10
 
 
+def test_other_processes_cpu_is_the_busy_cpus_less_the_runs_own() -> None:
+    """Two CPUs 90% and 80% busy (1.7 CPUs), the training process 100% of one core, its
+    workers 40%: other processes did 0.3 CPUs' worth; a row without the workers' column
+    (none alive) 0.7; the mean over the rows 0.5. A row where the run's own CPU comes out
+    above the CPUs' busy time (samples taken a moment apart) counts 0, not less."""
+    host = {"t": [0.0, 1.0, 2.0], "cpu_pct": [[90.0, 80.0], [90.0, 80.0], [50.0, 40.0]],
+            "proc_cpu_pct": [100.0, 100.0, 120.0], "workers_cpu_pct": [40.0, None, 10.0]}
+    m = samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})
+    assert m["host_cpu_others_cpus"] == pytest.approx((0.3 + 0.7 + 0.0) / 3, abs=1e-3)
+    del host["proc_cpu_pct"]
+    assert samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})[
+        "host_cpu_others_cpus"] is None
+
+
 def test_memory_stays_flat_over_many_ticks(tmp_path: Path) -> None:
     """Rows go to the file, not to memory: thousands of ticks leave the heap where it was."""
     import tracemalloc

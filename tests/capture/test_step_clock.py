@@ -188,6 +188,28 @@ def test_an_unreliable_clock_says_so_instead_of_a_ratio(
     assert "as long" not in (window or "")
 
 
+@pytest.mark.parametrize(("others", "workers", "busy_machine"), [
+    (1.08, 0, True), (1.08, 6, True), (0.3, 6, False), (0.3, 0, True), (None, 6, True)])
+def test_a_wait_for_a_cpu_names_who_held_it(others: float | None, workers: int,
+                                            busy_machine: bool) -> None:
+    """The training thread waited 25% of its steps for a CPU. Beside a DataLoader's
+    workers and less than half a CPU of other processes' work, the run's own processes
+    held it: the note says so and does not send the user to a quieter machine. Without
+    workers, with more of other work, or with it unknown, the machine was busy."""
+    phase = ["wait"] * 4 + ["warmup"] + ["active"] * 3 + ["settle"] + ["after"] * 3
+    ms = [90.0, 10.0, 30.0, 12.0, 40.0, 30.0, 31.0, 29.0, 80.0, 45.0, 11.0, 28.0]
+    cap = _cap(phase, ms)
+    cap["step_clock"]["cpu_wait_ms"] = [x / 4 for x in ms]
+    m = {**context_metrics({"capture": cap}), "host_cpu_others_cpus": others,
+         "workers_count": workers}
+    note = clock_note(m) or ""
+    assert "the training thread waited 25% of these steps for a CPU" in note
+    assert ("the machine was busy" in note) is busy_machine
+    assert ("less busy" in note) is busy_machine
+    assert ("this run's own processes held (its 6 DataLoader workers beside it; other "
+            "processes took 0.30 CPUs)" in note) is not busy_machine
+
+
 def test_short_loader_fits_the_schedule_and_says_so(tmp_path: Path) -> None:
     """2 batches (a large batch over a small dataset): the schedule is shortened up front
     so the one profiled step is whole; the loop's tail makes no finding."""

@@ -182,3 +182,12 @@ def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
     said = [h for h in f.hints if h.startswith("predicted on a busy machine")]
     assert len(said) == (busy >= BUSY)
     assert not said or f"waited {busy:.0%} of the timed steps" in said[0]
+    # the same wait beside the run's own six workers and 0.2 CPUs of other work: the run's
+    # own processes held the CPU, and a quieter machine would not change it
+    g = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
+    own = {**facts, "workers_count": 6, "host_cpu_others_cpus": 0.2}
+    predict_findings([g], Predictor(m, own), TrainConfig(), own, FIXES)
+    assert not any(h.startswith("predicted on a busy machine") for h in g.hints)
+    said = [h for h in g.hints if h.startswith("predicted beside the run's own busy workers")]
+    assert len(said) == (busy >= BUSY)
+    assert not said or "this run's own processes held (its 6 DataLoader workers" in said[0]
