@@ -263,9 +263,12 @@ class Tuner(Measurer):
             return None
         lo, hi = min(self.capacity_timings), max(self.capacity_timings)
         a, b = self.capture_capacity
-        then = (f"{a:.2f}-{b:.2f}" if isinstance(a, float) and isinstance(b, float) and b > a
+        def span(x: float, y: float) -> str:  # one figure where both ends print alike
+            return f"{x:.2f}-{y:.2f}" if f"{x:.2f}" != f"{y:.2f}" else f"{y:.2f}"
+
+        then = (span(a, b) if isinstance(a, float) and isinstance(b, float) and b > a
                 else f"{b:.2f}" if isinstance(b, float) else "not timed")
-        now = f"{lo:.2f}-{hi:.2f}" if hi > lo else f"{hi:.2f}"
+        now = span(lo, hi)
         return (f"the CPUs' capacity, timed again before the trials that move CPU work: "
                 f"{now} CPUs (the capture's: {then}); those trials were predicted at the "
                 "most of all the timings")

@@ -424,6 +424,9 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
         "the CPUs' capacity, timed again before the trials that move CPU work: 1.20-2.00 "
         "CPUs (the capture's: 1.50); those trials were predicted at the most of all the "
         "timings")
+    # ends that print alike print once (the demo read "1.98-1.98 CPUs")
+    t.capacity_timings = [1.981, 1.984]
+    assert "work: 1.98 CPUs (the capture's" in (t.capacity_note() or "")
 
     def never(cpus: int) -> float:
         raise AssertionError("timed for a fix that moves no CPU work")
