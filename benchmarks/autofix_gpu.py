@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import DECISION_HEAD, DecisionTally, before_after  # noqa: E402
 from _workloads import Augmented  # noqa: E402
 
-from diagnose.model.step import step_model_line  # noqa: E402
+from diagnose.stepmodel.step import step_model_line  # noqa: E402
 
 WORKLOADS = ("pageable", "fp32", "input")
 SAMPLES = ("slow_loader", "pageable_copy", "small_kernels", "healthy")

@@ -30,12 +30,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from diagnose.autofix import cpu_count  # noqa: E402
+from diagnose.autofix.stats import pooled_mean, speedup_interval  # noqa: E402
+from diagnose.autofix.trial import Trial, Workload  # noqa: E402
 from diagnose.demo import build, machine_line  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
 from diagnose.session import autofix  # noqa: E402  (with the baseline capture)
-from diagnose.tune import cpu_count  # noqa: E402
-from diagnose.tune.stats import pooled_mean, speedup_interval  # noqa: E402
-from diagnose.tune.trial import Trial, Workload  # noqa: E402
 
 
 def grid(base: TrainConfig, cpus: int, gpu: bool) -> list[TrainConfig]:

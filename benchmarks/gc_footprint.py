@@ -5,7 +5,7 @@ Three arms, each in a fresh Python, interleaved over rounds (A B C, C B A, ...):
 
 - ``plain``: benchmarks/jobs/tensor_rows.py's loop, never diagnosed;
 - ``session``: the same job after a real ``with diagnose(...)`` around its loop (the
-  report.html it writes is drawn by a child Python, diagnose/report/apart.py);
+  report.html it writes is drawn by a child Python, diagnose/report/child_writer.py);
 - ``plots``: the session, then ``import diagnose.report.plots``: what the process held when
   the session drew the page's plots itself (before that change).
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from _bench import MB, cpu_model, loadavg, write_replicated  # noqa: E402
 
 from diagnose.analysis import _analyze_file  # noqa: E402
-from diagnose.basics import usable_cpus  # noqa: E402
+from diagnose.values import usable_cpus  # noqa: E402
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "traces" / "param" / "dlrm_kineto"
 DEFAULT_WORKDIR = Path("/tmp/torch-diagnose-bench/ranks")

@@ -57,7 +57,7 @@ def _key(change: dict[str, int]) -> str:
 def _predict(run_dir: str, change: dict[str, int]) -> float | str:
     """The speedup the diagnosis' step model gives ``change``, or why it cannot tell."""
     import diagnose
-    from diagnose.model import transforms as tr
+    from diagnose.stepmodel import transforms as tr
 
     result = diagnose.analyze(run_dir)
     predictor = getattr(result, "analysis", result).predictor
@@ -82,7 +82,7 @@ def _measure(name: str, rounds: int, steps: int, save: Path | None) -> dict[str,
     """Diagnose job ``name``, then time it as it is and with every config of the grid."""
     import torch
 
-    from diagnose.basics import usable_cpus
+    from diagnose.values import usable_cpus
 
     job = make(name)
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,7 +14,7 @@ real loop does.
 For each job (``make_job()`` in benchmarks/jobs/<name>.py): a diagnosis of its plain loop
 (``with diagnose(...)``), then, for every warning or critical finding, the change its first
 fix predicts (JSON ``fixes[0].predicted.change``) is made real exactly as autofix makes it
-(``diagnose.tune.trial.build_loader`` over a ``TrainConfig``; ``intra_op_threads`` by
+(``diagnose.autofix.trial.build_loader`` over a ``TrainConfig``; ``intra_op_threads`` by
 ``torch.set_num_threads``), and the job is timed without the profiler in interleaved blocks
 (baseline, changed, baseline, ...: a block is ``--steps`` steps after 3 unmeasured ones,
 and the batches its workers keep ready: prefetch_factor a worker).
@@ -51,7 +51,7 @@ sys.path.insert(0, str(JOBS))  # a job imports its siblings as `python job.py` w
 
 from _run import job_names, make, print_header  # noqa: E402
 
-from diagnose.tune.stats import speedup_interval  # noqa: E402
+from diagnose.autofix.stats import speedup_interval  # noqa: E402
 
 
 def _step(job: dict[str, Any], batch: Any, cfg: Any = None) -> None:
@@ -59,7 +59,7 @@ def _step(job: dict[str, Any], batch: Any, cfg: Any = None) -> None:
     with ``cfg``'s transfer and precision (autofix's own ``to_device``)."""
     import torch
 
-    from diagnose.tune.trial import to_device
+    from diagnose.autofix.trial import to_device
 
     m, opt, loss_fn, dev = job["model"], job["optimizer"], job["loss_fn"], job.get("device")
     if dev is not None:
@@ -129,8 +129,8 @@ def _threads(n: int | None):
 def _arm(job: dict[str, Any], change: dict[str, Any]) -> tuple[Any, int | None, bool, Any]:
     """The loader for ``change`` (built as autofix builds it), the threads to use,
     whether to freeze the collector's objects (as a trial does), and the config."""
+    from diagnose.autofix.trial import build_loader
     from diagnose.fixes import TrainConfig
-    from diagnose.tune.trial import build_loader
 
     base = TrainConfig.from_objects(job["loader"], job["optimizer"])
     known = {k: v for k, v in change.items() if hasattr(base, k)}

@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from diagnose.metrics.ranks import compute_rank  # noqa: E402
-from diagnose.model import step_model  # noqa: E402
+from diagnose.stepmodel import step_model  # noqa: E402
 from diagnose.trace import read_trace  # noqa: E402
 
 SHARED = REPO_ROOT.parent / "shared" / "traces"

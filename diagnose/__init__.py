@@ -18,9 +18,9 @@ from typing import Any
 
 from ._version import __version__
 from .api import Report, analyze
-from .engine import Finding
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, TrainConfig
+from .rules.engine import Finding
 
 __all__ = [
     "FIXES",

@@ -10,11 +10,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .basics import usable_cpus
-from .engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, Setup, TrainConfig, fix_code
-from .fixes.predict import predict_findings, sort_findings
+from .fixes.findings import predict_findings, sort_findings
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
@@ -22,10 +20,11 @@ from .metrics.core import MetricSet
 from .metrics.idle import host_ahead
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
-from .model import MODEL_TABLE, step_model
-from .model.predict import Prediction, attach_models
 from .result import Analysis, RankResult
+from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import load_context, load_samples, rank_context
+from .stepmodel import MODEL_TABLE, step_model
+from .stepmodel.prediction import Prediction, attach_models
 from .trace import find_trace_files, read_trace
 from .trace.grouping import (
     Declared,
@@ -37,6 +36,7 @@ from .trace.grouping import (
     split_units,
 )
 from .trace.parallel import BrokenProcessPool, fork_pool
+from .values import usable_cpus
 
 # Read several traces in a process pool once the files other than the largest add up to
 # this much. benchmarks/parse_ranks.py, 2 free cores: the pool starts in 10-35 ms, a rank

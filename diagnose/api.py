@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import analysis
-from .engine import Rule
 from .result import Analysis, RankResult, Runs
+from .rules.engine import Rule
 
 __all__ = ["RankResult", "Report", "Runs", "analyze", "analyze_runs", "as_report"]
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .basics import usable_cpus
+from .values import usable_cpus
 
 SAMPLES = 60_000
 BATCH = 64

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Finding, NotEvaluated, group_not_evaluated, severity_rank
 from .metrics import CATALOG
+from .rules.engine import Finding, NotEvaluated, group_not_evaluated, severity_rank
 
 SCHEMA_VERSION = 1
 
@@ -60,7 +60,7 @@ class Analysis:
     # the step model's replay of the unmodified step (diagnose/model): JSON step_model
     step_model: dict[str, Any] | None = None
     step_model_why: str | None = "no trace analysed"
-    # the model's predictor for this run (diagnose.model.predict.Predictor; None: no model,
+    # the model's predictor for this run (diagnose.stepmodel.prediction.Predictor; None: no model,
     # or many ranks): autofix predicts kept changes and the next trial together through it.
     # Not in the JSON.
     predictor: Any = field(default=None, repr=False, compare=False)

@@ -59,7 +59,7 @@ from typing import Any
 
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
-from ..basics import usable_cpus
+from ..values import usable_cpus
 
 CONTEXT_VERSION = 1
 

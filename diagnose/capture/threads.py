@@ -1,6 +1,6 @@
 """How the model's own work scales with torch's intra-op threads, measured by the session.
 
-Two cheap measurements for the threads and workers predictions (diagnose.model.transforms):
+Two cheap measurements for the threads and workers predictions (diagnose.stepmodel.transforms):
 
 - **in the loop**: the model's forward calls are timed by a pair of module hooks on every
   step (the clock's ``forward_ms`` column). On the unprofiled steps that is the forward as

@@ -76,8 +76,8 @@ def _write(path: str, text: str) -> None:
 def cmd_rules(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..engine import get_rule, load_rules
     from ..report.text import render_rule
+    from ..rules.engine import get_rule, load_rules
 
     rules = load_rules(args.rules)
     console = make_console()

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..basics import usable_cpus
 from ..console import make_console, progress
 from ..errors import DiagnoseError
+from ..values import usable_cpus
 from .output import choose_format
 
 
@@ -102,9 +102,9 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
 
     from .. import demo
+    from ..autofix import Plan, Workload, autofix
     from ..fixes import TrainConfig
     from ..session import capture_baseline
-    from ..tune import Plan, Workload, autofix
 
     console = make_console()
     outputs = _outputs(args)
@@ -275,8 +275,8 @@ def load_target(target: str) -> dict[str, Any]:
 
 
 def run_autofix(args: argparse.Namespace) -> int:
+    from ..autofix import Plan
     from ..session import autofix
-    from ..tune import Plan
 
     outputs = _outputs(args)
     objs = load_target(args.target)

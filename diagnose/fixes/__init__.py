@@ -19,7 +19,7 @@ from .catalog.input import too_many_workers, worker_ladder
 from .code import Setup
 from .config import TrainConfig, micro_batches
 from .facts import cpus_saturated
-from .predict import Prediction
+from .findings import Prediction
 from .unit import (
     SEARCH_CLIMB,
     SEARCH_DESCEND,

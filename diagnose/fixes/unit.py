@@ -16,9 +16,9 @@ A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
 - ``render(setup)``: the code for the user's own DataLoader and optimizer
   (:class:`~diagnose.fixes.code.Setup`; None: the generic template, ``code``).
 - ``transform``: the fix as a transform of the step model (a function of
-  :mod:`diagnose.model.transforms`); ``predict(predictor, config, facts)`` replays it for
+  :mod:`diagnose.stepmodel.transforms`); ``predict(predictor, config, facts)`` replays it for
   each config autofix would measure and returns the best (see
-  :mod:`diagnose.fixes.predict`); a fix without one says so.
+  :mod:`diagnose.fixes.findings`); a fix without one says so.
 
 Facts
 -----
@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.predict import Prediction, Predictor
-from ..model.transforms import Transform
+from ..stepmodel.prediction import Prediction, Predictor
+from ..stepmodel.transforms import Transform
 from .code import EXACT_FIELDS, Setup, exact_change
 from .config import TrainConfig
 

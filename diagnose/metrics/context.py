@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from ..basics import as_int, as_number
+from ..values import as_int, as_number
 
 CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_num_workers": (

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..basics import as_number
+from ..values import as_number
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..basics import as_int
 from ..trace import Trace
+from ..values import as_int
 from .declare import DEVICE_PROPERTIES, DISTRIBUTED_INFO, GPU, NVIDIA, Metric
 
 _PROPS = (GPU, DEVICE_PROPERTIES)

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..basics import as_number
 from ..trace import Kind, Trace
+from ..values import as_number
 from . import intervals as iv
 from .core import MetricSet, _Computer
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..engine import severity_rank
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
 from ..metrics.idle import host_ahead
 from ..result import step_time
+from ..rules.engine import severity_rank
 from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ def compare_reports(a: Analysis, b: Analysis, *,
 
 # ------------------------------------------------------------------------------- text
 def _fmt(m: MetricDelta, v: Any) -> str:
-    from .fmt import fmt
+    from .markup import fmt
 
     return fmt(m.name, v)
 

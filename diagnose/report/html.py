@@ -21,18 +21,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..fixes import FIXES
 from ..metrics import CATALOG
-from ..model.predict import prediction_line
-from ..model.step import step_model_line
-from .fmt import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
+from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
+from ..stepmodel.prediction import prediction_line
+from ..stepmodel.step import step_model_line
+from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
 from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from .text import step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
-    from ..engine import Finding
     from ..result import Analysis, RankResult, Runs
+    from ..rules.engine import Finding
 
 AutofixRows = Sequence[AutofixRow | tuple[str, float, float]]
 
@@ -315,7 +315,7 @@ def render_html(
 ) -> str:
     """The report as one self-contained HTML page (a str).
 
-    ``autofix``: what ``diagnose.tune.autofix`` returned, or ``(label, before_ms,
+    ``autofix``: what ``diagnose.autofix.autofix`` returned, or ``(label, before_ms,
     after_ms)`` rows (median step time without and with each change tried), for the
     before/after chart and table. ``kernels``: include the first rank's top-kernels
     table (computed with its metrics).

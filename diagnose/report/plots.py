@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import matplotlib
 from matplotlib.figure import Figure
 
-from ..basics import as_number
+from ..values import as_number
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult
@@ -80,9 +80,9 @@ class AutofixRow(NamedTuple):
 
 
 def autofix_rows(result: Any) -> list[AutofixRow]:
-    """Before/after rows from an autofix result (``diagnose.tune.autofix``'s TuneReport):
+    """Before/after rows from an autofix result (``diagnose.autofix.autofix``'s AutofixReport):
     each measured trial (its baseline and trial medians), then the final baseline-vs-tuned
-    comparison when a change was kept. Read by attribute, so this module needs no tune."""
+    comparison when a change was kept. Read by attribute, so this module needs no autofix."""
     rows: list[AutofixRow] = []
     for d in getattr(result, "decisions", None) or ():
         before, after = as_number(getattr(d, "baseline_ms", None)), as_number(getattr(d, "trial_ms", None))

@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..basics import as_number
 from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
+from ..values import as_number
 from .tb_plugin.runfile import RUN_FILE, write_run_file
 
 if TYPE_CHECKING:
@@ -476,7 +476,7 @@ def write_logdir(report: Analysis, logdir: str | os.PathLike[str] = DEFAULT_LOGD
                  traces: bool = True, autofix: Any = None) -> WriteResult:
     """Write ``report`` (and adapted copies of its traces) as the run ``<logdir>/<run>``.
 
-    ``autofix``: what ``diagnose.tune.autofix`` returned, or ``(label, before_ms, after_ms)``
+    ``autofix``: what ``diagnose.autofix.autofix`` returned, or ``(label, before_ms, after_ms)``
     rows, for the diagnose tab's before/after table and plot.
     """
     name = _safe(run, "run") if run else default_run_name(report)

@@ -14,11 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..console import make_console
-from ..engine import group_not_evaluated
 from ..fixes import FIXES
-from ..model.predict import prediction_line
-from ..model.step import step_model_line
 from ..result import step_time
+from ..rules.engine import group_not_evaluated
+from ..stepmodel.prediction import prediction_line
+from ..stepmodel.step import step_model_line
 
 if TYPE_CHECKING:
     from ..result import Analysis, Runs
@@ -166,7 +166,7 @@ def _fix_panels(report: Analysis) -> list[Panel]:
 
 
 def not_evaluated_line(group: dict[str, Any]) -> str:
-    """One group of :func:`diagnose.engine.group_not_evaluated` as one line: a rule alone
+    """One group of :func:`diagnose.rules.engine.group_not_evaluated` as one line: a rule alone
     with its full reason, several as ``10 rules (A, B, ...): cause``."""
     if group["count"] == 1:
         (rule, reason), = group["reasons"].items()

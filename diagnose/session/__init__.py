@@ -25,7 +25,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from diagnose.basics import usable_cpus
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
 from diagnose.capture.gcpause import GcTimer, frozen_objects
@@ -58,6 +57,7 @@ from diagnose.metrics.context import clock_note, context_metrics
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
 from diagnose.session.publish import capture_section, own_traces, publish, window_notes
+from diagnose.values import usable_cpus
 
 __all__ = ["Session", "autofix", "capture_baseline", "diagnose"]
 
@@ -97,7 +97,7 @@ class Session:
     ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
     for TensorBoard: scalars, findings and a trace torch-tb-profiler reads correctly.
     ``optimizer`` with ``loss_fn(output, target)`` or ``step_fn(model, batch) -> loss``
-    enable ``.autofix()`` (see :func:`diagnose.tune.autofix`).
+    enable ``.autofix()`` (see :func:`diagnose.autofix.autofix`).
     """
 
     def __init__(
@@ -202,8 +202,8 @@ class Session:
 
         Needs ``diagnose(model, loader, optimizer=opt, loss_fn=fn)`` (or ``step_fn=``).
         Uses this session's report when the ``with`` block already ran, else captures a
-        baseline itself. Keyword arguments go to :func:`diagnose.tune.autofix`; returns its
-        TuneReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
+        baseline itself. Keyword arguments go to :func:`diagnose.autofix.autofix`; returns its
+        AutofixReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
         kwargs.setdefault("report", self.report)
         return autofix(self.model, self.loader, self.optimizer, loss_fn=self.loss_fn,
                        step_fn=self.step_fn, **kwargs)
@@ -596,8 +596,8 @@ def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
                      out_dir: str | os.PathLike[str] | None = None) -> Any:
     """Capture ``steps`` profiled steps of ``cfg`` with the Session a user would run, and
     return its Report (the same analysis as ``torch-diagnose analyze``). This is the
-    ``capture`` that :meth:`Session.autofix` hands to :func:`diagnose.tune.autofix`."""
-    from diagnose.tune.trial import Trial, TuneError, release_memory
+    ``capture`` that :meth:`Session.autofix` hands to :func:`diagnose.autofix.autofix`."""
+    from diagnose.autofix.trial import Trial, TuneError, release_memory
 
     tmp = tempfile.mkdtemp(prefix="diagnose-autofix-") if out_dir is None else None
     trial = Trial(w, cfg)
@@ -626,9 +626,9 @@ def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
 
 
 def autofix(model: Any, loader: Any, optimizer: Any, **kwargs: Any) -> Any:
-    """:func:`diagnose.tune.autofix` with this module's baseline capture: findings come from
+    """:func:`diagnose.autofix.autofix` with this module's baseline capture: findings come from
     ``report=`` when given, else from profiled steps of the baseline (see its arguments)."""
-    from diagnose.tune import autofix as run
+    from diagnose.autofix import autofix as run
 
     kwargs.setdefault("capture", capture_baseline)
     return run(model, loader, optimizer, **kwargs)

@@ -85,7 +85,7 @@ class Published:
 
 def _why(e: Exception) -> str:
     """One line: a child's failure is already "Type: message"."""
-    from diagnose.report.apart import ApartError
+    from diagnose.report.child_writer import ApartError
 
     return str(e) if isinstance(e, ApartError) else f"{type(e).__name__}: {e}"
 
@@ -117,7 +117,7 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
     # the page people open (report.html next to the trace) and the TensorBoard run, written
     # by a child Python while the report prints, so that their plots' library never joins
     # the training process (report/apart.py)
-    from diagnose.report.apart import Apart
+    from diagnose.report.child_writer import Apart
 
     calls: list[tuple[str, tuple[Any, ...]]] = [
         ("diagnose.report.html:write_html", (out.report, run_dir / "report.html"))]

@@ -1,6 +1,6 @@
 """Reading torch.profiler / Kineto Chrome traces into columnar Traces."""
 
-from .model import DEVICE_KINDS, HOST_KINDS, Kind, Trace
+from .columns import DEVICE_KINDS, HOST_KINDS, Kind, Trace
 from .reader import find_trace_files, read_trace
 
 __all__ = ["DEVICE_KINDS", "HOST_KINDS", "Kind", "Trace", "find_trace_files", "read_trace"]

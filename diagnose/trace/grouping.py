@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import DiagnoseError
 from ..runfolder import CONTEXT_FILE, SAMPLES_FILE, load_context
-from .model import Trace
+from .columns import Trace
 
 #: rank and world size that a trace's distributedInfo declares, when they agree
 Declared = tuple[int, int]

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .columns import ColumnBuilder, Trace
 from .cut import Cutter, array_start, cutter, event_array, first_event
-from .model import ColumnBuilder, Trace
 from .stream import CHUNK_BYTES, ChunkDecoder, EventSplitter, NotStreamable, text_blocks
 
 __all__ = ["BrokenProcessPool", "fork_pool", "read_parallel", "read_pipelined"]

@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from ..basics import usable_cpus
 from ..errors import TraceError
+from ..values import usable_cpus
+from .columns import Trace
 from .decode import decode, max_bytes, read_bytes
-from .model import Trace
 from .parallel import (
     PARALLEL_MIN_BYTES,
     PIPELINE_MIN_GZ_BYTES,

@@ -24,9 +24,9 @@ from pathlib import Path
 import msgspec
 
 from ..errors import TraceError
+from .columns import ColumnBuilder, Trace
 from .cut import NotStreamable, array_start, cutter, event_array, first_event
 from .decode import EVENTS, EVENTS_BY_PHASE, Decoded, Document, Event, _props
-from .model import ColumnBuilder, Trace
 
 __all__ = ["ChunkDecoder", "EventSplitter", "NotStreamable", "read_streaming", "text_blocks"]
 

@@ -376,7 +376,7 @@ def test_invalid_toml(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- rules
 def builtin_ids() -> list[str]:
-    from diagnose.engine import tomllib  # tomllib, or tomli on Python 3.10
+    from diagnose.rules.engine import tomllib  # tomllib, or tomli on Python 3.10
 
     ids = []
     for f in sorted((REPO / "rules").glob("*.toml")):

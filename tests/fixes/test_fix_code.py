@@ -16,7 +16,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 from diagnose import analyze, diagnose  # noqa: E402
-from diagnose.tune import Plan, autofix  # noqa: E402
+from diagnose.autofix import Plan, autofix  # noqa: E402
 
 ARGS = ("batch_size=48", "shuffle=False", "collate_fn=pad_collate", "drop_last=True")
 
@@ -95,7 +95,7 @@ def test_a_predicted_fix_shows_the_exact_change_it_is_predicted_for(tmp_path: Pa
     threads as ``CPUs - workers``; its prediction is for one exact config, which on the
     demo's 2 CPUs was 2 workers and 1 thread where the template came to 1 worker (0.6x of
     what was predicted). The code shown is the change predicted, in the user's own call."""
-    from diagnose.model.predict import Prediction
+    from diagnose.stepmodel.prediction import Prediction
 
     # with host samples (the default rate): they tell whether the loading is CPU work
     report, f, run_dir = _captured(tmp_path, sample_hz=10)
@@ -132,8 +132,8 @@ def report_fix_code(fid: str, run_dir: Path) -> str:
 def test_autofix_code_shows_the_users_dataloader_and_optimizer(monkeypatch) -> None:
     """The trial and the before/after are stubbed to a clear win (timing is not what is
     tested here): the change by hand is written from the user's own loader and optimizer."""
-    from diagnose.tune import runner as tune
-    from diagnose.tune.stats import Interval
+    from diagnose.autofix import runner as tune
+    from diagnose.autofix.stats import Interval
 
     def win(self, a, b, label, *, rounds=None, bound=False, confirm=None):
         c = tune.Comparison(10.0, 5.0, Interval(2.0, 1.8, 2.2, 0.95), 4, 12)
@@ -164,8 +164,8 @@ def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkey
     """`rules ID`'s "How to fix" is each fix's own code, as a finding shows it where the
     user's objects are not known (a saved trace, no context.json): one rendering."""
     from diagnose.cli import main
-    from diagnose.engine import get_rule
     from diagnose.fixes import FIXES, fix_code
+    from diagnose.rules.engine import get_rule
     from tests import tracebuilder as tb
 
     monkeypatch.setenv("COLUMNS", "200")

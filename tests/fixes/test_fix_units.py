@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from diagnose.engine import CATEGORIES, builtin_rules, load_rules
 from diagnose.errors import RuleError
 from diagnose.fixes import (
     FIXES,
@@ -24,6 +23,7 @@ from diagnose.fixes import (
 )
 from diagnose.fixes.code import AFFINITY, LoaderSpec, Setup, some_workers
 from diagnose.fixes.unit import registry
+from diagnose.rules.engine import CATEGORIES, builtin_rules, load_rules
 
 CPU2 = {"device_type": "cpu", "cpu_count": 2}
 CUDA8 = {"device_type": "cuda", "cpu_count": 8, "bf16_supported": True}
@@ -297,7 +297,7 @@ def test_a_tie_goes_to_the_config_whose_loader_has_headroom():
     step the most time between batches is the advice (a worker's batch may cost more in
     the loop than the one timed after it); outside the tie, the fastest."""
     from diagnose.fixes.unit import TIE, _with_headroom
-    from diagnose.model.predict import Prediction
+    from diagnose.stepmodel.prediction import Prediction
 
     def pred(ms: float, share: float | None) -> Prediction:
         return Prediction({"ms": ms}, ms, 20.0 / ms, (ms, ms), 20.0, loader_share=share)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
 
+from diagnose.autofix.trial import Trial, Workload, build_loader
 from diagnose.capture.runinfo import batch_indexable, time_batched_fetch, time_fetches
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.fixes.code import Setup, render_change
-from diagnose.tune.trial import Trial, Workload, build_loader
 
 
 def _rows(n: int = 103) -> TensorDataset:

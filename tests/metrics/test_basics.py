@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from diagnose.basics import as_int, as_number, as_real, usable_cpus
+from diagnose.values import as_int, as_number, as_real, usable_cpus
 
 
 def test_numbers_from_loose_data():

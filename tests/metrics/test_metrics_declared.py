@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from diagnose import analyze
-from diagnose.engine import known_metrics, missing_cause, why_missing
 from diagnose.metrics import CATALOG, core
 from diagnose.metrics.declare import GPU, LIVE, RANKS, Metric, catalog
 from diagnose.metrics.needs import DECLARED
+from diagnose.rules.engine import known_metrics, missing_cause, why_missing
 from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 
@@ -46,11 +46,11 @@ def test_no_trace_is_built_to_fill_the_catalog():
         "        c = frame.f_code\n"
         "        calls.add((c.co_filename.replace(chr(92), '/'), c.co_name))\n"
         "sys.setprofile(prof)\n"
-        "import diagnose, diagnose.engine, diagnose.cli\n"
+        "import diagnose, diagnose.rules.engine, diagnose.cli\n"
         "sys.setprofile(None)\n"
         "import diagnose.metrics\n"
         "assert len(diagnose.metrics.CATALOG) > 150\n"
-        "bad = sorted((f, n) for f, n in calls if (f.endswith('diagnose/trace/model.py') and n in "
+        "bad = sorted((f, n) for f, n in calls if (f.endswith('diagnose/trace/columns.py') and n in "
         "('from_decoded', 'finish')) or (f.endswith('diagnose/metrics/window.py') and n not in "
         "('<module>', 'StepWindow')))\n"
         "assert not bad, bad\n"

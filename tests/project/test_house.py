@@ -42,11 +42,11 @@ def test_no_import_cycle_anywhere() -> None:
 
 def test_report_and_tune_are_result_types_without_renderers() -> None:
     g = grimp.build_graph("diagnose")
-    for result in ("diagnose.result", "diagnose.tune.result"):
+    for result in ("diagnose.result", "diagnose.autofix.decisions"):
         up = g.find_upstream_modules(result)
-        assert not {m for m in up if m.startswith(("diagnose.report", "diagnose.tune.render",
-                                                   "diagnose.tune.runner", "diagnose.session"))}
-    assert not any(m.startswith("diagnose.tune") for m in g.find_upstream_modules(
+        assert not {m for m in up if m.startswith(("diagnose.report", "diagnose.autofix.render",
+                                                   "diagnose.autofix.runner", "diagnose.session"))}
+    assert not any(m.startswith("diagnose.autofix") for m in g.find_upstream_modules(
         "diagnose.report", as_package=True))
     assert not list((ROOT / "diagnose").glob("tune_*.py"))
 
@@ -57,10 +57,10 @@ OLD_CYCLES = {
         "diagnose/report/text.py", "if TYPE_CHECKING:\n", "    from ..api import Report\n",
         "One-way house"),
     "report.html -> tune (a renderer importing the autofix runner's types)": (
-        "diagnose/report/html.py", "if TYPE_CHECKING:\n", "    from ..tune import TuneReport\n",
+        "diagnose/report/html.py", "if TYPE_CHECKING:\n", "    from ..tune import AutofixReport\n",
         "independent"),
     "tune -> session (autofix importing the capture session that imports it)": (
-        "diagnose/tune/runner.py", "def planned_fixes(", None, "One-way house"),
+        "diagnose/autofix/runner.py", "def planned_fixes(", None, "One-way house"),
 }
 
 

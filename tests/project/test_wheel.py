@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 PROBE = """
 import json, diagnose
-from diagnose.engine import builtin_rules, builtin_rules_dir
+from diagnose.rules.engine import builtin_rules, builtin_rules_dir
 print(json.dumps({"file": diagnose.__file__, "count": len(builtin_rules()),
                   "dir": str(builtin_rules_dir())}))
 """
@@ -74,7 +74,7 @@ def test_wheel_ships_rules_and_installed_copy_loads_them(tmp_path):
         names = set(z.namelist())
     shipped = {n.split("/")[-1] for n in names if re.fullmatch(r"diagnose/_rules/[^/]+\.toml", n)}
     assert shipped == set(counts), sorted(n for n in names if "_rules" in n)
-    assert "diagnose/engine.py" in names and "diagnose/trace/decode.py" in names
+    assert "diagnose/rules/engine.py" in names and "diagnose/trace/decode.py" in names
     assert not any(n.startswith(("tests/", "rules/")) for n in names)
 
     site = tmp_path / "site"

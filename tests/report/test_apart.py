@@ -1,4 +1,4 @@
-"""Writers run in a child Python (diagnose/report/apart.py): a session's report.html and
+"""Writers run in a child Python (diagnose/report/child_writer.py): a session's report.html and
 TensorBoard run, without the plotting library in the training process."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.report.apart import Apart, ApartError
+from diagnose.report.child_writer import Apart, ApartError
 
 ROOT = Path(__file__).resolve().parents[2]
 

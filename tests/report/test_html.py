@@ -20,8 +20,8 @@ import pytest
 
 from diagnose import analyze
 from diagnose.cli import main
-from diagnose.report.fmt import Markup, el, fmt, raw_svg
 from diagnose.report.html import render_html, write_html
+from diagnose.report.markup import Markup, el, fmt, raw_svg
 from diagnose.report.plots import PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace

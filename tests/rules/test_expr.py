@@ -1,4 +1,4 @@
-"""Tests for the rule-expression evaluator and the message formatter (diagnose.expr)."""
+"""Tests for the rule-expression evaluator and the message formatter (diagnose.rules.condition)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.errors import DiagnoseError, ExpressionError, RuleError
-from diagnose.expr import Expr, MissingMetric, compile_expr
-from diagnose.template import format_message, template_names
+from diagnose.rules.condition import Expr, MissingMetric, compile_expr
+from diagnose.rules.message import format_message, template_names
 
 METRICS: dict[str, object] = {
     "a": 3,

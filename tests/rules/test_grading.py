@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from diagnose import analyze
-from diagnose.engine import (
+from diagnose.errors import RuleError
+from diagnose.rules.engine import (
     CRITICAL_GAIN,
     INFERENCE_REASON,
     WARNING_GAIN,
@@ -23,7 +24,6 @@ from diagnose.engine import (
     load_rule_file,
     load_rules,
 )
-from diagnose.errors import RuleError
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace
 

@@ -10,8 +10,8 @@ import pytest
 
 from diagnose import analyze
 from diagnose.cli import main
-from diagnose.engine import NotEvaluated, group_not_evaluated, missing_cause, why_missing
 from diagnose.report.html import render_html
+from diagnose.rules.engine import NotEvaluated, group_not_evaluated, missing_cause, why_missing
 from tests import tracebuilder as tb
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from diagnose import analyze
-from diagnose.engine import (
+from diagnose.fixes import FIXES
+from diagnose.rules.engine import (
     CATEGORIES,
     DOC_SECTIONS,
     WARNING_GAIN,
     builtin_rules,
     load_rules,
 )
-from diagnose.fixes import FIXES
 from tests import rankbuilder as rb
 from tests import tracebuilder as tb
 

@@ -412,7 +412,7 @@ def test_odd_name_or_pid_is_left_out_but_event_kept(tmp_path):
 def test_sparse_column_reads_like_the_dense_one():
     """Args few events carry are stored sparse; every way the analysis indexes a column
     gives what the dense column (NaN where absent) would."""
-    from diagnose.trace.model import SparseColumn
+    from diagnose.trace.columns import SparseColumn
 
     dense = np.full(10, np.nan)
     dense[[1, 4, 9]] = [10.0, 40.0, 90.0]

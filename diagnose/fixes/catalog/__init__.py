@@ -7,7 +7,7 @@ declared in a module is not in its ``FIXES``.
 
 Adding a fix: declare it in the module of its category and add it to that module's
 ``FIXES``. An automatic fix also needs its :class:`~diagnose.fixes.config.TrainConfig`
-field and the trial's realisation of that field (``diagnose/tune/trial.py``).
+field and the trial's realisation of that field (``diagnose/autofix/trial.py``).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ...basics import as_number
-from ...model import transforms as tr
-from ...model.predict import epoch_end_ms
+from ...stepmodel import transforms as tr
+from ...stepmodel.prediction import epoch_end_ms
+from ...values import as_number
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_call, loader_change, some_workers
 from ..config import TrainConfig
 from ..facts import count, cpus, cpus_saturated

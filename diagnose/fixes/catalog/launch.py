@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...model import transforms as tr
+from ...stepmodel import transforms as tr
 from ..code import Setup, loader_change
 from ..config import TrainConfig, micro_batches
 from ..unit import Facts, Fix

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...model import transforms as tr
+from ...stepmodel import transforms as tr
 from ..unit import Fix
 
 REMOVE_SYNC = Fix("remove_sync", "Take host synchronisation out of the step", """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...model import transforms as tr
+from ...stepmodel import transforms as tr
 from ..code import Setup, loader_change
 from ..config import TrainConfig
 from ..facts import cuda

@@ -32,7 +32,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..fmt import CSS
+from ..markup import CSS
 from .runfile import RunFileError, find_runs, read_run_file
 from .view import plot_svg, run_summary, run_view
 

@@ -34,7 +34,7 @@ VERSION = 1
 _MAX_DEPTH = 6  # run folders below the log dir that are looked at
 _MAX_DIRS = 20_000  # folders walked at most per listing (a log dir on a huge tree)
 
-AutofixInput = Sequence["AutofixRow | tuple[str, float, float]"] | Any  # rows or a TuneReport
+AutofixInput = Sequence["AutofixRow | tuple[str, float, float]"] | Any  # rows or a AutofixReport
 
 
 class RunFileError(Exception):

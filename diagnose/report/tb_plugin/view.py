@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from ...basics import as_number
-from ...engine import SEVERITIES
 from ...metrics import CATALOG
-from ...model.predict import prediction_line
-from ...model.step import step_model_line
-from ..fmt import fmt
+from ...rules.engine import SEVERITIES
+from ...stepmodel.prediction import prediction_line
+from ...stepmodel.step import step_model_line
+from ...values import as_number
 from ..html import autofix_cells, summary_facts
+from ..markup import fmt
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
 

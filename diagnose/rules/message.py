@@ -1,6 +1,6 @@
 """Rule messages: ``{metric:spec}`` templates and nothing else (no attributes, indexing,
 conversions or nested fields), filled from a rule's metrics; a metric without a value
-raises :class:`~diagnose.expr.MissingMetric`, like a condition that needs it."""
+raises :class:`~diagnose.rules.condition.MissingMetric`, like a condition that needs it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping
 
 from diagnose.errors import ExpressionError
-from diagnose.expr import MissingMetric, _short, _tname
+from diagnose.rules.condition import MissingMetric, _short, _tname
 
 __all__ = ["format_message", "template_names"]
 

@@ -15,12 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..basics import usable_cpus
 from ..capture.threads import time_cpu_capacity
 from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, TIE, Fix, TrainConfig, micro_batches
-from .measure import Measurer, Plan
-from .predict import disagreement
-from .result import (
+from ..values import usable_cpus
+from .decisions import (
     FITS,
     KEPT,
     NO_CHANGE,
@@ -31,6 +29,8 @@ from .result import (
     SKIPPED,
     Decision,
 )
+from .measure import Measurer, Plan
+from .order import disagreement
 from .trial import TuneError, Workload, fits
 
 #: the TrainConfig fields whose change moves CPU work between torch's threads and workers
@@ -90,7 +90,7 @@ class Tuner(Measurer):
         # fix id -> the change its prediction advises (of the configs within TIE of the
         # best, the one whose workers leave the step the most time between batches)
         self.advised: dict[str, frozenset[tuple[str, Any]]] = {}
-        # the diagnosis' step model (diagnose.model.predict.Predictor), where it has one:
+        # the diagnosis' step model (diagnose.stepmodel.prediction.Predictor), where it has one:
         # a trial after kept changes is predicted with their transforms applied first
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept

@@ -2,9 +2,9 @@
 
 Rounds alternate the arms (A B, B A, ...) so that drift on the machine hits every arm
 alike. In each round an arm runs ``warmup`` discarded steps, then its timed steps in
-*blocks* (:meth:`diagnose.tune.trial.Trial.run`: one synchronisation per block, as the
+*blocks* (:meth:`diagnose.autofix.trial.Trial.run`: one synchronisation per block, as the
 user's loop runs). A trial's rounds follow the sequential rule of
-:mod:`diagnose.tune.stats`: looks at round counts fixed before it starts (sized by a power
+:mod:`diagnose.autofix.stats`: looks at round counts fixed before it starts (sized by a power
 calculation from the measured noise and the predicted effect), stopping when the interval
 excludes the keep threshold on either side, or when the trial's share of the budget ends.
 Fixed-size comparisons (the before/after, the speed of light) use the bootstrap interval.
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..fixes import TrainConfig
-from .result import ERROR, NO_FIT, Bound, Comparison
+from .decisions import ERROR, NO_FIT, Bound, Comparison
 from .stats import (
     Interval,
     SequentialRule,
@@ -144,7 +144,7 @@ class Measurer:
 
     def schedule(self, predicted: float | None, share_s: float | None,
                  a: TrainConfig, b: TrainConfig) -> Looks:
-        """The looks of one trial: the first sized by :func:`~diagnose.tune.stats.rounds_for`,
+        """The looks of one trial: the first sized by :func:`~diagnose.autofix.stats.rounds_for`,
         the last at ``max_rounds`` or the rounds the trial's budget share affords."""
         p = self.plan
         last = p.max_rounds

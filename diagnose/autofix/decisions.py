@@ -1,7 +1,7 @@
 """The autofix result types: each decision, the before/after comparison, the bound.
 
-Data only (no renderer, no runner): ``diagnose.tune.report.TuneReport`` adds printing,
-``diagnose.tune.runner`` produces them, and renderers elsewhere read them by attribute.
+Data only (no renderer, no runner): ``diagnose.autofix.report.AutofixReport`` adds printing,
+``diagnose.autofix.runner`` produces them, and renderers elsewhere read them by attribute.
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ class Comparison:
 
 
 @dataclass
-class TuneResult:
+class AutofixResult:
     """What autofix did and found: every decision, before/after, the bound, the code.
 
-    Data only: :class:`diagnose.tune.TuneReport` adds printing.
+    Data only: :class:`diagnose.autofix.AutofixReport` adds printing.
     """
 
     original: TrainConfig

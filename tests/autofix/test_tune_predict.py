@@ -13,11 +13,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from diagnose.fixes import Fix  # noqa: E402
-from diagnose.tune import KEPT, REVERTED, SKIPPED, Plan, autofix  # noqa: E402
-from diagnose.tune import runner as tune  # noqa: E402
-from diagnose.tune.measure import Looks  # noqa: E402
-from diagnose.tune.predict import (  # noqa: E402
+from diagnose.autofix import KEPT, REVERTED, SKIPPED, Plan, autofix  # noqa: E402
+from diagnose.autofix import runner as tune  # noqa: E402
+from diagnose.autofix.measure import Looks  # noqa: E402
+from diagnose.autofix.order import (  # noqa: E402
     disagreement,
     in_predicted_order,
     log_disagreements,
@@ -26,7 +25,8 @@ from diagnose.tune.predict import (  # noqa: E402
     predictions_from,
     skip_reason,
 )
-from diagnose.tune.stats import Interval  # noqa: E402
+from diagnose.autofix.stats import Interval  # noqa: E402
+from diagnose.fixes import Fix  # noqa: E402
 
 # Three changes autofix can make on any CPU, each a custom fix (what is measured is faked)
 FA = Fix("fa", "cudnn benchmark", "#", auto=True, change={"cudnn_benchmark": True})

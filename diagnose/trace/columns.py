@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..basics import as_int
+from ..values import as_int
 from .decode import Decoded, Event
 
 

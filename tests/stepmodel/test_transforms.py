@@ -1,4 +1,4 @@
-"""Each fix's transform of the step model (diagnose/model/transforms.py) on a small builder
+"""Each fix's transform of the step model (diagnose/stepmodel/transforms.py) on a small builder
 trace whose answer is worked out by hand in tests/modeltraces.py (or in the test)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from diagnose.fixes import FIXES, TrainConfig
-from diagnose.model import step_model
-from diagnose.model import transforms as tr
-from diagnose.model.graph import Tag, TaskKind, replay
-from diagnose.model.predict import Prediction, Predictor
+from diagnose.stepmodel import step_model
+from diagnose.stepmodel import transforms as tr
+from diagnose.stepmodel.graph import Tag, TaskKind, replay
+from diagnose.stepmodel.prediction import Prediction, Predictor
 from tests import modeltraces as mt
 
 
@@ -622,7 +622,7 @@ def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(
     over the CPUs. 2 workers on 2 CPUs: max(2.2, 8.2, 2 x 8 / 2) = 8.2 ms; 6 workers:
     max(6.2, 8.2, 6 x 8 / 2) = 24 ms. The epoch's end joins them: one took 3 ms, 6 of
     them over 2 CPUs 9 ms. Once per 24 steps."""
-    from diagnose.model.predict import epoch_end_ms, epoch_start_ms
+    from diagnose.stepmodel.prediction import epoch_end_ms, epoch_start_ms
 
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
@@ -724,7 +724,7 @@ def test_a_change_of_cpu_work_is_predicted_at_both_ends_of_the_capacity_timings(
     assert got.range == pytest.approx((fast.step_ms * (1 - p.rel), slow.step_ms * (1 + p.rel)))
     assert mid.range == pytest.approx((mid.step_ms * (1 - p.rel), mid.step_ms * (1 + p.rel)))
     # the reports show a range that wide beside the point (from the JSON too)
-    from diagnose.model.predict import prediction_line
+    from diagnose.stepmodel.prediction import prediction_line
 
     lo_x, hi_x = got.base_ms / got.range[1], got.base_ms / got.range[0]
     said = f"({got.speedup:.2f}x; {lo_x:.2f}-{hi_x:.2f}x over its range)"

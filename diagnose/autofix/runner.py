@@ -9,12 +9,12 @@ measured trial each, a before/after; keep only what measurably helps.
 The flow follows the project's one direction: a baseline capture (the same
 :class:`~diagnose.session.Session` a user runs, handed in as ``capture``) is analysed into
 findings; the findings' fix ids become :class:`~diagnose.fixes.Fix` objects, ordered by
-their predicted speedup (:mod:`diagnose.tune.predict`); each fix is a pure change of a
+their predicted speedup (:mod:`diagnose.autofix.order`); each fix is a pure change of a
 frozen :class:`~diagnose.fixes.TrainConfig`; a trial realises the config
-(:mod:`diagnose.tune.trial`) and is timed against the current best in interleaved rounds
-(:mod:`diagnose.tune.measure`) until the sequential rule of :mod:`diagnose.tune.stats`
-decides; :mod:`diagnose.tune.search` runs each fix's trials. The model, the optimizer and
-the random number generators are put back bit-exact afterwards (:mod:`diagnose.tune.state`)
+(:mod:`diagnose.autofix.trial`) and is timed against the current best in interleaved rounds
+(:mod:`diagnose.autofix.measure`) until the sequential rule of :mod:`diagnose.autofix.stats`
+decides; :mod:`diagnose.autofix.search` runs each fix's trials. The model, the optimizer and
+the random number generators are put back bit-exact afterwards (:mod:`diagnose.autofix.state`)
 unless ``keep_tuned_state=True``.
 """
 
@@ -28,9 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..fixes import FIXES, Fix, TrainConfig
-from .facts import cpu_count, live_facts
+from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
+from .live import cpu_count, live_facts
 from .measure import Plan
-from .predict import (
+from .order import (
     in_predicted_order,
     log_disagreements,
     noise_floor,
@@ -39,8 +40,7 @@ from .predict import (
     predictions_from,
     skip_reason,
 )
-from .report import TuneReport
-from .result import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
+from .report import AutofixReport
 from .search import Tuner, try_fix
 from .state import restore, take
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
@@ -103,7 +103,7 @@ def autofix(
     capture: Capture | None = None,
     predictions: Mapping[str, float | None] | None = None,
     try_all: bool = False,
-) -> TuneReport:
+) -> AutofixReport:
     """Try the fixes the findings name, one trial each, and keep those that measurably help.
 
     ``loss_fn(model(x), y)`` for ``(x, y)`` batches, or ``step_fn(model, batch) -> loss``
@@ -121,7 +121,7 @@ def autofix(
 
     ``predictions``: fix id -> the step model's predicted speedup of that fix over the
     baseline (default: ``report.predictions`` when the diagnosis has them; see
-    :mod:`diagnose.tune.predict`). Trials then run in predicted order, a fix predicted
+    :mod:`diagnose.autofix.order`). Trials then run in predicted order, a fix predicted
     slower than the noise floor is skipped and autofix stops when the remaining predicted
     gains are within the measured noise, unless ``try_all=True``; each decision shows the
     prediction next to the measurement, and disagreements beyond the CI are recorded
@@ -249,7 +249,7 @@ def autofix(
     if logged is not None:
         notes.append(f"the model's predictions disagreed with {len(tuner.disagreements)} "
                      f"measurement(s): logged in {logged}")
-    return TuneReport(
+    return AutofixReport(
         original=original, baseline=base, best=best, decisions=tuner.decisions, final=final,
         bound=bound, bound_before=bound_before, tuned_ms=tuned_ms,
         named={f.id: r for f, r in named},
@@ -272,4 +272,4 @@ def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any)
 
 
 __all__ = ["Bound", "Capture", "Comparison", "Decision", "Plan", "TuneError",
-           "TuneReport", "autofix", "cpu_count", "planned_fixes"]
+           "AutofixReport", "autofix", "cpu_count", "planned_fixes"]

@@ -6,7 +6,7 @@ conditional expressions, tuple/list literals after ``in``) before anything runs;
 attributes, subscripts, comprehensions and names starting with ``_`` are refused. Evaluation
 walks the validated tree through precompiled closures (no eval/exec), with limits on source
 size, nesting depth, ``**`` and integer size. Message templates (``{metric:spec}`` only)
-are :mod:`diagnose.template`.
+are :mod:`diagnose.rules.message`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from diagnose.basics import as_real
 from diagnose.errors import ExpressionError
+from diagnose.values import as_real
 
 __all__ = [
     "DivisionByZero",

@@ -1,4 +1,4 @@
-"""The sequential rule trials decide with (diagnose.tune.stats), on simulated timings: its
+"""The sequential rule trials decide with (diagnose.autofix.stats), on simulated timings: its
 error rates stay under the documented bounds, a true 1.2x is kept, a clear loss stops early.
 
 Timings are simulated as the runner measures them: each round, each arm runs ``steps``
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from diagnose.tune.measure import Plan
-from diagnose.tune.stats import (
+from diagnose.autofix.measure import Plan
+from diagnose.autofix.stats import (
     SequentialRule,
     SequentialTrial,
     look_schedule,
@@ -244,8 +244,8 @@ def test_the_runner_measures_a_kept_change_on(monkeypatch, precision: float | No
     runs on until its interval is within +-10% or its looks are used; kept either way."""
     from types import SimpleNamespace
 
+    from diagnose.autofix.measure import Looks, Measurer
     from diagnose.fixes import TrainConfig
-    from diagnose.tune.measure import Looks, Measurer
 
     rng = np.random.default_rng(10)
 
@@ -280,8 +280,8 @@ def test_the_before_after_looks_again_while_it_leaves_the_gain_open(
     1.77x change. It does not look again where it is clear either way."""
     from types import SimpleNamespace
 
+    from diagnose.autofix.measure import Measurer
     from diagnose.fixes import TrainConfig
-    from diagnose.tune.measure import Measurer
 
     script = iter(ratios)
     now = {"ratio": 1.0}

@@ -1,13 +1,13 @@
-"""TuneReport: the autofix result (:class:`~diagnose.tune.result.TuneResult`), printable."""
+"""AutofixReport: the autofix result (:class:`~diagnose.autofix.decisions.AutofixResult`), printable."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .result import TuneResult
+from .decisions import AutofixResult
 
 
-class TuneReport(TuneResult):
+class AutofixReport(AutofixResult):
     """What autofix did and found, with its text rendering (``print``, ``render_text``)."""
 
     def render_text(self, *, width: int = 120, color: bool = False) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..basics import as_number
+from ..values import as_number
 from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
 
 Facts = Mapping[str, Any]

@@ -3,7 +3,7 @@
 Measurements come in *rounds*: baseline and candidate run alternately (A B, B A,
 A B, ...) so that drift on the machine hits both. Within a round, steps are timed
 in blocks of ``k`` consecutive steps (one device sync per block, see
-:mod:`diagnose.tune.trial`) and each block's per-step time is one observation: a
+:mod:`diagnose.autofix.trial`) and each block's per-step time is one observation: a
 step that only waits for the next batch and a step that gets two batches at once
 belong to the same prefetch cycle, so the block is the throughput the loop
 actually sees. Arms are compared by their mean block, the mean step: the job's

@@ -35,7 +35,7 @@ What autofix does with them
   most rounds resolves at the measured noise (``1.96 * noise / sqrt(max_rounds)``).
 - Every decision carries its prediction (``Decision.predicted_speedup``). When a trial's
   interval excludes the prediction, the decision's reason says so (a finding about the
-  model, not the fix) and the disagreement is recorded (``TuneResult.model_disagreements``;
+  model, not the fix) and the disagreement is recorded (``AutofixResult.model_disagreements``;
   ``model_disagreements.jsonl`` in ``out_dir`` when autofix has one).
 """
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from diagnose import analyze
-from diagnose.model import TaskKind, build_graph, replay, step_model
+from diagnose.stepmodel import TaskKind, build_graph, replay, step_model
 from diagnose.trace import read_trace
 from tests import tracebuilder as tb
 from tests.conftest import all_shared_traces
@@ -115,7 +115,7 @@ def test_report_line(tmp_path):
 
 
 def test_window_is_around_the_median_step():
-    from diagnose.model.build import pick_window
+    from diagnose.stepmodel.build import pick_window
 
     durs = np.array([50.0, 10, 11, 12, 13, 14, 15, 90])
     a, b = pick_window(durs, 5)
@@ -143,10 +143,10 @@ def test_findings_fixes_carry_predictions():
 def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
     """cpu_loader with 8 MB batches: workers are predicted 0.55x (test_transforms), so the
     finding does not lead with them and says why."""
-    from diagnose.engine import Finding
     from diagnose.fixes import FIXES, TrainConfig
-    from diagnose.fixes.predict import predict_findings
-    from diagnose.model.predict import Predictor
+    from diagnose.fixes.findings import predict_findings
+    from diagnose.rules.engine import Finding
+    from diagnose.stepmodel.prediction import Predictor
     from tests.modeltraces import cpu_loader
 
     m = step_model(as_trace(cpu_loader(), tmp_path))
@@ -166,10 +166,10 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
 def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
     """Other processes held a CPU the training thread waited for (schedstat): from 10% of
     the timed steps on, the finding says its predictions were made on a busy machine."""
-    from diagnose.engine import Finding
     from diagnose.fixes import FIXES, TrainConfig
-    from diagnose.fixes.predict import BUSY, predict_findings
-    from diagnose.model.predict import Predictor
+    from diagnose.fixes.findings import BUSY, predict_findings
+    from diagnose.rules.engine import Finding
+    from diagnose.stepmodel.prediction import Predictor
     from tests.modeltraces import cpu_loader
 
     m = step_model(as_trace(cpu_loader(), tmp_path))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.tune.stats import block_means, speedup_interval
+from diagnose.autofix.stats import block_means, speedup_interval
 
 
 def _rounds(rng: np.random.Generator, center: float, n_rounds: int = 4, n: int = 12,

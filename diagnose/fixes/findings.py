@@ -1,5 +1,5 @@
 """What a fix is predicted to do: each fix unit carries its transform of the step model
-(``Fix.transform``, a graph transform from :mod:`diagnose.model.transforms`), and predicts
+(``Fix.transform``, a graph transform from :mod:`diagnose.stepmodel.transforms`), and predicts
 through it for each config autofix would measure (``Fix.candidates``): the change is
 exactly what autofix applies, the step time comes from replaying the transformed graph.
 Where the model cannot tell, the answer is the reason, never an invented number.
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders
-from ..model.predict import Prediction, Predictor
+from ..stepmodel.prediction import Prediction, Predictor
 from .config import TrainConfig
 from .unit import Fix
 

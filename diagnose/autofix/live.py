@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..basics import usable_cpus
 from ..capture.runinfo import batch_indexable
+from ..values import usable_cpus
 from .trial import Workload
 
 cpu_count = usable_cpus  # CPUs this process may run on (its affinity mask)

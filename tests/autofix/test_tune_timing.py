@@ -13,8 +13,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from diagnose.autofix.trial import Trial, Workload  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
-from diagnose.tune.trial import Trial, Workload  # noqa: E402
 
 
 class Drain:
@@ -102,8 +102,8 @@ def test_a_trial_after_a_kept_change_is_predicted_against_it() -> None:
     the same fields again is predicted against the kept one (the model's two predictions
     divided); a change to other fields keeps its own prediction; a kept change without a
     prediction leaves the overriding trial without one."""
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
 
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
@@ -121,9 +121,9 @@ def test_a_ladder_rung_is_predicted_from_the_search_own_configs() -> None:
     """The diagnosis predicted every config num_workers' search tries (from the baseline,
     num_workers=0): after 0 -> 2 was kept, the rung 2 -> 1 is predicted as the ratio of the
     two configs' predictions, not as the kept one divided by itself."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
 
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
@@ -149,11 +149,11 @@ def test_a_trial_after_kept_changes_is_predicted_with_them_in_the_model(tmp_path
     (3000 -> 2100, 1.43x) nor as the 4x of taking every pause off what is left.
     num_workers after a kept threads split goes through the split's transform, which
     covers it."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.model import step_model
-    from diagnose.model.predict import Predictor
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
+    from diagnose.stepmodel import step_model
+    from diagnose.stepmodel.prediction import Predictor
     from tests import modeltraces as mt
 
     m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
@@ -180,8 +180,8 @@ def test_changes_to_the_same_fields_are_one_change_through_the_covering_transfor
     change, through the split's transform (its fields cover num_workers), with the
     config's values; a ladder's rungs (num_workers twice) are its own transform with the
     rung's value; pin_memory beside them is a change of its own, after them."""
+    from diagnose.autofix.search import _steps
     from diagnose.fixes import FIXES
-    from diagnose.tune.search import _steps
 
     base = TrainConfig()
     split = base.replace(num_workers=1, intra_op_threads=1)
@@ -204,11 +204,11 @@ def test_persistent_workers_after_kept_workers_is_predicted_on_the_kept_step(tmp
     num_workers 0 -> 1 was kept (3.0 -> 2.2 ms in the model: the worker makes a batch in
     2000 + 200 us), the trial is predicted for that config: a worker started in 14 ms
     less one 2 ms batch, once per 24 batches, is 0.5 ms a step off 2.2 ms."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.model import step_model
-    from diagnose.model.predict import Predictor
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
+    from diagnose.stepmodel import step_model
+    from diagnose.stepmodel.prediction import Predictor
     from tests import modeltraces as mt
 
     m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
@@ -274,9 +274,9 @@ def test_a_tied_advice_is_tried_first() -> None:
     workers 1.47x (a tie within TIE), and the advice names 2 workers (its loader has
     headroom): autofix tries the advice first. A config predicted clearly better than the
     advice keeps its place; no advice, the predicted order."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner, _advice_first
     from diagnose.fixes import FIXES
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner, _advice_first
 
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
@@ -301,7 +301,7 @@ def test_each_arm_has_its_own_warmup_and_blocks() -> None:
     """A baseline without workers warms up 3 steps and times blocks of 4, whatever the
     candidate has; 16 workers start inside their own 19-step warmup and are timed in
     blocks of 32 (one round-robin of theirs twice). The budget share is sized from both."""
-    from diagnose.tune.measure import Measurer, Plan
+    from diagnose.autofix.measure import Measurer, Plan
 
     w = _workload(Drain())
     m = Measurer(w, Plan(), 0.03, None)
@@ -318,9 +318,9 @@ def test_a_climb_starts_at_the_rung_predicted_best() -> None:
     """num_workers from 0 on 16 CPUs: the model predicted 8 workers best (3.7x) and 16 at
     2.8x; the climb's first trial is 0 -> 8, not the 16 the input/compute ratio names.
     Without predictions it starts where the fix's estimate says."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner, try_fix
     from diagnose.fixes import FIXES
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner, try_fix
 
     class Record(Tuner):
         def trial(self, fix, best, cand, finding):  # type: ignore[no-untyped-def]
@@ -349,7 +349,7 @@ def test_a_trial_past_its_budget_share_still_gets_three_rounds() -> None:
     """The deadline ends a trial's rounds only from the third on: two rounds give an
     interval of one degree of freedom, which a true 9x gain with noisy rounds did not
     clear (reverted with [0.01, 14830]). Before the deadline, the looks decide."""
-    from diagnose.tune.measure import DEADLINE_MIN_ROUNDS, Measurer, Plan
+    from diagnose.autofix.measure import DEADLINE_MIN_ROUNDS, Measurer, Plan
 
     w = _workload(Drain())
     m = Measurer(w, Plan(), 0.03, None)
@@ -383,12 +383,12 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     (3.0 -> 2.2 ms), the range keeps the capture's 1.5 as its slow end, and the notes say
     so. A later timing below the most moves nothing but the range; a fix that moves no CPU
     work times nothing."""
+    from diagnose.autofix import search
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.model import step_model
-    from diagnose.model.predict import Predictor
-    from diagnose.tune import search
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
+    from diagnose.stepmodel import step_model
+    from diagnose.stepmodel.prediction import Predictor
     from tests import modeltraces as mt
 
     m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
@@ -441,11 +441,11 @@ def test_a_trial_from_the_baseline_is_predicted_as_the_diagnosis_predicts_it(tmp
     prediction is the diagnosis' own speedup for that change, not the step's ratio alone
     (which left the baseline's start out: too_many_workers' 6 -> 2 was 1.43x in its
     trial and 1.52x in its finding)."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.model import step_model
-    from diagnose.model.predict import Predictor
-    from diagnose.tune.measure import Plan
-    from diagnose.tune.search import Tuner
+    from diagnose.stepmodel import step_model
+    from diagnose.stepmodel.prediction import Predictor
     from tests import modeltraces as mt
 
     m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))

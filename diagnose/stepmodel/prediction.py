@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..basics import as_number
+from ..values import as_number
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .step import StepModel
 from .transforms import Transform, cpu_bound_ms
@@ -402,7 +402,7 @@ class Predictor:
     def predict_change(self, transform: Transform, change: Mapping[str, Any]
                        ) -> Prediction | str:
         """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,
-        through ``transform`` (a graph transform of :mod:`diagnose.model.transforms`); the
+        through ``transform`` (a graph transform of :mod:`diagnose.stepmodel.transforms`); the
         reason where the model cannot tell."""
         return self.predict_steps([(transform, change)])
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..console import make_console
 
 if TYPE_CHECKING:
-    from .result import TuneResult
+    from .decisions import AutofixResult
 
 _STYLE = {"kept": "bold green", "reverted": "yellow", "does not fit": "red", "fits": "green",
           "error": "red", "skipped": "dim", "not applicable": "dim", "no change": "dim",
@@ -40,7 +40,7 @@ def _ms_pair(d: Any) -> str:
     return f"{_ms3(d.baseline_ms)} → {_ms3(d.trial_ms)}"
 
 
-def decisions_table(r: TuneResult) -> Table:
+def decisions_table(r: AutofixResult) -> Table:
     """One row per decision: the fix, the finding that named it, the change with the reason
     under it, the times, the speedup, the decision. Sized for logs as well as terminals:
     only the change/reason column wraps, so at 120 columns or more a row is two lines (the
@@ -88,7 +88,7 @@ def _per_s(cfg: Any, ms: float | None) -> str:
     return f"{eb / (ms / 1e3):,.0f}"
 
 
-def before_after_table(r: TuneResult) -> Table:
+def before_after_table(r: AutofixResult) -> Table:
     """Baseline and tuned: measured step, throughput, speedup; the step model's predicted
     tuned step beside the measured one when every kept fix had a prediction."""
     t = Table(title="before / after", title_justify="left")
@@ -123,7 +123,7 @@ def _cfg_text(cfg: Any, ref: Any) -> str:
     return d if d else loader
 
 
-def bound_table(r: TuneResult) -> Table | None:
+def bound_table(r: AutofixResult) -> Table | None:
     b = r.bound
     if b is None:
         return None
@@ -144,7 +144,7 @@ def bound_table(r: TuneResult) -> Table | None:
     return t
 
 
-def parts(r: TuneResult) -> list[Any]:
+def parts(r: AutofixResult) -> list[Any]:
     head = Text()
     head.append("autofix ", style="bold")
     head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
@@ -161,12 +161,12 @@ def parts(r: TuneResult) -> list[Any]:
     return out
 
 
-def print_report(r: TuneResult, console: Any = None) -> None:
+def print_report(r: AutofixResult, console: Any = None) -> None:
     console = console or make_console()
     console.print(Group(*parts(r)))
 
 
-def render(r: TuneResult, *, width: int = 120, color: bool = False) -> str:
+def render(r: AutofixResult, *, width: int = 120, color: bool = False) -> str:
     buf = io.StringIO()
     c = Console(file=buf, width=width, color_system="standard" if color else None,
                 highlight=False, force_terminal=color)

@@ -4,7 +4,7 @@ A rule (``rules/*.toml``) names its category, a ``when`` condition, graded
 ``warning``/``critical`` conditions, a message template quoting the evidence,
 an estimate of the most that fixing it could gain, the fixes to try, and its
 documentation. Conditions run in the whitelisting evaluator of
-:mod:`diagnose.expr`; a rule whose metrics are missing is reported as not
+:mod:`diagnose.rules.condition`; a rule whose metrics are missing is reported as not
 evaluated, never as passed.
 
 Severity follows the time at stake, for every rule, built-in or the user's: a rule's
@@ -37,14 +37,14 @@ from typing import Any
 
 import msgspec
 
-from .basics import as_number
-from .errors import RuleError
-from .expr import DivisionByZero, Expr, MissingMetric, compile_expr
-from .fixes import FIXES
-from .metrics import CATALOG as METRIC_CATALOG
-from .metrics.needs import why_none
-from .metrics.ranks import RANK_CATALOG, RUN_CATALOG
-from .template import format_message, template_names
+from ..errors import RuleError
+from ..fixes import FIXES
+from ..metrics import CATALOG as METRIC_CATALOG
+from ..metrics.needs import why_none
+from ..metrics.ranks import RANK_CATALOG, RUN_CATALOG
+from ..values import as_number
+from .condition import DivisionByZero, Expr, MissingMetric, compile_expr
+from .message import format_message, template_names
 
 if sys.version_info >= (3, 11):
     import tomllib

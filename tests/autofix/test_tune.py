@@ -15,8 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
-from diagnose.fixes import Fix, TrainConfig  # noqa: E402
-from diagnose.tune import (  # noqa: E402
+from diagnose.autofix import (  # noqa: E402
     FITS,
     KEPT,
     NO_FIT,
@@ -26,7 +25,8 @@ from diagnose.tune import (  # noqa: E402
     TuneError,
     autofix,
 )
-from diagnose.tune.trial import build_loader, build_optimizer  # noqa: E402
+from diagnose.autofix.trial import build_loader, build_optimizer  # noqa: E402
+from diagnose.fixes import Fix, TrainConfig  # noqa: E402
 
 QUICK = Plan.quick()
 
@@ -327,8 +327,8 @@ def test_cuda_step_settings_are_realised_and_put_back() -> None:
 def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> None:
     """The machine can change between a trial and the before/after (another process starts):
     a kept fix the before/after does not confirm is reverted, and the baseline stays."""
-    from diagnose.tune import runner as tune
-    from diagnose.tune.stats import Interval
+    from diagnose.autofix import runner as tune
+    from diagnose.autofix.stats import Interval
 
     def fake_compare(self, a, b, label, *, rounds=None, bound=False, confirm=None):
         if not bound:  # the trial: a clear win
@@ -356,8 +356,8 @@ def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
     search, downward (2, 1, 0: measured, each against the best so far), in the table."""
     from types import SimpleNamespace
 
-    from diagnose.tune import NO_CHANGE
-    from diagnose.tune import runner as tune
+    from diagnose.autofix import NO_CHANGE
+    from diagnose.autofix import runner as tune
 
     monkeypatch.setattr(tune, "cpu_count", lambda: 2)  # what the fixes see, on any machine
     model = make_model()
@@ -394,8 +394,8 @@ def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
 def test_decision_table_rows_stay_whole_in_a_log() -> None:
     """Piped to a file or a CI log (no terminal): at 120 columns or more each decision is
     at most two lines, and its fix, finding, times, speedup and decision share the first."""
-    from diagnose.tune import ADVICE, ERROR, NO_CHANGE, Decision, TuneReport
-    from diagnose.tune.stats import Interval
+    from diagnose.autofix import ADVICE, ERROR, NO_CHANGE, AutofixReport, Decision
+    from diagnose.autofix.stats import Interval
 
     iv = Interval(1.73, 1.39, 2.27, 0.95)
     decisions = [
@@ -415,7 +415,7 @@ def test_decision_table_rows_stay_whole_in_a_log() -> None:
                  "RuntimeError: " + "a long message " * 12, "CF001", 3.1, None),
     ]
     cfg = TrainConfig(num_workers=6, batch_size=8)
-    r = TuneReport(original=cfg, baseline=cfg, best=cfg, decisions=decisions, final=None,
+    r = AutofixReport(original=cfg, baseline=cfg, best=cfg, decisions=decisions, final=None,
                    bound=None, bound_before=None, tuned_ms=2.0, named={}, diagnosis=None,
                    loader=None, optimizer=None, code="", trials=3, elapsed_s=9.5,
                    device="cpu", cpus=2, min_gain=0.03)

@@ -8,7 +8,7 @@ pin_memory, persistent_workers, prefetch_factor and batch size; and a new
 optimizer of the same class over the same parameter groups and hyper-parameters,
 loaded with a deep copy of the original's state, with the config's
 foreach/fused flags. The model is the user's own (its training is what is
-timed); :mod:`diagnose.tune.state` puts it back afterwards.
+timed); :mod:`diagnose.autofix.state` puts it back afterwards.
 
 Global switches a config sets (``cudnn.benchmark``, the ``channels_last``
 layout of the parameters) are set on entering a trial's ``with`` block and put
