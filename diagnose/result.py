@@ -57,7 +57,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     series: dict[str, list[float]] = field(default_factory=dict)
     samples: dict[str, Any] | None = None
-    # the step model's replay of the unmodified step (diagnose/model): JSON step_model
+    # the step model's replay of the unmodified step (diagnose/stepmodel): JSON step_model
     step_model: dict[str, Any] | None = None
     step_model_why: str | None = "no trace analysed"
     # the model's predictor for this run (diagnose.stepmodel.prediction.Predictor; None: no model,

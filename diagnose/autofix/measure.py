@@ -71,18 +71,16 @@ class Plan:
 
 
 #: a trial whose budget share has ended still runs this many rounds before its last look:
-#: from 2 rounds the interval has one degree of freedom (t = 12.7), and on a 16-CPU H100
-#: host it reverted 0 -> 16 workers measured 8.99x with [0.01, 14830] (the input job,
-#: 114 -> 12.7 ms a step); a third round puts t at 4.3
+#: from 2 rounds the interval has one degree of freedom (t = 12.7, wide enough to revert
+#: a large gain); a third round puts t at 4.3
 DEADLINE_MIN_ROUNDS = 3
 
 #: the before/after (:meth:`Measurer.compare` with ``confirm``) looks at most this often,
 #: each time after ``final_rounds`` more rounds, while its interval leaves the tuned config's
 #: gain open. Only a winner of its trials gets there: a change is kept only where its own
 #: trial and the before/after both say faster, so looking twice cannot keep a change the
-#: trial's rule would not (its false-keep bound holds, stats). On a noisy 2-vCPU host the
-#: quick plan's 4 rounds once read 1.32x [0.98, 1.72] for 0 -> 2 workers its trial had
-#: measured 1.77x [1.43, 2.19], and reverted them
+#: trial's rule would not (its false-keep bound holds, stats). One look of a short plan can
+#: leave a real gain open on a noisy host
 CONFIRM_LOOKS = 2
 
 
@@ -159,10 +157,8 @@ class Measurer:
     def layout(self, cfg: TrainConfig) -> tuple[int, int, int]:
         """(warmup, timed steps, block) of ``cfg``'s arm in one round: its own workers start
         inside its warmup (one step each), and its blocks hold at least 2 x its workers (a
-        block spans their round-robin). Each arm has its own: a baseline without workers
-        does not pay for the candidate's 16 in every round (on a 16-CPU GPU host that had
-        a 60 ms-step baseline run 51 steps a round where 11 do, and a trial's budget share
-        ended after 2 rounds)."""
+        block spans their round-robin). Each arm has its own, so a baseline without workers
+        does not pay for the candidate's many workers in every round."""
         workers = cfg.num_workers
         k = max(self.plan.block, 2 * workers)
         n = max(k, math.ceil(self.steps / k) * k)

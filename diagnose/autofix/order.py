@@ -1,42 +1,22 @@
 """Predictions in autofix: the step model's predicted speedup of each fix orders the
 trials, spares trials the model says cannot win, and is checked against the measurement.
 
-The interface
--------------
-``autofix(..., predictions={fix_id: speedup})``: for each fix id, the predicted speedup of
-applying that fix alone to the baseline (baseline step time / predicted step time; above 1
-is faster), or None where the model cannot know (cudnn autotuning, compiler fusion). When
-``predictions`` is not given, ``report.predictions`` is read if the diagnosis carries a
-mapping of that shape. Without any prediction autofix behaves as it did without a model.
+``autofix(..., predictions={fix_id: speedup})``: the predicted speedup of each fix applied
+alone to the baseline (baseline step / predicted step; above 1 is faster), or None where
+the model cannot know (cudnn autotuning, compiler fusion); default ``report.predictions``.
+With them, autofix:
 
-What autofix does with them
----------------------------
-- Trials in predicted order: fixes with a prediction, largest first, then those without
-  one in the findings' order (the order is stated in the result's notes).
-- A fix predicted to be slower than the noise floor (``predicted < 1 / (1 + floor)``) is
-  skipped, unless ``try_all=True``.
-- When the product of the remaining predicted gains is within the noise floor
-  (``<= 1 + floor``), the remaining predicted fixes are skipped (again unless
-  ``try_all=True``); fixes without a prediction are still tried.
-- Both take each prediction at the fast end of its range where the diagnosis gives one
-  (``report.prediction_highs``): the range holds what the capture's own timings disagreed
-  on (the CPUs' capacity for a change that moves CPU work), and a gain the job may well
-  have is tried, not skipped on the median of noisy timings.
-- Before the trials of a fix that moves CPU work (workers, torch's threads), the CPUs'
-  capacity is timed once more and folded into the model's facts; that fix's configs are
-  predicted again at the most of all the timings (``Tuner.retime_capacity``: a capture
-  made at a busy moment otherwise prices the split for that moment). The notes say what
-  the timings read.
-- A trial's prediction over the best config so far is the ratio of the two configs'
-  predicted speedups over the baseline, each with what it changes in it (a change of
-  workers adds the epoch's start to both its sides): a first trial is predicted exactly
-  as the diagnosis predicted that change.
-- The noise floor is the larger of ``min_gain`` and the half-width a trial at the plan's
-  most rounds resolves at the measured noise (``1.96 * noise / sqrt(max_rounds)``).
-- Every decision carries its prediction (``Decision.predicted_speedup``). When a trial's
-  interval excludes the prediction, the decision's reason says so (a finding about the
-  model, not the fix) and the disagreement is recorded (``AutofixResult.model_disagreements``;
-  ``model_disagreements.jsonl`` in ``out_dir`` when autofix has one).
+- runs predicted fixes largest first, then the others in the findings' order;
+- skips a fix predicted slower than the noise floor (``< 1 / (1 + floor)``), and the
+  predicted fixes left once their product of gains is within it (``<= 1 + floor``), unless
+  ``try_all=True``; each at the fast end of its range (``report.prediction_highs``);
+- predicts a trial over the best config so far as the ratio of the two configs' predicted
+  speedups over the baseline (a first trial: exactly the diagnosis' prediction);
+- records each prediction on its decision and, where the trial's interval excludes it, a
+  disagreement (``AutofixResult.model_disagreements``, ``model_disagreements.jsonl``).
+
+The noise floor is the larger of ``min_gain`` and ``1.96 * noise / sqrt(max_rounds)``, the
+half-width a trial at the plan's most rounds resolves at the measured noise.
 """
 
 from __future__ import annotations

@@ -1,73 +1,39 @@
 """Statistics for autofix: is a candidate step measurably faster than the baseline?
 
-Measurements come in *rounds*: baseline and candidate run alternately (A B, B A,
-A B, ...) so that drift on the machine hits both. Within a round, steps are timed
-in blocks of ``k`` consecutive steps (one device sync per block, see
-:mod:`diagnose.autofix.trial`) and each block's per-step time is one observation: a
-step that only waits for the next batch and a step that gets two batches at once
-belong to the same prefetch cycle, so the block is the throughput the loop
-actually sees. Arms are compared by their mean block, the mean step: the job's
-pace counts a pause that hits some steps (a full garbage collection every few
-steps) as the time it costs. A median over blocks would drop such pauses, and a
-fix that removes them (``gc.freeze()``) could never be measured; a stray slow
-block (another process) widens the interval instead of being dropped.
-(:func:`block_means` groups per-step times the same way, for callers that time
-single steps.)
+Measurements come in *rounds*: baseline and candidate run alternately (A B, B A, ...) so
+that drift on the machine hits both. Within a round, steps are timed in blocks of ``k``
+consecutive steps (one device sync per block, see :mod:`diagnose.autofix.trial`); a block's
+per-step time is one observation, the throughput the loop sees across a prefetch cycle
+(:func:`block_means` groups single-step times the same way). Arms are compared by their
+mean block: a pause that hits some steps (a full garbage collection) counts as the time it
+costs, so a fix that removes it can be measured, and a stray slow block widens the interval
+instead of being dropped.
 
-The speedup is ``mean(baseline blocks) / mean(candidate blocks)``; its
-confidence interval is a seeded, paired two-stage bootstrap: each resample
-draws rounds with replacement (the same rounds for both arms, so drift that
-hit both in a round cancels) and then blocks with replacement within each drawn
-round. Drawing rounds makes the interval as wide as the round-to-round
-variation of the machine (another process starting, caches, thermal state),
-which a bootstrap of steps alone would hide. The bootstrap serves
-fixed-size comparisons (the before/after); trials decide with the sequential
-rule below. The before/after confirms the trials' winner: where its interval
-leaves open whether the winner is faster (lower end at or below 1, estimate
-above), it runs as many rounds again and looks once more
-(``measure.CONFIRM_LOOKS``). Its two looks could confirm a winner that is no
-faster with up to twice the bootstrap's 2.5%; but a change is kept only where
-its trial kept it too, so the false-keep bound below still holds.
+Fixed-size comparisons (the before/after): the speedup is ``mean(baseline blocks) /
+mean(candidate blocks)`` with a seeded, paired two-stage bootstrap interval (rounds with
+replacement, the same for both arms, then blocks within each drawn round), so the interval
+is as wide as the machine's round-to-round variation. The before/after confirms the
+trials' winner; where its interval leaves that open it looks once more
+(``measure.CONFIRM_LOOKS``), which cannot keep a change its trial did not keep.
 
-Trials: a sequential rule with a stated error rate
-----------------------------------------------------
-A trial looks at its data more than once (it stops as soon as the answer is
-clear), and an interval checked after every round would keep a null effect far
-more often than its nominal 2.5% (each look is another chance to cross). So
-trials use *repeated confidence intervals* (Jennison & Turnbull, "Interim
-analyses: the repeated confidence interval approach", JRSS B 51, 1989) with a
-Bonferroni split of the error over a fixed maximum number of looks ``K``:
+Trials: repeated confidence intervals (Jennison & Turnbull, JRSS B 51, 1989) with a
+Bonferroni split of ``alpha`` over at most ``K`` looks fixed before the trial starts:
 
-- The observation of round ``r`` is the paired log ratio
-  ``d_r = log mean(baseline blocks_r) - log mean(candidate blocks_r)``; both
-  arms ran in the same round, so drift that hit both cancels. ``d_r`` are
-  treated as independent and normal with unknown variance.
-- At each look (after ``n`` rounds, the schedule fixed before the trial starts)
-  the interval is the Student-t interval ``mean(d) +- t(1 - alpha/(2K), n-1) *
-  sd(d) / sqrt(n)``, exponentiated into a speedup interval.
-- The trial reports the intersection of its looks' intervals (:class:`SequentialTrial`).
-  It keeps the change when the interval's lower end is above ``1 + min_gain``; it
-  stops and reverts when its upper end is below; after the last look (or when the
-  trial's share of the budget ends, from its third round on:
-  ``measure.DEADLINE_MIN_ROUNDS``, as two rounds give the t interval one degree of
-  freedom) it reverts, undecided. A kept change is measured
-  on, at the next looks, until its interval is within +-10% (``Plan.precision``): the
-  decision stands as taken, the reported speedup gets narrow enough to check the
-  prediction against.
+- round ``r`` gives the paired log ratio ``d_r = log mean(base_r) - log mean(cand_r)``,
+  treated as independent and normal with unknown variance;
+- at a look after ``n`` rounds the interval is ``mean(d) +- t(1 - alpha/(2K), n-1) *
+  sd(d) / sqrt(n)``, exponentiated; the trial reports the intersection of its looks
+  (:class:`SequentialTrial`);
+- keep when the lower end is above ``1 + min_gain``, revert when the upper end is below;
+  after the last look, or when the budget share ends (from round
+  ``measure.DEADLINE_MIN_ROUNDS`` on), revert undecided. A kept change is measured on
+  until its interval is within ``Plan.precision``.
 
-Error rates. By the union bound over at most ``K`` looks, all intervals of a
-trial cover the true speedup together with probability at least ``1 - alpha``
-(exact t intervals for normal ``d_r``; conservative, since the looks are
-correlated). Hence a change whose true speedup is at most ``1 + min_gain`` is
-kept with probability at most ``alpha / 2`` (2.5% with the defaults), however
-many looks are taken, and one truly faster by more than the threshold is
-reverted as "slower than the threshold" with probability at most ``alpha / 2``.
-Stopping early for the budget only ends trials undecided, so it never raises
-the false-keep rate. Power (keeping a true effect) depends on the noise and the
-number of rounds: :func:`rounds_for` sizes the first look so that an effect as
-large as the prediction is kept with probability ``power`` (normal
-approximation of the t test, as in any sample-size calculation);
-``tests/test_tune_sequential.py`` checks both rates on simulated trials.
+Error rates: by the union bound all of a trial's intervals cover the true speedup together
+with probability at least ``1 - alpha``, so a change no faster than ``1 + min_gain`` is
+kept with probability at most ``alpha / 2``, however many looks; stopping for the budget
+only ends trials undecided. :func:`rounds_for` sizes the first look for ``power`` at the
+predicted effect. ``tests/autofix/test_tune_sequential.py`` checks both rates by simulation.
 """
 
 from __future__ import annotations
@@ -240,7 +206,7 @@ class SequentialTrial:
     ``precision``: a trial whose interval is above the threshold goes on to its next looks
     until the interval's half-width is within ``precision`` (0.10: the speedup known to
     +-10%), so that a large gain, kept at a first look of a few rounds, is also *measured*
-    well enough to set beside its prediction (a 6x kept after 4 rounds had [3.2, 8.1]).
+    well enough to set beside its prediction.
     The decision is the same as without it (a keep is never taken back: the lower end only
     rises), so are its error rates; it only costs rounds, within the trial's share of the
     budget. A trial below the threshold stops at once: there is nothing to measure there.

@@ -13,7 +13,7 @@ The session needs three things torch has no public API for:
 Each is checked before use: :func:`missing` says why the internals cannot be used (a torch
 older than :data:`MIN_TORCH`, or a name gone); the session then finds steps from the
 optimizer hook (or ``d.step()``) alone and says so in a note. Tested against the installed
-torch and with the names taken away (tests/test_loader_shim.py).
+torch and with the names taken away (tests/capture/test_loader_shim.py).
 """
 
 from __future__ import annotations

@@ -157,10 +157,9 @@ class WindowProfiler:
             prof.__exit__(None, None, None)
             del prof
             # The profiler's own leftovers (its parsed events hold reference cycles) are
-            # collected here, at the boundary where its work belongs to no step. Left to
-            # the loop, they made its next full collection 250-290 ms instead of 145-160
-            # (benchmarks/jobs/tensor_rows.py), a pause the job without the profiler
-            # never has. A loop that turned the collector off is left as it is.
+            # collected here, at the boundary where its work belongs to no step; left to the
+            # loop, they would lengthen its next full collection, a pause the job without the
+            # profiler never has. A loop that turned the collector off is left as it is.
             if gc.isenabled():
                 gc.collect()
 

@@ -7,7 +7,7 @@ nothing is changed. Every value that cannot be found is None, never a guess.
 context.json (version 1)::
 
     {
-      "version": 1, "created": "2026-01-01T12:00:00", "python": "3.11.7",
+      "version": 1, "created": "YYYY-MM-DDTHH:MM:SS" (local), "python": "3.11.7",
       "torch_version": "2.13.0", "cuda_version": "12.8"|None, "cudnn_version": 90100|None,
       "device": {"type": "cuda"|"cpu", "index": 0|None, "name": str|None,
                  "capability": [9, 0]|None, "total_memory_bytes": int|None,
@@ -132,20 +132,14 @@ def time_batched_fetch(loader: Any, batches: int = 9) -> float | None:
 
 def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
     """A cheap measurement for the batched-fetch prediction, made before the loop runs (so
-    on no timed step): the median time of ``batches`` batches (after one untimed; fewer
-    where they take more than :data:`BUDGET_S`, but at least 3) from a
-    loader that fetches each with one ``dataset[indices]`` call, as the change runs it
-    (``BatchSampler`` lists of indices spread over the dataset, ``batch_size=None``), and,
-    in turn with each, of the same batch fetched as the loader does now (a ``__getitem__``
-    a sample, then collated), in ms. The same call on one batch's indices, repeated, timed
-    1.2 ms on benchmarks/jobs/tensor_rows.py where the changed loop's loader took 2.4 ms a
-    batch: rows fresh from memory, the indices' list and the loader's own step are part of
-    it. The second timing puts the first on the loop's pace (the host's pace moves between
-    this moment and the loop: tensor_rows' batched fetch timed 2.1-4.5 ms before loops
-    whose own fetch and collate ran at 21.5-33 ms a step, and the two did not move
-    together; timed in turn, in five fresh processes, one was 0.11-0.13 of the other,
-    while the batched fetch alone ranged 3.2-4.1 ms). The indices come from a
-    generator of its own: the user's random state is left as it is. None where batches
+    on no timed step), in ms: the median time of ``batches`` batches (after one untimed;
+    fewer where they take more than :data:`BUDGET_S`, but at least 3) from a loader that
+    fetches each with one ``dataset[indices]`` call, as the change runs it (``BatchSampler``
+    lists of indices spread over the dataset, ``batch_size=None``, so rows come fresh from
+    memory), and, in turn with each, of the same batch fetched as the loader does now (a
+    ``__getitem__`` a sample, then collated). Timed in turn, their ratio holds while the
+    host's pace moves; the second puts the first on the loop's pace. The indices come from
+    a generator of its own (the user's random state is left as it is). None where batches
     cannot be fetched that way."""
     if not batch_indexable(loader):
         return None

@@ -1,35 +1,22 @@
 """Step boundaries found without user code, and the session's own step clock.
 
-Boundaries:
+Boundaries: **optimizer steps** (a global ``torch.optim`` step post-hook; the boundary is
+placed where a person would put ``prof.step()``, just before the loop pulls its next batch,
+or right after ``opt.step()`` in a loop that does not iterate the loader); **batches**
+(inference loops, and until the first ``opt.step()``); **manual** (``d.step()``, which turns
+the automatic ones off).
 
-- **optimizer steps**: the model's optimizer stepping (a global ``torch.optim`` step
-  post-hook calls :meth:`Steps.on_optimizer_step`). The boundary itself is placed where a
-  person would put ``prof.step()``: just before the loop pulls its next batch from the
-  loader (so the data wait belongs to the step that uses the batch and no profiler range is
-  cut inside ``Optimizer.step``). A loop that does not iterate the loader gets the boundary
-  right after ``opt.step()``.
-- **batches** (inference loops, and until the first ``opt.step()``): each batch pulled
-  from the loader after the first starts a new step.
-- **manual**: ``d.step()``; from the first call on, the automatic boundaries are off.
+The clock times every step with ``time.perf_counter`` and its phase: ``wait`` (before the
+profiled window), ``warmup``/``active`` (the window), ``settle`` (just after it, skewed by
+prefetched batches and queued device work) and ``after`` (timed without the profiler). The
+profiler's own work at a boundary belongs to no step. Per step it also records the wait
+for a CPU other processes held (Linux schedstat), the DataLoader wait, the dataset's reads
+and collate time where batches are built in this process (:mod:`~diagnose.capture.loader_shim`),
+and the batches' bytes (:data:`CLOCK_COLUMNS`).
 
-The clock times every step by ``time.perf_counter`` with its phase: ``wait`` (before the
-profiled window, no profiler), ``warmup``/``active`` (the window), ``settle`` (just after it:
-the loader's prefetched batches and queued device work make these steps unusually fast or
-slow) and ``after`` (timed without the profiler). The profiler's own work at a boundary
-(starting, and exporting the trace after the last active step) runs between two steps and
-belongs to neither. Per step it also records how long the training thread waited for a
-CPU that other processes held (Linux schedstat: a busy machine), sums the DataLoader wait
-and, where the loader
-builds batches in this process, the time in the dataset's reads and in the collate
-function (see :mod:`diagnose.capture.loader_shim`), and the bytes of the batches.
-
-On a GPU the host can run ahead of the device (a loop that never waits for a result): its
-steps then time only the launches, until the launch queue fills. The ``after`` steps are
-therefore one block, as a user's own timing would take it: the device's queue is drained
-(untimed) just before the block, and once at its end, timed (:attr:`Steps.drain_ms`). Where
-that drain is longer than a step, the job runs at the device's pace, and the metrics take
-the block's time over its steps (diagnose.metrics.context). No step in between is
-synchronised: the loop's own overlap of host and device stays as it is.
+On a GPU the host can run ahead of the device, so the ``after`` steps are one block as a
+user's own timing would take it: the queue is drained (untimed) before the block and once
+at its end, timed (:attr:`Steps.drain_ms`); no step in between is synchronised.
 """
 
 from __future__ import annotations
@@ -83,12 +70,8 @@ GC_FULL_SEEN = 5
 GC_EXTEND = 20
 GC_EXTEND_S = 5.0
 #: steps after the window are timed for at least this long (s), within MIN_AFTER_EXTEND
-#: times the planned number: 8 steps of 17 ms are 0.14 s of a host whose pace drifts over
-#: seconds, and where workers come and go one step's optimizer took 1.6 ms and the next
-#: 17 ms. Six captures each of benchmarks/jobs/too_many_workers.py (6 workers that keep
-#: up, their busy spells phased against the steps) on the 2-vCPU development VM: with 24
-#: steps after the window (0.4 s) the step model's prediction for 2 workers beside one
-#: thread ranged 1.41-1.67x (standard deviation 0.09), with 160 (2.5 s) 1.51-1.60x (0.03)
+#: times the planned number: a host's pace drifts over seconds (workers' busy spells phase
+#: against the steps), so a few short steps are a sample of one moment
 MIN_AFTER_S = 2.5
 MIN_AFTER_EXTEND = 30
 
@@ -369,8 +352,8 @@ class Steps:
         if len(times) < 3:
             return False
         plain = self._after < self.settle + EXTEND * self.after
-        # full collections are rare and long (one step in six paused 130 ms): their share
-        # of the step is only known once a few were seen, spaced apart after the window
+        # full collections are rare and long: their share of the step is only known once
+        # a few were seen, spaced apart after the window
         if any(r[10] for r in free):
             after = [r for r in self.rows if r[0] == "after"]
             seen = sum(r[10] or 0 for r in after)

@@ -1,19 +1,14 @@
 """Writing in a child Python what would leave the plotting library in the training process.
 
 The HTML page and the TensorBoard run a session writes at its exit draw their plots with
-matplotlib. Its import leaves 96 modules and about 43,000 objects in the process for the
-rest of its life, and Python's garbage collector walks them all in every full collection:
-after a session on benchmarks/jobs/tensor_rows.py, 341,000 objects where the job alone has
-288,000, and ``gc.collect()`` 1.08-1.13x as long (``benchmarks/gc_footprint.py``; the
-job's own step did not measurably change on the 2-CPU machine: a full collection every
-7-9 of its steps, and its pace varies more than that).
-
-So a session starts a child Python that imports the writers while the report prints,
-then hands it the report, pickled on its stdin (the only thing this package unpickles:
-its own data, over a pipe between a parent and the child it started); the writers' paths
-come back as JSON on its stdout. The training process never imports matplotlib. Where no
-child can run (no interpreter, a report that does not pickle, a child that cannot import
-this package) the writers run here, as before.
+matplotlib, whose import leaves tens of thousands of objects in the process for the rest
+of its life for every full garbage collection to walk (``benchmarks/gc_footprint.py``
+measures it). So a session starts a child Python that imports the writers while the
+report prints, then hands it the report, pickled on its stdin (the only thing this package
+unpickles: its own data, over a pipe between a parent and the child it started); the
+writers' paths come back as JSON on its stdout. Where no child can run (no interpreter, a
+report that does not pickle, a child that cannot import this package) the writers run in
+this process.
 """
 
 from __future__ import annotations

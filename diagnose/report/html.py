@@ -1,17 +1,11 @@
 """The HTML report: one self-contained file that works offline.
 
-Summary, findings with their evidence and the fix as code, plots (inline SVG
-drawn by matplotlib, see :mod:`diagnose.report.plots`), the per-rank
-comparison, autofix before/after, the heaviest GPU kernels, and every metric.
-No JavaScript, no external URL; a Content-Security-Policy forbids scripts and
-remote loads, so even a mistake in escaping could not run code.
-
-Escaping is structural rather than a matter of care at each call site: pages
-are built from :func:`el`, which escapes every ``str`` it is given (text and
-attribute values alike) and passes through only :class:`Markup`, which only
-:func:`el` and :func:`raw_svg` make. A kernel named ``<script>`` therefore can
-only ever appear as text. (No template engine: the page is a few small
-functions, and this keeps the package free of a Jinja2 dependency.)
+Summary, findings with their evidence and the fix as code, plots (inline SVG drawn by
+matplotlib, :mod:`diagnose.report.plots`), the per-rank comparison, autofix before/after,
+the heaviest GPU kernels, and every metric. No JavaScript, no external URL; a
+Content-Security-Policy forbids scripts and remote loads. Pages are built with
+:func:`~diagnose.report.markup.el`, which escapes every ``str`` it is given (see
+:mod:`diagnose.report.markup`), so no template engine is needed.
 """
 
 from __future__ import annotations

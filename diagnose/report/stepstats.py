@@ -10,8 +10,7 @@ asked: no interval, and ``within noise``.
 
 Steps of one run share the machine's state, so that interval speaks of the noise between
 steps, not of a quieter or busier machine between the two runs, which one capture of each
-cannot measure: captures of one unchanged job on a busy 2-CPU machine differed by up to 14%
-with per-step intervals that excluded zero. So "no change" is a band: a change within
+cannot measure. So "no change" is a band: a change within
 ``NOISE_FLOOR_PCT`` (5%) either way. ``better``/``worse`` only when the interval lies
 wholly outside that band; otherwise ``within noise``.
 """

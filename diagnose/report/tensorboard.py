@@ -11,22 +11,19 @@ One analysis becomes one TensorBoard run, ``<logdir>/<run>/``::
 Scalars and text are written with TensorBoard's own event-file writer and summary
 protos (``tensorboard.summary.writer`` + ``summary_v2.*_pb``): no torch needed.
 
-Why the trace copy is adapted. torch-tb-profiler 0.4.3 (the plugin's last release)
-turns a ``user_annotation`` event into nothing unless its name is ``ProfilerStep#N``
-or a gloo/nccl collective (``profiler/trace.py: create_trace_event``). Its step
-breakdown counts an event as DataLoader only when it is an ``Operator``
-(``cpu_op``) or ``user_annotation`` event named ``enumerate(DataLoader)#...__next__``
-or ``enumerate(DataPipe)#...`` (``profiler/event_parser.py: StepParser._parse_step``),
-but the annotation never gets that far. Current PyTorch writes the DataLoader range
-as ``user_annotation``, so the Overview shows 0% DataLoader. The copy therefore
-gets, and nothing else changes:
+Why the trace copy is adapted: torch-tb-profiler 0.4.3 (the plugin's last release) drops
+a ``user_annotation`` event unless it is ``ProfilerStep#N`` or a collective
+(``profiler/trace.py: create_trace_event``), and counts DataLoader time only from ``cpu_op``
+events named ``enumerate(DataLoader)#...`` (``profiler/event_parser.py``); current PyTorch
+writes that range as ``user_annotation``, so its Overview shows 0% DataLoader. The copy
+therefore gets, and nothing else changes:
 
 1. ``user_annotation`` events named ``enumerate(DataLoader)#...`` / ``enumerate(DataPipe)#...``
    re-categorised as ``cpu_op``, as PyTorch wrote them before 1.10;
 2. ``gpu_user_annotation`` events named ``ProfilerStep#N`` re-categorised as
    ``gpu_user_annotation_step``: the plugin maps ``gpu_user_annotation`` to the same type
    as ``user_annotation`` and would count the device-side copy of each step as one more
-   host step (an AMD trace showed 3 steps of 3.5 ms instead of 2 of 4.7 ms);
+   host step;
 3. a trace written as a bare list of events wrapped in ``{"traceEvents": [...]}``;
 4. the file named ``<worker>.<span>.pt.trace.json.gz`` (``consts.WORKER_PATTERN``), with a
    span added where the name has none.

@@ -1,4 +1,4 @@
-"""Safe evaluation of rule conditions and formatting of rule messages.
+"""Safe evaluation of rule conditions (the ``when`` clauses of the rule pack).
 
 Security model: rule expressions are parsed with ``ast.parse`` and the whole tree is checked
 against a small whitelist (constants, metric names, boolean/arithmetic/comparison operators,

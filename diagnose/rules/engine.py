@@ -1,26 +1,15 @@
 """The rule engine: loads the declarative rule pack and turns metrics into findings.
 
 A rule (``rules/*.toml``) names its category, a ``when`` condition, graded
-``warning``/``critical`` conditions, a message template quoting the evidence,
-an estimate of the most that fixing it could gain, the fixes to try, and its
-documentation. Conditions run in the whitelisting evaluator of
-:mod:`diagnose.rules.condition`; a rule whose metrics are missing is reported as not
-evaluated, never as passed.
+``warning``/``critical`` conditions, a message template, an estimated gain, the fixes to
+try, and its documentation. Conditions run in :mod:`diagnose.rules.condition`; a rule whose
+metrics are missing is reported as not evaluated, never as passed.
 
-Severity follows the time at stake, for every rule, built-in or the user's: a rule's
-``warning``/``critical`` conditions give the most it may be graded, and then its
-estimated gain (the share of step time fixing it could save) caps it: ``warning`` needs
-a gain of at least ``WARNING_GAIN`` (2%), ``critical`` at least ``CRITICAL_GAIN`` (15%).
-A finding without an estimate is ``info``. The ``memory`` category (out of memory, near
-capacity) is exempt: a job that cannot run has no step time to share. A finding graded
-down says so (``graded_down_from`` and a hint).
-
-Never advise what is in place: a fix whose ``in_place(metrics)`` gives a reason (CUDA
-graphs replaying the kernels, compiled Triton code, a setting the run already has) is
-left out of a finding with a hint that says so; the fixes it names ``instead`` take its
-place, and a finding left with none says that nothing here helps further. Rules marked
-``training_only`` are not evaluated on a trace that looks like inference (``is_training``
-False).
+Severity follows the time at stake: a rule's graded conditions give the most it may be
+graded, and its estimated gain caps it (``warning`` needs ``WARNING_GAIN``, ``critical``
+``CRITICAL_GAIN``; no estimate: ``info``), except the ``memory`` category. A fix whose
+``in_place(metrics)`` gives a reason is left out with a hint, its ``instead`` fixes taking
+its place; ``training_only`` rules are not evaluated on inference traces.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The step model: a dependency graph of a few profiled steps, its replay, and fixes
-as transforms of it (DESIGN.md, "Predictions")."""
+as transforms of it (README.md, "Predictions: a model of the step")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What the tab shows of a run, from its ``diagnose.json``: every value already a string.
 
-Numbers are formatted here, by the same helpers as the HTML report (:func:`html.fmt`,
+Numbers are formatted here, by the same helpers as the HTML report (:func:`markup.fmt`,
 :func:`html.summary_facts`, :func:`html.autofix_cells`), so the script in the page only
 places text. The document comes from a file on disk and is read defensively: a field of the
 wrong type is shown as missing, never a traceback.
