@@ -10,196 +10,255 @@ RESULTS.md is typed by hand.
 
 A results file keeps its runs newest first: a new run goes on top, and the ones before it
 follow under their own headings ("## the run before it (...)" or "# Run 7 (...)", each
-naming its code and time). RESULTS.md opens with the checks' tallies (the lines a
-benchmark prints as "N of M ... within 15% ...": the newest run's, and all saved runs'
-together) and quotes the newest run of a long file, pointing to the file for the rest.
+naming its code and time). RESULTS.md is the headline page: the checks' tallies (the lines
+a benchmark prints as "N of M ... within 15% ...": the newest run's, the newest few runs'
+and all saved runs' together), the weak ones listed apart, then for each benchmark a few
+lines of its newest run (its ``headline``) and the file that holds the rest.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import dataclasses
 import os
 import re
 import subprocess
 import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 OUT = HERE / "results"
 
-#: name -> (title, command line (run from the repo root), what it shows)
-BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
-    "analyze_speed": (
+#: RESULTS.md's lines are wrapped to this width (a quoted line longer than it continues,
+#: indented, on the next)
+WIDTH = 100
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark as RESULTS.md shows it: what it checks, how it is run, and which lines
+    of its newest run are its headline (``headline``: patterns, each line matching one of
+    them, at most ``most``; ``condense`` rewrites a matched line shorter, or drops it;
+    ``columns`` heads the lines picked)."""
+
+    title: str
+    cmd: list[str]
+    what: str
+    headline: tuple[str, ...] = ()
+    most: int = 6
+    condense: Callable[[str], str | None] | None = field(default=None, compare=False)
+    columns: str = ""  # a header over the headline's rows
+
+
+# ---------------------------------------------------------------------- condensing
+#: a predict_vs_measured row: job, finding, fix, ..., predicted, measured [CI], ratio, verdict
+_PVM = re.compile(r"^(\S+)\s+([A-Z]{2}\d{3})\s+(\S+)\s+.*?\s(\d+\.\d+x)\s+"
+                  r"(\d+\.\d+x \[[^\]]+\])\s+(\d+\.\d+)\s+(within 15%|OFF)\s*$")
+#: an autofix decision kept: job, run, fix, ..., predicted, measured [CI], ratio, verdict
+_KEPT = re.compile(r"^(\S+)\s+(\d+) (\S+)\s+.*?\s(\d+\.\d+x)\s+(\d+\.\d+x \[[^\]]+\])\s+"
+                   r"kept\s+(\d+\.\d+) (within 15%|OFF)\s*$")
+#: an autofix run's before/after: job, run, ..., before -> after, its interval, predicted
+_AFTER = re.compile(r"^(\S+)\s+(\d+)\s+kept: (?!nothing).*?; ([\d.]+ -> [\d.]+) ms measured "
+                    r"\(([^)]*)\), predicted ([\d.]+) ms")
+
+
+def predicted_row(line: str) -> str | None:
+    """A row of predict_vs_measured's table as its headline shows it."""
+    m = _PVM.match(line)
+    if m is None:
+        return line if line[:1].isdigit() else None
+    job, finding, fix, pred, meas, ratio, verdict = m.groups()
+    return f"{job:<18} {finding} {fix:<14} {pred:>9}  {meas:<20} {ratio} {verdict}"
+
+
+PREDICTED_COLUMNS = f"{'job':<18} {'fix':<20} {'predicted':>9}  {'measured [95% CI]':<20} meas/pred"
+
+
+def autofix_row(line: str) -> str | None:
+    """A kept decision, a run's before/after or a tally line of autofix's tables."""
+    m = _KEPT.match(line)
+    if m is not None:
+        job, run, fix, pred, meas, ratio, verdict = m.groups()
+        return f"{job:<18} {run:>3} {fix:<16} {pred:>9}  {meas:<20} {ratio} {verdict}"
+    m = _AFTER.match(line)
+    if m is not None:
+        job, run, ms, interval, pred = m.groups()
+        return f"{job:<18} {run:>3} before/after {ms} ms ({interval}), predicted {pred} ms"
+    return line if line[:1].isdigit() else None
+
+
+AUTOFIX_COLUMNS = (f"{'job':<18} run {'kept':<16} predicted  {'measured [95% CI]':<20} "
+                   "meas/pred")
+
+
+def spaced(line: str) -> str:
+    """A line with its runs of spaces (a table's alignment) cut to two."""
+    return re.sub(r"\s{3,}", "  ", line.strip())
+
+
+def before_paren(line: str) -> str:
+    """A line up to its first parenthesis (what follows is a footnote)."""
+    return line.split(" (", 1)[0].rstrip(" ;,")
+
+
+def clock_row(line: str) -> str:
+    """step_time_truth's summary of a workload, up to how many captures were within 15%."""
+    return re.sub(r"\s*\(\d+ unsteady.*$", "", line)
+
+
+_PVM_HEAD = (r"^\d+ of \d+ predictions", r"(within 15%|OFF)\s*$")
+_AUTOFIX_HEAD = (r"^\d+ of \d+ (kept|runs')", r"kept\s+\d+\.\d+ (within 15%|OFF)",
+                 r"kept: (?!nothing)")
+
+#: name -> the benchmark; its output is benchmarks/results/<name>.txt
+BENCHMARKS: dict[str, Bench] = {
+    "analyze_speed": Bench(
         "Analysis speed and memory on a ~300 MB trace",
         ["benchmarks/analyze_speed.py", "--profile"],
-        "Full analysis (read + all metrics + rules) against `json.load` and a bare typed "
-        "decode of the same file, as ratios in one run; peak RSS against the file size, and "
-        "the analysis' processes' memory at one moment (its worker processes' own pages "
-        "with it); "
-        ".json.gz against .json; and where the time goes (cProfile).",
-    ),
-    "analyze_2gb": (
+        "A full analysis (read, every metric, every rule) against `json.load` and a bare "
+        "typed decode of the same file, as ratios in one run; peak memory against the file.",
+        (r"^ratio\s+\.json", r"^analyze time / ", r"^analyze peak RSS"), 5),
+    "analyze_2gb": Bench(
         "A 2 GB trace in bounded memory",
         ["benchmarks/analyze_speed.py", "--size-mb", "2000", "--phases", "decode,analyze",
          "--repeat", "1", "--no-gz"],
-        "json.load is left out: it would need ~6x the file in RAM. Goal: under 4 GB peak RSS.",
-    ),
-    "hta_compare": (
+        "The same on a 2 GB trace (`json.load` left out: it would need ~6x the file in RAM). "
+        "Goal: under 4 GB peak memory.",
+        (r"^analyze time / typed", r"^analyze peak RSS", r"analyze \.json: read by"), 3, spaced),
+    "hta_compare": Bench(
         "Against Holistic Trace Analysis on the same file",
         ["benchmarks/hta_compare.py"],
-        "HTA installed in a separate venv by the script; goal: at least 30x faster.",
-    ),
-    "parse_ranks": (
+        "HTA installed in a venv of its own by the script. Goal: at least 30x faster.",
+        (r"^tool\s", r"^torch-diagnose\s+-", r"^HTA\s+\d", r"^ratio HTA"), 5),
+    "parse_ranks": Bench(
         "Parsing many ranks in parallel",
         ["benchmarks/parse_ranks.py"],
-        "8 rank traces parsed in a process pool vs one after another.",
-    ),
-    "capture_overhead": (
+        "8 rank traces parsed in a process pool against one after another.",
+        (r"^\|",), 7),
+    "capture_overhead": Bench(
         "Capture overhead",
         ["benchmarks/capture_overhead.py"],
-        "The same loop with and without the samplers, interleaved; goal: under 1% of step time.",
-    ),
-    "gc_footprint": (
+        "The same loop with and without the samplers, interleaved. Goal: under 1% of the step.",
+        (r"^in the loop", r"^plain\s", r"^samplers", r"^step hooks"), 5),
+    "gc_footprint": Bench(
         "What a finished session leaves in the training process",
         ["benchmarks/gc_footprint.py"],
-        "Objects Python's collector walks in every full collection after a session, and "
-        "how long one takes, against the same job never diagnosed (and against the "
-        "session drawing its page's plots in-process, as before).",
-    ),
-    "autofix_vs_grid": (
-        "Autofix against an exhaustive grid",
-        ["benchmarks/autofix_vs_grid.py"],
-        "Goal: at least 95% of the best grid throughput with far fewer trials.",
-    ),
-    "step_model_replay": (
+        "Objects Python's collector walks in every full collection after a session, against "
+        "the same job never diagnosed (and against plots drawn in-process).",
+        (r"^arm\s", r"^(plain|session|plots)\s"), 4),
+    "step_model_replay": Bench(
         "Step model: replay of the unmodified step on real traces",
         ["benchmarks/step_model_replay.py"],
-        "Each trace's profiled steps rebuilt as a dependency graph and replayed; error = "
-        "replayed / measured - 1. Goal: median |error| <= 3%, none over 10%; a trace with no "
-        "model says why. Also the model's own time next to the metrics' time.",
-    ),
-    "predict_vs_measured": (
-        "Predictions checked by timing the job without the profiler",
-        ["benchmarks/predict_vs_measured.py", "--rounds", "16"],
-        "Jobs of a user's own (benchmarks/jobs): each warning/critical finding's first fix, "
-        "its change applied exactly as autofix applies it, timed in interleaved blocks "
-        "against the unchanged job (gc.freeze, and any change to a job whose collector "
-        "made full collections in the diagnosed loop: in processes of its own, "
-        "alternating, as a user times a job), "
-        "compared by the mean step. Goal: measured within 15% of predicted. One run on a "
-        "shared 2-CPU machine: the capture's base step and its exit timings vary by 10-30% "
-        "from one capture to the next (the closing notes list several runs).",
-    ),
-    "predict_configs": (
-        "Every worker and thread split, predicted beside timed",
-        ["benchmarks/predict_configs.py", "--repeat", "2"],
-        "The same jobs, and every config autofix's worker and thread ladders may try "
-        "(0 to CPUs workers, on torch's threads and on one thread), not only the first "
-        "fix: each predicted by the diagnosis' step model and timed against the plain loop "
-        "in interleaved blocks. `--save DIR` keeps the captures and timings, and "
-        "`--offline DIR` predicts them again with a changed model, so that a change to the "
-        "model is judged on the same captures and timings. It shows where the model is "
-        "weak: workers beside torch's 2 threads on the 2 CPUs (configs `1w`, `2w`) for "
-        "augment_cnn and tensor_rows timed 0.58-0.78 of their prediction (workers whose "
-        "own work is torch ops slow torch's compute more than the CPUs' sharing says), and "
-        "a capture taken in a busy moment moves a job's predictions by 20-40%. masked_lm "
-        "(workers that rest most of the step) was predicted 0.53x for 1 and 2 workers "
-        "until 657ff36, where 0.94x was timed.",
-    ),
-    "predict_spread": (
-        "One job's predictions, capture after capture",
-        ["benchmarks/predict_spread.py"],
-        "Each job captured 5 times in a row and predicted each time (1 and 2 workers "
-        "beside one thread, the split the jobs' findings advise); nothing else is timed. "
-        "The spread is the part of a prediction's error that comes from the moment of its "
-        "capture, not from the model: the measured speedups it is checked against in the "
-        "tables above carry their own confidence intervals besides.",
-    ),
-    "autofix_jobs": (
-        "Autofix on the project's own jobs: predicted beside measured",
-        ["benchmarks/autofix_jobs.py"],
-        "diagnose(...).autofix() as the README shows it, on a fresh job each run: every "
-        "tried decision with the prediction it carried, the measured speedup and its 95% "
-        "interval; a kept change within 15% of its prediction or not; each run's before/"
-        "after (its own, longer interleaved measurement of what was kept) beside the "
-        "model's tuned step. A fix is skipped only where even the fast end of its "
-        "predicted range gains nothing (the range holds the ends of the CPUs' capacity "
-        "timings for a change of CPU work). "
-        "Goals: the job with more workers than CPUs keeps fewer workers "
-        "in 3 of 3 runs; no job is left slower; tensor rows keep the batched fetch.",
-    ),
-    "predict_vs_measured_samples": (
-        "Predictions on the demo and the CPU samples",
-        ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
-        "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU "
-        "(benchmarks/sample_jobs). The GPU workloads and samples run under "
-        "benchmarks/autofix_gpu.py and `predict_vs_measured.py --gpu` on a GPU: see the GPU "
-        "section at the end.",
-    ),
-    "autofix_samples": (
-        "Autofix on the demo and the CPU samples: predicted beside measured",
-        ["benchmarks/autofix_jobs.py", "--samples"],
-        "As above, on `torch-diagnose demo`'s workload and the samples that run on a CPU. "
-        "Goals: the demo ends 1.3x faster or more; the healthy sample keeps nothing.",
-    ),
-    "epoch_start": (
-        "An epoch's start and end with DataLoader workers: timed beside the model",
-        ["benchmarks/epoch_start.py", "--workers", "2,4,6", "--reps", "4", "slow_loader"],
-        "Workers that are not persistent are forked at every epoch's iter() and joined at "
-        "its end; the step model predicts both from what a session times after its loop "
-        "(one worker's start, of it the fork, its end, a batch). Here real loaders with k "
-        "workers are timed over whole epochs (loading alone) beside the model and beside "
-        "the one-after-another bound it used where the fork was not timed. The H100 runs "
-        "are in the GPU section.",
-    ),
-    "loop_parts": (
-        "Where a job's step goes for each split, timed in the loop",
-        ["benchmarks/loop_parts.py", "augment_cnn", "--splits", "0,2", "2,2", "2,1", "1,2",
-         "0,2", "--steps", "160"],
-        "The job's own loop for each (workers, threads) split, no profiler: each step's "
-        "wait for its batch and its compute, and the batch's making where it was made (in "
-        "a worker where there are workers), beside a worker's batch and the one-thread "
-        "ratio as a session times them. What the step model's sharing rules come from: 2 "
-        "workers beside 1 thread make their batches about 1.5x as slowly as the timed one "
-        "(augment_cnn); one worker beside torch's 2 threads 2.0-2.4x (tokenizing, "
-        "masked_lm), and torch's compute then slows only as much as the workers are busy "
-        "(masked_lm's workers rest most of the step: 1.16x). Where it is weak: "
-        "augment_cnn's 2 workers beside torch's 2 threads, whose own work is torch ops, "
-        "made its compute 2.1-3x as long, where the model says 2x.",
-    ),
-    "work_after_fetch": (
-        "The model's compute after each kind of fetch (tensor_rows)",
-        ["benchmarks/work_after_fetch.py", "--runs", "2"],
-        "One loop in blocks of per-sample and batched fetches in turn: the compute after a "
-        "long single-threaded load took 1.10-1.25x as long as after a batched fetch. On "
-        "one thread, or with the OpenMP threads spinning, mostly less (0.98-1.12x); with "
-        "20 ms asleep before the batched blocks' compute, none (0.93-0.99x): a thread pool "
-        "left asleep by the load, woken by the ops. The session's own timing of it (the "
-        "last column, what the batched-fetch prediction uses) read 0.99-1.32 where the "
-        "loops gave 1.10-1.25: noisier.",
-    ),
-    "step_clock_truth": (
+        "Each trace's profiled steps rebuilt as a graph and replayed; error = replayed / "
+        "measured - 1. Goal: median |error| <= 3%, none over 10%.",
+        (r"^\d+ traces modelled",), 1),
+    "step_clock_truth": Bench(
         "The unprofiled step time against the same loop timed without the tool",
         ["benchmarks/step_time_truth.py", "--rounds", "5", "--workload", "both",
          "--retries", "4"],
-        "plain / capture / plain interleaved; goal: the report's unprofiled step within 15% "
-        "of the plain loop in 5 of 5 captures.",
-    ),
-    "fuzz_reader": (
+        "plain / capture / plain, interleaved. Goal: the report's step within 15% of the "
+        "plain loop in 5 of 5 captures.",
+        (r"tool/plain median",), 2, clock_row),
+    "predict_vs_measured": Bench(
+        "Predictions checked by timing the job without the profiler",
+        ["benchmarks/predict_vs_measured.py", "--rounds", "16"],
+        "The project's jobs (benchmarks/jobs): each warning's first fix, applied as autofix "
+        "applies it, timed in interleaved blocks against the unchanged job. Goal: measured "
+        "within 15% of predicted.",
+        _PVM_HEAD, 10, predicted_row, PREDICTED_COLUMNS),
+    "predict_vs_measured_samples": Bench(
+        "Predictions on the demo and the CPU samples",
+        ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
+        "As above, on the demo's workload and the samples that run on a CPU.",
+        _PVM_HEAD, 5, predicted_row, PREDICTED_COLUMNS),
+    "predict_configs": Bench(
+        "Every worker and thread split, predicted beside timed",
+        ["benchmarks/predict_configs.py", "--repeat", "2"],
+        "Every config autofix's worker and thread ladders may try (`2w1t`: 2 workers beside "
+        "torch on one thread; `2w`: beside torch's own threads), each predicted and timed.",
+        (r"^\S+\s+\d+ of \d+ within 15%",), 6),
+    "predict_spread": Bench(
+        "One job's predictions, capture after capture",
+        ["benchmarks/predict_spread.py"],
+        "Each job captured 5 times in a row and predicted each time (here: 2 workers beside "
+        "torch on one thread): the part of a prediction's error that comes from the moment "
+        "of its capture.",
+        (r"2w1t\s+predicted [\d.]+-[\d.]+x, mean",), 4),
+    "autofix_jobs": Bench(
+        "Autofix on the project's own jobs: predicted beside measured",
+        ["benchmarks/autofix_jobs.py"],
+        "`diagnose(...).autofix()` on a fresh job each run: each kept change's prediction "
+        "beside its measured speedup, and each run's before/after beside the model's tuned "
+        "step. Goals: no job left slower; too many workers cut in 3 of 3 runs.",
+        _AUTOFIX_HEAD, 14, autofix_row, AUTOFIX_COLUMNS),
+    "autofix_samples": Bench(
+        "Autofix on the demo and the CPU samples",
+        ["benchmarks/autofix_jobs.py", "--samples"],
+        "As above, on the demo's workload and the CPU samples. Goals: the demo 1.3x faster "
+        "or more; the healthy sample keeps nothing.",
+        _AUTOFIX_HEAD, 7, autofix_row, AUTOFIX_COLUMNS),
+    "autofix_vs_grid": Bench(
+        "Autofix against an exhaustive grid",
+        ["benchmarks/autofix_vs_grid.py"],
+        "Goal: at least 95% of the best grid throughput with far fewer trials.",
+        (r"^autofix reaches",), 1, before_paren),
+    "epoch_start": Bench(
+        "An epoch's start and end with DataLoader workers",
+        ["benchmarks/epoch_start.py", "--workers", "2,4,6", "--reps", "4", "slow_loader"],
+        "Real loaders with k workers timed over whole epochs, beside the step model's "
+        "prediction from what a session times after its loop.",
+        (r"^workers\s", r"^\s+\d+\s"), 4),
+    "loop_parts": Bench(
+        "Where a job's step goes for each split, timed in the loop",
+        ["benchmarks/loop_parts.py", "augment_cnn", "--splits", "0,2", "2,2", "2,1", "1,2",
+         "0,2", "--steps", "160"],
+        "The job's own loop for each (workers, threads) split, no profiler: the wait for a "
+        "batch, the compute, and the batch's making, beside what a session times.",
+        (r"^workers threads", r"^\s+\d+\s+\d+\s"), 6),
+    "work_after_fetch": Bench(
+        "The model's compute after each kind of fetch (tensor_rows)",
+        ["benchmarks/work_after_fetch.py", "--runs", "2"],
+        "The compute after a long single-threaded load against after a batched fetch, and "
+        "the session's own timing of it (the batched-fetch prediction's input).",
+        (r"^variant", r"^as is"), 3, spaced),
+    "fuzz_reader": Bench(
         "Reader fuzzing",
         ["benchmarks/fuzz_reader.py", "--cases", "10000"],
         "Every case must end in a report or the project's own one-line error. Goal: 0 failures.",
-    ),
+        (r"^cases run", r"^failures"), 2),
+}
+
+#: GPU results (benchmarks/results/*h100*.txt, *h200*.txt), by file name less its GPU
+GPU: dict[str, Bench] = {
+    "predict_vs_measured_gpu": Bench(
+        "Predictions checked on a GPU", ["benchmarks/predict_vs_measured.py", "--gpu"],
+        "benchmarks/autofix_gpu.py's workloads: each first fix timed against the unchanged "
+        "job.", _PVM_HEAD, 9, predicted_row, PREDICTED_COLUMNS),
+    "autofix_gpu": Bench(
+        "Autofix on a GPU: predicted beside measured", ["benchmarks/autofix_gpu.py"],
+        "One planted bottleneck a workload; each kept change and each run's before/after "
+        "beside its prediction.", _AUTOFIX_HEAD, 12, autofix_row, AUTOFIX_COLUMNS),
+    "gpu": Bench(
+        "The GPU checks of benchmarks/gpu_run.sh", ["bash", "benchmarks/gpu_run.sh"],
+        "The step time a capture reports against a plain loop (tool/plain), and the tests "
+        "that need a GPU (in the file).",
+        (r"median unprofiled/plain", r"tool/plain median"), 6, clock_row),
+    "epoch_start": Bench(
+        "An epoch's start and end with workers, on a GPU machine",
+        ["benchmarks/epoch_start.py"], "As on the CPU, on the lent machine's 16 CPUs.",
+        (r"one-worker start", r"k=\s*\d+"), 4, spaced),
 }
 
 
 def run(name: str) -> None:
-    title, cmd, _ = BENCHMARKS[name]
-    print(f"== {name}: python {' '.join(cmd)}", file=sys.stderr, flush=True)
+    b = BENCHMARKS[name]
+    print(f"== {name}: python {' '.join(b.cmd)}", file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, *cmd], cwd=REPO, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, *b.cmd], cwd=REPO, env=env, capture_output=True,
                           text=True)
     text = proc.stdout
     if proc.returncode != 0:
@@ -210,8 +269,7 @@ def run(name: str) -> None:
     (OUT / f"{name}.txt").write_text(text)
 
 
-#: a results file longer than this is quoted down to its newest run
-LONG = 100
+# ---------------------------------------------------------------------- reading results
 #: the start of a numbered run in a file of them ("# Run 8 (...)", "## Run F (...)")
 RUN_MARK = re.compile(r"^#{1,2} Run \w+ \(")
 #: a heading over the runs before the newest ("## the run before it (...)")
@@ -219,6 +277,14 @@ EARLIER = re.compile(r"^## (the run|the runs|earlier runs)")
 #: the tallies a benchmark prints, each at the start of its line
 TALLY = re.compile(r"^(\d+) of (\d+) (predictions within 15%|kept changes measured within 15%"
                    r"|runs' before/after measured within 15%)")
+#: the tallies' names in RESULTS.md
+KINDS = {"predictions within 15%": "first fixes",
+         "kept changes measured within 15%": "kept changes",
+         "runs' before/after measured within 15%": "before/after"}
+#: the newest runs the middle column of the tallies sums
+RECENT = 4
+#: a tally under this share (over all saved runs, or in the newest run) is listed as weak
+WEAK = 0.8
 
 
 def newest_run(text: str) -> tuple[str, bool]:
@@ -248,76 +314,159 @@ def tallies(text: str) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-#: the newest runs the middle column of the tallies sums
-RECENT = 4
+def _sum(runs: list[tuple[int, int]]) -> tuple[int, int]:
+    return sum(x for x, _ in runs), sum(y for _, y in runs)
+
+
+def _share(runs: list[tuple[int, int]], with_runs: bool = False) -> str:
+    a, b = _sum(runs)
+    if not b:
+        return "-"
+    out = f"{a} of {b} ({a / b:.0%})"
+    return out + f", {len(runs)} run{'s' * (len(runs) > 1)}" if with_runs else out
 
 
 def tally_table(files: list[Path]) -> list[str]:
     """The checks' tallies: the newest run's, the newest few runs', every saved run's."""
-
-    def summed(runs: list[tuple[int, int]]) -> str:
-        a, b = sum(x for x, _ in runs), sum(y for _, y in runs)
-        return f"{a} of {b} ({a / b:.0%}), {len(runs)} run{'s' * (len(runs) > 1)}" if b else "-"
-
-    rows = [f"| `{f.name}` | {kind} | {summed(runs[:1])} | {summed(runs[:RECENT])} | "
-            f"{summed(runs)} |"
+    rows = [f"| [{f.stem}](results/{f.name}) | {KINDS[kind]} | {_share(runs[:1])} | "
+            f"{_share(runs[:RECENT])} | {_share(runs, True)} |"
             for f in files for kind, runs in tallies(f.read_text()).items()]
     if not rows:
         return []
     return ["## The checks at a glance", "",
-            "The tallies the prediction checks print, read from the saved outputs: the "
-            f"newest run's, the newest {RECENT} runs' together, and every saved run's. Each "
-            "run is at the code its heading names: the wider sums take in earlier code.", "",
-            f"| results file | tally | newest run | newest {RECENT} runs | all saved runs |",
+            f"| results file | check | newest run | newest {RECENT} runs | all saved runs |",
             "|---|---|---|---|---|", *rows, ""]
 
 
-def quote(f: Path) -> list[str]:
-    """A results file as RESULTS.md quotes it: whole, or its newest run where it is long."""
-    text = f.read_text().rstrip()
-    n = len(text.splitlines())
-    if n > LONG:
-        newest, more = newest_run(text)
-        if more:
-            return ["```", newest, "```", "",
-                    f"The earlier runs, each under a heading with its code and time: "
-                    f"`benchmarks/results/{f.name}` ({n} lines).", ""]
-    return ["```", text, "```", ""]
+def weak_list(files: list[Path]) -> list[str]:
+    """The tallies under :data:`WEAK`, over all saved runs or in the newest run."""
+    out = []
+    for f in files:
+        for kind, runs in tallies(f.read_text()).items():
+            (a, b), (na, nb) = _sum(runs), _sum(runs[:1])
+            if (b and a / b < WEAK) or (nb >= 2 and na / nb < WEAK):
+                out.append(f"- `{f.stem}`, {KINDS[kind]}: {a} of {b} ({a / b:.0%}) over {len(runs)} "
+                           f"run{'s' * (len(runs) > 1)}; {_share(runs[:1])} in the newest")
+    if not out:
+        return []
+    return ["## Where the figures are weak", "",
+            *textwrap.wrap(f"The checks above under {WEAK:.0%} within 15%, over all saved runs "
+                           "or in the newest run (of two checks or more):", WIDTH),
+            "", *out, ""]
+
+
+def _when(text: str) -> str:
+    """The newest run's date and code, as its own lines name them (a numbered run's heading
+    first: a file's header may name the dates of all its runs)."""
+    mark = next((ln for ln in text.splitlines() if RUN_MARK.match(ln)), "")
+    stamp = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}))?")
+    date = stamp.search(mark) or stamp.search(text)
+    alone = re.search(r"(?<![\d:])(\d{2}:\d{2}) UTC", mark)
+    time = date.group(2) if date and date.group(2) else (alone.group(1) if alone else None)
+    code = (re.search(r"(?:git|code(?: at|:)?)\s+([0-9a-f]{7,40})\b", mark)
+            or re.search(r"(?:git|code(?: at|:)?)\s+([0-9a-f]{7,40})\b", text))
+    parts = []
+    if date:
+        parts.append(date.group(1) + (f" {time}" if time else ""))
+    if code:
+        parts.append(f"code at {code.group(1)}")
+    return ", ".join(parts) or "date and code not stated"
+
+
+def headline(b: Bench, text: str) -> list[str]:
+    """The lines of ``text`` (a newest run) that are ``b``'s headline, wrapped."""
+    pats = [re.compile(p) for p in b.headline]
+    picked: list[str] = []
+    for ln in text.splitlines():
+        if len(picked) >= b.most:
+            break
+        if not any(p.search(ln) for p in pats):
+            continue
+        got = b.condense(ln) if b.condense is not None else ln
+        if got is not None and got.strip():
+            picked.append(got.rstrip())
+    if picked and b.columns:
+        picked.insert(0, b.columns)
+    out: list[str] = []
+    for ln in picked:  # an indented code block: 4 spaces, continuations 8
+        out += textwrap.wrap(ln, WIDTH + 4, initial_indent="    ", subsequent_indent="        ",
+                             replace_whitespace=False,
+                             break_on_hyphens=False) or ["    "]
+    return [ln.rstrip() for ln in out]
+
+
+def command(b: Bench) -> str:
+    """How ``b`` is run, from the repository root."""
+    return " ".join(b.cmd) if b.cmd[0] == "bash" else f"python {' '.join(b.cmd)}"
+
+
+def section(b: Bench, f: Path, level: str = "###") -> list[str]:
+    """One benchmark: what it checks, its newest run's headline, where the rest is."""
+    head = [f"{level} {b.title}", ""]
+    if not f.exists() or not f.read_text().strip():
+        return [*head, *textwrap.wrap(f"{b.what} Not run yet: `{command(b)}`.", WIDTH), ""]
+    text = f.read_text()
+    newest, more = newest_run(text)
+    n = len(text.rstrip().splitlines())
+    about = (f"{b.what} " + (f"Newest run: {_when(newest)}; every saved run: " if more
+                             else f"Recorded: {_when(newest)}; all of it: ")
+             + f"[`results/{f.name}`](results/{f.name}) ({n} lines).")
+    lines = [*head, *textwrap.wrap(about, WIDTH, break_on_hyphens=False), ""]
+    quoted = headline(b, newest)
+    return lines + ([*quoted, ""] if quoted else [])
+
+
+INTRO = """\
+# Benchmark results
+
+Generated by `python benchmarks/make_results.py` from the saved outputs in
+`benchmarks/results/` (each names its machine, date, command and code, newest run first);
+nothing here is typed by hand. Which script measures what, and the command that reproduces
+each figure: [README.md](README.md). The development machine is a shared 2-CPU VM: compare
+ratios taken in one run, not absolute times across runs. GPU figures come from lent H100
+and H200 machines and are re-run only when one is lent.
+
+The CPU checks run the jobs the step model was tuned on (benchmarks/jobs): no held-out
+(validate) set exists yet, so a job the model has never seen may do worse than these figures.
+
+## What the figures mean
+
+- *first fixes*: a warning's first fix, applied exactly as autofix applies it, timed without
+  the profiler against the unchanged job: its measured speedup within 15% of the predicted one.
+- *kept changes*: each change autofix kept: its measured speedup (interleaved trial, 95%
+  interval) within 15% of its prediction.
+- *before/after*: each autofix run's final before/after of everything it kept, within 15% of
+  the step the model predicted for it.
+
+*newest run* is the file's first run; the wider sums take in runs at earlier code (each run's
+heading in the file names its code). A check's line, e.g. `0.92 within 15%`, is measured /
+predicted.
+"""
 
 
 def assemble() -> str:
     gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
     checked = [OUT / f"{n}.txt" for n in BENCHMARKS] + gpu_files
-    lines = [
-        "# Benchmark results",
-        "",
-        "Generated by `python benchmarks/make_results.py` from the saved outputs in",
-        "`benchmarks/results/` (each benchmark prints its own machine, date and command).",
-        "The development machine is shared (2 cores, other work running): compare ratios",
-        "taken in one run, not absolute times across runs.",
-        f"Assembled {dt.date.today().isoformat()}.",
-        "",
-    ]
-    lines += tally_table([f for f in checked if f.exists()])
-    for name, (title, cmd, what) in BENCHMARKS.items():
-        lines += [f"## {title}", "", what, "", f"Reproduce: `python {' '.join(cmd)}`", ""]
-        f = OUT / f"{name}.txt"
-        if f.exists() and f.read_text().strip():
-            lines += quote(f)
-        else:
-            lines += ["Not run yet on this machine.", ""]
+    present = [f for f in checked if f.exists()]
+    lines = INTRO.splitlines() + [""]
+    lines += tally_table(present)
+    lines += weak_list(present)
+    lines += ["## On the development machine (CPU)", ""]
+    for name, b in BENCHMARKS.items():
+        lines += section(b, OUT / f"{name}.txt")
     lines += ["## On a GPU", "",
-              "Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh`, and by",
-              "`python benchmarks/predict_vs_measured.py --gpu` and `benchmarks/autofix_gpu.py`",
-              "run on their own (each file names its GPU, torch build, date and code); the",
-              "sessions here have no GPU of their own, so these are re-run only when one is lent.",
-              ""]
+              *textwrap.wrap("Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh` "
+                             "and the scripts it runs; each file names its GPU, torch build, "
+                             "date and code.", WIDTH), ""]
     for f in gpu_files:
-        lines += [f"### {f.stem}", "", f"Saved output: `benchmarks/results/{f.name}`", "",
-                  *quote(f)]
+        key = re.sub(r"_?h[12]00$", "", f.stem)
+        gpu = "H100" if "h100" in f.stem else "H200"
+        b = GPU.get(key, Bench(f.stem, ["bash", "benchmarks/gpu_run.sh"], "",
+                               (r"^\d+ of \d+",), 4))
+        lines += section(dataclasses.replace(b, title=f"{b.title} ({gpu})"), f)
     if not gpu_files:
         lines += ["No GPU results are saved yet.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> int:
