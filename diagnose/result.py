@@ -35,7 +35,7 @@ class RankResult:
     metrics: dict[str, Any]
     series: dict[str, list[float]]
     notes: list[str]
-    tables: dict[str, Any] = field(default_factory=dict)  # top_kernels: see README (JSON)
+    tables: dict[str, Any] = field(default_factory=dict)  # top_kernels: see docs/json.md
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "path": self.path, "metrics": self.metrics,
