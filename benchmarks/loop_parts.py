@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE / "jobs"))
 
 from _run import make, print_header  # noqa: E402
 
-from diagnose.capture.threads import time_threads, time_worker_batches  # noqa: E402
+from diagnose.capture.probes import time_threads, time_worker_batches  # noqa: E402
 
 
 class _Timed(Dataset):

@@ -57,7 +57,7 @@ def one_run(job_name: str, threads: int | None, asleep: float, blocks: int) -> d
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-    from diagnose.capture.threads import time_work_after_fetches
+    from diagnose.capture.probes import time_work_after_fetches
 
     if threads is not None:
         torch.set_num_threads(threads)

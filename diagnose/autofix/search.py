@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..capture.threads import time_cpu_capacity
+from ..capture.probes import time_cpu_capacity
 from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, TIE, Fix, TrainConfig, micro_batches
 from ..values import usable_cpus
 from .decisions import (

@@ -214,7 +214,7 @@ def builtin_rules_dir() -> Path:
     packaged = resources.files("diagnose") / "_rules"
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "rules"
+    return Path(__file__).resolve().parents[2] / "rules"  # diagnose/rules/engine.py -> repo
 
 
 def _compile(src: str, where: str) -> Expr:

@@ -21,20 +21,37 @@ from diagnose.api import as_report
 from diagnose.capture.steps import Steps
 from diagnose.runfolder import trace_files, write_context
 
+#: the most characters of an exception's message a note quotes
+RAISED_CHARS = 120
 
-def window_notes(prof: Any, steps: Steps, schedule: tuple[int, int, int]) -> list[str]:
-    """The profiler's own problems, and a window the loop cut short."""
+
+def raised(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` in a line: the message's first line, cut to
+    :data:`RAISED_CHARS` (the type alone where it has none)."""
+    lines = str(exc).strip().splitlines()
+    msg = lines[0].strip() if lines else ""
+    if len(msg) > RAISED_CHARS:
+        msg = msg[:RAISED_CHARS - 3].rstrip() + "..."
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def window_notes(prof: Any, steps: Steps, schedule: tuple[int, int, int],
+                 exc: BaseException | None = None) -> list[str]:
+    """The profiler's own problems, and a window cut short: by the end of the loop, or by
+    ``exc`` raised in it (then named, and no advice on the schedule)."""
     notes = list(prof.errors)
     wait, warmup, active = schedule
     if not prof.window_complete:
         whole = max(prof.steps - wait - warmup, 0)
+        cause = "the end of the loop" if exc is None else f"{raised(exc)} raised in the loop"
         notes.append(
-            f"the profiled window was cut short by the end of the loop: it ran "
+            f"the profiled window was cut short by {cause}: it ran "
             f"{steps.seen} step boundaries, the schedule needs {prof.total_steps} (wait="
             f"{wait}, warmup={warmup}, steps={active}); "
             + (f"only the {whole} whole step{'s' if whole != 1 else ''} are analysed"
                if whole else "no whole step was profiled, so the trace is not analysed")
-            + ": use fewer wait/warmup/steps, or run the loop over more batches")
+            + ("" if exc is not None
+               else ": use fewer wait/warmup/steps, or run the loop over more batches"))
     return notes
 
 
@@ -116,7 +133,7 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
         return out
     # the page people open (report.html next to the trace) and the TensorBoard run, written
     # by a child Python while the report prints, so that their plots' library never joins
-    # the training process (report/apart.py)
+    # the training process (diagnose.report.child_writer)
     from diagnose.report.child_writer import Apart
 
     calls: list[tuple[str, tuple[Any, ...]]] = [

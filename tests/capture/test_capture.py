@@ -1,6 +1,6 @@
 """Capture: ``with diagnose(model, loader)`` around plain training loops (CPU, real torch.profiler).
 
-Analysis is replaced by a recording stub here (``diagnose.session._run_analysis``) so
+Analysis is replaced by a recording stub here (``diagnose.session.lifecycle._run_analysis``) so
 these tests check capture alone; tests/test_samples.py runs the real pipeline end to end.
 """
 
@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.capture.steps as steps_mod  # noqa: E402
-import diagnose.session as session_mod  # noqa: E402
+import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.capture.runinfo import is_oom, parse_oom_message  # noqa: E402
 from diagnose.errors import CaptureError  # noqa: E402
 from diagnose.runfolder import load_context, load_samples, trace_files  # noqa: E402

@@ -83,6 +83,33 @@ def test_keyboard_interrupt_propagates_and_cleans_up(tmp_path):
     _no_leftovers()
 
 
+def test_an_exception_in_the_window_is_named_in_the_report(tmp_path):
+    """A loop that raises inside the profiled window: the exception reaches the user
+    unchanged, the run folder is kept (context, the steps' trace) and the report's note
+    says what cut the window short, with no advice on the schedule."""
+    model, opt, loader = _setup()
+    sessions = []
+    with pytest.raises(ValueError, match="bad batch 4"), \
+            diagnose(model, loader, out_dir=tmp_path, print_report=False, wait=1, warmup=0,
+                     steps=5) as d:
+        sessions.append(d)
+        for i, (x, y) in enumerate(loader):
+            _step(model, opt, x, y)
+            if i == 4:
+                raise ValueError("bad batch 4\nand a second line the note leaves out")
+    (run,) = _run_dirs(tmp_path)
+    assert run == sessions[0].run_dir and (run / "context.json").exists()
+    assert any(p.name.endswith(".pt.trace.json.gz") for p in run.iterdir())
+    report = sessions[0].report
+    assert report is not None
+    cut = [n for n in report.notes if "the profiled window was cut short" in n]
+    assert cut, report.notes
+    assert "cut short by ValueError: bad batch 4 raised in the loop" in cut[0]
+    assert "second line" not in cut[0] and "end of the loop" not in cut[0]
+    assert "use fewer wait/warmup/steps" not in cut[0]
+    _no_leftovers()
+
+
 def _raised(fn) -> str:
     """Run fn, return the text of what it raised; the exception (and the DataLoader
     iterator its traceback keeps alive, as in plain PyTorch) is released on return."""

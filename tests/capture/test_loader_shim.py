@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from torch.utils.data import dataloader as dlmod  # noqa: E402
 
 import diagnose.capture.steps as steps_mod  # noqa: E402
-import diagnose.session as session_mod  # noqa: E402
+import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.capture import loader_shim  # noqa: E402
 from diagnose.capture.steps import batch_nbytes, settle_steps  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402

@@ -64,10 +64,9 @@ def test_cpu_capacity_is_the_most_of_five_timings_apart(tmp_path: Path, monkeypa
     """The CPUs' capacity is timed five times after the loop, seconds apart (before and
     after the first thread timing, with a worker's batch, before the timing beside busy
     processes, and last): a timing reads low where something else held a CPU for a
-    moment (on the 2-vCPU development VM, about half of them, so three all low came one
-    capture in ten), so the most of them stands; the least and the most are kept for the
+    moment, so the most of them stands; the least and the most are kept for the
     predictions' ranges."""
-    import diagnose.session as sess
+    import diagnose.session.after_loop as sess
 
     python_loop = [t for i, t in enumerate(timed) if i != 2]  # the third is a worker's
     monkeypatch.setattr(sess, "time_cpu_capacity", lambda cpus: python_loop.pop(0))

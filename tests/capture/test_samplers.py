@@ -333,7 +333,7 @@ def test_sampler_failure_inside_diagnose(tmp_path: Path, monkeypatch: pytest.Mon
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    import diagnose.session as session_mod
+    import diagnose.session.lifecycle as session_mod
     from diagnose.session import diagnose
 
     monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)

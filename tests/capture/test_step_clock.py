@@ -521,11 +521,10 @@ def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_turn: tuple[float, float] | None
 ) -> None:
     """A worker's batch and this process's are timed in turn after the loop, so that a
-    busy moment falls on both (slow_loader once read 114 ms against 70 timed seconds
-    apart); where that cannot be timed, the in-process batch is timed alone and the
+    busy moment falls on both; where that cannot be timed, the in-process batch is timed alone and the
     worker's comes from the capacity rounds. What sending a batch costs a real worker is
     timed beside it, where a worker can be forked."""
-    import diagnose.session as session_mod
+    import diagnose.session.after_loop as session_mod
 
     monkeypatch.setattr(session_mod, "time_batches_in_turn", lambda loader: in_turn)
     monkeypatch.setattr(session_mod, "time_worker_send", lambda loader: 1.5)

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.capture.steps as steps_mod  # noqa: E402
-import diagnose.session as session_mod  # noqa: E402
+import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.errors import CaptureError, DiagnoseError  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__

@@ -1,0 +1,41 @@
+"""Probes: short timings of the user's own model and loader that the step model takes as
+measured inputs (diagnose.stepmodel), one module a kind.
+
+The forward is timed in the loop (:class:`ForwardTimer`); everything else runs after the
+loop, when no step is on the clock, and leaves the run as it was (RNG states, buffers,
+thread count, no child process left). Each gives None where it does not apply.
+
+- :mod:`.compute`: the model's work on torch's threads and on one thread
+- :mod:`.contention`: the same work beside busy processes (workers making batches)
+- :mod:`.after_fetch`: the work right after a per-sample against a batched fetch
+- :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
+- :mod:`.inprocess`: a batch made by the training process itself
+- :mod:`.worker_batch`: a batch made by a forked worker, in turn with this process
+- :mod:`.handover`: receiving a batch from a worker; a worker's start and stop
+- :mod:`.send`: what sending its batches costs a worker
+"""
+
+from .after_fetch import time_work_after_fetches
+from .capacity import time_cpu_capacity
+from .compute import ForwardTimer, quieter_threads, time_threads
+from .contention import time_threads_beside_busy
+from .handover import holds_device_tensors, time_worker_handover
+from .inprocess import time_inprocess_batch
+from .send import time_worker_send
+from .worker_batch import paired_medians, time_batches_in_turn, time_worker_batches
+
+__all__ = [
+    "ForwardTimer",
+    "holds_device_tensors",
+    "paired_medians",
+    "quieter_threads",
+    "time_batches_in_turn",
+    "time_cpu_capacity",
+    "time_inprocess_batch",
+    "time_threads",
+    "time_threads_beside_busy",
+    "time_work_after_fetches",
+    "time_worker_batches",
+    "time_worker_handover",
+    "time_worker_send",
+]

@@ -1,0 +1,110 @@
+"""How many CPUs' worth of work the usable CPUs do at once.
+
+One forked process runs a piece of work alone, then one per CPU run it at once, in
+alternating rounds; the capacity is ``CPUs x least time alone / least time together``. It
+is under the CPU count where CPUs share a core (SMT siblings) or the host is busy, and it
+is what the cores give the workers and the training process together in the step model's
+CPU bound. :func:`work_capacity` also serves :func:`~.worker_batch.time_worker_batches`
+with a worker's batch as the work.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+#: the Python loop each process of :func:`time_cpu_capacity` runs (tens of ms on a
+#: current core): interpreter work, like a DataLoader worker's per-sample code
+CAPACITY_LOOP = 800_000
+CAPACITY_ROUNDS = 3
+#: more rounds, up to CAPACITY_MAX_ROUNDS, while all of them took under CAPACITY_S seconds:
+#: a busy moment of the host can cover all three rounds of a short piece of work
+CAPACITY_MAX_ROUNDS = 12
+CAPACITY_S = 0.25
+#: at most this many processes at once (a big machine is measured on this many CPUs)
+CAPACITY_MAX_PROCS = 16
+
+
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i * i
+    return time.perf_counter() - t0
+
+
+def concurrent_s(k: int, work: Callable[[], float]) -> float | None:
+    """``k`` forked processes run ``work`` (which returns the seconds it took) at once,
+    released together by a pipe once all exist (forking is not timed); the mean of their
+    times (s), None where a child failed."""
+    import os
+    import struct
+    import warnings
+
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pids: list[int] = []
+    times: list[float] = []
+    try:
+        for _ in range(k):
+            with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: the work, then out without any clean-up
+                took = -1.0
+                try:
+                    os.close(go_w)
+                    os.read(go_r, 1)
+                    took = float(work())
+                finally:
+                    os.write(res_w, struct.pack("d", took))
+                    os._exit(0)
+            pids.append(pid)
+        os.write(go_w, b"g" * k)
+        times = [struct.unpack("d", os.read(res_r, 8))[0] for _ in range(k)]
+    finally:
+        for fd in (go_r, go_w, res_r, res_w):
+            os.close(fd)
+        for pid in pids:
+            os.waitpid(pid, 0)
+    if len(times) != k or min(times) <= 0:
+        return None
+    return statistics.fmean(times)
+
+
+def work_capacity(n: int, work: Callable[[], float], rounds: int
+                  ) -> tuple[float, float] | None:
+    """(the work's seconds alone; the CPUs' worth ``n`` processes did at once), from
+    ``rounds`` (more while cheap: :data:`CAPACITY_S`) alternating rounds of one process and
+    of ``n``. The work's time alone is its median round, a typical time as the loop's
+    are. The capacity is a ratio of two sides timed apart: each side's least time, as a
+    busy moment only adds to it, so ``n x least alone / least together`` (the median of
+    the rounds' own ratios would let one disturbed side of a round through)."""
+    alone: list[float] = []
+    together: list[float] = []
+    start = time.perf_counter()
+    for k in range(CAPACITY_MAX_ROUNDS):
+        if k >= rounds and time.perf_counter() - start > CAPACITY_S:
+            break
+        one, many = concurrent_s(1, work), concurrent_s(n, work)
+        if one is None or many is None:
+            return None
+        alone.append(one)
+        together.append(many)
+    return (statistics.median(alone),
+            min(float(n), max(1.0, n * min(alone) / min(together))))
+
+
+def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
+    """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
+    running the same loop against one process alone, ``cpus x alone / together`` (the least
+    times of :data:`CAPACITY_ROUNDS` alternating rounds, :func:`work_capacity`). None with
+    one CPU or where ``os.fork`` is missing."""
+    import os
+
+    n = min(int(cpus), CAPACITY_MAX_PROCS)
+    if n < 2 or not hasattr(os, "fork"):
+        return None
+    got = work_capacity(n, lambda: _spin(loops), CAPACITY_ROUNDS)
+    return None if got is None else round(got[1], 3)

@@ -1,0 +1,186 @@
+"""The model's own work (its forward, and forward with backward) on torch's intra-op
+threads and on one thread.
+
+In the loop, :class:`ForwardTimer` times every forward call with a pair of module hooks
+(the clock's ``forward_ms`` column): the forward as the job runs it, beside its workers and
+whatever else holds the CPUs. After the loop, :func:`time_threads` runs the first batch the
+model saw alone, alternately on torch's threads and on one thread. The model follows
+Amdahl: ``work_1thread_ms / work_ms`` is what one thread costs the model's ops (the part
+that does not scale stays), and the loop's forward over the quiet one is the contention
+the job met. Nothing of the run changes (:func:`model_work`); only a CPU model on more than
+one intra-op thread is timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .common import SLOW_S
+
+#: rounds of (torch's threads, one thread) after one warm-up round of each: ROUNDS at
+#: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all (what the threads
+#: give drifts within a second on a shared host: more rounds where they are cheap)
+ROUNDS = 5
+MAX_ROUNDS = 40
+ROUNDS_S = 1.0
+#: idle time before each timed forward (and backward) (s): in a training loop torch's
+#: thread pool sleeps while the step does other work (loading, the optimizer, Python), and
+#: waking it is part of what its threads cost; timed back to back they would look better
+IDLE_S = 0.005
+
+#: a pair of model inputs as a forward call received them: (args, kwargs)
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class ForwardTimer:
+    """Times every forward call of ``model`` into ``on_forward(seconds)`` and keeps the
+    first call's inputs (CPU models only) for :func:`time_threads`."""
+
+    def __init__(self, model: Any, on_forward: Callable[[float], None]) -> None:
+        self.model = model
+        self.on_forward = on_forward
+        self.inputs: Inputs | None = None
+        self._keep = on_cpu(model)
+        self._t0: list[float] = []
+        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         model.register_forward_hook(self._post, always_call=True)]
+
+    def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._keep and self.inputs is None:
+            self.inputs = (tuple(args), dict(kwargs))
+        self._t0.append(time.perf_counter())
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._t0:
+            self.on_forward(time.perf_counter() - self._t0.pop())
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+def on_cpu(model: Any) -> bool:
+    """True where the model's first parameter is on the CPU."""
+    try:
+        p = next(iter(model.parameters()), None)
+    except Exception:
+        return False
+    return p is not None and p.device.type == "cpu"
+
+
+def _first_tensor(out: Any) -> Any:
+    """The first floating-point tensor in a forward's output (a tensor, or nested in a
+    tuple, list or dict), else None."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() else None
+    items = out.values() if isinstance(out, dict) else out if isinstance(
+        out, tuple | list) else ()
+    for v in items:
+        t = _first_tensor(v)
+        if t is not None:
+            return t
+    return None
+
+
+@contextmanager
+def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
+               ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
+    """(the forward alone, the forward with its backward) on ``inputs``, each returning
+    its seconds after ``idle_s`` asleep; the backward goes through
+    ``torch.autograd.grad`` (no ``.grad`` is written). The RNG state, the model's buffers
+    (BatchNorm's running statistics) and torch's thread count are put back on the way out."""
+    import torch
+
+    args, kwargs = inputs
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = torch.get_num_threads()
+    rng = torch.get_rng_state()
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+
+    def forward() -> float:
+        if idle_s:  # as in the loop: the pool has been idle while a batch loaded
+            time.sleep(idle_s)
+        t0 = time.perf_counter()
+        with torch.enable_grad():  # as the loop's forward runs: recording for backward
+            model(*args, **kwargs)
+        return time.perf_counter() - t0
+
+    def work() -> float:
+        if idle_s:  # the pool's threads go idle between steps in a real loop too
+            time.sleep(idle_s)
+        t0 = time.perf_counter()
+        with torch.enable_grad():
+            out = _first_tensor(model(*args, **kwargs))
+            if params and out is not None and out.requires_grad:
+                torch.autograd.grad(out.float().sum(), params, allow_unused=True)
+        return time.perf_counter() - t0
+
+    try:
+        yield forward, work
+    finally:
+        torch.set_num_threads(n)
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+
+
+def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
+    """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
+    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone
+    (``forward_ms``, to set beside the loop's own forward), and the forward with its
+    backward (``work_ms``, ``work_1thread_ms``), as :func:`model_work` runs them (nothing
+    of the run changes). None where it does not apply (no inputs, a GPU model, one thread
+    already)."""
+    if inputs is None or model is None or not on_cpu(model):
+        return None
+    import torch
+
+    n = torch.get_num_threads()
+    if n < 2:
+        return None
+    times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
+    backward = any(p.requires_grad for p in model.parameters())
+    start = time.perf_counter()
+    with model_work(model, inputs) as (forward, work):
+        for k in range(MAX_ROUNDS + 1):
+            if k > ROUNDS and time.perf_counter() - start > ROUNDS_S:
+                break
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            times["forward"].append(forward())
+            times["work"].append(work())
+            torch.set_num_threads(1)
+            times["work_1thread"].append(work())
+            if k == 0:  # the first round warms both thread counts up
+                for v in times.values():
+                    v.clear()
+            if time.perf_counter() - t0 > 3 * SLOW_S:
+                break
+    if not times["work"]:
+        return None
+    out: dict[str, Any] = {"torch_threads": n, "backward": backward}
+    for name, v in times.items():
+        out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
+    return out
+
+
+def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
+                    ) -> dict[str, Any] | None:
+    """Of two :func:`time_threads` timings made seconds apart, the one in which one thread
+    cost the most against torch's threads: a busy moment on a shared host slows the
+    threads' parallel ops (they wait for descheduled threads) more than one thread, so it
+    only lowers that ratio."""
+    def ratio(t: dict[str, Any] | None) -> float:
+        if not t or not t.get("work_ms"):
+            return -1.0
+        return float(t["work_1thread_ms"]) / float(t["work_ms"])
+
+    return first if ratio(first) >= ratio(second) else second

@@ -1,0 +1,185 @@
+"""What a batch costs a DataLoader worker, against what it costs the training process.
+
+A forked process set up as torch sets up a worker (one intra-op thread, the worker info
+set so that default_collate builds the batch in shared memory, no garbage collection in
+the timed batches) makes the loader's batches. :func:`time_batches_in_turn` has it and this
+process make the same batches one after the other, so that a busy moment of the host falls
+on both sides of a turn; :func:`time_worker_batches` runs one such worker alone and one per
+CPU at once, for the CPUs' capacity with the job's own batches as the work.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
+from .common import SLOW_S, make_batch, rng_kept
+
+#: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, up to MAX_PAIRS
+#: while they took under PAIRS_S seconds in all
+PAIRS = 7
+MAX_PAIRS = 15
+PAIRS_S = 1.5
+
+
+def as_worker(ds: Any) -> None:
+    """This (forked) process set up as torch sets up a DataLoader worker."""
+    import gc
+
+    import torch
+    from torch.utils.data._utils import worker
+
+    # no collections in the timed batches: the child starts from the training process's
+    # collector counts, so that a full collection of the forked heap could fall in every
+    # timed batch; the step model adds the loop's own pauses to a worker's batch instead
+    gc.disable()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    # as in a worker, default_collate writes the batch into shared memory (a new
+    # segment per batch, its pages faulted in), which the hand-over then passes on
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
+
+
+def forked_loader(loader: Any) -> tuple[Any, int, Callable[[Any], Any], int] | None:
+    """(dataset, batch size, collate_fn, len) of a map-style loader whose workers are
+    forked; None for any other (an iterable dataset, no batch size, spawned workers)."""
+    import os
+
+    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    collate = getattr(loader, "collate_fn", None)
+    ctx = getattr(loader, "multiprocessing_context", None)
+    method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
+        else "fork"
+    if ds is None or not isinstance(bs, int) or collate is None \
+            or not hasattr(os, "fork") or method != "fork":
+        return None
+    try:
+        size = len(ds)
+    except TypeError:  # an IterableDataset
+        return None
+    return (ds, bs, collate, size) if size > 0 else None
+
+
+def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
+    """What a batch costs a DataLoader worker against what it costs this process, timed in
+    turn: one forked process set up as a worker (:func:`as_worker`) and this process make
+    the same batch one after the other, a new batch each turn (the loader's 2nd, 3rd, ...
+    ``batch_size`` indices, as a worker's next batch touches pages it has not touched
+    yet), after one untimed batch each at once (imports, caches; the pages this process
+    writes after the fork copied once). :data:`PAIRS` turns or more while cheap.
+
+    Returns (ms a worker's batch, ms this process's batch: :func:`paired_medians` of the
+    turns); None where :func:`forked_loader` gives None, or for a batch over
+    :data:`~.common.SLOW_S`. The RNG states are put back; the child is gone on return."""
+    import os
+    import struct
+
+    got = forked_loader(loader)
+    if got is None:
+        return None
+    ds, bs, collate, size = got
+    batches = max(1, size // bs)
+
+    def idx(j: int) -> list[int]:
+        at = (j % batches) * bs
+        return list(range(at, min(at + bs, size)))
+
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    import warnings
+
+    with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the worker: a batch for each index it is sent, until -1 or EOF
+        try:
+            os.close(go_w)
+            os.close(res_r)
+            as_worker(ds)
+            os.write(res_w, struct.pack("d", make_batch(ds, collate, idx(0))))
+            while len(b := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", b)[0]) >= 0:
+                os.write(res_w, struct.pack("d", make_batch(ds, collate, idx(j))))
+        finally:
+            os._exit(0)
+    os.close(go_r)
+    os.close(res_w)
+    mine: list[float] = []
+    theirs: list[float] = []
+
+    def worker_batch(j: int | None) -> float | None:
+        if j is not None:
+            os.write(go_w, struct.pack("i", j))
+        b = os.read(res_r, 8)
+        return struct.unpack("d", b)[0] if len(b) == 8 else None
+
+    try:
+        with rng_kept():
+            # beside the worker's first (untimed) batch; a slow batch ends it (quick exit)
+            warm = make_batch(ds, collate, idx(0))
+            if worker_batch(None) is None or warm > SLOW_S:
+                return None
+            start = time.perf_counter()
+            for j in range(1, MAX_PAIRS + 1):
+                if j > PAIRS and time.perf_counter() - start > PAIRS_S:
+                    break
+                mine.append(make_batch(ds, collate, idx(j)))
+                took = worker_batch(j)
+                if took is None:
+                    return None
+                theirs.append(took)
+                if max(mine[-1], took) > SLOW_S:
+                    return None
+    finally:
+        with suppress(OSError):  # the child may be gone already
+            os.write(go_w, struct.pack("i", -1))
+        os.close(go_w)
+        os.close(res_r)
+        os.waitpid(pid, 0)
+    return paired_medians(theirs, mine)
+
+
+def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float]:
+    """(ms a worker's batch, ms this process's) from batches timed in turn (s): this
+    process's median turn, and the worker's at the median of the turns' own ratios
+    (worker / this process), so that the two stay paired: a busy moment of the host
+    falls on both sides of a turn, and their ratio keeps. Each side's median alone would
+    let a pace that moved for a few turns land on one side only."""
+    own = statistics.median(mine)
+    ratio = statistics.median(t / m for t, m in zip(theirs, mine, strict=True) if m > 0)
+    return round(own * ratio * 1e3, 4), round(own * 1e3, 4)
+
+
+def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
+    """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
+    CPUs make at once: forked processes set up as workers (:func:`as_worker`) make the
+    loader's second batch (the dataset's items for the second ``batch_size`` indices, then
+    its collate_fn) after its first, one alone and one per CPU at once.
+    Returns (ms a batch alone: the median of :data:`~.capacity.CAPACITY_ROUNDS` or more
+    rounds; the capacity their least times give, :func:`~.capacity.work_capacity`); None
+    for an iterable dataset, a custom batch sampler, a loader whose workers are not forked,
+    one CPU, or a batch over :data:`~.common.SLOW_S` (the exit must stay quick)."""
+    got = forked_loader(loader)
+    n = min(int(cpus), CAPACITY_MAX_PROCS)
+    if got is None or n < 2:
+        return None
+    ds, bs, collate, size = got
+    first, second = list(range(min(bs, size))), list(range(bs, min(2 * bs, size)))
+
+    def batch() -> float:
+        """A warm worker's batch: the first one warms the process (imports, caches), the
+        second (other samples, whose pages it copies on first touch as a worker does)
+        is timed."""
+        as_worker(ds)
+        took = 0.0
+        for idx in (first, second or first):
+            took = make_batch(ds, collate, idx)
+        return took
+
+    one = concurrent_s(1, batch)
+    if one is None or one > SLOW_S:
+        return None
+    cap = work_capacity(n, batch, CAPACITY_ROUNDS)
+    return None if cap is None else (round(cap[0] * 1e3, 4), round(cap[1], 3))

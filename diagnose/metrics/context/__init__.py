@@ -1,0 +1,43 @@
+"""Metrics from a run's ``context.json`` (written by capture; see diagnose.capture.runinfo),
+one module an area.
+
+Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_workers
+== 0 and dataloader_wait_frac > 0.4``. Every value that the context does not state is None
+(rule "not evaluated"), never a default. Each area declares its names statically in a
+``CATALOG``; :data:`CATALOG` here is their union.
+
+- :mod:`.settings`: the run's settings (DataLoader, optimizer, model, threads, CPUs)
+- :mod:`.step_clock`: the unprofiled steps by the session's own clock, and its note
+- :mod:`.loading`: the loop's wait for batches by cause, and the loader's probes
+- :mod:`.cpu`: the CPUs' capacity, the model's threads and their contention
+- :mod:`.outcome`: an out-of-memory error, the device's peak memory
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import cpu, loading, outcome, settings, step_clock
+from .fields import get
+from .step_clock import UNRELIABLE_SPREAD, clock_note, cpu_wait_holders, unprofiled_step_ms
+
+CATALOG: dict[str, tuple[str, str]] = {
+    **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
+    **outcome.CATALOG}
+
+
+def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
+    """The CATALOG names from a context dict; all None when there is no context."""
+    out: dict[str, object] = dict.fromkeys(CATALOG)
+    if not isinstance(ctx, dict):
+        return out
+    out.update(settings.settings_metrics(ctx))
+    out.update(step_clock.clock_metrics(get(ctx, "capture")))
+    out.update(loading.loading_metrics(ctx))
+    out.update(cpu.cpu_metrics(ctx, out))  # after the clock: the loop's own forward
+    out.update(outcome.outcome_metrics(ctx))
+    return out
+
+
+__all__ = ["CATALOG", "UNRELIABLE_SPREAD", "clock_note", "context_metrics",
+           "cpu_wait_holders", "unprofiled_step_ms"]

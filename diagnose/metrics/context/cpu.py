@@ -1,0 +1,78 @@
+"""The CPUs and the model's threads, from the probes after the loop
+(diagnose.capture.probes): how many CPUs' worth of work the CPUs gave at once, what one
+thread costs the model's ops (Amdahl), what busy workers cost torch's threads, and how
+much slower the loop's forward ran than the same forward alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...values import as_number
+
+CATALOG: dict[str, tuple[str, str]] = {
+    "cpu_capacity": (
+        "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
+        "worker-like process per CPU making the loader's batches against one alone (a "
+        "Python loop where batches cannot be made so) and a Python loop's, the most of five "
+        "timings seconds apart; under cpu_count where CPUs share a core (SMT siblings) or the host is busy"),
+    "cpu_capacity_min": (
+        "CPUs", "the least of the CPUs' capacity timings after the loop: the predictions "
+        "that move CPU work are made there too (their range's slow end)"),
+    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop"),
+    "forward_quiet_ms": (
+        "ms", "one forward on the first batch, on torch's threads, timed after the loop "
+        "(nothing else running; CPU models with more than one thread only)"),
+    "model_work_quiet_ms": (
+        "ms", "the same batch's forward and backward on torch's threads, after the loop"),
+    "model_work_one_thread_ms": (
+        "ms", "the same forward and backward on one intra-op thread"),
+    "threads_one_thread_ratio": (
+        "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
+        "model's ops (1.0: they do not scale with threads)"),
+    "threads_busy_ratio_1": (
+        "ratio", "the model's forward and backward on torch's threads beside one busy process "
+        "more than the CPUs those threads leave, over the same work alone (after the loop; "
+        "what a busy DataLoader worker costs torch's parallel ops)"),
+    "threads_busy_ratio_2": (
+        "ratio", "the same beside two busy processes more than the CPUs torch's threads "
+        "leave"),
+    "forward_contention": (
+        "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
+        "forward ran than the same forward alone (workers or other processes on the cores)"),
+}
+
+
+def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
+    """The :data:`CATALOG` names; ``m`` holds the step clock's metrics (the loop's
+    forward)."""
+    out: dict[str, object] = {}
+    out["cpu_capacity"] = as_number(ctx.get("cpu_capacity"))
+    span = ctx.get("cpu_capacity_span")
+    lo, hi = span if isinstance(span, list | tuple) and len(span) == 2 else (None, None)
+    out["cpu_capacity_min"], out["cpu_capacity_max"] = as_number(lo), as_number(hi)
+    out.update(_forward_metrics(m, ctx.get("threads")))
+    busy = ctx.get("threads_busy")
+    ratios = busy.get("busy_ratio") if isinstance(busy, dict) else None
+    for e in ("1", "2"):
+        v = as_number(ratios.get(e)) if isinstance(ratios, dict) else None
+        out[f"threads_busy_ratio_{e}"] = v if v is not None and v > 0 else None
+    return out
+
+
+def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
+    """The forward's thread scaling and contention (diagnose.capture.probes.compute)."""
+    out: dict[str, object] = {}
+    if not isinstance(th, dict):
+        return out
+    quiet = as_number(th.get("forward_ms"), finite=False)
+    work = as_number(th.get("work_ms"), finite=False)
+    one = as_number(th.get("work_1thread_ms"), finite=False)
+    out["forward_quiet_ms"], out["model_work_quiet_ms"] = quiet, work
+    out["model_work_one_thread_ms"] = one
+    if work and work > 0 and one is not None:
+        out["threads_one_thread_ratio"] = round(one / work, 4)
+    if quiet and quiet > 0:
+        loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
+        if loop is not None:
+            out["forward_contention"] = round(loop / quiet, 4)
+    return out

@@ -1,0 +1,48 @@
+"""How the run ended: an out-of-memory error (a capture always writes the ``oom`` key:
+null means the run did not run out), and the device allocator's peaks read at the end of
+the window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...values import as_int
+from .fields import as_str, get
+
+CATALOG: dict[str, tuple[str, str]] = {
+    "oom": (
+        "bool",
+        "the run ended in an out-of-memory error (False when it did not; None: unknown)",
+    ),
+    "oom_requested_bytes": ("bytes", "size of the allocation that failed"),
+    "oom_in_use_bytes": ("bytes", "memory allocated by PyTorch on the device when it failed"),
+    "oom_total_bytes": ("bytes", "capacity of the device that ran out (None on CPU)"),
+    "oom_device": ("name", "device that ran out of memory ('cuda:0', 'cpu')"),
+}
+
+
+def _cuda_memory(mem: Any) -> dict[str, object]:
+    """The allocator's peaks read at the end of the window (a lean capture has no [memory]
+    events): the same names the trace gives when it has them (the trace's values win)."""
+    if not isinstance(mem, dict):
+        return {}
+    pa, pr, total = (as_int(mem.get(k)) for k in
+                     ("peak_allocated_bytes", "peak_reserved_bytes", "total_bytes"))
+    peak = pr if pr is not None else pa
+    return {"gpu_mem_peak_allocated_bytes": pa, "gpu_mem_peak_reserved_bytes": pr,
+            "gpu_mem_peak_frac": round(peak / total, 6) if peak is not None and total else None,
+            "gpu_mem_frag_ratio": round(pr / pa, 3) if pr is not None and pa else None}
+
+
+def outcome_metrics(ctx: dict[str, Any]) -> dict[str, object]:
+    """The :data:`CATALOG` names, and the peaks of :func:`_cuda_memory`."""
+    out = _cuda_memory(get(ctx, "capture", "cuda_memory"))
+    if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
+        oom = ctx.get("oom")
+        out["oom"] = isinstance(oom, dict)
+        if isinstance(oom, dict):
+            out["oom_requested_bytes"] = as_int(oom.get("requested_bytes"))
+            out["oom_in_use_bytes"] = as_int(oom.get("in_use_bytes"))
+            out["oom_total_bytes"] = as_int(oom.get("total_bytes"))
+            out["oom_device"] = as_str(oom.get("device"))
+    return out

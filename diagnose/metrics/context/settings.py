@@ -1,0 +1,85 @@
+"""The run's settings as the capture recorded them: the DataLoader's arguments, the
+optimizer's kernels, the model, torch's threads and the CPUs, the collector's frozen
+objects. Read as they are; a setting the context does not state is None."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...values import as_int
+from .fields import as_bool, as_str, get
+
+CATALOG: dict[str, tuple[str, str]] = {
+    "dataloader_num_workers": (
+        "count",
+        "DataLoader num_workers (0: batches are loaded in the training process)",
+    ),
+    "dataloader_pin_memory": ("bool", "DataLoader pin_memory"),
+    "dataloader_batch_size": (
+        "samples",
+        "DataLoader batch_size (None with a custom batch_sampler)",
+    ),
+    "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
+    "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
+    "dataloader_prefetch_factor": (
+        "batches",
+        "DataLoader prefetch_factor per worker (None when num_workers=0)",
+    ),
+    "dataloader_dataset_getitems": (
+        "bool", "the dataset has __getitems__ (the loader fetches a batch with one call)"),
+    "dataloader_dataset_tensor_indexable": (
+        "bool", "the loader's batches come out the same from one dataset[indices] call "
+        "(a TensorDataset with the default collate)"),
+    "cudnn_benchmark": ("bool", "torch.backends.cudnn.benchmark at capture time"),
+    "optimizer_class": ("name", "class of the optimizer that stepped the model (e.g. 'AdamW')"),
+    "optimizer_foreach": (
+        "bool",
+        "the optimizer runs foreach (multi-tensor) kernels, as torch resolves it",
+    ),
+    "optimizer_fused": ("bool", "the optimizer runs a fused kernel"),
+    "torch_num_threads": ("count", "torch.get_num_threads() in the training process"),
+    "cpu_count": ("count", "CPUs the training process may use (os.sched_getaffinity)"),
+    "model_param_count": ("count", "number of parameters (elements) of the model"),
+    "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
+    "model_device": (
+        "name",
+        "device of the model's parameters ('cuda:0', 'cpu'; 'mixed' if several)",
+    ),
+    "model_is_dataparallel": ("bool", "the model is wrapped in nn.DataParallel"),
+    "model_has_conv": ("bool", "the model has convolution layers"),
+    "torch_version": ("name", "torch.__version__ of the captured run"),
+    "gc_frozen_objects": (
+        "count", "objects gc.freeze() had moved out of the collector's reach (0: none)"),
+}
+
+
+def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
+    """The :data:`CATALOG` names from a context dict."""
+    out: dict[str, object] = {}
+    out["dataloader_num_workers"] = as_int(get(ctx, "dataloader", "num_workers"))
+    out["dataloader_pin_memory"] = as_bool(get(ctx, "dataloader", "pin_memory"))
+    out["dataloader_batch_size"] = as_int(get(ctx, "dataloader", "batch_size"))
+    out["dataloader_persistent_workers"] = as_bool(get(ctx, "dataloader", "persistent_workers"))
+    out["dataloader_prefetch_factor"] = as_int(get(ctx, "dataloader", "prefetch_factor"))
+    out["dataloader_dataset_getitems"] = as_bool(get(ctx, "dataloader", "dataset_getitems"))
+    out["dataloader_dataset_tensor_indexable"] = as_bool(
+        get(ctx, "dataloader", "dataset_tensor_indexable"))
+    out["dataloader_epoch_batches"] = as_int(get(ctx, "dataloader", "len"))
+    out["cudnn_benchmark"] = as_bool(ctx.get("cudnn_benchmark"))
+    out["optimizer_class"] = as_str(get(ctx, "optimizer", "class"))
+    foreach = get(ctx, "optimizer", "foreach_effective")
+    out["optimizer_foreach"] = as_bool(
+        foreach if foreach is not None else get(ctx, "optimizer", "foreach")
+    )
+    fused = get(ctx, "optimizer", "fused_effective")
+    out["optimizer_fused"] = as_bool(fused if fused is not None else get(ctx, "optimizer", "fused"))
+    out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
+    out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
+    out["cpu_count"] = as_int(ctx.get("cpu_count"))
+    out["model_param_count"] = as_int(get(ctx, "model", "param_count"))
+    out["model_param_dtype"] = as_str(get(ctx, "model", "param_dtype"))
+    out["model_device"] = as_str(get(ctx, "model", "device"))
+    out["model_is_dataparallel"] = as_bool(get(ctx, "model", "is_dataparallel"))
+    out["model_has_conv"] = as_bool(get(ctx, "model", "has_conv"))
+    out["torch_version"] = as_str(ctx.get("torch_version"))
+    return out

@@ -1,0 +1,386 @@
+"""The session's own step clock: the unprofiled steps' times (median, mean, spread), the
+collector's pauses in them, the loop's forward, optimizer and wait for batches, the
+profiled window against them (the profiler's overhead), and whether the figure holds.
+
+The steps counted are the ``wait`` and ``after`` ones, less the run's first and the
+``settle`` steps after the window. Where the host ran ahead of the device, the ``after``
+block's time over its steps, its final drain included, is the job's pace. Full garbage
+collections count at their spacing (:class:`StepMeans`), so that every figure is of the
+same steady step. :func:`clock_note` says when the figure cannot be trusted, and why.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from ...values import as_int, as_number
+from .fields import as_bool
+
+CATALOG: dict[str, tuple[str, str]] = {
+    "step_time_unprofiled_median_ms": (
+        "ms",
+        "median step time without the profiler (the session's clock, steps outside the "
+        "profiled window but the run's first and the first after it): what the job does "
+        "when nobody watches",
+    ),
+    "step_time_unprofiled_mean_ms": (
+        "ms",
+        "mean step time without the profiler (same steps as the median): the job's pace, "
+        "pauses that hit some steps (garbage collection, a slow file) included; what a "
+        "prediction starts from. Full collections count at their spacing where 3 or more "
+        "came after the window (gc_full_every_steps), not as many as fell in the steps",
+    ),
+    "gc_full_every_steps": (
+        "steps", "the mean spacing of the full (generation 2) collections after the "
+        "profiled window, where 3 or more came: the gc_pause_* full figures are their mean "
+        "pause over it"),
+    "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "gc_pause_ms": (
+        "ms", "mean per unprofiled step: the time Python's garbage collector paused the "
+        "training thread (gc.callbacks)"),
+    "gc_pause_share": ("fraction", "gc_pause_ms / the mean unprofiled step time"),
+    "gc_full_collections": (
+        "count", "full (generation 2) collections on the training thread in the unprofiled "
+        "steps"),
+    "gc_pause_max_ms": ("ms", "the longest garbage-collector time in one unprofiled step"),
+    "gc_pause_loader_ms": (
+        "ms", "of gc_pause_ms, the pauses inside the loop's wait for a batch (the loader's "
+        "own allocations tripped them)"),
+    "gc_pause_full_ms": (
+        "ms", "of gc_pause_ms, the full (generation 2) collections' pauses: the ones "
+        "gc.freeze() spares (young collections walk only new objects)"),
+    "gc_pause_full_loader_ms": (
+        "ms", "of gc_pause_full_ms, those inside the loop's wait for a batch"),
+    "forward_unprofiled_ms": (
+        "ms", "the model's forward calls per unprofiled step (median of the steps after the "
+        "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
+    "optimizer_unprofiled_ms": (
+        "ms", "the run's optimizer.step() per unprofiled step (the mean, full collections "
+        "at their spacing; its step hooks time it)"),
+    "step_time_unprofiled_p10_ms": (
+        "ms", "10th percentile of the unprofiled steps' times (the spread's low end)"),
+    "step_time_unprofiled_p90_ms": (
+        "ms", "90th percentile of the unprofiled steps' times (the spread's high end)"),
+    "step_time_unprofiled_spread": (
+        "fraction",
+        "(p90 - p10) / median of the unprofiled steps: how much they vary (a busy machine, "
+        "uneven steps); above 0.5, or with fewer than 5 steps, the median is unreliable",
+    ),
+    "step_time_unprofiled_drain_ms": (
+        "ms", "the wait for the device's queued work at the end of the unprofiled steps after "
+        "the window (one synchronize; None on a CPU run)"),
+    "step_time_device_paced": (
+        "bool", "the host ran ahead of the device in the unprofiled steps (the drain longer "
+        "than a step): their times are the block's, drain included, over its steps"),
+    "step_time_unprofiled_reliable": (
+        "bool",
+        "the unprofiled median can be trusted: at least 5 steps, spread <= 0.5, and the "
+        "profiled steps not clearly faster than the unprofiled ones (ratio >= 0.95)",
+    ),
+    "dataloader_wait_unprofiled_share": (
+        "fraction",
+        "share of the unprofiled steps' time the loop waited for its next batch",
+    ),
+    "step_time_profiled_clock_median_ms": (
+        "ms",
+        "median step time of the profiled window by the same clock (for the overhead ratio)",
+    ),
+    "profiler_overhead_ratio": (
+        "ratio",
+        "profiled median step / unprofiled median step (1.0: the profiler costs nothing); "
+        "None when the unprofiled figure is unreliable (see step_time_unprofiled_reliable)",
+    ),
+    "step_cpu_wait_unprofiled_share": (
+        "fraction",
+        "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
+        "other processes held (Linux schedstat): how busy the machine was while timing",
+    ),
+    "dataloader_wait_unprofiled_ms": (
+        "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
+    "window_complete": (
+        "bool",
+        "the profiled window ran every step of its schedule (False: the loop ended first)",
+    ),
+    "whole_steps": ("count", "whole steps in the profiled window (a cut-short one has fewer)"),
+}
+
+
+#: above this (p90 - p10) / median, the unprofiled median is too noisy to trust
+UNRELIABLE_SPREAD = 0.5
+
+#: fewer unprofiled steps than this give no trustworthy median
+MIN_CLOCK_STEPS = 5
+
+#: full collections after the window that make their spacing a measure (see
+#: _full_gc_spacing)
+GC_FULL_SPACED = 3
+
+#: profiled steps faster than the unprofiled ones by more than this: the clock is off
+MIN_OVERHEAD_RATIO = 0.95
+
+#: a drain of the device's queue after the unprofiled block longer than this many of its
+#: median steps: the host ran ahead of the device (a loop that keeps up with its GPU leaves
+#: at most a step's device work behind), so the job runs at the device's pace
+DEVICE_PACED_STEPS = 1.0
+
+
+def _clock_rows(cap: Any) -> list[dict[str, Any]]:
+    """Every step the session's clock timed, one dict per step (the columns of
+    ``capture.step_clock``; see diagnose.capture.steps)."""
+    clock = cap.get("step_clock") if isinstance(cap, dict) else None
+    if not isinstance(clock, dict):
+        return []
+    phase, ms = clock.get("phase") or [], clock.get("ms") or []
+    if len(phase) != len(ms):
+        return []
+    cols = {k: v for k, v in clock.items() if isinstance(v, list) and len(v) == len(ms)}
+    return [{k: v[i] for k, v in cols.items()} for i in range(len(ms))]
+
+
+def _unprofiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps that count as unprofiled: ``wait`` and ``after`` ones. Left out: the run's
+    first step (one-time costs: workers starting, lazy init) and the ``settle`` steps just
+    after the window (an older capture without them: the first after the window)."""
+    settled = any(r.get("phase") == "settle" for r in rows)
+    first_after = None if settled else next(
+        (i for i, r in enumerate(rows) if r.get("phase") == "after"), None)
+    return [r for i, r in enumerate(rows)
+            if i > 0 and i != first_after and r.get("phase") in ("wait", "after")
+            and as_number(r.get("ms"), finite=False) is not None]
+
+
+def device_pace_ms(cap: Any) -> float | None:
+    """The ``after`` block's time over its steps, its drain included, where the host ran
+    ahead of the device (the drain longer than :data:`DEVICE_PACED_STEPS` of its median
+    steps): the pace the job keeps once its launch queue is full, which the host's own
+    steps, launches only, understate. None where the block kept up with its device, or
+    had no drain (a CPU run, an older capture)."""
+    drain = as_number(cap.get("step_clock_drain_ms"), finite=False) if isinstance(
+        cap, dict) else None
+    after = [float(r["ms"]) for r in _unprofiled_rows(_clock_rows(cap))
+             if r.get("phase") == "after"]
+    if drain is None or not after or drain <= DEVICE_PACED_STEPS * statistics.median(after):
+        return None
+    return (sum(after) + drain) / len(after)
+
+
+def free_rows(cap: Any) -> list[dict[str, Any]]:
+    """The unprofiled steps the metrics use: :func:`_unprofiled_rows`, or where the job ran
+    at the device's pace (:func:`device_pace_ms`), the ``after`` block's steps with none
+    shorter than that pace (the steps before the window had no drain: host launches only)."""
+    rows = _unprofiled_rows(_clock_rows(cap))
+    pace = device_pace_ms(cap)
+    if pace is None:
+        return rows
+    return [{**r, "ms": max(float(r["ms"]), pace)} for r in rows if r.get("phase") == "after"]
+
+
+def unprofiled_step_ms(context: Any) -> list[float]:
+    """Each unprofiled step's time (ms) by the session's own clock, in the order run, from a
+    run's context.json (``[]`` where the capture timed none, e.g. a saved trace); at the
+    device's pace where the host ran ahead of it (:func:`device_pace_ms`)."""
+    cap = context.get("capture") if isinstance(context, dict) else None
+    return [float(r["ms"]) for r in free_rows(cap)]
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of a non-empty list (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _full_gc_spacing(free: list[dict[str, Any]]) -> float | None:
+    """Steps between full collections after the window, where it saw GC_FULL_SPACED or
+    more: (last - first) / (count - 1) over the contiguous steps after the window. A full
+    collection comes every so many allocations, so at a steady cadence in a steady loop; a
+    few dozen timed steps hold only a few of them, so their count is off by one as often
+    as not, while their spacing is off by about a step."""
+    after = [r for r in free if r.get("phase") == "after"]
+    at = [i for i, r in enumerate(after) for _ in range(as_int(r.get("gc_full")) or 0)]
+    if len(at) < GC_FULL_SPACED or at[-1] <= at[0]:
+        return None
+    spacing = (at[-1] - at[0]) / (len(at) - 1)
+    # a cadence goes on: collections in a burst (garbage of the profiler's teardown,
+    # collected over the first steps after the window) and then none for longer than
+    # their spacing says are no cadence; their count over the steps stands
+    if len(after) - 1 - at[-1] > 2 * spacing + 1:
+        return None
+    return spacing
+
+
+class StepMeans:
+    """Per-step means of the clock's columns over the unprofiled steps, with full
+    collections counted at their spacing (:func:`_full_gc_spacing`) where it is known: a
+    column's mean over the steps without one, plus its mean excess in the steps with one
+    (per collection) over the spacing. Every figure of a step's time (the step, the
+    loader's fetch and collate, the collector's pauses) is then of the same steady step:
+    the one a prediction starts from. Where the spacing is not known (or every step held
+    a full collection), the plain mean of the steps."""
+
+    def __init__(self, free: list[dict[str, Any]]) -> None:
+        self.free = free
+        self.full = [as_int(r.get("gc_full")) or 0 for r in free]
+        self.spacing = _full_gc_spacing(free) if 0 in self.full else None
+
+    def __call__(self, col: str) -> float | None:
+        """The mean of ``col`` per step (None counted as 0); None where a step lacks it."""
+        vals = [as_number(r.get(col), finite=False) for r in self.free]
+        if not vals or any(v is None for v in vals):
+            return None
+        xs = [v or 0.0 for v in vals]
+        if self.spacing is None:
+            return statistics.fmean(xs)
+        clean = statistics.fmean([x for x, n in zip(xs, self.full, strict=True) if n == 0])
+        excess = sum(x - clean for x, n in zip(xs, self.full, strict=True) if n > 0)
+        return clean + excess / sum(self.full) / self.spacing
+
+
+def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, object]:
+    """The collector's pauses per unprofiled step (the clock's gc columns, at the full
+    collections' spacing where it is known: :class:`StepMeans`)."""
+    pauses = [as_number(r.get("gc_ms"), finite=False) or 0.0 for r in free]
+    out: dict[str, object] = {
+        "gc_full_collections": sum(means.full),
+        "gc_pause_max_ms": round(max(pauses), 4),
+        "gc_full_every_steps": None if means.spacing is None else round(means.spacing, 3)}
+    for name, col in (("gc_pause_ms", "gc_ms"), ("gc_pause_loader_ms", "gc_loader_ms"),
+                      ("gc_pause_full_ms", "gc_full_ms"),
+                      ("gc_pause_full_loader_ms", "gc_full_loader_ms")):
+        v = means(col)
+        if v is not None:
+            out[name] = round(v, 4)
+    step, gc_ms = means("ms"), means("gc_ms")
+    out["gc_pause_share"] = (round(gc_ms / step, 4) if gc_ms is not None and step
+                             else None)
+    return out
+
+
+def clock_metrics(cap: Any) -> dict[str, object]:
+    """Step times by the session's own clock: the profiled window's steps against the
+    unprofiled ones around it, with their spread and whether the figure holds."""
+    out: dict[str, object] = {}
+    if not isinstance(cap, dict):
+        return out
+    out["window_complete"] = as_bool(cap.get("window_complete"))
+    out["whole_steps"] = as_int(cap.get("whole_steps"))
+    rows = _clock_rows(cap)
+    free = free_rows(cap)
+    pace = device_pace_ms(cap)
+    drain = as_number(cap.get("step_clock_drain_ms"), finite=False)
+    out["step_time_unprofiled_drain_ms"] = drain
+    out["step_time_device_paced"] = None if drain is None else pace is not None
+    prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
+    times = [float(r["ms"]) for r in free]
+    med = statistics.median(times) if times else None
+    spread: float | None = None
+    if med is not None:
+        means = StepMeans(free)
+        out["step_time_unprofiled_median_ms"] = round(med, 3)
+        out["step_time_unprofiled_mean_ms"] = round(means("ms") or 0.0, 3)
+        out["step_time_unprofiled_steps"] = len(times)
+        if means("gc_ms") is not None:
+            out.update(_gc_metrics(free, means))
+        # the steps after the window when there are enough: in the first ones worker
+        # processes start and fill their queues, which the forward would pay for
+        late = [r for r in free if r.get("phase") == "after"]
+        fwd = [as_number(r.get("forward_ms"), finite=False)
+               for r in (late if len(late) >= MIN_CLOCK_STEPS else free)]
+        if fwd and all(f is not None for f in fwd):
+            out["forward_unprofiled_ms"] = round(statistics.median(
+                [f or 0.0 for f in fwd]), 4)
+        opt = means("optimizer_ms")
+        if opt is not None:
+            out["optimizer_unprofiled_ms"] = round(opt, 4)
+        p10, p90 = _quantile(times, 0.1), _quantile(times, 0.9)
+        out["step_time_unprofiled_p10_ms"] = round(p10, 3)
+        out["step_time_unprofiled_p90_ms"] = round(p90, 3)
+        spread = (p90 - p10) / med if med > 0 else None
+        out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
+        starved = [as_number(r.get("cpu_wait_ms"), finite=False) for r in free]
+        if all(w is not None for w in starved) and sum(times) > 0:
+            out["step_cpu_wait_unprofiled_share"] = round(
+                sum(w or 0.0 for w in starved) / sum(times), 4)
+        waits = [as_number(r.get("dataloader_ms"), finite=False) for r in free]
+        if all(w is not None for w in waits):
+            total = sum(times)
+            out["dataloader_wait_unprofiled_share"] = (
+                round(sum(w or 0.0 for w in waits) / total, 4) if total > 0 else None)
+            out["dataloader_wait_unprofiled_ms"] = round(statistics.median(
+                [w or 0.0 for w in waits]), 3)
+    if prof:
+        out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
+    if med is not None:
+        # against a device-paced step the profiled host steps (launches) say nothing of
+        # the profiler's cost
+        ratio = (round(statistics.median(prof) / med, 3) if prof and med > 0 and pace is None
+                 else None)
+        reliable = (len(times) >= MIN_CLOCK_STEPS and isinstance(spread, float)
+                    and spread <= UNRELIABLE_SPREAD
+                    and (ratio is None or ratio >= MIN_OVERHEAD_RATIO))
+        out["step_time_unprofiled_reliable"] = reliable
+        # a ratio from an unreliable clock misleads ("the profiler made steps 0.54x as long")
+        out["profiler_overhead_ratio"] = ratio if reliable else None
+    return out
+
+
+#: CPUs' worth of work by processes other than the run's under which a run with DataLoader
+#: workers is taken to have waited for a CPU its own processes held, not a busy machine
+#: (between the other work seen beside runs whose workers oversubscribed the CPUs, well
+#: under half a CPU, and beside a busy machine, a CPU or more)
+OTHERS_BUSY_CPUS = 0.5
+
+
+def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
+    """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
+    (whether the machine was busy with other work, the words that say who). A run with
+    DataLoader workers beside less than :data:`OTHERS_BUSY_CPUS` of other processes' work
+    (``host_cpu_others_cpus``) waited for its own processes: its workers and threads
+    oversubscribe the CPUs, which is the run's doing, not the machine's."""
+    others = m.get("host_cpu_others_cpus")
+    workers = m.get("workers_count") or m.get("dataloader_num_workers")
+    if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
+            and workers > 0):
+        return False, (f"this run's own processes held (its {workers} DataLoader workers "
+                       f"beside it; other processes took {others:.2f} CPUs)")
+    return True, "other processes held"
+
+
+def clock_note(m: dict[str, object]) -> str | None:
+    """What the report says when the unprofiled step time cannot be trusted, and how to get
+    a better one (None when it can, or when there is none)."""
+    if m.get("step_time_unprofiled_reliable") is not False:
+        return None
+    n, spread = m.get("step_time_unprofiled_steps"), m.get("step_time_unprofiled_spread")
+    why = []
+    if isinstance(n, int) and n < MIN_CLOCK_STEPS:
+        why.append(f"only {n} step{'s' if n != 1 else ''} were timed")
+    if isinstance(spread, float) and spread > UNRELIABLE_SPREAD:
+        why.append(f"they vary widely (p10 {m.get('step_time_unprofiled_p10_ms')} ms, p90 "
+                   f"{m.get('step_time_unprofiled_p90_ms')} ms, median "
+                   f"{m.get('step_time_unprofiled_median_ms')} ms)")
+    prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
+        "step_time_unprofiled_median_ms")
+    if isinstance(prof, float) and isinstance(free, float) and free > 0 and (
+            prof / free < MIN_OVERHEAD_RATIO):
+        why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), which "
+                   "a profiler cannot do: something else on the machine changed the pace")
+    gc_share, gc_max = m.get("gc_pause_share"), m.get("gc_pause_max_ms")
+    if isinstance(gc_share, float) and gc_share >= 0.03 and isinstance(gc_max, float):
+        why.append(f"Python's garbage collector paused some of them (up to {gc_max:.0f} ms in "
+                   "one step; see CF006)")
+    busy = m.get("step_cpu_wait_unprofiled_share")
+    elsewhere = True
+    if isinstance(busy, float) and busy >= 0.05:
+        elsewhere, holders = cpu_wait_holders(m)
+        why.append(("the machine was busy: " if elsewhere else "")
+                   + f"the training thread waited {busy:.0%} of these steps for a CPU "
+                   + holders)
+    return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
+            + ". For a better figure, time more steps (diagnose(..., clock_steps=30))"
+            + (" or run when the machine is less busy" if elsewhere else "")
+            + "; the profiler's overhead is not stated")

@@ -1,0 +1,67 @@
+"""The model's work on torch's threads and on one thread
+(diagnose/capture/probes/compute.py): real timings that leave the run as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from diagnose.capture.probes.compute import ForwardTimer, quieter_threads, time_threads
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.Dropout(0.5),
+                         nn.Linear(64, 4)).train()
+
+
+def test_forward_timer_times_every_call_and_keeps_the_first_inputs():
+    m, seen = _model(), []
+    timer = ForwardTimer(m, seen.append)
+    x1, x2 = torch.randn(8, 32), torch.randn(8, 32)
+    m(x1)
+    m(x2)
+    timer.remove()
+    m(x1)  # removed: not timed
+    assert len(seen) == 2 and all(s > 0 for s in seen)
+    assert timer.inputs is not None and timer.inputs[0][0] is x1
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_thread_timing_leaves_the_run_as_it_was():
+    """Gradients, buffers (BatchNorm's running statistics), the RNG and the thread count are
+    what they were; the timings are real (positive) and cover forward and backward."""
+    m = _model()
+    x = torch.randn(16, 32)
+    m(x).sum().backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    bufs = [b.clone() for b in m.buffers()]
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    out = time_threads(m, ((x,), {}))
+    assert out is not None and out["backward"] is True
+    assert out["work_ms"] > 0 and out["work_1thread_ms"] > 0 and out["forward_ms"] > 0
+    assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads, strict=True))
+    assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.get_num_threads() == threads
+
+
+def test_thread_timing_does_not_apply_on_one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert time_threads(_model(), ((torch.randn(4, 32),), {})) is None
+    finally:
+        torch.set_num_threads(before)
+    assert time_threads(_model(), None) is None
+
+
+def test_the_quieter_of_two_thread_timings_is_kept():
+    """A busy moment slows torch's threads more than one thread: of two timings, the one
+    where one thread cost the most against them is kept; a missing one gives the other."""
+    busy = {"work_ms": 6.0, "work_1thread_ms": 6.3, "forward_ms": 2.5}
+    quiet = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
+    assert quieter_threads(busy, quiet) is quiet
+    assert quieter_threads(quiet, busy) is quiet
+    assert quieter_threads(None, quiet) is quiet and quieter_threads(busy, None) is busy

@@ -1,0 +1,164 @@
+"""A worker's batch against this process's (diagnose/capture/probes/worker_batch.py):
+real forked workers, the run left as it was."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from diagnose.capture.probes.worker_batch import (
+    paired_medians,
+    time_batches_in_turn,
+    time_worker_batches,
+)
+
+
+def test_a_workers_batch_is_timed_in_forked_processes():
+    """A forked process set up as a worker (one intra-op thread) makes the loader's second
+    batch: its time, and the CPUs' worth of batches one process per CPU made at once; the
+    parent's thread count is untouched. Not for a loader whose workers are spawned, nor
+    an iterable dataset, nor one CPU."""
+    import multiprocessing as mp
+
+    from torch.utils.data import IterableDataset
+
+    class Noisy(TensorDataset):
+        def __getitem__(self, i):
+            random.random(), np.random.rand(), torch.rand(1)
+            return super().__getitem__(i)
+
+    before = torch.get_num_threads()
+    loader = DataLoader(Noisy(torch.randn(100, 8), torch.arange(100)), batch_size=10)
+    got = time_worker_batches(loader, 2)
+    assert got is not None
+    ms, cap = got
+    assert ms > 0 and 1.0 <= cap <= 2.0
+    assert torch.get_num_threads() == before
+    assert time_worker_batches(loader, 1) is None
+    spawned = DataLoader(loader.dataset, batch_size=10, num_workers=1,
+                         multiprocessing_context=mp.get_context("spawn"))
+    assert time_worker_batches(spawned, 2) is None
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert time_worker_batches(DataLoader(Stream(), batch_size=2), 2) is None
+
+
+class _SlowerInWorkers(torch.utils.data.Dataset):
+    """4 ms a sample in a DataLoader worker, 1 ms in the training process; draws from
+    every RNG, as augmentations do."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import time
+
+        from torch.utils.data import get_worker_info
+
+        random.random(), np.random.rand(), torch.rand(1)
+        time.sleep(0.004 if get_worker_info() is not None else 0.001)
+        return torch.full((4,), float(i))
+
+
+def test_a_workers_batch_and_this_processs_are_timed_in_turn():
+    """A forked process set up as a worker and this process make the same batches in
+    turn (:func:`paired_medians`; 4 samples: about 16 and 4 ms). This process's RNGs,
+    thread count and collector are as before, and the worker is gone; a spawned loader or
+    an iterable dataset gives None."""
+    import gc
+    import multiprocessing as mp
+
+    import psutil
+
+    kids = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = torch.get_num_threads()
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    got = time_batches_in_turn(DataLoader(_SlowerInWorkers(), batch_size=4))
+    assert got is not None
+    worker, mine = got
+    assert 16.0 <= worker < 40.0 and 4.0 <= mine < 10.0, got
+    assert torch.get_num_threads() == before and gc.isenabled()
+    assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
+    assert np.array_equal(np.random.get_state()[1], states[2])
+    # no child left, not even a zombie
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= kids
+    spawned = DataLoader(_SlowerInWorkers(), batch_size=4, num_workers=1,
+                         multiprocessing_context=mp.get_context("spawn"))
+    assert time_batches_in_turn(spawned) is None
+
+    from torch.utils.data import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert time_batches_in_turn(DataLoader(Stream(), batch_size=2)) is None
+
+
+def test_batches_timed_in_turn_are_set_against_each_other_turn_by_turn():
+    """The worker's batch is this process's median at the median of the turns' ratios: a
+    pace that moved between the two sides of a turn for a few turns (the host busier while
+    this process made its batch) leaves the ratio as the other turns give it, where the
+    sides' own medians would have said the worker's batch is half this process's."""
+    mine = [0.010, 0.010, 0.020, 0.020, 0.020]
+    theirs = [0.011, 0.011, 0.011, 0.022, 0.022]
+    worker, own = paired_medians(theirs, mine)
+    assert own == 20.0 and worker == pytest.approx(22.0)  # 1.1x, not 11/20
+    assert paired_medians([0.010] * 3, [0.010] * 3) == (10.0, 10.0)
+
+
+class _Slow(torch.utils.data.Dataset):
+    """0.6 s a sample; counts the samples made in this process (a fork counts its own)."""
+
+    def __init__(self) -> None:
+        self.made: list[int] = []
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.made.append(i)
+        time.sleep(0.6)
+        return torch.zeros(2)
+
+
+def test_batches_over_half_a_second_are_not_timed_in_turn():
+    """The exit stays quick: a batch over half a second ends the timing after the first,
+    untimed one (made by both sides at once), and gives None."""
+    ds = _Slow()
+    assert time_batches_in_turn(DataLoader(ds, batch_size=1)) is None
+    assert ds.made == [0]  # this process made the first batch only
+
+
+class _CollectorSlowed(torch.utils.data.Dataset):
+    """Each sample takes 50 ms while the garbage collector is on: a stand-in for a full
+    collection of the forked heap, which every timing would otherwise meet alike."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import gc
+        import time
+
+        if gc.isenabled():
+            time.sleep(0.05)
+        return torch.full((4,), float(i))
+
+
+def test_a_workers_batch_is_timed_without_the_collector():
+    """The model adds the loop's own collector pauses to a worker's batch, so the batch is
+    timed without them; the training process's collector is left on."""
+    import gc
+
+    got = time_worker_batches(DataLoader(_CollectorSlowed(), batch_size=2), 2)
+    assert got is not None and got[0] < 50.0  # two samples: 100 ms with the collector on
+    assert gc.isenabled()
