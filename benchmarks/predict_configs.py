@@ -57,13 +57,13 @@ def _key(change: dict[str, int]) -> str:
 def _predict(run_dir: str, change: dict[str, int]) -> float | str:
     """The speedup the diagnosis' step model gives ``change``, or why it cannot tell."""
     import diagnose
-    from diagnose.stepmodel import transforms as tr
+    from diagnose.fixes import FIXES
 
     result = diagnose.analyze(run_dir)
     predictor = getattr(result, "analysis", result).predictor
     if isinstance(predictor, str):
         return predictor
-    transform = tr.threads if "intra_op_threads" in change else tr.num_workers
+    transform = FIXES["threads" if "intra_op_threads" in change else "num_workers"].transform
     p = predictor.predict_change(transform, change)
     return p if isinstance(p, str) else p.speedup
 

@@ -40,7 +40,7 @@ def _capture(name: str) -> dict[str, Any]:
     """One diagnosis of job ``name``: its facts and its predictions for :data:`CONFIGS`."""
     import diagnose
     from diagnose.runfolder import load_context
-    from diagnose.stepmodel import transforms as tr
+    from diagnose.fixes import FIXES
 
     job = make(name)
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,7 +53,7 @@ def _capture(name: str) -> dict[str, Any]:
             return {"why": predictor}
         preds = []
         for c in CONFIGS:
-            p = predictor.predict_change(tr.threads, c)
+            p = predictor.predict_change(FIXES["threads"].transform, c)
             preds.append(None if isinstance(p, str) else p.speedup)
         facts = predictor.facts
         return {"base": predictor.base_ms, "after": clock["phase"].count("after"),

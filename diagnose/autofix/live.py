@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..capture.runinfo import batch_indexable
+from ..fixes.catalog.fetch import batch_indexable
 from ..values import usable_cpus
 from .trial import Workload
 

@@ -1,19 +1,20 @@
 """A TrainConfig made real: the user's step run with a rebuilt DataLoader and optimizer.
 
 A :class:`Trial` never touches the user's DataLoader or optimizer objects: it
-builds a new DataLoader from the original's dataset, sampler (or batch
-sampler), collate_fn, drop_last, worker_init_fn, timeout and multiprocessing
-context (with a copy of its generator), with the config's num_workers,
-pin_memory, persistent_workers, prefetch_factor and batch size; and a new
+builds a new DataLoader from the original's dataset, collate_fn, worker_init_fn,
+timeout and multiprocessing context (with a copy of its generator), and a new
 optimizer of the same class over the same parameter groups and hyper-parameters,
-loaded with a deep copy of the original's state, with the config's
-foreach/fused flags. The model is the user's own (its training is what is
-timed); :mod:`diagnose.autofix.state` puts it back afterwards.
+loaded with a deep copy of the original's state. The model is the user's own (its
+training is what is timed); :mod:`diagnose.autofix.state` puts it back afterwards.
 
-Global switches a config sets (``cudnn.benchmark``, the ``channels_last``
-layout of the parameters) are set on entering a trial's ``with`` block and put
-back on leaving it, so interleaved trials never see each other's settings.
-Leaving the block also shuts the DataLoader's worker processes down.
+What each config field changes, its realisation says
+(:data:`diagnose.fixes.REALISATIONS`, defined beside the fixes that change the field;
+see :mod:`diagnose.fixes.realise`): the new DataLoader's batching and keyword
+arguments, the new optimizer's flags, the parts of the step, and process-wide
+settings. The trial applies them all and knows no field by name. Process-wide
+settings are set on entering a trial's ``with`` block and undone on leaving it (last
+set first undone, also after an error), so interleaved trials never see each other's
+settings. Leaving the block also shuts the DataLoader's worker processes down.
 
 Timing, as the user's loop runs
 -------------------------------
@@ -46,16 +47,17 @@ import copy
 import gc
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..capture.loader_shim import shut_down
-from ..capture.runinfo import batch_indexable, is_oom
+from ..capture.runinfo import is_oom
 from ..errors import DiagnoseError
-from ..fixes import TrainConfig
+from ..fixes import REALISATIONS, CannotRealise, TrainConfig
+from ..fixes.realise import loader_kwargs, optimizer_flags, step_parts
 
 
 class TuneError(DiagnoseError):
@@ -110,6 +112,15 @@ class Workload:
 
 
 # ---------------------------------------------------------------------- building the pieces
+@contextlib.contextmanager
+def _realising() -> Iterator[None]:
+    """A realisation that cannot make its field real is autofix's error (one line)."""
+    try:
+        yield
+    except CannotRealise as e:
+        raise TuneError(str(e)) from None
+
+
 def _clone_generator(g: Any) -> Any:
     if g is None:
         return None
@@ -121,8 +132,9 @@ def _clone_generator(g: Any) -> Any:
 
 
 def build_loader(orig: Any, cfg: TrainConfig) -> Any:
-    """A new DataLoader over the original's data with ``cfg``'s loader settings."""
-    from torch.utils.data import DataLoader, IterableDataset
+    """A new DataLoader over the original's data with ``cfg``'s loader settings: the
+    original's own arguments, then the realisations' batching and keyword arguments."""
+    from torch.utils.data import DataLoader
 
     kw: dict[str, Any] = {
         "collate_fn": orig.collate_fn,
@@ -135,38 +147,14 @@ def build_loader(orig: Any, cfg: TrainConfig) -> Any:
         kw["in_order"] = orig.in_order
     if getattr(orig, "pin_memory_device", ""):
         kw["pin_memory_device"] = orig.pin_memory_device
-    kw.update(cfg.loader_kwargs())
-    iterable = isinstance(orig.dataset, IterableDataset)
-    if cfg.batched_fetch:  # one dataset[indices] call per batch (batch_indexable says when)
-        if not batch_indexable(orig):
-            raise TuneError("batched_fetch needs a TensorDataset-like dataset, torch's default "
-                            "collate and the DataLoader's own batch_size")
-        from torch.utils.data import BatchSampler
-
-        kw["collate_fn"] = None  # torch's default_convert: the dataset returns the batch
-        kw["batch_size"] = None
-        kw["sampler"] = BatchSampler(orig.sampler, cfg.batch_size or orig.batch_size,
-                                     orig.drop_last)
-        return DataLoader(orig.dataset, **kw)
-    if orig.batch_size is not None:  # the loader made its own BatchSampler
-        kw["batch_size"] = cfg.batch_size or orig.batch_size
-        kw["drop_last"] = orig.drop_last
-        if not iterable:
-            kw["sampler"] = orig.sampler
-    elif orig.batch_sampler is not None:  # the user's own batch sampler
-        if cfg.batch_size is not None:
-            raise TuneError("the DataLoader uses its own batch_sampler: autofix cannot change "
-                            "its batch size")
-        kw["batch_sampler"] = orig.batch_sampler
-    else:  # automatic batching off: the dataset yields batches
-        kw["batch_size"] = None
-        if not iterable:
-            kw["sampler"] = orig.sampler
+    with _realising():
+        kw.update(loader_kwargs(REALISATIONS, cfg, orig))
     return DataLoader(orig.dataset, **kw)
 
 
 def build_optimizer(orig: Any, cfg: TrainConfig) -> Any:
-    """Same class, parameter groups, hyper-parameters and (copied) state; cfg's kernels."""
+    """Same class, parameter groups, hyper-parameters and (copied) state; the flags the
+    realisations give for ``cfg`` (its kernels), on the defaults and every group."""
     cls = type(orig)
     accepted: Mapping[str, inspect.Parameter]
     try:
@@ -176,15 +164,8 @@ def build_optimizer(orig: Any, cfg: TrainConfig) -> Any:
     defaults = {k: v for k, v in orig.defaults.items() if k in accepted}
     groups = [{**g, "params": list(g["params"])} for g in orig.param_groups]
     state = copy.deepcopy(orig.state_dict())
-    flags: dict[str, Any] = {}
-    if cfg.optimizer_fused is not None and "fused" in accepted:
-        flags["fused"] = cfg.optimizer_fused
-        if cfg.optimizer_fused:
-            flags["foreach"] = None
-    if cfg.optimizer_foreach is not None and "foreach" in accepted:
-        flags["foreach"] = cfg.optimizer_foreach
-        if cfg.optimizer_foreach:
-            flags["fused"] = None
+    with _realising():
+        flags = optimizer_flags(REALISATIONS, cfg, accepted)
     for d in (defaults, *groups, *state["param_groups"]):
         d.update({k: v for k, v in flags.items() if k in d or d is defaults})
     try:
@@ -196,20 +177,23 @@ def build_optimizer(orig: Any, cfg: TrainConfig) -> Any:
     return new
 
 
-def to_device(batch: Any, device: Any, non_blocking: bool, channels_last: bool) -> Any:
-    """Tensors of a (nested) batch on ``device``; 4-D floating inputs in channels_last."""
+def to_device(batch: Any, device: Any, non_blocking: bool = False,
+              inputs: Iterable[Callable[[Any], Any]] = ()) -> Any:
+    """Tensors of a (nested) batch on ``device``, each then through ``inputs`` in turn (a
+    realisation's layout of the step's inputs)."""
     import torch
 
+    hooks = tuple(inputs)
     if isinstance(batch, torch.Tensor):
         t = batch.to(device, non_blocking=non_blocking)
-        if channels_last and t.dim() == 4 and t.is_floating_point():
-            t = t.contiguous(memory_format=torch.channels_last)
+        for h in hooks:
+            t = h(t)
         return t
     if isinstance(batch, tuple | list):
-        out = [to_device(b, device, non_blocking, channels_last) for b in batch]
+        out = [to_device(b, device, non_blocking, hooks) for b in batch]
         return type(batch)(out) if isinstance(batch, list) else tuple(out)
     if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
+        return {k: to_device(v, device, non_blocking, hooks) for k, v in batch.items()}
     return batch
 
 
@@ -231,14 +215,14 @@ class Trial:
     def __init__(self, w: Workload, cfg: TrainConfig, optimizer: Any = None) -> None:
         """``optimizer``: a rebuilt optimizer to share between trials with the same optimizer
         settings (each copy of the state costs as much device memory as the state)."""
-        import torch
-
         self.w, self.cfg = w, cfg
         self.loader = build_loader(w.loader, cfg)
         self.optimizer = optimizer if optimizer is not None else build_optimizer(w.optimizer, cfg)
-        self.scaler = torch.amp.GradScaler(w.device.type) if cfg.uses_grad_scaler else None
-        self.net = torch.compile(w.model) if cfg.compile else w.model
-        self.first_step_s: float | None = None  # includes torch.compile's compile time
+        with _realising():
+            self.parts = step_parts(REALISATIONS, cfg, w.model, w.device)
+        self.scaler = self.parts.scaler
+        self.net = self.parts.model
+        self.first_step_s: float | None = None  # includes a compiled model's compile time
         # an epoch's start as the loop waits for it: iter() and the first batch (s), of the
         # last fresh iterator; epochs begun inside the timed blocks of the last timing
         self.start_s: float | None = None
@@ -248,63 +232,31 @@ class Trial:
         self.restarts = 0
         self.timed_restarts = 0
         self._it: Any = None
-        self._flag: bool | None = None
-        self._threads: int | None = None  # torch's intra-op threads before the trial
-        self._froze = False  # this trial froze the collector's objects (undone at exit)
-        self._relaid: list[Any] = []
+        # the undos of the process-wide settings this trial made (run at exit)
+        self._undo = contextlib.ExitStack()
 
     # ------------------------------------------------------------------ enter / exit
     def __enter__(self) -> Trial:
-        import torch
-
-        self._flag = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = self.cfg.cudnn_benchmark
-        if self.cfg.intra_op_threads is not None:
-            self._threads = torch.get_num_threads()
-            torch.set_num_threads(self.cfg.intra_op_threads)
-        if self.cfg.gc_freeze and gc.get_freeze_count() == 0:  # never undo the user's own
-            gc.collect()
-            gc.freeze()
-            self._froze = True
-        if self.cfg.channels_last:
-            cl = torch.channels_last
-            for t in [*self.w.model.parameters(), *self.w.model.buffers()]:
-                if t.dim() == 4 and not t.is_contiguous(memory_format=cl):
-                    with torch.no_grad():  # same tensor object, new strides
-                        t.set_(t.contiguous(memory_format=cl))
-                    self._relaid.append(t)
-            self._relayout_state(cl)  # fused/foreach kernels want matching strides
+        """Each realisation's process-wide setting (its undo kept for the exit)."""
+        try:
+            with _realising():
+                for r in REALISATIONS:
+                    if r.process is not None:
+                        undo = r.process(self.cfg, self.w.model, self.optimizer)
+                        if undo is not None:
+                            self._undo.callback(undo)
+        except BaseException:
+            self._undo.close()
+            raise
         self.optimizer.zero_grad(set_to_none=True)
         return self
 
-    def _relayout_state(self, fmt: Any) -> None:
-        for p in self._relaid:
-            st = self.optimizer.state.get(p)
-            for k, v in (st or {}).items():
-                if hasattr(v, "shape") and v.shape == p.shape and v.dim() == 4:
-                    st[k] = v.contiguous(memory_format=fmt)
-
     def __exit__(self, *exc: Any) -> None:
-        import torch
-
         try:
             self.close()
         finally:
-            if self._relaid:
-                self._relayout_state(torch.contiguous_format)
-            with torch.no_grad():
-                for t in self._relaid:
-                    t.set_(t.contiguous())
-            self._relaid = []
-            if self._flag is not None:
-                torch.backends.cudnn.benchmark = self._flag
-                self._flag = None
-            if self._threads is not None:
-                torch.set_num_threads(self._threads)
-                self._threads = None
-            if self._froze:
-                gc.unfreeze()
-                self._froze = False
+            self._undo.close()  # last set, first undone; each runs even if one fails
+            self._undo = contextlib.ExitStack()
 
     def close(self) -> None:
         """Shut the worker processes down (also persistent ones)."""
@@ -339,15 +291,15 @@ class Trial:
         epoch themselves hold both already (a short epoch: nothing is added). 0 without
         workers, with persistent ones (they start once a run), or a loader without a
         length."""
-        cfg = self.cfg
-        if (not cfg.num_workers or cfg.persistent_workers or self.start_s is None
+        loader = self.loader
+        if (not loader.num_workers or loader.persistent_workers or self.start_s is None
                 or self.timed_restarts):
             return 0.0
         try:
-            n = len(self.loader)
+            n = len(loader)
         except TypeError:
             return 0.0
-        return ((self.start_s + (self.stop_s or 0.0)) * cfg.grad_accum_steps / n
+        return ((self.start_s + (self.stop_s or 0.0)) * self.parts.micro_batches / n
                 if n > 0 else 0.0)
 
     def _loss(self, batch: Any) -> Any:
@@ -360,18 +312,26 @@ class Trial:
         x, y = batch
         return w.loss_fn(self.net(x), y)  # type: ignore[misc]
 
+    def _place(self, batch: Any) -> Any:
+        """A batch on the device, as the step's parts say (the copy, the inputs' layout)."""
+        parts = self.parts
+        return to_device(batch, parts.device, parts.non_blocking, parts.inputs)
+
     def step(self, fetch: Callable[[], Any] | None = None) -> None:
-        """One optimizer step: ``grad_accum_steps`` micro-batches, then the update."""
+        """One optimizer step: ``micro_batches`` forward/backward passes (the loss divided
+        by their number), each inside the forward's contexts, then the update (through the
+        loss scaler where there is one) and zero_grad."""
         import torch
 
-        cfg, w = self.cfg, self.w
+        parts = self.parts
         fetch = fetch or self.next_batch
-        k = cfg.grad_accum_steps
-        amp = (torch.autocast(w.device.type, dtype=getattr(torch, cfg.amp_dtype))
-               if cfg.amp_dtype else contextlib.nullcontext())
+        k = parts.micro_batches
+        contexts = [make() for make in parts.forward]
         for _ in range(k):
-            batch = to_device(fetch(), w.device, cfg.non_blocking, cfg.channels_last)
-            with amp:
+            batch = self._place(fetch())
+            with contextlib.ExitStack() as forward:
+                for c in contexts:
+                    forward.enter_context(c)
                 loss = self._loss(batch)
             if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
                 raise TuneError("the step must return the loss as a tensor that requires grad "
@@ -387,13 +347,13 @@ class Trial:
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=cfg.zero_grad_set_to_none)
+        self.optimizer.zero_grad(**parts.zero_grad)
         # no synchronisation here: the timing drains the queue once per block (see above)
 
     def _timed(self, n: int, warmup: int, one: Callable[[], None], block: int) -> np.ndarray:
         """Per-step seconds of each block of ``block`` steps (``n // block`` values, at least
         one), after ``warmup`` discarded steps; one device sync per block (module docstring).
-        The first warmup step is timed alone (``first_step_s``: torch.compile's compile)."""
+        The first warmup step is timed alone (``first_step_s``: a compiled model's compile)."""
         block = max(1, min(int(block), n))
         if n <= 0:
             return np.empty(0, dtype=np.float64)
@@ -430,15 +390,14 @@ class Trial:
     def compute_only(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Step times with one batch, already on the device, reused: no input pipeline."""
         try:
-            batch = to_device(self.next_batch(), self.w.device, self.cfg.non_blocking,
-                              self.cfg.channels_last)
+            batch = self._place(self.next_batch())
         finally:
             self.close()
         return self._timed(n, warmup, lambda: self.step(lambda: batch), block)
 
     def data_only(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Time per optimizer step's worth of batches with the loader iterated alone."""
-        k = self.cfg.grad_accum_steps
+        k = self.parts.micro_batches
 
         def fetch() -> None:
             for _ in range(k):

@@ -406,8 +406,16 @@ def exact_change(setup: Setup | None, before: TrainConfig, after: TrainConfig,
 
 
 # ---------------------------------------------------------------------- a change, by hand
+def _loader_view(c: TrainConfig) -> tuple[Any, ...]:
+    """What ``c``'s DataLoader call holds (torch takes persistent_workers and
+    prefetch_factor only with worker processes; prefetch_factor defaults to 2)."""
+    workers = c.num_workers > 0
+    return (c.num_workers, c.pin_memory, c.persistent_workers if workers else None,
+            (c.prefetch_factor or 2) if workers else None, c.batch_size)
+
+
 def _loader_changed(a: TrainConfig, b: TrainConfig) -> bool:
-    return a.loader_kwargs() != b.loader_kwargs() or a.batch_size != b.batch_size
+    return _loader_view(a) != _loader_view(b)
 
 
 _LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",

@@ -2,7 +2,8 @@
 
 A config describes *how* a step runs (DataLoader settings, transfer, precision,
 memory format, optimizer kernels, accumulation), never *what* is learned: the
-effective batch (``batch_size * grad_accum_steps``) is kept by every fix.
+effective batch (``batch_size * grad_accum_steps``) is kept by every fix. How a trial makes
+each field real lives with the fixes that change it (:mod:`diagnose.fixes.realise`).
 """
 
 from __future__ import annotations
@@ -65,15 +66,6 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        """DataLoader keyword arguments for this config (only the valid ones: torch refuses
-        ``prefetch_factor`` and ``persistent_workers`` without worker processes)."""
-        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
-        if self.num_workers > 0:
-            kw["persistent_workers"] = self.persistent_workers
-            kw["prefetch_factor"] = self.prefetch_factor or 2
-        return kw
 
     def diff(self, other: TrainConfig) -> dict[str, tuple[Any, Any]]:
         """Fields that differ: name -> (self's value, other's value)."""

@@ -1,5 +1,5 @@
 """What a fix is predicted to do: each fix unit carries its transform of the step model
-(``Fix.transform``, a graph transform from :mod:`diagnose.stepmodel.transforms`), and predicts
+(``Fix.transform``, a :class:`~diagnose.stepmodel.transforms.Transform` in its module), and predicts
 through it for each config autofix would measure (``Fix.candidates``): the change is
 exactly what autofix applies, the step time comes from replaying the transformed graph.
 Where the model cannot tell, the answer is the reason, never an invented number.
@@ -15,20 +15,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders
+from ..stepmodel.calibration import BUSY, HELPS, SLOWER
 from ..stepmodel.prediction import Prediction, Predictor
 from .config import TrainConfig
 from .unit import Fix
 
-#: A fix predicted to give less than this speedup is not offered as the fix.
-SLOWER = 0.98
-#: A fix predicted to give less than this (and at least SLOWER) changes nothing that
-#: matters: it goes after the fixes the model cannot tell, which may still help.
-HELPS = 1.02
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
-#: From this share of the timed steps waiting for a CPU that other processes held, a
-#: finding says its predictions were made on a busy machine: with two busy loops beside
-#: the demo on 2 CPUs (a 50% wait), workers were predicted 2.3x and measured 1.5-26x.
-BUSY = 0.10
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -107,4 +99,4 @@ def sort_findings(findings: list[Any]) -> None:
                                  f.rule))
 
 
-__all__ = ["SLOWER", "Prediction", "predict_findings", "sort_findings"]
+__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "predict_findings", "sort_findings"]

@@ -1,5 +1,6 @@
 """A fix is one unit: when it applies, when it is already in place, the configs autofix
-measures, the code by hand, and the slot for its prediction.
+measures, the code by hand, its prediction (a transform of the step model) and, in the
+same module, the trial's realisation of the config fields it changes.
 
 A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
 (``change={"cudnn_benchmark": True}``). A fix whose behaviour is computed subclasses
@@ -15,10 +16,13 @@ A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
   (fixes with one key share one search; see the SEARCH_* modes).
 - ``render(setup)``: the code for the user's own DataLoader and optimizer
   (:class:`~diagnose.fixes.code.Setup`; None: the generic template, ``code``).
-- ``transform``: the fix as a transform of the step model (a function of
-  :mod:`diagnose.stepmodel.transforms`); ``predict(predictor, config, facts)`` replays it for
-  each config autofix would measure and returns the best (see
-  :mod:`diagnose.fixes.findings`); a fix without one says so.
+- ``transform``: the fix as a transform of the step model
+  (:class:`~diagnose.stepmodel.transforms.Transform`, defined in the fix's own module);
+  ``predict(predictor, config, facts)`` replays it for each config autofix would measure
+  and returns the best (see :mod:`diagnose.fixes.findings`); a fix without one says so.
+- ``fields``: the TrainConfig fields its candidates change (a fixed ``change`` gives
+  them); each has one realisation (:mod:`diagnose.fixes.realise`) in the module of a fix
+  that changes it.
 
 Facts
 -----
@@ -37,8 +41,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stepmodel.calibration import TIE
 from ..stepmodel.prediction import Prediction, Predictor
-from ..stepmodel.transforms import Transform
+from ..stepmodel.transforms import GraphChange, Transform, as_transform
 from .code import EXACT_FIELDS, Setup, exact_change
 from .config import TrainConfig
 
@@ -70,10 +75,14 @@ class Fix:
     transform: Transform | None = field(default=None, repr=False, compare=False)
     # the transform gives the least the fix does (a bound), not a point: see Prediction
     predicts_at_least: bool = False
+    # the TrainConfig fields its candidates change (default: the keys of ``change``)
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         code = self.code or self.render(None)
         object.__setattr__(self, "code", code.strip("\n"))
+        if not self.fields and self.change:
+            object.__setattr__(self, "fields", tuple(self.change))
 
     # ------------------------------------------------------------------ when
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
@@ -201,9 +210,10 @@ class Fix:
                                        candidates=tuple(each))
         return best
 
-    def with_transform(self, transform: Transform) -> Fix:
-        """This fix predicting through ``transform``."""
-        return dataclasses.replace(self, transform=transform)
+    def with_transform(self, transform: Transform | GraphChange) -> Fix:
+        """This fix predicting through ``transform`` (a bare graph function declares
+        nothing beyond the graph)."""
+        return dataclasses.replace(self, transform=as_transform(transform))
 
     def to_json(self, code: str | None = None) -> dict[str, Any]:
         """``code``: the code rendered for a run (default: the generic template)."""
@@ -211,18 +221,11 @@ class Fix:
                 "auto": self.auto}
 
 
-#: configs predicted within this share of the best step are a tie (the model's own error
-#: on one capture is larger), which the one whose loader has the most headroom wins
-TIE = 0.03
-
-
 def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
     """Of the configs predicted within :data:`TIE` of ``best``, the one whose workers
     leave the step the most time between batches (``loader_share``; none: no workers to
-    wait for). A tie hides how much a worker's batch may cost more than the one timed
-    after the loop: augment_cnn's 1 and 2 workers beside one thread were both predicted
-    1.48x, where 1 worker (its batch the whole step) timed 1.08x and 2 workers 1.2-1.3x
-    (benchmarks/results/predict_vs_measured.txt)."""
+    wait for): a tie hides how much a worker's batch may cost more than the one timed after
+    the loop, and a loader with headroom absorbs it."""
     ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)]
     return min(ties, key=lambda p: (p.loader_share or 0.0, p.step_ms))
 

@@ -4,9 +4,11 @@ JSON) and, for each finding's fixes, a prediction of the step time the fix gives
 A prediction is a ratio of two replays of the same graph, the fix's transform against
 the unmodified one, applied to the step time the report leads with (the unprofiled one
 where the capture timed it). Its range widens the point by the replay's own error and
-the spread of the measured steps, and, for a change that moves CPU work (workers, torch's
-threads), holds the step at the least and the most of the CPUs' capacity timings. In a live capture the host's work is first scaled so
-that the replay gives the unprofiled step (the profiler's per-op cost taken out).
+the spread of the measured steps, and, for a change that moves CPU work (as its transform
+declares), holds the step at the least and the most of the CPUs' capacity timings. In a
+live capture the host's work is first scaled so that the replay gives the unprofiled step
+(the profiler's per-op cost taken out). The Predictor knows no fix and no config field: what
+a change does beyond the graph, its transform declares (:mod:`diagnose.stepmodel.transforms`).
 """
 
 from __future__ import annotations
@@ -19,24 +21,16 @@ from typing import Any
 import numpy as np
 
 from ..values import as_number
+from .calibration import CALIBRATE_WITHIN, HOST_SCALE_MAX, HOST_SCALE_MIN, WIDE_RANGE
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
+from .host import cpu_bound_ms
 from .step import StepModel
-from .transforms import Transform, cpu_bound_ms
+from .transforms import GraphChange, Transform, as_transform
 
 # The analysis is typed in a layer above this one (result): it is taken as it comes, and
 # only its step_model attributes are set.
 Analysis = Any
 
-
-#: The facts that say how the run is set up now, by the TrainConfig field that changes
-#: them: a transform applied after another reads the setting the first one made.
-NOW: dict[str, tuple[str, ...]] = {
-    "num_workers": ("dataloader_num_workers",),
-    "intra_op_threads": ("torch_num_threads", "intra_op_threads"),
-    "pin_memory": ("dataloader_pin_memory",),
-    "batch_size": ("dataloader_batch_size",),
-    "grad_accum_steps": ("grad_accum_steps",),
-}
 
 
 @dataclass(frozen=True)
@@ -73,10 +67,6 @@ class Prediction:
         return _line(self.base_ms, self.step_ms, self.speedup, self.range)
 
 
-#: a range whose ends' speedups lie further apart than this is shown beside the point
-WIDE_RANGE = 1.2
-
-
 def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
     """"predicted 25.2 -> 14.1 ms (1.79x)", with the range's speedups where they lie far
     apart (the capture's timings disagreed: the CPUs' capacity)."""
@@ -85,15 +75,6 @@ def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None)
             rng[1] / rng[0] > WIDE_RANGE):
         out += f"; {base / rng[1]:.2f}-{base / rng[0]:.2f}x over its range"
     return out + ")"
-
-
-#: The host's work in a live capture is scaled within these bounds to give the unprofiled
-#: step. The profiler's per-op cost on the CPU traces of benchmarks/step_time_truth.py made
-#: the profiled step 1.0-1.4x the plain one (up to 2.0x on a busy machine): removing it
-#: leaves at least half of the host's work; scaling the host up covers pauses the window
-#: did not see (a collection, a busy machine).
-HOST_SCALE_MIN = 0.5
-HOST_SCALE_MAX = 4.0
 
 
 def _num(facts: Mapping[str, Any], name: str) -> float | None:
@@ -137,10 +118,9 @@ def _waits_as_timed(g: Graph, per_step_ms: float) -> Graph:
     """The graph with the waits for batches from workers as long as the clock timed them
     (``per_step_ms`` a step, shared alike), the trace's arrivals gone: what the run waited
     for its batches without the profiler is measured, where the window's arrivals only say
-    when the profiled loop asked for them. A window whose batches came just as they were
-    asked for (too_many_workers: 6 workers beside torch's 2 threads), its arrivals moved to
-    the unprofiled pace, made a loop that waited 3.5 ms a step wait 7.5 ms in the replay,
-    and the model's work was shrunk to fit."""
+    when the profiled loop asked for them (moved to the unprofiled pace, arrivals that came
+    just as they were asked for would make the replay wait longer than the loop did, and
+    the model's work would be shrunk to fit)."""
     prod = g.is_kind(TaskKind.PRODUCER)
     out = g.remove_edges(np.isin(g.esrc, np.flatnonzero(prod))).take(~prod) if prod.any() \
         else g.copy()
@@ -152,12 +132,10 @@ def _waits_as_timed(g: Graph, per_step_ms: float) -> Graph:
 def _fetch_as_timed(g: Graph, fetch: np.ndarray, per_step_ms: float) -> Graph:
     """The graph with each step's in-process fetch and collate (``fetch``) as long as the
     clock's mean (``per_step_ms``): the clock timed the loop's pace over more steps than
-    the window holds, and how its pauses fell among the window's few steps is chance. The
-    replay's step is its median, and the target the clock's mean: one full collection
-    (about 100 ms) in one of tensor_rows' 3 window steps made the median step the mean
-    one with the main thread's work squeezed to fit (5.4 ms a step, where the clock's mean
-    step less its loading left 8.9), and its batched fetch was predicted 7.1 ms a step
-    where 10.8 was timed. Fetch tasks outside the steps scale as the steps' do."""
+    the window holds, and how its pauses fell among the window's few steps is chance (the
+    replay's step is its median, the target the clock's mean: a pause in one of a few
+    window steps would otherwise squeeze the main thread's work to fit). Fetch tasks outside
+    the steps scale as the steps' do."""
     inside = fetch & (g.step >= 0)
     now = float(g.dur[fetch].sum()) / g.n_steps
     if now <= 0:
@@ -179,19 +157,19 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     may hold one slower than the run's median (a pause, a busy moment); the target is the
     run's pace, not a ratio of them. What the session timed directly is set: the in-process
     fetch and collate, ``fetch_share`` of the unprofiled step by the clock's means, and the
-    main thread's ``optimizer.step()``, ``optimizer_share`` of it (the window's few steps
-    put a small model's optimizer at 2.4-6.6 ms a step where the unprofiled loop took
-    3.1-4.7: many small ops, each paying the profiler, beside workers that come and go);
+    main thread's ``optimizer.step()``, ``optimizer_share`` of it (many small ops, each
+    paying the profiler, vary most between the window and the loop);
     batches from workers arrive at the unprofiled pace, or where the clock timed the waits
     for them (``wait_share`` of the step), the waits are that long
     (:func:`_waits_as_timed`). The host's other work is then fitted: the
     profiler's per-event cost taken out where the replay is longer, the work scaled up
     where it is shorter (:func:`_host_shaper`); the level is bracketed and found by false
     position (the replayed step grows with it), within :data:`HOST_SCALE_MIN` and
-    :data:`HOST_SCALE_MAX`."""
+    :data:`HOST_SCALE_MAX`; a replay outside :data:`CALIBRATE_WITHIN` of the target is left
+    as it is."""
     now = _step(g)
     target_ratio = target_ms / now if now > 0 else 0.0
-    if not 0.2 < target_ratio < 5.0:
+    if not CALIBRATE_WITHIN[0] < target_ratio < CALIBRATE_WITHIN[1]:
         return g
     want = target_ms
     if wait_share is not None and 0 <= wait_share < 1 and g.n_steps and g.is_kind(
@@ -264,10 +242,9 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
     window did not see); below 1, the profiler's cost taken out down to
     :data:`HOST_SCALE_MIN` (f = 1: as measured). That cost is per recorded event (an op at
     any depth, a runtime call): one cost c a event comes off each task, c growing as f
-    falls, no task below HOST_SCALE_MIN of itself. A step of the optimizer's many small ops
-    loses more than a forward of a few large ones (tokenizing under 6 workers: 183 of a
-    step's 426 events in the optimizer). Where the graph counts no events (a transform's
-    tasks), the host is scaled by ``f`` alike."""
+    falls, no task below HOST_SCALE_MIN of itself: a step of the optimizer's many small ops
+    loses more than a forward of a few large ones. Where the graph counts no events (a
+    transform's tasks), the host is scaled by ``f`` alike."""
     n = np.where(host, g.events, 0.0)
     has = n > 0
     c_max = float(np.max(g.dur[has] * (1 - HOST_SCALE_MIN) / n[has])) if has.any() else 0.0
@@ -280,71 +257,6 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
         out.dur[has] = np.maximum(g.dur[has] - c * n[has], HOST_SCALE_MIN * g.dur[has])
         return out
     return shaped
-
-
-def epoch_end_ms(facts: Mapping[str, Any], k: float) -> float:
-    """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
-    loader shuts them down and joins them. One worker's, timed by the session after the
-    loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
-    cpus = max(1.0, _num(facts, "cpu_count") or 1.0)
-    return (_num(facts, "input_worker_stop_ms") or 0.0) * max(1.0, k / cpus)
-
-
-def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = None
-                   ) -> float | None:
-    """An epoch's start and end spread over its steps (ms per step), for the run's loader
-    or with ``change`` made: a loader with worker processes (not persistent) starts them
-    at every ``iter()`` and the loop waits for the first batch, and at the epoch's end it
-    shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
-    0 without workers or with persistent ones; None where it is not known.
-
-    The start: the run's own where the session saw one with these workers
-    (``dataloader_start_ms``). Else from the one worker the session started after the
-    loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
-    start-up and the hand-over of a copy of a batch) and a worker's batch
-    (``input_worker_batch_ms``): the training process forks its k workers one after
-    another and only then sends the first batch's indices, and the children's start-up
-    is CPU work too; the loop waits for the longest of: the forks and then a batch, one
-    worker's start and batch, and every child's start-up and first batch (each worker
-    makes one at once) over the CPUs. Without the fork timed, each start is taken
-    whole, one after another (an upper bound: on an H100 host, 16 workers on 64-batch
-    epochs were timed at 7.7-8.5 ms a step in all, where that bound alone gave 16 ms;
-    timed there with 4, 8 and 16 workers, slow_loader's iter() and first batch took 134,
-    146 and 226 ms where this gives 110, 150 and 230, the bound 192, 315 and 562).
-    On the 2-CPU VM (a 200 MB process, 17 ms batches) 2, 4 and 6 workers'
-    iter() and first batch took 49, 91 and 156 ms, where this gives 49, 96 and 144 (the
-    bound: 79, 140, 200); slow_loader's 40 ms batches 77, 146 and 173 ms, this 65, 121
-    and 182.
-    The end: the one worker's shut-down (``input_worker_stop_ms``), k of them spread over
-    the CPUs (slow_loader on the 2-CPU VM: 10, 16 and 24 ms for 2, 4 and 6 workers
-    where one took 8).
-    The steps the clock timed hold neither: a change of workers predicts the mean step
-    over an epoch, its start and end with it (a 64-batch epoch with 16 workers: its start
-    is a third of the step by the upper bound)."""
-    change = change or {}
-    k = change.get("num_workers", _num(facts, "dataloader_num_workers"))
-    keep = change.get("persistent_workers", facts.get("dataloader_persistent_workers"))
-    if not isinstance(k, int | float) or k <= 0 or keep is True:
-        return 0.0
-    n = _num(facts, "dataloader_epoch_batches")
-    if not n or n <= 0:
-        return None
-    cpus = max(1.0, _num(facts, "cpu_count") or 1.0)
-    stop = epoch_end_ms(facts, k)
-    if k == _num(facts, "dataloader_num_workers") and (
-            seen := _num(facts, "dataloader_start_ms")) is not None:
-        return (seen + stop) / n
-    one, batch = _num(facts, "input_worker_start_ms"), _num(facts, "input_worker_batch_ms")
-    hand = _num(facts, "input_worker_handover_ms") or 0.0
-    fork = _num(facts, "input_worker_fork_ms")
-    if one is None or batch is None:
-        return None
-    each = max(one - hand, 0.0)
-    if fork is None:
-        start = k * each + batch
-    else:
-        start = max(k * fork + batch + hand, one + batch, k * (each + batch) / cpus)
-    return (start + stop) / n
 
 
 class Predictor:
@@ -399,11 +311,11 @@ class Predictor:
         self.cache.clear()
         return changed
 
-    def predict_change(self, transform: Transform, change: Mapping[str, Any]
+    def predict_change(self, transform: Transform | GraphChange, change: Mapping[str, Any]
                        ) -> Prediction | str:
         """The step ``change`` (a TrainConfig change, exactly what autofix applies) gives,
-        through ``transform`` (a graph transform of :mod:`diagnose.stepmodel.transforms`); the
-        reason where the model cannot tell."""
+        through ``transform`` (a fix unit's :class:`~.transforms.Transform`); the reason
+        where the model cannot tell."""
         return self.predict_steps([(transform, change)])
 
     def per_step_saving(self, change: Mapping[str, Any], saved_ms: float) -> Prediction:
@@ -414,31 +326,30 @@ class Predictor:
         return Prediction(dict(change), ms, self.base_ms / ms,
                           (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
 
-    def predict_steps(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]]
+    def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:
         """The step several changes give together: each transform applied in turn to the
         graph the ones before it gave (a change kept by autofix, then the one it tries
-        next), the changes merged. Where a change moves CPU work (workers, torch's threads)
-        the step is no shorter than all CPU work per step over the cores; where it trades
-        accumulation for a larger batch, the time is per old step. No steps: the baseline."""
-        key = tuple((getattr(t, "__name__", repr(t)),
-                     tuple(sorted((k, repr(v)) for k, v in c.items()))) for t, c in steps)
+        next), the changes merged, and what each transform declares beyond the graph
+        (:meth:`_predict`). No steps: the baseline."""
+        made = [(as_transform(t), c) for t, c in steps]
+        key = tuple((t.name, tuple(sorted((k, repr(v)) for k, v in c.items())))
+                    for t, c in made)
         if key in self.cache:
             return self.cache[key]
-        made = self._predict(steps, self.facts)
-        if isinstance(made, str):
-            self.cache[key] = made
-            return made
-        change, base, ms, share = made
+        got = self._predict(made, self.facts)
+        if isinstance(got, str):
+            self.cache[key] = got
+            return got
+        change, base, ms, share = got
         lo, hi = ms, ms
         # a change that moves CPU work between torch's threads and workers is made at each
-        # end of the CPUs' capacity timings too (the point is at the most of them): three
-        # timings of one capture on the shared 2-vCPU development VM lay up to 1.34-2.0
-        # apart, and a split predicted at their median and at the most differed by up to 1.27x
+        # end of the CPUs' capacity timings too (the point is at the most of them: timings
+        # of one capture on a shared host lie far apart)
         span = (_num(self.facts, "cpu_capacity_min"), _num(self.facts, "cpu_capacity_max"))
-        if ("num_workers" in change or "intra_op_threads" in change) and None not in span:
+        if _moves_cpu(made, change) and None not in span:
             for cap in span:
-                at = self._predict(steps, {**self.facts, "cpu_capacity": cap})
+                at = self._predict(made, {**self.facts, "cpu_capacity": cap})
                 if not isinstance(at, str):
                     lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
@@ -450,7 +361,11 @@ class Predictor:
                  facts: Mapping[str, Any]
                  ) -> tuple[dict[str, Any], float, float, float | None] | str:
         """(the changes merged, the base step, the changed step, the loader's share: see
-        :class:`Prediction`) with ``facts``; the reason where the model cannot tell."""
+        :class:`Prediction`) with ``facts``; the reason where the model cannot tell. The
+        replayed ratio is taken per old step where a transform says how many one changed
+        step is (``per_step``); a change that moves CPU work is held at the CPU bound; the
+        costs outside the window a transform declares (``outside``) are added to both
+        sides. Each declaration counts once, whichever transforms share it."""
         g2 = self.g
         change: dict[str, Any] = {}
         given = facts
@@ -461,26 +376,39 @@ class Predictor:
             g2 = made
             change.update(part)
             # the next transform starts from the run this one made: its settings are now
-            facts = {**facts, **{name: v for k, v in part.items() for name in NOW.get(k, ())}}
+            facts = {**facts, **transform.now(part)}
         step2 = _step(g2) if steps else 0.0
         ratio = step2 / self.base_replay if self.base_replay > 0 and steps else 1.0
-        old_b, new_b = _num(given, "dataloader_batch_size"), change.get("batch_size")
-        if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
-            ratio /= new_b / old_b  # per step of the old size
+        for per_step in _declared(steps, "per_step"):
+            old_steps = per_step(change, given)
+            if old_steps is not None:
+                ratio /= old_steps
         ms = self.base_ms * ratio
-        if "num_workers" in change or "intra_op_threads" in change:
+        if _moves_cpu(steps, change):
             bound = cpu_bound_ms(self.g, g2, change, given)
             if bound is not None:
                 ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
         base = self.base_ms
-        if "num_workers" in change:
-            now, then = epoch_start_ms(given), epoch_start_ms(given, change)
-            if now is not None and then is not None:
-                base, ms = base + now, ms + then
+        for outside in _declared(steps, "outside"):
+            paid = outside(given, change)
+            if paid is not None:
+                base, ms = base + paid[0], ms + paid[1]
         period = g2.producer_period
         share = (None if math.isnan(period) or not steps or step2 <= 0
                  else min(1.0, period / 1e3 / step2))
         return change, base, ms, share
+
+
+def _moves_cpu(steps: Sequence[tuple[Transform, Mapping[str, Any]]],
+               change: Mapping[str, Any]) -> bool:
+    """Whether the merged ``change`` sets a field a transform says moves CPU work."""
+    return any(f in change for t, _ in steps for f in t.moves_cpu)
+
+
+def _declared(steps: Sequence[tuple[Transform, Mapping[str, Any]]], what: str) -> list[Any]:
+    """The transforms' declarations ``what`` (``per_step``, ``outside``), each once, in
+    the order of the steps."""
+    return list(dict.fromkeys(h for t, _ in steps if (h := getattr(t, what)) is not None))
 
 
 def _pick(models: list[tuple[int | None, StepModel | None]]) -> tuple[int | None, StepModel | None]:

@@ -330,7 +330,8 @@ def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> Non
     from diagnose.autofix import runner as tune
     from diagnose.autofix.stats import Interval
 
-    def fake_compare(self, a, b, label, *, rounds=None, bound=False, confirm=None):
+    def fake_compare(self, a, b, label, *, rounds=None, bound=False, confirm=None,
+                     deadline=None):
         if not bound:  # the trial: a clear win
             return tune.Comparison(10.0, 6.0, Interval(1.6, 1.4, 1.8, 0.95), 4, 12), None
         return (tune.Comparison(10.0, 11.8, Interval(0.85, 0.81, 0.89, 0.95), 10, 12),

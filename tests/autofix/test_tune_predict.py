@@ -46,7 +46,7 @@ def faked(monkeypatch):
     """Trials measure MEASURED; the before/after confirms. Records what was compared."""
     calls: list[tuple[str, object]] = []
 
-    def compare(self, a, b, label, *, rounds=None, bound=False, confirm=None):
+    def compare(self, a, b, label, *, rounds=None, bound=False, confirm=None, deadline=None):
         change = a.describe_change(b)
         if bound:  # the before/after
             return (tune.Comparison(10.0, 8.0, Interval(1.25, 1.2, 1.3, 0.95), 10, 12),

@@ -142,7 +142,7 @@ def test_a_ladder_rung_is_predicted_from_the_search_own_configs() -> None:
 
 def test_a_trial_after_kept_changes_is_predicted_with_them_in_the_model(tmp_path) -> None:
     """With the diagnosis' step model, the kept changes are in the model when the next
-    trial is predicted (tests/model/test_transforms.py's cpu_loader run, 2000 us fetch +
+    trial is predicted (tests/fixes/test_workers.py's cpu_loader run, 2000 us fetch +
     1000 us ops, 0.9 ms of collector pauses, 0.6 of them in the loading): after the
     batched fetch (3000 -> 1200 us, the loading's pauses gone with it) gc_freeze is
     predicted over it (1200 -> 900 us: the ops' 0.3 ms, 1.33x), not over the baseline
@@ -378,7 +378,7 @@ def test_a_trial_past_its_budget_share_still_gets_three_rounds() -> None:
 def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The capture timed the CPUs at 1.5 (a busy moment): one worker beside torch's thread
-    was predicted 3.0 -> 2.867 ms (tests/model/test_transforms.py). Before the trials the
+    was predicted 3.0 -> 2.867 ms (tests/fixes/test_workers.py). Before the trials the
     CPUs time 2.0: the fix's configs are predicted again at the most of all the timings
     (3.0 -> 2.2 ms), the range keeps the capture's 1.5 as its slow end, and the notes say
     so. A later timing below the most moves nothing but the range; a fix that moves no CPU

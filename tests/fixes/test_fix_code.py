@@ -135,7 +135,7 @@ def test_autofix_code_shows_the_users_dataloader_and_optimizer(monkeypatch) -> N
     from diagnose.autofix import runner as tune
     from diagnose.autofix.stats import Interval
 
-    def win(self, a, b, label, *, rounds=None, bound=False, confirm=None):
+    def win(self, a, b, label, *, rounds=None, bound=False, confirm=None, deadline=None):
         c = tune.Comparison(10.0, 5.0, Interval(2.0, 1.8, 2.2, 0.95), 4, 12)
         return c, (tune.Bound(1.0, 4.0, b) if bound else None)
 

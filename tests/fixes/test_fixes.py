@@ -123,13 +123,22 @@ def test_batch_fixes_keep_the_effective_batch() -> None:
 
 
 def test_loader_kwargs_are_valid_for_a_real_dataloader() -> None:
+    """The realisations' keyword arguments for a rebuilt DataLoader: torch refuses invalid
+    combinations (persistent_workers or prefetch_factor without workers)."""
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
+    from diagnose.fixes import REALISATIONS
+    from diagnose.fixes.realise import loader_kwargs
+
     ds = torch.utils.data.TensorDataset(torch.zeros(8, 2))
+    orig = DataLoader(ds, batch_size=2)
     for cfg in (TrainConfig(persistent_workers=True, prefetch_factor=4),
-                TrainConfig(num_workers=1)):
-        DataLoader(ds, batch_size=2, **cfg.loader_kwargs())  # torch refuses invalid combinations
+                TrainConfig(num_workers=1), TrainConfig(batched_fetch=True, num_workers=1)):
+        kw = loader_kwargs(REALISATIONS, cfg, orig)
+        assert kw["num_workers"] == cfg.num_workers
+        assert ("prefetch_factor" in kw) == (cfg.num_workers > 0)
+        DataLoader(ds, **kw)
 
 
 def test_a_broken_condition_is_reported_not_raised() -> None:

@@ -1,23 +1,36 @@
-"""The fix catalog, one module per rule category (as ``rules/<category>.toml``).
+"""The fix catalog: one module per fix or family of fixes, named after what they change.
 
-Each module declares its fixes as small units (:class:`~diagnose.fixes.unit.Fix` or a
-subclass) and registers them in its ``FIXES`` tuple; :data:`MODULES` lists the modules
-the registry reads. A test fails when a module here is not in :data:`MODULES`, or a unit
-declared in a module is not in its ``FIXES``.
+Each module holds whole units: the fixes (:class:`~diagnose.fixes.unit.Fix` or a
+subclass, each with its rule ``category``), their transforms of the step model, and the
+trial's realisations of the config fields they change; it registers them in its ``FIXES``
+(and ``REALISATIONS``) tuples. :data:`MODULES` lists the modules the registry reads. A test
+fails when a module here is not in :data:`MODULES`, a unit declared in a module is not in
+its ``FIXES``, or a part of a unit lives in another module.
 
-Adding a fix: declare it in the module of its category and add it to that module's
-``FIXES``. An automatic fix also needs its :class:`~diagnose.fixes.config.TrainConfig`
-field and the trial's realisation of that field (``diagnose/autofix/trial.py``).
+Adding a fix: CONTRIBUTING.md, "A fix".
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from . import communication, config, imbalance, input, launch, memory, precision, sync, transfer
+from . import (
+    communication,
+    config,
+    fetch,
+    imbalance,
+    input,
+    launch,
+    memory,
+    precision,
+    sync,
+    threads,
+    transfer,
+    workers,
+)
 
 #: The catalog modules the registry reads, in the order fixes are listed.
-MODULES: tuple[ModuleType, ...] = (input, transfer, sync, launch, precision, memory,
-                                   communication, imbalance, config)
+MODULES: tuple[ModuleType, ...] = (workers, input, threads, fetch, transfer, sync, launch,
+                                   precision, memory, communication, imbalance, config)
 
 __all__ = ["MODULES"]

@@ -1,15 +1,108 @@
-"""Config fixes: settings of the optimizer, zero_grad and cuDNN."""
+"""Config fixes: settings of the optimizer, zero_grad, cuDNN and the garbage collector.
+
+The models: a foreach/fused optimizer collapses per-parameter launches into a few
+multi-tensor ones (its kernels' total time stays); ``set_to_none`` removes the gradient
+fills; ``gc.freeze()`` removes the full collections' pauses the session timed on the
+training thread. cuDNN's autotuned algorithms are not in the trace: no prediction.
+
+In a trial: the rebuilt optimizer's ``fused``/``foreach`` flags, zero_grad's
+``set_to_none``, and two process-wide settings put back after it: cudnn.benchmark, and
+``gc.collect(); gc.freeze()`` (never undoing a freeze the user made).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+import math
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ...stepmodel import transforms as tr
+import numpy as np
+
+from ...stepmodel.calibration import (
+    ADAM_KERNELS_PER_PARAM,
+    FOREACH_MIN_LAUNCHES,
+    FOREACH_PARAMS_PER_LAUNCH,
+)
+from ...stepmodel.graph import DEVICE_TASKS, Graph, Tag, TaskKind
+from ...stepmodel.host import loading_ms, loading_pauses, num, per_step
+from ...stepmodel.transforms import cannot, transform
 from ..code import GENERIC_NOTE, Setup, optimizer_call
 from ..config import TrainConfig
 from ..facts import cuda
+from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
+
+
+@transform()
+def foreach_optimizer(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Per-parameter launches collapse into a few multi-tensor ones: the optimizer's host
+    work shrinks by launches-after / launches-before (parameters counted from the launches
+    at :data:`ADAM_KERNELS_PER_PARAM`, :data:`FOREACH_PARAMS_PER_LAUNCH` of them a launch);
+    its kernels' total time stays."""
+    opt = (g.tag & int(Tag.OPTIMIZER)) > 0
+    launches = opt & g.is_kind(TaskKind.LAUNCH)
+    n = float(per_step(g, launches, np.ones(len(g))).mean())
+    if n < 2 * FOREACH_PARAMS_PER_LAUNCH / 8:
+        return "the optimizer already launches few kernels"
+    params = n / ADAM_KERNELS_PER_PARAM
+    after = max(FOREACH_MIN_LAUNCHES,
+                math.ceil(params / FOREACH_PARAMS_PER_LAUNCH) * ADAM_KERNELS_PER_PARAM)
+    if after >= n:
+        return "the optimizer already launches few kernels"
+    host = opt & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH) & (g.res == g.main)
+    return g.scale(host, after / n)
+
+
+@transform()
+def set_to_none(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """zero_grad(set_to_none=True): the fills go, host and device."""
+    zero = (g.tag & int(Tag.ZERO_GRAD)) > 0
+    work = zero & g.is_kind(TaskKind.LAUNCH, *DEVICE_TASKS)
+    if not work.any():
+        return "optimizer.zero_grad() launches no fills"
+    out = g.copy()
+    out.dur[zero & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)] = 0.0
+    return out.remove_tasks(zero & g.is_kind(*DEVICE_TASKS))
+
+
+@transform()
+def remove_gc_pauses(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """``gc.freeze()``: the full (generation 2) collections' pauses on the training thread
+    go. A full collection walks every object the collector tracks, and after the freeze
+    those are out of its reach; a young collection walks only the objects made since the
+    last one, which the freeze does not change, so its pauses stay. The session timed the
+    pauses per step (``gc_pause_full_ms``, a mean over the unprofiled steps;
+    ``gc_pause_ms`` for all of them where a capture did not split them) and which of them
+    fell inside the loop's wait for a batch (``gc_pause_full_loader_ms``,
+    ``gc_pause_loader_ms``). Those come off the in-process loading, the share of it the
+    clock measured them to be, and the loading then holds none (``Graph.loading_gc``; after
+    a batched fetch it holds none already). The others come off the main thread's own work
+    (ops, launches), in proportion (a pause lands on whichever allocation trips it)."""
+    full = num(facts, "gc_pause_full_ms")
+    pause = full if full is not None else num(facts, "gc_pause_ms")
+    if pause is None:
+        return ("cannot tell: the collector's pauses were not timed (a live capture times "
+                "them)")
+    if pause <= 0:
+        return ("the collector made no full collection on the training thread"
+                if full is not None else "the collector did not pause the training thread")
+    main = g.res == g.main
+    fetch = main & g.is_kind(TaskKind.FETCH)
+    out, rest = g, pause
+    own_kinds: tuple[TaskKind, ...] = (TaskKind.HOST, TaskKind.LAUNCH, TaskKind.FETCH)
+    inside = loading_pauses(facts)
+    if inside is not None and fetch.any():
+        made = loading_ms(facts) or 0.0
+        if made > 0 and inside > 0 and g.loading_gc > 0:
+            out = out.scale(fetch, 1.0 - g.loading_gc * inside / made)
+            out.loading_gc = 0.0
+        rest, own_kinds = pause - inside, (TaskKind.HOST, TaskKind.LAUNCH)
+    host = main & out.is_kind(*own_kinds)
+    own = float(per_step(out, host, out.dur).mean()) / 1e3 if out.n_steps else 0.0
+    if rest > 0 and own > 0:
+        out = out.scale(host, max(0.0, own - rest) / own)
+    return out
 
 
 class ForeachOptimizer(Fix):
@@ -56,7 +149,7 @@ class CudnnBenchmark(Fix):
 
 FOREACH_OPTIMIZER = ForeachOptimizer(
     "foreach_optimizer", "Multi-tensor (foreach) or fused optimizer", category="config",
-    transform=tr.foreach_optimizer,
+    transform=foreach_optimizer, fields=("optimizer_fused", "optimizer_foreach"),
     auto=True,
     needs="an optimizer not already foreach or fused")
 
@@ -66,7 +159,7 @@ optimizer.zero_grad(set_to_none=False)
 # after: gradients are simply dropped (the default since PyTorch 2.0)
 optimizer.zero_grad(set_to_none=True)
 """, category="config", auto=True, change={"zero_grad_set_to_none": True},
-    transform=tr.set_to_none)
+    transform=set_to_none)
 
 CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest convolution "
                                  "algorithm", """
@@ -74,7 +167,7 @@ CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest 
 # after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
 torch.backends.cudnn.benchmark = True
 """, category="config", auto=True, change={"cudnn_benchmark": True},
-    transform=tr.cannot("cannot tell: cuDNN's autotuned algorithms are not in the trace"),
+    transform=cannot("cannot tell: cuDNN's autotuned algorithms are not in the trace"),
     needs="a convolution net on a CUDA device")
 
 
@@ -99,8 +192,55 @@ gc.collect()
 gc.freeze()
 for x, y in loader:
     ...
-""", category="config", auto=True, change={"gc_freeze": True}, transform=tr.remove_gc_pauses,
+""", category="config", auto=True, change={"gc_freeze": True}, transform=remove_gc_pauses,
     needs="a live capture that timed the collector's pauses")
 
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK, GC_FREEZE)
+
+
+# ---------------------------------------------------------------------- in a trial
+def _kernels(cfg: TrainConfig, flags: Kwargs, accepted: Collection[str]) -> None:
+    """The optimizer's fused or foreach flag, where its class takes it (one on turns the
+    other to torch's default)."""
+    if cfg.optimizer_fused is not None and "fused" in accepted:
+        flags["fused"] = cfg.optimizer_fused
+        if cfg.optimizer_fused:
+            flags["foreach"] = None
+    if cfg.optimizer_foreach is not None and "foreach" in accepted:
+        flags["foreach"] = cfg.optimizer_foreach
+        if cfg.optimizer_foreach:
+            flags["fused"] = None
+
+
+def _zero_grad(cfg: TrainConfig, parts: StepParts) -> None:
+    parts.zero_grad["set_to_none"] = cfg.zero_grad_set_to_none
+
+
+def _cudnn_benchmark(cfg: TrainConfig, model: Any, optimizer: Any) -> Callable[[], None]:
+    """cudnn.benchmark as the config says for the trial; the undo puts it back."""
+    import torch
+
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+
+    def undo() -> None:
+        torch.backends.cudnn.benchmark = before
+    return undo
+
+
+def _gc_freeze(cfg: TrainConfig, model: Any, optimizer: Any) -> Callable[[], None] | None:
+    """Collect, then freeze what is left, where the config asks and nothing is frozen yet
+    (a freeze of the user's own is never undone); the undo unfreezes."""
+    if not cfg.gc_freeze or gc.get_freeze_count() != 0:
+        return None
+    gc.collect()
+    gc.freeze()
+    return gc.unfreeze
+
+
+#: How a trial makes this module's fields real.
+REALISATIONS = (Realisation(("optimizer_fused", "optimizer_foreach"), optimizer=_kernels),
+                Realisation(("zero_grad_set_to_none",), step=_zero_grad),
+                Realisation(("cudnn_benchmark",), process=_cudnn_benchmark),
+                Realisation(("gc_freeze",), process=_gc_freeze))

@@ -1,9 +1,18 @@
-"""Memory fixes: a step that does not fit, or fits only just."""
+"""Memory fixes: a step that does not fit, or fits only just.
+
+In a trial, the micro-batch (``batch_size``) is the rebuilt DataLoader's batch size over
+the user's own sampler (or batch sampler, whose size cannot change), and
+``grad_accum_steps`` the forward/backward passes per optimizer step, the loss divided by
+their number; larger_batch (launch.py) changes both fields too.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..code import GENERIC_NOTE, Setup, loader_call
 from ..config import TrainConfig, micro_batches
+from ..realise import CannotRealise, Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
 
 
@@ -42,7 +51,8 @@ class GradAccumulation(Fix):
 
 GRAD_ACCUMULATION = GradAccumulation(
     "grad_accumulation", "Smaller micro-batch with gradient accumulation", category="memory",
-    auto=True, needs="a batch that does not fit (out of memory)")
+    auto=True, fields=("batch_size", "grad_accum_steps"),
+    needs="a batch that does not fit (out of memory)")
 
 ACTIVATION_CHECKPOINTING = Fix(
     "activation_checkpointing", "Recompute activations in backward instead of storing them",
@@ -63,3 +73,38 @@ os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (GRAD_ACCUMULATION, ACTIVATION_CHECKPOINTING, EXPANDABLE_SEGMENTS)
+
+
+# ---------------------------------------------------------------------- in a trial
+def _users_batching(cfg: TrainConfig, orig: Any) -> Kwargs:
+    """The user's own batching at the config's micro-batch: the loader's own BatchSampler
+    over its sampler, the user's batch sampler (its size cannot change), or none (the
+    dataset yields batches)."""
+    from torch.utils.data import IterableDataset
+
+    iterable = isinstance(orig.dataset, IterableDataset)
+    kw: Kwargs = {}
+    if orig.batch_size is not None:  # the loader made its own BatchSampler
+        kw["batch_size"] = cfg.batch_size or orig.batch_size
+        kw["drop_last"] = orig.drop_last
+        if not iterable:
+            kw["sampler"] = orig.sampler
+    elif orig.batch_sampler is not None:  # the user's own batch sampler
+        if cfg.batch_size is not None:
+            raise CannotRealise("the DataLoader uses its own batch_sampler: autofix cannot "
+                                "change its batch size")
+        kw["batch_sampler"] = orig.batch_sampler
+    else:  # automatic batching off: the dataset yields batches
+        kw["batch_size"] = None
+        if not iterable:
+            kw["sampler"] = orig.sampler
+    return kw
+
+
+def _accumulate(cfg: TrainConfig, parts: StepParts) -> None:
+    parts.micro_batches = cfg.grad_accum_steps
+
+
+#: How a trial makes this module's fields real.
+REALISATIONS = (Realisation(("batch_size",), batching=_users_batching, fallback=True),
+                Realisation(("grad_accum_steps",), step=_accumulate))

@@ -1,11 +1,58 @@
-"""Precision fixes: fp32 math where tensor cores could do it in lower precision."""
+"""Precision fixes: fp32 math where tensor cores could do it in lower precision.
+
+The model of AMP: fp32 GEMM/convolution kernels run ``tensor_core_speedup`` x faster (half
+the datasheet peak ratio of the GPU, at most 4x: metrics/precision); other fp32 kernels
+outside the optimizer are memory-bound and move half the bytes. The NHWC kernels
+channels_last would run are not in the trace: no prediction.
+
+In a trial: AMP runs the forward and loss under ``torch.autocast`` (fp16 with a GradScaler:
+bf16 has fp32's range); channels_last relays the model's 4-D parameters and buffers (and
+the optimizer's state that matches them) in place for the trial and back after, and the
+step's 4-D floating inputs.
+"""
 
 from __future__ import annotations
 
-from ...stepmodel import transforms as tr
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
+from ...stepmodel.graph import Graph, Tag, TaskKind
+from ...stepmodel.host import num
+from ...stepmodel.transforms import cannot, transform
 from ..config import TrainConfig
 from ..facts import cuda
+from ..realise import Realisation, StepParts
 from ..unit import Facts, Fix
+
+_GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolve|winograd|"
+                   r"convolve|_fprop|wgrad|dgrad|conv2d|conv_|cudnn_.*(conv|infer|train)",
+                   re.IGNORECASE)
+_FP32_SIMT = re.compile(r"sgemm|scudnn|_simt_|<float, float|<float,\s*float|_ffma_|"
+                        r"f32f32_f32f32_f32|winograd.*<float|engine<float", re.IGNORECASE)
+_FP32_NAME = re.compile(r"\bfloat\b|<float|float>|f32", re.IGNORECASE)
+
+
+@transform()
+def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """fp32 GEMM/convolution kernels run tensor_core_speedup x faster; other fp32 kernels
+    outside the optimizer are memory-bound and take :data:`AMP_MEMORY_BOUND_SCALE` of their
+    time in bf16/fp16."""
+    tc = num(facts, "tensor_core_speedup")
+    if tc is None:
+        return "cannot tell: no tensor-core speedup is known for this device"
+    kern = g.is_kind(TaskKind.KERNEL)
+    simt = kern & g.name_mask(lambda n: bool(_GEMM.search(n)) and bool(_FP32_SIMT.search(n)))
+    if not simt.any():
+        return "no fp32 GEMM/convolution kernels in the profiled steps"
+    other = (kern & ~g.name_mask(lambda n: bool(_GEMM.search(n)))
+             & g.name_mask(lambda n: bool(_FP32_NAME.search(n)))
+             & ((g.tag & int(Tag.OPTIMIZER)) == 0))
+    out = g.scale(simt, 1 / tc)
+    out.dur[other] *= AMP_MEMORY_BOUND_SCALE
+    return out
+
 
 
 class Amp(Fix):
@@ -38,7 +85,7 @@ with torch.autocast("cuda", dtype=torch.float16):
     loss = loss_fn(model(x), y)
 scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
 """, category="precision", auto=True, needs="a CUDA device and an fp32 step",
-    transform=tr.amp)
+    transform=amp, fields=("amp_dtype",))
 
 CHANNELS_LAST = ConvNetOnCuda("channels_last", "channels_last memory format for convolution "
                               "nets", """
@@ -48,8 +95,76 @@ model = model.cuda()
 model = model.cuda().to(memory_format=torch.channels_last)
 x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
 """, category="precision", auto=True, change={"channels_last": True},
-    transform=tr.cannot("cannot tell: the NHWC kernels' times are not in the trace"),
+    transform=cannot("cannot tell: the NHWC kernels' times are not in the trace"),
     needs="a convolution net on a CUDA device")
 
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (AMP, CHANNELS_LAST)
+
+
+# ---------------------------------------------------------------------- in a trial
+def _autocast(cfg: TrainConfig, parts: StepParts) -> None:
+    """The forward and loss under autocast to ``amp_dtype``; fp16 scales the loss."""
+    if not cfg.amp_dtype:
+        return
+    import torch
+
+    dtype, device_type = getattr(torch, cfg.amp_dtype), parts.device.type
+    parts.forward.append(lambda: torch.autocast(device_type, dtype=dtype))
+    if cfg.uses_grad_scaler:
+        parts.scaler = torch.amp.GradScaler(device_type)
+
+
+def _relayout_state(optimizer: Any, relaid: list[Any], fmt: Any) -> None:
+    """The optimizer's state tensors shaped as a relaid parameter, in ``fmt`` (fused and
+    foreach kernels want matching strides)."""
+    for p in relaid:
+        st = optimizer.state.get(p)
+        for k, v in (st or {}).items():
+            if hasattr(v, "shape") and v.shape == p.shape and v.dim() == 4:
+                st[k] = v.contiguous(memory_format=fmt)
+
+
+def _channels_last(cfg: TrainConfig, model: Any, optimizer: Any
+                   ) -> Callable[[], None] | None:
+    """The model's 4-D parameters and buffers relaid in channels_last in place (the same
+    tensor objects, new strides), and the optimizer's matching state; the undo lays them
+    out contiguous again."""
+    if not cfg.channels_last:
+        return None
+    import torch
+
+    cl = torch.channels_last
+    relaid: list[Any] = []
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.dim() == 4 and not t.is_contiguous(memory_format=cl):
+            with torch.no_grad():  # same tensor object, new strides
+                t.set_(t.contiguous(memory_format=cl))
+            relaid.append(t)
+    _relayout_state(optimizer, relaid, cl)
+
+    def undo() -> None:
+        if relaid:
+            _relayout_state(optimizer, relaid, torch.contiguous_format)
+        with torch.no_grad():
+            for t in relaid:
+                t.set_(t.contiguous())
+    return undo
+
+
+def _channels_last_inputs(cfg: TrainConfig, parts: StepParts) -> None:
+    if not cfg.channels_last:
+        return
+    import torch
+
+    def relaid(t: Any) -> Any:
+        if t.dim() == 4 and t.is_floating_point():
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+    parts.inputs.append(relaid)
+
+
+#: How a trial makes this module's fields real.
+REALISATIONS = (Realisation(("amp_dtype",), step=_autocast),
+                Realisation(("channels_last",), process=_channels_last,
+                            step=_channels_last_inputs))

@@ -1,0 +1,152 @@
+"""The threads split: torch's intra-op threads and the DataLoader's workers share the CPUs.
+
+The model: the main process's own work on ``t`` threads takes as much longer as the
+forward and backward the session timed on one thread and on torch's threads says
+(:func:`~diagnose.stepmodel.host.thread_scale`, Amdahl); the workers' side is the workers'
+transform (:mod:`.workers`), run on the CPUs as the new threads leave them. Without that
+timing, the process's measured CPU less its in-process loading is read as the threads its
+ops kept busy, each op taken to scale with them (an idle-spinning pool counts as busy), and
+the prediction is a bound. A trial sets torch's thread count (``torch.set_num_threads``)
+for its run and puts it back after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...stepmodel.calibration import THREADS_LOADING_MAX
+from ...stepmodel.graph import Graph, TaskKind
+from ...stepmodel.host import free_contention, main_host_ms, num, per_step, thread_scale
+from ...stepmodel.transforms import transform
+from ..code import AFFINITY, Setup, loader_call
+from ..config import TrainConfig
+from ..facts import count, cpus
+from ..realise import Realisation
+from ..unit import Facts, Fix
+from .workers import epoch_costs
+from .workers import num_workers as workers_transform
+
+
+@transform(sets={"num_workers": ("dataloader_num_workers",),
+                 "intra_op_threads": ("torch_num_threads", "intra_op_threads")},
+           moves_cpu=frozenset({"num_workers", "intra_op_threads"}), outside=epoch_costs)
+def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """torch on ``intra_op_threads`` threads beside ``num_workers`` workers (module doc).
+    The share of the main thread's work the timed forward and backward stand for is taken
+    of that work freed of the contention the run has now (the timing was made alone). The
+    CPU bound is the Predictor's (``moves_cpu``)."""
+    now = num(facts, "intra_op_threads", "torch_num_threads")
+    t = change.get("intra_op_threads")
+    if now is None or not isinstance(t, int):
+        return "cannot tell: torch's thread count is not known (a live capture records it)"
+    scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts)))
+    if scale is None:
+        used = now
+        pct = num(facts, "proc_cpu_mean_pct")
+        step = float(g.steps_measured.mean()) if g.n_steps else 0.0
+        if pct is not None and step > 0:
+            loading = float(per_step(g, g.is_kind(TaskKind.FETCH), g.dur).mean()) / step
+            if loading < THREADS_LOADING_MAX:
+                used = min(now, max(1.0, (pct / 100 - loading) / (1 - loading)))
+        scale = max(1.0, used / t)
+    # the main thread's work on its new threads first: the workers' side then shares the
+    # CPUs with it as it will run
+    out = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), scale)
+    if "num_workers" in change:
+        made = workers_transform(out, change, facts)
+        if isinstance(made, str) and not made.startswith("cannot tell: nothing changes"):
+            return made
+        out = out if isinstance(made, str) else made
+    return out
+
+
+class Threads(Fix):
+    """torch's intra-op threads and the loader's workers share the CPUs: split them.
+
+    Candidates: each worker count ``w`` of 1, 2, 4, ... up to half the CPUs (and the
+    current count) with torch on the ``CPUs - w`` CPUs left, and as many workers as CPUs
+    with torch on one thread (where the main process mostly waits for its batches, its
+    second thread only competes with them); never the current split. Autofix measures them
+    in the order of their predictions."""
+
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        n = cpus(facts)
+        return (n is not None and n >= 2 and count(facts, "torch_num_threads") is not None
+                and facts.get("iterable_dataset") is not True)
+
+    def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
+        """A point prediction where the session timed the forward on one thread; without
+        that, the thread pool's CPU is read as work and the prediction is a bound."""
+        bound = thread_scale(facts, 1) is None
+        return dataclasses.replace(self, predicts_at_least=bound).predict_as_fix(
+            predictor, config, facts)
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        n, threads = cpus(facts), count(facts, "torch_num_threads")
+        if n is None or threads is None or n < 2:
+            return []
+        now = config.intra_op_threads or threads
+        ws, k = set(), 1
+        while k <= max(1, n // 2):
+            ws.add(k)
+            k *= 2
+        if 0 < config.num_workers < n:
+            ws.add(config.num_workers)
+        ws.add(n)  # every CPU to the workers, torch on one thread (the main process mostly waits)
+        out = [config.replace(num_workers=w, intra_op_threads=max(1, n - w)) for w in sorted(ws)]
+        return [c for c in out
+                if (c.num_workers, c.intra_op_threads) != (config.num_workers, now)]
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        threads, nw, n = (count(metrics, "torch_num_threads"),
+                          count(metrics, "dataloader_num_workers"), cpus(metrics))
+        if threads is None or nw is None or n is None or nw < 1 or threads + nw > n:
+            return None  # no workers yet: nothing is split, the fix would add one
+        return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"
+
+    def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        if spec is None:
+            return self.code  # the generic template
+        n = spec.num_workers or 1
+        before = loader_call(spec, prefix="loader = ")
+        after = loader_call(spec, spec.config().replace(num_workers=n), show=["num_workers"],
+                            prefix="loader = ")
+        who = (f"the DataLoader's {n} worker{'s' if n > 1 else ''}" if spec.num_workers
+               else "the loading done in the training process")
+        return "\n".join([
+            f"# before: torch's intra-op threads (one per CPU) compete with {who}", before,
+            "# after: the workers keep their CPUs, torch's math gets the rest (measure "
+            "both ways)", f"torch.set_num_threads(max(1, {AFFINITY} - {n}))", after])
+
+
+THREADS = Threads("threads", "Split the CPUs between torch's threads and the loader's workers",
+                  f"""
+# before: torch's intra-op threads (one per CPU) compete with the DataLoader's workers
+loader = DataLoader(dataset, ..., num_workers=workers)
+# after: the workers keep their CPUs, torch's math gets the rest (measure both ways)
+torch.set_num_threads(max(1, {AFFINITY} - workers))
+loader = DataLoader(dataset, ..., num_workers=workers)
+""", category="input", auto=True, transform=threads, predicts_at_least=True,
+                  fields=("num_workers", "intra_op_threads"),
+                  needs="2 or more CPUs, torch's thread count and a map-style dataset")
+
+#: The registered units of this module (a test checks that each one declared is here).
+FIXES = (THREADS,)
+
+
+def _set_threads(cfg: TrainConfig, model: Any, optimizer: Any) -> Callable[[], None] | None:
+    """torch on ``intra_op_threads`` threads for the trial (None: as it is); the undo."""
+    if cfg.intra_op_threads is None:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.intra_op_threads)
+    return lambda: torch.set_num_threads(before)
+
+
+#: How a trial makes this module's fields real.
+REALISATIONS = (Realisation(("intra_op_threads",), process=_set_threads),)

@@ -1,0 +1,556 @@
+"""Worker fixes: the DataLoader's worker processes: how many, kept alive, how deep a queue.
+
+The model (DESIGN.md, "Transforms"): k workers are a producer of batches on min(k, CPUs)
+cores (k for loading that waits), each batch costing what the run measured for one (its
+in-process fetch and collate at the loop's pace, a batch timed as a worker makes it, or
+the workers' own CPU); the main process receives each batch (the hand-over) instead of
+making it, and the CPU sharing of :mod:`diagnose.stepmodel.host` slows both sides where
+busy workers and torch's threads oversubscribe the cores. An epoch's start and end (forking
+and joining workers that are not persistent) are paid outside the profiled window, per
+epoch; the transform declares them. A trial realises the three fields as the rebuilt
+DataLoader's keyword arguments (torch takes persistent_workers and prefetch_factor only
+with worker processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...stepmodel.calibration import (
+    BURST_FLOOR_MS,
+    BURST_RATIO,
+    BURST_WAIT_MS,
+    GC_PAUSE_SHARE_MAX,
+    IO_BOUND_PCT,
+    LOADER_BOUND_WAIT,
+    PACE_BOUNDS,
+    SHM_GBPS,
+    WORKER_AGREES,
+)
+from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
+from ...stepmodel.host import (
+    batch_bytes,
+    busy_threads,
+    cpus_for_workers,
+    free_contention,
+    num,
+    per_step,
+    shared,
+    slowed,
+    worker_share,
+)
+from ...stepmodel.transforms import transform
+from ...values import as_number
+from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
+from ..config import TrainConfig
+from ..facts import count, cpus, cpus_saturated
+from ..realise import Kwargs, Realisation
+from ..unit import SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
+
+
+# ---------------------------------------------------------------------- the worker search
+def too_many_workers(config: TrainConfig, facts: Facts) -> bool:
+    """More DataLoader workers than the CPUs this process may use, or workers on CPUs the
+    diagnosis saw saturated: fewer workers may be faster (searched downward)."""
+    n = cpus(facts)
+    return n is not None and config.num_workers > 0 and (
+        config.num_workers > n or cpus_saturated(facts))
+
+
+def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+    """num_workers candidates, measured in this order.
+
+    Upward (fewer workers than CPUs): 1, 2, 4, ... and the CPU count itself above the
+    current value, never more workers than CPUs this process may use. Downward (more
+    workers than CPUs, or the CPUs saturated; :func:`too_many_workers`): the CPU count,
+    one less, half, 1 and 0 below the current value (0: batches made in the training
+    process, no inter-process transfer at all).
+    """
+    n = cpus(facts)
+    if n is None:
+        return []
+    if too_many_workers(config, facts):
+        down = {n, n - 1, n // 2, 1, 0}
+        return [config.replace(num_workers=v) for v in sorted(down, reverse=True)
+                if 0 <= v < config.num_workers]
+    values, k = set(), 1
+    while k <= n:
+        values.add(k)
+        k *= 2
+    values.add(n)
+    return [config.replace(num_workers=v) for v in sorted(values) if v > config.num_workers]
+
+
+class _WorkerSearch(Fix):
+    """num_workers searched on a ladder: upward from the measured need, or downward."""
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        return worker_ladder(config, facts)
+
+    def search_mode(self, config: TrainConfig, candidates: list[TrainConfig]) -> str:
+        down = bool(candidates) and candidates[0].num_workers < config.num_workers
+        return SEARCH_DESCEND if down else SEARCH_CLIMB
+
+    def search_start(self, config: TrainConfig, candidates: list[TrainConfig], *,
+                     input_ms: float, compute_ms: float) -> int:
+        """The first rung with the workers input needs to keep up with compute: one
+        worker's time per step's batches (``input_ms`` x the workers that made it) over
+        the compute-only step time, within 1..the top rung."""
+        if not candidates:
+            return 0
+        per_worker = input_ms * max(1, config.num_workers)
+        top = candidates[-1].num_workers
+        need = max(1, min(top, math.ceil(per_worker / max(compute_ms, 1e-6))))
+        return next((i for i, c in enumerate(candidates) if c.num_workers >= need),
+                    len(candidates) - 1)
+
+
+def _workers(m: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    return count(m, "dataloader_num_workers"), cpus(m)
+
+
+class NumWorkers(_WorkerSearch):
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        n = cpus(facts)
+        return n is not None and facts.get("iterable_dataset") is not True and (
+            config.num_workers < n or too_many_workers(config, facts))
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        nw, n = _workers(metrics)
+        if nw is None or n is None or nw != some_workers(n):
+            return None
+        if n == 1:
+            return "1 CPU: no core to spare for a worker process"
+        return f"num_workers={nw} already: min(8, CPUs - 1) on {n} CPUs"
+
+    def render(self, setup: Setup | None) -> str:
+        return loader_change(setup, "", "workers prepare batches in parallel with the "
+                             "training step", lambda c: c, generic=TrainConfig(),
+                             override={"num_workers": SOME_WORKERS})
+
+
+class NumWorkersCap(_WorkerSearch):
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        n = cpus(facts)
+        return n is not None and config.num_workers > n and \
+            facts.get("iterable_dataset") is not True
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        nw, n = _workers(metrics)
+        if nw is None or n is None or nw > max(0, n - 1):
+            return None
+        if nw == 0:
+            return "num_workers=0: no worker processes to cap"
+        return f"num_workers={nw} already leaves a CPU of {n} to the training process"
+
+    def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        if spec is not None and not spec.num_workers:
+            setup = spec = None  # no workers to cap: the generic example
+        n = spec.num_workers if spec is not None else 32
+        return loader_change(setup, "workers fight for the CPUs (and with the training "
+                             "process)", "at most the CPUs; fewer (even 0) can be faster: "
+                             "measure", lambda c: c, generic=TrainConfig(num_workers=32),
+                             override={"num_workers": f"min({n}, {AFFINITY} - 1)"})
+
+
+class PersistentWorkers(Fix):
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return config.num_workers > 0 and not config.persistent_workers
+
+    def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
+        """Each epoch starts its workers again: the loop waits for ``iter()`` and the first
+        batch (``dataloader_start_ms``, as the session saw an epoch start with the run's
+        workers; for another worker count, or where none was seen, one worker started
+        after the loop, ``input_worker_start_ms``), where live workers would make
+        only that batch (``input_inprocess_batch_ms``; a run without workers: its own
+        fetch and collate per batch). The difference, once per epoch
+        (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
+        end (the workers shut down and joined: :func:`epoch_end_ms`). The profiled window
+        holds no epoch start, so this is not a replay of the graph."""
+        if not self.applies(config, facts):
+            return self.why_not(config, facts) or "nothing left to change"
+        # the loop's own epoch start where it had these workers; else one worker's
+        # (processes start one after another in iter(): fewer workers start sooner)
+        same = as_number(facts.get("dataloader_num_workers")) == config.num_workers
+        start = as_number(facts.get("dataloader_start_ms")) if same else None
+        if start is None:
+            start = as_number(facts.get("input_worker_start_ms"))
+        n = as_number(facts.get("dataloader_epoch_batches"))
+        batch = as_number(facts.get("input_inprocess_batch_ms"))
+        if batch is None:
+            made = [as_number(facts.get(k)) for k in ("input_fetch_ms", "input_collate_ms")]
+            batch = None if None in made else sum(x or 0.0 for x in made)
+        if start is None:
+            return "cannot tell: no worker start was timed (a live capture times one)"
+        if not n or n <= 0:
+            return "cannot tell: the batches of an epoch are not known (len(loader))"
+        if batch is None:
+            return ("cannot tell: what one batch costs a worker was not timed (a live "
+                    "capture with workers times it)")
+        end = epoch_end_ms(facts, config.num_workers)
+        p = predictor.per_step_saving({"persistent_workers": True},
+                                      (start + end - batch) / n)
+        return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
+                                                   p.speedup),))
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        if metrics.get("dataloader_persistent_workers") is True:
+            return "persistent_workers=True already"
+        return None
+
+    def render(self, setup: Setup | None) -> str:
+        return loader_change(setup, "", "no worker start-up stall at every epoch",
+                             lambda c: c.replace(persistent_workers=True),
+                             generic=TrainConfig(num_workers=4), needs_workers=True)
+
+
+def _more_prefetch(c: TrainConfig) -> TrainConfig:
+    return c.replace(prefetch_factor=max(4, 2 * (c.prefetch_factor or 2)))
+
+
+class PrefetchFactor(Fix):
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return config.num_workers > 0
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        return [_more_prefetch(config)]
+
+    def render(self, setup: Setup | None) -> str:
+        def more(c: TrainConfig) -> TrainConfig:
+            return _more_prefetch(c.replace(num_workers=c.num_workers or 1))
+
+        spec = setup.loader if setup is not None else None
+        n = more(spec.config() if spec is not None else TrainConfig()).prefetch_factor
+        return loader_change(setup, "", f"each worker keeps {n} batches ready, absorbing "
+                             "slow samples", more, generic=TrainConfig(num_workers=4),
+                             needs_workers=True)
+
+
+# ---------------------------------------------------------------------- an epoch's start
+def epoch_end_ms(facts: Mapping[str, Any], k: float) -> float:
+    """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
+    loader shuts them down and joins them. One worker's, timed by the session after the
+    loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
+    n_cpus = max(1.0, num(facts, "cpu_count") or 1.0)
+    return (num(facts, "input_worker_stop_ms") or 0.0) * max(1.0, k / n_cpus)
+
+
+def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = None
+                   ) -> float | None:
+    """An epoch's start and end spread over its steps (ms per step), for the run's loader
+    or with ``change`` made: a loader with worker processes (not persistent) starts them
+    at every ``iter()`` and the loop waits for the first batch, and at the epoch's end it
+    shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
+    0 without workers or with persistent ones; None where it is not known.
+
+    The start: the run's own where the session saw one with these workers
+    (``dataloader_start_ms``). Else from the one worker the session started after the
+    loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
+    start-up and the hand-over of a copy of a batch) and a worker's batch
+    (``input_worker_batch_ms``): the training process forks its k workers one after
+    another and only then sends the first batch's indices, and the children's start-up
+    is CPU work too; the loop waits for the longest of: the forks and then a batch, one
+    worker's start and batch, and every child's start-up and first batch (each worker
+    makes one at once) over the CPUs. Without the fork timed, each start is taken
+    whole, one after another (an upper bound). The end: :func:`epoch_end_ms`."""
+    change = change or {}
+    k = change.get("num_workers", num(facts, "dataloader_num_workers"))
+    keep = change.get("persistent_workers", facts.get("dataloader_persistent_workers"))
+    if not isinstance(k, int | float) or k <= 0 or keep is True:
+        return 0.0
+    n = num(facts, "dataloader_epoch_batches")
+    if not n or n <= 0:
+        return None
+    n_cpus = max(1.0, num(facts, "cpu_count") or 1.0)
+    stop = epoch_end_ms(facts, k)
+    if k == num(facts, "dataloader_num_workers") and (
+            seen := num(facts, "dataloader_start_ms")) is not None:
+        return (seen + stop) / n
+    one, batch = num(facts, "input_worker_start_ms"), num(facts, "input_worker_batch_ms")
+    hand = num(facts, "input_worker_handover_ms") or 0.0
+    fork = num(facts, "input_worker_fork_ms")
+    if one is None or batch is None:
+        return None
+    each = max(one - hand, 0.0)
+    if fork is None:
+        start = k * each + batch
+    else:
+        start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
+    return (start + stop) / n
+
+
+def epoch_costs(facts: Mapping[str, Any], change: Mapping[str, Any]
+                ) -> tuple[float, float] | None:
+    """A change of workers predicts the mean step over an epoch: its start and end per
+    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
+    either is not known."""
+    if "num_workers" not in change:
+        return None
+    now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
+    return None if now is None or then is None else (now, then)
+
+
+# ---------------------------------------------------------------------- the transforms
+def _loop_pace(loop_us: float, facts: Facts) -> float:
+    """How much longer the loop made a batch in process (``loop_us``, its fetch and collate
+    a step by the clock) than the session did after the loop (``input_inprocess_batch_ms``,
+    timed beside the worker's batch): a worker's batch timed after the loop is put at the
+    loop's pace by this, as the rest of the step is (a shared host's pace moves for seconds
+    at a time). Within :data:`PACE_BOUNDS`:
+
+    - loop slower than the timing: the pace, at most the upper bound;
+    - loop faster, no worker's batch timed: the pace, 1 below the lower bound;
+    - loop faster, the worker's batch timed in turn at least :data:`WORKER_AGREES` of the
+      in-process one: both met the same slow host, the pace (at least the lower bound);
+    - else the in-process timing was held up on its own (torch's threads waiting for a CPU
+      something else held): 1, the worker's batch as timed.
+
+    1 where the in-process batch was not timed."""
+    probe = num(facts, "input_inprocess_batch_ms")
+    if probe is None or probe <= 0 or loop_us <= 0:
+        return 1.0
+    lo, hi = PACE_BOUNDS
+    pace = loop_us / (probe * 1e3)
+    if pace >= 1.0:
+        return min(hi, pace)
+    worker = num(facts, "input_worker_batch_ms")
+    if worker is None:
+        return pace if pace >= lo else 1.0
+    return max(lo, pace) if worker >= WORKER_AGREES * probe else 1.0
+
+
+@transform(sets={"num_workers": ("dataloader_num_workers",)},
+           moves_cpu=frozenset({"num_workers"}), outside=epoch_costs)
+def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
+    loading that waits), each batch costing what the main process spent fetching and
+    collating it (in-process loader; a batch timed as a worker makes it puts it at the
+    loop's pace, :func:`_loop_pace`), what one batch took made alone after the loop, the
+    CPU time the workers' samples show per batch, or (without samples) what the measured
+    rate says of loader-bound workers; the main process pays the hand-over of each batch
+    instead, and its own work slows where the busy workers and torch's threads
+    oversubscribe the cores (:func:`~diagnose.stepmodel.host.worker_share`). A run that
+    oversubscribes now has its work freed of that contention first. k = 0: the batches are
+    made in the training process. The CPU bound is the Predictor's (``moves_cpu``)."""
+    k = int(change["num_workers"])
+    if k > 0 and facts.get("dataloader_batches_on_device") is True:
+        return ("does not apply: the dataset makes its batches on the GPU, which no worker "
+                "process can (CUDA does not start in a forked one)")
+    n_cpus = cpus_for_workers(facts)
+    if n_cpus is None:
+        return "cannot tell: the number of CPUs is not known (a live capture records it)"
+    now = num(facts, "dataloader_num_workers")
+    threads_now = busy_threads(facts)
+    over_now = bool(now) and threads_now + min(now or 0, n_cpus) > n_cpus
+    fetch = g.is_kind(TaskKind.FETCH)
+    wait = g.is_kind(TaskKind.DL_WAIT)
+    step = float(g.steps_measured.mean()) if g.n_steps else 0.0
+    worker = num(facts, "input_worker_batch_ms")
+    # whether the cost holds the worker's side of the hand-over: a batch timed as a worker
+    # makes it (default_collate writing it into shared memory) or the workers' own CPU
+    sent = False
+    # what a worker's other threads spend sending each batch (pickling it, handing over
+    # its tensors' file descriptors), not in a batch timed as a worker makes it
+    send = num(facts, "input_worker_send_ms") or 0.0
+    extra = 0.0
+    if fetch.any():
+        cost = per_step(g, fetch, g.dur)
+        mean_cost = float(cost.mean())
+        if worker is not None and k > 0:  # a worker makes it on one intra-op thread
+            # the collector's pauses inside the loop's loading: a worker makes the same
+            # objects (its collections walk the same heap, forked), and the batch timed
+            # after the loop met none: they are added to its batch, not put at the pace
+            paused = (num(facts, "gc_pause_loader_ms") or 0.0) * 1e3
+            paused = min(paused, GC_PAUSE_SHARE_MAX * mean_cost)
+            pace = _loop_pace(mean_cost - paused, facts)
+            mean_cost = worker * 1e3 * pace + paused
+            extra = send * 1e3 * pace
+            sent = True
+    elif wait.any():
+        waited = float(per_step(g, wait, g.dur).mean())
+        per_worker, alive = num(facts, "workers_cpu_mean_pct"), num(facts, "workers_count")
+        # a batch made alone after the loop, by the session: in the training process
+        # (for k = 0) or as a worker makes it (one intra-op thread)
+        made_in = ("input_inprocess_batch_ms", "input_worker_batch_ms")
+        alone = num(facts, *(made_in if k == 0 else made_in[::-1]))
+        if alone is not None:
+            mean_cost = alone * 1e3
+            sent = k > 0 and worker is not None
+            extra = send * 1e3 if sent else 0.0
+        elif per_worker is not None and alive:
+            # a batch costs the CPU time the workers spent per step (one batch a step)
+            mean_cost = per_worker / 100 * alive * step
+            sent = True
+        elif now is not None and now > n_cpus:
+            return ("cannot tell: what a batch costs the workers is not measured, and more "
+                    "workers than CPUs share them in ways the trace does not show (a live "
+                    "capture with host sampling measures it)")
+        elif now is not None and now >= 1 and waited >= LOADER_BOUND_WAIT * step:
+            # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
+            mean_cost = step * min(now, n_cpus)
+        else:
+            return ("cannot tell: the workers keep up (or their number is unknown), so "
+                    "their per-batch cost is hidden behind the step")
+    else:
+        return "cannot tell: no DataLoader in the profiled steps"
+    if k == 0:
+        if fetch.any():
+            return "cannot tell: nothing changes (the batches are made in process already)"
+        if mean_cost <= 0:
+            return "cannot tell: the in-process cost of a batch is not measured with workers"
+    b = batch_bytes(g, facts)
+    if b is None:
+        return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
+    # receiving a batch: as the session timed it; else, with workers now, the shortest
+    # wait of the window (a batch that was ready); else the bytes at a shared-memory rate
+    timed = num(facts, "input_worker_handover_ms")
+    rate = num(facts, "worker_transfer_gbps") or SHM_GBPS
+    seen = float(g.dur[wait].min()) if wait.any() and now else None
+    hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
+                 if seen is not None else b / (rate * 1e3))
+    side = extra if sent else hand_over  # the worker's side of it, where not in its cost
+    threads = busy_threads(facts, change.get("intra_op_threads"))
+    # loading that waits (files, network, sleep) needs no core: the training process's
+    # measured CPU tells. CPU loading on k workers beside torch's threads oversubscribes
+    # the cores when threads + k > CPUs: torch's ops then take threads / (CPUs left) as long
+    pct = num(facts, "proc_cpu_mean_pct")
+    io = pct is not None and pct < IO_BOUND_PCT and fetch.any()
+    busy = 0 if io else min(k, n_cpus)
+    over = threads + busy > n_cpus and k > 0
+    if over and pct is None and fetch.any():
+        return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
+                "(a capture with host sampling measures it)")
+    # oversubscribed now: the work is freed of the contention the run has and takes the
+    # one the change has
+    contend = threads / max(1, n_cpus - busy) if over else 1.0
+    if over_now:
+        g = free_contention(g, facts)
+    # a change that oversubscribes a run that is not slows the loop's other work as well;
+    # a run oversubscribed now has that rest measured as it is
+    rest = over and not over_now
+    # fitting the CPUs, both sides take as much longer as the CPUs gave less than their
+    # count; not fitting, they share the CPUs while torch's threads run the ops
+    if over:
+        share, main_shared, contend = worker_share(g, facts, contend, mean_cost, hand_over,
+                                                   side, k, busy, threads, n_cpus, rest,
+                                                   weigh=not over_now)
+    else:
+        share = main_shared = shared(facts, threads + busy, n_cpus) if busy else 1.0
+    out = g.copy()
+    host = fetch | wait
+    if k == 0:  # the batches are made in the training process: the fetch is on its thread
+        out.kind[host] = TaskKind.FETCH
+        out.dur[host] = mean_cost
+        out = out.remove_edges(np.isin(out.edst, np.flatnonzero(host))
+                               & (out.ekind == EdgeKind.END_AFTER_END))
+        prod = out.kind == TaskKind.PRODUCER
+        out = out.take(~prod) if prod.any() else out
+        return slowed(out, contend, main_shared, rest)
+    free = k if io else n_cpus
+    cap = max(1, min(k, free))
+    # a worker makes the batch and puts it into shared memory (its side of the hand-over,
+    # counted once): one batch every per_batch us once the pipeline is full
+    made = mean_cost * share + side
+    per_batch = made / cap
+    # the main process now waits for the batch and receives it
+    out.kind[host] = TaskKind.DL_WAIT
+    out.dur[host] = hand_over
+    r = len(out.resources)
+    out.resources.append(Resource("DataLoader workers", ResKind.PRODUCER, cap, -np.inf))
+    ids = np.flatnonzero(host)
+    n = len(ids)
+    # batch i is ready per_batch after batch i-1 (steady state: the workers are staggered),
+    # the first as the window starts (workers that keep up filled the queue before it)
+    ready = g.t0 + per_batch * np.arange(n) - made
+    out = out.remove_edges(np.isin(out.edst, ids) & (out.ekind == EdgeKind.END_AFTER_END))
+    prod = (out.kind == TaskKind.PRODUCER)
+    out = out.take(~prod) if prod.any() else out
+    # ids shift when old producer tasks go (they were appended after the host tasks)
+    ids = np.flatnonzero(out.kind == TaskKind.DL_WAIT)
+    out, p = out.add_tasks(kind=np.full(n, int(TaskKind.PRODUCER), np.int8),
+                           res=np.full(n, r, np.int32), dur=np.full(n, made),
+                           release=ready, start0=ready)
+    out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
+    out.producer_cpu = mean_cost + side  # the CPU it holds; its duration may be longer
+    out.producer_period = per_batch
+    return slowed(out, contend, main_shared, rest)
+
+
+@transform()
+def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """``prefetch_factor``: each worker keeps more batches ready. The model runs the
+    workers at their mean rate: a queue that stays full gains nothing from more depth, and
+    workers slower than the step are not made faster by it, so the step stays. Where the
+    waits came in bursts (:data:`BURST_WAIT_MS`, :data:`BURST_RATIO`), a deeper queue may
+    absorb slow batches, which a mean rate does not show: cannot tell."""
+    now = num(facts, "dataloader_num_workers")
+    if now is None:
+        return "cannot tell: the loader's workers are not known"
+    if now == 0 and not change.get("num_workers"):
+        return "does not apply: no worker processes (prefetch_factor needs num_workers > 0)"
+    top, mid = num(facts, "dataloader_wait_max_ms"), num(facts, "dataloader_wait_median_ms")
+    if top is None or mid is None:
+        if not math.isnan(g.producer_period):
+            # workers the model made for a change before this one: they deliver at their
+            # mean rate, and the depth of their queue changes nothing
+            return g
+        return "cannot tell: the waits for batches were not measured"
+    if top >= BURST_WAIT_MS and top >= BURST_RATIO * (mid + BURST_FLOOR_MS):
+        return ("cannot tell: the waits came in bursts (one step waited "
+                f"{top:.0f} ms, the median {mid:.1f} ms); a deeper queue may absorb slow "
+                "batches, which the model's mean rate does not show")
+    return g
+
+
+# ---------------------------------------------------------------------- the units
+NUM_WORKERS = NumWorkers(
+    "num_workers", "Load batches in worker processes (DataLoader num_workers)",
+    category="input", auto=True, search_key="num_workers", transform=num_workers,
+    fields=("num_workers",), instead=("threads", "faster_input"),
+    needs="a map-style dataset (an IterableDataset must shard itself across workers) and "
+          "workers other than the CPU count: fewer are searched upward, more (or saturated "
+          "CPUs) downward")
+
+NUM_WORKERS_CAP = NumWorkersCap(
+    "num_workers_cap", "No more DataLoader workers than CPUs", category="input", auto=True,
+    search_key="num_workers", transform=num_workers, fields=("num_workers",),
+    needs="more workers than the CPUs this process may use, and a map-style dataset")
+
+PERSISTENT_WORKERS = PersistentWorkers(
+    "persistent_workers", "Keep DataLoader workers alive between epochs", category="input",
+    auto=True, change={"persistent_workers": True}, needs="worker processes (num_workers > 0)")
+
+PREFETCH_FACTOR = PrefetchFactor(
+    "prefetch_factor", "Queue more batches ahead (DataLoader prefetch_factor)",
+    category="input", auto=True, needs="worker processes (num_workers > 0)",
+    transform=deeper_queue, fields=("prefetch_factor",))
+
+#: The registered units of this module (a test checks that each one declared is here).
+FIXES = (NUM_WORKERS, NUM_WORKERS_CAP, PERSISTENT_WORKERS, PREFETCH_FACTOR)
+
+
+# ---------------------------------------------------------------------- in a trial
+def _num_workers(cfg: TrainConfig, kw: Kwargs) -> None:
+    kw["num_workers"] = cfg.num_workers
+
+
+def _persistent_workers(cfg: TrainConfig, kw: Kwargs) -> None:
+    if cfg.num_workers > 0:
+        kw["persistent_workers"] = cfg.persistent_workers
+
+
+def _prefetch_factor(cfg: TrainConfig, kw: Kwargs) -> None:
+    if cfg.num_workers > 0:
+        kw["prefetch_factor"] = cfg.prefetch_factor or 2  # torch's default
+
+
+#: How a trial makes this module's fields real.
+REALISATIONS = (Realisation(("num_workers",), loader=_num_workers),
+                Realisation(("persistent_workers",), loader=_persistent_workers),
+                Realisation(("prefetch_factor",), loader=_prefetch_factor))

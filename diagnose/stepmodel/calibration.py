@@ -1,0 +1,111 @@
+"""Every hand-set number the step model, the fixes' transforms and their predictions use.
+
+One line each: what it is; where the number comes from; what goes wrong if it is off.
+A quantity the capture can measure on the user's job is measured there, and the number
+here is only its fallback. The runs behind a number are in benchmarks/NOTES.md, under the
+constant's name.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- the input pipeline
+#: Worker-to-trainer hand-over rate (GB/s) of a batch's tensors through a new shared-memory
+#: segment, where the capture did not time one (``input_worker_handover_ms``,
+#: ``worker_transfer_gbps`` win); timed ~0.5 GB/s with the segment's setup on a 2-CPU host;
+#: too low over-charges big batches, so workers are under-predicted for them.
+SHM_GBPS = 0.5
+#: A training process that kept less than this % of one core busy (host samples) is waiting,
+#: not computing: its loading is I/O, which a worker overlaps without a core of its own;
+#: set between "mostly waits" and "about a core"; wrong, I/O loading is charged CPUs or CPU
+#: loading none.
+IO_BOUND_PCT = 60.0
+#: A run whose waits for batches from workers reach this share of the step is taken as
+#: loader-bound (its workers deliver one batch a step); below it their cost hides behind
+#: the step; the share a rule calls a stall; too low reads a fed loop as loader-bound.
+LOADER_BOUND_WAIT = 0.05
+#: Of the in-process loading a step, at most this share is taken as the collector's pauses
+#: added to a worker's batch (the rest is the batch itself); a guard so that a pause timing
+#: larger than the loading it fell in cannot leave a batch costing nothing.
+GC_PAUSE_SHARE_MAX = 0.9
+#: The loop's pace against the session's timings after it (in-process batch), taken within
+#: these bounds; outside them the timing was held up on its own (a busy CPU), not the
+#: host's pace; too wide lets one slow timing rescale every worker's batch.
+PACE_BOUNDS = (0.67, 1.5)
+#: A worker's batch timed in turn with the in-process one that read at least this share of
+#: it met the same slow host (both slowed alike): the pace is the host's; the spread of two
+#: timings of one batch on a quiet host; too low takes a process's own stall for the host's.
+WORKER_AGREES = 0.95
+#: A run's waits for batches that came in bursts: one step waited at least this long (ms)
+#: and ``BURST_RATIO`` x the median (+ ``BURST_FLOOR_MS``); the rule pack's IN003 measure;
+#: a deeper queue is then not predicted (a mean rate cannot show what it absorbs).
+BURST_WAIT_MS = 20.0
+BURST_RATIO = 5.0
+BURST_FLOOR_MS = 0.1
+#: Threads' fallback (no timed one-thread forward): the training process's CPU less its
+#: loading is read as its ops' threads only where in-process loading is under this share of
+#: the step; above it the remainder is noise and torch's threads are taken as used.
+THREADS_LOADING_MAX = 0.95
+#: The most the model's ops are taken to gain from a batched fetch's shorter load (their
+#: timing after each kind of fetch, ``input_batched_fetch_work_ratio``); the top of the
+#: ratios timed in loops, timings above it were noise; too high over-predicts the fetch.
+WAKE_RATIO_MAX = 1.35
+#: A batched fetch timed before the loop keeps at least this share of itself after the
+#: loader's own work per batch (counted in the step already) is taken out; a guard against a
+#: noisy wait share that would leave the fetch costing nothing.
+BATCHED_FETCH_MIN_SHARE = 0.5
+
+# ---------------------------------------------------------------- copies and kernels
+#: Pinned host-to-device bandwidth (GB/s) by CUDA compute capability major, where the
+#: capture did not time a pinned copy: ~80% of the PCIe link those parts ship with (PCIe 3
+#: x16 for V100/T4, 4 for A100, 5 for H100); wrong, pinning gains are off by the same ratio.
+PINNED_GBPS = {7: 12.0, 8: 24.0, 9: 50.0}
+#: Parameters one multi-tensor (foreach/fused) optimizer launch covers: torch's
+#: multi_tensor_apply chunks tensor lists by depth, 110/64/48/36 per launch; too high
+#: over-predicts the launches a foreach optimizer saves.
+FOREACH_PARAMS_PER_LAUNCH = 64
+#: Kernels a per-parameter Adam step launches per parameter (mul_, lerp_/add_, addcmul_,
+#: sqrt, addcdiv_), to count parameters from launches; other optimizers launch fewer, which
+#: over-counts their parameters and so the launches foreach leaves.
+ADAM_KERNELS_PER_PARAM = 5.0
+#: The fewest launches a multi-tensor optimizer step makes (one per kind of operation);
+#: a floor so that a small model is not predicted to lose its optimizer's host time.
+FOREACH_MIN_LAUNCHES = 4.0
+#: Duration factor of fp32 memory-bound kernels under AMP (bf16/fp16 halve the bytes they
+#: move); kernels bound by something else gain less, so this errs toward a larger gain.
+AMP_MEMORY_BOUND_SCALE = 0.5
+
+# ---------------------------------------------------------------- calibrating the replay
+#: The host's work in a live capture is scaled within these bounds so that the replay gives
+#: the unprofiled step: the profiler made profiled steps 1.0-1.4x the plain ones (2.0x on a
+#: busy host), so removing it leaves at least half; scaling up covers pauses the window
+#: missed. Too narrow leaves a calibration error; too wide hides a broken graph.
+HOST_SCALE_MIN = 0.5
+HOST_SCALE_MAX = 4.0
+#: A replay further than this ratio from the unprofiled step is not calibrated (the graph
+#: is taken as it is): such a gap is a model that does not fit the run, not profiler cost.
+CALIBRATE_WITHIN = (0.2, 5.0)
+
+# ---------------------------------------------------------------- reading predictions
+#: Configs predicted within this share of the best step are a tie (one capture's model error
+#: is larger), won by the loader with the most headroom; too small picks by noise.
+TIE = 0.03
+#: A prediction's range whose ends' speedups lie further apart than this ratio is shown
+#: beside the point; the capacity timings' spread on a shared host is ~1.3x.
+WIDE_RANGE = 1.2
+#: A fix predicted below this speedup is not offered as the fix; the model's error on one
+#: capture is a few %.
+SLOWER = 0.98
+#: A fix predicted below this speedup (and at least SLOWER) changes nothing that matters: it
+#: goes after the fixes the model cannot tell.
+HELPS = 1.02
+#: From this share of the timed steps waiting for a CPU other processes held, predictions
+#: are said to be made on a busy machine; with a 50% wait, workers' predictions missed by
+#: several x.
+BUSY = 0.10
+
+__all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MIN_SHARE",
+           "BURST_FLOOR_MS", "BURST_RATIO", "BURST_WAIT_MS", "BUSY", "CALIBRATE_WITHIN",
+           "FOREACH_MIN_LAUNCHES", "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS",
+           "HOST_SCALE_MAX", "HOST_SCALE_MIN", "IO_BOUND_PCT", "LOADER_BOUND_WAIT",
+           "PACE_BOUNDS", "PINNED_GBPS", "SHM_GBPS", "SLOWER", "THREADS_LOADING_MAX", "TIE",
+           "WAKE_RATIO_MAX", "WIDE_RANGE", "WORKER_AGREES"]

@@ -1,0 +1,316 @@
+"""The host's CPUs as a shared resource: what the transforms of CPU work have in common.
+
+The training process's own work (its ops on torch's intra-op threads, its launches, its
+in-process loading), the DataLoader's workers and the hand-over of each batch share the
+usable CPUs. The model (DESIGN.md, "CPU is a resource too"):
+
+- torch's threads are busy while the main thread is inside an op (all of them on a CPU
+  model, one launching thread on a GPU); between ops they sleep;
+- where busy workers and torch's threads fit the CPUs, each runs as fast as the CPUs'
+  measured capacity allows (``cpu_capacity``: SMT siblings, a busy host);
+- where they do not fit, torch's parallel ops wait for their descheduled threads and the
+  workers double up with them: measured by the session where it timed the ops beside busy
+  processes (``threads_busy_ratio_*``), else by the rule threads / (CPUs the workers leave);
+- no setting beats (all CPU work per step) / capacity (:func:`cpu_bound_ms`).
+
+Every input is a measurement of the user's job and machine (the facts); the few hand-set
+numbers are in :mod:`diagnose.stepmodel.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..values import as_number
+from .graph import Graph, Tag, TaskKind
+
+Facts = Mapping[str, Any]
+
+
+def num(facts: Facts, *names: str) -> float | None:
+    """The first of ``names`` the facts hold as a finite number."""
+    for n in names:
+        v = as_number(facts.get(n))
+        if v is not None:
+            return v
+    return None
+
+
+def per_step(g: Graph, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over tasks of ``mask``, per window step (main-thread tasks)."""
+    m = mask & (g.step >= 0)
+    return np.bincount(g.step[m], weights=values[m], minlength=g.n_steps)
+
+
+def batch_bytes(g: Graph, facts: Facts) -> float | None:
+    """Bytes of one batch: the capture's measurement, else the host-to-device copies of a
+    step (the batch goes to the GPU once per step)."""
+    b = num(facts, "input_batch_bytes", "batch_bytes", "dataloader_batch_bytes")
+    if b is not None:
+        return b
+    h2d = num(facts, "memcpy_h2d_bytes")
+    steps = num(facts, "step_count")
+    return h2d / steps if h2d and steps else None
+
+
+def busy_threads(facts: Facts, t: int | None = None) -> int:
+    """The CPUs the training process's own work keeps busy on ``t`` intra-op threads
+    (default: torch's threads now): all of them where the model runs on the CPU (torch's
+    parallel ops), one where it runs on a GPU (the launching thread; torch's CPU threads
+    sleep)."""
+    n = int(t or num(facts, "torch_num_threads", "intra_op_threads") or 1)
+    return 1 if facts.get("has_gpu") is True else n
+
+
+def cpus_for_workers(facts: Facts) -> int | None:
+    """The CPUs this process may use (``cpu_count``), None where not known."""
+    c = num(facts, "cpu_count")
+    return int(c) if c else None
+
+
+def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | None:
+    """How much longer the main process's own work takes on ``t`` intra-op threads than on
+    torch's threads now, from the model's forward and backward the session timed on both
+    (Amdahl: the share that did not speed up with threads stays;
+    ``threads_one_thread_ratio``). The optimizer (``optimizer_unprofiled_ms``) is taken to
+    scale as the model's ops do; of the main thread's own work per step (``host_ms``, where
+    known) the rest (the loop's Python) does not scale. Where one thread was timed faster
+    (torch's threads waited for CPUs others held), one thread costs what was timed. None
+    where it was not timed."""
+    r1 = num(facts, "threads_one_thread_ratio")
+    n = num(facts, "torch_num_threads", "intra_op_threads")
+    if r1 is None or n is None or n < 2:
+        return None
+    if r1 < 1.0 and t <= 1:
+        ratio = r1
+    else:
+        p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in N-thread time units
+        serial = max(1.0 - p / n, 0.0)
+        ratio = max(serial + p / max(t, 1), 0.0)
+    work = num(facts, "model_work_quiet_ms")
+    if work is not None:
+        work += num(facts, "optimizer_unprofiled_ms") or 0.0
+    if host_ms and work is not None:
+        share = min(1.0, work / host_ms)
+        ratio = 1.0 + share * (ratio - 1.0)
+    return ratio
+
+
+def cpu_capacity(facts: Facts) -> float | None:
+    """The CPUs' worth of work the usable CPUs did at once when the session timed it
+    (``cpu_capacity``, between 1 and ``cpu_count``); None where it was not timed."""
+    cap, cpus = num(facts, "cpu_capacity"), cpus_for_workers(facts)
+    if cap is None or cpus is None:
+        return None
+    return min(float(cpus), max(1.0, cap))
+
+
+def shared(facts: Facts, demand: int, cpus: int) -> float:
+    """How much longer CPU work takes when ``demand`` processes' worth of it runs at once
+    on CPUs that gave only ``cpu_capacity`` of their count: the busy CPUs' count over the
+    capacity, at least 1 (1 where it was not timed)."""
+    cap = cpu_capacity(facts)
+    if cap is None or demand < 2:
+        return 1.0
+    return max(1.0, min(demand, cpus) / cap)
+
+
+def doubled(busy: float, threads: float, u: float, given: float) -> float:
+    """How much longer busy workers' batches take beside torch's threads (busy a share
+    ``u`` of the step) on ``given`` CPUs: the runnable threads beyond the CPUs each double
+    up with one, and workers land beside torch's threads (one on each CPU, always runnable
+    inside its ops), so that many of the busy workers run at half speed."""
+    return 1.0 + max(0.0, min(busy, busy + threads * u - given)) / max(busy, 1.0)
+
+
+def contended(busy: float, making: float, cpus: int, threads: int) -> float:
+    """The share of the step in which more workers are busy than torch's threads leave
+    CPUs (``making``: the share of the step each of ``busy`` workers makes a batch in):
+    torch's parallel ops wait for their descheduled threads then, at most all the time."""
+    return min(1.0, max(0.0, busy * making - max(0, cpus - threads)))
+
+
+def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: float,
+                 side: float, k: int, busy: int, threads: int, cpus: int,
+                 rest: bool = False, weigh: bool = True) -> tuple[float, float, float]:
+    """How much longer a worker's batch, the main process's own work, and torch's ops take
+    where busy workers and torch's threads oversubscribe the CPUs; returns (the workers'
+    factor, the main process's, the ops'). Found as a damped fixed point with the step
+    they give (the step sets u, the share in which the main process runs its ops, and m,
+    the share in which a worker makes a batch):
+
+    - many threads: the runnable threads beyond the CPUs double up with one each, landing
+      beside torch's threads (:func:`doubled`);
+    - one thread (no parallel ops to wait in): each side gets an equal part of the CPUs
+      with the others runnable beside it: a worker's batch (1 + u + (busy - 1) m) / CPUs
+      as long, the main thread's work (1 + busy m) / CPUs;
+    - the step is the longer of the main process's own work (its ops ``slow`` x, its other
+      host work too with ``rest``, its launches, receiving the batch) and a batch from the
+      workers (``cost`` x the factor + their ``side`` of the hand-over, ``min(k, CPUs)`` at
+      once);
+    - with many threads, torch's ops wait only while more workers are busy than the threads
+      leave CPUs: as the session timed them beside busy processes (:func:`busy_mix`), else
+      ``slow`` weighed by that share (:func:`contended`). Without ``weigh`` (a run
+      oversubscribed now, freed by the whole rule in :func:`free_contention`) ``slow``
+      holds whole."""
+    main = g.res == g.main
+    if g.n_steps:
+        fb = model_ops(g)
+        model = float(per_step(g, fb, g.dur).mean())
+        other = float(per_step(g, main & g.is_kind(TaskKind.HOST) & ~fb, g.dur).mean())
+        launch = float(per_step(g, main & g.is_kind(TaskKind.LAUNCH), g.dur).mean())
+    else:
+        model = other = launch = 0.0
+    given = cpu_capacity(facts) or cpus
+    at_once = max(1, min(k, cpus))
+    measured = num(facts, "threads_busy_ratio_1") is not None
+    u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
+    for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
+        ops = model * ops_slow + other * (ops_slow if rest else 1.0)
+        if threads == 1:
+            share = max(1.0, (1.0 + u + (busy - 1) * making) / given)
+            mine = max(1.0, (1 + busy * making) / given)
+        else:
+            share = doubled(busy, threads, u, given)
+        step = max(ops + launch + hand_over + ops * (mine - 1.0),
+                   (cost * share + side) / at_once)
+        if step <= 0:
+            break
+        u = 0.5 * (u + min(1.0, ops * mine / step))
+        making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
+        if threads > 1 and weigh:
+            ops_slow = (busy_mix(facts, busy, making, cpus, threads) if measured else
+                        1.0 + (slow - 1.0) * contended(busy, making, cpus, threads))
+    return share, mine, ops_slow
+
+
+def busy_ratio(facts: Facts, j: int, cpus: int, threads: int) -> float:
+    """How much longer torch's ops take on ``threads`` threads while ``j`` workers are busy
+    at once: 1 where they fit the CPUs; else as the session timed the model's work beside
+    busy processes, one or two more than the CPUs the threads leave
+    (``threads_busy_ratio_1``, ``_2``; more than two taken as two); threads / CPUs left
+    where it was not timed."""
+    excess = threads + j - cpus
+    if excess <= 0:
+        return 1.0
+    timed = num(facts, f"threads_busy_ratio_{min(excess, 2)}")
+    rule = threads / max(1, cpus - j)
+    return max(timed, 1.0) if timed is not None else rule
+
+
+def busy_mix(facts: Facts, busy: int, making: float, cpus: int, threads: int) -> float:
+    """How much longer torch's ops take beside ``busy`` workers, each making a batch a share
+    ``making`` of the time, independently: j of them are busy at once for a binomial share
+    of the time, in which the ops go at 1 / :func:`busy_ratio`; the ops' time is one over
+    that mean pace (slow spells slow only the work that falls in them)."""
+    m = min(1.0, max(0.0, making))
+    pace = sum(math.comb(busy, j) * m ** j * (1.0 - m) ** (busy - j)
+               / busy_ratio(facts, j, cpus, threads) for j in range(busy + 1))
+    return 1.0 / pace if pace > 0 else 1.0
+
+
+def model_ops(g: Graph) -> np.ndarray:
+    """The main thread's work in torch's parallel ops: the model's forward and backward,
+    and the optimizer's step and zero_grad (on large tensors their ops split across torch's
+    threads as the model's do)."""
+    return ((g.res == g.main) & g.is_kind(TaskKind.HOST)
+            & ((g.tag & int(Tag.FORWARD_BACKWARD | Tag.OPTIMIZER | Tag.ZERO_GRAD)) > 0))
+
+
+def slowed(g: Graph, contend: float, share: float, rest: bool = False) -> Graph:
+    """The main thread's work with the model's ops ``contend`` times as long (torch's
+    threads oversubscribed), and with ``rest`` the rest of its own work too, and all of it
+    ``share`` times as long (CPUs that gave less)."""
+    if contend != 1.0:
+        ops = model_ops(g)
+        if rest:
+            ops = ops | ((g.res == g.main) & g.is_kind(TaskKind.HOST))
+        g = g.scale(ops, contend)
+    if share != 1.0:
+        g = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), share)
+    return g
+
+
+def main_host_ms(g: Graph) -> float:
+    """The main thread's own work per step (ms): its ops and launches, not the loading."""
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    return float(per_step(g, main, g.dur).mean()) / 1e3 if g.n_steps else 0.0
+
+
+def contention(facts: Facts, now_workers: float | None, threads: int, cpus: int) -> float:
+    """How much the measured step's own work is slowed by busy workers sharing the cores
+    with torch's threads, where the run oversubscribes them now: the rule of what
+    oversubscribing costs (threads / (CPUs the busy workers leave)) read the other way."""
+    if not now_workers or threads + min(now_workers, cpus) <= cpus:
+        return 1.0
+    return threads / max(1, cpus - min(now_workers, cpus))
+
+
+def free_contention(g: Graph, facts: Facts) -> Graph:
+    """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now
+    (:func:`contention`), by the whole rule (the window's ops hold the loop's compute and
+    more); the loop's other work stays as measured."""
+    cpus = cpus_for_workers(facts)
+    threads = busy_threads(facts)
+    c = contention(facts, num(facts, "dataloader_num_workers"), threads, cpus or 1)
+    if c == 1.0:
+        return g
+    return g.scale(model_ops(g), 1.0 / c)
+
+
+def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
+                 ) -> float | None:
+    """No setting beats (all CPU work per step) / capacity: the main process's own work on
+    its intra-op threads (``base``: the unchanged step, freed of the contention measured
+    now; on a new thread count, that work as the forward's scaling says, on those threads),
+    every batch's fetch and collate and both sides of its hand-over (``g``: the changed
+    step). ms; None where the CPUs are not known."""
+    cpus = cpus_for_workers(facts)
+    if cpus is None:
+        return None
+    threads = busy_threads(facts)
+    base = free_contention(base, facts)
+    main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
+    busy = float(per_step(base, main, base.dur).mean())
+    t = change.get("intra_op_threads")
+    scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
+    cpu_main = (busy * scale * min(busy_threads(facts, t), cpus) if isinstance(t, int) and scale
+                else busy * min(threads, cpus))
+    prod = g.is_kind(TaskKind.PRODUCER)
+    made = (float(g.dur[prod].sum()) if math.isnan(g.producer_cpu)
+            else g.producer_cpu * int(prod.sum()))  # CPU work, not time slowed by sharing
+    work = (float(g.dur[g.is_kind(TaskKind.FETCH)].sum()) + made) / max(g.n_steps, 1)
+    hand = float(per_step(g, g.is_kind(TaskKind.DL_WAIT), g.dur).mean()) if change.get(
+        "num_workers") else 0.0
+    # the producer's tasks hold the worker's side; the CPUs do what they gave at once
+    return (cpu_main + work + hand) / (cpu_capacity(facts) or cpus) / 1e3
+
+
+# ---------------------------------------------------------------- the loading's pauses
+def loading_ms(facts: Facts) -> float | None:
+    """The in-process loading per unprofiled step the clock measured: fetch and collate."""
+    parts = [num(facts, n) for n in ("input_fetch_ms", "input_collate_ms")]
+    return None if None in parts else sum(x for x in parts if x is not None)
+
+
+def loading_pauses(facts: Facts) -> float | None:
+    """Of the collector's pauses per step (the full collections' where they were told
+    apart), those that fell inside the in-process loading (ms; in its measured time)."""
+    full = num(facts, "gc_pause_full_ms")
+    pause = full if full is not None else num(facts, "gc_pause_ms")
+    inside = num(facts, "gc_pause_full_loader_ms" if full is not None
+                 else "gc_pause_loader_ms")
+    made = loading_ms(facts)
+    if pause is None or inside is None or made is None:
+        return None
+    return max(0.0, min(inside, pause, made))
+
+
+__all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
+           "contention", "cpu_bound_ms", "cpu_capacity", "cpus_for_workers", "doubled",
+           "free_contention", "loading_ms", "loading_pauses", "main_host_ms", "model_ops",
+           "num", "per_step", "shared", "slowed", "thread_scale", "worker_share"]

@@ -1,0 +1,62 @@
+"""The host's CPU-sharing model (diagnose/stepmodel/host.py): contention freed and the
+pace busy workers leave torch's ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnose.stepmodel import host, step_model
+from diagnose.stepmodel.graph import Tag, TaskKind
+from tests import modeltraces as mt
+
+
+def _model(b, tmp_path):
+    m = step_model(mt.as_trace(b, tmp_path))
+    assert m.graph is not None, m.why
+    assert abs(m.error) < 0.01
+    return m
+
+
+def test_freeing_contention_frees_torchs_ops(tmp_path):
+    """6 workers beside torch's 2 threads on 2 CPUs: the model's 3000 us of ops ran 2x as
+    long as alone and come back to 1500 us, and the optimizer's ops (split across torch's
+    threads as the model's are) come back to half too."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(500, workers=6)
+            b.cpu(3000, "aten::addmm")
+            b.optimizer_step(kernels=10, kernel_dur=100.0)
+    m = _model(b, tmp_path)
+    g = m.graph
+    facts = {"cpu_count": 2, "dataloader_num_workers": 6, "torch_num_threads": 2}
+    freed = host.free_contention(g, facts)
+    fb = (g.tag & int(Tag.FORWARD_BACKWARD)) > 0
+    opt = (g.tag & int(Tag.OPTIMIZER)) > 0
+    main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
+    assert float(freed.dur[main & fb].sum()) / g.n_steps == pytest.approx(1500, rel=0.01)
+    assert float(g.dur[main & opt].sum()) / g.n_steps >= 1000
+    assert float(freed.dur[main & opt].sum()) == pytest.approx(
+        float(g.dur[main & opt].sum()) / 2, rel=0.01)
+    # one worker beside one thread fits the 2 CPUs: nothing to free
+    one = {**facts, "torch_num_threads": 1, "dataloader_num_workers": 1}
+    assert np.array_equal(host.free_contention(g, one).dur, g.dur)
+
+
+def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
+    """Torch's 2 threads on 2 CPUs, the session's timing: 2x as long beside one busy
+    process, 7x beside two. Two workers each busy half the time: none busy a quarter of
+    it (pace 1), one half of it (1/2), both a quarter (1/7): the ops keep a pace of
+    0.25 + 0.25 + 0.25/7 and take 1.87x as long, not the 4.25x of the mean ratio. Where
+    the workers fit beside the threads (1 thread), nothing; untimed, threads / CPUs left."""
+    facts = {"threads_busy_ratio_1": 2.0, "threads_busy_ratio_2": 7.0}
+    assert host.busy_mix(facts, 2, 0.5, 2, 2) == pytest.approx(1 / (0.5 + 0.25 / 7))
+    assert host.busy_mix(facts, 1, 1.0, 2, 2) == pytest.approx(2.0)
+    assert host.busy_mix(facts, 1, 0.7, 2, 1) == pytest.approx(1.0)
+    assert host.busy_mix(facts, 0, 0.7, 2, 2) == pytest.approx(1.0)
+    assert host.busy_mix({}, 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
+    # more busy than two beyond the CPUs left: taken as two
+    assert host.busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)
