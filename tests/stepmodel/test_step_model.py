@@ -141,7 +141,7 @@ def test_findings_fixes_carry_predictions():
 
 
 def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
-    """cpu_loader with 8 MB batches: workers are predicted 0.55x (test_transforms), so the
+    """cpu_loader with 8 MB batches: workers are predicted 0.55x (tests/fixes/test_workers.py), so the
     finding does not lead with them and says why."""
     from diagnose.fixes import FIXES, TrainConfig
     from diagnose.fixes.findings import predict_findings
