@@ -8,6 +8,11 @@ user's loop runs). A trial's rounds follow the sequential rule of
 calculation from the measured noise and the predicted effect), stopping when the interval
 excludes the keep threshold on either side, or when the trial's share of the budget ends.
 Fixed-size comparisons (the before/after, the speed of light) use the bootstrap interval.
+
+Time is read from :attr:`Measurer.clock` (tests put a fake clock there). No arm starts
+that is expected to end past :attr:`Measurer.hard_end` once every arm has
+:data:`HARD_END_MIN_ROUNDS` whole rounds: the rounds end there and the comparison is
+decided on them.
 """
 
 from __future__ import annotations
@@ -83,6 +88,10 @@ DEADLINE_MIN_ROUNDS = 3
 #: leave a real gain open on a noisy host
 CONFIRM_LOOKS = 2
 
+#: past the hard end of the budget, rounds stop once each arm has this many whole rounds:
+#: the fewest that give an interval at all (one degree of freedom)
+HARD_END_MIN_ROUNDS = 2
+
 
 @dataclass(frozen=True)
 class Looks:
@@ -113,6 +122,9 @@ Rounds = dict[str, list[np.ndarray]]
 class Measurer:
     """Times configs of one workload against each other (see the module docstring)."""
 
+    #: seconds, monotonic: when rounds started and deadlines end (tests patch it)
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
+
     def __init__(self, w: Workload, plan: Plan, min_gain: float,
                  progress: Callable[[str], None] | None) -> None:
         self.w, self.plan, self.min_gain = w, plan, min_gain
@@ -121,6 +133,7 @@ class Measurer:
         self.step_s: float | None = None  # the baseline's seconds per step (pilot)
         self._residuals: list[tuple[float, int]] = []  # (variance of d_r, dof) per trial
         self._optimizers: dict[tuple[bool | None, bool | None], Any] = {}
+        self.hard_end: float | None = None  # clock time past which no new arm starts
 
     def trial_for(self, cfg: TrainConfig) -> Trial:
         """A Trial of ``cfg``; trials with the same optimizer settings share one rebuilt
@@ -146,12 +159,22 @@ class Measurer:
         the last at ``max_rounds`` or the rounds the trial's budget share affords."""
         p = self.plan
         last = p.max_rounds
-        if share_s is not None and self.step_s:
-            per_round = sum(w + n for w, n, _ in (self.layout(a), self.layout(b))) * self.step_s
+        per_round = self.round_s(a, b)
+        if share_s is not None and per_round:
             last = max(p.min_rounds, min(last, int(share_s / max(per_round, 1e-9))))
         first = rounds_for(self.noise, predicted, 1.0 + self.min_gain, p.rule, p.min_rounds)
-        deadline = None if share_s is None else time.perf_counter() + share_s
+        deadline = None if share_s is None else self.clock() + share_s
         return Looks(tuple(look_schedule(first, last, p.looks)), deadline)
+
+    def round_s(self, a: TrainConfig, b: TrainConfig, *, bound: bool = False) -> float | None:
+        """Expected seconds of one round of ``a`` against ``b`` (with ``bound``: and ``b``'s
+        compute-only and input-only arms), from the pilot's step time; None before it."""
+        if not self.step_s:
+            return None
+        wb, nb, _ = self.layout(b)
+        wa, na, _ = self.layout(a)
+        arms = (wa + na) + (wb + nb) * (3 if bound else 1)
+        return arms * self.step_s
 
     # ------------------------------------------------------------------ rounds
     def layout(self, cfg: TrainConfig) -> tuple[int, int, int]:
@@ -168,26 +191,37 @@ class Measurer:
                 label: str, done: Callable[[Rounds], bool] | None = None,
                 deadline: float | None = None) -> Rounds:
         """Run every arm once per round, rotating the order, and ask ``done`` at each look
-        (and once more when the ``deadline`` ends the rounds before the last look)."""
+        (and once more when the ``deadline`` ends the rounds, after DEADLINE_MIN_ROUNDS,
+        before the last look). Where the next arm would end past :attr:`hard_end`, the rounds end
+        before it and the round in progress is dropped, once every arm has
+        HARD_END_MIN_ROUNDS rounds."""
         res: Rounds = {name: [] for name, _ in arms}
         last = looks[-1]
         for r in range(last):
             self.progress(f"{label} (round {r + 1}/{last})")
             i = r % len(arms)
             for name, fn in arms[i:] + arms[:i]:
+                if r >= HARD_END_MIN_ROUNDS and self.near_hard_end():
+                    return {k: v[:r] for k, v in res.items()}
                 try:
                     res[name].append(fn())
                 except Exception as e:
                     raise _ArmFailed(name, e, res) from e
-            if done is None:
-                continue
-            late = (deadline is not None and time.perf_counter() >= deadline
+            late = (deadline is not None and self.clock() >= deadline
                     and r + 1 >= DEADLINE_MIN_ROUNDS)
-            if (r + 1 in looks or late) and done(res):
+            if done is not None and (r + 1 in looks or late) and done(res):
                 break
             if late:
                 break
         return res
+
+    def near_hard_end(self) -> bool:
+        """An arm started now is expected to end past :attr:`hard_end` (an arm's expected
+        time: the pilot's step x a round's warmup and timed steps; 0 before the pilot)."""
+        if self.hard_end is None:
+            return False
+        arm_s = (self.plan.warmup + self.steps) * self.step_s if self.step_s else 0.0
+        return self.clock() + arm_s >= self.hard_end
 
     def _arm(self, t: Trial, what: str, warmup: int, n: int, k: int) -> Callable[[], np.ndarray]:
         def run() -> np.ndarray:
@@ -201,7 +235,8 @@ class Measurer:
 
     def compare(self, a: TrainConfig, b: TrainConfig, label: str, *,
                 rounds: int | Looks | None = None, bound: bool = False,
-                confirm: float | None = None) -> tuple[Comparison, Bound | None]:
+                confirm: float | None = None,
+                deadline: float | None = None) -> tuple[Comparison, Bound | None]:
         """Interleaved rounds of ``a`` (baseline) and ``b`` (candidate). ``rounds``: a
         trial's :class:`Looks` (the sequential rule decides when to stop), or a fixed number
         of rounds (default ``final_rounds``) with the bootstrap interval. With ``bound``,
@@ -209,7 +244,8 @@ class Measurer:
 
         ``confirm`` (fixed rounds only): where the interval leaves it open whether ``b`` is
         faster than ``confirm`` x ``a`` (its lower end at or below, its estimate above),
-        as many rounds again, and the interval of all of them (:data:`CONFIRM_LOOKS`)."""
+        as many rounds again, and the interval of all of them (:data:`CONFIRM_LOOKS`), but
+        only where those rounds are expected to end before ``deadline`` (clock time)."""
         plan = self.plan
         wb, n, k = self.layout(b)
         try:
@@ -228,19 +264,23 @@ class Measurer:
 
         def settled(res: Rounds) -> bool:
             iv = self._interval(res, None)
+            if deadline is not None and len(res["a"]) < schedule[-1]:  # may look again:
+                more = self.round_s(a, b, bound=bound)  # if its rounds end in time
+                if more is not None and self.clock() + more * len(res["a"]) > deadline:
+                    return True
             return confirm is None or iv.lo > confirm or iv.ratio <= confirm
 
         sequential = isinstance(rounds, Looks)
-        if isinstance(rounds, Looks):
-            schedule, deadline = list(rounds.at), rounds.deadline
+        if isinstance(rounds, Looks):  # a trial: its rounds end with its share of the budget
+            schedule, rounds_end = list(rounds.at), rounds.deadline
         else:
             n0 = rounds or plan.final_rounds
             schedule = [n0 * (i + 1) for i in range(CONFIRM_LOOKS if confirm else 1)]
-            deadline = None
+            rounds_end = None  # the looks' rounds all run (settled checks the deadline)
         failed: tuple[str, str, Rounds] | None = None
         try:
             res = self._rounds(arms, schedule, label, decided if sequential else settled,
-                               deadline)
+                               rounds_end)
         except _ArmFailed as f:
             err = f.error
             if is_oom(err):

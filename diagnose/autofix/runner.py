@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -42,7 +41,7 @@ from .order import (
 )
 from .report import AutofixReport
 from .search import Tuner, try_fix
-from .state import restore, take
+from .state import each_warning_once, restore, take
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
 
 _Tuner = Tuner  # the name tests patch (``runner._Tuner.compare``)
@@ -80,6 +79,7 @@ def _requested(fixes: Iterable[str | Fix]) -> list[tuple[Fix, str]]:
 Capture = Callable[..., Any]
 
 
+@each_warning_once()
 def autofix(
     model: Any,
     loader: Any,
@@ -114,7 +114,9 @@ def autofix(
     names the fixes to try instead. ``start`` states step settings the loop already uses (e.g.
     ``TrainConfig(amp_dtype="bfloat16")``; the DataLoader settings are read from ``loader``).
     A change is kept only if its speedup's confidence interval lies above ``1 + min_gain``.
-    ``max_trials`` and ``budget_s`` bound the trials; ``compile=True`` lets autofix try
+    ``max_trials`` and ``budget_s`` bound the trials (the budget covers the baseline's
+    capture and timing and the before/after too, and is overrun by at most 10%: see
+    :class:`~diagnose.autofix.search.Tuner`); ``compile=True`` lets autofix try
     ``torch.compile`` (compile time counted). Model, optimizer and RNG state are restored
     afterwards unless ``keep_tuned_state``; the user's DataLoader and optimizer objects are
     never modified.
@@ -125,7 +127,8 @@ def autofix(
     slower than the noise floor is skipped and autofix stops when the remaining predicted
     gains are within the measured noise, unless ``try_all=True``; each decision shows the
     prediction next to the measurement, and disagreements beyond the CI are recorded
-    (``model_disagreements.jsonl`` in ``out_dir``).
+    (``model_disagreements.jsonl`` in ``out_dir``). A warning repeated by the trials (each
+    rebuilt DataLoader warns again) is shown once.
     """
     w = Workload.from_user(model, loader, optimizer, loss_fn=loss_fn, step_fn=step_fn,
                            device=device)
@@ -217,7 +220,7 @@ def autofix(
         if best != base:
             final, bound = tuner.compare(
                 base, best, "before/after: baseline, tuned, compute alone, input alone",
-                rounds=plan.final_rounds, bound=True, confirm=1.0)
+                rounds=plan.final_rounds, bound=True, confirm=1.0, deadline=tuner.end)
             tuned_ms = final.cand_ms
             iv = final.interval
             if final.status != OK or iv is None or iv.lo <= 1.0:
@@ -255,7 +258,7 @@ def autofix(
         named={f.id: r for f, r in named},
         diagnosis=report, loader=build_loader(loader, best),
         optimizer=build_optimizer(optimizer, best) if opt_changed else None, code=code_str,
-        trials=tuner.trials, elapsed_s=time.perf_counter() - tuner.t0,
+        trials=tuner.trials, elapsed_s=tuner.clock() - tuner.t0,
         device=str(w.device), cpus=int(facts["cpu_count"]), min_gain=min_gain, notes=notes,
         predicted_tuned_ms=predicted_tuned_ms(
             final.base_ms if final else None,

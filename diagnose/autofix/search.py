@@ -11,7 +11,6 @@ where a climb starts (``Fix.search_start``), and which fixes share one search
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,14 +26,19 @@ from .decisions import (
     OK,
     REVERTED,
     SKIPPED,
+    Bound,
     Decision,
 )
-from .measure import Measurer, Plan
+from .measure import DEADLINE_MIN_ROUNDS, HARD_END_MIN_ROUNDS, Measurer, Plan
 from .order import disagreement
 from .trial import TuneError, Workload, fits
 
 #: the TrainConfig fields whose change moves CPU work between torch's threads and workers
 CPU_FIELDS = frozenset({"num_workers", "intra_op_threads"})
+
+#: how far past its budget autofix may run: a trial in flight finishes its rounds to here
+#: (:attr:`Measurer.hard_end`), and nothing that would end later is started
+OVERRUN = 0.10
 
 
 def _steps(original: TrainConfig, cfg: TrainConfig, owners: list[tuple[Fix, frozenset[str]]]
@@ -68,14 +72,21 @@ def _steps(original: TrainConfig, cfg: TrainConfig, owners: list[tuple[Fix, froz
 
 
 class Tuner(Measurer):
-    """The trials of one autofix run: budget, decisions, predictions, searches."""
+    """The trials of one autofix run: budget, decisions, predictions, searches.
+
+    The budget (``budget_s``, from this object's creation) covers everything autofix times,
+    the before/after included: a trial starts only where its fewest rounds fit in what is
+    left less the before/after's expected time (:meth:`reserve_s`), and its rounds end
+    with its share of that; past the budget only a trial in flight finishes, and no round
+    starts past ``OVERRUN`` over it (:attr:`Measurer.hard_end`)."""
 
     def __init__(self, w: Workload, plan: Plan, min_gain: float, max_trials: int,
                  budget_s: float, progress: Callable[[str], None] | None,
                  predictions: dict[str, float] | None = None) -> None:
         super().__init__(w, plan, min_gain, progress)
         self.max_trials, self.budget_s = max_trials, budget_s
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock()
+        self.hard_end = self.t0 + budget_s * (1.0 + OVERRUN)
         self.decisions: list[Decision] = []
         self.trials = 0
         self.preds = predictions or {}
@@ -99,18 +110,70 @@ class Tuner(Measurer):
         # capture's timings as they were (cpu_capacity_min, cpu_capacity_max)
         self.capacity_timings: list[float] = []
         self.capture_capacity: tuple[float | None, float | None] | None = None
+        self._first_bound: tuple[TrainConfig, Bound] | None = None  # (config, its bound)
 
     # ------------------------------------------------------------------ budget
+    def left_s(self) -> float:
+        """Seconds of the budget left (negative: overrun)."""
+        return self.budget_s - (self.clock() - self.t0)
+
+    @property
+    def end(self) -> float:
+        """Clock time at which the budget ends."""
+        return self.t0 + self.budget_s
+
     def out_of_budget(self) -> str | None:
         if self.trials >= self.max_trials:
             return f"max_trials={self.max_trials} reached"
-        if time.perf_counter() - self.t0 >= self.budget_s:
+        if self.left_s() <= 0:
             return f"budget of {self.budget_s:.0f} s used"
         return None
 
-    def share_s(self) -> float:
-        """This trial's share of the budget left: equal shares for the fixes still to try."""
-        left = self.budget_s - (time.perf_counter() - self.t0)
+    def reserve_s(self, cand: TrainConfig) -> float:
+        """Expected seconds of the before/after, were ``cand`` the tuned config: its first
+        look's rounds of baseline, tuned, compute alone and input alone (0 before the pilot)."""
+        base = self.original if self.original is not None else cand
+        per_round = self.round_s(base, cand, bound=True)
+        return 0.0 if per_round is None else self.plan.final_rounds * per_round
+
+    def too_long(self, best: TrainConfig, cand: TrainConfig) -> str | None:
+        """Why a trial of ``cand`` against ``best`` must not start: its fewest rounds would
+        not end before the budget, with the before/after's time kept (None: it may)."""
+        per_round = self.round_s(best, cand)
+        if per_round is None:
+            return None
+        need = DEADLINE_MIN_ROUNDS * per_round
+        left, keep = self.left_s(), self.reserve_s(cand)
+        if need <= left - keep:
+            return None
+        return (f"budget: {max(left, 0.0):.0f} s of {self.budget_s:.0f} s left, {keep:.0f} s "
+                f"of it kept for the before/after; a trial takes at least {need:.0f} s")
+
+    def bound(self, cfg: TrainConfig) -> Bound:
+        """:meth:`Measurer.bound`, remembered with the pilot's step for :meth:`bound_rounds`."""
+        b = super().bound(cfg)
+        self._first_bound = (cfg, b)
+        return b
+
+    def bound_rounds(self, cfg: TrainConfig, rounds: int) -> tuple[float | None, Bound]:
+        """The speed of light of ``cfg`` (see :meth:`Measurer.bound_rounds`) in at most
+        ``rounds`` rounds, fewer where the budget left holds fewer; where it holds fewer
+        than HARD_END_MIN_ROUNDS, the pilot's step and the bound timed before the trials
+        (when they were of ``cfg``)."""
+        if self.step_s:
+            warmup, n, _ = self.layout(cfg)
+            per_round = 3 * (warmup + n) * self.step_s  # the step, compute alone, input alone
+            fit = int(max(0.0, self.left_s()) / per_round)
+            first = self._first_bound
+            if fit < HARD_END_MIN_ROUNDS and first is not None and first[0] == cfg:
+                return 1e3 * self.step_s, first[1]
+            rounds = max(HARD_END_MIN_ROUNDS, min(rounds, fit))
+        return super().bound_rounds(cfg, rounds)
+
+    def share_s(self, cand: TrainConfig | None = None) -> float:
+        """This trial's share of the budget left (less the before/after's expected time
+        with ``cand``): equal shares for the fixes still to try."""
+        left = self.left_s() - (self.reserve_s(cand) if cand is not None else 0.0)
         return max(0.0, left) / max(1, self.fixes_left)
 
     def note(self, fix: Fix, change: str, status: str, reason: str, finding: str | None
@@ -153,8 +216,8 @@ class Tuner(Measurer):
         if isinstance(pb, str) or isinstance(pc, str) or pb.speedup <= 0:
             return None
         # each over the baseline in its own frame (a change of workers adds the epoch's
-        # start to both its sides: too_many_workers' six workers start in 1.2-2.1 ms a
-        # step), as the diagnosis predicts the first trial and tuned_speedup the kept ones
+        # start to both its sides), as the diagnosis predicts the first trial and
+        # tuned_speedup the kept ones
         return float(pc.speedup / pb.speedup)
 
     def saving_over(self, fix: Fix, best: TrainConfig) -> float | None:
@@ -223,12 +286,10 @@ class Tuner(Measurer):
     def retime_capacity(self, fix: Fix, cands: list[TrainConfig], best: TrainConfig) -> None:
         """Before the trials of a fix that moves CPU work (workers, torch's threads): time
         the CPUs' capacity once more and fold it into the model's facts, then predict the
-        fix's configs again with it. A capture made while something else held a CPU timed
-        the capacity low all five times (too_many_workers: 1.15-1.64 of 2 CPUs) and
-        predicted its split 1.28x, which measured 1.52x minutes later; at 2.0 the model
-        gives 1.58x. The trial's prediction is made at the most of all the timings, as the
-        capture's is at the most of its own. About half a second a fix, only with a model
-        whose capture timed the capacity."""
+        fix's configs again with it, so a capture made while something else held a CPU
+        does not set the prediction. The trial's prediction is made at the most of all the
+        timings, as the capture's is at the most of its own. About half a second a fix,
+        only with a model whose capture timed the capacity."""
         if self.predictor is None or self.original is None or "cpu_capacity" not in self.facts:
             return
         if not any(set(best.diff(c)) & CPU_FIELDS for c in cands):
@@ -278,13 +339,13 @@ class Tuner(Measurer):
         """Time ``cand`` against ``best`` until the sequential rule decides; record the
         decision (with the prediction, and the model's disagreement); True if kept."""
         change = best.describe_change(cand)
-        why = self.out_of_budget()
+        why = self.out_of_budget() or self.too_long(best, cand)
         if why:
             self.note(fix, change, SKIPPED, why, finding)
             return False
         self.trials += 1
         pred = self.relative(self.preds.get(fix.id), best, cand, fix)  # for this comparison
-        looks = self.schedule(pred, self.share_s(), best, cand)
+        looks = self.schedule(pred, self.share_s(cand), best, cand)
         label = f"trial {self.trials}: {fix.id}: {change}"
         c, _ = self.compare(best, cand, label, rounds=looks)
         threshold = 1.0 + self.min_gain
@@ -425,8 +486,7 @@ class Tuner(Measurer):
 def _advice_first(t: Tuner, fix: Fix, cands: list[TrainConfig]) -> list[TrainConfig]:
     """``cands`` (best predicted first) with the config the fix's advice names first where
     its prediction ties the best (within TIE): the trial then checks what the finding
-    advised, and a tie goes where the loader has headroom (augment_cnn's 1 and 2 workers
-    beside one thread tied at 1.48x; 1 worker timed 1.08x, 2 workers 1.2-1.3x)."""
+    advised, and a tie goes where the loader has headroom."""
     advised, orig = t.advised.get(fix.id), t.original
     if not advised or orig is None or not cands:
         return cands
@@ -475,9 +535,8 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
         return t.search_descend(fix, best, cands, finding)
     if mode == SEARCH_CLIMB:
         base = t.original if t.original is not None else best
-        # the climb starts at the rung predicted best (trials in predicted order: on an
-        # H100, slow_loader's 16 workers, predicted 2.8x, were tried before the 8 predicted
-        # 3.7x); the fix's own estimate where the model predicted no rung
+        # the climb starts at the rung predicted best (not at the first rung tried in
+        # predicted order); the fix's own estimate where the model predicted no rung
         ranked = _by_prediction(t, fix, cands)
         start = cands.index(ranked[0]) if ranked else fix.search_start(
             base, cands, input_ms=input_ms, compute_ms=compute_ms)

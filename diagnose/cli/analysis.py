@@ -15,7 +15,7 @@ from ..console import make_console, progress
 from ..errors import DiagnoseError
 from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
-from .output import choose_format
+from .output import choose_format, wrote
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -66,11 +66,13 @@ def _describe(paths: list[str]) -> str:
 
 
 def _write(path: str, text: str) -> None:
+    """Write a report file and say so on stderr (one line)."""
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
         raise DiagnoseError(f"{path}: cannot write the report ({e.strerror or e})") from None
+    wrote(path)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -135,10 +137,11 @@ def add_compare(subparsers: Any) -> None:
                     "folders.")
     p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
     p.add_argument("b", metavar="B", help="the run after")
-    p.add_argument("--format", choices=("text", "json"), default=None,
-                   help="text (default) or json; with -o FILE the extension decides")
+    p.add_argument("--format", choices=("text", "json", "html"), default=None,
+                   help="text (default), json or html (one self-contained page); with -o FILE "
+                   "the extension decides")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the comparison to FILE (.json: JSON, else text)")
+                   help="write the comparison to FILE (.json: JSON, .html: a page, else text)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
                    help="exit 1 if B's step time is more than PCT%% above A's and beyond the "
                    "noise (see --noise-floor)")
@@ -155,7 +158,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..api import analyze
     from ..report.compare import compare_reports, regression_line, render_text, renderables
 
-    fmt = choose_format(args.format, args.output, ("text", "json"))
+    fmt = choose_format(args.format, args.output)
     a = analyze(args.a, extra_rules=args.rules)
     b = analyze(args.b, extra_rules=args.rules)
     c = compare_reports(a, b, noise_floor_pct=args.noise_floor)
@@ -170,14 +173,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             doc["regression"] = {"threshold_pct": args.fail_on_regression, "failed": regressed,
                                  "message": line}
         out = json.dumps(doc, indent=2, default=str) + "\n"
+    elif fmt == "html":
+        from ..report.compare_html import render_compare_html
+
+        out = render_compare_html(c)
     else:
         out = render_text(c) if args.output else None
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(out or "")
-        except OSError as e:
-            raise DiagnoseError(f"{args.output}: cannot write ({e.strerror or e})") from None
+        _write(args.output, out or "")
     elif out is not None:
         sys.stdout.write(out)
     else:
@@ -185,7 +188,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         make_console().print(Group(*renderables(c)))
     if line is not None:
-        print(f"torch-diagnose: {line}", file=sys.stderr if fmt == "json" else sys.stdout)
+        print(f"torch-diagnose: {line}",
+              file=sys.stderr if fmt != "text" else sys.stdout)
     return 1 if regressed else 0
 
 

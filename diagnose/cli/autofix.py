@@ -17,7 +17,7 @@ from typing import Any
 from ..console import make_console, progress
 from ..errors import DiagnoseError
 from ..values import usable_cpus
-from .output import choose_format
+from .output import choose_format, wrote
 
 
 def add_parser(sub: Any) -> None:
@@ -28,8 +28,10 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--samples", type=int, default=None, help="dataset size (default 60000)")
     d.add_argument("--batch-size", type=int, default=64)
     d.add_argument("--budget", type=float, default=120.0, metavar="S",
-                   help="seconds autofix may spend on trials (default 120)")
-    d.add_argument("--max-trials", type=int, default=8)
+                   help="seconds autofix may spend, its baseline timing and before/after "
+                   "included; at most 10%% more while a trial in flight ends (default 120)")
+    d.add_argument("--max-trials", type=int, default=8, metavar="N",
+                   help="the most trials autofix runs (default 8)")
     d.add_argument("--quick", action="store_true",
                    help="short rounds and a smaller dataset (seconds, wider intervals)")
     d.add_argument("--threads", type=int, default=1, metavar="N",
@@ -43,9 +45,15 @@ def add_parser(sub: Any) -> None:
                        "the function takes no arguments and returns a dict with model, loader, "
                        "optimizer and loss_fn (or step_fn).")
     a.add_argument("target", metavar="TARGET")
-    a.add_argument("--budget", type=float, default=300.0, metavar="S")
-    a.add_argument("--max-trials", type=int, default=12)
-    a.add_argument("--min-gain", type=float, default=0.03)
+    a.add_argument("--budget", type=float, default=300.0, metavar="S",
+                   help="seconds autofix may spend, the baseline's capture and timing and "
+                   "the before/after included; at most 10%% more while a trial in flight "
+                   "ends (default 300)")
+    a.add_argument("--max-trials", type=int, default=12, metavar="N",
+                   help="the most trials autofix runs (default 12)")
+    a.add_argument("--min-gain", type=float, default=0.03, metavar="F",
+                   help="keep a change only if its speedup's interval lies above 1 + F "
+                   "(default 0.03)")
     a.add_argument("--compile", action="store_true", help="also try torch.compile (opt-in)")
     a.add_argument("--fixes", metavar="ID,ID", help="try these fixes instead of the ones a "
                    "diagnosis of the baseline names (ids: `torch-diagnose rules ID`)")
@@ -64,7 +72,8 @@ def _add_output_args(p: Any) -> None:
                    "capture, autofix.json and model_disagreements.jsonl go there")
     p.add_argument("--json", metavar="FILE", help="also write the autofix report as JSON")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="also write the autofix report to FILE (.json: JSON, else text)")
+                   help="also write the autofix report to FILE (.json: JSON, .html: a page "
+                   "with predicted beside measured for each decision, else text)")
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -73,17 +82,24 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
     if args.json:
         out.append((args.json, choose_format("json", args.json, ("json",), said_by="--json")))
     if args.output:
-        out.append((args.output, choose_format(None, args.output, ("text", "json"))))
+        out.append((args.output, choose_format(None, args.output)))
     return out
 
 
 def _write_outputs(outputs: list[tuple[str, str]], tr: Any, run_dir: Path) -> None:
-    """The report files asked for, and ``autofix.json`` in the run folder."""
-    for path, fmt in [*outputs, (str(run_dir / "autofix.json"), "json")]:
+    """``autofix.json`` in the run folder, and the report files asked for (each said on
+    stderr)."""
+    _write_json(str(run_dir / "autofix.json"), tr.to_json())
+    for path, fmt in outputs:
         if fmt == "json":
             _write_json(path, tr.to_json())
+        elif fmt == "html":
+            from ..report.autofix_html import render_autofix_html
+
+            _write_text(path, render_autofix_html(tr))
         else:
             _write_text(path, tr.render_text())
+        wrote(path)
 
 
 def _run_dir(args: argparse.Namespace) -> Path:

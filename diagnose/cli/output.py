@@ -3,7 +3,8 @@
 ``-o report.html`` writes HTML, ``-o report.json`` JSON, ``-o report.txt`` (or any other
 name) text; ``--format`` without ``-o`` picks what goes to stdout. A ``--format`` that
 contradicts a known extension is an error (one line, exit 2), as is an extension the
-subcommand cannot write.
+subcommand cannot write. Every report command writes all three; each file written is
+announced in one line on stderr (:func:`wrote`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ def choose_format(explicit: str | None, output: str | None,
     return chosen
 
 
+def wrote(path: str) -> None:
+    """Say where a report went: one line on stderr (stdout stays the report's own)."""
+    import sys
+
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def _ext(fmt: str) -> str:
     return {"text": ".txt", "json": ".json", "html": ".html"}[fmt]
 
 
-__all__ = ["EXTENSIONS", "choose_format", "format_of"]
+__all__ = ["EXTENSIONS", "choose_format", "format_of", "wrote"]

@@ -6,7 +6,9 @@ both runs timed such steps, else as profiled), each run's per-step spread and an
 for the change (:mod:`diagnose.report.stepstats`): "better" or "worse" only when the
 interval excludes no change, else "within noise". Then the metrics that say most about
 speed with their deltas, and the findings of A that are resolved in B, still there, or
-new. ``--fail-on-regression PCT`` exits 1 when B's step time is more than PCT percent
+new. The table speaks with the headline's voice: its step-time row is the headline's
+figure with the headline's verdict, and the other step statistics (p90, spread) carry no
+verdict of their own; every other metric is listed once. ``--fail-on-regression PCT`` exits 1 when B's step time is more than PCT percent
 above A's and the interval says B is slower (for CI).
 
 Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
@@ -29,7 +31,10 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 
-# (metric, which direction is better: "lower" | "higher" | None when neither is)
+# (metric, which direction is better: "lower" | "higher" | None when neither is). The
+# breakdown's share_dataloader is left out: dataloader_share is the same wait (the whole of
+# it, where share_dataloader keeps only what no category before it claimed) and is the one
+# the summary and the input rules quote.
 KEY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("step_time_median_ms", "lower"),
     ("step_time_p90_ms", "lower"),
@@ -42,7 +47,6 @@ KEY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("share_memset", None),
     ("share_communication", None),
     ("share_runtime", None),
-    ("share_dataloader", "lower"),
     ("share_cpu_exec", None),
     ("share_other", None),
     ("idle_input_frac", "lower"),
@@ -65,15 +69,23 @@ KEY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("step_count", None),
 )
 _SAME = 0.005  # changes below 0.5% (half a point for fractions) count as unchanged
+#: step statistics the headline's interval does not speak for: figures, no verdict
+_STEP_STATS = frozenset({"step_time_median_ms", "step_time_p90_ms", "step_time_cv",
+                         "step_time_unprofiled_median_ms"})
 
 
 @dataclass
 class MetricDelta:
+    """One metric of both runs. ``said``: the verdict given from outside (the headline's,
+    for the step time it leads with); ``headline``: this row is the headline's figure."""
+
     name: str
     unit: str
     a: Any
     b: Any
     better: str | None
+    said: str | None = None
+    headline: bool = False
 
     @property
     def delta(self) -> float | None:
@@ -91,8 +103,12 @@ class MetricDelta:
 
     @property
     def verdict(self) -> str | None:
+        """``better``/``worse``/``same`` (a change under 0.5%); the headline's row: the
+        headline's verdict (``within noise`` included); other step statistics: None."""
+        if self.headline:
+            return self.said
         d = self.delta
-        if d is None or self.better is None:
+        if d is None or self.better is None or self.name in _STEP_STATS:
             return None
         size = abs(d) if self.unit == "fraction" else (
             abs(d) / abs(float(self.a)) if self.a else abs(d))
@@ -101,9 +117,12 @@ class MetricDelta:
         return "better" if (d < 0) == (self.better == "lower") else "worse"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b,
-                "delta": _round(self.delta), "change_pct": _round(self.change_pct, 2),
-                "better": self.better, "verdict": self.verdict}
+        out = {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b,
+               "delta": _round(self.delta), "change_pct": _round(self.change_pct, 2),
+               "better": self.better, "verdict": self.verdict}
+        if self.headline:
+            out["headline"] = True
+        return out
 
 
 @dataclass
@@ -211,6 +230,9 @@ class Comparison:
     step: StepComparison | None = field(default=None)
 
     def step_change_pct(self) -> float | None:
+        """The headline's change of the step time (percent)."""
+        if self.step is not None and self.step.change_pct is not None:
+            return self.step.change_pct
         return next((m.change_pct for m in self.metrics if m.name == "step_time_median_ms"), None)
 
     def by_status(self, status: str) -> list[FindingChange]:
@@ -241,10 +263,12 @@ def compare_reports(a: Analysis, b: Analysis, *,
                     noise_floor_pct: float = NOISE_FLOOR_PCT) -> Comparison:
     """What changed from run A to run B: the headline step time, key metrics and findings
     (``noise_floor_pct``: a step-time change within it either way is "within noise")."""
+    step = compare_step(a, b, noise_floor_pct=noise_floor_pct)
     metrics = [MetricDelta(name, CATALOG.get(name, ("", ""))[0], a.metrics.get(name),
                            b.metrics.get(name), better)
                for name, better in KEY_METRICS
                if a.metrics.get(name) is not None or b.metrics.get(name) is not None]
+    metrics = _with_headline(metrics, step)
     fa = {f.rule: f for f in a.findings}
     fb = {f.rule: f for f in b.findings}
     ne_b = {n.rule: n.reason for n in b.not_evaluated}
@@ -267,8 +291,19 @@ def compare_reports(a: Analysis, b: Analysis, *,
     order = {"new": 0, "still": 1, "not_evaluated": 2, "resolved": 3}
     changes.sort(key=lambda c: (order[c.status],
                                 -severity_rank(c.severity_b or c.severity_a or "info"), c.rule))
-    return Comparison(a, b, metrics, changes,
-                      compare_step(a, b, noise_floor_pct=noise_floor_pct))
+    return Comparison(a, b, metrics, changes, step)
+
+
+def _with_headline(metrics: list[MetricDelta], step: StepComparison) -> list[MetricDelta]:
+    """The rows with the headline's step time first: the metric it reads (the median
+    without the profiler, else as profiled), its figures and its verdict."""
+    if not (_isnum(step.median_a) and _isnum(step.median_b)):
+        return metrics
+    name = ("step_time_unprofiled_median_ms" if step.measured == "without the profiler"
+            else "step_time_median_ms")
+    head = MetricDelta(name, "ms", step.median_a, step.median_b, "lower",
+                       said=step.verdict, headline=True)
+    return [head, *(m for m in metrics if m.name != name)]
 
 
 # ------------------------------------------------------------------------------- text
@@ -278,7 +313,7 @@ def _fmt(m: MetricDelta, v: Any) -> str:
     return fmt(m.name, v)
 
 
-def _delta_text(m: MetricDelta) -> str:
+def delta_text(m: MetricDelta) -> str:
     d = m.delta
     if d is None:
         return ""
@@ -316,9 +351,9 @@ def renderables(c: Comparison) -> list[Any]:
     t.add_column("B", justify="right", no_wrap=True)
     t.add_column("Δ", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True)
-    mstyle = {"better": "green", "worse": "red", "same": "dim"}
+    mstyle = {"better": "green", "worse": "red", "same": "dim", "within noise": "dim"}
     for m in c.metrics:
-        t.add_row(m.name, _fmt(m, m.a), _fmt(m, m.b), _delta_text(m),
+        t.add_row(m.name, _fmt(m, m.a), _fmt(m, m.b), delta_text(m),
                   Text(m.verdict or "", style=mstyle.get(m.verdict or "", "")))
     f = Table(title="Findings (A -> B)", title_justify="left")
     for col in ("status", "rule", "category", "A", "B"):

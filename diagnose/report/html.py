@@ -21,7 +21,8 @@ from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.prediction import prediction_line
 from ..stepmodel.step import step_model_line
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
-from .plots import BREAKDOWN, PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
+from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
+from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
 from .text import step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 AutofixRows = Sequence[AutofixRow | tuple[str, float, float]]
 
 
-def _kv(rows: Iterable[tuple[str, Child] | None]) -> Markup:
+def kv(rows: Iterable[tuple[str, Child] | None]) -> Markup:
+    """A two-column table of (label, value) rows; None rows are left out."""
     return el("table", el("tbody", [el("tr", el("th", k, scope="row"), el("td", v))
                                      for r in rows if r is not None for k, v in [r]]),
               class_="kv")
@@ -54,8 +56,7 @@ def summary_facts(m: dict[str, Any], n_ranks: int) -> list[tuple[str, str]]:
     head, window = step_lines(m)
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
                  if isinstance(m.get(f"share_{key}"), int | float) and m[f"share_{key}"] >= 0.005]
-    device = m.get("device_name") or ("no GPU activity in the trace" if m.get("has_gpu") is False
-                                      else None)
+    device = device_line(m)
     rows: list[tuple[str, str] | None] = [
         ("ranks", f"{n_ranks} (figures below: the mean over ranks)") if n_ranks > 1 else None,
         ("device", str(device)) if device else None,
@@ -76,13 +77,14 @@ def _summary(report: Analysis) -> Markup:
         ("step model", step_model_line(report.step_model, report.step_model_why)),
         ("findings", _counts(report)),
     ]
-    return el("section", el("h2", "Summary"), _kv(rows), id="summary")
+    return el("section", el("h2", "Summary"), kv(rows), id="summary")
 
 
 def _evidence(f: Finding) -> Markup:
+    """The finding's evidence: each metric it quotes with a value (None is no evidence)."""
     rows = [el("tr", el("td", el("code", k)), el("td", fmt(k, v), class_="num"),
                el("td", CATALOG.get(k, ("", ""))[1], class_="muted"))
-            for k, v in f.evidence.items()]
+            for k, v in f.evidence.items() if v is not None]
     return el("table", el("thead", el("tr", el("th", "metric"), el("th", "value", class_="num"),
                                        el("th", "meaning"))),
               el("tbody", rows), class_="evidence")
@@ -127,7 +129,7 @@ def _finding(f: Finding) -> Markup:
     )
 
 
-def _findings(report: Analysis) -> Markup:
+def findings_section(report: Analysis) -> Markup:
     if not report.findings:
         body: Child = el("p", "No findings: nothing in this run points at a bottleneck.",
                          class_="message")
@@ -152,19 +154,24 @@ def _plots(report: Analysis, autofix: AutofixRows | None
     figs = figures(report, autofix)
     out = []
     for key, fig in figs.items():
-        out.append(el("figure", el("figcaption", PLOT_TITLES[key], " ",
+        title = plot_title(key, report)
+        out.append(el("figure", el("figcaption", title, " ",
                                    el("span", "— ", CAPTIONS[key])),
                       raw_svg(to_svg(fig, salt=key)),
                       class_="plot", id=f"plot-{key}", data_plot=key, role="img",
-                      aria_label=PLOT_TITLES[key]))
+                      aria_label=title))
+    # what is missing, where the run could have had it: a CPU run has no GPU to plot, and
+    # a run without a trace says so once (its notes), not per plot
     missing = []
+    cpu = cpu_run(report.metrics)
     unavailable = (report.samples or {}).get("unavailable") or {}
     if "samples" not in figs:
-        missing.append("GPU/host over time: no samples (saved traces have none; "
-                       "a capture with diagnose(model, loader) records them)")
-    elif isinstance(unavailable, dict) and unavailable.get("gpu"):
+        missing.append(f"{'host' if cpu else 'GPU/host'} over time: no samples (saved traces "
+                       "have none; a capture with diagnose(model, loader) records them)")
+    elif isinstance(unavailable, dict) and unavailable.get("gpu") and not cpu:
         missing.append(f"GPU over time: not sampled ({unavailable['gpu']})")
-    if "idle" not in figs and report.metrics.get("has_gpu") is False:
+    if ("idle" not in figs and report.metrics.get("has_gpu") is False and not cpu
+            and traced(report)):
         missing.append("GPU busy/idle: the trace has no GPU activity")
     if not out:
         return None, list(figs)
@@ -262,7 +269,7 @@ def _not_evaluated(report: Analysis) -> Markup | None:
     if not report.not_evaluated:
         return None
     items = []
-    for g in group_not_evaluated(report.not_evaluated):
+    for g in group_not_evaluated(fit_not_evaluated(report)):
         rules = [el("li", el("span", rule, class_="rule"), ": ", reason)
                  for rule, reason in g["reasons"].items()]
         if g["count"] == 1:
@@ -277,9 +284,10 @@ def _not_evaluated(report: Analysis) -> Markup | None:
 
 
 def _notes(report: Analysis) -> Markup | None:
-    if not report.notes:
+    notes = fit_notes(report)
+    if not notes:
         return None
-    return el("section", el("h2", "Notes"), el("ul", [el("li", n) for n in report.notes]),
+    return el("section", el("h2", "Notes"), el("ul", [el("li", n) for n in notes]),
               id="notes")
 
 
@@ -320,7 +328,7 @@ def render_html(
     name = title or ", ".join(Path(s).name for s in report.source) or "report"
     sections = _sections(report, autofix, kernels)
     nav = el("nav", [el("a", t, href=f"#{sid}") for sid, t, s in sections if s is not None])
-    return _page(name, ", ".join(report.source), nav, [s for _, _, s in sections])
+    return page(name, ", ".join(report.source), nav, [s for _, _, s in sections])
 
 
 def _sections(report: Analysis, autofix: Any, kernels: bool
@@ -328,7 +336,7 @@ def _sections(report: Analysis, autofix: Any, kernels: bool
     plots, _ = _plots(report, autofix)
     return [
         ("summary", "Summary", _summary(report)),
-        ("findings", "Findings", _findings(report)),
+        ("findings", "Findings", findings_section(report)),
         ("plots", "Plots", plots),
         ("ranks", "Ranks", _ranks_table(report.ranks)),
         ("autofix", "Autofix", _autofix_table(autofix)),
@@ -339,10 +347,14 @@ def _sections(report: Analysis, autofix: Any, kernels: bool
     ]
 
 
-def _page(name: str, sub: str, nav: Markup, body: Child) -> str:
+def page(name: str, sub: str, nav: Markup, body: Child, *,
+         heading: str = "torch-diagnose report",
+         source: str = "the analysis of the source above") -> str:
+    """A whole self-contained page: ``heading`` over ``sub``, the ``nav`` links, ``body``;
+    the footer says the numbers come from ``source``."""
     from .._version import __version__
 
-    page = el(
+    doc = el(
         "html",
         el("head", el("meta", charset="utf-8"),
            el("meta", http_equiv="Content-Security-Policy", content=_CSP),
@@ -351,15 +363,15 @@ def _page(name: str, sub: str, nav: Markup, body: Child) -> str:
            el("title", f"torch-diagnose: {name}"),
            el("style", Markup(CSS))),
         el("body", el("main",
-                      el("header", el("h1", "torch-diagnose report"),
+                      el("header", el("h1", heading),
                          el("p", sub, class_="sub"), nav),
                       body,
                       el("footer", f"torch-diagnose {__version__}. Every number on this page "
-                                   "comes from the analysis of the source above; the page works "
-                                   "offline and runs no script."))),
+                                   f"comes from {source}; the page works offline and runs "
+                                   "no script."))),
         lang="en",
     )
-    return "<!doctype html>\n" + page + "\n"
+    return "<!doctype html>\n" + doc + "\n"
 
 
 def render_runs_html(runs: Runs, *, kernels: bool = True) -> str:
@@ -380,7 +392,7 @@ def render_runs_html(runs: Runs, *, kernels: bool = True) -> str:
                            if s is not None])
         body.append(el("section", el("h2", f"Run {i} of {n}: ", el("code", ", ".join(r.source))),
                        links, kept, id=f"run{i}", class_="run"))
-    return _page(f"{n} runs", f"{n} separate runs", nav, body)
+    return page(f"{n} runs", f"{n} separate runs", nav, body)
 
 
 def write_html(report: Analysis, path: str | os.PathLike[str], **kw: Any) -> Path:

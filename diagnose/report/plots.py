@@ -6,7 +6,8 @@ Every plotted number is read from the Report (``series``, ``metrics``,
 ``samples``, ``ranks``) or from the autofix rows passed in; a figure whose data
 is missing is ``None``, never an empty chart.
 
-``figures(report)`` returns them all by name; ``to_svg(fig)`` gives the inline
+``figures(report)`` returns them all by name, ``plot_title(key, report)`` their titles
+(a run sampled without a GPU gets host titles); ``to_svg(fig)`` gives the inline
 ``<svg>`` markup (text stays text: ``svg.fonttype = none``; matplotlib escapes it).
 """
 
@@ -52,6 +53,8 @@ PLOT_TITLES: dict[str, str] = {
     "ranks": "Per-rank comparison",
     "autofix": "Autofix: step time before and after",
 }
+#: the samples plot's title where the run's samples hold no GPU series (a CPU run)
+HOST_SAMPLES_TITLE = "Host CPU over time"
 
 _RC: Any = {  # dict[str, Any]; matplotlib types its keys as literals
     "svg.fonttype": "none",  # text stays <text>, searchable and small
@@ -312,6 +315,21 @@ def autofix_figure(rows: Sequence[AutofixRow | tuple[str, float, float]] | None)
         ax.grid(axis="y", visible=False)
         ax.legend(loc="lower right", frameon=False)
     return fig
+
+
+def has_gpu_samples(samples: dict[str, Any] | None) -> bool:
+    """The run's samples hold a GPU series with at least one time point."""
+    series = samples.get("series") if isinstance(samples, dict) else None
+    gpu = series.get("gpu") if isinstance(series, dict) else None
+    return isinstance(gpu, dict) and any(t is not None for t in _nums(gpu.get("t")))
+
+
+def plot_title(key: str, report: Analysis) -> str:
+    """The title of plot ``key`` for this run: as PLOT_TITLES, but the samples plot of a
+    run sampled without a GPU is titled for the host alone."""
+    if key == "samples" and not has_gpu_samples(report.samples):
+        return HOST_SAMPLES_TITLE
+    return PLOT_TITLES[key]
 
 
 def figures(report: Analysis, autofix: Sequence[AutofixRow | tuple[str, float, float]] | None = None

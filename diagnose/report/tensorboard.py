@@ -53,6 +53,7 @@ import msgspec
 from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
 from ..values import as_number
+from .runkind import fit_not_evaluated, fit_notes
 from .tb_plugin.runfile import RUN_FILE, write_run_file
 
 if TYPE_CHECKING:
@@ -404,10 +405,11 @@ def notes_markdown(report: Analysis, copies: Sequence[TraceCopy]) -> str:
     lines: list[str] = []
     if report.not_evaluated:
         lines += ["**Not evaluated**", ""]
-        lines += [f"- {n.rule}: {n.reason}" for n in report.not_evaluated]
+        lines += [f"- {n.rule}: {n.reason}" for n in fit_not_evaluated(report)]
         lines.append("")
-    if report.notes:
-        lines += ["**Notes**", ""] + [f"- {n}" for n in report.notes] + [""]
+    notes = fit_notes(report)
+    if notes:
+        lines += ["**Notes**", ""] + [f"- {n}" for n in notes] + [""]
     if copies:
         lines += ["**Traces for the PyTorch Profiler tab** (adapted copies; originals untouched)", ""]
         for c in copies:

@@ -19,6 +19,7 @@ from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.prediction import prediction_line
 from ..stepmodel.step import step_model_line
+from .runkind import device_line, fit_not_evaluated, fit_notes
 
 if TYPE_CHECKING:
     from ..result import Analysis, Runs
@@ -40,11 +41,9 @@ def _summary(report: Analysis) -> Table:
     t.add_row("source", escape(src))
     if len(report.ranks) > 1:
         t.add_row("ranks", str(len(report.ranks)))
-    dev = m.get("device_name")
+    dev = device_line(m)
     if dev:
-        t.add_row("device", escape(str(dev)))
-    elif m.get("has_gpu") is False:
-        t.add_row("device", "no GPU activity in the trace")
+        t.add_row("device", escape(dev))
     head, window = step_lines(m)
     t.add_row("step time", head)
     if window:
@@ -185,10 +184,10 @@ def renderables(report: Analysis) -> list[Any]:
         out.append(Text("No findings: nothing in this run points at a bottleneck.", style="green"))
     if report.not_evaluated:
         lines = Text("Not evaluated:", style="bold")
-        for g in group_not_evaluated(report.not_evaluated):
+        for g in group_not_evaluated(fit_not_evaluated(report)):
             lines.append(f"\n  {not_evaluated_line(g)}", style="dim")
         out.append(lines)
-    for note in report.notes:
+    for note in fit_notes(report):
         out.append(Text(f"note: {note}", style="dim"))
     return out
 

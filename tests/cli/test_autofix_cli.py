@@ -63,11 +63,46 @@ def test_autofix_command(tmp_path: Path, capsys) -> None:
     assert rc == 0
     text = txt.read_text()
     assert "autofix decisions" in text and not text.lstrip().startswith("{")
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {txt}"
+    page = tmp_path / "af.html"
+    rc = cli.main(["autofix", f"{src}:make", "--quick", "--fixes", "set_to_none",
+                   "-o", str(page), "--out-dir", str(runs)])
+    assert rc == 0 and capsys.readouterr().err.splitlines()[-1] == f"wrote {page}"
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and 'data-fix="set_to_none"' in html
+
+
+def test_report_files_of_demo_and_autofix(tmp_path: Path, capsys) -> None:
+    """demo and autofix share their report files: -o FILE in the format its name says
+    (.html: a page with predicted beside measured), --json FILE, each said on stderr."""
+    from argparse import Namespace
+
+    from diagnose.cli.autofix import _outputs, _write_outputs
+    from tests.report.test_pages import _autofix_result
+
+    r = _autofix_result()
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("af.html", "af.json", "af.txt"):
+        args = Namespace(json=str(tmp_path / "also.json"), output=str(tmp_path / name))
+        _write_outputs(_outputs(args), r, run)
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"wrote {tmp_path / 'also.json'}", f"wrote {tmp_path / name}"]
+    assert json.loads((run / "autofix.json").read_text())["decisions"][0]["fix"] == \
+        "num_workers"
+    page = (tmp_path / "af.html").read_text()
+    assert 'data-fix="num_workers" data-status="kept"' in page and "1.85x" in page
+    assert json.loads((tmp_path / "af.json").read_text()) == r.to_json()
+    assert "autofix decisions" in (tmp_path / "af.txt").read_text()
+    for cmd in ("demo", "autofix"):  # both take -o x.html
+        ns = cli._parser().parse_args([cmd, *(["t.py:f"] if cmd == "autofix" else []),
+                                       "-o", "x.html"])
+        assert _outputs(ns) == [("x.html", "html")]
 
 
 @pytest.mark.parametrize("argv,phrase", [
     (["--json", "r.txt"], "--json contradicts the file name r.txt"),
-    (["-o", "r.html"], "not html"),
+    (["--json", "r.html"], "--json contradicts the file name r.html"),
 ])
 def test_autofix_output_name_checked_first(tmp_path: Path, capsys, argv: list[str],
                                            phrase: str) -> None:

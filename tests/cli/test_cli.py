@@ -220,7 +220,7 @@ def test_output_file(tmp_path, capsys, fmt):
     p = write(tmp_path / "t.json", small_trace())
     out_file = tmp_path / f"report.{fmt}"
     rc, out, err = run_cli(capsys, "analyze", str(p), "--format", fmt, "-o", str(out_file))
-    assert rc == 0 and out == "" and err == ""
+    assert rc == 0 and out == "" and err == f"wrote {out_file}\n"  # where it went, on stderr
     text = out_file.read_text()
     if fmt == "json":
         check_report_json(json.loads(text))

@@ -1,5 +1,6 @@
-"""``-o FILE`` writes the format its extension names (analyze, compare; autofix in
-test_tune_cli.py); a ``--format`` that contradicts it is one line, exit 2."""
+"""``-o FILE`` writes the format its extension names (analyze, compare; autofix and demo in
+test_autofix_cli.py), and says where in one line on stderr; a ``--format`` that
+contradicts it is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def test_analyze_output_follows_the_file_name(tmp_path: Path, traces: tuple[str,
     html, js, txt = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "r.txt"
     for path in (html, js, txt):
         assert main(["analyze", a, "-o", str(path)]) == 0
-    assert capsys.readouterr().out == ""
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.splitlines()[-1] == f"wrote {path}"
     page = html.read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html") and "IN001" in page
     assert json.loads(js.read_text(encoding="utf-8"))["findings"][0]["rule"] == "IN001"
@@ -84,7 +86,23 @@ def test_compare_output_follows_the_file_name(tmp_path: Path, traces: tuple[str,
     doc = json.loads(js.read_text(encoding="utf-8"))
     assert doc["schema_version"] == 1 and "metrics" in doc
     assert "resolved" in txt.read_text(encoding="utf-8")
-    capsys.readouterr()
-    assert main(["compare", *traces, "-o", str(html)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not html" in err[0] and not html.exists()
+    assert capsys.readouterr().err.splitlines() == [f"wrote {js}", f"wrote {txt}"]
+    assert main(["compare", *traces, "-o", str(html)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [f"wrote {html}"]
+    page = html.read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and "torch-diagnose comparison" in page
+    assert 'data-rule="IN001" data-status="resolved"' in page
+
+
+def test_compare_html_to_stdout_keeps_the_gate_line_apart(
+        traces: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--format html`` without -o: the page on stdout, the --fail-on-regression line on
+    stderr (as with json), so the page stays a page."""
+    a, b = traces
+    assert main(["compare", b, a, "--format", "html", "--fail-on-regression", "5"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("<!doctype html>") and captured.out.rstrip().endswith(
+        "</html>")
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "regression" in err[0]

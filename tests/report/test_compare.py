@@ -33,9 +33,10 @@ def test_resnet_more_workers(capsys: pytest.CaptureFixture[str]) -> None:
         (step["b"] - step["a"]) / step["a"] * 100, abs=0.01)
     assert "IN001" in {f["rule"] for f in doc["findings"]["resolved"]}
     assert "PR001" in {f["rule"] for f in doc["findings"]["still"]}
-    for name in ("step_time_p90_ms", "gpu_busy_frac", "share_kernel", "share_dataloader",
+    for name in ("step_time_p90_ms", "gpu_busy_frac", "share_kernel",
                  "idle_sync_frac", "memcpy_pageable_host_frac", "launch_api_frac"):
         _metric(doc, name)
+    assert "share_dataloader" not in {m["name"] for m in doc["metrics"]}  # dataloader_share
 
     assert main(["compare", a, b]) == 0
     out = capsys.readouterr().out
@@ -179,3 +180,54 @@ def test_runs_whose_host_ran_ahead_of_the_gpu_are_said_so(
     nw0 = str(root / "gpu" / "slow_loader.pt.trace.json.gz")
     assert main(["compare", nw0, nw0, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time"]["note"] is None
+
+
+# ------------------------------------------------------------------ one voice
+def _with_unprofiled(r, steps_ms: list[float]):  # type: ignore[no-untyped-def]
+    """``r`` as a live capture whose loop timed ``steps_ms`` without the profiler."""
+    r.metrics["step_time_unprofiled_median_ms"] = float(sorted(steps_ms)[len(steps_ms) // 2])
+    r.metrics["step_time_unprofiled_steps"] = len(steps_ms)
+    r.series["step_unprofiled_ms"] = list(steps_ms)
+    return r
+
+
+def test_the_table_speaks_with_the_headline(tmp_path: Path) -> None:
+    """The step-time row is the headline's figure with its verdict: a change the interval
+    calls "within noise" is not "better" two lines below (the profiled median moved 30%
+    here); the other step statistics carry no verdict; each metric is listed once."""
+    slow = analyze(tb.dataloader_bound().write(tmp_path / "slow.pt.trace.json.gz"))
+    fast = analyze(tb.healthy().write(tmp_path / "fast.pt.trace.json.gz"))
+    c = compare_reports(slow, fast)
+    assert c.step is not None and c.step.measured == "as profiled"
+    (head,) = [m for m in c.metrics if m.headline]
+    assert c.metrics[0] is head and head.name == "step_time_median_ms"
+    assert (head.a, head.b, head.verdict) == (c.step.median_a, c.step.median_b, c.step.verdict)
+    assert c.step_change_pct() == pytest.approx(head.change_pct)
+    names = [m.name for m in c.metrics]
+    assert len(names) == len(set(names)) and "share_dataloader" not in names
+    assert all(m.verdict is None for m in c.metrics
+               if m.name in ("step_time_p90_ms", "step_time_cv"))
+
+    # live captures: the headline is the unprofiled step, within noise (a noisy +-10%)
+    a = _with_unprofiled(slow, [100.0, 80.0, 120.0, 95.0, 110.0, 90.0, 105.0, 85.0])
+    b = _with_unprofiled(fast, [92.3, 75.0, 110.0, 88.0, 101.0, 83.0, 97.0, 79.0])
+    c = compare_reports(a, b)
+    assert c.step is not None and c.step.measured == "without the profiler"
+    assert c.step.verdict == "within noise"
+    head = c.metrics[0]
+    assert head.headline and head.name == "step_time_unprofiled_median_ms"
+    assert head.verdict == "within noise" and head.change_pct == pytest.approx(
+        c.step.change_pct)
+    profiled = next(m for m in c.metrics if m.name == "step_time_median_ms")
+    assert profiled.change_pct is not None and profiled.change_pct < -5  # beyond the floor,
+    assert profiled.verdict is None  # yet no second verdict on the step time
+    doc = c.to_json()
+    assert doc["metrics"][0]["headline"] is True and doc["metrics"][0]["verdict"] == \
+        doc["step_time"]["verdict"] == "within noise"
+    assert doc["step_time_median_change_pct"] == pytest.approx(c.step.change_pct, abs=0.01)
+    from diagnose.report.compare import render_text
+
+    text = render_text(c)
+    rows = [line for line in text.splitlines() if "step_time" in line]
+    assert "within noise" in rows[0] and "step_time_unprofiled_median_ms" in rows[0]
+    assert not any("better" in r or "worse" in r for r in rows), rows

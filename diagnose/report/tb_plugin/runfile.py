@@ -46,11 +46,11 @@ def run_document(report: Analysis, autofix: AutofixInput | None = None,
     """The content of ``diagnose.json`` for ``report`` (plots rendered to SVG here)."""
     # matplotlib only when a run is written: the CLI imports this module for every command
     from ..html import CAPTIONS
-    from ..plots import PLOT_TITLES, autofix_rows, figures, to_svg
+    from ..plots import autofix_rows, figures, plot_title, to_svg
 
     code = getattr(autofix, "code", None) if autofix is not None else None
     rows = autofix_rows(autofix) if hasattr(autofix, "decisions") else list(autofix or ())
-    plots = {key: {"title": PLOT_TITLES[key], "caption": CAPTIONS[key],
+    plots = {key: {"title": plot_title(key, report), "caption": CAPTIONS[key],
                    "svg": to_svg(fig, salt=key)}
              for key, fig in figures(report, rows or None).items()}
     return {

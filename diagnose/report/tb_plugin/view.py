@@ -90,7 +90,7 @@ def _finding(f: dict[str, Any]) -> dict[str, Any]:
         "ranks": ", ".join(map(_str, _list(f.get("ranks")))),
         "gain": f"fixing it could save up to {gain:.0%} of step time" if gain else "",
         "evidence": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[1]]
-                     for k, v in evidence.items()],
+                     for k, v in evidence.items() if v is not None],  # no n/a as evidence
         "fixes": [{"id": _str(x.get("id")),
                    "title": " ".join(filter(None, (_str(x.get("title") or x.get("id")),
                                                    prediction_line(x.get("predicted"))))),

@@ -1,0 +1,156 @@
+"""autofix keeps to its budget: the time of every arm comes from a fake clock, so the
+budget's arithmetic is checked exactly, on any machine, however busy (no real timing).
+
+Each arm of a round advances the clock by its steps x a slow step (0.4 s); arms of
+configs with workers run faster where a test says so. Trials, the before/after and the
+speed of light are all timed on that clock: the run must end within 10% of its budget,
+start no trial whose fewest rounds cannot end in time, and say why it skipped one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from diagnose.autofix import SKIPPED, Bound, Plan, autofix  # noqa: E402
+from diagnose.autofix import runner as tune  # noqa: E402
+from diagnose.autofix.measure import HARD_END_MIN_ROUNDS, Measurer  # noqa: E402
+from diagnose.autofix.search import OVERRUN  # noqa: E402
+from diagnose.fixes import TrainConfig  # noqa: E402
+
+STEP_S = 0.4  # seconds per fake step: a slow job, where the budget matters
+# the worker-count ladder rebuilds loaders of more workers than this machine has CPUs
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+PLAN = Plan(warmup=2, round_s=0.1, min_steps=8, max_steps=80, min_rounds=4, max_rounds=30,
+            looks=3, final_rounds=10, resamples=500)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, speed: Callable[[TrainConfig], float]
+             ) -> FakeClock:
+    """Fake timing: ``speed(cfg)`` is the step time of a config, as a multiple of STEP_S."""
+    clock = FakeClock()
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(Measurer, "clock", staticmethod(clock))
+
+    def arm(self: Measurer, t: object, what: str, warmup: int, n: int, k: int
+            ) -> Callable[[], np.ndarray]:
+        step = STEP_S * speed(t.cfg)  # type: ignore[attr-defined]
+
+        def run() -> np.ndarray:
+            clock.now += (warmup + n) * step
+            return step * (1 + 0.05 * rng.standard_normal(max(1, n // k)))
+        return run
+
+    def pilot(self: Measurer, cfg: TrainConfig) -> float:
+        warmup, n, _ = self.layout(cfg)
+        clock.now += (warmup + n) * STEP_S
+        self.step_s = STEP_S
+        self.steps = self.plan.min_steps
+        return STEP_S
+
+    def bound(self: Measurer, cfg: TrainConfig) -> Bound:
+        warmup, n, _ = self.layout(cfg)
+        clock.now += 2 * (warmup + n) * STEP_S
+        return Bound(0.3e3 * STEP_S, 0.7e3 * STEP_S, cfg)
+
+    monkeypatch.setattr(Measurer, "_arm", arm)
+    monkeypatch.setattr(Measurer, "pilot", pilot)
+    monkeypatch.setattr(Measurer, "bound", bound)
+    monkeypatch.setattr(tune, "cpu_count", lambda: 8)  # a ladder of worker counts
+    return clock
+
+
+def _job() -> dict[str, object]:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8)
+    return {"model": model, "loader": loader,
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loss_fn": F.cross_entropy}
+
+
+def _run(budget: float, **kw: object):  # type: ignore[no-untyped-def]
+    j = _job()
+    return autofix(j["model"], j["loader"], j["optimizer"], loss_fn=j["loss_fn"],
+                   fixes=["num_workers", "set_to_none", "gc_freeze", "batched_fetch"],
+                   try_all=True, max_trials=100, budget_s=budget, plan=PLAN, **kw)
+
+
+@pytest.mark.parametrize("budget", [60.0, 150.0, 400.0])
+def test_no_change_helps_and_the_budget_holds(monkeypatch: pytest.MonkeyPatch,
+                                              budget: float) -> None:
+    """Nothing helps (the rule cannot decide early: every trial runs to its deadline)."""
+    _install(monkeypatch, lambda cfg: 1.0)
+    r = _run(budget)
+    assert r.elapsed_s <= budget * (1 + OVERRUN), r.render_text()
+    assert r.kept == [] and r.bound is not None  # the speed of light was measured too
+    skipped = [d for d in r.decisions if d.status == SKIPPED]
+    assert all("budget" in d.reason for d in skipped), r.render_text()
+
+
+@pytest.mark.parametrize("budget", [250.0, 400.0, 800.0])
+def test_a_kept_change_leaves_time_for_its_before_after(monkeypatch: pytest.MonkeyPatch,
+                                                        budget: float) -> None:
+    """Workers halve the step: kept, and the before/after (4 arms, 10+ rounds) still fits."""
+    _install(monkeypatch, lambda cfg: 0.5 if cfg.num_workers else 1.0)
+    r = _run(budget)
+    assert r.elapsed_s <= budget * (1 + OVERRUN), r.render_text()
+    assert "num_workers" in r.kept and r.final is not None, r.render_text()
+    assert r.final.interval is not None and r.final.interval.lo > 1.0
+
+
+def test_a_trial_that_cannot_end_in_time_is_not_started(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """25 s of budget: the pilot and the bound take ~12 s, a trial at least 3 rounds of
+    2 x 10 steps of 0.4 s (24 s): none starts, each says so, and the run ends in budget."""
+    _install(monkeypatch, lambda cfg: 1.0)
+    r = _run(25.0)
+    assert r.trials == 0 and r.elapsed_s <= 25.0 * (1 + OVERRUN), r.render_text()
+    tried = [d for d in r.decisions if d.change]
+    assert tried and all(d.status == SKIPPED and "a trial takes at least" in d.reason
+                         for d in tried), r.render_text()
+
+
+def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """No arm starts that would end past the hard end once each has two rounds; the round
+    in progress is dropped, so the arms keep the same number of rounds."""
+    clock = FakeClock()
+    monkeypatch.setattr(Measurer, "clock", staticmethod(clock))
+    m = Measurer.__new__(Measurer)  # an arm: (0 warmup + 4 steps) x 1 s, as the fake's
+    m.plan, m.steps, m.step_s = Plan(warmup=0), 4, 1.0
+    m.progress = lambda s: None
+    m.hard_end = clock.now + 25.0
+
+    def arm() -> np.ndarray:
+        clock.now += 4.0
+        return np.ones(2)
+
+    res = m._rounds([("a", arm), ("b", arm), ("c", arm)], [20], "test")
+    sizes = {len(v) for v in res.values()}
+    assert sizes == {HARD_END_MIN_ROUNDS}  # 3 arms x 4 s: the hard end falls in round 3
+    assert clock.now <= 1000.0 + 25.0  # the arm that would end past it was not started
+
+
+def test_help_shows_the_default_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from diagnose.cli import main
+
+    for cmd, default in (("autofix", "300"), ("demo", "120")):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "--budget S seconds autofix may spend" in out and f"(default {default})" in out

@@ -1,0 +1,208 @@
+"""HTML pages beside the report's: ``compare -o c.html`` and ``autofix -o af.html``; and
+views that fit the run: a CPU run is titled for the CPU, a run without a trace says so, and
+evidence never shows n/a."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diagnose import analyze
+from diagnose.report.compare import compare_reports
+from diagnose.report.compare_html import render_compare_html
+from diagnose.report.html import render_html
+from diagnose.report.runkind import CPU_CAUSE, CPU_DEVICE, NO_TRACE_CAUSE
+from tests import tracebuilder as tb
+from tests.report.test_html import parse
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_SLOW = REPO / "samples" / "traces" / "cpu" / "slow_loader.pt.trace.json.gz"
+
+
+def _text(page: str) -> str:
+    return re.sub(r"\s+", " ", "".join(parse(page).text))
+
+
+def _self_contained(page: str) -> None:
+    d = parse(page)
+    assert page.startswith("<!doctype html>") and d.scripts == 0 and d.links == []
+
+
+# ------------------------------------------------------------------------- compare page
+def test_compare_page(tmp_path: Path) -> None:
+    a = analyze(tb.dataloader_bound().write(tmp_path / "a<b>.pt.trace.json.gz"))
+    b = analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz"))
+    c = compare_reports(a, b)
+    page = render_compare_html(c)
+    _self_contained(page)
+    assert "a&lt;b&gt;.pt.trace.json.gz" in page and "<b>.pt" not in page
+    d, text = parse(page), _text(page)
+    assert {d.ids.get(k) for k in ("summary", "metrics", "findings")} == {"section"}
+    assert c.step is not None and c.step.line() in text
+    # the step row: the headline's figure and verdict, once
+    row = re.search(r'<tr data-metric="step_time_median_ms">(.*?)</tr>', page)
+    assert row and str(c.step.verdict) in row.group(1)
+    assert page.count('data-metric="step_time_median_ms"') == 1
+    assert 'data-metric="share_dataloader"' not in page
+    assert 'data-rule="IN001" data-status="resolved"' in page
+
+
+# ------------------------------------------------------------------------- autofix page
+def _autofix_result(diagnosis: object = None):  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from diagnose.autofix import (
+        KEPT,
+        REVERTED,
+        SKIPPED,
+        AutofixReport,
+        Bound,
+        Comparison,
+        Decision,
+    )
+    from diagnose.autofix.stats import Interval
+    from diagnose.fixes import TrainConfig
+
+    base = TrainConfig(num_workers=0, batch_size=8)
+    best = base.replace(num_workers=2)
+    decisions = [
+        Decision("num_workers", "num_workers 0 → 2", KEPT, "CI lower bound 1.39 > 1.03",
+                 "IN001", 40.0, 21.0, Interval(1.90, 1.39, 2.27, 0.95), 6, 36,
+                 predicted_speedup=1.85),
+        Decision("gc_freeze", "gc_freeze False → True", REVERTED,
+                 "no gain shown in 4 rounds", "IN001", 21.0, 20.9,
+                 Interval(1.00, 0.93, 1.08, 0.95), 4, 36, predicted_speedup=1.02),
+        Decision("<script>", "", SKIPPED, "budget: 3 s of 300 s left", "IN001"),
+    ]
+    final = Comparison(40.2, 21.3, Interval(1.89, 1.80, 1.98, 0.95), 10, 36)
+    return AutofixReport(original=base, baseline=base, best=best, decisions=decisions,
+                         final=final, bound=Bound(5.0, 20.0, best), bound_before=None,
+                         tuned_ms=21.3, named={"num_workers": "IN001"}, diagnosis=diagnosis,
+                         loader=None, optimizer=None, code="loader = DataLoader(ds, num_workers=2)",
+                         trials=2, elapsed_s=95.0, device="cpu", cpus=2, min_gain=0.03,
+                         notes=["a note"], predicted_tuned_ms=21.7)
+
+
+def test_autofix_page_shows_predicted_beside_measured() -> None:
+    from diagnose.report.autofix_html import render_autofix_html
+
+    diagnosis = analyze(CPU_SLOW)
+    r = _autofix_result(diagnosis)
+    page = render_autofix_html(r)
+    _self_contained(page)
+    d, text = parse(page), _text(page)
+    for sid in ("summary", "decisions", "before-after", "code", "notes", "findings"):
+        assert d.ids.get(sid) == "section", sid
+    kept = re.search(r'<tr data-fix="num_workers" data-status="kept">(.*?)</tr>', page)
+    assert kept is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", kept.group(1))
+    # ... baseline, trial, predicted, measured [CI], decision: side by side in one row
+    assert cells[-3:] == ["1.85x", "1.90x [1.39, 2.27]", "kept"], cells
+    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert "1.89x [1.80, 1.98] measured" in text and "1.85x by the step model" in text
+    assert "finding-IN001" in d.ids and "plot-autofix" in d.ids
+
+
+def test_autofix_page_without_a_diagnosis_or_a_kept_change() -> None:
+    from diagnose.report.autofix_html import render_autofix_html
+
+    r = _autofix_result()
+    r.final = None
+    page = render_autofix_html(r)
+    _self_contained(page)
+    assert "no fix was kept: the baseline stays" in _text(page)
+    assert 'id="findings"' not in page
+
+
+# ------------------------------------------------------------------------- fit the run
+def test_evidence_never_shows_na() -> None:
+    """The CPU sample's input finding quotes idle_input_frac, None without a GPU: it is no
+    evidence, so it is not shown (the HTML page, the TensorBoard tab)."""
+    from diagnose.report.tb_plugin.view import _finding
+
+    report = analyze(CPU_SLOW)
+    (f,) = [f for f in report.findings if f.rule == "IN001"]
+    assert f.evidence.get("idle_input_frac", 0) is None  # the case this test is about
+    page = render_html(report)
+    evidence = re.findall(r'<table class="evidence">(.*?)</table>', page, re.S)
+    assert evidence and all("n/a" not in e for e in evidence)
+    assert "idle_input_frac" not in "".join(evidence)
+    tab = _finding(f.to_json())
+    assert tab["evidence"] and all(v != "n/a" for _, v, _ in tab["evidence"])
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny live capture on the CPU (samples on): its run folder."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from diagnose import diagnose
+
+    tmp = tmp_path_factory.mktemp("cpu_run")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,))),
+                        batch_size=8)
+    with diagnose(model, loader, steps=3, warmup=1, wait=1, out_dir=tmp, sample_hz=20,
+                  print_report=False) as d:
+        for _ in range(3):
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+                if d.done:
+                    break
+            if d.done:
+                break
+    assert d.run_dir is not None
+    return Path(d.run_dir)
+
+
+def test_a_cpu_run_is_shown_as_one(cpu_run: Path) -> None:
+    from diagnose.report.plots import has_gpu_samples
+    from diagnose.report.tensorboard import notes_markdown
+    from diagnose.report.text import render
+
+    report = analyze(cpu_run)
+    m = report.metrics
+    assert m.get("model_device") == "cpu" and m.get("has_gpu") is False
+    page = render_html(report)
+    text = _text(page)
+    assert "the trace has no GPU activity" not in text and CPU_DEVICE in text
+    if not has_gpu_samples(report.samples):  # (a machine with a GPU samples it anyway)
+        assert "GPU and host over time" not in text and "GPU/host over time" not in text
+        assert "GPU sampling not available" not in text and "GPU over time" not in text
+        assert 'id="plot-samples"' in page and "Host CPU over time" in text
+    out = render(report, width=200)
+    assert CPU_DEVICE in out and "no GPU activity in the trace" not in out
+    assert "GPU sampling not available" not in out
+    if report.not_evaluated:
+        assert "the trace has no GPU activity" not in out and CPU_CAUSE in out
+    md = notes_markdown(report, [])
+    assert "the trace has no GPU activity" not in md and "GPU sampling" not in md
+
+
+def test_a_run_without_a_trace_says_so(cpu_run: Path, tmp_path: Path) -> None:
+    from diagnose.report.text import render
+
+    bare = tmp_path / "bare"
+    shutil.copytree(cpu_run, bare)
+    for f in bare.glob("*.pt.trace.json*"):
+        f.unlink()
+    report = analyze(bare)
+    assert report.ranks == []
+    out, page = render(report, width=200), render_html(report)
+    for shown in (out, _text(page)):
+        assert "the trace has no GPU activity" not in shown
+        assert NO_TRACE_CAUSE in shown
+
+
+def test_a_saved_cpu_trace_keeps_the_trace_wording() -> None:
+    """A trace without device work may come from a GPU job whose trace left it out."""
+    report = analyze(CPU_SLOW)
+    assert report.metrics.get("model_device") is None
+    assert "no GPU activity in the trace" in _text(render_html(report))
