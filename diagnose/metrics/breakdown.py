@@ -1,5 +1,9 @@
 """Where each step's time goes: kernels, copies, memsets, communication, runtime calls,
-the DataLoader and CPU ops, each claiming only time no category before it claimed."""
+the DataLoader and CPU ops, each claiming only time no category before it claimed.
+
+A category the trace did not record (no runtime calls, no host operators: a trace of
+device activity alone) has no share, and neither has the rest ("other"), which would
+hold its time."""
 
 from __future__ import annotations
 
@@ -10,17 +14,20 @@ import numpy as np
 
 from ..trace import Kind
 from . import intervals as iv
-from .declare import GPU, Metric, Need, per_step_ms, rnd
+from .declare import GPU, HOST_OPS, RUNTIME, Metric, Need, per_step_ms, rnd
 from .names import COMM_KERNEL, DATALOADER, STEP
 from .window import StepWindow
 
 #: The categories, highest first (a category claims only time no higher one claimed).
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
 _DEVICE_ONLY = frozenset({"kernel", "memcpy", "memset", "communication", "runtime"})
+_HOST_OPS = frozenset({"dataloader", "cpu_exec"})  # read from the host's operators
 
 
 def _needs(cat: str) -> tuple[Need, ...]:
-    return (GPU,) if cat in _DEVICE_ONLY else ()
+    if cat == "runtime":
+        return (GPU, RUNTIME)
+    return (GPU,) if cat in _DEVICE_ONLY else (HOST_OPS,) if cat in _HOST_OPS else ()
 
 
 METRICS = tuple(
@@ -28,7 +35,15 @@ METRICS = tuple(
            f"Share of step time attributed to {cat.replace('_', ' ')} "
            "(each category claims only time no higher category claimed)", _needs(cat))
     for cat in CATEGORIES
-) + (Metric("share_other", "fraction", "Share of step time in no category above"),)
+) + (Metric("share_other", "fraction", "Share of step time in no category above",
+          (HOST_OPS, RUNTIME)),)
+
+
+def _recorded(w: StepWindow, cat: str) -> bool:
+    """Whether the trace recorded what category ``cat`` is made of."""
+    if cat in _DEVICE_ONLY:
+        return w.has_gpu and (cat != "runtime" or w.has_runtime)
+    return w.has_ops if cat in _HOST_OPS else True
 
 
 @dataclass(frozen=True)
@@ -78,9 +93,10 @@ def breakdown_metrics(w: StepWindow, cats: Categories
         claimed = now - prev
         prev = now
         series[f"{cat}_ms"] = per_step_ms(claimed)
-        ok = total > 0 and (w.has_gpu or cat not in _DEVICE_ONLY)
-        v[f"share_{cat}"] = rnd(claimed.sum() / total) if ok else None
+        v[f"share_{cat}"] = rnd(claimed.sum() / total) if total > 0 and _recorded(
+            w, cat) else None
     other = step_len - prev
     series["other_ms"] = per_step_ms(other)
-    v["share_other"] = rnd(other.sum() / total) if total > 0 else None
+    known = w.has_ops and (w.has_runtime or not w.has_gpu)
+    v["share_other"] = rnd(other.sum() / total) if total > 0 and known else None
     return v, series

@@ -7,18 +7,20 @@ from typing import Any
 import numpy as np
 
 from . import intervals as iv
-from .declare import DATALOADER, Metric, per_step_ms, rnd
+from .declare import DATALOADER, HOST_OPS, Metric, per_step_ms, rnd
 from .window import StepWindow
+
+_NEEDS = (HOST_OPS, DATALOADER)  # its spans are host annotations
 
 METRICS = (
     Metric("dataloader_share", "fraction",
-           "Window time inside DataLoader __next__ (enumerate(DataLoader)) / window", (DATALOADER,)),
-    Metric("dataloader_wait_ms_per_step", "ms", "Mean DataLoader wait per step", (DATALOADER,)),
-    Metric("dataloader_wait_max_ms", "ms", "Longest DataLoader wait in one step", (DATALOADER,)),
-    Metric("dataloader_wait_median_ms", "ms", "Median DataLoader wait per step", (DATALOADER,)),
+           "Window time inside DataLoader __next__ (enumerate(DataLoader)) / window", _NEEDS),
+    Metric("dataloader_wait_ms_per_step", "ms", "Mean DataLoader wait per step", _NEEDS),
+    Metric("dataloader_wait_max_ms", "ms", "Longest DataLoader wait in one step", _NEEDS),
+    Metric("dataloader_wait_median_ms", "ms", "Median DataLoader wait per step", _NEEDS),
     Metric("dataloader_multiprocess", "bool",
            "The loader uses worker processes (num_workers > 0), from the iterator's name",
-           (DATALOADER,)),
+           _NEEDS),
 )
 
 

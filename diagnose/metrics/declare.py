@@ -60,6 +60,31 @@ LIVE = Need("a live capture", "only known from a live capture (with diagnose(...
 SAMPLES = Need("the run's samples", "only known from the samples of a live capture "
                "(GPU and host sampling)")
 RANKS = Need("2+ ranks", "needs 2 or more ranks analysed together (one trace per rank)", _ranks)
+
+
+def _beside_device(name: str) -> Callable[[Mapping[str, Any]], bool | None]:
+    """Present where the metric ``name`` has a value, or where the trace has no device work
+    (which needs no launches)."""
+
+    def present(m: Mapping[str, Any]) -> bool | None:
+        return True if m.get("has_gpu") is False else _known(name)(m)
+
+    return present
+
+
+#: What a trace recorded with device activity alone lacks: host operators, runtime calls,
+#: and the correlation ids that tie a device op to the call that launched it. A metric
+#: that reads them is None there, not 0.
+HOST_OPS = Need("host operators in the trace",
+                "the trace records no host operators (device activity alone)",
+                _known("share_cpu_exec"))
+RUNTIME = Need("runtime calls in the trace",
+               "the trace records no runtime calls (launches, syncs, copies): device "
+               "activity alone", _beside_device("launches_per_step"))
+LINKS = Need("device work tied to its launches",
+             "the trace ties no device work to the runtime call that launched it (no "
+             "correlation ids)", _beside_device("idle_launch_frac"))
+COPY_BYTES = Need("copy sizes", "the trace's copies carry no byte counts (args.bytes)")
 DATALOADER = Need("a DataLoader in the trace", "no DataLoader activity in the trace",
                   _known("dataloader_share"))
 OPTIMIZER = Need("optimizer.step() in the trace",

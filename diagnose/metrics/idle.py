@@ -4,7 +4,9 @@ Each idle gap (no kernel, copy or memset on any device) is attributed in turn to
 host waiting on the DataLoader (the part of the gap it covers); a synchronisation that
 drained the GPU (the gap begins inside a synchronising call or a blocking pageable copy);
 the host launching late (the work that ends the gap was launched after the GPU ran dry);
-or nothing attributable.
+or nothing attributable. A cause the trace did not record (no runtime calls tied to the
+device work by correlation id: no launches or syncs; no host operators: no DataLoader) is
+None, and so is the rest it would take from.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import numpy as np
 
 from ..trace import Kind
 from . import intervals as iv
-from .declare import GPU, Metric, rnd
+from .declare import GPU, HOST_OPS, LINKS, RUNTIME, Metric, rnd
 from .window import StepWindow
+
+_LINKED = (GPU, RUNTIME, LINKS)  # a launch's time: its runtime call, by correlation id
 
 METRICS = (
     Metric("gpu_busy_frac", "fraction",
@@ -24,32 +28,38 @@ METRICS = (
     Metric("gpu_idle_frac", "fraction", "Window time with no device activity at all / window",
            (GPU,)),
     Metric("idle_input_frac", "fraction",
-           "GPU idle while the host waits on the DataLoader / window", (GPU,)),
+           "GPU idle while the host waits on the DataLoader / window", (GPU, HOST_OPS)),
     Metric("idle_sync_frac", "fraction",
            "GPU idle after the host drained it with a synchronising call (.item(), "
-           "synchronize, a blocking pageable copy) until new work arrived / window", (GPU,)),
+           "synchronize, a blocking pageable copy) until new work arrived / window",
+           _LINKED),
     Metric("idle_copy_sync_frac", "fraction",
            "The part of idle_sync_frac that begins while the host is blocked in a pageable "
-           "host-to-device copy (the copy call and the synchronisation it issues) / window", (GPU,)),
+           "host-to-device copy (the copy call and the synchronisation it issues) / window",
+           _LINKED),
     Metric("idle_sync_call_frac", "fraction",
            "The rest of idle_sync_frac: after .item(), synchronize and other synchronising "
-           "calls / window", (GPU,)),
+           "calls / window", _LINKED),
     Metric("idle_kernel_launch_frac", "fraction",
            "The part of idle_launch_frac that ends with a kernel launched on its own (not "
-           "replayed by a graph) / window", (GPU,)),
+           "replayed by a graph) / window", _LINKED),
     Metric("idle_graph_launch_frac", "fraction",
            "The part of idle_launch_frac that ends with kernels replayed by a CUDA/HIP graph "
-           "(the GPU waits for one graph launch, not for per-kernel launches) / window", (GPU,)),
+           "(the GPU waits for one graph launch, not for per-kernel launches) / window",
+           _LINKED),
     Metric("idle_launch_frac", "fraction",
            "GPU idle waiting for the host to launch the next work (launch overhead, Python "
-           "and CPU work between launches) / window", (GPU,)),
+           "and CPU work between launches) / window", _LINKED),
     Metric("idle_other_frac", "fraction", "GPU idle for no attributable host cause / window",
-           (GPU,)),
+           (*_LINKED, HOST_OPS)),
     Metric("device_step_ms", "ms",
            "The GPU's work per step: how long the device ops each profiled step launched "
            "keep the device busy (their union), the mean over the steps; above the step time "
-           "where the host ran ahead of the GPU (a loop that never waits for it)", (GPU,)),
+           "where the host ran ahead of the GPU (a loop that never waits for it)",
+           _LINKED),
 )
+
+_NEEDS_LINKS = tuple(m.name for m in METRICS if LINKS in m.needs)
 
 # the order the values come in (the declarations above keep the catalog's order)
 _ORDER = ("gpu_busy_frac", "gpu_idle_frac", "idle_input_frac", "idle_sync_frac",
@@ -96,13 +106,10 @@ BACKLOG_US = 50.0
 def _backlog_end(w: StepWindow) -> float:
     """Where the device's backlog from before the window ends (us; ``w.lo`` where it had
     none). A loop that never syncs lets the host run ahead of a busy GPU: the window's
-    first kernels then wait behind work launched before the profiler recorded (an H200
-    trace of samples/healthy.py: its first kernel, launched 0.1 ms into the window, started
-    4.9 ms in, and the device ran without a gap from there). That wait is the device
-    working, not idle: the first recorded device op of the window, if it was launched
-    before the recording began (its launch is not in the trace: that H200 trace's first
-    kernels were the warm-up steps') or started well after its launch returned, marks
-    where the backlog ends."""
+    first kernels then wait behind work launched before the profiler recorded. That wait
+    is the device working, not idle: the first recorded device op of the window, if it was
+    launched before the recording began (its launch is not in the trace) or started well
+    after its launch returned, marks where the backlog ends."""
     t = w.t
     dev = np.flatnonzero(w.dev)
     ts = t.ts[dev]
@@ -169,8 +176,8 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
     t = w.t
     # the device's backlog from before the window (work the profiler did not record), the
     # busiest device's share and the GPU's work per step first, before the gaps' arrays
-    # exist: each needs temporaries over every device op, and made last they set the
-    # analysis' peak memory (a 300 MB trace: 107 MB traced at its peak, 98 MB so)
+    # exist: each needs temporaries over every device op, and made last they would set
+    # the analysis' peak memory
     ahead = _backlog_end(w)
     backlog = (np.array([w.lo]), np.array([ahead])) if ahead > w.lo else iv.EMPTY
     busiest = _busiest(w, backlog)
@@ -208,7 +215,7 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
     # one launch per kernel (counted in idle_launch_frac, reported apart)
     graph_part = np.where(has_next & graph_kernel[nxt_ev], launch_part, 0.0)
     W = w.W
-    return {
+    v = {
         "gpu_busy_frac": rnd(busiest),
         "gpu_idle_frac": rnd(glen.sum() / W),
         "idle_input_frac": rnd(input_part.sum() / W),
@@ -221,3 +228,8 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
         "idle_kernel_launch_frac": rnd((launch_part - graph_part).sum() / W),
         "device_step_ms": rnd(device_step),
     }
+    # causes the trace did not record, and the rest that would hold their time
+    unknown = (() if w.has_links else _NEEDS_LINKS) + (
+        () if w.has_ops else ("idle_input_frac", "idle_other_frac"))
+    v.update(dict.fromkeys(unknown))
+    return v

@@ -1,4 +1,5 @@
-"""GPU kernels and the host's launches of them; the top-kernels table for the reports."""
+"""GPU kernels and the host's launches of them (None where the trace recorded no runtime
+calls); the top-kernels table for the reports."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Kind, Trace
-from .declare import GPU, Metric, rnd
+from .declare import GPU, LINKS, RUNTIME, Metric, rnd
 from .names import GRAPH_LAUNCH, LAUNCH
 from .window import StepWindow
 
@@ -17,15 +18,17 @@ TOP_KERNELS = 10
 METRICS = (
     Metric("kernels_per_step", "count", "GPU kernels per step (graph replays included)", (GPU,)),
     Metric("launched_kernels_per_step", "count",
-           "GPU kernels per step launched one by one (not replayed by a CUDA/HIP graph)", (GPU,)),
+           "GPU kernels per step launched one by one (not replayed by a CUDA/HIP graph)",
+           (GPU, RUNTIME, LINKS)),
     Metric("kernel_median_us", "us", "Median kernel duration", (GPU,)),
     Metric("kernel_ms_per_step", "ms", "Summed kernel time per step", (GPU,)),
     Metric("launch_api_median_us", "us",
-           "Median duration of kernel-launch API calls (graph launches not included)", (GPU,)),
+           "Median duration of kernel-launch API calls (graph launches not included)",
+           (GPU, RUNTIME)),
     Metric("launch_api_frac", "fraction", "Host time inside kernel-launch API calls / window",
-           (GPU,)),
+           (GPU, RUNTIME)),
     Metric("launches_per_step", "count",
-           "Kernel-launch API calls per step (graph launches not included)", (GPU,)),
+           "Kernel-launch API calls per step (graph launches not included)", (GPU, RUNTIME)),
 )
 
 
@@ -45,15 +48,16 @@ def kernel_metrics(w: StepWindow, kernels: np.ndarray, graph_kernel: np.ndarray
     launch = w.within(w.host & (t.kind == Kind.RUNTIME) & t.name_mask(
         lambda n: n in LAUNCH and not GRAPH_LAUNCH.match(n)))
     ld = t.dur[launch]
-    n = w.n_steps
+    n, rt = w.n_steps, w.has_runtime  # no runtime calls recorded: launches unknown
     return {
         "kernels_per_step": rnd(len(kd) / n, 1),
-        "launched_kernels_per_step": rnd(int((kernels & ~graph_kernel).sum()) / n, 1),
+        "launched_kernels_per_step": rnd(int((kernels & ~graph_kernel).sum()) / n, 1)
+        if w.has_links else None,
         "kernel_median_us": rnd(np.median(kd), 3) if len(kd) else None,
         "kernel_ms_per_step": rnd(kd.sum() / 1e3 / n, 3),
         "launch_api_median_us": rnd(np.median(ld), 3) if len(ld) else None,
-        "launch_api_frac": rnd(w.frac(w.sel(launch))),
-        "launches_per_step": rnd(len(ld) / n, 1),
+        "launch_api_frac": rnd(w.frac(w.sel(launch))) if rt else None,
+        "launches_per_step": rnd(len(ld) / n, 1) if rt else None,
     }
 
 

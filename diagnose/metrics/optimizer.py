@@ -9,7 +9,7 @@ import numpy as np
 
 from ..trace import Kind
 from . import intervals as iv
-from .declare import GPU, OPTIMIZER, ZERO_GRAD, Metric, rnd
+from .declare import GPU, HOST_OPS, LINKS, OPTIMIZER, RUNTIME, ZERO_GRAD, Metric, rnd
 from .names import LAUNCH
 from .window import StepWindow
 
@@ -20,16 +20,16 @@ _DATAPARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Back
 
 METRICS = (
     Metric("optimizer_launches_per_step", "count",
-           "Kernel launches inside optimizer.step(), per step", (GPU, OPTIMIZER)),
+           "Kernel launches inside optimizer.step(), per step", (GPU, RUNTIME, OPTIMIZER)),
     Metric("optimizer_ms_per_step", "ms", "Host time inside optimizer.step(), per step",
            (OPTIMIZER,)),
     Metric("optimizer_stake_frac", "fraction",
            "Step time at stake in optimizer.step()'s host time / window: on a GPU, at most "
            "the GPU's idle waiting for launches (idle_launch_frac); on a CPU, all of it",
-           (OPTIMIZER,)),
+           (OPTIMIZER, RUNTIME, LINKS)),
     Metric("optimizer_kernel_ms_per_step", "ms",
            "Device time of the kernels launched inside optimizer.step(), per step",
-           (GPU, OPTIMIZER)),
+           (GPU, RUNTIME, LINKS, OPTIMIZER)),
     Metric("optimizer_uses_foreach", "bool",
            "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops", (OPTIMIZER,)),
     Metric("zero_grad_fill_ops_per_step", "count",
@@ -39,11 +39,11 @@ METRICS = (
            "What zeroing gradients costs / window: the device time of the kernels and "
            "memsets launched inside optimizer.zero_grad(), plus its host time up to the GPU's "
            "idle waiting for launches (CPU-only: host time in its aten::zero_ calls)",
-           (ZERO_GRAD,)),
+           (ZERO_GRAD, RUNTIME, LINKS)),
     Metric("dataparallel_ops_per_step", "count",
-           "nn.DataParallel scatter/broadcast/gather ops per step"),
+           "nn.DataParallel scatter/broadcast/gather ops per step", (HOST_OPS,)),
     Metric("dataparallel_ms_per_step", "ms",
-           "Host time in nn.DataParallel scatter/broadcast/gather ops per step"),
+           "Host time in nn.DataParallel scatter/broadcast/gather ops per step", (HOST_OPS,)),
 )
 
 
@@ -59,13 +59,15 @@ def _launched_device_us(w: StepWindow, spans: iv.Intervals) -> float:
     return float(t.dur[idx[np.isin(t.correlation[idx], corr)]].sum())
 
 
-def _host_stake_us(w: StepWindow, spans: iv.Intervals, idle_launch_frac: float | None) -> float:
+def _host_stake_us(w: StepWindow, spans: iv.Intervals, idle_launch_frac: float | None
+                   ) -> float | None:
     """Step time at stake in host time spent in ``spans``: a GPU that keeps busy meanwhile
-    loses nothing, so on a GPU it is at most the GPU's idle waiting for launches."""
+    loses nothing, so on a GPU it is at most the GPU's idle waiting for launches (None
+    where that is unknown: no launches recorded)."""
     host = w.in_steps(spans)
     if not w.has_gpu:
         return host
-    return min(host, (idle_launch_frac or 0.0) * w.W)
+    return None if idle_launch_frac is None else min(host, idle_launch_frac * w.W)
 
 
 def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str, Any]:
@@ -78,17 +80,18 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str
     zero_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_ZERO.match(s)))))
     launch = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda s: s in LAUNCH)
     has_opt = len(step_spans[0]) > 0
+    stake = _host_stake_us(w, step_spans, idle_launch_frac) if has_opt else None
+    launched = w.has_links  # which kernels a span launched: its calls' correlation ids
     foreach_names = t.name_mask(lambda s: bool(_FOREACH.search(s)))
     # only launches and foreach ops are asked "inside optimizer.step()?"
     in_opt = w.contains(step_spans, launch | foreach_names) if has_opt else np.zeros(len(t), bool)
     v: dict[str, Any] = {
         "optimizer_launches_per_step": rnd(int((launch & in_opt).sum()) / n, 1)
-        if has_opt and gpu else None,
+        if has_opt and gpu and w.has_runtime else None,
         "optimizer_ms_per_step": rnd(iv.measure(step_spans) / 1e3 / n, 3) if has_opt else None,
-        "optimizer_stake_frac": rnd(_host_stake_us(w, step_spans, idle_launch_frac) / W)
-        if has_opt and W > 0 else None,
+        "optimizer_stake_frac": rnd(stake / W) if stake is not None and W > 0 else None,
         "optimizer_kernel_ms_per_step": rnd(_launched_device_us(w, step_spans) / 1e3 / n, 3)
-        if has_opt and gpu else None,
+        if has_opt and launched else None,
         "optimizer_uses_foreach": bool((foreach_names & in_opt).any()) if has_opt else None,
     }
     v_zero = v_cost = None
@@ -96,16 +99,16 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str
         zero_ops = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda s: s == "aten::zero_")
         fills = w.contains(zero_spans, zero_ops)
         v_zero = rnd(int(fills.sum()) / n, 1)
+        cost: float | None = w.in_steps(w.sel(fills))
         if gpu:
-            cost = (_launched_device_us(w, zero_spans)
-                    + _host_stake_us(w, zero_spans, idle_launch_frac))
-        else:
-            cost = w.in_steps(w.sel(fills))
-        v_cost = rnd(cost / W) if W > 0 else None
+            zero_stake = _host_stake_us(w, zero_spans, idle_launch_frac)
+            cost = (_launched_device_us(w, zero_spans) + zero_stake
+                    if launched and zero_stake is not None else None)
+        v_cost = rnd(cost / W) if cost is not None and W > 0 else None
     v["zero_grad_fill_ops_per_step"] = v_zero
     v["zero_grad_cost_frac"] = v_cost
     dp = w.within(w.host & (t.kind == Kind.CPU_OP) & t.name_mask(
         lambda s: bool(_DATAPARALLEL.match(s))))
-    v["dataparallel_ops_per_step"] = rnd(int(dp.sum()) / n, 1)
-    v["dataparallel_ms_per_step"] = rnd(w.in_steps(w.sel(dp)) / 1e3 / n, 3)
+    v["dataparallel_ops_per_step"] = rnd(int(dp.sum()) / n, 1) if w.has_ops else None
+    v["dataparallel_ms_per_step"] = rnd(w.in_steps(w.sel(dp)) / 1e3 / n, 3) if w.has_ops else None
     return v

@@ -62,8 +62,12 @@ METRICS = (
 )
 
 
-def _name_flags(names: list[str], pattern: re.Pattern[str]) -> np.ndarray:
-    return np.fromiter((bool(pattern.search(n)) for n in names), bool, len(names))
+def _name_flags(names: list[str], ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    """Per name id: whether ``pattern`` finds the name, asked only of the names ``ids``
+    (the kernels'; a trace's name table is mostly host ops), False for the others."""
+    out = np.zeros(len(names), bool)
+    out[ids] = np.fromiter((bool(pattern.search(names[i])) for i in ids.tolist()), bool, len(ids))
+    return out
 
 
 def peak_ratio(cc_major: int | None, cc_minor: int | None, tensor_cores: bool | None
@@ -82,13 +86,14 @@ def precision_metrics(t: Trace, kernels: np.ndarray, n_steps: int, has_gpu: bool
     names = t.names
     kd_sum = t.dur[kernels].sum()
     if len(names):
-        is_simt = _name_flags(names, _FP32_SIMT)
-        is_tc = _name_flags(names, _TENSOR_CORE) & ~is_simt
-        g = kernels & _name_flags(names, _GEMM)[t.name_id]
+        ids = np.unique(t.name_id[kernels])
+        is_simt = _name_flags(names, ids, _FP32_SIMT)
+        is_tc = _name_flags(names, ids, _TENSOR_CORE) & ~is_simt
+        g = kernels & _name_flags(names, ids, _GEMM)[t.name_id]
         simt = t.dur[g & is_simt[t.name_id]].sum()
         tc = t.dur[g & is_tc[t.name_id]].sum()
         gemm_total = t.dur[g].sum()
-        conv = t.dur[kernels & _name_flags(names, _CONV)[t.name_id]].sum()
+        conv = t.dur[kernels & _name_flags(names, ids, _CONV)[t.name_id]].sum()
     else:
         simt = tc = gemm_total = conv = 0.0
     classified = simt + tc

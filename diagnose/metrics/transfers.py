@@ -1,5 +1,6 @@
 """Host-device copies: counts, bytes and bandwidth by direction and host memory kind, and
-how long the host is blocked by pageable copies (and whether that hides a sync)."""
+how long the host is blocked by pageable copies (and whether that hides a sync). The host
+side needs the runtime calls that issued the copies: None where the trace has none."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ..trace import Kind
 from . import intervals as iv
-from .declare import COPIES, GPU, Metric, rnd
+from .declare import COPIES, COPY_BYTES, GPU, LINKS, RUNTIME, Metric, rnd
 from .names import MEMCPY_API, copy_direction
 from .window import StepWindow
 
@@ -32,8 +33,9 @@ def _copy_decls(prefix: str, what: str, full: bool = True) -> list[Metric]:
         out += [
             Metric(f"{prefix}_per_step", "count", f"{what} per step", (GPU,)),
             Metric(f"{prefix}_ms", "ms", f"Device time of {what}", (GPU,)),
-            Metric(f"{prefix}_bytes", "bytes", f"Bytes moved by {what}", (GPU,)),
-            Metric(f"{prefix}_gbps", "GB/s", f"Achieved bandwidth of {what}", (GPU, COPIES)),
+            Metric(f"{prefix}_bytes", "bytes", f"Bytes moved by {what}", (GPU, COPY_BYTES)),
+            Metric(f"{prefix}_gbps", "GB/s", f"Achieved bandwidth of {what}",
+                   (GPU, COPIES, COPY_BYTES)),
         ]
     return out
 
@@ -57,26 +59,29 @@ def _copy_groups() -> list[tuple[str, str, str | None, bool]]:
 
 _GROUPS = _copy_groups()
 
+# the host side of copies: the runtime calls that issued them, by correlation id
+_HOST = (GPU, RUNTIME, LINKS)
+
 METRICS = tuple(m for prefix, what, _k, full in _GROUPS for m in _copy_decls(prefix, what, full)) + (
     Metric("memcpy_api_host_frac", "fraction",
-           "Host time inside cudaMemcpy*/hipMemcpy* API calls / window", (GPU,)),
+           "Host time inside cudaMemcpy*/hipMemcpy* API calls / window", (GPU, RUNTIME)),
     Metric("memcpy_pageable_host_frac", "fraction",
-           "Host time blocked in the copy API calls that issued pageable copies / window", (GPU,)),
+           "Host time blocked in the copy API calls that issued pageable copies / window", _HOST),
     Metric("memcpy_pageable_host_ms_per_step", "ms",
-           "Host time blocked issuing pageable copies, per step", (GPU,)),
+           "Host time blocked issuing pageable copies, per step", _HOST),
     Metric("memcpy_pageable_blocked_ms_per_step", "ms",
            "Host time blocked by pageable host-to-device copies per step: the copy call, "
-           "widened to the aten::copy_ op that holds it (with the sync it issues)", (GPU,)),
+           "widened to the aten::copy_ op that holds it (with the sync it issues)", _HOST),
     Metric("memcpy_pageable_expected_ms_per_step", "ms",
            f"What those copies' bytes need per step at a plausible {PAGEABLE_GBPS:g} GB/s "
-           f"plus {PAGEABLE_COPY_US:g} us per copy", (GPU,)),
+           f"plus {PAGEABLE_COPY_US:g} us per copy", (GPU, COPY_BYTES)),
     Metric("memcpy_pageable_blocked_gpu_busy_frac", "fraction",
            "Share of that blocked host time during which the GPU ran other work "
-           "(kernels, other copies)", (GPU,)),
+           "(kernels, other copies)", _HOST),
     Metric("memcpy_pageable_hidden_sync", "bool",
            f"Pageable copies act as a hidden synchronisation: the host is blocked "
            f">= {HIDDEN_SYNC_RATIO:g}x what their bytes need while the GPU runs queued "
-           f"work >= {HIDDEN_SYNC_GPU_BUSY:.0%} of that time", (GPU,)),
+           f"work >= {HIDDEN_SYNC_GPU_BUSY:.0%} of that time", (*_HOST, COPY_BYTES)),
     Metric("memcpy_pinned_info", "bool",
            "Copy names say pageable vs pinned (NVIDIA); False on e.g. AMD traces", (GPU,)),
 )
@@ -124,11 +129,12 @@ def _copy_stats(w: StepWindow, prefix: str, m: np.ndarray, full: bool) -> dict[s
         return v
     dur = t.dur[m]
     b = t.nbytes[m]
-    b = b[np.isfinite(b)]
-    gbps = (b.sum() / (dur.sum() * 1e3)) if n and dur.sum() > 0 and len(b) else None
+    known = np.isfinite(b)  # copies that carry their byte count
+    kd = dur[known].sum()
+    gbps = b[known].sum() / (kd * 1e3) if known.any() and kd > 0 else None
     v[f"{prefix}_per_step"] = rnd(n / w.n_steps, 2)
     v[f"{prefix}_ms"] = rnd(dur.sum() / 1e3, 3)
-    v[f"{prefix}_bytes"] = int(b.sum())
+    v[f"{prefix}_bytes"] = int(b[known].sum()) if known.all() else None
     v[f"{prefix}_gbps"] = rnd(gbps, 3)
     return v
 
@@ -164,6 +170,10 @@ def transfer_metrics(w: StepWindow, pageable: np.ndarray, blocked: iv.Intervals
     v["memcpy_pageable_host_frac"] = rnd(w.frac(w.sel(pg_rt)))
     v["memcpy_pageable_host_ms_per_step"] = rnd(w.in_steps(w.sel(pg_rt)) / 1e3 / w.n_steps, 3)
     v.update(_pageable_blocking(w, pageable, blocked))
+    if not w.has_links:  # no copy call tied to its copy: how long the host was held is unknown
+        v.update(dict.fromkeys(m.name for m in METRICS if m.needs[:3] == _HOST))
+    if not w.has_runtime:
+        v["memcpy_api_host_frac"] = None
     v["memcpy_pinned_info"] = (bool(np.any(pageable_n | by_kind["Pinned"]))
                                if len(names) else False)
     return v
@@ -177,17 +187,20 @@ def _pageable_blocking(w: StepWindow, pageable: np.ndarray, blocked: iv.Interval
     blocked_us = w.in_steps(blocked)
     copies = w.within(pageable)
     b = t.nbytes[copies]
-    b = b[np.isfinite(b)]
-    expected_us = float(b.sum()) / (PAGEABLE_GBPS * 1e3) + PAGEABLE_COPY_US * int(copies.sum())
+    # what the bytes need: unknown where a copy carries no byte count
+    expected_us = (float(b.sum()) / (PAGEABLE_GBPS * 1e3) + PAGEABLE_COPY_US * len(b)
+                   if np.isfinite(b).all() else None)
     other_dev = w.sel(w.dev & ~pageable)
     busy_in = iv.overlap(iv.clip(blocked, w.lo, w.hi), other_dev)
     busy_frac = busy_in / blocked_us if blocked_us > 0 else None
     n = w.n_steps
-    hidden = (blocked_us > 0 and blocked_us >= HIDDEN_SYNC_RATIO * expected_us
-              and (busy_frac or 0.0) >= HIDDEN_SYNC_GPU_BUSY)
+    hidden = None if expected_us is None else bool(
+        blocked_us > 0 and blocked_us >= HIDDEN_SYNC_RATIO * expected_us
+        and (busy_frac or 0.0) >= HIDDEN_SYNC_GPU_BUSY)
     return {
         "memcpy_pageable_blocked_ms_per_step": rnd(blocked_us / 1e3 / n, 3),
-        "memcpy_pageable_expected_ms_per_step": rnd(expected_us / 1e3 / n, 3),
+        "memcpy_pageable_expected_ms_per_step": rnd(None if expected_us is None
+                                                    else expected_us / 1e3 / n, 3),
         "memcpy_pageable_blocked_gpu_busy_frac": rnd(busy_frac),
-        "memcpy_pageable_hidden_sync": bool(hidden),
+        "memcpy_pageable_hidden_sync": hidden,
     }

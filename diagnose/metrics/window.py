@@ -32,11 +32,18 @@ METRICS = (
 )
 
 
+def _shared(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the two arrays of ids have a (non-NaN) value in common."""
+    return bool(len(np.intersect1d(a[~np.isnan(a)], b[~np.isnan(b)])))
+
+
 class StepWindow:
     """One trace's profiled steps and its host and device events (masks over all events).
 
     ``host``: host events of the main process (the one with the most host events);
-    ``dev``: kernels, copies and memsets; ``step_lo``/``step_hi``: the steps kept;
+    ``dev``: kernels, copies and memsets; ``has_ops``/``has_runtime``: whether the host
+    recorded operators and runtime calls; ``has_links``: whether a correlation id ties a
+    runtime call to device work; ``step_lo``/``step_hi``: the steps kept;
     ``W``: their summed length (us); ``notes``: what the step selection left out.
     """
 
@@ -54,6 +61,15 @@ class StepWindow:
             self.host = host_all
         self.dev: np.ndarray = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & valid
         self.has_gpu = bool(self.dev.any())
+        # what the trace recorded of the host beside its steps: operators (or annotations
+        # other than ProfilerStep) and runtime calls. A trace of device activity alone has
+        # neither, and the metrics that read them are None there, not 0
+        ops = self.host & np.isin(t.kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
+        self.has_ops = bool((ops & ~t.name_mask(lambda n: bool(STEP.match(n)))).any())
+        rt = self.host & (t.kind == Kind.RUNTIME)
+        self.has_runtime = bool(rt.any())
+        self.has_links = self.has_runtime and self.has_gpu and _shared(
+            t.correlation[rt], t.correlation[self.dev])
         self.step_lo, self.step_hi, self.source = self._steps(max_steps)
         self.lo, self.hi = float(self.step_lo[0]), float(self.step_hi[-1])
         self.steps_u: iv.Intervals = (self.step_lo, self.step_hi)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Kind
-from .declare import CPU_OPS, GPU, Metric, rnd
+from .declare import CPU_OPS, GPU, LINKS, RUNTIME, Metric, rnd
 from .names import GRAPH_LAUNCH
 from .window import StepWindow
 
@@ -32,11 +32,12 @@ METRICS = (
            "The trace trains (backward or an optimizer step); False: it looks like inference; "
            "None: too few CPU ops to tell", (CPU_OPS,)),
     Metric("graph_launches_per_step", "count",
-           "CUDA/HIP graph launches (cudaGraphLaunch, hipGraphLaunch) per step", (GPU,)),
+           "CUDA/HIP graph launches (cudaGraphLaunch, hipGraphLaunch) per step", (GPU, RUNTIME)),
     Metric("graph_kernel_frac", "fraction",
-           "Kernels replayed by a graph launch (matched by correlation id) / all kernels", (GPU,)),
+           "Kernels replayed by a graph launch (matched by correlation id) / all kernels",
+           (GPU, RUNTIME, LINKS)),
     Metric("uses_cuda_graphs", "bool",
-           "CUDA/HIP graphs are in use: the window has graph launches", (GPU,)),
+           "CUDA/HIP graphs are in use: the window has graph launches", (GPU, RUNTIME)),
     Metric("triton_kernel_frac", "fraction",
            "Kernel time in Triton kernels (triton_*: torch.compile / Inductor) / kernel time", (GPU,)),
     Metric("uses_compiled_code", "bool",
@@ -73,7 +74,7 @@ def workload_metrics(w: StepWindow, graph_kernel: np.ndarray) -> tuple[dict[str,
     if training is False:
         notes.append("this looks like inference (no backward, no optimizer step): "
                      "training-only rules not evaluated")
-    gpu = w.has_gpu
+    gpu = w.has_gpu and w.has_runtime  # graph launches are runtime calls
     kern = w.within((t.kind == Kind.KERNEL) & w.dev)
     n_kern = int(kern.sum())
     n_graph = int((kern & graph_kernel).sum())
@@ -89,9 +90,9 @@ def workload_metrics(w: StepWindow, graph_kernel: np.ndarray) -> tuple[dict[str,
         "has_optimizer_step": opt if has_ops else None,
         "is_training": training,
         "graph_launches_per_step": rnd(n_launch / w.n_steps, 2) if gpu else None,
-        "graph_kernel_frac": rnd(n_graph / n_kern) if gpu and n_kern else None,
+        "graph_kernel_frac": rnd(n_graph / n_kern) if w.has_links and n_kern else None,
         "uses_cuda_graphs": (n_launch > 0 or n_graph > 0) if gpu else None,
-        "triton_kernel_frac": rnd(tri_us / kd.sum()) if gpu and kd.sum() > 0 else None,
+        "triton_kernel_frac": rnd(tri_us / kd.sum()) if w.has_gpu and kd.sum() > 0 else None,
         "uses_compiled_code": bool((kern & triton).any()) or region,
     }
     if v["uses_cuda_graphs"]:

@@ -5,8 +5,9 @@ main process, launches matched to their kernels and copies by correlation id, th
 synchronising runtime calls, pageable copies, DataLoader ``__next__`` spans. Host
 threads are cut into tasks at the calls that matter to the device (launches, syncs,
 blocking copies) and the DataLoader spans; the time between those calls is host work
-of its measured length. Everything is vectorised; Python loops run once per step,
-thread or stream, never per event.
+of its measured length. A trace with no step, or whose device work no recorded call
+launched (device activity alone), gets the reason instead of a graph. Everything is
+vectorised; Python loops run once per step, thread or stream, never per event.
 """
 
 from __future__ import annotations
@@ -46,6 +47,42 @@ def _member(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
     ids = np.sort(ids)
     pos = np.minimum(np.searchsorted(ids, x), len(ids) - 1)
     return ids[pos] == x
+
+
+def _launcher(call_corr: np.ndarray, call_ts: np.ndarray, dev_corr: np.ndarray,
+              dev_ts: np.ndarray) -> np.ndarray:
+    """For each device op, the call (index into the calls) that launched it, -1 for none.
+
+    A launch and its device op share a correlation id. Where several calls carry the
+    same id (a merged or re-written trace, ids that wrap), the op belongs to the latest of
+    them that started before it, else to the earliest: a launch never comes after the
+    work it queued, so the match adds no edge back in time (which could close a cycle).
+    """
+    out = np.full(len(dev_corr), -1, np.int64)
+    ci = np.flatnonzero(~np.isnan(call_corr))
+    if not len(ci) or not len(dev_corr):
+        return out
+    ids, grp = np.unique(call_corr[ci], return_inverse=True)
+    gd = np.minimum(np.searchsorted(ids, dev_corr), len(ids) - 1)
+    hit = ids[gd] == dev_corr  # NaN never equals
+    # exact integer keys (group, rank of the start among calls and ops): no float sums,
+    # which lose the order of times near 2**53 us
+    times = np.concatenate([call_ts[ci], dev_ts + EPS])
+    rank = np.empty(len(times), np.int64)
+    rank[np.argsort(times, kind="stable")] = np.arange(len(times))
+    m = len(times) + 1
+    kc = grp.astype(np.int64) * m + rank[: len(ci)]
+    o = np.argsort(kc, kind="stable")
+    kc = kc[o]
+    kd = gd.astype(np.int64) * m + rank[len(ci):]
+    pos = np.searchsorted(kc, kd, side="right") - 1
+    before = hit & (pos >= 0) & (kc[np.maximum(pos, 0)] // m == gd)
+    first = np.searchsorted(kc, gd.astype(np.int64) * m)  # the group's earliest call
+    out[before] = ci[o[pos[before]]]
+    after = hit & ~before
+    out[after] = ci[o[first[after]]]
+    return out
+
 
 class _Rows:
     """Columns of tasks and edges, appended a block at a time."""
@@ -203,13 +240,15 @@ class _Builder:
         d_idx = np.flatnonzero(launched | running)
         # the outermost call that launched each device op (NaN correlation: none)
         call_of = np.full(len(d_idx), -1, np.int64)  # index into top
-        if len(sp["all"]) and len(d_idx):
-            ac = t.correlation[sp["all"]]
-            o = np.argsort(ac, kind="stable")
-            pos = np.searchsorted(ac[o], t.correlation[d_idx])
-            posc = np.minimum(pos, len(o) - 1)
-            hit = (pos < len(o)) & (ac[o][posc] == t.correlation[d_idx])
-            call_of[hit] = sp["owner_of_all"][o[posc[hit]]]
+        # a synchronising call launches nothing (a correlation id it shares with device
+        # work is another call's): taken for a launch, it would wait for its own work
+        ac = np.where(sp["syncs"][sp["all"]], np.nan, t.correlation[sp["all"]])
+        src = _launcher(ac, t.ts[sp["all"]], t.correlation[d_idx], t.ts[d_idx])
+        call_of[src >= 0] = sp["owner_of_all"][src[src >= 0]]
+        if len(d_idx) and not (call_of >= 0).any():
+            return ("no device op in the steps is tied to the host call that launched it: "
+                    "the trace records no runtime calls, or no correlation ids, and a replay "
+                    "could only repeat the measured times")
 
         # blocking copies: the call held the host until the copy (mostly) ran
         blocking = np.zeros(len(top), bool)
@@ -383,10 +422,11 @@ class _Builder:
         dev = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & np.isfinite(t.ts)
         key = t.pid_id.astype(np.int64) * (len(t.tids) + 1) + t.tid_id
         ids = np.empty(len(d_idx), np.int64)
-        launch_start = np.where(call_of >= 0, 0.0, np.nan)
-        ct = np.where(call_of >= 0, call_task[np.maximum(call_of, 0)], -1)
-        starts0 = np.concatenate(rows.cols["start0"])
-        launch_start = np.where(ct >= 0, starts0[np.maximum(ct, 0)], np.nan)
+        # the task of the call that launched each op (-1: none in the window), and its start
+        ct = np.full(len(d_idx), -1, np.int64)
+        ct[call_of >= 0] = call_task[call_of[call_of >= 0]]
+        launch_start = np.full(len(d_idx), np.nan)
+        launch_start[ct >= 0] = np.concatenate(rows.cols["start0"])[ct[ct >= 0]]
         s, e = t.ts[d_idx], t.end[d_idx]
         lat = s - launch_start
         dkey = key[d_idx]

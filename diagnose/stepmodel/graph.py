@@ -75,6 +75,10 @@ class EdgeKind(IntEnum):
 DEVICE_TASKS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
 
 
+class CycleError(ValueError):
+    """The graph's edges and program orders form a cycle: it has no replay."""
+
+
 @dataclass
 class Resource:
     name: str
@@ -267,7 +271,8 @@ def _order(g: Graph) -> list[int]:
             if indeg_l[d] == 0:
                 ready.append(d)
     if len(out) != n:
-        raise ValueError("the step graph has a cycle")
+        raise CycleError(f"the step graph has a cycle ({n - len(out)} of {n} tasks on it "
+                         "or after it)")
     return out
 
 

@@ -1,8 +1,13 @@
 """The step model of one rank: its graph, the replay of the unmodified step, and how
-close that replay comes to the measured step (``step_model`` in the JSON)."""
+close that replay comes to the measured step (``step_model`` in the JSON).
+
+Where a trace cannot carry a model (no steps, no launches tied to their device work, a
+replay with no step length) the model is None with the reason, which the report prints
+as "none (<reason>)"; building it never raises on a trace the reader accepted."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +15,7 @@ import numpy as np
 
 from ..trace import Trace
 from .build import build_graph
-from .graph import DEVICE_TASKS, Graph, TaskKind, replay
+from .graph import DEVICE_TASKS, CycleError, Graph, TaskKind, replay
 
 
 @dataclass
@@ -38,16 +43,38 @@ class StepModel:
                 "steps": self.graph.n_steps}
 
 
+#: how a model that failed on a trace begins its reason (a bug: tests look for it)
+FAILED = "the step model failed on this trace"
+
+
 def step_model(t: Trace, max_steps: int | None = None) -> StepModel:
-    """Build and replay the model of ``t`` (a few steps around the median one)."""
+    """Build and replay the model of ``t`` (a few steps around the median one), or say
+    why there is none. A failure of the model's own code gives no model and says so (the
+    report goes on without predictions) rather than ending the analysis."""
+    try:
+        return _step_model(t, max_steps)
+    except Exception as e:  # a bug in the model: the rest of the report still stands
+        return StepModel(None, f"{FAILED} ({type(e).__name__}: {e}); please report it")
+
+
+def _step_model(t: Trace, max_steps: int | None) -> StepModel:
     g = build_graph(t, max_steps)
     if isinstance(g, str):
         return StepModel(None, g)
     if not g.is_kind(*DEVICE_TASKS, TaskKind.FETCH, TaskKind.DL_WAIT).any():
         return StepModel(None, "no device work and no DataLoader in the profiled steps: "
                                "nothing to model beyond the host's own time")
-    r = replay(g)
-    return StepModel(g, None, float(np.mean(g.steps_measured)) / 1e3, r.mean_step_ms)
+    try:
+        r = replay(g)
+    except CycleError as e:
+        return StepModel(None, f"{e}: the trace's launches, syncs and copies are out of time "
+                               "order, so no replay follows from them")
+    measured, replayed = float(np.mean(g.steps_measured)) / 1e3, r.mean_step_ms
+    if not (math.isfinite(replayed) and replayed > 0 and math.isfinite(measured)
+            and measured > 0):
+        return StepModel(None, f"the replay gives no step length ({replayed:g} ms for a "
+                               f"measured {measured:g} ms): the steps hold no host work")
+    return StepModel(g, None, measured, replayed)
 
 
 def step_model_line(js: Any, why: Any) -> str:
