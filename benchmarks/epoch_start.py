@@ -37,6 +37,7 @@ from autofix_gpu import build  # noqa: E402
 
 from diagnose.capture.probes import time_worker_handover  # noqa: E402
 from diagnose.fixes.catalog.workers import epoch_start_ms  # noqa: E402
+from diagnose.stepmodel.facts import Facts  # noqa: E402
 
 
 def _epoch(ds, bs: int, k: int) -> tuple[float, float, float]:
@@ -80,9 +81,9 @@ def main() -> int:
             next(iter(DataLoader(ds, batch_size=bs, shuffle=True)))
             made.append((time.perf_counter() - t0) * 1e3)
         batch = statistics.median(made)
-        facts = dict(cpu_count=cpus, input_worker_start_ms=one, input_worker_handover_ms=hand,
-                     input_worker_batch_ms=batch, dataloader_epoch_batches=len(loader))
-        timed_facts = {**facts, "input_worker_fork_ms": fork, "input_worker_stop_ms": stop}
+        facts = Facts(cpu_count=cpus, input_worker_start_ms=one, input_worker_handover_ms=hand,
+                      input_worker_batch_ms=batch, dataloader_epoch_batches=len(loader))
+        timed_facts = facts.replace(input_worker_fork_ms=fork, input_worker_stop_ms=stop)
         print(f"\n## {w}: {len(loader)} batches an epoch; one worker's start {one:.1f} ms "
               f"(fork {fork:.1f}, hand-over {hand:.2f}), its end {stop:.1f} ms; a batch "
               f"{batch:.1f} ms")

@@ -57,7 +57,7 @@ def _capture(name: str) -> dict[str, Any]:
             preds.append(None if isinstance(p, str) else p.speedup)
         facts = predictor.facts
         return {"base": predictor.base_ms, "after": clock["phase"].count("after"),
-                "r1": facts.get("threads_one_thread_ratio"), "preds": preds}
+                "r1": facts.threads_one_thread_ratio, "preds": preds}
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..fixes import FIXES, Fix, TrainConfig
+from ..fixes import FIXES, Facts, Fix, TrainConfig
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
 from .measure import Plan
@@ -171,7 +171,7 @@ def autofix(
                 raise TuneError("the baseline capture produced no report: nothing to fix from")
             named = planned_fixes(report.findings)
             metrics = getattr(report, "metrics", {}) or {}
-            facts = {**{k: v for k, v in metrics.items() if v is not None}, **facts}
+            facts = Facts.from_metrics(metrics, live=facts)
         preds = predictions_from(predictions, report)
         tuner.preds = preds
         # each prediction at the fast end of its range (the skips use it)
@@ -182,7 +182,7 @@ def autofix(
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
             tuner.advised = getattr(report, "advised_changes", None) or {}
             tuner.predictor = getattr(report, "predictor", None)
-            tuner.facts = dict(facts)
+            tuner.facts = facts
         named = in_predicted_order(named, preds)
         said = order_note(named, preds)
         if said:
@@ -259,7 +259,7 @@ def autofix(
         diagnosis=report, loader=build_loader(loader, best),
         optimizer=build_optimizer(optimizer, best) if opt_changed else None, code=code_str,
         trials=tuner.trials, elapsed_s=tuner.clock() - tuner.t0,
-        device=str(w.device), cpus=int(facts["cpu_count"]), min_gain=min_gain, notes=notes,
+        device=str(w.device), cpus=facts.cpu_count or cpu_count(), min_gain=min_gain, notes=notes,
         predicted_tuned_ms=predicted_tuned_ms(
             final.base_ms if final else None,
             [d.predicted_speedup for d in tuner.decisions if d.status == KEPT],

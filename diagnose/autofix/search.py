@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..capture.probes import time_cpu_capacity
-from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, TIE, Fix, TrainConfig, micro_batches
+from ..fixes import SEARCH_CLIMB, SEARCH_DESCEND, TIE, Facts, Fix, TrainConfig, micro_batches
 from ..values import usable_cpus
 from .decisions import (
     FITS,
@@ -105,7 +105,7 @@ class Tuner(Measurer):
         # a trial after kept changes is predicted with their transforms applied first
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
-        self.facts: dict[str, Any] = {}  # the diagnosed run's metrics and live facts
+        self.facts = Facts()  # the diagnosed run's metrics and live facts
         # the CPUs' capacity, timed again before the trials that move CPU work, and the
         # capture's timings as they were (cpu_capacity_min, cpu_capacity_max)
         self.capacity_timings: list[float] = []
@@ -290,7 +290,7 @@ class Tuner(Measurer):
         does not set the prediction. The trial's prediction is made at the most of all the
         timings, as the capture's is at the most of its own. About half a second a fix,
         only with a model whose capture timed the capacity."""
-        if self.predictor is None or self.original is None or "cpu_capacity" not in self.facts:
+        if self.predictor is None or self.original is None or self.facts.cpu_capacity is None:
             return
         if not any(set(best.diff(c)) & CPU_FIELDS for c in cands):
             return
@@ -298,14 +298,14 @@ class Tuner(Measurer):
         if got is None:
             return
         if self.capture_capacity is None:
-            self.capture_capacity = (self.facts.get("cpu_capacity_min"),
-                                     self.facts.get("cpu_capacity_max",
-                                                    self.facts.get("cpu_capacity")))
+            f = self.facts
+            self.capture_capacity = (f.cpu_capacity_min, f.cpu_capacity if
+                                     f.cpu_capacity_max is None else f.cpu_capacity_max)
         self.capacity_timings.append(got)
         changed = self.predictor.add_capacity_timings([got])
         if not changed:
             return
-        self.facts = {**self.facts, **changed}
+        self.facts = self.facts.replace(**changed)
         try:
             p = fix.predict(self.predictor, self.original, self.facts)
         except Exception:  # a broken transform keeps the diagnosis' predictions
@@ -510,7 +510,7 @@ def _by_prediction(t: Tuner, fix: Fix, cands: list[TrainConfig]) -> list[TrainCo
     return _advice_first(t, fix, [cands[i] for i in order])
 
 
-def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: dict[str, Any],
+def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: Facts,
             finding: str | None, *, input_ms: float, compute_ms: float) -> TrainConfig:
     """The trials of one automatic fix from ``best``; the best config after them.
     ``input_ms``/``compute_ms``: the baseline's input-only and compute-only step, where a

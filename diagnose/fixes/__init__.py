@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .catalog import MODULES
-from .catalog.workers import too_many_workers, worker_ladder
+from .catalog.workers import cpus_saturated, too_many_workers, worker_ladder
 from .code import Setup
 from .config import TrainConfig, micro_batches
-from .facts import cpus_saturated
 from .findings import Prediction
 from .realise import CannotRealise, Realisation, StepParts
 from .realise import registry as realisation_registry

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..metrics.context import cpu_wait_holders
 from ..stepmodel.calibration import BUSY, HELPS, SLOWER
+from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from .config import TrainConfig
 from .unit import Fix
@@ -24,10 +25,12 @@ _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer abov
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
-                     config: TrainConfig, facts: Mapping[str, Any],
+                     config: TrainConfig, metrics: Mapping[str, Any],
                      fixes: Mapping[str, Fix]) -> None:
     """Predict each fix of each finding (``predictor``: the run's, or why there is none;
-    ``fixes``: the registry, :data:`diagnose.fixes.FIXES`)."""
+    ``metrics``: the run's, read as :class:`Facts`; ``fixes``: the registry,
+    :data:`diagnose.fixes.FIXES`)."""
+    facts = Facts.from_metrics(metrics)
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
@@ -43,10 +46,10 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 off.append(x)
             preds[x] = p
         _order(f, preds, off)
-        busy = facts.get("step_cpu_wait_unprofiled_share")
+        busy = metrics.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
                 isinstance(p, Prediction) for p in preds.values()):
-            elsewhere, holders = cpu_wait_holders(facts)
+            elsewhere, holders = cpu_wait_holders(metrics)
             f.hints.append(
                 f"predicted on a busy machine: the training thread waited {busy:.0%} of the "
                 f"timed steps for a CPU {holders}, and what a change of workers or threads "

@@ -9,7 +9,8 @@ A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
 - ``applies(config, facts)``: autofix may try it on this config (``needs`` says when, in
   words); ``why_not`` turns both into the reason shown.
 - ``in_place(metrics)``: the reason it is already in place in the diagnosed run (the
-  engine then does not suggest it, and suggests ``instead``).
+  engine then does not suggest it, and suggests ``instead``); it reads
+  ``Facts.from_metrics(metrics)``.
 - ``search(config, facts)``: the configs to measure, best guess first. ``candidates``
   (what callers use) drops those equal to ``config`` and repeats; ``apply`` is the first.
 - ``search_key``, ``search_mode`` and ``search_start``: how autofix walks the candidates
@@ -26,12 +27,10 @@ A plain ``Fix(...)`` declares an advice-only fix (its code) or a fixed change
 
 Facts
 -----
-``applies``/``search`` read a flat mapping: the metrics of a diagnosis overlaid by what
-autofix measures live. The names fixes read: ``device_type`` ("cuda"/"cpu"),
-``cpu_count`` (``os.sched_getaffinity``), ``model_has_conv``, ``iterable_dataset``,
-``bf16_supported``, ``fused_supported``, ``allow_compile``, ``oom`` (the configured batch
-does not fit), ``host_cpu_mean_pct`` (85% or more is saturated). A fact that is missing
-counts as not known, and a fix that needs it does not apply.
+``applies``, ``search``, ``predict`` and the transforms read one typed value,
+:class:`~diagnose.stepmodel.facts.Facts`: the metrics of a diagnosis overlaid by what
+autofix measures live (``Facts.from_metrics``). A fact that is None is not known, and a
+fix that needs it does not apply.
 """
 
 from __future__ import annotations
@@ -42,12 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stepmodel.calibration import TIE
+from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import GraphChange, Transform, as_transform
 from .code import EXACT_FIELDS, Setup, exact_change
 from .config import TrainConfig
-
-Facts = Mapping[str, Any]
 
 #: How autofix walks a fix's candidates (``Fix.search_mode``):
 #: each in order against the best so far, while the fix still applies;
@@ -125,13 +123,13 @@ class Fix:
         changed). ``config`` itself when there is nothing left to change."""
         if not self.auto:
             raise ValueError(f"fix {self.id!r} is advice only: autofix cannot apply it")
-        cands = self.candidates(config, facts or {})
+        cands = self.candidates(config, Facts() if facts is None else facts)
         return cands[0] if cands else config
 
     def changes_nothing(self, config: TrainConfig, facts: Facts | None = None) -> bool:
         """True when autofix has nothing to change on ``config`` (already in place, or
         advice only)."""
-        return not self.candidates(config, facts or {})
+        return not self.candidates(config, Facts() if facts is None else facts)
 
     def search_mode(self, config: TrainConfig, candidates: list[TrainConfig]) -> str:
         """How autofix walks ``candidates`` (one of the SEARCH_* modes; default each)."""

@@ -13,8 +13,8 @@ usable CPUs. The model (DESIGN.md, "CPU is a resource too"):
   processes (``threads_busy_ratio_*``), else by the rule threads / (CPUs the workers leave);
 - no setting beats (all CPU work per step) / capacity (:func:`cpu_bound_ms`).
 
-Every input is a measurement of the user's job and machine (the facts); the few hand-set
-numbers are in :mod:`diagnose.stepmodel.calibration`.
+Every input is a measurement of the user's job and machine (:class:`~.facts.Facts`); the
+few hand-set numbers are in :mod:`diagnose.stepmodel.calibration`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..values import as_number
+from .facts import Facts
 from .graph import Graph, Tag, TaskKind
-
-Facts = Mapping[str, Any]
-
-
-def num(facts: Facts, *names: str) -> float | None:
-    """The first of ``names`` the facts hold as a finite number."""
-    for n in names:
-        v = as_number(facts.get(n))
-        if v is not None:
-            return v
-    return None
 
 
 def per_step(g: Graph, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -49,11 +38,9 @@ def per_step(g: Graph, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
 def batch_bytes(g: Graph, facts: Facts) -> float | None:
     """Bytes of one batch: the capture's measurement, else the host-to-device copies of a
     step (the batch goes to the GPU once per step)."""
-    b = num(facts, "input_batch_bytes", "batch_bytes", "dataloader_batch_bytes")
-    if b is not None:
-        return b
-    h2d = num(facts, "memcpy_h2d_bytes")
-    steps = num(facts, "step_count")
+    if facts.input_batch_bytes is not None:
+        return facts.input_batch_bytes
+    h2d, steps = facts.memcpy_h2d_bytes, facts.step_count
     return h2d / steps if h2d and steps else None
 
 
@@ -62,14 +49,8 @@ def busy_threads(facts: Facts, t: int | None = None) -> int:
     (default: torch's threads now): all of them where the model runs on the CPU (torch's
     parallel ops), one where it runs on a GPU (the launching thread; torch's CPU threads
     sleep)."""
-    n = int(t or num(facts, "torch_num_threads", "intra_op_threads") or 1)
-    return 1 if facts.get("has_gpu") is True else n
-
-
-def cpus_for_workers(facts: Facts) -> int | None:
-    """The CPUs this process may use (``cpu_count``), None where not known."""
-    c = num(facts, "cpu_count")
-    return int(c) if c else None
+    n = int(t or facts.torch_num_threads or 1)
+    return 1 if facts.has_gpu is True else n
 
 
 def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | None:
@@ -81,8 +62,7 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     known) the rest (the loop's Python) does not scale. Where one thread was timed faster
     (torch's threads waited for CPUs others held), one thread costs what was timed. None
     where it was not timed."""
-    r1 = num(facts, "threads_one_thread_ratio")
-    n = num(facts, "torch_num_threads", "intra_op_threads")
+    r1, n = facts.threads_one_thread_ratio, facts.torch_num_threads
     if r1 is None or n is None or n < 2:
         return None
     if r1 < 1.0 and t <= 1:
@@ -91,9 +71,9 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
         p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in N-thread time units
         serial = max(1.0 - p / n, 0.0)
         ratio = max(serial + p / max(t, 1), 0.0)
-    work = num(facts, "model_work_quiet_ms")
+    work = facts.model_work_quiet_ms
     if work is not None:
-        work += num(facts, "optimizer_unprofiled_ms") or 0.0
+        work += facts.optimizer_unprofiled_ms or 0.0
     if host_ms and work is not None:
         share = min(1.0, work / host_ms)
         ratio = 1.0 + share * (ratio - 1.0)
@@ -103,7 +83,7 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
 def cpu_capacity(facts: Facts) -> float | None:
     """The CPUs' worth of work the usable CPUs did at once when the session timed it
     (``cpu_capacity``, between 1 and ``cpu_count``); None where it was not timed."""
-    cap, cpus = num(facts, "cpu_capacity"), cpus_for_workers(facts)
+    cap, cpus = facts.cpu_capacity, facts.cpu_count
     if cap is None or cpus is None:
         return None
     return min(float(cpus), max(1.0, cap))
@@ -167,7 +147,7 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
         model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
-    measured = num(facts, "threads_busy_ratio_1") is not None
+    measured = facts.threads_busy_ratio_1 is not None
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
@@ -197,7 +177,7 @@ def busy_ratio(facts: Facts, j: int, cpus: int, threads: int) -> float:
     excess = threads + j - cpus
     if excess <= 0:
         return 1.0
-    timed = num(facts, f"threads_busy_ratio_{min(excess, 2)}")
+    timed = facts.threads_busy_ratio_1 if excess == 1 else facts.threads_busy_ratio_2
     rule = threads / max(1, cpus - j)
     return max(timed, 1.0) if timed is not None else rule
 
@@ -241,7 +221,7 @@ def main_host_ms(g: Graph) -> float:
     return float(per_step(g, main, g.dur).mean()) / 1e3 if g.n_steps else 0.0
 
 
-def contention(facts: Facts, now_workers: float | None, threads: int, cpus: int) -> float:
+def contention(now_workers: int | None, threads: int, cpus: int) -> float:
     """How much the measured step's own work is slowed by busy workers sharing the cores
     with torch's threads, where the run oversubscribes them now: the rule of what
     oversubscribing costs (threads / (CPUs the busy workers leave)) read the other way."""
@@ -254,9 +234,8 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now
     (:func:`contention`), by the whole rule (the window's ops hold the loop's compute and
     more); the loop's other work stays as measured."""
-    cpus = cpus_for_workers(facts)
     threads = busy_threads(facts)
-    c = contention(facts, num(facts, "dataloader_num_workers"), threads, cpus or 1)
+    c = contention(facts.dataloader_num_workers, threads, facts.cpu_count or 1)
     if c == 1.0:
         return g
     return g.scale(model_ops(g), 1.0 / c)
@@ -269,7 +248,7 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     now; on a new thread count, that work as the forward's scaling says, on those threads),
     every batch's fetch and collate and both sides of its hand-over (``g``: the changed
     step). ms; None where the CPUs are not known."""
-    cpus = cpus_for_workers(facts)
+    cpus = facts.cpu_count
     if cpus is None:
         return None
     threads = busy_threads(facts)
@@ -293,17 +272,16 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
 # ---------------------------------------------------------------- the loading's pauses
 def loading_ms(facts: Facts) -> float | None:
     """The in-process loading per unprofiled step the clock measured: fetch and collate."""
-    parts = [num(facts, n) for n in ("input_fetch_ms", "input_collate_ms")]
-    return None if None in parts else sum(x for x in parts if x is not None)
+    fetch, collate = facts.input_fetch_ms, facts.input_collate_ms
+    return None if fetch is None or collate is None else fetch + collate
 
 
 def loading_pauses(facts: Facts) -> float | None:
     """Of the collector's pauses per step (the full collections' where they were told
     apart), those that fell inside the in-process loading (ms; in its measured time)."""
-    full = num(facts, "gc_pause_full_ms")
-    pause = full if full is not None else num(facts, "gc_pause_ms")
-    inside = num(facts, "gc_pause_full_loader_ms" if full is not None
-                 else "gc_pause_loader_ms")
+    full = facts.gc_pause_full_ms
+    pause = full if full is not None else facts.gc_pause_ms
+    inside = facts.gc_pause_full_loader_ms if full is not None else facts.gc_pause_loader_ms
     made = loading_ms(facts)
     if pause is None or inside is None or made is None:
         return None
@@ -311,6 +289,6 @@ def loading_pauses(facts: Facts) -> float | None:
 
 
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
-           "contention", "cpu_bound_ms", "cpu_capacity", "cpus_for_workers", "doubled",
-           "free_contention", "loading_ms", "loading_pauses", "main_host_ms", "model_ops",
-           "num", "per_step", "shared", "slowed", "thread_scale", "worker_share"]
+           "contention", "cpu_bound_ms", "cpu_capacity", "doubled", "free_contention",
+           "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
+           "slowed", "thread_scale", "worker_share"]

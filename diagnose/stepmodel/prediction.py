@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..values import as_number
 from .calibration import CALIBRATE_WITHIN, HOST_SCALE_MAX, HOST_SCALE_MIN, WIDE_RANGE
+from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .host import cpu_bound_ms
 from .step import StepModel
@@ -75,10 +75,6 @@ def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None)
             rng[1] / rng[0] > WIDE_RANGE):
         out += f"; {base / rng[1]:.2f}-{base / rng[0]:.2f}x over its range"
     return out + ")"
-
-
-def _num(facts: Mapping[str, Any], name: str) -> float | None:
-    return as_number(facts.get(name))
 
 
 def busiest_ms(g: Graph) -> float:
@@ -260,31 +256,30 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
 
 
 class Predictor:
-    """Predictions for one run, from one rank's model and the run's metrics."""
+    """Predictions for one run, from one rank's model and the run's facts."""
 
-    def __init__(self, model: StepModel, facts: Mapping[str, Any]) -> None:
+    def __init__(self, model: StepModel, facts: Facts) -> None:
         assert model.graph is not None
         self.facts = facts
-        prof = _num(facts, "step_time_median_ms")
+        prof = facts.step_time_median_ms
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time)
-        un = _num(facts, "step_time_unprofiled_mean_ms") or _num(
-            facts, "step_time_unprofiled_median_ms")
+        un = facts.step_time_unprofiled_mean_ms or facts.step_time_unprofiled_median_ms
         # a saved trace's steps are the host's: where the host ran ahead of the GPU, the
         # job runs at the GPU's pace once its queue fills (the replay's steady step agrees)
-        pace = _num(facts, "device_step_ms")
+        pace = facts.device_step_ms
         if prof is not None and pace is not None and pace > prof:
             prof = pace
         self.base_ms = un or prof or (model.measured_ms or 0.0)
         g = model.graph
-        fetch, collate = _num(facts, "input_fetch_ms"), _num(facts, "input_collate_ms")
+        fetch, collate = facts.input_fetch_ms, facts.input_collate_ms
         loaded = fetch + collate if fetch is not None and collate is not None else None
-        opt, waited = _num(facts, "optimizer_unprofiled_ms"), _num(facts, "input_worker_wait_ms")
+        opt, waited = facts.optimizer_unprofiled_ms, facts.input_worker_wait_ms
         self.g = calibrate(g, un, None if loaded is None else loaded / un,
                            None if opt is None else opt / un,
                            None if waited is None else waited / un) if un else g
         self.base_replay = _step(self.g)
-        cv = _num(facts, "step_time_cv") or 0.0
-        n = max(int(_num(facts, "step_count") or 1), 1)
+        cv = facts.step_time_cv or 0.0
+        n = max(int(facts.step_count or 1), 1)
         self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)
         self.cache: dict[Any, Prediction | str] = {}
 
@@ -294,20 +289,20 @@ class Predictor:
         at the most of all the timings, the range at both ends, as after the loop. The facts
         that changed (the cached predictions are dropped with them); None where nothing
         changed, or the capture did not time the capacity (one CPU: nothing to fold in)."""
-        cap = _num(self.facts, "cpu_capacity")
+        f = self.facts
+        cap = f.cpu_capacity
         got = [float(t) for t in timings if isinstance(t, int | float) and math.isfinite(t)
                and t > 0]
         if cap is None or not got:
             return None
-        ends = [v for k in ("cpu_capacity_min", "cpu_capacity_max")
-                if (v := _num(self.facts, k)) is not None]
+        ends = [v for v in (f.cpu_capacity_min, f.cpu_capacity_max) if v is not None]
         every = [cap, *ends, *got]
         new = {"cpu_capacity": max(every), "cpu_capacity_min": min(every),
                "cpu_capacity_max": max(every)}
-        changed = {k: v for k, v in new.items() if _num(self.facts, k) != v}
+        changed = {k: v for k, v in new.items() if getattr(f, k) != v}
         if not changed:
             return None
-        self.facts = {**self.facts, **changed}
+        self.facts = f.replace(**changed)
         self.cache.clear()
         return changed
 
@@ -346,10 +341,10 @@ class Predictor:
         # a change that moves CPU work between torch's threads and workers is made at each
         # end of the CPUs' capacity timings too (the point is at the most of them: timings
         # of one capture on a shared host lie far apart)
-        span = (_num(self.facts, "cpu_capacity_min"), _num(self.facts, "cpu_capacity_max"))
+        span = (self.facts.cpu_capacity_min, self.facts.cpu_capacity_max)
         if _moves_cpu(made, change) and None not in span:
             for cap in span:
-                at = self._predict(made, {**self.facts, "cpu_capacity": cap})
+                at = self._predict(made, self.facts.replace(cpu_capacity=cap))
                 if not isinstance(at, str):
                     lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
@@ -357,8 +352,7 @@ class Predictor:
         self.cache[key] = p
         return p
 
-    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]],
-                 facts: Mapping[str, Any]
+    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts
                  ) -> tuple[dict[str, Any], float, float, float | None] | str:
         """(the changes merged, the base step, the changed step, the loader's share: see
         :class:`Prediction`) with ``facts``; the reason where the model cannot tell. The
@@ -376,7 +370,7 @@ class Predictor:
             g2 = made
             change.update(part)
             # the next transform starts from the run this one made: its settings are now
-            facts = {**facts, **transform.now(part)}
+            facts = transform.now(facts, part)
         step2 = _step(g2) if steps else 0.0
         ratio = step2 / self.base_replay if self.base_replay > 0 and steps else 1.0
         for per_step in _declared(steps, "per_step"):
@@ -437,7 +431,7 @@ def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
         return "cannot tell: predictions are made for one rank's run, not across ranks"
     if m.graph is None:
         return f"cannot tell: no step model ({m.why})"
-    return Predictor(m, a.metrics)
+    return Predictor(m, Facts.from_metrics(a.metrics))
 
 
 def prediction_line(p: Any) -> str:

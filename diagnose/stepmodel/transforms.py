@@ -5,13 +5,14 @@ Each fix unit (:mod:`diagnose.fixes.catalog`) states its prediction as a
 change gives, built from Daydream's primitives (select tasks, scale their time, remove or
 insert tasks and edges), or a sentence saying why the model cannot tell. ``change`` is
 exactly the TrainConfig change autofix applies (``{"num_workers": 2}``); ``facts`` are the
-run's metrics overlaid by live facts, read by name (a missing one: cannot tell).
+run's :class:`~.facts.Facts` (a field that is None: cannot tell).
 
 What the replay of the graph does not hold, the transform declares for the Predictor
 (:mod:`diagnose.stepmodel.prediction`), which knows no fix and no field by name:
 
-- ``sets``: the facts that say how the run is set up, by the field whose change sets them:
-  a transform applied after this one reads the setting this one made;
+- ``sets``: the :class:`~.facts.Facts` fields that say how the run is set up, by the config
+  field whose change sets them: a transform applied after this one reads the setting this
+  one made;
 - ``moves_cpu``: fields whose change moves CPU work between torch's threads and worker
   processes: the step is then held at the CPU bound (:func:`~.host.cpu_bound_ms`) and also
   predicted at both ends of the CPUs' capacity timings;
@@ -27,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .facts import FIELDS, Facts
 from .graph import Graph
 
-Facts = Mapping[str, Any]
 Change = Mapping[str, Any]
 #: the graph a change gives, or why the model cannot tell
 GraphChange = Callable[[Graph, Change, Facts], "Graph | str"]
@@ -59,9 +60,15 @@ class Transform:
         """The graph function's name (a prediction's cache key)."""
         return str(getattr(self.graph, "__name__", repr(self.graph)))
 
-    def now(self, change: Change) -> dict[str, Any]:
-        """The facts ``change`` sets: the run's settings once it is made."""
-        return {name: v for k, v in change.items() for name in self.sets.get(k, ())}
+    def __post_init__(self) -> None:
+        unknown = {n for names in self.sets.values() for n in names} - FIELDS
+        if unknown:
+            raise ValueError(f"transform {self.name}: sets unknown fact {sorted(unknown)[0]!r}")
+
+    def now(self, facts: Facts, change: Change) -> Facts:
+        """``facts`` once ``change`` is made: the settings it sets (``sets``)."""
+        made = {name: v for k, v in change.items() for name in self.sets.get(k, ())}
+        return facts.replace(**made) if made else facts
 
 
 def transform(*, sets: Mapping[str, tuple[str, ...]] | None = None,

@@ -14,7 +14,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from diagnose.autofix.trial import Trial, Workload  # noqa: E402
-from diagnose.fixes import TrainConfig  # noqa: E402
+from diagnose.fixes import Facts, TrainConfig  # noqa: E402
 
 
 class Drain:
@@ -160,6 +160,7 @@ def test_a_trial_after_kept_changes_is_predicted_with_them_in_the_model(tmp_path
     facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "gc_pause_ms": 0.9,
              "gc_pause_loader_ms": 0.6, "input_fetch_ms": 1.5, "input_collate_ms": 0.5,
              "input_batched_fetch_ms": 0.2}
+    facts = Facts.from_metrics(facts)
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
     t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"batched_fetch": 2.5, "gc_freeze": 1.43})
@@ -217,6 +218,7 @@ def test_persistent_workers_after_kept_workers_is_predicted_on_the_kept_step(tmp
              "input_worker_handover_ms": 0.2, "proc_cpu_mean_pct": 100.0,
              "input_fetch_ms": 1.5, "input_collate_ms": 0.5, "input_worker_start_ms": 14.0,
              "dataloader_epoch_batches": 24}
+    facts = Facts.from_metrics(facts)
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
     assert base.num_workers == 0
@@ -334,7 +336,7 @@ def test_a_climb_starts_at_the_rung_predicted_best() -> None:
     t.original = base
     t.cand_preds = {"num_workers": {frozenset({("num_workers", k)}): p
                                     for k, p in preds.items()}}
-    facts = {"cpu_count": 16}
+    facts = Facts(cpu_count=16)
     tried: list[int] = []
     try_fix(t, FIXES["num_workers"], base, facts, "IN001", input_ms=60.0, compute_ms=1.7)
     assert tried[0] == 8
@@ -396,6 +398,7 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
              "input_batch_bytes": 400_000, "dataloader_num_workers": 0,
              "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
              "cpu_capacity": 1.5, "cpu_capacity_min": 1.5, "cpu_capacity_max": 1.5}
+    facts = Facts.from_metrics(facts)
     w = _workload(Drain())
     base = TrainConfig.from_objects(w.loader, w.optimizer)
     fix = FIXES["num_workers"]
@@ -403,7 +406,7 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     first = fix.predict(pred, base, facts)
     one = frozenset({("num_workers", 1)})
     t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"num_workers": first.speedup})
-    t.original, t.predictor, t.facts = base, pred, dict(facts)
+    t.original, t.predictor, t.facts = base, pred, facts
     t.cand_preds = {fix.id: {frozenset(c): s for c, s in first.candidates}}
     assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.867, rel=0.01)
     cands = fix.candidates(base, t.facts)
@@ -414,12 +417,12 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     assert t.relative(None, base, base.replace(num_workers=1), fix) == pytest.approx(
         3.0 / 2.2, rel=0.01)
     assert t.preds[fix.id] == pytest.approx(max(t.cand_preds[fix.id].values()))
-    assert t.facts["cpu_capacity"] == 2.0 and t.facts["cpu_capacity_min"] == 1.5
+    assert t.facts.cpu_capacity == 2.0 and t.facts.cpu_capacity_min == 1.5
     got = pred.predict_change(fix.transform, {"num_workers": 1})
     assert got.range[1] == pytest.approx(2.867 * (1 + pred.rel), rel=0.01)
     t.retime_capacity(fix, cands, base)  # 1.2: the range's slow end only
     assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.2, rel=0.01)
-    assert (t.facts["cpu_capacity"], t.facts["cpu_capacity_min"]) == (2.0, 1.2)
+    assert (t.facts.cpu_capacity, t.facts.cpu_capacity_min) == (2.0, 1.2)
     assert t.capacity_note() == (
         "the CPUs' capacity, timed again before the trials that move CPU work: 1.20-2.00 "
         "CPUs (the capture's: 1.50); those trials were predicted at the most of all the "
@@ -455,12 +458,13 @@ def test_a_trial_from_the_baseline_is_predicted_as_the_diagnosis_predicts_it(tmp
              "dataloader_start_ms": 26.0, "input_worker_start_ms": 14.0,
              "input_inprocess_batch_ms": 2.0, "dataloader_epoch_batches": 24,
              "input_worker_batch_ms": 2.0}
+    facts = Facts.from_metrics(facts)
     w = _workload(Drain())
     six = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=6)
     fix = FIXES["num_workers"]
     pred = Predictor(m, facts)
     t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {})
-    t.original, t.predictor, t.facts = six, pred, dict(facts)
+    t.original, t.predictor, t.facts = six, pred, facts
     said = pred.predict_change(fix.transform, {"num_workers": 2})
     assert said.base_ms > pred.base_ms  # the six workers' start, a step's share
     two = six.replace(num_workers=2)

@@ -8,6 +8,7 @@ import numpy as np
 
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.stepmodel import step_model
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import replay
 from diagnose.stepmodel.prediction import Predictor
 from tests import modeltraces as mt
@@ -24,9 +25,10 @@ def _median(g) -> float:
     return float(np.median(replay(g).step_ms))
 
 
-def _facts(m, **kw):
-    return {"step_time_median_ms": float(np.median(m.graph.steps_measured)) / 1e3,
-            "step_count": m.graph.n_steps, **kw}
+def _facts(m, **kw) -> Facts:
+    """The run's facts: its profiled step and ``kw`` (metric names)."""
+    return Facts.from_metrics({"step_time_median_ms": float(np.median(m.graph.steps_measured))
+                               / 1e3, "step_count": m.graph.n_steps, **kw})
 
 
 def _predict(fix: str, m, config: TrainConfig | None = None, **kw):

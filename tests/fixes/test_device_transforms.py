@@ -11,6 +11,7 @@ from diagnose.fixes.catalog import config as config_unit
 from diagnose.fixes.catalog import launch as launch_unit
 from diagnose.fixes.catalog import precision as precision_unit
 from diagnose.fixes.catalog import transfer as transfer_unit
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import TaskKind
 from diagnose.stepmodel.prediction import Prediction
 from tests import modeltraces as mt
@@ -23,7 +24,7 @@ def test_pin_memory(tmp_path):
     g = m.graph
     assert _median(g) == pytest.approx(4.525, abs=0.005)
     g2 = transfer_unit.pin_memory(g, {"pin_memory": True, "non_blocking": True},
-                                  {"device_cc_major": 9})
+                                  Facts(device_cc_major=9))
     assert _median(g2) == pytest.approx(2.532, abs=0.01)
     copy = g2.is_kind(TaskKind.MEMCPY)
     assert g2.dur[copy] == pytest.approx(20.0)  # 1 MB at 50 GB/s
@@ -44,16 +45,16 @@ def test_amp(tmp_path):
     """sync_loop with an fp32 SIMT GEMM (ampere_sgemm) of 1000 us: 4x faster -> 250 us, so
     the step goes from 1111 to 361 us."""
     m = _model(mt.sync_loop(), tmp_path)
-    g2 = precision_unit.amp(m.graph, {"amp_dtype": "bfloat16"}, {"tensor_core_speedup": 4.0})
+    g2 = precision_unit.amp(m.graph, {"amp_dtype": "bfloat16"}, Facts(tensor_core_speedup=4.0))
     assert _median(g2) == pytest.approx(0.361, abs=0.002)
-    assert isinstance(precision_unit.amp(m.graph, {}, {}), str)  # no tensor cores known: why
+    assert isinstance(precision_unit.amp(m.graph, {}, Facts()), str)  # no tensor cores known: why
 
 
 def test_set_to_none(tmp_path):
     """fills: the zero_grad span (128 us for 10 fills) goes."""
     m = _model(mt.fills(), tmp_path)
     before = _median(m.graph)
-    g2 = config_unit.set_to_none(m.graph, {"zero_grad_set_to_none": True}, {})
+    g2 = config_unit.set_to_none(m.graph, {"zero_grad_set_to_none": True}, Facts())
     assert before - _median(g2) == pytest.approx(0.128, abs=0.002)
     assert not g2.name_mask(lambda n: "FillFunctor" in n).any()
 
@@ -65,7 +66,7 @@ def test_foreach_optimizer(tmp_path):
     run under the 3000 us of host work that follows)."""
     m = _model(mt.per_param_optimizer(), tmp_path)
     before = _median(m.graph)
-    g2 = config_unit.foreach_optimizer(m.graph, {"optimizer_foreach": True}, {})
+    g2 = config_unit.foreach_optimizer(m.graph, {"optimizer_foreach": True}, Facts())
     assert before - _median(g2) == pytest.approx(3.1648, abs=0.003)
 
 
@@ -74,7 +75,7 @@ def test_cuda_graphs(tmp_path):
     time; the GPU (100 x 2 us) never limits."""
     m = _model(mt.many_launches(), tmp_path)
     before = _median(m.graph)
-    g2 = launch_unit.cuda_graphs(m.graph, {}, {})
+    g2 = launch_unit.cuda_graphs(m.graph, {}, Facts())
     assert before - _median(g2) == pytest.approx(0.792, abs=0.002)
 
 

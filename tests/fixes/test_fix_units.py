@@ -24,9 +24,10 @@ from diagnose.fixes import (
 from diagnose.fixes.code import AFFINITY, LoaderSpec, Setup, some_workers
 from diagnose.fixes.unit import registry
 from diagnose.rules.engine import CATEGORIES, builtin_rules, load_rules
+from diagnose.stepmodel.facts import Facts
 
-CPU2 = {"device_type": "cpu", "cpu_count": 2}
-CUDA8 = {"device_type": "cuda", "cpu_count": 8, "bf16_supported": True}
+CPU2 = Facts(device_type="cpu", cpu_count=2)
+CUDA8 = Facts(device_type="cuda", cpu_count=8, bf16_supported=True)
 
 
 # ---------------------------------------------------------------------- the registry
@@ -102,7 +103,7 @@ def test_the_worker_fixes_share_one_search_and_say_how_to_walk_it() -> None:
     nw, cap = FIXES["num_workers"], FIXES["num_workers_cap"]
     assert nw.search_key == cap.search_key == "num_workers"
     assert {f.search_key for f in FIXES.values()} == {None, "num_workers"}
-    up = nw.candidates(TrainConfig(), {"cpu_count": 8})
+    up = nw.candidates(TrainConfig(), Facts(cpu_count=8))
     assert [c.num_workers for c in up] == [1, 2, 4, 8]
     assert nw.search_mode(TrainConfig(), up) == SEARCH_CLIMB
     down = cap.candidates(TrainConfig(num_workers=6), CPU2)
@@ -115,7 +116,7 @@ def test_the_worker_fixes_share_one_search_and_say_how_to_walk_it() -> None:
     assert up[nw.search_start(TrainConfig(), up, input_ms=0.1, compute_ms=3.0)].num_workers == 1
     assert up[nw.search_start(TrainConfig(), up, input_ms=99.0, compute_ms=1.0)].num_workers == 8
     # two workers already made that input: each takes twice as long
-    two = nw.candidates(TrainConfig(num_workers=2), {"cpu_count": 8})
+    two = nw.candidates(TrainConfig(num_workers=2), Facts(cpu_count=8))
     i = nw.search_start(TrainConfig(num_workers=2), two, input_ms=5.0, compute_ms=3.0)
     assert two[i].num_workers == 4
 
@@ -135,7 +136,7 @@ class _Predictor:
 
     def predict_change(self, transform, change):
         self.asked.append(dict(change))
-        out = transform(None, change, {})
+        out = transform(None, change, Facts())
         if isinstance(out, str):
             return out
         now = self.input_ms + self.compute_ms
@@ -150,7 +151,7 @@ def test_a_fix_predicts_through_its_transform_for_each_config_autofix_would_meas
     fix = FIXES["num_workers"].with_transform(workers)
     assert fix.id == "num_workers" and FIXES["num_workers"].transform is not workers
     pr = _Predictor(input_ms=10.0, compute_ms=10.0)
-    p = fix.predict(pr, TrainConfig(), {"cpu_count": 8})
+    p = fix.predict(pr, TrainConfig(), Facts(cpu_count=8))
     # every rung autofix would climb was predicted; the best is reported
     assert pr.asked == [{"num_workers": n} for n in (1, 2, 4, 8)]
     assert isinstance(p, Prediction) and p.change == {"num_workers": 8}
@@ -218,7 +219,7 @@ def test_in_place_agrees_with_the_configs_autofix_would_try(fid: str) -> None:
     """For a fix whose setting the context records: in place exactly when autofix has
     nothing to change on that TrainConfig (where the fix applies at all)."""
     fix = FIXES[fid]
-    facts = {"device_type": "cuda", "model_has_conv": True, "cpu_count": 8}
+    facts = Facts(device_type="cuda", model_has_conv=True, cpu_count=8)
     configs = [TrainConfig(num_workers=w, persistent_workers=p and w > 0, cudnn_benchmark=b,
                            optimizer_foreach=fe, optimizer_fused=fu)
                for w in (0, 2) for p in (False, True) for b in (False, True)
@@ -318,10 +319,10 @@ def test_a_fix_changes_only_the_fields_it_declares() -> None:
     configs = [TrainConfig(), TrainConfig(num_workers=6, batch_size=32, grad_accum_steps=4),
                TrainConfig(num_workers=2, batch_size=12, prefetch_factor=2,
                            optimizer_foreach=False, zero_grad_set_to_none=False)]
-    machines = [CPU2, CUDA8, {**CUDA8, "fused_supported": True, "torch_num_threads": 8,
-                              "model_has_conv": True, "allow_compile": True, "oom": True,
-                              "dataloader_dataset_tensor_indexable": True},
-                {**CPU2, "torch_num_threads": 2, "host_cpu_mean_pct": 95.0}]
+    machines = [CPU2, CUDA8, CUDA8.replace(fused_supported=True, torch_num_threads=8,
+                                           model_has_conv=True, allow_compile=True, oom=True,
+                                           dataloader_dataset_tensor_indexable=True),
+                CPU2.replace(torch_num_threads=2, host_cpu_mean_pct=95.0)]
     searched = set()
     for fix in FIXES.values():
         if not fix.auto:

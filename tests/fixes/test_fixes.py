@@ -10,11 +10,12 @@ import pytest
 
 from diagnose.fixes import FIXES, Fix, Setup, TrainConfig, fix_code, micro_batches, worker_ladder
 from diagnose.fixes.code import loader_call, render_change
+from diagnose.stepmodel.facts import Facts
 
-CPU = {"device_type": "cpu", "cpu_count": 2, "model_has_conv": False, "bf16_supported": False,
-       "fused_supported": True, "allow_compile": False, "oom": False}
-CUDA = {**CPU, "device_type": "cuda", "cpu_count": 16, "model_has_conv": True,
-        "bf16_supported": True, "allow_compile": True, "oom": True}
+CPU = Facts(device_type="cpu", cpu_count=2, model_has_conv=False, bf16_supported=False,
+            fused_supported=True, allow_compile=False, oom=False)
+CUDA = CPU.replace(device_type="cuda", cpu_count=16, model_has_conv=True, bf16_supported=True,
+                   allow_compile=True, oom=True)
 
 
 def test_config_is_frozen_and_validated() -> None:
@@ -57,24 +58,24 @@ def test_a_fix_that_changes_nothing_says_so() -> None:
 
 
 def test_worker_ladder_is_bounded_by_the_cpus() -> None:
-    assert [c.num_workers for c in worker_ladder(TrainConfig(), {"cpu_count": 2})] == [1, 2]
-    assert [c.num_workers for c in worker_ladder(TrainConfig(), {"cpu_count": 6})] == [1, 2, 4, 6]
+    assert [c.num_workers for c in worker_ladder(TrainConfig(), Facts(cpu_count=2))] == [1, 2]
+    assert [c.num_workers for c in worker_ladder(TrainConfig(), Facts(cpu_count=6))] == [1, 2, 4, 6]
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=2),
-                                                 {"cpu_count": 8})] == [4, 8]
-    assert worker_ladder(TrainConfig(), {}) == []  # CPUs unknown: nothing to search
+                                                 Facts(cpu_count=8))] == [4, 8]
+    assert worker_ladder(TrainConfig(), Facts()) == []  # CPUs unknown: nothing to search
     # more workers than CPUs: downward, the CPU count first, down to 0 (in-process)
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=6),
-                                                 {"cpu_count": 2})] == [2, 1, 0]
+                                                 Facts(cpu_count=2))] == [2, 1, 0]
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=32),
-                                                 {"cpu_count": 8})] == [8, 7, 4, 1, 0]
+                                                 Facts(cpu_count=8))] == [8, 7, 4, 1, 0]
     # the CPUs saturated (a diagnosis' host_cpu_mean_pct): fewer workers, also below the CPUs
-    hot = {"cpu_count": 8, "host_cpu_mean_pct": 97.0}
+    hot = Facts(cpu_count=8, host_cpu_mean_pct=97.0)
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=4), hot)] == [1, 0]
     assert [c.num_workers for c in worker_ladder(TrainConfig(), hot)] == [1, 2, 4, 8]
     nw = FIXES["num_workers"]
     assert nw.why_not(TrainConfig(num_workers=2), CPU) is not None  # already at the CPU count
     assert nw.why_not(TrainConfig(), CPU) is None
-    assert nw.why_not(TrainConfig(), {**CPU, "iterable_dataset": True}) is not None
+    assert nw.why_not(TrainConfig(), CPU.replace(iterable_dataset=True)) is not None
     assert nw.why_not(TrainConfig(num_workers=6), CPU) is None  # searched downward
     cap = FIXES["num_workers_cap"]  # IN004's fix is automatic: the same downward search
     assert cap.auto and cap.why_not(TrainConfig(num_workers=6), CPU) is None
@@ -94,7 +95,7 @@ def test_cuda_only_fixes_do_not_apply_on_cpu_and_say_why() -> None:
 def test_amp_picks_bf16_where_supported_else_fp16_with_a_scaler() -> None:
     amp = FIXES["amp"]
     (bf16,) = amp.candidates(TrainConfig(), CUDA)
-    (fp16,) = amp.candidates(TrainConfig(), {**CUDA, "bf16_supported": False})
+    (fp16,) = amp.candidates(TrainConfig(), CUDA.replace(bf16_supported=False))
     assert bf16.amp_dtype == "bfloat16" and not bf16.uses_grad_scaler
     assert fp16.amp_dtype == "float16" and fp16.uses_grad_scaler
 

@@ -10,6 +10,7 @@ from diagnose.autofix.trial import Trial, Workload, build_loader
 from diagnose.capture.runinfo import batch_indexable, time_batched_fetch, time_fetches
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.fixes.code import Setup, render_change
+from diagnose.stepmodel.facts import Facts
 
 
 def _rows(n: int = 103) -> TensorDataset:
@@ -81,8 +82,8 @@ def test_batched_fetch_gives_the_same_batches() -> None:
 
 def test_the_batched_fetch_fix_applies_from_the_fact_and_writes_the_change() -> None:
     fix = FIXES["batched_fetch"]
-    assert fix.auto and fix.why_not(TrainConfig(), {"dataloader_dataset_tensor_indexable": True}) is None
-    assert fix.why_not(TrainConfig(), {"dataloader_dataset_tensor_indexable": False}) is not None
+    assert fix.auto and fix.why_not(TrainConfig(), Facts(dataloader_dataset_tensor_indexable=True)) is None
+    assert fix.why_not(TrainConfig(), Facts(dataloader_dataset_tensor_indexable=False)) is not None
     # a diagnosis whose dataset is not batch-indexable does not suggest it
     assert "one indexing call" in fix.in_place({"dataloader_dataset_tensor_indexable": False})
     assert fix.in_place({"dataloader_dataset_tensor_indexable": True}) is None
@@ -98,19 +99,19 @@ def test_the_batched_fetch_fix_applies_from_the_fact_and_writes_the_change() -> 
 
 def test_the_threads_fix_splits_the_cpus() -> None:
     fix = FIXES["threads"]
-    facts = {"cpu_count": 2, "torch_num_threads": 2}
+    facts = Facts(cpu_count=2, torch_num_threads=2)
     assert fix.auto and fix.why_not(TrainConfig(), facts) is None
     # one worker beside one thread, and a worker per CPU beside one thread
     assert fix.candidates(TrainConfig(), facts) == [
         TrainConfig(num_workers=1, intra_op_threads=1),
         TrainConfig(num_workers=2, intra_op_threads=1)]
     # already split one way: the other is left on 2 CPUs
-    assert fix.candidates(TrainConfig(num_workers=1), {**facts, "torch_num_threads": 1}) == [
+    assert fix.candidates(TrainConfig(num_workers=1), facts.replace(torch_num_threads=1)) == [
         TrainConfig(num_workers=2, intra_op_threads=1)]
-    eight = fix.candidates(TrainConfig(num_workers=2), {"cpu_count": 8, "torch_num_threads": 8})
+    eight = fix.candidates(TrainConfig(num_workers=2), Facts(cpu_count=8, torch_num_threads=8))
     assert [(c.num_workers, c.intra_op_threads) for c in eight] == [
         (1, 7), (2, 6), (4, 4), (8, 1)]
-    assert fix.why_not(TrainConfig(), {"cpu_count": 1, "torch_num_threads": 1}) is not None
+    assert fix.why_not(TrainConfig(), Facts(cpu_count=1, torch_num_threads=1)) is not None
     assert "torch.set_num_threads(1)" in render_change(TrainConfig(), eight[0].replace(
         intra_op_threads=1))
 

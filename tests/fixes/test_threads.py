@@ -8,6 +8,7 @@ import pytest
 from diagnose.fixes import FIXES
 from diagnose.fixes.catalog import threads as threads_unit
 from diagnose.stepmodel import host
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import TaskKind, replay
 from diagnose.stepmodel.prediction import Prediction
 from tests import modeltraces as mt
@@ -19,12 +20,11 @@ def test_thread_scale_from_the_timed_forward_and_backward():
     two-thread time scales (p = 0.5 / 0.5 = 1 in units of it, serial 0.5): one thread
     gives 0.5 + 1 = 1.5. Where the model's work is half of the main thread's own work,
     the rest (optimizer, Python) does not scale: 1 + 0.5 x 0.5 = 1.25."""
-    facts = {"threads_one_thread_ratio": 1.5, "torch_num_threads": 2,
-             "model_work_quiet_ms": 1.0}
+    facts = Facts(threads_one_thread_ratio=1.5, torch_num_threads=2, model_work_quiet_ms=1.0)
     assert host.thread_scale(facts, 1) == pytest.approx(1.5)
     assert host.thread_scale(facts, 2) == pytest.approx(1.0)
     assert host.thread_scale(facts, 1, host_ms=2.0) == pytest.approx(1.25)
-    assert host.thread_scale({"torch_num_threads": 2}, 1) is None  # not timed: no scale
+    assert host.thread_scale(Facts(torch_num_threads=2), 1) is None  # not timed: no scale
 
 
 def test_one_thread_timed_faster_is_taken_as_timed():
@@ -32,8 +32,7 @@ def test_one_thread_timed_faster_is_taken_as_timed():
     backward took 0.69x as long on one thread. One thread is then that (Amdahl, which has no
     room below 1, would say 1.0); the work that does not scale stays; a thread count that
     was not timed gets no gain."""
-    facts = {"threads_one_thread_ratio": 0.69, "torch_num_threads": 4,
-             "model_work_quiet_ms": 1.0}
+    facts = Facts(threads_one_thread_ratio=0.69, torch_num_threads=4, model_work_quiet_ms=1.0)
     assert host.thread_scale(facts, 1) == pytest.approx(0.69)
     assert host.thread_scale(facts, 1, host_ms=2.0) == pytest.approx(1 - 0.5 * 0.31)
     assert host.thread_scale(facts, 2) == pytest.approx(1.0)

@@ -11,6 +11,7 @@ import pytest
 from diagnose.fixes import TrainConfig
 from diagnose.fixes.catalog import workers as workers_unit
 from diagnose.stepmodel import calibration as cal
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import Tag, TaskKind
 from diagnose.stepmodel.prediction import Prediction, Predictor
 from tests import modeltraces as mt
@@ -378,17 +379,17 @@ def test_a_change_that_oversubscribes_slows_the_optimizer_too(tmp_path):
                for t in (Tag.OPTIMIZER, Tag.FORWARD_BACKWARD)]
         return per[0], per[1]
 
-    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
-             "proc_cpu_mean_pct": 180.0, "input_worker_handover_ms": 0.2}
+    facts = Facts(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
+                  proc_cpu_mean_pct=180.0, input_worker_handover_ms=0.2)
     g = graph(0)
-    one = workers_unit.num_workers(g, {"num_workers": 1}, {**facts, "dataloader_num_workers": 0})
+    one = workers_unit.num_workers(g, {"num_workers": 1}, facts.replace(dataloader_num_workers=0))
     assert not isinstance(one, str)
     (opt0, fb0), (opt1, fb1) = opt_fb(g), opt_fb(one)
     assert opt0 >= 500 and 1.9 * opt0 <= opt1 <= 2 * opt0
     assert opt1 / opt0 == pytest.approx(fb1 / fb0, rel=1e-6)
     g6 = graph(6)
-    two = workers_unit.num_workers(g6, {"num_workers": 2}, {**facts, "dataloader_num_workers": 6,
-                                                  "input_worker_batch_ms": 2.0})
+    two = workers_unit.num_workers(g6, {"num_workers": 2}, facts.replace(
+        dataloader_num_workers=6, input_worker_batch_ms=2.0))
     assert not isinstance(two, str)
     (opt6, fb6), (opt2, fb2) = opt_fb(g6), opt_fb(two)
     assert opt2 == pytest.approx(opt6, rel=0.01) and fb2 == pytest.approx(fb6, rel=0.01)
@@ -413,10 +414,10 @@ def test_two_workers_beside_torchs_threads_slow_its_ops_as_the_session_timed(tmp
     share (2x at most), and the ops take longer; one worker, always busy, timed 2x beside
     one busy process, is predicted as the rule says (2 / (2 - 1))."""
     g = _inprocess(tmp_path, 6000, 3000)
-    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
-             "proc_cpu_mean_pct": 180.0, "input_worker_handover_ms": 0.2,
-             "dataloader_num_workers": 0}
-    timed = {**facts, "threads_busy_ratio_1": 2.0, "threads_busy_ratio_2": 7.0}
+    facts = Facts(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
+                  proc_cpu_mean_pct=180.0, input_worker_handover_ms=0.2,
+                  dataloader_num_workers=0)
+    timed = facts.replace(threads_busy_ratio_1=2.0, threads_busy_ratio_2=7.0)
     rule2 = workers_unit.num_workers(g, {"num_workers": 2}, facts)
     slow2 = workers_unit.num_workers(g, {"num_workers": 2}, timed)
     assert not isinstance(rule2, str) and not isinstance(slow2, str)
@@ -428,7 +429,7 @@ def test_two_workers_beside_torchs_threads_slow_its_ops_as_the_session_timed(tmp
     assert _median(slow2) > 1.05 * _median(rule2)
     rule1 = workers_unit.num_workers(g, {"num_workers": 1}, facts)
     same1 = workers_unit.num_workers(g, {"num_workers": 1},
-                           {**timed, "threads_busy_ratio_2": 50.0})
+                           timed.replace(threads_busy_ratio_2=50.0))
     assert not isinstance(rule1, str) and not isinstance(same1, str)
     assert _median(same1) == pytest.approx(_median(rule1), rel=0.05)
 
@@ -442,9 +443,9 @@ def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work
     was timed). Known answer: the fixed point of op = 100 x (1 + 12u / step), u = op /
     step, step = op + 0.2 ms of hand-over (~110.8 ms)."""
     g = _inprocess(tmp_path, 6000, 100_000)
-    facts = {"cpu_count": 2, "torch_num_threads": 2, "input_batch_bytes": 400_000,
-             "proc_cpu_mean_pct": 190.0, "input_worker_handover_ms": 0.2,
-             "input_worker_batch_ms": 6.0, "dataloader_num_workers": 0}
+    facts = Facts(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
+                  proc_cpu_mean_pct=190.0, input_worker_handover_ms=0.2,
+                  input_worker_batch_ms=6.0, dataloader_num_workers=0)
     one = workers_unit.num_workers(g, {"num_workers": 1}, facts)
     assert not isinstance(one, str)
     fb = (one.res == one.main) & ((one.tag & int(Tag.FORWARD_BACKWARD)) > 0)
@@ -456,7 +457,7 @@ def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work
     # is freed by: the same config again predicts the step it has
     from tests import tracebuilder as tb
 
-    now = {**facts, "dataloader_num_workers": 2}
+    now = facts.replace(dataloader_num_workers=2)
     b2 = tb.TraceBuilder(device=None)
     for _ in range(5):
         with b2.step():

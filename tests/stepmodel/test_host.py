@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from diagnose.stepmodel import host, step_model
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import Tag, TaskKind
 from tests import modeltraces as mt
 
@@ -32,7 +33,7 @@ def test_freeing_contention_frees_torchs_ops(tmp_path):
             b.optimizer_step(kernels=10, kernel_dur=100.0)
     m = _model(b, tmp_path)
     g = m.graph
-    facts = {"cpu_count": 2, "dataloader_num_workers": 6, "torch_num_threads": 2}
+    facts = Facts(cpu_count=2, dataloader_num_workers=6, torch_num_threads=2)
     freed = host.free_contention(g, facts)
     fb = (g.tag & int(Tag.FORWARD_BACKWARD)) > 0
     opt = (g.tag & int(Tag.OPTIMIZER)) > 0
@@ -42,7 +43,7 @@ def test_freeing_contention_frees_torchs_ops(tmp_path):
     assert float(freed.dur[main & opt].sum()) == pytest.approx(
         float(g.dur[main & opt].sum()) / 2, rel=0.01)
     # one worker beside one thread fits the 2 CPUs: nothing to free
-    one = {**facts, "torch_num_threads": 1, "dataloader_num_workers": 1}
+    one = facts.replace(torch_num_threads=1, dataloader_num_workers=1)
     assert np.array_equal(host.free_contention(g, one).dur, g.dur)
 
 
@@ -52,11 +53,11 @@ def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
     it (pace 1), one half of it (1/2), both a quarter (1/7): the ops keep a pace of
     0.25 + 0.25 + 0.25/7 and take 1.87x as long, not the 4.25x of the mean ratio. Where
     the workers fit beside the threads (1 thread), nothing; untimed, threads / CPUs left."""
-    facts = {"threads_busy_ratio_1": 2.0, "threads_busy_ratio_2": 7.0}
+    facts = Facts(threads_busy_ratio_1=2.0, threads_busy_ratio_2=7.0)
     assert host.busy_mix(facts, 2, 0.5, 2, 2) == pytest.approx(1 / (0.5 + 0.25 / 7))
     assert host.busy_mix(facts, 1, 1.0, 2, 2) == pytest.approx(2.0)
     assert host.busy_mix(facts, 1, 0.7, 2, 1) == pytest.approx(1.0)
     assert host.busy_mix(facts, 0, 0.7, 2, 2) == pytest.approx(1.0)
-    assert host.busy_mix({}, 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
+    assert host.busy_mix(Facts(), 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
     # more busy than two beyond the CPUs left: taken as two
     assert host.busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)

@@ -8,6 +8,7 @@ import pytest
 
 from diagnose.fixes.catalog import fetch as fetch_unit
 from diagnose.stepmodel import step_model
+from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import Tag, TaskKind, replay
 from diagnose.stepmodel.prediction import Predictor
 from tests import modeltraces as mt
@@ -24,9 +25,9 @@ def _median(g) -> float:
     return float(np.median(replay(g).step_ms))
 
 
-def _facts(m, **kw):
-    return {"step_time_median_ms": float(np.median(m.graph.steps_measured)) / 1e3,
-            "step_count": m.graph.n_steps, **kw}
+def _facts(m, **kw) -> Facts:
+    return Facts.from_metrics({"step_time_median_ms": float(np.median(m.graph.steps_measured))
+                               / 1e3, "step_count": m.graph.n_steps, **kw})
 
 
 def _loader_model(tmp_path, waits: list[float], workers: int, ops_us: float,

@@ -146,6 +146,7 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
     from diagnose.fixes import FIXES, TrainConfig
     from diagnose.fixes.findings import predict_findings
     from diagnose.rules.engine import Finding
+    from diagnose.stepmodel.facts import Facts
     from diagnose.stepmodel.prediction import Predictor
     from tests.modeltraces import cpu_loader
 
@@ -154,7 +155,8 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
              "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
              "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0}
     f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers", "faster_input"], 0.6)
-    predict_findings([f], Predictor(m, facts), TrainConfig(), facts, FIXES)
+    predict_findings([f], Predictor(m, Facts.from_metrics(facts)), TrainConfig(), facts,
+                     FIXES)
     assert f.fixes == ["faster_input", "num_workers"]
     assert any(h.startswith("num_workers: predicted 0.55x") and "not offered" in h for h in f.hints)
     # faster_input cannot be predicted: the rule's own time at stake and grade stand
@@ -169,6 +171,7 @@ def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
     from diagnose.fixes import FIXES, TrainConfig
     from diagnose.fixes.findings import BUSY, predict_findings
     from diagnose.rules.engine import Finding
+    from diagnose.stepmodel.facts import Facts
     from diagnose.stepmodel.prediction import Predictor
     from tests.modeltraces import cpu_loader
 
@@ -178,7 +181,8 @@ def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
              "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
              "step_cpu_wait_unprofiled_share": busy}
     f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
-    predict_findings([f], Predictor(m, facts), TrainConfig(), facts, FIXES)
+    predict_findings([f], Predictor(m, Facts.from_metrics(facts)), TrainConfig(), facts,
+                     FIXES)
     said = [h for h in f.hints if h.startswith("predicted on a busy machine")]
     assert len(said) == (busy >= BUSY)
     assert not said or f"waited {busy:.0%} of the timed steps" in said[0]
@@ -186,7 +190,7 @@ def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
     # own processes held the CPU, and a quieter machine would not change it
     g = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
     own = {**facts, "workers_count": 6, "host_cpu_others_cpus": 0.2}
-    predict_findings([g], Predictor(m, own), TrainConfig(), own, FIXES)
+    predict_findings([g], Predictor(m, Facts.from_metrics(own)), TrainConfig(), own, FIXES)
     assert not any(h.startswith("predicted on a busy machine") for h in g.hints)
     said = [h for h in g.hints if h.startswith("predicted beside the run's own busy workers")]
     assert len(said) == (busy >= BUSY)

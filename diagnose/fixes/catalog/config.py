@@ -25,11 +25,10 @@ from ...stepmodel.calibration import (
     FOREACH_PARAMS_PER_LAUNCH,
 )
 from ...stepmodel.graph import DEVICE_TASKS, Graph, Tag, TaskKind
-from ...stepmodel.host import loading_ms, loading_pauses, num, per_step
+from ...stepmodel.host import loading_ms, loading_pauses, per_step
 from ...stepmodel.transforms import cannot, transform
 from ..code import GENERIC_NOTE, Setup, optimizer_call
 from ..config import TrainConfig
-from ..facts import cuda
 from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
 
@@ -79,8 +78,8 @@ def remove_gc_pauses(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph
     clock measured them to be, and the loading then holds none (``Graph.loading_gc``; after
     a batched fetch it holds none already). The others come off the main thread's own work
     (ops, launches), in proportion (a pause lands on whichever allocation trips it)."""
-    full = num(facts, "gc_pause_full_ms")
-    pause = full if full is not None else num(facts, "gc_pause_ms")
+    full = facts.gc_pause_full_ms
+    pause = full if full is not None else facts.gc_pause_ms
     if pause is None:
         return ("cannot tell: the collector's pauses were not timed (a live capture times "
                 "them)")
@@ -113,15 +112,16 @@ class ForeachOptimizer(Fix):
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
         out = []
-        if cuda(facts) and facts.get("fused_supported"):
+        if facts.on_cuda and facts.fused_supported:
             out.append(config.replace(optimizer_fused=True, optimizer_foreach=None))
         out.append(config.replace(optimizer_foreach=True, optimizer_fused=None))
         return out
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if metrics.get("optimizer_fused") is True:
+        f = Facts.from_metrics(metrics)
+        if f.optimizer_fused is True:
             return "the optimizer is already fused"
-        if metrics.get("optimizer_foreach") is True:
+        if f.optimizer_foreach is True:
             return "the optimizer already runs foreach (multi-tensor) kernels"
         return None
 
@@ -139,10 +139,10 @@ class ForeachOptimizer(Fix):
 
 class CudnnBenchmark(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return cuda(facts) and facts.get("model_has_conv") is True
+        return facts.on_cuda and facts.model_has_conv is True
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if metrics.get("cudnn_benchmark") is True:
+        if Facts.from_metrics(metrics).cudnn_benchmark is True:
             return "torch.backends.cudnn.benchmark is already True"
         return None
 
@@ -176,9 +176,9 @@ class GcFreeze(Fix):
     """``gc.freeze()`` once everything the run keeps exists: full collections skip it."""
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        n = metrics.get("gc_frozen_objects")
+        n = Facts.from_metrics(metrics).gc_frozen_objects
         return (f"gc.freeze() is in place already ({n:,} objects frozen)"
-                if isinstance(n, int) and n > 0 else None)
+                if n is not None and n > 0 else None)
 
 
 GC_FREEZE = GcFreeze("gc_freeze", "Freeze what the process holds before the loop (gc.freeze)", """

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...stepmodel.calibration import BATCHED_FETCH_MIN_SHARE, WAKE_RATIO_MAX
 from ...stepmodel.graph import Graph, TaskKind
-from ...stepmodel.host import loading_pauses, model_ops, num
+from ...stepmodel.host import loading_pauses, model_ops
 from ...stepmodel.transforms import transform
 from ..code import Setup, loader_call
 from ..config import TrainConfig
@@ -42,11 +42,10 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     timed that work right after each kind of fetch (``input_batched_fetch_work_ratio``);
     the model's ops are that much shorter, at most :data:`WAKE_RATIO_MAX` (never longer:
     a ratio under 1 is the timing's noise)."""
-    if facts.get("dataloader_dataset_tensor_indexable") is False:
+    if facts.dataloader_dataset_tensor_indexable is False:
         return "does not apply: the dataset cannot hand over a batch in one indexing call"
-    one = num(facts, "input_batched_fetch_ms")
-    fetch_ms = num(facts, "input_fetch_ms")
-    collate_ms = num(facts, "input_collate_ms")
+    one, fetch_ms, collate_ms = (facts.input_batched_fetch_ms, facts.input_fetch_ms,
+                                 facts.input_collate_ms)
     if one is None or fetch_ms is None or collate_ms is None:
         return ("cannot tell: one batched fetch and the loader's fetch and collate were not "
                 "timed (a live capture times them)")
@@ -58,11 +57,9 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
         return "cannot tell: no time in the loader's fetch or collate"
     # the timing went through a loader's next(), whose own work (the sampler's indices,
     # the fetcher) the step keeps outside the fetch and collate: not counted twice
-    share, mean = num(facts, "dataloader_wait_unprofiled_share"), num(
-        facts, "step_time_unprofiled_mean_ms")
+    share, mean = facts.dataloader_wait_unprofiled_share, facts.step_time_unprofiled_mean_ms
     own = max(0.0, share * mean - per_step) if share is not None and mean else 0.0
-    each, loop = num(facts, "input_batched_fetch_per_sample_ms"), num(
-        facts, "input_loading_median_ms")
+    each, loop = facts.input_batched_fetch_per_sample_ms, facts.input_loading_median_ms
     if each and loop and each > 0 and loop > 0:
         one *= loop / each
     one = max(one - own, BATCHED_FETCH_MIN_SHARE * one)
@@ -74,7 +71,7 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     # a few objects where the per-sample fetch made thousands): a gc.freeze after it has
     # none of them to remove
     out.loading_gc = 0.0
-    wake = num(facts, "input_batched_fetch_work_ratio")
+    wake = facts.input_batched_fetch_work_ratio
     if wake is not None and wake > 1.0:
         out = out.scale(model_ops(out), 1.0 / min(wake, WAKE_RATIO_MAX))
     return out
@@ -86,10 +83,10 @@ class BatchedFetch(Fix):
     of in-memory tensor rows."""
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return facts.get("dataloader_dataset_tensor_indexable") is True
+        return facts.dataloader_dataset_tensor_indexable is True
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if metrics.get("dataloader_dataset_tensor_indexable") is False:
+        if Facts.from_metrics(metrics).dataloader_dataset_tensor_indexable is False:
             return ("the dataset cannot hand over a batch in one indexing call (not a plain "
                     "TensorDataset with the default collate)")
         return None

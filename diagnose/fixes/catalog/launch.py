@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ...stepmodel.graph import DEVICE_TASKS, Graph, Tag, TaskKind
-from ...stepmodel.host import num
 from ...stepmodel.transforms import cannot, transform
 from ..code import Setup, loader_change
 from ..config import TrainConfig, micro_batches
@@ -33,7 +32,7 @@ def cuda_graphs(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     launch = g.is_kind(TaskKind.LAUNCH) & ((g.tag & int(Tag.PAGEABLE)) == 0) & (g.step >= 0)
     if launch.sum() < 2 * g.n_steps:
         return "few launches per step: nothing for a graph to save"
-    if num(facts, "graph_launches_per_step"):
+    if facts.graph_launches_per_step:
         return "CUDA graphs are already in use"
     out = g.copy()
     per = np.bincount(g.step[launch], minlength=g.n_steps).astype(float)
@@ -45,7 +44,7 @@ def cuda_graphs(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
 def per_old_step(change: Mapping[str, Any], facts: Facts) -> float | None:
     """A step of a larger micro-batch with fewer accumulation steps holds new / old
     micro-batch of the old steps' samples: the prediction is per old step."""
-    old_b, new_b = num(facts, "dataloader_batch_size"), change.get("batch_size")
+    old_b, new_b = facts.dataloader_batch_size, change.get("batch_size")
     if "grad_accum_steps" in change and isinstance(new_b, int) and old_b:
         return new_b / old_b
     return None
@@ -57,7 +56,7 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
     """Twice the micro-batch, half the accumulation steps (the effective batch kept): a
     step's kernels and its input take twice as long, its launches and host work stay; the
     replayed step is then halved (the same samples as before per step)."""
-    acc = num(facts, "grad_accum_steps")
+    acc = facts.grad_accum_steps
     if acc is None or acc < 2:
         return "a larger batch changes training unless it replaces gradient accumulation"
     out = g.scale(g.is_kind(*DEVICE_TASKS, TaskKind.FETCH, TaskKind.PRODUCER), 2.0)
@@ -67,17 +66,18 @@ def larger_batch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
 
 class TorchCompile(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return facts.get("allow_compile") is True
+        return facts.allow_compile is True
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if metrics.get("uses_compiled_code") is True:
+        f = Facts.from_metrics(metrics)
+        if f.uses_compiled_code is True:
             return "compiled code (Triton kernels) is already in use"
-        return _GRAPHS if metrics.get("uses_cuda_graphs") is True else None
+        return _GRAPHS if f.uses_cuda_graphs is True else None
 
 
 class CudaGraphs(Fix):
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        return _GRAPHS if metrics.get("uses_cuda_graphs") is True else None
+        return _GRAPHS if Facts.from_metrics(metrics).uses_cuda_graphs is True else None
 
 
 class LargerBatch(Fix):

@@ -20,7 +20,7 @@ class GradAccumulation(Fix):
     """The same effective batch in smaller micro-batches: every split, largest first."""
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return (config.batch_size or 0) > 1 and facts.get("oom") is True
+        return (config.batch_size or 0) > 1 and facts.oom is True
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
         return [x for x in micro_batches(config)

@@ -19,10 +19,8 @@ from typing import Any
 
 from ...stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
 from ...stepmodel.graph import Graph, Tag, TaskKind
-from ...stepmodel.host import num
 from ...stepmodel.transforms import cannot, transform
 from ..config import TrainConfig
-from ..facts import cuda
 from ..realise import Realisation, StepParts
 from ..unit import Facts, Fix
 
@@ -39,7 +37,7 @@ def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """fp32 GEMM/convolution kernels run tensor_core_speedup x faster; other fp32 kernels
     outside the optimizer are memory-bound and take :data:`AMP_MEMORY_BOUND_SCALE` of their
     time in bf16/fp16."""
-    tc = num(facts, "tensor_core_speedup")
+    tc = facts.tensor_core_speedup
     if tc is None:
         return "cannot tell: no tensor-core speedup is known for this device"
     kern = g.is_kind(TaskKind.KERNEL)
@@ -57,16 +55,16 @@ def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
 
 class Amp(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return cuda(facts) and config.amp_dtype is None
+        return facts.on_cuda and config.amp_dtype is None
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
-        return [config.replace(amp_dtype="bfloat16" if facts.get("bf16_supported")
+        return [config.replace(amp_dtype="bfloat16" if facts.bf16_supported
                                else "float16")]
 
 
 class ConvNetOnCuda(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return cuda(facts) and facts.get("model_has_conv") is True
+        return facts.on_cuda and facts.model_has_conv is True
 
 
 AMP = Amp("amp", "Automatic mixed precision (bf16, or fp16 with GradScaler)", """

@@ -18,11 +18,10 @@ from typing import Any
 
 from ...stepmodel.calibration import THREADS_LOADING_MAX
 from ...stepmodel.graph import Graph, TaskKind
-from ...stepmodel.host import free_contention, main_host_ms, num, per_step, thread_scale
+from ...stepmodel.host import free_contention, main_host_ms, per_step, thread_scale
 from ...stepmodel.transforms import transform
 from ..code import AFFINITY, Setup, loader_call
 from ..config import TrainConfig
-from ..facts import count, cpus
 from ..realise import Realisation
 from ..unit import Facts, Fix
 from .workers import epoch_costs
@@ -30,21 +29,21 @@ from .workers import num_workers as workers_transform
 
 
 @transform(sets={"num_workers": ("dataloader_num_workers",),
-                 "intra_op_threads": ("torch_num_threads", "intra_op_threads")},
+                 "intra_op_threads": ("torch_num_threads",)},
            moves_cpu=frozenset({"num_workers", "intra_op_threads"}), outside=epoch_costs)
 def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """torch on ``intra_op_threads`` threads beside ``num_workers`` workers (module doc).
     The share of the main thread's work the timed forward and backward stand for is taken
     of that work freed of the contention the run has now (the timing was made alone). The
     CPU bound is the Predictor's (``moves_cpu``)."""
-    now = num(facts, "intra_op_threads", "torch_num_threads")
+    now = facts.torch_num_threads
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return "cannot tell: torch's thread count is not known (a live capture records it)"
     scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts)))
     if scale is None:
-        used = now
-        pct = num(facts, "proc_cpu_mean_pct")
+        used: float = now
+        pct = facts.proc_cpu_mean_pct
         step = float(g.steps_measured.mean()) if g.n_steps else 0.0
         if pct is not None and step > 0:
             loading = float(per_step(g, g.is_kind(TaskKind.FETCH), g.dur).mean()) / step
@@ -72,9 +71,9 @@ class Threads(Fix):
     in the order of their predictions."""
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        n = cpus(facts)
-        return (n is not None and n >= 2 and count(facts, "torch_num_threads") is not None
-                and facts.get("iterable_dataset") is not True)
+        n = facts.cpu_count
+        return (n is not None and n >= 2 and facts.torch_num_threads is not None
+                and facts.iterable_dataset is not True)
 
     def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
         """A point prediction where the session timed the forward on one thread; without
@@ -84,7 +83,7 @@ class Threads(Fix):
             predictor, config, facts)
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
-        n, threads = cpus(facts), count(facts, "torch_num_threads")
+        n, threads = facts.cpu_count, facts.torch_num_threads
         if n is None or threads is None or n < 2:
             return []
         now = config.intra_op_threads or threads
@@ -100,8 +99,8 @@ class Threads(Fix):
                 if (c.num_workers, c.intra_op_threads) != (config.num_workers, now)]
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        threads, nw, n = (count(metrics, "torch_num_threads"),
-                          count(metrics, "dataloader_num_workers"), cpus(metrics))
+        f = Facts.from_metrics(metrics)
+        threads, nw, n = f.torch_num_threads, f.dataloader_num_workers, f.cpu_count
         if threads is None or nw is None or n is None or nw < 1 or threads + nw > n:
             return None  # no workers yet: nothing is split, the fix would add one
         return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"

@@ -16,11 +16,9 @@ import numpy as np
 
 from ...stepmodel.calibration import PINNED_GBPS
 from ...stepmodel.graph import EdgeKind, Graph, Tag, TaskKind
-from ...stepmodel.host import num
 from ...stepmodel.transforms import transform
 from ..code import Setup, loader_change
 from ..config import TrainConfig
-from ..facts import cuda
 from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
 
@@ -34,8 +32,8 @@ def pin_memory(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str
     copies = pg & g.is_kind(TaskKind.MEMCPY)
     if not copies.any():
         return "no pageable host-to-device copies in the profiled steps"
-    cc = num(facts, "device_cc_major")
-    rate = num(facts, "memcpy_h2d_pinned_gbps") or (PINNED_GBPS.get(int(cc)) if cc else None)
+    cc = facts.device_cc_major
+    rate = facts.memcpy_h2d_pinned_gbps or (PINNED_GBPS.get(cc) if cc else None)
     out = g.copy()
     if rate is not None:
         b = out.nbytes[copies]
@@ -49,7 +47,7 @@ def pin_memory(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str
 
 class PinMemory(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return cuda(facts)
+        return facts.on_cuda
 
     # never in place from the metrics: whether the copies pass non_blocking=True is not
     # recorded, and a run that copies pageable memory (TR001) does not

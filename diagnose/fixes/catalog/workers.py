@@ -36,28 +36,35 @@ from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
 from ...stepmodel.host import (
     batch_bytes,
     busy_threads,
-    cpus_for_workers,
     free_contention,
-    num,
+    loading_ms,
     per_step,
     shared,
     slowed,
     worker_share,
 )
 from ...stepmodel.transforms import transform
-from ...values import as_number
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
 from ..config import TrainConfig
-from ..facts import count, cpus, cpus_saturated
 from ..realise import Kwargs, Realisation
 from ..unit import SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
 
-
 # ---------------------------------------------------------------------- the worker search
+#: The usable CPUs' mean busy % (``host_cpu_mean_pct``) from which they are saturated and
+#: workers are searched downward: busy most of the time, a worker more only takes CPU from
+#: the rest; too low searches downward on CPUs that had room.
+SATURATED_PCT = 85.0
+
+
+def cpus_saturated(facts: Facts) -> bool:
+    """The diagnosis saw the usable CPUs busy :data:`SATURATED_PCT` of the time or more."""
+    return facts.host_cpu_mean_pct is not None and facts.host_cpu_mean_pct >= SATURATED_PCT
+
+
 def too_many_workers(config: TrainConfig, facts: Facts) -> bool:
     """More DataLoader workers than the CPUs this process may use, or workers on CPUs the
     diagnosis saw saturated: fewer workers may be faster (searched downward)."""
-    n = cpus(facts)
+    n = facts.cpu_count
     return n is not None and config.num_workers > 0 and (
         config.num_workers > n or cpus_saturated(facts))
 
@@ -71,7 +78,7 @@ def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
     one less, half, 1 and 0 below the current value (0: batches made in the training
     process, no inter-process transfer at all).
     """
-    n = cpus(facts)
+    n = facts.cpu_count
     if n is None:
         return []
     if too_many_workers(config, facts):
@@ -110,14 +117,15 @@ class _WorkerSearch(Fix):
                     len(candidates) - 1)
 
 
-def _workers(m: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    return count(m, "dataloader_num_workers"), cpus(m)
+def _workers(metrics: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    f = Facts.from_metrics(metrics)
+    return f.dataloader_num_workers, f.cpu_count
 
 
 class NumWorkers(_WorkerSearch):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        n = cpus(facts)
-        return n is not None and facts.get("iterable_dataset") is not True and (
+        n = facts.cpu_count
+        return n is not None and facts.iterable_dataset is not True and (
             config.num_workers < n or too_many_workers(config, facts))
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
@@ -136,9 +144,8 @@ class NumWorkers(_WorkerSearch):
 
 class NumWorkersCap(_WorkerSearch):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        n = cpus(facts)
-        return n is not None and config.num_workers > n and \
-            facts.get("iterable_dataset") is not True
+        n = facts.cpu_count
+        return n is not None and config.num_workers > n and facts.iterable_dataset is not True
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         nw, n = _workers(metrics)
@@ -177,15 +184,14 @@ class PersistentWorkers(Fix):
             return self.why_not(config, facts) or "nothing left to change"
         # the loop's own epoch start where it had these workers; else one worker's
         # (processes start one after another in iter(): fewer workers start sooner)
-        same = as_number(facts.get("dataloader_num_workers")) == config.num_workers
-        start = as_number(facts.get("dataloader_start_ms")) if same else None
+        same = facts.dataloader_num_workers == config.num_workers
+        start = facts.dataloader_start_ms if same else None
         if start is None:
-            start = as_number(facts.get("input_worker_start_ms"))
-        n = as_number(facts.get("dataloader_epoch_batches"))
-        batch = as_number(facts.get("input_inprocess_batch_ms"))
+            start = facts.input_worker_start_ms
+        n = facts.dataloader_epoch_batches
+        batch = facts.input_inprocess_batch_ms
         if batch is None:
-            made = [as_number(facts.get(k)) for k in ("input_fetch_ms", "input_collate_ms")]
-            batch = None if None in made else sum(x or 0.0 for x in made)
+            batch = loading_ms(facts)
         if start is None:
             return "cannot tell: no worker start was timed (a live capture times one)"
         if not n or n <= 0:
@@ -200,7 +206,7 @@ class PersistentWorkers(Fix):
                                                    p.speedup),))
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if metrics.get("dataloader_persistent_workers") is True:
+        if Facts.from_metrics(metrics).dataloader_persistent_workers is True:
             return "persistent_workers=True already"
         return None
 
@@ -233,15 +239,15 @@ class PrefetchFactor(Fix):
 
 
 # ---------------------------------------------------------------------- an epoch's start
-def epoch_end_ms(facts: Mapping[str, Any], k: float) -> float:
+def epoch_end_ms(facts: Facts, k: float) -> float:
     """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
     loader shuts them down and joins them. One worker's, timed by the session after the
     loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
-    n_cpus = max(1.0, num(facts, "cpu_count") or 1.0)
-    return (num(facts, "input_worker_stop_ms") or 0.0) * max(1.0, k / n_cpus)
+    n_cpus = max(1.0, facts.cpu_count or 1.0)
+    return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
 
 
-def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = None
+def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
                    ) -> float | None:
     """An epoch's start and end spread over its steps (ms per step), for the run's loader
     or with ``change`` made: a loader with worker processes (not persistent) starts them
@@ -260,21 +266,20 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     makes one at once) over the CPUs. Without the fork timed, each start is taken
     whole, one after another (an upper bound). The end: :func:`epoch_end_ms`."""
     change = change or {}
-    k = change.get("num_workers", num(facts, "dataloader_num_workers"))
-    keep = change.get("persistent_workers", facts.get("dataloader_persistent_workers"))
+    k = change.get("num_workers", facts.dataloader_num_workers)
+    keep = change.get("persistent_workers", facts.dataloader_persistent_workers)
     if not isinstance(k, int | float) or k <= 0 or keep is True:
         return 0.0
-    n = num(facts, "dataloader_epoch_batches")
+    n = facts.dataloader_epoch_batches
     if not n or n <= 0:
         return None
-    n_cpus = max(1.0, num(facts, "cpu_count") or 1.0)
+    n_cpus = max(1.0, facts.cpu_count or 1.0)
     stop = epoch_end_ms(facts, k)
-    if k == num(facts, "dataloader_num_workers") and (
-            seen := num(facts, "dataloader_start_ms")) is not None:
+    if k == facts.dataloader_num_workers and (seen := facts.dataloader_start_ms) is not None:
         return (seen + stop) / n
-    one, batch = num(facts, "input_worker_start_ms"), num(facts, "input_worker_batch_ms")
-    hand = num(facts, "input_worker_handover_ms") or 0.0
-    fork = num(facts, "input_worker_fork_ms")
+    one, batch = facts.input_worker_start_ms, facts.input_worker_batch_ms
+    hand = facts.input_worker_handover_ms or 0.0
+    fork = facts.input_worker_fork_ms
     if one is None or batch is None:
         return None
     each = max(one - hand, 0.0)
@@ -285,7 +290,7 @@ def epoch_start_ms(facts: Mapping[str, Any], change: Mapping[str, Any] | None = 
     return (start + stop) / n
 
 
-def epoch_costs(facts: Mapping[str, Any], change: Mapping[str, Any]
+def epoch_costs(facts: Facts, change: Mapping[str, Any]
                 ) -> tuple[float, float] | None:
     """A change of workers predicts the mean step over an epoch: its start and end per
     step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
@@ -312,14 +317,14 @@ def _loop_pace(loop_us: float, facts: Facts) -> float:
       something else held): 1, the worker's batch as timed.
 
     1 where the in-process batch was not timed."""
-    probe = num(facts, "input_inprocess_batch_ms")
+    probe = facts.input_inprocess_batch_ms
     if probe is None or probe <= 0 or loop_us <= 0:
         return 1.0
     lo, hi = PACE_BOUNDS
     pace = loop_us / (probe * 1e3)
     if pace >= 1.0:
         return min(hi, pace)
-    worker = num(facts, "input_worker_batch_ms")
+    worker = facts.input_worker_batch_ms
     if worker is None:
         return pace if pace >= lo else 1.0
     return max(lo, pace) if worker >= WORKER_AGREES * probe else 1.0
@@ -339,25 +344,25 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     oversubscribes now has its work freed of that contention first. k = 0: the batches are
     made in the training process. The CPU bound is the Predictor's (``moves_cpu``)."""
     k = int(change["num_workers"])
-    if k > 0 and facts.get("dataloader_batches_on_device") is True:
+    if k > 0 and facts.dataloader_batches_on_device is True:
         return ("does not apply: the dataset makes its batches on the GPU, which no worker "
                 "process can (CUDA does not start in a forked one)")
-    n_cpus = cpus_for_workers(facts)
+    n_cpus = facts.cpu_count
     if n_cpus is None:
         return "cannot tell: the number of CPUs is not known (a live capture records it)"
-    now = num(facts, "dataloader_num_workers")
+    now = facts.dataloader_num_workers
     threads_now = busy_threads(facts)
     over_now = bool(now) and threads_now + min(now or 0, n_cpus) > n_cpus
     fetch = g.is_kind(TaskKind.FETCH)
     wait = g.is_kind(TaskKind.DL_WAIT)
     step = float(g.steps_measured.mean()) if g.n_steps else 0.0
-    worker = num(facts, "input_worker_batch_ms")
+    worker = facts.input_worker_batch_ms
     # whether the cost holds the worker's side of the hand-over: a batch timed as a worker
     # makes it (default_collate writing it into shared memory) or the workers' own CPU
     sent = False
     # what a worker's other threads spend sending each batch (pickling it, handing over
     # its tensors' file descriptors), not in a batch timed as a worker makes it
-    send = num(facts, "input_worker_send_ms") or 0.0
+    send = facts.input_worker_send_ms or 0.0
     extra = 0.0
     if fetch.any():
         cost = per_step(g, fetch, g.dur)
@@ -366,7 +371,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
             # the collector's pauses inside the loop's loading: a worker makes the same
             # objects (its collections walk the same heap, forked), and the batch timed
             # after the loop met none: they are added to its batch, not put at the pace
-            paused = (num(facts, "gc_pause_loader_ms") or 0.0) * 1e3
+            paused = (facts.gc_pause_loader_ms or 0.0) * 1e3
             paused = min(paused, GC_PAUSE_SHARE_MAX * mean_cost)
             pace = _loop_pace(mean_cost - paused, facts)
             mean_cost = worker * 1e3 * pace + paused
@@ -374,11 +379,12 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
             sent = True
     elif wait.any():
         waited = float(per_step(g, wait, g.dur).mean())
-        per_worker, alive = num(facts, "workers_cpu_mean_pct"), num(facts, "workers_count")
+        per_worker, alive = facts.workers_cpu_mean_pct, facts.workers_count
         # a batch made alone after the loop, by the session: in the training process
         # (for k = 0) or as a worker makes it (one intra-op thread)
-        made_in = ("input_inprocess_batch_ms", "input_worker_batch_ms")
-        alone = num(facts, *(made_in if k == 0 else made_in[::-1]))
+        first, then = ((facts.input_inprocess_batch_ms, worker) if k == 0
+                       else (worker, facts.input_inprocess_batch_ms))
+        alone = first if first is not None else then
         if alone is not None:
             mean_cost = alone * 1e3
             sent = k > 0 and worker is not None
@@ -409,8 +415,8 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
     # receiving a batch: as the session timed it; else, with workers now, the shortest
     # wait of the window (a batch that was ready); else the bytes at a shared-memory rate
-    timed = num(facts, "input_worker_handover_ms")
-    rate = num(facts, "worker_transfer_gbps") or SHM_GBPS
+    timed = facts.input_worker_handover_ms
+    rate = facts.worker_transfer_gbps or SHM_GBPS
     seen = float(g.dur[wait].min()) if wait.any() and now else None
     hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
                  if seen is not None else b / (rate * 1e3))
@@ -419,7 +425,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # loading that waits (files, network, sleep) needs no core: the training process's
     # measured CPU tells. CPU loading on k workers beside torch's threads oversubscribes
     # the cores when threads + k > CPUs: torch's ops then take threads / (CPUs left) as long
-    pct = num(facts, "proc_cpu_mean_pct")
+    pct = facts.proc_cpu_mean_pct
     io = pct is not None and pct < IO_BOUND_PCT and fetch.any()
     busy = 0 if io else min(k, n_cpus)
     over = threads + busy > n_cpus and k > 0
@@ -489,12 +495,12 @@ def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
     workers slower than the step are not made faster by it, so the step stays. Where the
     waits came in bursts (:data:`BURST_WAIT_MS`, :data:`BURST_RATIO`), a deeper queue may
     absorb slow batches, which a mean rate does not show: cannot tell."""
-    now = num(facts, "dataloader_num_workers")
+    now = facts.dataloader_num_workers
     if now is None:
         return "cannot tell: the loader's workers are not known"
     if now == 0 and not change.get("num_workers"):
         return "does not apply: no worker processes (prefetch_factor needs num_workers > 0)"
-    top, mid = num(facts, "dataloader_wait_max_ms"), num(facts, "dataloader_wait_median_ms")
+    top, mid = facts.dataloader_wait_max_ms, facts.dataloader_wait_median_ms
     if top is None or mid is None:
         if not math.isnan(g.producer_period):
             # workers the model made for a change before this one: they deliver at their

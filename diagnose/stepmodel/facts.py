@@ -1,0 +1,158 @@
+"""What the fixes, their transforms and the Predictor know about a run: one typed value.
+
+:class:`Facts` holds one field per quantity, named as the metric that measures it (units in
+the name, or in the comment beside it); None is "not known". :meth:`Facts.from_metrics`
+reads a diagnosis' metrics (and what autofix measures on the live objects, which wins) and
+is the only place a fact is read by name: each value of its field's type, or None (a bool
+is no count, NaN is no time). A transform's ``sets`` names the fields a change sets, and
+:meth:`Facts.replace` gives the facts after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..values import as_number
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The run as the predictions see it (module doc); every field None where not known."""
+
+    # ---------------------------------------------------------------- the machine
+    device_type: str | None = None  # the training device's type: "cuda", "cpu" (live)
+    has_gpu: bool | None = None  # the trace has device activity
+    device_cc_major: int | None = None  # CUDA compute capability, major
+    cpu_count: int | None = None  # CPUs the process may use (its affinity), at least 1
+    cpu_capacity: float | None = None  # CPUs' worth of work they did at once (the point)
+    cpu_capacity_min: float | None = None  # CPUs: the least of the capacity timings
+    cpu_capacity_max: float | None = None  # CPUs: the most of them
+    host_cpu_mean_pct: float | None = None  # mean busy % over the usable CPUs
+    proc_cpu_mean_pct: float | None = None  # the training process, % of one core
+    bf16_supported: bool | None = None  # the device computes in bfloat16 (live)
+    allow_compile: bool | None = None  # autofix may try torch.compile (live: opt-in)
+    # ---------------------------------------------------------------- torch's threads
+    torch_num_threads: int | None = None  # torch.get_num_threads(); a threads change sets it
+    threads_one_thread_ratio: float | None = None  # forward+backward on 1 thread / on torch's
+    threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
+    threads_busy_ratio_2: float | None = None  # ... beside 2 (more taken as 2)
+    model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
+    # ---------------------------------------------------------------- the model and step
+    model_has_conv: bool | None = None  # convolution layers
+    tensor_core_speedup: float | None = None  # ratio AMP gives fp32 GEMM/conv kernels
+    oom: bool | None = None  # the configured batch does not fit
+    step_count: int | None = None  # profiled steps
+    step_time_median_ms: float | None = None  # profiled
+    step_time_cv: float | None = None  # std / mean of the profiled steps
+    step_time_unprofiled_mean_ms: float | None = None  # the session's clock
+    step_time_unprofiled_median_ms: float | None = None
+    device_step_ms: float | None = None  # the device's work a profiled step
+    optimizer_unprofiled_ms: float | None = None  # optimizer.step() per unprofiled step
+    graph_launches_per_step: float | None = None  # CUDA/HIP graph launches
+    memcpy_h2d_bytes: float | None = None  # host-to-device bytes in the window
+    memcpy_h2d_pinned_gbps: float | None = None  # a pinned copy's rate (no metric yet)
+    # ---------------------------------------------------------------- the optimizer
+    optimizer_fused: bool | None = None
+    optimizer_foreach: bool | None = None
+    fused_supported: bool | None = None  # the optimizer's class takes fused= (live)
+    grad_accum_steps: int | None = None  # micro-batches a step (no metric: a change sets it)
+    # ---------------------------------------------------------------- settings in place
+    cudnn_benchmark: bool | None = None
+    uses_compiled_code: bool | None = None
+    uses_cuda_graphs: bool | None = None
+    gc_frozen_objects: int | None = None  # objects gc.freeze() moved out of reach
+    # ---------------------------------------------------------------- the DataLoader
+    dataloader_num_workers: int | None = None  # num_workers; a workers change sets it
+    dataloader_persistent_workers: bool | None = None
+    dataloader_pin_memory: bool | None = None  # a pin_memory change sets it
+    dataloader_batch_size: int | None = None  # samples; a batch change sets it
+    dataloader_epoch_batches: int | None = None  # len(loader)
+    dataloader_batches_on_device: bool | None = None  # the dataset's batches are on the GPU
+    dataloader_dataset_tensor_indexable: bool | None = None  # one dataset[indices] a batch
+    iterable_dataset: bool | None = None  # an IterableDataset (live)
+    input_batch_bytes: float | None = None  # bytes of one batch's tensors
+    dataloader_start_ms: float | None = None  # an epoch's start with the run's workers
+    dataloader_wait_max_ms: float | None = None  # longest wait for a batch in a step
+    dataloader_wait_median_ms: float | None = None
+    dataloader_wait_unprofiled_share: float | None = None  # of the unprofiled step
+    input_fetch_ms: float | None = None  # in-process fetch per unprofiled step
+    input_collate_ms: float | None = None  # in-process collate per unprofiled step
+    input_loading_median_ms: float | None = None  # the loop's fetch + collate of a batch
+    input_inprocess_batch_ms: float | None = None  # one batch made in process, after the loop
+    input_worker_batch_ms: float | None = None  # one batch made as a worker makes it
+    input_worker_send_ms: float | None = None  # a worker's CPU sending each batch
+    input_worker_handover_ms: float | None = None  # receiving one batch from a worker
+    input_worker_start_ms: float | None = None  # starting one worker and its first batch
+    input_worker_fork_ms: float | None = None  # of that, the fork
+    input_worker_stop_ms: float | None = None  # an epoch's end with that worker
+    input_worker_wait_ms: float | None = None  # waits for workers per unprofiled step
+    input_batched_fetch_ms: float | None = None  # one batch by one dataset[indices]
+    input_batched_fetch_per_sample_ms: float | None = None  # the same batches per sample
+    input_batched_fetch_work_ratio: float | None = None  # the model's work after each kind
+    worker_transfer_gbps: float | None = None  # a worker's hand-over rate (no metric yet)
+    workers_count: int | None = None  # worker processes seen alive at once (host samples)
+    workers_cpu_mean_pct: float | None = None  # per worker, % of one core
+    # ---------------------------------------------------------------- the collector
+    gc_pause_ms: float | None = None  # its pauses per unprofiled step
+    gc_pause_full_ms: float | None = None  # of them, the full collections'
+    gc_pause_loader_ms: float | None = None  # of gc_pause_ms, inside the loading
+    gc_pause_full_loader_ms: float | None = None  # of gc_pause_full_ms, inside the loading
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any], live: Facts | None = None) -> Facts:
+        """The facts in a diagnosis' ``metrics`` (by the fields' names; others ignored),
+        each field overridden by ``live`` where it knows it (what autofix measured)."""
+        kw = {name: read(metrics.get(name)) for name, read in _READ.items()}
+        if live is not None:
+            kw.update((n, v) for n in _READ if (v := getattr(live, n)) is not None)
+        return cls(**kw)
+
+    def replace(self, **changes: Any) -> Facts:
+        """These facts with ``changes`` (field name -> value, each read as its type)."""
+        unknown = set(changes) - set(_READ)
+        if unknown:
+            raise TypeError(f"Facts has no field {sorted(unknown)[0]!r}")
+        return dataclasses.replace(self, **{k: _READ[k](v) for k, v in changes.items()})
+
+    @property
+    def on_cuda(self) -> bool:
+        """The training device is a CUDA one."""
+        return self.device_type == "cuda"
+
+
+def _float(x: object) -> float | None:
+    return as_number(x)
+
+
+def _int(x: object) -> int | None:
+    return int(x) if isinstance(x, numbers.Integral) and not isinstance(x, bool) else None
+
+
+def _bool(x: object) -> bool | None:
+    return x if isinstance(x, bool) else None
+
+
+def _str(x: object) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def _cpus(x: object) -> int | None:
+    n = _int(x)
+    return n if n is not None and n > 0 else None
+
+
+_BY_TYPE: dict[str, Callable[[object], Any]] = {
+    "float | None": _float, "int | None": _int, "bool | None": _bool, "str | None": _str}
+#: field name -> how a value is read as that field's type (None where it is not one)
+_READ: dict[str, Callable[[object], Any]] = {
+    f.name: _cpus if f.name == "cpu_count" else _BY_TYPE[str(f.type)]
+    for f in dataclasses.fields(Facts)}
+
+#: Every field's name: the names :meth:`Facts.from_metrics` reads.
+FIELDS: frozenset[str] = frozenset(_READ)
+
+__all__ = ["FIELDS", "Facts"]
