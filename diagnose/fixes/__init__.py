@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .catalog import MODULES
-from .catalog.workers import cpus_saturated, too_many_workers, worker_ladder
+from .catalog.workers import cpus_saturated, workers_oversubscribed, worker_ladder
 from .code import Setup
 from .config import TrainConfig, micro_batches
 from .findings import Prediction
@@ -53,4 +53,4 @@ def fix_code(ids: Iterable[str], setup: Setup | None) -> dict[str, str]:
 __all__ = ["FIXES", "REALISATIONS", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE",
            "CannotRealise", "Facts", "Fix", "Prediction", "Realisation", "Setup", "StepParts",
            "TrainConfig", "Transform", "cpus_saturated", "fix_code", "micro_batches",
-           "too_many_workers", "worker_ladder"]
+           "workers_oversubscribed", "worker_ladder"]

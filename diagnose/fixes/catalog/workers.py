@@ -61,7 +61,7 @@ def cpus_saturated(facts: Facts) -> bool:
     return facts.host_cpu_mean_pct is not None and facts.host_cpu_mean_pct >= SATURATED_PCT
 
 
-def too_many_workers(config: TrainConfig, facts: Facts) -> bool:
+def workers_oversubscribed(config: TrainConfig, facts: Facts) -> bool:
     """More DataLoader workers than the CPUs this process may use, or workers on CPUs the
     diagnosis saw saturated: fewer workers may be faster (searched downward)."""
     n = facts.cpu_count
@@ -74,14 +74,14 @@ def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
 
     Upward (fewer workers than CPUs): 1, 2, 4, ... and the CPU count itself above the
     current value, never more workers than CPUs this process may use. Downward (more
-    workers than CPUs, or the CPUs saturated; :func:`too_many_workers`): the CPU count,
+    workers than CPUs, or the CPUs saturated; :func:`workers_oversubscribed`): the CPU count,
     one less, half, 1 and 0 below the current value (0: batches made in the training
     process, no inter-process transfer at all).
     """
     n = facts.cpu_count
     if n is None:
         return []
-    if too_many_workers(config, facts):
+    if workers_oversubscribed(config, facts):
         down = {n, n - 1, n // 2, 1, 0}
         return [config.replace(num_workers=v) for v in sorted(down, reverse=True)
                 if 0 <= v < config.num_workers]
@@ -126,7 +126,7 @@ class NumWorkers(_WorkerSearch):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         n = facts.cpu_count
         return n is not None and facts.iterable_dataset is not True and (
-            config.num_workers < n or too_many_workers(config, facts))
+            config.num_workers < n or workers_oversubscribed(config, facts))
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         nw, n = _workers(metrics)
