@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .catalog import MODULES
-from .catalog.workers import cpus_saturated, workers_oversubscribed, worker_ladder
+from .catalog.workers import cpus_saturated, worker_ladder, workers_oversubscribed
 from .code import Setup
 from .config import TrainConfig, micro_batches
 from .findings import Prediction
