@@ -1,0 +1,365 @@
+"""The diagnosis' predictions on the corpus (training jobs written by others, found by
+corpus_dir()), checked as a user would check them, one table per half (tune / validate).
+
+    python benchmarks/corpus_predict.py                        # every job, both halves
+    python benchmarks/corpus_predict.py --half validate --rounds 12
+    python benchmarks/corpus_predict.py examples_mnist mingpt_adder --rounds 3
+
+For each job (``make_job()`` of corpus/<name>.py): a diagnosis of its own loop
+(``with diagnose(model, loader)`` around the original's loop body, ``train_step``; a job
+with neither DataLoader nor optimizer marks its steps with ``d.step()``, as its user would
+have to). Then, for every warning or critical finding, exactly the change its first fix
+predicts (JSON ``fixes[0].predicted.change``) is made real and timed without the profiler,
+as benchmarks/predict_vs_measured.py does (whose pieces this imports): the loader rebuilt
+as autofix rebuilds it, torch's threads set, the collector frozen; here also the
+optimizer's ``foreach``/``fused`` flags set on its groups for the changed arm's blocks,
+autocast around the step for ``amp_dtype``, and the batch moved ``non_blocking`` ahead of
+the step on CUDA. The two arms run in interleaved blocks in one process (baseline,
+changed, ...; ``--steps`` steps after the warm-up), or each in processes of its own where
+the change is to the garbage collector or the diagnosed loop made full collections.
+
+Columns: predicted speedup and the range its changed step's ms range gives (base / hi,
+base / lo), measured speedup (mean block ratio) with its paired bootstrap 95% interval,
+error = measured / predicted, and whether the measured speedup lies inside the range.
+Tallies per half: within 15% of the prediction, inside the range, no first fix more than
+5% slower, and the share of warning/critical findings carrying a prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # predict_vs_measured (which sets up the rest)
+
+
+def corpus_dir() -> Path | None:
+    """Where the corpus is: $TORCH_DIAGNOSE_CORPUS, else ../shared/corpus beside the
+    repository, else benchmarks/corpus (a local draft). Its jobs are other people's code,
+    so the repository does not commit them; None where none is found."""
+    env = os.environ.get("TORCH_DIAGNOSE_CORPUS")
+    for d in ([Path(env)] if env else []) + [HERE.parent.parent / "shared" / "corpus",
+                                               HERE / "corpus"]:
+        if (d / "__init__.py").is_file():
+            return d.resolve()
+    return None
+
+
+def load_corpus() -> Any:
+    """The corpus package (``names``, ``make``, ``split``); exits with one line where
+    there is none."""
+    d = corpus_dir()
+    if d is None:
+        sys.exit("corpus_predict: no corpus found (set TORCH_DIAGNOSE_CORPUS, or provide "
+                 "../shared/corpus)")
+    if str(d.parent) not in sys.path:
+        sys.path.insert(0, str(d.parent))  # `import corpus`
+    import corpus
+
+    return corpus
+
+import predict_vs_measured as pvm  # noqa: E402
+from _run import print_header  # noqa: E402
+
+#: changes timed here: predict_vs_measured's, and the optimizer's kernels
+TIMED = set(pvm.TIMED) | {"optimizer_foreach", "optimizer_fused"}
+#: the loader's fields (a job without a DataLoader cannot take them)
+LOADER_FIELDS = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+                 "batched_fetch", "batch_size"}
+
+
+def make(name: str) -> dict[str, Any]:
+    """A fresh job, its construction's prints kept out of the table."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return load_corpus().make(name)
+
+
+# ------------------------------------------------------------------ the diagnosis
+def diagnose_job(job: dict[str, Any], out: str) -> dict[str, Any]:
+    """The job's own loop inside ``with diagnose(model, loader)``; the report's JSON."""
+    from diagnose import diagnose
+
+    manual = job["loader"] is None and job["optimizer"] is None
+    d = diagnose(job["model"], job["loader"], out_dir=out, print_report=False)
+    batches = job["batches"]()
+    with d:
+        for batch in batches:
+            job["train_step"](batch)
+            if manual:
+                d.step()
+            if d.done:
+                break
+    batches.close()  # the loader's workers stop here, not during the timing that follows
+    return d.report.to_json()
+
+
+# ------------------------------------------------------------------ an arm: a change made real
+@dataclass
+class Arm:
+    loader: Any  # the rebuilt DataLoader, or None (the job has none)
+    threads: int | None
+    freeze: bool
+    cfg: Any
+    opt_flags: dict[str, Any] = field(default_factory=dict)
+
+
+def make_arm(job: dict[str, Any], change: dict[str, Any]) -> Arm:
+    if job["loader"] is not None:
+        loader, threads, freeze, cfg = pvm._arm(job, change)
+    else:
+        from diagnose.fixes import TrainConfig
+
+        base = TrainConfig.from_objects(None, job["optimizer"])
+        cfg = base.replace(**{k: v for k, v in change.items()
+                              if k not in LOADER_FIELDS and hasattr(base, k)})
+        loader = None
+        threads = getattr(cfg, "intra_op_threads", None)
+        freeze = bool(getattr(cfg, "gc_freeze", False))
+    flags = {k: v for k, v in (("foreach", change.get("optimizer_foreach")),
+                               ("fused", change.get("optimizer_fused"))) if v is not None}
+    return Arm(loader, threads, freeze, cfg, flags)
+
+
+@contextlib.contextmanager
+def _optimizer_flags(opt: Any, flags: dict[str, Any]):
+    """The optimizer's groups with ``flags`` for the block (its step reads them per group)."""
+    if opt is None or not flags:
+        yield
+        return
+    before = [{k: g.get(k) for k in flags} for g in opt.param_groups]
+    for g in opt.param_groups:
+        g.update(flags)
+    try:
+        yield
+    finally:
+        for g, b in zip(opt.param_groups, before, strict=True):
+            g.update(b)
+
+
+def _batches(job: dict[str, Any], arm: Arm) -> Any:
+    if arm.loader is not None:
+        from corpus._common import forever
+
+        return forever(arm.loader)
+    return job["batches"]()
+
+
+def _step(job: dict[str, Any], batch: Any, cfg: Any) -> None:
+    """One step of the job's own loop body, with ``cfg``'s transfer and precision."""
+    import torch
+
+    from diagnose.autofix.trial import to_device
+
+    dev = job["device"]
+    if dev.type == "cuda" and getattr(cfg, "non_blocking", False):
+        batch = to_device(batch, dev, True, False)
+    amp_dtype = getattr(cfg, "amp_dtype", None)
+    amp = (torch.autocast(dev.type, dtype=getattr(torch, amp_dtype)) if amp_dtype
+           else contextlib.nullcontext())
+    with amp:
+        job["train_step"](batch)
+
+
+def _sync(job: dict[str, Any]) -> None:
+    pvm._sync({"device": job["device"]})
+
+
+def _ready(a: Arm) -> int:
+    """The batches an arm's workers keep ready (prefetch_factor a worker)."""
+    if a.loader is None:
+        return 0
+    return (getattr(a.cfg, "prefetch_factor", None) or 2) * (getattr(a.cfg, "num_workers", 0) or 0)
+
+
+def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> list[list[float]]:
+    """Mean step (ms) of each arm per round, the arms' blocks interleaved; each block after
+    a warm-up of 3 steps and the batches the busiest arm's workers keep ready."""
+    its = [_batches(job, a) for a in arms]
+    out: list[list[float]] = [[] for _ in arms]
+    warm = 3 + max(_ready(a) for a in arms)
+    try:
+        for _ in range(rounds):
+            for i, a in enumerate(arms):
+                with pvm._threads(a.threads), pvm._frozen(a.freeze), \
+                        _optimizer_flags(job["optimizer"], a.opt_flags):
+                    t0 = 0.0
+                    for k in range(warm + steps):
+                        if k == warm:
+                            _sync(job)
+                            t0 = time.perf_counter()
+                        _step(job, next(its[i]), a.cfg)
+                    _sync(job)
+                    out[i].append((time.perf_counter() - t0) / steps * 1e3)
+    finally:
+        for it in its:
+            it.close()
+    return out
+
+
+def time_apart(name: str, change: dict[str, Any], rounds: int) -> list[list[float]]:
+    """Each arm in processes of its own, alternating (predict_vs_measured's reasons)."""
+    out: list[list[float]] = [[], []]
+    arms = ({}, change)
+    for r in range(rounds):
+        for arm in ((0, 1) if r % 2 == 0 else (1, 0)):
+            done = subprocess.run([sys.executable, __file__, "--apart", name,
+                                   json.dumps(arms[arm])],
+                                  capture_output=True, text=True, check=True)
+            out[arm].append(float(done.stdout.split()[-1]))
+    return out
+
+
+def _apart(name: str, change: dict[str, Any]) -> None:
+    job = make(name)
+    a = make_arm(job, change)
+    warm = 10 + _ready(a)
+    it = _batches(job, a)
+    with pvm._threads(a.threads), pvm._frozen(a.freeze), \
+            _optimizer_flags(job["optimizer"], a.opt_flags):
+        t0 = 0.0
+        for k in range(warm + pvm.APART_STEPS):
+            if k == warm:
+                _sync(job)
+                t0 = time.perf_counter()
+            _step(job, next(it), a.cfg)
+        _sync(job)
+    print(f"{(time.perf_counter() - t0) / pvm.APART_STEPS * 1e3:.4f}")
+
+
+# ------------------------------------------------------------------ the table
+@dataclass
+class Tally:
+    findings: int = 0
+    predicted: int = 0
+    rows: int = 0
+    within: int = 0
+    inside: int = 0
+    ranged: int = 0
+    slower: int = 0
+
+    def lines(self) -> list[str]:
+        def pct(a: int, b: int) -> str:
+            return f"{a} of {b}" + (f" ({100 * a / b:.0f}%)" if b else "")
+
+        return [f"predictions within 15% of the measured speedup: {pct(self.within, self.rows)}",
+                f"measured speedup inside the predicted range:    {pct(self.inside, self.ranged)}",
+                f"first fixes more than 5% slower:                 {pct(self.slower, self.rows)}",
+                f"warning/critical findings with a prediction:     "
+                f"{pct(self.predicted, self.findings)}"]
+
+
+HEAD = (f"{'job':<40} {'finding':<8} {'first fix':<14} {'change':<36} "
+        f"{'predicted [range]':>21} {'measured [95% CI]':>21} {'error':>6}  inside")
+
+
+def _fmt_range(pred: dict[str, Any]) -> tuple[str, tuple[float, float] | None]:
+    rng = pred.get("range")
+    base = pred["step_ms"] * pred["speedup"]  # the diagnosis' own base step
+    if not rng or len(rng) != 2 or not rng[0] > 0 or not rng[1] > 0:
+        return f"{pred['speedup']:.2f}x", None
+    lo, hi = base / rng[1], base / rng[0]
+    return f"{pred['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]", (lo, hi)
+
+
+def run_job(name: str, args: argparse.Namespace, tally: Tally) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(args.keep / name) if args.keep else tmp
+        report = diagnose_job(make(name), out)
+    firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
+              if f["severity"] in ("warning", "critical") and f.get("fixes")]
+    tally.findings += len(firsts)
+    if not firsts:
+        print(f"{name:<40} no warning or critical finding with a fix")
+        return
+    for rule, fix in firsts:
+        pred = fix.get("predicted")
+        if not pred:
+            print(f"{name:<40} {rule:<8} {fix['id']:<14} no prediction: "
+                  f"{fix.get('predicted_why')}")
+            continue
+        tally.predicted += 1
+        change = pred["change"]
+        job = make(name)
+        untimed = set(change) - TIMED
+        if job["loader"] is None:
+            untimed |= set(change) & LOADER_FIELDS
+        ch = ", ".join(f"{k}={v}" for k, v in change.items())
+        if untimed:
+            print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} not timed here: "
+                  f"{', '.join(sorted(untimed))}")
+            continue
+        full = report.get("metrics", {}).get("gc_pause_full_ms")
+        if set(change) == {"gc_freeze"} or (full or 0) > 0:
+            del job
+            times = time_apart(name, change, max(4, args.rounds // 2))
+        else:
+            times = time_arms(job, [make_arm(job, {}), make_arm(job, change)],
+                              args.rounds, args.steps)
+        sp, lo, hi = pvm._ratio_ci(times[0], times[1])
+        err = sp / pred["speedup"]
+        said, rng = _fmt_range(pred)
+        inside = None if rng is None else rng[0] <= sp <= rng[1]
+        tally.rows += 1
+        tally.within += 0.85 <= err <= 1.15
+        tally.ranged += inside is not None
+        tally.inside += bool(inside)
+        tally.slower += sp < 0.95
+        print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} {said:>21} "
+              f"{f'{sp:.2f}x [{lo:.2f}, {hi:.2f}]':>21} {err:6.2f}  "
+              f"{'-' if inside is None else 'yes' if inside else 'no'}"
+              f"   ({statistics.fmean(times[0]):.1f} -> {statistics.fmean(times[1]):.1f} ms)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("jobs", nargs="*", help="corpus job names (default: every job in the half)")
+    ap.add_argument("--half", choices=("tune", "validate", "all"), default="all")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="keep each job's diagnosis (its run folder) under DIR/<job>")
+    ap.add_argument("--apart", nargs=2, metavar=("JOB", "CHANGE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    corpus = load_corpus()
+    warnings.filterwarnings("ignore")  # the jobs' own (e.g. "4 workers on 2 CPUs")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if args.apart:
+        _apart(args.apart[0], json.loads(args.apart[1]))
+        return 0
+    unknown = set(args.jobs) - set(corpus.names())
+    if unknown:
+        ap.error(f"not in the corpus: {', '.join(sorted(unknown))}")
+    halves = corpus.split(args.jobs or None)
+    print_header("the corpus' first fixes, predicted and timed without the profiler",
+                 "corpus_predict.py")
+    for half in ("tune", "validate"):
+        if args.half not in ("all", half) or not halves[half]:
+            continue
+        print(f"## {half} half ({len(halves[half])} jobs)")
+        print(HEAD)
+        print("-" * len(HEAD))
+        tally = Tally()
+        for name in halves[half]:
+            run_job(name, args, tally)
+        print()
+        for line in tally.lines():
+            print(f"{half}: {line}")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
