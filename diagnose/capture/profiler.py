@@ -9,6 +9,10 @@ profiler is shut down, so the steps after it run with no profiler at all.
 
 Stopping early (the loop ended, or raised) inside the active window still
 writes the steps recorded so far (torch's exit transition calls the handler).
+:meth:`WindowProfiler.restart_wait` starts the ``wait`` (or ``warmup``) steps over while
+they run (the session found a better step signal). Every call into the profiler runs with the C-level
+stderr caught (:func:`~diagnose.capture.quiet.quiet_stderr`): libkineto's ``USDT`` lines
+on each start and stop are dropped, anything else comes through.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from diagnose.capture.quiet import quiet_stderr
 
 
 def profiler_activities() -> list[Any]:
@@ -73,7 +79,9 @@ class WindowProfiler:
         self._on_mark = on_mark
         self._worker_name = worker_name
         self._prof: Any = None
-        self.steps = 0  # step() calls so far
+        self.steps = 0  # step() calls since the wait steps (re)started
+        self.offset = 0  # step() calls before that
+        self._running: str | None = None  # the phase of the step running at a restart
         self.finished = False  # the profiler is shut down (window over, or stopped)
         self.window_complete = False  # all `active` steps were recorded
         self.active_start: float | None = None
@@ -105,7 +113,11 @@ class WindowProfiler:
         with warnings.catch_warnings():
             # warmup=0 is the user's explicit choice; torch warns about it every time
             warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
-            sched = tp.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
+            cycle = tp.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
+
+        def sched(step: int) -> Any:  # the one cycle, from the wait's (re)start on
+            return tp.ProfilerAction.NONE if step < self.offset else cycle(step - self.offset)
+
         self._prof = tp.profile(
             activities=acts,
             schedule=sched,
@@ -114,7 +126,8 @@ class WindowProfiler:
             profile_memory=self.profile_memory,
             with_stack=self.with_stack,
         )
-        self._prof.__enter__()
+        with quiet_stderr():
+            self._prof.__enter__()
         if self.wait + self.warmup == 0:
             self._mark("active_start")
 
@@ -132,14 +145,31 @@ class WindowProfiler:
         """One step boundary. After the last active step the profiler is shut down."""
         if self.finished or self._prof is None:
             return
-        self._prof.step()  # saves the trace on the RECORD_AND_SAVE -> NONE transition
+        with quiet_stderr():
+            self._prof.step()  # saves the trace on the RECORD_AND_SAVE -> NONE transition
         self.steps += 1
+        self._running = None
         if self.steps == self.wait + self.warmup:
             self._mark("active_start")
         if self.steps >= self.total_steps:
             self.window_complete = True
             self._mark("active_end")
             self._shutdown()
+
+    def restart_wait(self) -> str | None:
+        """Start the steps before the window over at the next :meth:`step`: the ``wait``
+        steps (during them), or the ``warmup`` (during it: traced steps stay traced, the
+        profiler has no way back to untraced). Returns the phase started over; None once
+        the window records (nothing is done)."""
+        if self.finished or self._prof is None or self.phase not in ("wait", "warmup"):
+            return None
+        phase = self.phase
+        # the step now running is the last before it: the next step() starts it over
+        keep = (0 if phase == "wait" else self.wait) - 1
+        self.offset += self.steps - keep
+        self.steps = keep
+        self._running = phase
+        return phase
 
     def stop(self) -> None:
         """End profiling now (loop over or raised); keeps what the active window recorded."""
@@ -154,7 +184,8 @@ class WindowProfiler:
         prof, self._prof = self._prof, None
         self.finished = True
         if prof is not None:
-            prof.__exit__(None, None, None)
+            with quiet_stderr():
+                prof.__exit__(None, None, None)
             del prof
             # The profiler's own leftovers (its parsed events hold reference cycles) are
             # collected here, at the boundary where its work belongs to no step; left to the
@@ -168,6 +199,8 @@ class WindowProfiler:
         """'wait', 'warmup', 'active' or 'done' for the step now running."""
         if self.finished:
             return "done"
+        if self._running is not None:
+            return self._running
         if self.steps < self.wait:
             return "wait"
         if self.steps < self.wait + self.warmup:

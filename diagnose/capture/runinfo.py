@@ -26,11 +26,16 @@ context.json (version 1)::
                     | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
-                "is_dataparallel", "has_conv", "conv_count"} | None,
+                "is_dataparallel", "has_conv", "conv_count", "parts" (several models:
+                each one's own), "found" (true: none was given; these are the models
+                the loop called)} | None,
       "optimizer": {"class", "foreach", "fused" (as set: None = torch's default),
                     "foreach_effective", "fused_effective" (what torch actually runs),
                     "param_count", "param_groups", "arguments" (lr and the
-                    hyper-parameters set to other than the class's defaults)} | None,
+                    hyper-parameters set to other than the class's defaults)} | None:
+                   the first optimizer whose steps counted,
+      "optimizers": [the same, for each optimizer whose steps counted, in the order they
+                     first stepped (a GAN: two)],
       "capture": {... filled in by the session: schedule, steps seen, step mode, window,
                   "clock_steps", "settle_steps", "dataloader_hooks" (bool),
                   "step_clock": {column: [one value a step]}: phase, ms, dataloader_ms,
@@ -38,7 +43,13 @@ context.json (version 1)::
                   unknown; see capture.steps),
                   "loader_starts": [{"iter_ms", "first_wait_ms", "workers"}]: each new
                   iterator of the loader (an epoch's start): the ms iter() took, the ms
-                  its first batch was waited for, its worker processes},
+                  its first batch was waited for, its worker processes,
+                  "step_signals": what the loop showed (diagnose.capture.boundaries):
+                  {"pulls", "forwards", "grad_forwards", "backwards", "optimizer_steps",
+                  "other_steps", "other_optimizers": [{"class", "tensors", "values"}],
+                  "grads_set_to_none" (the probe gradients were None when the next step
+                  began: zero_grad(set_to_none=True) or a hand-written clear; null:
+                  unknown)}, "steps_untold": why no step boundary was found, or null},
       "exception": {"type", "message"} | None,
       "oom": {"device", "requested_bytes", "in_use_bytes", "total_bytes", "free_bytes",
               "reserved_unallocated_bytes", "memory_allocated_bytes", "max_memory_allocated_bytes",
@@ -171,8 +182,9 @@ def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
 
 
 def dataloader_info(loader: Any) -> dict[str, Any] | None:
-    """The DataLoader settings rules look at. None when there is no loader."""
-    if loader is None:
+    """The DataLoader settings rules look at. None when there is no loader, or what was
+    given is no loader (a ``range``, a tensor: it has neither a dataset nor a batch size)."""
+    if loader is None or not (hasattr(loader, "dataset") or hasattr(loader, "batch_size")):
         return None
     ds = getattr(loader, "dataset", None)
     iterable = None
@@ -280,6 +292,38 @@ def model_info(model: Any) -> dict[str, Any] | None:
     return out
 
 
+def models_info(models: list[Any]) -> dict[str, Any] | None:
+    """:func:`model_info` of several models as one (a GAN's generator and discriminator):
+    class names joined with "+", counts summed, dtypes and devices merged, and each
+    model's own under ``parts``. One model: its own info; none: None."""
+    infos = [i for i in (model_info(m) for m in models) if i is not None]
+    if len(infos) <= 1:
+        return infos[0] if infos else None
+
+    def total(key: str) -> int | None:
+        vals = [i.get(key) for i in infos]
+        return None if any(v is None for v in vals) else sum(int(v) for v in vals if v)
+
+    dtypes: Counter[str] = Counter()
+    for i in infos:
+        dtypes.update(i.get("param_dtypes") or {})
+    devices = sorted({d for i in infos for d in (i.get("devices") or [])})
+    device = {i.get("device") for i in infos}
+    return {
+        "class": "+".join(str(i["class"]) for i in infos),
+        "param_count": total("param_count"),
+        "trainable_param_count": total("trainable_param_count"),
+        "param_dtype": dtypes.most_common(1)[0][0] if dtypes else None,
+        "param_dtypes": dict(dtypes),
+        "device": device.pop() if len(device) == 1 else "mixed",
+        "devices": devices,
+        "is_dataparallel": any(i.get("is_dataparallel") for i in infos),
+        "has_conv": any(i.get("has_conv") for i in infos),
+        "conv_count": total("conv_count"),
+        "parts": infos,
+    }
+
+
 def model_param_ids(model: Any) -> frozenset[int]:
     """ids of a model's parameters, to tell its optimizer from others."""
     try:
@@ -326,10 +370,11 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
 
 
 def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dict[str, Any]:
-    """The whole context dict (without the session's ``capture`` part)."""
+    """The whole context dict (without the session's ``capture`` part); ``model`` may be a
+    list of models (:func:`models_info`)."""
     import torch
 
-    minfo = model_info(model)
+    minfo = models_info(list(model)) if isinstance(model, list | tuple) else model_info(model)
     dev = None
     if minfo and minfo.get("device") not in (None, "mixed"):
         dev = minfo["device"]

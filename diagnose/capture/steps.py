@@ -1,10 +1,10 @@
-"""Step boundaries found without user code, and the session's own step clock.
+"""The session's step clock, driven by the step boundaries the loop shows.
 
-Boundaries: **optimizer steps** (a global ``torch.optim`` step post-hook; the boundary is
-placed where a person would put ``prof.step()``, just before the loop pulls its next batch,
-or right after ``opt.step()`` in a loop that does not iterate the loader); **batches**
-(inference loops, and until the first ``opt.step()``); **manual** (``d.step()``, which turns
-the automatic ones off).
+Boundaries are found by :class:`~diagnose.capture.boundaries.StepFinder` from the loop's
+batches, model calls, backward and optimizer steps (or ``d.step()``, which turns the
+others off); :class:`Steps` takes each to the profiler's schedule and to the clock. A
+boundary of a stronger kind turning up during the ``wait`` steps starts them over (the
+steps before it are kept as ``untold``, timed but never counted).
 
 The clock times every step with ``time.perf_counter`` and its phase: ``wait`` (before the
 profiled window), ``warmup``/``active`` (the window), ``settle`` (just after it, skewed by
@@ -12,7 +12,7 @@ prefetched batches and queued device work) and ``after`` (timed without the prof
 profiler's own work at a boundary belongs to no step. Per step it also records the wait
 for a CPU other processes held (Linux schedstat), the DataLoader wait, the dataset's reads
 and collate time where batches are built in this process (:mod:`~diagnose.capture.loader_shim`),
-and the batches' bytes (:data:`CLOCK_COLUMNS`).
+the batches' bytes and the model calls (:data:`CLOCK_COLUMNS`).
 
 On a GPU the host can run ahead of the device, so the ``after`` steps are one block as a
 user's own timing would take it: the queue is drained (untimed) before the block and once
@@ -22,7 +22,9 @@ at its end, timed (:attr:`Steps.drain_ms`); no step in between is synchronised.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.capture import loader_shim
+from diagnose.capture.boundaries import StepFinder
 from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
@@ -39,21 +42,41 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: many of them were full collections, and the ms of them that fell inside the loop's
 #: wait for a batch: the loader's own allocations tripped them; then the full (generation
 #: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young),
-#: and the time in the run's ``optimizer.step()`` (its step hooks time it)
+#: the time in the run's optimizers' ``step()`` (their step hooks time it), and the
+#: outermost calls of the models (null where no model is hooked)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
-                 "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms")
+                 "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
+                 "forwards")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
+
+
+class _Stat:
+    """This thread's schedstat file, kept open (a read at offset 0 gives fresh figures;
+    opening it each time costs several times the read); closed with the thread's storage."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+_local = threading.local()
 
 
 def cpu_wait_ns() -> int | None:
     """Nanoseconds the calling thread has waited, runnable, for a CPU others held (the
     kernel's schedstat); None where the kernel does not say."""
     try:
-        with open(_SCHEDSTAT) as fh:
-            return int(fh.read().split()[1])
-    except (OSError, ValueError, IndexError):
+        st = getattr(_local, "stat", None)
+        if st is None or st.pid != os.getpid():  # a forked child reads its own thread
+            st = _local.stat = _Stat()
+        return int(os.pread(st.fd, 128, 0).split()[1])
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
@@ -116,6 +139,7 @@ class _Step:
     gc_full_s: float = 0.0  # the full collections' pauses
     gc_full_loader: float = 0.0  # of those, inside the wait for a batch
     optimizer: float | None = None  # in the run's optimizer.step()
+    forwards: int | None = None  # outermost model calls
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -127,16 +151,19 @@ def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
 
 
 class Steps:
-    """Finds the step boundaries, drives the profiler's schedule, keeps the clock.
+    """Takes the step boundaries to the profiler's schedule, keeps the clock.
 
     ``profiler`` is a started :class:`~diagnose.capture.profiler.WindowProfiler` (or
-    None); ``after`` steps are timed after the window once ``settle`` steps ran (up to
+    None); ``finder`` tells where the boundaries fall (a fresh
+    :class:`~diagnose.capture.boundaries.StepFinder` by default: any optimizer counts).
+    ``after`` steps are timed after the window once ``settle`` steps ran (up to
     :data:`EXTEND` times more while they vary widely, unless ``extend`` is False: ranks of
-    a process group must agree on when they are done), then :attr:`done` turns True. ``on_window_over()`` runs once the window ends;
-    ``on_error(where, exc)`` is told of any problem (the user's loop never sees one).
+    a process group must agree on when they are done), then :attr:`done` turns True.
+    ``on_window_over()`` runs once the window ends; ``on_error(where, exc)`` is told of any
+    problem (the user's loop never sees one).
     """
 
-    def __init__(self, profiler: Any, *, param_ids: frozenset[int] = frozenset(),
+    def __init__(self, profiler: Any, *, finder: StepFinder | None = None,
                  after: int = 8, settle: int = 1, extend: bool = True,
                  on_window_over: Callable[[], None] | None = None,
                  on_error: Callable[[str, BaseException], None] | None = None,
@@ -146,11 +173,11 @@ class Steps:
         # once at its end (the drain, timed)
         self.sync = sync
         self.drain_ms: float | None = None
-        self.param_ids = param_ids
+        self.finder = finder if finder is not None else StepFinder()
+        self.finder.on_change = self._on_change
         self.after, self.settle, self.extend = after, settle, extend
         self.on_window_over = on_window_over
         self.on_error = on_error
-        self.mode: str | None = None  # "optimizer" | "dataloader" | "manual"
         self.seen = 0  # boundaries the profiler's schedule saw
         self.opt_steps = 0
         self.batches = 0
@@ -161,9 +188,11 @@ class Steps:
         self.rows: list[tuple[Any, ...]] = []
         self.first_batch: Any = None
         self.gc_timed = False  # the session times the collector's pauses (gc_ms column)
+        self.forwards_counted = False  # models are hooked (forwards column)
+        self.on_boundary: Callable[[], None] | None = None  # told after each boundary
+        self.changes: list[str] = []  # the boundaries' kind changed: what happened
         self._after = 0
-        self._pending = False
-        self._opt_ref: weakref.ReferenceType[Any] | None = None
+        self._untold = False  # the step ending at the next boundary began under another kind
         self._last_iter: weakref.ReferenceType[Any] | None = None
         self._step: _Step | None = None
         self._loading = False  # inside the loader's __next__ (on_next .. on_batch)
@@ -171,7 +200,7 @@ class Steps:
         # waited for, its worker processes (context.json capture.loader_starts)
         self.loader_starts: list[dict[str, Any]] = []
         self._started: float | None = None  # iter() seconds of the iterator just seen
-        self._opt_t0: float | None = None  # the run's optimizer.step() started then
+        self._opt_t0: dict[int, float] = {}  # a counted optimizer.step() started then
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -179,22 +208,34 @@ class Steps:
         self._step = _Step(time.perf_counter(), cpu_wait_ns())
 
     @property
+    def mode(self) -> str | None:
+        """The kind of boundary found so far (:data:`~diagnose.capture.boundaries.RANK`)."""
+        return self.finder.mode
+
+    @mode.setter
+    def mode(self, mode: str | None) -> None:
+        if mode == "manual":
+            self.finder.manual()
+        else:
+            self.finder.mode = mode
+
+    @property
     def optimizer(self) -> Any:
-        return self._opt_ref() if self._opt_ref is not None else None
+        """The first optimizer whose steps counted (None: none stepped)."""
+        opts = self.finder.optimizer_list
+        return opts[0] if opts else None
 
     def manual(self) -> None:
         if self.closed or self.done:
             return
-        self.mode = "manual"
-        self._pending = False
+        self.finder.manual()
         self.advance()
 
     def on_optimizer_start(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        """An optimizer's ``step()`` begins (a global pre-hook): timed if it is the run's."""
+        """An optimizer's ``step()`` begins (a global pre-hook): timed if it counts."""
         try:
-            known = self.optimizer
-            if known is opt or (known is None and self._owns(opt)):
-                self._opt_t0 = time.perf_counter()
+            if not (self.done or self.closed) and self.finder.counts(opt):
+                self._opt_t0[id(opt)] = time.perf_counter()
         except Exception as e:  # never break the user's step
             self._error("optimizer hook", e)
 
@@ -202,35 +243,37 @@ class Steps:
         try:
             if self.done or self.closed:
                 return
-            known = self.optimizer
-            if known is None:
-                if not self._owns(opt):
-                    return
-                self._opt_ref = weakref.ref(opt)
-            elif opt is not known:
-                return
-            t0, self._opt_t0 = self._opt_t0, None
+            t0 = self._opt_t0.pop(id(opt), None)
             st = self._step
             if t0 is not None and st is not None:
                 st.optimizer = (st.optimizer or 0.0) + time.perf_counter() - t0
-            self.opt_steps += 1
-            if self.mode == "manual":
-                return
-            self.mode = "optimizer"
-            if self.batches > 0:
-                self._pending = True  # boundary just before the next batch is pulled
-            else:
-                self.advance()  # the loop does not iterate the loader: boundary here
+            before = self.finder.totals["optimizer_steps"]
+            if self.finder.optimizer_step(opt):
+                self.advance()
+            self.opt_steps += self.finder.totals["optimizer_steps"] - before
         except Exception as e:  # never break the user's step
             self._error("optimizer hook", e)
 
-    def _owns(self, opt: Any) -> bool:
-        if not self.param_ids:
-            return True
+    def on_model_call(self, grad_enabled: bool) -> None:
+        """The loop called a model (its outermost call; the model hooks tell)."""
         try:
-            return any(id(p) in self.param_ids for g in opt.param_groups for p in g["params"])
-        except Exception:
-            return False
+            if self.done or self.closed:
+                return
+            if self.finder.forward(grad_enabled):
+                self.advance()
+            st = self._step
+            if st is not None:
+                st.forwards = (st.forwards or 0) + 1
+        except Exception as e:
+            self._error("model hook", e)
+
+    def on_grad(self, param: Any) -> None:
+        """A probe parameter's gradient was accumulated (a backward ran)."""
+        try:
+            if not (self.done or self.closed):
+                self.finder.watch_grad(param)
+        except Exception as e:
+            self._error("backward hook", e)
 
     def on_next(self, it: Any) -> None:
         """The loop asks the loader's iterator ``it`` for its next batch."""
@@ -247,17 +290,26 @@ class Steps:
             if self.done or self.closed:
                 return
             self.batches += 1
-            if self.mode == "manual":
-                return
-            if self.mode == "optimizer":
-                if self._pending:
-                    self._pending = False
-                    self.advance()
-            elif self.batches > 1:
-                self.mode = "dataloader"
+            if self.finder.pull():
                 self.advance()
         except Exception as e:
             self._error("DataLoader hook", e)
+
+    def _on_change(self, old: str | None, new: str) -> None:
+        """Boundaries of another kind from now on: before the window records, its wait (or
+        warmup) starts over, and the steps timed so far are ``untold``; inside the window,
+        a note says so."""
+        prof = self.profiler
+        if prof is not None and not prof.finished and prof.restart_wait() is not None:
+            self.rows = [("untold", *r[1:]) if r[0] == "wait" else r for r in self.rows]
+            self.seen = prof.steps
+            self._untold = True
+            return
+        if prof is not None and not prof.finished and prof.phase in ("warmup", "active"):
+            self.changes.append(
+                f"steps were found from {old or 'nothing'} until the profiled window's "
+                f"{prof.phase} steps, from {new} after: the window's first steps may not be "
+                "whole ones (d.step() marks them for sure)")
 
     def on_batch(self, it: Any, seconds: float, batch: Any) -> None:
         """The batch came after the loop waited ``seconds`` for it."""
@@ -317,7 +369,8 @@ class Steps:
             phase = "settle"
         st = self._step
         if st is not None:  # the step that ends here, by the session's clock
-            self.rows.append(self._row(st, phase, now, wait))
+            self.rows.append(self._row(st, "untold" if self._untold else phase, now, wait))
+        self._untold = False
         if phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
@@ -334,6 +387,8 @@ class Steps:
                     prof.stop()
             if prof.finished and self.on_window_over is not None:
                 self.on_window_over()
+        if self.on_boundary is not None:
+            self.on_boundary()
         # the next step starts now: the profiler's own work at the boundary (the trace's
         # export after the last active step) belongs to no step
         if self.hook is not None:
@@ -384,7 +439,8 @@ class Steps:
                 st.gc_loader * 1e3 if self.gc_timed else None,
                 st.gc_full_s * 1e3 if self.gc_timed else None,
                 st.gc_full_loader * 1e3 if self.gc_timed else None,
-                None if st.optimizer is None else st.optimizer * 1e3)
+                None if st.optimizer is None else st.optimizer * 1e3,
+                (st.forwards or 0) if self.forwards_counted else None)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

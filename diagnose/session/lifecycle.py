@@ -1,9 +1,9 @@
 """The session's lifecycle: ``__enter__`` sets up, the loop runs, ``__exit__`` tears down
 and finishes.
 
-On enter: the run folder, the run's context (:mod:`diagnose.capture.runinfo`), the
-profiler's one wait/warmup/active cycle, the step hooks (optimizer, DataLoader, forward,
-garbage collector) and the sampler thread. Inside the block the loop runs as written;
+On enter: torch's warnings shown once each (:mod:`diagnose.capture.quiet`), the run
+folder, the run's context (:mod:`diagnose.capture.runinfo`), the profiler's one
+wait/warmup/active cycle, the step hooks (:mod:`.hooks`) and the sampler thread. Inside the block the loop runs as written;
 :class:`~diagnose.capture.steps.Steps` drives the profiler from the step boundaries and
 times the unprofiled steps. On exit, whatever happened: teardown (profiler, hooks,
 samplers, each step even if one before failed), then :meth:`Session._finish` in named
@@ -25,11 +25,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from diagnose.capture import distributed, loader_shim
+from diagnose.capture import distributed
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.gcpause import GcTimer, frozen_objects
-from diagnose.capture.probes import ForwardTimer
+from diagnose.capture.boundaries import StepFinder, as_models
+from diagnose.capture.gcpause import frozen_objects
 from diagnose.capture.profiler import WindowProfiler
+from diagnose.capture.quiet import WarningsOnce
 from diagnose.capture.samplers import (
     DEFAULT_HZ,
     HostSampler,
@@ -44,12 +45,14 @@ from diagnose.metrics.context import clock_note, context_metrics
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
 from diagnose.session.after_loop import time_after_loop
+from diagnose.session.hooks import Hooks
 from diagnose.session.publish import (
     capture_section,
     own_traces,
     publish,
     window_notes,
 )
+from diagnose.session.step_notes import others_note, untold_note
 
 __all__ = ["BASELINE_MAX_STEPS", "Session", "autofix", "capture_baseline", "diagnose"]
 
@@ -69,6 +72,11 @@ def _run_analysis(run_dir: Path) -> Any:
 class Session:
     """Profile a few steps of the training loop inside ``with`` and report what slows it.
 
+    ``model`` is the model, a list of them (a GAN's ``[netG, netD]``) or None; ``loader``
+    the DataLoader the loop iterates, or None. Steps are found from what the loop does
+    (:mod:`diagnose.capture.boundaries`: batches, optimizer steps, the models' calls and
+    backward); ``d.step()`` marks them where nothing tells, and the report then says so
+    in its first line.
     ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
     discarded steps. The step time the report leads with is what the job does without the
     profiler: ``clock_steps`` steps timed by the session's own clock, the ``wait`` steps
@@ -121,6 +129,7 @@ class Session:
         if sample_hz is not None and sample_hz < 0:
             raise CaptureError(f"diagnose(): sample_hz must be >= 0 (got {sample_hz})")
         self.model = model
+        self.models = as_models(model)  # one model, a list of them (a GAN), or none
         self.loader = loader
         self.steps = steps
         self.warmup = warmup
@@ -149,12 +158,10 @@ class Session:
 
         self._profiler: WindowProfiler | None = None
         self._sampler_thread: SamplerThread | None = None
-        self._hook_handle: Any = None
-        self._pre_hook_handle: Any = None
-        self._forward: ForwardTimer | None = None
-        self._gc: GcTimer | None = None
-        self._loader_hook: loader_shim.LoaderHook | None = None
+        self._hooks: Hooks | None = None
         self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
+        self._warnings: WarningsOnce | None = None
+        self.untold: str | None = None  # the report's first line: steps could not be told
         self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
         self._context: dict[str, Any] = {}
         self._cuda_mem: dict[str, Any] | None = None
@@ -184,7 +191,8 @@ class Session:
     def step(self) -> None:
         """Mark a step boundary yourself (call it once per step, at the end of the step).
 
-        From the first call on, the automatic boundaries (optimizer / batches) are off.
+        From the first call on, the automatic boundaries (optimizers, batches, model
+        calls) are off.
         """
         if self._entered and not self._closed:
             self._steps.manual()
@@ -222,6 +230,7 @@ class Session:
             _active = self
         self._entered = True
         self._t_enter = time.time()
+        self._warnings = WarningsOnce().install()  # until the end of __exit__
         try:
             try:
                 self._dist = distributed.current()  # torch.distributed: one folder for all ranks
@@ -229,7 +238,7 @@ class Session:
                                 else new_run_dir(self.out_dir))
             except OSError as e:
                 raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
-            self._context = ctxmod.collect(self.model, self.loader)
+            self._context = ctxmod.collect(self.models, self.loader)
             self._fit_schedule()
             self._profiler = WindowProfiler(
                 self.run_dir,
@@ -246,8 +255,7 @@ class Session:
             before = max(self.wait - 1, 0)  # the run's first step is not timed
             self._steps = Steps(
                 self._profiler,
-                param_ids=(ctxmod.model_param_ids(self.model) if self.model is not None
-                           else frozenset()),
+                finder=StepFinder(self.models),
                 after=max(self.clock_steps - before, 1),
                 settle=settle_steps(dl.get("num_workers"), dl.get("prefetch_factor")),
                 extend=self._dist is None,  # ranks must agree on d.done: a fixed plan
@@ -264,6 +272,7 @@ class Session:
             self._profiler.start()
         except BaseException:
             self._teardown()
+            self._quiet_off()
             raise
         self._steps.start()
         return self
@@ -272,8 +281,8 @@ class Session:
         """Shorten the schedule up front when one pass over ``loader`` has fewer step
         boundaries than it needs (a batch starts each step but the first), so that the
         profiled window holds whole steps; say so in the notes."""
-        try:
-            n = len(self.loader) if self.loader is not None else None
+        try:  # a loader, not a range or a tensor the loop slices (runinfo.dataloader_info)
+            n = len(self.loader) if self._context.get("dataloader") is not None else None
         except TypeError:  # an IterableDataset without __len__
             n = None
         if not isinstance(n, int) or n - 1 >= self.wait + self.warmup + self.steps:
@@ -314,47 +323,18 @@ class Session:
         return samplers
 
     def _install_hooks(self) -> None:
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
-
-        self._hook_handle = register_optimizer_step_post_hook(self._steps.on_optimizer_step)
-        self._pre_hook_handle = register_optimizer_step_pre_hook(
-            self._steps.on_optimizer_start)
-        self._gc = GcTimer(self._steps.on_gc)
-        self._steps.gc_timed = True
-        if callable(getattr(self.model, "register_forward_pre_hook", None)):
-            self._forward = ForwardTimer(self.model, self._steps.on_forward)
-        if self.loader is None:
-            return
-        why = loader_shim.missing()
-        if why is not None:  # a torch whose DataLoader internals moved: fall back, say so
-            self.notes.append(
-                f"DataLoader hooks unavailable ({why}): steps are found from the optimizer "
-                "(or d.step()) only, and the DataLoader wait is not timed by the session")
-            return
-        self._loader_hook = loader_shim.install(
-            self.loader, self._steps.on_next, self._steps.on_batch)
-        self._steps.hook = self._loader_hook
-        self._loader_hooked = self._loader_hook is not None
+        self._hooks = Hooks(self._steps, self.models, self.loader, self.notes)
+        self._loader_hooked = self._hooks.loader_hooked
 
     def _remove_hooks(self) -> None:
-        if self._hook_handle is not None:
-            self._hook_handle.remove()
-            self._hook_handle = None
-        if self._pre_hook_handle is not None:
-            self._pre_hook_handle.remove()
-            self._pre_hook_handle = None
-        if self._forward is not None:
-            self._forward.remove()
-        if self._gc is not None:
-            self._gc.remove()
-            self._gc = None
-        if self._loader_hook is not None:
-            self._loader_hook.restore()
-            self._loader_hook = None
-            self._steps.hook = None
+        if self._hooks is not None:
+            self._hooks.remove()
+
+    def _quiet_off(self) -> None:
+        """torch's warnings as they were before the session (:class:`WarningsOnce`)."""
+        if self._warnings is not None:
+            self._warnings.remove()
+            self._warnings = None
 
     # ------------------------------------------------------------------ hooks
     def _window_over(self) -> None:
@@ -390,6 +370,7 @@ class Session:
             self.notes.append(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
         finally:
+            self._quiet_off()
             # the analysis' leftovers are collected here, before the user's code runs on
             # (as the profiler's are when its window ends), so that the loop's next full
             # collections do not walk them; a loop that turned the collector off is left so
@@ -455,33 +436,51 @@ class Session:
         self.notes.extend(out.notes)
 
     def _recorded_context(self) -> dict[str, Any]:
-        """The context collected on enter, with what the loop showed: the optimizer that
-        stepped the model, and the objects ``gc.freeze()`` had moved."""
+        """The context collected on enter, with what the loop showed: the optimizers that
+        stepped the models, the models it called (where none was given), and the objects
+        ``gc.freeze()`` had moved."""
         ctx = dict(self._context)
-        ctx["optimizer"] = ctxmod.optimizer_info(self._steps.optimizer)
+        opts = self._steps.finder.optimizer_list
+        ctx["optimizer"] = ctxmod.optimizer_info(opts[0] if opts else None)
+        ctx["optimizers"] = [ctxmod.optimizer_info(o) for o in opts]
+        found = self._hooks.found_models() if self._hooks is not None else []
+        if not self.models and found:
+            info = ctxmod.models_info(found)
+            ctx["model"] = None if info is None else {**info, "found": True}
         ctx["gc_frozen_objects"] = frozen_objects()
         return ctx
 
     def _time_after_loop(self, ctx: dict[str, Any], exc: BaseException | None) -> None:
         """The probes after the loop (:func:`~.after_loop.time_after_loop`), on a run that
         did not raise; the forward's inputs and the first batch are let go either way."""
-        fwd, self._forward = self._forward, None
+        hooks = self._hooks
+        fwd = hooks.forward if hooks is not None else None
+        if hooks is not None:
+            hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
         if exc is None:
-            time_after_loop(ctx, model=self.model, loader=self.loader, forward=fwd,
-                            batch=batch, on_error=self._internal_error)
+            time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
+                            loader=self.loader, forward=fwd, batch=batch,
+                            on_error=self._internal_error)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by
         ``exc``) into the notes; the device's peak memory where the window ended early.
         Returns this rank's trace files (none: a note says so)."""
         prof = self._profiler
-        if prof is not None:
+        self.untold = untold_note(self._steps.finder, ended_early=exc is not None)
+        if self.untold is not None:  # the one true reason, first
+            self.notes.insert(0, self.untold)
+        elif prof is not None:
             self.notes.extend(window_notes(prof, self._steps, self._schedule, exc))
+        self.notes.extend(self._steps.changes)
+        note = others_note(self._steps.finder, self._steps.clock(), len(self.models))
+        if note is not None:
+            self.notes.append(note)
         if self._cuda_mem is None and prof is not None and prof.active_start is not None:
             self._cuda_mem = ctxmod.cuda_memory(self._context)  # the window ended early
         traces = own_traces(run_dir, self._dist)
-        if not traces:
+        if not traces and self.untold is None:
             ended = "ended" if exc is None else f"raised {type(exc).__name__}"
             self.notes.append(f"no trace was written: the loop {ended} before the active "
                               "window")
@@ -503,6 +502,8 @@ class Session:
             traces=traces,
             extra={"cuda_memory": self._cuda_mem, "started": self._t_enter,
                    "dataloader_hooks": self._loader_hooked,
+                   "step_signals": self._steps.finder.signals(),
+                   "steps_untold": self.untold,
                    "worker_pids": self.worker_pids,
                    "sampler_rows": st.rows if st is not None else 0,
                    "notes": list(self.notes)})

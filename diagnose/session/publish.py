@@ -2,13 +2,16 @@
 ``report.html`` next to the trace, the printed report and (if asked) a TensorBoard run.
 
 The session hands over what it recorded; nothing here touches the user's objects, the
-profiler or the hooks, which are all gone by now. Every step after ``context.json`` is
+profiler or the hooks, which are all gone by now. The printed report stands apart from
+the script's own output: its streams flushed first, then a blank line and a rule naming
+it (:func:`print_apart`); where the steps could not be told, that is its first line. Every step after ``context.json`` is
 allowed to fail alone: its problem becomes a note (and a line on stderr), never an
 exception over the user's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -93,6 +96,30 @@ def own_traces(run_dir: Path, dist: Any) -> list[str]:
                              else trace_files(run_dir))]
 
 
+#: the rule the printed report starts under
+HEADER = "torch-diagnose report"
+
+
+def print_apart(report: Any, *, first: str | None = None) -> None:
+    """Print ``report`` apart from what the script printed: stdout and stderr flushed, a
+    blank line, a rule naming it, ``first`` (a line that must lead) and the report."""
+    from diagnose.console import make_console
+
+    for f in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            f.flush()
+    try:
+        console = make_console()
+        console.print()
+        console.rule(HEADER, align="left")
+        if first:
+            console.print(first, style="bold", markup=False)
+        report.print()
+        sys.stdout.flush()
+    except Exception as e:
+        print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
+
+
 @dataclass
 class Published:
     report: Any = None
@@ -143,10 +170,8 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
                       (out.report, run_dir, tensorboard)))
     child = Apart(calls)
     if print_report:
-        try:
-            out.report.print()
-        except Exception as e:
-            print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
+        cap = ctx.get("capture") or {}
+        print_apart(out.report, first=cap.get("steps_untold"))
         print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
     page, *tb = child.results()
     if isinstance(page, Exception):

@@ -251,7 +251,8 @@ def test_optimizer_boundary_when_loop_does_not_use_loader(
     tmp_path: Path, analysis: list[Path]
 ) -> None:
     model, opt, loader = make()
-    batches = [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(8)]
+    # 8 boundaries: each step but the first starts at the model's call after opt.step()
+    batches = [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(9)]
     with diagnose(model, loader, steps=2, wait=1, clock_steps=3, out_dir=tmp_path,
                   sample_hz=0) as d:
         for x, y in batches:  # not `loader`

@@ -100,7 +100,8 @@ def test_fallback_when_the_internals_are_gone(tmp_path: Path, monkeypatch: pytes
     with diagnose(model, loader, steps=2, wait=2, clock_steps=5, out_dir=tmp_path,
                   sample_hz=0) as d:
         n = train(model, opt, loader, d)
-    assert d.done and d.step_mode == "optimizer" and n == 2 + 1 + 2 + 1 + 4
+    # 10 boundaries, each at the model's call after opt.step(): the 11th step's call
+    assert d.done and d.step_mode == "optimizer" and n == 1 + 2 + 1 + 2 + 1 + 4
     assert any("DataLoader hooks unavailable" in x for x in d.notes)
     ctx = load_context(d.run_dir)
     cap = ctx["capture"]

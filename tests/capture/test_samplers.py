@@ -91,7 +91,8 @@ def test_host_series_real(tmp_path: Path) -> None:
     assert s["errors"] == [] and s["unavailable"] == {}
     m = samples_metrics(s)
     assert set(m) == set(CATALOG)
-    assert m["proc_cpu_mean_pct"] > 50 and m["workers_count"] == 1
+    # busy, however loaded the machine (a loaded one gives this process well under a core)
+    assert m["proc_cpu_mean_pct"] > 10 and m["workers_count"] == 1
     assert 0 <= m["host_cpu_mean_pct"] <= m["host_cpu_busiest_core_pct"] <= 100
     assert m["gpu_util_mean_pct"] is None and m["gpu_mem_total_bytes"] is None
     assert m["sample_count"] >= 3

@@ -1,0 +1,111 @@
+"""The hooks a session puts on the user's objects for the ``with`` block, and their removal.
+
+Into :class:`~diagnose.capture.steps.Steps`: torch's global optimizer step pre/post hooks,
+the garbage collector's callbacks, the models' calls and backward
+(:class:`~diagnose.capture.boundaries.ModelHooks`: the models given, or those the loop
+calls where none was), each given model's forward time
+(:class:`~diagnose.capture.probes.ForwardTimer`; the first one's inputs go to the probes
+after the loop), and the DataLoader's batches (:mod:`~diagnose.capture.loader_shim`).
+:meth:`Hooks.remove` undoes every one of them, each even if one before failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from diagnose.capture import loader_shim
+from diagnose.capture.boundaries import ModelHooks
+from diagnose.capture.gcpause import GcTimer
+from diagnose.capture.probes import ForwardTimer
+from diagnose.capture.steps import Steps
+
+
+class Hooks:
+    """Installs the hooks for ``models`` (a list, maybe empty) and ``loader`` into
+    ``steps``; ``notes`` gets a line where the DataLoader cannot be hooked."""
+
+    def __init__(self, steps: Steps, models: list[Any], loader: Any, notes: list[str]) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self.steps = steps
+        self.loader_hook: loader_shim.LoaderHook | None = None
+        self.timers: list[ForwardTimer] = []
+        self.model_hooks: ModelHooks | None = None
+        self.gc: GcTimer | None = None
+        self._handles: list[Any] = []
+        self._handles.append(register_optimizer_step_post_hook(steps.on_optimizer_step))
+        self._handles.append(register_optimizer_step_pre_hook(steps.on_optimizer_start))
+        self.gc = GcTimer(steps.on_gc)
+        steps.gc_timed = True
+        for m in models:
+            if callable(getattr(m, "register_forward_pre_hook", None)):
+                self.timers.append(ForwardTimer(m, steps.on_forward))
+        self.model_hooks = ModelHooks(models, steps.on_model_call, steps.on_grad,
+                                      discover=not models,
+                                      on_found=steps.finder.found_model)
+        steps.forwards_counted = bool(self.model_hooks.models) or not models
+        if self.model_hooks.discovering:  # the first boundary ends the search
+            steps.on_boundary = self._settle
+        self._hook_loader(loader, notes)
+
+    @property
+    def forward(self) -> ForwardTimer | None:
+        """The first model's forward timer (its inputs feed the probes after the loop)."""
+        return self.timers[0] if self.timers else None
+
+    @property
+    def loader_hooked(self) -> bool:
+        return self.loader_hook is not None
+
+    def found_models(self) -> list[Any]:
+        """The models the hooks found the loop calling, where none was given."""
+        mh = self.model_hooks
+        return [] if mh is None else [m for m in (r() for r in mh.found) if m is not None]
+
+    def _settle(self) -> None:
+        if self.model_hooks is not None:
+            self.model_hooks.settle()
+        self.steps.on_boundary = None
+
+    def _hook_loader(self, loader: Any, notes: list[str]) -> None:
+        if loader is None:
+            return
+        why = loader_shim.missing()
+        if why is not None:  # a torch whose DataLoader internals moved: fall back, say so
+            notes.append(
+                f"DataLoader hooks unavailable ({why}): steps are found from the optimizers "
+                "and the models' calls (or d.step()), and the DataLoader wait is not timed "
+                "by the session")
+            return
+        if loader_shim.missing(loader) is not None:
+            notes.append(
+                f"the loader given is a {type(loader).__name__}, not a torch DataLoader: its "
+                "batches are not timed, and steps are found from the optimizers and the "
+                "models' calls")
+            return
+        self.loader_hook = loader_shim.install(
+            loader, self.steps.on_next, self.steps.on_batch)
+        self.steps.hook = self.loader_hook
+
+    def remove(self) -> None:
+        """Every hook off, each even if one before failed."""
+        for h in self._handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._handles = []
+        for t in self.timers:
+            with contextlib.suppress(Exception):
+                t.remove()
+        if self.model_hooks is not None:
+            self.model_hooks.remove()
+        if self.gc is not None:
+            self.gc.remove()
+            self.gc = None
+        if self.loader_hook is not None:
+            self.loader_hook.restore()
+            self.loader_hook = None
+            self.steps.hook = None
