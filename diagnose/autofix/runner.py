@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..capture.quiet import warnings_once
 from ..fixes import FIXES, Facts, Fix, TrainConfig
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
@@ -41,7 +42,7 @@ from .order import (
 )
 from .report import AutofixReport
 from .search import Tuner, try_fix
-from .state import each_warning_once, restore, take
+from .state import restore, take
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
 
 _Tuner = Tuner  # the name tests patch (``runner._Tuner.compare``)
@@ -79,7 +80,7 @@ def _requested(fixes: Iterable[str | Fix]) -> list[tuple[Fix, str]]:
 Capture = Callable[..., Any]
 
 
-@each_warning_once()
+@warnings_once()
 def autofix(
     model: Any,
     loader: Any,

@@ -11,20 +11,13 @@ back (``Tensor.set_``; ``torch.utils.swap_tensors`` for a changed dtype), every
 other one is copied into in place, so tensors the user holds stay the same
 objects. The user's optimizer and DataLoader are never given to a
 trial (trials use rebuilt copies), so they need no restoring.
-
-While autofix runs, each distinct warning is shown once (:func:`each_warning_once`): the
-trials rebuild DataLoaders and rerun the loop, and torch warns again at each; the warning
-machinery is put back as it was afterwards.
 """
 
 from __future__ import annotations
 
 import random
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
@@ -124,27 +117,4 @@ def restore(s: Snapshot) -> None:
         torch.backends.cudnn.benchmark = s.cudnn_benchmark
 
 
-@contextmanager
-def each_warning_once() -> Iterator[None]:
-    """Within the block, a warning whose category and text were shown already is not shown
-    again (filters still decide what is shown at all: "ignore" and "error" act as set).
-    Python's own once-per-place rule does not hold here: every ``catch_warnings`` (torch
-    uses some) clears it. The filters and ``warnings.showwarning`` are restored on exit;
-    usable as a decorator, each call a fresh run."""
-    shown: set[tuple[type[Warning], str]] = set()
-    with warnings.catch_warnings():
-        before = warnings.showwarning
-
-        def show(message: Warning | str, category: type[Warning], filename: str,
-                 lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
-            key = (category, str(message))
-            if key in shown:
-                return
-            shown.add(key)
-            before(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show
-        yield
-
-
-__all__ = ["Snapshot", "each_warning_once", "loader_generators", "restore", "take"]
+__all__ = ["Snapshot", "loader_generators", "restore", "take"]

@@ -26,7 +26,7 @@ NO_GPU_IN_TRACE = "no GPU activity in the trace"
 #: why GPU rules were not evaluated on a CPU run
 CPU_CAUSE = "a CPU run: there is no GPU to measure"
 #: why trace rules were not evaluated on a run without a trace
-NO_TRACE_CAUSE = "no trace: the run ended before any step was profiled"
+NO_TRACE_CAUSE = "no trace: no step was profiled (the report's notes say why)"
 
 
 def cpu_run(m: Mapping[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""A quiet terminal: autofix shows each distinct warning once per run (torch's "This
+"""A quiet terminal: autofix shows each of torch's warnings once per run (torch's "This
 DataLoader will create N worker processes..." came once per rebuilt loader), and puts the
 warning machinery back as it was."""
 
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from diagnose.autofix import runner as tune  # noqa: E402
-from diagnose.autofix.state import each_warning_once  # noqa: E402
+from diagnose.capture.quiet import warnings_once  # noqa: E402
 from tests.autofix.test_autofix_budget import _install, _run  # noqa: E402
 
 TORCH_SAYS = "worker processes in total"
@@ -33,7 +33,7 @@ def test_each_distinct_warning_once_then_restored() -> None:
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter("always")
         before = (warnings.showwarning, list(warnings.filters))
-        with each_warning_once():
+        with warnings_once():
             for _ in range(8):
                 with warnings.catch_warnings():  # as torch does: clears once-per-place
                     pass
@@ -49,11 +49,11 @@ def test_filters_still_decide() -> None:
     loader = _too_many_workers()
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter("ignore")
-        with each_warning_once():
+        with warnings_once():
             loader.check_worker_number_rationality()
         assert log == []
         warnings.simplefilter("error")
-        with each_warning_once(), pytest.raises(UserWarning):
+        with warnings_once(), pytest.raises(UserWarning):
             loader.check_worker_number_rationality()
 
 
