@@ -68,6 +68,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 from ..values import usable_cpus
@@ -225,25 +226,6 @@ def _fetch_timings(loader: Any) -> dict[str, float | None]:
     both = _safe(lambda: time_fetches(loader))
     return {"batched_fetch_ms": None if both is None else both[0],
             "batched_fetch_per_sample_ms": None if both is None else both[1]}
-
-
-def batch_indexable(loader: Any) -> bool | None:
-    """Whether ``loader``'s batches can be fetched with one ``dataset[indices]`` call and
-    come out the same: a TensorDataset (or a subclass that keeps its ``__getitem__``), the
-    loader's own batch_size, torch's default collate. Indexing each tensor with the list of
-    indices gives exactly what collating the rows one by one gives. None: no loader."""
-    ds = getattr(loader, "dataset", None)
-    if ds is None:
-        return None
-    try:
-        from torch.utils.data import TensorDataset
-        from torch.utils.data._utils.collate import default_collate
-    except ImportError:  # pragma: no cover
-        return None
-    return (isinstance(ds, TensorDataset)
-            and type(ds).__getitem__ is TensorDataset.__getitem__
-            and getattr(loader, "batch_size", None) is not None
-            and getattr(loader, "collate_fn", None) is default_collate)
 
 
 def model_info(model: Any) -> dict[str, Any] | None:
