@@ -13,11 +13,13 @@ from typing import Any
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, Setup, TrainConfig, fix_code
 from .fixes.findings import predict_findings, sort_findings
+from .memory import memory_section, trace_memory
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.idle import host_ahead
+from .metrics.memory import section_metrics
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
 from .result import Analysis, RankResult
@@ -43,6 +45,7 @@ from .values import usable_cpus
 # costs 10-25 ms of CPU per MB, and 8 DLRM ranks (7.4 MB) read 1.7x faster in the pool
 # (0.18 -> 0.10 s), 1.6-1.9x up to 260 MB. With no free core it costs 0-30% more.
 _PARALLEL_MIN_BYTES = 4 * 2**20
+MEMORY_TABLE = "memory"  # a trace's memory events (diagnose/memory/trace.py), per rank
 
 
 def _analyze_file(path: str, workers: int | None = None, max_steps: int | None = None
@@ -54,6 +57,7 @@ def _analyze_file(path: str, workers: int | None = None, max_steps: int | None =
 
     ms = compute_rank(t, max_steps)
     ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in the analysis
+    ms.tables[MEMORY_TABLE] = trace_memory(t, max_steps)  # likewise
     return path, t.rank, ms, declared_rank(t)
 
 
@@ -232,14 +236,17 @@ def _analyze_group(g: Group, src: list[str],
     ranks: list[RankResult] = []
     models = [(rank, ms.tables.pop(MODEL_TABLE, None))
               for (_path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True)]
+    memory: list[dict[str, Any] | None] = []
     for (path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True):
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
         values = compute_all(ms, ctx, smp)
+        memory.append(_memory(ctx, ms.tables.pop(MEMORY_TABLE, None), values))
         if rank is not None:
             values["rank"] = rank
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
     report = report_from_ranks(src, ranks, rules=rules, samples=samples)
+    report.memory = memory[0] if memory else None
     report.notes[:0] = [*g.notes, *capture_notes(context, report.metrics)]
     predictor = attach_models(report, models)
     if len(ranks) == 1:  # many ranks: no predictions, as rank 0 of a live run reports them
@@ -251,6 +258,17 @@ def _analyze_group(g: Group, src: list[str],
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
     return with_fix_code(report, context)
+
+
+def _memory(context: dict | None, trace: dict[str, Any] | None, values: dict[str, Any]
+            ) -> dict[str, Any] | None:
+    """The rank's memory section (diagnose/memory/section.py); its metrics join ``values``."""
+    step = values.get("step_time_unprofiled_median_ms") or values.get("step_time_median_ms")
+    sec = memory_section(context, trace, step if isinstance(step, int | float) else None,
+                         values.get("dataloader_batch_size"))
+    dev = values.get("device_memory_bytes")
+    values.update(section_metrics(sec, dev if isinstance(dev, int) else None))
+    return sec
 
 
 def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
@@ -378,13 +396,17 @@ def _rank_extras(path: Path, rank: int | None, context: dict | None,
 def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: list[Rule],
                           *, cut_short: bool = False) -> Analysis:
     values = compute_all(MetricSet(values=dict.fromkeys(TRACE_CATALOG)), ctx, smp)
+    memory = _memory(ctx, None, values)
     findings, not_evaluated = evaluate([r for r in rules if r.scope == "rank"], values)
-    notes = capture_notes(ctx, values) if cut_short else [
+    cap = ctx.get("capture") if isinstance(ctx, dict) else None
+    untold = isinstance(cap, dict) and bool(cap.get("steps_untold"))
+    # a capture that could not tell the loop's steps says why in its own notes
+    notes = capture_notes(ctx, values) if cut_short or untold else [
         "no steps were profiled (the run ended before the profiled window): "
         "only rules on the run's context and samples were evaluated"]
     notes.extend(samples_notes(smp))
     return Analysis(source=[str(run_dir)], ranks=[], metrics=values, findings=findings,
-                  not_evaluated=not_evaluated, notes=notes, samples=smp)
+                    not_evaluated=not_evaluated, notes=notes, samples=smp, memory=memory)
 
 
 def _merge_findings(items: list[tuple[int | None, Finding]], *, multi: bool,

@@ -64,6 +64,9 @@ class Analysis:
     # or many ranks): autofix predicts kept changes and the next trial together through it.
     # Not in the JSON.
     predictor: Any = field(default=None, repr=False, compare=False)
+    # where the step's bytes go and what a change does to its peak (diagnose/memory):
+    # JSON memory, None where the run recorded no memory
+    memory: dict[str, Any] | None = None
 
     def worst(self) -> str | None:
         if not self.findings:
@@ -144,6 +147,7 @@ class Analysis:
             "units": {k: CATALOG[k][0] for k in self.metrics if k in CATALOG},
             "step_model": self.step_model,
             "step_model_why": None if self.step_model is not None else self.step_model_why,
+            "memory": self.memory,
             "findings": [f.to_json() for f in self.findings],
             "not_evaluated": [n.to_json() for n in self.not_evaluated],
             "not_evaluated_groups": group_not_evaluated(self.not_evaluated),

@@ -173,6 +173,63 @@ def not_evaluated_line(group: dict[str, Any]) -> str:
     return f"{group['count']} rules ({', '.join(group['rules'])}): {group['cause']}"
 
 
+def _mib(n: Any) -> str:
+    return "n/a" if not isinstance(n, int | float) else f"{n / 2**20:,.1f} MiB"
+
+
+def _change(change: dict[str, Any]) -> str:
+    parts = []
+    for k, v in change.items():
+        if k == "checkpoint_modules":
+            parts.append(f"checkpoint {len(v)} blocks")
+        else:
+            parts.append(f"{k.replace('_', ' ')} {v}")
+    return ", ".join(parts)
+
+
+def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
+    """The memory section (diagnose/memory): the peak by kind, the modules whose saved
+    activations are largest, an out-of-memory error explained, and the what-ifs. Shown for
+    a tracked step, and for a trace's totals beside a memory finding."""
+    if not mem:
+        return []
+    out: list[Any] = []
+    kinds = {k: v for k, v in (mem.get("by_kind") or {}).items() if v}
+    head = Text("Memory", style="bold")
+    peak = mem.get("peak_bytes")
+    if peak is None and mem.get("growth_bytes") is not None:
+        head.append(f"\n  the step grew by {_mib(mem['growth_bytes'])} (the trace's CPU totals "
+                    "count only what profiling saw)")
+    else:
+        phase = f" in {mem['peak_phase']}" if mem.get("peak_phase") else ""
+        head.append(f"\n  peak {_mib(peak)}{phase}")
+    if kinds:
+        total = sum(kinds.values()) or 1
+        head.append(": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
+                                     for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+    mods = mem.get("top_modules") or []
+    if mods:
+        head.append("\n  largest saved activations: " + ", ".join(
+            f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
+            for m in mods[:4]), style="dim")
+    for line in (mem.get("oom_explanation") or {}).get("lines") or []:
+        head.append(f"\n  {line}", style="red")
+    out.append(head)
+    whats = mem.get("what_if") or []
+    if whats:
+        t = Table(title="Memory what-ifs (plan with the range's high end)", title_justify="left")
+        for col in ("change", "peak", "range", "step ms", "method"):
+            t.add_column(col, justify="right" if col in ("peak", "range", "step ms") else "left")
+        for w in whats:
+            rng = w.get("range") or [None, None]
+            t.add_row(escape(_change(w.get("change") or {})), _mib(w.get("peak_bytes")),
+                      f"{_mib(rng[0])} - {_mib(rng[1])}",
+                      "" if w.get("step_ms") is None else f"{w['step_ms']:.1f}",
+                      escape(str(w.get("method") or "")))
+        out.append(t)
+    return out
+
+
 def renderables(report: Analysis) -> list[Any]:
     out: list[Any] = [_summary(report)]
     if len(report.ranks) > 1:
@@ -182,6 +239,10 @@ def renderables(report: Analysis) -> list[Any]:
         out.extend(_fix_panels(report))
     else:
         out.append(Text("No findings: nothing in this run points at a bottleneck.", style="green"))
+    mem = getattr(report, "memory", None)
+    if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
+                                                      for f in report.findings)):
+        out.extend(memory_renderables(mem))  # a trace's totals alone: only beside a finding
     if report.not_evaluated:
         lines = Text("Not evaluated:", style="bold")
         for g in group_not_evaluated(fit_not_evaluated(report)):

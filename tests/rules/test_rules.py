@@ -22,6 +22,7 @@ from diagnose.rules.engine import (
 )
 from tests import rankbuilder as rb
 from tests import tracebuilder as tb
+from tests.memory.test_section import SECTION
 
 SEV = {"info": 0, "warning": 1, "critical": 2}
 CTX_HEALTHY = {
@@ -97,6 +98,17 @@ def _no_host_activity(**kw):
     return doc
 
 
+def _queued_idle(**kw):
+    """Work launched well ahead, the GPU idle before each kernel starts (a device-side
+    wait the trace does not show): idle with no host cause the trace can name."""
+    b = tb.TraceBuilder(**kw)
+    for _ in range(tb.STEPS):
+        with b.step():
+            for i in range(10):
+                b.kernel(tb.ELEMENTWISE_ADD, dur=50.0, launch_dur=5.0, queue_delay=300.0 * i)
+    return b
+
+
 def _fragmented(**kw):
     b = tb.healthy(**kw)
     b.memory(allocated=40 * 2**30, reserved=70 * 2**30)
@@ -168,12 +180,13 @@ POSITIVE = {
     "SY001": (tb.sync_bound, None, "critical"),
     "LA001": (tb.launch_bound, None, "critical"),
     "UT001": (_host_bound, None, "warning"),
-    "UT002": (_no_host_activity, None, "warning"),
+    "UT002": (_queued_idle, None, "warning"),
     "PR001": (tb.fp32_gemm, None, "warning"),
     "ME001": (tb.healthy, _ctx(oom={"requested_bytes": 2 * 2**30, "in_use_bytes": 75 * 2**30,
                                      "total_bytes": 80 * 2**30, "device": "cuda:0"}), "critical"),
     "ME002": (tb.memory_pressure, None, "warning"),
     "ME003": (_fragmented, None, "warning"),
+    "ME004": (tb.healthy, _ctx(memory=SECTION), "info"),
     "CM001": (tb.comm_not_overlapped, None, "critical"),
     "CF001": (tb.optimizer_per_param, None, "warning"),
     "CF002": (tb.zero_grad_fill, None, "info"),
@@ -327,3 +340,12 @@ def test_how_to_fix_is_prose_the_code_comes_from_the_fix_units():
         text = r.docs["fix"]
         assert "# before" not in text and "# after" not in text, r.id
         assert not [line for line in text.splitlines() if line.startswith("    ")], r.id
+
+
+def test_idle_the_trace_cannot_attribute_is_not_evaluated(tmp_path):
+    """CUDA activity alone (no runtime calls): the trace cannot say why the GPU idled, so
+    UT002 is not evaluated with that reason rather than blaming no host cause."""
+    report = analyze(_write(tmp_path, "cuda_only", _no_host_activity()))
+    assert not [f for f in report.findings if f.rule == "UT002"]
+    reasons = {n.rule: n.reason for n in report.not_evaluated}
+    assert "runtime calls" in reasons.get("UT002", ""), reasons

@@ -1,0 +1,171 @@
+"""The memory section of a live capture: the measured step, its what-ifs, and an
+out-of-memory error explained.
+
+With the step as a function (``step_fn(model, batch) -> loss``) every what-if is re-run
+under FakeTensorMode (:mod:`.fake`) and the scaled estimate is kept beside it; without
+one, the what-ifs are scaled from the measured kinds (:mod:`.whatif`). A step that ran out
+of memory is re-run whole under FakeTensorMode at its own batch (its tracked timeline stops
+at the failure), and the largest batch that fits is searched with fake re-runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .fake import Base, FakeRunError, fake_step
+from .oom import FIT_MARGIN, explain
+from .profile import StepMemory
+from .tracker import StepFn, StepSpec, leading_size, model_device, track_step
+from .whatif import FAKE, FAKE_HIGH, WhatIf, changes, largest_batch, recompute_ms, scaled
+
+#: fake re-runs a search for the largest batch may take (a bisection over 1..2x the guess)
+SEARCH_RUNS = 8
+
+
+def supported_amp(device: torch.device) -> tuple[str, ...]:
+    """The autocast dtypes worth predicting on ``device``: bf16 on CPUs and on GPUs that
+    run it natively, fp16 on GPUs."""
+    if device.type == "cuda":
+        try:
+            bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # older torch: no including_emulation
+            bf16 = torch.cuda.is_bf16_supported()
+        return ("bfloat16", "float16") if bf16 else ("float16",)
+    return ("bfloat16",) if device.type == "cpu" else ()
+
+
+def _extra(prof: Mapping[str, Any]) -> tuple[int, float]:
+    """What the base step held beyond the tracker's count: bytes held throughout (CUDA:
+    untracked before the step) and the allocator's surplus at the peak, as a share."""
+    untracked = int(prof.get("untracked_bytes") or 0)
+    alloc = prof.get("allocator_peak_bytes")
+    tracked = int(prof.get("tracked_peak_bytes") or 0)
+    if not isinstance(alloc, int) or tracked <= 0:
+        return untracked, 0.0
+    surplus = max(0, alloc - tracked - untracked)
+    return untracked, surplus / tracked
+
+
+def fake_what_ifs(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
+                  prof: Mapping[str, Any], *, step_ms: float | None = None) -> list[WhatIf]:
+    """Each change of :func:`~.whatif.changes` re-run under FakeTensorMode (scaled where
+    the re-run fails, with a note saying why)."""
+    base = Base.of(prof.get("step"))
+    fixed, surplus = _extra(prof)
+    out = []
+    for ch in changes(prof, amp_dtypes=supported_amp(model_device(model))):
+        est = scaled(prof, ch)
+        try:
+            m = fake_step(model, optimizer, batch, step_fn, ch, base)
+        except FakeRunError as e:
+            if est is not None:
+                est.note = f"{e}; scaled instead"
+                est.step_ms = recompute_ms(prof, ch, step_ms)
+                out.append(est)
+            continue
+        peak = m.tracked_peak_bytes + fixed
+        high = int(peak * (1 + FAKE_HIGH + surplus))
+        out.append(WhatIf(ch, peak, (peak, high), FAKE, step_ms=recompute_ms(prof, ch, step_ms),
+                          scaled_bytes=est.peak_bytes if est is not None else None))
+    return out
+
+
+def largest_batch_fake(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, base: Base,
+                       budget_bytes: int, guess: int | None, fixed: int = 0,
+                       surplus: float = 0.0) -> int | None:
+    """The largest batch whose re-run under FakeTensorMode fits the budget less
+    FIT_MARGIN, by bisection from ``guess`` (at most SEARCH_RUNS re-runs); None: none
+    found to fit. Raises FakeRunError where the step cannot run on fake tensors. A batch
+    fits where the high end of its what-if range does (``fixed``, ``surplus``: see
+    :func:`fake_what_ifs`)."""
+    room = budget_bytes * (1 - FIT_MARGIN)
+    runs = 0
+
+    def fits(n: int) -> bool:
+        nonlocal runs
+        runs += 1
+        m = fake_step(model, optimizer, batch, step_fn, {"batch_size": n}, base)
+        return int((m.tracked_peak_bytes + fixed) * (1 + FAKE_HIGH + surplus)) <= room
+    lo, hi = 0, max(2, 2 * (guess or 1))
+    if guess and fits(guess):
+        lo = guess
+    else:
+        hi = max(1, guess or 1)
+    while hi - lo > 1 and runs < SEARCH_RUNS:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo or None
+
+
+def live_section(measured: StepMemory, *, model: Any = None, optimizer: Any = None,
+                 batch: Any = None, step_fn: StepFn | None = None,
+                 budget_bytes: int | None = None, step_ms: float | None = None
+                 ) -> dict[str, Any]:
+    """The JSON memory section of a measured step (``context.json``'s ``memory``)."""
+    prof = measured.to_json()
+    fn = step_fn
+    can_fake = model is not None and batch is not None and fn is not None
+    base = Base.of(prof.get("step"))
+    full: dict[str, Any] | None = None
+    notes: list[str] = []
+    if measured.oom is not None and fn is not None and can_fake:
+        try:
+            whole = fake_step(model, optimizer, batch, fn, {}, base)
+            whole.untracked_bytes = measured.untracked_bytes  # held outside the job
+            full = whole.to_json()
+            full["step"] = prof.get("step")
+        except FakeRunError as e:
+            notes.append(str(e))
+    basis = full if full is not None else prof
+    if fn is not None and can_fake:
+        what = fake_what_ifs(model, optimizer, batch, fn, basis, step_ms=step_ms)
+    else:
+        what = []
+        for ch in changes(basis, amp_dtypes=supported_amp(model_device(model))
+                          if model is not None else ("bfloat16",)):
+            w = scaled(basis, ch)
+            if w is not None:
+                w.step_ms = recompute_ms(basis, ch, step_ms)
+                what.append(w)
+    section = {**prof, "what_if": [w.to_json() for w in what], "notes": notes}
+    if full is not None:
+        section["full_step"] = {k: full[k] for k in ("peak_bytes", "by_kind", "peak_phase",
+                                                     "top_modules")}
+    if measured.oom is not None:
+        budget = budget_bytes or _device_budget(measured.device)
+        largest, how = None, None
+        if fn is not None and can_fake and budget:
+            guess = largest_batch(basis, budget, FIT_MARGIN)
+            try:
+                largest = largest_batch_fake(model, optimizer, batch, fn, base, budget,
+                                             guess, *_extra(prof))
+                how = "re-runs under FakeTensorMode"
+            except FakeRunError as e:
+                notes.append(str(e))
+        section["oom_explanation"] = explain(prof, budget, section["what_if"], full,
+                                             largest, how)
+    return section
+
+
+def _device_budget(device: str) -> int | None:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return None
+
+
+def measure(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
+            spec: StepSpec | None = None, budget_bytes: int | None = None,
+            step_ms: float | None = None, limit_bytes: int | None = None) -> dict[str, Any]:
+    """One real step tracked (:func:`~.tracker.track_step`, the model is updated) and its
+    memory section: kinds, modules, timeline, what-ifs, and an OOM explained.
+    ``limit_bytes`` emulates a device of that size (and is the budget if none is given)."""
+    m = track_step(model, optimizer, batch, step_fn, spec=spec, limit_bytes=limit_bytes)
+    return live_section(m, model=model, optimizer=optimizer, batch=batch, step_fn=step_fn,
+                        budget_bytes=budget_bytes or limit_bytes, step_ms=step_ms)
+
+
+__all__ = ["fake_what_ifs", "largest_batch_fake", "leading_size", "live_section", "measure",
+           "supported_amp"]

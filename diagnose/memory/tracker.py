@@ -1,0 +1,383 @@
+"""One training step's memory, by kind and by module, measured with torch's MemTracker.
+
+:class:`StepTracker` is torch's ``MemTracker`` (a dispatch mode that files every tensor it
+sees under a kind: parameter, buffer, gradient, activation, temporary, optimizer state,
+other) with three additions: the kinds after every operator (the timeline, each point
+tagged forward, backward or optimizer), the saved-for-backward tensors by the module that
+made them (a ``saved_tensors_hooks`` pair: alive bytes per module at the peak, and at the
+start of backward which of them a checkpointed block would free), and an out-of-memory
+error caught with what was held when it was raised. It runs on CPU, on CUDA and under
+FakeTensorMode alike; ``limit_bytes`` raises ``torch.OutOfMemoryError`` once the tracked
+total passes it (a device of that size, emulated). :func:`track_step` runs one step under
+it; the session can instead enter a StepTracker around one iteration of the user's loop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.distributed._tools.common_utils import get_untyped_storages
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils.weak import WeakIdKeyDictionary
+
+from .kinds import (
+    model_states,
+    optimizer_hyper,
+    optimizer_params,
+    optimizer_state_bytes,
+    tensor_bytes,
+)
+from .profile import PHASES, Point, StepMemory, blocks_from_saved
+
+_ACT, _PARAM, _BUF, _GRAD = _MemRefType.ACT, _MemRefType.PARAM, _MemRefType.BUFFER, _MemRefType.GRAD
+_TEMP, _OPT, _OTH = _MemRefType.TEMP, _MemRefType.OPT, _MemRefType.OTH
+_TRIED = re.compile(r"[Tt]ried to allocate (\d+(?:\.\d+)?) ?([KMGT]?i?B|bytes)")
+_UNIT = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+         "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+StepFn = Callable[[Any, Any], Any]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def requested_bytes(message: str) -> int | None:
+    """The allocation an OOM message says failed ("Tried to allocate 2.00 GiB")."""
+    m = _TRIED.search(message)
+    return None if m is None else int(float(m.group(1)) * _UNIT.get(m.group(2), 1))
+
+
+def model_device(model: Any) -> torch.device:
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+class StepTracker(MemTracker):
+    """MemTracker plus the timeline, saved activations by module and a caught OOM (module
+    docstring). Use as a context manager around one step; then :meth:`result`."""
+
+    def __init__(self, model: Any, optimizer: Any = None, batch: Any = None, *,
+                 limit_bytes: int | None = None, catch_oom: bool = False,
+                 batch_size: int | None = None) -> None:
+        super().__init__()
+        self.model, self.optimizer, self.batch = model, optimizer, batch
+        self.limit_bytes, self.catch_oom = limit_bytes, catch_oom
+        self.batch_size = batch_size if batch_size is not None else leading_size(batch)
+        self.dev = model_device(model)
+        self.points: list[Point] = []
+        self.point_module: list[int] = []  # the innermost module of each point's operator
+        self._module_ids: dict[str, int] = {}
+        self.peak_op = -1
+        self._creator = WeakIdKeyDictionary()  # storage -> module that made it
+        self._saved = WeakIdKeyDictionary()  # storage -> [bytes, creator, packers, ref]
+        self._saved_alive: dict[str, int] = {}
+        self.saved_at_peak: dict[str, int] = {}
+        self.saved_at_backward: list[tuple[int, str, frozenset[str]]] | None = None
+        self.oom: dict[str, Any] | None = None
+        self._fw_start: dict[str, float] = {}
+        self._entered = ""  # the module whose forward began last
+        self.forward_s: dict[str, float] = {}
+        self.classes: dict[str, str] = {n or "": type(m).__name__
+                                        for n, m in model.named_modules()}
+        self._root = type(model).__name__
+        self._hooks: ExitStack | None = None
+        self._t0 = 0.0
+        self.step_s = 0.0
+        self.batch_bytes = sum(tensor_bytes(t) for t in _tensors(batch))
+        self.untracked_bytes = 0
+        self.allocator_peak: int | None = None
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self) -> StepTracker:
+        self.track_external(self.model, *(x for x in (self.optimizer,) if x is not None),
+                            *_tensors(self.batch))
+        if self.dev.type == "cuda" and not _fake(self.model):
+            torch.cuda.synchronize(self.dev)
+            torch.cuda.reset_peak_memory_stats(self.dev)
+            known = self.get_tracker_snapshot().get(self.dev, {}).get("Total", 0)
+            self.untracked_bytes = max(0, torch.cuda.memory_allocated(self.dev) - int(known))
+        super().__enter__()
+        self._hooks = ExitStack()
+        self._hooks.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:  # type: ignore[override]
+        self.step_s = time.perf_counter() - self._t0
+        if self._hooks is not None:
+            self._hooks.close()
+        super().__exit__(*exc)
+        if self.dev.type == "cuda" and not _fake(self.model):
+            torch.cuda.synchronize(self.dev)
+            self.allocator_peak = int(torch.cuda.max_memory_allocated(self.dev))
+        err = exc[1] if len(exc) > 1 else None
+        if isinstance(err, BaseException) and is_oom(err):
+            if self.oom is None:
+                self._note_oom(requested_bytes(str(err)), str(err))
+            return self.catch_oom
+        return False
+
+    # ------------------------------------------------------------------ MemTracker hooks
+    def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
+        try:
+            super()._pre_fw_hook(module, inputs)
+        except NotImplementedError:  # the root called again: a micro-batch, a second model
+            self.reset_mod_stats()
+            super()._pre_fw_hook(module, inputs)
+        if not self._mod_tracker.is_bw:
+            self._entered = self._name(module)
+            self._fw_start[self._entered] = time.perf_counter()
+
+    def _post_fw_hook(self, module: Any, inputs: Any, outputs: Any) -> None:
+        super()._post_fw_hook(module, inputs, outputs)
+        name = self._name(module)
+        t0 = self._fw_start.pop(name, None)
+        if t0 is not None:
+            self.forward_s[name] = self.forward_s.get(name, 0.0) + time.perf_counter() - t0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        before = self._current()
+        try:
+            res = super().__torch_dispatch__(func, types, args, kwargs)
+        except Exception as e:
+            if is_oom(e) and self.oom is None:
+                self._note_oom(requested_bytes(str(e)), str(e), before)
+            raise
+        if res is NotImplemented:
+            return res
+        bw, opt = self._mod_tracker.is_bw, self._in_opt
+        if not bw and not opt:
+            here = self._here()
+            tree_map_only(torch.Tensor, lambda t: self._note_creator(t, here), res)
+        if self.saved_at_backward is None and bw:
+            self.saved_at_backward = self._saved_records()
+        self._record_point(2 if opt else 1 if bw else 0)
+        if self.limit_bytes is not None:
+            now = self._current()
+            if now[0] > self.limit_bytes:
+                self._note_oom(now[0] - before[0], "emulated limit", before)
+                raise torch.OutOfMemoryError(
+                    f"out of memory (emulated limit of {self.limit_bytes} bytes): Tried to "
+                    f"allocate {now[0] - before[0]} bytes")
+        return res
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _name(self, module: Any) -> str:
+        fqn = self._mod_tracker.get_known_fqn(module) or ""
+        return _strip(fqn, self._root)
+
+    def _here(self) -> str:
+        inner = max((p for p in self._mod_tracker.parents if p != "Global"),
+                    key=lambda p: p.count("."), default="")
+        return _strip(inner, self._root)
+
+    def _note_creator(self, t: torch.Tensor, here: str) -> None:
+        for st in get_untyped_storages(t):
+            if st not in self._creator:
+                self._creator[st] = here
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if self._mod_tracker.is_bw or self._in_ac:
+            return t
+        here = self._here()
+        for st in get_untyped_storages(t):
+            winfo = self._WINFO.get(st, (None, None))[0]
+            if winfo is None or winfo.reftype != _ACT:
+                continue  # parameters, the batch, ...: not activations
+            rec = self._saved.get(st)
+            if rec is not None:
+                rec[2].add(here)
+                continue
+            creator = self._creator.get(st, here)
+            nbytes = int(winfo.mem_consumed)
+            self._saved_alive[creator] = self._saved_alive.get(creator, 0) + nbytes
+            ref = weakref.ref(st, _Release(self._saved_alive, creator, nbytes))
+            self._saved[st] = [nbytes, creator, {here}, ref]
+        return t
+
+    def _saved_records(self) -> list[tuple[int, str, frozenset[str]]]:
+        return [(int(r[0]), str(r[1]), frozenset(r[2])) for r in list(self._saved.values())]
+
+    def _current(self) -> tuple[int, ...]:
+        snap = self._curr_mem_snap.get(self.dev, {})
+        return (int(snap.get("Total", 0)),
+                *(int(snap.get(k, 0)) for k in (_PARAM, _BUF, _GRAD, _OPT, _ACT, _TEMP, _OTH)))
+
+    def _record_point(self, phase: int) -> None:
+        c = self._current()
+        self.points.append(Point(phase, c[1] + c[2], c[3], c[4], c[5], c[6], c[7]))
+        here = self._here()
+        self.point_module.append(self._module_ids.setdefault(here, len(self._module_ids)))
+        if self.peak_op < 0 or c[0] > self.points[self.peak_op].total:
+            self.peak_op = len(self.points) - 1
+            self.saved_at_peak = {k: v for k, v in self._saved_alive.items() if v > 0}
+
+    def _note_oom(self, requested: int | None, message: str,
+                  before: tuple[int, ...] | None = None) -> None:
+        c = before or self._current()
+        phase = 2 if self._in_opt else 1 if self._mod_tracker.is_bw else 0
+        self.oom = {"requested_bytes": requested, "message": message[:500],
+                    "phase": PHASES[phase],
+                    "module": self._here() or (self._entered if phase == 0 else "") or None,
+                    "point": Point(phase, c[1] + c[2], c[3], c[4], c[5], c[6], c[7]),
+                    "saved_by_module": {k: v for k, v in self._saved_alive.items() if v > 0}}
+
+    # ------------------------------------------------------------------ result
+    def result(self) -> StepMemory:
+        """What the step held: the peak by kind, the timeline, modules and blocks."""
+        states = model_states(self.model, self.optimizer)
+        opt_state = optimizer_state_bytes(self.optimizer) if self.optimizer is not None else 0
+        saved = self.saved_at_backward if self.saved_at_backward is not None else \
+            self._saved_records()
+        params = list(self.model.parameters())
+        big = max((tensor_bytes(p) for p in params), default=0)
+        return StepMemory(
+            device=str(self.dev), batch_size=self.batch_size, points=self.points,
+            point_module=self.point_module, module_names=list(self._module_ids),
+            opt_state_bytes=opt_state or states["optimizer_state"],
+            param_bytes=states["parameters"], largest_param_bytes=big,
+            batch_bytes=self.batch_bytes, grad_bytes=sum(
+                tensor_bytes(p) for p in params if p.requires_grad),
+            param_tensors=sum(1 for p in params if p.requires_grad),
+            optimizer=optimizer_summary(self.optimizer), saved_at_peak=self.saved_at_peak,
+            saved_at_backward=_by_creator(saved),
+            blocks=blocks_from_saved(saved, self.classes, self.forward_s),
+            classes=self.classes, step_s=self.step_s, oom=self.oom,
+            untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak)
+
+
+@dataclass
+class _Release:
+    """A saved activation's storage freed: its bytes leave its module's running total."""
+
+    alive: dict[str, int]
+    creator: str
+    nbytes: int
+
+    def __call__(self, _ref: Any) -> None:
+        self.alive[self.creator] = self.alive.get(self.creator, 0) - self.nbytes
+
+
+def _by_creator(records: list[tuple[int, str, frozenset[str]]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for nbytes, creator, _ in records:
+        out[creator] = out.get(creator, 0) + nbytes
+    return out
+
+
+def optimizer_summary(optimizer: Any) -> dict[str, Any] | None:
+    """The optimizer's class, whether its step runs foreach (multi-tensor) kernels, and
+    the hyper-parameters that size its state."""
+    if optimizer is None:
+        return None
+    hyper = optimizer_hyper(optimizer)
+    foreach = hyper.get("foreach")
+    if foreach is None and not hyper.get("fused"):
+        try:
+            from torch.optim.optimizer import _default_to_fused_or_foreach
+
+            _, foreach = _default_to_fused_or_foreach(optimizer_params(optimizer), False,
+                                                      use_fused=False)
+        except Exception:
+            foreach = None
+    return {"class": type(optimizer).__name__, "foreach": foreach,
+            "fused": bool(hyper.get("fused")),
+            "hyper": {k: hyper[k] for k in ("momentum", "amsgrad", "centered")
+                      if isinstance(hyper.get(k), bool | int | float)}}
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _strip(fqn: str, root: str) -> str:
+    if fqn == root:
+        return ""
+    return fqn[len(root) + 1:] if fqn.startswith(root + ".") else fqn
+
+
+def _fake(model: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    p = next(iter(model.parameters()), None)
+    return isinstance(p, FakeTensor)
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(batch)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def leading_size(batch: Any) -> int | None:
+    """The batch size: the most common leading dimension of the batch's tensors."""
+    sizes = [int(t.shape[0]) for t in _tensors(batch) if t.dim() > 0]
+    return max(set(sizes), key=sizes.count) if sizes else None
+
+
+# ---------------------------------------------------------------------- one step
+_AMP = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """How :func:`run_step` runs a step: autocast to ``amp_dtype`` around each forward and
+    its loss, and zero_grad's ``set_to_none`` (the micro-batches are the batches given)."""
+
+    amp_dtype: str | None = None
+    set_to_none: bool = True
+
+    def to_json(self, micro_batches: int = 1) -> dict[str, Any]:
+        return {"amp_dtype": self.amp_dtype, "set_to_none": self.set_to_none,
+                "micro_batches": micro_batches}
+
+
+def run_step(model: Any, optimizer: Any, batches: Sequence[Any], step_fn: StepFn,
+             spec: StepSpec | None = None) -> None:
+    """One optimizer step: ``step_fn(model, batch) -> loss`` on each of ``batches`` (the loss
+    divided by their number) with backward, then ``optimizer.step()`` and ``zero_grad``."""
+    spec = spec or StepSpec()
+    k = len(batches)
+    dev = model_device(model)
+    for b in batches:
+        ctx: AbstractContextManager[Any] = (
+            torch.autocast(dev.type, dtype=_AMP[spec.amp_dtype]) if spec.amp_dtype
+            else nullcontext())
+        with ctx:
+            loss = step_fn(model, b)
+        (loss / k if k > 1 else loss).backward()
+    if optimizer is not None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=spec.set_to_none)
+
+
+def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
+               spec: StepSpec | None = None, batches: Sequence[Any] | None = None,
+               limit_bytes: int | None = None) -> StepMemory:
+    """Run one real training step (the model is updated) under a :class:`StepTracker` and
+    return what it held. An out-of-memory error inside it is caught and described in the
+    result's ``oom``. ``batches``: the micro-batches, where ``batch`` is split."""
+    mbs = list(batches) if batches is not None else [batch]
+    tracker = StepTracker(model, optimizer, mbs, limit_bytes=limit_bytes, catch_oom=True,
+                          batch_size=leading_size(mbs[0]))
+    with tracker:
+        run_step(model, optimizer, mbs, step_fn, spec)
+    out = tracker.result()
+    out.step = (spec or StepSpec()).to_json(len(mbs))
+    return out
+
+
+__all__ = ["StepFn", "StepSpec", "StepTracker", "is_oom", "leading_size", "model_device",
+           "requested_bytes", "run_step", "track_step"]

@@ -1,0 +1,65 @@
+"""The by-kind split of a tracked step against sizes worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from diagnose.memory import model_states, predicted_state_bytes  # noqa: E402
+from diagnose.memory.tracker import run_step, track_step  # noqa: E402
+
+from . import models as M  # noqa: E402
+
+
+def test_model_states_by_hand():
+    model = M.mlp()
+    adam = torch.optim.Adam(model.parameters())
+    # before the first step the state is predicted from the class
+    assert model_states(model, adam) == {"parameters": M.PARAM_BYTES,
+                                         "gradients": M.PARAM_BYTES,
+                                         "optimizer_state": M.ADAM_STATE_BYTES}
+    run_step(model, adam, [M.batch()], M.loss)
+    assert model_states(model, adam)["optimizer_state"] == M.ADAM_STATE_BYTES  # now held
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    assert model_states(model, sgd)["optimizer_state"] == M.PARAM_BYTES
+    assert predicted_state_bytes("SGD", model.parameters(), {"momentum": 0}) == 0
+    assert predicted_state_bytes("Lion", model.parameters()) is None
+
+
+def test_tracked_step_splits_by_kind():
+    model = M.mlp()
+    opt = torch.optim.Adam(model.parameters())
+    run_step(model, opt, [M.batch()], M.loss)  # the state exists: the steady state
+    prof = track_step(model, opt, M.batch(), M.loss).to_json()
+    assert prof["model"]["parameters"] == M.PARAM_BYTES
+    assert prof["model"]["optimizer_state"] == M.ADAM_STATE_BYTES
+    kinds = prof["by_kind"]
+    assert kinds["parameters"] == M.PARAM_BYTES
+    assert kinds["optimizer_state"] == M.ADAM_STATE_BYTES
+    assert prof["peak_bytes"] == sum(kinds.values())
+    # the optimizer's phase holds every gradient; the batch is "other"
+    opt_phase = prof["phases"]["optimizer"]["by_kind"]
+    assert opt_phase["gradients"] == M.PARAM_BYTES
+    assert opt_phase["other"] >= M.BATCH * M.IN * 4
+    # the ReLU made the tensor the second Linear saved: the largest saved activation
+    top = prof["top_modules"][0]
+    assert (top["module"], top["class"], top["saved_bytes"]) == ("1", "ReLU", M.RELU_OUT_BYTES)
+    assert prof["batch_size"] == M.BATCH and prof["step"]["set_to_none"] is True
+    pts = prof["timeline"]["points"]
+    assert {p["phase"] for p in pts} == {"forward", "backward", "optimizer"}
+    assert max(sum(p[k] for k in kinds) for p in pts) == prof["peak_bytes"]
+
+
+def test_blocks_found_and_timed():
+    model = M.tower()
+    opt = torch.optim.AdamW(model.parameters())
+    prof = track_step(model, opt, M.batch(width=128), M.loss).to_json()
+    blocks = prof["blocks"]
+    assert blocks["container"] == "" and [b["module"] for b in blocks["blocks"]] == \
+        ["0", "1", "2", "3"]
+    # GELU's input and output and LayerNorm's input stay inside a block; a block's output
+    # (saved by the next block) does not count
+    assert all(b["saved_bytes"] > 0 and b["forward_s"] > 0 for b in blocks["blocks"])
+    assert blocks["freed_bytes"] == sum(b["saved_bytes"] for b in blocks["blocks"])
+    assert any(p.get("in_blocks") for p in prof["timeline"]["points"])

@@ -1,0 +1,75 @@
+"""An out-of-memory error caught in a tracked step, explained: what held the bytes (by kind
+and module), the largest batch predicted to fit, and a change predicted to fit. On CPU the
+device is emulated: the tracker raises torch.OutOfMemoryError once its count passes a limit
+(or a patched function raises it, as an allocator would)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from diagnose.memory import measure, track_step  # noqa: E402
+from diagnose.memory.oom import FIT_MARGIN  # noqa: E402
+from diagnose.memory.tracker import run_step  # noqa: E402
+
+from . import models as M  # noqa: E402
+
+WIDTH, BATCH = 128, 256
+
+
+def _job():
+    model = M.tower(width=WIDTH)
+    opt = torch.optim.AdamW(model.parameters())
+    run_step(model, opt, [M.batch(BATCH, WIDTH)], M.loss)
+    return model, opt
+
+
+def test_oom_explained_and_the_batch_it_suggests_fits():
+    model, opt = _job()
+    free_peak = track_step(*copy.deepcopy((model, opt)), M.batch(BATCH, WIDTH),
+                           M.loss).peak_bytes
+    limit = int(free_peak * 0.9)
+    sec = measure(model, opt, M.batch(BATCH, WIDTH), M.loss, limit_bytes=limit)
+    assert sec["oom"] is not None and "emulated" in sec["oom"]["message"]
+    ex = sec["oom_explanation"]
+    assert ex["budget_bytes"] == limit and ex["held_bytes"] <= limit
+    assert ex["requested_bytes"] > 0 and ex["held_bytes"] + ex["requested_bytes"] > limit
+    assert ex["by_kind"]["activations"] > 0 and ex["by_kind"]["parameters"] > 0
+    assert ex["top_modules"] and ex["top_modules"][0]["module"].split(".")[0] in "0123"
+    # the whole step was re-run under FakeTensorMode: its peak is over the limit
+    assert sec["full_step"]["peak_bytes"] > limit
+    n = ex["largest_batch"]["batch_size"]
+    assert 1 <= n < BATCH and "FakeTensorMode" in ex["largest_batch"]["method"]
+    # ... and the suggested batch fits when tried, under the same limit
+    tried = track_step(*copy.deepcopy((model, opt)), M.batch(n, WIDTH), M.loss,
+                       limit_bytes=limit)
+    assert tried.oom is None and tried.peak_bytes <= limit * (1 - FIT_MARGIN)
+    best = ex["cheapest"]
+    assert best is not None and best["range"][1] <= limit * (1 - FIT_MARGIN)
+    assert any("Largest batch predicted to fit" in line for line in ex["lines"])
+
+
+def test_an_allocator_error_in_a_module_is_caught_with_its_module(monkeypatch):
+    model, opt = _job()
+    real_gelu = torch.nn.functional.gelu
+
+    def failing(x, *a, **kw):
+        if x.shape[0] > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB "
+                                         "(GPU 0; 1.00 GiB total capacity)")
+        return real_gelu(x, *a, **kw)
+    monkeypatch.setattr(torch.nn.functional, "gelu", failing)
+    m = track_step(model, opt, M.batch(BATCH, WIDTH), M.loss)
+    oom = m.to_json()["oom"]
+    assert oom["requested_bytes"] == 2 * 2**20 and oom["phase"] == "forward"
+    assert oom["module"] == "0.1"  # the first block's GELU
+    assert oom["by_kind"]["parameters"] > 0 and oom["held_bytes"] > 0
+    # without the step as a function the largest batch is scaled from what was held
+    from diagnose.memory.live import live_section
+
+    sec = live_section(m, budget_bytes=oom["held_bytes"] * 4)
+    assert sec["oom_explanation"]["largest_batch"]["method"].startswith("scaled")
+    assert all(w["method"].startswith("scaled") for w in sec["what_if"])

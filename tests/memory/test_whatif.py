@@ -1,0 +1,106 @@
+"""The scaled what-ifs on a hand-written profile, every number worked out by hand.
+
+The profile: batch 8 (its tensors 800 bytes), parameters 1000, gradients 1000 when all
+exist, Adam state 2000, largest parameter 100; three timeline stretches:
+
+    phase     params grads  opt   act   temp  other  total
+    forward    1000     0  2000  4000     0    800   7800
+    backward   1000   500  2000  3000   600    800   7900  (the peak; in a block)
+    optimizer  1000  1000  2000     0  1000    800   5800
+
+What scales with the batch: activations and the batch (act + 800), and backward's
+temporaries; the optimizer's temporaries do not. The weight-sized temporaries that may not
+scale: 2 x the largest parameter = 200.
+"""
+
+from __future__ import annotations
+
+from diagnose.memory import changes, largest_batch, scaled
+from diagnose.memory.oom import explain, fitting
+
+
+def _pt(phase, grads, act, temp, **kw):
+    return {"phase": phase, "parameters": 1000, "gradients": grads, "optimizer_state": 2000,
+            "activations": act, "temporaries": temp, "other": 800, **kw}
+
+
+PROF = {
+    "source": "tracker", "peak_bytes": 7900, "batch_size": 8, "batch_bytes": 800,
+    "model": {"parameters": 1000, "gradients": 1000, "optimizer_state": 2000,
+              "largest_parameter": 100, "parameter_tensors": 4,
+              "optimizer": {"class": "Adam", "foreach": True, "fused": False}},
+    "step": {"set_to_none": True, "micro_batches": 1, "amp_dtype": None},
+    "blocks": {"container": "", "blocks": [{"module": "0", "saved_bytes": 800},
+                                           {"module": "1", "saved_bytes": 800}],
+               "freed_bytes": 2000, "largest_bytes": 800, "forward_s": 0.1},
+    "step_s": 0.4,
+    "timeline": {"points": [_pt("forward", 0, 4000, 0), _pt("backward", 500, 3000, 600,
+                                                             in_blocks=True),
+                            _pt("optimizer", 1000, 0, 1000)]},
+}
+
+
+def _w(change):
+    w = scaled(PROF, change)
+    return w.peak_bytes, w.range
+
+
+def test_batch_scaling():
+    # x2: forward 3000 + 2 x 4800 = 12600 (backward: 3500 + 2 x 4400 = 12300, or with the
+    # 200 weight-sized bytes unscaled 3500 + 2 x 4200 + 200 = 12100)
+    assert _w({"batch_size": 16}) == (12600, (12600, 12600))
+    # x0.5: backward 3500 + 0.5 x 4400 = 5700 to 3500 + 0.5 x 4200 + 200 = 5800 (forward
+    # 5400, optimizer 5000 + 400): the point is the high end
+    assert _w({"batch_size": 4}) == (5800, (5700, 5800))
+
+
+def test_accumulation_holds_every_gradient():
+    # two micro-batches of 4: forward 3000 + 0.5 x 4800 + all 1000 gradients = 6400;
+    # backward 3500 + 2200 + the 500 gradients not yet made = 6200 (6300 with 200 unscaled)
+    assert _w({"batch_size": 4, "grad_accum_steps": 2}) == (6400, (6400, 6400))
+
+
+def test_checkpointing_frees_the_blocks_share():
+    # the blocks free 2000 of the forward's 4000 activations: half of each point's; a
+    # point in a block's backward recomputes the largest block (800): 7900 - 1500 + 800
+    # = 7200; forward 7800 - 2000 = 5800 (+ 800 at the high end)
+    assert _w({"checkpoint_modules": ["0", "1"]}) == (7200, (7200, 7200))
+
+
+def test_zero_grad_optimizer_and_autocast():
+    # set_to_none off: the gradients held throughout: forward 7800 + 1000
+    assert _w({"zero_grad_set_to_none": False}) == (8800, (8800, 8800))
+    # a for-loop: the optimizer's 1000 of temporaries become 100 (its largest parameter's
+    # share, 100/1000): 4900; the peak is backward's 7900 either way
+    assert _w({"optimizer_foreach": False}) == (7900, (7900, 7900))
+    # SGD with momentum: 1000 of state for 2000: backward 7900 - 1000
+    assert _w({"optimizer_class": "SGD"}) == (6900, (6900, 6900))
+    # bf16: activations and temporaries x0.5 to x1, plus half the parameters cast (500):
+    # low = optimizer's 5800 (backward 3500 + 2200 = 5700), high = 3500 + 4400 + 500,
+    # point = 3500 + 0.75 x 4400 + 500
+    assert _w({"amp_dtype": "bfloat16"}) == (7300, (5800, 8400))
+
+
+def test_changes_listed():
+    assert changes(PROF) == [
+        {"batch_size": 4}, {"batch_size": 16}, {"batch_size": 4, "grad_accum_steps": 2},
+        {"batch_size": 2, "grad_accum_steps": 4}, {"checkpoint_modules": ["0", "1"]},
+        {"amp_dtype": "bfloat16"}, {"zero_grad_set_to_none": False},
+        {"optimizer_foreach": False}, {"optimizer_class": "SGD"}]
+
+
+def test_largest_batch_and_what_fits():
+    # 10,000 bytes less 10%: forward 3000 + 600 n <= 9000 -> n = 10
+    assert largest_batch(PROF, 10_000, 0.10) == 10
+    assert largest_batch(PROF, 4_000, 0.10) is None  # the model states alone need 5000
+    whats = [scaled(PROF, c).to_json() for c in changes(PROF)]
+    fit = fitting(whats, 7_000)  # room 6300: half the batch, accumulation x4, ...
+    assert [list(w["change"]) for w in fit] == [["batch_size", "grad_accum_steps"],
+                                                ["batch_size"]]
+    ex = explain({**PROF, "oom": {"held_bytes": 7000, "requested_bytes": 900,
+                                  "by_kind": {"activations": 3000}, "phase": "backward"}},
+                 7_000, whats)
+    assert ex["cheapest"]["change"] == {"batch_size": 2, "grad_accum_steps": 4}
+    # backward, its 200 weight-sized bytes unscaled: 3700 + 525 n <= 6300 -> n = 4
+    assert ex["largest_batch"]["batch_size"] == 4
+    assert "Cheapest change predicted to fit" in " ".join(ex["lines"])
