@@ -115,7 +115,7 @@ def test_report_line(tmp_path):
 
 
 def test_window_is_around_the_median_step():
-    from diagnose.stepmodel.build import pick_window
+    from diagnose.stepmodel.window import pick_window
 
     durs = np.array([50.0, 10, 11, 12, 13, 14, 15, 90])
     a, b = pick_window(durs, 5)
