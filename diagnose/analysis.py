@@ -41,9 +41,7 @@ from .trace.parallel import BrokenProcessPool, fork_pool
 from .values import usable_cpus
 
 # Read several traces in a process pool once the files other than the largest add up to
-# this much. benchmarks/parse_ranks.py, 2 free cores: the pool starts in 10-35 ms, a rank
-# costs 10-25 ms of CPU per MB, and 8 DLRM ranks (7.4 MB) read 1.7x faster in the pool
-# (0.18 -> 0.10 s), 1.6-1.9x up to 260 MB. With no free core it costs 0-30% more.
+# this much: below it the pool's start costs more than it saves (benchmarks/parse_ranks.py).
 _PARALLEL_MIN_BYTES = 4 * 2**20
 MEMORY_TABLE = "memory"  # a trace's memory events (diagnose/memory/trace.py), per rank
 
