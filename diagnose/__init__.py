@@ -31,6 +31,7 @@ __all__ = [
     "TrainConfig",
     "analyze",
     "diagnose",
+    "watch",
     "__version__",
 ]
 
@@ -40,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from .session import diagnose
 
         return diagnose
+    if name == "watch":  # lazy, as diagnose
+        from .watching import watch
+
+        return watch
     raise AttributeError(f"module 'diagnose' has no attribute {name!r}")

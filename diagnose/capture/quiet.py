@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 #: a line libkineto writes to stderr on every profiler start and stop (its USDT probes'
-#: log), e.g. ``USDT:2026-01-01 10:00:00 123:123 SyncActivityProfilerHandler.cpp:52]
+#: log), e.g. ``USDT:<date> <time> 123:123 SyncActivityProfilerHandler.cpp:52]
 #: profiler_start``
 NOISE = re.compile(rb"^USDT:[^\n]*(?:\n|$)", re.MULTILINE)
 

@@ -1,0 +1,174 @@
+"""The watch's change detector on this machine: false alarms on a steady run, and over a
+million simulated steps whose noise is resampled from real timed steps; detection delay
+for a sustained 20% change in that noise.
+
+1. A steady CPU job (``--job``: ``small`` ~1 ms steps, ``medium`` ~10 ms) runs ``--steps``
+   steps under ``watch`` with its defaults (baseline window included); its alarms and
+   spikes are counted, and its step times (the timeline's) kept.
+2. Those steps' log times less their median are the noise. ``--sim-steps`` steps are drawn
+   from it i.i.d. (the noise's shape: heavy tail, preempted steps), and in blocks of
+   ``--block`` consecutive steps (also its short-range order: the machine's own pace
+   changes, which are real changes of the job's pace) and fed to the step-time detector
+   with the watch's parameters; alarms per 10,000 steps. The tests' synthetic noise
+   (Student-t, AR(1), rare slow steps) is run beside them for reference.
+3. ``--trials`` series of that noise get a 20% step change at a random step in 300-600:
+   the delay to the first alarm after it (p50, p90, p99, share over 50 steps).
+
+    python benchmarks/watch_false_alarms.py [--steps 3000] [--sim-steps 1000000]
+        [--job small] [--load steps.npy] [--save steps.npy]
+
+Goal (issue 50): <= 1 false alarm per 10,000 steady steps; a 20% change within 50 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from diagnose.watching.detector import Detector  # noqa: E402
+from diagnose.watching.signals import PARAMS  # noqa: E402
+
+WARM = 20  # the first steps (one-time costs) are not noise
+
+
+def steady_run(steps: int, job: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """Run the job under watch; its step times (ms) and its record."""
+    import torch
+
+    from diagnose import watch
+    from diagnose.watching import read_timeline
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    width = 256 if job == "small" else 1024
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(8192, 64), torch.randint(0, 10, (8192,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32 if job == "small" else 128,
+                                         shuffle=True)
+    with tempfile.TemporaryDirectory(prefix="watch-fa-") as out:
+        with watch(model, loader, out_dir=out, print_summary=False, progress_s=None) as w:
+            done = 0
+            while done < steps:
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    done += 1
+                    if done >= steps:
+                        break
+        tl = read_timeline(w.run_dir)
+        assert tl is not None
+        ms = tl["steps"]["ms"].copy()
+        rec = w.to_json()
+    # the profiled windows' steps are not the job's own noise
+    for c in rec["captures"]:
+        ms[c["first_step"]:c["first_step"] + len(c["profiled_ms"]) + 2] = np.nan
+    return ms, rec
+
+
+def series(kind: str, noise: np.ndarray, n: int, block: int, rng: np.random.Generator
+           ) -> np.ndarray:
+    if kind == "iid":
+        return rng.choice(noise, n)
+    if kind == "block":
+        starts = rng.integers(0, len(noise) - block, n // block + 1)
+        return np.concatenate([noise[s:s + block] for s in starts])[:n]
+    from tests.watching.noise import steady
+
+    return steady(n, seed=int(rng.integers(2**31))) - math.log(40.0)
+
+
+def false_alarms(x: np.ndarray) -> int:
+    d = Detector(PARAMS["step_time"])
+    return sum(1 for i, v in enumerate(x.tolist()) if d.update(v, i) is not None)
+
+
+def delays(kind: str, noise: np.ndarray, trials: int, block: int,
+           rng: np.random.Generator) -> np.ndarray:
+    out = []
+    for _ in range(trials):
+        x = series(kind, noise, 900, block, rng)
+        at = int(rng.integers(300, 600))
+        x[at:] += math.log(1.2)
+        d = Detector(PARAMS["step_time"])
+        got = None
+        for i, v in enumerate(x.tolist()):
+            c = d.update(v, i)
+            if c is not None and i >= at:
+                got = i - at
+                break
+        out.append(got if got is not None else 10**6)
+    return np.array(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3000, help="steps of the real steady run")
+    ap.add_argument("--job", choices=("small", "medium"), default="small")
+    ap.add_argument("--sim-steps", type=int, default=1_000_000)
+    ap.add_argument("--block", type=int, default=50)
+    ap.add_argument("--trials", type=int, default=300)
+    ap.add_argument("--load", type=Path, help="step times (ms, .npy) instead of a real run")
+    ap.add_argument("--save", type=Path, help="keep the real run's step times (.npy)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    if args.load is not None:
+        ms = np.load(args.load)
+        print(f"step times from {args.load}: {len(ms):,} steps")
+    else:
+        t0 = time.perf_counter()
+        ms, rec = steady_run(args.steps, args.job)
+        st = rec["step_time_ms"]
+        print(f"steady run ({args.job} job): {rec['steps']:,} steps in "
+              f"{time.perf_counter() - t0:.1f} s, step median {st['median']:.3g} ms "
+              f"(p10-p90 {st['p10']:.3g}-{st['p90']:.3g}); {len(rec['alarms'])} alarms, "
+              f"{rec['spikes']['count']} spikes, {len(rec['captures'])} captures")
+        for a in rec["alarms"]:
+            print(f"  alarm at step {a['step']:,} (from ~{a['start']}): {a['signal']} "
+                  f"{a['before']:.4g} -> {a['after']:.4g} {a['unit']}")
+        if args.save is not None:
+            np.save(args.save, ms)
+    logs = np.log(ms[WARM:][np.isfinite(ms[WARM:]) & (ms[WARM:] > 0)])
+    noise = logs - np.median(logs)
+    q = np.percentile(noise, (10, 50, 90, 99))
+    print(f"noise (log step time less its median): p10 {q[0]:+.3f}, p90 {q[2]:+.3f}, "
+          f"p99 {q[3]:+.3f} ({len(noise):,} steps)\n")
+    print(f"{'noise':<28} {'steps':>10} {'false alarms':>13} {'per 10k':>8}")
+    for kind, label in (("iid", "real, resampled i.i.d."),
+                        ("block", f"real, blocks of {args.block}"),
+                        ("synthetic", "synthetic (tests' noise)")):
+        t0 = time.perf_counter()
+        n = false_alarms(series(kind, noise, args.sim_steps, args.block, rng))
+        print(f"{label:<28} {args.sim_steps:>10,} {n:>13,} {n / args.sim_steps * 1e4:>8.2f}"
+              f"   ({time.perf_counter() - t0:.1f} s)", flush=True)
+    print(f"\ndelay for a sustained 20% change ({args.trials} trials each)")
+    print(f"{'noise':<28} {'p50':>5} {'p90':>5} {'p99':>5} {'> 50 steps':>11} {'missed':>7}")
+    for kind, label in (("iid", "real, resampled i.i.d."),
+                        ("block", f"real, blocks of {args.block}"),
+                        ("synthetic", "synthetic (tests' noise)")):
+        d = delays(kind, noise, args.trials, args.block, rng)
+        found = d[d < 10**6]
+        p = np.percentile(found, (50, 90, 99)) if len(found) else [math.nan] * 3
+        print(f"{label:<28} {p[0]:>5.0f} {p[1]:>5.0f} {p[2]:>5.0f} "
+              f"{(d > 50).mean():>10.1%} {(d >= 10**6).mean():>6.1%}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The watch's captures: when to take one, the profiled windows (one at a time), their
+analysis, and handing each report to the alarms it serves.
+
+The policy: an alarm shares a window of another alarm asked for, or under way or begun
+within :data:`SHARE_STEPS` steps after its change began (a loader slowing shows as step
+time and loader wait together); else it takes one, within ``max_captures`` a run and one per ``interval_s``;
+else its ``capture_why`` says which limit. The baseline window goes first and is not
+counted. A window starts at the next step boundary (:meth:`Captures.start`), records its
+steps (:meth:`Captures.step`), then its folder gets a ``context.json`` whose unprofiled
+steps are those since the change began (at most :data:`BEFORE_STEPS`), and is analysed
+on the :class:`~.window.Analyst`'s thread; the alarms then get the report and what
+changed against the baseline (:func:`~.changes.what_changed`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .alarm import Alarm
+from .changes import what_changed
+from .window import Analyst, Window
+
+__all__ = ["BEFORE_STEPS", "SHARE_STEPS", "Capture", "Captures"]
+
+#: an alarm within this many steps of a capture's first step shares that capture
+SHARE_STEPS = 100
+#: unprofiled steps (at most) written beside a window as its "before" steps
+BEFORE_STEPS = 64
+
+
+@dataclass
+class Capture:
+    """A capture: asked for, running, or analysed."""
+
+    label: str
+    baseline: bool
+    alarms: list[Alarm] = field(default_factory=list)
+    first_step: int = 0
+    folder: Path | None = None
+    report: Any = None
+    why: str | None = "pending"
+    changed: list[str] = field(default_factory=list)
+    comparison: dict[str, Any] | None = None
+    cost_s: float = 0.0
+    steps_ms: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "baseline": self.baseline, "first_step": self.first_step,
+                "dir": str(self.folder) if self.folder else None,
+                "alarms": [a.step for a in self.alarms], "analysed": self.report is not None,
+                "why": self.why, "cost_s": round(self.cost_s, 4),
+                "profiled_ms": [round(v, 3) for v in self.steps_ms]}
+
+
+#: what a window's context needs from the watch: (base context, optimizer, step mode)
+Context = Callable[[], tuple[dict[str, Any], Any, str | None]]
+#: the unprofiled steps ``first`` .. ``stop - 1``: (ms, loader wait ms)
+Before = Callable[[int, int], tuple[list[float], list[float]]]
+
+
+class Captures:
+    """The capture policy and the windows of one watch (``record(type, **fields)``: the
+    timeline's writer, or None)."""
+
+    def __init__(self, *, steps: int, max_captures: int, interval_s: float,
+                 rank: int | None, worker_name: str | None, context: Context,
+                 before: Before, record: Callable[..., None] | None) -> None:
+        self.steps, self.max_captures, self.interval_s = steps, max_captures, interval_s
+        self.rank, self.worker_name = rank, worker_name
+        self._context, self._before, self._record = context, before, record
+        self.jobs: list[Capture] = []  # started, in order
+        self.baseline: Any = None  # the baseline window's Report
+        self.analyst = Analyst()
+        self.window: Window | None = None
+        self._job: Capture | None = None  # the window's
+        self._queue: list[Capture] = []  # asked for, not started
+        self._last: Capture | None = None  # the last alarm's capture started
+        self._last_t = -math.inf
+        self._taken = 0  # captures taken for alarms (the baseline not counted)
+        self._labels = 0
+        self._lock = threading.RLock()
+
+    @property
+    def due(self) -> bool:
+        """A capture is asked for and none is running: start it at this boundary."""
+        return bool(self._queue) and self.window is None
+
+    @property
+    def quiet(self) -> bool:
+        """A window or an analysis runs: the detectors rest."""
+        return self.window is not None or self.analyst.busy
+
+    def ask_baseline(self) -> None:
+        with self._lock:
+            self._queue.insert(0, Capture(self._label("baseline"), baseline=True))
+
+    def want(self, alarm: Alarm) -> None:
+        """The policy (see the module's docstring) for a new alarm."""
+        with self._lock:
+            began = alarm.start if alarm.start is not None else alarm.step
+            running = [self._job] if self.window is not None and self._job is not None else []
+            # a window shows this change where it began after the change did (a queued one
+            # has not begun yet)
+            near = [j for j in running if not j.baseline and j.first_step >= began]
+            near += [j for j in self._queue if not j.baseline]
+            last = self._last
+            if not near and last is not None and last.first_step >= began and \
+                    alarm.step - last.first_step <= SHARE_STEPS:
+                near = [last]
+            if near:
+                near[0].alarms.append(alarm)
+                _apply(near[0], [alarm])
+                return
+            ago = time.time() - self._last_t
+            if self._taken >= self.max_captures:
+                alarm.capture_why = (f"no capture: the run's {self.max_captures} captures "
+                                     "are taken")
+            elif ago < self.interval_s:
+                alarm.capture_why = (f"no capture: at most one every {self.interval_s:.0f} s "
+                                     f"(the last began {ago:.0f} s before)")
+            else:
+                job = Capture(self._label(f"step{alarm.step}-{alarm.signal}"), baseline=False,
+                              alarms=[alarm], first_step=alarm.step)
+                _apply(job, [alarm])
+                self._queue.append(job)
+                self._taken += 1
+                self._last_t = time.time()
+
+    def _label(self, what: str) -> str:
+        self._labels += 1
+        tag = f"-rank{self.rank}" if self.rank is not None else ""
+        return f"{self._labels:03d}-{what}{tag}"
+
+    # ------------------------------------------------------------------ windows
+    def start(self, step: int, run_dir: Path) -> None:
+        """Start the first capture asked for; its window's first step begins now."""
+        with self._lock:
+            job = self._queue.pop(0) if self._queue else None
+            if job is None:
+                return
+            job.first_step = step
+            job.folder = run_dir / "captures" / job.label
+            self.jobs.append(job)
+            win = Window(job.folder, self.steps, label=job.label, first_step=step,
+                         worker_name=self.worker_name)
+            win.start()
+            job.cost_s = win.cost_s
+            if win.error is not None:
+                self._finish(job, None, win.error)
+            else:
+                self.window, self._job = win, job
+
+    def step(self, ms: float, wait: float) -> bool:
+        """The window's step just ended; True once the window is over (and handed on)."""
+        win, job = self.window, self._job
+        assert win is not None and job is not None
+        job.steps_ms.append(ms)
+        if not win.step(ms, wait):
+            return False
+        self._end(win, job)
+        return True
+
+    def stop(self) -> None:
+        """The loop ended: a window under way keeps what it recorded; the rest is dropped."""
+        win, job = self.window, self._job
+        if win is not None and job is not None:
+            win.stop()
+            self._end(win, job)
+        with self._lock:
+            queued, self._queue = self._queue, []
+        for j in queued:
+            self._finish(j, None, "no capture: the loop ended first")
+
+    def _end(self, win: Window, job: Capture) -> None:
+        """The window's trace is written: its context, its record, its analysis."""
+        with self._lock:
+            self.window, self._job = None, None
+            if not job.baseline:
+                self._last = job
+        job.cost_s = win.cost_s
+        start = min((a.start for a in job.alarms if a.start is not None), default=None)
+        lo = win.first_step - BEFORE_STEPS
+        ms, wait = self._before(lo if start is None else max(start, lo), win.first_step)
+        try:
+            base, optimizer, mode = self._context()
+            win.write_context(base, ms, wait, optimizer=optimizer,
+                              notes=[win.error] if win.error else [],
+                              watch={"label": job.label, "baseline": job.baseline,
+                                     "first_step": win.first_step,
+                                     "alarms": [a.to_json() for a in job.alarms],
+                                     "step_mode": mode})
+        except Exception as e:
+            self._finish(job, None, f"the capture's context was not written: {e}")
+            return
+        if self._record is not None:
+            self._record("capture", **job.to_json(), traces=win.traces)
+        if not win.traces:
+            self._finish(job, None, win.error or "the profiler wrote no trace")
+            return
+        self.analyst.submit(win.folder, lambda rep, why: self._finish(job, rep, why))
+
+    def _finish(self, job: Capture, report: Any, why: str | None) -> None:
+        """The analysis is done (any thread): hand the report to the job's alarms."""
+        with self._lock:
+            job.report, job.why = report, why
+            if job.baseline:
+                self.baseline = report
+            elif report is not None:
+                try:
+                    job.changed, job.comparison = what_changed(self.baseline, report)
+                except Exception as e:
+                    job.changed = [f"the comparison with the baseline failed: "
+                                   f"{type(e).__name__}: {e}"]
+            _apply(job, job.alarms)
+            if self._record is not None:
+                self._record("capture", **job.to_json(), changed=job.changed)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the analyses; True if they all ended."""
+        ok = self.analyst.wait(timeout)
+        self.analyst.stop()
+        return ok
+
+
+def _apply(job: Capture, alarms: list[Alarm]) -> None:
+    for a in alarms:
+        a.capture_dir = str(job.folder) if job.folder else None
+        a.capture, a.capture_why = job.report, job.why
+        a.changed, a.comparison = list(job.changed), job.comparison

@@ -1,0 +1,97 @@
+"""What changed between the baseline window and an alarm's window, in lines a person reads
+first: findings that appeared or grew, metrics that moved, and the prediction for the fix.
+
+The comparison is ``torch-diagnose compare``'s (:func:`diagnose.report.compare.
+compare_reports`, baseline as A, the alarm's capture as B); this module only picks and
+orders: new findings at warning or above, then findings whose severity rose or whose time
+at stake grew by :data:`MOVED` of the step or more, then the headline step time and the
+key metrics that got worse by at least :data:`MOVED` (points for fractions), then the
+findings that stayed as they were, then the best predicted fix of the worst finding.
+Without a baseline, the capture's own findings at warning or above stand in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.report.compare import compare_reports, delta_text
+from diagnose.rules.engine import severity_rank
+
+__all__ = ["what_changed"]
+
+#: a metric that moved less than this (relative; points for fractions) is not named
+MOVED = 0.10
+#: at most this many metric lines
+MAX_METRICS = 4
+
+
+def _prediction(f: Any) -> str | None:
+    """The finding's best predicted fix as a line (None: nothing predicted)."""
+    best: tuple[float, str, Any] | None = None
+    for fix, p in (getattr(f, "predictions", None) or {}).items():
+        s = getattr(p, "speedup", None)
+        if isinstance(s, int | float) and (best is None or s > best[0]):
+            best = (float(s), fix, p)
+    if best is None:
+        return None
+    return f"fix {best[1]}: {best[2].line()}"
+
+
+def _grew(a: float | None, b: float | None) -> bool:
+    """The time at stake grew by at least :data:`MOVED` of the step."""
+    return isinstance(a, int | float) and isinstance(b, int | float) and b - a >= MOVED
+
+
+def _findings_only(report: Any) -> list[str]:
+    worst = [f for f in report.findings if severity_rank(f.severity) >= severity_rank("warning")]
+    lines = [f"{f.severity} {f.rule} ({f.category}): {f.message}" for f in worst]
+    if worst and (p := _prediction(worst[0])):
+        lines.append(p)
+    return lines or ["no finding at warning or above in the alarm's window"]
+
+
+def what_changed(baseline: Any, report: Any) -> tuple[list[str], dict[str, Any] | None]:
+    """Lines that lead the alarm's report, and the comparison as JSON (None without a
+    baseline: then the lines are the capture's own findings)."""
+    if baseline is None:
+        return ["no baseline window to compare with", *_findings_only(report)], None
+    c = compare_reports(baseline, report)
+    lines: list[str] = []
+    still: list[str] = []
+    warn = severity_rank("warning")
+    gain_a = {f.rule: f.estimated_gain for f in baseline.findings}
+    gain_b = {f.rule: f.estimated_gain for f in report.findings}
+    for ch in c.findings:
+        sb = severity_rank(ch.severity_b) if ch.severity_b else -1
+        sa = severity_rank(ch.severity_a) if ch.severity_a else -1
+        if ch.status == "new" and sb >= warn:
+            lines.append(f"new {ch.severity_b} {ch.rule} ({ch.category}): {ch.message_b}")
+        elif ch.status == "still" and sb > sa and sb >= warn:
+            lines.append(f"grew {ch.severity_a} -> {ch.severity_b} {ch.rule} ({ch.category}): "
+                         f"{ch.message_b}")
+        elif ch.status == "still" and sb >= warn and _grew(gain_a.get(ch.rule),
+                                                          gain_b.get(ch.rule)):
+            lines.append(f"grew {ch.rule} ({ch.category}, {ch.severity_b}; at stake "
+                         f"{gain_a[ch.rule]:.0%} -> {gain_b[ch.rule]:.0%} of the step): "
+                         f"{ch.message_b}")
+        elif ch.status == "still" and sb >= warn:
+            still.append(f"still {ch.severity_b} {ch.rule} ({ch.category}): {ch.message_b}")
+    if c.step is not None and c.step.change_pct is not None:
+        lines.append(c.step.line())
+    moved = []
+    for m in c.metrics:
+        if m.headline or m.verdict != "worse":
+            continue
+        d = m.delta
+        size = abs(d) if m.unit == "fraction" and d is not None else abs(
+            (m.change_pct or 0.0) / 100)
+        if size >= MOVED:
+            moved.append((size, f"{m.name}: {delta_text(m)} (worse)"))
+    lines.extend(t for _, t in sorted(moved, key=lambda x: -x[0])[:MAX_METRICS])
+    lines.extend(still)
+    top = [f for f in report.findings if severity_rank(f.severity) >= warn]
+    if top and (p := _prediction(top[0])):
+        lines.append(p)
+    if not lines:
+        lines.append("no finding or key metric moved between the baseline and this window")
+    return lines, c.to_json()

@@ -1,0 +1,272 @@
+"""A change-point detector for one signal: two-sided CUSUM on robustly standardised values.
+
+The model (Page's CUSUM, 1954, on a robust scale): values ``x`` (log step time, or another
+signal in its own transform) are standardised against a baseline level ``mu`` (median of a
+reference window) and scale ``sigma`` (1.4826 x the median distance below ``mu`` of the
+values below it, at least ``sigma_floor``: slow steps stretch only the upper side, so the
+lower one measures the job's own spread), winsorised at +-``clip`` so that one slow step
+counts no more than any step above the level, then centred and scaled by the winsorised
+scores' own mean and long-run spread over the reference window (so a skewed baseline does
+not drift the sums, and neighbouring steps that are alike, AR(1)-wise, do not add up as
+if they were independent: the spread is scaled by sqrt((1 + r) / (1 - r)), r the scores'
+lag-1 autocorrelation), and summed: ``S+ = max(0, S+ + u - k)``, ``S- = max(0, S- - u - k)``.
+A sum past ``h`` says the level moved; the change is taken to start the step after the
+sum last stood at 0. So does a run of ``min_len`` values in a row above the baseline's
+90th percentile (or below its 10th): a large change saturates the winsorised scores, and
+the run says so sooner than their sum.
+It is called a change only when it is sustained and large enough: the median of the last
+``min_len`` values since that start differs from ``mu`` by at least ``min_change``
+(else the sums restart: a burst, or a shift too small to matter). Then the baseline is
+learnt again from the new level; where that level is not the one the change was called at
+(the pace moved on while it settled), that is a change too. Between changes the baseline
+is refreshed every ``refresh`` values from the last ``refresh`` (0: kept until the next
+change).
+
+A value more than ``spike_z`` scales and ``spike_min`` above the baseline is a spike
+candidate; once ``confirm`` more values came without a change starting at or before it,
+it is a spike (one slow step: a checkpoint, an eval), recorded apart, never an alarm.
+
+The parameters' false-alarm rate and detection delay are measured in docs/watch.md
+(tests/watching/test_detector.py, benchmarks/watch_false_alarms.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Change", "Detector", "Params", "Spike"]
+
+#: MAD x this estimates a normal distribution's standard deviation
+MAD_TO_SIGMA = 1.4826
+#: the winsorised scores' spread is taken as at least this share of ``clip`` (a baseline
+#: of equal values has none)
+MIN_SCORE_SD = 0.5
+#: the lag-1 autocorrelation taken into the scores' long-run spread is at most this
+MAX_RHO = 0.9
+
+
+def _at(srt: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values (linear between neighbours, numpy's default)."""
+    pos = q * (len(srt) - 1)
+    i = int(pos)
+    j = min(i + 1, len(srt) - 1)
+    return srt[i] + (srt[j] - srt[i]) * (pos - i)
+
+
+def _lag1(xs: np.ndarray, mean: float, sd: float) -> float:
+    """Lag-1 autocorrelation of ``xs``, in [0, MAX_RHO] (negative taken as none)."""
+    if sd <= 0 or len(xs) < 3:
+        return 0.0
+    d = xs - mean
+    r = float(np.dot(d[:-1], d[1:])) / (len(d) * sd * sd)
+    return min(max(r, 0.0), MAX_RHO)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The detector's parameters, in the signal's own (transformed) units where they have
+    units. Defaults are for log step time: see docs/watch.md for what they give."""
+
+    k: float = 0.5  # reference value, in score spreads: half the shift the sums are tuned to
+    h: float = 10.0  # decision threshold, in score spreads
+    clip: float = 1.5  # standardised values are winsorised at +-clip
+    learn: int = 64  # values that make the first baseline
+    relearn: int = 64  # values that make the baseline after a change
+    refresh: int = 256  # the baseline is refreshed from the last this-many values (0: never)
+    min_len: int = 16  # a change holds for this many values before it is called
+    sigma_floor: float = 0.01  # the scale is at least this (log units: 1%)
+    min_change: float = math.log(1.10)  # smaller level changes are not alarms
+    spike_z: float = 6.0  # a spike is this many scales above the baseline ...
+    spike_min: float = math.log(1.5)  # ... and at least this far above it
+    confirm: int = 20  # values after a spike candidate before it is called a spike
+
+
+@dataclass(frozen=True)
+class Change:
+    """A sustained change: detected at value ``index``, started at ``start``; ``before``
+    and ``after`` are levels (transformed units), ``sigma`` the baseline's scale."""
+
+    index: int
+    start: int
+    before: float
+    after: float
+    sigma: float
+
+    @property
+    def up(self) -> bool:
+        return self.after > self.before
+
+
+@dataclass(frozen=True)
+class Spike:
+    """One value far above the baseline that no change followed."""
+
+    index: int
+    value: float
+    baseline: float
+
+
+class Detector:
+    """Feed values in order with :meth:`update` (index = the value's step or sample
+    number); it returns a :class:`Change` when one is called, else None. Confirmed spikes
+    collect in :attr:`spikes` (the caller empties it)."""
+
+    def __init__(self, params: Params | None = None, keep: int = 256) -> None:
+        p = params or Params()
+        if p.learn < 3 or p.relearn < 3 or p.min_len < 1 or p.h <= 0 or p.clip <= p.k:
+            raise ValueError(f"bad detector parameters: {p}")
+        self.p = p
+        # the hot path reads these as plain attributes
+        self._k, self._h, self._clip, self._confirm = p.k, p.h, p.clip, p.confirm
+        self._spike_z, self._spike_min, self._refresh = p.spike_z, p.spike_min, p.refresh
+        self._min_len = p.min_len
+        self.recent: deque[float] = deque(
+            maxlen=max(keep, p.refresh, p.min_len, p.learn, p.relearn))
+        self.mu: float | None = None
+        self.sigma = p.sigma_floor
+        # the winsorised scores' mean and spread over the baseline: the sums use them so
+        # that a skewed baseline (slow steps more common than fast ones) does not drift
+        self.c_mean, self.c_sd = 0.0, 1.0
+        self.rho = 0.0  # the scores' lag-1 autocorrelation over the baseline
+        self.lo = self.hi = 0.0  # the baseline's 10th and 90th percentiles: the run's bounds
+        self.run_up = self.run_dn = 0  # values in a row above hi / below lo
+        self.sp = self.sn = 0.0
+        self.sp_zero = self.sn_zero = 0  # the last index where each sum stood at 0
+        self.spikes: list[Spike] = []
+        self.changes = 0
+        self._called: float | None = None  # the level the last change was called at
+        self._learning: list[float] = []
+        self._need = p.learn
+        self._since_refresh = 0
+        self._pending: deque[Spike] = deque()
+
+    @property
+    def ready(self) -> bool:
+        """A baseline is set: values are being tested."""
+        return self.mu is not None
+
+    def update(self, x: float, index: int) -> Change | None:
+        """Take value ``x`` (transformed units) at ``index``."""
+        self.recent.append(x)
+        mu = self.mu
+        if mu is None:
+            self._learning.append(x)
+            if len(self._learning) >= self._need:
+                n = len(self._learning)
+                self._set_baseline(self._learning, index)
+                self._learning = []
+                return self._moved_on(index, n)
+            return None
+        d = x - mu
+        z = d / self.sigma
+        clip = self._clip
+        if z > clip:
+            zc = clip
+            if z > self._spike_z and d > self._spike_min:
+                self._pending.append(Spike(index, x, mu))
+        else:
+            zc = -clip if z < -clip else z
+        if self._pending and self._pending[0].index <= index - self._confirm:
+            self.spikes.append(self._pending.popleft())
+        zc = (zc - self.c_mean) / self.c_sd
+        k = self._k
+        sp = self.sp + zc - k
+        if sp <= 0.0:
+            sp, self.sp_zero = 0.0, index
+        sn = self.sn - zc - k
+        if sn <= 0.0:
+            sn, self.sn_zero = 0.0, index
+        self.sp, self.sn = sp, sn
+        if sp > self._h or sn > self._h:
+            return self._decide(index, self.sp_zero if sp > self._h else self.sn_zero)
+        self.run_up = self.run_up + 1 if x > self.hi else 0
+        self.run_dn = self.run_dn + 1 if x < self.lo else 0
+        if self.run_up >= self._min_len or self.run_dn >= self._min_len:
+            return self._decide(index, index - self._min_len)
+        self._since_refresh += 1
+        if self._since_refresh == self._refresh:
+            self._set_baseline(list(self.recent)[-self._refresh:], None)
+        return None
+
+    def _decide(self, index: int, zero: int) -> Change | None:
+        """A sum crossed ``h``: call a change when the values since it began hold a new
+        level (see the module's docstring), else restart the sums."""
+        p = self.p
+        start = zero + 1
+        n = index - start + 1
+        if n < p.min_len:
+            return None  # not sustained long enough yet: keep summing
+        tail = list(self.recent)[-p.min_len:]
+        after = statistics.median(tail)
+        before = self.mu
+        assert before is not None
+        if abs(after - before) < p.min_change:
+            self.restart(index)
+            return None
+        self.changes += 1
+        change = Change(index, start, before, after, self.sigma)
+        self._pending = deque(s for s in self._pending if s.index < start)
+        seg = list(self.recent)[-min(n, len(self.recent)):]
+        self.mu = None  # learn the new level, starting from the values already at it
+        self._learning = seg[-p.relearn:]
+        self._need = p.relearn
+        self._called = after
+        if len(self._learning) >= self._need:
+            self._set_baseline(self._learning, index)
+            self._learning = []
+            self._called = None
+        return change
+
+    def _moved_on(self, index: int, n: int) -> Change | None:
+        """The level learnt after a change is not the one it was called at (the pace moved
+        on while it settled: a GPU's launch queue filling, a second change): a change from
+        that level to this one."""
+        called, self._called = self._called, None
+        mu = self.mu
+        if called is None or mu is None or abs(mu - called) < self.p.min_change:
+            return None
+        self.changes += 1
+        return Change(index, index - n + 1, called, mu, self.sigma)
+
+    def relearn(self, index: int) -> None:
+        """Forget the baseline: the next ``learn`` values make a new one."""
+        self.mu, self._learning, self._need, self._called = None, [], self.p.learn, None
+        self.restart(index)
+
+    def restart(self, index: int) -> None:
+        """The sums start again from 0 at ``index`` (after a pause in the values)."""
+        self.sp = self.sn = 0.0
+        self.run_up = self.run_dn = 0
+        self.sp_zero = self.sn_zero = index
+
+    def _set_baseline(self, xs: list[float], index: int | None) -> None:
+        """Level and scale from ``xs``; the sums restart at ``index`` (None: a refresh
+        keeps them, so that a change under way is not forgotten)."""
+        srt = sorted(xs)  # one sort gives the level, the run's bounds and the lower side
+        n = len(srt)
+        lo, mu, hi = _at(srt, 0.1), _at(srt, 0.5), _at(srt, 0.9)
+        below = srt[:n // 2 + 1]  # the values at or below the median, ascending
+        sigma = max(MAD_TO_SIGMA * (mu - _at(below, 0.5)), self.p.sigma_floor)
+        a = np.asarray(xs, dtype=np.float64)
+        c = self.p.clip
+        scores = np.clip((a - mu) / sigma, -c, c)
+        self.mu, self.sigma, self.lo, self.hi = mu, sigma, lo, hi
+        m = self.c_mean = float(scores.mean())
+        sd = float(scores.std())
+        self.rho = _lag1(scores, m, sd)
+        self.c_sd = max(sd * math.sqrt((1 + self.rho) / (1 - self.rho)), MIN_SCORE_SD * c)
+        self._since_refresh = 0
+        if index is not None:
+            self.restart(index)
+
+    def flush_spikes(self) -> list[Spike]:
+        """Spike candidates still waiting for confirmation, called spikes now (the end)."""
+        self.spikes.extend(self._pending)
+        self._pending.clear()
+        out, self.spikes = self.spikes, []
+        return out

@@ -1,0 +1,95 @@
+"""What the machine did around an alarm: the training thread's own CPU time and its wait
+for a CPU per step, and the other processes' CPU use, before and after the change began.
+
+About once a second the training thread notes its CPU time (``time.thread_time``) and
+the time it waited, runnable, for a CPU that others held (Linux schedstat, as the
+session's clock reads it: :func:`diagnose.capture.steps.cpu_wait_ns`), with the step
+count; the host sampler's rows give the CPUs busy with other processes (all usable CPUs'
+busy time less this process's and its loader workers'). A pace change whose extra time
+is mostly waiting for a CPU while the others' use rose is the machine's neighbours, not
+the job: the alarm says so (:func:`explain`). Bounded: the last ``keep`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from diagnose.capture.steps import cpu_wait_ns
+
+__all__ = ["HostContext", "explain"]
+
+#: seconds of context kept either side of a change
+SPAN = 10
+
+
+class HostContext:
+    def __init__(self, keep: int = 3600) -> None:
+        # (first step, last step, thread CPU s, CPU wait s or None) per interval
+        self.ticks: deque[tuple[int, int, float, float | None]] = deque(maxlen=keep)
+        self.others: deque[tuple[int, float]] = deque(maxlen=keep)  # (step, CPUs)
+        self._last: tuple[int, float, int | None] | None = None
+
+    def tick(self, step: int) -> None:
+        """On the training thread, about once a second."""
+        cpu, wait = time.thread_time(), cpu_wait_ns()
+        last = self._last
+        if last is not None and step > last[0]:
+            s0, c0, w0 = last
+            self.ticks.append((s0, step, cpu - c0,
+                               None if wait is None or w0 is None else (wait - w0) / 1e9))
+        self._last = (step, cpu, wait)
+
+    def reset(self) -> None:
+        """The interval now running is not the job's own (a profiled window): dropped."""
+        self._last = None
+
+    def sample(self, step: int, row: dict[str, Any]) -> None:
+        """A host sample (sampler thread): the CPUs other processes kept busy."""
+        pct = row.get("cpu_pct")
+        if not isinstance(pct, list):
+            return
+        busy = sum(v for v in pct if isinstance(v, int | float)) / 100.0
+        own = sum((row.get(k) or 0.0) for k in ("proc_cpu_pct", "workers_cpu_pct")) / 100.0
+        self.others.append((step, max(busy - own, 0.0)))
+
+    def around(self, start: int, now: int) -> dict[str, Any] | None:
+        """Per step before ``start`` and from it to ``now``; None until both sides have a
+        second of ticks."""
+        before = [t for t in self.ticks if t[1] <= start][-SPAN:]
+        after = [t for t in self.ticks if t[0] >= start and t[1] <= now][:SPAN]
+        if not before or not after:
+            return None
+
+        def per_step(ts: list[tuple[int, int, float, float | None]], i: int) -> float | None:
+            steps = sum(t[1] - t[0] for t in ts)
+            vals = [t[i] for t in ts]
+            if steps <= 0 or any(v is None for v in vals):
+                return None
+            return round(sum(v or 0.0 for v in vals) / steps * 1e3, 4)
+
+        ob = [c for s, c in self.others if s < start][-SPAN:]
+        oa = [c for s, c in self.others if start <= s <= now][:SPAN]
+        return {"cpu_ms_per_step": [per_step(before, 2), per_step(after, 2)],
+                "cpu_wait_ms_per_step": [per_step(before, 3), per_step(after, 3)],
+                "others_cpus": [round(sum(ob) / len(ob), 3) if ob else None,
+                                round(sum(oa) / len(oa), 3) if oa else None]}
+
+
+def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> str:
+    """A line on the machine around a step-time change (``before_ms`` -> ``after_ms``)."""
+    cw, cpu, oth = host["cpu_wait_ms_per_step"], host["cpu_ms_per_step"], host["others_cpus"]
+    parts = []
+    if None not in cw:
+        parts.append(f"the loop waited for a CPU {cw[0]:.3g} -> {cw[1]:.3g} ms a step")
+    if None not in cpu:
+        parts.append(f"its thread's own CPU time {cpu[0]:.3g} -> {cpu[1]:.3g} ms a step")
+    if None not in oth:
+        parts.append(f"other processes kept {oth[0]:.2f} -> {oth[1]:.2f} CPUs busy")
+    text = "the machine: " + ", ".join(parts) if parts else "the machine: not measured"
+    if (None not in cw and before_ms is not None and after_ms is not None
+            and after_ms > before_ms and cw[1] - cw[0] >= 0.5 * (after_ms - before_ms)):
+        text += " (most of the change is waiting for CPUs other processes held: the " \
+                "machine's neighbours, not the job)"
+    return text

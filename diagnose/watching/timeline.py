@@ -1,0 +1,172 @@
+"""A watched run's timeline in the run folder: written as it goes, read back after.
+
+Two append-only files per rank (rank N > 0 adds ``.rank<N>`` before the suffix):
+
+- ``watch.jsonl``: one JSON object a line, ``{"type": ..., ...}``: ``meta`` (first: the
+  watch's settings and the steps file's record layout), ``block`` (a summary of each
+  block of steps, :data:`~diagnose.watching.store.BLOCK_FIELDS`), ``alarm``, ``spike``,
+  ``energy`` (a window of the NVML energy counter), ``ranks`` (a gather's per-rank
+  summaries), ``capture`` (a profiled window, where its folder is), ``note``, and ``end``
+  (last, with the whole record; absent where the run was killed);
+- ``watch.steps.bin``: every step in order, 16 bytes each (:data:`STEP_DTYPE`: end time
+  in s since the watch began, wall ms, loader wait ms); step i is record i.
+
+Both are flushed to the OS together every ~2 s (:meth:`TimelineWriter.flush`), so a run
+killed at any moment leaves its timeline up to the last flush. :func:`read_timeline` skips
+a torn last line and a torn last record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+__all__ = ["STEP_DTYPE", "TimelineWriter", "read_timeline", "timeline_files"]
+
+TIMELINE_VERSION = 1
+#: one step in ``watch.steps.bin``
+STEP_DTYPE = np.dtype([("t", "<f8"), ("ms", "<f4"), ("wait", "<f4")])
+#: record types that :func:`read_timeline` collects into lists, and the list's key
+LISTS = {"block": "blocks", "alarm": "alarms", "spike": "spikes", "energy": "energy",
+         "ranks": "ranks", "capture": "captures", "note": "notes"}
+
+
+def timeline_files(rank: int | None = None) -> tuple[str, str]:
+    """The names of a rank's two files: ``watch.jsonl`` and ``watch.steps.bin``."""
+    tag = f".rank{rank}" if rank else ""
+    return f"watch{tag}.jsonl", f"watch{tag}.steps.bin"
+
+
+def _safe(obj: Any) -> Any:
+    """JSON-safe: NaN and infinities become None, unknown objects their str."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _safe(obj.item())
+    return str(obj)
+
+
+class TimelineWriter:
+    """Appends records (any thread: :meth:`record`) and steps (the training thread:
+    :meth:`steps`) to a rank's two files; :meth:`flush` hands both to the OS."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], rank: int | None = None) -> None:
+        jsonl, steps = timeline_files(rank)
+        self.path = Path(run_dir) / jsonl
+        self.steps_path = Path(run_dir) / steps
+        self._lock = threading.Lock()
+        self._lines: list[str] = []
+        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._bin: IO[bytes] | None = self.steps_path.open("ab")
+        self.steps_written = 0
+        self.errors: list[str] = []
+
+    def record(self, type_: str, /, **fields: Any) -> None:
+        """Queue one record of type ``type_`` (written at the next flush)."""
+        line = json.dumps(_safe({**fields, "type": type_}), separators=(",", ":"))
+        with self._lock:
+            self._lines.append(line)
+
+    def steps(self, first: int, t: np.ndarray, ms: np.ndarray, wait: np.ndarray) -> None:
+        """Append steps ``first`` .. ``first + len(t) - 1`` (buffered until the flush)."""
+        if self._bin is None or len(t) == 0:
+            return
+        if first != self.steps_written:  # steps the ring lost: keep positions as step ids
+            gap = first - self.steps_written
+            self.record("note", text=f"{gap} steps were not recorded", first=self.steps_written)
+            pad = np.zeros(max(gap, 0), dtype=STEP_DTYPE)
+            pad["t"] = np.nan
+            self._write_bin(pad.tobytes())
+        rec = np.empty(len(t), dtype=STEP_DTYPE)
+        rec["t"], rec["ms"], rec["wait"] = t, ms, wait
+        self._write_bin(rec.tobytes())
+        self.steps_written = first + len(t)
+
+    def _write_bin(self, data: bytes) -> None:
+        try:
+            assert self._bin is not None
+            self._bin.write(data)
+        except OSError as e:
+            self._fail(e)
+
+    def flush(self, steps: bool = True) -> None:
+        """Write queued records and hand both files to the OS (``steps=False``: the
+        records only, for a thread other than the training one)."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+            try:
+                if self._fh is not None and lines:
+                    self._fh.write("\n".join(lines) + "\n")
+                    self._fh.flush()
+                if steps and self._bin is not None:
+                    self._bin.flush()
+            except OSError as e:
+                self._fail(e)
+
+    def _fail(self, e: OSError) -> None:
+        """A disk problem (full, gone) ends writing; the run goes on."""
+        self.errors.append(f"{type(e).__name__}: {e}")
+        for fh in (self._fh, self._bin):
+            with contextlib.suppress(OSError):
+                if fh is not None:
+                    fh.close()
+        self._fh = self._bin = None
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            for fh in (self._fh, self._bin):
+                with contextlib.suppress(OSError):
+                    if fh is not None:
+                        fh.close()
+            self._fh = self._bin = None
+
+
+def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
+                  ) -> dict[str, Any] | None:
+    """A rank's timeline: ``meta``, ``end`` (None: the run was cut off), one list per
+    record type (:data:`LISTS`: ``blocks``, ``alarms``...), and ``steps``:
+    numpy arrays ``t``, ``ms``, ``wait`` (step i at index i). None without a meta record."""
+    jsonl, steps = timeline_files(rank)
+    out: dict[str, Any] = {"meta": None, "end": None, **{k: [] for k in LISTS.values()}}
+    try:
+        with (Path(run_dir) / jsonl).open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line
+                kind = rec.get("type") if isinstance(rec, dict) else None
+                if kind == "meta":
+                    out["meta"] = rec
+                elif kind == "end":
+                    out["end"] = rec
+                elif kind in LISTS:
+                    out[LISTS[kind]].append(rec)
+    except OSError:
+        return None
+    if out["meta"] is None:
+        return None
+    try:
+        raw = (Path(run_dir) / steps).read_bytes()
+    except OSError:
+        raw = b""
+    whole = len(raw) - len(raw) % STEP_DTYPE.itemsize
+    rec = np.frombuffer(raw[:whole], dtype=STEP_DTYPE)
+    out["steps"] = {"t": rec["t"].astype(np.float64), "ms": rec["ms"].astype(np.float64),
+                    "wait": rec["wait"].astype(np.float64)}
+    out["complete"] = out["end"] is not None
+    return out

@@ -1,0 +1,131 @@
+"""The change-point detector on synthetic series with known change points: its two numbers
+(delay for a sustained 20% change, false alarms on steady steps), spikes against changes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from diagnose.watching.detector import Detector, Params
+from tests.watching.noise import steady, with_change
+
+pytest.importorskip("numpy")
+
+
+def run(x: np.ndarray, params: Params | None = None) -> tuple[list, list]:
+    d = Detector(params)
+    changes = []
+    for i, v in enumerate(x.tolist()):
+        c = d.update(v, i)
+        if c is not None:
+            changes.append(c)
+    return changes, d.flush_spikes()
+
+
+@pytest.mark.parametrize("ratio", [1.2, 1 / 1.2, 1.5])
+def test_a_sustained_20_percent_change_is_found_within_50_steps(ratio: float) -> None:
+    delays, ratios = [], []
+    for seed in range(40):
+        at = 300 + 7 * seed
+        changes, _ = run(with_change(at + 300, at, ratio, seed=seed))
+        after = [c for c in changes if c.index >= at]
+        assert after, f"seed {seed}: the change at {at} was not found"
+        first = after[0]
+        delays.append(first.index - at)
+        assert first.up == (ratio > 1)
+        ratios.append(math.exp(first.after - first.before))
+        assert at - 50 <= first.start <= first.index  # where the sums place its start
+    assert max(delays) <= 50, delays
+    assert np.median(delays) <= 30, delays
+    # the levels either side: the new one from the last min_len steps at the call
+    assert np.median(ratios) == pytest.approx(ratio, rel=0.05)
+    assert all(abs(math.log(r / ratio)) < math.log(1.25) for r in ratios), ratios
+
+
+def test_no_false_alarm_on_200k_steady_heavy_tailed_steps() -> None:
+    x = steady(200_000, seed=7)
+    changes, spikes = run(x)
+    # the stated rate is <= 1 per 10,000 steady steps; these series give none
+    assert len(changes) <= 200_000 // 10_000
+    assert changes == []
+    assert 0.003 * len(x) < len(spikes) < 0.007 * len(x)  # the rare slow steps, as spikes
+
+
+def test_noisier_steady_series_stay_within_the_rate() -> None:
+    """Twice the spread, wandering more, slow steps 4x as common."""
+    x = steady(100_000, seed=11, spread=0.06, wander=0.7, slow_frac=0.02)
+    changes, _ = run(x)
+    assert len(changes) <= 100_000 // 10_000
+
+
+def test_single_slow_steps_are_spikes_not_changes() -> None:
+    x = steady(5000, seed=3, slow_frac=0.0)
+    checkpoints = list(range(400, 5000, 500))
+    for i in checkpoints:  # a checkpoint save: one step 10x as long
+        x[i] += math.log(10)
+    x[2000:2003] += math.log(8)  # an eval of three steps
+    changes, spikes = run(x)
+    assert changes == []
+    got = {s.index for s in spikes}
+    assert set(checkpoints) <= got and {2000, 2001, 2002} <= got
+    s = next(s for s in spikes if s.index == 400)
+    assert math.exp(s.value - s.baseline) == pytest.approx(10, rel=0.15)
+
+
+def test_a_change_to_a_much_slower_pace_is_a_change_and_no_spikes() -> None:
+    x = with_change(1500, 600, 3.0, seed=5, slow_frac=0.0)
+    changes, spikes = run(x)
+    assert [c.index >= 600 for c in changes][:1] == [True]
+    assert changes[0].index - 600 <= 20
+    assert not [s for s in spikes if 600 <= s.index < 700]  # the new pace's steps: no spikes
+
+
+def test_a_burst_shorter_than_min_len_is_no_change() -> None:
+    x = steady(3000, seed=9, slow_frac=0.0)
+    x[1000:1010] += math.log(1.6)  # ten slower steps, then back
+    changes, _ = run(x)
+    assert changes == []
+
+
+def test_a_change_smaller_than_min_change_is_not_an_alarm() -> None:
+    x = with_change(3000, 1000, 1.05, seed=13, spread=0.005, slow_frac=0.0)
+    changes, _ = run(x)
+    assert changes == []
+
+
+def test_the_baseline_is_learnt_again_after_a_change() -> None:
+    x = with_change(3000, 500, 1.4, seed=17, slow_frac=0.0)
+    x[1500:] += math.log(1 / 1.4)  # and back
+    changes, _ = run(x)
+    assert [c.up for c in changes] == [True, False]
+    assert 500 <= changes[0].index <= 550 and 1500 <= changes[1].index <= 1550
+
+
+def test_a_pace_that_moves_on_while_the_new_level_is_learnt_is_a_second_change() -> None:
+    """A GPU's host steps: launches alone (faster) until its queue fills, then the device's
+    slower pace; the relearnt level is not the one the first change was called at."""
+    x = steady(3000, seed=19, slow_frac=0.0)
+    x[1000:1030] += math.log(0.7)
+    x[1030:] += math.log(3.0)
+    changes, _ = run(x)
+    assert changes and changes[0].index < 1030 and not changes[0].up
+    last = changes[-1]
+    assert last.up and last.index <= 1000 + 16 + 64 + 50
+    assert math.exp(last.after) == pytest.approx(3.0 * 40, rel=0.1)
+
+
+def test_restart_forgets_sums_but_keeps_the_baseline() -> None:
+    d = Detector()
+    for i, v in enumerate(steady(200, seed=1).tolist()):
+        d.update(v, i)
+    mu = d.mu
+    d.sp = d.sn = 5.0
+    d.restart(200)
+    assert d.sp == d.sn == 0.0 and d.mu == mu
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Detector(Params(clip=0.4, k=0.5))

@@ -1,0 +1,48 @@
+"""The machine's context around an alarm: per-step CPU time and CPU wait before and after
+the change began, the other processes' CPUs, and the line that says who moved."""
+
+from __future__ import annotations
+
+from diagnose.watching.host import HostContext, explain
+
+
+def _context(wait_after: float) -> HostContext:
+    h = HostContext()
+    # one interval a second, 100 steps each: 1 ms of CPU a step throughout; the CPU wait
+    # goes from 0.1 ms a step to ``wait_after`` from step 1000 on
+    for i in range(20):
+        first = i * 100
+        h.ticks.append((first, first + 100, 0.1, (0.01 if first < 1000 else wait_after / 10)))
+        h.others.append((first, 0.2 if first < 1000 else 1.5))
+    return h
+
+
+def test_before_and_after_the_change_per_step() -> None:
+    got = _context(0.8).around(1000, 2000)
+    assert got == {"cpu_ms_per_step": [1.0, 1.0], "cpu_wait_ms_per_step": [0.1, 0.8],
+                   "others_cpus": [0.2, 1.5]}
+
+
+def test_a_change_that_is_mostly_waiting_for_a_cpu_is_the_machine() -> None:
+    h = _context(0.8).around(1000, 2000)
+    assert h is not None
+    line = explain(h, 1.2, 1.9)  # +0.7 ms a step, +0.7 ms of it waiting
+    assert "waited for a CPU 0.1 -> 0.8 ms" in line and "0.20 -> 1.50 CPUs" in line
+    assert "the machine's neighbours, not the job" in line
+    assert "neighbours" not in explain(h, 1.2, 3.0)  # most of +1.8 ms is the job's own
+
+
+def test_nothing_is_said_before_a_second_after_the_change() -> None:
+    assert _context(0.8).around(1950, 2000) is None
+    h = HostContext()
+    h.tick(0)
+    h.tick(10)
+    h.reset()  # a profiled window: its interval is not the job's
+    h.tick(20)
+    assert len(h.ticks) == 1 and h.ticks[0][:2] == (0, 10)
+
+
+def test_host_samples_give_the_others_cpus() -> None:
+    h = HostContext()
+    h.sample(5, {"cpu_pct": [50.0, 100.0], "proc_cpu_pct": 80.0, "workers_cpu_pct": None})
+    assert h.others[0] == (5, 0.7)

@@ -1,0 +1,67 @@
+"""The record, the text summary at the end and the progress line: at most once per
+``progress_s`` (checked once a second), none when it is None."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from diagnose import watch  # noqa: E402
+from diagnose.watching import Watch  # noqa: E402
+
+
+def _loop(seconds: float, **kw: Any) -> Any:
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+    end = time.monotonic() + seconds
+    with watch(model, loader, baseline=False, **kw) as w:
+        while time.monotonic() < end:
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                time.sleep(0.002)
+    return w
+
+
+def test_progress_lines_come_at_most_as_often_as_asked(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    w = _loop(3.2, out_dir=tmp_path, progress_s=1.5, print_summary=True)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("torch-diagnose watch: step ")]
+    assert 1 <= len(lines) <= 2, lines
+    assert " ms/step (p90 " in lines[0] and "alarms" in lines[0]
+    assert f"torch-diagnose watch: {w.steps:,} steps in " in err  # the summary at the end
+    assert "energy: not measured: no NVML GPU" in err
+
+
+def test_no_progress_line_when_none_is_asked(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    w = _loop(1.5, out_dir=tmp_path, progress_s=None, print_summary=False)
+    assert capsys.readouterr().err == ""
+    rec = json.loads(json.dumps(w.to_json()))  # plain JSON, no numpy or objects
+    assert rec["steps"] == w.steps and rec["step_mode"] == "optimizer"
+    assert rec["settings"]["detector"]["step_time"]["h"] == 10.0
+    assert (Path(w.run_dir) / "watch.json").exists()
+    assert w.summary().startswith("torch-diagnose watch: ")
+
+
+def test_the_package_is_the_function(tmp_path: Path) -> None:
+    import diagnose
+
+    assert callable(diagnose.watching) and isinstance(diagnose.watching(None, None), Watch)
+    with pytest.raises(Exception, match="one `with` block"):
+        w = Watch(out_dir=tmp_path, print_summary=False, sample_hz=0)
+        with w:
+            pass
+        with w:
+            pass
