@@ -111,6 +111,9 @@ class Tuner(Measurer):
         self.capacity_timings: list[float] = []
         self.capture_capacity: tuple[float | None, float | None] | None = None
         self._first_bound: tuple[TrainConfig, Bound] | None = None  # (config, its bound)
+        # fix id -> the report's predictions for its configs, where the capacity timed again
+        # before its trials changed them (each such trial's decision says so)
+        self.superseded: dict[str, dict[frozenset[tuple[str, Any]], float]] = {}
 
     # ------------------------------------------------------------------ budget
     def left_s(self) -> float:
@@ -186,7 +189,10 @@ class Tuner(Measurer):
         """The model's speedup of ``cfg`` over the baseline through ``fix``'s transform: its
         prediction for that config's values of the fields the fix's search sets (1.0 where
         they are the baseline's), None where the search had no such config."""
-        table = self.cand_preds.get(fix.id)
+        return self._of_config(self.cand_preds.get(fix.id), cfg)
+
+    def _of_config(self, table: dict[frozenset[tuple[str, Any]], float] | None,
+                   cfg: TrainConfig) -> float | None:
         if not table or self.original is None:
             return None
         fields = {k for change in table for k, _ in change}
@@ -206,7 +212,7 @@ class Tuner(Measurer):
             return None
         kept = list(self.kept_fixes)
         sb = _steps(self.original, best, kept)
-        sc = _steps(self.original, cand, [*kept, (fix, frozenset(best.diff(cand)))])
+        sc = _steps(self.original, cand, [*kept, (fix, self._owned(fix, best, cand))])
         if sb is None or sc is None:
             return None
         try:
@@ -219,6 +225,16 @@ class Tuner(Measurer):
         # start to both its sides), as the diagnosis predicts the first trial and
         # tuned_speedup the kept ones
         return float(pc.speedup / pb.speedup)
+
+    def _owned(self, fix: Fix, best: TrainConfig, cand: TrainConfig) -> frozenset[str]:
+        """The fields ``fix`` sets in ``cand``: those it changes from ``best``, and those of
+        its own fields that ``cand`` holds away from the baseline (a split after a kept
+        num_workers sets both), so a config is predicted through the fix as the report
+        predicts it: one change from the baseline, not the fix's transform on top of
+        another's for the same fields."""
+        orig = self.original if self.original is not None else best
+        own = {f for f in fix.fields if getattr(cand, f) != getattr(orig, f)}
+        return frozenset(best.diff(cand)) | frozenset(own)
 
     def saving_over(self, fix: Fix, best: TrainConfig) -> float | None:
         """A fix predicted without a graph transform (persistent workers: an epoch's start)
@@ -312,11 +328,31 @@ class Tuner(Measurer):
             return
         if isinstance(p, str) or p.at_least or not p.candidates:
             return
+        if fix.id in self.cand_preds:
+            self.superseded.setdefault(fix.id, self.cand_preds[fix.id])
         self.cand_preds[fix.id] = {frozenset(c): float(x) for c, x in p.candidates}
         if p.change:
             self.advised[fix.id] = frozenset(p.change.items())
         if fix.id in self.preds:
             self.preds[fix.id] = float(p.speedup)
+
+    def superseded_note(self, fix: Fix, pred: float | None, best: TrainConfig,
+                        cand: TrainConfig) -> str | None:
+        """Where this trial's prediction was made again with the CPUs' capacity timed
+        before the fix's trials and differs from what the report said of the same
+        comparison (its predictions for both configs, as a ratio): both numbers, the
+        report's stated as superseded (None: the report's number stands)."""
+        old = self.superseded.get(fix.id)
+        if pred is None or old is None or not self.capacity_timings:
+            return None
+        a, b = self._of_config(old, cand), self._of_config(old, best)
+        if a is None or b is None or b <= 0 or f"{a / b:.2f}" == f"{pred:.2f}":
+            return None
+        then = self.capture_capacity[1] if self.capture_capacity else None
+        at = (f"{max(self.capacity_timings):.2f} CPUs, the capture's "
+              + (f"{then:.2f}" if isinstance(then, float) else "not timed"))
+        return (f"predicted {pred:.2f}x with the CPUs' capacity timed again before this fix "
+                f"({at}): supersedes the report's {a / b:.2f}x")
 
     def capacity_note(self) -> str | None:
         """What the timings before the trials read, beside the capture's (None: none)."""
@@ -345,12 +381,14 @@ class Tuner(Measurer):
             return False
         self.trials += 1
         pred = self.relative(self.preds.get(fix.id), best, cand, fix)  # for this comparison
+        again = self.superseded_note(fix, pred, best, cand)
         looks = self.schedule(pred, self.share_s(cand), best, cand)
         label = f"trial {self.trials}: {fix.id}: {change}"
         c, _ = self.compare(best, cand, label, rounds=looks)
         threshold = 1.0 + self.min_gain
         if c.status != OK or c.interval is None:
-            self.decisions.append(Decision(fix.id, change, c.status, c.note, finding,
+            note = c.note if again is None else f"{c.note}; {again}" if c.note else again
+            self.decisions.append(Decision(fix.id, change, c.status, note, finding,
                                            c.base_ms, c.cand_ms, None, c.rounds, c.steps,
                                            c.setup_s, pred))
             return False
@@ -372,6 +410,8 @@ class Tuner(Measurer):
             pays = f"pays back after {math.ceil(1e3 * c.setup_s / saved):,} steps" \
                 if saved > 0 else "never pays back"
             reason += f"; first step (compile) {c.setup_s:.1f} s, {pays}"
+        if again is not None:
+            reason += f"; {again}"
         off = disagreement(pred, iv)
         if off is not None:
             reason += f"; {off}"
@@ -384,7 +424,7 @@ class Tuner(Measurer):
                                        c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred))
         if status == KEPT:
             self.kept.append((frozenset(best.diff(cand)), self.preds.get(fix.id)))
-            self.kept_fixes.append((fix, frozenset(best.diff(cand))))
+            self.kept_fixes.append((fix, self._owned(fix, best, cand)))
         return status == KEPT
 
     # ------------------------------------------------------------------ searches

@@ -10,7 +10,7 @@ import numpy as np
 from ..trace import Kind
 from . import intervals as iv
 from .declare import GPU, HOST_OPS, LINKS, OPTIMIZER, RUNTIME, ZERO_GRAD, Metric, rnd
-from .names import LAUNCH
+from .names import LAUNCH, STEP
 from .window import StepWindow
 
 _OPT_STEP = re.compile(r"^Optimizer\.step#")
@@ -33,7 +33,9 @@ METRICS = (
     Metric("optimizer_uses_foreach", "bool",
            "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops", (OPTIMIZER,)),
     Metric("zero_grad_fill_ops_per_step", "count",
-           "aten::zero_ calls inside optimizer.zero_grad() per step (0 with set_to_none)",
+           "aten::zero_ calls inside optimizer.zero_grad() per step (0 with set_to_none); "
+           "where the optimizers step without a zero_grad annotation (Module.zero_grad), "
+           "the aten::zero_ calls outside any other op or annotated span",
            (ZERO_GRAD,)),
     Metric("zero_grad_cost_frac", "fraction",
            "What zeroing gradients costs / window: the device time of the kernels and "
@@ -70,9 +72,34 @@ def _host_stake_us(w: StepWindow, spans: iv.Intervals, idle_launch_frac: float |
     return None if idle_launch_frac is None else min(host, idle_launch_frac * w.W)
 
 
-def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str, Any]:
+def _top_level(w: StepWindow, mask: np.ndarray) -> np.ndarray:
+    """Events of ``mask`` that no other host op or annotation (but a step's marker) holds:
+    a gradient zeroed by the loop itself, not a fill inside another op (``torch.zeros``)
+    or inside the loader's or the user's annotated spans."""
+    t = w.t
+    idx = np.flatnonzero(mask)
+    out = np.zeros(len(mask), bool)
+    if not len(idx):
+        return out
+    holders = np.flatnonzero(w.within(w.of_kind(Kind.ANNOTATION, Kind.CPU_OP) & ~mask
+                                      & t.name_mask(lambda s: not STEP.match(s))))
+    if not len(holders):
+        out[idx] = True
+        return out
+    order = holders[np.argsort(t.ts[holders], kind="stable")]
+    reach = np.maximum.accumulate(t.end[order])  # the furthest end of a holder begun so far
+    at = np.searchsorted(t.ts[order], t.ts[idx], side="right") - 1
+    held = (at >= 0) & (reach[np.maximum(at, 0)] >= t.end[idx])
+    out[idx[~held]] = True
+    return out
+
+
+def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None, *,
+                      grads_set_to_none: bool | None = None) -> dict[str, Any]:
     """The METRICS above. ``idle_launch_frac``: the GPU's idle waiting for launches, the
-    most that host time can cost on a GPU (see :mod:`.idle`)."""
+    most that host time can cost on a GPU (see :mod:`.idle`). ``grads_set_to_none``: what
+    the capture saw of the steps' gradients (``context["capture"]["step_signals"]``);
+    True gives no fills where zero_grad is not annotated (Module.zero_grad's default)."""
     t = w.t
     n, W, gpu = w.n_steps, w.W, w.has_gpu
     hostish = w.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
@@ -95,9 +122,16 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None) -> dict[str
         "optimizer_uses_foreach": bool((foreach_names & in_opt).any()) if has_opt else None,
     }
     v_zero = v_cost = None
+    fills: np.ndarray | None = None
+    zero_ops = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda s: s == "aten::zero_")
     if len(zero_spans[0]):
-        zero_ops = w.host & (t.kind == Kind.CPU_OP) & t.name_mask(lambda s: s == "aten::zero_")
         fills = w.contains(zero_spans, zero_ops)
+    elif has_opt and grads_set_to_none is True:
+        v_zero, v_cost = 0.0, 0.0
+    elif has_opt:  # the optimizers step; gradients zeroed by the loop (Module.zero_grad)
+        fills = _top_level(w, w.within(zero_ops))
+        zero_spans = w.sel(fills)
+    if fills is not None:
         v_zero = rnd(int(fills.sum()) / n, 1)
         cost: float | None = w.in_steps(w.sel(fills))
         if gpu:
