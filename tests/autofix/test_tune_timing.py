@@ -258,7 +258,8 @@ def test_an_epochs_start_is_spread_over_its_steps() -> None:
         t.run(2, 8, block=4)
         assert t.start_s is not None and t.start_s >= 0.2 and t.epoch_share_s() == 0.0
     with Trial(w, base.replace(num_workers=0)) as t:
-        assert (t.run(2, 8, block=4) < 0.2 / 32).all() and t.epoch_share_s() == 0.0
+        t.run(2, 8, block=4)  # its steps' times depend on the machine: only the share counts
+        assert t.epoch_share_s() == 0.0
     # timed blocks that cross an epoch's end hold its start already: nothing is added
     with Trial(w, base) as t:
         t.run(30, 8, block=4)

@@ -2,7 +2,7 @@
 
 - No input is ever unpickled: no pickle/marshal/torch.load/np.load(allow_pickle) calls.
   One exception, by construction too: the child Python a session starts to draw its page
-  (report/apart.py) unpickles the report its parent writes on its stdin, a pipe between
+  (report/child_writer.py) unpickles the report its parent writes on its stdin, a pipe between
   the two that nothing else can write to.
 - Nothing runs code from input: no eval/exec/compile of strings, no shell=True.
 (Rule expressions are covered in test_expr.py; HTML escaping in test_html.py; the gzip
@@ -24,7 +24,7 @@ FORBIDDEN_CALLS = {
 }
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "__import__"}
 #: (file, function) -> the one unpickling call allowed there
-ALLOWED = {("report/apart.py", "main"): ("pickle", "loads")}
+ALLOWED = {("report/child_writer.py", "main"): ("pickle", "loads")}
 
 
 def _calls(tree: ast.AST):

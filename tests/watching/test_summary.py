@@ -55,10 +55,10 @@ def test_no_progress_line_when_none_is_asked(tmp_path: Path,
     assert w.summary().startswith("torch-diagnose watch: ")
 
 
-def test_the_package_is_the_function(tmp_path: Path) -> None:
+def test_diagnose_watch_is_the_function(tmp_path: Path) -> None:
     import diagnose
 
-    assert callable(diagnose.watching) and isinstance(diagnose.watching(None, None), Watch)
+    assert callable(diagnose.watch) and isinstance(diagnose.watch(None, None), Watch)
     with pytest.raises(Exception, match="one `with` block"):
         w = Watch(out_dir=tmp_path, print_summary=False, sample_hz=0)
         with w:
