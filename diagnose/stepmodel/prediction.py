@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import CALIBRATE_WITHIN, HOST_SCALE_MAX, HOST_SCALE_MIN, WIDE_RANGE
+from .calibration import CALIBRATE_WITHIN, EFFECT_ERROR, HOST_SCALE_MAX, HOST_SCALE_MIN
 from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .host import cpu_bound_ms
@@ -58,7 +58,14 @@ class Prediction:
                "range": [round(self.range[0], 3), round(self.range[1], 3)]}
         if self.at_least:
             out["at_least"] = True
+        elif self.may_not_help:
+            out["may_not_help"] = True
         return out
+
+    @property
+    def may_not_help(self) -> bool:
+        """Whether the range reaches the step as it is: the fix may give no gain."""
+        return not self.at_least and self.range[1] >= self.base_ms
 
     def line(self) -> str:
         if self.at_least:
@@ -68,12 +75,13 @@ class Prediction:
 
 
 def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
-    """"predicted 25.2 -> 14.1 ms (1.79x)", with the range's speedups where they lie far
-    apart (the capture's timings disagreed: the CPUs' capacity)."""
+    """"predicted 25.2 -> 14.1 ms (1.79x; 1.52-2.10x over its range)", and "may not help"
+    where the range reaches the step as it is (its slow end is no gain)."""
     out = f"predicted {base:.1f} -> {step:.1f} ms ({speedup:.2f}x"
-    if rng is not None and len(rng) == 2 and rng[0] > 0 and rng[1] > 0 and base > 0 and (
-            rng[1] / rng[0] > WIDE_RANGE):
+    if rng is not None and len(rng) == 2 and rng[0] > 0 and rng[1] > 0 and base > 0:
         out += f"; {base / rng[1]:.2f}-{base / rng[0]:.2f}x over its range"
+        if rng[1] >= base:
+            return out + "): may not help"
     return out + ")"
 
 
@@ -319,7 +327,15 @@ class Predictor:
         steps it is paid for. The step is the mean one the predictions start from."""
         ms = max(self.base_ms - max(saved_ms, 0.0), 1e-9)
         return Prediction(dict(change), ms, self.base_ms / ms,
-                          (ms * (1 - self.rel), ms * (1 + self.rel)), self.base_ms)
+                          self._range(ms, ms, self.base_ms / ms, False), self.base_ms)
+
+    def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool
+               ) -> tuple[float, float]:
+        """The changed step's range (ms) from the model's ends ``lo``-``hi``: the model's
+        own error on a change (:data:`EFFECT_ERROR`, a share of the effect's log) on each
+        side, then the capture's noise (the replay's error and the steps' spread)."""
+        w = EFFECT_ERROR["cpu" if moves_cpu else "other"] * abs(math.log(max(speedup, 1e-9)))
+        return (lo * math.exp(-w) * (1 - self.rel), hi * math.exp(w) * (1 + self.rel))
 
     def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:
@@ -348,7 +364,8 @@ class Predictor:
                 if not isinstance(at, str):
                     lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
-                       (lo * (1 - self.rel), hi * (1 + self.rel)), base, loader_share=share)
+                       self._range(lo, hi, base / ms if ms > 0 else 1.0,
+                                   _moves_cpu(made, change)), base, loader_share=share)
         self.cache[key] = p
         return p
 

@@ -123,16 +123,19 @@ def test_window_is_around_the_median_step():
 
 
 def test_findings_fixes_carry_predictions():
-    """findings[].fixes[].predicted = {change, step_ms, speedup, range}, or null and why."""
+    """findings[].fixes[].predicted = {change, step_ms, speedup, range, may_not_help?}, or null
+    and why; may_not_help exactly where the range's slow end is the step as it is."""
     doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
     fixes = [x for f in doc["findings"] for x in f["fixes"]]
     assert fixes
     made = [x["predicted"] for x in fixes if x["predicted"] is not None]
     assert made, fixes
     for p in made:
-        assert set(p) == {"change", "step_ms", "speedup", "range"}
+        assert {"change", "step_ms", "speedup", "range"} <= set(p) <= {
+            "change", "step_ms", "speedup", "range", "may_not_help"}
         lo, hi = p["range"]
         assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
+        assert p.get("may_not_help", False) == (hi >= p["step_ms"] * p["speedup"] - 1e-3)
     for x in fixes:
         assert (x["predicted"] is None) == isinstance(x["predicted_why"], str)
     tr = [f for f in doc["findings"] if f["category"] == "transfer"]
