@@ -46,14 +46,16 @@ _PARALLEL_MIN_BYTES = 4 * 2**20
 MEMORY_TABLE = "memory"  # a trace's memory events (diagnose/memory/trace.py), per rank
 
 
-def _analyze_file(path: str, workers: int | None = None, max_steps: int | None = None
+def _analyze_file(path: str, workers: int | None = None, max_steps: int | None = None,
+                  grads_set_to_none: bool | None = None
                   ) -> tuple[str, int | None, MetricSet, Declared | None]:
     """One trace's metrics, its own rank (distributedInfo, else its file name) and the rank
-    and world size its distributedInfo declares (see diagnose.trace.grouping)."""
+    and world size its distributedInfo declares (see diagnose.trace.grouping).
+    ``grads_set_to_none``: what the capture saw of the gradients (:func:`grads_cleared`)."""
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
 
-    ms = compute_rank(t, max_steps)
+    ms = compute_rank(t, max_steps, grads_set_to_none=grads_set_to_none)
     ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in the analysis
     ms.tables[MEMORY_TABLE] = trace_memory(t, max_steps)  # likewise
     return path, t.rank, ms, declared_rank(t)
@@ -66,6 +68,15 @@ def whole_steps(context: dict | None) -> int | None:
         return None
     n = cap.get("whole_steps")
     return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def grads_cleared(context: dict | None) -> bool | None:
+    """Whether the capture saw the gradients set to None between steps
+    (``capture.step_signals.grads_set_to_none``); None where it could not tell."""
+    cap = context.get("capture") if isinstance(context, dict) else None
+    sig = cap.get("step_signals") if isinstance(cap, dict) else None
+    got = sig.get("grads_set_to_none") if isinstance(sig, dict) else None
+    return got if isinstance(got, bool) else None
 
 
 # the profiled steps may be this much slower than the unprofiled ones before a note says so
@@ -110,11 +121,14 @@ def _work_bytes(f: Path) -> int:
         return 0  # the reader reports it
 
 
-def _read_all(files: list[Path], steps: list[int | None] | None = None
+def _read_all(files: list[Path], steps: list[int | None] | None = None,
+              cleared: list[bool | None] | None = None
               ) -> list[tuple[str, int | None, MetricSet, Declared | None]]:
-    """Read and measure each trace; several in a process pool once they are big enough that
+    """Read and measure each trace (its whole ``steps`` and gradients ``cleared``: see
+    :func:`_analyze_file`); several in a process pool once they are big enough that
     parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
     steps = steps if steps is not None else [None] * len(files)
+    cleared = cleared if cleared is not None else [None] * len(files)
     sizes = sorted((_work_bytes(f) for f in files), reverse=True)
     workers = min(len(files), usable_cpus())
     # the pool pays off when the work beyond the largest file (which bounds the parallel
@@ -126,10 +140,11 @@ def _read_all(files: list[Path], steps: list[int | None] | None = None
             with pool:
                 # one file per process: no second level of processes inside a file's read
                 return list(pool.map(_analyze_file, map(str, files), [1] * len(files),
-                                     steps))
+                                     steps, cleared))
         except BrokenProcessPool:
             pass  # a worker died (killed for memory, say): read them here instead
-    return [_analyze_file(str(f), None, n) for f, n in zip(files, steps, strict=True)]
+    return [_analyze_file(str(f), None, n, c)
+            for f, n, c in zip(files, steps, cleared, strict=True)]
 
 
 def _run_extras(files: list[Path], source: list[Path]) -> tuple[dict | None, dict | None]:
@@ -201,7 +216,9 @@ def analyze_runs(
     cut = {id(u): whole_steps(extras[id(u)][0]) for u in units}
     todo = [f for u in units if not (cut[id(u)] == 0 and len(u.files) == 1) for f in u.files]
     steps = {f: cut[id(u)] for u in units for f in u.files}
-    reads = {Path(r[0]): r for r in _read_all(todo, [steps[f] for f in todo])}
+    none = {f: grads_cleared(extras[id(u)][0]) for u in units for f in u.files}
+    reads = {Path(r[0]): r for r in _read_all(todo, [steps[f] for f in todo],
+                                              [none[f] for f in todo])}
     runs: list[Analysis] = []
     for u in units:
         ctx, smp = extras[id(u)]

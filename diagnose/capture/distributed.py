@@ -223,7 +223,7 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.analysis import _analyze_file, whole_steps
+        from diagnose.analysis import _analyze_file, grads_cleared, whole_steps
         from diagnose.metrics import compute_all
         from diagnose.result import RankResult
         from diagnose.runfolder import load_samples
@@ -231,7 +231,8 @@ class DistributedCapture:
         traces = self.own_traces(run_dir)
         if not traces:
             return None
-        path, rank, ms, _declared = _analyze_file(str(traces[-1]), None, whole_steps(context))
+        path, rank, ms, _declared = _analyze_file(str(traces[-1]), None, whole_steps(context),
+                                                  grads_cleared(context))
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 

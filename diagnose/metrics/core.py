@@ -61,9 +61,12 @@ class Analysed:
     categories: breakdown.Categories
 
 
-def analyse(t: Trace, max_steps: int | None = None) -> Analysed:
+def analyse(t: Trace, max_steps: int | None = None, *,
+            grads_set_to_none: bool | None = None) -> Analysed:
     """All trace metrics for one rank (of its first ``max_steps`` ProfilerSteps, if given:
-    a window cut short by the end of the loop ends in a step that is not whole)."""
+    a window cut short by the end of the loop ends in a step that is not whole).
+    ``grads_set_to_none``: what the capture saw of the steps' gradients (see
+    :func:`~.optimizer.optimizer_metrics`)."""
     w = window.StepWindow(t, max_steps)
     cats = breakdown.categories(w)
     sync = syncs.syncs(w)
@@ -98,7 +101,8 @@ def analyse(t: Trace, max_steps: int | None = None) -> Analysed:
     values.update(communication.comm_metrics(w, cats.comm, cats.sets["communication"],
                                              cats.sets["kernel"]))
     values.update(memory.memory_metrics(t, dev["device_memory_bytes"]))
-    values.update(optimizer.optimizer_metrics(w, idle_v["idle_launch_frac"]))
+    values.update(optimizer.optimizer_metrics(w, idle_v["idle_launch_frac"],
+                                              grads_set_to_none=grads_set_to_none))
     values.update(device.dropped_metrics(t))
     tables: dict[str, Any] = {}
     top = kernels.top_kernels(t, w.dev)
@@ -117,12 +121,14 @@ class _Computer:
     the communication kernels), kept under the name it imports until it calls
     :func:`analyse` itself."""
 
-    def __init__(self, t: Trace, max_steps: int | None = None) -> None:
+    def __init__(self, t: Trace, max_steps: int | None = None,
+                 grads_set_to_none: bool | None = None) -> None:
         self.t = t
         self.max_steps = max_steps
+        self.grads_set_to_none = grads_set_to_none
 
     def run(self) -> MetricSet:
-        a = analyse(self.t, self.max_steps)
+        a = analyse(self.t, self.max_steps, grads_set_to_none=self.grads_set_to_none)
         w = a.window
         self.host: np.ndarray = w.host
         self.n_steps, self.W, self.has_gpu = w.n_steps, w.W, w.has_gpu

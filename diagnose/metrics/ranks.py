@@ -133,9 +133,11 @@ _register_catalog()
 
 
 # ------------------------------------------------------------------------------ per rank
-def compute_rank(trace: Trace, max_steps: int | None = None) -> MetricSet:
-    """All trace metrics of one rank, with its collectives (``max_steps``: see compute)."""
-    comp = _Computer(trace, max_steps)
+def compute_rank(trace: Trace, max_steps: int | None = None, *,
+                 grads_set_to_none: bool | None = None) -> MetricSet:
+    """All trace metrics of one rank, with its collectives (``max_steps`` and
+    ``grads_set_to_none``: see core.analyse)."""
+    comp = _Computer(trace, max_steps, grads_set_to_none)
     ms = comp.run()
     ms.values.update(_collectives(comp, ms.values))
     return ms

@@ -209,12 +209,12 @@ _PARENT = os.getpid()
 _REAL_ANALYZE_FILE = api_module._analyze_file
 
 
-def _dies_in_a_worker(path, workers=None, max_steps=None):
+def _dies_in_a_worker(path, workers=None, max_steps=None, grads_set_to_none=None):
     """Per-file work that kills any worker process it runs in (the OOM killer, say) and
     works in the test's own process. Module level: pool tasks are pickled."""
     if os.getpid() != _PARENT:
         os._exit(9)
-    return _REAL_ANALYZE_FILE(path, workers, max_steps)
+    return _REAL_ANALYZE_FILE(path, workers, max_steps, grads_set_to_none)
 
 
 def test_dead_rank_worker_falls_back_to_reading_here(tmp_path, monkeypatch, forkable):

@@ -68,3 +68,21 @@ def test_no_optimizer_seen_leaves_the_fills_unknown(tmp_path) -> None:
             b.cpu(1.0, "aten::fill_")
     m = analyse(read_trace(b.write(tmp_path / "x.pt.trace.json.gz")), None).metrics.values
     assert m["zero_grad_fill_ops_per_step"] is None
+
+
+def test_a_run_folder_passes_the_captures_set_to_none_to_the_metrics(tmp_path) -> None:
+    """A run folder whose context says the capture saw gradients set to None reads no
+    fills, though the trace's own zero_ fills (unannotated) would be counted without it."""
+    import json
+
+    from diagnose import analyze
+    from diagnose.analysis import grads_cleared
+
+    run = tmp_path / "run"
+    run.mkdir()
+    _gan(run, fills=3)
+    assert analyze(run).metrics["zero_grad_fill_ops_per_step"] == 6
+    ctx = {"capture": {"step_signals": {"grads_set_to_none": True}}}
+    (run / "context.json").write_text(json.dumps(ctx))
+    assert grads_cleared(ctx) is True and grads_cleared({"capture": {}}) is None
+    assert analyze(run).metrics["zero_grad_fill_ops_per_step"] == 0
