@@ -46,6 +46,10 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 off.append(x)
             preds[x] = p
         _order(f, preds, off)
+        lead = preds.get(f.fixes[0]) if f.fixes else None
+        if isinstance(lead, Prediction) and lead.assumed:
+            f.hints.append(f"{f.fixes[0]}: predicted on assumptions, as nothing here measured "
+                           f"them: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
                 isinstance(p, Prediction) for p in preds.values()):

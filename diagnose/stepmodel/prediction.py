@@ -51,6 +51,8 @@ class Prediction:
     # where the change runs the loading in worker processes: the time between their
     # batches over the step (1: the step waits for them; None: no workers modelled)
     loader_share: float | None = None
+    # what the prediction assumed where the capture measured nothing (a saved trace)
+    assumed: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {"change": self.change, "step_ms": round(self.step_ms, 3),
@@ -60,6 +62,8 @@ class Prediction:
             out["at_least"] = True
         elif self.may_not_help:
             out["may_not_help"] = True
+        if self.assumed:
+            out["assumed"] = list(self.assumed)
         return out
 
     @property
@@ -363,9 +367,11 @@ class Predictor:
                 at = self._predict(made, self.facts.replace(cpu_capacity=cap))
                 if not isinstance(at, str):
                     lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
+        assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
                        self._range(lo, hi, base / ms if ms > 0 else 1.0,
-                                   _moves_cpu(made, change)), base, loader_share=share)
+                                   _moves_cpu(made, change)), base, loader_share=share,
+                       assumed=assumed)
         self.cache[key] = p
         return p
 

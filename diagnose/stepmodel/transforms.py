@@ -19,7 +19,10 @@ What the replay of the graph does not hold, the transform declares for the Predi
 - ``per_step``: where a change alters the samples a step holds, how many old steps one
   changed step is (the prediction is per old step);
 - ``outside``: what the window's steps do not hold but the job pays per step (an epoch's
-  start), before and after the change, ms per step.
+  start), before and after the change, ms per step;
+- ``assumes``: for each :class:`~.facts.Facts` field a live capture measures and the
+  transform falls back on without it (a saved trace), what it then assumes, in a clause: a
+  prediction names the assumptions it was made on.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Transform:
     moves_cpu: frozenset[str] = frozenset()
     per_step: PerStep | None = None
     outside: Outside | None = None
+    assumes: Mapping[str, str] = field(default_factory=dict)
     # where the model cannot tell what the change does: the reason, every time
     cannot: str | None = None
 
@@ -61,9 +65,13 @@ class Transform:
         return str(getattr(self.graph, "__name__", repr(self.graph)))
 
     def __post_init__(self) -> None:
-        unknown = {n for names in self.sets.values() for n in names} - FIELDS
+        unknown = ({n for names in self.sets.values() for n in names} | set(self.assumes)) - FIELDS
         if unknown:
             raise ValueError(f"transform {self.name}: sets unknown fact {sorted(unknown)[0]!r}")
+
+    def assumed(self, facts: Facts) -> list[str]:
+        """What this transform assumes of ``facts``: the clauses of its fields not measured."""
+        return [what for name, what in self.assumes.items() if getattr(facts, name) is None]
 
     def now(self, facts: Facts, change: Change) -> Facts:
         """``facts`` once ``change`` is made: the settings it sets (``sets``)."""
@@ -73,10 +81,12 @@ class Transform:
 
 def transform(*, sets: Mapping[str, tuple[str, ...]] | None = None,
               moves_cpu: frozenset[str] = frozenset(), per_step: PerStep | None = None,
-              outside: Outside | None = None) -> Callable[[GraphChange], Transform]:
+              outside: Outside | None = None, assumes: Mapping[str, str] | None = None
+              ) -> Callable[[GraphChange], Transform]:
     """Decorator: the graph function below, as a :class:`Transform` declaring the rest."""
     def wrap(fn: GraphChange) -> Transform:
-        return Transform(fn, dict(sets or {}), frozenset(moves_cpu), per_step, outside)
+        return Transform(fn, dict(sets or {}), frozenset(moves_cpu), per_step, outside,
+                         dict(assumes or {}))
     return wrap
 
 

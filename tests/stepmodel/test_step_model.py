@@ -123,8 +123,9 @@ def test_window_is_around_the_median_step():
 
 
 def test_findings_fixes_carry_predictions():
-    """findings[].fixes[].predicted = {change, step_ms, speedup, range, may_not_help?}, or null
-    and why; may_not_help exactly where the range's slow end is the step as it is."""
+    """findings[].fixes[].predicted = {change, step_ms, speedup, range, may_not_help?,
+    assumed?}, or null and why; may_not_help exactly where the range's slow end is the step
+    as it is; a saved trace's pinned copies assume the link's rate."""
     doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
     fixes = [x for f in doc["findings"] for x in f["fixes"]]
     assert fixes
@@ -132,7 +133,7 @@ def test_findings_fixes_carry_predictions():
     assert made, fixes
     for p in made:
         assert {"change", "step_ms", "speedup", "range"} <= set(p) <= {
-            "change", "step_ms", "speedup", "range", "may_not_help"}
+            "change", "step_ms", "speedup", "range", "may_not_help", "assumed"}
         lo, hi = p["range"]
         assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
         assert p.get("may_not_help", False) == (hi >= p["step_ms"] * p["speedup"] - 1e-3)
@@ -141,6 +142,7 @@ def test_findings_fixes_carry_predictions():
     tr = [f for f in doc["findings"] if f["category"] == "transfer"]
     assert tr and tr[0]["fixes"][0]["id"] == "pin_memory"
     assert tr[0]["fixes"][0]["predicted"]["change"] == {"pin_memory": True, "non_blocking": True}
+    assert "PCIe" in tr[0]["fixes"][0]["predicted"]["assumed"][0]
 
 
 def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):

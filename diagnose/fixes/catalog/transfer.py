@@ -23,7 +23,9 @@ from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
 
 
-@transform(sets={"pin_memory": ("dataloader_pin_memory",)})
+@transform(sets={"pin_memory": ("dataloader_pin_memory",)},
+          assumes={"memcpy_h2d_pinned_gbps": "pinned copies run at about 80% of the PCIe "
+                   "link's rate"})
 def pin_memory(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """Pinned, non-blocking copies: a pageable host-to-device copy stops blocking the host
     (its wait and the stream sync that followed it go) and runs at pinned bandwidth

@@ -330,8 +330,16 @@ def _loop_pace(loop_us: float, facts: Facts) -> float:
     return max(lo, pace) if worker >= WORKER_AGREES * probe else 1.0
 
 
+#: what the workers' model assumes where a live capture's timing is missing
+WORKER_ASSUMES = {
+    "input_worker_batch_ms": "a worker's batch costs what the trace's loading cost",
+    "worker_transfer_gbps": f"a batch hands over from a worker at {SHM_GBPS} GB/s",
+    "cpu_capacity": "every CPU the process may use is free",
+}
+
+
 @transform(sets={"num_workers": ("dataloader_num_workers",)},
-           moves_cpu=frozenset({"num_workers"}), outside=epoch_costs)
+           moves_cpu=frozenset({"num_workers"}), outside=epoch_costs, assumes=WORKER_ASSUMES)
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
     loading that waits), each batch costing what the main process spent fetching and

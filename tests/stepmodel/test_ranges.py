@@ -1,0 +1,84 @@
+"""A prediction's range (diagnose/stepmodel/prediction.py): the model's error on a change
+(EFFECT_ERROR, a share of the effect's log), the capture's noise, "may not help", and the
+assumptions a prediction names where nothing measured them; on builder traces with answers
+worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from diagnose.fixes.catalog import workers as workers_unit
+from diagnose.stepmodel.calibration import EFFECT_ERROR
+from diagnose.stepmodel.prediction import Prediction, prediction_line
+from tests import modeltraces as mt
+from tests.fixes.steps import _facts, _model
+
+MEASURED = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+                worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
+                input_worker_batch_ms=2.0, cpu_capacity=2.0)
+
+
+def _predictor(tmp_path, **facts):
+    from diagnose.stepmodel.prediction import Predictor
+
+    m = _model(mt.cpu_loader(), tmp_path)
+    return Predictor(m, _facts(m, **facts))
+
+
+def test_the_range_is_the_effect_error_and_the_captures_noise(tmp_path) -> None:
+    """cpu_loader with 2 workers: 3.0 -> 1.7 ms (tests/fixes/test_workers.py). A change of
+    workers is widened by EFFECT_ERROR["cpu"] x ln(3.0 / 1.7) on each side, then by the
+    capture's own relative noise (``rel``); the point lies inside."""
+    p = _predictor(tmp_path, **MEASURED)
+    got = p.predict_change(workers_unit.num_workers, {"num_workers": 2})
+    assert isinstance(got, Prediction)
+    w = EFFECT_ERROR["cpu"] * math.log(got.speedup)
+    assert got.range == pytest.approx((got.step_ms * math.exp(-w) * (1 - p.rel),
+                                       got.step_ms * math.exp(w) * (1 + p.rel)))
+    assert got.range[0] < got.step_ms < got.range[1]
+    # the speedups at its ends: base / high .. base / low, both sides of the point
+    lo_x, hi_x = got.base_ms / got.range[1], got.base_ms / got.range[0]
+    assert lo_x < got.speedup < hi_x
+
+
+def test_a_change_that_saves_little_has_a_narrow_range(tmp_path) -> None:
+    """The widening is a share of the effect: a saving of 1% of the step widens by far
+    less than a saving of half of it."""
+    p = _predictor(tmp_path, **MEASURED)
+    small, big = p.per_step_saving({"x": 1}, 0.03), p.per_step_saving({"x": 1}, 1.5)
+    rel = lambda q: q.range[1] / q.range[0]  # noqa: E731
+    assert rel(small) < rel(big)
+    assert small.range[0] == pytest.approx(
+        small.step_ms * math.exp(-EFFECT_ERROR["other"] * math.log(small.speedup)) * (1 - p.rel))
+
+
+def test_a_range_that_reaches_the_step_may_not_help() -> None:
+    """A range whose slow end is the step as it is says "may not help", in the line and the
+    JSON; one whose slow end is faster does not."""
+    maybe = Prediction({"pin_memory": True}, 9.5, 10 / 9.5, (9.0, 10.2), 10.0)
+    sure = Prediction({"pin_memory": True}, 8.0, 1.25, (7.5, 9.0), 10.0)
+    assert maybe.may_not_help and not sure.may_not_help
+    assert maybe.line().endswith("over its range): may not help")
+    assert maybe.to_json()["may_not_help"] is True and "may_not_help" not in sure.to_json()
+    assert prediction_line(maybe.to_json()).endswith("may not help")
+    assert sure.line() == "predicted 10.0 -> 8.0 ms (1.25x; 1.11-1.33x over its range)"
+    bound = Prediction({"x": 1}, 9.5, 1.05, (9.0, 10.2), 10.0, at_least=True)
+    assert not bound.may_not_help and "may_not_help" not in bound.to_json()
+
+
+def test_a_prediction_names_what_it_assumed_where_nothing_was_measured(tmp_path) -> None:
+    """Without the hand-over rate, a worker's batch or the CPUs' capacity timed, the
+    workers' prediction names each assumption; with them timed it names none."""
+    p = _predictor(tmp_path, **MEASURED)
+    measured = p.predict_change(workers_unit.num_workers, {"num_workers": 2})
+    assert isinstance(measured, Prediction) and measured.assumed == ()
+    assert "assumed" not in measured.to_json()
+    bare = {k: v for k, v in MEASURED.items()
+            if k not in ("worker_transfer_gbps", "input_worker_batch_ms", "cpu_capacity")}
+    q = _predictor(tmp_path, **bare).predict_change(workers_unit.num_workers,
+                                                    {"num_workers": 2})
+    assert isinstance(q, Prediction)
+    assert set(q.assumed) == set(workers_unit.WORKER_ASSUMES.values())
+    assert q.to_json()["assumed"] == list(q.assumed)
