@@ -135,8 +135,8 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
     - with many threads, torch's ops wait only while more workers are busy than the threads
       leave CPUs: as the session timed them beside busy processes (:func:`busy_mix`), else
       ``slow`` weighed by that share (:func:`contended`). Without ``weigh`` (a run
-      oversubscribed now, freed by the whole rule in :func:`free_contention`) ``slow``
-      holds whole."""
+      oversubscribed now whose workers' busy share was not measured, freed by the whole
+      rule in :func:`free_contention`) ``slow`` holds whole."""
     main = g.res == g.main
     if g.n_steps:
         fb = model_ops(g)
@@ -230,12 +230,32 @@ def contention(now_workers: int | None, threads: int, cpus: int) -> float:
     return threads / max(1, cpus - min(now_workers, cpus))
 
 
+def workers_busy_now(facts: Facts) -> float | None:
+    """The share of the time each of the run's workers is busy now: the CPU the host
+    samples gave a worker (``workers_cpu_mean_pct``), or one batch a step among them (a
+    worker's batch as timed, ``input_worker_batch_ms``, over the workers and the unprofiled
+    step), the larger where both were measured; None where neither was."""
+    now, step = facts.dataloader_num_workers, facts.step_time_unprofiled_mean_ms
+    got = []
+    if facts.workers_cpu_mean_pct is not None:
+        got.append(facts.workers_cpu_mean_pct / 100)
+    if facts.input_worker_batch_ms is not None and now and step:
+        got.append(facts.input_worker_batch_ms / (now * step))
+    return min(1.0, max(got)) if got else None
+
+
 def free_contention(g: Graph, facts: Facts) -> Graph:
     """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now
-    (:func:`contention`), by the whole rule (the window's ops hold the loop's compute and
-    more); the loop's other work stays as measured."""
+    (the window's ops hold the loop's compute and more; the loop's other work stays as
+    measured): the ops' mean slowdown beside workers busy the share of the time measured now
+    (:func:`workers_busy_now`, :func:`busy_mix`), or, where that was not measured, as if
+    they were busy all the time (:func:`contention`)."""
     threads = busy_threads(facts)
-    c = contention(facts.dataloader_num_workers, threads, facts.cpu_count or 1)
+    now, cpus = facts.dataloader_num_workers, facts.cpu_count or 1
+    c = contention(now, threads, cpus)
+    busy = workers_busy_now(facts)
+    if c != 1.0 and now and busy is not None:
+        c = busy_mix(facts, now, busy, cpus, threads)
     if c == 1.0:
         return g
     return g.scale(model_ops(g), 1.0 / c)
@@ -290,5 +310,6 @@ def loading_pauses(facts: Facts) -> float | None:
 
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
            "contention", "cpu_bound_ms", "cpu_capacity", "doubled", "free_contention",
+           "workers_busy_now",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

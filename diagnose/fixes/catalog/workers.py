@@ -42,6 +42,7 @@ from ...stepmodel.host import (
     shared,
     slowed,
     worker_share,
+    workers_busy_now,
 )
 from ...stepmodel.transforms import transform
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
@@ -441,8 +442,10 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
     # oversubscribed now: the work is freed of the contention the run has and takes the
-    # one the change has
+    # one the change has, both weighed by how busy the workers are where the capture
+    # measured it (now) and the replay gives it (then), else both by the whole rule
     contend = threads / max(1, n_cpus - busy) if over else 1.0
+    weigh = not over_now or workers_busy_now(facts) is not None
     if over_now:
         g = free_contention(g, facts)
     # a change that oversubscribes a run that is not slows the loop's other work as well;
@@ -453,7 +456,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     if over:
         share, main_shared, contend = worker_share(g, facts, contend, mean_cost, hand_over,
                                                    side, k, busy, threads, n_cpus, rest,
-                                                   weigh=not over_now)
+                                                   weigh=weigh)
     else:
         share = main_shared = shared(facts, threads + busy, n_cpus) if busy else 1.0
     out = g.copy()

@@ -1,0 +1,50 @@
+"""How much the run's own workers slow torch's ops now (diagnose/stepmodel/host.py,
+``free_contention``): weighed by how busy the workers were measured to be, on the builder
+run of tests/fixes/test_threads.py (6 workers beside torch's 2 threads on 2 CPUs, 3000 us
+of ops a step); answers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.stepmodel.host import free_contention, main_host_ms, workers_busy_now
+from tests.fixes.steps import _facts, _model
+from tests.fixes.test_threads import _worker_loader
+
+RUN = dict(cpu_count=2, input_batch_bytes=1000, dataloader_num_workers=6,
+           input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=150.0)
+
+
+def _ops_ms(tmp_path, **more) -> float:
+    m = _model(_worker_loader(), tmp_path)
+    return main_host_ms(free_contention(m.graph, _facts(m, **RUN, **more)))
+
+
+def test_workers_busy_all_the_time_free_the_ops_by_the_whole_rule(tmp_path) -> None:
+    """Busy all the time (a worker's CPU at 100%): 2 threads / (2 - 2 CPUs left, at least
+    1) = 2x: the ops freed of it take 1500 us. Not measured: the same rule."""
+    assert _ops_ms(tmp_path, workers_cpu_mean_pct=100.0) == pytest.approx(1.5, rel=0.01)
+    assert _ops_ms(tmp_path) == pytest.approx(1.5, rel=0.01)
+
+
+def test_workers_that_are_mostly_idle_slow_the_ops_little(tmp_path) -> None:
+    """Each worker busy 5% of the time, independently: none busy 0.95^6 = 73.5% of the time
+    (the ops at full pace), one or more 26.5% (at half pace: 2 threads on the 1 CPU left,
+    or none left and taken as 1). Mean pace 0.735 + 0.265 / 2 = 0.867: the ops ran 1.153x
+    as long as alone, and freed of that they take 3000 / 1.153 = 2601 us, not 1500."""
+    assert _ops_ms(tmp_path, workers_cpu_mean_pct=5.0) == pytest.approx(
+        3.0 / (1 / (0.95 ** 6 + (1 - 0.95 ** 6) / 2)), rel=0.01)
+
+
+def test_how_busy_the_workers_are_is_the_larger_measurement() -> None:
+    """A worker's CPU in the host samples, or one batch a step among the workers (8 ms
+    batches, 4 workers, 100 ms steps: 2%); the larger, at most all the time; None where
+    neither was measured."""
+    from diagnose.stepmodel.facts import Facts
+
+    f = Facts(dataloader_num_workers=4, step_time_unprofiled_mean_ms=100.0)
+    assert workers_busy_now(f) is None
+    assert workers_busy_now(f.replace(workers_cpu_mean_pct=0.5)) == pytest.approx(0.005)
+    assert workers_busy_now(f.replace(workers_cpu_mean_pct=0.5, input_worker_batch_ms=8.0)
+                            ) == pytest.approx(0.02)
+    assert workers_busy_now(f.replace(workers_cpu_mean_pct=250.0)) == 1.0
