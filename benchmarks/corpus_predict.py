@@ -1,17 +1,23 @@
-"""The diagnosis' predictions on the corpus (training jobs written by others, found by
-corpus_dir()), checked as a user would check them, one table per half (tune / validate).
+"""The diagnosis' predictions on the corpus of held-out training jobs, checked as a user
+would check them, one table per half (tune / validate).
 
     python benchmarks/corpus_predict.py                        # every job, both halves
     python benchmarks/corpus_predict.py --half validate --rounds 12
-    python benchmarks/corpus_predict.py examples_mnist mingpt_adder --rounds 3
+    python benchmarks/corpus_predict.py jpeg_folder_convnet csv_rows_mlp --rounds 3
 
-For each job (``make_job()`` of corpus/<name>.py): a diagnosis of its own loop
-(``with diagnose(model, loader)`` around the original's loop body, ``train_step``; a job
-with neither DataLoader nor optimizer marks its steps with ``d.step()``, as its user would
-have to). Then, for every warning or critical finding, exactly the change its first fix
-predicts (JSON ``fixes[0].predicted.change``) is made real and timed without the profiler,
-as benchmarks/predict_vs_measured.py does (whose pieces this imports): the loader rebuilt
-as autofix rebuilds it, torch's threads set, the collector frozen; here also the
+The corpus is benchmarks/corpus (committed: jobs written for the project) and, where
+$TORCH_DIAGNOSE_CORPUS names a folder holding another corpus package (the same
+``names``/``half``/``split``/``make`` functions; else ../shared/corpus where it exists),
+that corpus too; job names must not clash, and each row's last column says which corpus
+the job is from (``repo`` or ``extra``).
+
+For each job (``make_job()`` of its module): a diagnosis of its own loop
+(``with diagnose(model, loader)`` around its loop body, ``train_step``; every model where
+it has several; ``d.step()`` only where the job says nothing else ends a step,
+``marks_steps``). Then, for every warning or critical finding, exactly the change its first
+fix predicts (JSON ``fixes[0].predicted.change``) is made real and timed without the
+profiler, as benchmarks/predict_vs_measured.py does (whose pieces this imports): the loader
+rebuilt as autofix rebuilds it, torch's threads set, the collector frozen; here also the
 optimizer's ``foreach``/``fused`` flags set on its groups for the changed arm's blocks,
 autocast around the step for ``amp_dtype``, and the batch moved ``non_blocking`` ahead of
 the step on CUDA. The two arms run in interleaved blocks in one process (baseline,
@@ -20,15 +26,17 @@ the change is to the garbage collector or the diagnosed loop made full collectio
 
 Columns: predicted speedup and the range its changed step's ms range gives (base / hi,
 base / lo), measured speedup (mean block ratio) with its paired bootstrap 95% interval,
-error = measured / predicted, and whether the measured speedup lies inside the range.
-Tallies per half: within 15% of the prediction, inside the range, no first fix more than
-5% slower, and the share of warning/critical findings carrying a prediction.
+error = measured / predicted, whether the measured speedup lies inside the range, the two
+arms' mean steps, and the corpus. Tallies per half (and per corpus, where there are two):
+within 15% of the prediction, inside the range, no first fix more than 5% slower, and the
+share of warning/critical findings carrying a prediction.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -43,33 +51,110 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # predict_vs_measured (which sets up the rest)
+sys.path.insert(0, str(HERE))  # predict_vs_measured (which sets up the rest), `import corpus`
+
+#: the committed corpus (benchmarks/corpus)
+COMMITTED = HERE / "corpus"
+#: the module name the other corpus' package is loaded under (its own is ``corpus`` too)
+EXTRA_MODULE = "corpus_extra"
+
+
+class CorpusError(Exception):
+    """A corpus that cannot be used: one line for the user."""
 
 
 def corpus_dir() -> Path | None:
-    """Where the corpus is: $TORCH_DIAGNOSE_CORPUS, else ../shared/corpus beside the
-    repository, else benchmarks/corpus (a local draft). Its jobs are other people's code,
-    so the repository does not commit them; None where none is found."""
+    """The other corpus: $TORCH_DIAGNOSE_CORPUS, else ../shared/corpus beside the
+    repository; None where neither is set or found. A folder that $TORCH_DIAGNOSE_CORPUS
+    names but that holds no corpus package is an error."""
     env = os.environ.get("TORCH_DIAGNOSE_CORPUS")
-    for d in ([Path(env)] if env else []) + [HERE.parent.parent / "shared" / "corpus",
-                                               HERE / "corpus"]:
-        if (d / "__init__.py").is_file():
-            return d.resolve()
-    return None
+    if env:
+        d = Path(env).expanduser()
+        if not (d / "__init__.py").is_file():
+            raise CorpusError(f"TORCH_DIAGNOSE_CORPUS={env}: no corpus package there "
+                              "(no __init__.py)")
+    else:
+        d = HERE.parent.parent / "shared" / "corpus"
+        if not (d / "__init__.py").is_file():
+            return None
+    d = d.resolve()
+    return None if d == COMMITTED.resolve() else d
 
 
-def load_corpus() -> Any:
-    """The corpus package (``names``, ``make``, ``split``); exits with one line where
-    there is none."""
-    d = corpus_dir()
-    if d is None:
-        sys.exit("corpus_predict: no corpus found (set TORCH_DIAGNOSE_CORPUS, or provide "
-                 "../shared/corpus)")
-    if str(d.parent) not in sys.path:
-        sys.path.insert(0, str(d.parent))  # `import corpus`
-    import corpus
+def _load_extra(d: Path) -> Any:
+    """The other corpus' package, under :data:`EXTRA_MODULE`."""
+    if EXTRA_MODULE in sys.modules:
+        return sys.modules[EXTRA_MODULE]
+    spec = importlib.util.spec_from_file_location(EXTRA_MODULE, d / "__init__.py",
+                                                  submodule_search_locations=[str(d)])
+    if spec is None or spec.loader is None:
+        raise CorpusError(f"{d}: cannot load its __init__.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[EXTRA_MODULE] = mod
+    spec.loader.exec_module(mod)
+    for fn in ("names", "half", "make"):
+        if not callable(getattr(mod, fn, None)):
+            raise CorpusError(f"{d}: its __init__.py has no {fn}() (not a corpus package)")
+    return mod
 
-    return corpus
+
+@dataclass
+class Corpora:
+    """Every corpus in use, by label (``repo``, ``extra``), and which holds each job."""
+    packages: dict[str, Any]
+    where: dict[str, str]  # job name -> label
+
+    def names(self) -> list[str]:
+        return sorted(self.where)
+
+    def package(self, name: str) -> Any:
+        return self.packages[self.where[name]]
+
+    def half(self, name: str) -> str:
+        return str(self.package(name).half(name))
+
+    def make(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        return dict(self.package(name).make(name, **kwargs))
+
+    def split(self, jobs: list[str] | None = None) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {"tune": [], "validate": []}
+        for name in jobs if jobs is not None else self.names():
+            out[self.half(name)].append(name)
+        return out
+
+
+_CORPORA: Corpora | None = None
+
+
+def load_corpora() -> Corpora:
+    """The committed corpus, and the other one where there is one (loaded once)."""
+    global _CORPORA
+    if _CORPORA is None:
+        import corpus
+
+        packages = {"repo": corpus}
+        d = corpus_dir()
+        if d is not None:
+            packages["extra"] = _load_extra(d)
+        where: dict[str, str] = {}
+        for label, pkg in packages.items():
+            for name in pkg.names():
+                if name in where:
+                    raise CorpusError(f"job {name} is in both corpora ({where[name]} and "
+                                      f"{label}): rename one")
+                where[name] = label
+        _CORPORA = Corpora(packages, where)
+    return _CORPORA
+
+
+def load_corpus() -> Corpora:
+    """Every corpus in use, as one (``names``, ``half``, ``split``, ``make``); exits 2 with
+    one line where the other corpus cannot be used."""
+    try:
+        return load_corpora()
+    except CorpusError as e:
+        print(f"corpus_predict: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 import predict_vs_measured as pvm  # noqa: E402
 from _run import print_header  # noqa: E402
@@ -82,9 +167,10 @@ LOADER_FIELDS = {"num_workers", "pin_memory", "persistent_workers", "prefetch_fa
 
 
 def make(name: str) -> dict[str, Any]:
-    """A fresh job, its construction's prints kept out of the table."""
+    """A fresh job from whichever corpus holds it, its construction's prints kept out of
+    the table."""
     with contextlib.redirect_stdout(io.StringIO()):
-        return load_corpus().make(name)
+        return load_corpora().package(name).make(name)
 
 
 # ------------------------------------------------------------------ the diagnosis
@@ -92,8 +178,9 @@ def diagnose_job(job: dict[str, Any], out: str) -> dict[str, Any]:
     """The job's own loop inside ``with diagnose(model, loader)``; the report's JSON."""
     from diagnose import diagnose
 
-    manual = job["loader"] is None and job["optimizer"] is None
-    d = diagnose(job["model"], job["loader"], out_dir=out, print_report=False)
+    manual = job.get("marks_steps", job["loader"] is None and job["optimizer"] is None)
+    d = diagnose(job.get("models") or job["model"], job["loader"], out_dir=out,
+                 print_report=False)
     batches = job["batches"]()
     with d:
         for batch in batches:
@@ -262,7 +349,8 @@ class Tally:
 
 
 HEAD = (f"{'job':<40} {'finding':<8} {'first fix':<14} {'change':<36} "
-        f"{'predicted [range]':>21} {'measured [95% CI]':>21} {'error':>6}  inside")
+        f"{'predicted [range]':>21} {'measured [95% CI]':>21} {'error':>6}  inside"
+        f"  {'(ms: before -> after)':<24} corpus")
 
 
 def _fmt_range(pred: dict[str, Any]) -> tuple[str, tuple[float, float] | None]:
@@ -274,7 +362,20 @@ def _fmt_range(pred: dict[str, Any]) -> tuple[str, tuple[float, float] | None]:
     return f"{pred['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]", (lo, hi)
 
 
-def run_job(name: str, args: argparse.Namespace, tally: Tally) -> None:
+def run_job(name: str, args: argparse.Namespace, tallies: list[Tally]) -> None:
+    """The job's rows; each is counted in every tally of ``tallies`` (the half's, the
+    corpus' within the half)."""
+    label = load_corpora().where[name]
+    tally = Tally()
+    try:
+        _rows(name, args, tally, label)
+    finally:
+        for t in tallies:
+            for f in ("findings", "predicted", "rows", "within", "inside", "ranged", "slower"):
+                setattr(t, f, getattr(t, f) + getattr(tally, f))
+
+
+def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(args.keep / name) if args.keep else tmp
         report = diagnose_job(make(name), out)
@@ -282,13 +383,13 @@ def run_job(name: str, args: argparse.Namespace, tally: Tally) -> None:
               if f["severity"] in ("warning", "critical") and f.get("fixes")]
     tally.findings += len(firsts)
     if not firsts:
-        print(f"{name:<40} no warning or critical finding with a fix")
+        print(f"{name:<40} no warning or critical finding with a fix  {label}")
         return
     for rule, fix in firsts:
         pred = fix.get("predicted")
         if not pred:
             print(f"{name:<40} {rule:<8} {fix['id']:<14} no prediction: "
-                  f"{fix.get('predicted_why')}")
+                  f"{fix.get('predicted_why')}  {label}")
             continue
         tally.predicted += 1
         change = pred["change"]
@@ -299,7 +400,7 @@ def run_job(name: str, args: argparse.Namespace, tally: Tally) -> None:
         ch = ", ".join(f"{k}={v}" for k, v in change.items())
         if untimed:
             print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} not timed here: "
-                  f"{', '.join(sorted(untimed))}")
+                  f"{', '.join(sorted(untimed))}  {label}")
             continue
         full = report.get("metrics", {}).get("gc_pause_full_ms")
         if set(change) == {"gc_freeze"} or (full or 0) > 0:
@@ -320,7 +421,8 @@ def run_job(name: str, args: argparse.Namespace, tally: Tally) -> None:
         print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} {said:>21} "
               f"{f'{sp:.2f}x [{lo:.2f}, {hi:.2f}]':>21} {err:6.2f}  "
               f"{'-' if inside is None else 'yes' if inside else 'no'}"
-              f"   ({statistics.fmean(times[0]):.1f} -> {statistics.fmean(times[1]):.1f} ms)")
+              f"  {f'({statistics.fmean(times[0]):.1f} -> {statistics.fmean(times[1]):.1f} ms)':<24}"
+              f" {label}")
 
 
 def main() -> int:
@@ -333,18 +435,23 @@ def main() -> int:
                     help="keep each job's diagnosis (its run folder) under DIR/<job>")
     ap.add_argument("--apart", nargs=2, metavar=("JOB", "CHANGE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    corpus = load_corpus()
+    corpora = load_corpus()
     warnings.filterwarnings("ignore")  # the jobs' own (e.g. "4 workers on 2 CPUs")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if args.apart:
         _apart(args.apart[0], json.loads(args.apart[1]))
         return 0
-    unknown = set(args.jobs) - set(corpus.names())
+    unknown = set(args.jobs) - set(corpora.names())
     if unknown:
         ap.error(f"not in the corpus: {', '.join(sorted(unknown))}")
-    halves = corpus.split(args.jobs or None)
+    halves = corpora.split(args.jobs or None)
     print_header("the corpus' first fixes, predicted and timed without the profiler",
                  "corpus_predict.py")
+    for label, pkg in corpora.packages.items():
+        where = Path(pkg.__file__).resolve().parent
+        shown = where.relative_to(HERE.parent) if where.is_relative_to(HERE.parent) else where
+        print(f"# corpus {label}: {shown} ({len(pkg.names())} jobs)")
+    print()
     for half in ("tune", "validate"):
         if args.half not in ("all", half) or not halves[half]:
             continue
@@ -352,11 +459,18 @@ def main() -> int:
         print(HEAD)
         print("-" * len(HEAD))
         tally = Tally()
+        by_corpus = {label: Tally() for label in corpora.packages}
         for name in halves[half]:
-            run_job(name, args, tally)
+            run_job(name, args, [tally, by_corpus[corpora.where[name]]])
         print()
         for line in tally.lines():
             print(f"{half}: {line}")
+        used = [label for label in by_corpus if any(corpora.where[n] == label
+                                                    for n in halves[half])]
+        if len(used) > 1:
+            for label in used:
+                for line in by_corpus[label].lines():
+                    print(f"{half} ({label}): {line}")
         print()
     return 0
 

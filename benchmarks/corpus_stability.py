@@ -1,0 +1,79 @@
+"""Whether the same job predicts the same thing: corpus jobs captured several times in a
+row, each capture's first fix and its predicted speedup.
+
+    python benchmarks/corpus_stability.py JOB [JOB ...] [--captures 3]
+
+For each job, ``--captures`` diagnoses of its own loop one after another (corpus_predict's
+``diagnose_job``), nothing timed beside them. Per capture: the leading warning/critical
+finding, its first fix, the change, the predicted speedup and its range. Per job: whether
+every capture named the same first fix and change, and the spread of the predicted speedups
+(max / min - 1), which the issue wants within 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import corpus_predict as cp  # noqa: E402
+from _run import print_header  # noqa: E402
+
+
+def first_fix(report: dict[str, Any]) -> tuple[str, str, str, float | None, str]:
+    """(rule, fix, change, predicted speedup, range) of the leading warning/critical
+    finding with a fix; dashes where there is none."""
+    for f in report["findings"]:
+        if f["severity"] in ("warning", "critical") and f.get("fixes"):
+            fix = f["fixes"][0]
+            pred = fix.get("predicted")
+            if not pred:
+                return f["rule"], fix["id"], "-", None, "no prediction"
+            change = ", ".join(f"{k}={v}" for k, v in pred["change"].items())
+            base = pred["step_ms"] * pred["speedup"]
+            lo, hi = pred["range"]
+            return f["rule"], fix["id"], change, pred["speedup"], f"{base / hi:.2f}-{base / lo:.2f}x"
+    return "-", "-", "-", None, "no finding"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("jobs", nargs="+", help="corpus job names")
+    ap.add_argument("--captures", type=int, default=3)
+    args = ap.parse_args()
+    if args.captures < 2:
+        print("corpus_stability.py: --captures must be 2 or more", file=sys.stderr)
+        return 2
+    print_header("one corpus job's first fix, capture after capture", "corpus_stability.py")
+    print(f"{'job':<40} {'#':>2} {'finding':<8} {'first fix':<16} {'change':<36} "
+          f"{'predicted':>9}  range")
+    summary = []
+    for name in args.jobs:
+        seen: list[tuple[str, str, str, float | None, str]] = []
+        for i in range(1, args.captures + 1):
+            with tempfile.TemporaryDirectory() as tmp:
+                got = first_fix(cp.diagnose_job(cp.make(name), tmp))
+            seen.append(got)
+            rule, fix, change, sp, rng = got
+            said = f"{sp:.2f}x" if sp is not None else "-"
+            print(f"{name:<40} {i:>2} {rule:<8} {fix:<16} {change:<36} {said:>9}  {rng}",
+                  flush=True)
+        same = len({(s[1], s[2]) for s in seen}) == 1
+        sps = [s[3] for s in seen if s[3] is not None]
+        spread = (max(sps) / min(sps) - 1) if len(sps) >= 2 else None
+        summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}; predicted "
+                       + (f"{min(sps):.2f}-{max(sps):.2f}x, spread {spread:.0%}"
+                          f" ({'within' if spread <= 0.10 else 'beyond'} 10%)"
+                          if spread is not None else "-"))
+    print()
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
