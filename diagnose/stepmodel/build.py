@@ -19,10 +19,21 @@ import numpy as np
 
 from ..metrics import intervals as iv
 from ..trace import DEVICE_KINDS, Kind, Trace
+from .calibration import (
+    BLOCKING_COPY_SHARE,
+    CLOCK_EPS_US,
+    LATE_US,
+    LAUNCH_LATENCY_US,
+    READY_WAIT_SHARE,
+    READY_WAIT_US,
+    SYNC_END_US,
+    SYNC_LONG_RATIO,
+    SYNC_LONG_US,
+)
 from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
 from .window import WINDOW_STEPS, pick_window, step_spans
 
-EPS = 0.5  # us: timestamps of host and device clocks agree to about this
+EPS = CLOCK_EPS_US
 
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#")
 _SYNC = frozenset({
@@ -225,7 +236,7 @@ class _Builder:
             copy_of[call_of[ci]] = ci
             has = copy_of >= 0
             dd = d_idx[np.maximum(copy_of, 0)]
-            blocking = has & memcpy_api & (t.end[top] >= t.ts[dd] + 0.5 * t.dur[dd]) & ~is_dl
+            blocking = has & memcpy_api & (t.end[top] >= t.ts[dd] + BLOCKING_COPY_SHARE * t.dur[dd]) & ~is_dl
 
         # ---- host threads: the main one first, then the others of the main process
         tids = t.tid_id[top]
@@ -320,7 +331,7 @@ class _Builder:
         rel = s + d - base
         # a wait no longer than the shortest one: the batch was ready before it was asked
         # for (when, the trace cannot say): it does not hold a host that comes earlier
-        rel = np.where(d <= base + max(50.0, 0.1 * base), np.nan, rel)
+        rel = np.where(d <= base + max(READY_WAIT_US, READY_WAIT_SHARE * base), np.nan, rel)
         p = self.rows.tasks(TaskKind.PRODUCER, r, np.zeros(len(s)), np.where(np.isnan(rel), s, rel),
                             release=rel)
         dur = np.concatenate(self.rows.cols["dur"])
@@ -413,7 +424,7 @@ class _Builder:
         # typical launch latency (on an idle stream) and spacing (behind queued work), per
         # kind of device op: the replay uses these, not each op's own, so that it has to
         # explain every wait by a dependency
-        lat_typ = np.full(len(d_idx), 5.0)
+        lat_typ = np.full(len(d_idx), LAUNCH_LATENCY_US)
         gap_typ = np.full(len(d_idx), 1.0)
         for k in np.unique(dk).tolist():  # once per kind of device op
             m = dk == k
@@ -426,7 +437,7 @@ class _Builder:
                 gap_typ[m] = float(np.median(np.clip(gap[q], 0, None)))
         lag = np.minimum(lat, lat_typ)
         expected = np.fmax(launch_start + lag, prev_end + gap_typ)
-        late = np.isfinite(lat) & (s - expected > 5.0)
+        late = np.isfinite(lat) & (s - expected > LATE_US)
         # a late op waits for work on another stream (an event wait): the op of another
         # stream that ended last before it started, if that explains the wait
         src = np.full(len(d_idx), -1, np.int64)
@@ -448,7 +459,7 @@ class _Builder:
         no_launch = ct < 0
         # work launched before the window runs in stream order (queued behind the stream);
         # work the trace cannot place keeps its measured start
-        queued_in = no_launch & (s - prev_end <= gap_typ + 5.0)
+        queued_in = no_launch & (s - prev_end <= gap_typ + LATE_US)
         out = rows.tasks(kinds, res, t.dur[d_idx], s, gap=gap_typ,
                          release=np.where(no_launch & ~queued_in, s, np.nan), name_id=t.name_id[d_idx],
                          nbytes=t.nbytes[d_idx])
@@ -470,7 +481,7 @@ class _Builder:
             return
         d = t.dur[top[li]]
         typical = float(np.median(d))
-        long = li[d > max(50.0, 5 * typical)]
+        long = li[d > max(SYNC_LONG_US, SYNC_LONG_RATIO * typical)]
         if not len(long):
             return
         e = t.end[d_idx]
@@ -482,7 +493,7 @@ class _Builder:
         cs, ce = t.ts[top[long]], t.end[top[long]]
         pos = np.searchsorted(e[o], ce + EPS, side="right") - 1
         tgt = o[np.maximum(pos, 0)]
-        ok = (pos >= 0) & (e[tgt] > cs) & (ce - e[tgt] < 20.0) & (launched_at[tgt] < cs)
+        ok = (pos >= 0) & (e[tgt] > cs) & (ce - e[tgt] < SYNC_END_US) & (launched_at[tgt] < cs)
         if not ok.any():
             return
         rows.edge(dev_ids[tgt[ok]], call_task[long[ok]], EdgeKind.END_AFTER_END, ce[ok] - e[tgt[ok]])

@@ -8,6 +8,32 @@ constant's name.
 
 from __future__ import annotations
 
+# ---------------------------------------------------------------- reading a trace into a graph
+#: Host and device timestamps of one trace agree to about this (us): Kineto aligns the
+#: clocks to a microsecond; too small breaks launch-to-kernel links at their ends.
+CLOCK_EPS_US = 0.5
+#: A kernel's launch-to-start latency on an idle stream (us) where no op of its kind shows
+#: one: CUDA launches take a few us on current GPUs; wrong, each idle start moves by it.
+LAUNCH_LATENCY_US = 5.0
+#: A device op that starts more than this after its launch and its stream allowed (us) was
+#: held by something the graph must explain (a dependency); the launch latency's own
+#: scale; too small reads launch jitter as dependencies.
+LATE_US = 5.0
+#: A wait for a batch within max(this, READY_WAIT_SHARE x the shortest wait) of the
+#: shortest one (us) found the batch ready (the hand-over's own time): the spread of a
+#: ready hand-over; too large hides waits for batches still being made.
+READY_WAIT_US = 50.0
+READY_WAIT_SHARE = 0.1
+#: A copy's API call that ends after this share of its copy ran waited for it (a blocking
+#: copy): an asynchronous call returns before the copy starts; half tells the two apart.
+BLOCKING_COPY_SHARE = 0.5
+#: A host runtime call longer than max(SYNC_LONG_US, SYNC_LONG_RATIO x the typical call)
+#: waited for the device, for the device op that ends within SYNC_END_US of it: launches
+#: take a few us, waits far longer; too low reads slow launches as waits.
+SYNC_LONG_US = 50.0
+SYNC_LONG_RATIO = 5.0
+SYNC_END_US = 20.0
+
 # ---------------------------------------------------------------- the input pipeline
 #: Worker-to-trainer hand-over rate (GB/s) of a batch's tensors through a new shared-memory
 #: segment, where the capture did not time one (``input_worker_handover_ms``,
@@ -74,6 +100,18 @@ FOREACH_MIN_LAUNCHES = 4.0
 #: move); kernels bound by something else gain less, so this errs toward a larger gain.
 AMP_MEMORY_BOUND_SCALE = 0.5
 
+#: The usable CPUs' mean busy % (``host_cpu_mean_pct``) from which they are saturated and
+#: workers are searched downward: busy most of the time, a worker more only takes CPU from
+#: the rest; too low searches downward on CPUs that had room.
+SATURATED_PCT = 85.0
+#: The fixed point of CPUs shared by workers and torch's threads (host.worker_share): each
+#: round moves the shares this part of the way to what the step gives (damped: undamped,
+#: the shares can swing between two steps), for at most FIXED_POINT_ROUNDS rounds or until
+#: the step moves less than FIXED_POINT_TOL of itself; numerical, not fitted.
+FIXED_POINT_DAMPING = 0.5
+FIXED_POINT_ROUNDS = 100
+FIXED_POINT_TOL = 1e-4
+
 # ---------------------------------------------------------------- calibrating the replay
 #: The host's work in a live capture is scaled within these bounds so that the replay gives
 #: the unprofiled step: the profiler made profiled steps 1.0-1.4x the plain ones (2.0x on a
@@ -84,6 +122,9 @@ HOST_SCALE_MAX = 4.0
 #: A replay further than this ratio from the unprofiled step is not calibrated (the graph
 #: is taken as it is): such a gap is a model that does not fit the run, not profiler cost.
 CALIBRATE_WITHIN = (0.2, 5.0)
+#: The calibration stops within this share of the target step: a tenth of the capture's
+#: usual step-to-step spread (a few %); numerical, not fitted.
+CALIBRATE_TOL = 0.005
 
 # ---------------------------------------------------------------- ranges
 #: The model's own error on a change, as a share of the effect it predicts (the log of the
@@ -110,8 +151,11 @@ HELPS = 1.02
 BUSY = 0.10
 
 __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MIN_SHARE",
-           "BURST_FLOOR_MS", "BURST_RATIO", "BURST_WAIT_MS", "BUSY", "CALIBRATE_WITHIN",
-           "EFFECT_ERROR", "FOREACH_MIN_LAUNCHES", "FOREACH_PARAMS_PER_LAUNCH",
-           "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX", "HOST_SCALE_MIN", "IO_BOUND_PCT",
-           "LOADER_BOUND_WAIT", "PACE_BOUNDS", "PINNED_GBPS", "SHM_GBPS", "SLOWER",
+           "BLOCKING_COPY_SHARE", "BURST_FLOOR_MS", "BURST_RATIO", "BURST_WAIT_MS", "BUSY",
+           "CALIBRATE_TOL", "CALIBRATE_WITHIN", "CLOCK_EPS_US", "EFFECT_ERROR",
+           "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
+           "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
+           "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
+           "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
+           "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAKE_RATIO_MAX", "WORKER_AGREES"]

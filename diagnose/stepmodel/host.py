@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .calibration import FIXED_POINT_DAMPING, FIXED_POINT_ROUNDS, FIXED_POINT_TOL
 from .facts import Facts
 from .graph import Graph, Tag, TaskKind
 
@@ -149,7 +150,8 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
     at_once = max(1, min(k, cpus))
     measured = facts.threads_busy_ratio_1 is not None
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
-    for _ in range(40):  # a fixed point, damped: the shares set the step, the step u and m
+    a, last = FIXED_POINT_DAMPING, -1.0
+    for _ in range(FIXED_POINT_ROUNDS):  # a fixed point: the shares set the step, it u and m
         ops = model * ops_slow + other * (ops_slow if rest else 1.0)
         if threads == 1:
             share = max(1.0, (1.0 + u + (busy - 1) * making) / given)
@@ -158,10 +160,11 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
             share = doubled(busy, threads, u, given)
         step = max(ops + launch + hand_over + ops * (mine - 1.0),
                    (cost * share + side) / at_once)
-        if step <= 0:
+        if step <= 0 or abs(step - last) <= FIXED_POINT_TOL * step:
             break
-        u = 0.5 * (u + min(1.0, ops * mine / step))
-        making = 0.5 * (making + min(1.0, (cost * share + side) / at_once / step))
+        last = step
+        u = (1 - a) * u + a * min(1.0, ops * mine / step)
+        making = (1 - a) * making + a * min(1.0, (cost * share + side) / at_once / step)
         if threads > 1 and weigh:
             ops_slow = (busy_mix(facts, busy, making, cpus, threads) if measured else
                         1.0 + (slow - 1.0) * contended(busy, making, cpus, threads))

@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import CALIBRATE_WITHIN, EFFECT_ERROR, HOST_SCALE_MAX, HOST_SCALE_MIN
+from .calibration import (
+    CALIBRATE_TOL,
+    CALIBRATE_WITHIN,
+    EFFECT_ERROR,
+    HOST_SCALE_MAX,
+    HOST_SCALE_MIN,
+)
 from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .host import cpu_bound_ms
@@ -206,7 +212,7 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
 
     lo, hi = HOST_SCALE_MIN, 1.0
     v_hi = at(hi)
-    if abs(v_hi) <= 0.005 * want:
+    if abs(v_hi) <= CALIBRATE_TOL * want:
         return g
     if v_hi < 0:  # longer: bracket it from above
         lo, v_lo = hi, v_hi
@@ -222,15 +228,15 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
             # even the least host the profiler can account for does not get there: the
             # device (or the batches' arrival) sets the step, and the host's work stays
             # as measured but for the part that still shortens the replay
-            return shaped(lo if v_lo <= 0.005 * want else max(
-                (f for f in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5) if at(f) <= v_lo + 0.005 * want),
+            return shaped(lo if v_lo <= CALIBRATE_TOL * want else max(
+                (f for f in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5) if at(f) <= v_lo + CALIBRATE_TOL * want),
                 default=lo))
     side = 0
     f = hi
     for _ in range(10):  # false position, Illinois: a side kept twice has its value halved
         f = hi - v_hi * (hi - lo) / (v_hi - v_lo) if v_hi != v_lo else 0.5 * (lo + hi)
         v = at(f)
-        if abs(v) <= 0.005 * want:
+        if abs(v) <= CALIBRATE_TOL * want:
             break
         if v > 0:
             hi, v_hi = f, v

@@ -29,6 +29,7 @@ from ...stepmodel.calibration import (
     IO_BOUND_PCT,
     LOADER_BOUND_WAIT,
     PACE_BOUNDS,
+    SATURATED_PCT,
     SHM_GBPS,
     WORKER_AGREES,
 )
@@ -51,10 +52,6 @@ from ..realise import Kwargs, Realisation
 from ..unit import SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
 
 # ---------------------------------------------------------------------- the worker search
-#: The usable CPUs' mean busy % (``host_cpu_mean_pct``) from which they are saturated and
-#: workers are searched downward: busy most of the time, a worker more only takes CPU from
-#: the rest; too low searches downward on CPUs that had room.
-SATURATED_PCT = 85.0
 
 
 def cpus_saturated(facts: Facts) -> bool:
