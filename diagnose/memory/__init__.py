@@ -7,6 +7,7 @@
 - :mod:`.fake`: a step re-run under FakeTensorMode at a changed setting;
 - :mod:`.whatif`: a change's peak scaled from the measured kinds; :mod:`.live`: the what-ifs
   of a live capture, re-run where the step is a function; :mod:`.oom`: an OOM explained;
+- :mod:`.inplace`: one of the loop's own steps tracked where it runs (a live session's);
 - :mod:`.trace`: what a trace's ``[memory]`` events say; :mod:`.section`: the analysis
   result's ``memory`` section.
 

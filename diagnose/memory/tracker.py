@@ -9,7 +9,12 @@ start of backward which of them a checkpointed block would free), and an out-of-
 error caught with what was held when it was raised. It runs on CPU, on CUDA and under
 FakeTensorMode alike; ``limit_bytes`` raises ``torch.OutOfMemoryError`` once the tracked
 total passes it (a device of that size, emulated). :func:`track_step` runs one step under
-it; the session can instead enter a StepTracker around one iteration of the user's loop.
+it; the session can instead enter a StepTracker around one iteration of the user's loop
+(:mod:`.inplace`): the batch is then named when it comes (:meth:`StepTracker.note_batch`),
+the loader's own work is left out (:attr:`StepTracker.paused`), and the batch size and
+autocast are read from the model's outermost call. An operator's output that shares the
+storage of an input the tracker never saw (a slice of a dataset held in memory, an
+in-place update of an untracked tensor) is memory held before the step: not counted.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import re
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +75,15 @@ class StepTracker(MemTracker):
 
     def __init__(self, model: Any, optimizer: Any = None, batch: Any = None, *,
                  limit_bytes: int | None = None, catch_oom: bool = False,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, optimizers: Sequence[Any] = ()) -> None:
         super().__init__()
         self.model, self.optimizer, self.batch = model, optimizer, batch
+        # the optimizers whose steps are the optimizer's phase (each gets hooks of its own:
+        # torch's global hook table may be being walked when the session enters the tracker)
+        self.optimizers = [o for o in (optimizer, *optimizers) if o is not None]
+        self.paused = False  # operators run untracked (the loader making the batch)
+        self.amp_dtype: str | None = None  # autocast at the model's outermost call
+        self._before: set[int] = set()  # the current operator's inputs the tracker never saw
         self.limit_bytes, self.catch_oom = limit_bytes, catch_oom
         self.batch_size = batch_size if batch_size is not None else leading_size(batch)
         self.dev = model_device(model)
@@ -98,6 +109,7 @@ class StepTracker(MemTracker):
         self.batch_bytes = sum(tensor_bytes(t) for t in _tensors(batch))
         self.untracked_bytes = 0
         self.allocator_peak: int | None = None
+        self._peak_before = 0
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> StepTracker:
@@ -105,7 +117,9 @@ class StepTracker(MemTracker):
                             *_tensors(self.batch))
         if self.dev.type == "cuda" and not _fake(self.model):
             torch.cuda.synchronize(self.dev)
-            torch.cuda.reset_peak_memory_stats(self.dev)
+            # the user's peak statistics are theirs: not reset; the step's own peak shows
+            # only where it rises above the run's peak so far (else the tracker's count)
+            self._peak_before = int(torch.cuda.max_memory_allocated(self.dev))
             known = self.get_tracker_snapshot().get(self.dev, {}).get("Total", 0)
             self.untracked_bytes = max(0, torch.cuda.memory_allocated(self.dev) - int(known))
         super().__enter__()
@@ -121,7 +135,8 @@ class StepTracker(MemTracker):
         super().__exit__(*exc)
         if self.dev.type == "cuda" and not _fake(self.model):
             torch.cuda.synchronize(self.dev)
-            self.allocator_peak = int(torch.cuda.max_memory_allocated(self.dev))
+            after = int(torch.cuda.max_memory_allocated(self.dev))
+            self.allocator_peak = after if after > self._peak_before else None
         err = exc[1] if len(exc) > 1 else None
         if isinstance(err, BaseException) and is_oom(err):
             if self.oom is None:
@@ -130,32 +145,109 @@ class StepTracker(MemTracker):
         return False
 
     # ------------------------------------------------------------------ MemTracker hooks
-    def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
+    def _track(self, reftype: Any, t: torch.Tensor) -> None:
+        """MemTracker's count of an operator's output, but for storage an input held that the
+        tracker never saw (memory held before the step: a view of it, an in-place update)."""
+        if self._before and any(id(st) in self._before for st in get_untyped_storages(t)):
+            return
+        super()._track(reftype, t)
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        """Not kept: the peak comes from the timeline's points (MemTracker walks every
+        module's stats after each operator for its own per-module peaks)."""
+
+    def _register_global_optimizer_hook(self) -> None:
+        """The optimizer's phase from hooks on the known optimizers alone (MemTracker's
+        global ones where none is known)."""
+        if not self.optimizers:
+            super()._register_global_optimizer_hook()
+            return
+
+        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            self._in_opt = True
+
+        def post(opt: Any, args: Any, kwargs: Any) -> None:
+            self._track_optimizer_states(_OPT, opt)
+            self._in_opt = False
+        handles = []
+        for o in self.optimizers:
+            handles += [o.register_step_pre_hook(pre), o.register_step_post_hook(post)]
+        self._optimizer_hook_handles = tuple(handles)
+
+    def note_batch(self, batch: Any) -> None:
+        """The step's batch, come from the loader while the tracker runs: counted as
+        ``other`` (the batch), and its size taken as the step's."""
+        tensors = _tensors(batch)
+        for t in tensors:
+            self._update_and_maybe_create_winfos(t, _OTH)
+        self.batch = batch
+        self.batch_bytes = sum(tensor_bytes(t) for t in tensors)
+        self.batch_size = leading_size(batch) if self.batch_size is None else self.batch_size
+
+    def _root_call(self, inputs: Any) -> None:
+        """The model's outermost call: the batch size (where no batch was named) and
+        autocast."""
+        if self.batch_size is None:
+            self.batch_size = leading_size(inputs)
+        dev = self.dev.type
         try:
-            super()._pre_fw_hook(module, inputs)
-        except NotImplementedError:  # the root called again: a micro-batch, a second model
-            self.reset_mod_stats()
+            if torch.is_autocast_enabled(dev):
+                self.amp_dtype = str(torch.get_autocast_dtype(dev)).removeprefix("torch.")
+        except (TypeError, RuntimeError):  # an older torch, a device autocast does not know
+            pass
+
+    def release(self) -> None:
+        """Forget every storage seen (their weak references and callbacks): once the result
+        is taken, the tracker costs the loop nothing more."""
+        self._WINFO = WeakIdKeyDictionary()
+        self._saved = WeakIdKeyDictionary()
+        self._creator = WeakIdKeyDictionary()
+        self.memory_tracking.clear()
+
+    def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
+        if module is self.model and not self._mod_tracker.is_bw:
+            self._root_call(inputs)
+        # MemTracker refuses a root module called again (a micro-batch, a GAN's second
+        # pass): it is tracked already, and its per-module stats are not used here
+        with suppress(NotImplementedError, KeyError, AssertionError):
             super()._pre_fw_hook(module, inputs)
         if not self._mod_tracker.is_bw:
             self._entered = self._name(module)
             self._fw_start[self._entered] = time.perf_counter()
 
+    # the module hooks never raise into the step: a module MemTracker did not file (called
+    # before the tracker started, in a graph made before it) is skipped
     def _post_fw_hook(self, module: Any, inputs: Any, outputs: Any) -> None:
-        super()._post_fw_hook(module, inputs, outputs)
+        with suppress(KeyError):
+            super()._post_fw_hook(module, inputs, outputs)
         name = self._name(module)
         t0 = self._fw_start.pop(name, None)
         if t0 is not None:
             self.forward_s[name] = self.forward_s.get(name, 0.0) + time.perf_counter() - t0
 
+    def _pre_bw_hook(self, module: Any, args: Any) -> None:
+        with suppress(KeyError):
+            super()._pre_bw_hook(module, args)
+
+    def _post_bw_hook(self, module: Any, args: Any) -> None:
+        with suppress(KeyError):
+            super()._post_bw_hook(module, args)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
                            ) -> Any:
+        if self.paused:
+            return func(*args, **(kwargs or {}))
         before = self._current()
+        self._before = {id(st) for t in _tensors((args, kwargs))
+                        for st in get_untyped_storages(t) if st not in self._WINFO}
         try:
             res = super().__torch_dispatch__(func, types, args, kwargs)
         except Exception as e:
             if is_oom(e) and self.oom is None:
                 self._note_oom(requested_bytes(str(e)), str(e), before)
             raise
+        finally:
+            self._before = set()
         if res is NotImplemented:
             return res
         bw, opt = self._mod_tracker.is_bw, self._in_opt

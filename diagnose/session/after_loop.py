@@ -7,6 +7,8 @@ each kind of fetch; a worker's hand-over, start, stop, batch and send cost, and 
 in-process batch (under ``dataloader``); and the CPUs' capacity, timed five times seconds
 apart (``cpu_capacity`` and the span of the timings). A run that raised gets none of them.
 Each probe may fail alone: its problem goes to ``on_error`` and its value stays unset.
+Before them, the step tracked in place during the loop becomes the ``memory`` section
+(:func:`memory_after_loop`; a run that ran out of memory in that step gets it too).
 """
 
 from __future__ import annotations
@@ -28,9 +30,28 @@ from diagnose.capture.probes import (
     time_worker_handover,
     time_worker_send,
 )
+from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import usable_cpus
 
 OnError = Callable[[str, BaseException], None]
+
+
+def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
+                      loss_fn: Any, on_error: OnError, notes: list[str]) -> None:
+    """``ctx["memory"]``: the section of the step tracked in place (its what-ifs re-run
+    under FakeTensorMode where the step is known as a function); why none was tracked goes
+    to ``notes``."""
+    if memory is None:
+        return
+    if memory.why is not None and memory.model_given:
+        notes.append(memory.why)
+    try:
+        sec = memory.section(step_fn=step_fn, loss_fn=loss_fn)
+    except Exception as e:
+        on_error("the memory section", e)
+        return
+    if sec is not None:
+        ctx["memory"] = sec
 
 
 def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,

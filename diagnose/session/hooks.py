@@ -6,12 +6,16 @@ the garbage collector's callbacks, the models' calls and backward
 calls where none was), each given model's forward time
 (:class:`~diagnose.capture.probes.ForwardTimer`; the first one's inputs go to the probes
 after the loop), and the DataLoader's batches (:mod:`~diagnose.capture.loader_shim`).
+Each boundary also goes to the in-place memory tracking
+(:class:`~diagnose.memory.inplace.InPlaceStep`), told whether it fell outside any module's
+call (a batch asked for, an optimizer's step, ``d.step()``), and the batches to it too.
 :meth:`Hooks.remove` undoes every one of them, each even if one before failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from diagnose.capture import loader_shim
@@ -25,19 +29,22 @@ class Hooks:
     """Installs the hooks for ``models`` (a list, maybe empty) and ``loader`` into
     ``steps``; ``notes`` gets a line where the DataLoader cannot be hooked."""
 
-    def __init__(self, steps: Steps, models: list[Any], loader: Any, notes: list[str]) -> None:
+    def __init__(self, steps: Steps, models: list[Any], loader: Any, notes: list[str],
+                 memory: Any = None) -> None:
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
         )
 
         self.steps = steps
+        self.models = models
+        self.memory = memory  # an InPlaceStep, or None: memory is not tracked
         self.loader_hook: loader_shim.LoaderHook | None = None
         self.timers: list[ForwardTimer] = []
         self.model_hooks: ModelHooks | None = None
         self.gc: GcTimer | None = None
         self._handles: list[Any] = []
-        self._handles.append(register_optimizer_step_post_hook(steps.on_optimizer_step))
+        self._handles.append(register_optimizer_step_post_hook(self._optimizer_step))
         self._handles.append(register_optimizer_step_pre_hook(steps.on_optimizer_start))
         self.gc = GcTimer(steps.on_gc)
         steps.gc_timed = True
@@ -48,8 +55,8 @@ class Hooks:
                                       discover=not models,
                                       on_found=steps.finder.found_model)
         steps.forwards_counted = bool(self.model_hooks.models) or not models
-        if self.model_hooks.discovering:  # the first boundary ends the search
-            steps.on_boundary = self._settle
+        self._discovering = self.model_hooks.discovering  # the first boundary ends the search
+        steps.on_boundary = self._boundary
         self._hook_loader(loader, notes)
 
     @property
@@ -66,10 +73,66 @@ class Hooks:
         mh = self.model_hooks
         return [] if mh is None else [m for m in (r() for r in mh.found) if m is not None]
 
-    def _settle(self) -> None:
-        if self.model_hooks is not None:
-            self.model_hooks.settle()
-        self.steps.on_boundary = None
+    def _boundary(self) -> None:
+        if self._discovering:
+            self._discovering = False
+            if self.model_hooks is not None:
+                self.model_hooks.settle()
+        mem = self.memory
+        if mem is None or mem.state not in ("idle", "tracking"):
+            return
+        try:
+            prof = self.steps.profiler
+            found = self.models or self.found_models()
+            mem.boundary(prof is not None and prof.finished, found[0] if found else None,
+                         self.steps.finder.optimizer_list)
+        except Exception as e:  # never break the user's step
+            self._drop_memory(e)
+
+    def _drop_memory(self, e: BaseException) -> None:
+        """A problem in the memory tracking: it stops (a step being tracked is left), and
+        the problem goes to the session's notes."""
+        mem, self.memory = self.memory, None
+        with contextlib.suppress(Exception):
+            if mem is not None:
+                mem.close()
+        if self.steps.on_error is not None:
+            self.steps.on_error("memory tracking", e)
+
+    @contextlib.contextmanager
+    def _safe(self) -> Iterator[None]:
+        """A boundary found here falls outside any module's call."""
+        mem = self.memory
+        if mem is not None:
+            mem.safe = True
+        try:
+            yield
+        finally:
+            if mem is not None:
+                mem.safe = False
+
+    def _optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        with self._safe():
+            self.steps.on_optimizer_step(opt, args, kwargs)
+
+    def manual(self) -> None:
+        """``d.step()``: a boundary the user marks, outside any module's call."""
+        with self._safe():
+            self.steps.manual()
+
+    def _on_next(self, it: Any) -> None:
+        with self._safe():
+            self.steps.on_next(it)
+        if self.memory is not None:
+            self.memory.on_next()
+
+    def _on_batch(self, it: Any, seconds: float, batch: Any) -> None:
+        self.steps.on_batch(it, seconds, batch)
+        if self.memory is not None:
+            try:
+                self.memory.on_batch(batch)
+            except Exception as e:
+                self._drop_memory(e)
 
     def _hook_loader(self, loader: Any, notes: list[str]) -> None:
         if loader is None:
@@ -87,12 +150,16 @@ class Hooks:
                 "batches are not timed, and steps are found from the optimizers and the "
                 "models' calls")
             return
-        self.loader_hook = loader_shim.install(
-            loader, self.steps.on_next, self.steps.on_batch)
+        self.loader_hook = loader_shim.install(loader, self._on_next, self._on_batch)
         self.steps.hook = self.loader_hook
 
     def remove(self) -> None:
-        """Every hook off, each even if one before failed."""
+        """Every hook off, each even if one before failed; a step still tracked is left."""
+        if self.memory is not None:
+            try:
+                self.memory.close()
+            except Exception as e:
+                self._drop_memory(e)
         for h in self._handles:
             with contextlib.suppress(Exception):
                 h.remove()

@@ -41,10 +41,11 @@ from diagnose.capture.samplers import (
 )
 from diagnose.capture.steps import Steps, settle_steps
 from diagnose.errors import CaptureError
+from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context import clock_note, context_metrics
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
-from diagnose.session.after_loop import time_after_loop
+from diagnose.session.after_loop import memory_after_loop, time_after_loop
 from diagnose.session.hooks import Hooks
 from diagnose.session.publish import (
     capture_section,
@@ -97,7 +98,8 @@ class Session:
     ``tensorboard`` (a log dir, or True for ``diagnose-tb/``) also writes the run there
     for TensorBoard: scalars, findings and a trace torch-tb-profiler reads correctly.
     ``optimizer`` with ``loss_fn(output, target)`` or ``step_fn(model, batch) -> loss``
-    enable ``.autofix()`` (see :func:`diagnose.autofix.autofix`).
+    enable ``.autofix()`` (see :func:`diagnose.autofix.autofix`). ``memory`` tracks the
+    untimed step after the window by kind and module (:mod:`diagnose.memory.inplace`).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class Session:
         optimizer: Any = None,
         loss_fn: Any = None,
         step_fn: Any = None,
+        memory: bool = True,
     ) -> None:
         if steps < 1 or warmup < 0 or wait < 0 or clock_steps < 1:
             raise CaptureError(
@@ -145,6 +148,7 @@ class Session:
         self.optimizer = optimizer  # for .autofix(): it drives the steps itself
         self.loss_fn = loss_fn
         self.step_fn = step_fn
+        self.memory = memory
         self.tensorboard = tensorboard  # a log dir (True: diagnose-tb) to write the run into
         self.tensorboard_dir: Path | None = None
 
@@ -195,7 +199,7 @@ class Session:
         calls) are off.
         """
         if self._entered and not self._closed:
-            self._steps.manual()
+            (self._hooks.manual if self._hooks is not None else self._steps.manual)()
 
     def autofix(self, **kwargs: Any) -> Any:
         """Apply the fixes the findings name in measured trials; keep what helps.
@@ -323,7 +327,8 @@ class Session:
         return samplers
 
     def _install_hooks(self) -> None:
-        self._hooks = Hooks(self._steps, self.models, self.loader, self.notes)
+        self._hooks = Hooks(self._steps, self.models, self.loader, self.notes,
+                            InPlaceStep() if self.memory else None)
         self._loader_hooked = self._hooks.loader_hooked
 
     def _remove_hooks(self) -> None:
@@ -458,6 +463,9 @@ class Session:
         if hooks is not None:
             hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
+        memory_after_loop(ctx, hooks.memory if hooks is not None else None,
+                          step_fn=self.step_fn, loss_fn=self.loss_fn,
+                          on_error=self._internal_error, notes=self.notes)
         if exc is None:
             time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
                             loader=self.loader, forward=fwd, batch=batch,

@@ -4,12 +4,19 @@ In a trial, the micro-batch (``batch_size``) is the rebuilt DataLoader's batch s
 the user's own sampler (or batch sampler, whose size cannot change), and
 ``grad_accum_steps`` the forward/backward passes per optimizer step, the loss divided by
 their number; larger_batch (launch.py) changes both fields too.
+
+A fix's predicted peak (:func:`peak_prediction`) is the memory section's what-if whose
+change sets exactly the fields the fix changes (:data:`PEAK_FIELDS` for a fix that is
+advice only); of several (accumulation over 2 or 4 micro-batches), the first whose range's
+high end fits the budget less ``FIT_MARGIN``, else the lowest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from ...memory import FIT_MARGIN
 from ..code import GENERIC_NOTE, Setup, loader_call
 from ..config import TrainConfig, micro_batches
 from ..realise import CannotRealise, Kwargs, Realisation, StepParts
@@ -73,6 +80,33 @@ os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 #: The registered units of this category (a test checks that each one declared is here).
 FIXES = (GRAD_ACCUMULATION, ACTIVATION_CHECKPOINTING, EXPANDABLE_SEGMENTS)
+
+#: the what-if fields of fixes that are advice only (an automatic fix's are its ``fields``)
+PEAK_FIELDS: dict[str, tuple[str, ...]] = {"activation_checkpointing": ("checkpoint_modules",)}
+
+
+def peak_prediction(fix: Fix, memory: Mapping[str, Any] | None,
+                    budget_bytes: int | None = None) -> dict[str, Any] | None:
+    """The predicted peak of ``fix`` from the memory section's what-ifs (module doc):
+    ``{"peak_bytes", "range", "change", "method"}`` (and ``step_ms`` where the what-if has
+    one); None where no what-if makes the fix's change."""
+    fields = set(PEAK_FIELDS.get(fix.id, fix.fields))
+    whats = [w for w in (memory or {}).get("what_if") or ()
+             if fields and set(w.get("change") or ()) == fields
+             and isinstance(w.get("peak_bytes"), int)]
+    if not whats:
+        return None
+
+    def high(w: Mapping[str, Any]) -> int:
+        r = w.get("range")
+        return int(r[1]) if r else int(w["peak_bytes"])
+    room = budget_bytes * (1 - FIT_MARGIN) if budget_bytes else None
+    fit = [w for w in whats if room is not None and high(w) <= room]
+    best = fit[0] if fit else min(whats, key=high)
+    out = {k: best.get(k) for k in ("peak_bytes", "range", "change", "method")}
+    if best.get("step_ms") is not None:
+        out["step_ms"] = best["step_ms"]
+    return out
 
 
 # ---------------------------------------------------------------------- in a trial

@@ -1,0 +1,127 @@
+"""The loop's own step tracked in place (diagnose/memory/inplace.py): started and ended at
+step boundaries (an optimizer's global step hook among them), the loader's work left out,
+the batch counted as ``other``, memory held before the step not counted."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
+
+from diagnose.memory.inplace import InPlaceStep  # noqa: E402
+from diagnose.memory.tracker import StepTracker, run_step  # noqa: E402
+
+from . import models as M  # noqa: E402
+
+
+def _step(model, opt, b) -> None:
+    M.loss(model, b).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_a_step_is_tracked_from_one_optimizer_step_hook_to_the_next():
+    """The session enters and leaves the tracker inside torch's global post-step hooks:
+    the tracker's own optimizer hooks must not change that table while torch walks it."""
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.Adam(model.parameters())
+    mem = InPlaceStep()
+
+    def boundary(o, args, kwargs):
+        mem.safe = True
+        mem.boundary(True, model, [o])
+        mem.safe = False
+    handle = register_optimizer_step_post_hook(boundary)
+    try:
+        _step(model, opt, b)  # starts the tracker
+        assert mem.state == "tracking"
+        _step(model, opt, b)  # the tracked step; its optimizer step ends it
+        _step(model, opt, b)  # untracked
+    finally:
+        handle.remove()
+    assert mem.state == "done"
+    kinds = mem.result.by_kind()
+    assert kinds["parameters"] == M.PARAM_BYTES
+    assert kinds["optimizer_state"] == M.ADAM_STATE_BYTES
+    assert mem.result.step == {"amp_dtype": None, "set_to_none": True, "micro_batches": 1}
+    assert mem.result.batch_size == M.BATCH  # from the model's outermost call
+
+
+def test_the_loaders_work_is_left_out_and_the_batch_is_other():
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows = torch.randn(10 * M.BATCH, M.IN)
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    mem.on_next()
+    x = torch.stack([rows[i] for i in range(M.BATCH)])  # the loader collating: untracked
+    mem.on_batch((x, b[1]))
+    _step(model, opt, (x, b[1]))
+    mem.boundary(False, model, [opt])
+    res = mem.result.to_json()
+    batch_bytes = M.BATCH * M.IN * 4 + M.BATCH * 8
+    assert res["batch_bytes"] == batch_bytes and res["batch_size"] == M.BATCH
+    assert max(p["other"] for p in res["timeline"]["points"]) == batch_bytes
+
+
+def test_a_slice_of_memory_held_before_the_step_is_not_the_steps():
+    model = M.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randn(100 * M.BATCH, M.IN)  # 800 KB held outside the step
+    labels = torch.zeros(M.BATCH, dtype=torch.long)
+    with StepTracker(model, opt) as t:
+        x = data[:M.BATCH]
+        x.mul_(1.0)  # in place, on the data's storage
+        _step(model, opt, (x, labels))
+    assert t.result().tracked_peak_bytes < 200_000
+
+
+def test_a_boundary_inside_a_models_call_does_not_start_it():
+    mem = InPlaceStep()
+    mem.boundary(True, M.mlp(), [])
+    assert mem.state == "skipped" and "inside the model's calls" in (mem.why or "")
+    mem.boundary(False, M.mlp(), [])
+    assert mem.state == "skipped"
+
+
+def test_a_step_left_at_the_end_of_the_loop_is_dropped():
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run_step(model, opt, [b], M.loss)
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    mem.close()  # no exception in flight: the loop ended inside the step
+    assert mem.state == "skipped" and mem.result is None
+    assert mem.section() is None
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
+
+
+def test_a_process_forked_while_tracking_runs_it_paused():
+    """A DataLoader's workers forked at an epoch's start inside the tracked step do not
+    track their own operators."""
+    import multiprocessing as mp
+
+    model = M.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        proc = ctx.Process(target=_report_paused, args=(mem.tracker, q))
+        proc.start()
+        assert q.get(timeout=60) is True
+        proc.join(60)
+        assert mem.tracker.paused is False  # this process still tracks
+    finally:
+        mem.close()
+
+
+def _report_paused(tracker, q) -> None:
+    q.put(tracker.paused)
