@@ -20,8 +20,11 @@ from .output import choose_format, wrote
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..api import analyze_runs
+    from ..watching.timeline import is_watched
 
     fmt = choose_format(args.format, args.output)
+    if len(args.paths) == 1 and is_watched(args.paths[0]):
+        return _analyze_watched(args.paths[0], fmt, args.output)
     with progress(f"analysing {_describe(args.paths)}"):
         runs = analyze_runs(args.paths, extra_rules=args.rules,
                             as_ranks=getattr(args, "as_ranks", False))
@@ -49,6 +52,29 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print_runs(runs)
     if args.fail_on and runs.at_least(args.fail_on):  # over every run
         return 1
+    return 0
+
+
+def _analyze_watched(run_dir: str, fmt: str, output: str | None) -> int:
+    """A watched run's folder (killed runs too): its timeline, alarms and captures."""
+    from ..report.watch_timeline import render_watch_html, render_watch_text
+    from ..watching.timeline import read_watched
+
+    tl = read_watched(run_dir)
+    if tl is None:
+        raise DiagnoseError(f"{run_dir}: its watch.jsonl has no meta record (not a watched "
+                            "run, or cut off before its first flush)")
+    if fmt == "json":
+        steps = {k: v.tolist() for k, v in tl.pop("steps").items()}
+        text = json.dumps({**tl, "steps": steps}, default=str)
+    elif fmt == "html":
+        text = render_watch_html(tl, run_dir)
+    else:
+        text = render_watch_text(tl, run_dir) + "\n"
+    if output:
+        _write(output, text)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

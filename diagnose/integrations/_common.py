@@ -168,3 +168,49 @@ def _base_loader(loader: Any) -> Any:
     base = getattr(loader, "base_dataloader", None)
     return base if base is not None else loader
 
+
+
+class WatchBase:
+    """What both ``WatchCallback`` classes share: one :class:`~diagnose.watching.Watch`
+    over the whole of ``fit``/``train`` (opened when training starts, on the loader the
+    trainer iterates; each trainer step marks a boundary, as ``w.step()`` does; closed when
+    training ends or raises). Takes ``watch(...)``'s keyword arguments."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self._options = options
+        self.watch: Any = None  # the last run's Watch (open while training runs)
+        self._open = False
+
+    @property
+    def alarms(self) -> list[Any]:
+        """The last run's alarms (see :class:`diagnose.watching.Alarm`)."""
+        return list(self.watch.alarms) if self.watch is not None else []
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.watch.run_dir if self.watch is not None else None
+
+    def _begin(self, model: Any, loader: Any) -> None:
+        from diagnose.watching import Watch
+
+        self.close()
+        w = Watch(model, _base_loader(loader) if loader is not None else None,
+                  **self._options)
+        w.__enter__()
+        w.step(mark=False)  # the trainer's steps are the boundaries (no batch read ahead)
+        self.watch, self._open = w, True
+
+    def _step(self) -> None:
+        if self._open:
+            self.watch.step()
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """End the watch if it is open (idempotent): its summary, watch.json, the timeline."""
+        if not self._open:
+            return
+        self._open = False
+        if exc is None:
+            self.watch.__exit__(None, None, None)
+        else:
+            self.watch.__exit__(type(exc), exc, exc.__traceback__)

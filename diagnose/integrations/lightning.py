@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.integrations._common import CallbackBase, import_trainer
+from diagnose.integrations._common import CallbackBase, WatchBase, import_trainer
 
-__all__ = ["DiagnoseCallback"]
+__all__ = ["DiagnoseCallback", "WatchCallback"]
 
 _pl = import_trainer(("lightning.pytorch", "pytorch_lightning"), "lightning",
                      "Lightning (lightning or pytorch_lightning)")
@@ -71,3 +71,21 @@ class DiagnoseCallback(CallbackBase, *_BASES):  # type: ignore[misc]
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._capture.close(exception)
+
+
+class WatchCallback(WatchBase, *_BASES):  # type: ignore[misc]
+    """Watch the whole of ``Trainer.fit`` (``watch(...)``'s keyword arguments): each
+    training batch is a step; after it ``.alarms``, ``.run_dir`` and ``.watch``."""
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._begin(pl_module, trainer.train_dataloader)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._step()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.close()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.close(exception)

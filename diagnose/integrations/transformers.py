@@ -32,9 +32,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from diagnose.integrations._common import CallbackBase, import_trainer
+from diagnose.integrations._common import CallbackBase, WatchBase, import_trainer
 
-__all__ = ["DiagnoseCallback"]
+__all__ = ["DiagnoseCallback", "WatchCallback"]
 
 _hf = import_trainer(("transformers",), "transformers", "Hugging Face transformers")[0]
 TrainerCallback: Any = _hf.TrainerCallback  # imported at run time: a base mypy cannot see
@@ -77,3 +77,18 @@ class DiagnoseCallback(CallbackBase, TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._capture.close()
+
+
+class WatchCallback(WatchBase, TrainerCallback):
+    """Watch the whole of ``Trainer.train`` (``watch(...)``'s keyword arguments): each
+    optimizer step is a step; after it ``.alarms``, ``.run_dir`` and ``.watch``. Where
+    training raises, call ``cb.close()`` (the trainer has no exception hook)."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._begin(kwargs.get("model"), kwargs.get("train_dataloader"))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.close()

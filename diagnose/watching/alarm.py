@@ -4,7 +4,8 @@ with the capture taken for it and what changed against the baseline window.
 Signals: ``step_time`` (ms), ``loader_wait`` (ms a step), ``gpu_util`` (%), ``memory``
 (GPU memory used, bytes), ``energy`` (J/step), ``rank`` (a straggler: its step time against
 the other ranks' median, ms). ``kind`` is ``change`` (in :attr:`Watch.alarms`) or
-``spike`` (one slow step, in :attr:`Watch.spikes`: never an alarm).
+``spike`` (one slow step, in :attr:`Watch.spikes`: never an alarm) or ``shift`` (a change
+for the better, or back to the reference level, in :attr:`Watch.shifts`: never an alarm).
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ move the wait by a tenth of a step or more (from no wait; more from a long one).
 ``gpu_util`` as a fraction (a change of 10 points or more), ``memory`` as log bytes (5% or
 more; the baseline is never refreshed, so a slow leak is seen), and per energy window
 (~10 s) ``energy`` as log J/step (10% or more).
+
+Each signal has a worse direction (:data:`WORSE`: slower steps, a longer wait, a lower
+utilisation, more memory, more energy). A change is an alarm only when it leaves the
+signal worse than its reference level by at least the signal's ``min_change`` and the
+new level's own uncertainty (:class:`Reference`); a change for the better (a neighbour leaving the CPUs) is a shift,
+recorded but not an alarm, and it becomes the reference only once it held ``hold`` values,
+so that a pace that briefly improved and came back is not taken for a slowdown.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ import math
 
 from .detector import Params
 
-__all__ = ["LOADER_OFFSET", "PARAMS", "from_x", "to_x"]
+__all__ = ["HOLD", "LOADER_OFFSET", "MARGIN", "PARAMS", "WORSE", "Reference", "from_x",
+           "to_x"]
 
 #: the loader wait is tested as log(wait + this x the baseline's median step)
 LOADER_OFFSET = 0.2
@@ -32,7 +40,71 @@ PARAMS: dict[str, Params] = {
                      min_change=math.log(1.10), spike_z=1e9, confirm=6),
 }
 
+#: +1: a higher value is worse; -1: a lower one is
+WORSE: dict[str, int] = {"step_time": 1, "loader_wait": 1, "gpu_util": -1, "memory": 1,
+                         "energy": 1}
+#: values a change for the better holds before a slowdown is measured from it: a few
+#: baseline refreshes (a level that lasts this long is the job's pace, not a lull)
+HOLD = 1000
+
+#: a median of n normal values has a standard error of this x sigma / sqrt(n)
+MEDIAN_SE = math.sqrt(math.pi / 2)
+#: standard errors of the new level's estimate that a change must clear beyond
+#: ``min_change`` (about 97.5% one-sided: a change at the floor is not called on noise)
+MARGIN = 2.0
+
 _TINY = 1e-9
+
+
+class Reference:
+    """The level a signal's changes are judged against (transformed units): the baseline
+    first learnt, then each alarm's new level; after a change for the better that no
+    other change followed for ``hold`` values, the detector's level then (its baseline,
+    refreshed since). :meth:`judge` says whether a detector's change is an alarm; a change
+    for the worse judged too small is judged again on the level the detector learns after
+    it (:attr:`waiting`, :meth:`settled`), which its first few values can understate."""
+
+    def __init__(self, worse: int, min_change: float, hold: int = HOLD, n: int = 16) -> None:
+        self.worse, self.min_change, self.hold = worse, min_change, hold
+        #: the new level is a median of ``n`` values: its standard error, in scales
+        self.se = MEDIAN_SE / math.sqrt(n)
+        self.level: float | None = None
+        self._better: tuple[float, int] | None = None  # a better level and where it began
+        #: the level before a change for the worse not (yet) an alarm: judged again on the
+        #: detector's relearnt level
+        self.waiting: float | None = None
+
+    def judge(self, before: float, after: float, index: int, sigma: float = 0.0) -> bool:
+        """A change from ``before`` to ``after`` called at ``index`` (``sigma``: the
+        baseline's scale): True if an alarm, that is if the new level is worse than the
+        reference by ``min_change`` plus :data:`MARGIN` standard errors of its estimate."""
+        if self.level is None:
+            self.level = before
+        b = self._better
+        if b is not None and index - b[1] >= self.hold:
+            # the pace held better: the level it has now (refreshed since) is the reference
+            self.level, self._better = before, None
+        s = self.worse
+        if s * (after - before) <= 0:  # for the better (or no direction): a shift
+            self._better = (after, index)
+            return False
+        self._better = None
+        if s * (after - self.level) >= self.min_change + MARGIN * self.se * sigma:
+            self.level, self.waiting = after, None
+            return True
+        self.waiting = before
+        return False  # back to about the reference (it stays: small steps add up)
+
+    def settled(self, mu: float, index: int) -> bool:
+        """The detector learnt its level ``mu`` after the change :attr:`waiting` holds: an
+        alarm if that level is worse than the reference by ``min_change`` (a mean of a
+        whole baseline: no margin)."""
+        before, self.waiting = self.waiting, None
+        assert before is not None and self.level is not None
+        if self.worse * (mu - self.level) >= self.min_change:
+            self.level = mu
+            return True
+        return False
 
 
 def to_x(signal: str, v: float, offset: float = 0.0) -> float:

@@ -86,6 +86,9 @@ def record(w: Any) -> dict[str, Any]:
                    "recent": [{"step": s.step, "signal": s.signal, "before": s.before,
                                "after": s.after, "unit": s.unit}
                               for s in list(w.spikes)[-100:]]},
+        "shifts": {"count": w.shift_count,
+                   "recent": [a.to_json() for a in list(w.shifts)[-100:]]},
+        "rests": [list(r) for r in w.rests],
         "baseline": _capture_head(w.baseline),
         "captures": [j.to_json() for j in list(w.captures)],
         "energy": energy,
@@ -142,6 +145,12 @@ def text(rec: dict[str, Any]) -> str:
         out.append(f"  spikes (single slow steps, not alarms): {sp['count']:,}; the largest of "
                    f"the latest x{(big['after'] or 0) / (big['before'] or 1):.1f} at step "
                    f"{big['step']:,}")
+    sh = rec.get("shifts") or {"count": 0, "recent": []}
+    if sh["count"]:
+        out.append(f"  shifts (changes for the better or back to the reference, not alarms): "
+                   f"{sh['count']:,}" + "".join(
+                       f"; step {a['step']:,} {a['signal']} {a['before']:.4g} -> "
+                       f"{a['after']:.4g} {a['unit']}" for a in sh["recent"][-3:]))
     caps = rec["captures"]
     if caps:
         cost = sum(c["cost_s"] for c in caps)

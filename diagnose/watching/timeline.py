@@ -4,7 +4,7 @@ Two append-only files per rank (rank N > 0 adds ``.rank<N>`` before the suffix):
 
 - ``watch.jsonl``: one JSON object a line, ``{"type": ..., ...}``: ``meta`` (first: the
   watch's settings and the steps file's record layout), ``block`` (a summary of each
-  block of steps, :data:`~diagnose.watching.store.BLOCK_FIELDS`), ``alarm``, ``spike``,
+  block of steps, :data:`~diagnose.watching.store.BLOCK_FIELDS`), ``alarm``, ``spike``, ``shift``,
   ``energy`` (a window of the NVML energy counter), ``ranks`` (a gather's per-rank
   summaries), ``capture`` (a profiled window, where its folder is), ``note``, and ``end``
   (last, with the whole record; absent where the run was killed);
@@ -28,13 +28,15 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["STEP_DTYPE", "TimelineWriter", "read_timeline", "timeline_files"]
+__all__ = ["STEP_DTYPE", "TimelineWriter", "is_watched", "read_timeline", "read_watched",
+           "timeline_files"]
 
 TIMELINE_VERSION = 1
 #: one step in ``watch.steps.bin``
 STEP_DTYPE = np.dtype([("t", "<f8"), ("ms", "<f4"), ("wait", "<f4")])
 #: record types that :func:`read_timeline` collects into lists, and the list's key
-LISTS = {"block": "blocks", "alarm": "alarms", "spike": "spikes", "energy": "energy",
+LISTS = {"block": "blocks", "alarm": "alarms", "spike": "spikes", "shift": "shifts",
+         "energy": "energy",
          "ranks": "ranks", "capture": "captures", "note": "notes"}
 
 
@@ -77,6 +79,11 @@ class TimelineWriter:
     def record(self, type_: str, /, **fields: Any) -> None:
         """Queue one record of type ``type_`` (written at the next flush)."""
         line = json.dumps(_safe({**fields, "type": type_}), separators=(",", ":"))
+        with self._lock:
+            self._lines.append(line)
+
+    def line(self, line: str) -> None:
+        """Queue one record already written as a JSON line (the caller made it safe)."""
         with self._lock:
             self._lines.append(line)
 
@@ -170,3 +177,31 @@ def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
                     "wait": rec["wait"].astype(np.float64)}
     out["complete"] = out["end"] is not None
     return out
+
+
+def is_watched(path: str | os.PathLike[str]) -> bool:
+    """``path`` is a watched run's folder (it holds a timeline)."""
+    return (Path(path) / timeline_files(None)[0]).is_file()
+
+
+def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """:func:`read_timeline` of the run (rank 0's), with each capture record's
+    ``findings`` (rule, severity, title) read from its folder's ``report.json`` where the
+    analysis wrote one."""
+    tl = read_timeline(run_dir)
+    if tl is None:
+        return None
+    for cap in tl["captures"]:
+        d = cap.get("dir")
+        if not d or cap.get("findings") is not None:
+            continue
+        here = Path(d) if Path(d).is_dir() else Path(run_dir) / "captures" / Path(d).name
+        try:  # where it was written, else in this folder (the run was moved)
+            rep = json.loads((here / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        found = rep.get("findings") if isinstance(rep, dict) else None
+        if isinstance(found, list):
+            cap["findings"] = [{k: f.get(k) for k in ("rule", "severity", "title")}
+                               for f in found if isinstance(f, dict)]
+    return tl

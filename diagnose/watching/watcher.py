@@ -40,7 +40,7 @@ from .energy import WINDOW_S, EnergyMeter
 from .host import HostContext, explain
 from .ranks import RankWatch
 from .sampling import EnergyNvmlSampler, Tee
-from .signals import LOADER_OFFSET, PARAMS, from_x, to_x
+from .signals import LOADER_OFFSET, PARAMS, WORSE, Reference, from_x, to_x
 from .store import StepStore
 from .timeline import STEP_DTYPE, TIMELINE_VERSION, TimelineWriter, timeline_files
 
@@ -48,9 +48,9 @@ __all__ = ["Watch", "watch"]
 
 #: steps after a window that the detectors skip (the profiler's leftovers)
 AFTER_WINDOW_SKIP = 2
-#: alarms kept in memory at most (all are in the timeline): past it the oldest without a
-#: capture of its own go
+#: alarms kept in memory at most (all are in the timeline; the oldest without a capture go)
 MAX_ALARMS = 10_000
+SAMPLED = ("gpu_util", "memory", "energy")  # the signals tested per sample
 
 _active_lock = threading.Lock()
 _active: Watch | None = None
@@ -99,6 +99,8 @@ class Watch:
         self.alarms_dropped = 0  # past MAX_ALARMS (the timeline has them)
         self.spikes: deque[Alarm] = deque(maxlen=1000)
         self.spike_count = 0
+        self.shifts: deque[Alarm] = deque(maxlen=1000)  # changes for the better: no alarms
+        self.shift_count = 0
         self.notes: list[str] = []
         self.started = self.ended = 0.0
         self.store = StepStore(ring=ring, block=block, on_block=self._on_block,
@@ -120,10 +122,14 @@ class Watch:
         self._det = Detector(self.params["step_time"])
         self._wait_det: Detector | None = None
         self._wait_off = 0.0
-        self._sample_dets = {s: Detector(self.params[s]) for s in ("gpu_util", "memory",
-                                                                   "energy")}
+        self._sample_dets = {s: Detector(self.params[s]) for s in SAMPLED}
+        self._waiting: dict[str, int] = {}  # Reference.waiting's signals: the change's start
+        self._refs = {s: Reference(w, self.params[s].min_change, n=self.params[s].min_len)
+                      for s, w in WORSE.items()}
         self._test_from = warmup_steps
         self._resting = False
+        self._rest_from = 0
+        self.rests: deque[tuple[int, int]] = deque(maxlen=1000)  # (first, stop) untested
         self._relearn = False  # learn the baselines again when the detectors wake
         self._settled = False
         self._sample_n: dict[str, int] = {}
@@ -134,19 +140,20 @@ class Watch:
         self._entered = False
 
     # ------------------------------------------------------------------ public
-    def step(self) -> None:
-        """Mark a step boundary yourself (the automatic ones are off from the first call)."""
-        if self._clock is not None:
+    def step(self, mark: bool = True) -> None:
+        """Mark a step boundary yourself (the automatic ones are off from the first call;
+        ``mark=False``: only turn them off, as a trainer's callback does at its start)."""
+        if self._clock is not None and mark:
             self._clock.manual()
+        elif self._clock is not None:
+            self._clock.mode = "manual"
 
     @property
     def testing(self) -> bool:
-        """Steps are being tested for a change now: the step time's baseline is learnt and
-        the detectors are not resting (a capture's window or analysis, the relearning after
-        the baseline window)."""
+        """Steps are being tested now: the step time's baseline is learnt, the detectors
+        not resting (a capture's window or analysis, the relearning after the baseline's)."""
         caps = self._caps
-        return (self._det.ready and not self._relearn and caps is not None
-                and not caps.quiet)
+        return self._det.ready and not self._relearn and caps is not None and not caps.quiet
 
     @property
     def step_mode(self) -> str | None:
@@ -275,7 +282,8 @@ class Watch:
                 self._clock.restart()
         elif n >= self._test_from:
             if caps.analyst.busy:
-                self._resting = True
+                if not self._resting:
+                    self._resting, self._rest_from = True, n
             else:
                 if self._resting:
                     self._wake(n)
@@ -284,6 +292,8 @@ class Watch:
                     self._on_change("step_time", c, n)
                 elif not self._settled and self._det.ready:
                     self._settle()
+                if self._waiting:
+                    self._judge_again(n, ("step_time", "loader_wait"))
                 wd = self._wait_det
                 if wd is not None:
                     c = wd.update(math.log(wait + self._wait_off), n)
@@ -294,7 +304,8 @@ class Watch:
         if self._ranks is not None and self.steps % self.rank_every == 0:
             self._gather()  # every rank at the same step, inside a window or not
         if caps.due and self.run_dir is not None:
-            self._resting = True
+            if not self._resting:
+                self._resting, self._rest_from = True, self.steps
             self._host.reset()
             caps.start(self.steps, self.run_dir)
             if self._clock is not None:
@@ -306,6 +317,7 @@ class Watch:
         the first baseline came from, can still carry its start-up: threads starting,
         caches filling)."""
         self._resting = False
+        self.rests.append((self._rest_from, n))
         for det in (self._det, self._wait_det):
             if det is None:
                 continue
@@ -367,14 +379,47 @@ class Watch:
 
     # ------------------------------------------------------------------ alarms
     def _on_change(self, signal: str, c: Change, step: int) -> None:
+        worse = self._refs[signal].judge(c.before, c.after, c.index, c.sigma)
+        if self._refs[signal].waiting is not None:
+            self._waiting[signal] = c.start
+        if worse:
+            self._on_alarm(signal, c, step)
+            return
+        alarm = self._alarm(signal, c, step, "shift")  # better, or back to the reference
+        self.shifts.append(alarm)
+        self.shift_count += 1
+        if self._writer is not None:
+            self._writer.record("shift", **alarm.to_json())
+
+    def _alarm(self, signal: str, c: Change, step: int, kind: str) -> Alarm:
         off = self._wait_off if signal == "loader_wait" else 0.0
-        alarm = Alarm(step=step, signal=signal, kind="change",
-                      before=round(from_x(signal, c.before, off), 6),
-                      after=round(from_x(signal, c.after, off), 6), unit=SIGNALS[signal],
-                      t=time.time(), start=c.start, rank=self.rank)
+        return Alarm(step=step, signal=signal, kind=kind,
+                     before=round(from_x(signal, c.before, off), 6),
+                     after=round(from_x(signal, c.after, off), 6), unit=SIGNALS[signal],
+                     t=time.time(), start=c.start, rank=self.rank)
+
+    def _on_alarm(self, signal: str, c: Change, step: int) -> None:
+        alarm = self._alarm(signal, c, step, "change")
         if signal in ("step_time", "loader_wait"):
             self._unexplained.append(alarm)
         self._raise(alarm, capture=True)
+
+    def _judge_again(self, step: int, signals: tuple[str, ...]) -> None:
+        """A change for the worse judged too small: once its detector learnt the new level,
+        that level is judged (an alarm if it is worse than the reference by enough)."""
+        for signal in signals:
+            start = self._waiting.get(signal)
+            det = self._wait_det if signal == "loader_wait" else (
+                self._det if signal == "step_time" else self._sample_dets.get(signal))
+            ref = self._refs[signal]
+            if start is None or det is None or det.mu is None:
+                continue
+            del self._waiting[signal]
+            before = ref.waiting
+            if before is not None and ref.settled(det.mu, step):
+                index = step if signal in ("step_time", "loader_wait") else \
+                    self._sample_n.get(signal, 0)
+                self._on_alarm(signal, Change(index, start, before, det.mu, det.sigma), step)
 
     def _raise(self, alarm: Alarm, *, capture: bool, why: str | None = None) -> None:
         with self._lock:
@@ -398,9 +443,14 @@ class Watch:
                   rank=self.rank)
         self.spikes.append(a)
         self.spike_count += 1
-        if self._writer is not None:
-            self._writer.record("spike", step=index, signal=signal, before=a.before,
-                                after=a.after, unit=a.unit)
+        if self._writer is not None:  # many on a busy machine: the line is made directly
+            b, v = a.before, a.after
+            if b is not None and v is not None and math.isfinite(b) and math.isfinite(v):
+                self._writer.line(f'{{"step":{index},"signal":"{signal}","before":{b!r},'
+                                  f'"after":{v!r},"unit":"{a.unit}","type":"spike"}}')
+            else:
+                self._writer.record("spike", step=index, signal=signal, before=b, after=v,
+                                    unit=a.unit)
 
     # ------------------------------------------------------------------ captures
     def _capture_context(self) -> tuple[dict[str, Any], Any, str | None]:
@@ -435,6 +485,8 @@ class Watch:
             c = det.update(to_x(signal, float(v)), self._count(signal))
             if c is not None:
                 self._on_change(signal, c, step)
+            elif signal in self._waiting:
+                self._judge_again(step, (signal,))
         if self._writer is not None:
             self._writer.flush(steps=False)
 
@@ -502,6 +554,8 @@ class Watch:
                     self.notes.append("the sampler thread did not stop within 5 s")
 
     def _finish(self, exc: BaseException | None) -> None:
+        if self._resting:  # the loop ended while the detectors rested
+            self.rests.append((self._rest_from, self.steps))
         self._host.tick(self.steps)
         self._explain(final=True)
         self.notes.extend(f"the watch's {t.name} samples: {e}" for t in self._tees

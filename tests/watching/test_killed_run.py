@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from diagnose.cli import main
 from diagnose.watching import read_timeline
 
 pytest.importorskip("torch")
@@ -42,7 +43,8 @@ with watch(model, loader, out_dir=sys.argv[1], baseline=False, print_summary=Fal
 """
 
 
-def test_a_killed_run_keeps_its_timeline_to_the_last_flush(tmp_path: Path) -> None:
+def test_a_killed_run_keeps_its_timeline_to_the_last_flush(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = random.Random().randint(800, 1500)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", LOOP, str(tmp_path)], stdout=subprocess.PIPE,
@@ -75,3 +77,7 @@ def test_a_killed_run_keeps_its_timeline_to_the_last_flush(tmp_path: Path) -> No
     assert np.all(np.isfinite(tl["steps"]["ms"])) and np.all(tl["steps"]["ms"] > 0)
     assert np.all(np.diff(tl["steps"]["t"]) > 0)  # step i is record i, in order
     assert tl["meta"]["settings"]["flush_s"] == 2.0
+    capsys.readouterr()
+    assert main(["analyze", str(runs[0])]) == 0  # the command reads it, cut off as it is
+    out = capsys.readouterr().out
+    assert f"{n:,} steps" in out and "cut off" in out

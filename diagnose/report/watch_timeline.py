@@ -1,0 +1,182 @@
+"""A watched run, rendered: the text summary and the HTML timeline of what
+``diagnose.watching.read_timeline`` read from its folder (given here as a dict; this
+module reads no file).
+
+The text gives the steps, the pace over the run (the step time's median over up to ten
+equal spans of steps), the alarms with what each capture found, spikes and shifts. The
+page plots step time and loader wait per step (each point the median of a bucket of
+steps, so a run of millions of steps stays a few kB), marks each alarm with a line, and
+links each alarm to its capture's folder. A run cut off (killed) is said to be, with the
+timeline up to its last flush.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .markup import CSS, Markup, el, raw_svg
+
+__all__ = ["pace", "render_watch_html", "render_watch_text"]
+
+#: points on the plot at most (each the median of its bucket of steps)
+POINTS = 1200
+#: spans of the run the pace is given for
+SPANS = 10
+
+
+def pace(ms: np.ndarray, spans: int = SPANS) -> list[tuple[int, int, float]]:
+    """(first step, last step, median ms) over up to ``spans`` equal spans of steps."""
+    n = len(ms)
+    if n == 0:
+        return []
+    edges = np.linspace(0, n, min(spans, n) + 1).astype(int)
+    return [(int(a), int(b) - 1, float(np.median(ms[a:b])))
+            for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def _found(cap: dict[str, Any] | None) -> list[str]:
+    """What a capture found: what changed against the baseline, then its findings."""
+    if cap is None:
+        return []
+    out = [str(c) for c in cap.get("changed") or []][:6]
+    out += [f"{f.get('severity', '?')} {f.get('rule', '?')}: {f.get('title', '')}"
+            for f in cap.get("findings") or []][:6]
+    return out
+
+
+def _captures(tl: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each capture's records merged (the last wins), by the steps of the alarms it
+    serves (an alarm's own record was written before its capture began)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for c in tl.get("captures") or []:
+        key = str(c.get("dir") or c.get("label"))
+        merged[key] = {**merged.get(key, {}), **c}
+    return {int(step): c for c in merged.values() if not c.get("baseline")
+            for step in c.get("alarms") or []}
+
+
+def _capture_of(caps: dict[int, dict[str, Any]], a: dict[str, Any]) -> dict[str, Any] | None:
+    step = a.get("step")
+    return caps.get(step) if isinstance(step, int) else None
+
+
+def _alarm_line(a: dict[str, Any]) -> str:
+    ratio = a.get("ratio")
+    times = f" (x{ratio:.2f})" if ratio and a.get("unit") != "%" else ""
+    who = f" (rank {a['rank']})" if a.get("signal") == "rank" and a.get("rank") is not None \
+        else ""
+    return (f"step {a.get('step', 0):,}: {a.get('signal')}{who} {_num(a.get('before'))} -> "
+            f"{_num(a.get('after'))} {a.get('unit', '')}{times}")
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, int | float) else "?"
+
+
+def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
+    """The text summary of a watched run's timeline."""
+    ms, wait = tl["steps"]["ms"], tl["steps"]["wait"]
+    n = len(ms)
+    end = tl.get("end")
+    head = f"watched run {run_dir}: {n:,} steps"
+    if len(tl["steps"]["t"]):
+        head += f" over {float(tl['steps']['t'][-1]):.1f} s"
+    out = [head if end is not None else
+           head + " (cut off: no end record, the timeline up to its last flush)"]
+    if n:
+        q = np.percentile(ms, (10, 50, 90))
+        out.append(f"  step time: median {q[1]:.3g} ms (p10-p90 {q[0]:.3g}-{q[2]:.3g}); "
+                   f"loader wait median {float(np.median(wait)):.3g} ms a step")
+        out.append("  pace over the run (median step time):")
+        out += [f"    steps {a:>10,} - {b:<10,} {m:8.3g} ms" for a, b, m in pace(ms)]
+    caps = _captures(tl)
+    alarms = tl.get("alarms") or []
+    out.append(f"  alarms: {len(alarms)}" + ("" if alarms else " (no sustained change)"))
+    for a in alarms:
+        out.append(f"    {_alarm_line(a)}")
+        cap = _capture_of(caps, a)
+        if cap is None:
+            why = a.get("capture_why")
+            out.append(f"      capture: {why if why and why != 'pending' else 'none'}")
+            continue
+        state = "" if cap.get("analysed") else f" ({cap.get('why') or 'not analysed'})"
+        out.append(f"      capture: {cap.get('dir')}{state}")
+        out += [f"      {line}" for line in _found(cap)]
+    for key, what in (("spikes", "spikes (single slow steps, not alarms)"),
+                      ("shifts", "shifts (changes for the better or back to the "
+                                 "reference, not alarms)")):
+        if tl.get(key):
+            out.append(f"  {what}: {len(tl[key]):,}")
+    return "\n".join(out)
+
+
+def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bucket medians of ``y`` (at most :data:`POINTS`) and each bucket's first step."""
+    n = len(y)
+    size = max(1, -(-n // POINTS))
+    m = n // size * size
+    xs = np.arange(0, m, size)
+    med = np.median(y[:m].reshape(-1, size), axis=1) if m else np.zeros(0)
+    if m < n:
+        xs, med = np.append(xs, m), np.append(med, np.median(y[m:]))
+    return xs, med
+
+
+def _svg(series: Sequence[tuple[str, np.ndarray, str]], n: int,
+         marks: Sequence[tuple[int, str]], w: int = 960, h: int = 260) -> str:
+    """Lines of (label, per-step values, colour) over steps 0..n, alarms as red lines."""
+    pad = 40
+    top = max((float(np.max(y)) for _, y, _ in series if len(y)), default=1.0) or 1.0
+    sx = (w - 2 * pad) / max(n, 1)
+    sy = (h - 2 * pad) / top
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'viewBox="0 0 {w} {h}">',
+             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
+             f'<text x="{pad}" y="{pad - 8}" font-size="11">{top:.3g} ms</text>',
+             f'<text x="{w - pad}" y="{h - 8}" font-size="11" text-anchor="end">'
+             f'step {n:,}</text>']
+    for i, (label, y, colour) in enumerate(series):
+        xs, med = _buckets(y)
+        pts = " ".join(f"{pad + x * sx:.1f},{h - pad - v * sy:.1f}"
+                       for x, v in zip(xs.tolist(), med.tolist(), strict=True))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1" '
+                     f'points="{pts}"/>')
+        parts.append(f'<text x="{pad + 150 * i}" y="{h - 8}" font-size="11" '
+                     f'fill="{colour}">{label}</text>')
+    for step, tag in marks:
+        x = pad + step * sx
+        parts.append(f'<line x1="{x:.1f}" y1="{pad}" x2="{x:.1f}" y2="{h - pad}" '
+                     f'stroke="#d33" stroke-dasharray="4 2"><title>{tag}</title></line>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_watch_html(tl: dict[str, Any], run_dir: str) -> str:
+    """The HTML timeline of a watched run: the plot, the alarms (linked to their
+    captures), and the text summary."""
+    ms, wait = tl["steps"]["ms"], tl["steps"]["wait"]
+    alarms = tl.get("alarms") or []
+    marks = [(int(a.get("step", 0)), f"alarm #{i + 1}: {a.get('signal')}")
+             for i, a in enumerate(alarms)]
+    plot = _svg([("step time (ms)", ms, "#1f77b4"), ("loader wait (ms)", wait, "#2ca02c")],
+                len(ms), marks)
+    caps = _captures(tl)
+    rows = []
+    for i, a in enumerate(alarms):
+        cap = _capture_of(caps, a)
+        d = cap.get("dir") if cap else None
+        link: Markup | str = (el("a", str(d), href="file://" + str(d)) if d
+                              else a.get("capture_why") or "none")
+        rows.append(el("tr", el("td", f"#{i + 1}"), el("td", _alarm_line(a)), el("td", link),
+                       el("td", el("ul", [el("li", s) for s in _found(cap)]))))
+    table = (el("table", el("tr", el("th", ""), el("th", "alarm"), el("th", "capture"),
+                                 el("th", "what the capture found")), rows)
+             if rows else el("p", "No alarm: no sustained change of pace."))
+    body = el("body", el("h1", f"Watched run {run_dir}"), raw_svg(plot), el("h2", "Alarms"),
+              table, el("h2", "Summary"), el("pre", render_watch_text(tl, run_dir)))
+    page = el("html", el("head", el("meta", charset="utf-8"),
+                         el("title", f"watch: {run_dir}"), el("style", Markup(CSS))), body)
+    return "<!doctype html>\n" + page

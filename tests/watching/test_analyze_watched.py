@@ -1,0 +1,71 @@
+"""``torch-diagnose analyze RUN`` on a watched run's folder: the text summary (steps, pace,
+alarms with what their capture found) and the HTML timeline, also for a run cut off
+before its end record (a killed run); bad folders get one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diagnose.cli import main
+from diagnose.watching.timeline import TimelineWriter
+
+
+def _run(tmp_path: Path, *, end: bool) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    cap = run / "captures" / "002-step600-step_time"
+    cap.mkdir(parents=True)
+    (cap / "report.json").write_text(json.dumps({"findings": [
+        {"rule": "IN001", "severity": "warning", "title": "Training waits on the DataLoader"}]}))
+    w = TimelineWriter(run)
+    w.record("meta", version=1, rank=None)
+    n = 1000
+    ms = np.where(np.arange(n) < 580, 2.0, 2.6)
+    w.steps(0, np.arange(n) * 0.002 + 0.002, ms, np.full(n, 0.1))
+    w.record("alarm", step=600, start=581, signal="step_time", kind="change", before=2.0,
+             after=2.6, unit="ms", ratio=1.3, capture_dir=None, capture_why="pending",
+             changed=[])
+    w.record("capture", label="002-step600-step_time", baseline=False, first_step=600,
+             dir=str(cap), alarms=[600], analysed=True, why=None,
+             changed=["step time without the profiler: 2.0 ms -> 2.6 ms: worse"])
+    w.record("spike", step=100, signal="step_time", before=2.0, after=30.0, unit="ms")
+    if end:
+        w.record("end", steps=n)
+    w.close()
+    return run
+
+
+@pytest.mark.parametrize("end", [True, False])
+def test_text_summary_of_a_watched_run(tmp_path: Path, end: bool,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run(tmp_path, end=end)
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "1,000 steps" in out and ("cut off" in out) != end
+    assert "step 600: step_time 2 -> 2.6 ms (x1.30)" in out
+    assert "002-step600-step_time" in out and "IN001" in out and "worse" in out
+    assert "pace over the run" in out and "2.6 ms" in out
+    assert "spikes (single slow steps, not alarms): 1" in out
+
+
+def test_html_timeline_marks_alarms_and_links_captures(tmp_path: Path) -> None:
+    run = _run(tmp_path, end=False)
+    page = tmp_path / "w.html"
+    assert main(["analyze", str(run), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and "<svg" in html and "<polyline" in html
+    assert "alarm #1: step_time" in html  # the alarm's mark on the plot
+    assert 'href="file://' in html and "002-step600-step_time" in html
+    assert "Training waits on the DataLoader" in html
+
+
+def test_a_folder_with_a_broken_timeline_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "watch.jsonl").write_text("not json\n")
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no meta record" in err
