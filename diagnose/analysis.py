@@ -12,8 +12,9 @@ from typing import Any
 
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, Setup, TrainConfig, fix_code
+from .fixes.catalog.memory import peak_prediction
 from .fixes.findings import predict_findings, sort_findings
-from .memory import memory_section, trace_memory
+from .memory import FIT_MARGIN, memory_section, trace_memory
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
@@ -269,10 +270,47 @@ def _analyze_group(g: Group, src: list[str],
                          report.metrics, FIXES)
         sort_findings(report.findings)
         report.predictor = None if isinstance(predictor, str) else predictor
+    predict_peaks(report.findings, report.memory, report.metrics)
     clock = unprofiled_step_ms(context)
     if clock:  # the per-step spread of the headline step time (compare's interval reads it)
         report.series["step_unprofiled_ms"] = [round(x, 4) for x in clock]
     return with_fix_code(report, context)
+
+
+def memory_budget(memory: dict[str, Any] | None, metrics: dict[str, Any]) -> int | None:
+    """The bytes a step may use: the device's memory, else the total of the device that ran
+    out, else the budget an out-of-memory explanation was made against (an emulated one)."""
+    ex = (memory or {}).get("oom_explanation")
+    for v in (metrics.get("device_memory_bytes"), metrics.get("oom_total_bytes"),
+              ex.get("budget_bytes") if isinstance(ex, dict) else None):
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def predict_peaks(findings: Iterable[Finding], memory: dict[str, Any] | None,
+                  metrics: dict[str, Any]) -> None:
+    """Each fix of each memory finding gets its predicted peak (``Finding.peaks``): the
+    memory section's what-if of the fix's change (:func:`peak_prediction`, against
+    :func:`memory_budget`), with ``base_bytes``, the step's peak as it is (the whole
+    step's, re-run, where the tracked one ran out), and ``fits``: the range's high end
+    within the budget less ``FIT_MARGIN`` (None: no budget). Independent of the step model."""
+    if not memory:
+        return
+    full = memory.get("full_step")
+    base = full.get("peak_bytes") if isinstance(full, dict) else None
+    base = base if isinstance(base, int) else memory.get("peak_bytes")
+    budget = memory_budget(memory, metrics)
+    for f in findings:
+        if f.category != "memory":
+            continue
+        for x in f.fixes:
+            p = peak_prediction(FIXES[x], memory, budget) if x in FIXES else None
+            if p is not None:
+                f.peaks[x] = {**p, "base_bytes": base if isinstance(base, int) else None,
+                              "budget_bytes": budget, "fits": None if budget is None else
+                              (p["range"] or [0, p["peak_bytes"]])[1]
+                              <= budget * (1 - FIT_MARGIN)}
 
 
 def _memory(context: dict | None, trace: dict[str, Any] | None, values: dict[str, Any]
@@ -413,6 +451,10 @@ def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: lis
     values = compute_all(MetricSet(values=dict.fromkeys(TRACE_CATALOG)), ctx, smp)
     memory = _memory(ctx, None, values)
     findings, not_evaluated = evaluate([r for r in rules if r.scope == "rank"], values)
+    for f in findings:  # no trace, no step model: the memory what-ifs still predict a peak
+        f.predictions = dict.fromkeys(f.fixes, "not predicted: no steps were profiled, so "
+                                      "the step model has no trace to replay")
+    predict_peaks(findings, memory, values)
     cap = ctx.get("capture") if isinstance(ctx, dict) else None
     untold = isinstance(cap, dict) and bool(cap.get("steps_untold"))
     # a capture that could not tell the loop's steps says why in its own notes

@@ -36,6 +36,10 @@ class Decision:
     steps: int = 0
     setup_s: float | None = None  # first step of the trial (torch.compile: compile time)
     predicted_speedup: float | None = None  # the step model's prediction for the fix
+    # under a memory budget (autofix/memfit.py): the fix's predicted peak, and the tuned
+    # config's measured peak (one step of all the kept changes together)
+    predicted_peak_bytes: int | None = None
+    measured_peak_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         s = self.speedup
@@ -45,7 +49,9 @@ class Decision:
                 "speedup": None if s is None else s.ratio,
                 "ci": None if s is None else [s.lo, s.hi],
                 "rounds": self.rounds, "steps": self.steps, "setup_s": self.setup_s,
-                "predicted_speedup": self.predicted_speedup}
+                "predicted_speedup": self.predicted_speedup,
+                "predicted_peak_bytes": self.predicted_peak_bytes,
+                "measured_peak_bytes": self.measured_peak_bytes}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ..fixes import FIXES, Facts, Fix, TrainConfig
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
 from .measure import Plan
+from .memfit import measure_peak, mib, over_budget, predicted_peak
 from .order import (
     in_predicted_order,
     log_disagreements,
@@ -104,6 +105,7 @@ def autofix(
     capture: Capture | None = None,
     predictions: Mapping[str, float | None] | None = None,
     try_all: bool = False,
+    memory_budget: int | None = None,
 ) -> AutofixReport:
     """Try the fixes the findings name, one trial each, and keep those that measurably help.
 
@@ -130,11 +132,21 @@ def autofix(
     prediction next to the measurement, and disagreements beyond the CI are recorded
     (``model_disagreements.jsonl`` in ``out_dir``). A warning repeated by the trials (each
     rebuilt DataLoader warns again) is shown once.
+
+    ``memory_budget``: bytes a step may use. A fix whose predicted peak (the diagnosis'
+    memory what-if of its change) does not fit it less 10% is skipped with that reason, and
+    the kept fixes' decisions carry their predicted peak beside the tuned config's measured
+    one (:mod:`diagnose.autofix.memfit`).
     """
     w = Workload.from_user(model, loader, optimizer, loss_fn=loss_fn, step_fn=step_fn,
                            device=device)
     if min_gain < 0 or max_trials < 0 or budget_s <= 0:
         raise TuneError("autofix: need min_gain >= 0, max_trials >= 0 and budget_s > 0")
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(
+            memory_budget, int) or memory_budget <= 0):
+        raise TuneError(f"autofix: memory_budget must be a positive number of bytes, "
+                        f"not {memory_budget!r}")
+    peaks: dict[str, dict[str, Any]] = {}
     plan = plan or Plan()
     steps_kw = {} if start is None else {
         k: v for k, v in start.to_json().items()
@@ -202,6 +214,13 @@ def autofix(
                 continue
             tuner.fixes_left = len(todo)
             todo.remove((fix, finding))
+            peak = predicted_peak(fix, report, memory_budget) if memory_budget else None
+            if peak is not None and memory_budget:
+                peaks[fix.id] = peak
+                over = over_budget(peak, memory_budget)
+                if over is not None:
+                    tuner.note(fix, "", SKIPPED, over, finding)
+                    continue
             if not try_all:
                 pred = preds.get(fix.id)
                 gain = math.prod(max(1.0, preds.get(f.id, 1.0), highs.get(f.id, 1.0))
@@ -240,6 +259,9 @@ def autofix(
                 best, final, bound = base, None, None
         if bound is None:
             tuned_ms, bound = tuner.bound_rounds(best, plan.final_rounds)
+        if memory_budget and best != base:
+            _with_peaks(tuner.decisions, peaks, measure_peak(tuner.trial_for(best)),
+                        memory_budget, notes)
     finally:
         if not keep_tuned_state:
             restore(snap)
@@ -267,6 +289,26 @@ def autofix(
             tuner.tuned_speedup(best)),
         model_disagreements=tuner.disagreements,
     )
+
+
+def _with_peaks(decisions: list[Decision], peaks: Mapping[str, Mapping[str, Any]],
+                measured: int | None, budget: int, notes: list[str]) -> None:
+    """The kept decisions with their predicted peak and the tuned config's measured one."""
+    def kept(d: Decision) -> Decision:
+        pred = (peaks.get(d.fix) or {}).get("peak_bytes")
+        said = ", ".join(x for x in (
+            f"predicted {mib(pred)}" if pred is not None else "",
+            f"measured {mib(measured)} (the tuned config)" if measured is not None else ""
+        ) if x)
+        return dataclasses.replace(d, predicted_peak_bytes=pred, measured_peak_bytes=measured,
+                                   reason=f"{d.reason}; peak {said}" if said else d.reason)
+    decisions[:] = [kept(d) if d.status == KEPT else d for d in decisions]
+    if measured is None:
+        notes.append("the tuned config ran out of memory when its peak was measured")
+    else:
+        notes.append(f"the tuned config's measured peak: {mib(measured)} of the "
+                     f"{mib(budget)} memory budget"
+                     + (" (over it)" if measured > budget else ""))
 
 
 def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any) -> str:

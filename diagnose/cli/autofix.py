@@ -9,6 +9,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,9 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--quick", action="store_true", help="short rounds (wider intervals)")
     a.add_argument("--keep-tuned-state", action="store_true",
                    help="leave the model as trained by the trials (default: restore it)")
+    a.add_argument("--memory-budget", metavar="BYTES", default=None,
+                   help="bytes a step may use (a number, or with KiB/MiB/GiB): a fix "
+                   "predicted not to fit it is skipped, and the tuned peak is measured")
     _add_output_args(a)
     a.set_defaults(func=run_autofix)
 
@@ -290,10 +294,32 @@ def load_target(target: str) -> dict[str, Any]:
     return out
 
 
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6,
+          "gb": 10**9}
+
+
+def memory_budget(text: str | None) -> int | None:
+    """``--memory-budget``: bytes, as a number with an optional unit (``8GiB``, ``512 MiB``)."""
+    if text is None:
+        return None
+    s = text.strip().lower()
+    num = s.rstrip("kmgib ")
+    unit = s[len(num):].strip()
+    try:
+        n = float(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        n = -1.0
+    if not (math.isfinite(n) and n >= 1):
+        raise DiagnoseError(f"--memory-budget {text!r}: give a positive number of bytes, "
+                            "e.g. 8000000000 or 8GiB")
+    return int(n)
+
+
 def run_autofix(args: argparse.Namespace) -> int:
     from ..autofix import Plan
     from ..session import autofix
 
+    budget = memory_budget(args.memory_budget)
     outputs = _outputs(args)
     objs = load_target(args.target)
     fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
@@ -305,11 +331,12 @@ def run_autofix(args: argparse.Namespace) -> int:
                      max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,
                      compile=args.compile, fixes=fixes, keep_tuned_state=args.keep_tuned_state,
                      plan=Plan.quick() if args.quick else None, try_all=args.try_all,
-                     out_dir=run_dir, progress=lambda s: status.update(f"autofix: {s}"))
+                     out_dir=run_dir, progress=lambda s: status.update(f"autofix: {s}"),
+                     memory_budget=budget)
     tr.print(console)
     console.print(f"run folder: {run_dir}", style="dim")
     _write_outputs(outputs, tr, run_dir)
     return 0
 
 
-__all__ = ["add_parser", "load_target", "run_autofix", "run_demo"]
+__all__ = ["add_parser", "load_target", "memory_budget", "run_autofix", "run_demo"]

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 from ..fixes import FIXES
 from ..metrics import CATALOG
 from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
-from ..stepmodel.prediction import prediction_line
 from ..stepmodel.step import step_model_line
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
-from .text import step_lines, unprofiled_dl
+from .text import fix_line, step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult, Runs
@@ -99,8 +98,8 @@ def _fixes(f: Finding) -> Markup | None:
         label = "try first: " if i == 0 and len(known) > 1 else ""
         items.append(el("details",
                         el("summary", label, fix.title, " ",
-                           el("span", prediction_line(f.predictions.get(fix.id)), class_="muted")
-                           if f.predictions.get(fix.id) is not None else None, " ",
+                           el("span", fix_line(f, fix.id), class_="muted")
+                           if fix_line(f, fix.id) else None, " ",
                            el("span", "autofix can apply", class_="badge auto")
                            if fix.auto else None),
                         el("pre", el("code", f.fix_code.get(fix.id, fix.code),

@@ -146,6 +146,41 @@ def _findings_table(report: Analysis) -> Table:
     return t
 
 
+def _scaled(n: float, scale: int) -> str:
+    return f"{n / scale:.1f}"
+
+
+def peak_line(peak: dict[str, Any] | None) -> str:
+    """A fix's predicted peak as the reports show it ("peak 7.9 -> 5.2 GiB predicted
+    (4.9-5.6)", and ", over the 4.0 GiB budget" where its range's high end does not fit);
+    empty when there is none."""
+    if not isinstance(peak, dict) or not isinstance(peak.get("peak_bytes"), int | float):
+        return ""
+    base, new, rng = peak.get("base_bytes"), peak["peak_bytes"], peak.get("range")
+    top = max(new, base) if isinstance(base, int | float) else new
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+                        if top >= s), ("B", 1))
+    head = f"{_scaled(base, scale)} -> " if isinstance(base, int | float) else ""
+    out = f"peak {head}{_scaled(new, scale)} {unit} predicted"
+    if isinstance(rng, list | tuple) and len(rng) == 2:
+        out += f" ({_scaled(rng[0], scale)}-{_scaled(rng[1], scale)})"
+    budget = peak.get("budget_bytes")
+    if peak.get("fits") is False and isinstance(budget, int | float):
+        out += f", over the {_scaled(budget, scale)} {unit} budget"
+    return out
+
+
+def fix_line(f: Any, fid: str) -> str:
+    """A fix's predictions in one line: the step time (the step model's), then the peak;
+    where only a memory what-if predicts, its step time where it gives one."""
+    time = prediction_line(f.predictions.get(fid))
+    peak = f.peaks.get(fid)
+    mem = peak_line(peak)
+    if mem and not time and isinstance(peak.get("step_ms"), int | float):
+        mem += f", step {peak['step_ms']:.1f} ms"
+    return "; ".join(x for x in (time, mem) if x)
+
+
 def _fix_panels(report: Analysis) -> list[Panel]:
     panels: list[Panel] = []
     shown: set[str] = set()
@@ -159,7 +194,7 @@ def _fix_panels(report: Analysis) -> list[Panel]:
             fix = FIXES[fid]
             panels.append(Panel(Syntax(f.fix_code.get(fid, fix.code), "python", theme="ansi_dark", word_wrap=True),
                                 title=f"{f.rule} fix: {escape(fix.title)}", title_align="left",
-                                subtitle=prediction_line(f.predictions.get(fid)) or None,
+                                subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))
     return panels
 

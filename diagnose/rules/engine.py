@@ -137,6 +137,9 @@ class Finding:
     fix_code: dict[str, str] = field(default_factory=dict)  # fix id -> code for this run
     # fix id -> the step model's Prediction (to_json, line) or why there is none
     predictions: dict[str, Any] = field(default_factory=dict)
+    # fix id -> its predicted peak: the memory what-if of its change (fixes/catalog/memory.py
+    # peak_prediction: peak_bytes, range, change, method, step_ms?) and base_bytes, the peak now
+    peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _fix_json(self, f: str) -> dict[str, Any]:
         out = FIXES[f].to_json(self.fix_code.get(f))
@@ -144,6 +147,9 @@ class Finding:
         out["predicted"] = None if p is None or isinstance(p, str) else p.to_json()
         out["predicted_why"] = p if isinstance(p, str) else (
             "not predicted: the step model predicts from one rank's trace" if p is None else None)
+        peak = self.peaks.get(f)
+        if peak is not None:
+            out["predicted"] = _with_peak(out["predicted"], peak)
         return out
 
     def take_gain(self, gain: float) -> None:
@@ -172,6 +178,22 @@ class Finding:
             "graded_down_from": self.graded_down_from,
             "ranks": self.ranks,
         }
+
+
+def _with_peak(predicted: dict[str, Any] | None, peak: dict[str, Any]) -> dict[str, Any]:
+    """A fix's ``predicted`` with its predicted peak merged in: ``peak_bytes``,
+    ``peak_range`` and ``peak_method``, ``peak_fits`` where a budget is known, and
+    ``peak_change`` where the what-if's change is not the time prediction's; without a
+    time prediction, ``change`` and the peak keys."""
+    keys = {"peak_bytes": peak.get("peak_bytes"), "peak_range": peak.get("range"),
+            "peak_method": peak.get("method")}
+    if peak.get("fits") is not None:
+        keys["peak_fits"] = peak["fits"]
+    if predicted is None:
+        return {"change": peak.get("change"), **keys}
+    if peak.get("change") != predicted.get("change"):
+        keys["peak_change"] = peak.get("change")
+    return {**predicted, **keys}
 
 
 @dataclass

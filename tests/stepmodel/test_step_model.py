@@ -122,10 +122,15 @@ def test_window_is_around_the_median_step():
     assert b - a == 5 and a <= int(np.argsort(durs)[4]) < b
 
 
+#: a memory fix's predicted peak, beside or without its time prediction (docs/json.md)
+PEAK_KEYS = ("peak_bytes", "peak_range", "peak_method", "peak_fits", "peak_change")
+
+
 def test_findings_fixes_carry_predictions():
     """findings[].fixes[].predicted = {change, step_ms, speedup, range, may_not_help?,
-    assumed?}, or null and why; may_not_help exactly where the range's slow end is the step
-    as it is; a saved trace's pinned copies assume the link's rate."""
+    assumed?, peak_*?}, or null and why; may_not_help exactly where the range's slow end is
+    the step as it is; a saved trace's pinned copies assume the link's rate. (A memory fix's
+    peak keys, and a peak without a time prediction: tests/memory/test_finding_peaks.py.)"""
     doc = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz").to_json()
     fixes = [x for f in doc["findings"] for x in f["fixes"]]
     assert fixes
@@ -133,12 +138,13 @@ def test_findings_fixes_carry_predictions():
     assert made, fixes
     for p in made:
         assert {"change", "step_ms", "speedup", "range"} <= set(p) <= {
-            "change", "step_ms", "speedup", "range", "may_not_help", "assumed"}
+            "change", "step_ms", "speedup", "range", "may_not_help", "assumed", *PEAK_KEYS}
         lo, hi = p["range"]
         assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
         assert p.get("may_not_help", False) == (hi >= p["step_ms"] * p["speedup"] - 1e-3)
-    for x in fixes:
-        assert (x["predicted"] is None) == isinstance(x["predicted_why"], str)
+    for x in fixes:  # a why exactly where there is no time prediction
+        timed = x["predicted"] is not None and "step_ms" in x["predicted"]
+        assert timed != isinstance(x["predicted_why"], str)
     tr = [f for f in doc["findings"] if f["category"] == "transfer"]
     assert tr and tr[0]["fixes"][0]["id"] == "pin_memory"
     assert tr[0]["fixes"][0]["predicted"]["change"] == {"pin_memory": True, "non_blocking": True}
