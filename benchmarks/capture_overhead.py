@@ -1,4 +1,6 @@
-"""Capture overhead: the same training loop with and without the background samplers.
+"""Capture overhead: the same training loop with and without the background samplers;
+and, with ``--jobs``, whole captures of benchmarks/jobs: the profiled step against the
+unprofiled one, and each probe's own time against the capture's wall time.
 
 Arms run interleaved in short blocks (A B C, C B A, ...) for many rounds so drift and
 other load on the machine hit every arm alike; each block times ``--steps`` steps and
@@ -9,8 +11,24 @@ sampler thread per tick, and what it comes to at each rate), and the step hooks
 (DataLoader ``__next__`` wrapper + optimizer post-hook, per step).
 
     python benchmarks/capture_overhead.py [--rounds 30] [--steps 10] [--hz 10 50]
+        [--profiled] [--workload augment_cnn]
+
+``--profiled`` adds an arm whose steps run under the session's profiler window
+(:class:`~diagnose.capture.profiler.WindowProfiler` with its defaults, one warm-up step
+untimed): the profiler's overhead, paired with the plain arm like the samplers'.
+``--workload NAME`` times a job of benchmarks/jobs instead of the MLP (``augment_cnn``: a
+dozen small tensor ops per sample in the training process, an op-heavy CPU step).
 
 Goal: under 1% of step time at the default rate.
+
+``--jobs augment_cnn tensor_rows [--captures 3]``: each job is captured ``--captures``
+times with ``diagnose(model, loader)`` (its loop as a user writes it, stopped at
+``d.done``); per capture the table gives the capture's wall time (enter to the end of the
+exit: probes, analysis, report), the profiler's overhead (the window's median step over
+the unprofiled median, both by the session's clock: ``profiler_overhead_ratio``) and
+``context["probes_ms"]``: each probe's own time, and all of them as a share of the wall
+time ('*' on the ratio: the session judged its unprofiled figure too noisy to trust).
+Goals: profiled step <= 1.3x the unprofiled one; all probes under 5% of the wall.
 """
 
 from __future__ import annotations
@@ -30,8 +48,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks", ROOT / "benchmarks" / "jobs"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from diagnose.capture.samplers import (  # noqa: E402
     DEFAULT_HZ,
@@ -58,6 +77,28 @@ def workload(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, Da
 def forever(loader: DataLoader) -> Iterator[Any]:
     while True:
         yield from loader
+
+
+def profiled_steps(model: nn.Module, opt: torch.optim.Optimizer, it: Any, n: int,
+                   device: torch.device, run_dir: Path) -> list[float]:
+    """``n`` steps recorded by a WindowProfiler as a session sets it up (its lean defaults),
+    after one warm-up step; each step's time excludes the profiler's own ``step()`` (the
+    trace is written at the last one, between steps)."""
+    from diagnose.capture.profiler import WindowProfiler
+
+    prof = WindowProfiler(run_dir, wait=0, warmup=1, active=n)
+    prof.start()
+    times = []
+    try:
+        for i in range(n + 1):
+            t = timed_steps(model, opt, it, 1, device)[0]
+            if i:
+                times.append(t)
+            prof.step()
+    finally:
+        prof.stop()
+    assert not prof.errors, prof.errors
+    return times
 
 
 def timed_steps(
@@ -122,19 +163,98 @@ def hook_cost_us(
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def capture_job(name: str, out: str) -> tuple[float, dict[str, Any]]:
+    """One capture of benchmarks/jobs/<name>: (wall seconds of the ``with`` block, its
+    context.json)."""
+    from jobs._run import make
+
+    from diagnose import diagnose
+    from diagnose.runfolder import load_context
+
+    job = make(name)
+    model, opt, loss_fn, loader = job["model"], job["optimizer"], job["loss_fn"], job["loader"]
+    d = diagnose(model, loader, out_dir=out, print_report=False)
+    t0 = time.perf_counter()
+    with d:
+        while not d.done:
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if d.done:
+                    break
+    wall = time.perf_counter() - t0
+    ctx = load_context(d.run_dir) or {}
+    return wall, ctx
+
+
+def jobs_table(names: list[str], captures: int) -> None:
+    """Per capture: the wall time, the profiler's overhead and the probes' own times."""
+    from diagnose.metrics.context import context_metrics
+
+    print(f"device: cpu, torch {torch.__version__}, CPUs {len(os.sched_getaffinity(0))}, "
+          f"load average {os.getloadavg()[0]:.2f}\n")
+    print(f"{'job':<16}{'wall s':>8}{'profiled/unprof (ms)':>22}{'probes ms':>11}{'share':>8}"
+          "   largest probes (ms)")
+    for name in names:
+        for _ in range(captures):
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, ctx = capture_job(name, tmp)
+            ms = ctx.get("probes_ms") or {}
+            total = sum(ms.values())
+            m = context_metrics(ctx)
+            prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
+                "step_time_unprofiled_median_ms")
+            top = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ms.items(), key=lambda kv: -kv[1]))
+            rtext = "-"
+            if isinstance(prof, float) and isinstance(free, float) and free > 0:
+                # '*': the session found its unprofiled figure too noisy to trust
+                trusted = m.get("profiler_overhead_ratio") is not None
+                rtext = f"{prof / free:.2f}x{'' if trusted else '*'} ({free:.0f} ms)"
+            print(f"{name:<16}{wall:>8.2f}{rtext:>22}{total:>11.0f}"
+                  f"{total / 1e3 / wall * 100:>7.1f}%   {top}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", nargs="+", default=None,
+                    help="capture these benchmarks/jobs instead (profiler and probe costs)")
+    ap.add_argument("--captures", type=int, default=3, help="captures per job (--jobs)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per arm per round")
     ap.add_argument("--hz", type=float, nargs="+", default=[DEFAULT_HZ, 50.0])
+    ap.add_argument("--profiled", action="store_true",
+                    help="add an arm whose steps run under the profiler window")
+    ap.add_argument("--workload", default=None,
+                    help="a job of benchmarks/jobs to time instead of the MLP (CPU)")
     args = ap.parse_args()
+    if args.jobs:
+        from jobs._run import job_names
+
+        unknown = sorted(set(args.jobs) - set(job_names([])))
+        if unknown:
+            sys.exit(f"capture_overhead.py: no such job: {', '.join(unknown)} "
+                     f"(benchmarks/jobs has {', '.join(job_names([]))})")
+        jobs_table(args.jobs, args.captures)
+        return
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, opt, loader = workload(device)
+    if args.workload:
+        from jobs._run import job_names, make
+
+        if args.workload not in job_names([]):
+            sys.exit(f"capture_overhead.py: no such job: {args.workload} "
+                     f"(benchmarks/jobs has {', '.join(job_names([]))})")
+        job = make(args.workload)
+        model, opt, loader = job["model"], job["optimizer"], job["loader"]
+    else:
+        model, opt, loader = workload(device)
     it = forever(loader)
     timed_steps(model, opt, it, 10, device)  # warm up allocator, caches, thread pools
 
-    arms = ["plain"] + [f"samplers {hz:g} Hz" for hz in args.hz]
+    arms = ["plain"] + [f"samplers {hz:g} Hz" for hz in args.hz] + (
+        ["profiled"] if args.profiled else [])
     medians: dict[str, list[float]] = {a: [] for a in arms}
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,6 +263,9 @@ def main() -> None:
             for arm in order:
                 if arm == "plain":
                     t = timed_steps(model, opt, it, args.steps, device)
+                elif arm == "profiled":
+                    (Path(tmp) / f"p{r}").mkdir()
+                    t = profiled_steps(model, opt, it, args.steps, device, Path(tmp) / f"p{r}")
                 else:
                     hz = float(arm.split()[1])
                     st = SamplerThread(samplers(device), Path(tmp) / f"r{r}-{hz:g}", hz)
@@ -160,6 +283,7 @@ def main() -> None:
         f"device: {device}, torch {torch.__version__}, CPUs {len(os.sched_getaffinity(0))}, "
         f"load average {os.getloadavg()[0]:.2f}"
     )
+    print(f"workload: {args.workload or 'MLP 256-1024-1024-10, AdamW, batch 64'}")
     print(f"{args.rounds} rounds x {args.steps} steps per arm, interleaved\n")
     print(f"{'in the loop':<18}{'step ms':>10}{'overhead % (median)':>22}{'IQR':>18}")
     for arm in arms:
@@ -172,6 +296,11 @@ def main() -> None:
         print(
             f"{arm:<18}{m:>10.2f}{statistics.median(rel):>+22.2f}{f'[{q[0]:+.2f}, {q[2]:+.2f}]':>18}"
         )
+    if "profiled" in medians:
+        ratios = sorted(b / a for a, b in zip(base, medians["profiled"], strict=True))
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        print(f"\nprofiled step / plain step: {statistics.median(ratios):.3f}x median of the "
+              f"rounds' paired ratios, IQR [{q[0]:.3f}, {q[2]:.3f}] (goal <= 1.3x)")
     print(f"\n{'timed apart':<18}{'cost':>14}{'share':>30}")
     tick = tick_cost_us(device)
     for hz in args.hz:
@@ -179,7 +308,11 @@ def main() -> None:
             f"{f'sampler {hz:g} Hz':<18}{f'{tick:.0f} us/tick':>14}"
             f"{tick * hz / 1e6 * 100:>29.3f}%  of one core's time"
         )
-    us = hook_cost_us(loader, model, opt)
+    try:
+        us = hook_cost_us(loader, model, opt)
+    except AttributeError as e:  # the session's hook methods were renamed
+        print(f"{'step hooks':<18}{'n/a':>14}   ({e})")
+        return
     print(
         f"{'step hooks':<18}{f'{us:.2f} us/step':>14}{us / (step_ms * 1e3) * 100:>29.3f}%  "
         f"of a {step_ms:.1f} ms step"

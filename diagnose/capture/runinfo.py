@@ -72,6 +72,7 @@ from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 from ..values import usable_cpus
+from .probes.common import probe_clock, settled, timed
 
 CONTEXT_VERSION = 1
 
@@ -142,6 +143,7 @@ def time_batched_fetch(loader: Any, batches: int = 9) -> float | None:
     return None if both is None else both[0]
 
 
+@timed("fetches")
 def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
     """A cheap measurement for the batched-fetch prediction, made before the loop runs (so
     on no timed step), in ms: the median time of ``batches`` batches (after one untimed;
@@ -176,7 +178,8 @@ def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
             t0 = time.perf_counter()
             next(it)
             out.append(time.perf_counter() - t0)
-        if i >= 2 and time.perf_counter() - start > BUDGET_S:  # huge batches: 3 pairs
+        if i >= 2 and (time.perf_counter() - start > BUDGET_S  # huge batches: 3 pairs
+                       or settled(*times)):  # or medians known well enough
             break
     one, each = (round(statistics.median(t) * 1e3, 4) for t in times)
     return one, each
@@ -353,8 +356,12 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
 
 def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dict[str, Any]:
     """The whole context dict (without the session's ``capture`` part); ``model`` may be a
-    list of models (:func:`models_info`)."""
+    list of models (:func:`models_info`). Its ``probes_ms`` is the open
+    :func:`~.probes.common.probe_clock`: each probe's own time (ms, summed over its
+    calls) fills in as the probes run, the fetch timings here and those after the loop."""
     import torch
+
+    probes_ms = probe_clock()
 
     minfo = models_info(list(model)) if isinstance(model, list | tuple) else model_info(model)
     dev = None
@@ -379,6 +386,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dic
         "optimizer": optimizer_info(optimizer),
         "exception": None,
         "oom": None,
+        "probes_ms": probes_ms,
     }
 
 

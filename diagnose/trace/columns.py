@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..values import as_int
-from .decode import Decoded, Event
+from .decode import FLOW_CATEGORY, Decoded, Event
 
 
 class Kind(IntEnum):
@@ -146,6 +146,10 @@ _CORR_KINDS = [int(Kind.RUNTIME), *map(int, DEVICE_KINDS)]
 _DEV_KINDS = [int(k) for k in DEVICE_KINDS]
 
 
+_MEMORY = "[memory]"
+_NAME = attrgetter("name")
+
+
 class _Interner(dict):
     """Value -> dense id, in first-seen order. Lookups of known values stay in C
     (``dict.__getitem__``); Python runs only for a value's first occurrence."""
@@ -224,16 +228,25 @@ class ColumnBuilder:
         if len(self.cat_kind) < len(self.cats):
             self.cat_kind = np.array([int(_kind_of(c, "")) for c in self.cats], dtype=np.int8)
         kind = self.cat_kind[cat_id]
+        other = np.flatnonzero(kind == Kind.OTHER)
+        flow = self.cats.get(FLOW_CATEGORY)
+        if flow is not None and len(other):  # a flow is never '[memory]'
+            other = other[cat_id[other] != flow]
         del cat_id
-        name_id = self.names.ids(evs, "name")
-        mem_id = self.names.get("[memory]")
-        if mem_id is not None:
-            kind[name_id == mem_id] = Kind.MEMORY
-        # 2. keep what the analysis reads: metadata, flows and unknown categories go
+        if len(other):  # an event of no known category named '[memory]' is a memory event
+            named = np.fromiter(map(_MEMORY.__eq__, map(_NAME, _take(evs, other))), bool,
+                                len(other))
+            kind[other[named]] = Kind.MEMORY
+        # 2. keep what the analysis reads: metadata, flows and unknown categories go (their
+        # names are never interned: a third of a GPU trace's events are flows)
         keep = kind != Kind.OTHER
         if not keep.all():
             evs = _take(evs, np.flatnonzero(keep))
-            kind, name_id = kind[keep], name_id[keep]
+            kind = kind[keep]
+        name_id = self.names.ids(evs, "name")
+        mem_id = self.names.get(_MEMORY)
+        if mem_id is not None:
+            kind[name_id == mem_id] = Kind.MEMORY
         corr = np.isin(kind, _CORR_KINDS)
         masks = {"dev": np.isin(kind, _DEV_KINDS), "mem": kind == Kind.MEMORY}
         part: dict[str, Any] = {

@@ -13,18 +13,20 @@ import statistics
 import time
 from typing import Any
 
-from ..runinfo import batch_indexable
-from .common import rng_kept
+from diagnose.fixes.catalog.fetch import batch_indexable
+
+from .common import rng_kept, settled, timed
 from .compute import Inputs, model_work, on_cpu
 
-#: rounds: at least AFTER_FETCH_ROUNDS, more while they took under AFTER_FETCH_S seconds
-#: in all, at most AFTER_FETCH_MAX_ROUNDS; at least 3 where they took that long (huge
-#: batches)
-AFTER_FETCH_ROUNDS = 6
+#: rounds: at least AFTER_FETCH_ROUNDS, then more within AFTER_FETCH_S seconds in all
+#: until the ratio's median is settled (:func:`~.common.settled`), at most
+#: AFTER_FETCH_MAX_ROUNDS; at least 3 where they took that long (huge batches)
+AFTER_FETCH_ROUNDS = 4
 AFTER_FETCH_MAX_ROUNDS = 24
-AFTER_FETCH_S = 1.0
+AFTER_FETCH_S = 0.3
 
 
+@timed("work_after_fetch")
 def time_work_after_fetches(model: Any, inputs: Inputs | None, loader: Any
                             ) -> dict[str, Any] | None:
     """The model's forward and backward on ``inputs`` timed right after a batch fetched
@@ -59,7 +61,8 @@ def time_work_after_fetches(model: Any, inputs: Inputs | None, loader: Any
         start = time.perf_counter()
         for k in range(AFTER_FETCH_MAX_ROUNDS):
             took = time.perf_counter() - start
-            if (k >= AFTER_FETCH_ROUNDS and took > AFTER_FETCH_S) or (
+            if (k >= AFTER_FETCH_ROUNDS and (took > AFTER_FETCH_S or settled(
+                    [a / b for a, b in zip(*after, strict=True) if b > 0]))) or (
                     k >= 3 and took > 2 * AFTER_FETCH_S):
                 break
             # the order turns each round: neither side always follows the other's work

@@ -14,16 +14,33 @@ import statistics
 import time
 from collections.abc import Callable
 
-#: the Python loop each process of :func:`time_cpu_capacity` runs (tens of ms on a
-#: current core): interpreter work, like a DataLoader worker's per-sample code
-CAPACITY_LOOP = 800_000
-CAPACITY_ROUNDS = 3
-#: more rounds, up to CAPACITY_MAX_ROUNDS, while all of them took under CAPACITY_S seconds:
-#: a busy moment of the host can cover all three rounds of a short piece of work
+from .common import SETTLED, timed
+
+#: the Python loop each process of :func:`time_cpu_capacity` runs (10-25 ms on a current
+#: core, several scheduler ticks): interpreter work, like a DataLoader worker's per-sample
+#: code. The capacity takes each side's least time, so a longer loop only costs the exit
+CAPACITY_LOOP = 200_000
+CAPACITY_ROUNDS = 2
+#: more rounds, up to CAPACITY_MAX_ROUNDS within CAPACITY_S seconds in all, until each
+#: side's two least times agree to :data:`~.common.SETTLED` (:func:`least_settled`): a busy
+#: moment of the host can cover the first rounds of a short piece of work
 CAPACITY_MAX_ROUNDS = 12
 CAPACITY_S = 0.25
 #: at most this many processes at once (a big machine is measured on this many CPUs)
 CAPACITY_MAX_PROCS = 16
+
+
+def least_settled(*series: list[float]) -> bool:
+    """Do the two least values of every series agree to :data:`~.common.SETTLED`? The
+    capacity takes each side's least time: once a second round comes that close to it,
+    more rounds would move it by less than that."""
+    for v in series:
+        if len(v) < 2:
+            return False
+        a, b = sorted(v)[:2]
+        if b > a * (1 + SETTLED):
+            return False
+    return True
 
 
 def _spin(n: int) -> float:
@@ -85,7 +102,8 @@ def work_capacity(n: int, work: Callable[[], float], rounds: int
     together: list[float] = []
     start = time.perf_counter()
     for k in range(CAPACITY_MAX_ROUNDS):
-        if k >= rounds and time.perf_counter() - start > CAPACITY_S:
+        if k >= rounds and (time.perf_counter() - start > CAPACITY_S
+                            or least_settled(alone, together)):
             break
         one, many = concurrent_s(1, work), concurrent_s(n, work)
         if one is None or many is None:
@@ -96,6 +114,7 @@ def work_capacity(n: int, work: Callable[[], float], rounds: int
             min(float(n), max(1.0, n * min(alone) / min(together))))
 
 
+@timed("cpu_capacity")
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
     """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
     running the same loop against one process alone, ``cpus x alone / together`` (the least

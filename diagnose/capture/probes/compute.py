@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .common import SLOW_S
+from .common import SLOW_S, settled, timed
 
 #: rounds of (torch's threads, one thread) after one warm-up round of each: ROUNDS at
-#: least, up to MAX_ROUNDS while they took under ROUNDS_S seconds in all (what the threads
-#: give drifts within a second on a shared host: more rounds where they are cheap)
-ROUNDS = 5
+#: least, then more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until their medians
+#: are settled (:func:`~.common.settled`: what the threads give drifts on a shared host)
+ROUNDS = 3
 MAX_ROUNDS = 40
-ROUNDS_S = 1.0
+ROUNDS_S = 0.3
 #: idle time before each timed forward (and backward) (s): in a training loop torch's
 #: thread pool sleeps while the step does other work (loading, the optimizer, Python), and
 #: waking it is part of what its threads cost; timed back to back they would look better
@@ -132,6 +132,7 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
         torch.set_rng_state(rng)
 
 
+@timed("threads")
 def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone
@@ -151,7 +152,8 @@ def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     start = time.perf_counter()
     with model_work(model, inputs) as (forward, work):
         for k in range(MAX_ROUNDS + 1):
-            if k > ROUNDS and time.perf_counter() - start > ROUNDS_S:
+            if k > ROUNDS and (time.perf_counter() - start > ROUNDS_S
+                               or settled(*times.values())):
                 break
             torch.set_num_threads(n)
             t0 = time.perf_counter()

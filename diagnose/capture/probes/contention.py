@@ -14,17 +14,17 @@ import statistics
 import time
 from typing import Any
 
-from .common import SLOW_S
+from .common import SLOW_S, settled, timed
 from .compute import Inputs, model_work, on_cpu
 
 #: busy processes beyond the CPUs torch's threads leave (1, then 2: a worker more, where
 #: two are busy at once)
 BUSY_EXCESS = (1, 2)
-#: rounds of each (a quiet work, then the work beside the busy processes), more while all
-#: of them took under BUSY_S seconds
-BUSY_ROUNDS = 3
+#: rounds of each (a quiet work, then the work beside the busy processes), more within
+#: BUSY_S seconds in all until their medians are settled (:func:`~.common.settled`)
+BUSY_ROUNDS = 2
 BUSY_MAX_ROUNDS = 8
-BUSY_S = 1.0
+BUSY_S = 0.3
 #: no more busy processes than this (torch on few threads of many CPUs: not timed)
 BUSY_MAX_PROCS = 8
 #: timed works beside each set of busy processes (after an untimed one)
@@ -85,6 +85,7 @@ def _stop(procs: list[Any]) -> None:
         p.wait()
 
 
+@timed("threads_busy")
 def time_threads_beside_busy(model: Any, inputs: Inputs | None, cpus: int
                              ) -> dict[str, Any] | None:
     """The model's forward and backward on torch's threads beside processes that keep a
@@ -114,7 +115,8 @@ def time_threads_beside_busy(model: Any, inputs: Inputs | None, cpus: int
         with model_work(model, inputs) as (_, work):
             work()  # warm
             for k in range(BUSY_MAX_ROUNDS):
-                if k >= BUSY_ROUNDS and time.perf_counter() - start > BUSY_S:
+                if k >= BUSY_ROUNDS and (time.perf_counter() - start > BUSY_S
+                                         or settled(quiet, *busy.values())):
                     break
                 t0 = time.perf_counter()
                 for e in BUSY_EXCESS:

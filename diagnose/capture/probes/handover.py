@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .common import timed
+
 #: batches handed over (after the first, which pays for the worker's start)
 HANDOVERS = 5
 
@@ -77,6 +79,7 @@ def _touch(x: Any) -> None:
             _touch(v)
 
 
+@timed("worker_handover")
 def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
     training process (ms, the least of :data:`HANDOVERS`: a busy moment only adds to it),

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .common import SLOW_S, rng_kept
+from .common import SLOW_S, rng_kept, timed
 from .worker_batch import forked_loader
 
 #: batches: SEND_WARM first, then up to SEND_BATCHES timed while they take under SEND_S
 #: seconds
 SEND_WARM = 1
 SEND_BATCHES = 8
-SEND_S = 0.4
+SEND_S = 0.25
 
 
 def _other_threads_cpu_ns(pid: int) -> int | None:
@@ -38,6 +38,7 @@ def _other_threads_cpu_ns(pid: int) -> int | None:
     return total
 
 
+@timed("worker_send")
 def time_worker_send(loader: Any) -> float | None:
     """What sending its batches costs a DataLoader worker (ms a batch): the CPU time of a
     real one-worker loader's threads other than the one that makes batches, over

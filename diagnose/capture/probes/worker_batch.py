@@ -17,13 +17,14 @@ from contextlib import suppress
 from typing import Any
 
 from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
-from .common import SLOW_S, make_batch, rng_kept
+from .common import SLOW_S, make_batch, rng_kept, settled, timed
 
-#: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, up to MAX_PAIRS
-#: while they took under PAIRS_S seconds in all
-PAIRS = 7
+#: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, then more, up to
+#: MAX_PAIRS within PAIRS_S seconds in all, until this process's median and that of the
+#: turns' ratios are settled (:func:`~.common.settled`)
+PAIRS = 3
 MAX_PAIRS = 15
-PAIRS_S = 1.5
+PAIRS_S = 0.4
 
 
 def as_worker(ds: Any) -> None:
@@ -63,6 +64,7 @@ def forked_loader(loader: Any) -> tuple[Any, int, Callable[[Any], Any], int] | N
     return (ds, bs, collate, size) if size > 0 else None
 
 
+@timed("batches_in_turn")
 def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
     """What a batch costs a DataLoader worker against what it costs this process, timed in
     turn: one forked process set up as a worker (:func:`as_worker`) and this process make
@@ -123,7 +125,8 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
                 return None
             start = time.perf_counter()
             for j in range(1, MAX_PAIRS + 1):
-                if j > PAIRS and time.perf_counter() - start > PAIRS_S:
+                if j > PAIRS and (time.perf_counter() - start > PAIRS_S or settled(
+                        mine, [t / m for t, m in zip(theirs, mine, strict=True) if m > 0])):
                     break
                 mine.append(make_batch(ds, collate, idx(j)))
                 took = worker_batch(j)
@@ -152,6 +155,7 @@ def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float
     return round(own * ratio * 1e3, 4), round(own * 1e3, 4)
 
 
+@timed("worker_batches")
 def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
     CPUs make at once: forked processes set up as workers (:func:`as_worker`) make the

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from diagnose.capture.probes.after_fetch import time_work_after_fetches
+from diagnose.capture.probes.after_fetch import AFTER_FETCH_ROUNDS, time_work_after_fetches
 
 
 def _model() -> nn.Module:
@@ -33,7 +33,7 @@ def test_the_work_after_each_kind_of_fetch_is_timed_in_turn_and_changes_nothing(
                         batch_size=256, shuffle=True)
     rng, py, threads = torch.get_rng_state(), random.getstate(), torch.get_num_threads()
     out = time_work_after_fetches(m, ((x,), {}), loader)
-    assert out is not None and out["rounds"] >= 6
+    assert out is not None and out["rounds"] >= AFTER_FETCH_ROUNDS
     assert out["after_per_sample_ms"] > 0 and out["after_batched_ms"] > 0
     assert out["ratio"] > 0
     assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads, strict=True))
