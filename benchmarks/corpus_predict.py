@@ -189,7 +189,9 @@ def diagnose_job(job: dict[str, Any], out: str) -> dict[str, Any]:
                 d.step()
             if d.done:
                 break
-    batches.close()  # the loader's workers stop here, not during the timing that follows
+    # the loader's workers stop here, not during the timing that follows (a job without a
+    # loader hands out a plain iterator)
+    getattr(batches, "close", lambda: None)()
     return d.report.to_json()
 
 

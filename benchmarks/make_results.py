@@ -114,8 +114,49 @@ _PVM_HEAD = (r"^\d+ of \d+ predictions", r"(within 15%|OFF)\s*$")
 _AUTOFIX_HEAD = (r"^\d+ of \d+ (kept|runs')", r"kept\s+\d+\.\d+ (within 15%|OFF)",
                  r"kept: (?!nothing)")
 
+#: a corpus_predict row: job, finding, fix, change, predicted [range], measured [CI], error,
+#: inside, the step ms, the corpus
+_CORPUS = re.compile(r"^(\S+)\s+([A-Z]{2}\d{3})\s+(\S+)\s+(.*?)\s+(\d+\.\d+x \[[^\]]+\])\s+"
+                     r"(\d+\.\d+x \[[^\]]+\])\s+(\d+\.\d+)\s+(yes|no|-)\b.*?(\w+)?\s*$")
+#: the corpus' benchmarks: shown first, in a section of their own (:func:`corpus_section`)
+CORPUS = ("corpus_predict", "corpus_stability", "corpus_autofix")
+
+
+def corpus_row(line: str) -> str | None:
+    """A row of corpus_predict's table as RESULTS.md shows it; a line of its tallies."""
+    m = _CORPUS.match(line)
+    if m is None:
+        return line if re.match(r"^(tune|validate)( \(\w+\))?: ", line) else None
+    job, finding, _fix, change, pred, meas, err, inside, _corpus = m.groups()
+    pred, meas = pred.replace(", ", ","), meas.replace(", ", ",")
+    change = change.replace("num_workers", "workers").replace("intra_op_threads", "threads")
+    return f"{job[:22]:<22} {finding} {change[:26]:<26} {pred:<17} {meas:<17} {err:>4} {inside}"
+
+
+CORPUS_COLUMNS = (f"{'job':<22} {'rule':<5} {'change':<26} {'predicted':<17} {'measured':<17} "
+                  f"{'m/p':>4} in")
+
 #: name -> the benchmark; its output is benchmarks/results/<name>.txt
 BENCHMARKS: dict[str, Bench] = {
+    "corpus_predict": Bench(
+        "First fixes on held-out jobs",
+        ["benchmarks/corpus_predict.py", "--rounds", "8"],
+        "Each warning's first fix on each corpus job, applied exactly and timed without the "
+        "profiler in interleaved blocks; error = measured / predicted; inside: the measured "
+        "speedup lies in the printed range. Goals on the validate half: 90% within 15%, "
+        "90% inside the range, no first fix more than 5% slower.",
+        (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
+        60, corpus_row, CORPUS_COLUMNS),
+    "corpus_stability": Bench(
+        "The same job, captured three times",
+        ["benchmarks/corpus_stability.py", "--captures", "3"],
+        "Goal: every capture names the same first fix, predicted within 10%.",
+        (r"same first fix:",), 10, spaced),
+    "corpus_autofix": Bench(
+        "Autofix on the validate half",
+        ["benchmarks/corpus_autofix.py"],
+        "Goals: every kept change measured inside its printed range; no job left slower.",
+        (r"kept: ", r"^\d+ of \d+ kept changes measured inside"), 12, spaced),
     "analyze_speed": Bench(
         "Analysis speed and memory on a ~300 MB trace",
         ["benchmarks/analyze_speed.py", "--profile"],
@@ -138,7 +179,7 @@ BENCHMARKS: dict[str, Bench] = {
         "Parsing many ranks in parallel",
         ["benchmarks/parse_ranks.py"],
         "8 rank traces parsed in a process pool against one after another.",
-        (r"^\|",), 7),
+        (r"^\|",), 4),
     "capture_overhead": Bench(
         "Capture overhead",
         ["benchmarks/capture_overhead.py"],
@@ -169,18 +210,18 @@ BENCHMARKS: dict[str, Bench] = {
         "The project's jobs (benchmarks/jobs): each warning's first fix, applied as autofix "
         "applies it, timed in interleaved blocks against the unchanged job. Goal: measured "
         "within 15% of predicted.",
-        _PVM_HEAD, 10, predicted_row, PREDICTED_COLUMNS),
+        _PVM_HEAD, 6, predicted_row, PREDICTED_COLUMNS),
     "predict_vs_measured_samples": Bench(
         "Predictions on the demo and the CPU samples",
         ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
         "As above, on the demo's workload and the samples that run on a CPU.",
-        _PVM_HEAD, 5, predicted_row, PREDICTED_COLUMNS),
+        _PVM_HEAD, 4, predicted_row, PREDICTED_COLUMNS),
     "predict_configs": Bench(
         "Every worker and thread split, predicted beside timed",
         ["benchmarks/predict_configs.py", "--repeat", "2"],
         "Every config autofix's worker and thread ladders may try (`2w1t`: 2 workers beside "
         "torch on one thread; `2w`: beside torch's own threads), each predicted and timed.",
-        (r"^\S+\s+\d+ of \d+ within 15%",), 6),
+        (r"^\S+\s+\d+ of \d+ within 15%",), 4),
     "predict_spread": Bench(
         "One job's predictions, capture after capture",
         ["benchmarks/predict_spread.py"],
@@ -194,13 +235,13 @@ BENCHMARKS: dict[str, Bench] = {
         "`diagnose(...).autofix()` on a fresh job each run: each kept change's prediction "
         "beside its measured speedup, and each run's before/after beside the model's tuned "
         "step. Goals: no job left slower; too many workers cut in 3 of 3 runs.",
-        _AUTOFIX_HEAD, 14, autofix_row, AUTOFIX_COLUMNS),
+        _AUTOFIX_HEAD, 8, autofix_row, AUTOFIX_COLUMNS),
     "autofix_samples": Bench(
         "Autofix on the demo and the CPU samples",
         ["benchmarks/autofix_jobs.py", "--samples"],
         "As above, on the demo's workload and the CPU samples. Goals: the demo 1.3x faster "
         "or more; the healthy sample keeps nothing.",
-        _AUTOFIX_HEAD, 7, autofix_row, AUTOFIX_COLUMNS),
+        _AUTOFIX_HEAD, 5, autofix_row, AUTOFIX_COLUMNS),
     "autofix_vs_grid": Bench(
         "Autofix against an exhaustive grid",
         ["benchmarks/autofix_vs_grid.py"],
@@ -218,13 +259,26 @@ BENCHMARKS: dict[str, Bench] = {
          "0,2", "--steps", "160"],
         "The job's own loop for each (workers, threads) split, no profiler: the wait for a "
         "batch, the compute, and the batch's making, beside what a session times.",
-        (r"^workers threads", r"^\s+\d+\s+\d+\s"), 6),
+        (r"^workers threads", r"^\s+\d+\s+\d+\s"), 4),
     "work_after_fetch": Bench(
         "The model's compute after each kind of fetch (tensor_rows)",
         ["benchmarks/work_after_fetch.py", "--runs", "2"],
         "The compute after a long single-threaded load against after a batched fetch, and "
         "the session's own timing of it (the batched-fetch prediction's input).",
         (r"^variant", r"^as is"), 3, spaced),
+    "watch_false_alarms": Bench(
+        "Watch: false alarms and the delay to find a change",
+        ["benchmarks/watch_false_alarms.py"],
+        "A steady real run and 1M steps of noise resampled from captured runs: false alarms "
+        "per 10,000 steps (goal: at most 1), and how many steps a 20% slowdown takes to "
+        "raise one (goal: 50).",
+        (r"^steady run", r"^real, |^synthetic"), 7),
+    "watch_overhead": Bench(
+        "Watch: what it costs a step",
+        ["benchmarks/watch_overhead.py", "--rounds", "15"],
+        "Whole-run throughput with and without watch, interleaved rounds, on ~1 ms CPU steps "
+        "(goal: median ratio at most 1.01), and the per-step host cost in us.",
+        (r"^per-step host cost", r"^throughput ratio"), 2),
     "fuzz_reader": Bench(
         "Reader fuzzing",
         ["benchmarks/fuzz_reader.py", "--cases", "10000"],
@@ -237,11 +291,11 @@ GPU: dict[str, Bench] = {
     "predict_vs_measured_gpu": Bench(
         "Predictions checked on a GPU", ["benchmarks/predict_vs_measured.py", "--gpu"],
         "benchmarks/autofix_gpu.py's workloads: each first fix timed against the unchanged "
-        "job.", _PVM_HEAD, 9, predicted_row, PREDICTED_COLUMNS),
+        "job.", _PVM_HEAD, 5, predicted_row, PREDICTED_COLUMNS),
     "autofix_gpu": Bench(
         "Autofix on a GPU: predicted beside measured", ["benchmarks/autofix_gpu.py"],
         "One planted bottleneck a workload; each kept change and each run's before/after "
-        "beside its prediction.", _AUTOFIX_HEAD, 12, autofix_row, AUTOFIX_COLUMNS),
+        "beside its prediction.", _AUTOFIX_HEAD, 6, autofix_row, AUTOFIX_COLUMNS),
     "gpu": Bench(
         "The GPU checks of benchmarks/gpu_run.sh", ["bash", "benchmarks/gpu_run.sh"],
         "The step time a capture reports against a plain loop (tool/plain), and the tests "
@@ -281,6 +335,8 @@ TALLY = re.compile(r"^(\d+) of (\d+) (predictions within 15%|kept changes measur
 KINDS = {"predictions within 15%": "first fixes",
          "kept changes measured within 15%": "kept changes",
          "runs' before/after measured within 15%": "before/after"}
+#: the most lines a benchmark other than the corpus' quotes of its newest run
+QUOTED = 3
 #: the newest runs the middle column of the tallies sums
 RECENT = 4
 #: a tally under this share (over all saved runs, or in the newest run) is listed as weak
@@ -426,8 +482,8 @@ each figure: [README.md](README.md). The development machine is a shared 2-CPU V
 ratios taken in one run, not absolute times across runs. GPU figures come from lent H100
 and H200 machines and are re-run only when one is lent.
 
-The CPU checks run the jobs the step model was tuned on (benchmarks/jobs): no held-out
-(validate) set exists yet, so a job the model has never seen may do worse than these figures.
+The held-out jobs come first: the corpus' validate half is the figure to trust. The checks
+after it run the jobs the step model was built on (benchmarks/jobs), which flatter it.
 
 ## What the figures mean
 
@@ -444,16 +500,34 @@ predicted.
 """
 
 
+def corpus_section() -> list[str]:
+    """The held-out jobs first: the corpus' table (tune and validate apart), its stability
+    and autofix on its validate half, and the calibration plot."""
+    lines = ["## Held-out jobs: the corpus", "",
+             *textwrap.wrap(
+                 "Training jobs the model was not built on (benchmarks/corpus, and adapted "
+                 "third-party scripts where $TORCH_DIAGNOSE_CORPUS names them), split once by "
+                 "the rule of benchmarks/corpus/SPLIT.md. Only the tune half informs the model "
+                 "(the ranges' EFFECT_ERROR: benchmarks/range_fit.py); the validate half "
+                 "checks it. Predicted against measured, with the ranges: "
+                 "[corpus_calibration.svg](results/corpus_calibration.svg).", WIDTH), ""]
+    for name in CORPUS:
+        lines += section(BENCHMARKS[name], OUT / f"{name}.txt")
+    return lines
+
+
 def assemble() -> str:
     gpu_files = sorted(OUT.glob("*h100*.txt")) + sorted(OUT.glob("*h200*.txt"))
     checked = [OUT / f"{n}.txt" for n in BENCHMARKS] + gpu_files
     present = [f for f in checked if f.exists()]
     lines = INTRO.splitlines() + [""]
+    lines += corpus_section()
     lines += tally_table(present)
     lines += weak_list(present)
     lines += ["## On the development machine (CPU)", ""]
     for name, b in BENCHMARKS.items():
-        lines += section(b, OUT / f"{name}.txt")
+        if name not in CORPUS:  # the held-out jobs lead; the rest quote a few lines each
+            lines += section(dataclasses.replace(b, most=min(b.most, QUOTED)), OUT / f"{name}.txt")
     lines += ["## On a GPU", "",
               *textwrap.wrap("Recorded on lent GPU machines by `bash benchmarks/gpu_run.sh` "
                              "and the scripts it runs; each file names its GPU, torch build, "
@@ -463,7 +537,8 @@ def assemble() -> str:
         gpu = "H100" if "h100" in f.stem else "H200"
         b = GPU.get(key, Bench(f.stem, ["bash", "benchmarks/gpu_run.sh"], "",
                                (r"^\d+ of \d+",), 4))
-        lines += section(dataclasses.replace(b, title=f"{b.title} ({gpu})"), f)
+        lines += section(dataclasses.replace(b, title=f"{b.title} ({gpu})",
+                                             most=min(b.most, QUOTED)), f)
     if not gpu_files:
         lines += ["No GPU results are saved yet.", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -3,13 +3,15 @@ change's predicted effect the model gets wrong (``EFFECT_ERROR`` in
 diagnose/stepmodel/calibration.py).
 
     python benchmarks/corpus_predict.py --half tune > tune.txt
-    python benchmarks/range_fit.py tune.txt [more.txt ...]
+    python benchmarks/range_fit.py tune.txt benchmarks/results/predict_vs_measured.txt
 
 Each timed row of corpus_predict's table gives the predicted speedup p, its printed range
 and the measured speedup m. The printed range holds the capture's own noise and the
 widening in force when the table was made (``--used``, default: the calibration's values);
 that widening is taken back out, and for each row the least share E of |ln p| that, added
-on both sides, puts m inside the range is found. A kind's EFFECT_ERROR is the 90th
+on both sides, puts m inside the range is found. predict_vs_measured's rows (the jobs the
+model was built on: tune-side by definition) print no range: the point alone stands for
+it, which asks more of E. A kind's EFFECT_ERROR is the 90th
 percentile of its rows' E (changes of workers or threads: ``cpu``; the rest: ``other``),
 so the ranges hold 9 of 10 tune rows; the table then says what coverage and half-width that
 share gives. Run it on tune rows only: the validate half checks it (corpus_predict's
@@ -27,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "jobs"))
+
+from _run import print_header  # noqa: E402
 
 from diagnose.stepmodel.calibration import EFFECT_ERROR  # noqa: E402
 
@@ -38,6 +43,9 @@ ROW = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+(?P<
 
 
 HALF = re.compile(r"^## (tune|validate) half")
+#: a predict_vs_measured row: job, finding, fix, change, predicted, measured [CI]
+PVM = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+(?P<change>.*?)\s"
+                 r"(?P<p>\d+\.\d+)x\s+(?P<m>\d+\.\d+)x \[[^\]]+\]\s+\d+\.\d+\s+(within 15%|OFF)")
 
 
 def rows(paths: list[Path]) -> list[dict[str, object]]:
@@ -54,6 +62,14 @@ def rows(paths: list[Path]) -> list[dict[str, object]]:
                 kind = "cpu" if any(f + "=" in got["change"] for f in CPU_FIELDS) else "other"
                 out.append({"job": got["job"], "fix": got["fix"], "kind": kind,
                             **{k: float(got[k]) for k in ("p", "lo", "hi", "m")}})
+                continue
+            got = PVM.match(line)
+            if got:
+                kind = ("cpu" if any(f in got["change"] for f in CPU_FIELDS)
+                        or got["fix"] in ("threads", "num_workers") else "other")
+                p = float(got["p"])
+                out.append({"job": got["job"], "fix": got["fix"], "kind": kind, "p": p,
+                            "lo": p, "hi": p, "m": float(got["m"]), "bare": True})
     return out
 
 
@@ -61,7 +77,7 @@ def needed(row: dict[str, object], used: dict[str, float]) -> float:
     """The least share of |ln p| that puts the measured speedup inside the row's range."""
     p, lo, hi, m = (float(row[k]) for k in ("p", "lo", "hi", "m"))  # type: ignore[arg-type]
     eff = abs(math.log(p))
-    w = used[str(row["kind"])] * eff
+    w = 0.0 if row.get("bare") else used[str(row["kind"])] * eff
     lo0, hi0 = lo * math.exp(w), hi * math.exp(-w)  # the widening in force taken out
     lo0, hi0 = min(lo0, p), max(hi0, p)
     miss = max(math.log(lo0 / m), math.log(m / hi0), 0.0)
@@ -91,10 +107,14 @@ def main() -> int:
     if not got:
         print("range_fit: no timed rows in the tables", file=sys.stderr)
         return 2
+    print_header("EFFECT_ERROR from the tune side's rows", "range_fit.py")
+    print(f"# tables: {', '.join(str(t) for t in args.tables)}; widening in force: {args.used}")
     print(f"{'job':<40} {'fix':<16} {'kind':<6} {'p':>6} {'m':>6} {'needed E':>9}")
-    for r in got:
+    for r in got[:40]:
         print(f"{r['job']!s:<40} {r['fix']!s:<16} {r['kind']!s:<6} {r['p']:>6.2f} "
               f"{r['m']:>6.2f} {needed(r, used):>9.2f}")
+    if len(got) > 40:
+        print(f"... and {len(got) - 40} rows more")
     print()
     for kind in ("cpu", "other"):
         mine = [r for r in got if r["kind"] == kind]

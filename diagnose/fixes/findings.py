@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders
-from ..stepmodel.calibration import BUSY, HELPS, SLOWER
+from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from .config import TrainConfig
@@ -65,13 +65,21 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
-    """Fixes by predicted effect (unpredicted ones keep their place after the predicted
-    ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
+    """Fixes by predicted effect, a tie led by the fewest changed settings (unpredicted ones
+    keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
     no workers, after them); a fix predicted to slow the job down goes last and says so;
     the time at stake follows the best prediction."""
     f.predictions = preds
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))
+    # fixes predicted within TIE of the best are a tie (one capture's noise is larger): the
+    # one that changes the fewest settings leads, so that captures of one job agree
+    if helps:
+        top = _speedup(preds[helps[0]])
+        tied = [x for x in helps if _speedup(preds[x]) * (1 + TIE) >= top]
+        lead = min(tied, key=lambda x: (len(_change(preds[x])), helps.index(x)))
+        helps.remove(lead)
+        helps.insert(0, lead)
     same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
             and SLOWER <= p.speedup < HELPS]
     # a bound below 1 says little: such a fix stays with those the model cannot tell
@@ -94,6 +102,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
         best = max(points, key=lambda p: p.speedup)
         if best.speedup >= HELPS or not open_:
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
+
+
+def _change(p: Prediction | str) -> dict[str, Any]:
+    return p.change if isinstance(p, Prediction) else {}
 
 
 def _speedup(p: Prediction | str) -> float:

@@ -73,6 +73,9 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
     window = None if n_prof is None else (
         f"{n_prof} step{'s' if n_prof != 1 else ''} ({m.get('steps_source')}), median "
         f"{_ms(m.get('step_time_median_ms'))}, p90 {_ms(m.get('step_time_p90_ms'))}")
+    probes = m.get("probes_ms_total")
+    if window is not None and isinstance(probes, int | float) and probes > 0:
+        window += f"; the session's own timings of the job took {probes / 1e3:.1f} s"
     if st["median_ms"] is None:
         return "none profiled", None
     if st["measured"] == "as profiled":

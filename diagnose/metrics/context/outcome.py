@@ -18,6 +18,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "oom_in_use_bytes": ("bytes", "memory allocated by PyTorch on the device when it failed"),
     "oom_total_bytes": ("bytes", "capacity of the device that ran out (None on CPU)"),
     "oom_device": ("name", "device that ran out of memory ('cuda:0', 'cpu')"),
+    "probes_ms_total": ("ms", "the session's own timings of the job (its probes: a worker's "
+                        "batch, the compute on one thread, the CPUs' capacity, ...), all "
+                        "of them: what the capture spent measuring beyond the loop"),
 }
 
 
@@ -37,6 +40,10 @@ def _cuda_memory(mem: Any) -> dict[str, object]:
 def outcome_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     """The :data:`CATALOG` names, and the peaks of :func:`_cuda_memory`."""
     out = _cuda_memory(get(ctx, "capture", "cuda_memory"))
+    probes = ctx.get("probes_ms")
+    if isinstance(probes, dict):
+        ms = [float(v) for v in probes.values() if isinstance(v, int | float)]
+        out["probes_ms_total"] = round(sum(ms), 1) if ms else None
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)
