@@ -331,7 +331,8 @@ def _loop_pace(loop_us: float, facts: Facts) -> float:
 #: what the workers' model assumes where a live capture's timing is missing
 WORKER_ASSUMES = {
     "input_worker_batch_ms": "a worker's batch costs what the trace's loading cost",
-    "worker_transfer_gbps": f"a batch hands over from a worker at {SHM_GBPS} GB/s",
+    "input_worker_handover_ms": "a batch hands over from a worker in the trace's shortest "
+                                f"wait for one, else at {SHM_GBPS} GB/s",
     "cpu_capacity": "every CPU the process may use is free",
 }
 
