@@ -87,7 +87,8 @@ class StepDiff:
         if self.lo_pct is None or self.hi_pct is None:
             return (f"too few steps ({self.a.n} and {self.b.n}) for a "
                     f"{self.confidence:.0%} interval")
-        floor = f", no change: within ±{self.floor_pct:g}%" if self.floor_pct else ""
+        floor = (f"; two captures of one job differ by up to ±{self.floor_pct:g}%"
+                 if self.floor_pct else "")
         return (f"{self.confidence:.0%} interval {self.lo_pct:+.1f}% to {self.hi_pct:+.1f}%"
                 f"{floor}")
 

@@ -67,6 +67,24 @@ def _lag1(xs: np.ndarray, mean: float, sd: float) -> float:
     return min(max(r, 0.0), MAX_RHO)
 
 
+def _split(seg: list[float], level: float, min_len: int) -> int:
+    """Where in ``seg`` a new level begins: the split k (leaving at least ``min_len``
+    values after it) that maximises |mean(seg[k:]) - level| x sqrt(len(seg) - k), which
+    peaks at the change for a step in the level."""
+    n = len(seg)
+    if n <= min_len:
+        return 0
+    best, at, total = -1.0, 0, sum(seg[n - min_len:])
+    for k in range(n - min_len, -1, -1):  # sums of seg[k:] built from the end
+        if k < n - min_len:
+            total += seg[k]
+        m = n - k
+        score = abs(total / m - level) * math.sqrt(m)
+        if score > best:
+            best, at = score, k
+    return at
+
+
 @dataclass(frozen=True)
 class Params:
     """The detector's parameters, in the signal's own (transformed) units where they have
@@ -201,17 +219,22 @@ class Detector:
         n = index - start + 1
         if n < p.min_len:
             return None  # not sustained long enough yet: keep summing
-        tail = list(self.recent)[-p.min_len:]
-        after = statistics.median(tail)
         before = self.mu
         assert before is not None
+        seg = list(self.recent)[-min(n, len(self.recent)):]
+        # the sum may have started before the change (values a little above the level kept
+        # it from zero): the new level begins where the split leaves the mean after it
+        # furthest from the old level, by its standard error
+        k = _split(seg, before, p.min_len)
+        start = index - len(seg) + 1 + k
+        after = statistics.median(seg[k:])
         if abs(after - before) < p.min_change:
             self.restart(index)
             return None
         self.changes += 1
         change = Change(index, start, before, after, self.sigma)
         self._pending = deque(s for s in self._pending if s.index < start)
-        seg = list(self.recent)[-min(n, len(self.recent)):]
+        seg = seg[k:]
         self.mu = None  # learn the new level, starting from the values already at it
         self._learning = seg[-p.relearn:]
         self._need = p.relearn
