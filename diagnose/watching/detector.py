@@ -211,6 +211,78 @@ class Detector:
             self._set_baseline(list(self.recent)[-self._refresh:], None)
         return None
 
+    def update_many(self, xs: list[float], first: int) -> list[Change]:
+        """Take values ``xs`` at ``first``, ``first + 1``, ...; the changes called among
+        them, in order. The same as :meth:`update` on each value in turn, at a third of
+        its cost: the stretches where nothing happens (no sum past ``h``, no run, no
+        refresh, no spike candidate) run in one loop over local names, and each value
+        where something does happen, or while the baseline is learnt or a spike awaits
+        confirmation, goes through :meth:`update`."""
+        out: list[Change] = []
+        n, i = len(xs), 0
+        while i < n:
+            if self.mu is not None and not self._pending:
+                i += self._quiet_run(xs, i, first)
+                if i >= n:
+                    break
+            c = self.update(xs[i], first + i)
+            i += 1
+            if c is not None:
+                out.append(c)
+        return out
+
+    def _quiet_run(self, xs: list[float], start: int, first: int) -> int:
+        """Take ``xs[start:]`` up to the first value where something happens (see
+        :meth:`update_many`), with :meth:`update`'s arithmetic in its order; how many were
+        taken."""
+        mu = self.mu
+        assert mu is not None
+        sigma, clip, cm, csd, k, h = (self.sigma, self._clip, self.c_mean, self.c_sd,
+                                      self._k, self._h)
+        spike_z, spike_min, min_len, hi, lo = (self._spike_z, self._spike_min,
+                                               self._min_len, self.hi, self.lo)
+        sp, sn, run_up, run_dn = self.sp, self.sn, self.run_up, self.run_dn
+        sp_zero = sn_zero = -1
+        stop = len(xs)
+        if self._refresh > 0:  # the value that refreshes the baseline is update()'s
+            stop = min(stop, start + self._refresh - self._since_refresh - 1)
+        i = start
+        while i < stop:
+            x = xs[i]
+            d = x - mu
+            z = d / sigma
+            if z > clip:
+                if z > spike_z and d > spike_min:
+                    break
+                zc = clip
+            else:
+                zc = -clip if z < -clip else z
+            zc = (zc - cm) / csd
+            a = sp + zc - k
+            b = sn - zc - k
+            if a > h or b > h:
+                break
+            up = run_up + 1 if x > hi else 0
+            dn = run_dn + 1 if x < lo else 0
+            if up >= min_len or dn >= min_len:
+                break
+            if a <= 0.0:
+                a, sp_zero = 0.0, i
+            if b <= 0.0:
+                b, sn_zero = 0.0, i
+            sp, sn, run_up, run_dn = a, b, up, dn
+            i += 1
+        m = i - start
+        if m > 0:
+            self.recent.extend(xs[start:i])
+            self.sp, self.sn, self.run_up, self.run_dn = sp, sn, run_up, run_dn
+            if sp_zero >= 0:
+                self.sp_zero = first + sp_zero
+            if sn_zero >= 0:
+                self.sn_zero = first + sn_zero
+            self._since_refresh += m
+        return m
+
     def _decide(self, index: int, zero: int) -> Change | None:
         """A sum crossed ``h``: call a change when the values since it began hold a new
         level (see the module's docstring), else restart the sums."""

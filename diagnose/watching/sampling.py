@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from diagnose.capture.samplers import NvmlSampler, Sampler
+from diagnose.capture.samplers import HostSampler, NvmlSampler, Sampler, UnavailableSampler
 
-__all__ = ["EnergyNvmlSampler", "Tee"]
+__all__ = ["EnergyNvmlSampler", "Tee", "watch_samplers"]
 
 
 class EnergyNvmlSampler(NvmlSampler):
@@ -78,3 +78,26 @@ class Tee(Sampler):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def watch_samplers(*, step: Callable[[], int], on_row: Callable[[str, float, dict[str, Any]], None],
+                   device: dict[str, Any], gpu: int | None,
+                   worker_pids: Callable[[], list[int]] | None
+                   ) -> tuple[list[Tee], EnergyNvmlSampler | None]:
+    """The watch's two samplers, each in a :class:`Tee`: the host (with the loader's
+    workers, read off its iterators by ``worker_pids``, else this process's children
+    listed from /proc) and the GPU ``gpu`` (default: the model's ``device`` when it is
+    CUDA; else a sampler that says there is none); and the GPU's, for its energy."""
+    host: Sampler = HostSampler(worker_pids=worker_pids)
+    index = gpu if gpu is not None else (
+        device.get("index") if device.get("type") == "cuda" else None)
+    energy: EnergyNvmlSampler | None = None
+    dev: Sampler
+    if index is not None:
+        energy = EnergyNvmlSampler(index=int(index),
+                                   uuid=device.get("uuid") if gpu is None else None,
+                                   pci_bus_id=device.get("pci_bus_id") if gpu is None else None)
+        dev = energy
+    else:
+        dev = UnavailableSampler("gpu", "no CUDA device visible to torch")
+    return [Tee(host, step, on_row), Tee(dev, step, on_row)], energy

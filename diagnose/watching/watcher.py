@@ -3,8 +3,8 @@
 Every step is timed (wall time, loader wait: :mod:`.clock`) into bounded memory
 (:mod:`.store`) and the run folder (:mod:`.timeline`, flushed every ``flush_s``); a
 sampler thread reads the host and the GPU at ``sample_hz`` (:mod:`.sampling`). Detectors
-(:mod:`.detector`, parameters in :mod:`.signals`) test step time and loader wait each step,
-GPU utilisation and memory each sample, energy per step each energy window
+(:mod:`.detector`, parameters in :mod:`.signals`) test step time and loader wait (every
+``TEST_S``, the steps stored since: :mod:`.steptests`), GPU utilisation and memory each sample, energy per step each energy window
 (:mod:`.energy`). Once the step time's baseline is learnt, a baseline window is profiled;
 at an alarm the next steps are profiled (:mod:`.window`), analysed on a background
 thread, and compared with the baseline (:mod:`.changes`); captures are rate-limited.
@@ -27,7 +27,7 @@ from typing import Any
 
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.samplers import HostSampler, Sampler, SamplerThread, UnavailableSampler
+from diagnose.capture.samplers import Sampler, SamplerThread
 from diagnose.errors import CaptureError
 from diagnose.runfolder import new_run_dir, samples_file
 
@@ -39,8 +39,9 @@ from .detector import Change, Detector, Params
 from .energy import WINDOW_S, EnergyMeter
 from .host import HostContext, explain
 from .ranks import RankWatch
-from .sampling import EnergyNvmlSampler, Tee
-from .signals import LOADER_OFFSET, PARAMS, WORSE, Reference, from_x, to_x
+from .sampling import EnergyNvmlSampler, Tee, watch_samplers
+from .signals import PARAMS, WORSE, Reference, from_x, to_x
+from .steptests import StepTests
 from .store import StepStore
 from .timeline import STEP_DTYPE, TIMELINE_VERSION, TimelineWriter, timeline_files
 
@@ -48,6 +49,9 @@ __all__ = ["Watch", "watch"]
 
 #: steps after a window that the detectors skip (the profiler's leftovers)
 AFTER_WINDOW_SKIP = 2
+#: the steps are tested at least this often (s) and every this many steps: an alarm's
+#: step is the step it was detected at either way; its capture starts this much later
+TEST_S, MAX_UNTESTED = 0.25, 1024
 #: alarms kept in memory at most (all are in the timeline; the oldest without a capture go)
 MAX_ALARMS = 10_000
 SAMPLED = ("gpu_util", "memory", "energy")  # the signals tested per sample
@@ -119,19 +123,16 @@ class Watch:
         self._ranks: RankWatch | None = None
         self._dist: Any = None
         self._context: dict[str, Any] = {}
-        self._det = Detector(self.params["step_time"])
-        self._wait_det: Detector | None = None
-        self._wait_off = 0.0
         self._sample_dets = {s: Detector(self.params[s]) for s in SAMPLED}
         self._waiting: dict[str, int] = {}  # Reference.waiting's signals: the change's start
         self._refs = {s: Reference(w, self.params[s].min_change, n=self.params[s].min_len)
                       for s, w in WORSE.items()}
-        self._test_from = warmup_steps
-        self._resting = False
-        self._rest_from = 0
-        self.rests: deque[tuple[int, int]] = deque(maxlen=1000)  # (first, stop) untested
-        self._relearn = False  # learn the baselines again when the detectors wake
-        self._settled = False
+        self._tests = StepTests(self.params, warmup_steps, self._on_change,
+                                lambda: bool(self._waiting),
+                                lambda n: self._judge_again(n, ("step_time", "loader_wait")))
+        self.rests = self._tests.rests  # (first, stop): the steps not tested
+        self._due_step, self._due_t = 1, 0.0  # _due runs at this step or this time
+        self._next_gather = rank_every
         self._sample_n: dict[str, int] = {}
         self._perf0 = 0.0
         self._next_tick = 0.0
@@ -153,7 +154,7 @@ class Watch:
         """Steps are being tested now: the step time's baseline is learnt, the detectors
         not resting (a capture's window or analysis, the relearning after the baseline's)."""
         caps = self._caps
-        return self._det.ready and not self._relearn and caps is not None and not caps.quiet
+        return self._tests.det.ready and not self._tests.relearn and caps is not None and not caps.quiet
 
     @property
     def step_mode(self) -> str | None:
@@ -243,89 +244,60 @@ class Watch:
         self.notes.extend(self._clock.notes)
 
     def _samplers(self) -> list[Sampler]:
-        def step() -> int:
-            return self.steps
-
         clock = self._clock
         hooked = (clock is not None and self.loader is not None
                   and loader_shim.missing(self.loader) is None)
-        # the loader's workers, read off its iterators (else its children, listed from /proc)
-        pids = (lambda: list(clock.worker_pids)) if hooked and clock is not None else None
-        host: Sampler = HostSampler(worker_pids=pids)
         dev = self._context.get("device") or {}
-        index = self.gpu if self.gpu is not None else (
-            dev.get("index") if dev.get("type") == "cuda" else None)
-        gpu: Sampler
-        if index is not None:
-            self._gpu_sampler = EnergyNvmlSampler(
-                index=int(index), uuid=dev.get("uuid") if self.gpu is None else None,
-                pci_bus_id=dev.get("pci_bus_id") if self.gpu is None else None)
-            gpu = self._gpu_sampler
-        else:
-            gpu = UnavailableSampler("gpu", "no CUDA device visible to torch")
-        self._tees = [Tee(host, step, self._on_row), Tee(gpu, step, self._on_row)]
+        self._tees, self._gpu_sampler = watch_samplers(
+            step=lambda: self.steps, on_row=self._on_row, device=dev, gpu=self.gpu,
+            worker_pids=(lambda: list(clock.worker_pids)) if hooked and clock else None)
         return list(self._tees)
 
     # ------------------------------------------------------------------ each step
     def _on_step(self, now: float, ms: float, wait: float) -> None:
-        """A step ended (the training thread's hot path: keep it short)."""
-        n = self.steps
-        self.steps = n + 1
+        """A step ended (the training thread's hot path: a store write and two compares;
+        the rest runs in :meth:`_due`, at most every ``TEST_S`` or ``MAX_UNTESTED`` steps,
+        at each step of a window, and at each step the ranks gather at)."""
+        n = self.steps = self.steps + 1
         self.store.add(now - self._perf0, ms, wait)
+        if n >= self._due_step or now >= self._due_t:
+            self._due(now, ms, wait)
+
+    def _due(self, now: float, ms: float, wait: float) -> None:
+        """The steps since the last call are tested; a window's step is counted, the once
+        a second work done, the ranks gathered, a capture started; the next call is set."""
         caps = self._caps
         assert caps is not None
         if caps.window is not None:
-            if caps.step(ms, wait):  # the window is over: the job's own steps again
-                self._test_from = self.steps + AFTER_WINDOW_SKIP
+            over = caps.step(ms, wait)  # the window is over: the job's own steps again
+            self._tests.skip(self.steps, self.steps + AFTER_WINDOW_SKIP if over else None)
+            if over:
                 self._host.tick(self.steps)
             if self._clock is not None:
                 self._clock.restart()
-        elif n >= self._test_from:
-            if caps.analyst.busy:
-                if not self._resting:
-                    self._resting, self._rest_from = True, n
-            else:
-                if self._resting:
-                    self._wake(n)
-                c = self._det.update(math.log(ms) if ms > 0.0 else -20.0, n)
-                if c is not None:
-                    self._on_change("step_time", c, n)
-                elif not self._settled and self._det.ready:
-                    self._settle()
-                if self._waiting:
-                    self._judge_again(n, ("step_time", "loader_wait"))
-                wd = self._wait_det
-                if wd is not None:
-                    c = wd.update(math.log(wait + self._wait_off), n)
-                    if c is not None:
-                        self._on_change("loader_wait", c, n)
+        else:
+            self._test(self.steps)
         if now >= self._next_tick:
             self._tick(now)
-        if self._ranks is not None and self.steps % self.rank_every == 0:
+        if self._ranks is not None and self.steps >= self._next_gather:
+            self._next_gather = self.steps + self.rank_every
             self._gather()  # every rank at the same step, inside a window or not
         if caps.due and self.run_dir is not None:
-            if not self._resting:
-                self._resting, self._rest_from = True, self.steps
+            self._test(self.steps)
+            self._tests.rest(self.steps)
             self._host.reset()
             caps.start(self.steps, self.run_dir)
             if self._clock is not None:
                 self._clock.restart()
+        self._due_t = min(now + TEST_S, self._next_tick)
+        self._due_step = (self.steps + 1 if caps.window is not None else min(
+            self.steps + MAX_UNTESTED, self._next_gather if self._ranks else sys.maxsize))
 
-    def _wake(self, n: int) -> None:
-        """The detectors rested (a window, an analysis): their sums start again; after the
-        baseline window their baselines are learnt again (the run's first steps, which
-        the first baseline came from, can still carry its start-up: threads starting,
-        caches filling)."""
-        self._resting = False
-        self.rests.append((self._rest_from, n))
-        for det in (self._det, self._wait_det):
-            if det is None:
-                continue
-            if self._relearn:
-                det.relearn(n)
-            else:
-                det.restart(n)
-        self._relearn = False
+    def _test(self, upto: int) -> None:
+        """The steps before ``upto`` not tested yet go to the detectors (:mod:`.steptests`)."""
+        caps = self._caps
+        self._tests.test(self.store, upto, caps is not None and caps.analyst.busy,
+                         self._settle)
 
     def _tick(self, now: float) -> None:
         """About once a second on the training thread: spikes, settling, flushing, progress."""
@@ -345,7 +317,8 @@ class Watch:
 
     def _drain_spikes(self, final: bool = False) -> None:
         """Spikes the per-step detectors confirmed (at the end: their candidates too)."""
-        for signal, det in (("step_time", self._det), ("loader_wait", self._wait_det)):
+        for signal, det in (("step_time", self._tests.det), ("loader_wait",
+                                                              self._tests.wait_det)):
             if det is None:
                 continue
             for sp in det.flush_spikes() if final else det.spikes:
@@ -368,14 +341,10 @@ class Watch:
     def _settle(self) -> None:
         """The step time's first baseline is learnt: the loader's detector starts, and the
         baseline window is asked for."""
-        self._settled = True
-        mu = self._det.mu
-        if self._clock is not None and self._clock.loader_hooked and mu is not None:
-            self._wait_off = LOADER_OFFSET * math.exp(mu)
-            self._wait_det = Detector(self.params["loader_wait"])
+        self._tests.settle(self._clock is not None and self._clock.loader_hooked)
         if self.baseline_wanted and self._caps is not None:
             self._caps.ask_baseline()
-            self._relearn = True
+            self._tests.relearn = True
 
     # ------------------------------------------------------------------ alarms
     def _on_change(self, signal: str, c: Change, step: int) -> None:
@@ -392,7 +361,7 @@ class Watch:
             self._writer.record("shift", **alarm.to_json())
 
     def _alarm(self, signal: str, c: Change, step: int, kind: str) -> Alarm:
-        off = self._wait_off if signal == "loader_wait" else 0.0
+        off = self._tests.wait_off if signal == "loader_wait" else 0.0
         return Alarm(step=step, signal=signal, kind=kind,
                      before=round(from_x(signal, c.before, off), 6),
                      after=round(from_x(signal, c.after, off), 6), unit=SIGNALS[signal],
@@ -409,8 +378,8 @@ class Watch:
         that level is judged (an alarm if it is worse than the reference by enough)."""
         for signal in signals:
             start = self._waiting.get(signal)
-            det = self._wait_det if signal == "loader_wait" else (
-                self._det if signal == "step_time" else self._sample_dets.get(signal))
+            det = self._tests.wait_det if signal == "loader_wait" else (
+                self._tests.det if signal == "step_time" else self._sample_dets.get(signal))
             ref = self._refs[signal]
             if start is None or det is None or det.mu is None:
                 continue
@@ -436,7 +405,7 @@ class Watch:
                 self._writer.record("alarm", **alarm.to_json())
 
     def _spike(self, signal: str, index: int, x: float, base: float) -> None:
-        off = self._wait_off if signal == "loader_wait" else 0.0
+        off = self._tests.wait_off if signal == "loader_wait" else 0.0
         a = Alarm(step=index, signal=signal, kind="spike",
                   before=round(from_x(signal, base, off), 6),
                   after=round(from_x(signal, x, off), 6), unit=SIGNALS[signal], t=time.time(),
@@ -554,8 +523,9 @@ class Watch:
                     self.notes.append("the sampler thread did not stop within 5 s")
 
     def _finish(self, exc: BaseException | None) -> None:
-        if self._resting:  # the loop ended while the detectors rested
-            self.rests.append((self._rest_from, self.steps))
+        if self._caps is not None and self._caps.window is None:
+            self._test(self.steps)
+        self._tests.end(self.steps)
         self._host.tick(self.steps)
         self._explain(final=True)
         self.notes.extend(f"the watch's {t.name} samples: {e}" for t in self._tees

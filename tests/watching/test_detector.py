@@ -129,3 +129,37 @@ def test_restart_forgets_sums_but_keeps_the_baseline() -> None:
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError):
         Detector(Params(clip=0.4, k=0.5))
+
+
+def _batched(x: np.ndarray, seed: int, params: Params | None = None) -> tuple[list, Detector]:
+    """The same series fed in batches of random sizes (as the watch feeds it)."""
+    d, out, i = Detector(params), [], 0
+    sizes = np.random.default_rng(seed).integers(1, 400, size=len(x))
+    for m in sizes:
+        if i >= len(x):
+            break
+        out += d.update_many(x[i:i + int(m)].tolist(), i)
+        i += int(m)
+    return out, d
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_update_many_calls_what_update_calls_value_by_value(seed: int) -> None:
+    """Changes up and down, slow steps, an eval's burst: the batched path gives the same
+    changes, spikes and sums as :meth:`Detector.update` on each value in turn."""
+    x = steady(30_000, seed=seed, slow_frac=0.01)
+    rng = np.random.default_rng(seed)
+    for at in sorted(rng.integers(1000, 29_000, size=5)):
+        x[at:] += math.log(rng.choice([1.3, 1 / 1.25, 1.12, 2.0]))
+    x[5000:5004] += math.log(6)
+    one: list = []
+    ref = Detector()
+    for i, v in enumerate(x.tolist()):
+        c = ref.update(v, i)
+        if c is not None:
+            one.append(c)
+    many, d = _batched(x, seed)
+    assert len(one) >= 4 and many == one
+    assert d.flush_spikes() == ref.flush_spikes()
+    assert (d.sp, d.sn, d.sp_zero, d.sn_zero, d.run_up, d.run_dn, d.mu) == \
+        (ref.sp, ref.sn, ref.sp_zero, ref.sn_zero, ref.run_up, ref.run_dn, ref.mu)

@@ -1,0 +1,134 @@
+"""The watch's tests of its steps: the step time's and the loader wait's detectors fed
+from the step store, in batches, off the training thread's per-step path.
+
+The watcher calls :meth:`StepTests.test` at most every few hundred milliseconds (and
+before a capture starts, and at the end); each call tests the steps stored since the
+last one, so an alarm's step is the step its detector called it at, as if each step were
+tested as it ended. Log step time goes to one detector from the first step after the
+warm-up; once its baseline is learnt (settled), the loader wait, offset by a share of the
+step (``LOADER_OFFSET``: a wait of 0 has a log), goes to a second. While the watch's own
+analysis runs the detectors rest: those steps are skipped (:attr:`rests`), and their sums
+start again when it is done (after the baseline window, their baselines are learnt again).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+from .detector import Change, Detector, Params
+from .signals import LOADER_OFFSET
+from .store import StepStore
+
+__all__ = ["StepTests"]
+
+#: ``on_change(signal, change, step)``: a detector called a change at ``step``
+OnChange = Callable[[str, Change, int], None]
+
+
+class StepTests:
+    """``on_change`` gets each change; ``judge_again(step)`` runs while ``waiting()`` says
+    a change waits to be judged again (step by step then, as that needs)."""
+
+    def __init__(self, params: dict[str, Params], warmup_steps: int, on_change: OnChange,
+                 waiting: Callable[[], bool], judge_again: Callable[[int], None]) -> None:
+        self.params = params
+        self.det = Detector(params["step_time"])
+        self.wait_det: Detector | None = None
+        self.wait_off = 0.0
+        self.on_change, self.waiting, self.judge_again = on_change, waiting, judge_again
+        self.test_from = warmup_steps  # no step before this one is tested
+        self.tested = 0  # the steps before this one were tested (or skipped)
+        self.resting = False
+        self.rest_from = 0
+        self.rests: deque[tuple[int, int]] = deque(maxlen=1000)  # (first, stop) untested
+        self.relearn = False  # learn the baselines again when the detectors wake
+        self.settled = False
+
+    def skip(self, upto: int, test_from: int | None = None) -> None:
+        """The steps before ``upto`` are not tested (a window's), nor those before
+        ``test_from``."""
+        self.tested = max(self.tested, upto)
+        if test_from is not None:
+            self.test_from = test_from
+
+    def rest(self, step: int) -> None:
+        """The detectors rest from ``step`` (a window or an analysis of the watch's own)."""
+        if not self.resting:
+            self.resting, self.rest_from = True, step
+
+    def settle(self, loader_hooked: bool) -> None:
+        """The step time's first baseline is learnt: the loader's detector starts (where
+        the loader's wait is timed)."""
+        self.settled = True
+        mu = self.det.mu
+        if loader_hooked and mu is not None:
+            self.wait_off = LOADER_OFFSET * math.exp(mu)
+            self.wait_det = Detector(self.params["loader_wait"])
+
+    def test(self, store: StepStore, upto: int, busy: bool,
+             on_settle: Callable[[], None]) -> None:
+        """Feed the stored steps not tested yet, before step ``upto``, to the detectors
+        (``busy``: an analysis runs, they rest). Once settled and with no change waiting
+        to be judged again, each detector takes them at once
+        (:meth:`Detector.update_many`); else step by step. ``on_settle`` runs once, when
+        the step time's first baseline is learnt."""
+        first = max(self.tested, self.test_from)
+        self.tested = max(self.tested, upto)
+        if first >= upto:
+            return
+        if busy:
+            self.rest(first)
+            return
+        if self.resting:
+            self._wake(first)
+        _, ms_a, wait_a = store.span(first, upto)
+        log, off = math.log, self.wait_off
+        xs = [log(v) if v > 0.0 else -20.0 for v in ms_a.tolist()]
+        if self.settled and not self.waiting():
+            events = [(c.index, 0, "step_time", c) for c in self.det.update_many(xs, first)]
+            wd = self.wait_det
+            if wd is not None:
+                ws = [log(v + off) for v in wait_a.tolist()]
+                events += [(c.index, 1, "loader_wait", c) for c in wd.update_many(ws, first)]
+            for _, _, signal, c in sorted(events, key=lambda e: e[:2]):
+                self.on_change(signal, c, c.index)
+            if self.waiting():
+                self.judge_again(upto - 1)
+            return
+        waits = wait_a.tolist()
+        for i, x in enumerate(xs):
+            n = first + i
+            got = self.det.update(x, n)
+            if got is not None:
+                self.on_change("step_time", got, n)
+            elif not self.settled and self.det.ready:
+                on_settle()
+            if self.waiting():
+                self.judge_again(n)
+            wd = self.wait_det
+            if wd is not None:
+                got = wd.update(log(waits[i] + self.wait_off), n)
+                if got is not None:
+                    self.on_change("loader_wait", got, n)
+
+    def _wake(self, n: int) -> None:
+        """The detectors rested: their sums start again; after the baseline window their
+        baselines are learnt again (the run's first steps, which the first baseline came
+        from, can still carry its start-up: threads starting, caches filling)."""
+        self.resting = False
+        self.rests.append((self.rest_from, n))
+        for det in (self.det, self.wait_det):
+            if det is None:
+                continue
+            if self.relearn:
+                det.relearn(n)
+            else:
+                det.restart(n)
+        self.relearn = False
+
+    def end(self, steps: int) -> None:
+        """The loop ended (while the detectors rested: that rest ends here)."""
+        if self.resting:
+            self.rests.append((self.rest_from, steps))

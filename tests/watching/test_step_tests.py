@@ -1,0 +1,36 @@
+"""The watch tests its steps in batches (diagnose.watching.steptests): on injected step
+times its alarms are the ones a detector fed step by step calls, at the same steps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from diagnose.watching.detector import Detector
+from diagnose.watching.signals import PARAMS
+from diagnose.watching.watcher import Watch
+from tests.watching.noise import steady
+
+
+def test_batched_tests_alarm_at_the_steps_a_step_by_step_detector_calls(tmp_path: Path) -> None:
+    ms = np.exp(steady(6000, seed=4, level_ms=1.0, slow_frac=0.0)).astype(np.float32)
+    ms[3000:] *= np.float32(1.3)  # the loop slows by 30% at step 3000
+    w = Watch(None, None, out_dir=tmp_path, baseline=False, max_captures=0, sample_hz=0,
+              print_summary=False, progress_s=None, warmup_steps=20)
+    with w:
+        now = w._perf0
+        for v in ms.tolist():  # steps of ~1 ms: many are tested together
+            now += v / 1e3
+            w._on_step(now, v, 0.0)
+    ref, want = Detector(PARAMS["step_time"]), []
+    for i in range(20, len(ms)):
+        c = ref.update(math.log(float(ms[i])), i)
+        if c is not None:
+            want.append((i, c.up))
+    got = [(a.step, a.after > a.before) for a in list(w.alarms) + list(w.shifts)]
+    assert sorted(got) == sorted(want)
+    alarms = [a for a in w.alarms if a.signal == "step_time"]
+    assert [a.step for a in alarms if a.step < 3000] == []
+    assert alarms and 3000 <= alarms[0].step <= 3050
