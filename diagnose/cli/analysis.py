@@ -248,6 +248,23 @@ def add_tensorboard(subparsers: Any) -> None:
     p.set_defaults(func=cmd_tensorboard)
 
 
+def _tensorboard_watched(run_dir: str, args: argparse.Namespace) -> None:
+    """A watched run's folder: its timeline as scalars, its summary, the tab's plot."""
+    from ..report.tb_watch import write_watched_logdir
+    from ..runfolder import load_samples
+    from ..watching.timeline import read_watched
+
+    tl = read_watched(run_dir)
+    if tl is None:
+        raise DiagnoseError(f"{run_dir}: its watch.jsonl has no meta record (not a watched "
+                            "run, or it was cut off before its first flush)")
+    res = write_watched_logdir(tl, load_samples(run_dir), run_dir, args.logdir, run=args.run,
+                               overwrite=args.overwrite)
+    print(f"wrote {res.run_dir}: {res.scalars} scalar points in {len(res.tags)} tags "
+          f"(the watched run's timeline), its summary as text, the timeline plot for the "
+          f"Diagnose tab")
+
+
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     from ..api import analyze_runs
     from ..report.tb_runs import write_runs
@@ -257,11 +274,18 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         raise DiagnoseError(f"--port {args.port}: not a port number (0-65535)")
     if importlib.util.find_spec("tensorboard") is None:
         raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
-    runs = analyze_runs(args.paths, extra_rules=args.rules,
-                        as_ranks=getattr(args, "as_ranks", False))
-    if len(runs) > 1:
+    from ..watching.timeline import is_watched
+
+    watched = [p for p in args.paths if is_watched(p)]
+    for path in watched:
+        _tensorboard_watched(path, args)
+    rest = [p for p in args.paths if p not in watched]
+    runs = analyze_runs(rest, extra_rules=args.rules,
+                        as_ranks=getattr(args, "as_ranks", False)) if rest else None
+    if runs is not None and len(runs) > 1:
         print(runs.summary())
-    for res in write_runs(runs.runs, args.logdir, run=args.run, overwrite=args.overwrite):
+    for res in write_runs(runs.runs if runs is not None else [], args.logdir, run=args.run,
+                          overwrite=args.overwrite):
         adapted = sum(c.dataloader_events for c in res.copies)
         n_tags = len([t for t in res.tags if t.startswith(("metrics/", "step/", "samples/"))])
         print(f"wrote {res.run_dir}: {res.scalars} scalar points in {n_tags} tags, "

@@ -19,7 +19,7 @@ import numpy as np
 
 from .markup import CSS, Markup, el, raw_svg
 
-__all__ = ["pace", "render_watch_html", "render_watch_text"]
+__all__ = ["alarm_lines", "pace", "render_watch_html", "render_watch_text", "timeline_svg"]
 
 #: points on the plot at most (each the median of its bucket of steps)
 POINTS = 1200
@@ -154,15 +154,32 @@ def _svg(series: Sequence[tuple[str, np.ndarray, str]], n: int,
     return "".join(parts)
 
 
+def timeline_svg(tl: dict[str, Any]) -> str:
+    """The plot of a watched run: step time and loader wait over the steps (bucket
+    medians), each alarm a dashed red line at its step."""
+    ms, wait = tl["steps"]["ms"], tl["steps"]["wait"]
+    marks = [(int(a.get("step", 0)), f"alarm #{i + 1}: {a.get('signal')}")
+             for i, a in enumerate(tl.get("alarms") or [])]
+    return _svg([("step time (ms)", ms, "#1f77b4"), ("loader wait (ms)", wait, "#2ca02c")],
+                len(ms), marks)
+
+
+def alarm_lines(tl: dict[str, Any]) -> list[str]:
+    """One line per alarm, with its capture's folder (or why it has none)."""
+    caps = _captures(tl)
+    out = []
+    for a in tl.get("alarms") or []:
+        cap = _capture_of(caps, a)
+        where = cap.get("dir") if cap else (a.get("capture_why") or "no capture")
+        out.append(f"{_alarm_line(a)}; capture: {where}")
+    return out
+
+
 def render_watch_html(tl: dict[str, Any], run_dir: str) -> str:
     """The HTML timeline of a watched run: the plot, the alarms (linked to their
     captures), and the text summary."""
-    ms, wait = tl["steps"]["ms"], tl["steps"]["wait"]
     alarms = tl.get("alarms") or []
-    marks = [(int(a.get("step", 0)), f"alarm #{i + 1}: {a.get('signal')}")
-             for i, a in enumerate(alarms)]
-    plot = _svg([("step time (ms)", ms, "#1f77b4"), ("loader wait (ms)", wait, "#2ca02c")],
-                len(ms), marks)
+    plot = timeline_svg(tl)
     caps = _captures(tl)
     rows = []
     for i, a in enumerate(alarms):

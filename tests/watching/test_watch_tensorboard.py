@@ -1,0 +1,101 @@
+"""``torch-diagnose tensorboard RUN`` on a watched run's folder: a real watch over a real
+loop, written as scalars by step (bucket medians), the summary as text and the timeline
+plot for the Diagnose tab, served by a real TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorboard")
+torch = pytest.importorskip("torch")
+
+from diagnose import watch  # noqa: E402
+from diagnose.cli import main  # noqa: E402
+from diagnose.report.tb_plugin.runfile import RUN_FILE  # noqa: E402
+from diagnose.report.tb_watch import POINTS  # noqa: E402
+from diagnose.report.tensorboard import _free_port, stop_process  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+from tests.report.test_tb_plugin import BASE, HOST, LAUNCH, fetch  # noqa: E402
+from tests.report.test_tensorboard import (  # noqa: E402
+    assert_gone,
+    descendants,
+    get_json,
+    poll,
+    read_events,
+)
+
+
+def _watched(tmp_path: Path, steps: int = 3000) -> Path:
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randn(512, 4))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    done = 0
+    with watch(model, loader, out_dir=tmp_path / "runs", baseline=False, max_captures=0,
+               sample_hz=20, print_summary=False, progress_s=None) as w:
+        while done < steps:
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                done += 1
+                if done >= steps:
+                    break
+    assert w.run_dir is not None
+    return Path(w.run_dir)
+
+
+def _scalars(run: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[str]]]:
+    scal, text = read_events(run)
+    return {t: [(s, v) for s, _, v in pts] for t, pts in scal.items()}, text
+
+
+@pytest.mark.slow
+def test_a_watched_run_becomes_a_tensorboard_run_with_its_timeline(tmp_path: Path) -> None:
+    run_dir = _watched(tmp_path)
+    logs = tmp_path / "logs"
+    assert main(["tensorboard", str(run_dir), "--logdir", str(logs), "--run", "watched"]) == 0
+    out = logs / "watched"
+    sc, text = _scalars(out)
+    assert "steps" in text["watch"][0] and "alarms:" in text["watch"][0]
+    steps = sc["watch/step_ms"]
+    assert 1000 < len(steps) <= POINTS and steps[0][0] == 0 and steps[-1][0] >= 2990
+    assert all(v > 0 for _, v in steps) and "watch/loader_wait_ms" in sc
+    host = [t for t in sc if t.startswith("samples/host/")]
+    assert host and all(0 <= s <= 3000 for t in host for s, _ in sc[t])  # at the step taken
+    doc = json.loads((out / RUN_FILE).read_text())
+    assert doc["plots"]["timeline"]["svg"].startswith("<svg")
+    assert doc["report"]["notes"][0].startswith("watched run: 2,999 steps")  # the last open
+    # the watched run is only read; writing again needs --overwrite
+    assert main(["tensorboard", str(run_dir), "--logdir", str(logs), "--run", "watched"]) == 2
+    assert main(["tensorboard", str(run_dir), "--logdir", str(run_dir.parent), "--run",
+                 run_dir.name]) == 2  # never into the watched run's own folder
+
+    port = _free_port(HOST)
+    with (tmp_path / "tb.log").open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCH, str(logs), HOST, str(port)],
+                                stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        url = f"http://{HOST}:{port}"
+        poll("TensorBoard up", lambda: get_json(f"{url}/data/plugins_listing"))
+        runs = {r["run"]: r for r in get_json(f"{url}{BASE}/runs")}
+        assert runs["watched"]["worst"] is None
+        q = urllib.parse.urlencode
+        status, ctype, svg = fetch(f"{url}{BASE}/plot?{q({'run': 'watched', 'name': 'timeline'})}")
+        assert status == 200 and ctype.startswith("image/svg+xml") and svg.startswith(b"<svg")
+        points = get_json(f"{url}/data/plugin/scalars/scalars?"
+                          f"{q({'run': 'watched', 'tag': 'watch/step_ms'})}")
+        assert len(points) > 100 and points[-1][1] >= 2990  # [wall, step, value]
+    finally:
+        kids = descendants(proc.pid)
+        stop_process(proc)
+        assert_gone(kids)
