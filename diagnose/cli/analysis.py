@@ -68,7 +68,9 @@ def _analyze_watched(run_dir: str, fmt: str, output: str | None) -> int:
         steps = {k: v.tolist() for k, v in tl.pop("steps").items()}
         text = json.dumps({**tl, "steps": steps}, default=str)
     elif fmt == "html":
-        text = render_watch_html(tl, run_dir)
+        from ..runfolder import load_samples
+
+        text = render_watch_html(tl, run_dir, load_samples(run_dir))
     else:
         text = render_watch_text(tl, run_dir) + "\n"
     if output:

@@ -5,8 +5,9 @@ module reads no file).
 The text gives the steps, the pace over the run (the step time's median over up to ten
 equal spans of steps), the alarms with what each capture found, spikes and shifts. The
 page plots step time and loader wait per step (each point the median of a bucket of
-steps, so a run of millions of steps stays a few kB), marks each alarm with a line, and
-links each alarm to its capture's folder. A run cut off (killed) is said to be, with the
+steps, so a run of millions of steps stays a few kB), then, where they were sampled, the
+GPU's and the process's utilisation, memory, and GPU energy per step, by step; it marks
+each alarm with a line on each plot and links each alarm to its capture's folder. A run cut off (killed) is said to be, with the
 timeline up to its last flush.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from .markup import CSS, Markup, el, raw_svg
 
-__all__ = ["alarm_lines", "pace", "render_watch_html", "render_watch_text", "timeline_svg"]
+__all__ = ["alarm_lines", "machine_svgs", "pace", "render_watch_html", "render_watch_text", "timeline_svg"]
 
 #: points on the plot at most (each the median of its bucket of steps)
 POINTS = 1200
@@ -125,26 +126,25 @@ def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xs, med
 
 
-def _svg(series: Sequence[tuple[str, np.ndarray, str]], n: int,
-         marks: Sequence[tuple[int, str]], w: int = 960, h: int = 260) -> str:
-    """Lines of (label, per-step values, colour) over steps 0..n, alarms as red lines."""
+def _svg(series: Sequence[tuple[str, np.ndarray, np.ndarray, str]], n: int,
+         marks: Sequence[tuple[int, str]], unit: str, w: int = 960, h: int = 220) -> str:
+    """Lines of (label, steps, values, colour) over steps 0..n, alarms as red lines."""
     pad = 40
-    top = max((float(np.max(y)) for _, y, _ in series if len(y)), default=1.0) or 1.0
+    top = max((float(np.max(y)) for _, _, y, _ in series if len(y)), default=1.0) or 1.0
     sx = (w - 2 * pad) / max(n, 1)
     sy = (h - 2 * pad) / top
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
              f'viewBox="0 0 {w} {h}">',
              f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
-             f'<text x="{pad}" y="{pad - 8}" font-size="11">{top:.3g} ms</text>',
+             f'<text x="{pad}" y="{pad - 8}" font-size="11">{top:.3g} {unit}</text>',
              f'<text x="{w - pad}" y="{h - 8}" font-size="11" text-anchor="end">'
              f'step {n:,}</text>']
-    for i, (label, y, colour) in enumerate(series):
-        xs, med = _buckets(y)
+    for i, (label, xs, y, colour) in enumerate(series):
         pts = " ".join(f"{pad + x * sx:.1f},{h - pad - v * sy:.1f}"
-                       for x, v in zip(xs.tolist(), med.tolist(), strict=True))
+                       for x, v in zip(xs.tolist(), y.tolist(), strict=True))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1" '
                      f'points="{pts}"/>')
-        parts.append(f'<text x="{pad + 150 * i}" y="{h - 8}" font-size="11" '
+        parts.append(f'<text x="{pad + 170 * i}" y="{h - 8}" font-size="11" '
                      f'fill="{colour}">{label}</text>')
     for step, tag in marks:
         x = pad + step * sx
@@ -154,14 +154,51 @@ def _svg(series: Sequence[tuple[str, np.ndarray, str]], n: int,
     return "".join(parts)
 
 
+def _marks(tl: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(int(a.get("step", 0)), f"alarm #{i + 1}: {a.get('signal')}")
+            for i, a in enumerate(tl.get("alarms") or [])]
+
+
+def _sampled(samples: dict[str, Any] | None, sampler: str, field: str,
+             scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """A sampled field by the step it was taken at (samples as ``load_samples`` gives
+    them; the watch tags each row with its step)."""
+    cols = ((samples or {}).get("series") or {}).get(sampler) or {}
+    pairs = [(s, v * scale) for s, v in zip(cols.get("step") or [], cols.get(field) or [],
+                                            strict=False)
+             if isinstance(s, int | float) and isinstance(v, int | float)
+             and not isinstance(v, bool) and np.isfinite(v)]
+    return (np.array([p[0] for p in pairs], dtype=np.float64),
+            np.array([p[1] for p in pairs], dtype=np.float64))
+
+
+def machine_svgs(tl: dict[str, Any], samples: dict[str, Any] | None) -> list[str]:
+    """The machine over the run, by step, where it was sampled: utilisation (GPU, and
+    this process's CPU), memory (GPU used, process RSS) and GPU energy per step (one
+    point per energy window); a panel with nothing in it is left out."""
+    n, marks = len(tl["steps"]["ms"]), _marks(tl)
+    energy = [(e.get("step"), e.get("j_per_step")) for e in tl.get("energy") or []]
+    energy = [(s, v) for s, v in energy if isinstance(s, int) and isinstance(v, int | float)]
+    panels = [
+        ("%", [("GPU utilisation (%)", *_sampled(samples, "gpu", "util_pct"), "#9467bd"),
+               ("process CPU (%)", *_sampled(samples, "host", "proc_cpu_pct"), "#8c564b")]),
+        ("GB", [("GPU memory used (GB)", *_sampled(samples, "gpu", "mem_used_bytes", 1e-9),
+                 "#d62728"),
+                ("process RSS (GB)", *_sampled(samples, "host", "proc_rss_bytes", 1e-9),
+                 "#7f7f7f")]),
+        ("J/step", [("GPU energy (J a step)", np.array([float(s) for s, _ in energy]),
+                     np.array([float(v) for _, v in energy]), "#ff7f0e")]),
+    ]
+    return [_svg([s for s in series if len(s[1])], n, marks, unit)
+            for unit, series in panels if any(len(s[1]) for s in series)]
+
+
 def timeline_svg(tl: dict[str, Any]) -> str:
     """The plot of a watched run: step time and loader wait over the steps (bucket
     medians), each alarm a dashed red line at its step."""
     ms, wait = tl["steps"]["ms"], tl["steps"]["wait"]
-    marks = [(int(a.get("step", 0)), f"alarm #{i + 1}: {a.get('signal')}")
-             for i, a in enumerate(tl.get("alarms") or [])]
-    return _svg([("step time (ms)", ms, "#1f77b4"), ("loader wait (ms)", wait, "#2ca02c")],
-                len(ms), marks)
+    return _svg([("step time (ms)", *_buckets(ms), "#1f77b4"),
+                 ("loader wait (ms)", *_buckets(wait), "#2ca02c")], len(ms), _marks(tl), "ms")
 
 
 def alarm_lines(tl: dict[str, Any]) -> list[str]:
@@ -175,11 +212,12 @@ def alarm_lines(tl: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_watch_html(tl: dict[str, Any], run_dir: str) -> str:
-    """The HTML timeline of a watched run: the plot, the alarms (linked to their
-    captures), and the text summary."""
+def render_watch_html(tl: dict[str, Any], run_dir: str,
+                      samples: dict[str, Any] | None = None) -> str:
+    """The HTML timeline of a watched run: the plots (the steps, then the machine where
+    it was sampled), the alarms (linked to their captures), and the text summary."""
     alarms = tl.get("alarms") or []
-    plot = timeline_svg(tl)
+    plots = [raw_svg(svg) for svg in (timeline_svg(tl), *machine_svgs(tl, samples))]
     caps = _captures(tl)
     rows = []
     for i, a in enumerate(alarms):
@@ -192,7 +230,7 @@ def render_watch_html(tl: dict[str, Any], run_dir: str) -> str:
     table = (el("table", el("tr", el("th", ""), el("th", "alarm"), el("th", "capture"),
                                  el("th", "what the capture found")), rows)
              if rows else el("p", "No alarm: no sustained change of pace."))
-    body = el("body", el("h1", f"Watched run {run_dir}"), raw_svg(plot), el("h2", "Alarms"),
+    body = el("body", el("h1", f"Watched run {run_dir}"), *plots, el("h2", "Alarms"),
               table, el("h2", "Summary"), el("pre", render_watch_text(tl, run_dir)))
     page = el("html", el("head", el("meta", charset="utf-8"),
                          el("title", f"watch: {run_dir}"), el("style", Markup(CSS))), body)

@@ -69,3 +69,29 @@ def test_a_folder_with_a_broken_timeline_is_one_line_and_exit_2(
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no meta record" in err
+
+
+def test_html_timeline_plots_the_sampled_machine_by_step(tmp_path: Path) -> None:
+    run = _run(tmp_path, end=True)
+    lines = [{"type": "meta", "version": 1, "pid": 1, "interval_s": 1.0, "t0": 0.0}]
+    for k in range(10):  # a sample a second, each tagged with the watch's step
+        lines.append({"type": "sample", "sampler": "host", "t": float(k), "step": 100 * k,
+                      "proc_cpu_pct": 90.0, "proc_rss_bytes": 2e9})
+        lines.append({"type": "sample", "sampler": "gpu", "t": float(k), "step": 100 * k,
+                      "util_pct": 40.0 + 5 * k, "mem_used_bytes": 30e9})
+    (run / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    w = TimelineWriter(run)
+    for step, j in ((300, 4.9), (700, 6.1)):
+        w.record("energy", step=step, j_per_step=j)
+    w.close()
+    page = tmp_path / "w.html"
+    assert main(["analyze", str(run), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count("<svg") == 4  # steps; utilisation; memory; energy
+    for label in ("GPU utilisation (%)", "process CPU (%)", "GPU memory used (GB)",
+                  "process RSS (GB)", "GPU energy (J a step)"):
+        assert label in html
+    assert html.count("alarm #1: step_time") == 4  # marked on every plot
+    (run / "samples.jsonl").unlink()
+    assert main(["analyze", str(run), "-o", str(page)]) == 0
+    assert page.read_text().count("<svg") == 2  # no samples: the steps and the energy
