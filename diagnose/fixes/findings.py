@@ -65,18 +65,20 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
-    """Fixes by predicted effect, a tie led by the fewest changed settings (unpredicted ones
+    """Fixes by predicted effect, a tie (a range reaching the best point) led by the fewest
+    changed settings (unpredicted ones
     keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
     no workers, after them); a fix predicted to slow the job down goes last and says so;
     the time at stake follows the best prediction."""
     f.predictions = preds
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))
-    # fixes predicted within TIE of the best are a tie (one capture's noise is larger): the
-    # one that changes the fewest settings leads, so that captures of one job agree
+    # a fix whose range reaches the best point (or within TIE of it) ties with the best: the
+    # capture cannot tell them apart, and the one that changes the fewest settings leads,
+    # so that captures of one job agree
     if helps:
         top = _speedup(preds[helps[0]])
-        tied = [x for x in helps if _speedup(preds[x]) * (1 + TIE) >= top]
+        tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top]
         lead = min(tied, key=lambda x: (len(_change(preds[x])), helps.index(x)))
         helps.remove(lead)
         helps.insert(0, lead)
@@ -106,6 +108,14 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
 
 def _change(p: Prediction | str) -> dict[str, Any]:
     return p.change if isinstance(p, Prediction) else {}
+
+
+def _reach(p: Prediction | str) -> float:
+    """The speedup at the fast end of a prediction's range (its point for a bound)."""
+    if not isinstance(p, Prediction):
+        return 0.0
+    return p.speedup if p.at_least or p.range[0] <= 0 else max(p.speedup,
+                                                               p.base_ms / p.range[0])
 
 
 def _speedup(p: Prediction | str) -> float:

@@ -38,3 +38,25 @@ def test_the_simpler_fix_leads_a_tie_and_a_clear_win_stands() -> None:
     assert f.fixes == ["threads", "num_workers_cap"]
     # the time at stake is still the best prediction's
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.30)) < 1e-9
+
+
+def test_a_fix_whose_range_reaches_the_best_point_ties_with_it() -> None:
+    """Three captures of one job: the split's point moves around the single change's, both
+    ranges wide; the single change leads every time, and the time at stake is the best
+    point's."""
+    for split_at, cap_at in ((1.26, 1.12), (1.12, 1.20), (1.20, 1.15)):
+        split = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / split_at, split_at,
+                           (10 / (split_at * 1.25), 10 / (split_at * 0.8)), 10.0)
+        cap = Prediction({"num_workers": 0}, 10 / cap_at, cap_at,
+                         (10 / (cap_at * 1.25), 10 / (cap_at * 0.8)), 10.0)
+        f = _Finding(["threads", "num_workers_cap"])
+        _order(f, {"threads": split, "num_workers_cap": cap}, [])
+        assert f.fixes == ["num_workers_cap", "threads"], (split_at, cap_at)
+        assert f.gain is not None and abs(f.gain - (1 - 1 / max(split_at, cap_at))) < 1e-9
+    # a narrow range short of the best point: no tie
+    cap = Prediction({"num_workers": 0}, 10 / 1.10, 1.10, (10 / 1.15, 10 / 1.05), 10.0)
+    split = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / 1.3, 1.3,
+                       (10 / 1.4, 10 / 1.2), 10.0)
+    f = _Finding(["num_workers_cap", "threads"])
+    _order(f, {"threads": split, "num_workers_cap": cap}, [])
+    assert f.fixes == ["threads", "num_workers_cap"]
