@@ -106,6 +106,18 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
         state = "" if cap.get("analysed") else f" ({cap.get('why') or 'not analysed'})"
         out.append(f"      capture: {cap.get('dir')}{state}")
         out += [f"      {line}" for line in _found(cap)]
+    for other in tl.get("other_ranks") or []:
+        med = other.get("median_ms")
+        out.append(f"  rank {other.get('rank')}: {other.get('steps', 0):,} steps"
+                   + (f", median {med:.3g} ms" if isinstance(med, int | float) else "")
+                   + ("" if other.get("complete") else " (cut off)")
+                   + f", {len(other.get('alarms') or [])} alarms")
+        ocaps = _captures(other)
+        for a in other.get("alarms") or []:
+            cap = _capture_of(ocaps, a)
+            out.append(f"    {_alarm_line(a)}; capture: "
+                       f"{cap.get('dir') if cap else a.get('capture_why') or 'none'}")
+            out += [f"      {line}" for line in _found(cap)]
     for key, what in (("spikes", "spikes (single slow steps, not alarms)"),
                       ("shifts", "shifts (changes for the better or back to the "
                                  "reference, not alarms)")):

@@ -187,11 +187,40 @@ def is_watched(path: str | os.PathLike[str]) -> bool:
 def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """:func:`read_timeline` of the run (rank 0's), with each capture record's
     ``findings`` (rule, severity, title) read from its folder's ``report.json`` where the
-    analysis wrote one."""
+    analysis wrote one; and ``other_ranks``: each other rank's timeline in the folder
+    (its ``rank``, ``steps``, ``median_ms``, ``complete``, ``alarms`` and ``captures``),
+    whose step arrays are not kept."""
     tl = read_timeline(run_dir)
     if tl is None:
         return None
-    for cap in tl["captures"]:
+    _findings(run_dir, tl["captures"])
+    tl["other_ranks"] = []
+    for rank in _other_ranks(run_dir):
+        other = read_timeline(run_dir, rank)
+        if other is None:
+            continue
+        ms = other["steps"]["ms"]
+        _findings(run_dir, other["captures"])
+        tl["other_ranks"].append({
+            "rank": rank, "steps": len(ms), "complete": other["complete"],
+            "median_ms": float(np.median(ms)) if len(ms) else None,
+            "alarms": other["alarms"], "captures": other["captures"]})
+    return tl
+
+
+def _other_ranks(run_dir: str | os.PathLike[str]) -> list[int]:
+    """The ranks > 0 with a timeline in the folder, in order."""
+    out = []
+    for p in Path(run_dir).glob("watch.rank*.jsonl"):
+        tag = p.name[len("watch.rank"):-len(".jsonl")]
+        if tag.isdigit() and int(tag) > 0:
+            out.append(int(tag))
+    return sorted(out)
+
+
+def _findings(run_dir: str | os.PathLike[str], captures: list[dict[str, Any]]) -> None:
+    """Each capture record's findings from its folder's report.json, where there is one."""
+    for cap in captures:
         d = cap.get("dir")
         if not d or cap.get("findings") is not None:
             continue
@@ -204,4 +233,3 @@ def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         if isinstance(found, list):
             cap["findings"] = [{k: f.get(k) for k in ("rule", "severity", "title")}
                                for f in found if isinstance(f, dict)]
-    return tl

@@ -131,3 +131,14 @@ def test_two_gloo_ranks_name_the_straggler_within_100_steps(tmp_path: Path) -> N
     assert "rank1" in Path(own[0]["capture_dir"]).name
     assert any(Path(own[0]["capture_dir"]).glob("*.pt.trace.json.gz"))
     assert not [a for a in r0["alarms"] if a["signal"] != "rank"]  # rank 0 kept its pace
+    # `analyze RUN` shows rank 1's own timeline too: its steps, its alarm and capture
+    from diagnose.watching.timeline import read_watched
+
+    tl = read_watched(r0["run_dir"])
+    assert tl is not None and [o["rank"] for o in tl["other_ranks"]] == [1]
+    r = subprocess.run([sys.executable, "-m", "diagnose", "analyze", r0["run_dir"]], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("rank 1:"))
+    assert "steps" in line and "alarms" in line
+    assert Path(own[0]["capture_dir"]).name in r.stdout
