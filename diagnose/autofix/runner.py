@@ -31,7 +31,7 @@ from ..fixes import FIXES, Facts, Fix, TrainConfig
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
 from .measure import Plan
-from .memfit import measure_peak, mib, over_budget, predicted_peak
+from .memfit import BUDGET, fit_budget, measure_peak, mib, over_budget, predicted_peak
 from .order import (
     in_predicted_order,
     log_disagreements,
@@ -133,10 +133,12 @@ def autofix(
     (``model_disagreements.jsonl`` in ``out_dir``). A warning repeated by the trials (each
     rebuilt DataLoader warns again) is shown once.
 
-    ``memory_budget``: bytes a step may use. A fix whose predicted peak (the diagnosis'
-    memory what-if of its change) does not fit it less 10% is skipped with that reason, and
-    the kept fixes' decisions carry their predicted peak beside the tuned config's measured
-    one (:mod:`diagnose.autofix.memfit`).
+    ``memory_budget``: bytes a step may use. Where the baseline's measured peak is over
+    it, the fastest change predicted to fit whose measured peak fits becomes the baseline
+    first. A fix whose predicted peak (the diagnosis' memory what-if of its change) does
+    not fit it less 10% is skipped with that reason, and the kept fixes' decisions carry
+    their predicted peak beside the tuned config's measured one
+    (:mod:`diagnose.autofix.memfit`).
     """
     w = Workload.from_user(model, loader, optimizer, loss_fn=loss_fn, step_fn=step_fn,
                            device=device)
@@ -200,6 +202,9 @@ def autofix(
         said = order_note(named, preds)
         if said:
             notes.append(said)
+        if memory_budget:  # fit the budget before speeding up (autofix/memfit.py)
+            mods = next((m for f, _ in named if (m := getattr(f, "modules", ()))), ())
+            base = fit_budget(tuner, base, report, memory_budget, notes, mods)
         # 3. the baseline's pace and bound
         tuner.progress("baseline: timing the step, compute alone and input alone")
         tuner.pilot(base)
@@ -251,7 +256,8 @@ def autofix(
                        else f"before/after failed: {final.note}")
                 tuner.decisions[:] = [
                     dataclasses.replace(d, status=REVERTED, reason=f"{d.reason}; not confirmed")
-                    if d.status == KEPT else d for d in tuner.decisions]
+                    if d.status == KEPT and d.finding != BUDGET else d
+                    for d in tuner.decisions]
                 tuner.decisions.append(Decision(
                     "confirmation", base.describe_change(best), REVERTED, why, None,
                     final.base_ms, final.cand_ms, iv, final.rounds, final.steps))

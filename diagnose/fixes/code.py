@@ -461,6 +461,13 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
         step.append("model = model.to(memory_format=torch.channels_last)")
     if after.compile and not before.compile:
         step.append("model = torch.compile(model)")
+    if after.checkpoint_modules and after.checkpoint_modules != before.checkpoint_modules:
+        names = ", ".join(repr(n) for n in after.checkpoint_modules)
+        step += ["from functools import partial",
+                 "from torch.utils.checkpoint import checkpoint",
+                 f"for name in ({names},):  # their forward recomputed in backward",
+                 "    block = model.get_submodule(name)",
+                 "    block.forward = partial(checkpoint, block.forward, use_reentrant=False)"]
     if (after.optimizer_foreach, after.optimizer_fused) != (
             before.optimizer_foreach, before.optimizer_fused):
         step.append(optimizer_call(ospec, foreach=after.optimizer_foreach or None,
@@ -509,7 +516,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
 _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_last",
                        "cudnn_benchmark", "compile", "zero_grad_set_to_none",
                        "optimizer_foreach", "optimizer_fused", "grad_accum_steps",
-                       "intra_op_threads", "batched_fetch", "gc_freeze"})
+                       "intra_op_threads", "batched_fetch", "gc_freeze",
+                       "checkpoint_modules"})
 
 
 __all__ = ["AFFINITY", "EXACT_FIELDS", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",

@@ -36,6 +36,9 @@ class TrainConfig:
     intra_op_threads: int | None = None  # torch.set_num_threads in the training process (None: as it is)
     batched_fetch: bool = False  # one dataset[indices] call per batch, not one per sample
     gc_freeze: bool = False  # gc.collect(); gc.freeze() before the steps (undone after a trial)
+    # submodules (names as model.get_submodule takes them) whose forward is recomputed in
+    # backward (non-reentrant activation checkpointing; undone after a trial)
+    checkpoint_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -52,6 +55,14 @@ class TrainConfig:
             raise ValueError(f"intra_op_threads must be >= 1 (got {self.intra_op_threads})")
         if self.optimizer_fused and self.optimizer_foreach:
             raise ValueError("optimizer_fused and optimizer_foreach cannot both be True")
+        names = self.checkpoint_modules
+        if isinstance(names, str) or not isinstance(names, tuple | list):
+            raise ValueError("checkpoint_modules must be a tuple of submodule names "
+                             f"(got {names!r})")
+        if any(not isinstance(n, str) or not n for n in names) or len(set(names)) < len(names):
+            raise ValueError("checkpoint_modules must name each submodule once, by a "
+                             f"non-empty name (got {list(names)!r})")
+        object.__setattr__(self, "checkpoint_modules", tuple(names))  # hashable, as frozen
 
     # ------------------------------------------------------------------ derived
     @property
@@ -116,6 +127,8 @@ def micro_batches(config: TrainConfig) -> list[TrainConfig]:
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return f"[{', '.join(map(str, v))}]" if v else "none"
     return "default" if v is None else str(v)
 
 

@@ -10,7 +10,7 @@ at the failure), and the largest batch that fits is searched with fake re-runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -23,6 +23,8 @@ from .whatif import FAKE, FAKE_HIGH, WhatIf, changes, largest_batch, recompute_m
 
 #: fake re-runs a search for the largest batch may take (a bisection over 1..2x the guess)
 SEARCH_RUNS = 8
+#: which of the changes to predict (a caller that needs only some of them)
+Keep = Callable[[Mapping[str, Any]], bool]
 
 
 def supported_amp(device: torch.device) -> tuple[str, ...]:
@@ -50,13 +52,16 @@ def _extra(prof: Mapping[str, Any]) -> tuple[int, float]:
 
 
 def fake_what_ifs(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
-                  prof: Mapping[str, Any], *, step_ms: float | None = None) -> list[WhatIf]:
-    """Each change of :func:`~.whatif.changes` re-run under FakeTensorMode (scaled where
-    the re-run fails, with a note saying why)."""
+                  prof: Mapping[str, Any], *, step_ms: float | None = None,
+                  only: Keep | None = None) -> list[WhatIf]:
+    """Each change of :func:`~.whatif.changes` (those ``only`` keeps) re-run under
+    FakeTensorMode (scaled where the re-run fails, with a note saying why)."""
     base = Base.of(prof.get("step"))
     fixed, surplus = _extra(prof)
     out = []
     for ch in changes(prof, amp_dtypes=supported_amp(model_device(model))):
+        if only is not None and not only(ch):
+            continue
         est = scaled(prof, ch)
         try:
             m = fake_step(model, optimizer, batch, step_fn, ch, base)
@@ -102,9 +107,10 @@ def largest_batch_fake(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, 
 
 def live_section(measured: StepMemory, *, model: Any = None, optimizer: Any = None,
                  batch: Any = None, step_fn: StepFn | None = None,
-                 budget_bytes: int | None = None, step_ms: float | None = None
-                 ) -> dict[str, Any]:
-    """The JSON memory section of a measured step (``context.json``'s ``memory``)."""
+                 budget_bytes: int | None = None, step_ms: float | None = None,
+                 only: Keep | None = None) -> dict[str, Any]:
+    """The JSON memory section of a measured step (``context.json``'s ``memory``);
+    ``only``: the changes to predict (default: all)."""
     prof = measured.to_json()
     fn = step_fn
     can_fake = model is not None and batch is not None and fn is not None
@@ -121,11 +127,13 @@ def live_section(measured: StepMemory, *, model: Any = None, optimizer: Any = No
             notes.append(str(e))
     basis = full if full is not None else prof
     if fn is not None and can_fake:
-        what = fake_what_ifs(model, optimizer, batch, fn, basis, step_ms=step_ms)
+        what = fake_what_ifs(model, optimizer, batch, fn, basis, step_ms=step_ms, only=only)
     else:
         what = []
         for ch in changes(basis, amp_dtypes=supported_amp(model_device(model))
                           if model is not None else ("bfloat16",)):
+            if only is not None and not only(ch):
+                continue
             w = scaled(basis, ch)
             if w is not None:
                 w.step_ms = recompute_ms(basis, ch, step_ms)
@@ -158,13 +166,15 @@ def _device_budget(device: str) -> int | None:
 
 def measure(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
             spec: StepSpec | None = None, budget_bytes: int | None = None,
-            step_ms: float | None = None, limit_bytes: int | None = None) -> dict[str, Any]:
+            step_ms: float | None = None, limit_bytes: int | None = None,
+            only: Keep | None = None) -> dict[str, Any]:
     """One real step tracked (:func:`~.tracker.track_step`, the model is updated) and its
-    memory section: kinds, modules, timeline, what-ifs, and an OOM explained.
-    ``limit_bytes`` emulates a device of that size (and is the budget if none is given)."""
+    memory section: kinds, modules, timeline, what-ifs (those ``only`` keeps), and an OOM
+    explained. ``limit_bytes`` emulates a device of that size (and is the budget if none is
+    given)."""
     m = track_step(model, optimizer, batch, step_fn, spec=spec, limit_bytes=limit_bytes)
     return live_section(m, model=model, optimizer=optimizer, batch=batch, step_fn=step_fn,
-                        budget_bytes=budget_bytes or limit_bytes, step_ms=step_ms)
+                        budget_bytes=budget_bytes or limit_bytes, step_ms=step_ms, only=only)
 
 
 __all__ = ["fake_what_ifs", "largest_batch_fake", "leading_size", "live_section", "measure",

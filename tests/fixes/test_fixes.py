@@ -259,7 +259,7 @@ def test_render_change_writes_every_config_field(monkeypatch: pytest.MonkeyPatch
                "amp_dtype": "float16", "channels_last": True, "cudnn_benchmark": True,
                "compile": True, "zero_grad_set_to_none": False, "optimizer_foreach": True,
                "grad_accum_steps": 2, "intra_op_threads": 1, "batched_fetch": True,
-               "gc_freeze": True}
+               "gc_freeze": True, "checkpoint_modules": ("0",)}
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     assert set(changed) | {"optimizer_fused"} == names == _RENDERED
     for k, v in changed.items():
