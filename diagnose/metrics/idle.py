@@ -71,12 +71,10 @@ _ORDER = ("gpu_busy_frac", "gpu_idle_frac", "idle_input_frac", "idle_sync_frac",
 def _launch_end(w: StepWindow, dev_events: np.ndarray) -> np.ndarray:
     """End time of the host runtime call that launched each device event (NaN if unknown)."""
     t = w.t
-    rt = np.flatnonzero(t.kind == Kind.RUNTIME)  # then filtered: no full-length temporaries
-    rt = rt[~np.isnan(t.correlation[rt])]
+    order = w.runtime_by_correlation
     out = np.full(len(dev_events), np.nan)
-    if not len(rt):
+    if not len(order):
         return out
-    order = rt[np.argsort(t.correlation[rt], kind="stable")]
     keys = t.correlation[order]
     want = t.correlation[dev_events]
     pos = np.searchsorted(keys, want)
@@ -145,8 +143,12 @@ def _device_step_ms(w: StepWindow) -> float | None:
     if not inside.any():
         return None
     ev, st = dev_idx[ok][inside], step[inside]
-    busy = [iv.measure(iv.union(t.ts[ev[st == k]], np.asarray(t.end[ev[st == k]])))
-            for k in range(w.n_steps)]  # once per step
+    # the events of each step, in their order: one stable sort, not a pass per step
+    by_step = np.argsort(st, kind="stable")
+    bounds = np.searchsorted(st[by_step], np.arange(w.n_steps + 1))
+    ev = ev[by_step]
+    busy = [iv.measure(iv.union(t.ts[e], np.asarray(t.end[e])))
+            for e in (ev[bounds[k]:bounds[k + 1]] for k in range(w.n_steps))]
     return float(np.mean(busy)) / 1e3
 
 

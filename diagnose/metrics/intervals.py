@@ -19,10 +19,14 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Merge possibly overlapping intervals into a sorted disjoint set."""
     if len(starts) == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.float64)[order]
-    run_end = np.asarray(ends, dtype=np.float64)[order]
-    del order  # temporaries the size of the input, one at a time (large traces)
+    s = np.asarray(starts, dtype=np.float64)
+    if bool(np.all(s[1:] >= s[:-1])):  # already in order (events in file order mostly are)
+        run_end = np.array(ends, dtype=np.float64)
+    else:
+        order = np.argsort(starts, kind="stable")
+        s = s[order]
+        run_end = np.asarray(ends, dtype=np.float64)[order]
+        del order  # temporaries the size of the input, one at a time (large traces)
     np.maximum(run_end, s, out=run_end)
     np.maximum.accumulate(run_end, out=run_end)
     # a new group starts where an interval begins after everything before it ended

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Kind, Trace
+from ..trace import Kind, Trace, kind_in
 from ..values import as_number
 from . import intervals as iv
 from .core import MetricSet, _Computer
@@ -163,7 +163,7 @@ def _collectives(comp: _Computer, v: Mapping[str, Any]) -> dict[str, Any]:
         exposed = (v.get("comm_exposed_frac") or 0.0) * comp.W
         out["comm_source"] = "device"
     else:
-        hostish = comp.host & np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)])
+        hostish = comp.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
         backend = hostish & t.name_mask(lambda s: bool(_HOST_BACKEND.match(s)))
         if not comp._in_window(backend).any():
             return out

@@ -152,17 +152,24 @@ def transfer_metrics(w: StepWindow, pageable: np.ndarray, blocked: iv.Intervals
     by_kind = {k: np.fromiter((k in n for n in names), bool, len(names))
                for k in ("Pageable", "Pinned")}
     v: dict[str, Any] = {}
+    mc_idx = np.flatnonzero(mc)  # the copies: each name-level mask is read at them only
+    mc_name = t.name_id[mc_idx]
     for prefix, _what, kind, full in _GROUPS:
         d = prefix.split("_")[1]
         of_d = np.fromiter((x == d for x in direction), bool, len(names))
-        m = mc & of_d[t.name_id] if len(names) else mc
-        if kind is not None and len(names):
-            m = m & by_kind[kind][t.name_id]
+        m = mc
+        if len(names):
+            hit = of_d[mc_name]
+            if kind is not None:
+                hit &= by_kind[kind][mc_name]
+            m = np.zeros(len(t), bool)
+            m[mc_idx[hit]] = True
         v.update(_copy_stats(w, prefix, m, full))
     # host time blocked in the copy API calls that issued pageable copies
     rt_copy = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: bool(MEMCPY_API.match(n)))
     pageable_n = by_kind["Pageable"]
-    pageable_corr = t.correlation[mc & pageable_n[t.name_id]] if len(names) else np.zeros(0)
+    pageable_corr = (t.correlation[mc_idx[pageable_n[mc_name]]] if len(names)
+                     else np.zeros(0))
     rt_idx = np.flatnonzero(rt_copy)
     pg_rt = np.zeros(len(t), bool)
     pg_rt[rt_idx] = np.isin(t.correlation[rt_idx], pageable_corr[~np.isnan(pageable_corr)])

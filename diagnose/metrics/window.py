@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace
+from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
 from .names import STEP
@@ -51,7 +51,7 @@ class StepWindow:
         self.t = t
         self.notes: list[str] = []
         valid = np.isfinite(t.ts)
-        host_all = np.isin(t.kind, [int(k) for k in HOST_KINDS]) & valid
+        host_all = kind_in(t.kind, HOST_KINDS) & valid
         if host_all.any():
             counts = np.bincount(t.pid_id[host_all], minlength=len(t.pids))
             self.main_pid = int(np.argmax(counts))
@@ -59,12 +59,12 @@ class StepWindow:
         else:
             self.main_pid = -1
             self.host = host_all
-        self.dev: np.ndarray = np.isin(t.kind, [int(k) for k in DEVICE_KINDS]) & valid
+        self.dev: np.ndarray = kind_in(t.kind, DEVICE_KINDS) & valid
         self.has_gpu = bool(self.dev.any())
         # what the trace recorded of the host beside its steps: operators (or annotations
         # other than ProfilerStep) and runtime calls. A trace of device activity alone has
         # neither, and the metrics that read them are None there, not 0
-        ops = self.host & np.isin(t.kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
+        ops = self.host & kind_in(t.kind, [Kind.CPU_OP, Kind.ANNOTATION])
         self.has_ops = bool((ops & ~t.name_mask(lambda n: bool(STEP.match(n)))).any())
         rt = self.host & (t.kind == Kind.RUNTIME)
         self.has_runtime = bool(rt.any())
@@ -78,9 +78,8 @@ class StepWindow:
 
     def _steps(self, max_steps: int | None) -> tuple[np.ndarray, np.ndarray, str]:
         t = self.t
-        is_step = t.name_mask(lambda n: bool(STEP.match(n))) & self.host & np.isin(
-            t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)]
-        )
+        is_step = (t.name_mask(lambda n: bool(STEP.match(n))) & self.host
+                   & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP]))
         idx = np.flatnonzero(is_step)
         idx = idx[np.argsort(t.ts[idx], kind="stable")]
         if len(idx):
@@ -109,7 +108,8 @@ class StepWindow:
     # ------------------------------------------------------------------ selections
     def sel(self, mask: np.ndarray) -> iv.Intervals:
         """The events of ``mask`` as an interval set."""
-        return iv.union(self.t.ts[mask], self.t.end[mask])
+        ts = self.t.ts[mask]
+        return iv.union(ts, ts + self.t.dur[mask])  # = t.end[mask], ts gathered once
 
     def mid(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The midpoints of events ``idx`` (computed when asked, never kept: an array the
@@ -126,6 +126,15 @@ class StepWindow:
             part = slice(a, min(a + CHUNK, n))
             out[part] = iv.inside(self.steps_u, self.mid(part))
         return out
+
+    @cached_property
+    def runtime_by_correlation(self) -> np.ndarray:
+        """The runtime calls that carry a correlation id, sorted by it (stable): what a
+        device event's launch is looked up in, sorted once (int32: kept small)."""
+        t = self.t
+        rt = np.flatnonzero(t.kind == Kind.RUNTIME)  # then filtered: no full-length temporaries
+        rt = rt[~np.isnan(t.correlation[rt])]
+        return rt[np.argsort(t.correlation[rt], kind="stable")].astype(np.int32)
 
     def within(self, mask: np.ndarray) -> np.ndarray:
         """Events (of ``mask``) whose midpoint lies inside a profiled step."""
@@ -148,7 +157,7 @@ class StepWindow:
 
     def of_kind(self, *kinds: Kind) -> np.ndarray:
         """Host events of the main process of these kinds."""
-        return self.host & np.isin(self.t.kind, [int(k) for k in kinds])
+        return self.host & kind_in(self.t.kind, kinds)
 
 
 def window_metrics(w: StepWindow) -> tuple[dict[str, Any], dict[str, list[float]]]:

@@ -64,6 +64,24 @@ class Event(msgspec.Struct, gc=False):
     args: Args = _NO_ARGS  # frozen, so one shared default is safe
 
 
+_NO_TEXT = msgspec.Raw(b"")
+
+
+class ChunkEvent(msgspec.Struct, gc=False):
+    """An Event as the chunked readers decode it: ``ts`` is its JSON text, read into the
+    time column by ``numbers.floats`` (the values msgspec's float decode gives, faster for
+    16-digit times with a fraction). The text is a view of the decoded buffer: the events
+    of a chunk become columns before the buffer is reused."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: msgspec.Raw = _NO_TEXT
+    dur: float = 0.0
+    args: Args = _NO_ARGS
+
+
 # Decoding by phase ("ph"). Flow events (phases s, t, f: the arrows from a launch to its
 # kernel) are about a third of a GPU trace's events and the analysis reads none of their
 # fields: decoded by phase, each becomes a field-less struct (no strings built, no field
@@ -78,20 +96,29 @@ _EVENT_PHASES = ("X", "B", "E", "i", "I", "C", "b", "n", "e", "P", "N", "O", "D"
 
 
 def _flow_type(ph: str) -> type:
+    # class attributes: what the column builder reads of every event to classify it
     return types.new_class(f"Flow_{ph}", (msgspec.Struct,),
                            {"tag_field": "ph", "tag": ph, "gc": False},
-                           lambda ns: ns.update(cat=FLOW_CATEGORY, name=FLOW_CATEGORY))
+                           lambda ns: ns.update(cat=FLOW_CATEGORY, name=FLOW_CATEGORY,
+                                                pid=0, tid=0))
 
 
-def _phase_type(ph: str) -> type:
-    return types.new_class(f"Event_{ord(ph)}", (Event,), {"tag_field": "ph", "tag": ph, "gc": False})
+def _phased(base: type) -> Any:
+    """The union of one tagged struct per phase: ``base`` for events, field-less flows.
+    Built at run time: mypy sees Any."""
+    events = [types.new_class(f"{base.__name__}_{ord(ph)}", (base,),
+                              {"tag_field": "ph", "tag": ph, "gc": False})
+              for ph in _EVENT_PHASES]
+    return Union[tuple([*events, *_FLOWS.values()])]  # noqa: UP007
 
 
 _FLOWS = {ph: _flow_type(ph) for ph in _FLOW_PHASES}
-# a union built at run time (one tagged struct per phase): mypy sees Any
-_PHASED: Any = Union[tuple([*map(_phase_type, _EVENT_PHASES), *_FLOWS.values()])]  # noqa: UP007
+_PHASED: Any = _phased(Event)
 EVENTS = msgspec.json.Decoder(list[Event])
 EVENTS_BY_PHASE = msgspec.json.Decoder(list[_PHASED])
+CHUNK_EVENTS = msgspec.json.Decoder(list[ChunkEvent])
+_CHUNK_PHASED: Any = _phased(ChunkEvent)
+CHUNK_EVENTS_BY_PHASE = msgspec.json.Decoder(list[_CHUNK_PHASED])
 
 
 class Document(msgspec.Struct, gc=False):

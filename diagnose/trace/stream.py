@@ -26,7 +26,7 @@ import msgspec
 from ..errors import TraceError
 from .columns import ColumnBuilder, Trace
 from .cut import NotStreamable, array_start, cutter, event_array, first_event
-from .decode import EVENTS, EVENTS_BY_PHASE, Decoded, Document, Event, _props
+from .decode import CHUNK_EVENTS, CHUNK_EVENTS_BY_PHASE, ChunkEvent, Decoded, Document, _props
 
 __all__ = ["ChunkDecoder", "EventSplitter", "NotStreamable", "read_streaming", "text_blocks"]
 
@@ -80,24 +80,25 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
 
 class ChunkDecoder:
     """Decodes runs of events, by phase (flows come out field-less, see decode.py) until a
-    chunk has an event without a known phase; from then on as plain Events."""
+    chunk has an event without a known phase; from then on as plain events. Each event's
+    ``ts`` stays text (``ChunkEvent``) until the chunk becomes columns."""
 
     def __init__(self) -> None:
         self.by_phase = True
 
-    def __call__(self, buf: bytearray, end: int, start: int = 0) -> list[Event]:
+    def __call__(self, buf: bytearray, end: int, start: int = 0) -> list[ChunkEvent]:
         """Decode the events in ``buf[start:end]`` (whole events, then a comma)."""
         return self.decode(event_array(buf, end, start))
 
-    def decode(self, payload: bytes | bytearray | memoryview) -> list[Event]:
+    def decode(self, payload: bytes | bytearray | memoryview) -> list[ChunkEvent]:
         """Decode ``[...]``; NotStreamable when it is not a valid list of events."""
         try:
             if self.by_phase:
                 try:
-                    return EVENTS_BY_PHASE.decode(payload)
+                    return CHUNK_EVENTS_BY_PHASE.decode(payload)
                 except msgspec.ValidationError:
                     self.by_phase = False
-            return EVENTS.decode(payload)
+            return CHUNK_EVENTS.decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
                 RecursionError):
             raise NotStreamable from None

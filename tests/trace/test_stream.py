@@ -184,7 +184,7 @@ def test_events_without_phase_decode_plain(tmp_path, small_chunks):
     d = stream.ChunkDecoder()
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
     assert d.by_phase
-    assert d.decode(b'[{"ph": "X", "ts": 1}, {"ts": 2}]')[1].ts == 2.0 and not d.by_phase
+    assert bytes(d.decode(b'[{"ph": "X", "ts": 1}, {"ts": 2}]')[1].ts) == b"2" and not d.by_phase
     flows = stream.ChunkDecoder().decode(b'[{"ph": "s", "id": 1, "ts": 5, "cat": "ac2g"}]')
     assert not hasattr(flows[0], "ts")  # nothing of a flow is kept
 
