@@ -60,3 +60,15 @@ def forkable(monkeypatch):
     from diagnose.trace import parallel
 
     monkeypatch.setattr(parallel, "_other_threads", lambda: False)
+
+
+@pytest.fixture
+def every_probe(monkeypatch):
+    """The probes after the loop all run, whatever they cost and whatever the loop waited
+    on: for tests of what the probes measure (the budget's own tests are in
+    tests/capture/probes/test_budget.py and tests/session/test_after_loop_budget.py)."""
+    import diagnose.capture.probes.budget as budget
+    import diagnose.session.after_loop as after_loop
+
+    monkeypatch.setattr(budget, "PROBE_SHARE", 1e6)
+    monkeypatch.setattr(after_loop, "unneeded", lambda ctx, clock: {})

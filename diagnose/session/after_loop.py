@@ -1,19 +1,22 @@
 """The probes a session runs once the ``with`` block has ended, into ``context.json``.
 
 No step is on the clock by then, so the timings disturb nothing the report states. They
-give the step model its measured inputs (diagnose.capture.probes): the model's work on
-torch's threads and on one (``threads``), beside busy processes (``threads_busy``), after
-each kind of fetch; a worker's hand-over, start, stop, batch and send cost, and the
-in-process batch (under ``dataloader``); and the CPUs' capacity, timed five times seconds
-apart (``cpu_capacity`` and the span of the timings). A run that raised gets none of them.
-Each probe may fail alone: its problem goes to ``on_error`` and its value stays unset.
+give the step model its measured inputs (diagnose.capture.probes): a worker's batch
+against the in-process one (under ``dataloader``); the CPUs' capacity (``cpu_capacity``,
+and the span of its rounds); a worker's hand-over, start and stop; the model's work on
+torch's threads and on one (``threads``), beside busy processes (``threads_busy``); a
+worker's send cost; the work after each kind of fetch. They share a budget, a share of
+the capture's wall time so far (:mod:`~diagnose.capture.probes.budget`), spent in that
+order, the order of what the predictions need most; ``context["probes"]`` says what was
+skipped and why. A run that raised gets none of them. Each probe may fail alone: its
+problem goes to ``on_error`` and its value stays unset.
 Before them, the step tracked in place during the loop becomes the ``memory`` section
 (:func:`memory_after_loop`; a run that ran out of memory in that step gets it too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from diagnose.capture.probes import (
@@ -21,7 +24,7 @@ from diagnose.capture.probes import (
     holds_device_tensors,
     quieter_threads,
     time_batches_in_turn,
-    time_cpu_capacity,
+    time_cpu_capacity_span,
     time_inprocess_batch,
     time_threads,
     time_threads_beside_busy,
@@ -30,6 +33,7 @@ from diagnose.capture.probes import (
     time_worker_handover,
     time_worker_send,
 )
+from diagnose.capture.probes.budget import ProbeBudget, unneeded
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import usable_cpus
 
@@ -55,102 +59,139 @@ def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_f
 
 
 def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
-                    forward: ForwardTimer | None, batch: Any, on_error: OnError) -> None:
-    """Run the probes in their order and write what they give into ``ctx``: ``forward``
-    holds the first batch's inputs as the model got them, ``batch`` the loop's first batch
-    as the loader gave it (None: the loader was not seen)."""
+                    forward: ForwardTimer | None, batch: Any, on_error: OnError,
+                    clock: Mapping[str, Any] | None = None,
+                    budget: ProbeBudget | None = None) -> None:
+    """Run the probes in their order within the budget and write what they give into
+    ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
+    loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
+    step clock (``capture.step_clock``: what the loop waited on, so what no prediction
+    needs; None: every probe may be needed). ``budget``: by default
+    :meth:`~diagnose.capture.probes.budget.ProbeBudget.of_capture`."""
+    if budget is None:
+        budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock))
     loaded = batch is not None and isinstance(ctx.get("dataloader"), dict)
-    caps: list[float] = []  # the CPUs' capacity, timed five times seconds apart
-    if loaded:  # what the CPUs give at once, a second before it is timed again below
-        _time_capacity(caps, on_error)
-    if forward is not None:
-        try:
-            ctx["threads"] = time_threads(model, forward.inputs)
-        except Exception as e:
-            on_error("thread timing", e)
-    if loaded and forward is not None:
-        try:  # the ops after each kind of fetch, for the batched-fetch prediction
-            ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch":
-                                 time_work_after_fetches(model, forward.inputs, loader)}
-        except Exception as e:
-            on_error("timing the model's work after a fetch", e)
+    if loaded:  # the probes' keys go into a copy (the recorded context stays as it was)
+        ctx["dataloader"] = dict(ctx["dataloader"])
+    workers = loaded and not holds_device_tensors(batch)
+    if loaded and not workers:  # no forked worker can make a batch on the GPU
+        ctx["dataloader"] = {**ctx["dataloader"], "batches_on_device": True}
+    caps: list[tuple[float, float, float]] = []  # the capacity timings: (point, lo, hi)
+    in_turn = _time_in_turn(ctx, loader, budget, on_error) if workers else None
     if loaded:
-        _time_capacity(caps, on_error)
-        _time_workers(ctx, loader, batch, caps, on_error)
+        _time_capacity(caps, budget, on_error)
+    if workers:
+        _time_handover(ctx, batch, budget, on_error)
+    if forward is not None:  # a CPU model's (the threads split's, the workers' contention)
+        ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
+            "threads", lambda: time_threads(model, forward.inputs)))
+    if loaded and forward is not None and ctx.get("threads"):
+        # what busy workers cost torch's threads (the workers' predictions)
+        ctx["threads_busy"] = _guard("thread timing beside busy processes", on_error,
+                                     lambda: budget.run("threads_busy", lambda: (
+                                         time_threads_beside_busy(
+                                             model, forward.inputs, usable_cpus()))))
+    if workers:  # what sending its batches costs a real worker (where one can be forked)
+        ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
+            "worker hand-over timing", on_error,
+            lambda: budget.run("worker_send", lambda: time_worker_send(loader)))
+    if loaded and forward is not None:  # the ops after each kind of fetch (batched fetch)
+        after = _guard("timing the model's work after a fetch", on_error, lambda: budget.run(
+            "work_after_fetch", lambda: time_work_after_fetches(model, forward.inputs, loader)))
+        if after is not None:
+            ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch": after}
+    if workers:  # a worker's batch (where not timed in turn) and the CPUs with its batches
+        _time_worker_batches(ctx, loader, in_turn, caps, budget, on_error)
+    # seconds later, while budget is left: the quieter thread timing, the capacity again
     if forward is not None and ctx.get("threads"):
-        try:  # once more, seconds later: the quieter of the two (quieter_threads)
-            ctx["threads"] = quieter_threads(ctx["threads"],
-                                             time_threads(model, forward.inputs))
-        except Exception as e:
-            on_error("thread timing", e)
-        if loaded:  # what busy workers cost torch's threads (the workers' predictions)
-            _time_capacity(caps, on_error)
-            try:
-                ctx["threads_busy"] = time_threads_beside_busy(
-                    model, forward.inputs, usable_cpus())
-            except Exception as e:
-                on_error("thread timing beside busy processes", e)
+        again = _guard("thread timing", on_error, lambda: budget.run(
+            "threads", lambda: time_threads(model, forward.inputs), again=True))
+        ctx["threads"] = quieter_threads(ctx["threads"], again)
+    if loaded and caps:
+        _time_capacity(caps, budget, on_error, again=True)
     if loaded:
-        _time_capacity(caps, on_error)  # the last, seconds after the others
         _capacity_of(ctx, caps)
+    ctx["probes"] = budget.record()
 
 
-def _time_capacity(caps: list[float], on_error: OnError) -> None:
-    """One more timing of the CPUs' capacity (:func:`time_cpu_capacity`) into ``caps``."""
+def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:
+    """``run()``, or None where it raised (its problem to ``on_error`` as ``what``)."""
     try:
-        got = time_cpu_capacity(usable_cpus())
+        return run()
     except Exception as e:
-        on_error("CPU capacity timing", e)
-        return
+        on_error(what, e)
+        return None
+
+
+def _time_capacity(caps: list[tuple[float, float, float]], budget: ProbeBudget,
+                   on_error: OnError, again: bool = False) -> None:
+    """One timing of the CPUs' capacity with its rounds' span
+    (:func:`~diagnose.capture.probes.capacity.time_cpu_capacity_span`) into ``caps``."""
+    got = _guard("CPU capacity timing", on_error, lambda: budget.run(
+        "cpu_capacity", lambda: time_cpu_capacity_span(usable_cpus()), again=again))
     if got is not None:
         caps.append(got)
 
 
-def _time_workers(ctx: dict[str, Any], loader: Any, batch: Any, caps: list[float],
-                  on_error: OnError) -> None:
-    """What a batch from a worker process costs this one, what a batch costs a worker and
-    this process, and what the CPUs give both (a capacity timing into ``caps``). A batch
-    the dataset makes on the GPU no worker can make (CUDA cannot start in a forked
-    process): nothing of a worker is timed, and the worker fixes' predictions say why they
-    have none."""
-    if holds_device_tensors(batch):
-        ctx["dataloader"] = {**ctx["dataloader"], "batches_on_device": True}
-        return
-    in_turn: tuple[float, float] | None = None
-    try:
-        timed = time_worker_handover(batch)
+def _time_in_turn(ctx: dict[str, Any], loader: Any, budget: ProbeBudget,
+                  on_error: OnError) -> tuple[float, float] | None:
+    """What a batch costs a worker and this process, timed in turn: with workers, for
+    fewer; without, the pace of the timings after the loop against the loop's own fetch
+    and collate. Where a worker cannot be forked, the in-process batch alone (not where the
+    budget left them out: it costs as much)."""
+    in_turn = _guard("worker hand-over timing", on_error, lambda: budget.run(
+        "batches_in_turn", lambda: time_batches_in_turn(loader)))
+    if in_turn is not None:
+        ctx["dataloader"]["worker_batch_ms"] = in_turn[0]
+        ctx["dataloader"]["inprocess_batch_ms"] = in_turn[1]
+    elif "batches_in_turn" not in budget.skipped:  # not for want of budget: as costly
+        ctx["dataloader"]["inprocess_batch_ms"] = _guard(
+            "worker hand-over timing", on_error,
+            lambda: budget.run("inprocess_batch", lambda: time_inprocess_batch(loader)))
+    return in_turn
+
+
+def _time_handover(ctx: dict[str, Any], batch: Any, budget: ProbeBudget,
+                   on_error: OnError) -> None:
+    """What a batch from a worker process costs this one, and a worker's start, fork and
+    stop (for the epochs without persistent workers)."""
+    timed = _guard("worker hand-over timing", on_error, lambda: budget.run(
+        "worker_handover", lambda: time_worker_handover(batch)))
+    if timed is not None:
         ctx["dataloader"] = {**ctx["dataloader"],
-                             "worker_handover_ms": timed and timed[0],
-                             "worker_start_ms": timed and timed[1],
-                             "worker_fork_ms": timed and timed[2],
-                             "worker_stop_ms": timed and timed[3]}
-        # what a batch costs a worker and this process, timed in turn: with workers, for
-        # fewer; without, the pace of the timings after the loop against the loop's own
-        # fetch and collate. Where a worker cannot be forked, the in-process batch alone
-        in_turn = time_batches_in_turn(loader)
-        ctx["dataloader"]["inprocess_batch_ms"] = (
-            in_turn[1] if in_turn is not None else time_inprocess_batch(loader))
-        # and what sending its batches costs a real worker, beside making them
-        ctx["dataloader"]["worker_send_ms"] = (
-            time_worker_send(loader) if in_turn is not None else None)
-    except Exception as e:
-        in_turn = None
-        on_error("worker hand-over timing", e)
-    try:  # what the CPUs give workers and this process (and a worker's batch)
-        made = time_worker_batches(loader, usable_cpus())
-        if made is not None:  # the one timed in turn with this process's
-            ctx["dataloader"]["worker_batch_ms"] = made[0] if in_turn is None else in_turn[0]
-            if made[1] is not None:
-                caps.append(made[1])
-    except Exception as e:
-        on_error("CPU capacity timing", e)
+                             "worker_handover_ms": timed[0], "worker_start_ms": timed[1],
+                             "worker_fork_ms": timed[2], "worker_stop_ms": timed[3]}
 
 
-def _capacity_of(ctx: dict[str, Any], caps: list[float]) -> None:
+def _time_worker_batches(ctx: dict[str, Any], loader: Any,
+                         in_turn: tuple[float, float] | None,
+                         caps: list[tuple[float, float, float]], budget: ProbeBudget,
+                         on_error: OnError) -> None:
+    """A batch made by forked workers alone and one per CPU at once: the worker's batch
+    where it was not timed in turn, and the CPUs' capacity with the job's own batches as
+    the work (a timing into ``caps``, without a span of its own). A second capacity
+    timing where one was made already: made only while budget is left."""
+    made = _guard("CPU capacity timing", on_error, lambda: budget.run(
+        "worker_batches", lambda: time_worker_batches(loader, usable_cpus()),
+        again=in_turn is not None and bool(caps)))
+    if made is None:
+        return
+    if in_turn is None:
+        ctx["dataloader"]["worker_batch_ms"] = made[0]
+    if made[1] is not None:
+        caps.append((made[1], made[1], made[1]))
+
+
+def _capacity_of(ctx: dict[str, Any], caps: list[tuple[float, float, float]]) -> None:
     """What the CPUs give: the most of the timings. A timing reads low where something else
     holds a CPU for a moment, and the job's split meets those moments in both of its arms
-    alike; SMT siblings lower all of them. How far the timings lay apart goes with it: the
-    predictions that move CPU work are made at the least as well (their range's slow end)."""
-    ctx["cpu_capacity"] = round(max(caps), 3) if caps else None
-    ctx["cpu_capacity_span"] = ([round(min(caps), 3), round(max(caps), 3)]
-                                if len(caps) > 1 else None)
+    alike; SMT siblings lower all of them. How far the timings and their rounds lay apart
+    goes with it: the predictions that move CPU work are made at the least as well (their
+    range's slow end), and a timing cut short by the budget has few rounds: its span is
+    what the rounds it had say."""
+    ctx["cpu_capacity"] = round(max(c[0] for c in caps), 3) if caps else None
+    lo = min((c[1] for c in caps), default=None)
+    hi = max((c[2] for c in caps), default=None)
+    ctx["cpu_capacity_span"] = ([round(lo, 3), round(hi, 3)]
+                                if lo is not None and hi is not None
+                                and (len(caps) > 1 or hi > lo) else None)

@@ -41,6 +41,7 @@ class Facts:
     threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
     threads_busy_ratio_2: float | None = None  # ... beside 2 (more taken as 2)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
+    probes_noise_rel: float | None = None  # the noise of the probes the budget cut short
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers
     tensor_core_speedup: float | None = None  # ratio AMP gives fp32 GEMM/conv kernels

@@ -276,9 +276,13 @@ def _host_shaper(g: Graph, host: np.ndarray) -> Callable[[float], Graph]:
 class Predictor:
     """Predictions for one run, from one rank's model and the run's facts."""
 
-    def __init__(self, model: StepModel, facts: Facts) -> None:
+    def __init__(self, model: StepModel, facts: Facts, probe_noise: float = 0.0) -> None:
         assert model.graph is not None
         self.facts = facts
+        # the relative noise of the probes' values (their medians' standard error, the most
+        # of those the capture's budget cut short): a prediction that reads them is ranged
+        # over it too
+        self.probe_noise = max(float(probe_noise), 0.0)
         prof = facts.step_time_median_ms
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time)
         un = facts.step_time_unprofiled_mean_ms or facts.step_time_unprofiled_median_ms
@@ -339,13 +343,15 @@ class Predictor:
         return Prediction(dict(change), ms, self.base_ms / ms,
                           self._range(ms, ms, self.base_ms / ms, False), self.base_ms)
 
-    def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool
-               ) -> tuple[float, float]:
+    def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool,
+               probes: bool = False) -> tuple[float, float]:
         """The changed step's range (ms) from the model's ends ``lo``-``hi``: the model's
         own error on a change (:data:`EFFECT_ERROR`, a share of the effect's log) on each
-        side, then the capture's noise (the replay's error and the steps' spread)."""
+        side, then the capture's noise (the replay's error and the steps' spread, and where
+        the change's transform reads the probes' values, ``probes``, their noise)."""
         w = EFFECT_ERROR["cpu" if moves_cpu else "other"] * abs(math.log(max(speedup, 1e-9)))
-        return (lo * math.exp(-w) * (1 - self.rel), hi * math.exp(w) * (1 + self.rel))
+        rel = self.rel + (self.probe_noise if probes else 0.0)
+        return (lo * math.exp(-w) * (1 - rel), hi * math.exp(w) * (1 + rel))
 
     def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:
@@ -376,7 +382,9 @@ class Predictor:
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
                        self._range(lo, hi, base / ms if ms > 0 else 1.0,
-                                   _moves_cpu(made, change)), base, loader_share=share,
+                                   _moves_cpu(made, change),
+                                   probes=any(t.assumes for t, _ in made)),
+                       base, loader_share=share,
                        assumed=assumed)
         self.cache[key] = p
         return p
@@ -460,7 +468,8 @@ def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
         return "cannot tell: predictions are made for one rank's run, not across ranks"
     if m.graph is None:
         return f"cannot tell: no step model ({m.why})"
-    return Predictor(m, Facts.from_metrics(a.metrics))
+    facts = Facts.from_metrics(a.metrics)
+    return Predictor(m, facts, probe_noise=facts.probes_noise_rel or 0.0)
 
 
 def prediction_line(p: Any) -> str:

@@ -139,9 +139,12 @@ def test_plain_loop_unchanged(tmp_path: Path, analysis: list[Path]) -> None:
     assert ctx["device"]["type"] == "cpu"
     assert ctx["capture"]["window_complete"] is True
     assert ctx["oom"] is None and ctx["exception"] is None
-    # each probe's own time (ms): the fetch timings on enter, the probes after the loop
-    assert "fetches" in ctx["probes_ms"] and "threads" in ctx["probes_ms"]
-    assert all(v >= 0 for v in ctx["probes_ms"].values())
+    # each probe's own time (ms): the fetch timings on enter, the probes after the loop,
+    # each within the probes' budget or recorded as skipped, with why
+    assert "fetches" in ctx["probes_ms"] and all(v >= 0 for v in ctx["probes_ms"].values())
+    rec = ctx["probes"]
+    assert rec["share"] == 0.05 and rec["budget_ms"] is not None
+    assert "threads" in ctx["probes_ms"] or rec["skipped"]["threads"]
 
     assert analysis == [run]  # analysed once, the run folder, after everything was written
     assert d.report.run_dir == run and d.report.printed == 1

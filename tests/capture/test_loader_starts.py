@@ -16,7 +16,7 @@ from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
 
 
-def test_each_epoch_start_with_workers_is_timed(tmp_path: Path):
+def test_each_epoch_start_with_workers_is_timed(tmp_path: Path, every_probe):
     """Epochs of 6 batches from one worker process (not persistent): every new iterator is
     recorded with its iter() time, its first batch's wait and its worker; the metrics give
     the median start and the epoch's length; DataLoader.__iter__ is put back."""
@@ -55,23 +55,24 @@ def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
     assert d.report.metrics["dataloader_start_ms"] is None
 
 
-@pytest.mark.parametrize(("timed", "want"), [
-    ((1.3, 1.4, 1.9, 1.5, 2.0), 2.0), ((1.9, 1.3, 1.6, 1.2, 1.4), 1.9),
-    ((1.5, 1.4, 1.5, 1.3, 1.95), 1.95), ((None, 1.5, 1.9, None, 1.5), 1.9),
-    ((None, None, None, None, None), None)])
-def test_cpu_capacity_is_the_most_of_five_timings_apart(tmp_path: Path, monkeypatch,
-                                                        timed, want):
-    """The CPUs' capacity is timed five times after the loop, seconds apart (before and
-    after the first thread timing, with a worker's batch, before the timing beside busy
-    processes, and last): a timing reads low where something else held a CPU for a
-    moment, so the most of them stands; the least and the most are kept for the
+@pytest.mark.parametrize(("loops", "worker", "want", "span"), [
+    ([(1.6, 1.3, 1.7), (2.0, 1.8, 2.0)], 1.5, 2.0, (1.3, 2.0)),
+    ([(1.9, 1.9, 1.9), (1.4, 1.2, 1.5)], 1.3, 1.9, (1.2, 1.9)),
+    ([(1.5, 1.4, 1.6), None], 1.95, 1.95, (1.4, 1.95)),
+    ([None, None], None, None, (None, None))])
+def test_cpu_capacity_is_the_most_of_the_timings_and_their_rounds_span(
+        tmp_path: Path, monkeypatch, every_probe, loops, worker, want, span):
+    """With budget for every probe the CPUs' capacity is timed twice with a Python loop
+    (each with its rounds' span: point, least, most) and once with a worker's batches: a
+    timing reads low where something else held a CPU for a moment, so the most of them
+    stands; the least and the most of the timings and their rounds are kept for the
     predictions' ranges."""
     import diagnose.session.after_loop as sess
 
-    python_loop = [t for i, t in enumerate(timed) if i != 2]  # the third is a worker's
-    monkeypatch.setattr(sess, "time_cpu_capacity", lambda cpus: python_loop.pop(0))
+    left = list(loops)
+    monkeypatch.setattr(sess, "time_cpu_capacity_span", lambda cpus: left.pop(0))
     monkeypatch.setattr(sess, "time_worker_batches",
-                        lambda loader, cpus: None if timed[2] is None else (2.0, timed[2]))
+                        lambda loader, cpus: None if worker is None else (2.0, worker))
     model = nn.Sequential(nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(Pairs(n=48), batch_size=8)
@@ -79,9 +80,7 @@ def test_cpu_capacity_is_the_most_of_five_timings_apart(tmp_path: Path, monkeypa
                   sample_hz=0, print_report=False) as d:
         while not d.done:
             train(model, opt, loader, d)
-    assert not python_loop
-    assert d.report.metrics["cpu_capacity"] == want
-    # and the least and the most of them, where two or more were timed
-    got = [t for t in timed if t is not None]
-    lo, hi = (min(got), max(got)) if len(got) > 1 else (None, None)
-    assert (d.report.metrics["cpu_capacity_min"], d.report.metrics["cpu_capacity_max"]) == (lo, hi)
+    assert not left or loops[0] is None  # both timings (the second where the first gave one)
+    m = d.report.metrics
+    assert m["cpu_capacity"] == want
+    assert (m["cpu_capacity_min"], m["cpu_capacity_max"]) == span

@@ -41,7 +41,8 @@ def _make(ds: Any, batch_size: int = 8) -> tuple[nn.Module, Any, DataLoader]:
     return model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(ds, batch_size=batch_size)
 
 
-def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path) -> None:
+def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path, every_probe: None
+                                                        ) -> None:
     # a real loader whose samples take time: the DataLoader wait is measured by the hooks
     model, opt, loader = _make(Pairs(n=400, delay_s=0.0005))
     with diagnose(model, loader, steps=3, wait=3, clock_steps=6, out_dir=tmp_path,
@@ -518,8 +519,8 @@ def test_the_loops_median_loading_leaves_a_paused_step_out() -> None:
 
 @pytest.mark.parametrize("in_turn", [(7.0, 5.0), None])
 def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_turn: tuple[float, float] | None
-) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_turn: tuple[float, float] | None,
+        every_probe: None) -> None:
     """A worker's batch and this process's are timed in turn after the loop, so that a
     busy moment falls on both; where that cannot be timed, the in-process batch is timed alone and the
     worker's comes from the capacity rounds. What sending a batch costs a real worker is

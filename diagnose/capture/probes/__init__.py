@@ -13,10 +13,11 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.worker_batch`: a batch made by a forked worker, in turn with this process
 - :mod:`.handover`: receiving a batch from a worker; a worker's start and stop
 - :mod:`.send`: what sending its batches costs a worker
+- :mod:`.budget`: the probes' share of the capture's wall time, spent in order of need
 """
 
 from .after_fetch import time_work_after_fetches
-from .capacity import time_cpu_capacity
+from .capacity import time_cpu_capacity, time_cpu_capacity_span
 from .compute import ForwardTimer, quieter_threads, time_threads
 from .contention import time_threads_beside_busy
 from .handover import holds_device_tensors, time_worker_handover
@@ -31,6 +32,7 @@ __all__ = [
     "quieter_threads",
     "time_batches_in_turn",
     "time_cpu_capacity",
+    "time_cpu_capacity_span",
     "time_inprocess_batch",
     "time_threads",
     "time_threads_beside_busy",

@@ -15,7 +15,7 @@ from typing import Any
 
 from diagnose.fixes.catalog.fetch import batch_indexable
 
-from .common import rng_kept, settled, timed
+from .common import cannot_afford, median_noise, out_of_time, rng_kept, settled, timed
 from .compute import Inputs, model_work, on_cpu
 
 #: rounds: at least AFTER_FETCH_ROUNDS, then more within AFTER_FETCH_S seconds in all
@@ -57,11 +57,12 @@ def time_work_after_fetches(model: Any, inputs: Inputs | None, loader: Any
                                   batch_size=None, generator=gen))
         per_sample = iter(DataLoader(ds, sampler=order, batch_size=bs, generator=gen))
         next(batched), next(per_sample)
-        work()  # warm
+        if cannot_afford(2 * work(), AFTER_FETCH_ROUNDS):  # warm; a round is two works
+            return None
         start = time.perf_counter()
         for k in range(AFTER_FETCH_MAX_ROUNDS):
             took = time.perf_counter() - start
-            if (k >= AFTER_FETCH_ROUNDS and (took > AFTER_FETCH_S or settled(
+            if (k >= AFTER_FETCH_ROUNDS and (took > AFTER_FETCH_S or out_of_time() or settled(
                     [a / b for a, b in zip(*after, strict=True) if b > 0]))) or (
                     k >= 3 and took > 2 * AFTER_FETCH_S):
                 break
@@ -72,7 +73,8 @@ def time_work_after_fetches(model: Any, inputs: Inputs | None, loader: Any
                 out.append(work())
     if not after[1] or min(after[1]) <= 0:
         return None
-    ratio = statistics.median(a / b for a, b in zip(*after, strict=True))
+    ratios = [a / b for a, b in zip(*after, strict=True)]
     return {"after_per_sample_ms": round(statistics.median(after[0]) * 1e3, 4),
             "after_batched_ms": round(statistics.median(after[1]) * 1e3, 4),
-            "ratio": round(ratio, 4), "rounds": len(after[1])}
+            "ratio": round(statistics.median(ratios), 4), "rounds": len(after[1]),
+            "noise": median_noise(ratios)}

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from .common import SETTLED, timed
+from .common import SETTLED, out_of_time, timed
 
 #: the Python loop each process of :func:`time_cpu_capacity` runs (10-25 ms on a current
 #: core, several scheduler ticks): interpreter work, like a DataLoader worker's per-sample
@@ -90,19 +90,17 @@ def concurrent_s(k: int, work: Callable[[], float]) -> float | None:
     return statistics.fmean(times)
 
 
-def work_capacity(n: int, work: Callable[[], float], rounds: int
-                  ) -> tuple[float, float] | None:
-    """(the work's seconds alone; the CPUs' worth ``n`` processes did at once), from
-    ``rounds`` (more while cheap: :data:`CAPACITY_S`) alternating rounds of one process and
-    of ``n``. The work's time alone is its median round, a typical time as the loop's
-    are. The capacity is a ratio of two sides timed apart: each side's least time, as a
-    busy moment only adds to it, so ``n x least alone / least together`` (the median of
-    the rounds' own ratios would let one disturbed side of a round through)."""
+def capacity_rounds(n: int, work: Callable[[], float], rounds: int
+                    ) -> tuple[list[float], list[float]] | None:
+    """(seconds alone, seconds together) of ``rounds`` or more alternating rounds of one
+    process and of ``n`` running ``work``: more while cheap (:data:`CAPACITY_S`, within the
+    probes' budget: :func:`~.common.out_of_time`) until each side's two least times agree
+    (:func:`least_settled`); None where a child failed."""
     alone: list[float] = []
     together: list[float] = []
     start = time.perf_counter()
     for k in range(CAPACITY_MAX_ROUNDS):
-        if k >= rounds and (time.perf_counter() - start > CAPACITY_S
+        if k >= rounds and (time.perf_counter() - start > CAPACITY_S or out_of_time()
                             or least_settled(alone, together)):
             break
         one, many = concurrent_s(1, work), concurrent_s(n, work)
@@ -110,6 +108,22 @@ def work_capacity(n: int, work: Callable[[], float], rounds: int
             return None
         alone.append(one)
         together.append(many)
+    return alone, together
+
+
+def work_capacity(n: int, work: Callable[[], float], rounds: int
+                  ) -> tuple[float, float] | None:
+    """(the work's seconds alone; the CPUs' worth ``n`` processes did at once), from
+    ``rounds`` (more while cheap: :data:`CAPACITY_S`) alternating rounds of one process and
+    of ``n`` (:func:`capacity_rounds`). The work's time alone is its median round, a
+    typical time as the loop's are. The capacity is a ratio of two sides timed apart: each
+    side's least time, as a busy moment only adds to it, so ``n x least alone / least
+    together`` (the median of the rounds' own ratios would let one disturbed side of a
+    round through)."""
+    got = capacity_rounds(n, work, rounds)
+    if got is None:
+        return None
+    alone, together = got
     return (statistics.median(alone),
             min(float(n), max(1.0, n * min(alone) / min(together))))
 
@@ -127,3 +141,26 @@ def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
         return None
     got = work_capacity(n, lambda: _spin(loops), CAPACITY_ROUNDS)
     return None if got is None else round(got[1], 3)
+
+
+@timed("cpu_capacity")
+def time_cpu_capacity_span(cpus: int, loops: int = CAPACITY_LOOP
+                           ) -> tuple[float, float, float] | None:
+    """The CPUs' capacity as :func:`time_cpu_capacity` times it, with the span its own
+    rounds give: ``(capacity, least, most)``, the least and the most of the rounds' own
+    ratios ``cpus x alone / together`` (each round's two sides a few ms apart) beside the
+    capacity of the sides' least times. One timing in place of several seconds apart: how
+    far its rounds lay apart is the noise the predictions that move CPU work are ranged
+    over. None where :func:`time_cpu_capacity` gives None."""
+    import os
+
+    n = min(int(cpus), CAPACITY_MAX_PROCS)
+    if n < 2 or not hasattr(os, "fork"):
+        return None
+    got = capacity_rounds(n, lambda: _spin(loops), CAPACITY_ROUNDS)
+    if got is None:
+        return None
+    alone, together = got
+    cap = min(float(n), max(1.0, n * min(alone) / min(together)))
+    each = [min(float(n), max(1.0, n * a / t)) for a, t in zip(alone, together, strict=True)]
+    return round(cap, 3), round(min(each + [cap]), 3), round(max(each + [cap]), 3)

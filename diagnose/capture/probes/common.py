@@ -1,6 +1,7 @@
 """What the probes share: the bound that keeps the session's exit quick, the RNG states
-put back after a timing, a batch made as the loader's fetcher makes it, and the clock of
-the probes' own time (:func:`probe_clock`, :func:`timed`)."""
+put back after a timing, a batch made as the loader's fetcher makes it, the clock of
+the probes' own time (:func:`probe_clock`, :func:`timed`), and the end of their time
+budget (:func:`until`, :func:`out_of_time`: :mod:`.budget` sets it)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,22 @@ def make_batch(ds: Any, collate: Callable[[Any], Any], idx: list[int]) -> float:
 SETTLED = 0.02
 
 
+def median_noise(*series: Sequence[float]) -> float | None:
+    """The largest relative standard error of the series' medians (``0.93 x IQR /
+    sqrt(n)`` over the median, as :func:`settled` judges them): what a probe cut short
+    hands on with its values; None where a series has under 3 values or no positive
+    median."""
+    worst = 0.0
+    for v in series:
+        if len(v) < 3:
+            return None
+        q1, med, q3 = statistics.quantiles(v, n=4, method="inclusive")
+        if med <= 0:
+            return None
+        worst = max(worst, 0.93 * (q3 - q1) / math.sqrt(len(v)) / med)
+    return round(worst, 4)
+
+
 def settled(*series: Sequence[float], tol: float = SETTLED) -> bool:
     """Is the median of every series known to ``tol`` of itself (see :data:`SETTLED`)?
     False for a series of under 3 values or a median of 0 or less."""
@@ -76,15 +93,69 @@ def settled(*series: Sequence[float], tol: float = SETTLED) -> bool:
 _CLOCK = time.perf_counter
 #: where the probes run in this context add their own time: {probe: ms}, or None
 _PROBE_MS: ContextVar[dict[str, float] | None] = ContextVar("diagnose_probe_ms", default=None)
+#: when that clock was opened (the session's enter), by :data:`_CLOCK`
+_OPENED: ContextVar[float | None] = ContextVar("diagnose_probe_opened", default=None)
+#: the end of the probes' time budget (by :data:`_CLOCK`), None: no budget
+_DEADLINE: ContextVar[float | None] = ContextVar("diagnose_probe_deadline", default=None)
 
 
 def probe_clock() -> dict[str, float]:
     """A new ``{probe: ms}`` that every probe run from now on in this context (thread)
     adds its own wall time to (summed over its calls): a session opens one as it
-    collects its context, and the dict, kept in that context, fills as the probes run."""
+    collects its context, and the dict, kept in that context, fills as the probes run.
+    The time it was opened is kept too (:func:`capture_elapsed_s`)."""
     ms: dict[str, float] = {}
     _PROBE_MS.set(ms)
+    _OPENED.set(_CLOCK())
     return ms
+
+
+def capture_elapsed_s() -> float | None:
+    """Seconds since this context's :func:`probe_clock` was opened (the capture's wall
+    time so far); None where none is open."""
+    t0 = _OPENED.get()
+    return None if t0 is None else max(_CLOCK() - t0, 0.0)
+
+
+@contextmanager
+def until(deadline: float | None) -> Iterator[None]:
+    """The probes run inside stop their rounds at ``deadline`` (:data:`_CLOCK` time) once
+    they hold their least values (:func:`out_of_time`), or give up where those would run
+    past it (:func:`cannot_afford`); None: no deadline."""
+    token, gave = _DEADLINE.set(deadline), _GAVE_UP.set(None)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+        _GAVE_UP.reset(gave)
+
+
+def out_of_time() -> bool:
+    """Has the probes' budget run out (:func:`until`)? False where none is set."""
+    end = _DEADLINE.get()
+    return end is not None and _CLOCK() >= end
+
+
+#: the least rounds' cost (s) a probe gave up on (:func:`cannot_afford`), else None
+_GAVE_UP: ContextVar[float | None] = ContextVar("diagnose_probe_gave_up", default=None)
+
+
+def cannot_afford(round_s: float, rounds: int) -> bool:
+    """Would ``rounds`` rounds of ``round_s`` seconds each run past the budget's end
+    (:func:`until`)? A probe asks after its first (warm-up) round, the measure of its
+    rounds, and gives up (None) where they would: its least rounds would hold values too
+    few to trust or overrun the budget by more than that round. False without a budget."""
+    end = _DEADLINE.get()
+    need = max(round_s, 0.0) * rounds
+    if end is None or _CLOCK() + need <= end:
+        return False
+    _GAVE_UP.set(need)
+    return True
+
+
+def gave_up() -> float | None:
+    """The least rounds' cost (s) the last probe in this context gave up on; None: none."""
+    return _GAVE_UP.get()
 
 
 def timed(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .common import SLOW_S, settled, timed
+from .common import SLOW_S, cannot_afford, median_noise, out_of_time, settled, timed
 
 #: rounds of (torch's threads, one thread) after one warm-up round of each: ROUNDS at
 #: least, then more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until their medians
@@ -153,7 +153,7 @@ def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     with model_work(model, inputs) as (forward, work):
         for k in range(MAX_ROUNDS + 1):
             if k > ROUNDS and (time.perf_counter() - start > ROUNDS_S
-                               or settled(*times.values())):
+                               or settled(*times.values()) or out_of_time()):
                 break
             torch.set_num_threads(n)
             t0 = time.perf_counter()
@@ -161,9 +161,11 @@ def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
             times["work"].append(work())
             torch.set_num_threads(1)
             times["work_1thread"].append(work())
-            if k == 0:  # the first round warms both thread counts up
+            if k == 0:  # the first round warms both thread counts up, and measures a round
                 for v in times.values():
                     v.clear()
+                if cannot_afford(time.perf_counter() - t0, ROUNDS):
+                    return None
             if time.perf_counter() - t0 > 3 * SLOW_S:
                 break
     if not times["work"]:
@@ -171,6 +173,7 @@ def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"torch_threads": n, "backward": backward}
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
+    out["rounds"], out["noise"] = len(times["work"]), median_noise(*times.values())
     return out
 
 

@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any
 
-from .common import SLOW_S, settled, timed
+from .common import SLOW_S, cannot_afford, median_noise, out_of_time, settled, timed
 from .compute import Inputs, model_work, on_cpu
 
 #: busy processes beyond the CPUs torch's threads leave (1, then 2: a worker more, where
@@ -113,10 +113,12 @@ def time_threads_beside_busy(model: Any, inputs: Inputs | None, cpus: int
     start = time.perf_counter()
     try:
         with model_work(model, inputs) as (_, work):
-            work()  # warm
+            once = work()  # warm; a round is a quiet work and BUSY_REPEAT busy ones a set
+            if cannot_afford(once * (1 + BUSY_REPEAT) * len(BUSY_EXCESS), BUSY_ROUNDS):
+                return None
             for k in range(BUSY_MAX_ROUNDS):
                 if k >= BUSY_ROUNDS and (time.perf_counter() - start > BUSY_S
-                                         or settled(quiet, *busy.values())):
+                                         or settled(quiet, *busy.values()) or out_of_time()):
                     break
                 t0 = time.perf_counter()
                 for e in BUSY_EXCESS:
@@ -134,4 +136,5 @@ def time_threads_beside_busy(model: Any, inputs: Inputs | None, cpus: int
     base = statistics.median(quiet)
     return {"torch_threads": n, "cpus": cpus, "work_ms": round(base * 1e3, 4),
             "busy_ratio": {str(e): round(statistics.median(v) / base, 4)
-                           for e, v in busy.items() if v}}
+                           for e, v in busy.items() if v},
+            "noise": median_noise(quiet, *busy.values())}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .common import SLOW_S, make_batch, rng_kept, settled, timed
+from .common import SLOW_S, make_batch, out_of_time, rng_kept, settled, timed
 
 
 @timed("inprocess_batch")
@@ -30,7 +30,7 @@ def time_inprocess_batch(loader: Any, repeat: int = 5) -> float | None:
     times: list[float] = []
     with rng_kept():
         for k in range(repeat):
-            if k >= 3 and settled(times):
+            if k >= 3 and (settled(times) or out_of_time()):
                 break
             times.append(make_batch(ds, collate, idx))
             if times[-1] > SLOW_S:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .common import SLOW_S, rng_kept, timed
+from .common import SLOW_S, cannot_afford, out_of_time, rng_kept, timed
 from .worker_batch import forked_loader
 
 #: batches: SEND_WARM first, then up to SEND_BATCHES timed while they take under SEND_S
@@ -73,10 +73,13 @@ def time_worker_send(loader: Any) -> float | None:
                 next(it)
                 if time.perf_counter() - t0 > SLOW_S:
                     return None
+            if cannot_afford(time.perf_counter() - t0, 2):  # at least two batches timed
+                return None
             a = _other_threads_cpu_ns(pid)
             start, n = time.perf_counter(), 0
             last = min(SEND_BATCHES, size // bs - SEND_WARM - 2)
-            while n < last and (n < 2 or time.perf_counter() - start < SEND_S):
+            while n < last and (n < 2 or (time.perf_counter() - start < SEND_S
+                                          and not out_of_time())):
                 t0 = time.perf_counter()
                 next(it)
                 n += 1

@@ -17,7 +17,15 @@ from contextlib import suppress
 from typing import Any
 
 from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
-from .common import SLOW_S, make_batch, rng_kept, settled, timed
+from .common import (
+    SLOW_S,
+    cannot_afford,
+    make_batch,
+    out_of_time,
+    rng_kept,
+    settled,
+    timed,
+)
 
 #: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, then more, up to
 #: MAX_PAIRS within PAIRS_S seconds in all, until this process's median and that of the
@@ -123,10 +131,13 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
             warm = make_batch(ds, collate, idx(0))
             if worker_batch(None) is None or warm > SLOW_S:
                 return None
+            if cannot_afford(2 * warm, PAIRS):  # a turn: this process's batch, a worker's
+                return None
             start = time.perf_counter()
             for j in range(1, MAX_PAIRS + 1):
-                if j > PAIRS and (time.perf_counter() - start > PAIRS_S or settled(
-                        mine, [t / m for t, m in zip(theirs, mine, strict=True) if m > 0])):
+                if j > PAIRS and (time.perf_counter() - start > PAIRS_S or out_of_time()
+                                  or settled(mine, [t / m for t, m in zip(
+                                      theirs, mine, strict=True) if m > 0])):
                     break
                 mine.append(make_batch(ds, collate, idx(j)))
                 took = worker_batch(j)
@@ -183,7 +194,8 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
         return took
 
     one = concurrent_s(1, batch)
-    if one is None or one > SLOW_S:
+    # a round: the work alone, then one a CPU at once
+    if one is None or one > SLOW_S or cannot_afford(2 * one, CAPACITY_ROUNDS):
         return None
     cap = work_capacity(n, batch, CAPACITY_ROUNDS)
     return None if cap is None else (round(cap[0] * 1e3, 4), round(cap[1], 3))

@@ -24,7 +24,8 @@ from ..realise import CannotRealise, Kwargs, Realisation
 from ..unit import Facts, Fix
 
 
-@transform()
+@transform(assumes={"input_batched_fetch_work_ratio": "the model's work after a batched "
+                    "fetch costs what it costs after the per-sample one"})
 def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """The in-process fetch takes what one batch took from a loader fetching so when the
     capture timed it before the loop (``input_batched_fetch_ms``) instead of the fetch and

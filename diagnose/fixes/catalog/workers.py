@@ -334,6 +334,9 @@ WORKER_ASSUMES = {
     "input_worker_handover_ms": "a batch hands over from a worker in the trace's shortest "
                                 f"wait for one, else at {SHM_GBPS} GB/s",
     "cpu_capacity": "every CPU the process may use is free",
+    "input_worker_send_ms": "a worker spends nothing beyond its batch sending it",
+    "input_inprocess_batch_ms": "the loop made its batches at the pace the timings after "
+                                "it were made at",
 }
 
 

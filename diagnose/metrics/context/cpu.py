@@ -13,10 +13,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     "cpu_capacity": (
         "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
         "worker-like process per CPU making the loader's batches against one alone (a "
-        "Python loop where batches cannot be made so) and a Python loop's, the most of five "
-        "timings seconds apart; under cpu_count where CPUs share a core (SMT siblings) or the host is busy"),
+        "Python loop where batches cannot be made so) and a Python loop's, the most of the "
+        "timings the probes' budget allowed; under cpu_count where CPUs share a core (SMT "
+        "siblings) or the host is busy"),
     "cpu_capacity_min": (
-        "CPUs", "the least of the CPUs' capacity timings after the loop: the predictions "
+        "CPUs", "the least of the CPUs' capacity timings after the loop (and of their rounds' "
+        "own ratios): the predictions "
         "that move CPU work are made there too (their range's slow end)"),
     "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop"),
     "forward_quiet_ms": (

@@ -21,7 +21,28 @@ CATALOG: dict[str, tuple[str, str]] = {
     "probes_ms_total": ("ms", "the session's own timings of the job (its probes: a worker's "
                         "batch, the compute on one thread, the CPUs' capacity, ...), all "
                         "of them: what the capture spent measuring beyond the loop"),
+    "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
+                         "probes the capture's time budget cut short, the most of them; a "
+                         "prediction that reads the probes is ranged over it too"),
 }
+
+#: where each probe that reports its noise writes its values in ``context.json``
+_NOISY = {"threads": ("threads",), "threads_busy": ("threads_busy",),
+          "work_after_fetch": ("dataloader", "work_after_fetch")}
+
+
+def probes_noise(ctx: dict[str, Any]) -> float | None:
+    """The most relative noise among the probes the budget cut short (0.0: none was cut or
+    none of those cut reports noise; None: no record of the budget)."""
+    rec = ctx.get("probes")
+    if not isinstance(rec, dict):
+        return None
+    worst = 0.0
+    for name in rec.get("cut") or []:
+        got = get(ctx, *_NOISY.get(str(name), ("-",)), "noise")
+        if isinstance(got, int | float) and not isinstance(got, bool) and got > worst:
+            worst = float(got)
+    return round(worst, 4)
 
 
 def _cuda_memory(mem: Any) -> dict[str, object]:
@@ -44,6 +65,7 @@ def outcome_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     if isinstance(probes, dict):
         ms = [float(v) for v in probes.values() if isinstance(v, int | float)]
         out["probes_ms_total"] = round(sum(ms), 1) if ms else None
+    out["probes_noise_rel"] = probes_noise(ctx)
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)

@@ -24,8 +24,9 @@ def test_settled_needs_three_values_and_a_tight_median() -> None:
 
 def test_timed_probes_add_their_own_time_to_the_open_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each call's time (a stubbed clock: 5 ms, then 7 ms) is summed under the probe's name,
-    in the clock opened in this context; with none open nothing is kept."""
-    ticks = iter([0.0, 0.005, 1.0, 1.007, 2.0, 2.001])
+    in the clock opened in this context (its opening read first); with none open nothing
+    is kept."""
+    ticks = iter([-1.0, 0.0, 0.005, 1.0, 1.007, 2.0, 2.001])
     monkeypatch.setattr(common, "_CLOCK", lambda: next(ticks))
 
     @timed("probe")

@@ -1,0 +1,130 @@
+"""The probes' time budget: a share of the capture's wall time so far, spent in order of
+what the predictions need.
+
+Every probe after the loop serves the fixes of the input rules (``rules/input.toml``, and
+IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's. A
+loop that waited on its DataLoader for under :data:`LOADER_WAITED` of its steps, with no
+more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`).
+Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`) while
+the budget lasts: a probe starts only with budget left, and stops its rounds at the
+budget's end once it holds its least values (:func:`~.common.until`). What was not run is
+recorded with why (``context["probes"]``); a prediction made without it says what it
+assumed, and a probe cut short hands on its values' noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from . import common
+
+R = TypeVar("R")
+
+#: the probes' time, at most this share of the capture's wall time so far (enter to the
+#: loop's end: the steps on and off the profiler, the fetch timings on enter included):
+#: issue 48, "keep all the probes under 5% of the capture's wall time"; of the time so far,
+#: so that neither the probes nor the analysis after them can raise it
+PROBE_SHARE = 0.05
+#: a loop that waits on its DataLoader for less than this share of its steps (the clock's
+#: ``dataloader_ms`` over its ``ms``) fires no input rule: the least share one fires at is
+#: 3% (IN003), and the profiled window's share may lie a little above the clock's
+LOADER_WAITED = 0.02
+
+#: the probes after the loop, by the names they state their time under (``probes_ms``)
+PROBES = ("batches_in_turn", "inprocess_batch", "cpu_capacity", "worker_handover",
+          "threads", "threads_busy", "worker_send", "work_after_fetch", "worker_batches")
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def loader_share(clock: Mapping[str, Any] | None) -> float | None:
+    """The share of the loop's timed steps spent waiting on the DataLoader (the step
+    clock's ``dataloader_ms`` over its ``ms``, every phase); None where it holds none."""
+    if not isinstance(clock, Mapping):
+        return None
+    pairs = [(w, s) for a, b in zip(clock.get("dataloader_ms") or [], clock.get("ms") or [],
+                                    strict=False)
+             if (w := _num(a)) is not None and (s := _num(b)) is not None and s > 0]
+    total = sum(s for _, s in pairs)
+    return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
+
+
+def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None) -> dict[str, str]:
+    """{probe: why no prediction needs it} (module doc): every probe where the loop
+    waited on its DataLoader for under :data:`LOADER_WAITED` of its steps and has no more
+    workers than CPUs; none where the clock says nothing (every probe may be needed)."""
+    share = loader_share(clock)
+    dl = ctx.get("dataloader")
+    workers = _num(dl.get("num_workers")) if isinstance(dl, Mapping) else None
+    cpus = _num(ctx.get("cpu_count"))
+    if share is None or share >= LOADER_WAITED or (
+            workers is not None and cpus is not None and workers > cpus):
+        return {}
+    why = (f"the loop waited on its DataLoader for {share:.1%} of its steps: no input rule "
+           "fires, no fix needs it")
+    return dict.fromkeys(PROBES, why)
+
+
+@dataclass
+class ProbeBudget:
+    """The probes' time (s) from ``start`` (the probes' clock), and what they left out:
+    ``skipped`` {probe: why}, ``cut`` (probes stopped by the budget's end)."""
+
+    total_s: float
+    start: float
+    unneeded: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    cut: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_capture(cls, spent_ms: Mapping[str, Any] | None,
+                   unneeded: dict[str, str] | None = None) -> ProbeBudget:
+        """:data:`PROBE_SHARE` of the capture's wall time so far (since the probes' clock
+        was opened: :func:`~.common.capture_elapsed_s`) less what probes have spent in it
+        already (``spent_ms``: the fetch timings on enter). No clock open: no budget."""
+        elapsed = common.capture_elapsed_s()
+        spent = sum(v for v in (spent_ms or {}).values() if isinstance(v, int | float))
+        total = float("inf") if elapsed is None else max(
+            PROBE_SHARE * elapsed - spent / 1e3, 0.0)
+        return cls(total, common._CLOCK(), dict(unneeded or {}))
+
+    @property
+    def end(self) -> float:
+        return self.start + self.total_s
+
+    def left_s(self) -> float:
+        return self.end - common._CLOCK()
+
+    def run(self, name: str, probe: Callable[[], R], again: bool = False) -> R | None:
+        """``probe()`` where it is needed and budget is left, stopping its rounds at the
+        budget's end; else None, and why goes to ``skipped`` (once a probe's; not for a
+        timing made ``again``, seconds after one that ran)."""
+        if name in self.unneeded:
+            self.skipped.setdefault(name, self.unneeded[name])
+            return None
+        if self.left_s() <= 0:
+            if not again:
+                self.skipped.setdefault(
+                    name, f"the probes' budget ({PROBE_SHARE:.0%} of the capture so far, "
+                          f"{self.total_s * 1e3:.0f} ms) was spent")
+            return None
+        with common.until(self.end if self.total_s != float("inf") else None):
+            got = probe()
+            need = common.gave_up()
+        if need is not None:
+            self.skipped.setdefault(name, f"its least rounds (about {need * 1e3:.0f} ms) "
+                                          "would overrun the probes' budget left")
+        elif self.left_s() <= 0 and name not in self.cut:
+            self.cut.append(name)
+        return got
+
+    def record(self) -> dict[str, Any]:
+        """``context["probes"]``: the budget (ms, null: none), what was skipped and why,
+        what ran into the budget's end."""
+        finite = self.total_s != float("inf")
+        return {"budget_ms": round(self.total_s * 1e3, 1) if finite else None,
+                "share": PROBE_SHARE, "skipped": dict(self.skipped), "cut": list(self.cut)}

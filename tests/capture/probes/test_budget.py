@@ -1,0 +1,162 @@
+"""The probes' time budget (diagnose/capture/probes/budget.py) and the capacity timed once
+with its rounds' span, on injected timings."""
+
+from __future__ import annotations
+
+import contextvars
+
+import pytest
+
+from diagnose.capture.probes import budget as bmod
+from diagnose.capture.probes import capacity, common
+from diagnose.capture.probes.budget import PROBES, ProbeBudget, loader_share, unneeded
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    c = FakeClock()
+    monkeypatch.setattr(common, "_CLOCK", c)
+    return c
+
+
+def test_the_budget_is_a_share_of_the_capture_so_far_less_what_probes_spent(
+        clock: FakeClock) -> None:
+    """Opened at 0, the probes start at 20 s: 5% of it is 1 s, less the 200 ms the fetch
+    timings on enter spent: 800 ms. No clock open (the probes called alone): no bound."""
+    def at_exit() -> ProbeBudget:
+        common.probe_clock()
+        clock.t = 20.0
+        return ProbeBudget.of_capture({"fetches": 200.0})
+
+    b = contextvars.copy_context().run(at_exit)
+    assert b.total_s == pytest.approx(0.8) and b.left_s() == pytest.approx(0.8)
+    assert b.record()["budget_ms"] == 800.0
+    free = contextvars.copy_context().run(lambda: ProbeBudget.of_capture(None))
+    assert free.total_s == float("inf") and free.record()["budget_ms"] is None
+
+
+def test_a_probe_stops_its_rounds_at_the_budgets_end_and_the_rest_are_skipped(
+        clock: FakeClock) -> None:
+    """A budget of 300 ms. The first probe's rounds take 40 ms each, at least 3: it stops
+    at the first round past the end (8 rounds, 320 ms) and is recorded as cut. The next
+    one is not started: skipped, with why; a timing made again is left out silently."""
+    b = ProbeBudget(0.3, clock.t)
+
+    def rounds(each: float, least: int = 3) -> int:
+        k = 0
+        while k < 20 and not (k >= least and common.out_of_time()):
+            clock.t += each
+            k += 1
+        return k
+
+    assert b.run("threads", lambda: rounds(0.04)) == 8
+    assert clock.t == pytest.approx(0.32)
+    assert b.run("threads_busy", lambda: rounds(0.04)) is None
+    assert b.run("cpu_capacity", lambda: rounds(0.01), again=True) is None
+    rec = b.record()
+    assert rec["cut"] == ["threads"]
+    assert list(rec["skipped"]) == ["threads_busy"]
+    assert "budget" in rec["skipped"]["threads_busy"]
+    assert not common.out_of_time()  # the deadline is the budget's only while it runs
+
+
+def test_a_probe_that_needs_its_least_rounds_overruns_by_them_only(clock: FakeClock) -> None:
+    """30 ms left, a probe of 3 rounds of 40 ms at least: it holds its least values (120 ms,
+    90 ms over), and nothing starts after it."""
+    b = ProbeBudget(0.03, clock.t)
+
+    def three() -> int:
+        k = 0
+        while not (k >= 3 and common.out_of_time()):
+            clock.t += 0.04
+            k += 1
+        return k
+
+    assert b.run("batches_in_turn", three) == 3
+    assert b.run("cpu_capacity", three) is None
+    assert clock.t == pytest.approx(0.12)
+
+
+def test_no_probe_runs_where_the_loop_never_waited_on_its_loader() -> None:
+    """A loop that waited 1% of its steps on its DataLoader, with 2 workers on 4 CPUs,
+    fires no input rule: every probe is left out, and why. Waiting 10% of its steps, or 8
+    workers on 4 CPUs (IN004), or no clock at all: every probe may be needed."""
+    ctx = {"dataloader": {"num_workers": 2}, "cpu_count": 4}
+    quiet = {"phase": ["after"] * 4, "ms": [10.0] * 4, "dataloader_ms": [0.1] * 4}
+    assert loader_share(quiet) == pytest.approx(0.01)
+    why = unneeded(ctx, quiet)
+    assert set(why) == set(PROBES) and "1.0% of its steps" in why["threads"]
+    b = ProbeBudget(10.0, 0.0, why)
+    assert b.run("threads", lambda: 1) is None and b.record()["skipped"]["threads"] == why["threads"]
+    assert unneeded(ctx, {**quiet, "dataloader_ms": [1.0] * 4}) == {}
+    assert unneeded({**ctx, "dataloader": {"num_workers": 8}}, quiet) == {}
+    assert unneeded(ctx, None) == {} and loader_share({"ms": [], "dataloader_ms": []}) is None
+
+
+def test_the_share_and_the_threshold_sit_under_the_least_input_rule() -> None:
+    """The budget is the issue's 5%; a loop is taken as waiting on its loader under the
+    least share an input rule fires at (IN003: 3%)."""
+    assert bmod.PROBE_SHARE == 0.05 and bmod.LOADER_WAITED < 0.03
+
+
+def test_the_capacity_timed_once_spans_its_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPUs, rounds (alone, together): (10, 10), (10, 16), (12, 10) ms. The capacity
+    is the sides' least times, 2 x 10 / 10 = 2.0; its rounds' own ratios are 2.0, 1.25
+    and 2.0 (2.4 clipped to the 2 CPUs): the span 1.25-2.0."""
+    it = iter([0.010, 0.010, 0.010, 0.016, 0.012, 0.010])
+    monkeypatch.setattr(capacity, "CAPACITY_S", 0.0)
+    monkeypatch.setattr(capacity, "CAPACITY_ROUNDS", 3)
+    monkeypatch.setattr(capacity, "concurrent_s", lambda k, work: next(it))
+    assert capacity.time_cpu_capacity_span(2) == (2.0, 1.25, 2.0)
+    assert capacity.time_cpu_capacity_span(1) is None
+
+
+def test_the_capacity_rounds_end_at_the_budget(monkeypatch: pytest.MonkeyPatch,
+                                               clock: FakeClock) -> None:
+    """Rounds past the least two stop once the budget's end has passed, settled or not."""
+    monkeypatch.setattr(capacity, "CAPACITY_S", 10.0)
+    times = iter([0.010, 0.020, 0.011, 0.015] * 5)
+
+    def timed(k: int, work: object) -> float:
+        clock.t += 0.05
+        return next(times)
+
+    monkeypatch.setattr(capacity, "concurrent_s", timed)
+    with common.until(0.15):
+        got = capacity.capacity_rounds(2, lambda: 0.0, 2)
+    assert got is not None and len(got[0]) == 2  # 4 timings, 200 ms: past the end
+
+
+def test_median_noise_is_the_standard_error_of_the_median() -> None:
+    """[10, 11, 9, 10.5]: inclusive quartiles 9.75 and 10.625, median 10.25: 0.93 x 0.875
+    / 2 / 10.25 = 0.0397; under 3 values the noise is not known."""
+    assert common.median_noise([10.0, 11.0, 9.0, 10.5]) == pytest.approx(0.0397, abs=1e-4)
+    assert common.median_noise([10.0, 10.0]) is None
+
+
+def test_a_probe_gives_up_where_its_least_rounds_would_overrun(clock: FakeClock) -> None:
+    """200 ms left; a probe whose warm-up round took 100 ms needs 3 rounds more (300 ms):
+    it gives up after that round, and the budget records it as skipped with the estimate.
+    With 400 ms left it goes on."""
+    def probe() -> int | None:
+        clock.t += 0.1  # the warm-up round
+        return None if common.cannot_afford(0.1, 3) else 3
+
+    b = ProbeBudget(0.3, clock.t)
+    clock.t = 0.1
+    assert b.run("threads", probe) is None
+    assert b.record()["skipped"] == {
+        "threads": "its least rounds (about 300 ms) would overrun the probes' budget left"}
+    assert b.record()["cut"] == []
+    assert ProbeBudget(0.6, clock.t).run("threads", probe) == 3
+    assert not common.cannot_afford(10.0, 10)  # no budget: never

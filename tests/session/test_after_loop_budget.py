@@ -1,0 +1,179 @@
+"""The probes after the loop within their budget (diagnose/session/after_loop.py), on a fake
+clock: each stubbed probe moves the clock by its own cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import diagnose.session.after_loop as al
+from diagnose.capture.probes import common
+from diagnose.capture.probes.budget import ProbeBudget
+from diagnose.stepmodel.prediction import Predictor
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Forward:
+    inputs: Any = ((), {})
+
+
+@pytest.fixture
+def run(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[str]]:
+    """Every probe stubbed: rounds of 20 ms, at least 3 (60 ms), more up to 300 ms until
+    the budget's end; the order they ran in is kept."""
+    clock = FakeClock()
+    monkeypatch.setattr(common, "_CLOCK", clock)
+    ran: list[str] = []
+
+    def probe(name: str, value: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            ran.append(name)
+            k = 0
+            while k < 15 and not (k >= 3 and common.out_of_time()):
+                clock.t += 0.02
+                k += 1
+            return value
+        return timed
+
+    monkeypatch.setattr(al, "time_batches_in_turn", probe("batches_in_turn", (7.0, 5.0)))
+    monkeypatch.setattr(al, "time_inprocess_batch", probe("inprocess_batch", 5.0))
+    monkeypatch.setattr(al, "time_cpu_capacity_span", probe("cpu_capacity", (1.9, 1.7, 2.0)))
+    monkeypatch.setattr(al, "time_worker_handover", probe("worker_handover", (1.0, 40.0, 5.0, 9.0)))
+    monkeypatch.setattr(al, "time_threads", probe("threads", {"work_ms": 2.0, "work_1thread_ms": 3.0}))
+    monkeypatch.setattr(al, "time_threads_beside_busy", probe("threads_busy", {"busy_ratio": {}}))
+    monkeypatch.setattr(al, "time_worker_send", probe("worker_send", 1.5))
+    monkeypatch.setattr(al, "time_work_after_fetches", probe("work_after_fetch", {"ratio": 1.1}))
+    monkeypatch.setattr(al, "time_worker_batches", probe("worker_batches", (9.0, 2.0)))
+    monkeypatch.setattr(al, "usable_cpus", lambda: 2)
+    return clock, ran
+
+
+def _ctx() -> dict[str, Any]:
+    return {"dataloader": {"num_workers": 0}, "cpu_count": 2}
+
+
+def _errors(where: str, e: BaseException) -> None:
+    raise AssertionError(f"{where}: {e}")
+
+
+def test_the_probes_stop_within_their_budget_in_order_of_need(run: tuple[FakeClock, list[str]]
+                                                              ) -> None:
+    """A budget of 250 ms and probes that run until the budget's end once they hold their
+    least rounds: the first of the order (a worker's batch in turn with this process's)
+    runs to 260 ms and is cut; nothing else starts. Every other probe is recorded as
+    skipped, with why (the timing beside busy processes follows the thread timing's), and
+    its value is left unset."""
+    clock, ran = run
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+    assert ran == ["batches_in_turn"]
+    assert clock.t == pytest.approx(0.26)  # one round of 20 ms past the end
+    rec = ctx["probes"]
+    assert rec["budget_ms"] == 250.0 and rec["cut"] == ["batches_in_turn"]
+    assert list(rec["skipped"]) == ["cpu_capacity", "worker_handover", "threads",
+                                    "worker_send", "work_after_fetch", "worker_batches"]
+    assert ctx["dataloader"]["worker_batch_ms"] == 7.0
+    assert ctx["cpu_capacity"] is None and ctx["threads"] is None
+    assert "worker_handover_ms" not in ctx["dataloader"]
+
+
+def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list[str]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probes that stop at their least 3 rounds (60 ms each) in a budget of 400 ms: the
+    first seven of the order run (420 ms: the seventh started with 40 ms left and took its
+    least). The workers' capacity timing, a second one where the worker's batch was timed
+    in turn, is left out silently, as are the timings made again; the capacity's span is
+    its rounds'."""
+    clock, ran = run
+
+    def settled(name: str, value: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            ran.append(name)
+            clock.t += 0.06
+            return value
+        return timed
+
+    for fn, name, value in (
+            ("time_batches_in_turn", "batches_in_turn", (7.0, 5.0)),
+            ("time_cpu_capacity_span", "cpu_capacity", (1.9, 1.7, 2.0)),
+            ("time_worker_handover", "worker_handover", (1.0, 40.0, 5.0, 9.0)),
+            ("time_threads", "threads", {"work_ms": 2.0, "work_1thread_ms": 3.0}),
+            ("time_threads_beside_busy", "threads_busy", {"busy_ratio": {}}),
+            ("time_worker_send", "worker_send", 1.5),
+            ("time_work_after_fetches", "work_after_fetch", {"ratio": 1.1}),
+            ("time_worker_batches", "worker_batches", (9.0, 2.0))):
+        monkeypatch.setattr(al, fn, settled(name, value))
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.4, 0.0))
+    assert ran == ["batches_in_turn", "cpu_capacity", "worker_handover", "threads",
+                   "threads_busy", "worker_send", "work_after_fetch"]
+    assert clock.t == pytest.approx(0.42)
+    assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["work_after_fetch"]
+    assert (ctx["cpu_capacity"], ctx["cpu_capacity_span"]) == (1.9, [1.7, 2.0])
+    assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
+
+
+def test_a_loop_that_never_waited_on_its_loader_gets_no_probe(run: tuple[FakeClock, list[str]]
+                                                              ) -> None:
+    """The clock says the loop waited 0.5% of its steps on its DataLoader: nothing is
+    timed, whatever the budget, and each probe says why."""
+    clock, ran = run
+    ctx = _ctx()
+    quiet = {"phase": ["after"] * 3, "ms": [10.0] * 3, "dataloader_ms": [0.05] * 3}
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, clock=quiet)
+    assert ran == [] and clock.t == 0.0
+    assert "waited on its DataLoader for 0.5%" in ctx["probes"]["skipped"]["threads"]
+
+
+def test_the_noise_of_probes_cut_short_widens_the_range_of_what_reads_them() -> None:
+    """The capture's own noise 2%, the probes' 5%: a change whose transform reads the
+    probes' values is ranged over 7% beyond the model's error, another over 2%."""
+    p = Predictor.__new__(Predictor)
+    p.rel, p.probe_noise = 0.02, 0.05
+    assert p._range(10.0, 10.0, 1.0, False) == pytest.approx((9.8, 10.2))
+    assert p._range(10.0, 10.0, 1.0, False, probes=True) == pytest.approx((9.3, 10.7))
+
+
+def test_a_batch_timing_given_up_for_budget_is_not_made_again_in_process(
+        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's batch in turn gives up after its warm-up turn (100 ms a turn, 3 needed,
+    200 ms left): the in-process batch alone, as costly, is not timed in its place."""
+    clock, ran = run
+
+    def gives_up(loader: Any) -> None:
+        ran.append("batches_in_turn")
+        clock.t += 0.1
+        assert common.cannot_afford(0.1, 3)
+
+    monkeypatch.setattr(al, "time_batches_in_turn", gives_up)
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=None, batch=("x",),
+                       on_error=_errors, budget=ProbeBudget(0.3, 0.0))
+    assert "inprocess_batch" not in ran and ran[0] == "batches_in_turn"
+    assert "overrun" in ctx["probes"]["skipped"]["batches_in_turn"]
+
+
+def test_the_noise_of_the_probes_cut_short_reaches_the_predictor() -> None:
+    """context -> the probes_noise_rel metric (the most noise among the probes the budget
+    cut short) -> Facts -> the Predictor's probe noise."""
+    from diagnose.metrics.context.outcome import probes_noise
+    from diagnose.stepmodel.facts import Facts
+
+    ctx = {"probes": {"cut": ["threads", "work_after_fetch", "cpu_capacity"]},
+           "threads": {"noise": 0.03}, "threads_busy": {"noise": 0.2},
+           "dataloader": {"work_after_fetch": {"noise": 0.06}}}
+    assert probes_noise(ctx) == 0.06  # threads_busy was not cut: its noise is its own
+    assert probes_noise({"probes": {"cut": []}}) == 0.0
+    assert probes_noise({}) is None
+    assert Facts.from_metrics({"probes_noise_rel": 0.06}).probes_noise_rel == 0.06
