@@ -6,20 +6,27 @@ Arms run interleaved in short blocks (A B C, C B A, ...) for many rounds so drif
 other load on the machine hit every arm alike; each block times ``--steps`` steps and
 keeps their median. The overhead is the paired per-round difference to the plain arm,
 as a percentage of the plain step (median over rounds, with the interquartile range).
-Two costs are also timed apart, free of that noise: one sampler tick (CPU time of the
-sampler thread per tick, and what it comes to at each rate), and the step hooks
-(DataLoader ``__next__`` wrapper + optimizer post-hook, per step).
+Arms: ``plain``; ``samplers N Hz`` (the sampler thread on); ``hooks`` (the session's step
+hooks, :class:`~diagnose.session.hooks.Hooks`, on a step clock). Two costs are also timed
+apart, free of that noise: one sampler tick (CPU time of the sampler thread per tick, and
+what it comes to at each rate), and the step hooks (a tiny loop's step with and without
+them: the DataLoader ``__next__`` patch and its fetch/collate wraps, the optimizer pre/post
+hooks with the boundary's bookkeeping, the model's hooks, the collector's callbacks).
 
     python benchmarks/capture_overhead.py [--rounds 30] [--steps 10] [--hz 10 50]
         [--profiled] [--workload augment_cnn]
 
-``--profiled`` adds an arm whose steps run under the session's profiler window
-(:class:`~diagnose.capture.profiler.WindowProfiler` with its defaults, one warm-up step
-untimed): the profiler's overhead, paired with the plain arm like the samplers'.
+``--profiled`` adds two arms: ``profiled``, the steps under the session's profiler window
+alone (:class:`~diagnose.capture.profiler.WindowProfiler` with its defaults, one warm-up
+step untimed), torch.profiler's own cost; and ``capture``, the window as a session runs it
+(the profiler driven by the step hooks, the samplers on at the first ``--hz``, each step by
+the session's clock), paired with the plain arm like the others; ``capture / profiled`` is
+what the capture adds beyond torch.profiler.
 ``--workload NAME`` times a job of benchmarks/jobs instead of the MLP (``augment_cnn``: a
 dozen small tensor ops per sample in the training process, an op-heavy CPU step).
 
-Goal: under 1% of step time at the default rate.
+Goals: the samplers under 1% of the step at the default rate; a profiled step, and a
+captured one, at most 1.3x a plain one.
 
 ``--jobs augment_cnn tensor_rows [--captures 3]``: each job is captured ``--captures``
 times with ``diagnose(model, loader)`` (its loop as a user writes it, stopped at
@@ -52,6 +59,7 @@ for _p in (ROOT, ROOT / "benchmarks", ROOT / "benchmarks" / "jobs"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from diagnose.capture.boundaries import StepFinder  # noqa: E402
 from diagnose.capture.samplers import (  # noqa: E402
     DEFAULT_HZ,
     HostSampler,
@@ -59,7 +67,8 @@ from diagnose.capture.samplers import (  # noqa: E402
     Sampler,
     SamplerThread,
 )
-from diagnose.session import Session  # noqa: E402
+from diagnose.capture.steps import Steps  # noqa: E402
+from diagnose.session.hooks import Hooks  # noqa: E402
 
 
 def workload(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:
@@ -99,6 +108,38 @@ def profiled_steps(model: nn.Module, opt: torch.optim.Optimizer, it: Any, n: int
         prof.stop()
     assert not prof.errors, prof.errors
     return times
+
+
+def captured_steps(model: nn.Module, opt: torch.optim.Optimizer, it: Any, loader: DataLoader,
+                   n: int, device: torch.device, run_dir: Path, hz: float) -> list[float]:
+    """``n`` steps of the profiled window as a session records them: the WindowProfiler
+    (one wait and one warm-up step) driven by the session's step hooks (Steps + Hooks), with
+    the samplers on at ``hz`` (0: none); each step by the session's own clock, which leaves
+    the profiler's work at a boundary out. Against ``profiled_steps``: what the capture adds
+    to a profiled step beyond torch.profiler itself."""
+    from diagnose.capture.profiler import WindowProfiler
+
+    prof = WindowProfiler(run_dir, wait=1, warmup=1, active=n)
+    steps = Steps(prof, finder=StepFinder([model]), after=10**9)
+    hooks = Hooks(steps, [model], loader, [])
+    st = SamplerThread(samplers(device), run_dir, hz) if hz else None
+    try:
+        if st is not None:
+            st.start()
+        prof.start()
+        steps.start()
+        for _ in range(3 * (n + 2)):  # the window, and room for a boundary found late
+            timed_steps(model, opt, it, 1, device)
+            if prof.finished:
+                break
+    finally:
+        hooks.remove()
+        prof.stop()
+        if st is not None:
+            st.stop()
+    assert not prof.errors, prof.errors
+    assert st is None or not st.errors, st.errors
+    return [r[1] / 1e3 for r in steps.rows if r[0] == "active"]
 
 
 def timed_steps(
@@ -147,20 +188,49 @@ def tick_cost_us(device: torch.device, n: int = 500) -> float:
     return cost
 
 
-def hook_cost_us(
-    loader: DataLoader, model: nn.Module, opt: torch.optim.Optimizer, n: int = 20000
-) -> float:
-    """Cost of the session's two per-step hooks, in microseconds per step."""
-    s = Session(model, loader, sample_hz=0)
-    s._entered = True
-    s._param_ids = frozenset(id(p) for p in model.parameters())
-    s._profiler = None  # time the hooks' own bookkeeping, not torch.profiler's step
-    it = iter(loader)
+def _tiny_job() -> tuple[nn.Module, torch.optim.Optimizer, DataLoader]:
+    """A step that is almost nothing but its boundaries: one-row batches, a 8x2 linear."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 2)
+    data = TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), DataLoader(data, batch_size=1)
+
+
+def _tiny_block(model: nn.Module, opt: torch.optim.Optimizer, it: Any, n: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
-        s._on_next(it)
-        s._on_optimizer_step(opt, (), {})
-    return (time.perf_counter() - t0) / n * 1e6
+        x, y = next(it)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return (time.perf_counter() - t0) / n
+
+
+def hook_cost_us(blocks: int = 20, n: int = 300) -> tuple[float, float]:
+    """The session's per-step hooks (diagnose.session.hooks.Hooks on a step clock: the
+    DataLoader ``__next__`` patch and its fetch/collate wraps, the optimizer pre/post hooks
+    with the boundary's bookkeeping, the model's forward hooks and grad probe, the garbage
+    collector's callbacks), in microseconds per step: a tiny loop's step with them installed
+    minus without, blocks interleaved, medians. Returns (hooks us, tiny step us)."""
+    model, opt, loader = _tiny_job()
+    it = forever(loader)
+    _tiny_block(model, opt, it, n)
+    plain, hooked = [], []
+    for b in range(blocks):
+        for arm in (("plain", "hooks") if b % 2 == 0 else ("hooks", "plain")):
+            if arm == "plain":
+                plain.append(_tiny_block(model, opt, it, n))
+                continue
+            steps = Steps(None, finder=StepFinder([model]), after=10**9)
+            hooks = Hooks(steps, [model], loader, [])
+            steps.start()
+            try:
+                hooked.append(_tiny_block(model, opt, it, n))
+            finally:
+                hooks.remove()
+    base = statistics.median(plain)
+    return (statistics.median(hooked) - base) * 1e6, base * 1e6
 
 
 def capture_job(name: str, out: str) -> tuple[float, dict[str, Any]]:
@@ -216,6 +286,12 @@ def jobs_table(names: list[str], captures: int) -> None:
                   f"{total / 1e3 / wall * 100:>7.1f}%   {top}")
 
 
+def bad_input(why: str) -> None:
+    """One line on stderr and exit status 2."""
+    print(f"capture_overhead.py: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", nargs="+", default=None,
@@ -229,13 +305,17 @@ def main() -> None:
     ap.add_argument("--workload", default=None,
                     help="a job of benchmarks/jobs to time instead of the MLP (CPU)")
     args = ap.parse_args()
+    if args.rounds < 1 or args.steps < 1 or args.captures < 1 or min(args.hz) <= 0:
+        bad_input(f"need --rounds, --steps, --captures >= 1 and --hz > 0 (got --rounds "
+                  f"{args.rounds}, --steps {args.steps}, --captures {args.captures}, "
+                  f"--hz {' '.join(f'{h:g}' for h in args.hz)})")
     if args.jobs:
         from jobs._run import job_names
 
         unknown = sorted(set(args.jobs) - set(job_names([])))
         if unknown:
-            sys.exit(f"capture_overhead.py: no such job: {', '.join(unknown)} "
-                     f"(benchmarks/jobs has {', '.join(job_names([]))})")
+            bad_input(f"no such job: {', '.join(unknown)} "
+                      f"(benchmarks/jobs has {', '.join(job_names([]))})")
         jobs_table(args.jobs, args.captures)
         return
 
@@ -244,8 +324,8 @@ def main() -> None:
         from jobs._run import job_names, make
 
         if args.workload not in job_names([]):
-            sys.exit(f"capture_overhead.py: no such job: {args.workload} "
-                     f"(benchmarks/jobs has {', '.join(job_names([]))})")
+            bad_input(f"no such job: {args.workload} "
+                      f"(benchmarks/jobs has {', '.join(job_names([]))})")
         job = make(args.workload)
         model, opt, loader = job["model"], job["optimizer"], job["loader"]
     else:
@@ -253,8 +333,8 @@ def main() -> None:
     it = forever(loader)
     timed_steps(model, opt, it, 10, device)  # warm up allocator, caches, thread pools
 
-    arms = ["plain"] + [f"samplers {hz:g} Hz" for hz in args.hz] + (
-        ["profiled"] if args.profiled else [])
+    arms = ["plain"] + [f"samplers {hz:g} Hz" for hz in args.hz] + ["hooks"] + (
+        ["profiled", "capture"] if args.profiled else [])
     medians: dict[str, list[float]] = {a: [] for a in arms}
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -263,9 +343,20 @@ def main() -> None:
             for arm in order:
                 if arm == "plain":
                     t = timed_steps(model, opt, it, args.steps, device)
-                elif arm == "profiled":
-                    (Path(tmp) / f"p{r}").mkdir()
-                    t = profiled_steps(model, opt, it, args.steps, device, Path(tmp) / f"p{r}")
+                elif arm == "hooks":  # the session's step hooks on a step clock
+                    steps = Steps(None, finder=StepFinder([model]), after=10**9)
+                    hooks = Hooks(steps, [model], loader, [])
+                    steps.start()
+                    try:
+                        t = timed_steps(model, opt, it, args.steps, device)
+                    finally:
+                        hooks.remove()
+                elif arm in ("profiled", "capture"):
+                    d = Path(tmp) / f"{arm}{r}"
+                    d.mkdir()
+                    t = (profiled_steps(model, opt, it, args.steps, device, d)
+                         if arm == "profiled" else
+                         captured_steps(model, opt, it, loader, args.steps, device, d, args.hz[0]))
                 else:
                     hz = float(arm.split()[1])
                     st = SamplerThread(samplers(device), Path(tmp) / f"r{r}-{hz:g}", hz)
@@ -297,10 +388,14 @@ def main() -> None:
             f"{arm:<18}{m:>10.2f}{statistics.median(rel):>+22.2f}{f'[{q[0]:+.2f}, {q[2]:+.2f}]':>18}"
         )
     if "profiled" in medians:
-        ratios = sorted(b / a for a, b in zip(base, medians["profiled"], strict=True))
-        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-        print(f"\nprofiled step / plain step: {statistics.median(ratios):.3f}x median of the "
-              f"rounds' paired ratios, IQR [{q[0]:.3f}, {q[2]:.3f}] (goal <= 1.3x)")
+        print()
+        for over, under, what in (("profiled", "plain", " (goal <= 1.3x)"),
+                                  ("capture", "plain", " (goal <= 1.3x)"),
+                                  ("capture", "profiled", ": the capture beyond torch.profiler")):
+            ratios = sorted(b / a for a, b in zip(medians[under], medians[over], strict=True))
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            print(f"{over} step / {under} step: {statistics.median(ratios):.3f}x median of the "
+                  f"rounds' paired ratios, IQR [{q[0]:.3f}, {q[2]:.3f}]{what}")
     print(f"\n{'timed apart':<18}{'cost':>14}{'share':>30}")
     tick = tick_cost_us(device)
     for hz in args.hz:
@@ -308,14 +403,10 @@ def main() -> None:
             f"{f'sampler {hz:g} Hz':<18}{f'{tick:.0f} us/tick':>14}"
             f"{tick * hz / 1e6 * 100:>29.3f}%  of one core's time"
         )
-    try:
-        us = hook_cost_us(loader, model, opt)
-    except AttributeError as e:  # the session's hook methods were renamed
-        print(f"{'step hooks':<18}{'n/a':>14}   ({e})")
-        return
+    us, tiny = hook_cost_us()
     print(
-        f"{'step hooks':<18}{f'{us:.2f} us/step':>14}{us / (step_ms * 1e3) * 100:>29.3f}%  "
-        f"of a {step_ms:.1f} ms step"
+        f"{'step hooks':<18}{f'{us:.1f} us/step':>14}{us / (step_ms * 1e3) * 100:>29.3f}%  "
+        f"of a {step_ms:.1f} ms step (a {tiny:.0f} us step's, with and without them)"
     )
 
 

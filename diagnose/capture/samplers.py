@@ -11,9 +11,12 @@ flat however long the run. Samplers never take the training down:
   *error* (type and message); the thread and the other samplers go on;
 - the thread itself catches everything, and ``stop()`` always joins it.
 
-Samplers do their reading in C (``/proc`` via psutil, NVML via ctypes) and a
-few lines of Python per tick, so the training thread loses little to the GIL;
-``benchmarks/capture_overhead.py`` measures it.
+Every line of Python a tick runs holds the GIL the training thread needs between its
+ops (and a sampler thread the OS preempts while holding it stalls the loop for a whole
+time slice), so a tick does little in Python: the host's counters come from preads of
+``/proc`` files kept open and split in C (:func:`parse_proc_stat`), psutil only where
+those files are missing, NVML through ctypes. ``benchmarks/capture_overhead.py`` times a
+tick and the loop with the samplers on.
 """
 
 from __future__ import annotations
@@ -71,6 +74,27 @@ class UnavailableSampler(Sampler):
         raise SamplerUnavailable(self.reason)
 
 
+#: /proc/stat's per-CPU columns summed into a CPU's time: user nice system idle iowait irq
+#: softirq steal (guest and guest_nice are already inside user and nice, as psutil counts)
+_STAT_TOTAL = 8
+_STAT_IDLE, _STAT_IOWAIT = 3, 4
+
+
+def parse_proc_stat(data: bytes) -> dict[int, tuple[int, int, int]]:
+    """``/proc/stat``'s per-CPU lines as {cpu: (total, idle + iowait, iowait)} in clock
+    ticks (online CPUs only; a line too short to hold iowait is left out)."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for line in data.split(b"\n")[1:]:  # the first line is the sum over CPUs
+        if not line.startswith(b"cpu"):
+            break  # the per-CPU lines come first, together
+        f = line.split()
+        if len(f) <= _STAT_IOWAIT + 1 or not f[0][3:].isdigit():
+            continue
+        v = [int(x) for x in f[1:_STAT_TOTAL + 1]]
+        out[int(f[0][3:])] = (sum(v), v[_STAT_IDLE] + v[_STAT_IOWAIT], v[_STAT_IOWAIT])
+    return out
+
+
 def usable_cpus() -> list[int]:
     """The CPUs this process may run on (affinity), or all of them where unknown."""
     try:
@@ -103,6 +127,9 @@ class HostSampler(Sampler):
         self._children: list[int] = []
         self._children_at = 0.0
         self._statm: int | None = None  # fd of /proc/<pid>/statm for the fast path
+        self._stat: int | None = None  # fd of /proc/stat (per-CPU ticks), kept open
+        self._ticks: dict[int, tuple[int, int, int]] = {}
+        self._stat_size = 8192  # bytes read from /proc/stat a tick (grows to hold every CPU)
         self._self_prev: tuple[float, float] = (0.0, 0.0)  # (wall, cpu) seconds
 
     def open(self) -> dict[str, Any]:
@@ -124,8 +151,49 @@ class HostSampler(Sampler):
             except (OSError, AttributeError, ValueError):
                 self._statm = None
         self._cores = usable_cpus()
-        self._prev = psutil.cpu_times(percpu=True)
+        try:  # fast path: one pread and a split in C, no psutil objects per tick
+            self._stat = os.open("/proc/stat", os.O_RDONLY)
+            self._ticks = self._read_stat()
+            if not self._ticks:
+                raise ValueError("no per-CPU lines")
+        except (OSError, ValueError):
+            self._close_stat()
+            self._prev = psutil.cpu_times(percpu=True)
         return {"cores": self._cores, "cpu_count": len(self._cores), "pid": self._pid}
+
+    def _read_stat(self) -> dict[int, tuple[int, int, int]]:
+        assert self._stat is not None
+        data = os.pread(self._stat, self._stat_size, 0)
+        # the per-CPU block ends where "intr" starts; more CPUs than fit: a larger read, kept
+        while len(data) >= self._stat_size and b"\nintr" not in data:
+            self._stat_size *= 4
+            data = os.pread(self._stat, self._stat_size, 0)
+        return parse_proc_stat(data)
+
+    def _close_stat(self) -> None:
+        if self._stat is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._stat)
+            self._stat = None
+
+    def _cpu_fast(self) -> tuple[list[float | None], float | None]:
+        """Per usable core busy % and the system's iowait % since the last tick, from
+        /proc/stat's ticks (the same figures :meth:`_cpu_psutil` computes)."""
+        cur = self._read_stat()
+        prev, self._ticks = self._ticks, cur
+        cpu_pct: list[float | None] = []
+        for c in self._cores:
+            a, b = cur.get(c), prev.get(c)
+            dt = a[0] - b[0] if a is not None and b is not None else 0
+            cpu_pct.append(round(max(0.0, min(100.0, 100.0 * (1.0 - (a[1] - b[1]) / dt))), 2)
+                           if a is not None and b is not None and dt > 0 else None)
+        d_total = d_iowait = 0
+        for c, a in cur.items():
+            b = prev.get(c)
+            if b is not None:
+                d_total += a[0] - b[0]
+                d_iowait += a[2] - b[2]
+        return cpu_pct, (round(100.0 * d_iowait / d_total, 3) if d_total > 0 else None)
 
     @staticmethod
     def _total(t: Any) -> float:
@@ -137,6 +205,29 @@ class HostSampler(Sampler):
         return t.idle + getattr(t, "iowait", 0.0)
 
     def sample(self) -> dict[str, Any]:
+        cpu_pct, iowait = self._cpu_fast() if self._stat is not None else self._cpu_psutil()
+        if self._statm is not None:
+            proc_cpu, proc_rss = self._self_stats()
+        else:
+            with self._proc.oneshot():
+                proc_cpu = round(self._proc.cpu_percent(None), 2)
+                proc_rss = int(self._proc.memory_info().rss)
+
+        count, w_cpu, w_n, w_rss = self._sample_workers()
+        return {
+            "cpu_pct": cpu_pct,
+            "iowait_pct": iowait,
+            "proc_cpu_pct": proc_cpu,
+            "proc_rss_bytes": proc_rss,
+            "workers_count": count,
+            "workers_cpu_pct": w_cpu,
+            "workers_cpu_n": w_n,
+            "workers_rss_bytes": w_rss,
+        }
+
+    def _cpu_psutil(self) -> tuple[list[float | None], float | None]:
+        """Per usable core busy % and iowait % from psutil (where /proc/stat cannot be
+        read directly)."""
         psutil = self._psutil
         cur = psutil.cpu_times(percpu=True)
         prev, self._prev = self._prev, cur
@@ -160,25 +251,7 @@ class HostSampler(Sampler):
             if d_total > 0 and hasattr(cur[0], "iowait")
             else None
         )
-
-        if self._statm is not None:
-            proc_cpu, proc_rss = self._self_stats()
-        else:
-            with self._proc.oneshot():
-                proc_cpu = round(self._proc.cpu_percent(None), 2)
-                proc_rss = int(self._proc.memory_info().rss)
-
-        count, w_cpu, w_n, w_rss = self._sample_workers()
-        return {
-            "cpu_pct": cpu_pct,
-            "iowait_pct": iowait,
-            "proc_cpu_pct": proc_cpu,
-            "proc_rss_bytes": proc_rss,
-            "workers_count": count,
-            "workers_cpu_pct": w_cpu,
-            "workers_cpu_n": w_n,
-            "workers_rss_bytes": w_rss,
-        }
+        return cpu_pct, iowait
 
     def _self_stats(self) -> tuple[float | None, int]:
         assert self._statm is not None
@@ -194,6 +267,7 @@ class HostSampler(Sampler):
             with contextlib.suppress(OSError):
                 os.close(self._statm)
             self._statm = None
+        self._close_stat()
 
     def _current_worker_pids(self) -> list[int]:
         if self._worker_pids is not None:

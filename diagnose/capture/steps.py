@@ -232,25 +232,27 @@ class Steps:
         self.advance()
 
     def on_optimizer_start(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        """An optimizer's ``step()`` begins (a global pre-hook): timed if it counts."""
-        try:
-            if not (self.done or self.closed) and self.finder.counts(opt):
-                self._opt_t0[id(opt)] = time.perf_counter()
-        except Exception as e:  # never break the user's step
-            self._error("optimizer hook", e)
+        """An optimizer's ``step()`` begins (a global pre-hook): its start is kept, and the
+        step's time counts at its end if the optimizer does (one look at its parameters a
+        step, in :meth:`on_optimizer_step`)."""
+        if not (self.done or self.closed):
+            self._opt_t0[id(opt)] = time.perf_counter()
 
     def on_optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
         try:
             if self.done or self.closed:
                 return
+            now = time.perf_counter()
             t0 = self._opt_t0.pop(id(opt), None)
             st = self._step
-            if t0 is not None and st is not None:
-                st.optimizer = (st.optimizer or 0.0) + time.perf_counter() - t0
             before = self.finder.totals["optimizer_steps"]
-            if self.finder.optimizer_step(opt):
+            boundary = self.finder.optimizer_step(opt)
+            counted = self.finder.totals["optimizer_steps"] - before
+            if counted and t0 is not None and st is not None:
+                st.optimizer = (st.optimizer or 0.0) + now - t0
+            if boundary:
                 self.advance()
-            self.opt_steps += self.finder.totals["optimizer_steps"] - before
+            self.opt_steps += counted
         except Exception as e:  # never break the user's step
             self._error("optimizer hook", e)
 

@@ -15,7 +15,6 @@ call (a batch asked for, an optimizer's step, ``d.step()``), and the batches to 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from diagnose.capture import loader_shim
@@ -99,30 +98,40 @@ class Hooks:
         if self.steps.on_error is not None:
             self.steps.on_error("memory tracking", e)
 
-    @contextlib.contextmanager
-    def _safe(self) -> Iterator[None]:
-        """A boundary found here falls outside any module's call."""
+    # A boundary found in these calls falls outside any module's call: the memory tracking
+    # is told so (``safe``) for their length. Plain try/finally, not a context manager:
+    # they run on every step of the user's loop.
+    def _optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        mem = self.memory
+        if mem is None:
+            self.steps.on_optimizer_step(opt, args, kwargs)
+            return
+        mem.safe = True
+        try:
+            self.steps.on_optimizer_step(opt, args, kwargs)
+        finally:
+            mem.safe = False
+
+    def manual(self) -> None:
+        """``d.step()``: a boundary the user marks, outside any module's call."""
         mem = self.memory
         if mem is not None:
             mem.safe = True
         try:
-            yield
+            self.steps.manual()
         finally:
             if mem is not None:
                 mem.safe = False
 
-    def _optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        with self._safe():
-            self.steps.on_optimizer_step(opt, args, kwargs)
-
-    def manual(self) -> None:
-        """``d.step()``: a boundary the user marks, outside any module's call."""
-        with self._safe():
-            self.steps.manual()
-
     def _on_next(self, it: Any) -> None:
-        with self._safe():
+        mem = self.memory
+        if mem is not None:
+            mem.safe = True
+        try:
             self.steps.on_next(it)
+        finally:
+            if mem is not None:
+                mem.safe = False
         if self.memory is not None:
             self.memory.on_next()
 

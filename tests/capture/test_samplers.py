@@ -463,3 +463,84 @@ def test_memory_stays_flat_over_many_ticks(tmp_path: Path) -> None:
     assert grown < 64 * 1024, grown  # ~100 bytes a row would be 300 kB
     s = load_samples(tmp_path)
     assert s is not None and len(s["series"]["fast"]["t"]) >= 3300
+
+
+# ---------------------------------------------------------------- /proc/stat fast path
+_STAT = (b"cpu  500 10 200 9000 90 0 5 0 40 0\n"
+         b"cpu0 300 10 100 4000 50 0 5 0 40 0\n"
+         b"cpu2 200 0 100 5000 40 0 0 0 0 0\n"
+         b"cpu3 1 2\n"  # too short to hold iowait: left out
+         b"intr 123 4 5\nctxt 99\ncpu9 1 1 1 1 1 1 1 1\n")
+
+
+def test_parse_proc_stat() -> None:
+    """Per-CPU ticks by CPU number (an offline cpu1 leaves a gap, not a shift): total of
+    user..steal (guest is inside user), idle + iowait, iowait; only the first block."""
+    from diagnose.capture.samplers import parse_proc_stat
+
+    assert parse_proc_stat(_STAT) == {0: (4465, 4050, 50), 2: (5340, 5040, 40)}
+    assert parse_proc_stat(b"") == {}
+
+
+def test_fast_cpu_matches_psutil() -> None:
+    """The /proc/stat path gives what psutil's per-CPU times give over the same ticks."""
+    s = HostSampler()
+    s.open()
+    try:
+        if s._stat is None:
+            pytest.skip("no /proc/stat here")
+        prev_fast, prev_ps = s._ticks, s._psutil.cpu_times(percpu=True)
+        s._prev = prev_ps
+        burn(0.05)
+        fast = s._cpu_fast()
+        slow = s._cpu_psutil()
+        # the two reads are microseconds apart: a tick (10 ms) may fall between them
+        for a, b in zip(fast[0], slow[0], strict=True):
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert a == pytest.approx(b, abs=25.0)
+        assert prev_fast and len(prev_ps) >= len(s._cores)
+        row = s.sample()
+        assert len(row["cpu_pct"]) == len(s._cores)
+    finally:
+        s.close()
+    assert s._stat is None
+
+
+def test_fast_path_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where /proc/stat cannot be opened the sampler reads psutil, with the same row."""
+    import os as _os
+
+    real_open = _os.open
+
+    def no_stat(path: Any, *a: Any, **k: Any) -> int:
+        if str(path) == "/proc/stat":
+            raise PermissionError("no")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("diagnose.capture.samplers.os.open", no_stat)
+    s = HostSampler()
+    s.open()
+    try:
+        assert s._stat is None
+        burn(0.02)
+        row = s.sample()
+        assert len(row["cpu_pct"]) == len(s._cores)
+        assert set(row) >= {"cpu_pct", "iowait_pct", "proc_cpu_pct", "proc_rss_bytes"}
+    finally:
+        s.close()
+
+
+def test_stat_read_grows_to_hold_every_cpu() -> None:
+    """A first read too short for the per-CPU block is made larger, and stays larger."""
+    s = HostSampler()
+    s.open()
+    try:
+        if s._stat is None:
+            pytest.skip("no /proc/stat here")
+        whole = s._read_stat()
+        s._stat_size = 16
+        assert s._read_stat().keys() == whole.keys()
+        assert s._stat_size > 16
+    finally:
+        s.close()
