@@ -39,8 +39,8 @@ CONFIGS = ({"num_workers": 1, "intra_op_threads": 1}, {"num_workers": 2, "intra_
 def _capture(name: str) -> dict[str, Any]:
     """One diagnosis of job ``name``: its facts and its predictions for :data:`CONFIGS`."""
     import diagnose
-    from diagnose.runfolder import load_context
     from diagnose.fixes import FIXES
+    from diagnose.runfolder import load_context
 
     job = make(name)
     with tempfile.TemporaryDirectory() as tmp:
