@@ -64,26 +64,22 @@ def _errors(where: str, e: BaseException) -> None:
     raise AssertionError(f"{where}: {e}")
 
 
-def test_the_probes_stop_within_their_budget_in_order_of_need(run: tuple[FakeClock, list[str]]
-                                                              ) -> None:
+def test_past_the_budget_each_probe_takes_its_least_rounds_in_order_of_need(
+        run: tuple[FakeClock, list[str]]) -> None:
     """A budget of 250 ms and probes that run until the budget's end once they hold their
     least rounds: the first of the order (a worker's batch in turn with this process's)
-    runs to 260 ms and is cut; nothing else starts. Every other probe is recorded as
-    skipped, with why (the timing beside busy processes follows the thread timing's), and
-    its value is left unset."""
+    runs to 260 ms and is cut; every probe after it still takes its least rounds, in the
+    order of need, and none is skipped; the timings made again are not made."""
     clock, ran = run
     ctx = _ctx()
     al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
                        batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
-    assert ran == ["batches_in_turn"]
-    assert clock.t == pytest.approx(0.26)  # one round of 20 ms past the end
+    assert ran[0] == "batches_in_turn" and ran.count("cpu_capacity") == 1
+    assert ran.index("cpu_capacity") < ran.index("threads")  # the order of need
     rec = ctx["probes"]
-    assert rec["budget_ms"] == 250.0 and rec["cut"] == ["batches_in_turn"]
-    assert list(rec["skipped"]) == ["cpu_capacity", "worker_handover", "threads",
-                                    "worker_send", "work_after_fetch", "worker_batches"]
+    assert rec["budget_ms"] == 250.0 and rec["cut"][0] == "batches_in_turn"
+    assert rec["skipped"] == {}
     assert ctx["dataloader"]["worker_batch_ms"] == 7.0
-    assert ctx["cpu_capacity"] is None and ctx["threads"] is None
-    assert "worker_handover_ms" not in ctx["dataloader"]
 
 
 def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list[str]],
@@ -143,25 +139,6 @@ def test_the_noise_of_probes_cut_short_widens_the_range_of_what_reads_them() -> 
     p.rel, p.probe_noise = 0.02, 0.05
     assert p._range(10.0, 10.0, 1.0, False) == pytest.approx((9.8, 10.2))
     assert p._range(10.0, 10.0, 1.0, False, probes=True) == pytest.approx((9.3, 10.7))
-
-
-def test_a_batch_timing_given_up_for_budget_is_not_made_again_in_process(
-        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker's batch in turn gives up after its warm-up turn (100 ms a turn, 3 needed,
-    200 ms left): the in-process batch alone, as costly, is not timed in its place."""
-    clock, ran = run
-
-    def gives_up(loader: Any) -> None:
-        ran.append("batches_in_turn")
-        clock.t += 0.1
-        assert common.cannot_afford(0.1, 3)
-
-    monkeypatch.setattr(al, "time_batches_in_turn", gives_up)
-    ctx = _ctx()
-    al.time_after_loop(ctx, model=object(), loader=object(), forward=None, batch=("x",),
-                       on_error=_errors, budget=ProbeBudget(0.3, 0.0))
-    assert "inprocess_batch" not in ran and ran[0] == "batches_in_turn"
-    assert "overrun" in ctx["probes"]["skipped"]["batches_in_turn"]
 
 
 def test_the_noise_of_the_probes_cut_short_reaches_the_predictor() -> None:

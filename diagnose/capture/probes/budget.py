@@ -5,9 +5,12 @@ Every probe after the loop serves the fixes of the input rules (``rules/input.to
 IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's. A
 loop that waited on its DataLoader for under :data:`LOADER_WAITED` of its steps, with no
 more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`).
-Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`) while
-the budget lasts: a probe starts only with budget left, and stops its rounds at the
-budget's end once it holds its least values (:func:`~.common.until`). What was not run is
+Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
+each needed probe takes its least rounds, and more only while the budget lasts (it stops
+its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
+budget left. The least rounds are not cut: predictions whose probes were skipped for time
+rested on assumptions and held worse on the corpus' validate half (benchmarks/NOTES.md),
+so on a short capture the probes may take more than the share. What was not run is
 recorded with why (``context["probes"]``); a prediction made without it says what it
 assumed, and a probe cut short hands on its values' noise.
 """
@@ -100,19 +103,17 @@ class ProbeBudget:
         return self.end - common._CLOCK()
 
     def run(self, name: str, probe: Callable[[], R], again: bool = False) -> R | None:
-        """``probe()`` where it is needed and budget is left, stopping its rounds at the
-        budget's end; else None, and why goes to ``skipped`` (once a probe's; not for a
-        timing made ``again``, seconds after one that ran)."""
+        """``probe()`` where it is needed: its least rounds always (a prediction resting on
+        a probe skipped for time rests on an assumption, which held worse on the validate
+        half than the probe's least rounds did), more rounds only while budget is left;
+        a timing made ``again`` (seconds after one that ran) only while budget is left.
+        Else None, and why goes to ``skipped``."""
         if name in self.unneeded:
             self.skipped.setdefault(name, self.unneeded[name])
             return None
-        if self.left_s() <= 0:
-            if not again:
-                self.skipped.setdefault(
-                    name, f"the probes' budget ({PROBE_SHARE:.0%} of the capture so far, "
-                          f"{self.total_s * 1e3:.0f} ms) was spent")
+        if again and self.left_s() <= 0:
             return None
-        with common.until(self.end if self.total_s != float("inf") else None):
+        with common.until(self.end if self.total_s != float("inf") else None, least=True):
             got = probe()
             need = common.gave_up()
         if need is not None:

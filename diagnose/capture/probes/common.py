@@ -117,17 +117,23 @@ def capture_elapsed_s() -> float | None:
     return None if t0 is None else max(_CLOCK() - t0, 0.0)
 
 
+#: the probes inside take their least rounds whatever the deadline (:func:`until`)
+_LEAST: ContextVar[bool] = ContextVar("diagnose_probe_least", default=False)
+
+
 @contextmanager
-def until(deadline: float | None) -> Iterator[None]:
+def until(deadline: float | None, least: bool = False) -> Iterator[None]:
     """The probes run inside stop their rounds at ``deadline`` (:data:`_CLOCK` time) once
     they hold their least values (:func:`out_of_time`), or give up where those would run
-    past it (:func:`cannot_afford`); None: no deadline."""
-    token, gave = _DEADLINE.set(deadline), _GAVE_UP.set(None)
+    past it (:func:`cannot_afford`; ``least``: never, their least rounds are always
+    taken); None: no deadline."""
+    token, gave, lt = _DEADLINE.set(deadline), _GAVE_UP.set(None), _LEAST.set(least)
     try:
         yield
     finally:
         _DEADLINE.reset(token)
         _GAVE_UP.reset(gave)
+        _LEAST.reset(lt)
 
 
 def out_of_time() -> bool:
@@ -147,7 +153,7 @@ def cannot_afford(round_s: float, rounds: int) -> bool:
     few to trust or overrun the budget by more than that round. False without a budget."""
     end = _DEADLINE.get()
     need = max(round_s, 0.0) * rounds
-    if end is None or _CLOCK() + need <= end:
+    if end is None or _LEAST.get() or _CLOCK() + need <= end:
         return False
     _GAVE_UP.set(need)
     return True
