@@ -92,7 +92,10 @@ class TrainConfig:
         return ", ".join(f"{k} {_fmt(a)} → {_fmt(b)}" for k, (a, b) in self.diff(other).items())
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON writes and reads them back (the module names as a list)."""
+        out = dataclasses.asdict(self)
+        out["checkpoint_modules"] = list(self.checkpoint_modules)
+        return out
 
     # ------------------------------------------------------------------ from user objects
     @classmethod
