@@ -22,6 +22,7 @@ from diagnose.report.tb_plugin.runfile import RUN_FILE  # noqa: E402
 from diagnose.report.tb_watch import POINTS  # noqa: E402
 from diagnose.report.tensorboard import _free_port, stop_process  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
+from tests.datasets import train  # noqa: E402
 from tests.report.test_tb_plugin import BASE, HOST, LAUNCH, fetch  # noqa: E402
 from tests.report.test_tensorboard import (  # noqa: E402
     assert_gone,
@@ -35,20 +36,13 @@ from tests.report.test_tensorboard import (  # noqa: E402
 def _watched(tmp_path: Path, steps: int = 3000) -> Path:
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randn(512, 4))
+    data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     done = 0
     with watch(model, loader, out_dir=tmp_path / "runs", baseline=False, max_captures=0,
                sample_hz=20, print_summary=False, progress_s=None) as w:
-        while done < steps:
-            for x, y in loader:
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                done += 1
-                if done >= steps:
-                    break
+        while done < steps:  # epoch after epoch, the user's plain loop
+            done += train(model, opt, loader, limit=steps - done)
     assert w.run_dir is not None
     return Path(w.run_dir)
 

@@ -8,9 +8,9 @@ more workers than CPUs, fires none of them, and nothing is timed (:func:`unneede
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
-budget left. The least rounds are not cut: predictions whose probes were skipped for time
-rested on assumptions and held worse on the corpus' validate half (benchmarks/NOTES.md),
-so on a short capture the probes may take more than the share. What was not run is
+budget left. The least rounds are not cut (a prediction's measured input, however few its
+rounds, stands in place of an assumption), so on a short capture the probes may take more
+than the share. What was not run is
 recorded with why (``context["probes"]``); a prediction made without it says what it
 assumed, and a probe cut short hands on its values' noise.
 """
@@ -103,11 +103,9 @@ class ProbeBudget:
         return self.end - common._CLOCK()
 
     def run(self, name: str, probe: Callable[[], R], again: bool = False) -> R | None:
-        """``probe()`` where it is needed: its least rounds always (a prediction resting on
-        a probe skipped for time rests on an assumption, which held worse on the validate
-        half than the probe's least rounds did), more rounds only while budget is left;
-        a timing made ``again`` (seconds after one that ran) only while budget is left.
-        Else None, and why goes to ``skipped``."""
+        """``probe()`` where it is needed: its least rounds always, more rounds only while
+        budget is left; a timing made ``again`` (seconds after one that ran) only while
+        budget is left. Else None, and why goes to ``skipped``."""
         if name in self.unneeded:
             self.skipped.setdefault(name, self.unneeded[name])
             return None
