@@ -96,10 +96,11 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
         f.hints.append(f"{x}: predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> {p.step_ms:.1f} "
                        "ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
-    # do not help but others it cannot tell remain, the rule's own estimate stands
+    # do not help but others it cannot tell remain (unpredicted, a bound, or a range whose
+    # fast end helps: fixing it could save that time), the rule's own estimate stands
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
     open_ = [x for x, p in preds.items() if x not in off and (
-        isinstance(p, str) or p.at_least)]
+        isinstance(p, str) or p.at_least or _reach(p) >= HELPS)]
     if points:
         best = max(points, key=lambda p: p.speedup)
         if best.speedup >= HELPS or not open_:

@@ -348,10 +348,12 @@ class Predictor:
         """The changed step's range (ms) from the model's ends ``lo``-``hi``: the model's
         own error on a change (:data:`EFFECT_ERROR`, a share of the effect's log) on each
         side, then the capture's noise (the replay's error and the steps' spread, and where
-        the change's transform reads the probes' values, ``probes``, their noise)."""
+        the change's transform reads the probes' values, ``probes``, their noise) as a factor
+        ``1 + rel`` on each side: a relative error of a ratio, so that no noise makes a step
+        time zero or less."""
         w = EFFECT_ERROR["cpu" if moves_cpu else "other"] * abs(math.log(max(speedup, 1e-9)))
         rel = self.rel + (self.probe_noise if probes else 0.0)
-        return (lo * math.exp(-w) * (1 - rel), hi * math.exp(w) * (1 + rel))
+        return (lo * math.exp(-w) / (1 + rel), hi * math.exp(w) * (1 + rel))
 
     def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:

@@ -60,3 +60,17 @@ def test_a_fix_whose_range_reaches_the_best_point_ties_with_it() -> None:
     f = _Finding(["num_workers_cap", "threads"])
     _order(f, {"threads": split, "num_workers_cap": cap}, [])
     assert f.fixes == ["threads", "num_workers_cap"]
+
+
+def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
+    """The best point does not help, but a range's fast end does: fixing it could save time,
+    so the rule's own estimate stands (no grade taken from the point); where every range
+    stays short of a gain, the best point's saving is the time at stake."""
+    maybe = Prediction({"num_workers": 2}, 10 / 0.95, 0.95, (10 / 1.9, 10 / 0.5), 10.0)
+    f = _Finding(["num_workers"])
+    _order(f, {"num_workers": maybe}, [])
+    assert f.gain is None
+    none = Prediction({"num_workers": 2}, 10 / 1.005, 1.005, (10 / 1.01, 10 / 0.99), 10.0)
+    f = _Finding(["num_workers"])
+    _order(f, {"num_workers": none}, [])
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.005)) < 1e-9

@@ -36,9 +36,14 @@ def test_the_range_is_the_effect_error_and_the_captures_noise(tmp_path) -> None:
     got = p.predict_change(workers_unit.num_workers, {"num_workers": 2})
     assert isinstance(got, Prediction)
     w = EFFECT_ERROR["cpu"] * math.log(got.speedup)
-    assert got.range == pytest.approx((got.step_ms * math.exp(-w) * (1 - p.rel),
+    assert got.range == pytest.approx((got.step_ms * math.exp(-w) / (1 + p.rel),
                                        got.step_ms * math.exp(w) * (1 + p.rel)))
     assert got.range[0] < got.step_ms < got.range[1]
+    # however noisy the capture, both ends stay above zero: the noise is a factor
+    noisy = _predictor(tmp_path, **MEASURED)
+    noisy.rel = 1.5
+    wide = noisy.predict_change(workers_unit.num_workers, {"num_workers": 2})
+    assert isinstance(wide, Prediction) and 0 < wide.range[0] < wide.step_ms < wide.range[1]
     # the speedups at its ends: base / high .. base / low, both sides of the point
     lo_x, hi_x = got.base_ms / got.range[1], got.base_ms / got.range[0]
     assert lo_x < got.speedup < hi_x
@@ -52,7 +57,7 @@ def test_a_change_that_saves_little_has_a_narrow_range(tmp_path) -> None:
     rel = lambda q: q.range[1] / q.range[0]  # noqa: E731
     assert rel(small) < rel(big)
     assert small.range[0] == pytest.approx(
-        small.step_ms * math.exp(-EFFECT_ERROR["other"] * math.log(small.speedup)) * (1 - p.rel))
+        small.step_ms * math.exp(-EFFECT_ERROR["other"] * math.log(small.speedup)) / (1 + p.rel))
 
 
 def test_a_range_that_reaches_the_step_may_not_help() -> None:
