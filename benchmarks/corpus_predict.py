@@ -157,7 +157,7 @@ def load_corpus() -> Corpora:
         raise SystemExit(2) from None
 
 import predict_vs_measured as pvm  # noqa: E402
-from _run import print_header  # noqa: E402
+from _run import first_offered, print_header  # noqa: E402
 
 #: changes timed here: predict_vs_measured's, and the optimizer's kernels
 TIMED = set(pvm.TIMED) | {"optimizer_foreach", "optimizer_fused"}
@@ -381,8 +381,12 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
     with tempfile.TemporaryDirectory() as tmp:
         out = str(args.keep / name) if args.keep else tmp
         report = diagnose_job(make(name), out)
-    firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
-              if f["severity"] in ("warning", "critical") and f.get("fixes")]
+    serious = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
+    for f in serious:
+        if f.get("fixes") and first_offered(f) is None:
+            print(f"{name:<40} {f['rule']:<8} no fix offered: every fix is predicted to "
+                  f"slow the job  {label}")
+    firsts = [(f["rule"], fix) for f in serious if (fix := first_offered(f)) is not None]
     tally.findings += len(firsts)
     if not firsts:
         print(f"{name:<40} no warning or critical finding with a fix  {label}")

@@ -22,15 +22,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus_predict as cp  # noqa: E402
-from _run import print_header  # noqa: E402
+from _run import first_offered, print_header  # noqa: E402
 
 
 def first_fix(report: dict[str, Any]) -> tuple[str, str, str, float | None, str]:
     """(rule, fix, change, predicted speedup, range) of the leading warning/critical
-    finding with a fix; dashes where there is none."""
+    finding with a fix the report offers (none predicted slower); dashes where there is none."""
     for f in report["findings"]:
-        if f["severity"] in ("warning", "critical") and f.get("fixes"):
-            fix = f["fixes"][0]
+        fix = first_offered(f) if f["severity"] in ("warning", "critical") else None
+        if fix is not None:
             pred = fix.get("predicted")
             if not pred:
                 return f["rule"], fix["id"], "-", None, "no prediction"

@@ -49,7 +49,7 @@ JOBS = HERE / "jobs"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(JOBS))  # a job imports its siblings as `python job.py` would
 
-from _run import job_names, make, print_header  # noqa: E402
+from _run import first_offered, job_names, make, print_header  # noqa: E402
 
 from diagnose.autofix.stats import speedup_interval  # noqa: E402
 
@@ -279,8 +279,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             out = str(args.keep / name) if args.keep else tmp
             report = _diagnose(make_job(name), out)
-        firsts = [(f["rule"], f["fixes"][0]) for f in report["findings"]
-                  if f["severity"] in ("warning", "critical") and f.get("fixes")]
+        firsts = [(f["rule"], fix) for f in report["findings"]
+                  if f["severity"] in ("warning", "critical")
+                  and (fix := first_offered(f)) is not None]
         if not firsts:
             print(f"{name:<17} no warning or critical finding")
             continue

@@ -39,3 +39,15 @@ def print_header(title: str, script: str) -> None:
     print(f"# date:    {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"# command: python benchmarks/{script} {' '.join(sys.argv[1:])}")
     print()
+
+
+def first_offered(finding: dict[str, Any]) -> dict[str, Any] | None:
+    """A finding's (JSON) first fix the report offers as the one to try: the first that the
+    step model does not predict to slow the job (diagnose.fixes.findings.offered)."""
+    from diagnose.stepmodel.calibration import SLOWER
+
+    for fix in finding.get("fixes") or []:
+        pred = fix.get("predicted")
+        if not pred or pred.get("at_least") or pred["speedup"] >= SLOWER:
+            return fix
+    return None

@@ -123,10 +123,28 @@ def _speedup(p: Prediction | str) -> float:
     return p.speedup if isinstance(p, Prediction) else 0.0
 
 
+def offered(f: Any) -> list[str]:
+    """A finding's fixes in order, less those predicted to slow the job (a point below
+    :data:`SLOWER`, not a bound): what a report shows as the fix to try. A prediction is a
+    :class:`Prediction` or its JSON."""
+    out = []
+    for x in f.fixes:
+        p = (f.predictions or {}).get(x)
+        if isinstance(p, Prediction):
+            point, bound = p.speedup, p.at_least
+        elif isinstance(p, dict) and isinstance(p.get("speedup"), int | float):
+            point, bound = float(p["speedup"]), bool(p.get("at_least"))
+        else:
+            point, bound = None, False
+        if point is None or bound or point >= SLOWER:
+            out.append(x)
+    return out
+
+
 def sort_findings(findings: list[Any]) -> None:
     """Worst first again (engine's order): predictions may have moved the grades."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
                                  f.rule))
 
 
-__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "predict_findings", "sort_findings"]
+__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings"]

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
+from ..fixes.findings import offered
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.prediction import prediction_line
@@ -190,7 +191,9 @@ def _fix_panels(report: Analysis) -> list[Panel]:
     for f in report.findings:
         if f.severity == "info":
             continue
-        for fid in f.fixes[:1]:  # the first fix to try; `torch-diagnose rules ID` has the rest
+        # the first fix to try, none predicted to slow the job (its hint says so);
+        # `torch-diagnose rules ID` has the rest
+        for fid in offered(f)[:1]:
             if fid in shown or fid not in FIXES:
                 continue
             shown.add(fid)

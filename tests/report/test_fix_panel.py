@@ -1,0 +1,38 @@
+"""The terminal's fix panel shows a warning's first fix to try: never one the step model
+predicts to slow the job (its hint says so), and a fix it cannot tell or that may help
+stays offered."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from diagnose.fixes.findings import offered
+from diagnose.report.text import _fix_panels
+from diagnose.rules.engine import Finding
+from diagnose.stepmodel.prediction import Prediction
+
+
+def _finding(preds: dict) -> Finding:
+    return Finding("IN001", "input", "warning", "Training waits on the DataLoader", "m", {},
+                   list(preds), 0.5, predictions=preds)
+
+
+def _titles(f: Finding) -> list[str]:
+    return [str(p.title) for p in _fix_panels(SimpleNamespace(findings=[f]))]
+
+
+def test_a_fix_predicted_slower_is_not_the_panel() -> None:
+    slower = Prediction({"num_workers": 2}, 12.5, 0.8, (9.0, 16.0), 10.0)
+    helps = Prediction({"num_workers": 2, "intra_op_threads": 1}, 8.0, 1.25, (7.0, 9.0), 10.0)
+    f = _finding({"num_workers": slower, "threads": helps})
+    assert offered(f) == ["threads"]
+    assert _titles(f) == ["IN001 fix: Split the CPUs between torch's threads and the "
+                          "loader's workers"]
+    # every fix slower: no panel at all
+    only = _finding({"num_workers": slower})
+    assert offered(only) == [] and _titles(only) == []
+    # the JSON form reads the same; a bound or no prediction stays offered
+    as_json = _finding({"num_workers": slower.to_json(), "threads": "cannot tell"})
+    assert offered(as_json) == ["threads"]
+    bound = Prediction({"num_workers": 2}, 12.5, 0.8, (9.0, 16.0), 10.0, at_least=True)
+    assert offered(_finding({"num_workers": bound})) == ["num_workers"]
