@@ -149,8 +149,10 @@ class Tuner(Measurer):
         left, keep = self.left_s(), self.reserve_s(cand)
         if need <= left - keep:
             return None
-        return (f"budget: {max(left, 0.0):.0f} s of {self.budget_s:.0f} s left, {keep:.0f} s "
-                f"of it kept for the before/after; a trial takes at least {need:.0f} s")
+        return (f"budget: {max(left, 0.0):.0f} s of {self.budget_s:.0f} s left; the "
+                f"before/after would take {keep:.0f} s of it and a trial at least {need:.0f} s "
+                f"(budget_s / --budget of at least {self.budget_s - left + keep + need:.0f} s "
+                "would try it)")
 
     def bound(self, cfg: TrainConfig) -> Bound:
         """:meth:`Measurer.bound`, remembered with the pilot's step for :meth:`bound_rounds`."""

@@ -22,6 +22,8 @@ from .config import TrainConfig
 from .unit import Fix
 
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
+#: how :func:`predict_findings` begins the reason of a fix that does not apply to the run
+DOES_NOT_APPLY = "does not apply to this run"
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -42,7 +44,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
             p = fix.predict(predictor, config, facts)
             why = fix.why_not(config, facts) if fix.auto else None
             if isinstance(p, str) and why is not None and not why.startswith("needs opt-in"):
-                p = f"does not apply to this run: {why}"
+                p = f"{DOES_NOT_APPLY}: {why}"
                 off.append(x)
             preds[x] = p
         _order(f, preds, off)
@@ -125,11 +127,14 @@ def _speedup(p: Prediction | str) -> float:
 
 def offered(f: Any) -> list[str]:
     """A finding's fixes in order, less those predicted to slow the job (a point below
-    :data:`SLOWER`, not a bound): what a report shows as the fix to try. A prediction is a
-    :class:`Prediction` or its JSON."""
+    :data:`SLOWER`, not a bound) and those that do not apply to the run as it is (e.g.
+    worker settings with no workers): what a report shows as the fix to try. A prediction
+    is a :class:`Prediction`, its JSON, or the reason there is none."""
     out = []
     for x in f.fixes:
         p = (f.predictions or {}).get(x)
+        if isinstance(p, str) and p.startswith(DOES_NOT_APPLY):
+            continue
         if isinstance(p, Prediction):
             point, bound = p.speedup, p.at_least
         elif isinstance(p, dict) and isinstance(p.get("speedup"), int | float):

@@ -4,7 +4,9 @@ No step is on the clock by then, so the timings disturb nothing the report state
 give the step model its measured inputs (diagnose.capture.probes): a worker's batch
 against the in-process one (under ``dataloader``); the CPUs' capacity (``cpu_capacity``,
 and the span of its rounds); a worker's hand-over, start and stop; the model's work on
-torch's threads and on one (``threads``), beside busy processes (``threads_busy``); a
+torch's threads and on one (``threads``; two timings seconds apart where the budget allows,
+the quieter one kept and their ratios' span in ``threads_span``), beside busy processes
+(``threads_busy``); a
 worker's send cost; the work after each kind of fetch. They share a budget, a share of
 the capture's wall time so far (:mod:`~diagnose.capture.probes.budget`), spent in that
 order, the order of what the predictions need most; ``context["probes"]`` says what was
@@ -23,6 +25,7 @@ from diagnose.capture.probes import (
     ForwardTimer,
     holds_device_tensors,
     quieter_threads,
+    threads_ratio_span,
     time_batches_in_turn,
     time_cpu_capacity_span,
     time_inprocess_batch,
@@ -106,6 +109,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if forward is not None and ctx.get("threads"):
         again = _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs), again=True))
+        ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
         ctx["threads"] = quieter_threads(ctx["threads"], again)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, again=True)

@@ -38,6 +38,7 @@ class Facts:
     # ---------------------------------------------------------------- torch's threads
     torch_num_threads: int | None = None  # torch.get_num_threads(); a threads change sets it
     threads_one_thread_ratio: float | None = None  # forward+backward on 1 thread / on torch's
+    threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
     threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
     threads_busy_ratio_2: float | None = None  # ... beside 2 (more taken as 2)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet

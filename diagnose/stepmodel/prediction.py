@@ -5,7 +5,8 @@ A prediction is a ratio of two replays of the same graph, the fix's transform ag
 the unmodified one, applied to the step time the report leads with (the unprofiled one
 where the capture timed it). Its range widens the point by the replay's own error and
 the spread of the measured steps, and, for a change that moves CPU work (as its transform
-declares), holds the step at the least and the most of the CPUs' capacity timings. In a
+declares), holds the step at the least and the most of the CPUs' capacity timings; a change
+that reads what one thread costs is made at the busier of the two thread timings too. In a
 live capture the host's work is first scaled so that the replay gives the unprofiled step
 (the profiler's per-op cost taken out). The Predictor knows no fix and no config field: what
 a change does beyond the graph, its transform declares (:mod:`diagnose.stepmodel.transforms`).
@@ -375,12 +376,19 @@ class Predictor:
         # a change that moves CPU work between torch's threads and workers is made at each
         # end of the CPUs' capacity timings too (the point is at the most of them: timings
         # of one capture on a shared host lie far apart)
+        ends: list[Facts] = []
         span = (self.facts.cpu_capacity_min, self.facts.cpu_capacity_max)
         if _moves_cpu(made, change) and None not in span:
-            for cap in span:
-                at = self._predict(made, self.facts.replace(cpu_capacity=cap))
-                if not isinstance(at, str):
-                    lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
+            ends += [self.facts.replace(cpu_capacity=cap) for cap in span]
+        # a change that reads what one thread costs is made at the busier thread timing
+        # too: how the ops ran while something else held a CPU, as the job may meet it
+        least = self.facts.threads_one_thread_ratio_min
+        if least is not None and any("threads_one_thread_ratio" in t.assumes for t, _ in made):
+            ends.append(self.facts.replace(threads_one_thread_ratio=least))
+        for facts in ends:
+            at = self._predict(made, facts)
+            if not isinstance(at, str):
+                lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
                        self._range(lo, hi, base / ms if ms > 0 else 1.0,

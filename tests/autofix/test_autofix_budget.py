@@ -121,8 +121,11 @@ def test_a_trial_that_cannot_end_in_time_is_not_started(monkeypatch: pytest.Monk
     r = _run(25.0)
     assert r.trials == 0 and r.elapsed_s <= 25.0 * (1 + OVERRUN), r.render_text()
     tried = [d for d in r.decisions if d.change]
-    assert tried and all(d.status == SKIPPED and "a trial takes at least" in d.reason
+    assert tried and all(d.status == SKIPPED and "a trial at least" in d.reason
                          for d in tried), r.render_text()
+    # each says what budget would have tried it: more than the one given
+    asked = [float(d.reason.split("of at least ")[1].split(" s")[0]) for d in tried]
+    assert all(a > 25.0 for a in asked), [d.reason for d in tried]
 
 
 def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.MonkeyPatch

@@ -146,3 +146,24 @@ def test_one_threads_cost_is_taken_against_the_work_freed_of_contention(tmp_path
     assert not isinstance(g, str)
     main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
     assert float(g.dur[main].sum()) / g.n_steps == pytest.approx(2250, rel=0.01)
+
+
+def test_a_busier_thread_timing_widens_the_split_towards_its_gain(tmp_path):
+    """The session timed the threads twice: one thread 1.5x as long in the quieter timing
+    (the point), 0.8x in the busier one (torch's two threads waited for a CPU something
+    else held). The split's point stays the quieter timing's; its range reaches the step
+    the busier timing gives, shorter, as a job on that busy machine would see it."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=180.0,
+              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+    quiet = _predict("threads", m, **kw)
+    both = _predict("threads", m, threads_one_thread_ratio_min=0.8, **kw)
+    busy = _predict("threads", m, **{**kw, "threads_one_thread_ratio": 0.8})
+    assert isinstance(quiet, Prediction) and isinstance(both, Prediction)
+    assert isinstance(busy, Prediction) and busy.change == both.change
+    assert both.step_ms == pytest.approx(quiet.step_ms)
+    assert busy.step_ms < quiet.step_ms  # one thread is cheaper at the busier timing
+    assert both.range[0] < quiet.range[0]
+    assert both.range[0] <= busy.step_ms
+    assert both.range[1] == pytest.approx(quiet.range[1], rel=0.05)

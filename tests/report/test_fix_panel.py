@@ -1,6 +1,6 @@
 """The terminal's fix panel shows a warning's first fix to try: never one the step model
-predicts to slow the job (its hint says so), and a fix it cannot tell or that may help
-stays offered."""
+predicts to slow the job (its hint says so) or one that does not apply to the run as it is;
+a fix it cannot tell or a bound stays offered."""
 
 from __future__ import annotations
 
@@ -34,5 +34,9 @@ def test_a_fix_predicted_slower_is_not_the_panel() -> None:
     # the JSON form reads the same; a bound or no prediction stays offered
     as_json = _finding({"num_workers": slower.to_json(), "threads": "cannot tell"})
     assert offered(as_json) == ["threads"]
+    # a fix that does not apply to the run as it is (worker settings with no workers)
+    off = _finding({"persistent_workers": "does not apply to this run: needs worker "
+                    "processes (num_workers > 0)", "threads": helps})
+    assert offered(off) == ["threads"]
     bound = Prediction({"num_workers": 2}, 12.5, 0.8, (9.0, 16.0), 10.0, at_least=True)
     assert offered(_finding({"num_workers": bound})) == ["num_workers"]

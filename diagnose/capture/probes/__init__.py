@@ -18,7 +18,7 @@ thread count, no child process left). Each gives None where it does not apply.
 
 from .after_fetch import time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
-from .compute import ForwardTimer, quieter_threads, time_threads
+from .compute import ForwardTimer, quieter_threads, threads_ratio_span, time_threads
 from .contention import time_threads_beside_busy
 from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
@@ -34,6 +34,7 @@ __all__ = [
     "time_cpu_capacity",
     "time_cpu_capacity_span",
     "time_inprocess_batch",
+    "threads_ratio_span",
     "time_threads",
     "time_threads_beside_busy",
     "time_work_after_fetches",

@@ -189,3 +189,14 @@ def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
         return float(t["work_1thread_ms"]) / float(t["work_ms"])
 
     return first if ratio(first) >= ratio(second) else second
+
+
+def threads_ratio_span(*timings: dict[str, Any] | None) -> list[float] | None:
+    """The least and the most of what one thread cost against torch's threads
+    (``work_1thread_ms / work_ms``) over :func:`time_threads` timings made seconds apart:
+    the quieter one is the point (:func:`quieter_threads`); a busier moment's lower ratio
+    is how the ops ran while something else held a CPU, which the job may meet too. None
+    with fewer than two timings."""
+    got = [float(t["work_1thread_ms"]) / float(t["work_ms"]) for t in timings
+           if t and t.get("work_ms") and t.get("work_1thread_ms") is not None]
+    return [round(min(got), 4), round(max(got), 4)] if len(got) >= 2 else None

@@ -31,6 +31,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "threads_one_thread_ratio": (
         "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
         "model's ops (1.0: they do not scale with threads)"),
+    "threads_one_thread_ratio_min": (
+        "ratio", "the least of threads_one_thread_ratio over the thread timings made seconds "
+        "apart after the loop (a busier moment: one thread costs less against torch's "
+        "threads); the threads split's predictions are made there too (their range)"),
     "threads_busy_ratio_1": (
         "ratio", "the model's forward and backward on torch's threads beside one busy process "
         "more than the CPUs those threads leave, over the same work alone (after the loop; "
@@ -53,6 +57,11 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     lo, hi = span if isinstance(span, list | tuple) and len(span) == 2 else (None, None)
     out["cpu_capacity_min"], out["cpu_capacity_max"] = as_number(lo), as_number(hi)
     out.update(_forward_metrics(m, ctx.get("threads")))
+    span = ctx.get("threads_span")
+    least = as_number(span[0]) if isinstance(span, list | tuple) and len(span) == 2 else None
+    ratio = out.get("threads_one_thread_ratio")
+    out["threads_one_thread_ratio_min"] = (
+        least if least is not None and isinstance(ratio, float) and least < ratio else None)
     busy = ctx.get("threads_busy")
     ratios = busy.get("busy_ratio") if isinstance(busy, dict) else None
     for e in ("1", "2"):

@@ -7,7 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from diagnose.capture.probes.compute import ForwardTimer, quieter_threads, time_threads
+from diagnose.capture.probes.compute import (
+    ForwardTimer,
+    quieter_threads,
+    threads_ratio_span,
+    time_threads,
+)
 
 
 def _model() -> nn.Module:
@@ -65,3 +70,20 @@ def test_the_quieter_of_two_thread_timings_is_kept():
     assert quieter_threads(busy, quiet) is quiet
     assert quieter_threads(quiet, busy) is quiet
     assert quieter_threads(None, quiet) is quiet and quieter_threads(busy, None) is busy
+    # the two timings' ratios, least first: the busier one's is the range's other end
+    assert threads_ratio_span(busy, quiet) == [1.05, 1.3]
+    assert threads_ratio_span(quiet, None) is None
+
+
+def test_the_busier_thread_timing_reaches_the_metrics():
+    """threads_one_thread_ratio is the kept timing's; threads_one_thread_ratio_min the least
+    of the span where it is below it (else None: nothing to widen)."""
+    from diagnose.metrics.context.cpu import cpu_metrics
+
+    th = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
+    got = cpu_metrics({"threads": th, "threads_span": [1.05, 1.3]}, {})
+    assert got["threads_one_thread_ratio"] == 1.3
+    assert got["threads_one_thread_ratio_min"] == 1.05
+    same = cpu_metrics({"threads": th, "threads_span": [1.3, 1.3]}, {})
+    assert same["threads_one_thread_ratio_min"] is None
+    assert cpu_metrics({"threads": th}, {})["threads_one_thread_ratio_min"] is None
