@@ -38,7 +38,7 @@ def first_fix(report: dict[str, Any]) -> tuple[str, str, str, float | None, str]
             base = pred["step_ms"] * pred["speedup"]
             lo, hi = pred["range"]
             return f["rule"], fix["id"], change, pred["speedup"], f"{base / hi:.2f}-{base / lo:.2f}x"
-    return "-", "-", "-", None, "no finding"
+    return "-", "-", "-", None, "no warning with a fix offered"
 
 
 def main() -> int:
