@@ -128,12 +128,14 @@ def _speedup(p: Prediction | str) -> float:
 def offered(f: Any) -> list[str]:
     """A finding's fixes in order, less those predicted to slow the job (a point below
     :data:`SLOWER`, not a bound) and those that do not apply to the run as it is (e.g.
-    worker settings with no workers): what a report shows as the fix to try. A prediction
-    is a :class:`Prediction`, its JSON, or the reason there is none."""
+    worker settings with no workers; not one whose memory what-if predicts a peak): what a
+    report shows as the fix to try. A prediction is a :class:`Prediction`, its JSON, or the
+    reason there is none."""
     out = []
+    peaks = getattr(f, "peaks", None) or {}
     for x in f.fixes:
         p = (f.predictions or {}).get(x)
-        if isinstance(p, str) and p.startswith(DOES_NOT_APPLY):
+        if isinstance(p, str) and p.startswith(DOES_NOT_APPLY) and x not in peaks:
             continue
         if isinstance(p, Prediction):
             point, bound = p.speedup, p.at_least

@@ -38,5 +38,10 @@ def test_a_fix_predicted_slower_is_not_the_panel() -> None:
     off = _finding({"persistent_workers": "does not apply to this run: needs worker "
                     "processes (num_workers > 0)", "threads": helps})
     assert offered(off) == ["threads"]
+    # ... but a memory fix whose what-if predicts a peak is offered whatever autofix can try
+    peak = _finding({"activation_checkpointing": "does not apply to this run: needs a step "
+                     "over its memory budget"})
+    peak.peaks = {"activation_checkpointing": {"peak_bytes": 5800}}
+    assert offered(peak) == ["activation_checkpointing"]
     bound = Prediction({"num_workers": 2}, 12.5, 0.8, (9.0, 16.0), 10.0, at_least=True)
     assert offered(_finding({"num_workers": bound})) == ["num_workers"]
