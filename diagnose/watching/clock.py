@@ -79,6 +79,19 @@ class StepClock:
             self._loader_hook.restore()
             self._loader_hook = None
 
+    def pending_step(self) -> tuple[float, float, float] | None:
+        """The step the optimizer ended whose boundary waited for a next batch that never
+        came (the loop broke or ran out): ``(now, ms, wait_ms)`` as a boundary now gives
+        them, the step closed; None where no step is pending."""
+        if not (self.active and self._pending and self.mode == "optimizer"):
+            return None
+        self._pending = False
+        now = time.perf_counter()
+        ms = (now - self._t0) * 1e3
+        wait, self._wait = self._wait * 1e3, 0.0
+        self._t0 = now
+        return now, ms, wait
+
     def restart(self) -> None:
         """The step now running starts now (the watch's own work before it is no step's)."""
         self._t0 = time.perf_counter()

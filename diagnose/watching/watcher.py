@@ -512,6 +512,12 @@ class Watch:
         """Hooks off, an open window stopped, samplers stopped; each even if one failed."""
         try:
             if self._clock is not None:
+                # the last optimizer step, whose boundary waited for a batch that never
+                # came, is a step too (N optimizer steps: N steps), outside any window
+                last = self._clock.pending_step()
+                if last is not None and (self._caps is None or self._caps.window is None):
+                    self.steps += 1
+                    self.store.add(last[0] - self._perf0, last[1], last[2])
                 self._clock.remove()
                 self.notes.extend(f"step hook failed: {e}" for e in self._clock.errors)
         finally:

@@ -65,3 +65,29 @@ def test_diagnose_watch_is_the_function(tmp_path: Path) -> None:
             pass
         with w:
             pass
+
+
+@pytest.mark.parametrize("steps", [1, 5, 8, 13])
+def test_n_optimizer_steps_are_n_steps(tmp_path: Path, steps: int) -> None:
+    """A loop that breaks after its N-th optimizer step (or runs out of batches) has taken
+    N steps: the last one's boundary waits for a batch that never comes, and the watch
+    closes it on exit; the record and the timeline say N too."""
+    from diagnose.watching import read_timeline
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=4)
+    with watch(model, loader, out_dir=tmp_path, baseline=False, print_summary=False,
+               progress_s=None) as w:
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i + 1 == steps:
+                break
+    n = min(steps, 10)  # 10 batches: 13 runs the loader out
+    assert w.steps == n and w.to_json()["steps"] == n
+    tl = read_timeline(w.run_dir)
+    assert tl is not None and len(tl["steps"]["ms"]) == n

@@ -67,7 +67,7 @@ def test_a_watched_run_becomes_a_tensorboard_run_with_its_timeline(tmp_path: Pat
     assert host and all(0 <= s <= 3000 for t in host for s, _ in sc[t])  # at the step taken
     doc = json.loads((out / RUN_FILE).read_text())
     assert doc["plots"]["timeline"]["svg"].startswith("<svg")
-    assert doc["report"]["notes"][0].startswith("watched run: 2,999 steps")  # the last open
+    assert doc["report"]["notes"][0].startswith("watched run: 3,000 steps")  # the last closed on exit
     # the watched run is only read; writing again needs --overwrite
     assert main(["tensorboard", str(run_dir), "--logdir", str(logs), "--run", "watched"]) == 2
     assert main(["tensorboard", str(run_dir), "--logdir", str(run_dir.parent), "--run",
