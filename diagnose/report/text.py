@@ -77,6 +77,9 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
     probes = m.get("probes_ms_total")
     if window is not None and isinstance(probes, int | float) and probes > 0:
         window += f"; the session's own timings of the job took {probes / 1e3:.1f} s"
+        each = m.get("probes_ms_each")
+        if isinstance(each, str) and each:
+            window += f" ({each})"
     if st["median_ms"] is None:
         return "none profiled", None
     if st["measured"] == "as profiled":

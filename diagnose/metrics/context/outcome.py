@@ -21,6 +21,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "probes_ms_total": ("ms", "the session's own timings of the job (its probes: a worker's "
                         "batch, the compute on one thread, the CPUs' capacity, ...), all "
                         "of them: what the capture spent measuring beyond the loop"),
+    "probes_ms_each": ("name", "each of the session's own timings of the job with its time, "
+                       "the longest first, e.g. 'cpu_capacity 1.35 s, threads 0.57 s' "
+                       "(those under 5 ms left out)"),
     "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
                          "probes the capture's time budget cut short, the most of them; a "
                          "prediction that reads the probes is ranged over it too"),
@@ -63,8 +66,12 @@ def outcome_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out = _cuda_memory(get(ctx, "capture", "cuda_memory"))
     probes = ctx.get("probes_ms")
     if isinstance(probes, dict):
-        ms = [float(v) for v in probes.values() if isinstance(v, int | float)]
-        out["probes_ms_total"] = round(sum(ms), 1) if ms else None
+        each = sorted(((str(k), float(v)) for k, v in probes.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)),
+                      key=lambda kv: -kv[1])
+        out["probes_ms_total"] = round(sum(v for _, v in each), 1) if each else None
+        out["probes_ms_each"] = ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in each
+                                          if v >= 5) or None  # under 0.01 s: not shown
     out["probes_noise_rel"] = probes_noise(ctx)
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
