@@ -86,11 +86,7 @@ class StepClock:
         if not (self.active and self._pending and self.mode == "optimizer"):
             return None
         self._pending = False
-        now = time.perf_counter()
-        ms = (now - self._t0) * 1e3
-        wait, self._wait = self._wait * 1e3, 0.0
-        self._t0 = now
-        return now, ms, wait
+        return self._end_step()
 
     def restart(self) -> None:
         """The step now running starts now (the watch's own work before it is no step's)."""
@@ -101,11 +97,16 @@ class StepClock:
         return self._opt_ref() if self._opt_ref is not None else None
 
     # ------------------------------------------------------------------ boundaries
-    def _boundary(self) -> None:
+    def _end_step(self) -> tuple[float, float, float]:
+        """The step now running ends now: ``(now, ms, wait_ms)``; the next one starts."""
         now = time.perf_counter()
         ms = (now - self._t0) * 1e3
         wait, self._wait = self._wait * 1e3, 0.0
         self._t0 = now
+        return now, ms, wait
+
+    def _boundary(self) -> None:
+        now, ms, wait = self._end_step()
         try:
             self.on_step(now, ms, wait)
         except Exception as e:  # never break the user's loop

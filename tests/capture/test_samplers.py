@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -482,11 +484,20 @@ def test_parse_proc_stat() -> None:
     assert parse_proc_stat(b"") == {}
 
 
-def test_fast_cpu_matches_psutil() -> None:
-    """The /proc/stat path gives what psutil's per-CPU times give over the same ticks."""
+@contextmanager
+def opened_host() -> Iterator[HostSampler]:
+    """A HostSampler opened for the block and closed after it, whatever the block did."""
     s = HostSampler()
     s.open()
     try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_fast_cpu_matches_psutil() -> None:
+    """The /proc/stat path gives what psutil's per-CPU times give over the same ticks."""
+    with opened_host() as s:
         if s._stat is None:
             pytest.skip("no /proc/stat here")
         prev_fast, prev_ps = s._ticks, s._psutil.cpu_times(percpu=True)
@@ -502,8 +513,6 @@ def test_fast_cpu_matches_psutil() -> None:
         assert prev_fast and len(prev_ps) >= len(s._cores)
         row = s.sample()
         assert len(row["cpu_pct"]) == len(s._cores)
-    finally:
-        s.close()
     assert s._stat is None
 
 
@@ -519,28 +528,20 @@ def test_fast_path_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_open(path, *a, **k)
 
     monkeypatch.setattr("diagnose.capture.samplers.os.open", no_stat)
-    s = HostSampler()
-    s.open()
-    try:
+    with opened_host() as s:
         assert s._stat is None
         burn(0.02)
         row = s.sample()
         assert len(row["cpu_pct"]) == len(s._cores)
         assert set(row) >= {"cpu_pct", "iowait_pct", "proc_cpu_pct", "proc_rss_bytes"}
-    finally:
-        s.close()
 
 
 def test_stat_read_grows_to_hold_every_cpu() -> None:
     """A first read too short for the per-CPU block is made larger, and stays larger."""
-    s = HostSampler()
-    s.open()
-    try:
+    with opened_host() as s:
         if s._stat is None:
             pytest.skip("no /proc/stat here")
         whole = s._read_stat()
         s._stat_size = 16
         assert s._read_stat().keys() == whole.keys()
         assert s._stat_size > 16
-    finally:
-        s.close()

@@ -184,11 +184,18 @@ def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
     threads' parallel ops (they wait for descheduled threads) more than one thread, so it
     only lowers that ratio."""
     def ratio(t: dict[str, Any] | None) -> float:
-        if not t or not t.get("work_ms"):
-            return -1.0
-        return float(t["work_1thread_ms"]) / float(t["work_ms"])
+        r = _one_thread_ratio(t)
+        return -1.0 if r is None else r
 
     return first if ratio(first) >= ratio(second) else second
+
+
+def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:
+    """What one thread cost against torch's threads in a :func:`time_threads` timing
+    (``work_1thread_ms / work_ms``); None where it has none."""
+    if not t or not t.get("work_ms") or t.get("work_1thread_ms") is None:
+        return None
+    return float(t["work_1thread_ms"]) / float(t["work_ms"])
 
 
 def threads_ratio_span(*timings: dict[str, Any] | None) -> list[float] | None:
@@ -197,6 +204,5 @@ def threads_ratio_span(*timings: dict[str, Any] | None) -> list[float] | None:
     the quieter one is the point (:func:`quieter_threads`); a busier moment's lower ratio
     is how the ops ran while something else held a CPU, which the job may meet too. None
     with fewer than two timings."""
-    got = [float(t["work_1thread_ms"]) / float(t["work_ms"]) for t in timings
-           if t and t.get("work_ms") and t.get("work_1thread_ms") is not None]
+    got = [r for t in timings if (r := _one_thread_ratio(t)) is not None]
     return [round(min(got), 4), round(max(got), 4)] if len(got) >= 2 else None

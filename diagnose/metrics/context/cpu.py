@@ -57,8 +57,9 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     lo, hi = span if isinstance(span, list | tuple) and len(span) == 2 else (None, None)
     out["cpu_capacity_min"], out["cpu_capacity_max"] = as_number(lo), as_number(hi)
     out.update(_forward_metrics(m, ctx.get("threads")))
-    span = ctx.get("threads_span")
-    least = as_number(span[0]) if isinstance(span, list | tuple) and len(span) == 2 else None
+    threads = ctx.get("threads_span")
+    least = (as_number(threads[0]) if isinstance(threads, list | tuple) and len(threads) == 2
+             else None)
     ratio = out.get("threads_one_thread_ratio")
     out["threads_one_thread_ratio_min"] = (
         least if least is not None and isinstance(ratio, float) and least < ratio else None)
