@@ -19,8 +19,10 @@ fix predicts (JSON ``fixes[0].predicted.change``) is made real and timed without
 profiler, as benchmarks/predict_vs_measured.py does (whose pieces this imports): the loader
 rebuilt as autofix rebuilds it, torch's threads set, the collector frozen; here also the
 optimizer's ``foreach``/``fused`` flags set on its groups for the changed arm's blocks,
-autocast around the step for ``amp_dtype``, and the batch moved ``non_blocking`` ahead of
-the step on CUDA. The two arms run in interleaved blocks in one process (baseline,
+autocast around the step for ``amp_dtype``, the batch moved ``non_blocking`` ahead of
+the step on CUDA, and the models' ``channels_last`` / ``cudnn_benchmark`` / ``compile``
+(``_model_settings``). ``--every-fix`` times each offered fix, not only the first (a lent
+GPU's rows); ``--job-seconds`` stops a job that runs longer. The two arms run in interleaved blocks in one process (baseline,
 changed, ...; ``--steps`` steps after the warm-up), or each in processes of its own where
 the change is to the garbage collector or the diagnosed loop made full collections.
 
@@ -40,6 +42,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -157,10 +160,12 @@ def load_corpus() -> Corpora:
         raise SystemExit(2) from None
 
 import predict_vs_measured as pvm  # noqa: E402
-from _run import first_offered, print_header  # noqa: E402
+from _run import first_offered, offered_fixes, print_header  # noqa: E402
 
-#: changes timed here: predict_vs_measured's, and the optimizer's kernels
-TIMED = set(pvm.TIMED) | {"optimizer_foreach", "optimizer_fused"}
+#: the model's settings an arm's blocks set and undo (_model_settings)
+MODEL_SETTINGS = {"channels_last", "cudnn_benchmark", "compile"}
+#: changes timed here: predict_vs_measured's, the optimizer's kernels, the model's settings
+TIMED = set(pvm.TIMED) | {"optimizer_foreach", "optimizer_fused"} | MODEL_SETTINGS
 #: the loader's fields (a job without a DataLoader cannot take them)
 LOADER_FIELDS = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
                  "batched_fetch", "batch_size"}
@@ -203,6 +208,7 @@ class Arm:
     freeze: bool
     cfg: Any
     opt_flags: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, bool] = field(default_factory=dict)  # MODEL_SETTINGS the arm sets
 
 
 def make_arm(job: dict[str, Any], change: dict[str, Any]) -> Arm:
@@ -219,7 +225,55 @@ def make_arm(job: dict[str, Any], change: dict[str, Any]) -> Arm:
         freeze = bool(getattr(cfg, "gc_freeze", False))
     flags = {k: v for k, v in (("foreach", change.get("optimizer_foreach")),
                                ("fused", change.get("optimizer_fused"))) if v is not None}
-    return Arm(loader, threads, freeze, cfg, flags)
+    arm = Arm(loader, threads, freeze, cfg, flags)
+    arm.model = {k: True for k in MODEL_SETTINGS if change.get(k)}
+    return arm
+
+
+def _models(job: dict[str, Any]) -> list[Any]:
+    models = job.get("models") or job["model"]
+    return list(models.values()) if isinstance(models, dict) else \
+        list(models) if isinstance(models, (list, tuple)) else [models]
+
+
+@contextlib.contextmanager
+def _model_settings(job: dict[str, Any], on: dict[str, bool]):
+    """The job's models with the arm's settings for the block, undone after it:
+    ``channels_last`` (the weights, and the optimizer's state shaped like them, in that
+    layout: the inputs follow the first convolution's), ``cudnn_benchmark``, ``compile``
+    (``Module.compile``; its compiling falls in the block's warm-up)."""
+    import torch
+
+    if not on:
+        yield
+        return
+    models, opt = _models(job), job.get("optimizer")
+    bench = torch.backends.cudnn.benchmark
+
+    def layout(fmt: Any) -> None:
+        for m in models:
+            m.to(memory_format=fmt)
+        for st in (opt.state.values() if opt is not None else ()):
+            for k, v in st.items():
+                if torch.is_tensor(v) and v.dim() == 4:
+                    st[k] = v.contiguous(memory_format=fmt)
+
+    if on.get("channels_last"):
+        layout(torch.channels_last)
+    if on.get("cudnn_benchmark"):
+        torch.backends.cudnn.benchmark = True
+    if on.get("compile"):
+        for m in models:
+            m.compile()
+    try:
+        yield
+    finally:
+        if on.get("compile"):
+            for m in models:
+                m._compiled_call_impl = None
+        torch.backends.cudnn.benchmark = bench
+        if on.get("channels_last"):
+            layout(torch.contiguous_format)
 
 
 @contextlib.contextmanager
@@ -283,7 +337,8 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> 
         for _ in range(rounds):
             for i, a in enumerate(arms):
                 with pvm._threads(a.threads), pvm._frozen(a.freeze), \
-                        _optimizer_flags(job["optimizer"], a.opt_flags):
+                        _optimizer_flags(job["optimizer"], a.opt_flags), \
+                        _model_settings(job, a.model):
                     t0 = 0.0
                     for k in range(warm + steps):
                         if k == warm:
@@ -294,7 +349,7 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> 
                     out[i].append((time.perf_counter() - t0) / steps * 1e3)
     finally:
         for it in its:
-            it.close()
+            getattr(it, "close", lambda: None)()  # a job without a loader: any iterator
     return out
 
 
@@ -317,7 +372,7 @@ def _apart(name: str, change: dict[str, Any]) -> None:
     warm = 10 + _ready(a)
     it = _batches(job, a)
     with pvm._threads(a.threads), pvm._frozen(a.freeze), \
-            _optimizer_flags(job["optimizer"], a.opt_flags):
+            _optimizer_flags(job["optimizer"], a.opt_flags), _model_settings(job, a.model):
         t0 = 0.0
         for k in range(warm + pvm.APART_STEPS):
             if k == warm:
@@ -338,6 +393,7 @@ class Tally:
     inside: int = 0
     ranged: int = 0
     slower: int = 0
+    fixes: str = "first fixes"  # what the rows time (--every-fix: "fixes")
 
     def lines(self) -> list[str]:
         def pct(a: int, b: int) -> str:
@@ -345,7 +401,7 @@ class Tally:
 
         return [f"predictions within 15% of the measured speedup: {pct(self.within, self.rows)}",
                 f"measured speedup inside the predicted range:    {pct(self.inside, self.ranged)}",
-                f"first fixes more than 5% slower:                 {pct(self.slower, self.rows)}",
+                f"{self.fixes + ' more than 5% slower:':<48} {pct(self.slower, self.rows)}",
                 f"warning/critical findings with a prediction:     "
                 f"{pct(self.predicted, self.findings)}"]
 
@@ -364,14 +420,32 @@ def _fmt_range(pred: dict[str, Any]) -> tuple[str, tuple[float, float] | None]:
     return f"{pred['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]", (lo, hi)
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise _OutOfTime
+
+
 def run_job(name: str, args: argparse.Namespace, tallies: list[Tally]) -> None:
     """The job's rows; each is counted in every tally of ``tallies`` (the half's, the
-    corpus' within the half)."""
+    corpus' within the half). With ``--job-seconds`` a job still running then is stopped
+    (a line says so; the rows it printed stay counted): a lent device's time is short."""
     label = load_corpora().where[name]
     tally = Tally()
+    if args.job_seconds:
+        signal.signal(signal.SIGALRM, _out_of_time)
+        signal.alarm(args.job_seconds)
     try:
         _rows(name, args, tally, label)
+    except _OutOfTime:
+        print(f"{name:<40} stopped after {args.job_seconds} s (--job-seconds)  {label}")
+    except Exception as e:  # noqa: BLE001 - one job's failure is a line of the table
+        first = (str(e).splitlines() or [""])[0][:120]
+        print(f"{name:<40} failed: {type(e).__name__}: {first}  {label}")
     finally:
+        signal.alarm(0)
         for t in tallies:
             for f in ("findings", "predicted", "rows", "within", "inside", "ranged", "slower"):
                 setattr(t, f, getattr(t, f) + getattr(tally, f))
@@ -381,6 +455,8 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
     with tempfile.TemporaryDirectory() as tmp:
         out = str(args.keep / name) if args.keep else tmp
         report = diagnose_job(make(name), out)
+    if args.keep:
+        (args.keep / name / "report.json").write_text(json.dumps(report))
     serious = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
     for f in serious:
         if f.get("fixes") and first_offered(f) is None:
@@ -388,17 +464,26 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
                   f"slow the job  {label}")
     firsts = [(f["rule"], fix) for f in serious if (fix := first_offered(f)) is not None]
     tally.findings += len(firsts)
+    tally.predicted += sum(bool(fix.get("predicted")) for _, fix in firsts)
     if not firsts:
         print(f"{name:<40} no warning or critical finding with a fix  {label}")
         return
-    for rule, fix in firsts:
+    # --every-fix: each offered fix of a finding (a lent GPU's rows: AMP, pinning, ...)
+    tried = ([(f["rule"], fix) for f in serious for fix in offered_fixes(f)]
+             if args.every_fix else firsts)
+    # a compile last: its compiling may outlast --job-seconds
+    tried.sort(key=lambda rf: bool((rf[1].get("predicted") or {}).get("change", {}).get("compile")))
+    for rule, fix in tried:
         pred = fix.get("predicted")
         if not pred:
             print(f"{name:<40} {rule:<8} {fix['id']:<14} no prediction: "
                   f"{fix.get('predicted_why')}  {label}")
             continue
-        tally.predicted += 1
         change = pred["change"]
+        if not change:  # a change to the code (a CUDA graph, a sync taken out): no setting
+            print(f"{name:<40} {rule:<8} {fix['id']:<14} not timed here: a change to the "
+                  f"code, no setting  {label}")
+            continue
         job = make(name)
         untimed = set(change) - TIMED
         if job["loader"] is None:
@@ -437,6 +522,10 @@ def main() -> int:
     ap.add_argument("--half", choices=("tune", "validate", "all"), default="all")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--every-fix", action="store_true",
+                    help="time every offered fix of a finding, not only its first")
+    ap.add_argument("--job-seconds", type=int, default=0, metavar="S",
+                    help="stop a job still running after S seconds (default: no limit)")
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="keep each job's diagnosis (its run folder) under DIR/<job>")
     ap.add_argument("--apart", nargs=2, metavar=("JOB", "CHANGE"), help=argparse.SUPPRESS)
@@ -464,8 +553,9 @@ def main() -> int:
         print(f"## {half} half ({len(halves[half])} jobs)")
         print(HEAD)
         print("-" * len(HEAD))
-        tally = Tally()
-        by_corpus = {label: Tally() for label in corpora.packages}
+        what = "fixes" if args.every_fix else "first fixes"
+        tally = Tally(fixes=what)
+        by_corpus = {label: Tally(fixes=what) for label in corpora.packages}
         for name in halves[half]:
             run_job(name, args, [tally, by_corpus[corpora.where[name]]])
         print()

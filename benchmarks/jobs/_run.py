@@ -41,17 +41,24 @@ def print_header(title: str, script: str) -> None:
     print()
 
 
-def first_offered(finding: dict[str, Any]) -> dict[str, Any] | None:
-    """A finding's (JSON) first fix the report offers as the one to try: the first that the
-    step model does not predict to slow the job and that applies to the run as it is
+def offered_fixes(finding: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finding's (JSON) fixes the report offers, in its order: those that the step model
+    does not predict to slow the job and that apply to the run as it is
     (diagnose.fixes.findings.offered)."""
     from diagnose.fixes.findings import DOES_NOT_APPLY
     from diagnose.stepmodel.calibration import SLOWER
 
+    out = []
     for fix in finding.get("fixes") or []:
         pred = fix.get("predicted")
         if not pred and str(fix.get("predicted_why") or "").startswith(DOES_NOT_APPLY):
             continue
         if not pred or pred.get("at_least") or pred["speedup"] >= SLOWER:
-            return fix
-    return None
+            out.append(fix)
+    return out
+
+
+def first_offered(finding: dict[str, Any]) -> dict[str, Any] | None:
+    """A finding's (JSON) first fix the report offers as the one to try (:func:`offered_fixes`)."""
+    fixes = offered_fixes(finding)
+    return fixes[0] if fixes else None
