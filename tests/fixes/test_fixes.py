@@ -100,6 +100,18 @@ def test_amp_picks_bf16_where_supported_else_fp16_with_a_scaler() -> None:
     assert fp16.amp_dtype == "float16" and fp16.uses_grad_scaler
 
 
+def test_amp_on_a_saved_trace_picks_by_compute_capability() -> None:
+    """A saved trace has no live answer on bf16: an Ampere-or-newer GPU (8.0 on) computes
+    in it, so the change predicted is the one the fix's code advises there."""
+    amp = FIXES["amp"]
+    saved = CUDA.replace(bf16_supported=None)
+    (hopper,) = amp.candidates(TrainConfig(), saved.replace(device_cc_major=9))
+    (volta,) = amp.candidates(TrainConfig(), saved.replace(device_cc_major=7))
+    (unknown,) = amp.candidates(TrainConfig(), saved.replace(device_cc_major=None))
+    assert hopper.amp_dtype == "bfloat16"
+    assert volta.amp_dtype == unknown.amp_dtype == "float16"
+
+
 def test_optimizer_tries_fused_first_on_cuda() -> None:
     opt = FIXES["foreach_optimizer"]
     cands = opt.candidates(TrainConfig(), CUDA)

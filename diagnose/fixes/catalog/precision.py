@@ -58,8 +58,15 @@ class Amp(Fix):
         return facts.on_cuda and config.amp_dtype is None
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
-        return [config.replace(amp_dtype="bfloat16" if facts.bf16_supported
-                               else "float16")]
+        return [config.replace(amp_dtype="bfloat16" if bf16(facts) else "float16")]
+
+
+def bf16(facts: Facts) -> bool:
+    """Whether the device computes in bfloat16: as the live session asked torch, else (a
+    saved trace) from its compute capability (NVIDIA GPUs from Ampere, 8.0, on)."""
+    if facts.bf16_supported is not None:
+        return facts.bf16_supported
+    return (facts.device_cc_major or 0) >= 8
 
 
 class ConvNetOnCuda(Fix):
