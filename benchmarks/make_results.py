@@ -144,7 +144,7 @@ BENCHMARKS: dict[str, Bench] = {
         "A warning's first fix applied, timed unprofiled (m/p: measured / predicted). "
         "Goals (validate): 90% within 15%, 90% in range, none 5% slower.",
         (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
-        20, corpus_row, CORPUS_COLUMNS),
+        10, corpus_row, CORPUS_COLUMNS),
     "corpus_stability": Bench(
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
@@ -290,8 +290,47 @@ BENCHMARKS: dict[str, Bench] = {
         (r"^failures",), 1),
 }
 
+_REJUDGE = re.compile(r"^(tune|validate)\s+(\S+)\s+([A-Z]{2}\d{3})\s+\S+\s+(.*?)\s+"
+                      r"\d+\.\d+x\s+(\d+\.\d+x \[[^\]]+\])\s+(\d+\.\d+x \[[^\]]+\])\s+"
+                      r"(\d+\.\d+)\s+(yes|no)\s*$")
+
+
+def rejudge_row(line: str) -> str | None:
+    """A validate row of corpus_rejudge's table as RESULTS.md shows it; a tally line."""
+    if re.match(r"^(tune|validate): \d+ of", line):
+        return line
+    m = _REJUDGE.match(line)
+    if m is None or m.group(1) != "validate":
+        return None
+    _half, job, finding, change, pred, meas, err, inside = m.groups()
+    pred, meas = pred.replace(", ", ","), meas.replace(", ", ",")
+    change = change.replace("num_workers", "workers").replace("intra_op_threads", "threads")
+    return f"{job[:22]:<22} {finding} {change[:24]:<24} {pred:<18} {meas:<17} {err:>4} {inside}"
+
+
+REJUDGE_COLUMNS = (f"{'job (validate)':<22} {'rule':<5} {'change':<24} {'predicted':<18} "
+                   f"{'measured':<17} {'m/p':>4} in")
+
+#: the corpus on a lent GPU: in the corpus' section (the rejudge's table; the runs it reads
+#: are linked from it), not among the other GPU results
+CORPUS_GPU = {"corpus_rejudge_gpu": "corpus_rejudge_gpu_h200", "corpus_predict_gpu": None}
+
 #: GPU results (benchmarks/results/*h100*.txt, *h200*.txt), by file name less its GPU
 GPU: dict[str, Bench] = {
+    "corpus_rejudge_gpu": Bench(
+        "The corpus on a GPU: every offered fix, predicted by the code as it is",
+        ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_predict_gpu_h200.txt",
+         "benchmarks/captures/h200"],
+        "Each offered fix timed on a lent H200 ([two runs](results/corpus_predict_gpu_h200.txt), "
+        "`bash benchmarks/gpu_corpus.sh`), predicted again from their captures. Aim: median "
+        "error 10%.",
+        (r"^validate\s+\S+\s+[A-Z]{2}\d{3}", r"^(tune|validate): \d+ of"), 16, rejudge_row,
+        REJUDGE_COLUMNS),
+    "corpus_predict_gpu": Bench(
+        "The corpus on a GPU: the runs", ["bash", "benchmarks/gpu_corpus.sh"],
+        "Every offered fix of each warning, timed unprofiled on the lent GPU (the file holds "
+        "both runs; the rejudge above tallies them together).",
+        (r"^(tune|validate): (predictions within|measured speedup inside)",), 4, spaced),
     "predict_vs_measured_gpu": Bench(
         "Predictions checked on a GPU", ["benchmarks/predict_vs_measured.py", "--gpu"],
         "benchmarks/autofix_gpu.py's workloads: each first fix timed against the unchanged "
@@ -340,7 +379,7 @@ KINDS = {"predictions within 15%": "first fixes",
          "kept changes measured within 15%": "kept changes",
          "runs' before/after measured within 15%": "before/after"}
 #: the most lines a benchmark other than the corpus' quotes of its newest run
-QUOTED = 3
+QUOTED = 2
 #: the newest runs the middle column of the tallies sums
 RECENT = 4
 #: a tally under this share (over all saved runs, or in the newest run) is listed as weak
@@ -512,6 +551,11 @@ def corpus_section() -> list[str]:
                  "[corpus_calibration.svg](results/corpus_calibration.svg).", WIDTH), ""]
     for name in CORPUS:
         lines += section(BENCHMARKS[name], OUT / f"{name}.txt")
+    for key, stem in CORPUS_GPU.items():
+        if stem is not None and (OUT / f"{stem}.txt").exists():
+            b = GPU[key]
+            lines += section(dataclasses.replace(b, title=f"{b.title} (H200)"),
+                             OUT / f"{stem}.txt")
     return lines
 
 
@@ -533,6 +577,8 @@ def assemble() -> str:
                              "date and code.", WIDTH), ""]
     for f in gpu_files:
         key = re.sub(r"_?h[12]00$", "", f.stem)
+        if key in CORPUS_GPU:  # in the corpus' section
+            continue
         gpu = "H100" if "h100" in f.stem else "H200"
         b = GPU.get(key, Bench(f.stem, ["bash", "benchmarks/gpu_run.sh"], "",
                                (r"^\d+ of \d+",), 4))

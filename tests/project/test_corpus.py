@@ -173,3 +173,54 @@ def test_two_jobs_give_a_report_with_their_steps_found() -> None:
         # the report's first line where no step boundary was found (session/step_notes.py)
         assert not any("could not tell where this loop's steps" in n for n in row["notes"]), \
             (name, row["notes"])
+
+
+# ------------------------------------------------------------------ kept GPU captures
+REJUDGE = ROOT / "benchmarks" / "corpus_rejudge.py"
+H200 = ROOT / "benchmarks" / "captures" / "h200"
+
+
+def test_rejudge_reads_measured_rows_and_their_halves() -> None:
+    spec = importlib.util.spec_from_file_location("corpus_rejudge_under_test", REJUDGE)
+    assert spec is not None and spec.loader is not None
+    rejudge = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = rejudge  # its dataclasses look their module up
+    spec.loader.exec_module(rejudge)
+    text = "\n".join([
+        "## tune half (2 jobs)",
+        "job_a    IN001    num_workers    num_workers=4     1.34x [1.03, 1.76]    1.68x [1.56, 1.74]"
+        "   1.25  yes  (19.1 -> 11.4 ms)  extra",
+        "job_a    LA001    cuda_graphs    not timed here: a change to the code, no setting  extra",
+        "job_a    LA001    cuda_graphs                  1.05x [0.95, 1.16]    0.95x [0.83, 1.15]"
+        "   0.91  no  (10.2 -> 10.7 ms)  repo",
+        "## validate half (1 jobs)",
+        "job_b    IN001    threads        num_workers=2, intra_op_threads=1   0.94x [0.88, 1.01]"
+        "    1.24x [1.17, 1.32]   1.32  no  (14.2 -> 11.5 ms)  repo",
+    ])
+    rows = rejudge.parse_rows(text)
+    assert [(r.half, r.job, r.fix) for r in rows] == [("tune", "job_a", "num_workers"),
+                                                      ("validate", "job_b", "threads")]
+    assert rows[0].change == {"num_workers": 4} and rows[0].measured == 1.68
+    assert rows[1].change == {"num_workers": 2, "intra_op_threads": 1}
+    assert rows[1].ci == (1.17, 1.32) and rows[1].was == 0.94
+
+
+def test_rejudge_predicts_again_from_the_kept_h200_captures() -> None:
+    """Real H200 captures (trace, context with the session's probes, host samples) are
+    analysed on this CPU machine and each measured row gets a prediction of exactly its
+    change, or a reason; both halves are tallied."""
+    results = ROOT / "benchmarks" / "results" / "corpus_predict_gpu_h200.txt"
+    done = subprocess.run([sys.executable, str(REJUDGE), str(results), str(H200)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [ln for ln in done.stdout.splitlines() if ln.startswith(("tune ", "validate "))]
+    assert len(rows) >= 20
+    assert all("x [" in ln or "cannot tell" in ln or "not predicted" in ln for ln in rows)
+    assert any(ln.startswith("tune:") for ln in done.stdout.splitlines())
+    assert any(ln.startswith("validate:") for ln in done.stdout.splitlines())
+
+
+def test_rejudge_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REJUDGE), str(tmp_path / "nope.txt"), str(H200)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
