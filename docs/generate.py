@@ -131,6 +131,9 @@ def _fix_prediction(fix: object) -> str:
         fn = getattr(t, "graph", t)  # a Transform wraps its graph function
         if "cannot" in getattr(fn, "__qualname__", ""):
             return "none: " + _cell(t(None, {}, {}))
+        if getattr(t, "cannot", None):  # a bound where the trace shows it (device_only)
+            return "none: " + _cell(t.cannot) + "; at most a speedup too small to matter "\
+                "where the device does not set the step's pace"
         return f"the `{getattr(fn, '__name__', type(fn).__name__)}` transform"
     if type(fix).predict is not Fix.predict:
         return f"its own (`{type(fix).__name__}.predict`)"

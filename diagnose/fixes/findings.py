@@ -18,6 +18,7 @@ from ..metrics.context import cpu_wait_holders
 from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
+from ..stepmodel.transforms import AT_MOST
 from .config import TrainConfig
 from .unit import Fix
 
@@ -86,9 +87,13 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
         helps.insert(0, lead)
     same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
             and SLOWER <= p.speedup < HELPS]
-    # a bound below 1 says little: such a fix stays with those the model cannot tell
-    unknown = [x for x in f.fixes if x not in off and (isinstance(p := preds[x], str) or (
-        p.at_least and p.speedup < SLOWER))]
+    # a bound below 1 says little: such a fix stays with those the model cannot tell; one
+    # whose most is too little to matter (AT_MOST) goes with those that change nothing
+    unknown = [x for x in f.fixes if x not in off and (
+        (isinstance(p := preds[x], str) and not p.startswith(AT_MOST))
+        or (isinstance(p, Prediction) and p.at_least and p.speedup < SLOWER))]
+    same += [x for x in f.fixes if x not in off and isinstance(p := preds[x], str)
+             and p.startswith(AT_MOST)]
     slower = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
               and p.speedup < SLOWER and not p.at_least]
     f.fixes = helps + unknown + same + [x for x in f.fixes if x in off] + slower
@@ -102,11 +107,23 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
     # fast end helps: fixing it could save that time), the rule's own estimate stands
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
     open_ = [x for x, p in preds.items() if x not in off and (
-        isinstance(p, str) or p.at_least or _reach(p) >= HELPS)]
+        (p.at_least or _reach(p) >= HELPS) if isinstance(p, Prediction)
+        else not p.startswith(AT_MOST))]
     if points:
         best = max(points, key=lambda p: p.speedup)
         if best.speedup >= HELPS or not open_:
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
+    elif not open_ and (most := [_most(p) for p in preds.values() if isinstance(p, str)
+                                 and p.startswith(AT_MOST)]):
+        f.take_gain(max(0.0, 1 - 1 / max(most)))  # the most any fix could do: too little
+
+
+def _most(why: str) -> float:
+    """The speedup an "at most 1.01x: ..." reason names (1.0 where it names none)."""
+    try:
+        return float(why[len(AT_MOST):].split("x", 1)[0])
+    except ValueError:
+        return 1.0
 
 
 def _change(p: Prediction | str) -> dict[str, Any]:

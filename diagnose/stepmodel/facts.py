@@ -122,8 +122,11 @@ class Facts:
 
     @property
     def on_cuda(self) -> bool:
-        """The training device is a CUDA one."""
-        return self.device_type == "cuda"
+        """The training device is a CUDA one: as the live session saw it, else (a report,
+        a saved trace) where the trace names a CUDA compute capability."""
+        if self.device_type is not None:
+            return self.device_type == "cuda"
+        return self.device_cc_major is not None
 
 
 def _float(x: object) -> float | None:

@@ -25,6 +25,7 @@ from .calibration import (
     CALIBRATE_TOL,
     CALIBRATE_WITHIN,
     EFFECT_ERROR,
+    HELPS,
     HOST_SCALE_MAX,
     HOST_SCALE_MIN,
 )
@@ -32,7 +33,7 @@ from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
 from .host import cpu_bound_ms
 from .step import StepModel
-from .transforms import GraphChange, Transform, as_transform
+from .transforms import AT_MOST, GraphChange, Transform, as_transform
 
 # The analysis is typed in a layer above this one (result): it is taken as it comes, and
 # only its step_model attributes are set.
@@ -112,6 +113,27 @@ def _step(g: Graph) -> float:
     """The steady step of a replay: the median replayed step, and no less than the
     busiest resource's work per step (ms)."""
     return max(float(np.median(replay(g).step_ms)), busiest_ms(g))
+
+
+def device_only(why: str, touched: Callable[[Graph], np.ndarray], what: str) -> Transform:
+    """The transform of a fix the trace cannot show that changes only the device work
+    ``touched`` selects (e.g. the convolutions' kernels): its reason ``why``; but where the
+    step replayed with that work taking no time at all is shorter by less than
+    :data:`HELPS` (the host, or other work, sets the pace), the most it could do:
+    "at most 1.01x: ..." (:data:`~.transforms.AT_MOST`)."""
+    def graph(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+        mask = touched(g) & g.is_kind(*DEVICE_TASKS)
+        if not mask.any():
+            return why
+        free = g.copy()
+        free.dur[mask] = 0.0
+        now, best = _step(g), _step(free)
+        if best > 0 and now / best < HELPS:
+            return (f"{AT_MOST} {now / best:.2f}x: with no time in {what} the step would "
+                    "stay (the device does not set its pace)")
+        return why
+    graph.__name__ = f"device_only_{what.replace(' ', '_')}"
+    return Transform(graph, cannot=why)
 
 
 def _arrivals_at(g: Graph, ratio: float) -> Graph:

@@ -100,5 +100,11 @@ def cannot(why: str) -> Transform:
     return Transform(lambda g, change, facts: why, cannot=why)
 
 
-__all__ = ["Change", "Facts", "GraphChange", "Outside", "PerStep", "Transform", "as_transform",
-           "cannot", "transform"]
+#: How the reason starts where the model cannot tell what a fix does but can tell that it
+#: saves too little to matter (:func:`~.prediction.device_only`): a finding's time at stake
+#: then follows the predictions, as it does for a fix predicted to change nothing.
+AT_MOST = "at most"
+
+
+__all__ = ["AT_MOST", "Change", "Facts", "GraphChange", "Outside", "PerStep", "Transform",
+           "as_transform", "cannot", "transform"]

@@ -100,3 +100,35 @@ def test_what_the_model_cannot_tell(tmp_path):
     assert "CPU" in _predict("num_workers", m)
     mc = _model(mt.cpu_loader(), tmp_path / "x") if (tmp_path / "x").mkdir() is None else None
     assert "bytes" in _predict("num_workers", mc, cpu_count=2)
+
+
+def test_device_only_says_at_most_where_the_device_does_not_set_the_pace(tmp_path):
+    """A fix the trace cannot show that changes only device work: where even no time in that
+    work would leave the step as it is (many_launches: the host's 13 us a 2 us kernel set
+    the pace), "at most 1.00x"; where the device sets the pace (sync_loop: the host waits
+    1000 us a step for its kernel), the fix's own reason."""
+    from diagnose.stepmodel.prediction import device_only
+    from diagnose.stepmodel.transforms import AT_MOST
+
+    kernels = lambda g: g.is_kind(TaskKind.KERNEL)  # noqa: E731
+    fix = device_only("cannot tell: not in the trace", kernels, "the kernels")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    host_paced = _model(mt.many_launches(), tmp_path / "a").graph
+    got = fix(host_paced, {}, Facts())
+    assert isinstance(got, str) and got.startswith(f"{AT_MOST} 1.0")
+    device_paced = _model(mt.sync_loop(), tmp_path / "b").graph
+    assert fix(device_paced, {}, Facts()) == "cannot tell: not in the trace"
+    none = device_only("cannot tell: not in the trace", lambda g: g.is_kind(TaskKind.MEMSET),
+                       "the memsets")
+    assert none(host_paced, {}, Facts()) == "cannot tell: not in the trace"
+
+
+def test_a_report_on_a_cuda_trace_is_on_cuda():
+    """A report's facts come from the trace: a CUDA compute capability says the device was
+    a CUDA one (channels_last and cudnn.benchmark then apply to a conv net)."""
+    assert Facts(device_cc_major=9).on_cuda
+    assert not Facts().on_cuda
+    assert not Facts(device_type="cpu", device_cc_major=9).on_cuda
+    assert config_unit.CUDNN_BENCHMARK.applies(TrainConfig(), Facts(device_cc_major=8,
+                                                                      model_has_conv=True))

@@ -74,3 +74,23 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": none}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.005)) < 1e-9
+
+
+def test_fixes_that_could_save_too_little_leave_the_grade_to_the_predictions() -> None:
+    """A fix the model cannot tell keeps the rule's own time at stake; one it can bound as
+    too little to matter ("at most 1.00x": the device does not set the pace) does not: the
+    point prediction's saving is the time at stake, and the bounded fix goes after it."""
+    from diagnose.stepmodel.transforms import AT_MOST
+
+    amp = Prediction({"amp_dtype": "bfloat16"}, 10.0, 1.0, (9.99, 10.01), 10.0)
+    f = _Finding(["amp", "channels_last"])
+    _order(f, {"amp": amp, "channels_last": "cannot tell: not in the trace"}, [])
+    assert f.gain is None  # open: the rule's own estimate stands
+    f = _Finding(["channels_last", "amp"])
+    _order(f, {"amp": amp, "channels_last": f"{AT_MOST} 1.00x: the host sets the pace"}, [])
+    assert f.gain == 0.0 and f.fixes == ["amp", "channels_last"]
+    # every fix bounded: the most any could do is the time at stake
+    f = _Finding(["cudnn_benchmark", "channels_last"])
+    _order(f, {"cudnn_benchmark": f"{AT_MOST} 1.01x: the host sets the pace",
+               "channels_last": f"{AT_MOST} 1.00x: the host sets the pace"}, [])
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.01)) < 1e-9

@@ -26,11 +26,13 @@ from ...stepmodel.calibration import (
 )
 from ...stepmodel.graph import DEVICE_TASKS, Graph, Tag, TaskKind
 from ...stepmodel.host import loading_ms, loading_pauses, per_step
-from ...stepmodel.transforms import cannot, transform
+from ...stepmodel.prediction import device_only
+from ...stepmodel.transforms import transform
 from ..code import GENERIC_NOTE, Setup, optimizer_call
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
+from .precision import convolutions
 
 
 @transform()
@@ -167,7 +169,8 @@ CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest 
 # after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
 torch.backends.cudnn.benchmark = True
 """, category="config", auto=True, change={"cudnn_benchmark": True},
-    transform=cannot("cannot tell: cuDNN's autotuned algorithms are not in the trace"),
+    transform=device_only("cannot tell: cuDNN's autotuned algorithms are not in the trace",
+                          convolutions, "the convolutions"),
     needs="a convolution net on a CUDA device")
 
 

@@ -3,7 +3,9 @@
 The model of AMP: fp32 GEMM/convolution kernels run ``tensor_core_speedup`` x faster (half
 the datasheet peak ratio of the GPU, at most 4x: metrics/precision); other fp32 kernels
 outside the optimizer are memory-bound and move half the bytes. The NHWC kernels
-channels_last would run are not in the trace: no prediction.
+channels_last would run are not in the trace: no prediction, but where the device does not
+set the step's pace even convolutions taking no time would not shorten it: "at most"
+(:func:`~diagnose.stepmodel.prediction.device_only`).
 
 In a trial: AMP runs the forward and loss under ``torch.autocast`` (fp16 with a GradScaler:
 bf16 has fp32's range); channels_last relays the model's 4-D parameters and buffers (and
@@ -17,9 +19,12 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ...stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
 from ...stepmodel.graph import Graph, Tag, TaskKind
-from ...stepmodel.transforms import cannot, transform
+from ...stepmodel.prediction import device_only
+from ...stepmodel.transforms import transform
 from ..config import TrainConfig
 from ..realise import Realisation, StepParts
 from ..unit import Facts, Fix
@@ -30,6 +35,13 @@ _GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolv
 _FP32_SIMT = re.compile(r"sgemm|scudnn|_simt_|<float, float|<float,\s*float|_ffma_|"
                         r"f32f32_f32f32_f32|winograd.*<float|engine<float", re.IGNORECASE)
 _FP32_NAME = re.compile(r"\bfloat\b|<float|float>|f32", re.IGNORECASE)
+_CONV = re.compile(r"conv|winograd|implicit_convolve|_fprop|wgrad|dgrad|scudnn|hcudnn",
+                   re.IGNORECASE)
+
+
+def convolutions(g: Graph) -> np.ndarray:
+    """The convolutions' kernels (and their backward's) among the graph's tasks."""
+    return g.name_mask(lambda n: bool(_CONV.search(n)))
 
 
 @transform()
@@ -100,7 +112,8 @@ model = model.cuda()
 model = model.cuda().to(memory_format=torch.channels_last)
 x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
 """, category="precision", auto=True, change={"channels_last": True},
-    transform=cannot("cannot tell: the NHWC kernels' times are not in the trace"),
+    transform=device_only("cannot tell: the NHWC kernels' times are not in the trace",
+                          convolutions, "the convolutions"),
     needs="a convolution net on a CUDA device")
 
 #: The registered units of this category (a test checks that each one declared is here).
