@@ -1,6 +1,6 @@
 """The corpus' calibration plot: each timed first fix's predicted speedup against the
 measured one, with its printed range and the measurement's 95% interval, tune and validate
-apart, from corpus_predict's tables.
+apart, from corpus_predict's tables (or corpus_rejudge's: the GPU rows predicted again).
 
     python benchmarks/corpus_predict.py > benchmarks/results/corpus_predict.txt
     python benchmarks/corpus_plot.py benchmarks/results/corpus_predict.txt \\
@@ -23,6 +23,11 @@ ROW = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+.*?"
                  r"(?P<p>\d+\.\d+)x \[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]\s+"
                  r"(?P<m>\d+\.\d+)x \[(?P<mlo>-?\d+\.\d+), (?P<mhi>\d+\.\d+)\]")
 HALF = re.compile(r"^## (tune|validate) half")
+#: a row of corpus_rejudge.py's table: its half first, the prediction made again
+REJUDGED = re.compile(r"^(?P<half>tune|validate)\s+(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+"
+                      r"(?P<fix>\S+)\s+.*?\d+\.\d+x\s+"
+                      r"(?P<p>\d+\.\d+)x \[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]\s+"
+                      r"(?P<m>\d+\.\d+)x \[(?P<mlo>-?\d+\.\d+), (?P<mhi>\d+\.\d+)\]")
 
 
 @dataclass
@@ -39,7 +44,7 @@ class Row:
 
 
 def rows(paths: list[Path]) -> list[Row]:
-    """The timed rows of corpus_predict tables, each with its half."""
+    """The timed rows of corpus_predict tables (or corpus_rejudge's), each with its half."""
     out: list[Row] = []
     for path in paths:
         half = "?"
@@ -47,7 +52,11 @@ def rows(paths: list[Path]) -> list[Row]:
             h = HALF.match(line)
             if h:
                 half = h[1]
-            got = ROW.match(line)
+            got = REJUDGED.match(line)
+            if got:
+                half = got["half"]
+            else:
+                got = ROW.match(line)
             if got:
                 out.append(Row(half, got["job"], got["fix"],
                                *(float(got[k]) for k in ("p", "lo", "hi", "m", "mlo", "mhi"))))

@@ -323,7 +323,7 @@ GPU: dict[str, Bench] = {
          "benchmarks/captures/h200"],
         "Each offered fix timed on a lent H200 ([two runs](results/corpus_predict_gpu_h200.txt), "
         "`bash benchmarks/gpu_corpus.sh`), predicted again from their captures. Aim: median "
-        "error 10%.",
+        "error 10%. Plot: [corpus_calibration_gpu_h200.svg](results/corpus_calibration_gpu_h200.svg).",
         (r"^validate\s+\S+\s+[A-Z]{2}\d{3}", r"^(tune|validate): \d+ of"), 16, rejudge_row,
         REJUDGE_COLUMNS),
     "corpus_predict_gpu": Bench(

@@ -180,12 +180,18 @@ REJUDGE = ROOT / "benchmarks" / "corpus_rejudge.py"
 H200 = ROOT / "benchmarks" / "captures" / "h200"
 
 
-def test_rejudge_reads_measured_rows_and_their_halves() -> None:
-    spec = importlib.util.spec_from_file_location("corpus_rejudge_under_test", REJUDGE)
+def _script(name: str, path: Path):
+    """A benchmark script as a module (registered: its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
-    rejudge = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rejudge  # its dataclasses look their module up
-    spec.loader.exec_module(rejudge)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rejudge_reads_measured_rows_and_their_halves() -> None:
+    rejudge = _script("corpus_rejudge_under_test", REJUDGE)
     text = "\n".join([
         "## tune half (2 jobs)",
         "job_a    IN001    num_workers    num_workers=4     1.34x [1.03, 1.76]    1.68x [1.56, 1.74]"
@@ -205,7 +211,7 @@ def test_rejudge_reads_measured_rows_and_their_halves() -> None:
     assert rows[1].ci == (1.17, 1.32) and rows[1].was == 0.94
 
 
-def test_rejudge_predicts_again_from_the_kept_h200_captures() -> None:
+def test_rejudge_predicts_again_from_the_kept_h200_captures(tmp_path: Path) -> None:
     """Real H200 captures (trace, context with the session's probes, host samples) are
     analysed on this CPU machine and each measured row gets a prediction of exactly its
     change, or a reason; both halves are tallied."""
@@ -218,6 +224,13 @@ def test_rejudge_predicts_again_from_the_kept_h200_captures() -> None:
     assert all("x [" in ln or "cannot tell" in ln or "not predicted" in ln for ln in rows)
     assert any(ln.startswith("tune:") for ln in done.stdout.splitlines())
     assert any(ln.startswith("validate:") for ln in done.stdout.splitlines())
+    # the calibration plot reads the same rows, each with its half
+    plot = _script("corpus_plot_under_test", ROOT / "benchmarks" / "corpus_plot.py")
+    table = tmp_path / "rejudged.txt"
+    table.write_text(done.stdout)
+    got = plot.rows([table])
+    assert len(got) == len(rows) - sum("x [" not in ln for ln in rows)
+    assert {r.half for r in got} == {"tune", "validate"}
 
 
 def test_rejudge_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
