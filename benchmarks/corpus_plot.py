@@ -67,6 +67,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tables", nargs="+", type=Path)
     ap.add_argument("-o", "--output", type=Path, required=True, help="the plot (.svg or .png)")
+    ap.add_argument("--title", default="first fixes on the corpus: predicted vs measured")
     args = ap.parse_args()
     for t in args.tables:
         if not t.is_file():
@@ -102,7 +103,7 @@ def main() -> int:
     ax.set_ylim(bottom, top)
     ax.set_xlabel("predicted speedup (bar: printed range)")
     ax.set_ylabel("measured speedup (bar: 95% interval)")
-    ax.set_title("first fixes on the corpus: predicted vs measured")
+    ax.set_title(args.title)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(args.output)
