@@ -10,7 +10,8 @@ import numpy as np
 from ..trace import Trace
 from .declare import DEVICE_PROPERTIES, GPU, KERNEL_NAMES, NVIDIA, Metric, rnd
 
-_CONV = re.compile(r"scudnn|hcudnn|implicit_convolve|winograd|convolve|_fprop|wgrad|dgrad|conv2d|conv_|"
+#: a convolution's kernel (forward or backward) by its name
+CONV_KERNEL = re.compile(r"scudnn|hcudnn|implicit_convolve|winograd|convolve|_fprop|wgrad|dgrad|conv2d|conv_|"
                    r"cudnn_.*(conv|infer|train)", re.IGNORECASE)
 _GEMM = re.compile(
     r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|hcudnn|implicit_convolve|winograd|"
@@ -93,7 +94,7 @@ def precision_metrics(t: Trace, kernels: np.ndarray, n_steps: int, has_gpu: bool
         simt = t.dur[g & is_simt[t.name_id]].sum()
         tc = t.dur[g & is_tc[t.name_id]].sum()
         gemm_total = t.dur[g].sum()
-        conv = t.dur[kernels & _name_flags(names, ids, _CONV)[t.name_id]].sum()
+        conv = t.dur[kernels & _name_flags(names, ids, CONV_KERNEL)[t.name_id]].sum()
     else:
         simt = tc = gemm_total = conv = 0.0
     classified = simt + tc

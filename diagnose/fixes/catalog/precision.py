@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...metrics.precision import CONV_KERNEL
 from ...stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
 from ...stepmodel.graph import Graph, Tag, TaskKind
 from ...stepmodel.prediction import device_only
@@ -35,13 +36,12 @@ _GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolv
 _FP32_SIMT = re.compile(r"sgemm|scudnn|_simt_|<float, float|<float,\s*float|_ffma_|"
                         r"f32f32_f32f32_f32|winograd.*<float|engine<float", re.IGNORECASE)
 _FP32_NAME = re.compile(r"\bfloat\b|<float|float>|f32", re.IGNORECASE)
-_CONV = re.compile(r"conv|winograd|implicit_convolve|_fprop|wgrad|dgrad|scudnn|hcudnn",
-                   re.IGNORECASE)
 
 
 def convolutions(g: Graph) -> np.ndarray:
-    """The convolutions' kernels (and their backward's) among the graph's tasks."""
-    return g.name_mask(lambda n: bool(_CONV.search(n)))
+    """The convolutions' kernels (and their backward's) among the graph's tasks, named as
+    the metrics name them (``conv_kernel_ms_per_step``)."""
+    return g.name_mask(lambda n: bool(CONV_KERNEL.search(n)))
 
 
 @transform()
