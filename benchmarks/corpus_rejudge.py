@@ -29,7 +29,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-ROW = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+(?P<change>\S.*?)\s+"
+ROW = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3}|-)\s+(?P<fix>\S+)\s+(?P<change>\S.*?)\s+"
                  r"(?P<pred>\d+\.\d+)x(?: \[[^\]]*\])?\s+(?P<meas>\d+\.\d+)x "
                  r"\[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]")
 

@@ -411,6 +411,11 @@ class Predictor:
             at = self._predict(made, facts)
             if not isinstance(at, str):
                 lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
+        # where the CPU bound's inputs put the run as it is above its own step (see
+        # _predict), the slow end keeps the bound as they give it
+        raw = self._predict(made, self.facts, consistent=False)
+        if not isinstance(raw, str):
+            hi = max(hi, raw[2] * base / raw[1])
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
                        self._range(lo, hi, base / ms if ms > 0 else 1.0,
@@ -421,12 +426,14 @@ class Predictor:
         self.cache[key] = p
         return p
 
-    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts
+    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts,
+                 consistent: bool = True
                  ) -> tuple[dict[str, Any], float, float, float | None] | str:
         """(the changes merged, the base step, the changed step, the loader's share: see
         :class:`Prediction`) with ``facts``; the reason where the model cannot tell. The
         replayed ratio is taken per old step where a transform says how many one changed
-        step is (``per_step``); a change that moves CPU work is held at the CPU bound; the
+        step is (``per_step``); a change that moves CPU work is held at the CPU bound (met by
+        the run itself, unless not ``consistent``: the bound as its inputs give it); the
         costs outside the window a transform declares (``outside``) are added to both
         sides. Each declaration counts once, whichever transforms share it."""
         g2 = self.g
@@ -448,7 +455,16 @@ class Predictor:
                 ratio /= old_steps
         ms = self.base_ms * ratio
         if _moves_cpu(steps, change):
+            # work beside the main process (workers) is held to the CPUs; a step with
+            # none is a serial replay of work measured on them, its own bound
             bound = cpu_bound_ms(self.g, g2, change, given)
+            # the run as it is meets its own bound: where the bound's inputs put it above
+            # the measured step (torch's threads not busy all through the ops, CPUs that
+            # gave more than timed), the CPUs did at least that run's work in its step
+            now = cpu_bound_ms(self.g, self.g, {}, given)
+            if (consistent and bound is not None and now is not None
+                    and now > self.base_replay > 0):
+                bound *= self.base_replay / now
             if bound is not None:
                 ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
         base = self.base_ms

@@ -237,3 +237,29 @@ def test_rejudge_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(REJUDGE), str(tmp_path / "nope.txt"), str(H200)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_grid_rows_are_read_by_the_rejudge_and_changes_name_their_fix() -> None:
+    """corpus_grid.py's rows answer no finding (``-``) and carry corpus_predict.py's
+    columns; each change is predicted through the fix that sets its fields."""
+    grid = _script("corpus_grid_under_test", ROOT / "benchmarks" / "corpus_grid.py")
+    rejudge = _script("corpus_rejudge_under_test", REJUDGE)
+    text = "\n".join([
+        "## tune half (1 jobs)",
+        "job_a    -        num_workers    num_workers=0     1.07x [0.69, 1.65]    1.14x [0.99, 1.31]"
+        "   1.07  yes  (25.8 -> 22.6 ms)  repo",
+        "job_a    -        num_workers    num_workers=2                        not timed: the "
+        "job's own settings  repo",
+    ])
+    rows = rejudge.parse_rows(text)
+    assert [(r.rule, r.fix, r.change) for r in rows] == [("-", "num_workers", {"num_workers": 0})]
+    assert grid.parse_change("num_workers=1,intra_op_threads=1") == {
+        "num_workers": 1, "intra_op_threads": 1}
+    assert grid.parse_change("pin_memory=True,non_blocking=True") == {
+        "pin_memory": True, "non_blocking": True}
+    assert grid.fix_for({"num_workers": 0}) == "num_workers"
+    assert grid.fix_for({"num_workers": 1, "intra_op_threads": 1}) == "threads"
+    assert grid.fix_for({"pin_memory": True}) == "pin_memory"
+    assert grid.fix_for({"amp_dtype": "bf16"}) is None
+    with pytest.raises(ValueError):
+        grid.parse_change("num_workers")
