@@ -81,13 +81,26 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     return ratio
 
 
+def cpu_used(facts: Facts) -> float | None:
+    """The CPUs' worth the job's processes used at once in the loop, by the host samples:
+    the training process's CPU and each of its workers' (% of one core, summed); None where
+    the training process was not sampled."""
+    proc = facts.proc_cpu_mean_pct
+    if proc is None:
+        return None
+    workers = (facts.workers_count or 0) * (facts.workers_cpu_mean_pct or 0.0)
+    return (proc + workers) / 100
+
+
 def cpu_capacity(facts: Facts) -> float | None:
-    """The CPUs' worth of work the usable CPUs did at once when the session timed it
-    (``cpu_capacity``, between 1 and ``cpu_count``); None where it was not timed."""
+    """The CPUs' worth of work the usable CPUs did at once (between 1 and ``cpu_count``): as
+    the session timed it (``cpu_capacity``), and at least what the job's own processes used
+    in the loop (:func:`cpu_used`: a timing made in a busy moment reads below what the
+    loop had); None where it was not timed."""
     cap, cpus = facts.cpu_capacity, facts.cpu_count
     if cap is None or cpus is None:
         return None
-    return min(float(cpus), max(1.0, cap))
+    return min(float(cpus), max(1.0, cap, cpu_used(facts) or 0.0))
 
 
 def shared(facts: Facts, demand: int, cpus: int) -> float:
@@ -312,7 +325,7 @@ def loading_pauses(facts: Facts) -> float | None:
 
 
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
-           "contention", "cpu_bound_ms", "cpu_capacity", "doubled", "free_contention",
+           "contention", "cpu_bound_ms", "cpu_capacity", "cpu_used", "doubled", "free_contention",
            "workers_busy_now",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

@@ -397,7 +397,7 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
     facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
              "input_batch_bytes": 400_000, "dataloader_num_workers": 0,
-             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0,
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 100.0,
              "cpu_capacity": 1.5, "cpu_capacity_min": 1.5, "cpu_capacity_max": 1.5}
     facts = Facts.from_metrics(facts)
     w = _workload(Drain())

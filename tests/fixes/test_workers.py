@@ -309,7 +309,7 @@ def test_workers_on_cpus_that_give_less_than_their_count(tmp_path):
     2200 us. Two workers: the CPU bound is all the work over 1.5 CPUs, not 2."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
-              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0)
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=100.0)
     full = dict(_predict("num_workers", m, **kw).candidates)
     shared = _predict("num_workers", m, cpu_capacity=1.5, **kw)
     each = dict(shared.candidates)
@@ -333,7 +333,7 @@ def test_a_change_of_cpu_work_is_predicted_at_both_ends_of_the_capacity_timings(
 
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
-              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0)
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=100.0)
     one = {"num_workers": 1}
 
     def at(**more):

@@ -15,7 +15,7 @@ from tests.fixes.steps import _facts, _model
 
 RUN = dict(cpu_count=2, torch_num_threads=2, dataloader_num_workers=0,
            input_batch_bytes=1000, input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
-           proc_cpu_mean_pct=150.0)
+           proc_cpu_mean_pct=100.0)
 ONE_WORKER = {"num_workers": 1}
 
 

@@ -61,3 +61,20 @@ def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
     assert host.busy_mix(Facts(), 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
     # more busy than two beyond the CPUs left: taken as two
     assert host.busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)
+
+
+def test_the_capacity_is_at_least_what_the_jobs_processes_used():
+    """A capacity timed at 1.07 CPUs' worth in a busy moment, where the host samples saw the
+    training process at 130% of a core and its 2 workers at 27% each in the loop: the
+    CPUs gave at least 1.84 at once. Never more than the CPUs, never under 1; not sampled:
+    the timing; not timed: None."""
+    f = Facts(cpu_count=2, cpu_capacity=1.068, proc_cpu_mean_pct=130.0, workers_count=2,
+              workers_cpu_mean_pct=27.0)
+    assert host.cpu_used(f) == pytest.approx(1.84)
+    assert host.cpu_capacity(f) == pytest.approx(1.84)
+    assert host.cpu_capacity(f.replace(workers_cpu_mean_pct=80.0)) == 2.0
+    assert host.cpu_capacity(f.replace(proc_cpu_mean_pct=None)) == pytest.approx(1.068)
+    assert host.cpu_capacity(f.replace(cpu_capacity=1.9)) == pytest.approx(1.9)
+    assert host.cpu_capacity(f.replace(proc_cpu_mean_pct=20.0, workers_count=0)) == \
+        pytest.approx(1.068)
+    assert host.cpu_capacity(f.replace(cpu_capacity=None)) is None
