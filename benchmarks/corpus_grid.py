@@ -12,7 +12,7 @@ diagnosed once (kept with ``--keep``), then every ``--change`` that applies to i
 setting needs a DataLoader; a change equal to the job's own settings is skipped) is timed
 against the job as it is, all arms in interleaved blocks in one process, as
 corpus_predict.py times them. Each row's prediction is the step model's for exactly that
-change, through the transform of the fix that sets its fields (the rejudge's ``predict``).
+change, through the fix that sets its fields (the rejudge's ``predict``).
 The rows' finding column is ``-``: a grid row answers no finding. The table has
 corpus_predict.py's columns, so corpus_rejudge.py and corpus_plot.py read it.
 """
@@ -36,14 +36,6 @@ import corpus_rejudge as cr  # noqa: E402
 import predict_vs_measured as pvm  # noqa: E402
 from jobs._run import print_header  # noqa: E402
 
-#: which fix's transform predicts a change, by the fields it sets (the first that covers)
-FIX_BY_FIELDS = (({"num_workers", "intra_op_threads"}, "threads"),
-                 ({"num_workers"}, "num_workers"),
-                 ({"intra_op_threads"}, "threads"),
-                 ({"batched_fetch"}, "batched_fetch"),
-                 ({"pin_memory", "non_blocking"}, "pin_memory"),
-                 ({"persistent_workers"}, "persistent_workers"))
-
 
 def parse_change(text: str) -> dict[str, Any]:
     """``k=v,k=v`` as a change (ints, floats and True/False read as such)."""
@@ -57,11 +49,14 @@ def parse_change(text: str) -> dict[str, Any]:
 
 
 def fix_for(change: dict[str, Any]) -> str | None:
-    """The fix whose transform predicts ``change`` (:data:`FIX_BY_FIELDS`): the one that
-    sets exactly its fields, else the first that sets them among others."""
+    """The fix whose unit predicts ``change``: the first that sets exactly its fields
+    (``Fix.fields``), else the first that sets them among others."""
+    from diagnose.fixes import FIXES
+
     keys = set(change)
-    exact = next((fix for fields, fix in FIX_BY_FIELDS if keys == fields), None)
-    return exact or next((fix for fields, fix in FIX_BY_FIELDS if keys <= fields), None)
+    units = [(set(u.fields), u.id) for u in FIXES.values() if u.fields]
+    exact = next((fix for fields, fix in units if keys == fields), None)
+    return exact or next((fix for fields, fix in units if keys <= fields), None)
 
 
 def _applies(job: dict[str, Any], change: dict[str, Any]) -> str | None:

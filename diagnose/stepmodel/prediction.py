@@ -393,8 +393,10 @@ class Predictor:
         if isinstance(got, str):
             self.cache[key] = got
             return got
-        change, base, ms, share = got
-        lo, hi = ms, ms
+        change, base, ms, share, raw = got
+        # where the CPU bound's inputs put the run as it is above its own step (see
+        # _predict), the slow end keeps the bound as they give it
+        lo, hi = ms, max(ms, raw)
         # a change that moves CPU work between torch's threads and workers is made at each
         # end of the CPUs' capacity timings too (the point is at the most of them: timings
         # of one capture on a shared host lie far apart)
@@ -411,11 +413,6 @@ class Predictor:
             at = self._predict(made, facts)
             if not isinstance(at, str):
                 lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
-        # where the CPU bound's inputs put the run as it is above its own step (see
-        # _predict), the slow end keeps the bound as they give it
-        raw = self._predict(made, self.facts, consistent=False)
-        if not isinstance(raw, str):
-            hi = max(hi, raw[2] * base / raw[1])
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
                        self._range(lo, hi, base / ms if ms > 0 else 1.0,
@@ -426,16 +423,15 @@ class Predictor:
         self.cache[key] = p
         return p
 
-    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts,
-                 consistent: bool = True
-                 ) -> tuple[dict[str, Any], float, float, float | None] | str:
+    def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts
+                 ) -> tuple[dict[str, Any], float, float, float | None, float] | str:
         """(the changes merged, the base step, the changed step, the loader's share: see
-        :class:`Prediction`) with ``facts``; the reason where the model cannot tell. The
-        replayed ratio is taken per old step where a transform says how many one changed
-        step is (``per_step``); a change that moves CPU work is held at the CPU bound (met by
-        the run itself, unless not ``consistent``: the bound as its inputs give it); the
-        costs outside the window a transform declares (``outside``) are added to both
-        sides. Each declaration counts once, whichever transforms share it."""
+        :class:`Prediction`; and the changed step at the CPU bound as its inputs give it)
+        with ``facts``; the reason where the model cannot tell. The replayed ratio is taken
+        per old step where a transform says how many one changed step is (``per_step``); a
+        change that moves CPU work is held at the CPU bound, which the run as it is meets
+        too; the costs outside the window a transform declares (``outside``) are added to
+        both sides. Each declaration counts once, whichever transforms share it."""
         g2 = self.g
         change: dict[str, Any] = {}
         given = facts
@@ -453,29 +449,27 @@ class Predictor:
             old_steps = per_step(change, given)
             if old_steps is not None:
                 ratio /= old_steps
-        ms = self.base_ms * ratio
-        if _moves_cpu(steps, change):
-            # work beside the main process (workers) is held to the CPUs; a step with
-            # none is a serial replay of work measured on them, its own bound
-            bound = cpu_bound_ms(self.g, g2, change, given)
+        ms = raw = self.base_ms * ratio
+        bound = cpu_bound_ms(self.g, g2, change, given) if _moves_cpu(steps, change) else None
+        if bound is not None:
+            to_ms = self.base_ms / max(self.base_replay, 1e-9)
+            raw = max(ms, bound * to_ms)
             # the run as it is meets its own bound: where the bound's inputs put it above
             # the measured step (torch's threads not busy all through the ops, CPUs that
             # gave more than timed), the CPUs did at least that run's work in its step
             now = cpu_bound_ms(self.g, self.g, {}, given)
-            if (consistent and bound is not None and now is not None
-                    and now > self.base_replay > 0):
+            if now is not None and now > self.base_replay > 0:
                 bound *= self.base_replay / now
-            if bound is not None:
-                ms = max(ms, bound * self.base_ms / max(self.base_replay, 1e-9))
+            ms = max(ms, bound * to_ms)
         base = self.base_ms
         for outside in _declared(steps, "outside"):
             paid = outside(given, change)
             if paid is not None:
-                base, ms = base + paid[0], ms + paid[1]
+                base, ms, raw = base + paid[0], ms + paid[1], raw + paid[1]
         period = g2.producer_period
         share = (None if math.isnan(period) or not steps or step2 <= 0
                  else min(1.0, period / 1e3 / step2))
-        return change, base, ms, share
+        return change, base, ms, share, raw
 
 
 def _moves_cpu(steps: Sequence[tuple[Transform, Mapping[str, Any]]],

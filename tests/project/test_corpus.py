@@ -260,6 +260,6 @@ def test_grid_rows_are_read_by_the_rejudge_and_changes_name_their_fix() -> None:
     assert grid.fix_for({"num_workers": 0}) == "num_workers"
     assert grid.fix_for({"num_workers": 1, "intra_op_threads": 1}) == "threads"
     assert grid.fix_for({"pin_memory": True}) == "pin_memory"
-    assert grid.fix_for({"amp_dtype": "bf16"}) is None
+    assert grid.fix_for({"learning_rate": 0.1}) is None
     with pytest.raises(ValueError):
         grid.parse_change("num_workers")

@@ -11,6 +11,7 @@ import pytest
 from diagnose.fixes import FIXES
 from diagnose.stepmodel.host import cpu_bound_ms
 from diagnose.stepmodel.prediction import Predictor, _step
+from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _model
 
 RUN = dict(cpu_count=2, torch_num_threads=2, dataloader_num_workers=0,
@@ -19,19 +20,8 @@ RUN = dict(cpu_count=2, torch_num_threads=2, dataloader_num_workers=0,
 ONE_WORKER = {"num_workers": 1}
 
 
-def _in_process(steps: int = 5):
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for _ in range(steps):
-        with b.step():
-            b.dataloader(2000, workers=0)
-            b.cpu(3000, "aten::addmm")
-    return b
-
-
 def _predictor(tmp_path, capacity: float) -> Predictor:
-    m = _model(_in_process(), tmp_path)
+    m = _model(mt.cpu_loader(compute_us=3000.0), tmp_path)
     return Predictor(m, _facts(m, cpu_capacity=capacity, **RUN))
 
 
