@@ -1,8 +1,9 @@
 """The probes a session runs once the ``with`` block has ended, into ``context.json``.
 
-No step is on the clock by then, so the timings disturb nothing the report states. They
-give the step model its measured inputs (diagnose.capture.probes): a worker's batch
-against the in-process one (under ``dataloader``); the CPUs' capacity (``cpu_capacity``,
+No step is on the clock by then, so the timings disturb nothing the report states. The
+loader's workers a loop left alive are first left to fall idle (their batches in flight
+made). The probes give the step model its measured inputs (diagnose.capture.probes): a
+worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity (``cpu_capacity``,
 and the span of its rounds); a worker's hand-over, start and stop; the model's work on
 torch's threads and on one (``threads``; two timings seconds apart where the budget allows,
 the quieter one kept and their ratios' span in ``threads_span``), beside busy processes
@@ -17,7 +18,7 @@ Before them, the step tracked in place during the loop becomes the ``memory`` se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from diagnose.capture.probes import (
@@ -34,6 +35,7 @@ from diagnose.capture.probes import (
     time_worker_batches,
     time_worker_handover,
     time_worker_send,
+    wait_workers_idle,
 )
 from diagnose.capture.probes.budget import ProbeBudget, unneeded
 from diagnose.memory.inplace import InPlaceStep
@@ -63,15 +65,21 @@ def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_f
 def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     forward: ForwardTimer | None, batch: Any, on_error: OnError,
                     clock: Mapping[str, Any] | None = None,
-                    budget: ProbeBudget | None = None) -> None:
+                    budget: ProbeBudget | None = None,
+                    worker_pids: Iterable[int] = ()) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
     step clock (``capture.step_clock``: what the loop waited on, so what no prediction
     needs; None: every probe may be needed). ``budget``: by default
-    :meth:`~diagnose.capture.probes.budget.ProbeBudget.of_capture`."""
+    :meth:`~diagnose.capture.probes.budget.ProbeBudget.of_capture`. The loader's workers
+    still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`)."""
     if budget is None:
         budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock))
+    pids = list(worker_pids)
+    if pids:
+        _guard("waiting for the loader's workers", on_error,
+               lambda: budget.run("workers_idle", lambda: wait_workers_idle(pids)))
     loaded = batch is not None and isinstance(ctx.get("dataloader"), dict)
     if loaded:  # the probes' keys go into a copy (the recorded context stays as it was)
         ctx["dataloader"] = dict(ctx["dataloader"])

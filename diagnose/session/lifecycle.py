@@ -469,7 +469,8 @@ class Session:
         if exc is None:
             time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
                             loader=self.loader, forward=fwd, batch=batch,
-                            on_error=self._internal_error, clock=self._steps.clock())
+                            on_error=self._internal_error, clock=self._steps.clock(),
+                            worker_pids=self.worker_pids)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

@@ -52,6 +52,7 @@ def run(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[str]]:
     monkeypatch.setattr(al, "time_worker_send", probe("worker_send", 1.5))
     monkeypatch.setattr(al, "time_work_after_fetches", probe("work_after_fetch", {"ratio": 1.1}))
     monkeypatch.setattr(al, "time_worker_batches", probe("worker_batches", (9.0, 2.0)))
+    monkeypatch.setattr(al, "wait_workers_idle", probe("workers_idle", 0.06))
     monkeypatch.setattr(al, "usable_cpus", lambda: 2)
     return clock, ran
 
@@ -117,6 +118,22 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
     assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["work_after_fetch"]
     assert (ctx["cpu_capacity"], ctx["cpu_capacity_span"]) == (1.9, [1.7, 2.0])
     assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
+
+
+def test_the_loaders_live_workers_are_left_to_fall_idle_first(
+        run: tuple[FakeClock, list[str]]) -> None:
+    """Workers still alive at the loop's end (pids given): the wait for them runs before
+    every timing, inside the budget; none given: no wait."""
+    clock, ran = run
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0),
+                       worker_pids=[4242])
+    assert ran[0] == "workers_idle" and ran[1] == "batches_in_turn"
+    ran.clear()
+    al.time_after_loop(_ctx(), model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+    assert "workers_idle" not in ran
 
 
 def test_a_loop_that_never_waited_on_its_loader_gets_no_probe(run: tuple[FakeClock, list[str]]

@@ -13,6 +13,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.worker_batch`: a batch made by a forked worker, in turn with this process
 - :mod:`.handover`: receiving a batch from a worker; a worker's start and stop
 - :mod:`.send`: what sending its batches costs a worker
+- :mod:`.settle`: the DataLoader's live workers left to fall idle first
 - :mod:`.budget`: the probes' share of the capture's wall time, spent in order of need
 """
 
@@ -23,6 +24,7 @@ from .contention import time_threads_beside_busy
 from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
 from .send import time_worker_send
+from .settle import wait_workers_idle
 from .worker_batch import paired_medians, time_batches_in_turn, time_worker_batches
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "time_threads",
     "time_threads_beside_busy",
     "time_work_after_fetches",
+    "wait_workers_idle",
     "time_worker_batches",
     "time_worker_handover",
     "time_worker_send",

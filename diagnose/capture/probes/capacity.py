@@ -1,11 +1,14 @@
 """How many CPUs' worth of work the usable CPUs do at once.
 
-One forked process runs a piece of work alone, then one per CPU run it at once, in
-alternating rounds; the capacity is ``CPUs x least time alone / least time together``. It
-is under the CPU count where CPUs share a core (SMT siblings) or the host is busy, and it
-is what the cores give the workers and the training process together in the step model's
-CPU bound. :func:`work_capacity` also serves :func:`~.worker_batch.time_worker_batches`
-with a worker's batch as the work.
+One process per CPU is forked once; in each round one of them (in turn) runs a piece of
+work alone, then all of them at once, a few ms later. A round's ratio is ``CPUs x time
+alone / time together``, and the capacity is the median of the rounds' ratios: a shared
+host's pace moves over tens of ms (a busy neighbour, a core's clock), and both sides of a
+round meet the same moment of it. It is under the CPU count where CPUs share a core (SMT
+siblings) or the host is busy, and it is what the cores give the workers and the training
+process together in the step model's CPU bound. :func:`work_capacity` times a worker's
+batch the same way with freshly forked processes
+(:func:`~.worker_batch.time_worker_batches`).
 """
 
 from __future__ import annotations
@@ -16,15 +19,15 @@ from collections.abc import Callable
 
 from .common import SETTLED, out_of_time, timed
 
-#: the Python loop each process of :func:`time_cpu_capacity` runs (10-25 ms on a current
-#: core, several scheduler ticks): interpreter work, like a DataLoader worker's per-sample
-#: code. The capacity takes each side's least time, so a longer loop only costs the exit
-CAPACITY_LOOP = 200_000
-CAPACITY_ROUNDS = 2
-#: more rounds, up to CAPACITY_MAX_ROUNDS within CAPACITY_S seconds in all, until each
-#: side's two least times agree to :data:`~.common.SETTLED` (:func:`least_settled`): a busy
-#: moment of the host can cover the first rounds of a short piece of work
-CAPACITY_MAX_ROUNDS = 12
+#: the Python loop each process of :func:`time_cpu_capacity` runs (5-12 ms on a current
+#: core, a few scheduler ticks): interpreter work, like a DataLoader worker's per-sample
+#: code; short, so that both sides of a round meet the same moment of the host
+CAPACITY_LOOP = 100_000
+#: at least this many rounds; more, up to CAPACITY_MAX_ROUNDS within CAPACITY_S seconds in
+#: all: a busy moment of a shared host lasts tens of ms and can cover several rounds in a
+#: row, so the rounds go on for the time (not until a few agree)
+CAPACITY_ROUNDS = 3
+CAPACITY_MAX_ROUNDS = 24
 CAPACITY_S = 0.25
 #: at most this many processes at once (a big machine is measured on this many CPUs)
 CAPACITY_MAX_PROCS = 16
@@ -128,39 +131,110 @@ def work_capacity(n: int, work: Callable[[], float], rounds: int
             min(float(n), max(1.0, n * min(alone) / min(together))))
 
 
+def pooled_rounds(n: int, work: Callable[[], float], rounds: int
+                  ) -> tuple[list[float], list[float]] | None:
+    """(seconds alone, seconds together: the mean of the ``n``), by round, of ``rounds``
+    or more rounds of ``n`` processes forked once (forking is not timed): in each round one
+    of them, in turn, runs ``work`` (which returns the seconds it took) alone, then all
+    ``n`` at once. More rounds for :data:`CAPACITY_S` (within the probes' budget:
+    :func:`~.common.out_of_time`); None where a child failed. The children are gone on return."""
+    import os
+    import struct
+    import warnings
+
+    res_r, res_w = os.pipe()
+    go: list[int] = []
+    pids: list[int] = []
+    alone: list[float] = []
+    together: list[float] = []
+    try:
+        for _ in range(n):
+            r, w = os.pipe()
+            with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: the work once per byte read, until EOF
+                try:
+                    os.close(w)
+                    os.close(res_r)
+                    for fd in go:
+                        os.close(fd)
+                    while os.read(r, 1) == b"g":
+                        took = -1.0
+                        try:
+                            took = float(work())
+                        finally:
+                            os.write(res_w, struct.pack("d", took))
+                finally:
+                    os._exit(0)
+            os.close(r)
+            go.append(w)
+            pids.append(pid)
+
+        def run(which: list[int]) -> list[float]:
+            for j in which:
+                os.write(go[j], b"g")
+            return [struct.unpack("d", os.read(res_r, 8))[0] for _ in which]
+
+        if min(run(list(range(n)))) <= 0:  # one untimed round: the children's first pages
+            return None
+        start = time.perf_counter()
+        for k in range(CAPACITY_MAX_ROUNDS):
+            if k >= rounds and (time.perf_counter() - start > CAPACITY_S or out_of_time()):
+                break
+            one, many = run([k % n]), run(list(range(n)))
+            if min(one + many) <= 0:
+                return None
+            alone.append(one[0])
+            together.append(statistics.fmean(many))
+    finally:
+        for fd in go:  # EOF: the children leave
+            os.close(fd)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        os.close(res_r)
+        os.close(res_w)
+    return alone, together
+
+
+def round_ratios(n: int, alone: list[float], together: list[float]) -> list[float]:
+    """Each round's ``n x alone / together``, within [1, n]."""
+    return [min(float(n), max(1.0, n * a / t)) for a, t in zip(alone, together, strict=True)]
+
+
 @timed("cpu_capacity")
 def time_cpu_capacity(cpus: int, loops: int = CAPACITY_LOOP) -> float | None:
     """How many CPUs' worth of Python work the usable CPUs do at once: one process per CPU
-    running the same loop against one process alone, ``cpus x alone / together`` (the least
-    times of :data:`CAPACITY_ROUNDS` alternating rounds, :func:`work_capacity`). None with
-    one CPU or where ``os.fork`` is missing."""
-    import os
-
-    n = min(int(cpus), CAPACITY_MAX_PROCS)
-    if n < 2 or not hasattr(os, "fork"):
-        return None
-    got = work_capacity(n, lambda: _spin(loops), CAPACITY_ROUNDS)
-    return None if got is None else round(got[1], 3)
+    running the same loop against one of them alone, the median of the rounds'
+    ``cpus x alone / together`` (:func:`pooled_rounds`). None with one CPU or where
+    ``os.fork`` is missing."""
+    got = _capacity_span(cpus, loops)
+    return None if got is None else got[0]
 
 
 @timed("cpu_capacity")
 def time_cpu_capacity_span(cpus: int, loops: int = CAPACITY_LOOP
                            ) -> tuple[float, float, float] | None:
     """The CPUs' capacity as :func:`time_cpu_capacity` times it, with the span its own
-    rounds give: ``(capacity, least, most)``, the least and the most of the rounds' own
-    ratios ``cpus x alone / together`` (each round's two sides a few ms apart) beside the
-    capacity of the sides' least times. One timing in place of several seconds apart: how
-    far its rounds lay apart is the noise the predictions that move CPU work are ranged
-    over. None where :func:`time_cpu_capacity` gives None."""
+    rounds give: ``(capacity, first quartile, third quartile)`` of the rounds' ratios. One
+    timing in place of several seconds apart: how far its rounds lay apart is the noise
+    the predictions that move CPU work are ranged over. None with one CPU or where
+    ``os.fork`` is missing."""
+    return _capacity_span(cpus, loops)
+
+
+def _capacity_span(cpus: int, loops: int) -> tuple[float, float, float] | None:
+    """(median, first quartile, third quartile) of the rounds' ratios (:func:`round_ratios`
+    of :func:`pooled_rounds`); None with one CPU or without ``os.fork``."""
     import os
 
     n = min(int(cpus), CAPACITY_MAX_PROCS)
     if n < 2 or not hasattr(os, "fork"):
         return None
-    got = capacity_rounds(n, lambda: _spin(loops), CAPACITY_ROUNDS)
-    if got is None:
+    got = pooled_rounds(n, lambda: _spin(loops), CAPACITY_ROUNDS)
+    if got is None or not got[0]:
         return None
-    alone, together = got
-    cap = min(float(n), max(1.0, n * min(alone) / min(together)))
-    each = [min(float(n), max(1.0, n * a / t)) for a, t in zip(alone, together, strict=True)]
-    return round(cap, 3), round(min(each + [cap]), 3), round(max(each + [cap]), 3)
+    each = round_ratios(n, *got)
+    q1, med, q3 = (statistics.quantiles(each, n=4, method="inclusive") if len(each) > 1
+                   else each * 3)
+    return round(med, 3), round(q1, 3), round(q3, 3)

@@ -111,16 +111,38 @@ def test_the_share_and_the_threshold_sit_under_the_least_input_rule() -> None:
     assert bmod.PROBE_SHARE == 0.05 and bmod.LOADER_WAITED < 0.03
 
 
-def test_the_capacity_timed_once_spans_its_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two CPUs, rounds (alone, together): (10, 10), (10, 16), (12, 10) ms. The capacity
-    is the sides' least times, 2 x 10 / 10 = 2.0; its rounds' own ratios are 2.0, 1.25
-    and 2.0 (2.4 clipped to the 2 CPUs): the span 1.25-2.0."""
-    it = iter([0.010, 0.010, 0.010, 0.016, 0.012, 0.010])
-    monkeypatch.setattr(capacity, "CAPACITY_S", 0.0)
-    monkeypatch.setattr(capacity, "CAPACITY_ROUNDS", 3)
-    monkeypatch.setattr(capacity, "concurrent_s", lambda k, work: next(it))
-    assert capacity.time_cpu_capacity_span(2) == (2.0, 1.25, 2.0)
+def test_the_capacity_is_the_median_round_and_spans_its_quartiles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPUs, rounds (alone, together): (10, 10), (10, 16), (12, 10), (10, 12),
+    (10, 10) ms. The rounds' ratios are 2.0, 1.25, 2.0 (2.4 clipped to the 2 CPUs), 1.667
+    and 2.0: the capacity is their median, 2.0, the span their quartiles, 1.667-2.0. Each
+    side's least time alone would give 2.0 whatever the rounds; one CPU: nothing to time."""
+    got = ([0.010, 0.010, 0.012, 0.010, 0.010], [0.010, 0.016, 0.010, 0.012, 0.010])
+    monkeypatch.setattr(capacity, "pooled_rounds", lambda n, work, rounds: got)
+    assert capacity.time_cpu_capacity_span(2) == (2.0, 1.667, 2.0)
+    assert capacity.time_cpu_capacity(2) == 2.0
+    got = ([0.010] * 3, [0.016, 0.016, 0.012])  # SMT siblings, one round less shared
+    assert capacity.time_cpu_capacity_span(2) == (1.25, 1.25, 1.458)
     assert capacity.time_cpu_capacity_span(1) is None
+
+
+def test_the_pooled_rounds_fork_once_and_stop_at_the_budget(clock: FakeClock) -> None:
+    """Two forked children run a work that reports 10 ms every time: each round gives the
+    alone side and the mean of the two at once. Past the budget's end only the least
+    rounds run; a child whose work fails ends the timing (None); no child outlives it."""
+    import psutil
+
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    with common.until(-1.0):
+        got = capacity.pooled_rounds(2, lambda: 0.010, 3)
+    assert got == ([0.010] * 3, [0.010] * 3)
+
+    def fails() -> float:
+        raise RuntimeError("no")
+
+    with common.until(-1.0):
+        assert capacity.pooled_rounds(2, fails, 3) is None
+    assert {c.pid for c in psutil.Process().children(recursive=True)} <= before
 
 
 def test_the_capacity_rounds_end_at_the_budget(monkeypatch: pytest.MonkeyPatch,
@@ -140,9 +162,12 @@ def test_the_capacity_rounds_end_at_the_budget(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_median_noise_is_the_standard_error_of_the_median() -> None:
-    """[10, 11, 9, 10.5]: inclusive quartiles 9.75 and 10.625, median 10.25: 0.93 x 0.875
-    / 2 / 10.25 = 0.0397; under 3 values the noise is not known."""
-    assert common.median_noise([10.0, 11.0, 9.0, 10.5]) == pytest.approx(0.0397, abs=1e-4)
+    """[10, 11, 9, 10.5]: median 10.25, absolute deviations 0.25, 0.75, 1.25, 0.25, MAD
+    0.5: 1.4826 x sqrt(pi / 2) x 0.5 / 2 / 10.25 = 0.0453. Three rounds, one disturbed
+    ([5, 5.1, 20]): the median 5.1 stands, MAD 0.1, noise 0.021 (the quartiles would have
+    made it 0.79); under 3 values the noise is not known."""
+    assert common.median_noise([10.0, 11.0, 9.0, 10.5]) == pytest.approx(0.0453, abs=1e-4)
+    assert common.median_noise([5.0, 5.1, 20.0]) == pytest.approx(0.0210, abs=1e-4)
     assert common.median_noise([10.0, 10.0]) is None
 
 
