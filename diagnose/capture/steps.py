@@ -12,7 +12,8 @@ prefetched batches and queued device work) and ``after`` (timed without the prof
 profiler's own work at a boundary belongs to no step. Per step it also records the wait
 for a CPU other processes held (Linux schedstat), the DataLoader wait, the dataset's reads
 and collate time where batches are built in this process (:mod:`~diagnose.capture.loader_shim`),
-the batches' bytes and the model calls (:data:`CLOCK_COLUMNS`).
+the batches' bytes, the model calls and the loader iterators started (an epoch's start:
+:data:`CLOCK_COLUMNS`).
 
 On a GPU the host can run ahead of the device, so the ``after`` steps are one block as a
 user's own timing would take it: the queue is drained (untimed) before the block and once
@@ -47,7 +48,7 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
-                 "forwards")
+                 "forwards", "loader_starts")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -140,6 +141,7 @@ class _Step:
     gc_full_loader: float = 0.0  # of those, inside the wait for a batch
     optimizer: float | None = None  # in the run's optimizer.step()
     forwards: int | None = None  # outermost model calls
+    starts: int = 0  # new loader iterators whose first batch came in this step (epochs)
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -317,7 +319,8 @@ class Steps:
         """The batch came after the loop waited ``seconds`` for it."""
         self._loading = False
         try:
-            if self._started is not None:  # a new iterator's first batch
+            new = self._started is not None
+            if new:  # a new iterator's first batch
                 self.loader_starts.append({
                     "iter_ms": round(self._started * 1e3, 4),
                     "first_wait_ms": round(seconds * 1e3, 4),
@@ -326,6 +329,7 @@ class Steps:
             st = self._step
             if st is None or self.done or self.closed:
                 return
+            st.starts += new
             st.dl += seconds
             st.batches += 1
             if self.first_batch is None:  # for the hand-over timing after the loop
@@ -442,7 +446,8 @@ class Steps:
                 st.gc_full_s * 1e3 if self.gc_timed else None,
                 st.gc_full_loader * 1e3 if self.gc_timed else None,
                 None if st.optimizer is None else st.optimizer * 1e3,
-                (st.forwards or 0) if self.forwards_counted else None)
+                (st.forwards or 0) if self.forwards_counted else None,
+                st.starts if self.hook is not None else None)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

@@ -41,8 +41,9 @@ class Facts:
     threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
     threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
     threads_busy_ratio_2: float | None = None  # ... beside 2 (more taken as 2)
+    threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
-    probes_noise_rel: float | None = None  # the noise of the probes the budget cut short
+    probes_noise_rel: float | None = None  # the noise of the other probes the budget cut
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers
     tensor_core_speedup: float | None = None  # ratio AMP gives fp32 GEMM/conv kernels
@@ -51,6 +52,7 @@ class Facts:
     step_time_median_ms: float | None = None  # profiled
     step_time_cv: float | None = None  # std / mean of the profiled steps
     step_time_unprofiled_mean_ms: float | None = None  # the session's clock
+    step_time_steady_mean_ms: float | None = None  # the same, no epoch's start in the steps
     step_time_unprofiled_median_ms: float | None = None
     device_step_ms: float | None = None  # the device's work a profiled step
     optimizer_unprofiled_ms: float | None = None  # optimizer.step() per unprofiled step
@@ -78,6 +80,7 @@ class Facts:
     iterable_dataset: bool | None = None  # an IterableDataset (live)
     input_batch_bytes: float | None = None  # bytes of one batch's tensors
     dataloader_start_ms: float | None = None  # an epoch's start with the run's workers
+    dataloader_epoch_boundary_ms: float | None = None  # such a step beyond a steady one
     dataloader_wait_max_ms: float | None = None  # longest wait for a batch in a step
     dataloader_wait_median_ms: float | None = None
     dataloader_wait_unprofiled_share: float | None = None  # of the unprofiled step
@@ -127,6 +130,19 @@ class Facts:
         if self.device_type is not None:
             return self.device_type == "cuda"
         return self.device_cc_major is not None
+
+    @property
+    def epoch_boundary_per_step_ms(self) -> float | None:
+        """An epoch's start as the clock saw it beyond a steady step
+        (``dataloader_epoch_boundary_ms``), over the epoch's steps: where the run's workers
+        start again at every epoch (not persistent) and the clock timed both steady steps
+        (``step_time_steady_mean_ms``) and such a start; None otherwise."""
+        k, n = self.dataloader_num_workers, self.dataloader_epoch_batches
+        b = self.dataloader_epoch_boundary_ms
+        if (not k or k <= 0 or self.dataloader_persistent_workers is True or b is None
+                or self.step_time_steady_mean_ms is None or not n or n <= 0):
+            return None
+        return b / n
 
 
 def _float(x: object) -> float | None:

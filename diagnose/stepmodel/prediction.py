@@ -307,14 +307,21 @@ class Predictor:
         # over it too
         self.probe_noise = max(float(probe_noise), 0.0)
         prof = facts.step_time_median_ms
-        # the job's pace: the mean unprofiled step (a pause that hits some steps is time)
-        un = facts.step_time_unprofiled_mean_ms or facts.step_time_unprofiled_median_ms
+        # the job's pace: the mean unprofiled step (a pause that hits some steps is time);
+        # where the run's workers start at every epoch and the clock saw such a start, the
+        # steady steps' mean is replayed and an epoch's start is added per step (the clock's
+        # few steps hold epoch starts at their own rate, not at the epoch's)
+        self.epoch_ms = facts.epoch_boundary_per_step_ms or 0.0
+        un = (facts.step_time_steady_mean_ms if self.epoch_ms else None) or \
+            facts.step_time_unprofiled_mean_ms or facts.step_time_unprofiled_median_ms
         # a saved trace's steps are the host's: where the host ran ahead of the GPU, the
         # job runs at the GPU's pace once its queue fills (the replay's steady step agrees)
         pace = facts.device_step_ms
         if prof is not None and pace is not None and pace > prof:
             prof = pace
-        self.base_ms = un or prof or (model.measured_ms or 0.0)
+        # the replay's step, and the job's pace the predictions' speedups start from
+        self.steady_ms = un or prof or (model.measured_ms or 0.0)
+        self.base_ms = self.steady_ms + self.epoch_ms
         g = model.graph
         fetch, collate = facts.input_fetch_ms, facts.input_collate_ms
         loaded = fetch + collate if fetch is not None and collate is not None else None
@@ -409,6 +416,9 @@ class Predictor:
         least = self.facts.threads_one_thread_ratio_min
         if least is not None and any("threads_one_thread_ratio" in t.assumes for t, _ in made):
             ends.append(self.facts.replace(threads_one_thread_ratio=least))
+        # the ops timed beside busy processes, at both ends of their rounds' noise: a change
+        # that does not oversubscribe the CPUs does not read them and is the same there
+        ends += busy_ends(self.facts)
         for facts in ends:
             at = self._predict(made, facts)
             if not isinstance(at, str):
@@ -449,10 +459,10 @@ class Predictor:
             old_steps = per_step(change, given)
             if old_steps is not None:
                 ratio /= old_steps
-        ms = raw = self.base_ms * ratio
+        ms = raw = self.steady_ms * ratio
         bound = cpu_bound_ms(self.g, g2, change, given) if _moves_cpu(steps, change) else None
         if bound is not None:
-            to_ms = self.base_ms / max(self.base_replay, 1e-9)
+            to_ms = self.steady_ms / max(self.base_replay, 1e-9)
             raw = max(ms, bound * to_ms)
             # the run as it is meets its own bound: where the bound's inputs put it above
             # the measured step (torch's threads not busy all through the ops, CPUs that
@@ -461,15 +471,34 @@ class Predictor:
             if now is not None and now > self.base_replay > 0:
                 bound *= self.base_replay / now
             ms = max(ms, bound * to_ms)
-        base = self.base_ms
+        # the costs outside the replayed step: as a transform declares them before and
+        # after (the run's own epoch start among them), else the run's epoch start on both
+        base, paid_any = self.steady_ms, False
         for outside in _declared(steps, "outside"):
             paid = outside(given, change)
             if paid is not None:
                 base, ms, raw = base + paid[0], ms + paid[1], raw + paid[1]
+                paid_any = True
+        if not paid_any:
+            base, ms, raw = base + self.epoch_ms, ms + self.epoch_ms, raw + self.epoch_ms
         period = g2.producer_period
         share = (None if math.isnan(period) or not steps or step2 <= 0
                  else min(1.0, period / 1e3 / step2))
         return change, base, ms, share, raw
+
+
+def busy_ends(facts: Facts) -> list[Facts]:
+    """``facts`` with the ratios of the ops timed beside busy processes
+    (``threads_busy_ratio_*``) at both ends of their noise (``threads_busy_noise_rel``, the
+    standard error of their medians: their rounds meet the scheduler's moments); none where
+    either is not known."""
+    noise = facts.threads_busy_noise_rel
+    r1, r2 = facts.threads_busy_ratio_1, facts.threads_busy_ratio_2
+    if not noise or r1 is None:
+        return []
+    return [facts.replace(threads_busy_ratio_1=r1 * f,
+                          threads_busy_ratio_2=None if r2 is None else r2 * f)
+            for f in (1.0 / (1.0 + noise), 1.0 + noise)]
 
 
 def _moves_cpu(steps: Sequence[tuple[Transform, Mapping[str, Any]]],

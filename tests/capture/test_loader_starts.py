@@ -34,6 +34,11 @@ def test_each_epoch_start_with_workers_is_timed(tmp_path: Path, every_probe):
     assert len(starts) >= 2
     assert all(s["workers"] == 1 and s["iter_ms"] > 0 and s["first_wait_ms"] > 0
                for s in starts)
+    # the clock marks the steps in which a new iterator's first batch came
+    clock = load_context(d.run_dir)["capture"]["step_clock"]
+    marked = clock["loader_starts"]
+    assert len(marked) == len(clock["ms"]) and set(marked) <= {0, 1}
+    assert 1 <= sum(marked) <= len(starts)
     m = d.report.metrics
     assert m["dataloader_epoch_batches"] == 6
     assert m["dataloader_start_ms"] > 0 and m["input_worker_start_ms"] > 0

@@ -153,6 +153,27 @@ def test_overhead_note_and_clock_metrics() -> None:
     assert context_metrics({"capture": {}})["step_time_unprofiled_median_ms"] is None
 
 
+def test_the_steps_that_started_an_epoch_are_told_apart() -> None:
+    """Unprofiled steps of 10-12 ms, two of which started a new loader iterator (an
+    epoch's start with workers: 95 and 105 ms): the steady steps' mean leaves them out,
+    11.0, and an epoch's start costs their median, 100, less the steady median, 11: 89.
+    The clock's mean keeps them (the job's pace over these steps); a clock without the
+    column, or whose steps all or none started one, says nothing of epochs."""
+    phase = ["wait"] * 4 + ["active"] * 2 + ["settle"] + ["after"] * 5
+    ms = [90.0, 10.0, 95.0, 12.0, 30.0, 31.0, 80.0, 11.0, 105.0, 10.0, 12.0, 11.0]
+    cap = _cap(phase, ms)
+    cap["step_clock"]["loader_starts"] = [1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    m = context_metrics({"capture": cap})
+    assert m["step_time_steady_mean_ms"] == pytest.approx(11.0)
+    assert m["dataloader_epoch_boundary_ms"] == pytest.approx(89.0)
+    assert m["step_time_unprofiled_mean_ms"] == pytest.approx(266.0 / 8)
+    for starts in ([0] * 12, [1] * 12, None):
+        cap["step_clock"]["loader_starts"] = starts
+        m = context_metrics({"capture": cap})
+        assert m["step_time_steady_mean_ms"] is None
+        assert m["dataloader_epoch_boundary_ms"] is None
+
+
 def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:
     cap = _cap(["wait", "wait", "active", "active", "active", "after", "after", "after"],
                [90.0, 10.0, 30.0, 31.0, 29.0, 80.0, 11.0, 12.0])

@@ -17,6 +17,13 @@ from diagnose.stepmodel.prediction import Prediction, Predictor
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _median, _model, _predict
 
+#: cpu_loader's run on 2 CPUs with workers started at every epoch of 24 batches: a worker
+#: takes 6 ms to start (6.2 with a batch's 0.2 ms hand-over) and 2 ms a batch
+EPOCH_RUN = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
+                 torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=6.2,
+                 input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
+                 dataloader_epoch_batches=24)
+
 
 def test_num_workers_cpu_bound(tmp_path):
     """cpu_loader: 3000 us steps (2000 us fetch + 1000 us compute) on 2 CPUs, 400 kB batches
@@ -211,10 +218,7 @@ def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     (26 ms) has that in its base. Persistent workers, or a start not timed: the steady
     step alone."""
     m = _model(mt.cpu_loader(), tmp_path)
-    kw = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
-              torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=6.2,
-              input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
-              dataloader_epoch_batches=24)
+    kw = dict(EPOCH_RUN)
     p = _predict("num_workers", m, dataloader_num_workers=0, **kw)
     assert isinstance(p, Prediction) and p.change == {"num_workers": 2}
     assert p.step_ms == pytest.approx(1.6 + 14 / 24, abs=0.01)
@@ -236,6 +240,41 @@ def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     assert keep.step_ms == pytest.approx(1.6, abs=0.01) == blind.step_ms
 
 
+def test_an_epochs_start_the_clock_saw_is_replayed_apart_from_the_steady_steps(tmp_path):
+    """The clock saw 6 workers' steady steps at 3 ms (cpu_loader's) and, in the steps where
+    an epoch started, 27 ms more (the last epoch's workers joined, 6 forked, their first
+    batches): its mean, 4.5 ms, holds its few steps' starts at their own rate, not at the
+    epoch's. The replay is the steady 3 ms, the run's pace 3 + 27 / 24, and a change of
+    workers starts from that pace: the same as a run whose 27 ms start was timed as the
+    wait for its first batch. A change that keeps the workers pays the start on both
+    sides; persistent workers save it but the first batch (2 ms): 25 / 24 a step. Without
+    the steady steps: the clock's mean, as before."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(EPOCH_RUN, input_inprocess_batch_ms=2.0, dataloader_num_workers=6)
+    seen = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5,
+                               step_time_steady_mean_ms=3.0,
+                               dataloader_epoch_boundary_ms=27.0, **kw))
+    waited = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=3.0,
+                                 dataloader_start_ms=27.0, **kw))
+    assert seen.steady_ms == pytest.approx(3.0)
+    assert seen.base_ms == pytest.approx(3.0 + 27 / 24)
+    for k in (1, 2, 4):
+        a = seen.predict_change(workers_unit.num_workers, {"num_workers": k})
+        b = waited.predict_change(workers_unit.num_workers, {"num_workers": k})
+        assert isinstance(a, Prediction) and isinstance(b, Prediction)
+        assert (a.base_ms, a.step_ms) == pytest.approx((b.base_ms, b.step_ms))
+        assert a.base_ms == pytest.approx(seen.base_ms)
+    same = seen.predict_steps([])
+    assert isinstance(same, Prediction) and same.step_ms == pytest.approx(seen.base_ms)
+    keep = _predict("persistent_workers", m, TrainConfig(num_workers=6),
+                    step_time_unprofiled_mean_ms=4.5, step_time_steady_mean_ms=3.0,
+                    dataloader_epoch_boundary_ms=27.0, **kw)
+    assert isinstance(keep, Prediction)
+    assert keep.step_ms == pytest.approx(seen.base_ms - 25 / 24)
+    blind = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5, **kw))
+    assert blind.base_ms == pytest.approx(4.5) and blind.epoch_ms == 0.0
+
+
 def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(tmp_path):
     """With the fork timed (1 ms of the one worker's 6.2 ms start; 0.2 ms of it the
     hand-over) the loop waits for the longest of: the k forks (then the hand-over), one
@@ -246,11 +285,7 @@ def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(
     from diagnose.fixes.catalog.workers import epoch_end_ms, epoch_start_ms
 
     m = _model(mt.cpu_loader(), tmp_path)
-    kw = dict(cpu_count=2, input_batch_bytes=400_000, worker_transfer_gbps=2.0,
-              torch_num_threads=1, proc_cpu_mean_pct=180.0, input_worker_start_ms=6.2,
-              input_worker_handover_ms=0.2, input_worker_batch_ms=2.0,
-              dataloader_epoch_batches=24, input_worker_fork_ms=1.0,
-              input_worker_stop_ms=3.0)
+    kw = dict(EPOCH_RUN, input_worker_fork_ms=1.0, input_worker_stop_ms=3.0)
     facts = _facts(m, dataloader_num_workers=0, **kw)
     assert epoch_start_ms(facts, {"num_workers": 2}) == pytest.approx((8.2 + 3) / 24)
     assert epoch_start_ms(facts, {"num_workers": 6}) == pytest.approx((24 + 9) / 24)

@@ -170,7 +170,9 @@ class PersistentWorkers(Fix):
 
     def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
         """Each epoch starts its workers again: the loop waits for ``iter()`` and the first
-        batch (``dataloader_start_ms``, as the session saw an epoch start with the run's
+        batch (the clock's step that held an epoch's start beyond a steady one, its end
+        included: :attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`; else
+        ``dataloader_start_ms``, as the session saw an epoch start with the run's
         workers; for another worker count, or where none was seen, one worker started
         after the loop, ``input_worker_start_ms``), where live workers would make
         only that batch (``input_inprocess_batch_ms``; a run without workers: its own
@@ -198,8 +200,9 @@ class PersistentWorkers(Fix):
             return ("cannot tell: what one batch costs a worker was not timed (a live "
                     "capture with workers times it)")
         end = epoch_end_ms(facts, config.num_workers)
-        p = predictor.per_step_saving({"persistent_workers": True},
-                                      (start + end - batch) / n)
+        clock = facts.epoch_boundary_per_step_ms if same else None
+        saved = (start + end - batch) / n if clock is None else clock - batch / n
+        p = predictor.per_step_saving({"persistent_workers": True}, saved)
         return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
                                                    p.speedup),))
 
@@ -253,8 +256,10 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
     0 without workers or with persistent ones; None where it is not known.
 
-    The start: the run's own where the session saw one with these workers
-    (``dataloader_start_ms``). Else from the one worker the session started after the
+    The start: the run's own where the session saw one with these workers: the clock's
+    step that held it beyond a steady step, end included
+    (:attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`), else the wait for
+    its first batch (``dataloader_start_ms``). Else from the one worker the session started after the
     loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
     start-up and the hand-over of a copy of a batch) and a worker's batch
     (``input_worker_batch_ms``): the training process forks its k workers one after
@@ -273,8 +278,12 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
         return None
     n_cpus = max(1.0, facts.cpu_count or 1.0)
     stop = epoch_end_ms(facts, k)
-    if k == facts.dataloader_num_workers and (seen := facts.dataloader_start_ms) is not None:
-        return (seen + stop) / n
+    if k == facts.dataloader_num_workers:
+        clock = facts.epoch_boundary_per_step_ms  # the run's own, beyond a steady step
+        if clock is not None:
+            return clock
+        if (seen := facts.dataloader_start_ms) is not None:
+            return (seen + stop) / n
     one, batch = facts.input_worker_start_ms, facts.input_worker_batch_ms
     hand = facts.input_worker_handover_ms or 0.0
     fork = facts.input_worker_fork_ms

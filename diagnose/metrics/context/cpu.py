@@ -14,13 +14,15 @@ CATALOG: dict[str, tuple[str, str]] = {
         "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
         "worker-like process per CPU making the loader's batches against one alone (a "
         "Python loop where batches cannot be made so) and a Python loop's, the most of the "
-        "timings the probes' budget allowed; under cpu_count where CPUs share a core (SMT "
-        "siblings) or the host is busy"),
+        "timings the probes' budget allowed (a Python loop's: the median of its rounds' "
+        "ratios, each round one process alone then all at once, ms apart); under cpu_count "
+        "where CPUs share a core (SMT siblings) or the host is busy"),
     "cpu_capacity_min": (
-        "CPUs", "the least of the CPUs' capacity timings after the loop (and of their rounds' "
-        "own ratios): the predictions "
+        "CPUs", "the least of the CPUs' capacity timings after the loop (and the first "
+        "quartile of a Python loop's rounds): the predictions "
         "that move CPU work are made there too (their range's slow end)"),
-    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop"),
+    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop (and "
+                         "the third quartile of a Python loop's rounds)"),
     "forward_quiet_ms": (
         "ms", "one forward on the first batch, on torch's threads, timed after the loop "
         "(nothing else running; CPU models with more than one thread only)"),
@@ -42,6 +44,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "threads_busy_ratio_2": (
         "ratio", "the same beside two busy processes more than the CPUs torch's threads "
         "leave"),
+    "threads_busy_noise_rel": (
+        "ratio", "the relative noise (standard error of the median) of the busy timings' "
+        "rounds: the predictions that read threads_busy_ratio_* are made at both ends of it "
+        "too (their range)"),
     "forward_contention": (
         "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
         "forward ran than the same forward alone (workers or other processes on the cores)"),
@@ -68,6 +74,8 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     for e in ("1", "2"):
         v = as_number(ratios.get(e)) if isinstance(ratios, dict) else None
         out[f"threads_busy_ratio_{e}"] = v if v is not None and v > 0 else None
+    noise = as_number(busy.get("noise")) if isinstance(busy, dict) else None
+    out["threads_busy_noise_rel"] = noise if noise is not None and noise >= 0 else None
     return out
 
 

@@ -26,12 +26,14 @@ CATALOG: dict[str, tuple[str, str]] = {
                        "(those under 5 ms left out)"),
     "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
                          "probes the capture's time budget cut short, the most of them; a "
-                         "prediction that reads the probes is ranged over it too"),
+                         "prediction that reads the probes is ranged over it too (the busy "
+                         "timings: threads_busy_noise_rel, ranged over by their own ends)"),
 }
 
-#: where each probe that reports its noise writes its values in ``context.json``
-_NOISY = {"threads": ("threads",), "threads_busy": ("threads_busy",),
-          "work_after_fetch": ("dataloader", "work_after_fetch")}
+#: where each probe that reports its noise writes its values in ``context.json`` (the busy
+#: timings' noise is a metric of its own, ``threads_busy_noise_rel``: the predictions that
+#: read those timings are made at its ends)
+_NOISY = {"threads": ("threads",), "work_after_fetch": ("dataloader", "work_after_fetch")}
 
 
 def probes_noise(ctx: dict[str, Any]) -> float | None:

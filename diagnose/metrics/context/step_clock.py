@@ -37,6 +37,14 @@ CATALOG: dict[str, tuple[str, str]] = {
         "profiled window, where 3 or more came: the gc_pause_* full figures are their mean "
         "pause over it"),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "step_time_steady_mean_ms": (
+        "ms", "the same mean over the unprofiled steps in which no loader iterator started "
+        "(no epoch's start): where the clock saw both kinds; the step model replays this "
+        "step and adds an epoch's start per epoch (dataloader_epoch_boundary_ms)"),
+    "dataloader_epoch_boundary_ms": (
+        "ms", "what an epoch's start cost the loop beyond a steady step: the median of the "
+        "unprofiled steps in which a loader iterator started, less the median of the others "
+        "(the last epoch's workers shut down, the new ones forked, their first batches)"),
     "gc_pause_ms": (
         "ms", "mean per unprofiled step: the time Python's garbage collector paused the "
         "training thread (gc.callbacks)"),
@@ -260,6 +268,23 @@ def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, objec
     return out
 
 
+def _epoch_metrics(free: list[dict[str, Any]]) -> dict[str, object]:
+    """The steady steps' mean and an epoch's start beyond a steady step
+    (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), where the unprofiled
+    steps hold both kinds (the clock's ``loader_starts`` column); {} otherwise."""
+    starts = [as_int(r.get("loader_starts")) for r in free]
+    if any(n is None for n in starts):
+        return {}
+    steady = [r for r, n in zip(free, starts, strict=True) if not n]
+    boundary = [float(r["ms"]) for r, n in zip(free, starts, strict=True) if n]
+    if not steady or not boundary:
+        return {}
+    mid = statistics.median(float(r["ms"]) for r in steady)
+    return {"step_time_steady_mean_ms": round(StepMeans(steady)("ms") or 0.0, 3),
+            "dataloader_epoch_boundary_ms": round(max(statistics.median(boundary) - mid,
+                                                      0.0), 3)}
+
+
 def clock_metrics(cap: Any) -> dict[str, object]:
     """Step times by the session's own clock: the profiled window's steps against the
     unprofiled ones around it, with their spread and whether the figure holds."""
@@ -283,6 +308,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
         out["step_time_unprofiled_mean_ms"] = round(means("ms") or 0.0, 3)
         out["step_time_unprofiled_steps"] = len(times)
+        out.update(_epoch_metrics(free))
         if means("gc_ms") is not None:
             out.update(_gc_metrics(free, means))
         # the steps after the window when there are enough: in the first ones worker
