@@ -82,6 +82,9 @@ def grads_cleared(context: dict | None) -> bool | None:
 
 # the profiled steps may be this much slower than the unprofiled ones before a note says so
 OVERHEAD_NOTE_RATIO = 1.2
+#: a note where the hypervisor took at least this share of all the CPUs' time while the
+#: job ran (steal): 5% moves step times by more than the clock's own noise on a loaded VM
+STEAL_NOTE_FRAC = 0.05
 
 
 def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
@@ -98,6 +101,13 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
             f"{metrics.get('step_time_unprofiled_median_ms')} ms without it): the step time "
             "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
             "window (its shares hold up better)")
+    steal = metrics.get("host_steal_frac")
+    if isinstance(steal, int | float) and steal >= STEAL_NOTE_FRAC:
+        notes.append(
+            f"the hypervisor took {steal:.0%} of the CPUs' time while the job ran (steal: "
+            "this machine's CPUs are shared with other machines): step times, the probes "
+            "after the loop and so the predictions move with their load; compare runs made "
+            "when it is quieter, or let autofix measure")
     ahead = host_ahead(metrics)
     if ahead is not None:
         pace, host = ahead

@@ -36,6 +36,7 @@ The samples dict that ``load_samples`` returns (version 1)::
           "t": [float, ...],          # unix seconds (trace ts + baseTimeNanoseconds/1e3 = unix us)
           "cpu_pct": [[float, ...], ...],   # per tick: busy % of each core in info.host.cores
           "iowait_pct": [float, ...],       # % of all CPU time in iowait (system-wide)
+          "steal_pct": [float, ...],        # % of all CPU time a hypervisor took (steal)
           "proc_cpu_pct": [float, ...],     # this process, % of one core (can exceed 100)
           "proc_rss_bytes": [int, ...],
           "workers_count": [int, ...],      # live DataLoader worker processes

@@ -77,12 +77,13 @@ class UnavailableSampler(Sampler):
 #: /proc/stat's per-CPU columns summed into a CPU's time: user nice system idle iowait irq
 #: softirq steal (guest and guest_nice are already inside user and nice, as psutil counts)
 _STAT_TOTAL = 8
-_STAT_IDLE, _STAT_IOWAIT = 3, 4
+_STAT_IDLE, _STAT_IOWAIT, _STAT_STEAL = 3, 4, 7
 
 
-def parse_proc_stat(data: bytes) -> dict[int, tuple[int, int, int]]:
-    """``/proc/stat``'s per-CPU lines as {cpu: (total, idle + iowait, iowait)} in clock
-    ticks (online CPUs only; a line too short to hold iowait is left out)."""
+def parse_proc_stat(data: bytes) -> dict[int, tuple[int, int, int, int]]:
+    """``/proc/stat``'s per-CPU lines as {cpu: (total, idle + iowait, iowait, steal)} in
+    clock ticks (online CPUs only; a line too short to hold iowait is left out, one without
+    steal has 0: the time a hypervisor ran something else on the CPU)."""
     out: dict[int, tuple[int, int, int]] = {}
     for line in data.split(b"\n")[1:]:  # the first line is the sum over CPUs
         if not line.startswith(b"cpu"):
@@ -91,7 +92,8 @@ def parse_proc_stat(data: bytes) -> dict[int, tuple[int, int, int]]:
         if len(f) <= _STAT_IOWAIT + 1 or not f[0][3:].isdigit():
             continue
         v = [int(x) for x in f[1:_STAT_TOTAL + 1]]
-        out[int(f[0][3:])] = (sum(v), v[_STAT_IDLE] + v[_STAT_IOWAIT], v[_STAT_IOWAIT])
+        out[int(f[0][3:])] = (sum(v), v[_STAT_IDLE] + v[_STAT_IOWAIT], v[_STAT_IOWAIT],
+                              v[_STAT_STEAL] if len(v) > _STAT_STEAL else 0)
     return out
 
 
@@ -128,7 +130,7 @@ class HostSampler(Sampler):
         self._children_at = 0.0
         self._statm: int | None = None  # fd of /proc/<pid>/statm for the fast path
         self._stat: int | None = None  # fd of /proc/stat (per-CPU ticks), kept open
-        self._ticks: dict[int, tuple[int, int, int]] = {}
+        self._ticks: dict[int, tuple[int, int, int, int]] = {}
         self._stat_size = 8192  # bytes read from /proc/stat a tick (grows to hold every CPU)
         self._self_prev: tuple[float, float] = (0.0, 0.0)  # (wall, cpu) seconds
 
@@ -161,7 +163,7 @@ class HostSampler(Sampler):
             self._prev = psutil.cpu_times(percpu=True)
         return {"cores": self._cores, "cpu_count": len(self._cores), "pid": self._pid}
 
-    def _read_stat(self) -> dict[int, tuple[int, int, int]]:
+    def _read_stat(self) -> dict[int, tuple[int, int, int, int]]:
         assert self._stat is not None
         data = os.pread(self._stat, self._stat_size, 0)
         # the per-CPU block ends where "intr" starts; more CPUs than fit: a larger read, kept
@@ -176,9 +178,9 @@ class HostSampler(Sampler):
                 os.close(self._stat)
             self._stat = None
 
-    def _cpu_fast(self) -> tuple[list[float | None], float | None]:
-        """Per usable core busy % and the system's iowait % since the last tick, from
-        /proc/stat's ticks (the same figures :meth:`_cpu_psutil` computes)."""
+    def _cpu_fast(self) -> tuple[list[float | None], float | None, float | None]:
+        """Per usable core busy % and the system's iowait % and steal % since the last
+        tick, from /proc/stat's ticks (the same figures :meth:`_cpu_psutil` computes)."""
         cur = self._read_stat()
         prev, self._ticks = self._ticks, cur
         cpu_pct: list[float | None] = []
@@ -187,13 +189,17 @@ class HostSampler(Sampler):
             dt = a[0] - b[0] if a is not None and b is not None else 0
             cpu_pct.append(round(max(0.0, min(100.0, 100.0 * (1.0 - (a[1] - b[1]) / dt))), 2)
                            if a is not None and b is not None and dt > 0 else None)
-        d_total = d_iowait = 0
+        d_total = d_iowait = d_steal = 0
         for c, a in cur.items():
             b = prev.get(c)
             if b is not None:
                 d_total += a[0] - b[0]
                 d_iowait += a[2] - b[2]
-        return cpu_pct, (round(100.0 * d_iowait / d_total, 3) if d_total > 0 else None)
+                d_steal += a[3] - b[3]
+        if d_total <= 0:
+            return cpu_pct, None, None
+        return (cpu_pct, round(100.0 * d_iowait / d_total, 3),
+                round(100.0 * d_steal / d_total, 3))
 
     @staticmethod
     def _total(t: Any) -> float:
@@ -205,7 +211,8 @@ class HostSampler(Sampler):
         return t.idle + getattr(t, "iowait", 0.0)
 
     def sample(self) -> dict[str, Any]:
-        cpu_pct, iowait = self._cpu_fast() if self._stat is not None else self._cpu_psutil()
+        cpu_pct, iowait, steal = (self._cpu_fast() if self._stat is not None
+                                  else self._cpu_psutil())
         if self._statm is not None:
             proc_cpu, proc_rss = self._self_stats()
         else:
@@ -217,6 +224,7 @@ class HostSampler(Sampler):
         return {
             "cpu_pct": cpu_pct,
             "iowait_pct": iowait,
+            "steal_pct": steal,
             "proc_cpu_pct": proc_cpu,
             "proc_rss_bytes": proc_rss,
             "workers_count": count,
@@ -225,9 +233,9 @@ class HostSampler(Sampler):
             "workers_rss_bytes": w_rss,
         }
 
-    def _cpu_psutil(self) -> tuple[list[float | None], float | None]:
-        """Per usable core busy % and iowait % from psutil (where /proc/stat cannot be
-        read directly)."""
+    def _cpu_psutil(self) -> tuple[list[float | None], float | None, float | None]:
+        """Per usable core busy %, iowait % and steal % from psutil (where /proc/stat
+        cannot be read directly)."""
         psutil = self._psutil
         cur = psutil.cpu_times(percpu=True)
         prev, self._prev = self._prev, cur
@@ -251,7 +259,12 @@ class HostSampler(Sampler):
             if d_total > 0 and hasattr(cur[0], "iowait")
             else None
         )
-        return cpu_pct, iowait
+        d_steal = sum(
+            getattr(cur[i], "steal", 0.0) - getattr(prev[i], "steal", 0.0) for i in range(n)
+        )
+        steal = (round(100.0 * d_steal / d_total, 3)
+                 if d_total > 0 and hasattr(cur[0], "steal") else None)
+        return cpu_pct, iowait, steal
 
     def _self_stats(self) -> tuple[float | None, int]:
         assert self._statm is not None

@@ -27,6 +27,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "host_cpu_mean_pct": ("%", "mean busy % over the usable CPUs and time"),
     "host_cpu_busiest_core_pct": ("%", "time-mean busy % of the busiest usable CPU"),
     "host_iowait_frac": ("fraction", "share of CPU time spent waiting for I/O (system-wide)"),
+    "host_steal_frac": (
+        "fraction", "share of CPU time the hypervisor gave to something else while the job "
+        "ran (steal, system-wide; a virtual machine's CPUs shared with its neighbours)"),
     "proc_cpu_mean_pct": ("%", "mean CPU of the training process, % of one core (can exceed 100)"),
     "proc_rss_max_bytes": ("bytes", "peak resident memory of the training process"),
     "workers_count": ("count", "most DataLoader worker processes alive at once"),
@@ -130,6 +133,8 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
         out["host_cpu_busiest_core_pct"] = max(core_means) if core_means else None
         iow = _mean(_col(host, "iowait_pct"))
         out["host_iowait_frac"] = iow / 100.0 if iow is not None else None
+        steal = _mean(_col(host, "steal_pct"))
+        out["host_steal_frac"] = steal / 100.0 if steal is not None else None
         out["proc_cpu_mean_pct"] = _mean(_col(host, "proc_cpu_pct"))
         out["proc_rss_max_bytes"] = _to_int(_max(_col(host, "proc_rss_bytes")))
         counts = _col(host, "workers_count")

@@ -399,6 +399,7 @@ def test_samples_metrics_window_and_none() -> None:
                 "t": t,
                 "cpu_pct": [[10.0, 90.0]] * 5 + [[50.0, 50.0]] * 5,
                 "iowait_pct": [2.0] * 10,
+                "steal_pct": [None] + [5.0] * 9,
                 "proc_cpu_pct": [100.0] * 10,
                 "proc_rss_bytes": list(range(10)),
                 "workers_count": [0, 0, 2, 2, 2, 2, 2, 2, 2, 2],
@@ -414,6 +415,7 @@ def test_samples_metrics_window_and_none() -> None:
     assert m["host_cpu_mean_pct"] == 50.0
     assert m["host_cpu_busiest_core_pct"] == 70.0  # core 1: (5*90 + 5*50)/10
     assert m["host_iowait_frac"] == 0.02
+    assert m["host_steal_frac"] == 0.05  # an unread tick is left out, not taken as 0
     assert m["workers_count"] == 2 and m["workers_cpu_mean_pct"] == pytest.approx(240 / 7 / 1)
     assert m["proc_rss_max_bytes"] == 9 and m["sample_count"] == 10
     assert m["gpu_util_mean_pct"] is None
@@ -470,17 +472,19 @@ def test_memory_stays_flat_over_many_ticks(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- /proc/stat fast path
 _STAT = (b"cpu  500 10 200 9000 90 0 5 0 40 0\n"
          b"cpu0 300 10 100 4000 50 0 5 0 40 0\n"
-         b"cpu2 200 0 100 5000 40 0 0 0 0 0\n"
+         b"cpu2 200 0 100 5000 40 0 0 30 0 0\n"
          b"cpu3 1 2\n"  # too short to hold iowait: left out
          b"intr 123 4 5\nctxt 99\ncpu9 1 1 1 1 1 1 1 1\n")
 
 
 def test_parse_proc_stat() -> None:
     """Per-CPU ticks by CPU number (an offline cpu1 leaves a gap, not a shift): total of
-    user..steal (guest is inside user), idle + iowait, iowait; only the first block."""
+    user..steal (guest is inside user), idle + iowait, iowait, steal; only the first
+    block; a line that ends before steal has none."""
     from diagnose.capture.samplers import parse_proc_stat
 
-    assert parse_proc_stat(_STAT) == {0: (4465, 4050, 50), 2: (5340, 5040, 40)}
+    assert parse_proc_stat(_STAT) == {0: (4465, 4050, 50, 0), 2: (5370, 5040, 40, 30)}
+    assert parse_proc_stat(b"cpu  1 1 1 1 1\ncpu0 5 0 5 80 10\n") == {0: (100, 90, 10, 0)}
     assert parse_proc_stat(b"") == {}
 
 
@@ -533,7 +537,8 @@ def test_fast_path_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
         burn(0.02)
         row = s.sample()
         assert len(row["cpu_pct"]) == len(s._cores)
-        assert set(row) >= {"cpu_pct", "iowait_pct", "proc_cpu_pct", "proc_rss_bytes"}
+        assert set(row) >= {"cpu_pct", "iowait_pct", "steal_pct", "proc_cpu_pct",
+                            "proc_rss_bytes"}
 
 
 def test_stat_read_grows_to_hold_every_cpu() -> None:

@@ -153,6 +153,18 @@ def test_overhead_note_and_clock_metrics() -> None:
     assert context_metrics({"capture": {}})["step_time_unprofiled_median_ms"] is None
 
 
+def test_a_hypervisor_that_took_the_cpus_time_is_noted() -> None:
+    """The host samples saw 12% of the CPUs' time go to other machines (steal): a note says
+    the timings move with their load; 1%, or no such column (an older run, not a VM): none."""
+    cap = _cap(["wait"] * 3 + ["after"] * 4, [90.0, 10.0, 11.0, 10.5, 11.5, 12.5, 10.0])
+    m = context_metrics({"capture": cap})
+    assert not any("hypervisor" in n for n in capture_notes({"capture": cap}, m))
+    notes = capture_notes({"capture": cap}, {**m, "host_steal_frac": 0.12})
+    assert any("the hypervisor took 12% of the CPUs' time" in n for n in notes)
+    assert not any("hypervisor" in n for n in capture_notes(
+        {"capture": cap}, {**m, "host_steal_frac": 0.01}))
+
+
 def test_the_steps_that_started_an_epoch_are_told_apart() -> None:
     """Unprofiled steps of 10-12 ms, two of which started a new loader iterator (an
     epoch's start with workers: 95 and 105 ms): the steady steps' mean leaves them out,
