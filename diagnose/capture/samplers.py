@@ -84,7 +84,7 @@ def parse_proc_stat(data: bytes) -> dict[int, tuple[int, int, int, int]]:
     """``/proc/stat``'s per-CPU lines as {cpu: (total, idle + iowait, iowait, steal)} in
     clock ticks (online CPUs only; a line too short to hold iowait is left out, one without
     steal has 0: the time a hypervisor ran something else on the CPU)."""
-    out: dict[int, tuple[int, int, int]] = {}
+    out: dict[int, tuple[int, int, int, int]] = {}
     for line in data.split(b"\n")[1:]:  # the first line is the sum over CPUs
         if not line.startswith(b"cpu"):
             break  # the per-CPU lines come first, together

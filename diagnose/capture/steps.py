@@ -320,7 +320,7 @@ class Steps:
         self._loading = False
         try:
             new = self._started is not None
-            if new:  # a new iterator's first batch
+            if self._started is not None:  # a new iterator's first batch
                 self.loader_starts.append({
                     "iter_ms": round(self._started * 1e3, 4),
                     "first_wait_ms": round(seconds * 1e3, 4),
