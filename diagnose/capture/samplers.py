@@ -234,8 +234,7 @@ class HostSampler(Sampler):
         }
 
     def _cpu_psutil(self) -> tuple[list[float | None], float | None, float | None]:
-        """Per usable core busy %, iowait % and steal % from psutil (where /proc/stat
-        cannot be read directly)."""
+        """Per usable core busy %, iowait % and steal % from psutil (no /proc/stat here)."""
         psutil = self._psutil
         cur = psutil.cpu_times(percpu=True)
         prev, self._prev = self._prev, cur
@@ -251,20 +250,14 @@ class HostSampler(Sampler):
             )
         n = min(len(cur), len(prev))
         d_total = sum(self._total(cur[i]) - self._total(prev[i]) for i in range(n))
-        d_iowait = sum(
-            getattr(cur[i], "iowait", 0.0) - getattr(prev[i], "iowait", 0.0) for i in range(n)
-        )
-        iowait = (
-            round(100.0 * d_iowait / d_total, 3)
-            if d_total > 0 and hasattr(cur[0], "iowait")
-            else None
-        )
-        d_steal = sum(
-            getattr(cur[i], "steal", 0.0) - getattr(prev[i], "steal", 0.0) for i in range(n)
-        )
-        steal = (round(100.0 * d_steal / d_total, 3)
-                 if d_total > 0 and hasattr(cur[0], "steal") else None)
-        return cpu_pct, iowait, steal
+
+        def share(field: str) -> float | None:  # of all CPU time, system-wide (%)
+            if d_total <= 0 or not hasattr(cur[0], field):
+                return None
+            d = sum(getattr(cur[i], field) - getattr(prev[i], field) for i in range(n))
+            return round(100.0 * d / d_total, 3)
+
+        return cpu_pct, share("iowait"), share("steal")
 
     def _self_stats(self) -> tuple[float | None, int]:
         assert self._statm is not None
