@@ -82,8 +82,8 @@ def grads_cleared(context: dict | None) -> bool | None:
 
 # the profiled steps may be this much slower than the unprofiled ones before a note says so
 OVERHEAD_NOTE_RATIO = 1.2
-#: a note where the hypervisor took at least this share of all the CPUs' time while the
-#: job ran (steal): 5% moves step times by more than the clock's own noise on a loaded VM
+#: the share of all the CPUs' time the hypervisor took while the job ran (steal) from which
+#: the report says so: a threshold for a note, read by nothing else
 STEAL_NOTE_FRAC = 0.05
 
 

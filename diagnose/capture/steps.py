@@ -319,17 +319,16 @@ class Steps:
         """The batch came after the loop waited ``seconds`` for it."""
         self._loading = False
         try:
-            new = self._started is not None
-            if self._started is not None:  # a new iterator's first batch
+            started, self._started = self._started, None
+            if started is not None:  # a new iterator's first batch
                 self.loader_starts.append({
-                    "iter_ms": round(self._started * 1e3, 4),
+                    "iter_ms": round(started * 1e3, 4),
                     "first_wait_ms": round(seconds * 1e3, 4),
                     "workers": len(loader_shim.worker_pids(it))})
-                self._started = None
             st = self._step
             if st is None or self.done or self.closed:
                 return
-            st.starts += new
+            st.starts += started is not None
             st.dl += seconds
             st.batches += 1
             if self.first_batch is None:  # for the hand-over timing after the loop

@@ -3,15 +3,16 @@
 No step is on the clock by then, so the timings disturb nothing the report states. The
 loader's workers a loop left alive are first left to fall idle (their batches in flight
 made). The probes give the step model its measured inputs (diagnose.capture.probes): a
-worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity (``cpu_capacity``,
-and the span of its rounds); a worker's hand-over, start and stop; the model's work on
-torch's threads and on one (``threads``; two timings seconds apart where the budget allows,
-the quieter one kept and their ratios' span in ``threads_span``), beside busy processes
-(``threads_busy``); a worker's send cost; the work after each kind of fetch. They share a
-budget, a share of the capture's wall time so far (:mod:`~diagnose.capture.probes.budget`),
-spent in that order, the order of what the predictions need most; ``context["probes"]``
-says what was skipped and why. A run that raised gets none of them. Each probe may fail alone: its
-problem goes to ``on_error`` and its value stays unset.
+worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity
+(``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
+model's work on torch's threads and on one (``threads``; two timings seconds apart where
+the budget allows, the quieter one kept and their ratios' span in ``threads_span``), beside
+busy processes (``threads_busy``); a worker's send cost; the work after each kind of fetch.
+They share a budget, a share of the capture's wall time so far
+(:mod:`~diagnose.capture.probes.budget`), spent in that order, the order of what the
+predictions need most; ``context["probes"]`` says what was skipped and why. A run that
+raised gets none of them. Each probe may fail alone: its problem goes to ``on_error`` and
+its value stays unset.
 Before them, the step tracked in place during the loop becomes the ``memory`` section
 (:func:`memory_after_loop`; a run that ran out of memory in that step gets it too).
 """

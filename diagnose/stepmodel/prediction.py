@@ -409,16 +409,18 @@ class Predictor:
         # of one capture on a shared host lie far apart)
         ends: list[Facts] = []
         span = (self.facts.cpu_capacity_min, self.facts.cpu_capacity_max)
-        if _moves_cpu(made, change) and None not in span:
+        moves = _moves_cpu(made, change)
+        if moves and None not in span:
             ends += [self.facts.replace(cpu_capacity=cap) for cap in span]
+        # such a change reads the ops timed beside busy processes where it oversubscribes
+        # the CPUs: made at both ends of those timings' noise too (the same where it does not)
+        if moves:
+            ends += busy_ends(self.facts)
         # a change that reads what one thread costs is made at the busier thread timing
         # too: how the ops ran while something else held a CPU, as the job may meet it
         least = self.facts.threads_one_thread_ratio_min
         if least is not None and any("threads_one_thread_ratio" in t.assumes for t, _ in made):
             ends.append(self.facts.replace(threads_one_thread_ratio=least))
-        # the ops timed beside busy processes, at both ends of their rounds' noise: a change
-        # that does not oversubscribe the CPUs does not read them and is the same there
-        ends += busy_ends(self.facts)
         for facts in ends:
             at = self._predict(made, facts)
             if not isinstance(at, str):

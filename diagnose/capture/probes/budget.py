@@ -36,8 +36,9 @@ PROBE_SHARE = 0.05
 LOADER_WAITED = 0.02
 
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
-PROBES = ("workers_idle", "batches_in_turn", "inprocess_batch", "cpu_capacity", "worker_handover",
-          "threads", "threads_busy", "worker_send", "work_after_fetch", "worker_batches")
+PROBES = ("workers_idle", "batches_in_turn", "inprocess_batch", "cpu_capacity",
+          "worker_handover", "threads", "threads_busy", "worker_send", "work_after_fetch",
+          "worker_batches")
 
 
 def _num(x: Any) -> float | None:

@@ -7,7 +7,7 @@ host's pace moves over tens of ms (a busy neighbour, a core's clock), and both s
 round meet the same moment of it. It is under the CPU count where CPUs share a core (SMT
 siblings) or the host is busy, and it is what the cores give the workers and the training
 process together in the step model's CPU bound. :func:`work_capacity` times a worker's
-batch the same way with freshly forked processes
+batch with processes forked for each side, by each side's least time
 (:func:`~.worker_batch.time_worker_batches`).
 """
 
@@ -137,7 +137,8 @@ def pooled_rounds(n: int, work: Callable[[], float], rounds: int
     or more rounds of ``n`` processes forked once (forking is not timed): in each round one
     of them, in turn, runs ``work`` (which returns the seconds it took) alone, then all
     ``n`` at once. More rounds for :data:`CAPACITY_S` (within the probes' budget:
-    :func:`~.common.out_of_time`); None where a child failed. The children are gone on return."""
+    :func:`~.common.out_of_time`); None where a child failed. The children are gone on
+    return."""
     import os
     import struct
     import warnings

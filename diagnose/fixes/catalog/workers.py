@@ -259,9 +259,9 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     The start: the run's own where the session saw one with these workers: the clock's
     step that held it beyond a steady step, end included
     (:attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`), else the wait for
-    its first batch (``dataloader_start_ms``). Else from the one worker the session started after the
-    loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``, then the child's
-    start-up and the hand-over of a copy of a batch) and a worker's batch
+    its first batch (``dataloader_start_ms``). Else from the one worker the session
+    started after the loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``,
+    then the child's start-up and the hand-over of a copy of a batch) and a worker's batch
     (``input_worker_batch_ms``): the training process forks its k workers one after
     another and only then sends the first batch's indices, and the children's start-up
     is CPU work too; the loop waits for the longest of: the forks and then a batch, one

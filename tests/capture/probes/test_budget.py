@@ -10,23 +10,7 @@ import pytest
 from diagnose.capture.probes import budget as bmod
 from diagnose.capture.probes import capacity, common
 from diagnose.capture.probes.budget import PROBES, ProbeBudget, loader_share, unneeded
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    c = FakeClock()
-    monkeypatch.setattr(common, "_CLOCK", c)
-    return c
+from tests.capture.probes.conftest import FakeClock
 
 
 def test_the_budget_is_a_share_of_the_capture_so_far_less_what_probes_spent(

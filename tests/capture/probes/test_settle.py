@@ -9,26 +9,18 @@ import sys
 import pytest
 
 from diagnose.capture.probes import common, settle
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.capture.probes.conftest import FakeClock
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(common, "_CLOCK", c)
+def slept(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The probes' clock held still, moved by each sleep."""
 
     def sleep(s: float) -> None:
-        c.t += s
+        clock.t += s
 
     monkeypatch.setattr(settle.time, "sleep", sleep)
-    return c
+    return clock
 
 
 @pytest.fixture
@@ -40,7 +32,7 @@ def sleeper():
 
 
 def test_the_wait_ends_once_the_workers_use_no_cpu(monkeypatch: pytest.MonkeyPatch,
-                                                   clock: Clock, sleeper) -> None:
+                                                   slept: FakeClock, sleeper) -> None:
     """Workers busy for three polls (20 ms of CPU each), then 1 ms over a poll (under a
     quarter of one CPU's 20 ms): the wait ends after the fourth poll, 80 ms."""
     used = iter([0.0, 0.02, 0.04, 0.06, 0.061, 0.062])
@@ -49,13 +41,13 @@ def test_the_wait_ends_once_the_workers_use_no_cpu(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_wait_stops_at_its_cap_and_at_the_budget(monkeypatch: pytest.MonkeyPatch,
-                                                    clock: Clock, sleeper) -> None:
+                                                    slept: FakeClock, sleeper) -> None:
     """Workers that never stop: the wait ends at SETTLE_MAX_S; with the probes' budget
     ending at 100 ms, there."""
     busy = iter(0.02 * k for k in range(1000))
     monkeypatch.setattr(settle, "_cpu_s", lambda procs: next(busy))
     assert settle.wait_workers_idle([sleeper.pid]) == pytest.approx(settle.SETTLE_MAX_S)
-    clock.t = 0.0
+    slept.t = 0.0
     with common.until(0.1):
         assert settle.wait_workers_idle([sleeper.pid]) == pytest.approx(0.1)
 
