@@ -59,7 +59,10 @@ class Exploding(Sampler):
 def test_host_series_real(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        st = SamplerThread([HostSampler(worker_pids=lambda: [child.pid])], tmp_path, hz=50)
+        # 10 Hz: the kernel counts a process's CPU time in 10 ms ticks, so a tick of 100 ms
+        # resolves 10% of a core (at 50 Hz one tick of 20 ms reads 0, 50 or 100%, and a
+        # loaded host that gives this process half a core reads 0 half the time)
+        st = SamplerThread([HostSampler(worker_pids=lambda: [child.pid])], tmp_path, hz=10)
         with st:
             # burn until the sampler has ticked enough (a deadline, not a tick-rate guess:
             # the machine may be loaded)
@@ -156,12 +159,13 @@ def test_open_failure_of_one_sampler_leaves_others(tmp_path: Path) -> None:
 
 
 def test_stop_is_prompt_and_file_closed(tmp_path: Path) -> None:
-    st = SamplerThread([HostSampler()], tmp_path, hz=1)  # one tick a second
+    st = SamplerThread([HostSampler()], tmp_path, hz=0.1)  # one tick in 10 s
     st.start()
     time.sleep(0.05)
     t0 = time.perf_counter()
-    assert st.stop()
-    assert time.perf_counter() - t0 < 0.5  # the wait is interrupted, not slept out
+    assert st.stop()  # joined within its 5 s timeout
+    # the wait is interrupted, not slept out (~10 s); a slow host's join is far below that
+    assert time.perf_counter() - t0 < 5.0
     assert no_sampler_thread()
     lines = (tmp_path / SAMPLES_FILE).read_text().splitlines()
     assert json.loads(lines[-1])["type"] == "end"

@@ -5,6 +5,7 @@ never turns the loop's tail into findings."""
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,8 +60,10 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path, every_pr
     # it is the dataset's reads (in-process loader) more than the collate function
     assert all(dl >= 8 * 0.5 for dl in clock["dataloader_ms"][1:])
     assert all(f >= 8 * 0.5 for f in clock["fetch_ms"][1:])
-    assert all(0 < c < f for c, f in zip(clock["collate_ms"][1:], clock["fetch_ms"][1:],
-                                         strict=True))
+    # collating 8 tiny pairs is timed on every step and is well under the reads' 4 ms,
+    # compared as medians (a busy host can stall one step's collate longer than its reads)
+    assert all(c > 0 for c in clock["collate_ms"][1:])
+    assert statistics.median(clock["collate_ms"][1:]) < statistics.median(clock["fetch_ms"][1:])
     assert all(f + c <= dl for f, c, dl in zip(clock["fetch_ms"], clock["collate_ms"],
                                                clock["dataloader_ms"], strict=True))
     assert set(clock["batches"]) == {1}
@@ -487,8 +490,9 @@ def test_a_cpu_run_has_no_drain() -> None:
 
 
 def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Writing the trace (here made 0.4 s slower) happens between two steps and is counted
-    in neither: no step the clock timed holds it."""
+    """Writing the trace (here made 1.5 s slower) happens between two steps and is counted
+    in neither: no step the clock timed holds it (steps of ~1 ms: one of 1.5 s would be
+    the export's, however busy the host)."""
     import torch.profiler as tp
 
     real = tp.tensorboard_trace_handler
@@ -497,7 +501,7 @@ def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.Monke
         handler = real(*args, **kwargs)
 
         def ready(prof: Any) -> None:
-            time.sleep(0.4)
+            time.sleep(1.5)
             handler(prof)
         return ready
 
@@ -508,7 +512,7 @@ def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.Monke
         train(model, opt, loader, d)
     clock = load_context(d.run_dir)["capture"]["step_clock"]
     assert "settle" in clock["phase"] and d.done
-    assert max(clock["ms"]) < 400, clock
+    assert max(clock["ms"]) < 1500, clock
 
 
 def _input_cap(fetch: Any, collate: Any) -> dict[str, Any]:

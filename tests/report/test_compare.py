@@ -154,12 +154,20 @@ def test_captures_same_job_within_noise_and_a_real_change_better(
         if verdicts[-1] == (0, True):
             break
     assert verdicts[-1] == (0, True), verdicts
-    b = _capture(tmp_path, 0.0015)  # 12 ms of loading a step instead of 16: ~1.3x
-    assert main(["compare", str(a1), str(b), "--format", "json"]) == 0
-    st = json.loads(capsys.readouterr().out)["step_time"]
-    assert st["measured"] == "without the profiler" and st["verdict"] == "better"
-    assert st["a"]["steps"] >= 5 and st["b"]["steps"] >= 5
-    assert st["interval_pct"][1] < -5 and -35 < st["change_pct"] < -15
+    # A real change: 8 ms of loading a step instead of 16 (~-45%, model compute included).
+    # A busy stretch during B's capture can eat part of it, so, like the pairs above, up
+    # to 3 captures of B are made and one must read "better" by more than 15% (a tool that
+    # never saw a real change, or saw it as noise, would fail all three).
+    for _ in range(3):
+        b = _capture(tmp_path, 0.001)
+        assert main(["compare", str(a1), str(b), "--format", "json"]) == 0
+        st = json.loads(capsys.readouterr().out)["step_time"]
+        assert st["measured"] == "without the profiler"
+        assert st["a"]["steps"] >= 5 and st["b"]["steps"] >= 5
+        if st["verdict"] == "better" and st["change_pct"] < -15:
+            break
+    assert st["verdict"] == "better" and st["interval_pct"][1] < -5, st
+    assert -70 < st["change_pct"] < -15, st  # no more than the whole of the loading time
     ra = analyze(a1)
     assert st["a_median_ms"] == ra.step_time()["median_ms"]  # the figure analyze leads with
 

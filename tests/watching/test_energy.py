@@ -47,11 +47,19 @@ def test_the_sampler_reads_the_counter_and_tees_rows(monkeypatch: pytest.MonkeyP
     rows = []
     s = Tee(EnergyNvmlSampler(index=0), lambda: 42, lambda n, t, r: rows.append((n, r)))
     s.open()
+    a0 = time.monotonic()  # the fake's counter runs on this clock
     r0 = s.sample()
+    a1 = time.monotonic()
     time.sleep(0.25)
+    b0 = time.monotonic()
     r1 = s.sample()
+    b1 = time.monotonic()
     assert r0["step"] == 42 and rows[0][0] == "gpu"
-    assert r1["energy_mj"] - r0["energy_mj"] == pytest.approx(200 * 250, abs=200 * 100)
+    # 200 W over the real gap between the two reads (at least the 0.25 s slept, more on a
+    # busy host), within one of the counter's 100 ms steps (20 J) either way
+    moved, tick = r1["energy_mj"] - r0["energy_mj"], 200 * 100
+    assert 200 * 1000 * (b0 - a1) - tick - 1 <= moved <= 200 * 1000 * (b1 - a0) + tick + 1
+    assert moved >= 2 * tick  # 0.25 s holds two whole steps of the counter
     s.close()
 
 
@@ -95,9 +103,19 @@ def test_joules_per_step_through_a_watched_loop(tmp_path: Path,
     w = _job(150, 0.01, out_dir=tmp_path, gpu=0, sample_hz=20, energy_window_s=0.3)
     e = w.to_json()["energy"]
     assert e["why"] is None and e["windows"] >= 2
-    # the board draws 300 W; a step takes ~10 ms: ~3 J a step (a busy machine stretches it)
-    steps_s = w.to_json()["duration_s"] / 150
-    assert e["j_per_step"] == pytest.approx(300 * steps_s, rel=0.35)
+    # the board draws 300 W: the windows' joules are 300 W x the time they span (timed by
+    # the windows themselves, so a busy machine that stretches the steps changes both),
+    # within the counter's 100 ms grain (30 J) and 0.1 s for each end's read and its
+    # timestamp not being one instant; their J/step is those joules over their steps
+    wins = list(w.energy.windows)
+    assert len(wins) == e["windows"] and 0 < e["steps"] <= 150
+    assert all(b["first"] == a["first"] + a["steps"] for a, b in zip(wins, wins[1:], strict=False))
+    assert e["steps"] == sum(x["steps"] for x in wins)
+    span = wins[-1]["t1"] - wins[0]["t0"]
+    # each step sleeps 10 ms: no more steps than that allows are counted in the span
+    assert e["steps"] <= (span + 0.05) / 0.01 + 1, (e, span)
+    assert e["joules"] == pytest.approx(300 * span, abs=30 + 300 * 0.1)
+    assert e["j_per_step"] == pytest.approx(e["joules"] / e["steps"], rel=1e-4)
     assert e["j_per_sample"] == pytest.approx(e["j_per_step"] / 4)
 
 

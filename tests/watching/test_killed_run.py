@@ -45,7 +45,9 @@ with watch(model, loader, out_dir=sys.argv[1], baseline=False, print_summary=Fal
 
 def test_a_killed_run_keeps_its_timeline_to_the_last_flush(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    target = random.Random().randint(800, 1500)
+    rng = random.Random()
+    target = rng.randint(800, 1500)
+    age = rng.uniform(10.0, 13.0)  # old enough to have steps 8 s before the kill
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", LOOP, str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
@@ -55,8 +57,8 @@ def test_a_killed_run_keeps_its_timeline_to_the_last_flush(
         for line in proc.stdout:
             step, t = line.split()
             seen.append((int(step), float(t)))
-            # at a random step, once the run is old enough to have flushed at least once
-            if seen[-1][0] >= target and seen[-1][1] - seen[0][1] >= 4.0:
+            # at a random step, once the run is old enough to have flushed a few times
+            if seen[-1][0] >= target and seen[-1][1] - seen[0][1] >= age:
                 break
             assert time.monotonic() - seen[0][1] < 120, "the watched loop is too slow"
         proc.send_signal(signal.SIGKILL)
@@ -71,9 +73,10 @@ def test_a_killed_run_keeps_its_timeline_to_the_last_flush(
     assert tl is not None and not tl["complete"] and tl["end"] is None
     n = len(tl["steps"]["ms"])
     done = seen[-1][0]
-    # everything up to the last flush: flushes come every 2-3 s (checked once a second)
-    before = max((s for s, t in seen if t <= killed_at - 4.0), default=0)
-    assert before <= n <= done, (before, n, done)
+    # everything up to the last flush: flushes come every 2-3 s (checked once a second),
+    # so the steps 8 s before the kill are in, however slowly a busy host ran the last ones
+    before = max((s for s, t in seen if t <= killed_at - 8.0), default=0)
+    assert 0 < before <= n <= done, (before, n, done)
     assert np.all(np.isfinite(tl["steps"]["ms"])) and np.all(tl["steps"]["ms"] > 0)
     assert np.all(np.diff(tl["steps"]["t"]) > 0)  # step i is record i, in order
     assert tl["meta"]["settings"]["flush_s"] == 2.0

@@ -27,9 +27,10 @@ DEVICE_S = 0.010
 
 class SlowingData(torch.utils.data.Dataset):
     """Rows read from memory, until ``slow``: then each read sleeps ``slow_s`` (a disk
-    gone cold, a decoder)."""
+    gone cold, a decoder). The default, 16 ms more a batch of 4 on a ~11 ms step, is
+    ~2.4x: clear of the 1.5x the tests require of the alarm, however busy the host."""
 
-    def __init__(self, slow_s: float = 0.002) -> None:
+    def __init__(self, slow_s: float = 0.004) -> None:
         self.slow_s = slow_s
         self.slow = False
         self.x = torch.randn(512, 32)
@@ -93,6 +94,13 @@ def _run(tmp_path: Path, loader: Any, model: Growing, change: Any, seed: int,
     return w, at
 
 
+def _big_before(w: Any, at: int, ratio: float) -> list[str]:
+    """The alarms before the change at ``at`` that moved the step (or the loader wait) up
+    by ``ratio`` or more: none is expected (a busy machine may add a small one, under the
+    ratio the change itself must clear, as :func:`_first_after` allows)."""
+    return [a.line() for a in w.alarms if a.step < at and a.after >= ratio * a.before]
+
+
 def _first_after(w: Any, at: int, ratio: float) -> Any:
     """The first alarm within 50 steps of the change at ``at`` that moved the step (or the
     loader wait) up by ``ratio`` or more (a busy machine may add a small one of its own)."""
@@ -110,7 +118,7 @@ def test_a_slower_loader_is_caught_and_its_capture_names_the_input(tmp_path: Pat
         data.slow = True
 
     w, at = _run(tmp_path, loader, Growing(), slow_down, seed=1)
-    assert [a.line() for a in w.alarms if a.step < at] == []  # no alarm before the change
+    assert _big_before(w, at, 1.5) == []  # no alarm of the change's size before it
     a = _first_after(w, at, 1.5)
     assert a.signal in ("step_time", "loader_wait")
     assert a.capture is not None, a.capture_why
@@ -119,7 +127,9 @@ def test_a_slower_loader_is_caught_and_its_capture_names_the_input(tmp_path: Pat
     assert worst, [(f.rule, f.severity) for f in a.capture.findings]
     assert worst[0].rule in a.changed[0], a.changed  # what changed, first
     rec = json.loads((Path(w.run_dir) / "watch.json").read_text())
-    assert rec["alarms"][0]["capture"]["findings"] and rec["baseline"] is not None
+    rec_a = rec["alarms"][w.alarms.index(a)]  # a small alarm of a busy host may come first
+    assert rec_a["step"] == a.step and rec_a["capture"]["findings"]
+    assert rec["baseline"] is not None
     tl = read_timeline(w.run_dir)
     assert tl is not None and tl["complete"] and len(tl["steps"]["ms"]) == w.steps
     assert (Path(a.capture_dir) / "report.json").exists()
@@ -136,7 +146,7 @@ def test_a_growing_compute_is_caught_and_not_blamed_on_the_input(tmp_path: Path)
         model.extra = 32
 
     w, at = _run(tmp_path, loader, model, grow, seed=2, loop=_Repeat(loader))
-    assert [a.line() for a in w.alarms if a.step < at] == []
+    assert _big_before(w, at, 1.5) == []
     a = _first_after(w, at, 1.5)
     assert a.signal == "step_time"
     assert a.capture is not None, a.capture_why
