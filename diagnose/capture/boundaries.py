@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +50,14 @@ def _grad_enabled() -> bool:
 
 
 def as_models(model: Any) -> list[Any]:
-    """The models given to ``diagnose()``: one, a list or tuple of them, or none."""
+    """The models given to ``diagnose()``: one, a list or tuple of them, a dict of them by
+    name (its values; a ModuleDict is one model), or none."""
     if model is None:
         return []
     if isinstance(model, list | tuple):
         return [m for m in model if m is not None]
+    if isinstance(model, Mapping) and not callable(getattr(model, "parameters", None)):
+        return [m for m in model.values() if m is not None]
     return [model]
 
 

@@ -73,7 +73,7 @@ def _run_analysis(run_dir: Path) -> Any:
 class Session:
     """Profile a few steps of the training loop inside ``with`` and report what slows it.
 
-    ``model`` is the model, a list of them (a GAN's ``[netG, netD]``) or None; ``loader``
+    ``model`` is the model, a list or dict of them (a GAN's ``[netG, netD]``) or None; ``loader``
     the DataLoader the loop iterates, or None. Steps are found from what the loop does
     (:mod:`diagnose.capture.boundaries`: batches, optimizer steps, the models' calls and
     backward); ``d.step()`` marks them where nothing tells, and the report then says so
@@ -132,7 +132,7 @@ class Session:
         if sample_hz is not None and sample_hz < 0:
             raise CaptureError(f"diagnose(): sample_hz must be >= 0 (got {sample_hz})")
         self.model = model
-        self.models = as_models(model)  # one model, a list of them (a GAN), or none
+        self.models = as_models(model)  # one model, several (a GAN's), or none
         self.loader = loader
         self.steps = steps
         self.warmup = warmup

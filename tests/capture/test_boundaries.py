@@ -24,9 +24,13 @@ def _backward(f: StepFinder, model: nn.Module) -> None:
     f.watch_grad(next(model.parameters()))
 
 
-def test_models_given_as_one_a_list_or_none() -> None:
+def test_models_given_as_one_a_list_a_dict_or_none() -> None:
+    """A dict of models by name gives its values; a ModuleDict is one model (a Module)."""
     a, b = nn.Linear(2, 2), nn.Linear(2, 2)
     assert as_models(a) == [a] and as_models([a, b]) == [a, b] and as_models(None) == []
+    assert as_models({"netG": a, "netD": b}) == [a, b]
+    both = nn.ModuleDict({"g": a, "d": b})
+    assert as_models(both) == [both]
 
 
 def test_one_optimizer_with_batches_steps_at_the_next_batch() -> None:
