@@ -87,6 +87,7 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path, every_pr
         assert ctx["threads"]["work_ms"] > 0 and ctx["threads"]["work_1thread_ms"] > 0
         assert d.report.metrics["threads_one_thread_ratio"] > 0
     assert d.report.metrics["forward_unprofiled_ms"] > 0
+    assert d.report.metrics["forward_calls_unprofiled"] == 1  # one model call a step
     m = d.report.metrics
     assert m["step_time_unprofiled_steps"] == 6
     timed = sorted(clock["ms"][1:3] + clock["ms"][-4:])

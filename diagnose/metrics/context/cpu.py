@@ -50,7 +50,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "too (their range)"),
     "forward_contention": (
         "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
-        "forward ran than the same forward alone (workers or other processes on the cores)"),
+        "forward ran than the same forward alone (workers or other processes on the cores); "
+        "only where the loop's steps each made one forward call (forward_calls_unprofiled)"),
 }
 
 
@@ -91,7 +92,8 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
     out["model_work_one_thread_ms"] = one
     if work and work > 0 and one is not None:
         out["threads_one_thread_ratio"] = round(one / work, 4)
-    if quiet and quiet > 0:
+    if quiet and quiet > 0 and m.get("forward_calls_unprofiled") == 1:
+        # the quiet timing is one forward: set beside a loop that made one a step
         loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
         if loop is not None:
             out["forward_contention"] = round(loop / quiet, 4)

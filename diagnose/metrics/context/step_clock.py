@@ -64,6 +64,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "forward_unprofiled_ms": (
         "ms", "the model's forward calls per unprofiled step (median of the steps after the "
         "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
+    "forward_calls_unprofiled": (
+        "count", "the model's outermost forward calls per unprofiled step (the median over "
+        "the same steps as forward_unprofiled_ms)"),
     "optimizer_unprofiled_ms": (
         "ms", "the run's optimizer.step() per unprofiled step (the mean, full collections "
         "at their spacing; its step hooks time it)"),
@@ -314,11 +317,15 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         # the steps after the window when there are enough: in the first ones worker
         # processes start and fill their queues, which the forward would pay for
         late = [r for r in free if r.get("phase") == "after"]
-        fwd = [as_number(r.get("forward_ms"), finite=False)
-               for r in (late if len(late) >= MIN_CLOCK_STEPS else free)]
+        timed = late if len(late) >= MIN_CLOCK_STEPS else free
+        fwd = [as_number(r.get("forward_ms"), finite=False) for r in timed]
         if fwd and all(f is not None for f in fwd):
             out["forward_unprofiled_ms"] = round(statistics.median(
                 [f or 0.0 for f in fwd]), 4)
+            calls = [as_int(r.get("forwards")) for r in timed]
+            if all(c is not None for c in calls):
+                out["forward_calls_unprofiled"] = statistics.median_low(
+                    [c or 0 for c in calls])
         opt = means("optimizer_ms")
         if opt is not None:
             out["optimizer_unprofiled_ms"] = round(opt, 4)

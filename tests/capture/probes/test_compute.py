@@ -87,3 +87,19 @@ def test_the_busier_thread_timing_reaches_the_metrics():
     same = cpu_metrics({"threads": th, "threads_span": [1.3, 1.3]}, {})
     assert same["threads_one_thread_ratio_min"] is None
     assert cpu_metrics({"threads": th}, {})["threads_one_thread_ratio_min"] is None
+
+
+def test_the_loops_forward_is_set_beside_the_quiet_one_only_one_call_a_step():
+    """forward_contention: the loop's forward a step (6 ms) over the quiet forward (2 ms),
+    3.0, where each step made one forward call; with two calls a step (a GAN's generator
+    and discriminator, say) the loop's figure holds both and the ratio is not given, nor
+    where the calls were not counted."""
+    from diagnose.metrics.context.cpu import cpu_metrics
+
+    th = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
+    one = {"forward_unprofiled_ms": 6.0, "forward_calls_unprofiled": 1}
+    assert cpu_metrics({"threads": th}, one)["forward_contention"] == 3.0
+    two = {**one, "forward_calls_unprofiled": 2}
+    assert cpu_metrics({"threads": th}, two).get("forward_contention") is None
+    assert cpu_metrics({"threads": th}, {"forward_unprofiled_ms": 6.0}).get(
+        "forward_contention") is None
