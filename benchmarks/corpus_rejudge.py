@@ -76,6 +76,14 @@ def parse_rows(text: str) -> list[Row]:
     return out
 
 
+def newest_run(text: str) -> str:
+    """The first run of a results file (newest first): its lines up to the second one that
+    starts with ``# code at``."""
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("# code at")]
+    return "\n".join(lines[:heads[1]] if len(heads) > 1 else lines)
+
+
 def capture_of(root: Path, job: str) -> Path | None:
     """The newest run folder kept for ``job`` (a trace and its context)."""
     runs = sorted(p.parent for p in (root / job).glob("*/context.json"))
@@ -123,12 +131,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a corpus_predict.py output")
     ap.add_argument("captures", type=Path, help="kept captures: <job>/<run folder>")
+    ap.add_argument("--newest", action="store_true",
+                    help="only the newest run's rows (results files hold runs newest first, "
+                         "each from '# code at'; the kept captures are the newest run's)")
     args = ap.parse_args()
     for p in (args.results, args.captures):
         if not p.exists():
             print(f"corpus_rejudge: {p}: no such file or folder", file=sys.stderr)
             return 2
-    rows = parse_rows(args.results.read_text())
+    text = args.results.read_text()
+    if args.newest:
+        text = newest_run(text)
+    rows = parse_rows(text)
     if not rows:
         print(f"corpus_rejudge: {args.results}: no measured rows", file=sys.stderr)
         return 2

@@ -1,18 +1,21 @@
 """Whether the same job predicts the same thing: corpus jobs captured several times in a
 row, each capture's first fix and its predicted speedup.
 
-    python benchmarks/corpus_stability.py JOB [JOB ...] [--captures 3]
+    python benchmarks/corpus_stability.py JOB [JOB ...] [--captures 3] [--keep DIR]
 
 For each job, ``--captures`` diagnoses of its own loop one after another (corpus_predict's
 ``diagnose_job``), nothing timed beside them. Per capture: the leading warning/critical
 finding, its first fix, the change, the predicted speedup and its range. Per job: whether
 every capture named the same first fix and change, and the spread of the predicted speedups
-(max / min - 1), which the issue wants within 10%.
+(max / min - 1), which the issue wants within 10%. ``--keep DIR`` keeps each capture's run
+folder as ``DIR/<job>/<n>`` (corpus_rejudge.py and an inspection of why a fix flipped read
+them).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +48,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jobs", nargs="+", help="corpus job names")
     ap.add_argument("--captures", type=int, default=3)
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="keep each capture's run folder as DIR/<job>/<n>")
     args = ap.parse_args()
     if args.captures < 2:
         print("corpus_stability.py: --captures must be 2 or more", file=sys.stderr)
@@ -58,6 +63,8 @@ def main() -> int:
         for i in range(1, args.captures + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 got = first_fix(cp.diagnose_job(cp.make(name), tmp))
+                if args.keep is not None:
+                    shutil.copytree(tmp, args.keep / name / str(i), dirs_exist_ok=True)
             seen.append(got)
             rule, fix, change, sp, rng = got
             said = f"{sp:.2f}x" if sp is not None else "-"

@@ -147,7 +147,7 @@ BENCHMARKS: dict[str, Bench] = {
         8, corpus_row, CORPUS_COLUMNS),
     "corpus_rejudge_cpu": Bench(
         "Every worker and threads change, by the code as it is",
-        ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_grid.txt",
+        ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
          "benchmarks/captures/cpu_tune"],
         "Tune: every worker/threads change on every tune job ([grid](results/corpus_grid.txt));"
         " validate: first fixes; both predicted again from kept captures.",
