@@ -192,8 +192,13 @@ def to_device(batch: Any, device: Any, non_blocking: bool = False,
     if isinstance(batch, tuple | list):
         out = [to_device(b, device, non_blocking, hooks) for b in batch]
         return type(batch)(out) if isinstance(batch, list) else tuple(out)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking, hooks) for k, v in batch.items()}
+    if isinstance(batch, Mapping):  # a dict, or a BatchEncoding: its own type where it can
+        moved = {k: to_device(v, device, non_blocking, hooks) for k, v in batch.items()}
+        try:
+            made: Any = type(batch)
+            return moved if made is dict else made(moved)
+        except Exception:
+            return moved
     return batch
 
 

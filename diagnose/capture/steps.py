@@ -28,7 +28,7 @@ import statistics
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,8 +103,9 @@ _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes u
 
 
 def batch_nbytes(batch: Any) -> int | None:
-    """Sum of the ``nbytes`` of the tensors in a batch (nested tuples, lists, dicts); None
-    when it holds none or is too large a structure to walk cheaply."""
+    """Sum of the ``nbytes`` of the tensors in a batch (nested tuples, lists, mappings: a
+    dict, or a Hugging Face BatchEncoding); None when it holds none or is too large a
+    structure to walk cheaply."""
     total, found, seen = 0, False, 0
     stack = [batch]
     while stack:
@@ -115,7 +116,7 @@ def batch_nbytes(batch: Any) -> int | None:
         nb = getattr(x, "nbytes", None)
         if isinstance(nb, int) and hasattr(x, "dtype"):
             total, found = total + nb, True
-        elif isinstance(x, dict):
+        elif isinstance(x, Mapping):
             stack.extend(x.values())
         elif isinstance(x, list | tuple):
             stack.extend(x)

@@ -98,3 +98,17 @@ def test_a_field_that_cannot_be_made_real_is_autofixs_error() -> None:
         build_loader(own, TrainConfig(batch_size=4))
     with pytest.raises(TuneError, match="batched_fetch needs"):
         build_loader(own, TrainConfig(batched_fetch=True))
+
+
+def test_a_mapping_batch_is_placed_and_keeps_its_type() -> None:
+    """A batch that is a mapping but no dict (Hugging Face's BatchEncoding is a UserDict)
+    has its tensors placed and stays that mapping; a plain dict stays a dict."""
+    from collections import UserDict
+
+    from diagnose.autofix.trial import to_device
+
+    x = torch.randn(2, 3)
+    got = to_device(UserDict({"input_ids": x, "n": 3}), "cpu", inputs=[lambda t: t * 2])
+    assert type(got) is UserDict and torch.equal(got["input_ids"], x * 2) and got["n"] == 3
+    plain = to_device({"x": x}, "cpu")
+    assert type(plain) is dict and torch.equal(plain["x"], x)

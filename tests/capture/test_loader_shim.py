@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import UserDict
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,8 @@ def test_batch_facts() -> None:
     x, y = torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64)
     assert batch_nbytes((x, y)) == 4 * 3 * 4 + 4 * 8
     assert batch_nbytes({"a": [x, "text"], "b": y}) == 4 * 3 * 4 + 4 * 8
+    # a mapping that is no dict (Hugging Face's BatchEncoding is a UserDict) is weighed too
+    assert batch_nbytes(UserDict({"input_ids": y, "mask": x})) == 4 * 3 * 4 + 4 * 8
     assert batch_nbytes(["no", "tensor"]) is None
     assert batch_nbytes([0] * 10_000) is None  # too big a structure to weigh cheaply
     assert settle_steps(0, None) == 1 and settle_steps(2, 2) == 5 and settle_steps(64, 4) == 17

@@ -10,6 +10,7 @@ pages). A batch already on a GPU is told apart first: no forked worker can make 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .common import timed
@@ -19,14 +20,14 @@ HANDOVERS = 5
 
 
 def holds_device_tensors(x: Any) -> bool:
-    """True where a batch (tensors, nested in tuples, lists and dicts) holds a tensor off the
+    """True where a batch (tensors, nested in tuples, lists and mappings) holds a tensor off the
     CPU: a dataset that hands out batches already on the GPU. A forked DataLoader worker
     cannot make those (CUDA does not start in a forked child)."""
     import torch
 
     if isinstance(x, torch.Tensor):
         return x.device.type != "cpu"
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return any(holds_device_tensors(v) for v in x.values())
     if isinstance(x, tuple | list):
         return any(holds_device_tensors(v) for v in x)
@@ -38,7 +39,7 @@ def _clone(x: Any) -> Any:
 
     if isinstance(x, torch.Tensor):
         return x.clone()
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):  # a BatchEncoding too: as a dict, the same tensors to move
         return {k: _clone(v) for k, v in x.items()}
     if isinstance(x, tuple | list):
         return type(x)(_clone(v) for v in x) if not hasattr(x, "_fields") else type(x)(
@@ -71,7 +72,7 @@ def _touch(x: Any) -> None:
         if x.device.type == "cpu" and x.numel():
             flat = x.detach().reshape(-1)
             flat[:: max(1, 4096 // max(1, x.element_size()))].sum()
-    elif isinstance(x, dict):
+    elif isinstance(x, Mapping):
         for v in x.values():
             _touch(v)
     elif isinstance(x, tuple | list):

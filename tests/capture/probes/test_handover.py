@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import UserDict
+
 import torch
 
 from diagnose.capture.probes.handover import holds_device_tensors, time_worker_handover
@@ -26,4 +28,5 @@ def test_a_batch_on_a_device_is_told_from_one_on_the_cpu() -> None:
     cpu = torch.zeros(2)
     assert not holds_device_tensors((cpu, {"y": [cpu, 3]}, "text"))
     assert holds_device_tensors((cpu, {"y": [torch.empty(2, device="meta")]}))
+    assert holds_device_tensors(UserDict({"y": torch.empty(2, device="meta")}))  # BatchEncoding
     assert not holds_device_tensors(None)
