@@ -167,3 +167,14 @@ def test_a_busier_thread_timing_widens_the_split_towards_its_gain(tmp_path):
     assert both.range[0] < quiet.range[0]
     assert both.range[0] <= busy.step_ms
     assert both.range[1] == pytest.approx(quiet.range[1], rel=0.05)
+
+
+def test_torch_on_one_thread_already_is_the_split_in_place():
+    """A run whose torch already runs on one thread has nothing of its threads to give the
+    workers: the split is in place (what is left to change is num_workers' own fix), with
+    or without workers; on 2 threads beside 2 workers on 2 CPUs it is not."""
+    fix = FIXES["threads"]
+    one = {"torch_num_threads": 1, "dataloader_num_workers": 0, "cpu_count": 2}
+    assert "one thread" in (fix.in_place(one) or "")
+    assert "one thread" in (fix.in_place({**one, "dataloader_num_workers": 2}) or "")
+    assert fix.in_place({**one, "torch_num_threads": 2, "dataloader_num_workers": 2}) is None

@@ -103,6 +103,8 @@ class Threads(Fix):
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         f = Facts.from_metrics(metrics)
         threads, nw, n = f.torch_num_threads, f.dataloader_num_workers, f.cpu_count
+        if threads == 1:  # what is left to change is the workers alone: num_workers' fix
+            return "torch already runs on one thread: its CPUs are the workers' to take"
         if threads is None or nw is None or n is None or nw < 1 or threads + nw > n:
             return None  # no workers yet: nothing is split, the fix would add one
         return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"
