@@ -61,6 +61,16 @@ def as_models(model: Any) -> list[Any]:
     return [model]
 
 
+def model_names(model: Any) -> list[str]:
+    """A name for each of :func:`as_models`' models, in its order: a dict's keys, a list's
+    or tuple's positions; "" for one model."""
+    if isinstance(model, list | tuple):
+        return [str(i) for i, m in enumerate(model) if m is not None]
+    if isinstance(model, Mapping) and not callable(getattr(model, "parameters", None)):
+        return [str(k) for k, m in model.items() if m is not None]
+    return [""] if model is not None else []
+
+
 def param_ids(models: Sequence[Any], *, trainable: bool = False) -> frozenset[int]:
     """ids of the models' parameters (those that require grad, with ``trainable``)."""
     out: set[int] = set()

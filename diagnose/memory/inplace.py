@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: how the section says the step was measured
@@ -63,9 +63,11 @@ class InPlaceStep:
         self.model_given = True  # False: no model to track (nothing to say of it)
 
     # ------------------------------------------------------------------ the boundaries
-    def boundary(self, window_over: bool, model: Any, optimizers: Sequence[Any]) -> None:
+    def boundary(self, window_over: bool, model: Any, optimizers: Sequence[Any],
+                 roots: Mapping[str, Any] | None = None) -> None:
         """A step boundary: the first one after the window starts the tracker, the next
-        ends it. ``optimizers``: those whose steps count (the optimizer's phase)."""
+        ends it. ``optimizers``: those whose steps count (the optimizer's phase); ``roots``:
+        every model by name, where there are several (their modules are named under it)."""
         if self.state == "idle" and window_over:
             if model is None:
                 self.model_given = False
@@ -74,19 +76,21 @@ class InPlaceStep:
                 self._skip("the steps' boundaries fall inside the model's calls (d.step() "
                            "at the end of each step marks them outside)")
             else:
-                self._start(model, optimizers)
+                self._start(model, optimizers, roots)
         elif self.state == "tracking":
             self._stop(None)
 
     def _skip(self, why: str) -> None:
         self.state, self.why = "skipped", f"no step's memory was tracked: {why}"
 
-    def _start(self, model: Any, optimizers: Sequence[Any]) -> None:
+    def _start(self, model: Any, optimizers: Sequence[Any],
+               roots: Mapping[str, Any] | None = None) -> None:
         from .tracker import StepTracker
 
         opts = [o for o in optimizers if o is not None]
         self.model, self.optimizer = model, (opts[0] if opts else None)
-        t = StepTracker(model, self.optimizer, None, optimizers=opts[1:], catch_oom=True)
+        t = StepTracker(model, self.optimizer, None, optimizers=opts[1:], catch_oom=True,
+                        roots=roots)
         t.__enter__()
         _RUNNING.add(t)
         self.tracker, self.state = t, "tracking"

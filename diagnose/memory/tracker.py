@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +75,8 @@ class StepTracker(MemTracker):
 
     def __init__(self, model: Any, optimizer: Any = None, batch: Any = None, *,
                  limit_bytes: int | None = None, catch_oom: bool = False,
-                 batch_size: int | None = None, optimizers: Sequence[Any] = ()) -> None:
+                 batch_size: int | None = None, optimizers: Sequence[Any] = (),
+                 roots: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.model, self.optimizer, self.batch = model, optimizer, batch
         # the optimizers whose steps are the optimizer's phase (each gets hooks of its own:
@@ -103,6 +104,17 @@ class StepTracker(MemTracker):
         self.classes: dict[str, str] = {n or "": type(m).__name__
                                         for n, m in model.named_modules()}
         self._root = type(model).__name__
+        if roots is not None and len(roots) > 1:
+            # several models (a GAN's, an encoder and a decoder): torch's ModTracker names a
+            # model by its class, so two of one class (two nn.Sequential) would share their
+            # modules' names; each is named by its key instead, its modules under it
+            for key, root in roots.items():
+                self._mod_tracker._known_modules[root] = key
+            self.classes = {f"{key}.{n}" if n else key: type(m).__name__
+                            for key, root in roots.items() for n, m in root.named_modules()}
+            # outside every model's call (the loss): filed under "", as the models together
+            self.classes[""] = "+".join(type(r).__name__ for r in roots.values())
+            self._root = ""
         self._hooks: ExitStack | None = None
         self._t0 = 0.0
         self.step_s = 0.0

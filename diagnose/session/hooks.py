@@ -29,7 +29,7 @@ class Hooks:
     ``steps``; ``notes`` gets a line where the DataLoader cannot be hooked."""
 
     def __init__(self, steps: Steps, models: list[Any], loader: Any, notes: list[str],
-                 memory: Any = None) -> None:
+                 memory: Any = None, names: list[str] | None = None) -> None:
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -37,6 +37,7 @@ class Hooks:
 
         self.steps = steps
         self.models = models
+        self.names = names if names is not None and len(names) == len(models) else None
         self.memory = memory  # an InPlaceStep, or None: memory is not tracked
         self.loader_hook: loader_shim.LoaderHook | None = None
         self.timers: list[ForwardTimer] = []
@@ -83,8 +84,11 @@ class Hooks:
         try:
             prof = self.steps.profiler
             found = self.models or self.found_models()
+            names = (self.names if self.models and self.names
+                     else [str(i) for i in range(len(found))])
             mem.boundary(prof is not None and prof.finished, found[0] if found else None,
-                         self.steps.finder.optimizer_list)
+                         self.steps.finder.optimizer_list,
+                         dict(zip(names, found, strict=True)) if len(found) > 1 else None)
         except Exception as e:  # never break the user's step
             self._drop_memory(e)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from diagnose.capture import distributed
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.boundaries import StepFinder, as_models
+from diagnose.capture.boundaries import StepFinder, as_models, model_names
 from diagnose.capture.gcpause import frozen_objects
 from diagnose.capture.profiler import WindowProfiler
 from diagnose.capture.quiet import WarningsOnce
@@ -328,7 +328,8 @@ class Session:
 
     def _install_hooks(self) -> None:
         self._hooks = Hooks(self._steps, self.models, self.loader, self.notes,
-                            InPlaceStep() if self.memory else None)
+                            InPlaceStep() if self.memory else None,
+                            names=model_names(self.model))
         self._loader_hooked = self._hooks.loader_hooked
 
     def _remove_hooks(self) -> None:

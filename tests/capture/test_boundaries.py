@@ -10,7 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from diagnose.capture.boundaries import FORWARD_ONLY, StepFinder, as_models  # noqa: E402
+from diagnose.capture.boundaries import (  # noqa: E402
+    FORWARD_ONLY,
+    StepFinder,
+    as_models,
+    model_names,
+)
 
 
 def _opt(model: nn.Module) -> torch.optim.Optimizer:
@@ -31,6 +36,10 @@ def test_models_given_as_one_a_list_a_dict_or_none() -> None:
     assert as_models({"netG": a, "netD": b}) == [a, b]
     both = nn.ModuleDict({"g": a, "d": b})
     assert as_models(both) == [both]
+    # each one's name, in the same order (the memory section files modules under it)
+    assert model_names({"netG": a, "netD": b}) == ["netG", "netD"]
+    assert model_names([a, None, b]) == ["0", "2"] and model_names(a) == [""]
+    assert model_names(both) == [""] and model_names(None) == []
 
 
 def test_one_optimizer_with_batches_steps_at_the_next_batch() -> None:

@@ -125,3 +125,32 @@ def test_a_process_forked_while_tracking_runs_it_paused():
 
 def _report_paused(tracker, q) -> None:
     q.put(tracker.paused)
+
+
+def test_several_models_of_one_class_keep_their_modules_apart():
+    """An encoder and a decoder, both nn.Sequential, given by name: torch's ModTracker would
+    name both roots "Sequential", and their first ReLUs one module ("1"); each module's
+    saved activations are filed under its own model's name instead (encoder.1 holds the
+    encoder's 64-wide ReLU output, decoder.1 the decoder's 16-wide one)."""
+    from torch import nn
+
+    enc = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    dec = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 32))
+    opt = torch.optim.SGD([*enc.parameters(), *dec.parameters()], lr=0.1)
+    x = torch.randn(128, 32)
+    mem = InPlaceStep()
+    mem.safe = True
+    roots = {"encoder": enc, "decoder": dec}
+    mem.boundary(True, enc, [opt], roots)
+    assert mem.state == "tracking"
+    (dec(enc(x)) - x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    mem.boundary(False, enc, [opt], roots)
+    assert mem.state == "done", mem.why
+    res = mem.result.to_json()
+    names = {m["module"] for m in res["top_modules"]}
+    assert {"encoder.1", "decoder.1"} <= names, names
+    assert not names & {"1", "0", "2"}, names
+    classes = {m["module"]: m["class"] for m in res["top_modules"]}
+    assert classes["encoder.1"] == "ReLU" == classes["decoder.1"]
