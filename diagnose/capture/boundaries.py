@@ -49,26 +49,26 @@ def _grad_enabled() -> bool:
     return torch.is_grad_enabled()
 
 
-def as_models(model: Any) -> list[Any]:
-    """The models given to ``diagnose()``: one, a list or tuple of them, a dict of them by
-    name (its values; a ModuleDict is one model), or none."""
+def named_models(model: Any) -> list[tuple[str, Any]]:
+    """The models given to ``diagnose()``, each with a name: one (""), a list or tuple of
+    them (their positions), a dict of them (its keys; a ModuleDict is one model), or none."""
     if model is None:
         return []
     if isinstance(model, list | tuple):
-        return [m for m in model if m is not None]
+        return [(str(i), m) for i, m in enumerate(model) if m is not None]
     if isinstance(model, Mapping) and not callable(getattr(model, "parameters", None)):
-        return [m for m in model.values() if m is not None]
-    return [model]
+        return [(str(k), m) for k, m in model.items() if m is not None]
+    return [("", model)]
+
+
+def as_models(model: Any) -> list[Any]:
+    """The models given to ``diagnose()`` (:func:`named_models`, without their names)."""
+    return [m for _, m in named_models(model)]
 
 
 def model_names(model: Any) -> list[str]:
-    """A name for each of :func:`as_models`' models, in its order: a dict's keys, a list's
-    or tuple's positions; "" for one model."""
-    if isinstance(model, list | tuple):
-        return [str(i) for i, m in enumerate(model) if m is not None]
-    if isinstance(model, Mapping) and not callable(getattr(model, "parameters", None)):
-        return [str(k) for k, m in model.items() if m is not None]
-    return [""] if model is not None else []
+    """The names :func:`named_models` gives, in the same order."""
+    return [n for n, _ in named_models(model)]
 
 
 def param_ids(models: Sequence[Any], *, trainable: bool = False) -> frozenset[int]:
