@@ -236,7 +236,7 @@ def test_threads_are_in_place_when_threads_and_workers_fit_the_cpus() -> None:
     t = FIXES["threads"]
     m = {"dataloader_num_workers": 1, "cpu_count": 2}
     assert t.in_place({**m, "torch_num_threads": 2}) is None  # 2 + 1 > 2: split them
-    assert "one thread" in (t.in_place({**m, "torch_num_threads": 1}) or "")
+    assert "no split" in (t.in_place({**m, "torch_num_threads": 1}) or "")
     assert "fit" in (t.in_place({**m, "torch_num_threads": 2, "cpu_count": 4}) or "")
     assert "set_num_threads" in t.code and "before" in t.code and "after" in t.code
 

@@ -169,12 +169,14 @@ def test_a_busier_thread_timing_widens_the_split_towards_its_gain(tmp_path):
     assert both.range[1] == pytest.approx(quiet.range[1], rel=0.05)
 
 
-def test_torch_on_one_thread_already_is_the_split_in_place():
-    """A run whose torch already runs on one thread has nothing of its threads to give the
-    workers: the split is in place (what is left to change is num_workers' own fix), with
-    or without workers; on 2 threads beside 2 workers on 2 CPUs it is not."""
+def test_a_split_that_keeps_torchs_threads_is_in_place():
+    """Torch on one thread of 2 CPUs: every split leaves it on one thread and changes the
+    workers alone (num_workers' own fix), so the split is in place, with or without
+    workers. On 2 threads beside 2 workers it is not; nor on one thread of 8 CPUs without
+    workers, where a split gives torch the CPUs the workers leave (1 worker, 7 threads)."""
     fix = FIXES["threads"]
     one = {"torch_num_threads": 1, "dataloader_num_workers": 0, "cpu_count": 2}
-    assert "one thread" in (fix.in_place(one) or "")
-    assert "one thread" in (fix.in_place({**one, "dataloader_num_workers": 2}) or "")
+    assert "no split of the 2 CPUs" in (fix.in_place(one) or "")
+    assert "no split" in (fix.in_place({**one, "dataloader_num_workers": 2}) or "")
     assert fix.in_place({**one, "torch_num_threads": 2, "dataloader_num_workers": 2}) is None
+    assert fix.in_place({**one, "cpu_count": 8}) is None

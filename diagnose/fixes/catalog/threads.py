@@ -103,9 +103,16 @@ class Threads(Fix):
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         f = Facts.from_metrics(metrics)
         threads, nw, n = f.torch_num_threads, f.dataloader_num_workers, f.cpu_count
-        if threads == 1:  # what is left to change is the workers alone: num_workers' fix
-            return "torch already runs on one thread: its CPUs are the workers' to take"
-        if threads is None or nw is None or n is None or nw < 1 or threads + nw > n:
+        if threads is None or n is None:
+            return None
+        # a split that leaves torch's threads as they are changes the workers alone: that
+        # is num_workers' fix (torch on one thread of 2 CPUs: every split keeps it there)
+        if n >= 2 and nw is not None and not any(c.intra_op_threads != threads for c in self.search(
+                TrainConfig(num_workers=nw), f)):
+            return (f"torch already runs on {threads} thread{'s' if threads > 1 else ''} "
+                    f"and no split of the {n} CPUs changes that: what is left is the "
+                    "workers' count")
+        if nw is None or nw < 1 or threads + nw > n:
             return None  # no workers yet: nothing is split, the fix would add one
         return f"torch's {threads} threads and {nw} workers already fit the {n} CPUs"
 
