@@ -108,8 +108,10 @@ class StepTracker(MemTracker):
             # several models (a GAN's, an encoder and a decoder): torch's ModTracker names a
             # model by its class, so two of one class (two nn.Sequential) would share their
             # modules' names; each is named by its key instead, its modules under it
+            known = getattr(self._mod_tracker, "_known_modules", None)  # torch's private
             for key, root in roots.items():
-                self._mod_tracker._known_modules[root] = key
+                if known is not None:
+                    known[root] = key
             self.classes = {f"{key}.{n}" if n else key: type(m).__name__
                             for key, root in roots.items() for n, m in root.named_modules()}
             # outside every model's call (the loss): filed under "", as the models together
