@@ -6,8 +6,8 @@ made). The probes give the step model its measured inputs (diagnose.capture.prob
 worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
-the budget allows, the quieter one kept and their ratios' span in ``threads_span``), beside
-busy processes (``threads_busy``); a worker's send cost; the work after each kind of fetch.
+the budget allows, the quieter one kept and their ratios' span in ``threads_span``), and
+in the first one's rounds beside busy processes (``threads_busy``); a worker's send cost; the work after each kind of fetch.
 They share a budget, a share of the capture's wall time so far
 (:mod:`~diagnose.capture.probes.budget`), spent in that order, the order of what the
 predictions need most; ``context["probes"]`` says what was skipped and why. A run that
@@ -31,7 +31,7 @@ from diagnose.capture.probes import (
     time_cpu_capacity_span,
     time_inprocess_batch,
     time_threads,
-    time_threads_beside_busy,
+    time_threads_and_busy,
     time_work_after_fetches,
     time_worker_batches,
     time_worker_handover,
@@ -94,14 +94,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if workers:
         _time_handover(ctx, batch, budget, on_error)
     if forward is not None:  # a CPU model's (the threads split's, the workers' contention)
-        ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
-            "threads", lambda: time_threads(model, forward.inputs)))
-    if loaded and forward is not None and ctx.get("threads"):
-        # what busy workers cost torch's threads (the workers' predictions)
-        ctx["threads_busy"] = _guard("thread timing beside busy processes", on_error,
-                                     lambda: budget.run("threads_busy", lambda: (
-                                         time_threads_beside_busy(
-                                             model, forward.inputs, usable_cpus()))))
+        _time_threads(ctx, model, forward, loaded, budget, on_error)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
         ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
             "worker hand-over timing", on_error,
@@ -124,6 +117,21 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()
+
+
+def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer, loaded: bool,
+                  budget: ProbeBudget, on_error: OnError) -> None:
+    """The model's work on torch's threads and on one (``threads``), and where the job has
+    a DataLoader, beside busy processes in the same rounds (``threads_busy``: what busy
+    workers cost torch's threads, for the workers' predictions)."""
+    got = _guard("thread timing", on_error, lambda: budget.run(
+        "threads", lambda: time_threads_and_busy(
+            model, forward.inputs, usable_cpus() if loaded else None)))
+    ctx["threads"], busy = got if got is not None else (None, None)
+    if loaded and ctx["threads"]:
+        ctx["threads_busy"] = busy
+    if loaded and "threads" in budget.skipped:
+        budget.skipped.setdefault("threads_busy", budget.skipped["threads"])
 
 
 def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:

@@ -5,8 +5,9 @@ The forward is timed in the loop (:class:`ForwardTimer`); everything else runs a
 loop, when no step is on the clock, and leaves the run as it was (RNG states, buffers,
 thread count, no child process left). Each gives None where it does not apply.
 
-- :mod:`.compute`: the model's work on torch's threads and on one thread
-- :mod:`.contention`: the same work beside busy processes (workers making batches)
+- :mod:`.compute`: the model's work on torch's threads, on one thread, and beside busy
+  processes (workers making batches)
+- :mod:`.contention`: those busy processes
 - :mod:`.after_fetch`: the work right after a per-sample against a batched fetch
 - :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
 - :mod:`.inprocess`: a batch made by the training process itself
@@ -19,8 +20,13 @@ thread count, no child process left). Each gives None where it does not apply.
 
 from .after_fetch import time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
-from .compute import ForwardTimer, quieter_threads, threads_ratio_span, time_threads
-from .contention import time_threads_beside_busy
+from .compute import (
+    ForwardTimer,
+    quieter_threads,
+    threads_ratio_span,
+    time_threads,
+    time_threads_and_busy,
+)
 from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
 from .send import time_worker_send
@@ -38,7 +44,7 @@ __all__ = [
     "time_inprocess_batch",
     "threads_ratio_span",
     "time_threads",
-    "time_threads_beside_busy",
+    "time_threads_and_busy",
     "time_work_after_fetches",
     "wait_workers_idle",
     "time_worker_batches",

@@ -1,5 +1,6 @@
-"""The model's work beside busy processes (diagnose/capture/probes/contention.py):
-the busy processes are real, and gone afterwards."""
+"""The model's work beside busy processes (diagnose/capture/probes/contention.py, timed in
+the threads probe's rounds: compute.time_threads_and_busy): the busy processes are real,
+and gone afterwards."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from diagnose.capture.probes.contention import time_threads_beside_busy
+from diagnose.capture.probes import common
+from diagnose.capture.probes.compute import time_threads_and_busy
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,14 +41,32 @@ def test_the_work_beside_busy_processes_is_timed_and_they_are_gone():
     bufs = [b.clone() for b in m.buffers()]
     rng, threads = torch.get_rng_state(), torch.get_num_threads()
     cpus = threads  # the busy processes then always oversubscribe torch's threads
-    out = time_threads_beside_busy(m, ((x,), {}), cpus)
+    spent = common.probe_clock()
+    alone, out = time_threads_and_busy(m, ((x,), {}), cpus)
+    assert alone is not None and alone["work_ms"] > 0 and alone["work_1thread_ms"] > 0
     assert out is not None and out["torch_threads"] == threads and out["work_ms"] > 0
+    assert out["work_ms"] == alone["work_ms"]  # the work alone, timed once for both
     assert set(out["busy_ratio"]) == {"1", "2"}
     assert all(r > 0 and math.isfinite(r) for r in out["busy_ratio"].values())
     assert not psutil.Process().children()
     assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
     assert torch.equal(torch.get_rng_state(), rng)
     assert torch.get_num_threads() == threads
+    # each part's own time on the probes' clock
+    assert spent["threads"] > 0 and spent["threads_busy"] > 0
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_without_cpus_only_the_threads_are_timed():
+    """No CPU count (a job without a DataLoader): the threads timing alone, no busy
+    process started, no busy time on the clock."""
+    import psutil
+
+    spent = common.probe_clock()
+    alone, busy = time_threads_and_busy(_model(), ((torch.randn(64, 32),), {}), None)
+    assert alone is not None and busy is None
+    assert "threads_busy" not in spent and spent["threads"] > 0
+    assert not psutil.Process().children()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
@@ -62,8 +82,8 @@ def test_stopped_busy_processes_go_with_a_killed_parent(tmp_path: Path) -> None:
 
     script = tmp_path / "parent.py"
     script.write_text("import sys, time\n"
-                      "from diagnose.capture.probes.contention import _spinners\n"
-                      "print(*[p.pid for p in _spinners(2)], flush=True)\n"
+                      "from diagnose.capture.probes.contention import spinners\n"
+                      "print(*[p.pid for p in spinners(2)], flush=True)\n"
                       "time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               text=True, cwd=tmp_path,
@@ -101,8 +121,9 @@ def test_the_work_beside_busy_processes_is_not_timed_where_it_cannot_tell():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert time_threads_beside_busy(_model(), ((torch.randn(4, 32),), {}), 2) is None
+        assert time_threads_and_busy(_model(), ((torch.randn(4, 32),), {}), 2) == (None, None)
     finally:
         torch.set_num_threads(before)
-    assert time_threads_beside_busy(_model(), None, 2) is None
-    assert time_threads_beside_busy(_model(), ((torch.randn(4, 32),), {}), 64) is None
+    assert time_threads_and_busy(_model(), None, 2) == (None, None)
+    alone, busy = time_threads_and_busy(_model(), ((torch.randn(4, 32),), {}), 64)
+    assert busy is None and (alone is not None or torch.get_num_threads() < 2)
