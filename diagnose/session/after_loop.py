@@ -6,8 +6,10 @@ made). The probes give the step model its measured inputs (diagnose.capture.prob
 worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
-the budget allows, the quieter one kept and their ratios' span in ``threads_span``), and
-in the first one's rounds beside busy processes (``threads_busy``); a worker's send cost; the work after each kind of fetch.
+the budget allows, the quieter one kept and their ratios' span in ``threads_span``), and in
+the first one's rounds beside busy processes (``threads_busy``), only where the loop has a
+DataLoader (the threads split, the one fix they serve, changes its workers); a worker's
+send cost; the work after each kind of fetch.
 They share a budget, a share of the capture's wall time so far
 (:mod:`~diagnose.capture.probes.budget`), spent in that order, the order of what the
 predictions need most; ``context["probes"]`` says what was skipped and why. A run that
@@ -43,6 +45,9 @@ from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import usable_cpus
 
 OnError = Callable[[str, BaseException], None]
+#: why the thread timings are not made for a loop without a DataLoader
+NO_LOADER = ("no DataLoader was seen: the one fix the thread timings serve, the threads "
+             "split, changes a DataLoader's workers")
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
@@ -93,8 +98,10 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_capacity(caps, budget, on_error)
     if workers:
         _time_handover(ctx, batch, budget, on_error)
-    if forward is not None:  # a CPU model's (the threads split's, the workers' contention)
-        _time_threads(ctx, model, forward, loaded, budget, on_error)
+    if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
+        _time_threads(ctx, model, forward, budget, on_error)  # contention)
+    elif forward is not None:
+        budget.skipped.setdefault("threads", NO_LOADER)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
         ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
             "worker hand-over timing", on_error,
@@ -119,18 +126,17 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     ctx["probes"] = budget.record()
 
 
-def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer, loaded: bool,
+def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
                   budget: ProbeBudget, on_error: OnError) -> None:
-    """The model's work on torch's threads and on one (``threads``), and where the job has
-    a DataLoader, beside busy processes in the same rounds (``threads_busy``: what busy
-    workers cost torch's threads, for the workers' predictions)."""
+    """The model's work on torch's threads and on one (``threads``), and beside busy
+    processes in the same rounds (``threads_busy``: what busy workers cost torch's threads,
+    for the workers' predictions)."""
     got = _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads_and_busy(
-            model, forward.inputs, usable_cpus() if loaded else None)))
+        "threads", lambda: time_threads_and_busy(model, forward.inputs, usable_cpus())))
     ctx["threads"], busy = got if got is not None else (None, None)
-    if loaded and ctx["threads"]:
+    if ctx["threads"]:
         ctx["threads_busy"] = busy
-    if loaded and "threads" in budget.skipped:
+    if "threads" in budget.skipped:
         budget.skipped.setdefault("threads_busy", budget.skipped["threads"])
 
 

@@ -173,3 +173,16 @@ def test_the_noise_of_the_probes_cut_short_reaches_the_predictor() -> None:
     assert probes_noise({"probes": {"cut": []}}) == 0.0
     assert probes_noise({}) is None
     assert Facts.from_metrics({"probes_noise_rel": 0.06}).probes_noise_rel == 0.06
+
+
+def test_a_loop_without_a_dataloader_gets_no_thread_timing(
+        run: tuple[FakeClock, list[str]]) -> None:
+    """No DataLoader seen (no batch from one): the threads split, the one fix the thread
+    timings serve, cannot apply, so they are not made, and the record says why; nothing
+    else runs either."""
+    clock, ran = run
+    ctx: dict[str, Any] = {"cpu_count": 2}
+    al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
+                       batch=None, on_error=_errors, budget=ProbeBudget(1.0, 0.0))
+    assert ran == [] and clock.t == 0.0
+    assert "threads" not in ctx and ctx["probes"]["skipped"] == {"threads": al.NO_LOADER}
