@@ -17,6 +17,10 @@ from .common import timed
 
 #: batches handed over (after the first, which pays for the worker's start)
 HANDOVERS = 5
+#: the least wait before each timed hand-over (s); the wait is otherwise twice what one copy
+#: of the batch takes here (the worker copies it, then pickles it into shared memory), so
+#: that the next batch is ready and the timing holds the hand-over alone
+WAIT_S = 0.002
 
 
 def holds_device_tensors(x: Any) -> bool:
@@ -83,7 +87,8 @@ def _touch(x: Any) -> None:
 @timed("worker_handover")
 def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None:
     """What receiving one batch like ``batch`` from a DataLoader worker process costs the
-    training process (ms, the least of :data:`HANDOVERS`: a busy moment only adds to it),
+    training process (ms, the least of :data:`HANDOVERS`, each taken once the worker had
+    time to make it: :data:`WAIT_S`; a busy moment only adds to it),
     the first touch of its pages included (:func:`_touch`).
     Also, for the stalls an epoch pays without persistent workers (ms): what starting that
     worker took (``iter()`` and its first batch, a copy), of which ``iter()`` alone (the
@@ -98,6 +103,9 @@ def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None
     if batch is None:
         return None
     rng = torch.get_rng_state()
+    t0 = time.perf_counter()
+    _clone(batch)
+    wait = max(WAIT_S, 2 * (time.perf_counter() - t0))
     try:
         ds: Any = _Repeat(batch, HANDOVERS + 1)  # map-style: __len__ and __getitem__
         loader: Any = DataLoader(ds, batch_size=None, num_workers=1,
@@ -110,7 +118,7 @@ def time_worker_handover(batch: Any) -> tuple[float, float, float, float] | None
             start = time.perf_counter() - t0
             times = []
             for _ in range(HANDOVERS):
-                time.sleep(0.02)  # the worker has the next batch ready
+                time.sleep(wait)  # the worker has the next batch ready
                 t0 = time.perf_counter()
                 _touch(next(it))
                 times.append(time.perf_counter() - t0)
