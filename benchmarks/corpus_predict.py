@@ -29,9 +29,11 @@ the change is to the garbage collector or the diagnosed loop made full collectio
 Columns: predicted speedup and the range its changed step's ms range gives (base / hi,
 base / lo), measured speedup (mean block ratio) with its paired bootstrap 95% interval,
 error = measured / predicted, whether the measured speedup lies inside the range, the two
-arms' mean steps, and the corpus. Tallies per half (and per corpus, where there are two):
-within 15% of the prediction, inside the range, no first fix more than 5% slower, and the
-share of warning/critical findings carrying a prediction.
+arms' mean steps, and the corpus. A loader whose epoch is short (at most 100 batches) is
+timed in whole epochs, each arm's epochs interleaved (``_epoch_steps``). Tallies per half
+(and per corpus, where there are two): within 15% of the prediction, inside the range, no
+first fix more than 5% slower, and the share of warning/critical findings carrying a
+prediction.
 """
 
 from __future__ import annotations
@@ -327,9 +329,56 @@ def _ready(a: Arm) -> int:
     return (getattr(a.cfg, "prefetch_factor", None) or 2) * (getattr(a.cfg, "num_workers", 0) or 0)
 
 
+#: a loader whose epoch is at most this many batches is timed in whole epochs
+#: (:func:`_epoch_steps`)
+WHOLE_EPOCH_MAX = 100
+
+
+def _epoch_steps(arms: list[Arm]) -> int | None:
+    """The batches of an epoch where every arm's loader has one of at most
+    :data:`WHOLE_EPOCH_MAX`; else None. Such a loop is timed in whole epochs, each from
+    ``iter()`` to its last batch: workers that are not persistent restart at every epoch
+    and finish its batches early (the last steps take them from the queue, fast), so a
+    block of a few steps would time whichever part of that cycle it fell on, and its
+    restart now and then. An epoch's end shuts the workers down, so none works while the
+    other arm is timed."""
+    got = set()
+    for a in arms:
+        try:
+            got.add(len(a.loader))
+        except TypeError:  # no loader, or an iterable one
+            return None
+    n = got.pop() if len(got) == 1 else None
+    return n if n is not None and 0 < n <= WHOLE_EPOCH_MAX else None
+
+
+def _time_epochs(job: dict[str, Any], arms: list[Arm], rounds: int, n: int
+                 ) -> list[list[float]]:
+    """Mean step (ms) of each arm per round over one whole epoch of ``n`` batches (its
+    start and end included), the arms' epochs interleaved after one untimed epoch each."""
+    out: list[list[float]] = [[] for _ in arms]
+    for r in range(rounds + 1):
+        for i, a in enumerate(arms):
+            with pvm._threads(a.threads), pvm._frozen(a.freeze), \
+                    _optimizer_flags(job["optimizer"], a.opt_flags), \
+                    _model_settings(job, a.model):
+                _sync(job)
+                t0 = time.perf_counter()
+                for batch in a.loader:
+                    _step(job, batch, a.cfg)
+                _sync(job)
+                if r:
+                    out[i].append((time.perf_counter() - t0) / n * 1e3)
+    return out
+
+
 def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> list[list[float]]:
     """Mean step (ms) of each arm per round, the arms' blocks interleaved; each block after
-    a warm-up of 3 steps and the batches the busiest arm's workers keep ready."""
+    a warm-up of 3 steps and the batches the busiest arm's workers keep ready. A loader
+    with a short epoch is timed in whole epochs instead (:func:`_epoch_steps`)."""
+    n = _epoch_steps(arms)
+    if n is not None:
+        return _time_epochs(job, arms, rounds, n)
     its = [_batches(job, a) for a in arms]
     out: list[list[float]] = [[] for _ in arms]
     warm = 3 + max(_ready(a) for a in arms)
