@@ -35,9 +35,13 @@ persistent) starts them again at every epoch and the loop waits for the first
 batch, and shuts them down at its end. Each round runs on a fresh iterator, whose
 start is timed in its warmup; the timed steps carry its share, (start + end) /
 ``len(loader)`` a step, the end as the trial last ran into one
-(:meth:`Trial.epoch_share_s`), unless they began an epoch themselves (a short
-epoch: its start and end are then in the blocks already). So fewer workers, or persistent
-ones, are measured as the loop runs them over whole epochs.
+(:meth:`Trial.epoch_share_s`), unless they began an epoch themselves. So fewer workers,
+or persistent ones, are measured as the loop runs them over whole epochs.
+
+A short epoch with workers (at most :data:`WHOLE_EPOCH_STEPS` steps) is timed whole
+instead, one value a round (:meth:`Trial.run`): its workers start, make its batches
+beside the steps, finish them early and go idle while the last steps take them from the
+queue, and a few steps a round would fall on one part of that cycle.
 """
 
 from __future__ import annotations
@@ -213,6 +217,12 @@ def release_memory(w: Workload) -> None:
         torch.cuda.empty_cache()
 
 
+#: a loader with workers whose epoch is at most this many optimizer steps is timed in whole
+#: epochs (the module doc): a round's timed steps are about 8-16, so an epoch of a few
+#: rounds' steps has a cycle those steps would sample by their phase
+WHOLE_EPOCH_STEPS = 64
+
+
 # ---------------------------------------------------------------------- the trial
 class Trial:
     """One config, realised. Use as ``with trial: times = trial.run(warmup, n)``."""
@@ -385,12 +395,52 @@ class Trial:
         after ``warmup`` discarded ones, on a fresh iterator (workers start inside the
         warmup), each with the epoch's start spread over its steps
         (:meth:`epoch_share_s`: the loop pays it, the timed blocks may not hold one);
-        workers are shut down after."""
+        workers are shut down after. A short epoch with workers is timed whole
+        (:meth:`whole_epoch`)."""
         self.close()
         try:
+            if self.epoch_steps() is not None:
+                return self.whole_epoch(warmup)
             return self._timed(n, warmup, self.step, block) + self.epoch_share_s()
         finally:
             self.close()
+
+    def epoch_steps(self) -> int | None:
+        """The optimizer steps of one epoch where it is timed whole: a loader with workers
+        (persistent or not) of at most :data:`WHOLE_EPOCH_STEPS` steps; else None."""
+        loader = self.loader
+        if not loader.num_workers:
+            return None
+        try:
+            n = len(loader) // self.parts.micro_batches
+        except TypeError:  # an iterable dataset: no length
+            return None
+        return n if 0 < n <= WHOLE_EPOCH_STEPS else None
+
+    def whole_epoch(self, warmup: int) -> np.ndarray:
+        """Seconds per optimizer step over one whole epoch (one value): from ``iter()``
+        through its last batch and its end (the workers shut down), one device drain at
+        each end. Before the trial's first, ``warmup`` steps on an iterator of their own
+        (the first timed alone: a compiled model's compile)."""
+        if self.first_step_s is None:
+            for i in range(max(1, warmup)):
+                t0 = time.perf_counter()
+                self.step()
+                if i == 0:
+                    self.w.sync()
+                    self.first_step_s = time.perf_counter() - t0
+            self.close()
+        steps = self.epoch_steps() or 1
+        self.w.sync()
+        t0 = time.perf_counter()
+        it = self._it = iter(self.loader)
+        for _ in range(steps):
+            self.step(lambda: next(it))
+        for _ in it:  # the epoch's last batches (a part step) and its end
+            pass
+        self.w.sync()
+        self.timed_restarts = 1  # the epoch's start and end are in the time
+        return np.array([(time.perf_counter() - t0) / steps])
 
     def compute_only(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Step times with one batch, already on the device, reused: no input pipeline."""

@@ -236,24 +236,32 @@ def _slow_start(_: int) -> None:
     time.sleep(0.2)  # a worker that takes 0.2 s to start (a fork of a big process)
 
 
-def test_an_epochs_start_is_spread_over_its_steps() -> None:
-    """Workers that are not persistent start again every epoch, and the loop waits for
-    them: a round's fresh iterator times that start (here over 0.2 s: a worker_init_fn
-    that sleeps) and each timed step carries its share (one start per 32 batches: 6 ms or
-    more), which 8 timed steps of a 32-batch epoch would not hold. Persistent workers
-    start once a run; without workers there is nothing to start."""
+def _slow_workers(samples: int) -> tuple[Workload, TrainConfig]:
+    """A workload of ``samples`` rows in batches of 8, and its config with one worker that
+    takes 0.2 s to start."""
     torch.manual_seed(0)
     model = nn.Linear(8, 4)
-    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+    loader = DataLoader(TensorDataset(torch.randn(samples, 8),
+                                      torch.randint(0, 4, (samples,))),
                         batch_size=8, worker_init_fn=_slow_start)
     w = Workload.from_user(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
                            loss_fn=F.cross_entropy)
-    base = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=1)
+    return w, TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=1)
+
+
+def test_an_epochs_start_is_spread_over_its_steps() -> None:
+    """Workers that are not persistent start again every epoch, and the loop waits for
+    them: a round's fresh iterator times that start (here over 0.2 s: a worker_init_fn
+    that sleeps) and each timed step carries its share (one start per 128 batches: 1.5 ms
+    or more), which 8 timed steps of a 128-batch epoch would not hold. Persistent workers
+    start once a run; without workers there is nothing to start."""
+    w, base = _slow_workers(1024)
     with Trial(w, base) as t:
+        assert t.epoch_steps() is None  # 128 steps: longer than a whole epoch's timing
         times = t.run(2, 8, block=4)
         assert t.start_s is not None and t.start_s >= 0.2 and t.timed_restarts == 0
-        assert t.epoch_share_s() == pytest.approx(t.start_s / 32)
-        assert (times >= 0.2 / 32).all()
+        assert t.epoch_share_s() == pytest.approx(t.start_s / 128)
+        assert (times >= 0.2 / 128).all()
     with Trial(w, base.replace(persistent_workers=True)) as t:
         t.run(2, 8, block=4)
         assert t.start_s is not None and t.start_s >= 0.2 and t.epoch_share_s() == 0.0
@@ -262,14 +270,34 @@ def test_an_epochs_start_is_spread_over_its_steps() -> None:
         assert t.epoch_share_s() == 0.0
     # timed blocks that cross an epoch's end hold its start already: nothing is added
     with Trial(w, base) as t:
-        t.run(30, 8, block=4)
+        t.run(126, 8, block=4)
         assert t.timed_restarts == 1 and t.epoch_share_s() == 0.0
         # that end (the worker shut down and joined) was timed, and a later round whose
         # blocks hold no epoch's start or end carries both
         assert t.stop_s is not None and t.stop_s > 0
         t.run(2, 8, block=4)
         assert t.timed_restarts == 0
-        assert t.epoch_share_s() == pytest.approx((t.start_s + t.stop_s) / 32)
+        assert t.epoch_share_s() == pytest.approx((t.start_s + t.stop_s) / 128)
+
+
+def test_a_short_epoch_with_workers_is_timed_whole() -> None:
+    """An epoch of 32 steps with a worker: a round times the whole epoch, one value, from
+    iter() (the worker's 0.2 s start inside it: at least 0.2 / 32 s a step) through its end,
+    with one drain at each end after the trial's warm-up steps; nothing is added for the
+    epoch's start. Without workers there is no cycle: the blocks as before."""
+    drain = Drain()
+    w, base = _slow_workers(256)
+    w.sync = drain  # type: ignore[method-assign]
+    with Trial(w, base) as t:
+        assert t.epoch_steps() == 32
+        first = t.run(2, 8, block=4)
+        assert len(first) == 1 and first[0] >= 0.2 / 32
+        assert drain.calls == 1 + 2  # the first warm-up step; the epoch's two ends
+        again = t.run(2, 8, block=4)  # warmed up: the epoch alone
+        assert len(again) == 1 and again[0] >= 0.2 / 32 and drain.calls == 3 + 2
+        assert t.epoch_share_s() == 0.0
+    with Trial(w, base.replace(num_workers=0)) as t:
+        assert t.epoch_steps() is None and len(t.run(2, 8, block=4)) == 2
 
 
 def test_a_tied_advice_is_tried_first() -> None:
