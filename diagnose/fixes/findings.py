@@ -100,8 +100,9 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
     for x in slower:
         p = preds[x]
         assert isinstance(p, Prediction)
-        f.hints.append(f"{x}: predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> {p.step_ms:.1f} "
-                       "ms), slower: not offered as the fix")
+        what = ", ".join(f"{k}={v}" for k, v in p.change.items())
+        f.hints.append(f"{x} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
+                       f"{p.step_ms:.1f} ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound, or a range whose
     # fast end helps: fixing it could save that time), the rule's own estimate stands

@@ -245,7 +245,8 @@ def _json_error(path: Path, e: Exception) -> TraceError:
         return TraceError(path, f"not valid UTF-8 text (byte {e.start})")
     if isinstance(e, RecursionError):
         return TraceError(path, "JSON nested too deeply")
-    return TraceError(path, f"not valid JSON ({_short(e)})")
+    return TraceError(path, f"not valid JSON ({_short(e)}); a trace is torch.profiler's "
+                            "JSON export (.json or .json.gz)")
 
 
 def _decode_lenient(data: bytes, path: Path) -> Decoded:
