@@ -18,6 +18,7 @@ from ..fixes import FIXES
 from ..fixes.findings import offered
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
+from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import prediction_line
 from ..stepmodel.step import step_model_line
 from .runkind import device_line, fit_not_evaluated, fit_notes
@@ -101,7 +102,16 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
     mean = m.get("step_time_unprofiled_mean_ms")
     if isinstance(mean, int | float) and mean > 1.1 * st["median_ms"]:
         # pauses that hit some steps (garbage collection, a slow read) are the job's time
-        head += f"; mean {_ms(mean)}: some steps pause, and predictions start from the mean"
+        steady = m.get("step_time_steady_mean_ms")
+        epoch = Facts.from_metrics(m).epoch_boundary_per_step_ms
+        if isinstance(steady, int | float) and epoch:
+            # the clock's few steps hold an epoch's start at their own rate, not the epoch's
+            head += (f"; mean {_ms(mean)}: some steps pause; predictions start from "
+                     f"{_ms(steady + epoch)}, the steady steps' mean and an epoch's start "
+                     f"spread over its steps ({_ms(epoch)} a step)")
+        else:
+            head += (f"; mean {_ms(mean)}: some steps pause, and predictions start from the "
+                     "mean")
     if window is not None and isinstance(r, int | float):
         window += f"; the profiler made steps {r:.2f}x as long"
     return head, window

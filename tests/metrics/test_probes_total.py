@@ -25,3 +25,21 @@ def test_the_probes_time_is_summed_and_shown_beside_the_profiled_window() -> Non
                        "probes_ms_each": "threads 0.25 s, cpu_capacity 0.10 s"})[1]
     assert each is not None and each.endswith(
         "took 0.4 s (threads 0.25 s, cpu_capacity 0.10 s)")
+
+
+def test_the_headline_says_which_step_the_predictions_start_from() -> None:
+    """Some steps pause (mean 45 ms over a median of 22 ms). Where the clock saw an epoch's
+    start with workers that restart, the predictions start from the steady steps' mean and
+    that start spread over the epoch's 24 steps (41 + 60 / 24 = 43.5 ms), and the line says
+    so; without one, from the mean."""
+    m = {"step_count": 5, "steps_source": "ProfilerStep", "step_time_median_ms": 44.0,
+         "step_time_unprofiled_median_ms": 22.0, "step_time_unprofiled_steps": 10,
+         "step_time_unprofiled_mean_ms": 45.0}
+    head = step_lines(m)[0]
+    assert head.endswith("mean 45.00 ms: some steps pause, and predictions start from the mean")
+    epoch = {**m, "step_time_steady_mean_ms": 41.0, "dataloader_epoch_boundary_ms": 60.0,
+             "dataloader_num_workers": 4, "dataloader_epoch_batches": 24,
+             "dataloader_persistent_workers": False}
+    head = step_lines(epoch)[0]
+    assert "predictions start from 43.50 ms, the steady steps' mean" in head
+    assert "(2.50 ms a step)" in head
