@@ -294,6 +294,15 @@ def _optimizer_flags(opt: Any, flags: dict[str, Any]):
             g.update(b)
 
 
+@contextlib.contextmanager
+def _settings(job: dict[str, Any], a: Arm):
+    """The arm's process-wide settings for a block: torch's threads, the collector frozen,
+    the optimizer's flags, the models' settings; undone after it."""
+    with pvm._threads(a.threads), pvm._frozen(a.freeze), \
+            _optimizer_flags(job["optimizer"], a.opt_flags), _model_settings(job, a.model):
+        yield
+
+
 def _batches(job: dict[str, Any], arm: Arm) -> Any:
     if arm.loader is not None:
         from corpus._common import forever
@@ -359,9 +368,7 @@ def _time_epochs(job: dict[str, Any], arms: list[Arm], rounds: int, n: int
     out: list[list[float]] = [[] for _ in arms]
     for r in range(rounds + 1):
         for i, a in enumerate(arms):
-            with pvm._threads(a.threads), pvm._frozen(a.freeze), \
-                    _optimizer_flags(job["optimizer"], a.opt_flags), \
-                    _model_settings(job, a.model):
+            with _settings(job, a):
                 _sync(job)
                 t0 = time.perf_counter()
                 for batch in a.loader:
@@ -385,9 +392,7 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> 
     try:
         for _ in range(rounds):
             for i, a in enumerate(arms):
-                with pvm._threads(a.threads), pvm._frozen(a.freeze), \
-                        _optimizer_flags(job["optimizer"], a.opt_flags), \
-                        _model_settings(job, a.model):
+                with _settings(job, a):
                     t0 = 0.0
                     for k in range(warm + steps):
                         if k == warm:
@@ -420,8 +425,7 @@ def _apart(name: str, change: dict[str, Any]) -> None:
     a = make_arm(job, change)
     warm = 10 + _ready(a)
     it = _batches(job, a)
-    with pvm._threads(a.threads), pvm._frozen(a.freeze), \
-            _optimizer_flags(job["optimizer"], a.opt_flags), _model_settings(job, a.model):
+    with _settings(job, a):
         t0 = 0.0
         for k in range(warm + pvm.APART_STEPS):
             if k == warm:

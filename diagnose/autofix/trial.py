@@ -372,12 +372,7 @@ class Trial:
         block = max(1, min(int(block), n))
         if n <= 0:
             return np.empty(0, dtype=np.float64)
-        for i in range(warmup):
-            t0 = time.perf_counter()
-            one()
-            if i == 0 and self.first_step_s is None:
-                self.w.sync()
-                self.first_step_s = time.perf_counter() - t0
+        self._warm(warmup, one)
         self.w.sync()  # the timed blocks start with an empty queue
         before = self.restarts
         out = np.empty(max(1, n // block), dtype=np.float64)
@@ -389,6 +384,16 @@ class Trial:
             out[j] = (time.perf_counter() - t0) / block
         self.timed_restarts = self.restarts - before
         return out
+
+    def _warm(self, warmup: int, one: Callable[[], None]) -> None:
+        """``warmup`` discarded steps of ``one``; the first, where no step was timed alone
+        yet, timed alone to its drain (``first_step_s``: a compiled model's compile)."""
+        for i in range(warmup):
+            t0 = time.perf_counter()
+            one()
+            if i == 0 and self.first_step_s is None:
+                self.w.sync()
+                self.first_step_s = time.perf_counter() - t0
 
     def run(self, warmup: int, n: int, block: int = 1) -> np.ndarray:
         """Seconds per optimizer step, one value per block of ``block`` steps, of ``n`` steps
@@ -423,12 +428,7 @@ class Trial:
         each end. Before the trial's first, ``warmup`` steps on an iterator of their own
         (the first timed alone: a compiled model's compile)."""
         if self.first_step_s is None:
-            for i in range(max(1, warmup)):
-                t0 = time.perf_counter()
-                self.step()
-                if i == 0:
-                    self.w.sync()
-                    self.first_step_s = time.perf_counter() - t0
+            self._warm(max(1, warmup), self.step)
             self.close()
         steps = self.epoch_steps() or 1
         self.w.sync()

@@ -195,12 +195,13 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
     left = busy_left(n, cpus)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
     beside: dict[int, list[float]] = {} if left is None else {e: [] for e in BUSY_EXCESS}
+    spare = left or 0  # the CPUs torch's threads leave (the busy sets run beyond them)
     backward = any(p.requires_grad for p in model.parameters())
     busy_s, procs = 0.0, []
     try:
-        if left is not None:
+        if beside:
             b0 = time.perf_counter()
-            procs = spinners(left + max(BUSY_EXCESS))
+            procs = spinners(spare + max(BUSY_EXCESS))
             busy_s += time.perf_counter() - b0
         start = time.perf_counter()
         limit = ROUNDS_S + (BUSY_S if beside else 0.0)
@@ -217,7 +218,7 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
                 if more and k > 0:  # the busy processes need no warming up
                     b0 = time.perf_counter()
                     for e, v in beside.items():
-                        run_busy(procs, left + e)  # type: ignore[operator]
+                        run_busy(procs, spare + e)
                         v.append(work())
                     run_busy(procs, 0)
                     busy_s += time.perf_counter() - b0
