@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..values import as_int
-from .decode import ChunkEvent, Decoded, Event
+from .decode import FLOW_CATEGORY, ChunkEvent, Decoded, Event
 from .numbers import NotNumbers, floats
 
 
@@ -109,11 +109,12 @@ def _times(evs: Sequence[AnyEvent]) -> np.ndarray:
 _NOT_NUMBER = re.compile(rb"[^-+.0-9eE ]")
 
 
-def _numbers_or_none(evs: Sequence[Any], keep: np.ndarray) -> None:
-    """NotNumbers where an event the columns leave out has a ``ts`` that is not a number
-    (null, text): the whole read refuses such events, so a chunked read of the file must
-    give way to it (the kept events' texts are checked as they are read)."""
-    gone = _take(evs, np.flatnonzero(~keep))
+def _numbers_or_none(evs: Sequence[Any], gone_mask: np.ndarray) -> None:
+    """NotNumbers where an event the columns leave out (``gone_mask``: flows need not be
+    in it, they are decoded without a ``ts``) has a ``ts`` that is not a number (null,
+    text): the whole read refuses such events, so a chunked read of the file must give way
+    to it (the kept events' texts are checked as they are read)."""
+    gone = _take(evs, np.flatnonzero(gone_mask))
     texts = [t for t in map(_TS_OR_NONE, gone) if t]
     if texts and _NOT_NUMBER.search(b" ".join(texts)):
         raise NotNumbers("an event's ts is not a number")
@@ -268,6 +269,7 @@ class ColumnBuilder:
         # per key id: its kind, and its name, pid and tid ids (-1 for an event not kept)
         self.key_kind = np.zeros(0, np.int8)
         self.key_ids = np.zeros((3, 0), np.int32)
+        self.key_flow = np.zeros(0, bool)  # per key id: a flow (decoded with no fields)
         self.n_total = 0
 
     def _new_keys(self) -> None:
@@ -278,6 +280,8 @@ class ColumnBuilder:
         ids = [(self.names[name], self.pids[pid], self.tids[tid]) if k != Kind.OTHER
                else (-1, -1, -1) for (_, name, pid, tid), k in zip(new, kinds, strict=True)]
         self.key_kind = np.concatenate((self.key_kind, np.array(kinds, np.int8)))
+        self.key_flow = np.concatenate((self.key_flow, np.array(
+            [cat == FLOW_CATEGORY for cat, _, _, _ in new], bool)))
         self.key_ids = np.concatenate((self.key_ids, np.array(ids, np.int32).reshape(-1, 3).T),
                                       axis=1)
 
@@ -295,7 +299,7 @@ class ColumnBuilder:
         keep = kind != Kind.OTHER
         if not keep.all():
             if isinstance(evs[0], ChunkEvent):
-                _numbers_or_none(evs, keep)
+                _numbers_or_none(evs, ~keep & ~self.key_flow[key])
             idx = np.flatnonzero(keep)
             evs, kind, key = _take(evs, idx), kind[idx], key[idx]
         corr = kind_in(kind, _CORR_KINDS)

@@ -26,3 +26,22 @@ def test_kind_in_is_isin():
     kind = np.random.default_rng(0).integers(0, len(Kind), 10_000).astype(np.int8)
     for kinds in ([], [Kind.KERNEL], [Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME]):
         assert np.array_equal(kind_in(kind, kinds), np.isin(kind, [int(k) for k in kinds]))
+
+
+@pytest.mark.parametrize("where", ["first", "late", "none", "empty"])
+def test_shared_ids_equal_the_whole_intersection(where):
+    from diagnose.metrics.window import _FEW_IDS, _shared
+
+    rng = np.random.default_rng(1)
+    a = rng.permutation(np.arange(0, 40_000, 2)).astype(float)  # even ids (runtime calls)
+    b = np.arange(1, 2 * _FEW_IDS + 101, 2).astype(float)  # odd ids (device ops)
+    a[::7], b[::5] = np.nan, np.nan  # calls and ops without an id
+    if where == "first":
+        b[3] = a[10]
+    elif where == "late":  # only past the ids tried first: the whole intersection finds it
+        b[-1] = a[-2]
+    elif where == "empty":
+        b = b[:0]
+    got = _shared(a, b)
+    whole = bool(len(np.intersect1d(a[~np.isnan(a)], b[~np.isnan(b)])))
+    assert got is whole and got is (where in ("first", "late"))

@@ -420,3 +420,22 @@ def test_events_on_their_own_lines_only_at_first(tmp_path, small_chunks):
     p = tmp_path / "t.json"
     p.write_text('{"traceEvents": [\n  ' + events + '], "traceName": "x"}')
     assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+
+
+def test_unkept_events_ts_checked_but_not_flows(tmp_path, small_chunks):
+    """An event the columns leave out still has its ``ts`` checked (a metadata event's
+    null ts makes the chunked read give way, as the whole read refuses it); a flow's is
+    not read by any reader, so a null there streams and gives the whole read's trace."""
+    doc = tb.launch_bound().build()
+    evs = doc["traceEvents"]
+    flow = next(i for i, e in enumerate(evs) if e.get("ph") in ("s", "t", "f"))
+    evs[flow]["ts"] = None
+    p = tmp_path / "flow.json"
+    p.write_text(json.dumps(doc, indent=2))
+    assert_same(read_trace(p, stream=False), stream.read_streaming(p, 2**40))
+    evs.append({"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": None,
+                "args": {"name": "x"}})
+    p.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(stream.NotStreamable):
+        stream.read_streaming(p, 2**40)
+    assert len(read_trace(p, stream=True)) == len(read_trace(p, stream=False))
