@@ -365,13 +365,16 @@ class Predictor:
         where the model cannot tell."""
         return self.predict_steps([(transform, change)])
 
-    def per_step_saving(self, change: Mapping[str, Any], saved_ms: float) -> Prediction:
+    def per_step_saving(self, change: Mapping[str, Any], saved_ms: float,
+                        moves_cpu: bool = False) -> Prediction:
         """A change that takes ``saved_ms`` off the job's mean step: a cost the window's
         steps do not hold but the job pays now and then (an epoch's start), spread over the
-        steps it is paid for. The step is the mean one the predictions start from."""
+        steps it is paid for. The step is the mean one the predictions start from.
+        ``moves_cpu``: the cost is CPU work beside the training on the CPUs it shares, so
+        the range takes the model's error on such changes (:data:`EFFECT_ERROR`)."""
         ms = max(self.base_ms - max(saved_ms, 0.0), 1e-9)
         return Prediction(dict(change), ms, self.base_ms / ms,
-                          self._range(ms, ms, self.base_ms / ms, False), self.base_ms)
+                          self._range(ms, ms, self.base_ms / ms, moves_cpu), self.base_ms)
 
     def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool,
                probes: bool = False) -> tuple[float, float]:

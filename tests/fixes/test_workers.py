@@ -4,6 +4,7 @@ on small builder traces whose answers are worked out by hand."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -205,6 +206,26 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
                                      input_inprocess_batch_ms=2.0)
     assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
                                      dataloader_num_workers=2, input_inprocess_batch_ms=2.0)
+
+
+def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
+    """The same saving (1.5x): with 2 workers beside torch's 1 thread on 4 CPUs the restart
+    runs on CPUs the training does not use, and the range is that of a change that moves
+    nothing (EFFECT_ERROR "other"); beside 2 threads on 2 CPUs the new workers start up on
+    the training's CPUs, and the range is that of a change of CPU work ("cpu"). Same
+    point, and the wider range holds the narrower."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    cfg = TrainConfig(num_workers=2)
+    kw = dict(dataloader_start_ms=26.0, dataloader_num_workers=2,
+              input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
+    apart = _predict("persistent_workers", m, cfg, cpu_count=4, torch_num_threads=1, **kw)
+    shared = _predict("persistent_workers", m, cfg, cpu_count=2, torch_num_threads=2, **kw)
+    assert isinstance(apart, Prediction) and isinstance(shared, Prediction)
+    assert apart.speedup == pytest.approx(shared.speedup) == pytest.approx(1.5)
+    w = {k: v * math.log(1.5) for k, v in cal.EFFECT_ERROR.items()}
+    assert apart.range[1] / apart.step_ms == pytest.approx(math.exp(w["other"]), rel=0.05)
+    assert shared.range[1] / shared.step_ms == pytest.approx(math.exp(w["cpu"]), rel=0.05)
+    assert shared.range[0] < apart.range[0] < apart.range[1] < shared.range[1]
 
 
 def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):

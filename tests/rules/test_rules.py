@@ -146,6 +146,17 @@ def _dataparallel(**kw):
     return b
 
 
+def _epoch_clock(workers: int = 4, persistent: bool = False) -> dict:
+    """A context whose clock timed 12 steps of 20 ms but two that started an epoch (220 ms:
+    the workers stopped and started again), with 20 batches an epoch."""
+    starts = [1 if i in (1, 7) else 0 for i in range(12)]
+    return _ctx(dataloader={"num_workers": workers, "persistent_workers": persistent,
+                            "len": 20},
+                capture={"step_clock": {"phase": ["wait"] * 12,
+                                        "ms": [220.0 if s else 20.0 for s in starts],
+                                        "loader_starts": starts}})
+
+
 def _samples(cpu_pct: float, n: int = 30) -> dict:
     """A run's host samples with every CPU ``cpu_pct`` busy."""
     t = [i * 0.1 for i in range(n)]
@@ -170,6 +181,8 @@ POSITIVE = {
     "IN001": (lambda: tb.dataloader_bound(), None, "critical"),
     "IN002": (lambda: tb.dataloader_bound(workers=4), None, "info"),
     "IN003": (_bursty_loader, None, "warning"),
+    # the epochs' starts are on the clock, not in the profiled window: a healthy trace
+    "IN005": (tb.healthy, _epoch_clock(), "warning"),
     "IN004": (lambda: tb.dataloader_bound(workers=4, share=0.1),
               _ctx(dataloader={"num_workers": 16}, cpu_count=4), "warning"),
     "CF006": (_cpu_steps, _ctx(capture=_gc_clock([0, 0.1, 30, 0.1, 0.2, 40, 0.1, 0.1]),
@@ -237,6 +250,20 @@ def test_bursts_of_an_in_process_loader_are_not_blamed_on_workers(tmp_path):
     report = analyze(path)
     assert report.metrics["dataloader_multiprocess"] is False
     assert not [f for f in report.findings if f.rule == "IN003"]
+
+
+@pytest.mark.parametrize("workers,persistent", [(4, True), (0, False)])
+def test_epoch_starts_judged_only_where_workers_start_again(tmp_path, workers, persistent):
+    """IN005 reads the clock's epoch starts: 200 ms beyond a 20 ms step every 20 steps is
+    10 ms of a 30 ms mean step (a third); persistent workers or none start nothing again."""
+    path = _write(tmp_path, "healthy", tb.healthy())
+    fires = analyze(path, context=_epoch_clock())
+    assert fires.metrics["dataloader_epoch_start_share"] == pytest.approx(1 / 3, abs=1e-3)
+    (f,) = [f for f in fires.findings if f.rule == "IN005"]
+    assert f.severity == "critical" and f.fixes[0] == "persistent_workers"
+    quiet = analyze(path, context=_epoch_clock(workers, persistent))
+    assert quiet.metrics["dataloader_epoch_start_share"] is None
+    assert not [f for f in quiet.findings if f.rule == "IN005"]
 
 
 def test_gc_pauses_healthy_and_frozen(tmp_path):

@@ -202,7 +202,13 @@ class PersistentWorkers(Fix):
         end = epoch_end_ms(facts, config.num_workers)
         clock = facts.epoch_boundary_per_step_ms if same else None
         saved = (start + end - batch) / n if clock is None else clock - batch / n
-        p = predictor.per_step_saving({"persistent_workers": True}, saved)
+        # workers that share the CPUs with torch's threads start up beside the training:
+        # what the restart costs the steps after the epoch's first (new processes warming
+        # up, or batches made ahead during its wait) is the error of a change of CPU work
+        n_cpus = facts.cpu_count or 1
+        shared_cpus = busy_threads(facts) + min(config.num_workers, n_cpus) > n_cpus
+        p = predictor.per_step_saving({"persistent_workers": True}, saved,
+                                      moves_cpu=shared_cpus)
         return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
                                                    p.speedup),))
 

@@ -34,6 +34,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(settings.settings_metrics(ctx))
     out.update(step_clock.clock_metrics(get(ctx, "capture")))
     out.update(loading.loading_metrics(ctx))
+    out.update(loading.epoch_start_metrics(out))  # after the settings and the clock
     out.update(cpu.cpu_metrics(ctx, out))  # after the clock: the loop's own forward
     out.update(outcome.outcome_metrics(ctx))
     return out

@@ -88,6 +88,15 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_wait_share": ("fraction", "input_worker_wait_ms / the unprofiled step time"),
     "input_batch_bytes": (
         "bytes", "median bytes of the tensors in one batch the loader hands out"),
+    "dataloader_epoch_start_per_step_ms": (
+        "ms", "an epoch's start beyond a steady step (dataloader_epoch_boundary_ms) spread "
+        "over the epoch's batches, where the workers start again each epoch (not "
+        "persistent); None without workers, with persistent ones, or where the clock saw "
+        "no epoch start"),
+    "dataloader_epoch_start_share": (
+        "fraction", "dataloader_epoch_start_per_step_ms / (the steady unprofiled step + it): "
+        "the share of the job's mean step its epochs' starts cost, by the clock's steps "
+        "(whether or not the profiled window held one)"),
 }
 
 
@@ -117,6 +126,22 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
             out["dataloader_start_ms"] = round(statistics.median(waits), 4)
     out.update(input_by_cause(get(ctx, "capture"), get(ctx, "dataloader")))
     return out
+
+
+def epoch_start_metrics(out: dict[str, object]) -> dict[str, object]:
+    """What the epochs' starts cost the job's mean step, from the settings' and the clock's
+    metrics in ``out``: an epoch's start beyond a steady step over the epoch's batches,
+    where the loader starts its workers again each epoch."""
+    k, n = as_int(out.get("dataloader_num_workers")), as_int(out.get("dataloader_epoch_batches"))
+    boundary = as_number(out.get("dataloader_epoch_boundary_ms"))
+    steady = as_number(out.get("step_time_steady_mean_ms"))
+    if (not k or k <= 0 or out.get("dataloader_persistent_workers") is True or not n
+            or n <= 0 or boundary is None or steady is None):
+        return {}
+    per_step = boundary / n
+    return {"dataloader_epoch_start_per_step_ms": round(per_step, 4),
+            "dataloader_epoch_start_share": round(per_step / (steady + per_step), 4)
+            if steady + per_step > 0 else None}
 
 
 def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
