@@ -2,7 +2,7 @@
 
 A loader whose workers are not persistent forks them at every ``iter()``, and the loop
 waits for the first batch; at the epoch's end it shuts them down and joins them. The
-step model (``diagnose.fixes.catalog.workers.epoch_start_ms``) predicts both from what a session
+step model (``diagnose.stepmodel.epochs.epoch_start_ms``) predicts both from what a session
 times after its loop: one worker's start, of it the fork, its shut-down, and a batch.
 Here the same session timings (``time_worker_handover``, a batch made in process) are
 made on a workload's loader, then real loaders with k workers are timed over whole
@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 from autofix_gpu import build  # noqa: E402
 
 from diagnose.capture.probes import time_worker_handover  # noqa: E402
-from diagnose.fixes.catalog.workers import epoch_start_ms  # noqa: E402
+from diagnose.stepmodel.epochs import epoch_start_ms  # noqa: E402
 from diagnose.stepmodel.facts import Facts  # noqa: E402
 
 

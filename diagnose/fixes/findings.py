@@ -11,6 +11,7 @@ hint says why), and takes each finding's time at stake from its best prediction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -167,9 +168,41 @@ def offered(f: Any) -> list[str]:
 
 
 def sort_findings(findings: list[Any]) -> None:
-    """Worst first again (engine's order): predictions may have moved the grades."""
+    """Worst first again (engine's order): predictions may have moved the grades; within a
+    grade, by the time at stake. Two findings of a grade whose first fixes tie (the
+    second's range reaches the first's point, as :func:`_order` ties fixes) cannot be told
+    apart by one capture, and their points trade places capture to capture: the one whose
+    range's slow end saves more (:func:`sure_gain`) leads, so that captures of one job
+    lead alike."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
                                  f.rule))
+    for _ in range(len(findings)):  # adjacent swaps until none is left (a few findings)
+        swapped = False
+        for i in range(len(findings) - 1):
+            a, b = findings[i], findings[i + 1]
+            if (a.severity == b.severity and (pa := _lead(a)) is not None
+                    and (pb := _lead(b)) is not None
+                    and _reach(pb) * (1 + TIE) >= pa.speedup
+                    and sure_gain(b) > sure_gain(a)):
+                findings[i], findings[i + 1] = b, a
+                swapped = True
+        if not swapped:
+            return
 
 
-__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings"]
+def _lead(f: Any) -> Prediction | None:
+    """A finding's first fix's prediction, where it is a ranged point (not a bound)."""
+    p = (f.predictions or {}).get(f.fixes[0]) if f.fixes else None
+    return p if isinstance(p, Prediction) and not p.at_least and p.base_ms > 0 else None
+
+
+def sure_gain(f: Any) -> float:
+    """The share of the step a finding's first fix saves at the slow end of its predicted
+    range (below 0 where that end is slower: the less slower, the surer); -inf without a
+    ranged prediction."""
+    p = _lead(f)
+    return -math.inf if p is None else 1 - p.range[1] / p.base_ms
+
+
+__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings",
+           "sure_gain"]

@@ -72,6 +72,7 @@ class Facts:
     # ---------------------------------------------------------------- the DataLoader
     dataloader_num_workers: int | None = None  # num_workers; a workers change sets it
     dataloader_persistent_workers: bool | None = None
+    dataloader_prefetch_factor: int | None = None  # batches each worker makes ahead
     dataloader_pin_memory: bool | None = None  # a pin_memory change sets it
     dataloader_batch_size: int | None = None  # samples; a batch change sets it
     dataloader_epoch_batches: int | None = None  # len(loader)

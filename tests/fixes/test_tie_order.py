@@ -94,3 +94,42 @@ def test_fixes_that_could_save_too_little_leave_the_grade_to_the_predictions() -
     _order(f, {"cudnn_benchmark": f"{AT_MOST} 1.01x: the host sets the pace",
                "channels_last": f"{AT_MOST} 1.00x: the host sets the pace"}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.01)) < 1e-9
+
+
+@dataclass
+class _Graded:
+    rule: str
+    severity: str
+    fixes: list[str]
+    predictions: dict[str, Any]
+    estimated_gain: float | None
+
+
+def test_findings_of_a_grade_lead_with_the_surer_first_fix() -> None:
+    """Two warnings whose first fixes tie (each range reaches the other's point): the points
+    trade places capture to capture (1.33x vs 1.21x, then 1.18x vs 1.25x), the narrower
+    range's slow end leads both times (below a gain: the less slower). A critical finding
+    still goes first; a finding without a ranged prediction keeps its place by its time at
+    stake; a clear win (no tie) stands."""
+    from diagnose.fixes.findings import sort_findings
+
+    for wide_at, narrow_at in ((1.33, 1.21), (1.18, 1.25)):
+        wide = Prediction({"num_workers": 0}, 10 / wide_at, wide_at,
+                          (10 / (wide_at * 1.6), 10 / (wide_at * 0.6)), 10.0)
+        narrow = Prediction({"persistent_workers": True}, 10 / narrow_at, narrow_at,
+                            (10 / (narrow_at * 1.2), 10 / (narrow_at * 0.8)), 10.0)
+        fs = [_Graded("IN004", "warning", ["num_workers_cap"], {"num_workers_cap": wide},
+                      1 - 1 / wide_at),
+              _Graded("IN005", "warning", ["persistent_workers"],
+                      {"persistent_workers": narrow}, 1 - 1 / narrow_at),
+              _Graded("CF006", "warning", ["gc_freeze"], {"gc_freeze": "cannot tell"}, 0.02),
+              _Graded("SY001", "critical", ["sync"], {"sync": "cannot tell"}, 0.01)]
+        sort_findings(fs)
+        assert [f.rule for f in fs] == ["SY001", "IN005", "IN004", "CF006"], (wide_at,)
+    clear = Prediction({"num_workers": 0}, 10 / 2.0, 2.0, (10 / 2.2, 10 / 1.8), 10.0)
+    narrow = Prediction({"persistent_workers": True}, 10 / 1.2, 1.2, (10 / 1.3, 10 / 1.1), 10.0)
+    fs = [_Graded("IN005", "warning", ["persistent_workers"], {"persistent_workers": narrow},
+                  1 - 1 / 1.2),
+          _Graded("IN004", "warning", ["num_workers_cap"], {"num_workers_cap": clear}, 0.5)]
+    sort_findings(fs)
+    assert [f.rule for f in fs] == ["IN004", "IN005"]

@@ -228,6 +228,41 @@ def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
     assert shared.range[0] < apart.range[0] < apart.range[1] < shared.range[1]
 
 
+@pytest.mark.parametrize("wait,start,saved", [
+    (300.0, 32.0, 260.0),  # 600 CPU-ms: 120 start 4 workers, 8 batches ahead (their most)
+    (70.0, 32.0, 60.0),  # 140 CPU-ms: 120 start them, 2 batches ahead
+    (50.0, 32.0, 45.0),  # the start-ups take it all: the first batch still comes back
+    (300.0, None, 260.0),  # no start timed: every worker's batches ahead
+])
+def test_restart_saving_gives_back_the_batches_made_ahead(wait, start, saved):
+    """4 workers on 2 CPUs, a batch 10 ms, 2 ahead a worker, a start 32 ms with a 2 ms
+    hand-over: during the loop's wait the CPUs start the workers and make batches ahead;
+    persistent workers save the wait less those batches' work over the CPUs."""
+    from diagnose.stepmodel.epochs import restart_saving
+
+    facts = Facts(cpu_count=2, dataloader_prefetch_factor=2, input_worker_start_ms=start,
+                  input_worker_handover_ms=2.0)
+    assert restart_saving(facts, 4, wait, 10.0) == pytest.approx(saved)
+
+
+def test_persistent_workers_on_shared_cpus_save_the_clock_wait_less_work_ahead(tmp_path):
+    """The clock saw each epoch's start 300 ms beyond a steady step, once per 24 steps; 4
+    workers beside torch's 2 threads on 2 CPUs: 260 ms of it saved (as above), 10.8 ms a
+    step; with the workers on CPUs of their own the wait less one batch, 290 ms."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(dataloader_num_workers=4, input_inprocess_batch_ms=10.0,
+              dataloader_epoch_batches=24, dataloader_epoch_boundary_ms=300.0,
+              step_time_steady_mean_ms=3.0, input_worker_start_ms=32.0,
+              input_worker_handover_ms=2.0, dataloader_prefetch_factor=2)
+    shared = _predict("persistent_workers", m, TrainConfig(num_workers=4), cpu_count=2,
+                      torch_num_threads=2, **kw)
+    apart = _predict("persistent_workers", m, TrainConfig(num_workers=4), cpu_count=8,
+                     torch_num_threads=2, **kw)
+    assert isinstance(shared, Prediction) and isinstance(apart, Prediction)
+    assert shared.base_ms - shared.step_ms == pytest.approx(260 / 24, rel=1e-3)
+    assert apart.base_ms - apart.step_ms == pytest.approx(290 / 24, rel=1e-3)
+
+
 def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     """cpu_loader's 2 workers make a 1.6 ms step with a worker's batch timed at 2 ms (the
     CPUs: (1000 + 2000 + 200) / 2 us; its side of the hand-over is in that timing), and 1
@@ -268,7 +303,9 @@ def test_an_epochs_start_the_clock_saw_is_replayed_apart_from_the_steady_steps(t
     epoch's. The replay is the steady 3 ms, the run's pace 3 + 27 / 24, and a change of
     workers starts from that pace: the same as a run whose 27 ms start was timed as the
     wait for its first batch. A change that keeps the workers pays the start on both
-    sides; persistent workers save it but the first batch (2 ms): 25 / 24 a step. Without
+    sides. Persistent workers save it less the batches made ahead in it (the 6 workers
+    share 2 CPUs with torch's threads): of its 2 x 27 CPU-ms, 6 x 6 start the workers and
+    18 make nine 2 ms batches, which come back over the 2 CPUs: 18 / 24 a step. Without
     the steady steps: the clock's mean, as before."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(EPOCH_RUN, input_inprocess_batch_ms=2.0, dataloader_num_workers=6)
@@ -291,7 +328,7 @@ def test_an_epochs_start_the_clock_saw_is_replayed_apart_from_the_steady_steps(t
                     step_time_unprofiled_mean_ms=4.5, step_time_steady_mean_ms=3.0,
                     dataloader_epoch_boundary_ms=27.0, **kw)
     assert isinstance(keep, Prediction)
-    assert keep.step_ms == pytest.approx(seen.base_ms - 25 / 24)
+    assert keep.step_ms == pytest.approx(seen.base_ms - 18 / 24)
     blind = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5, **kw))
     assert blind.base_ms == pytest.approx(4.5) and blind.epoch_ms == 0.0
 
@@ -303,7 +340,7 @@ def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(
     over the CPUs. 2 workers on 2 CPUs: max(2.2, 8.2, 2 x 8 / 2) = 8.2 ms; 6 workers:
     max(6.2, 8.2, 6 x 8 / 2) = 24 ms. The epoch's end joins them: one took 3 ms, 6 of
     them over 2 CPUs 9 ms. Once per 24 steps."""
-    from diagnose.fixes.catalog.workers import epoch_end_ms, epoch_start_ms
+    from diagnose.stepmodel.epochs import epoch_end_ms, epoch_start_ms
 
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(EPOCH_RUN, input_worker_fork_ms=1.0, input_worker_stop_ms=3.0)

@@ -33,6 +33,7 @@ from ...stepmodel.calibration import (
     SHM_GBPS,
     WORKER_AGREES,
 )
+from ...stepmodel.epochs import epoch_costs, epoch_end_ms, restart_saving
 from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
 from ...stepmodel.host import (
     batch_bytes,
@@ -178,8 +179,10 @@ class PersistentWorkers(Fix):
         only that batch (``input_inprocess_batch_ms``; a run without workers: its own
         fetch and collate per batch). The difference, once per epoch
         (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
-        end (the workers shut down and joined: :func:`epoch_end_ms`). The profiled window
-        holds no epoch start, so this is not a replay of the graph."""
+        end (the workers shut down and joined: :func:`epoch_end_ms`). Where the workers
+        share the CPUs with torch's threads, the clock's start holds batches made ahead:
+        :func:`restart_saving`. The profiled window holds no epoch start, so this is not a
+        replay of the graph."""
         if not self.applies(config, facts):
             return self.why_not(config, facts) or "nothing left to change"
         # the loop's own epoch start where it had these workers; else one worker's
@@ -201,12 +204,17 @@ class PersistentWorkers(Fix):
                     "capture with workers times it)")
         end = epoch_end_ms(facts, config.num_workers)
         clock = facts.epoch_boundary_per_step_ms if same else None
-        saved = (start + end - batch) / n if clock is None else clock - batch / n
+        n_cpus = facts.cpu_count or 1
+        shared_cpus = busy_threads(facts) + min(config.num_workers, n_cpus) > n_cpus
+        if clock is None:
+            saved = (start + end - batch) / n
+        elif shared_cpus:
+            saved = restart_saving(facts, config.num_workers, clock * n, batch) / n
+        else:
+            saved = clock - batch / n
         # workers that share the CPUs with torch's threads start up beside the training:
         # what the restart costs the steps after the epoch's first (new processes warming
         # up, or batches made ahead during its wait) is the error of a change of CPU work
-        n_cpus = facts.cpu_count or 1
-        shared_cpus = busy_threads(facts) + min(config.num_workers, n_cpus) > n_cpus
         p = predictor.per_step_saving({"persistent_workers": True}, saved,
                                       moves_cpu=shared_cpus)
         return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
@@ -243,75 +251,6 @@ class PrefetchFactor(Fix):
         return loader_change(setup, "", f"each worker keeps {n} batches ready, absorbing "
                              "slow samples", more, generic=TrainConfig(num_workers=4),
                              needs_workers=True)
-
-
-# ---------------------------------------------------------------------- an epoch's start
-def epoch_end_ms(facts: Facts, k: float) -> float:
-    """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
-    loader shuts them down and joins them. One worker's, timed by the session after the
-    loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
-    n_cpus = max(1.0, facts.cpu_count or 1.0)
-    return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
-
-
-def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
-                   ) -> float | None:
-    """An epoch's start and end spread over its steps (ms per step), for the run's loader
-    or with ``change`` made: a loader with worker processes (not persistent) starts them
-    at every ``iter()`` and the loop waits for the first batch, and at the epoch's end it
-    shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
-    0 without workers or with persistent ones; None where it is not known.
-
-    The start: the run's own where the session saw one with these workers: the clock's
-    step that held it beyond a steady step, end included
-    (:attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`), else the wait for
-    its first batch (``dataloader_start_ms``). Else from the one worker the session
-    started after the loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``,
-    then the child's start-up and the hand-over of a copy of a batch) and a worker's batch
-    (``input_worker_batch_ms``): the training process forks its k workers one after
-    another and only then sends the first batch's indices, and the children's start-up
-    is CPU work too; the loop waits for the longest of: the forks and then a batch, one
-    worker's start and batch, and every child's start-up and first batch (each worker
-    makes one at once) over the CPUs. Without the fork timed, each start is taken
-    whole, one after another (an upper bound). The end: :func:`epoch_end_ms`."""
-    change = change or {}
-    k = change.get("num_workers", facts.dataloader_num_workers)
-    keep = change.get("persistent_workers", facts.dataloader_persistent_workers)
-    if not isinstance(k, int | float) or k <= 0 or keep is True:
-        return 0.0
-    n = facts.dataloader_epoch_batches
-    if not n or n <= 0:
-        return None
-    n_cpus = max(1.0, facts.cpu_count or 1.0)
-    stop = epoch_end_ms(facts, k)
-    if k == facts.dataloader_num_workers:
-        clock = facts.epoch_boundary_per_step_ms  # the run's own, beyond a steady step
-        if clock is not None:
-            return clock
-        if (seen := facts.dataloader_start_ms) is not None:
-            return (seen + stop) / n
-    one, batch = facts.input_worker_start_ms, facts.input_worker_batch_ms
-    hand = facts.input_worker_handover_ms or 0.0
-    fork = facts.input_worker_fork_ms
-    if one is None or batch is None:
-        return None
-    each = max(one - hand, 0.0)
-    if fork is None:
-        start = k * each + batch
-    else:
-        start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
-    return (start + stop) / n
-
-
-def epoch_costs(facts: Facts, change: Mapping[str, Any]
-                ) -> tuple[float, float] | None:
-    """A change of workers predicts the mean step over an epoch: its start and end per
-    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
-    either is not known."""
-    if "num_workers" not in change:
-        return None
-    now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
-    return None if now is None or then is None else (now, then)
 
 
 # ---------------------------------------------------------------------- the transforms

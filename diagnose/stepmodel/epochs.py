@@ -1,0 +1,97 @@
+"""An epoch's start and end for a loader whose workers are not persistent: what the loop
+pays per epoch outside the profiled window (the workers forked and their first batches
+made at ``iter()``, shut down and joined at the end), spread over the epoch's steps, and
+what keeping them alive saves. Read by the worker fixes' predictions and transforms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .facts import Facts
+
+
+def restart_saving(facts: Facts, k: int, wait_ms: float, batch_ms: float) -> float:
+    """What persistent workers save an epoch (ms) where the clock saw the loop wait
+    ``wait_ms`` beyond a steady step at the epoch's start, and k workers share the CPUs
+    with torch's threads. CPU accounting over that wait: the CPUs (``cpu_count``) are free
+    of training work; the k new workers' start-ups take k x (one start, less its
+    hand-over: ``input_worker_start_ms``), and the rest of the CPU time makes batches
+    ahead, ``batch_ms`` each, at most ``prefetch_factor`` a worker. Persistent workers make
+    those batches in the steps instead, beside the training on the same CPUs: their work
+    over the CPUs comes back; the rest of the wait is saved."""
+    n_cpus = max(1.0, float(facts.cpu_count or 1))
+    one = facts.input_worker_start_ms
+    each = max((one or 0.0) - (facts.input_worker_handover_ms or 0.0), 0.0)
+    ahead = max(k * (facts.dataloader_prefetch_factor or 2), 1) if one is None else max(
+        1.0, min(k * (facts.dataloader_prefetch_factor or 2),
+                 (n_cpus * wait_ms - k * each) / max(batch_ms, 1e-6)))
+    return max(wait_ms - ahead * batch_ms / n_cpus, 0.0)
+
+
+def epoch_end_ms(facts: Facts, k: float) -> float:
+    """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
+    loader shuts them down and joins them. One worker's, timed by the session after the
+    loop (``input_worker_stop_ms``), k of them spread over the CPUs; 0 where not timed."""
+    n_cpus = max(1.0, facts.cpu_count or 1.0)
+    return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
+
+
+def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
+                   ) -> float | None:
+    """An epoch's start and end spread over its steps (ms per step), for the run's loader
+    or with ``change`` made: a loader with worker processes (not persistent) starts them
+    at every ``iter()`` and the loop waits for the first batch, and at the epoch's end it
+    shuts them down and joins them, once per epoch (``dataloader_epoch_batches`` steps).
+    0 without workers or with persistent ones; None where it is not known.
+
+    The start: the run's own where the session saw one with these workers: the clock's
+    step that held it beyond a steady step, end included
+    (:attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`), else the wait for
+    its first batch (``dataloader_start_ms``). Else from the one worker the session
+    started after the loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``,
+    then the child's start-up and the hand-over of a copy of a batch) and a worker's batch
+    (``input_worker_batch_ms``): the training process forks its k workers one after
+    another and only then sends the first batch's indices, and the children's start-up
+    is CPU work too; the loop waits for the longest of: the forks and then a batch, one
+    worker's start and batch, and every child's start-up and first batch (each worker
+    makes one at once) over the CPUs. Without the fork timed, each start is taken
+    whole, one after another (an upper bound). The end: :func:`epoch_end_ms`."""
+    change = change or {}
+    k = change.get("num_workers", facts.dataloader_num_workers)
+    keep = change.get("persistent_workers", facts.dataloader_persistent_workers)
+    if not isinstance(k, int | float) or k <= 0 or keep is True:
+        return 0.0
+    n = facts.dataloader_epoch_batches
+    if not n or n <= 0:
+        return None
+    n_cpus = max(1.0, facts.cpu_count or 1.0)
+    stop = epoch_end_ms(facts, k)
+    if k == facts.dataloader_num_workers:
+        clock = facts.epoch_boundary_per_step_ms  # the run's own, beyond a steady step
+        if clock is not None:
+            return clock
+        if (seen := facts.dataloader_start_ms) is not None:
+            return (seen + stop) / n
+    one, batch = facts.input_worker_start_ms, facts.input_worker_batch_ms
+    hand = facts.input_worker_handover_ms or 0.0
+    fork = facts.input_worker_fork_ms
+    if one is None or batch is None:
+        return None
+    each = max(one - hand, 0.0)
+    if fork is None:
+        start = k * each + batch
+    else:
+        start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
+    return (start + stop) / n
+
+
+def epoch_costs(facts: Facts, change: Mapping[str, Any]
+                ) -> tuple[float, float] | None:
+    """A change of workers predicts the mean step over an epoch: its start and end per
+    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
+    either is not known."""
+    if "num_workers" not in change:
+        return None
+    now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
+    return None if now is None or then is None else (now, then)
