@@ -152,10 +152,13 @@ def _findings_table(report: Analysis) -> Table:
     t.add_column("category", no_wrap=True)
     t.add_column("finding", ratio=1)
     t.add_column("gain ≤", justify="right", no_wrap=True)
+    shown: set[str] = set()  # a hint several findings share (the machine's, the run's) once
     for f in report.findings:
         msg = Text(f.message)
         for h in f.hints:
-            msg.append("\n" + h, style="dim")
+            if h not in shown:
+                msg.append("\n" + h, style="dim")
+            shown.add(h)
         if f.ranks:
             msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
         gain = "" if not f.estimated_gain else f"{f.estimated_gain:.0%}"

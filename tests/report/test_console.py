@@ -62,3 +62,20 @@ def test_progress_is_silent_without_a_terminal(capsys) -> None:
         p.update("still working")
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_a_hint_several_findings_share_is_printed_once(tmp_path) -> None:
+    """A hint about the machine or the run (the same words on each finding it concerns) is
+    printed with the first finding that has it; the JSON keeps it on each."""
+    from diagnose import analyze
+    from tests import tracebuilder as tb
+
+    path = tb.dataloader_bound(workers=4).write(tmp_path / "t.pt.trace.json.gz")
+    report = analyze(path)
+    assert len(report.findings) >= 2
+    shared = "predicted on a busy machine: a hint that concerns every finding"
+    for f in report.findings:
+        f.hints.append(shared)
+    text = report.render_text()
+    assert text.count(shared) == 1
+    assert all(shared in f["hints"] for f in report.to_json()["findings"])
