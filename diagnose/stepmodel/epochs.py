@@ -84,14 +84,3 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     else:
         start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
     return (start + stop) / n
-
-
-def epoch_costs(facts: Facts, change: Mapping[str, Any]
-                ) -> tuple[float, float] | None:
-    """A change of workers predicts the mean step over an epoch: its start and end per
-    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
-    either is not known."""
-    if "num_workers" not in change:
-        return None
-    now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
-    return None if now is None or then is None else (now, then)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...stepmodel.calibration import THREADS_LOADING_MAX
-from ...stepmodel.epochs import epoch_costs
 from ...stepmodel.graph import Graph, TaskKind
 from ...stepmodel.host import free_contention, main_host_ms, per_step, thread_scale
 from ...stepmodel.transforms import transform
@@ -25,7 +24,7 @@ from ..code import AFFINITY, Setup, loader_call
 from ..config import TrainConfig
 from ..realise import Realisation
 from ..unit import Facts, Fix
-from .workers import WORKER_ASSUMES
+from .workers import WORKER_ASSUMES, epoch_costs
 from .workers import num_workers as workers_transform
 
 

@@ -33,7 +33,7 @@ from ...stepmodel.calibration import (
     SHM_GBPS,
     WORKER_AGREES,
 )
-from ...stepmodel.epochs import epoch_costs, epoch_end_ms, restart_saving
+from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, restart_saving
 from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
 from ...stepmodel.host import (
     batch_bytes,
@@ -251,6 +251,18 @@ class PrefetchFactor(Fix):
         return loader_change(setup, "", f"each worker keeps {n} batches ready, absorbing "
                              "slow samples", more, generic=TrainConfig(num_workers=4),
                              needs_workers=True)
+
+
+# ---------------------------------------------------------------------- an epoch's start
+def epoch_costs(facts: Facts, change: Mapping[str, Any]
+                ) -> tuple[float, float] | None:
+    """A change of workers predicts the mean step over an epoch: its start and end per
+    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
+    either is not known."""
+    if "num_workers" not in change:
+        return None
+    now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
+    return None if now is None or then is None else (now, then)
 
 
 # ---------------------------------------------------------------------- the transforms
