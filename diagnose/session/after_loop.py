@@ -41,8 +41,9 @@ from diagnose.capture.probes import (
     wait_workers_idle,
 )
 from diagnose.capture.probes.budget import ProbeBudget, unneeded
+from diagnose.capture.probes.compute import AGAIN_NOISE
 from diagnose.memory.inplace import InPlaceStep
-from diagnose.values import usable_cpus
+from diagnose.values import as_number, usable_cpus
 
 OnError = Callable[[str, BaseException], None]
 #: why the thread timings are not made for a loop without a DataLoader
@@ -113,10 +114,12 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
             ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch": after}
     if workers:  # a worker's batch (where not timed in turn) and the CPUs with its batches
         _time_worker_batches(ctx, loader, in_turn, caps, budget, on_error)
-    # seconds later, while budget is left: the quieter thread timing, the capacity again
+    # seconds later, while budget is left (the threads' whatever is left where their first
+    # timing was noisy): the quieter thread timing, the capacity again
     if forward is not None and ctx.get("threads"):
+        noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         again = _guard("thread timing", on_error, lambda: budget.run(
-            "threads", lambda: time_threads(model, forward.inputs), again=True))
+            "threads", lambda: time_threads(model, forward.inputs), again=not noisy))
         ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
         ctx["threads"] = quieter_threads(ctx["threads"], again)
     if loaded and caps:

@@ -186,3 +186,24 @@ def test_a_loop_without_a_dataloader_gets_no_thread_timing(
                        batch=None, on_error=_errors, budget=ProbeBudget(1.0, 0.0))
     assert ran == [] and clock.t == 0.0
     assert "threads" not in ctx and ctx["probes"]["skipped"] == {"threads": al.NO_LOADER}
+
+
+@pytest.mark.parametrize("noise,again", [(0.3, True), (0.05, False)])
+def test_a_noisy_thread_timing_is_made_again_past_the_budget(
+        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch, noise: float,
+        again: bool) -> None:
+    """The budget spent (as above): a thread timing whose rounds spread 30% is made again at
+    the end all the same, and the quieter of the two kept (one thread costing the most
+    against torch's threads); one that spread 5% is not."""
+    clock, ran = run
+    monkeypatch.setattr(al, "time_threads_and_busy", lambda *a: (
+        ran.append("threads") or {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise},
+        {"busy_ratio": {}}))
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+    assert ran.count("threads") == (2 if again else 1)
+    if again:  # the stub's second timing: 3 ms on one thread against 2 on torch's
+        assert ctx["threads"]["work_1thread_ms"] == 3.0 and ctx["threads_span"] == [0.5, 1.5]
+    else:
+        assert ctx["threads"]["work_ms"] == 4.0 and ctx["threads_span"] is None

@@ -43,6 +43,11 @@ ROUNDS_S = 0.3
 #: within BUSY_S seconds more
 BUSY_MAX_ROUNDS = 8
 BUSY_S = 0.3
+#: a thread timing whose rounds spread this much (``noise``: the median relative deviation)
+#: is timed again after the other probes even where their budget is spent, and the quieter
+#: of the two kept (:func:`quieter_threads`): the predictions that read it aim within 15% of
+#: the measured speedup, which an input noisier than that cannot give
+AGAIN_NOISE = 0.15
 #: idle time before each timed forward (and backward) (s): in a training loop torch's
 #: thread pool sleeps while the step does other work (loading, the optimizer, Python), and
 #: waking it is part of what its threads cost; timed back to back they would look better
