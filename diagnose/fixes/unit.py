@@ -220,11 +220,18 @@ class Fix:
 
 
 def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
-    """Of the configs predicted within :data:`TIE` of ``best``, the one whose workers
-    leave the step the most time between batches (``loader_share``; none: no workers to
-    wait for): a tie hides how much a worker's batch may cost more than the one timed after
-    the loop, and a loader with headroom absorbs it."""
-    ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)]
+    """Of the configs that tie with ``best`` (the fast end of a config's range reaches
+    within :data:`TIE` of the best point: one capture cannot tell them apart, and their
+    points trade places capture to capture), the one whose workers leave the step the most
+    time between batches (``loader_share``; none: no workers to wait for): a tie hides how
+    much a worker's batch may cost more than the one timed after the loop, and a loader
+    with headroom absorbs it."""
+    def reach(p: Prediction) -> float:
+        return p.speedup if p.at_least or p.range[0] <= 0 else max(p.speedup,
+                                                                   p.base_ms / p.range[0])
+
+    ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)
+            or reach(p) * (1 + TIE) >= best.speedup]
     return min(ties, key=lambda p: (p.loader_share or 0.0, p.step_ms))
 
 

@@ -138,8 +138,9 @@ CALIBRATE_TOL = 0.005
 EFFECT_ERROR = {"cpu": 0.8, "other": 0.15}
 
 # ---------------------------------------------------------------- reading predictions
-#: Configs predicted within this share of the best step are a tie (one capture's model error
-#: is larger), won by the loader with the most headroom; too small picks by noise.
+#: Configs (and a finding's fixes, and findings) predicted within this share of the best, or
+#: whose range's fast end reaches within it, are a tie (one capture's model error is
+#: larger), won by the loader with the most headroom; too small picks by noise.
 TIE = 0.03
 #: A fix predicted below this speedup is not offered as the fix; the model's error on one
 #: capture is a few %.

@@ -133,3 +133,19 @@ def test_findings_of_a_grade_lead_with_the_surer_first_fix() -> None:
           _Graded("IN004", "warning", ["num_workers_cap"], {"num_workers_cap": clear}, 0.5)]
     sort_findings(fs)
     assert [f.rule for f in fs] == ["IN004", "IN005"]
+
+
+def test_a_config_whose_range_reaches_the_best_point_ties_within_a_fix() -> None:
+    """One fix's configs (num_workers 0 and 2): 2 predicted 1.40x, 0 1.30x. With ranges as
+    wide as a change of CPU work's, 0's reaches 1.40x: a tie, won by the loader with the
+    most headroom (no workers to wait for); with narrow ranges 2 stands."""
+    from diagnose.fixes.unit import _with_headroom
+
+    def cfg(k: int, at: float, wide: float) -> Prediction:
+        return Prediction({"num_workers": k}, 10 / at, at, (10 / (at * wide), 10 / (at / wide)),
+                          10.0, loader_share=None if k == 0 else 0.4)
+
+    two, zero = cfg(2, 1.40, 1.3), cfg(0, 1.30, 1.3)
+    assert _with_headroom(two, [two, zero]) is zero
+    two, zero = cfg(2, 1.40, 1.03), cfg(0, 1.30, 1.03)
+    assert _with_headroom(two, [two, zero]) is two

@@ -153,13 +153,16 @@ def test_num_workers_beside_torch_on_every_cpu(tmp_path):
     # beside one thread, one worker runs at the pace the CPUs' work sets (2200 us); two
     # busy workers and the main thread are three runnable threads on 2 CPUs: the workers'
     # batches and the main thread's work both take longer (_worker_share), and two
-    # workers are slower than one, which is the advice (augment_cnn's loop timed 2 and 1
-    # workers beside one thread at 14.4 and 14.2 ms, benchmarks/loop_parts.py)
-    assert isinstance(q, Prediction) and q.change == {"num_workers": 1, "intra_op_threads": 1}
+    # workers' points are slower than one's; but the range of a change of CPU work is wide,
+    # two workers' reaches one's point, and one capture cannot tell them apart (augment_cnn's
+    # loop timed 2 and 1 workers beside one thread at 14.4 and 14.2 ms,
+    # benchmarks/loop_parts.py): the tie goes to the loader with more headroom, two workers
+    assert isinstance(q, Prediction) and q.change == {"num_workers": 2, "intra_op_threads": 1}
     assert q.at_least and q.speedup > 1
     each = dict(q.candidates)
-    assert each[(("intra_op_threads", 1), ("num_workers", 1))] == pytest.approx(q.speedup)
-    assert each[(("intra_op_threads", 1), ("num_workers", 2))] < 0.95 * q.speedup
+    assert each[(("intra_op_threads", 1), ("num_workers", 2))] == pytest.approx(q.speedup)
+    assert each[(("intra_op_threads", 1), ("num_workers", 2))] < 0.95 * each[
+        (("intra_op_threads", 1), ("num_workers", 1))]
 
 
 def test_num_workers_for_loading_that_waits(tmp_path):
