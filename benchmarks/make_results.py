@@ -149,9 +149,8 @@ BENCHMARKS: dict[str, Bench] = {
         "Every worker and threads change, by the code as it is",
         ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
          "benchmarks/captures/cpu_tune"],
-        "Tune: every worker/threads change ([grid](results/corpus_grid.txt)); validate: "
-        "first fixes; predicted again from kept captures.",
-        (r"^(tune|validate): \d+ of",), 2),
+        "From kept captures.",
+        (r"^(tune|validate)( \(extra\))?: \d+ of",), 3),
     "corpus_stability": Bench(
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
