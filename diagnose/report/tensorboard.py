@@ -158,7 +158,7 @@ def adapt_trace(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str],
         rest = top
     try:
         heads: list[_Head | None] = list(msgspec.json.decode(
-            top["traceEvents"] if not wrapped else data, type=list[_Head]))
+            top["traceEvents"] if isinstance(top, dict) else data, type=list[_Head]))
     except msgspec.DecodeError:
         heads = _heads(raws)
     events: list[msgspec.Raw | bytes] = list(raws)

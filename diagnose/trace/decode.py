@@ -215,6 +215,7 @@ def decode(data: bytes, path: Path) -> Decoded:
     """Decode trace bytes; raises TraceError with a clear reason on bad input."""
     if not data.strip():
         raise TraceError(path, "empty file")
+    doc: PhasedDocument | Document | list[Any]
     try:
         try:
             doc = _TYPED_BY_PHASE.decode(data)
