@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stepmodel.calibration import TIE
+from ..stepmodel.calibration import HELPS, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import GraphChange, Transform, as_transform
@@ -230,8 +230,11 @@ def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
         return p.speedup if p.at_least or p.range[0] <= 0 else max(p.speedup,
                                                                    p.base_ms / p.range[0])
 
+    # a config whose point does not help never ties with one that does, however wide its
+    # range (a noisy input's): it would be advice the model itself predicts to gain nothing
     ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)
-            or reach(p) * (1 + TIE) >= best.speedup]
+            or (reach(p) * (1 + TIE) >= best.speedup
+                and (p.speedup >= HELPS or best.speedup < HELPS))]
     return min(ties, key=lambda p: (p.loader_share or 0.0, p.step_ms))
 
 

@@ -149,3 +149,15 @@ def test_a_config_whose_range_reaches_the_best_point_ties_within_a_fix() -> None
     assert _with_headroom(two, [two, zero]) is zero
     two, zero = cfg(2, 1.40, 1.03), cfg(0, 1.30, 1.03)
     assert _with_headroom(two, [two, zero]) is two
+
+
+def test_a_config_that_does_not_help_never_ties_with_one_that_does() -> None:
+    """A noisy input's range may reach from 0.96x past the best config's 1.9x: the config
+    that gains nothing is still not the advice, whatever headroom its loader leaves."""
+    from diagnose.fixes.unit import _with_headroom
+
+    best = Prediction({"num_workers": 2}, 10 / 1.9, 1.9, (10 / 2.1, 10 / 1.7), 10.0,
+                      loader_share=0.5)
+    flat = Prediction({"num_workers": 1}, 10 / 0.96, 0.96, (10 / 2.5, 10 / 0.4), 10.0,
+                      loader_share=0.1)
+    assert _with_headroom(best, [best, flat]) is best
