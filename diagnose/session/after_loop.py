@@ -114,8 +114,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
             ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch": after}
     if workers:  # a worker's batch (where not timed in turn) and the CPUs with its batches
         _time_worker_batches(ctx, loader, in_turn, caps, budget, on_error)
-    # seconds later, while budget is left (the threads' whatever is left where their first
-    # timing was noisy): the quieter thread timing, the capacity again
+    # seconds later, while budget is left (the threads also past it where their first
+    # timing was noisy, AGAIN_NOISE): the quieter thread timing, the capacity again
     if forward is not None and ctx.get("threads"):
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         again = _guard("thread timing", on_error, lambda: budget.run(
