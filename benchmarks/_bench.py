@@ -200,7 +200,7 @@ def machine_info() -> dict[str, Any]:
     return {"cpu": cpu_model() or platform.processor() or platform.machine(),
             "cores": usable_cpus(), "ram_bytes": ram, "os": platform.platform(),
             "python": platform.python_version(), "numpy": version("numpy"),
-            "msgspec": version("msgspec"), "loadavg_start": loadavg(), "code": git_revision()}
+            "msgspec": version("msgspec"), "isal": version("isal"), "loadavg_start": loadavg(), "code": git_revision()}
 
 
 def ram_text(info: dict[str, Any]) -> str:

@@ -95,13 +95,14 @@ def _child(phase: str, path_str: str) -> None:
                 doc = json.load(f)
         work = time.perf_counter() - start
         out["events"] = len(doc["traceEvents"])
-    elif phase == "gunzip":  # the decompression itself: zlib over the file, output dropped
-        import zlib
+    elif phase == "gunzip":  # the decompression itself, by the inflater the reader uses
+        from diagnose.trace import inflate
 
         imported = time.perf_counter()
         rss_base = peak_rss_kib()
         start = time.perf_counter()
-        d, n = zlib.decompressobj(wbits=31), 0
+        d, n = inflate.gzip_member(), 0
+        out["inflater"] = inflate.NAME
         with open(path, "rb") as f:
             while block := f.read(2**20):
                 n += len(d.decompress(block))
@@ -150,7 +151,8 @@ def _child(phase: str, path_str: str) -> None:
     children = int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     out.update(import_s=imported - t0, work_s=work, peak_rss_kib=peak_rss_kib(),
                base_rss_kib=rss_base, ru_maxrss_kib=ru_maxrss_kib(),
-               children_peak_kib=children, workers=usable_cpus() if children else 0)
+               children_peak_kib=children,
+               workers=usable_cpus() if children and phase in ("decode", "analyze") else 0)
     emit(RESULT_TAG, out)
     os._exit(0)  # skip tearing down millions of objects: not part of the measurement
 
@@ -379,6 +381,7 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
         "torch-diagnose: analysis speed on a large trace",
         f"machine : {info['cpu']}, {info['cores']} cores, {ram_text(info)}",
         f"software: Python {info['python']}, numpy {info['numpy']}, msgspec {info['msgspec']},"
+        f" isal {info.get('isal') or 'absent (zlib inflates)'},"
         f" {info['os']}",
         f"code    : torch-diagnose at git {info['code']}",
         f"date    : {date}   (load average at start {info['loadavg_start']},"
@@ -412,7 +415,7 @@ def render(info: dict[str, Any], command: str, date: str, bt: BuiltTrace,
             f"{r.peak_rss_kib * 1024 / MB:>12,.0f} {r.base_rss_kib * 1024 / MB:>12,.0f} "
             f"{r.peak_over_file:>9.2f}x")
     for r in results:
-        if r.children_peak_kib:
+        if r.children_peak_kib and r.workers:
             total = (r.peak_rss_kib + r.workers * r.children_peak_kib) * 1024
             lines.append(
                 f"  {r.label} {INPUTS[r.input]}: read by {r.workers} worker processes, the "

@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 import os
 import types
-import zlib
 from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 
 from ..errors import TraceError
+from . import inflate
 
 #: Refuse files that decompress past this many bytes (gzip bombs); override with
 #: the environment variable TORCH_DIAGNOSE_MAX_TRACE_BYTES.
@@ -176,7 +176,7 @@ def _gunzip(raw: bytes, path: Path, limit: int) -> bytes:
     data = raw
     try:
         while data:
-            d = zlib.decompressobj(wbits=31)
+            d = inflate.gzip_member()
             out = d.decompress(data, limit + 1 - size)
             size += len(out)
             if size > limit or d.unconsumed_tail:
@@ -191,7 +191,7 @@ def _gunzip(raw: bytes, path: Path, limit: int) -> bytes:
             data = d.unused_data
             if data and data[:2] != b"\x1f\x8b":
                 break  # trailing garbage after the last member: ignored, as gzip(1) does
-    except zlib.error as e:
+    except inflate.ERRORS as e:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
     return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -17,13 +17,13 @@ lenient path and the precise error messages.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from ..errors import TraceError
+from . import inflate
 from .columns import ColumnBuilder, Trace
 from .cut import NotStreamable, array_start, cutter, event_array, first_event
 from .decode import CHUNK_EVENTS, CHUNK_EVENTS_BY_PHASE, ChunkEvent, Decoded, Document, _props
@@ -48,7 +48,7 @@ def _plain_blocks(path: Path, limit: int) -> Iterator[bytes]:
 def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
     """Decompressed blocks of every gzip member, within ``limit`` bytes in all."""
     size = 0
-    d = zlib.decompressobj(wbits=31)
+    d = inflate.gzip_member()
     fed = False  # the current member has had input but has not ended yet
     pending = b""  # compressed input not yet consumed by the decompressor
     with open(path, "rb") as f:
@@ -59,7 +59,7 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
                     break
             try:
                 out = d.decompress(pending, BLOCK_BYTES * 4)  # bounded output: no bombs
-            except zlib.error as e:
+            except inflate.ERRORS as e:
                 raise TraceError(path, f"corrupt gzip data ({e})") from None
             pending = d.unconsumed_tail
             fed = True
@@ -71,7 +71,7 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
                 yield out
             if d.eof:
                 pending = d.unused_data
-                d, fed = zlib.decompressobj(wbits=31), False
+                d, fed = inflate.gzip_member(), False
                 if pending and pending[:2] != b"\x1f\x8b":
                     break  # trailing garbage after the last member: ignored, as gzip(1) does
     if fed:
