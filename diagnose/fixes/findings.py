@@ -134,10 +134,7 @@ def _change(p: Prediction | str) -> dict[str, Any]:
 
 def _reach(p: Prediction | str) -> float:
     """The speedup at the fast end of a prediction's range (its point for a bound)."""
-    if not isinstance(p, Prediction):
-        return 0.0
-    return p.speedup if p.at_least or p.range[0] <= 0 else max(p.speedup,
-                                                               p.base_ms / p.range[0])
+    return p.reach if isinstance(p, Prediction) else 0.0
 
 
 def _speedup(p: Prediction | str) -> float:

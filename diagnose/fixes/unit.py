@@ -226,14 +226,10 @@ def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
     time between batches (``loader_share``; none: no workers to wait for): a tie hides how
     much a worker's batch may cost more than the one timed after the loop, and a loader
     with headroom absorbs it."""
-    def reach(p: Prediction) -> float:
-        return p.speedup if p.at_least or p.range[0] <= 0 else max(p.speedup,
-                                                                   p.base_ms / p.range[0])
-
     # a config whose point does not help never ties with one that does, however wide its
     # range (a noisy input's): it would be advice the model itself predicts to gain nothing
     ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)
-            or (reach(p) * (1 + TIE) >= best.speedup
+            or (p.reach * (1 + TIE) >= best.speedup
                 and (p.speedup >= HELPS or best.speedup < HELPS))]
     return min(ties, key=lambda p: (p.loader_share or 0.0, p.step_ms))
 

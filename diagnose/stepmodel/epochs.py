@@ -23,9 +23,9 @@ def restart_saving(facts: Facts, k: int, wait_ms: float, batch_ms: float) -> flo
     n_cpus = max(1.0, float(facts.cpu_count or 1))
     one = facts.input_worker_start_ms
     each = max((one or 0.0) - (facts.input_worker_handover_ms or 0.0), 0.0)
-    ahead = max(k * (facts.dataloader_prefetch_factor or 2), 1) if one is None else max(
-        1.0, min(k * (facts.dataloader_prefetch_factor or 2),
-                 (n_cpus * wait_ms - k * each) / max(batch_ms, 1e-6)))
+    made = k * (facts.dataloader_prefetch_factor or 2)  # the most the workers hold ahead
+    room = made if one is None else (n_cpus * wait_ms - k * each) / max(batch_ms, 1e-6)
+    ahead = max(1.0, min(made, room))
     return max(wait_ms - ahead * batch_ms / n_cpus, 0.0)
 
 

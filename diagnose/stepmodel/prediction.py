@@ -75,6 +75,12 @@ class Prediction:
         return out
 
     @property
+    def reach(self) -> float:
+        """The speedup at the fast end of the range (the point for a bound, ``at_least``)."""
+        return self.speedup if self.at_least or self.range[0] <= 0 else max(
+            self.speedup, self.base_ms / self.range[0])
+
+    @property
     def may_not_help(self) -> bool:
         """Whether the range reaches the step as it is: the fix may give no gain."""
         return not self.at_least and self.range[1] >= self.base_ms

@@ -74,6 +74,15 @@ def test_a_range_that_reaches_the_step_may_not_help() -> None:
     assert not bound.may_not_help and "may_not_help" not in bound.to_json()
 
 
+def test_reach_is_the_speedup_at_the_ranges_fast_end() -> None:
+    """A fix's reach (what ties fixes and configs) is base over the range's fast end; a
+    bound, or a range without a fast end, reaches only its point."""
+    assert Prediction({"x": 1}, 8.0, 1.25, (5.0, 9.0), 10.0).reach == pytest.approx(2.0)
+    assert Prediction({"x": 1}, 8.0, 1.25, (5.0, 9.0), 10.0, at_least=True).reach == 1.25
+    assert Prediction({"x": 1}, 8.0, 1.25, (0.0, 9.0), 10.0).reach == 1.25
+    assert Prediction({"x": 1}, 8.0, 1.25, (9.0, 9.5), 10.0).reach == 1.25  # never below
+
+
 def test_a_prediction_names_what_it_assumed_where_nothing_was_measured(tmp_path) -> None:
     """Without the hand-over rate, a worker's batch or the CPUs' capacity timed, the
     workers' prediction names each assumption; with them timed it names none."""
