@@ -26,6 +26,9 @@ from .unit import Fix
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
 #: how :func:`predict_findings` begins the reason of a fix that does not apply to the run
 DOES_NOT_APPLY = "does not apply to this run"
+#: how it begins the reason of a fix that may apply, where the run does not say enough
+#: (``Fix.unknown``): offered as advice, without a number
+NOT_KNOWN = "not predicted: this run does not say"
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -46,8 +49,12 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
             p = fix.predict(predictor, config, facts)
             why = fix.why_not(config, facts) if fix.auto else None
             if isinstance(p, str) and why is not None and not why.startswith("needs opt-in"):
-                p = f"{DOES_NOT_APPLY}: {why}"
-                off.append(x)
+                unknown = fix.unknown(facts)
+                if unknown is not None:  # may apply: advice, without a number
+                    p = f"{NOT_KNOWN} {unknown}"
+                else:
+                    p = f"{DOES_NOT_APPLY}: {why}"
+                    off.append(x)
             preds[x] = p
         _order(f, preds, off)
         lead = preds.get(f.fixes[0]) if f.fixes else None
@@ -201,5 +208,5 @@ def sure_gain(f: Any) -> float:
     return -math.inf if p is None else 1 - p.range[1] / p.base_ms
 
 
-__all__ = ["BUSY", "HELPS", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings",
+__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings",
            "sure_gain"]

@@ -47,6 +47,9 @@ from ..stepmodel.transforms import GraphChange, Transform, as_transform
 from .code import EXACT_FIELDS, Setup, exact_change
 from .config import TrainConfig
 
+#: what a saved trace does not say that the worker and thread fixes read (``Fix.unknown``)
+HOST_CPUS = "how many CPUs the host has"
+
 #: How autofix walks a fix's candidates (``Fix.search_mode``):
 #: each in order against the best so far, while the fix still applies;
 SEARCH_EACH = "each"
@@ -96,6 +99,13 @@ class Fix:
         except Exception as e:  # a broken condition is reported, never raised
             return f"condition failed: {type(e).__name__}: {e}"
         return None if ok else (f"needs {self.needs}" if self.needs else "does not apply")
+
+    def unknown(self, facts: Facts) -> str | None:
+        """What ``applies`` reads that the run does not say (in words: a saved trace holds no
+        host), where that alone keeps the fix from applying: the report then offers it as
+        advice, without a prediction, naming what it could not tell. None (default):
+        nothing it reads is unknown."""
+        return None
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         """Why the diagnosed run already has this fix (its change is the run's current

@@ -45,3 +45,35 @@ def test_a_fix_predicted_slower_is_not_the_panel() -> None:
     assert offered(peak) == ["activation_checkpointing"]
     bound = Prediction({"num_workers": 2}, 12.5, 0.8, (9.0, 16.0), 10.0, at_least=True)
     assert offered(_finding({"num_workers": bound})) == ["num_workers"]
+
+
+def test_a_saved_trace_offers_the_fix_it_cannot_rule_out_without_a_number() -> None:
+    """A saved trace whose loop loaded in process (IN001, critical): it does not say how many
+    CPUs the host has, which num_workers reads; the fix is offered as advice, its panel
+    saying what could not be predicted, not dropped as if it did not apply. The worker
+    settings that need workers (persistent, prefetch) still do not apply."""
+    from diagnose.api import analyze
+    from diagnose.fixes.findings import NOT_KNOWN
+    from tests.conftest import REPO
+
+    r = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz")
+    f = next(x for x in r.findings if x.rule == "IN001")
+    assert f.severity == "critical"
+    assert f.predictions["num_workers"] == f"{NOT_KNOWN} how many CPUs the host has"
+    assert f.predictions["persistent_workers"].startswith("does not apply to this run")
+    assert offered(f)[0] == "num_workers"
+    panel = _fix_panels(SimpleNamespace(findings=[f]))[0]
+    assert "how many CPUs the host has" in str(panel.subtitle)
+
+
+def test_a_live_run_with_its_cpus_known_keeps_a_fix_that_does_not_apply_off() -> None:
+    """Where the run says how many CPUs there are, a fix that does not apply is not offered:
+    ``unknown`` names nothing."""
+    from diagnose.fixes import FIXES
+    from diagnose.stepmodel.facts import Facts
+
+    known = Facts(cpu_count=2, torch_num_threads=2)
+    assert FIXES["num_workers"].unknown(known) is None
+    assert FIXES["threads"].unknown(known) is None
+    assert FIXES["num_workers"].unknown(Facts()) is not None
+    assert FIXES["persistent_workers"].unknown(Facts()) is None

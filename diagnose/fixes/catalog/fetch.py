@@ -86,6 +86,10 @@ class BatchedFetch(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         return facts.dataloader_dataset_tensor_indexable is True
 
+    def unknown(self, facts: Facts) -> str | None:
+        return ("whether the dataset hands over a batch in one indexing call (a plain "
+                "TensorDataset)" if facts.dataloader_dataset_tensor_indexable is None else None)
+
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         if Facts.from_metrics(metrics).dataloader_dataset_tensor_indexable is False:
             return ("the dataset cannot hand over a batch in one indexing call (not a plain "

@@ -23,7 +23,7 @@ from ...stepmodel.transforms import transform
 from ..code import AFFINITY, Setup, loader_call
 from ..config import TrainConfig
 from ..realise import Realisation
-from ..unit import Facts, Fix
+from ..unit import HOST_CPUS, Facts, Fix
 from .workers import WORKER_ASSUMES, epoch_costs
 from .workers import num_workers as workers_transform
 
@@ -76,6 +76,10 @@ class Threads(Fix):
         n = facts.cpu_count
         return (n is not None and n >= 2 and facts.torch_num_threads is not None
                 and facts.iterable_dataset is not True)
+
+    def unknown(self, facts: Facts) -> str | None:
+        return (f"{HOST_CPUS} or torch's thread count" if facts.cpu_count is None
+                or facts.torch_num_threads is None else None)
 
     def predict(self, predictor: Any, config: TrainConfig, facts: Facts) -> Any:
         """A point prediction where the session timed the forward on one thread; without

@@ -50,7 +50,7 @@ from ...stepmodel.transforms import transform
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation
-from ..unit import SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
+from ..unit import HOST_CPUS, SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
 
 # ---------------------------------------------------------------------- the worker search
 
@@ -126,6 +126,9 @@ class NumWorkers(_WorkerSearch):
         n = facts.cpu_count
         return n is not None and facts.iterable_dataset is not True and (
             config.num_workers < n or workers_oversubscribed(config, facts))
+
+    def unknown(self, facts: Facts) -> str | None:
+        return HOST_CPUS if facts.cpu_count is None else None
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         nw, n = _workers(metrics)
