@@ -105,6 +105,8 @@ def main() -> int:
             print(line + mark)
         summary.append(f"{name:<40} kept: {r.original.describe_change(r.best) or 'nothing'}; "
                        f"{before_after(r)}")
+        summary += [f"{'':<40} {d.fix} skipped: {d.reason}" for d in r.decisions
+                    if d.status == "skipped" and "budget" in d.reason]
     print()
     print("\n".join(summary))
     print()

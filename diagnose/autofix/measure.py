@@ -37,7 +37,16 @@ from .stats import (
     rounds_for,
     speedup_interval,
 )
-from .trial import Trial, TuneError, Workload, build_optimizer, is_oom, release_memory
+from .trial import (
+    Trial,
+    TuneError,
+    Workload,
+    build_loader,
+    build_optimizer,
+    epoch_steps_of,
+    is_oom,
+    release_memory,
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,8 @@ class Measurer:
         self._residuals: list[tuple[float, int]] = []  # (variance of d_r, dof) per trial
         self._optimizers: dict[tuple[bool | None, bool | None], Any] = {}
         self.hard_end: float | None = None  # clock time past which no new arm starts
+        self._epochs: dict[TrainConfig, int | None] = {}  # cfg -> epoch steps timed whole
+        self._arm_s = 0.0  # the longest arm of the rounds in progress (s), 0: not known
 
     def trial_for(self, cfg: TrainConfig) -> Trial:
         """A Trial of ``cfg``; trials with the same optimizer settings share one rebuilt
@@ -171,10 +182,21 @@ class Measurer:
         compute-only and input-only arms), from the pilot's step time; None before it."""
         if not self.step_s:
             return None
-        wb, nb, _ = self.layout(b)
-        wa, na, _ = self.layout(a)
-        arms = (wa + na) + (wb + nb) * (3 if bound else 1)
+        arms = self.arm_steps(a) + self.arm_steps(b) + (
+            2 * sum(self.layout(b)[:2]) if bound else 0)  # compute alone, input alone
         return arms * self.step_s
+
+    def arm_steps(self, cfg: TrainConfig) -> int:
+        """The steps one arm of ``cfg`` runs in a round: a whole epoch where its loader is
+        timed in whole epochs (:func:`~.trial.epoch_steps_of`), else its warmup and timed
+        steps (:meth:`layout`)."""
+        if cfg not in self._epochs:
+            loader = getattr(self.w, "loader", None)
+            self._epochs[cfg] = None if not cfg.num_workers or loader is None else (
+                epoch_steps_of(build_loader(loader, cfg), cfg.grad_accum_steps))
+        epoch = self._epochs[cfg]
+        warmup, n, _ = self.layout(cfg)
+        return epoch if epoch is not None else warmup + n
 
     # ------------------------------------------------------------------ rounds
     def layout(self, cfg: TrainConfig) -> tuple[int, int, int]:
@@ -217,10 +239,12 @@ class Measurer:
 
     def near_hard_end(self) -> bool:
         """An arm started now is expected to end past :attr:`hard_end` (an arm's expected
-        time: the pilot's step x a round's warmup and timed steps; 0 before the pilot)."""
+        time: the pilot's step x the longest arm's steps of the rounds in progress,
+        :meth:`arm_steps`; 0 before the pilot)."""
         if self.hard_end is None:
             return False
-        arm_s = (self.plan.warmup + self.steps) * self.step_s if self.step_s else 0.0
+        arm_s = self._arm_s or ((self.plan.warmup + self.steps) * self.step_s
+                                if self.step_s else 0.0)
         return self.clock() + arm_s >= self.hard_end
 
     def _arm(self, t: Trial, what: str, warmup: int, n: int, k: int) -> Callable[[], np.ndarray]:
@@ -278,6 +302,7 @@ class Measurer:
             schedule = [n0 * (i + 1) for i in range(CONFIRM_LOOKS if confirm else 1)]
             rounds_end = None  # the looks' rounds all run (settled checks the deadline)
         failed: tuple[str, str, Rounds] | None = None
+        self._arm_s = max(self.arm_steps(a), self.arm_steps(b)) * (self.step_s or 0.0)
         try:
             res = self._rounds(arms, schedule, label, decided if sequential else settled,
                                rounds_end)
@@ -321,6 +346,7 @@ class Measurer:
         """``cfg``'s step time with its compute-only and input-only times, interleaved."""
         warmup, n, k = self.layout(cfg)
         t = self.trial_for(cfg)
+        self._arm_s = max(self.arm_steps(cfg), warmup + n) * (self.step_s or 0.0)
         res = self._rounds([("step", self._arm(t, "step", warmup, n, k)),
                             ("compute", self._arm(t, "compute", warmup, n, k)),
                             ("data", self._arm(t, "data", warmup, n, k))], [rounds],

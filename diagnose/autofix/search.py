@@ -166,8 +166,8 @@ class Tuner(Measurer):
         than HARD_END_MIN_ROUNDS, the pilot's step and the bound timed before the trials
         (when they were of ``cfg``)."""
         if self.step_s:
-            warmup, n, _ = self.layout(cfg)
-            per_round = 3 * (warmup + n) * self.step_s  # the step, compute alone, input alone
+            warmup, n, _ = self.layout(cfg)  # the step, compute alone, input alone:
+            per_round = (self.arm_steps(cfg) + 2 * (warmup + n)) * self.step_s
             fit = int(max(0.0, self.left_s()) / per_round)
             first = self._first_bound
             if fit < HARD_END_MIN_ROUNDS and first is not None and first[0] == cfg:

@@ -223,6 +223,19 @@ def release_memory(w: Workload) -> None:
 WHOLE_EPOCH_STEPS = 64
 
 
+def epoch_steps_of(loader: Any, micro_batches: int) -> int | None:
+    """The optimizer steps of one epoch of ``loader`` where a trial times it whole: a loader
+    with workers (persistent or not) of at most :data:`WHOLE_EPOCH_STEPS` steps of
+    ``micro_batches`` batches each; else None."""
+    if loader is None or not loader.num_workers:
+        return None
+    try:
+        n = len(loader) // max(1, micro_batches)
+    except TypeError:  # an iterable dataset: no length
+        return None
+    return n if 0 < n <= WHOLE_EPOCH_STEPS else None
+
+
 # ---------------------------------------------------------------------- the trial
 class Trial:
     """One config, realised. Use as ``with trial: times = trial.run(warmup, n)``."""
@@ -411,16 +424,8 @@ class Trial:
             self.close()
 
     def epoch_steps(self) -> int | None:
-        """The optimizer steps of one epoch where it is timed whole: a loader with workers
-        (persistent or not) of at most :data:`WHOLE_EPOCH_STEPS` steps; else None."""
-        loader = self.loader
-        if not loader.num_workers:
-            return None
-        try:
-            n = len(loader) // self.parts.micro_batches
-        except TypeError:  # an iterable dataset: no length
-            return None
-        return n if 0 < n <= WHOLE_EPOCH_STEPS else None
+        """The optimizer steps of one epoch where it is timed whole (:func:`epoch_steps_of`)."""
+        return epoch_steps_of(self.loader, self.parts.micro_batches)
 
     def whole_epoch(self, warmup: int) -> np.ndarray:
         """Seconds per optimizer step over one whole epoch (one value): from ``iter()``

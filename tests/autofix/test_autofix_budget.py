@@ -49,10 +49,13 @@ def _install(monkeypatch: pytest.MonkeyPatch, speed: Callable[[TrainConfig], flo
     def arm(self: Measurer, t: object, what: str, warmup: int, n: int, k: int
             ) -> Callable[[], np.ndarray]:
         step = STEP_S * speed(t.cfg)  # type: ignore[attr-defined]
+        # a short epoch with workers is timed whole, one value, as Trial.run times it
+        whole = what == "step" and self.arm_steps(t.cfg) != warmup + n  # type: ignore[attr-defined]
+        steps = self.arm_steps(t.cfg) if whole else warmup + n  # type: ignore[attr-defined]
 
         def run() -> np.ndarray:
-            clock.now += (warmup + n) * step
-            return step * (1 + 0.05 * rng.standard_normal(max(1, n // k)))
+            clock.now += steps * step
+            return step * (1 + 0.05 * rng.standard_normal(1 if whole else max(1, n // k)))
         return run
 
     def pilot(self: Measurer, cfg: TrainConfig) -> float:
@@ -74,17 +77,19 @@ def _install(monkeypatch: pytest.MonkeyPatch, speed: Callable[[TrainConfig], flo
     return clock
 
 
-def _job() -> dict[str, object]:
+def _job(samples: int = 2048) -> dict[str, object]:
+    """A job whose epoch is ``samples`` / 8 steps (the default: longer than a trial times
+    whole, so every arm is its warmup and timed steps)."""
     torch.manual_seed(0)
     model = nn.Linear(8, 4)
-    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
-                        batch_size=8)
+    loader = DataLoader(TensorDataset(torch.randn(samples, 8),
+                                      torch.randint(0, 4, (samples,))), batch_size=8)
     return {"model": model, "loader": loader,
             "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loss_fn": F.cross_entropy}
 
 
-def _run(budget: float, **kw: object):  # type: ignore[no-untyped-def]
-    j = _job()
+def _run(budget: float, samples: int = 2048, **kw: object):  # type: ignore[no-untyped-def]
+    j = _job(samples)
     return autofix(j["model"], j["loader"], j["optimizer"], loss_fn=j["loss_fn"],
                    fixes=["num_workers", "set_to_none", "gc_freeze", "batched_fetch"],
                    try_all=True, max_trials=100, budget_s=budget, plan=PLAN, **kw)
@@ -128,6 +133,37 @@ def test_a_trial_that_cannot_end_in_time_is_not_started(monkeypatch: pytest.Monk
     assert all(a > 25.0 for a in asked), [d.reason for d in tried]
 
 
+@pytest.mark.parametrize("budget", [60.0, 150.0, 400.0])
+def test_a_loader_timed_in_whole_epochs_is_budgeted_by_its_epoch(
+        monkeypatch: pytest.MonkeyPatch, budget: float) -> None:
+    """An epoch of 32 steps with workers is timed whole (32 steps an arm, not a round's
+    warmup and timed steps): the budget's arithmetic counts those steps, so the run still
+    ends within its budget, and a trial it cannot afford says which budget would."""
+    from diagnose.autofix.trial import WHOLE_EPOCH_STEPS
+
+    assert 256 // 8 <= WHOLE_EPOCH_STEPS
+    _install(monkeypatch, lambda cfg: 0.5 if cfg.num_workers else 1.0)
+    r = _run(budget, samples=256)
+    assert r.elapsed_s <= budget * (1 + OVERRUN), r.render_text()
+    for d in r.decisions:
+        assert d.status != SKIPPED or "budget" in d.reason, r.render_text()
+
+
+def test_a_whole_epoch_arm_counts_its_epoch_steps() -> None:
+    """The round's expected time: a config whose short epoch is timed whole counts the
+    epoch's steps; one without workers, its warmup and timed steps."""
+    j = _job(256)
+    m = Measurer(tune.Workload.from_user(j["model"], j["loader"], j["optimizer"],
+                                         loss_fn=j["loss_fn"]), PLAN, 0.03, None)
+    base = TrainConfig.from_objects(j["loader"], j["optimizer"])
+    workers = base.replace(num_workers=2)
+    m.step_s = 0.5
+    assert m.arm_steps(base) == sum(m.layout(base)[:2])
+    assert m.arm_steps(workers) == 32
+    assert m.round_s(base, workers) == pytest.approx((sum(m.layout(base)[:2]) + 32) * 0.5)
+    assert m.arm_steps(base.replace(num_workers=2, grad_accum_steps=2)) == 16
+
+
 def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     """No arm starts that would end past the hard end once each has two rounds; the round
@@ -135,7 +171,7 @@ def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.Monke
     clock = FakeClock()
     monkeypatch.setattr(Measurer, "clock", staticmethod(clock))
     m = Measurer.__new__(Measurer)  # an arm: (0 warmup + 4 steps) x 1 s, as the fake's
-    m.plan, m.steps, m.step_s = Plan(warmup=0), 4, 1.0
+    m.plan, m.steps, m.step_s, m._arm_s = Plan(warmup=0), 4, 1.0, 0.0
     m.progress = lambda s: None
     m.hard_end = clock.now + 25.0
 

@@ -331,7 +331,8 @@ def test_a_tied_advice_is_tried_first() -> None:
 def test_each_arm_has_its_own_warmup_and_blocks() -> None:
     """A baseline without workers warms up 3 steps and times blocks of 4, whatever the
     candidate has; 16 workers start inside their own 19-step warmup and are timed in
-    blocks of 32 (one round-robin of theirs twice). The budget share is sized from both."""
+    blocks of 32 (one round-robin of theirs twice). The budget share is sized from both:
+    the workers' epoch of 32 steps is timed whole, so their arm is those 32 steps."""
     from diagnose.autofix.measure import Measurer, Plan
 
     w = _workload(Drain())
@@ -340,8 +341,8 @@ def test_each_arm_has_its_own_warmup_and_blocks() -> None:
     many = base.replace(num_workers=16)
     assert m.layout(base) == (3, 8, 4)
     assert m.layout(many) == (19, 32, 32)
-    m.step_s = 0.06  # 60 ms steps: (3 + 8) + (19 + 32) steps a round = 3.72 s
-    looks = m.schedule(3.7, 3.72 * 6, base, many)
+    m.step_s = 0.06  # 60 ms steps: (3 + 8) + 32 steps a round = 2.58 s
+    looks = m.schedule(3.7, 2.58 * 6, base, many)
     assert looks.at[-1] == 6
 
 
