@@ -526,8 +526,7 @@ Machines: a shared 2-CPU VM (compare ratios taken in one run), lent H100s and H2
 validate half comes first: the figure to trust (benchmarks/jobs flatter the model). A check is a
 measured speedup within 15% of its prediction: *first fixes*, a warning's first fix applied as
 autofix applies it, timed unprofiled; *kept changes*, each change autofix kept (interleaved, 95%
-interval); *before/after*, each autofix run's result against the step the model predicted.
-*newest run* is a file's first run. `0.92 within 15%` is measured / predicted.
+interval); *before/after*, each autofix run against its predicted step. `0.92 within 15%` is m/p.
 """
 
 
