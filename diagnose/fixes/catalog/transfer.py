@@ -57,7 +57,7 @@ class PinMemory(Fix):
     def render(self, setup: Setup | None) -> str:
         return loader_change(
             setup, "", "page-locked batches, copied without blocking the host",
-            lambda c: c.replace(pin_memory=True), generic=TrainConfig(num_workers=4),
+            lambda c: c.replace(pin_memory=True), generic=TrainConfig(),
             before_extra=("for x, y in loader:", "    x, y = x.cuda(), y.cuda()"),
             after_extra=("for x, y in loader:",
                          "    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)"))
