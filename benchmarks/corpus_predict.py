@@ -8,8 +8,8 @@ would check them, one table per half (tune / validate).
 The corpus is benchmarks/corpus (committed: jobs written for the project) and, where
 $TORCH_DIAGNOSE_CORPUS names a folder holding another corpus package (the same
 ``names``/``half``/``split``/``make`` functions; else ../shared/corpus where it exists),
-that corpus too (corpus_load.py); job names must not clash, and each row's last column says which corpus
-the job is from (``repo`` or ``extra``).
+that corpus too (``_corpus.py``); job names must not clash, and each row's last column says
+which corpus the job is from (``repo`` or ``extra``).
 
 For each job (``make_job()`` of its module): a diagnosis of its own loop
 (``with diagnose(model, loader)`` around its loop body, ``train_step``; every model where
@@ -57,12 +57,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # predict_vs_measured (which sets up the rest), `import corpus`
 
 import predict_vs_measured as pvm  # noqa: E402
-from _run import first_offered, offered_fixes, print_header  # noqa: E402
-from corpus_load import (  # noqa: E402  (the corpora in use, their jobs)
+from _corpus import (  # noqa: E402  (the corpora in use, their jobs)
     load_corpora,
     load_corpus,
     make,
 )
+from _run import first_offered, offered_fixes, print_header  # noqa: E402
 
 #: the model's settings an arm's blocks set and undo (_model_settings)
 MODEL_SETTINGS = {"channels_last", "cudnn_benchmark", "compile"}
