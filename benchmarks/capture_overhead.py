@@ -367,7 +367,9 @@ def main() -> None:
                     rows += st.rows
                 medians[arm].append(statistics.median(t))
 
-    assert rows > 0, "the samplers never ticked"
+    if rows == 0:
+        bad_input(f"the samplers never ticked: {args.steps} steps of this workload end before "
+                  f"a tick at {min(args.hz):g} Hz; give more --steps")
     base = medians["plain"]
     step_ms = statistics.median(base) * 1e3
     print(
