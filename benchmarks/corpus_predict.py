@@ -340,13 +340,17 @@ class Tally:
     ranged: int = 0
     slower: int = 0
     fixes: str = "first fixes"  # what the rows time (--every-fix: "fixes")
+    # each printed range's half-width over its point (issue 48's goal: a median of 15%)
+    widths: list[float] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         def pct(a: int, b: int) -> str:
             return f"{a} of {b}" + (f" ({100 * a / b:.0f}%)" if b else "")
 
         return [f"predictions within 15% of the measured speedup: {pct(self.within, self.rows)}",
-                f"measured speedup inside the predicted range:    {pct(self.inside, self.ranged)}",
+                f"measured speedup inside the predicted range:    {pct(self.inside, self.ranged)}"
+                + (f", median half-width {statistics.median(self.widths):.0%}"
+                   if self.widths else ""),
                 f"{self.fixes + ' more than 5% slower:':<48} {pct(self.slower, self.rows)}",
                 f"warning/critical findings with a prediction:     "
                 f"{pct(self.predicted, self.findings)}"]
@@ -395,6 +399,7 @@ def run_job(name: str, args: argparse.Namespace, tallies: list[Tally]) -> None:
         for t in tallies:
             for f in ("findings", "predicted", "rows", "within", "inside", "ranged", "slower"):
                 setattr(t, f, getattr(t, f) + getattr(tally, f))
+            t.widths += tally.widths
 
 
 def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None:
@@ -455,6 +460,8 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
         tally.ranged += inside is not None
         tally.inside += bool(inside)
         tally.slower += sp < 0.95
+        if rng is not None:
+            tally.widths.append((rng[1] - rng[0]) / 2 / pred["speedup"])
         print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} {said:>21} "
               f"{f'{sp:.2f}x [{lo:.2f}, {hi:.2f}]':>21} {err:6.2f}  "
               f"{'-' if inside is None else 'yes' if inside else 'no'}"
