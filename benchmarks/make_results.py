@@ -451,8 +451,8 @@ def weak_list(files: list[Path]) -> list[str]:
     if not out:
         return []
     return ["## Where the figures are weak", "",
-            *textwrap.wrap(f"The checks above under {WEAK:.0%} within 15%, over all saved runs "
-                           "or in the newest run (of two checks or more):", WIDTH),
+            *textwrap.wrap(f"Checks under {WEAK:.0%} within 15%, over all saved runs or in the "
+                           "newest (of two checks or more):", WIDTH),
             "", *out, ""]
 
 
