@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DiagnoseError
 from ..fixes import TrainConfig
 from .decisions import ERROR, NO_FIT, Bound, Comparison
 from .stats import (
@@ -192,8 +193,11 @@ class Measurer:
         steps (:meth:`layout`)."""
         if cfg not in self._epochs:
             loader = getattr(self.w, "loader", None)
-            self._epochs[cfg] = None if not cfg.num_workers or loader is None else (
-                epoch_steps_of(build_loader(loader, cfg), cfg.grad_accum_steps))
+            try:
+                self._epochs[cfg] = None if not cfg.num_workers or loader is None else (
+                    epoch_steps_of(build_loader(loader, cfg), cfg.grad_accum_steps))
+            except DiagnoseError:  # a loader it cannot build: the trial itself says so
+                self._epochs[cfg] = None
         epoch = self._epochs[cfg]
         warmup, n, _ = self.layout(cfg)
         return epoch if epoch is not None else warmup + n
@@ -302,7 +306,8 @@ class Measurer:
             schedule = [n0 * (i + 1) for i in range(CONFIRM_LOOKS if confirm else 1)]
             rounds_end = None  # the looks' rounds all run (settled checks the deadline)
         failed: tuple[str, str, Rounds] | None = None
-        self._arm_s = max(self.arm_steps(a), self.arm_steps(b)) * (self.step_s or 0.0)
+        self._arm_s = max(self.arm_steps(a), self.arm_steps(b),
+                          wb + n if bound else 0) * (self.step_s or 0.0)
         try:
             res = self._rounds(arms, schedule, label, decided if sequential else settled,
                                rounds_end)

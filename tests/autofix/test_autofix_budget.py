@@ -141,7 +141,7 @@ def test_a_loader_timed_in_whole_epochs_is_budgeted_by_its_epoch(
     ends within its budget, and a trial it cannot afford says which budget would."""
     from diagnose.autofix.trial import WHOLE_EPOCH_STEPS
 
-    assert 256 // 8 <= WHOLE_EPOCH_STEPS
+    assert WHOLE_EPOCH_STEPS >= 256 // 8
     _install(monkeypatch, lambda cfg: 0.5 if cfg.num_workers else 1.0)
     r = _run(budget, samples=256)
     assert r.elapsed_s <= budget * (1 + OVERRUN), r.render_text()
@@ -162,6 +162,25 @@ def test_a_whole_epoch_arm_counts_its_epoch_steps() -> None:
     assert m.arm_steps(workers) == 32
     assert m.round_s(base, workers) == pytest.approx((sum(m.layout(base)[:2]) + 32) * 0.5)
     assert m.arm_steps(base.replace(num_workers=2, grad_accum_steps=2)) == 16
+
+
+def test_a_loader_it_cannot_build_counts_as_a_rounds_steps(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Counting an epoch builds the config's loader; where that cannot be done (the trial
+    then records the error), the arm counts its warmup and timed steps, and nothing
+    raises out of the budget's arithmetic."""
+    from diagnose.autofix import measure
+    from diagnose.fixes.realise import CannotRealise
+
+    def refuse(*a: object, **k: object) -> None:
+        raise CannotRealise("a batch_sampler of the user's own cannot change its batch")
+
+    monkeypatch.setattr(measure, "build_loader", refuse)
+    j = _job(256)
+    m = Measurer(tune.Workload.from_user(j["model"], j["loader"], j["optimizer"],
+                                         loss_fn=j["loss_fn"]), PLAN, 0.03, None)
+    workers = TrainConfig.from_objects(j["loader"], j["optimizer"]).replace(num_workers=2)
+    assert m.arm_steps(workers) == sum(m.layout(workers)[:2])
 
 
 def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.MonkeyPatch

@@ -77,3 +77,6 @@ def test_a_live_run_with_its_cpus_known_keeps_a_fix_that_does_not_apply_off() ->
     assert FIXES["threads"].unknown(known) is None
     assert FIXES["num_workers"].unknown(Facts()) is not None
     assert FIXES["persistent_workers"].unknown(Facts()) is None
+    # a live run whose loader gave no dataset to batch: not a saved trace's unknown
+    assert FIXES["batched_fetch"].unknown(known) is None
+    assert FIXES["batched_fetch"].unknown(Facts()) is not None

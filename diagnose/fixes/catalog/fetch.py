@@ -87,8 +87,11 @@ class BatchedFetch(Fix):
         return facts.dataloader_dataset_tensor_indexable is True
 
     def unknown(self, facts: Facts) -> str | None:
+        # a saved trace (no host: no CPU count) does not say; a live run without a
+        # DataLoader's dataset does not have one to batch
         return ("whether the dataset hands over a batch in one indexing call (a plain "
-                "TensorDataset)" if facts.dataloader_dataset_tensor_indexable is None else None)
+                "TensorDataset)" if facts.dataloader_dataset_tensor_indexable is None
+                and facts.cpu_count is None else None)
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         if Facts.from_metrics(metrics).dataloader_dataset_tensor_indexable is False:
