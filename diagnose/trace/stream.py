@@ -71,6 +71,8 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
                 yield out
             if d.eof:
                 pending = d.unused_data
+                if len(pending) < 2:  # the next member's magic may begin in the next block
+                    pending += f.read(BLOCK_BYTES)
                 d, fed = inflate.gzip_member(), False
                 if pending and pending[:2] != b"\x1f\x8b":
                     break  # trailing garbage after the last member: ignored, as gzip(1) does

@@ -56,3 +56,20 @@ def test_corrupt_deflate_data_is_one_trace_error(tmp_path, inflater, stream):
     gz.write_bytes(bytes(data))
     with pytest.raises(TraceError, match="corrupt gzip data|truncated gzip"):
         read_trace(gz, stream=stream)
+
+
+def test_a_block_that_ends_inside_the_next_members_magic_loses_nothing(
+        tmp_path, inflater, monkeypatch) -> None:
+    """The streaming reader reads 1 MB blocks; where one ends right after the first byte
+    (0x1f) of the next gzip member, that member is read, not dropped as trailing
+    garbage."""
+    from diagnose.trace import stream
+
+    raw = json.dumps(tb.healthy().build(), indent=2).encode()
+    half = len(raw) // 2
+    first, second = gzip.compress(raw[:half]), gzip.compress(raw[half:])
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(first + second)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", len(first) + 1)
+    text = b"".join(stream._gzip_blocks(gz, 2**40))
+    assert text == raw
