@@ -145,7 +145,6 @@ class Measurer:
         self._optimizers: dict[tuple[bool | None, bool | None], Any] = {}
         self.hard_end: float | None = None  # clock time past which no new arm starts
         self._epochs: dict[TrainConfig, int | None] = {}  # cfg -> epoch steps timed whole
-        self._arm_s = 0.0  # the longest arm of the rounds in progress (s), 0: not known
 
     def trial_for(self, cfg: TrainConfig) -> Trial:
         """A Trial of ``cfg``; trials with the same optimizer settings share one rebuilt
@@ -215,19 +214,19 @@ class Measurer:
 
     def _rounds(self, arms: list[tuple[str, Callable[[], np.ndarray]]], looks: Sequence[int],
                 label: str, done: Callable[[Rounds], bool] | None = None,
-                deadline: float | None = None) -> Rounds:
+                deadline: float | None = None, arm_s: float = 0.0) -> Rounds:
         """Run every arm once per round, rotating the order, and ask ``done`` at each look
         (and once more when the ``deadline`` ends the rounds, after DEADLINE_MIN_ROUNDS,
-        before the last look). Where the next arm would end past :attr:`hard_end`, the rounds end
-        before it and the round in progress is dropped, once every arm has
-        HARD_END_MIN_ROUNDS rounds."""
+        before the last look). Where the next arm (``arm_s`` seconds, the longest's:
+        :meth:`arm_steps`) would end past :attr:`hard_end`, the rounds end before it and the
+        round in progress is dropped, once every arm has HARD_END_MIN_ROUNDS rounds."""
         res: Rounds = {name: [] for name, _ in arms}
         last = looks[-1]
         for r in range(last):
             self.progress(f"{label} (round {r + 1}/{last})")
             i = r % len(arms)
             for name, fn in arms[i:] + arms[:i]:
-                if r >= HARD_END_MIN_ROUNDS and self.near_hard_end():
+                if r >= HARD_END_MIN_ROUNDS and self.near_hard_end(arm_s):
                     return {k: v[:r] for k, v in res.items()}
                 try:
                     res[name].append(fn())
@@ -241,15 +240,13 @@ class Measurer:
                 break
         return res
 
-    def near_hard_end(self) -> bool:
-        """An arm started now is expected to end past :attr:`hard_end` (an arm's expected
-        time: the pilot's step x the longest arm's steps of the rounds in progress,
-        :meth:`arm_steps`; 0 before the pilot)."""
-        if self.hard_end is None:
-            return False
-        arm_s = self._arm_s or ((self.plan.warmup + self.steps) * self.step_s
-                                if self.step_s else 0.0)
-        return self.clock() + arm_s >= self.hard_end
+    def near_hard_end(self, arm_s: float) -> bool:
+        """An arm of ``arm_s`` seconds started now is expected to end past :attr:`hard_end`."""
+        return self.hard_end is not None and self.clock() + arm_s >= self.hard_end
+
+    def arms_s(self, *steps: int) -> float:
+        """The longest of arms of ``steps`` steps each, at the pilot's step (0 before it)."""
+        return max(steps) * (self.step_s or 0.0)
 
     def _arm(self, t: Trial, what: str, warmup: int, n: int, k: int) -> Callable[[], np.ndarray]:
         def run() -> np.ndarray:
@@ -306,11 +303,10 @@ class Measurer:
             schedule = [n0 * (i + 1) for i in range(CONFIRM_LOOKS if confirm else 1)]
             rounds_end = None  # the looks' rounds all run (settled checks the deadline)
         failed: tuple[str, str, Rounds] | None = None
-        self._arm_s = max(self.arm_steps(a), self.arm_steps(b),
-                          wb + n if bound else 0) * (self.step_s or 0.0)
+        arm_s = self.arms_s(self.arm_steps(a), self.arm_steps(b), wb + n if bound else 0)
         try:
             res = self._rounds(arms, schedule, label, decided if sequential else settled,
-                               rounds_end)
+                               rounds_end, arm_s)
         except _ArmFailed as f:
             err = f.error
             if is_oom(err):
@@ -351,11 +347,11 @@ class Measurer:
         """``cfg``'s step time with its compute-only and input-only times, interleaved."""
         warmup, n, k = self.layout(cfg)
         t = self.trial_for(cfg)
-        self._arm_s = max(self.arm_steps(cfg), warmup + n) * (self.step_s or 0.0)
         res = self._rounds([("step", self._arm(t, "step", warmup, n, k)),
                             ("compute", self._arm(t, "compute", warmup, n, k)),
                             ("data", self._arm(t, "data", warmup, n, k))], [rounds],
-                           "speed of light: the step, compute alone, input alone")
+                           "speed of light: the step, compute alone, input alone",
+                           arm_s=self.arms_s(self.arm_steps(cfg), warmup + n))
         return _ms(res["step"]), Bound(_ms(res["compute"]) or 0.0, _ms(res["data"]) or 0.0, cfg)
 
     def bound(self, cfg: TrainConfig) -> Bound:

@@ -190,7 +190,7 @@ def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.Monke
     clock = FakeClock()
     monkeypatch.setattr(Measurer, "clock", staticmethod(clock))
     m = Measurer.__new__(Measurer)  # an arm: (0 warmup + 4 steps) x 1 s, as the fake's
-    m.plan, m.steps, m.step_s, m._arm_s = Plan(warmup=0), 4, 1.0, 0.0
+    m.plan, m.steps, m.step_s = Plan(warmup=0), 4, 1.0
     m.progress = lambda s: None
     m.hard_end = clock.now + 25.0
 
@@ -198,7 +198,7 @@ def test_rounds_stop_at_the_hard_end_with_whole_rounds(monkeypatch: pytest.Monke
         clock.now += 4.0
         return np.ones(2)
 
-    res = m._rounds([("a", arm), ("b", arm), ("c", arm)], [20], "test")
+    res = m._rounds([("a", arm), ("b", arm), ("c", arm)], [20], "test", arm_s=4.0)
     sizes = {len(v) for v in res.values()}
     assert sizes == {HARD_END_MIN_ROUNDS}  # 3 arms x 4 s: the hard end falls in round 3
     assert clock.now <= 1000.0 + 25.0  # the arm that would end past it was not started

@@ -294,7 +294,7 @@ def test_the_before_after_looks_again_while_it_leaves_the_gain_open(
             return np.ones(4)
         return run
 
-    def arms_in_order(self, arms, looks, label, done=None, deadline=None):
+    def arms_in_order(self, arms, looks, label, done=None, deadline=None, arm_s=0.0):
         # rounds with the baseline first, so that each round's ratio is the script's
         res = {name: [] for name, _ in arms}
         for r in range(looks[-1]):
