@@ -1,21 +1,22 @@
-"""The width of the predictions' ranges, read off the corpus' tune half: the share of a
-change's predicted effect the model gets wrong (``EFFECT_ERROR`` in
+"""The width of the predictions' ranges, read off the corpus' tune half as the code predicts
+it now: the model's own error on a change (``EFFECT_FLOOR`` and ``EFFECT_ERROR`` in
 diagnose/stepmodel/calibration.py).
 
-    python benchmarks/corpus_predict.py --half tune > tune.txt
-    python benchmarks/range_fit.py tune.txt benchmarks/results/predict_vs_measured.txt
+    python benchmarks/corpus_rejudge.py --newest benchmarks/results/corpus_grid.txt \\
+        benchmarks/captures/cpu_tune > tune.txt
+    python benchmarks/range_fit.py tune.txt
 
-Each timed row of corpus_predict's table gives the predicted speedup p, its printed range
-and the measured speedup m. The printed range holds the capture's own noise and the
-widening in force when the table was made (``--used``, default: the calibration's values);
-that widening is taken back out, and for each row the least share E of |ln p| that, added
-on both sides, puts m inside the range is found. predict_vs_measured's rows (the jobs the
-model was built on: tune-side by definition) print no range: the point alone stands for
-it, which asks more of E. A kind's EFFECT_ERROR is the 90th
-percentile of its rows' E (changes of workers or threads: ``cpu``; the rest: ``other``),
-so the ranges hold 9 of 10 tune rows; the table then says what coverage and half-width that
-share gives. Run it on tune rows only: the validate half checks it (corpus_predict's
-``inside`` column), it does not set it.
+The input is corpus_rejudge.py's output: each tune row's prediction made again by this code
+from its kept capture, its printed range and the speedup that change measured (validate
+rows are skipped: they check the width, they do not set it). A range is widened on each
+side, in log, by ``floor + share x |ln p|`` beyond the capture's own noise; the widening in
+force when the table was made (``--used``, default: the calibration's values) is taken back
+out of each row. For each kind of change (``cpu``: it moves CPU work between torch's
+threads and processes; ``other``), the pair (floor, share) on a lattice that holds the
+measured speedup in at least ``--cover`` of the kind's rows with the least median
+half-width is printed, with the coverage and half-width it gives. A kind with fewer than
+``--least`` rows is not fitted (the calibration keeps its values, and says where they came
+from).
 """
 
 from __future__ import annotations
@@ -33,101 +34,116 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "jobs"))
 
 from _run import print_header  # noqa: E402
 
-from diagnose.stepmodel.calibration import EFFECT_ERROR  # noqa: E402
+from diagnose.stepmodel.calibration import EFFECT_ERROR, EFFECT_FLOOR  # noqa: E402
 
-#: the fields whose change moves CPU work (the transforms' ``moves_cpu``)
-CPU_FIELDS = ("num_workers", "intra_op_threads")
-ROW = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+(?P<change>.*?)\s+"
-                 r"(?P<p>\d+\.\d+)x \[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]\s+"
-                 r"(?P<m>\d+\.\d+)x \[")
+#: the fields whose change moves CPU work: the transforms' ``moves_cpu``, and the workers'
+#: start-up a persistent_workers saving takes off (CPU work beside the training where the
+#: workers share the CPUs with torch's threads, as on every corpus job)
+CPU_FIELDS = ("num_workers", "intra_op_threads", "persistent_workers")
+#: a corpus_rejudge.py row: half, job, finding, fix, change, was, now [range], measured
+ROW = re.compile(r"^(?P<half>tune|validate)\s+(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3}|-)\s+"
+                 r"(?P<fix>\S+)\s+(?P<change>\S.*?)\s+\d+\.\d+x\s+(?P<p>\d+\.\d+)x "
+                 r"\[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]\s+(?P<m>\d+\.\d+)x \[")
+FLOORS = [k / 100 for k in range(31)]
+SHARES = [k / 20 for k in range(21)]
 
 
-HALF = re.compile(r"^## (tune|validate) half")
-#: a predict_vs_measured row: job, finding, fix, change, predicted, measured [CI]
-PVM = re.compile(r"^(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3})\s+(?P<fix>\S+)\s+(?P<change>.*?)\s"
-                 r"(?P<p>\d+\.\d+)x\s+(?P<m>\d+\.\d+)x \[[^\]]+\]\s+\d+\.\d+\s+(within 15%|OFF)")
-
-
-def rows(paths: list[Path]) -> list[dict[str, object]]:
-    """The timed rows of the tune halves of corpus_predict tables (a validate half's rows
-    are skipped: they check the width, they do not set it)."""
+def rows(paths: list[Path], used: dict[str, tuple[float, float]]) -> list[dict[str, object]]:
+    """The tune rows of corpus_rejudge outputs, each with its range freed of the widening
+    in force (``used``: kind -> (floor, share))."""
     out: list[dict[str, object]] = []
     for path in paths:
-        half = "tune"
         for line in path.read_text().splitlines():
-            h = HALF.match(line)
-            half = h[1] if h else half
             got = ROW.match(line)
-            if got and half == "tune":
-                kind = "cpu" if any(f + "=" in got["change"] for f in CPU_FIELDS) else "other"
-                out.append({"job": got["job"], "fix": got["fix"], "kind": kind,
-                            **{k: float(got[k]) for k in ("p", "lo", "hi", "m")}})
+            if not got or got["half"] != "tune":
                 continue
-            got = PVM.match(line)
-            if got:
-                kind = ("cpu" if any(f in got["change"] for f in CPU_FIELDS)
-                        or got["fix"] in ("threads", "num_workers") else "other")
-                p = float(got["p"])
-                out.append({"job": got["job"], "fix": got["fix"], "kind": kind, "p": p,
-                            "lo": p, "hi": p, "m": float(got["m"]), "bare": True})
+            kind = "cpu" if any(f + "=" in got["change"] for f in CPU_FIELDS) else "other"
+            p, lo, hi, m = (float(got[k]) for k in ("p", "lo", "hi", "m"))
+            floor, share = used[kind]
+            w = floor + share * abs(math.log(p))
+            # the speedups' range: base / high .. base / low; the widening taken back out
+            lo0, hi0 = min(lo * math.exp(w), p), max(hi * math.exp(-w), p)
+            out.append({"job": got["job"], "fix": got["fix"], "change": got["change"],
+                        "kind": kind, "p": p, "lo": lo0, "hi": hi0, "m": m})
     return out
 
 
-def needed(row: dict[str, object], used: dict[str, float]) -> float:
-    """The least share of |ln p| that puts the measured speedup inside the row's range."""
-    p, lo, hi, m = (float(row[k]) for k in ("p", "lo", "hi", "m"))  # type: ignore[arg-type]
-    eff = abs(math.log(p))
-    w = 0.0 if row.get("bare") else used[str(row["kind"])] * eff
-    lo0, hi0 = lo * math.exp(w), hi * math.exp(-w)  # the widening in force taken out
-    lo0, hi0 = min(lo0, p), max(hi0, p)
-    miss = max(math.log(lo0 / m), math.log(m / hi0), 0.0)
-    if miss == 0.0:
-        return 0.0
-    return miss / eff if eff > 1e-6 else math.inf
+def widened(row: dict[str, object], floor: float, share: float) -> tuple[float, float]:
+    """The row's range with the widening (floor, share) put on each side."""
+    p, lo, hi = (float(row[k]) for k in ("p", "lo", "hi"))  # type: ignore[arg-type]
+    w = floor + share * abs(math.log(p))
+    return lo * math.exp(-w), hi * math.exp(w)
 
 
-def quantile(xs: list[float], q: float) -> float:
-    """The smallest value at or above a share ``q`` of ``xs``."""
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+def judged(got: list[dict[str, object]], floor: float, share: float) -> tuple[int, float]:
+    """(rows whose measured speedup lies inside, the median half-width over the point)."""
+    inside, halves = 0, []
+    for r in got:
+        lo, hi = widened(r, floor, share)
+        inside += lo <= float(r["m"]) <= hi  # type: ignore[arg-type]
+        halves.append((hi - lo) / 2 / float(r["p"]))  # type: ignore[arg-type]
+    return inside, statistics.median(halves)
+
+
+def fit(got: list[dict[str, object]], cover: float) -> tuple[float, float, int, float]:
+    """The (floor, share) of the lattice holding ``cover`` of ``got`` with the least median
+    half-width (ties: the smaller floor, then share); with its coverage and half-width."""
+    need = math.ceil(cover * len(got))
+    best: tuple[float, float, float, int] | None = None
+    for floor in FLOORS:
+        for share in SHARES:
+            inside, half = judged(got, floor, share)
+            if inside >= need and (best is None or (half, floor, share) < best[:3]):
+                best = (half, floor, share, inside)
+    if best is None:  # nothing on the lattice holds them: its widest corner
+        inside, half = judged(got, FLOORS[-1], SHARES[-1])
+        return FLOORS[-1], SHARES[-1], inside, half
+    return best[1], best[2], best[3], best[0]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tables", nargs="+", type=Path, help="corpus_predict outputs (tune half)")
-    ap.add_argument("--used", default=",".join(f"{k}={v}" for k, v in EFFECT_ERROR.items()),
-                    help="EFFECT_ERROR in force when the tables were made (kind=share,...)")
+    ap.add_argument("tables", nargs="+", type=Path, help="corpus_rejudge.py outputs")
+    ap.add_argument("--used", default=",".join(
+        f"{k}={EFFECT_FLOOR[k]}+{EFFECT_ERROR[k]}" for k in EFFECT_ERROR),
+        help="the widening in force when the tables were made (kind=floor+share,...)")
     ap.add_argument("--cover", type=float, default=0.9, help="share of rows a range must hold")
+    ap.add_argument("--least", type=int, default=10, help="fewest rows a kind is fitted on")
     args = ap.parse_args()
     try:
-        used = {k: float(v) for k, v in (x.split("=") for x in args.used.split(","))}
-    except ValueError:
-        ap.error(f"--used: expected kind=share,... (got {args.used!r})")
-    got = rows(args.tables)
+        used = {k: (float(v.split("+")[0]), float(v.split("+")[1]))
+                for k, v in (x.split("=") for x in args.used.split(","))}
+        assert set(used) == {"cpu", "other"}
+    except (ValueError, IndexError, AssertionError):
+        ap.error(f"--used: expected cpu=floor+share,other=floor+share (got {args.used!r})")
+    for t in args.tables:
+        if not t.is_file():
+            print(f"range_fit: {t}: no such file", file=sys.stderr)
+            return 2
+    got = rows(args.tables, used)
     if not got:
-        print("range_fit: no timed rows in the tables", file=sys.stderr)
+        print("range_fit: no tune rows in the tables (corpus_rejudge.py outputs)",
+              file=sys.stderr)
         return 2
-    print_header("EFFECT_ERROR from the tune side's rows", "range_fit.py")
+    print_header("the ranges' widening from the tune side's rows, as the code predicts now",
+                 "range_fit.py")
     print(f"# tables: {', '.join(str(t) for t in args.tables)}; widening in force: {args.used}")
-    print(f"{'job':<40} {'fix':<16} {'kind':<6} {'p':>6} {'m':>6} {'needed E':>9}")
-    for r in got[:40]:
+    print(f"{'job':<40} {'fix':<16} {'kind':<6} {'p':>6} {'m':>6}  range freed of it")
+    for r in got:
         print(f"{r['job']!s:<40} {r['fix']!s:<16} {r['kind']!s:<6} {r['p']:>6.2f} "
-              f"{r['m']:>6.2f} {needed(r, used):>9.2f}")
-    if len(got) > 40:
-        print(f"... and {len(got) - 40} rows more")
+              f"{r['m']:>6.2f}  [{r['lo']:.2f}, {r['hi']:.2f}]")
     print()
     for kind in ("cpu", "other"):
         mine = [r for r in got if r["kind"] == kind]
-        if not mine:
-            print(f"{kind}: no rows")
+        now_in, now_half = judged(mine, *used[kind]) if mine else (0, 0.0)
+        if len(mine) < args.least:
+            print(f"{kind}: {len(mine)} rows, fewer than {args.least}: not fitted"
+                  + (f" (the widening in force holds {now_in} of them)" if mine else ""))
             continue
-        e = quantile([needed(r, used) for r in mine], args.cover)
-        half = [math.exp(e * abs(math.log(float(r["p"])))) - 1  # type: ignore[arg-type]
-                for r in mine]
-        print(f"{kind}: {len(mine)} rows; EFFECT_ERROR = {e:.2f} holds "
-              f"{sum(needed(r, used) <= e for r in mine)} of {len(mine)}; the widening's "
-              f"median half-width {100 * statistics.median(half):.0f}% (the capture's noise "
-              f"comes on top)")
+        floor, share, inside, half = fit(mine, args.cover)
+        print(f"{kind}: {len(mine)} rows; floor {floor:.2f} + share {share:.2f} of |ln p| "
+              f"holds {inside} of {len(mine)}, median half-width {half:.0%} (the widening "
+              f"in force: {now_in} of {len(mine)}, {now_half:.0%})")
     return 0
 
 

@@ -25,6 +25,7 @@ from .calibration import (
     CALIBRATE_TOL,
     CALIBRATE_WITHIN,
     EFFECT_ERROR,
+    EFFECT_FLOOR,
     HELPS,
     HOST_SCALE_MAX,
     HOST_SCALE_MIN,
@@ -377,7 +378,8 @@ class Predictor:
         steps do not hold but the job pays now and then (an epoch's start), spread over the
         steps it is paid for. The step is the mean one the predictions start from.
         ``moves_cpu``: the cost is CPU work beside the training on the CPUs it shares, so
-        the range takes the model's error on such changes (:data:`EFFECT_ERROR`)."""
+        the range takes the model's error on such changes (:data:`EFFECT_FLOOR`,
+        :data:`EFFECT_ERROR`)."""
         ms = max(self.base_ms - max(saved_ms, 0.0), 1e-9)
         return Prediction(dict(change), ms, self.base_ms / ms,
                           self._range(ms, ms, self.base_ms / ms, moves_cpu), self.base_ms)
@@ -385,12 +387,12 @@ class Predictor:
     def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool,
                probes: bool = False) -> tuple[float, float]:
         """The changed step's range (ms) from the model's ends ``lo``-``hi``: the model's
-        own error on a change (:data:`EFFECT_ERROR`, a share of the effect's log) on each
-        side, then the capture's noise (the replay's error and the steps' spread, and where
+        own error on a change (:data:`EFFECT_FLOOR` and :data:`EFFECT_ERROR`, a share of
+        the effect's log) on each side, then the capture's noise (the replay's error and the steps' spread, and where
         the change's transform reads the probes' values, ``probes``, their noise) as a factor
         ``1 + rel`` on each side: a relative error of a ratio, so that no noise makes a step
         time zero or less."""
-        w = EFFECT_ERROR["cpu" if moves_cpu else "other"] * abs(math.log(max(speedup, 1e-9)))
+        w = model_error(speedup, moves_cpu)
         rel = self.rel + (self.probe_noise if probes else 0.0)
         return (lo * math.exp(-w) / (1 + rel), hi * math.exp(w) * (1 + rel))
 
@@ -496,6 +498,14 @@ class Predictor:
         share = (None if math.isnan(period) or not steps or step2 <= 0
                  else min(1.0, period / 1e3 / step2))
         return change, base, ms, share, raw
+
+
+def model_error(speedup: float, moves_cpu: bool) -> float:
+    """The model's own error on a change predicted at ``speedup``, in log, on each side of
+    a range: :data:`EFFECT_FLOOR` plus :data:`EFFECT_ERROR` of the effect's log, of the
+    change's kind (``moves_cpu``: CPU work between torch's threads and processes)."""
+    kind = "cpu" if moves_cpu else "other"
+    return EFFECT_FLOOR[kind] + EFFECT_ERROR[kind] * abs(math.log(max(speedup, 1e-9)))
 
 
 def busy_ends(facts: Facts) -> list[Facts]:

@@ -451,9 +451,9 @@ def test_a_split_is_predicted_again_with_the_capacity_timed_before_its_trials(
     got = pred.predict_change(fix.transform, {"num_workers": 1})
     import math
 
-    from diagnose.stepmodel.calibration import EFFECT_ERROR
+    from diagnose.stepmodel.prediction import model_error
 
-    widen = math.exp(EFFECT_ERROR["cpu"] * math.log(got.speedup))
+    widen = math.exp(model_error(got.speedup, True))
     assert got.range[1] == pytest.approx(2.867 * widen * (1 + pred.rel), rel=0.01)
     t.retime_capacity(fix, cands, base)  # 1.2: the range's slow end only
     assert t.cand_preds[fix.id][one] == pytest.approx(3.0 / 2.2, rel=0.01)

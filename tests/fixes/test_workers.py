@@ -214,7 +214,7 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
 def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
     """The same saving (1.5x): with 2 workers beside torch's 1 thread on 4 CPUs the restart
     runs on CPUs the training does not use, and the range is that of a change that moves
-    nothing (EFFECT_ERROR "other"); beside 2 threads on 2 CPUs the new workers start up on
+    nothing (EFFECT_FLOOR and EFFECT_ERROR "other"); beside 2 threads on 2 CPUs the new workers start up on
     the training's CPUs, and the range is that of a change of CPU work ("cpu"). Same
     point, and the wider range holds the narrower."""
     m = _model(mt.cpu_loader(), tmp_path)
@@ -225,7 +225,7 @@ def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
     shared = _predict("persistent_workers", m, cfg, cpu_count=2, torch_num_threads=2, **kw)
     assert isinstance(apart, Prediction) and isinstance(shared, Prediction)
     assert apart.speedup == pytest.approx(shared.speedup) == pytest.approx(1.5)
-    w = {k: v * math.log(1.5) for k, v in cal.EFFECT_ERROR.items()}
+    w = {k: cal.EFFECT_FLOOR[k] + v * math.log(1.5) for k, v in cal.EFFECT_ERROR.items()}
     assert apart.range[1] / apart.step_ms == pytest.approx(math.exp(w["other"]), rel=0.05)
     assert shared.range[1] / shared.step_ms == pytest.approx(math.exp(w["cpu"]), rel=0.05)
     assert shared.range[0] < apart.range[0] < apart.range[1] < shared.range[1]
@@ -421,11 +421,11 @@ def test_a_change_of_cpu_work_is_predicted_at_both_ends_of_the_capacity_timings(
     """The CPUs' capacity timed 1.5, 1.75 and 2.0 after the loop: one worker's step is
     predicted at the median (1.75) and its range holds the steps at 1.5 (2867 us, as
     above) and 2.0 (2200 us), each widened by the model's error on a change of CPU work
-    (EFFECT_ERROR of the effect's log) and the replay's own error. A run with one timing
+    (model_error) and the replay's own error. A run with one timing
     (no span) keeps the point's range alone; the reports show the range beside the point."""
     import math
 
-    from diagnose.stepmodel.calibration import EFFECT_ERROR
+    from diagnose.stepmodel.prediction import model_error
 
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
@@ -443,7 +443,7 @@ def test_a_change_of_cpu_work_is_predicted_at_both_ends_of_the_capacity_timings(
     assert fast.step_ms == pytest.approx(2.2, rel=0.01)
     assert slow.step_ms == pytest.approx(2.867, rel=0.01)
     assert got.step_ms == pytest.approx(mid.step_ms) and fast.step_ms < got.step_ms < slow.step_ms
-    w = math.exp(EFFECT_ERROR["cpu"] * math.log(got.speedup))
+    w = math.exp(model_error(got.speedup, True))
     assert got.range == pytest.approx((fast.step_ms / w * (1 - p.rel),
                                        slow.step_ms * w * (1 + p.rel)))
     assert mid.range == pytest.approx((mid.step_ms / w * (1 - p.rel), mid.step_ms * w * (1 + p.rel)))

@@ -1,5 +1,5 @@
 """A prediction's range (diagnose/stepmodel/prediction.py): the model's error on a change
-(EFFECT_ERROR, a share of the effect's log), the capture's noise, "may not help", and the
+(EFFECT_FLOOR plus EFFECT_ERROR, a share of the effect's log), the capture's noise, "may not help", and the
 assumptions a prediction names where nothing measured them; on builder traces with answers
 worked out by hand."""
 
@@ -10,8 +10,8 @@ import math
 import pytest
 
 from diagnose.fixes.catalog import workers as workers_unit
-from diagnose.stepmodel.calibration import EFFECT_ERROR
-from diagnose.stepmodel.prediction import Prediction, prediction_line
+from diagnose.stepmodel.calibration import EFFECT_ERROR, EFFECT_FLOOR
+from diagnose.stepmodel.prediction import Prediction, model_error, prediction_line
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _model
 
@@ -30,12 +30,13 @@ def _predictor(tmp_path, **facts):
 
 def test_the_range_is_the_effect_error_and_the_captures_noise(tmp_path) -> None:
     """cpu_loader with 2 workers: 3.0 -> 1.7 ms (tests/fixes/test_workers.py). A change of
-    workers is widened by EFFECT_ERROR["cpu"] x ln(3.0 / 1.7) on each side, then by the
-    capture's own relative noise (``rel``); the point lies inside."""
+    workers is widened by EFFECT_FLOOR["cpu"] + EFFECT_ERROR["cpu"] x ln(3.0 / 1.7) on
+    each side, then by the capture's own relative noise (``rel``); the point lies inside."""
     p = _predictor(tmp_path, **MEASURED)
     got = p.predict_change(workers_unit.num_workers, {"num_workers": 2})
     assert isinstance(got, Prediction)
-    w = EFFECT_ERROR["cpu"] * math.log(got.speedup)
+    w = EFFECT_FLOOR["cpu"] + EFFECT_ERROR["cpu"] * math.log(got.speedup)
+    assert model_error(got.speedup, True) == pytest.approx(w)
     assert got.range == pytest.approx((got.step_ms * math.exp(-w) / (1 + p.rel),
                                        got.step_ms * math.exp(w) * (1 + p.rel)))
     assert got.range[0] < got.step_ms < got.range[1]
@@ -50,14 +51,26 @@ def test_the_range_is_the_effect_error_and_the_captures_noise(tmp_path) -> None:
 
 
 def test_a_change_that_saves_little_has_a_narrow_range(tmp_path) -> None:
-    """The widening is a share of the effect: a saving of 1% of the step widens by far
-    less than a saving of half of it."""
+    """A change that moves no CPU work is widened by a share of the effect: a saving of 1%
+    of the step widens by far less than a saving of half of it."""
     p = _predictor(tmp_path, **MEASURED)
     small, big = p.per_step_saving({"x": 1}, 0.03), p.per_step_saving({"x": 1}, 1.5)
     rel = lambda q: q.range[1] / q.range[0]  # noqa: E731
     assert rel(small) < rel(big)
     assert small.range[0] == pytest.approx(
-        small.step_ms * math.exp(-EFFECT_ERROR["other"] * math.log(small.speedup)) / (1 + p.rel))
+        small.step_ms * math.exp(-EFFECT_FLOOR["other"] - EFFECT_ERROR["other"]
+                                 * math.log(small.speedup)) / (1 + p.rel))
+
+
+def test_a_change_of_cpu_work_owns_the_models_floor() -> None:
+    """The model's error on a change of CPU work has a floor (a change predicted to do
+    nothing may do much: the tune rows say so), so even a null effect keeps a width; a
+    change of nothing else predicted at 1.0x is exact but for the capture's noise."""
+    assert model_error(1.0, True) == pytest.approx(EFFECT_FLOOR["cpu"]) and EFFECT_FLOOR["cpu"] > 0
+    assert model_error(1.0, False) == pytest.approx(EFFECT_FLOOR["other"])
+    assert model_error(2.0, True) == pytest.approx(
+        EFFECT_FLOOR["cpu"] + EFFECT_ERROR["cpu"] * math.log(2.0))
+    assert model_error(0.5, False) == pytest.approx(model_error(2.0, False))  # a slowdown too
 
 
 def test_a_range_that_reaches_the_step_may_not_help() -> None:
