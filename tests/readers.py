@@ -89,6 +89,7 @@ def chunked_readers() -> dict[str, Callable[[Path, int], Trace]]:
         "streaming": stream.read_streaming,
         "byte ranges": lambda p, limit: parallel.read_parallel(p, limit, 3, pool=ex),
         "pipelined": lambda p, limit: parallel.read_pipelined(p, limit, 2, pool=ex),
+        "text ranges": lambda p, limit: parallel.read_text_ranges(p, limit, 2, pool=ex),
     }
 
 

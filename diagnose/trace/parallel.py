@@ -1,4 +1,4 @@
-"""Parallel read of one large plain-JSON trace: byte ranges decoded in worker processes.
+"""Parallel read of one large trace: ranges of its text decoded in worker processes.
 
 The file is cut into byte ranges without parsing it, each starting at an event: found by
 reading a small window around a target offset, and looking there for the start of an
@@ -11,15 +11,25 @@ chunk that decodes is the document's own events wherever the cut fell). Each wor
 its own range from the file, decodes it into columns (with its own intern tables) and
 sends the columns back; the parent maps the workers' name/pid/tid ids onto one table.
 Decoding and column building, most of the time on a large file, then run on every CPU.
+
+A gzipped file's text exists only as it is decompressed, serially: each worker decompresses
+it from the start up to its own range's end (fast with ISA-L) and finds its range's ends
+by the same rule on the same text, so ranges meet at one event (``read_text_ranges``).
+Where that fails, this process decompresses and cuts the text and the workers decode its
+arrays (``read_pipelined``).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import multiprocessing
+import os
 import re
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, nullcontext
@@ -28,11 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TraceError
 from .columns import ColumnBuilder, Trace
 from .cut import Cutter, array_start, cutter, event_array, first_event
 from .stream import CHUNK_BYTES, ChunkDecoder, EventSplitter, NotStreamable, text_blocks
 
-__all__ = ["BrokenProcessPool", "fork_pool", "read_parallel", "read_pipelined"]
+__all__ = ["BrokenProcessPool", "fork_pool", "read_parallel", "read_pipelined",
+           "read_text_ranges"]
 
 #: Plain files at least this large are read in parallel when there are 2+ CPUs.
 PARALLEL_MIN_BYTES = 64 * 2**20
@@ -43,6 +55,13 @@ PIPELINE_MIN_GZ_BYTES = 4 * 2**20
 #: array exists in this process, in the pipe and in the worker).
 PIPELINE_CHUNK_BYTES = 4 * 2**20
 _WINDOW = 2**20
+#: Ranges per worker of read_text_ranges. A range's worker decompresses the text from its
+#: start to the range's end, so more ranges cost more decompression; each range's columns
+#: come back in one message, which this process holds twice while it unpickles them, so
+#: fewer cost memory (this process's peak: the columns it holds and the last message's
+#: twice); 3 shrinking ranges a worker keep it under half the text on a large trace
+#: (benchmarks/NOTES.md, "the .gz read")
+TEXT_RANGES_PER_WORKER = 3
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
 #: chunk, decoded, take several times its size until they are columns. Workers live while
 #: this process gathers their columns, so what they hold counts with it: on the ~300 MB
@@ -58,7 +77,11 @@ def _layout(path: Path) -> tuple[bytes, int, bytes | None]:
     """(header, offset where the events begin, separator before each event or None:
     see cut.first_event)."""
     with open(path, "rb") as f:
-        head = f.read(8 * _WINDOW)
+        return _layout_of(f.read(8 * _WINDOW))
+
+
+def _layout_of(head: bytes) -> tuple[bytes, int, bytes | None]:
+    """:func:`_layout` of a document's first bytes."""
     m = array_start(head)
     if m is None:
         raise NotStreamable
@@ -123,12 +146,31 @@ def _events_in_place(buf: bytearray, filled: int, cut: Cutter,
 
 
 def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, Any]:
-    """Worker: columns of the events in [start, end) (``sep``: as _layout gives it). The text
-    is read into one buffer of about RANGE_CHUNK_BYTES, decoded there in place, and the partial
-    event at its end moved to its front for the next read: a worker holds one chunk of text
-    at a time and copies it once (from the file). The last range also returns the
-    document's trailer (what follows the event array)."""
+    """Worker: columns of the events in [start, end) of a plain file (``sep``: as _layout
+    gives it); the last range also returns the document's trailer (what follows the
+    event array)."""
     path, start, end, last, sep = args
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        left = end - start
+
+        def readinto(mv: memoryview) -> int:
+            nonlocal left
+            n = f.readinto(mv[: min(len(mv), left)]) if left > 0 else 0
+            left -= n or 0
+            return n or 0
+
+        return _decode_text(readinto, last, sep)
+
+
+def _decode_text(readinto: Callable[[memoryview], int], last: bool | Callable[[], bool],
+                 sep: bytes | None) -> dict[str, Any]:
+    """Columns of the events in a span of text that starts at an event (``readinto`` fills
+    a buffer from it; 0: the span's end). The text is read into one buffer of about
+    RANGE_CHUNK_BYTES, decoded there in place, and the partial event at its end moved to its
+    front for the next read: a worker holds one chunk of text at a time and copies it once.
+    ``last``: the span runs to the document's end, whose trailer is returned too (a
+    callable: asked once the span is read)."""
     b = ColumnBuilder()
     decode_events = ChunkDecoder()
     trailer = None
@@ -136,29 +178,25 @@ def _decode_range(args: tuple[str, int, int, bool, bytes | None]) -> dict[str, A
     filled = 1
     cut = cutter(sep, lo=1)
     try:
-        with open(path, "rb", buffering=0) as f:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                with memoryview(buf) as mv:
-                    n = f.readinto(mv[filled: filled + min(len(buf) - filled, left)])
-                if not n:
-                    break
-                left -= n
-                filled += n
-                if filled < len(buf):
-                    continue
-                evs, k = _events_in_place(buf, filled, cut, decode_events)
-                if evs is None:  # one event longer than the buffer: grow it
-                    buf += bytearray(len(buf))
-                    continue
-                b.add(evs)
-                del evs
-                rest = bytes(buf[k:filled])  # at most one event
-                buf[1: 1 + len(rest)] = rest
-                filled = 1 + len(rest)
-                cut.moved(k - 1)
-        if last:
+        while True:
+            with memoryview(buf) as mv:
+                n = readinto(mv[filled:])
+            if not n:
+                break
+            filled += n
+            if filled < len(buf):
+                continue
+            evs, k = _events_in_place(buf, filled, cut, decode_events)
+            if evs is None:  # one event longer than the buffer: grow it
+                buf += bytearray(len(buf))
+                continue
+            b.add(evs)
+            del evs
+            rest = bytes(buf[k:filled])  # at most one event
+            buf[1: 1 + len(rest)] = rest
+            filled = 1 + len(rest)
+            cut.moved(k - 1)
+        if last() if callable(last) else last:
             k = cut.cut(buf, filled)
             if k > 0:
                 b.add(decode_events(buf, k, 1))
@@ -248,6 +286,145 @@ def read_parallel(path: Path, limit: int, workers: int, pool: Executor | None = 
             _merge(g, r)
     split = EventSplitter()
     split.header, split.trailer = header, r["trailer"]
+    return split.finish(g, path)
+
+
+class _Text:
+    """A document's text as the blocks ``text_blocks`` gives (decompressed where gzipped),
+    read forward with a position; text read ahead is put back. Every process that reads
+    a file gets the same blocks, so a search that starts at one offset sees the same
+    pieces in each, and finds the same place."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
+        self.pos = 0
+        self.back: list[bytes] = []
+        self.to_end = False  # the text read runs to the document's end (see reader)
+
+    def next(self) -> bytes | None:
+        piece = self.back.pop() if self.back else next(self.blocks, None)
+        if piece is not None:
+            self.pos += len(piece)
+        return piece
+
+    def unread(self, piece: bytes) -> None:
+        if piece:
+            self.back.append(piece)
+            self.pos -= len(piece)
+
+    def skip_to(self, off: int) -> None:
+        """Drop the text before ``off``."""
+        while self.pos < off and (piece := self.next()) is not None:
+            if self.pos > off:
+                self.unread(piece[len(piece) - (self.pos - off):])
+
+    def event_at_or_after(self, sep: bytes | None) -> int | None:
+        """The offset of the first event at or after the position (:func:`_event_in`, the
+        rule of read_parallel's cuts), the text read to find it put back; None where none
+        follows."""
+        start, got, buf, at = self.pos, [], bytearray(), None
+        while (piece := self.next()) is not None:
+            got.append(piece)
+            seen = max(0, len(buf) - 1024)  # a separator across two pieces is found too
+            buf += piece
+            i = _event_in(bytes(buf[seen:]), sep)
+            if i >= 0:
+                at = start + seen + i
+                break
+        for piece in reversed(got):
+            self.unread(piece)
+        return at
+
+    def reader(self, hi: int | None, sep: bytes | None) -> Callable[[memoryview], int]:
+        """A ``readinto`` for :func:`_decode_text`: the text up to the first event at or
+        after ``hi`` (found once the position reaches it), or to its end (``hi`` None, or
+        no event follows ``hi``: the document's end lies in this range, ``to_end``)."""
+        end: float | None = None if hi is not None else math.inf
+        self.to_end = hi is None
+
+        def readinto(mv: memoryview) -> int:
+            nonlocal end
+            if end is None and hi is not None and self.pos >= hi:
+                end = self.event_at_or_after(sep)
+                if end is None:
+                    end, self.to_end = math.inf, True
+            stop = end if end is not None else hi
+            assert stop is not None
+            room = int(min(len(mv), stop - self.pos))
+            if room <= 0 or (piece := self.next()) is None:
+                return 0
+            n = min(room, len(piece))
+            mv[:n] = piece[:n]
+            self.unread(piece[n:])
+            return n
+        return readinto
+
+
+def _decode_text_range(args: tuple[str, int, int | None, int, bytes | None, int]
+                       ) -> dict[str, Any]:
+    """Worker: columns of the events from the first event at or after ``lo`` (``first``:
+    the array's first event, for the range at offset 0) to the first event at or after
+    ``hi`` (None, or no event follows it: to the document's end, whose trailer is
+    returned too), in a file's
+    text as ``text_blocks`` gives it: a gzipped file is decompressed by each worker up to
+    its range's end, and only its range is decoded. Two ranges that meet at an offset
+    find the same event there."""
+    path, lo, hi, first, sep, limit = args
+    try:
+        text = _Text(text_blocks(Path(path), limit))
+        text.skip_to(lo)
+        start = first if lo == 0 else text.event_at_or_after(sep)
+        if start is None or (hi is not None and start >= hi):
+            return _columns_of(ColumnBuilder())  # no event starts in this range
+        text.skip_to(start)
+        return _decode_text(text.reader(hi, sep), lambda: text.to_end, sep)
+    except TraceError:
+        return {"ok": False}  # corrupt, or past the limit: the streaming read says so
+
+
+def _text_size(path: Path) -> int:
+    """The text's size: a plain file's; a gzipped one's as its last member's trailer says
+    (its size mod 2**32: exact for one member under 4 GiB; only the ranges' balance
+    depends on it)."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return os.fstat(f.fileno()).st_size
+        f.seek(-4, os.SEEK_END)
+        return int.from_bytes(f.read(4), "little")
+
+
+def read_text_ranges(path: Path, limit: int, workers: int, pool: Executor | None = None
+                     ) -> Trace:
+    """Read a trace (a .json.gz above all: its text exists only as it is decompressed)
+    with ``workers`` processes, each decompressing the text up to the end of its own range
+    and decoding that range alone (:func:`_decode_text_range`): this process reads the
+    header and merges the columns, and no text passes between processes. NotStreamable
+    where the layout does not allow it (a range that does not start at an event fails to
+    decode), or where ``fork_pool`` gives no pool. ``pool``: as for read_parallel."""
+    head = bytearray()
+    for block in text_blocks(path, limit):
+        head += block
+        if len(head) >= 8 * _WINDOW:
+            break
+    header, start, sep = _layout_of(bytes(head))
+    del head
+    # ranges shrinking through the text (weights n, n - 1, ..., 1): the last columns to
+    # arrive, while this process holds all the others, come in the smallest messages
+    n = max(workers, 1) * TEXT_RANGES_PER_WORKER
+    span, whole = max(_text_size(path), start) - start, n * (n + 1) // 2
+    ends = itertools.accumulate(range(n, 1, -1))
+    bounds: list[int | None] = [0, *(start + span * e // whole for e in ends), None]
+    tasks = [(str(path), bounds[k], bounds[k + 1], start, sep, limit)
+             for k in range(len(bounds) - 1)]
+    g = ColumnBuilder()
+    trailer = None
+    with _using(pool, workers) as ex:
+        for r in ex.map(_decode_text_range, tasks):
+            _merge(g, r)
+            # the range that read to the document's end (those after it found no event)
+            trailer = r["trailer"] if r["trailer"] is not None else trailer
+    split = EventSplitter()
+    split.header, split.trailer = header, trailer
     return split.finish(g, path)
 
 

@@ -20,6 +20,7 @@ from .parallel import (
     PIPELINE_MIN_GZ_BYTES,
     read_parallel,
     read_pipelined,
+    read_text_ranges,
 )
 from .stream import NotStreamable, read_streaming
 
@@ -95,8 +96,10 @@ def read_trace(path: str | Path, *, stream: bool | None = None,
     ``stream``: None reads large files chunk by chunk (bounded memory) and small ones
     whole; True always tries the chunked read first; False never does. ``workers``:
     processes for a large file (None: every usable CPU; 1: none): a plain one is cut into
-    byte ranges that the workers read; a gzipped one is decompressed here and decoded by
-    the workers. A file whose layout does not allow chunking is read whole either way.
+    byte ranges that the workers read; a gzipped one's text too, each worker decompressing
+    it up to the end of its range (where a range cannot be cut so, the text is
+    decompressed here and its arrays decoded by the workers). A file whose layout does not
+    allow chunking is read whole either way.
     """
     p = Path(path)
     if stream is None:
@@ -105,11 +108,13 @@ def read_trace(path: str | Path, *, stream: bool | None = None,
     workers = usable_cpus() if workers is None else workers
     plain, gz = _sizes(p) if stream and workers > 1 else (0, 0)
     if plain >= PARALLEL_MIN_BYTES or gz >= PIPELINE_MIN_GZ_BYTES:
-        try:
-            trace = (read_parallel if plain else read_pipelined)(p, max_bytes(), workers)
-        except (NotStreamable, BrokenProcessPool):
-            # a worker that died (killed for memory, say) costs speed, not the analysis
-            trace = None
+        for read in ((read_parallel,) if plain else (read_text_ranges, read_pipelined)):
+            try:
+                trace = read(p, max_bytes(), workers)
+                break
+            except (NotStreamable, BrokenProcessPool):
+                # a worker that died (killed for memory, say) costs speed, not the analysis
+                trace = None
     if stream and trace is None:
         try:
             trace = read_streaming(p, max_bytes())

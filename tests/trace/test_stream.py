@@ -135,18 +135,83 @@ GZ_FILES = [p for p in FILES if p.name.endswith(".gz")]
 @pytest.mark.parametrize("path", GZ_FILES[:3] + GZ_FILES[-2:], ids=lambda p: p.name[:40])
 def test_pipelined_gz_read_equals_whole_read(path, small_chunks, monkeypatch, forkable):
     """A .json.gz decompressed here and decoded by worker processes, many small arrays in
-    flight, merges into exactly the whole-read Trace; read_trace picks that path for a
-    large .gz."""
+    flight, merges into exactly the whole-read Trace; read_trace takes that path for a
+    large .gz whose text cannot be cut into ranges."""
     from diagnose.trace import parallel, reader
 
     whole = read_trace(path, stream=False)
     assert_same(whole, parallel.read_pipelined(path, 2**40, 2))
     monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
+
+    def no_ranges(*_a):
+        raise stream.NotStreamable
+
+    monkeypatch.setattr(reader, "read_text_ranges", no_ranges)
     called = []
     monkeypatch.setattr(reader, "read_pipelined",
                         lambda *a: called.append(a) or parallel.read_pipelined(*a))
     assert_same(whole, read_trace(path, stream=True, workers=2))
     assert called
+
+
+@pytest.mark.parametrize("path", GZ_FILES[:3] + GZ_FILES[-2:], ids=lambda p: p.name[:40])
+def test_text_ranges_of_a_gz_read_equal_whole_read(path, small_chunks, monkeypatch, forkable):
+    """A .json.gz whose ranges of text each worker decompresses up to its end and decodes
+    alone merges into exactly the whole-read Trace; read_trace takes that path first for
+    a large .gz."""
+    from diagnose.trace import parallel, reader
+
+    whole = read_trace(path, stream=False)
+    assert_same(whole, parallel.read_text_ranges(path, 2**40, 2))
+    monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
+    called = []
+    monkeypatch.setattr(reader, "read_text_ranges",
+                        lambda *a: called.append(a) or parallel.read_text_ranges(*a))
+    monkeypatch.setattr(reader, "read_pipelined", lambda *a: pytest.fail("not needed"))
+    assert_same(whole, read_trace(path, stream=True, workers=2))
+    assert called
+
+
+def test_text_ranges_that_meet_inside_one_long_event(tmp_path):
+    """Ranges whose nominal ends fall inside one event far longer than a range: each finds
+    the same next event, ranges left without one are empty, and every event is read
+    once; in the gzip trailer's size or not (a multi-member file's last member is small,
+    so its ranges are lopsided, not wrong)."""
+    from diagnose.trace import parallel
+
+    doc = tb.launch_bound().build()
+    doc["traceEvents"][5].setdefault("args", {})["blob"] = "x" * 200_000
+    text = json.dumps(doc, indent=2).encode()
+    whole_path = tmp_path / "t.json"
+    whole_path.write_bytes(text)
+    whole = read_trace(whole_path, stream=False)
+    ex = InProcessExecutor()
+    for name, data in (("one.json.gz", gzip.compress(text)),
+                       ("members.json.gz", gzip.compress(text[:-50]) + gzip.compress(text[-50:]))):
+        p = tmp_path / name
+        p.write_bytes(data)
+        with tiny_pieces(4096, 8192, 61):
+            for workers in (2, 3, 7):
+                assert_same(whole, parallel.read_text_ranges(p, 2**40, workers, pool=ex))
+
+
+def test_text_ranges_give_way_where_the_text_is_past_the_limit(tmp_path, monkeypatch):
+    """A gzip whose head is within the limit and whose text is not: the ranges' workers
+    give way, and read_trace says why in one line."""
+    from diagnose.trace import parallel, reader
+
+    text = json.dumps(tb.launch_bound().build(), indent=2).encode()
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(text))
+    limit = len(text) // 2
+    with tiny_pieces(4096, 4096, 61):
+        with pytest.raises(stream.NotStreamable):
+            parallel.read_text_ranges(p, limit, 2, pool=InProcessExecutor())
+        monkeypatch.setenv("TORCH_DIAGNOSE_MAX_TRACE_BYTES", str(limit))
+        monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
+        monkeypatch.setattr(parallel, "fork_pool", lambda n: InProcessExecutor())
+        with pytest.raises(TraceError, match="limit"):
+            read_trace(p, stream=True, workers=2)
 
 
 def test_pipelined_read_reports_bad_gzip_in_one_line(tmp_path, forkable):
@@ -207,8 +272,11 @@ def test_a_dead_worker_costs_speed_not_the_analysis(tmp_path, monkeypatch, gz, f
     monkeypatch.setattr(reader, "PIPELINE_MIN_GZ_BYTES", 1)
     monkeypatch.setattr(parallel, "_decode_range", _die)
     monkeypatch.setattr(parallel, "_decode_array", _die)
-    with pytest.raises(parallel.BrokenProcessPool):
-        (parallel.read_pipelined if gz else parallel.read_parallel)(p, 2**40, 2)
+    monkeypatch.setattr(parallel, "_decode_text_range", _die)
+    for read in ((parallel.read_pipelined, parallel.read_text_ranges) if gz
+                 else (parallel.read_parallel,)):
+        with pytest.raises(parallel.BrokenProcessPool):
+            read(p, 2**40, 2)
     assert_same(read_trace(p, stream=False), read_trace(p, stream=True, workers=2))
 
 
@@ -319,8 +387,8 @@ def _trace_with(layout: str, tricky: str) -> dict:
 def test_strings_that_look_like_structure_stream(tmp_path, layout, sizes):
     """Events whose strings hold fake events, brackets, escaped quotes and backslash runs
     (long ones across every chunk and window): the streaming and pipelined readers give
-    the whole read's Trace in every layout, never a fallback; the byte-range reader gives
-    it too, or (a range start guessed inside a string) reads the whole file instead."""
+    the whole read's Trace in every layout, never a fallback; the byte-range and
+    text-range readers give it too, or (a range start guessed inside a string) give way."""
     doc = _trace_with(layout, '}, {"ph": "X", "cat": "kernel", "ts": 0} \\" \\\\" ]}')
     p = tmp_path / "t.json"
     p.write_bytes(_dumps(doc, layout))
@@ -329,10 +397,11 @@ def test_strings_that_look_like_structure_stream(tmp_path, layout, sizes):
     with tiny_pieces(*sizes):
         assert_same(whole, stream.read_streaming(p, 2**40))
         assert_same(whole, parallel_module().read_pipelined(p, 2**40, 2, pool=ex))
-        try:
-            assert_same(whole, parallel_module().read_parallel(p, 2**40, 3, pool=ex))
-        except stream.NotStreamable:
-            assert layout not in ("indent 1", "indent 2")
+        for read in (parallel_module().read_parallel, parallel_module().read_text_ranges):
+            try:
+                assert_same(whole, read(p, 2**40, 3, pool=ex))
+            except stream.NotStreamable:
+                assert layout not in ("indent 1", "indent 2")
 
 
 def parallel_module():
