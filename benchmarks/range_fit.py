@@ -6,8 +6,8 @@ diagnose/stepmodel/calibration.py).
         benchmarks/captures/cpu_tune > tune.txt
     python benchmarks/range_fit.py tune.txt
 
-The input is corpus_rejudge.py's output: each tune row's prediction made again by this code
-from its kept capture, its printed range and the speedup that change measured (validate
+The input is corpus_rejudge.py's output (of a results file holding several runs, the
+newest): each tune row's prediction made again by this code from its kept capture, its printed range and the speedup that change measured (validate
 rows are skipped: they check the width, they do not set it). A range is widened on each
 side, in log, by ``floor + share x |ln p|`` beyond the capture's own noise; the widening in
 force when the table was made (``--used``, default: the calibration's values) is taken back
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "jobs"))
 
 from _run import print_header  # noqa: E402
+from corpus_rejudge import newest_run  # noqa: E402
 
 from diagnose.stepmodel.calibration import EFFECT_ERROR, EFFECT_FLOOR  # noqa: E402
 
@@ -53,7 +54,9 @@ def rows(paths: list[Path], used: dict[str, tuple[float, float]]) -> list[dict[s
     in force (``used``: kind -> (floor, share))."""
     out: list[dict[str, object]] = []
     for path in paths:
-        for line in path.read_text().splitlines():
+        # a results file holds many runs, newest first: its newest only (the widening in
+        # force is one)
+        for line in newest_run(path.read_text()).splitlines():
             got = ROW.match(line)
             if not got or got["half"] != "tune":
                 continue

@@ -335,12 +335,15 @@ class _Text:
             self.unread(piece)
         return at
 
-    def reader(self, hi: int | None, sep: bytes | None) -> Callable[[memoryview], int]:
-        """A ``readinto`` for :func:`_decode_text`: the text up to the first event at or
-        after ``hi`` (found once the position reaches it), or to its end (``hi`` None, or
-        no event follows ``hi``: the document's end lies in this range, ``to_end``)."""
-        end: float | None = None if hi is not None else math.inf
-        self.to_end = hi is None
+    def reader(self, hi: int | None, sep: bytes | None, end: float | None = None
+               ) -> Callable[[memoryview], int]:
+        """A ``readinto`` for :func:`_decode_text`: the text up to ``end``, else the first
+        event at or after ``hi`` (found once the position reaches it), or to its end
+        (``hi`` None, or no event follows ``hi``: the document's end lies in this range,
+        ``to_end``)."""
+        if end is None and hi is None:
+            end = math.inf
+        self.to_end = end == math.inf
 
         def readinto(mv: memoryview) -> int:
             nonlocal end
@@ -374,10 +377,19 @@ def _decode_text_range(args: tuple[str, int, int | None, int, bytes | None, int]
         text = _Text(text_blocks(Path(path), limit))
         text.skip_to(lo)
         start = first if lo == 0 else text.event_at_or_after(sep)
-        if start is None or (hi is not None and start >= hi):
-            return _columns_of(ColumnBuilder())  # no event starts in this range
+        if start is None:
+            return _columns_of(ColumnBuilder())  # no event starts at or after lo
+        end: float | None = None  # found once the read reaches hi
+        if hi is not None and start >= hi:
+            # the event found from lo lies at or past hi (in the one-line layout its
+            # match may begin before hi): the end is still the search from hi itself
+            text.skip_to(hi)
+            at = text.event_at_or_after(sep)
+            end = math.inf if at is None else at
+            if end <= start:
+                return _columns_of(ColumnBuilder())  # no event starts in this range
         text.skip_to(start)
-        return _decode_text(text.reader(hi, sep), lambda: text.to_end, sep)
+        return _decode_text(text.reader(hi, sep, end), lambda: text.to_end, sep)
     except TraceError:
         return {"ok": False}  # corrupt, or past the limit: the streaming read says so
 
@@ -385,12 +397,17 @@ def _decode_text_range(args: tuple[str, int, int | None, int, bytes | None, int]
 def _text_size(path: Path) -> int:
     """The text's size: a plain file's; a gzipped one's as its last member's trailer says
     (its size mod 2**32: exact for one member under 4 GiB; only the ranges' balance
-    depends on it)."""
+    depends on it). NotStreamable where that is less than the file (an empty or small
+    last member, padding): the ranges would all fall at the text's start."""
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         if f.read(2) != b"\x1f\x8b":
-            return os.fstat(f.fileno()).st_size
+            return size
         f.seek(-4, os.SEEK_END)
-        return int.from_bytes(f.read(4), "little")
+        text = int.from_bytes(f.read(4), "little")
+    if text < size:
+        raise NotStreamable
+    return text
 
 
 def read_text_ranges(path: Path, limit: int, workers: int, pool: Executor | None = None
