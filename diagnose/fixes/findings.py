@@ -29,6 +29,12 @@ DOES_NOT_APPLY = "does not apply to this run"
 #: how it begins the reason of a fix that may apply, where the run does not say enough
 #: (``Fix.unknown``): offered as advice, without a number
 NOT_KNOWN = "not predicted: this run does not say"
+#: how it begins the reason of a change of CPU work not predicted because other processes
+#: held the CPUs (:func:`_withheld`)
+ON_A_BUSY_MACHINE = "not predicted: other processes held the CPU"
+#: the settings whose change moves CPU work between torch's threads and processes: the
+#: transforms' ``moves_cpu``, and the workers' start-up a persistent_workers saving takes off
+_CPU_WORK = frozenset({"num_workers", "intra_op_threads", "persistent_workers"})
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -56,6 +62,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     p = f"{DOES_NOT_APPLY}: {why}"
                     off.append(x)
             preds[x] = p
+        _withheld(preds, metrics)
         _order(f, preds, off)
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
@@ -63,16 +70,29 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                            f"them: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
-                isinstance(p, Prediction) for p in preds.values()):
-            elsewhere, holders = cpu_wait_holders(metrics)
+                isinstance(p, Prediction) and _CPU_WORK & set(p.change)
+                for p in preds.values()):
+            _, holders = cpu_wait_holders(metrics)
             f.hints.append(
-                f"predicted on a busy machine: the training thread waited {busy:.0%} of the "
-                f"timed steps for a CPU {holders}, and what a change of workers or threads "
-                "gets depends on them; predict again when it is quieter, or let autofix "
-                "measure" if elsewhere else
                 f"predicted beside the run's own busy workers: the training thread waited "
                 f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
                 "threads changes that wait too (autofix measures it)")
+
+
+def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any]) -> None:
+    """No number for a change of CPU work where the training thread waited for a CPU other
+    processes held in :data:`BUSY` or more of the timed steps: every input of such a
+    prediction (the thread timings, the busy timings, the CPUs' capacity, the step itself)
+    was timed under a load the run does not own and cannot foresee. The fix is still
+    offered, as advice. A wait for the run's own workers is the run's doing and stays
+    predicted."""
+    busy = metrics.get("step_cpu_wait_unprofiled_share")
+    if not isinstance(busy, float) or busy < BUSY or not cpu_wait_holders(metrics)[0]:
+        return
+    for x, p in preds.items():
+        if isinstance(p, Prediction) and _CPU_WORK & set(p.change):
+            preds[x] = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict "
+                        "again when it is quieter, or let autofix measure")
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
@@ -208,5 +228,5 @@ def sure_gain(f: Any) -> float:
     return -math.inf if p is None else 1 - p.range[1] / p.base_ms
 
 
-__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "SLOWER", "Prediction", "offered", "predict_findings", "sort_findings",
-           "sure_gain"]
+__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "SLOWER", "Prediction",
+           "offered", "predict_findings", "sort_findings", "sure_gain"]

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..console import make_console
 from ..fixes import FIXES
-from ..fixes.findings import NOT_KNOWN, offered
+from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, offered
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.facts import Facts
@@ -194,7 +194,8 @@ def fix_line(f: Any, fid: str) -> str:
     """A fix's predictions in one line: the step time (the step model's), then the peak;
     where only a memory what-if predicts, its step time where it gives one."""
     p = f.predictions.get(fid)
-    time = prediction_line(p) or (p if isinstance(p, str) and p.startswith(NOT_KNOWN) else "")
+    time = prediction_line(p) or (p if isinstance(p, str) and p.startswith(
+        (NOT_KNOWN, ON_A_BUSY_MACHINE)) else "")
     peak = f.peaks.get(fid)
     mem = peak_line(peak)
     if mem and not time and isinstance(peak.get("step_ms"), int | float):

@@ -151,9 +151,12 @@ SLOWER = 0.98
 #: A fix predicted below this speedup (and at least SLOWER) changes nothing that matters: it
 #: goes after the fixes the model cannot tell.
 HELPS = 1.02
-#: From this share of the timed steps waiting for a CPU other processes held, predictions
-#: are said to be made on a busy machine; with a 50% wait, workers' predictions missed by
-#: several x.
+#: From this share of the timed steps waiting for a CPU other processes held, a change of
+#: CPU work (workers, threads) gets no number: its inputs were timed under a load the run
+#: does not own (with a 50% wait, such predictions missed by several x; the committed
+#: corpus' quiet captures wait under 2% for others); too low, a quiet run loses its
+#: predictions; too high, a busy one prints a number the next hour will not keep. A wait
+#: for the run's own workers is modelled, not withheld.
 BUSY = 0.10
 
 __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MIN_SHARE",

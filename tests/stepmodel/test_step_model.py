@@ -177,14 +177,16 @@ def test_a_fix_predicted_to_slow_the_job_is_not_first(tmp_path):
 
 
 @pytest.mark.parametrize("busy", [0.04, 0.3])
-def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
+def test_a_busy_machine_withholds_predictions_of_cpu_work(tmp_path, busy: float) -> None:
     """Other processes held a CPU the training thread waited for (schedstat): from 10% of
-    the timed steps on, the finding says its predictions were made on a busy machine."""
+    the timed steps on, a change of workers or threads gets no number (the fix stays
+    offered, and says why); below it, the number stands. A wait for the run's own workers
+    keeps its predictions, with a hint."""
     from diagnose.fixes import FIXES, TrainConfig
-    from diagnose.fixes.findings import BUSY, predict_findings
+    from diagnose.fixes.findings import BUSY, ON_A_BUSY_MACHINE, offered, predict_findings
     from diagnose.rules.engine import Finding
     from diagnose.stepmodel.facts import Facts
-    from diagnose.stepmodel.prediction import Predictor
+    from diagnose.stepmodel.prediction import Prediction, Predictor
     from tests.modeltraces import cpu_loader
 
     m = step_model(as_trace(cpu_loader(), tmp_path))
@@ -195,15 +197,20 @@ def test_predictions_from_a_busy_machine_say_so(tmp_path, busy: float) -> None:
     f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
     predict_findings([f], Predictor(m, Facts.from_metrics(facts)), TrainConfig(), facts,
                      FIXES)
-    said = [h for h in f.hints if h.startswith("predicted on a busy machine")]
-    assert len(said) == (busy >= BUSY)
-    assert not said or f"waited {busy:.0%} of the timed steps" in said[0]
+    got = f.predictions["num_workers"]
+    if busy >= BUSY:
+        assert isinstance(got, str) and got.startswith(ON_A_BUSY_MACHINE)
+        assert f"in {busy:.0%} of the timed steps" in got
+        assert offered(f) == ["num_workers"]  # still the fix to try
+    else:
+        assert isinstance(got, Prediction)
+    assert not any("busy" in h for h in f.hints)
     # the same wait beside the run's own six workers and 0.2 CPUs of other work: the run's
     # own processes held the CPU, and a quieter machine would not change it
     g = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
     own = {**facts, "workers_count": 6, "host_cpu_others_cpus": 0.2}
     predict_findings([g], Predictor(m, Facts.from_metrics(own)), TrainConfig(), own, FIXES)
-    assert not any(h.startswith("predicted on a busy machine") for h in g.hints)
+    assert isinstance(g.predictions["num_workers"], Prediction)
     said = [h for h in g.hints if h.startswith("predicted beside the run's own busy workers")]
     assert len(said) == (busy >= BUSY)
     assert not said or "this run's own processes held (its 6 DataLoader workers" in said[0]
