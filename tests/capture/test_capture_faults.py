@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import multiprocessing
 import os
 import signal
 import threading
@@ -54,8 +55,13 @@ def _step(model, opt, x, y):
 
 
 def _no_leftovers() -> None:
+    """No child process and no session thread within 10 s. A worker killed by a signal is
+    a zombie until its parent polls it (torch's iterator does so where it is collected;
+    ``multiprocessing.active_children`` does it for any): a busy machine can delay that."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
+        gc.collect()
+        multiprocessing.active_children()
         kids = psutil.Process().children(recursive=True)
         threads = [t for t in threading.enumerate() if "diagnose" in t.name.lower()]
         if not kids and not threads:
