@@ -59,9 +59,9 @@ _WINDOW = 2**20
 #: start to the range's end, so more ranges cost more decompression; each range's columns
 #: come back in one message, which this process holds twice while it unpickles them, so
 #: fewer cost memory (this process's peak: the columns it holds and the last message's
-#: twice); 3 shrinking ranges a worker keep it under half the text on a large trace
-#: (benchmarks/NOTES.md, "the .gz read")
-TEXT_RANGES_PER_WORKER = 3
+#: twice); 4 shrinking ranges a worker keep it under half the text on a large trace, 3
+#: only at times (benchmarks/NOTES.md, "the .gz read")
+TEXT_RANGES_PER_WORKER = 4
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
 #: chunk, decoded, take several times its size until they are columns. Workers live while
 #: this process gathers their columns, so what they hold counts with it: on the ~300 MB
