@@ -19,7 +19,7 @@ from ..metrics.context import cpu_wait_holders
 from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
-from ..stepmodel.transforms import AT_MOST
+from ..stepmodel.transforms import AT_MOST, as_transform
 from .config import TrainConfig
 from .unit import Fix
 
@@ -32,9 +32,9 @@ NOT_KNOWN = "not predicted: this run does not say"
 #: how it begins the reason of a change of CPU work not predicted because other processes
 #: held the CPUs (:func:`_withheld`)
 ON_A_BUSY_MACHINE = "not predicted: other processes held the CPU"
-#: the settings whose change moves CPU work between torch's threads and processes: the
-#: transforms' ``moves_cpu``, and the workers' start-up a persistent_workers saving takes off
-_CPU_WORK = frozenset({"num_workers", "intra_op_threads", "persistent_workers"})
+#: a setting whose change moves CPU work though no transform declares it: the workers'
+#: start-up a persistent_workers saving takes off (the transforms declare ``moves_cpu``)
+_STARTUP_WORK = frozenset({"persistent_workers"})
 
 
 def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
@@ -44,6 +44,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     ``metrics``: the run's, read as :class:`Facts`; ``fixes``: the registry,
     :data:`diagnose.fixes.FIXES`)."""
     facts = Facts.from_metrics(metrics)
+    cpu_work = _cpu_work(fixes)
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
@@ -62,7 +63,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     p = f"{DOES_NOT_APPLY}: {why}"
                     off.append(x)
             preds[x] = p
-        _withheld(preds, metrics)
+        _withheld(preds, metrics, cpu_work)
         _order(f, preds, off)
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
@@ -70,7 +71,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                            f"them: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
-                isinstance(p, Prediction) and _CPU_WORK & set(p.change)
+                isinstance(p, Prediction) and cpu_work & set(p.change)
                 for p in preds.values()):
             _, holders = cpu_wait_holders(metrics)
             f.hints.append(
@@ -79,7 +80,16 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 "threads changes that wait too (autofix measures it)")
 
 
-def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any]) -> None:
+def _cpu_work(fixes: Mapping[str, Fix]) -> frozenset[str]:
+    """The settings whose change moves CPU work between torch's threads and processes: what
+    the fixes' transforms declare (``moves_cpu``), and :data:`_STARTUP_WORK`."""
+    return frozenset().union(_STARTUP_WORK, *(as_transform(f.transform).moves_cpu
+                                              for f in fixes.values()
+                                              if f.transform is not None))
+
+
+def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
+              cpu_work: frozenset[str]) -> None:
     """No number for a change of CPU work where the training thread waited for a CPU other
     processes held in :data:`BUSY` or more of the timed steps: every input of such a
     prediction (the thread timings, the busy timings, the CPUs' capacity, the step itself)
@@ -90,7 +100,7 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any]) ->
     if not isinstance(busy, float) or busy < BUSY or not cpu_wait_holders(metrics)[0]:
         return
     for x, p in preds.items():
-        if isinstance(p, Prediction) and _CPU_WORK & set(p.change):
+        if isinstance(p, Prediction) and cpu_work & set(p.change):
             preds[x] = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict "
                         "again when it is quieter, or let autofix measure")
 

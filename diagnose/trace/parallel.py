@@ -59,8 +59,8 @@ _WINDOW = 2**20
 #: start to the range's end, so more ranges cost more decompression; each range's columns
 #: come back in one message, which this process holds twice while it unpickles them, so
 #: fewer cost memory (this process's peak: the columns it holds and the last message's
-#: twice); 4 shrinking ranges a worker keep it under half the text on a large trace, 3
-#: only at times (benchmarks/NOTES.md, "the .gz read")
+#: twice). 4 shrinking ranges a worker: the peak under half the text on a large trace
+#: (the timings: benchmarks/NOTES.md, "the .gz read")
 TEXT_RANGES_PER_WORKER = 4
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
 #: chunk, decoded, take several times its size until they are columns. Workers live while
@@ -367,11 +367,10 @@ def _decode_text_range(args: tuple[str, int, int | None, int, bytes | None, int]
                        ) -> dict[str, Any]:
     """Worker: columns of the events from the first event at or after ``lo`` (``first``:
     the array's first event, for the range at offset 0) to the first event at or after
-    ``hi`` (None, or no event follows it: to the document's end, whose trailer is
-    returned too), in a file's
-    text as ``text_blocks`` gives it: a gzipped file is decompressed by each worker up to
-    its range's end, and only its range is decoded. Two ranges that meet at an offset
-    find the same event there."""
+    ``hi`` (None, or no event follows it: to the document's end, whose trailer is returned
+    too), in a file's text as ``text_blocks`` gives it: a gzipped file is decompressed by
+    each worker up to its range's end, and only its range is decoded. Two ranges that meet
+    at an offset find the same event there."""
     path, lo, hi, first, sep, limit = args
     try:
         text = _Text(text_blocks(Path(path), limit))
@@ -391,7 +390,7 @@ def _decode_text_range(args: tuple[str, int, int | None, int, bytes | None, int]
         text.skip_to(start)
         return _decode_text(text.reader(hi, sep, end), lambda: text.to_end, sep)
     except TraceError:
-        return {"ok": False}  # corrupt, or past the limit: the streaming read says so
+        return {"ok": False}  # corrupt, or past the limit: the read that follows says so
 
 
 def _text_size(path: Path) -> int:
