@@ -187,13 +187,15 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
 def busy_ratio(facts: Facts, j: int, cpus: int, threads: int) -> float:
     """How much longer torch's ops take on ``threads`` threads while ``j`` workers are busy
     at once: 1 where they fit the CPUs; else as the session timed the model's work beside
-    busy processes, one or two more than the CPUs the threads leave
-    (``threads_busy_ratio_1``, ``_2``; more than two taken as two); threads / CPUs left
+    a busy process more than the CPUs the threads leave (``threads_busy_ratio_1``; more
+    taken as one more: each op waits for its descheduled thread; a saved context's timing
+    beside two, ``threads_busy_ratio_2``, is read where it has one); threads / CPUs left
     where it was not timed."""
     excess = threads + j - cpus
     if excess <= 0:
         return 1.0
-    timed = facts.threads_busy_ratio_1 if excess == 1 else facts.threads_busy_ratio_2
+    timed = facts.threads_busy_ratio_1 if excess == 1 or facts.threads_busy_ratio_2 is None \
+        else facts.threads_busy_ratio_2
     rule = threads / max(1, cpus - j)
     return max(timed, 1.0) if timed is not None else rule
 

@@ -59,8 +59,13 @@ def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
     assert host.busy_mix(facts, 1, 0.7, 2, 1) == pytest.approx(1.0)
     assert host.busy_mix(facts, 0, 0.7, 2, 2) == pytest.approx(1.0)
     assert host.busy_mix(Facts(), 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
-    # more busy than two beyond the CPUs left: taken as two
+    # more busy than two beyond the CPUs left: taken as two (a saved context's timing)
     assert host.busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)
+    # timed beside one more only (a capture now): any more are taken as one more
+    one = Facts(threads_busy_ratio_1=3.0)
+    assert host.busy_ratio(one, 2, 2, 2) == pytest.approx(3.0)
+    assert host.busy_ratio(one, 4, 4, 4) == pytest.approx(3.0)
+    assert host.busy_ratio(one, 1, 3, 2) == pytest.approx(1.0)  # fits: none slower
 
 
 def test_the_capacity_is_at_least_what_the_jobs_processes_used():

@@ -113,10 +113,12 @@ def _first_tensor(out: Any) -> Any:
 @contextmanager
 def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
                ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
-    """(the forward alone, the forward with its backward) on ``inputs``, each returning
-    its seconds after ``idle_s`` asleep; the backward goes through
-    ``torch.autograd.grad`` (no ``.grad`` is written). The RNG state, the model's buffers
-    (BatchNorm's running statistics) and torch's thread count are put back on the way out."""
+    """(the forward of the last work, the work) on ``inputs``: the work, the forward with
+    its backward after ``idle_s`` asleep, returns its seconds; the first callable the
+    seconds its forward took (the forward as the loop runs it, recording for backward: no
+    forward is timed apart). The backward goes through ``torch.autograd.grad`` (no
+    ``.grad`` is written). The RNG state, the model's buffers (BatchNorm's running
+    statistics) and torch's thread count are put back on the way out."""
     import torch
 
     args, kwargs = inputs
@@ -125,20 +127,19 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
     rng = torch.get_rng_state()
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
 
+    fwd = [0.0]
+
     def forward() -> float:
+        return fwd[0]
+
+    def work() -> float:
         if idle_s:  # as in the loop: the pool has been idle while a batch loaded
             time.sleep(idle_s)
         t0 = time.perf_counter()
         with torch.enable_grad():  # as the loop's forward runs: recording for backward
-            model(*args, **kwargs)
-        return time.perf_counter() - t0
-
-    def work() -> float:
-        if idle_s:  # the pool's threads go idle between steps in a real loop too
-            time.sleep(idle_s)
-        t0 = time.perf_counter()
-        with torch.enable_grad():
-            out = _first_tensor(model(*args, **kwargs))
+            got = model(*args, **kwargs)
+            fwd[0] = time.perf_counter() - t0
+            out = _first_tensor(got)
             if params and out is not None and out.requires_grad:
                 torch.autograd.grad(out.float().sum(), params, allow_unused=True)
         return time.perf_counter() - t0
@@ -156,8 +157,9 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
-    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward alone
-    (``forward_ms``, to set beside the loop's own forward), and the forward with its
+    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on torch's
+    threads (``forward_ms``, timed within the work, to set beside the loop's own forward),
+    and the forward with its
     backward (``work_ms``, ``work_1thread_ms``), as :func:`model_work` runs them (nothing
     of the run changes). None where it does not apply (no inputs, a GPU model, one thread
     already)."""
@@ -168,7 +170,7 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
                           ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """:func:`time_threads`, and in the same rounds the work on torch's threads beside
     processes that keep a CPU busy each (:mod:`.contention`): one more of them than the
-    ``cpus`` torch's threads leave, then two. The second is ``{"torch_threads", "cpus",
+    ``cpus`` torch's threads leave. The second is ``{"torch_threads", "cpus",
     "work_ms", "busy_ratio": {excess: the work beside them / work_ms}, "noise"}``, None
     where it does not apply (:func:`~.contention.busy_left`; no ``cpus``). Its time goes
     to the probes' clock as ``threads_busy``, the rest as ``threads``."""
@@ -186,9 +188,9 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
 def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
     """(:func:`time_threads`' timing, :func:`time_threads_and_busy`'s busy one, the seconds
-    spent on the busy processes and the work beside them). A round: the forward and the
-    work on torch's threads, the work beside each set of busy processes, the work on one
-    thread; the first, without the busy processes, warms the work up and measures a
+    spent on the busy processes and the work beside them). A round: the work on
+    torch's threads (its forward timed within it), the work beside the busy processes, the
+    work on one thread; the first, without the busy processes, warms the work up and measures a
     round."""
     if inputs is None or model is None or not on_cpu(model):
         return None, None, 0.0
@@ -218,8 +220,8 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
                     break
                 t0 = time.perf_counter()
                 torch.set_num_threads(n)
-                times["forward"].append(forward())
                 times["work"].append(work())
+                times["forward"].append(forward())
                 if more and k > 0:  # the busy processes need no warming up
                     b0 = time.perf_counter()
                     for e, v in beside.items():

@@ -4,17 +4,20 @@ beside.
 
 Torch's parallel ops wait for their descheduled threads at every op, so a worker more than
 the CPUs torch's threads leave costs those ops far more than the CPUs' share says. The
-probe times that directly: the model's work beside one and two busy processes more than the
-CPUs left (:data:`BUSY_EXCESS`), paused with SIGSTOP between its timings.
+probe times that directly: the model's work beside one busy process more than the CPUs
+left (:data:`BUSY_EXCESS`), paused with SIGSTOP between its timings.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: busy processes beyond the CPUs torch's threads leave (1, then 2: a worker more, where
-#: two are busy at once)
-BUSY_EXCESS = (1, 2)
+#: busy processes beyond the CPUs torch's threads leave: one. A second set (two more) cost
+#: a third of the threads probe's time and moved no prediction of the kept captures by more
+#: than 2% where its ratio was replaced by the first's (benchmarks/NOTES.md): beside more
+#: busy processes the ops are taken to wait as beside one more (each op waits for its one
+#: descheduled thread)
+BUSY_EXCESS = (1,)
 #: no more busy processes than this (torch on few threads of many CPUs: not timed)
 BUSY_MAX_PROCS = 8
 

@@ -43,7 +43,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "what a busy DataLoader worker costs torch's parallel ops)"),
     "threads_busy_ratio_2": (
         "ratio", "the same beside two busy processes more than the CPUs torch's threads "
-        "leave"),
+        "leave (contexts saved before one busy set was timed; now null: more busy processes "
+        "are taken as one more)"),
     "threads_busy_noise_rel": (
         "ratio", "the relative noise (standard error of the median) of the busy timings' "
         "rounds: the predictions that read threads_busy_ratio_* are made at both ends of it "

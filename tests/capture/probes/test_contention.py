@@ -26,7 +26,7 @@ def _model() -> nn.Module:
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
 def test_the_work_beside_busy_processes_is_timed_and_they_are_gone():
-    """Torch's threads beside one and two busy processes more than the CPUs they leave:
+    """Torch's threads beside one busy process more than the CPUs they leave:
     real processes (this one's children while they run, none after), each ratio the work
     beside them over the same work alone, and the run left as it was (buffers, RNG,
     threads). With threads and busy processes over the CPUs the ops wait for descheduled
@@ -46,7 +46,7 @@ def test_the_work_beside_busy_processes_is_timed_and_they_are_gone():
     assert alone is not None and alone["work_ms"] > 0 and alone["work_1thread_ms"] > 0
     assert out is not None and out["torch_threads"] == threads and out["work_ms"] > 0
     assert out["work_ms"] == alone["work_ms"]  # the work alone, timed once for both
-    assert set(out["busy_ratio"]) == {"1", "2"}
+    assert set(out["busy_ratio"]) == {"1"}
     assert all(r > 0 and math.isfinite(r) for r in out["busy_ratio"].values())
     assert not psutil.Process().children()
     assert all(torch.equal(b, s) for b, s in zip(m.buffers(), bufs, strict=True))
