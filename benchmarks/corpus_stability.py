@@ -57,7 +57,7 @@ def main() -> int:
     print_header("one corpus job's first fix, capture after capture", "corpus_stability.py")
     print(f"{'job':<40} {'#':>2} {'finding':<8} {'first fix':<16} {'change':<36} "
           f"{'predicted':>9}  range")
-    summary = []
+    summary, held = [], 0
     for name in args.jobs:
         seen: list[tuple[str, str, str, float | None, str]] = []
         for i in range(1, args.captures + 1):
@@ -73,12 +73,15 @@ def main() -> int:
         same = len({(s[1], s[2]) for s in seen}) == 1
         sps = [s[3] for s in seen if s[3] is not None]
         spread = (max(sps) / min(sps) - 1) if len(sps) >= 2 else None
+        held += same and (spread is None or spread <= 0.10)
         summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}; predicted "
                        + (f"{min(sps):.2f}-{max(sps):.2f}x, spread {spread:.0%}"
                           f" ({'within' if spread <= 0.10 else 'beyond'} 10%)"
                           if spread is not None else "-"))
     print()
     print("\n".join(summary))
+    print(f"stability: {held} of {len(args.jobs)} jobs the same first fix in every capture, "
+          "predicted within 10%")
     return 0
 
 

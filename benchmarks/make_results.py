@@ -155,7 +155,7 @@ BENCHMARKS: dict[str, Bench] = {
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
         "Goal: one first fix in every capture, within 10%.",
-        (r"same first fix:",), 5, spaced),
+        (r"same first fix:", r"^stability: \d+ of"), 6, spaced),
     "corpus_autofix": Bench(
         "Autofix on the validate half",
         ["benchmarks/corpus_autofix.py"],
