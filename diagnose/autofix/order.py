@@ -65,7 +65,8 @@ def order_note(ordered: Sequence[tuple[Any, Any]], preds: Mapping[str, float]) -
     rest = [fix.id for fix, _ in ordered if fix.id not in preds and fix.auto]
     tail = (f"; then, without a prediction for the run as diagnosed (one is made for the "
             f"config each is tried on where the model can): {', '.join(rest)}" if rest else "")
-    return f"trials in order of predicted speedup: {', '.join(shown)}{tail}"
+    return (f"trials in order of predicted speedup on the run as diagnosed (a trial's own row "
+            f"predicts it on the config it was tried on): {', '.join(shown)}{tail}")
 
 
 def noise_floor(noise: float, min_gain: float, max_rounds: int) -> float:

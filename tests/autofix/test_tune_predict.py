@@ -80,7 +80,9 @@ def test_trials_run_in_predicted_order_and_a_predicted_loss_is_skipped(faked, tm
     assert by["fc"].status == SKIPPED and "slower than the noise floor" in by["fc"].reason
     assert by["fd"].status == REVERTED and by["fd"].predicted_speedup is None
     assert [by[f].predicted_speedup for f in ("fb", "fa", "fc")] == [1.40, 1.10, 0.80]
-    assert any("trials in order of predicted speedup: fb (1.40x), fa (1.10x), fc (0.80x); "
+    assert any("trials in order of predicted speedup on the run as diagnosed (a trial's own "
+               "row predicts it on the config it was tried on): fb (1.40x), fa (1.10x), "
+               "fc (0.80x); "
                "then, without a prediction for the run as diagnosed" in n and n.endswith(": fd") for n in r.notes), r.notes
     # 1.40x predicted, [0.99, 1.11] measured: a finding about the model, logged
     assert "model disagrees: predicted 1.40x, above the measured 95% CI" in by["fb"].reason

@@ -99,6 +99,21 @@ def test_json_shape(tmp_path):
     json.dumps(doc)
 
 
+def test_a_host_only_model_says_its_replay_matches_by_construction(tmp_path):
+    """A CPU run's model replays one host's tasks in order: its JSON says host_only and its
+    line does not quote the zero error as a check; a GPU trace's line quotes the error."""
+    from diagnose.stepmodel.step import step_model_line
+
+    cpu = step_model(as_trace(tb.cpu_only(), tmp_path)).to_json()
+    assert cpu is not None and cpu["host_only"] is True
+    line = step_model_line(cpu, None)
+    assert "by construction" in line and "replayed to" not in line
+    gpu = analyze(REPO / "samples" / "traces" / "gpu" / "pageable_copy.pt.trace.json.gz")
+    sm = gpu.to_json()["step_model"]
+    assert sm["host_only"] is False
+    assert step_model_line(sm, None).startswith("replayed to ")
+
+
 def test_json_without_a_model_says_why(shared):
     doc = analyze(shared / "hta" / "triton_example__triton_example.json.gz").to_json()
     assert doc["step_model"] is None
