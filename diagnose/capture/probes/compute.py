@@ -157,11 +157,10 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
-    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on torch's
-    threads (``forward_ms``, timed within the work, to set beside the loop's own forward),
-    and the forward with its
-    backward (``work_ms``, ``work_1thread_ms``), as :func:`model_work` runs them (nothing
-    of the run changes). None where it does not apply (no inputs, a GPU model, one thread
+    median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
+    torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
+    forward), and the forward with its backward (``work_ms``, ``work_1thread_ms``), as
+    :func:`model_work` runs them (nothing of the run changes). None where it does not apply (no inputs, a GPU model, one thread
     already)."""
     return _rounds(model, inputs, None)[0]
 
@@ -188,9 +187,9 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
 def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
     """(:func:`time_threads`' timing, :func:`time_threads_and_busy`'s busy one, the seconds
-    spent on the busy processes and the work beside them). A round: the work on
-    torch's threads (its forward timed within it), the work beside the busy processes, the
-    work on one thread; the first, without the busy processes, warms the work up and measures a
+    spent on the busy processes and the work beside them). A round: the work on torch's
+    threads (its forward timed within it), the work beside the busy processes, the work on
+    one thread; the first, without the busy processes, warms the work up and measures a
     round."""
     if inputs is None or model is None or not on_cpu(model):
         return None, None, 0.0

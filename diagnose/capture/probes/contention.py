@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: busy processes beyond the CPUs torch's threads leave: one. A second set (two more) cost
-#: a third of the threads probe's time and moved no prediction of the kept captures by more
-#: than 2% where its ratio was replaced by the first's (benchmarks/NOTES.md): beside more
-#: busy processes the ops are taken to wait as beside one more (each op waits for its one
-#: descheduled thread)
+#: busy processes beyond the CPUs torch's threads leave: one. Beside more, the ops are
+#: taken to wait as beside one more (each op waits for its descheduled thread); a second
+#: set's timing cost a third of the probe and told the predictions nothing the first did
+#: not (benchmarks/NOTES.md, "One busy set, not two")
 BUSY_EXCESS = (1,)
 #: no more busy processes than this (torch on few threads of many CPUs: not timed)
 BUSY_MAX_PROCS = 8
