@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=("text", "json", "html"), default=None,
                    help="text (default), json, or html: one self-contained page with plots; "
                    "with -o FILE the file's extension (.txt, .json, .html) decides")
+    a.add_argument("--json", dest="format", action="store_const", const="json",
+                   help="the same as --format json")
     a.add_argument("-o", "--output", metavar="FILE",
                    help="write the report to FILE, in the format its extension names")
     a.add_argument("--fail-on", choices=("info", "warning", "critical"),

@@ -168,6 +168,8 @@ def add_compare(subparsers: Any) -> None:
     p.add_argument("--format", choices=("text", "json", "html"), default=None,
                    help="text (default), json or html (one self-contained page); with -o FILE "
                    "the extension decides")
+    p.add_argument("--json", dest="format", action="store_const", const="json",
+                   help="the same as --format json")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the comparison to FILE (.json: JSON, .html: a page, else text)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",

@@ -196,6 +196,14 @@ def test_analyze_json(tmp_path, capsys):
     assert "no GPU activity" in reasons["UT001"]
 
 
+def test_analyze_json_flag_is_format_json(tmp_path, capsys):
+    """``--json`` (what users type first) gives the same report as ``--format json``."""
+    p = write(tmp_path / "t.pt.trace.json", small_trace())
+    rc, out, err = run_cli(capsys, "analyze", str(p), "--json")
+    assert rc == 0 and err == ""
+    check_report_json(json.loads(out))
+
+
 def test_analyze_text(tmp_path, capsys):
     p = write(tmp_path / "t.json", small_trace())
     rc, out, err = run_cli(capsys, "analyze", str(p))
