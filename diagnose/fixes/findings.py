@@ -206,8 +206,9 @@ def sort_findings(findings: list[Any]) -> None:
     grade, by the time at stake. Two findings of a grade whose first fixes tie (the
     second's range reaches the first's point, as :func:`_order` ties fixes) cannot be told
     apart by one capture, and their points trade places capture to capture: the one whose
-    range's slow end saves more (:func:`sure_gain`) leads, so that captures of one job
-    lead alike."""
+    first fix's range is the narrower (:func:`range_width`) leads. A range's width comes
+    from its inputs' noise and the model's error, which hold from capture to capture, while
+    its ends move with its point (a slow end that saves more is a point that moved up)."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
                                  f.rule))
     for _ in range(len(findings)):  # adjacent swaps until none is left (a few findings)
@@ -217,7 +218,7 @@ def sort_findings(findings: list[Any]) -> None:
             if (a.severity == b.severity and (pa := _lead(a)) is not None
                     and (pb := _lead(b)) is not None
                     and _reach(pb) * (1 + TIE) >= pa.speedup
-                    and sure_gain(b) > sure_gain(a)):
+                    and range_width(b) < range_width(a)):
                 findings[i], findings[i + 1] = b, a
                 swapped = True
         if not swapped:
@@ -230,13 +231,12 @@ def _lead(f: Any) -> Prediction | None:
     return p if isinstance(p, Prediction) and not p.at_least and p.base_ms > 0 else None
 
 
-def sure_gain(f: Any) -> float:
-    """The share of the step a finding's first fix saves at the slow end of its predicted
-    range (below 0 where that end is slower: the less slower, the surer); -inf without a
-    ranged prediction."""
+def range_width(f: Any) -> float:
+    """How wide a finding's first fix's predicted range is: log(slow end / fast end) of its
+    step; inf without a ranged prediction."""
     p = _lead(f)
-    return -math.inf if p is None else 1 - p.range[1] / p.base_ms
+    return math.inf if p is None or p.range[0] <= 0 else math.log(p.range[1] / p.range[0])
 
 
 __all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "SLOWER", "Prediction",
-           "offered", "predict_findings", "sort_findings", "sure_gain"]
+           "offered", "predict_findings", "range_width", "sort_findings"]

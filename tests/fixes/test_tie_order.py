@@ -108,7 +108,7 @@ class _Graded:
 def test_findings_of_a_grade_lead_with_the_surer_first_fix() -> None:
     """Two warnings whose first fixes tie (each range reaches the other's point): the points
     trade places capture to capture (1.33x vs 1.21x, then 1.18x vs 1.25x), the narrower
-    range's slow end leads both times (below a gain: the less slower). A critical finding
+    range leads both times. A critical finding
     still goes first; a finding without a ranged prediction keeps its place by its time at
     stake; a clear win (no tie) stands."""
     from diagnose.fixes.findings import sort_findings
@@ -131,6 +131,32 @@ def test_findings_of_a_grade_lead_with_the_surer_first_fix() -> None:
     fs = [_Graded("IN005", "warning", ["persistent_workers"], {"persistent_workers": narrow},
                   1 - 1 / 1.2),
           _Graded("IN004", "warning", ["num_workers_cap"], {"num_workers_cap": clear}, 0.5)]
+    sort_findings(fs)
+    assert [f.rule for f in fs] == ["IN004", "IN005"]
+
+
+def test_a_tie_is_led_by_the_narrower_range_even_where_the_wider_ends_surer() -> None:
+    """A noisy input lifts the wide prediction's point and both its ends (1.33x, 1.08-1.63x)
+    past the narrow one's (1.19x, 1.02-1.40x): still a tie (1.40x reaches 1.33x), and the
+    narrower range leads, as in the captures where the wide point sat lower."""
+    from diagnose.fixes.findings import range_width, sort_findings
+
+    def pred(change: dict, at: float, slow: float, fast: float) -> Prediction:
+        return Prediction(change, 10 / at, at, (10 / fast, 10 / slow), 10.0)
+
+    wide = pred({"num_workers": 0}, 1.33, 1.08, 1.63)
+    narrow = pred({"persistent_workers": True}, 1.19, 1.02, 1.40)
+    fs = [_Graded("IN004", "warning", ["num_workers_cap"], {"num_workers_cap": wide},
+                  1 - 1 / 1.33),
+          _Graded("IN005", "warning", ["persistent_workers"],
+                  {"persistent_workers": narrow}, 1 - 1 / 1.19)]
+    assert range_width(fs[0]) > range_width(fs[1])
+    sort_findings(fs)
+    assert [f.rule for f in fs] == ["IN005", "IN004"]
+    # no longer a tie once the narrow range cannot reach the wide point
+    fs = [_Graded("IN004", "warning", ["num_workers_cap"],
+                  {"num_workers_cap": pred({"num_workers": 0}, 1.6, 1.3, 2.0)}, 1 - 1 / 1.6),
+          fs[0 if fs[0].rule == "IN005" else 1]]
     sort_findings(fs)
     assert [f.rule for f in fs] == ["IN004", "IN005"]
 
