@@ -376,3 +376,31 @@ def test_idle_the_trace_cannot_attribute_is_not_evaluated(tmp_path):
     assert not [f for f in report.findings if f.rule == "UT002"]
     reasons = {n.rule: n.reason for n in report.not_evaluated}
     assert "runtime calls" in reasons.get("UT002", ""), reasons
+
+
+def _clock_waits(waits: list[float], step_ms: float = 40.0) -> dict:
+    """A capture whose clock timed unprofiled steps of ``step_ms`` with these loader waits."""
+    n = len(waits)
+    return _ctx(capture={"step_clock": {"phase": ["after"] * n,
+                                        "ms": [step_ms + w for w in waits],
+                                        "dataloader_ms": list(waits)}})
+
+
+@pytest.mark.parametrize("workers", [0, 4])
+def test_a_window_wait_the_unprofiled_steps_did_not_show_stays_info(tmp_path, workers):
+    """The profiled window waited 40% of its steps on the loader (a stall in its few steps)
+    while 40 steps timed without the profiler waited 2%: IN001-IN003 stay at info and say
+    why. Where those steps waited too (12%), the window's grade stands."""
+    path = _write(tmp_path, "bound", tb.dataloader_bound(workers=workers))
+    calm = analyze(path, context=_clock_waits([0.8] * 40),
+                   samples=_samples(97.0) if workers else None)
+    assert calm.metrics["dataloader_wait_unprofiled_share"] == pytest.approx(0.8 / 40.8, rel=1e-3)
+    inputs = [f for f in calm.findings if f.rule in ("IN001", "IN002", "IN003")]
+    assert inputs and {f.severity for f in inputs} == {"info"}
+    assert all(any("Without the profiler the loop waited 2.0%" in h for h in f.hints)
+               for f in inputs)
+    waits = analyze(path, context=_clock_waits([5.5] * 40),
+                    samples=_samples(97.0) if workers else None)
+    (f,) = [f for f in waits.findings if f.rule == "IN001"]
+    assert f.severity == "critical"
+    assert not any("Without the profiler" in h for h in f.hints)
