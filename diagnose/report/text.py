@@ -99,22 +99,38 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
         head += (f"; the host ran ahead of the GPU, so the steps are the GPU's pace (the "
                  f"block's time with the {_ms(m.get('step_time_unprofiled_drain_ms'))} wait "
                  "for the GPU at its end, over its steps)")
-    mean = m.get("step_time_unprofiled_mean_ms")
-    if isinstance(mean, int | float) and mean > 1.1 * st["median_ms"]:
-        # pauses that hit some steps (garbage collection, a slow read) are the job's time
-        steady = m.get("step_time_steady_mean_ms")
-        epoch = Facts.from_metrics(m).epoch_boundary_per_step_ms
-        if isinstance(steady, int | float) and epoch:
-            # the clock's few steps hold an epoch's start at their own rate, not the epoch's
-            head += (f"; mean {_ms(mean)}: some steps pause; predictions start from "
-                     f"{_ms(steady + epoch)}, the steady steps' mean and an epoch's start "
-                     f"spread over its steps ({_ms(epoch)} a step)")
-        else:
-            head += (f"; mean {_ms(mean)}: some steps pause, and predictions start from the "
-                     "mean")
+    head += _prediction_base(m, st["median_ms"])
     if window is not None and isinstance(r, int | float):
         window += f"; the profiler made steps {r:.2f}x as long"
     return head, window
+
+
+#: the predictions' starting step is named where it differs from the median by this much
+BASE_NAMED = 0.01
+
+
+def _prediction_base(m: dict[str, Any], median: float) -> str:
+    """Where the predictions' starting step is not the median shown: the mean of the
+    unprofiled steps (a pause that hits some steps is the job's time), or the steady
+    steps' mean with an epoch's start spread over its steps."""
+    mean = m.get("step_time_unprofiled_mean_ms")
+    if not isinstance(mean, int | float):
+        return ""
+    steady = m.get("step_time_steady_mean_ms")
+    epoch = Facts.from_metrics(m).epoch_boundary_per_step_ms
+    if isinstance(steady, int | float) and epoch:
+        # the clock's few steps hold an epoch's start at their own rate, not the epoch's
+        base = steady + epoch
+        if abs(base - median) < BASE_NAMED * median and abs(mean - median) < BASE_NAMED * median:
+            return ""
+        pause = "some steps pause; " if mean > 1.1 * median else ""
+        return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
+                f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
+    if abs(mean - median) < BASE_NAMED * median:
+        return ""
+    if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)
+        return f"; mean {_ms(mean)}: some steps pause, and predictions start from the mean"
+    return f"; mean {_ms(mean)}, which the predictions start from"
 
 
 def unprofiled_dl(m: dict[str, Any]) -> str:
