@@ -245,7 +245,8 @@ def autofix(
         if best != base:
             final, bound = tuner.compare(
                 base, best, "before/after: baseline, tuned, compute alone, input alone",
-                rounds=plan.final_rounds, bound=True, confirm=1.0, deadline=tuner.end)
+                rounds=tuner.final_rounds(base, best), bound=True, confirm=1.0,
+                deadline=tuner.end)
             tuned_ms = final.cand_ms
             iv = final.interval
             if final.status != OK or iv is None or iv.lo <= 1.0:

@@ -75,10 +75,8 @@ class Tuner(Measurer):
     """The trials of one autofix run: budget, decisions, predictions, searches.
 
     The budget (``budget_s``, from this object's creation) covers everything autofix times,
-    the before/after included: a trial starts only where its fewest rounds fit in what is
-    left less the before/after's expected time (:meth:`reserve_s`), and its rounds end
-    with its share of that; past the budget only a trial in flight finishes, and no round
-    starts past ``OVERRUN`` over it (:attr:`Measurer.hard_end`)."""
+    the before/after included (:meth:`too_long`, :meth:`share_s`, :meth:`final_rounds`);
+    no round starts past ``OVERRUN`` over it (:attr:`Measurer.hard_end`)."""
 
     def __init__(self, w: Workload, plan: Plan, min_gain: float, max_trials: int,
                  budget_s: float, progress: Callable[[str], None] | None,
@@ -101,18 +99,15 @@ class Tuner(Measurer):
         # fix id -> the change its prediction advises (of the configs within TIE of the
         # best, the one whose workers leave the step the most time between batches)
         self.advised: dict[str, frozenset[tuple[str, Any]]] = {}
-        # the diagnosis' step model (diagnose.stepmodel.prediction.Predictor), where it has one:
-        # a trial after kept changes is predicted with their transforms applied first
+        # the diagnosis' Predictor: a trial after kept changes applies their transforms first
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
         self.facts = Facts()  # the diagnosed run's metrics and live facts
-        # the CPUs' capacity, timed again before the trials that move CPU work, and the
-        # capture's timings as they were (cpu_capacity_min, cpu_capacity_max)
+        # the CPUs' capacity timed again before trials that move CPU work; the capture's
         self.capacity_timings: list[float] = []
         self.capture_capacity: tuple[float | None, float | None] | None = None
         self._first_bound: tuple[TrainConfig, Bound] | None = None  # (config, its bound)
-        # fix id -> the report's predictions for its configs, where the capacity timed again
-        # before its trials changed them (each such trial's decision says so)
+        # fix id -> the report's predictions for its configs that the capacity timed again
         self.superseded: dict[str, dict[frozenset[tuple[str, Any]], float]] = {}
 
     # ------------------------------------------------------------------ budget
@@ -132,27 +127,36 @@ class Tuner(Measurer):
             return f"budget of {self.budget_s:.0f} s used"
         return None
 
-    def reserve_s(self, cand: TrainConfig) -> float:
-        """Expected seconds of the before/after, were ``cand`` the tuned config: its first
-        look's rounds of baseline, tuned, compute alone and input alone (0 before the pilot)."""
+    def reserve_s(self, cand: TrainConfig, rounds: int | None = None) -> float:
+        """Expected seconds of ``rounds`` (default: its first look's) of the before/after,
+        were ``cand`` the tuned config (4 arms a round; 0 before the pilot)."""
         base = self.original if self.original is not None else cand
         per_round = self.round_s(base, cand, bound=True)
-        return 0.0 if per_round is None else self.plan.final_rounds * per_round
+        return 0.0 if per_round is None else (rounds or self.plan.final_rounds) * per_round
 
     def too_long(self, best: TrainConfig, cand: TrainConfig) -> str | None:
-        """Why a trial of ``cand`` against ``best`` must not start: its fewest rounds would
-        not end before the budget, with the before/after's time kept (None: it may)."""
+        """Why a trial of ``cand`` must not start: its fewest rounds would not end in the
+        budget beside the before/after's fewest (None: it may; how long it then runs keeps
+        the whole before/after, :meth:`share_s`)."""
         per_round = self.round_s(best, cand)
         if per_round is None:
             return None
         need = DEADLINE_MIN_ROUNDS * per_round
-        left, keep = self.left_s(), self.reserve_s(cand)
+        left, keep = self.left_s(), self.reserve_s(cand, DEADLINE_MIN_ROUNDS)
         if need <= left - keep:
             return None
         return (f"budget: {max(left, 0.0):.0f} s of {self.budget_s:.0f} s left; the "
-                f"before/after would take {keep:.0f} s of it and a trial at least {need:.0f} s "
-                f"(budget_s / --budget of at least {self.budget_s - left + keep + need:.0f} s "
-                "would try it)")
+                f"before/after would take at least {keep:.0f} s of it and a trial at least "
+                f"{need:.0f} s (budget_s / --budget of about "
+                f"{self.budget_s - left + keep + need:.0f} s or more would try it)")
+
+    def final_rounds(self, base: TrainConfig, best: TrainConfig) -> int:
+        """The before/after's first look: ``final_rounds``, or the rounds the budget left
+        holds, at least :data:`DEADLINE_MIN_ROUNDS`."""
+        per_round = self.round_s(base, best, bound=True)
+        fit = self.plan.final_rounds if per_round is None else int(
+            max(0.0, self.left_s()) / per_round)
+        return max(DEADLINE_MIN_ROUNDS, min(self.plan.final_rounds, fit))
 
     def bound(self, cfg: TrainConfig) -> Bound:
         """:meth:`Measurer.bound`, remembered with the pilot's step for :meth:`bound_rounds`."""

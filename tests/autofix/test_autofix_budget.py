@@ -129,7 +129,7 @@ def test_a_trial_that_cannot_end_in_time_is_not_started(monkeypatch: pytest.Monk
     assert tried and all(d.status == SKIPPED and "a trial at least" in d.reason
                          for d in tried), r.render_text()
     # each says what budget would have tried it: more than the one given
-    asked = [float(d.reason.split("of at least ")[1].split(" s")[0]) for d in tried]
+    asked = [float(d.reason.split("of about ")[1].split(" s")[0]) for d in tried]
     assert all(a > 25.0 for a in asked), [d.reason for d in tried]
 
 
@@ -212,3 +212,18 @@ def test_help_shows_the_default_budget(capsys: pytest.CaptureFixture[str]) -> No
             main([cmd, "--help"])
         out = " ".join(capsys.readouterr().out.split())
         assert "--budget S seconds autofix may spend" in out and f"(default {default})" in out
+
+
+def test_a_short_budget_tries_what_fits_and_shortens_the_before_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 s: after the pilot and the bound (~12 s) a trial's fewest rounds (3 x 2 arms x
+    10 steps of 0.4 s: 24 s) fit beside the before/after's fewest (3 x 4 arms: 48 s), not
+    beside its whole first look (10 rounds: 160 s). A budget like this once tried nothing;
+    now the workers' trial runs, and the before/after takes the rounds left (at least 3,
+    fewer than 10), within the budget."""
+    _install(monkeypatch, lambda cfg: 0.5 if cfg.num_workers else 1.0)
+    r = _run(100.0)
+    assert r.trials >= 1, r.render_text()
+    assert r.elapsed_s <= 100.0 * (1 + OVERRUN), r.render_text()
+    assert "num_workers" in r.kept and r.final is not None, r.render_text()
+    assert 3 <= r.final.rounds < PLAN.final_rounds, r.render_text()
