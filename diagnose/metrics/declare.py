@@ -57,6 +57,10 @@ def _ranks(m: Mapping[str, Any]) -> bool | None:
 GPU = Need("GPU activity in the trace", "the trace has no GPU activity", _flag("has_gpu"))
 LIVE = Need("a live capture", "only known from a live capture (with diagnose(...))",
             _flag("context_available"))
+EPOCH_START = Need("an epoch's start among the timed steps",
+                   "no epoch's start fell among the steps timed without the profiler (the "
+                   "loop stayed within one epoch), or the workers persist",
+                   _known("dataloader_epoch_boundary_ms"))
 SAMPLES = Need("the run's samples", "only known from the samples of a live capture "
                "(GPU and host sampling)")
 RANKS = Need("2+ ranks", "needs 2 or more ranks analysed together (one trace per rank)", _ranks)

@@ -404,3 +404,15 @@ def test_a_window_wait_the_unprofiled_steps_did_not_show_stays_info(tmp_path, wo
     (f,) = [f for f in waits.findings if f.rule == "IN001"]
     assert f.severity == "critical"
     assert not any("Without the profiler" in h for h in f.hints)
+
+
+def test_epoch_starts_not_seen_say_so(tmp_path):
+    """Workers that restart each epoch, but no epoch's start among the timed steps: IN005
+    is not evaluated, and says why in words, not only the metric's name."""
+    path = _write(tmp_path, "healthy", tb.healthy())
+    ctx = _ctx(dataloader={"num_workers": 4, "persistent_workers": False, "len": 200},
+               capture={"step_clock": {"phase": ["wait"] * 12, "ms": [20.0] * 12,
+                                       "loader_starts": [0] * 12}})
+    report = analyze(path, context=ctx)
+    (why,) = [n.reason for n in report.not_evaluated if n.rule == "IN005"]
+    assert "no epoch's start fell among the steps timed without the profiler" in why
