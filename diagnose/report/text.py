@@ -253,12 +253,15 @@ def _mib(n: Any) -> str:
 
 
 def _change(change: dict[str, Any]) -> str:
+    """A what-if's change as the settings it names (``batch_size=32``), as a fix's is."""
     parts = []
     for k, v in change.items():
         if k == "checkpoint_modules":
             parts.append(f"checkpoint {len(v)} blocks")
+        elif k == "zero_grad_set_to_none":
+            parts.append(f"zero_grad(set_to_none={v})")
         else:
-            parts.append(f"{k.replace('_', ' ')} {v}")
+            parts.append(f"{k}={v}")
     return ", ".join(parts)
 
 

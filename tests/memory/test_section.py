@@ -87,3 +87,13 @@ def test_me004_quiet_on_a_healthy_run(trace):
     small = {**SECTION, "by_kind": {**SECTION["by_kind"], "activations": 2000,
                                     "optimizer_state": 6000}}
     assert not _me004(analyze(trace, context={**CTX, "memory": small}))
+
+
+def test_a_what_ifs_change_reads_as_the_settings_it_names() -> None:
+    """A new user read "zero grad set to none False": the table names the settings as a
+    fix's change does."""
+    from diagnose.report.text import _change
+
+    assert _change({"batch_size": 32, "grad_accum_steps": 2}) == "batch_size=32, grad_accum_steps=2"
+    assert _change({"zero_grad_set_to_none": False}) == "zero_grad(set_to_none=False)"
+    assert _change({"checkpoint_modules": ["a", "b"]}) == "checkpoint 2 blocks"
