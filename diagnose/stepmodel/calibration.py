@@ -112,6 +112,15 @@ FIXED_POINT_DAMPING = 0.5
 FIXED_POINT_ROUNDS = 100
 FIXED_POINT_TOL = 1e-4
 
+#: The contention freed from a run whose workers oversubscribe the CPUs now: the log-weight
+#: of the loop's own measure (its forward and backward over the same work alone,
+#: ``host.loop_contention``) against the model's (``busy_mix`` from the workers' busy
+#: share and the busy timing). Two estimates of one quantity, neither shown the better:
+#: the model's freed too little on the tune jobs with busy workers, the loop's scatters by
+#: about 25% where it should read 1 (no workers); 0.5 is no preference, not fitted. Wrong,
+#: predictions of changes that free the CPUs lean to one estimate's error.
+LOOP_CONTENTION_WEIGHT = 0.5
+
 # ---------------------------------------------------------------- calibrating the replay
 #: The host's work in a live capture is scaled within these bounds so that the replay gives
 #: the unprofiled step: the profiler made profiled steps 1.0-1.4x the plain ones (2.0x on a
@@ -165,6 +174,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
            "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
+           "LOOP_CONTENTION_WEIGHT",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAKE_RATIO_MAX", "WORKER_AGREES"]

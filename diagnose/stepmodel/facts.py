@@ -43,6 +43,10 @@ class Facts:
     threads_busy_ratio_2: float | None = None  # ... beside 2 (saved contexts; else as 1)
     threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
+    forward_calls_unprofiled: int | None = None  # forward calls a timed step made
+    # the loop's forward and backward over the same work alone, set by the Predictor
+    # from the run as captured (host.loop_contention); None once a change moves it
+    loop_contention: float | None = None
     probes_noise_rel: float | None = None  # the noise of the other probes the budget cut
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers

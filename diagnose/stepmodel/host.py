@@ -25,7 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import FIXED_POINT_DAMPING, FIXED_POINT_ROUNDS, FIXED_POINT_TOL
+from .calibration import (
+    FIXED_POINT_DAMPING,
+    FIXED_POINT_ROUNDS,
+    FIXED_POINT_TOL,
+    LOOP_CONTENTION_WEIGHT,
+)
 from .facts import Facts
 from .graph import Graph, Tag, TaskKind
 
@@ -262,12 +267,26 @@ def workers_busy_now(facts: Facts) -> float | None:
     return min(1.0, max(got)) if got else None
 
 
+def loop_contention(g: Graph, facts: Facts) -> float | None:
+    """How much longer the loop's forward and backward ran (the window's, calibrated to the
+    unprofiled step) than the same work alone after the loop (``model_work_quiet_ms``),
+    where the loop made one forward call a step; None where either was not measured."""
+    quiet = facts.model_work_quiet_ms
+    if not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps:
+        return None
+    fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    loop = float(per_step(g, fb, g.dur).mean()) / 1e3
+    return loop / quiet if loop > 0 else None
+
+
 def free_contention(g: Graph, facts: Facts) -> Graph:
     """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now
     (the window's ops hold the loop's compute and more; the loop's other work stays as
     measured): the ops' mean slowdown beside workers busy the share of the time measured now
     (:func:`workers_busy_now`, :func:`busy_mix`), or, where that was not measured, as if
-    they were busy all the time (:func:`contention`)."""
+    they were busy all the time (:func:`contention`); where the loop's own work was set
+    beside the same work alone (``loop_contention``, at least 1), the log-mean of the two
+    (:data:`LOOP_CONTENTION_WEIGHT`)."""
     threads = busy_threads(facts)
     now, cpus = facts.dataloader_num_workers, facts.cpu_count or 1
     c = contention(now, threads, cpus)
@@ -276,6 +295,10 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
         c = busy_mix(facts, now, busy, cpus, threads)
     if c == 1.0:
         return g
+    loop = facts.loop_contention
+    if loop is not None:
+        w = LOOP_CONTENTION_WEIGHT
+        c = math.exp((1 - w) * math.log(c) + w * math.log(max(1.0, loop)))
     return g.scale(model_ops(g), 1.0 / c)
 
 
@@ -328,6 +351,7 @@ def loading_pauses(facts: Facts) -> float | None:
 
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
            "contention", "cpu_bound_ms", "cpu_capacity", "cpu_used", "doubled", "free_contention",
+           "loop_contention",
            "workers_busy_now",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

@@ -32,7 +32,7 @@ from .calibration import (
 )
 from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
-from .host import cpu_bound_ms
+from .host import cpu_bound_ms, loop_contention
 from .step import StepModel
 from .transforms import AT_MOST, GraphChange, Transform, as_transform
 
@@ -337,6 +337,8 @@ class Predictor:
                            None if opt is None else opt / un,
                            None if waited is None else waited / un) if un else g
         self.base_replay = _step(self.g)
+        # the loop's own contention, from the run as captured (host.free_contention)
+        self.facts = facts = facts.replace(loop_contention=loop_contention(self.g, facts))
         cv = facts.step_time_cv or 0.0
         n = max(int(facts.step_count or 1), 1)
         self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)

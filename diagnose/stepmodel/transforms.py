@@ -74,8 +74,12 @@ class Transform:
         return [what for name, what in self.assumes.items() if getattr(facts, name) is None]
 
     def now(self, facts: Facts, change: Change) -> Facts:
-        """``facts`` once ``change`` is made: the settings it sets (``sets``)."""
-        made = {name: v for k, v in change.items() for name in self.sets.get(k, ())}
+        """``facts`` once ``change`` is made: the settings it sets (``sets``); a change of
+        workers or threads leaves the loop's measured contention to the run as captured."""
+        made: dict[str, Any] = {name: v for k, v in change.items()
+                                for name in self.sets.get(k, ())}
+        if made.keys() & {"dataloader_num_workers", "torch_num_threads"}:
+            made["loop_contention"] = None
         return facts.replace(**made) if made else facts
 
 

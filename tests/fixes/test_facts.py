@@ -18,7 +18,7 @@ from diagnose.stepmodel.transforms import transform
 #: (grad_accum_steps), and two rates a caller may give (no capture measures them yet).
 NOT_METRICS = {"device_type", "bf16_supported", "fused_supported", "allow_compile",
                "iterable_dataset", "grad_accum_steps", "memcpy_h2d_pinned_gbps",
-               "worker_transfer_gbps"}
+               "worker_transfer_gbps", "loop_contention"}
 #: A good value of each field type.
 GOOD = {"float | None": 2.5, "int | None": 3, "bool | None": True, "str | None": "cuda"}
 #: Values of another type than each field type's (or out of its range): all read as None.

@@ -48,3 +48,44 @@ def test_how_busy_the_workers_are_is_the_larger_measurement() -> None:
     assert workers_busy_now(f.replace(workers_cpu_mean_pct=0.5, input_worker_batch_ms=8.0)
                             ) == pytest.approx(0.02)
     assert workers_busy_now(f.replace(workers_cpu_mean_pct=250.0)) == 1.0
+
+
+def test_the_loops_own_contention_is_its_work_over_the_same_work_alone(tmp_path) -> None:
+    """The loop's forward and backward took 3000 us a step; the same work alone after the
+    loop 2 ms: 1.5x. Not where the loop made two forward calls a step (a GAN's: the work
+    alone is one of them), nor without the timing."""
+    from diagnose.stepmodel.host import loop_contention
+
+    m = _model(_worker_loader(), tmp_path)
+    at = dict(RUN, model_work_quiet_ms=2.0)
+    assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=1)) == 1.5
+    assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=2)) is None
+    assert loop_contention(m.graph, _facts(m, **RUN, forward_calls_unprofiled=1)) is None
+
+
+def test_the_freed_contention_is_the_log_mean_of_the_model_and_the_loop(tmp_path) -> None:
+    """Workers busy all the time: the model's rule says 2x; the loop's own work ran 1.5x
+    the same work alone: freed by sqrt(2 x 1.5) = 1.732x, 3000 / 1.732 = 1732 us. A loop
+    that ran faster than its work alone (0.8x: noise) counts as 1x: sqrt(2) = 1.414x. A run
+    that does not oversubscribe its CPUs frees nothing, whatever the loop's ratio."""
+    assert _ops_ms(tmp_path, workers_cpu_mean_pct=100.0, loop_contention=1.5) == \
+        pytest.approx(3.0 / (2 * 1.5) ** 0.5, rel=0.01)
+    assert _ops_ms(tmp_path, workers_cpu_mean_pct=100.0, loop_contention=0.8) == \
+        pytest.approx(3.0 / 2 ** 0.5, rel=0.01)
+    m = _model(_worker_loader(), tmp_path)
+    fit = _facts(m, **{**RUN, "dataloader_num_workers": 0}, loop_contention=1.5)
+    assert main_host_ms(free_contention(m.graph, fit)) == pytest.approx(3.0, rel=0.01)
+
+
+def test_a_change_of_workers_or_threads_leaves_the_loops_contention_behind() -> None:
+    """The loop's measured contention is the run's as captured: a transform that sets the
+    workers or the threads clears it for the next one in a chain; one that sets neither
+    keeps it."""
+    from diagnose.fixes import FIXES
+    from diagnose.stepmodel.facts import Facts
+
+    f = Facts(loop_contention=1.5, dataloader_num_workers=6, torch_num_threads=2)
+    assert FIXES["num_workers"].transform.now(f, {"num_workers": 2}).loop_contention is None
+    assert FIXES["threads"].transform.now(
+        f, {"num_workers": 2, "intra_op_threads": 1}).loop_contention is None
+    assert FIXES["larger_batch"].transform.now(f, {"batch_size": 64}).loop_contention == 1.5
