@@ -18,6 +18,7 @@ from ..fixes import FIXES
 from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, offered
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
+from ..stepmodel.epochs import epoch_start_ms
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import prediction_line
 from ..stepmodel.step import step_model_line
@@ -126,11 +127,16 @@ def _prediction_base(m: dict[str, Any], median: float) -> str:
         pause = "some steps pause; " if mean > 1.1 * median else ""
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
+    # a change of workers that restart every epoch adds that start to both sides
+    start = epoch_start_ms(Facts.from_metrics(m))
+    restart = (f" (a change of workers adds an epoch's start to both: {_ms(start)} a step)"
+               if start else "")
     if abs(mean - median) < BASE_NAMED * median:
-        return ""
+        return f"; predictions start from it{restart}" if restart else ""
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)
-        return f"; mean {_ms(mean)}: some steps pause, and predictions start from the mean"
-    return f"; mean {_ms(mean)}, which the predictions start from"
+        return (f"; mean {_ms(mean)}: some steps pause, and predictions start from the "
+                f"mean{restart}")
+    return f"; mean {_ms(mean)}, which the predictions start from{restart}"
 
 
 def unprofiled_dl(m: dict[str, Any]) -> str:
