@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from diagnose.autofix import SKIPPED, Bound, Plan, autofix  # noqa: E402
 from diagnose.autofix import runner as tune  # noqa: E402
+from diagnose.autofix.budget import OVERRUN  # noqa: E402
 from diagnose.autofix.measure import HARD_END_MIN_ROUNDS, Measurer  # noqa: E402
-from diagnose.autofix.search import OVERRUN  # noqa: E402
 from diagnose.fixes import TrainConfig  # noqa: E402
 
 STEP_S = 0.4  # seconds per fake step: a slow job, where the budget matters
