@@ -364,7 +364,7 @@ def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
         # a predicted fix shows the exact change its prediction is for
         for fid, p in f.predictions.items():
             if isinstance(p, Prediction) and fid in FIXES:
-                code = FIXES[fid].code_for_change(setup, config, p.change)
+                code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
                 if code is not None:
                     f.fix_code[fid] = code
     return a

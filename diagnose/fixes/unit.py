@@ -165,18 +165,25 @@ class Fix:
         return self.code if setup is None else self.render(setup).strip("\n")
 
     def code_for_change(self, setup: Setup | None, config: TrainConfig,
-                        change: Mapping[str, Any]) -> str | None:
+                        change: Mapping[str, Any],
+                        others: tuple[tuple[tuple[tuple[str, Any], ...], float], ...] = ()
+                        ) -> str | None:
         """The code of the exact ``change`` a prediction is for, where this fix's own code
         writes an expression that depends on the machine (the worker count, the threads):
-        the user then applies what was predicted. None: the fix's own code says it."""
+        the user then applies what was predicted. ``others``: every config the fix's
+        prediction weighed, with its speedup (``Prediction.candidates``); the ones not
+        advised are named after the code. None: the fix's own code says it."""
         if not self.auto or not change or not set(change) <= EXACT_FIELDS or \
                 not {"num_workers", "intra_op_threads"} & set(change):
             return None
         after = config.replace(**change)
         if after == config:
             return None
-        return exact_change(setup, config, after, "the change predicted below, for this "
+        code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
+        rest = [f"{', '.join(f'{k}={v}' for k, v in c)} {sp:.2f}x" for c, sp in others
+                if dict(c) != dict(change)]
+        return code + (f"\n# also predicted: {'; '.join(rest)}" if rest else "")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts

@@ -244,3 +244,20 @@ def test_a_capture_with_the_suggested_workers_does_not_offer_them_again(tmp_path
     # the run folder analysed again (the CLI's path): the same
     again = analyze(d.run_dir)
     assert not any("num_workers" in f.fixes for f in again.findings)
+
+
+def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
+    """A new user read "No more DataLoader workers than CPUs" advising 0 workers and
+    wondered about 1 or 2: the configs the prediction weighed and did not advise follow
+    the code, with their speedups; the advised one is not repeated."""
+    from diagnose.fixes import FIXES, TrainConfig
+
+    weighed = (((("num_workers", 2),), 1.048), ((("num_workers", 1),), 1.037),
+               ((("num_workers", 0),), 1.136))
+    code = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
+                                                    {"num_workers": 0}, weighed)
+    assert code is not None and "num_workers=0" in code.split("# after", 1)[1]
+    assert code.endswith("# also predicted: num_workers=2 1.05x; num_workers=1 1.04x")
+    alone = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
+                                                     {"num_workers": 0})
+    assert alone is not None and "also predicted" not in alone
