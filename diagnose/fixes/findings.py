@@ -64,7 +64,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     off.append(x)
             preds[x] = p
         _withheld(preds, metrics, cpu_work)
-        _order(f, preds, off)
+        _order(f, preds, off, {x: u.title for x, u in fixes.items()})
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
             f.hints.append(f"{f.fixes[0]}: predicted on assumptions, as nothing here measured "
@@ -105,7 +105,8 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
                         "again when it is quieter, or let autofix measure")
 
 
-def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
+def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
+           titles: Mapping[str, str] | None = None) -> None:
     """Fixes by predicted effect, a tie (a range reaching the best point) led by the fewest
     changed settings (unpredicted ones
     keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
@@ -139,7 +140,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str]) -> None:
         p = preds[x]
         assert isinstance(p, Prediction)
         what = ", ".join(f"{k}={v}" for k, v in p.change.items())
-        f.hints.append(f"{x} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
+        # the fix's title too: "threads (num_workers=2, ...)" read as a cap of workers
+        named = f"{x}, {titles[x][:1].lower()}{titles[x][1:]}" if titles and titles.get(x) \
+            else x
+        f.hints.append(f"{named} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
                        f"{p.step_ms:.1f} ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound, or a range whose
