@@ -91,7 +91,8 @@ class Tuner(Budgeted):
         self.predictor: Any = None
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
         self.facts = Facts()  # the diagnosed run's metrics and live facts
-        # the CPUs' capacity timed again before trials that move CPU work; the capture's
+        # the CPUs' capacity timed again before trials that move CPU work, and the
+        # capture's own timings (cpu_capacity_min, cpu_capacity_max)
         self.capacity_timings: list[float] = []
         self.capture_capacity: tuple[float | None, float | None] | None = None
         # fix id -> the report's predictions for its configs that the capacity timed again

@@ -140,7 +140,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         p = preds[x]
         assert isinstance(p, Prediction)
         what = ", ".join(f"{k}={v}" for k, v in p.change.items())
-        # the fix's title too: "threads (num_workers=2, ...)" read as a cap of workers
+        # named by its id and its title: an id alone ("threads") reads as a setting
         named = f"{x}, {titles[x][:1].lower()}{titles[x][1:]}" if titles and titles.get(x) \
             else x
         f.hints.append(f"{named} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
