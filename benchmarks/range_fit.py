@@ -1,6 +1,7 @@
 """The width of the predictions' ranges, read off the corpus' tune half as the code predicts
 it now: the model's own error on a change (``EFFECT_FLOOR`` and ``EFFECT_ERROR`` in
-diagnose/stepmodel/calibration.py).
+diagnose/stepmodel/calibration.py), and its error on the ratio of two changes of one job
+(``FIXES_TIE``: two fixes closer than that are a tie).
 
     python benchmarks/corpus_rejudge.py --newest benchmarks/results/corpus_grid.txt \\
         benchmarks/captures/cpu_tune > tune.txt
@@ -104,6 +105,31 @@ def fit(got: list[dict[str, object]], cover: float) -> tuple[float, float, int, 
     return best[1], best[2], best[3], best[0]
 
 
+def pair_errors(got: list[dict[str, object]]) -> tuple[list[float], int, int]:
+    """The model's error on the ratio of two changes' predictions from one capture: for each
+    pair of rows of one job, |ln(measured ratio) - ln(predicted ratio)|, sorted (what
+    ``FIXES_TIE`` in diagnose/stepmodel/calibration.py is read from: the median); with, of
+    the pairs whose points lie further apart than that median, how many the model ordered
+    right (the faster predicted measured at least 2% faster, or within 2%) and how many
+    there are."""
+    by_job: dict[str, list[tuple[float, float]]] = {}
+    for r in got:
+        by_job.setdefault(str(r["job"]), []).append((float(r["p"]), float(r["m"])))  # type: ignore[arg-type]
+    errs, gaps = [], []
+    for rows_ in by_job.values():
+        for i, (pa, ma) in enumerate(rows_):
+            for pb, mb in rows_[i + 1:]:
+                errs.append(abs(math.log(ma / mb) - math.log(pa / pb)))
+                hi, lo = ((pa, ma), (pb, mb)) if pa >= pb else ((pb, mb), (pa, ma))
+                gaps.append((math.log(hi[0] / lo[0]), hi[1] >= lo[1] * 0.98))
+    errs.sort()
+    if not errs:
+        return errs, 0, 0
+    med = statistics.median(errs)
+    apart = [right for gap, right in gaps if gap > med]
+    return errs, sum(apart), len(apart)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tables", nargs="+", type=Path, help="corpus_rejudge.py outputs")
@@ -136,6 +162,12 @@ def main() -> int:
         print(f"{r['job']!s:<40} {r['fix']!s:<16} {r['kind']!s:<6} {r['p']:>6.2f} "
               f"{r['m']:>6.2f}  [{r['lo']:.2f}, {r['hi']:.2f}]")
     print()
+    errs, right, apart = pair_errors(got)
+    if errs:
+        print(f"pairs of changes of one job: {len(errs)}; the error of their predicted ratio "
+              f"(|ln|): median {statistics.median(errs):.3f}, 90th percentile "
+              f"{errs[int(0.9 * len(errs)) - 1]:.3f}; pairs predicted further apart than the "
+              f"median: ordered right in {right} of {apart}")
     for kind in ("cpu", "other"):
         mine = [r for r in got if r["kind"] == kind]
         now_in, now_half = judged(mine, *used[kind]) if mine else (0, 0.0)
