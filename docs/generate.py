@@ -169,7 +169,7 @@ def rules_page() -> str:
         rows.append(("message", _code(r.message)))
         if r.evidence:
             rows.append(("evidence", ", ".join(f"`{e}`" for e in r.evidence)))
-        rows.append(("fixes, in order", ", ".join(f"`{f}`" for f in r.fixes) or "-"))
+        rows.append(("fixes (a report orders them by prediction)", ", ".join(f"`{f}`" for f in r.fixes) or "-"))
         scope = "over all ranks together" if r.scope == "run" else "per rank"
         rows.append(("evaluated", scope + ("; training runs only" if r.training_only else "")))
         lines += ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
