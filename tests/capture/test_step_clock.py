@@ -226,6 +226,17 @@ def test_an_unreliable_clock_says_so_instead_of_a_ratio(
     assert "as long" not in (window or "")
 
 
+def test_the_note_asks_for_more_steps_than_were_timed() -> None:
+    """A new user read "time more steps (clock_steps=30)" after "53 steps timed by the
+    session": the note asks for at least 30 steps, else twice as many as were timed."""
+    base = {"step_time_unprofiled_reliable": False, "step_time_unprofiled_spread": 0.9,
+            "step_time_unprofiled_p10_ms": 38.0, "step_time_unprofiled_p90_ms": 67.0,
+            "step_time_unprofiled_median_ms": 47.0}
+    for n, asked in ((3, 30), (12, 30), (15, 30), (53, 110), (200, 400)):
+        assert f"clock_steps={asked})" in (clock_note({**base, "step_time_unprofiled_steps": n})
+                                           or ""), n
+
+
 @pytest.mark.parametrize(("others", "workers", "busy_machine"), [
     (1.08, 0, True), (1.08, 6, True), (0.3, 6, False), (0.3, 0, True), (None, 6, True)])
 def test_a_wait_for_a_cpu_names_who_held_it(others: float | None, workers: int,

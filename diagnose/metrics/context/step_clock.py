@@ -413,7 +413,9 @@ def clock_note(m: dict[str, object]) -> str | None:
         why.append(("the machine was busy: " if elsewhere else "")
                    + f"the training thread waited {busy:.0%} of these steps for a CPU "
                    + holders)
+    # more steps than were timed: at least 30, else twice as many (in tens)
+    more = 30 if not isinstance(n, int) or n < 15 else -(-2 * n // 10) * 10
     return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
-            + ". For a better figure, time more steps (diagnose(..., clock_steps=30))"
+            + f". For a better figure, time more steps (diagnose(..., clock_steps={more}))"
             + (" or run when the machine is less busy" if elsewhere else "")
             + "; the profiler's overhead is not stated")
