@@ -497,11 +497,15 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
     loop.append(f"{body}opt.zero_grad(set_to_none={after.zero_grad_set_to_none})")
     step_fields = {"non_blocking", "amp_dtype", "channels_last", "zero_grad_set_to_none",
                    "grad_accum_steps"}
-    if step or step_fields & set(before.diff(after)):
+    # the loop, written as the common (x, y) form, only where the change is inside it; a
+    # change made once before the loop (the threads, a sampler, gc.freeze) stands alone, as
+    # the user's own step (a step_fn, dict batches) stays as it is
+    in_loop = bool(step_fields & set(before.diff(after)))
+    if step or in_loop:
         if lines:
             lines.append("")
-        lines.append("# the step")
-        lines += step + loop
+        lines.append("# the step" if in_loop else "# before the loop")
+        lines += step + (loop if in_loop else [])
     # a setting this rendering does not write yet is still named, never dropped
     others = {k: v for k, v in before.diff(after).items() if k not in _RENDERED}
     if others:

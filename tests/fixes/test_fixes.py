@@ -281,3 +281,15 @@ def test_render_change_writes_every_config_field(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr("diagnose.fixes.code._RENDERED", _RENDERED - {"amp_dtype"})
     assert "# also: amp_dtype None -> 'bfloat16'" in render_change(
         base, base.replace(amp_dtype="bfloat16"))
+
+
+def test_a_change_made_before_the_loop_shows_no_loop() -> None:
+    """A new user's job steps with its own step_fn over dict batches: the threads split's
+    change by hand is the line before the loop, not a generic ``loss_fn(model(x), y)`` loop
+    it does not have; a change inside the step still shows the loop it goes in."""
+    before = TrainConfig(num_workers=3)
+    code = render_change(before, before.replace(num_workers=1, intra_op_threads=1))
+    assert "# before the loop\ntorch.set_num_threads(1)" in code
+    assert "for x, y in loader" not in code and "loss_fn" not in code
+    code = render_change(before, before.replace(zero_grad_set_to_none=False))
+    assert "# the step" in code and "opt.zero_grad(set_to_none=False)" in code
