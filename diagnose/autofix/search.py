@@ -68,6 +68,16 @@ def _steps(original: TrainConfig, cfg: TrainConfig, owners: list[tuple[Fix, froz
     return out
 
 
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with two decimals, more (up to four) where two would print them equal
+    ("1.03 < 1.03")."""
+    for places in (2, 3, 4):
+        x, y = f"{a:.{places}f}", f"{b:.{places}f}"
+        if x != y:
+            break
+    return x, y
+
 class Tuner(Budgeted):
     """The trials of one autofix run: decisions, predictions, searches, within its budget
     (:class:`~.budget.Budgeted`)."""
@@ -313,16 +323,17 @@ class Tuner(Budgeted):
             return False
         iv = c.interval
         if iv.above(threshold):
-            status, reason = KEPT, f"CI lower bound {iv.lo:.2f} > {threshold:.2f}"
+            status, reason = KEPT, "CI lower bound {} > {}".format(*_apart(iv.lo, threshold))
         elif iv.hi < 1.0:
-            status, reason = REVERTED, f"slower: CI upper bound {iv.hi:.2f} < 1"
+            status, reason = REVERTED, f"slower: CI upper bound {_apart(iv.hi, 1.0)[0]} < 1"
         elif iv.below(threshold):
             status = REVERTED
-            reason = f"no gain worth keeping: CI upper bound {iv.hi:.2f} < {threshold:.2f}"
+            reason = "no gain worth keeping: CI upper bound {} < {}".format(
+                *_apart(iv.hi, threshold))
         else:
             status = REVERTED
-            reason = (f"no gain shown in {c.rounds} rounds: CI lower bound {iv.lo:.2f} ≤ "
-                      f"{threshold:.2f}")
+            reason = (f"no gain shown in {c.rounds} rounds: CI lower bound "
+                      + "{} ≤ {}".format(*_apart(iv.lo, threshold)))
         if cand.compile and c.setup_s is not None and c.base_ms and c.cand_ms:
             # compile time is counted: the steps it takes to pay for itself
             saved = c.base_ms - c.cand_ms

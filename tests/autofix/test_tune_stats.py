@@ -96,3 +96,12 @@ def test_scaling_the_candidate_scales_the_interval(scale: float, seed: int) -> N
     assert scaled.lo == pytest.approx(iv.lo / scale)
     assert scaled.hi == pytest.approx(iv.hi / scale)
     assert iv.lo <= iv.hi
+
+
+def test_a_bound_and_its_threshold_never_print_equal() -> None:
+    """A new user read "no gain worth keeping: CI upper bound 1.03 < 1.03": where two
+    decimals print them equal, more are given."""
+    from diagnose.autofix.search import _apart
+
+    assert _apart(1.0274, 1.03) == ("1.027", "1.030")
+    assert _apart(0.95, 1.0) == ("0.95", "1.00")
