@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SIGNALS", "Alarm"]
+__all__ = ["SIGNALS", "Alarm", "alarm_lines"]
 
 #: each signal's unit
 SIGNALS = {"step_time": "ms", "loader_wait": "ms", "gpu_util": "%", "memory": "bytes",
@@ -79,6 +79,11 @@ class Alarm:
                                                           "title", "message")}
                              for f in rep.findings]}
 
+    def __str__(self) -> str:
+        """What the watch's summary says of it (:func:`alarm_lines`): the change, the
+        machine around it, its capture and what changed; not the capture's whole report."""
+        return "\n".join(alarm_lines(self.to_json()))
+
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "start": self.start, "signal": self.signal,
                 "kind": self.kind, "before": self.before, "after": self.after,
@@ -87,3 +92,23 @@ class Alarm:
                 "capture_why": self.capture_why, "capture_dir": self.capture_dir,
                 "changed": list(self.changed), "comparison": self.comparison,
                 "host": self.host, "host_line": self.host_line}
+
+
+def alarm_lines(a: dict[str, Any], same_capture: bool = False) -> list[str]:
+    """An alarm (its JSON, :meth:`Alarm.to_json`) as the summary prints it: the change,
+    then, indented, what the machine did, its capture (or why none), and up to six lines of
+    what changed against the baseline. ``same_capture``: the alarm before it at this step
+    was the same capture's, said once: only the change, and that."""
+    who = f" (rank {a['rank']})" if a["signal"] == "rank" and a.get("rank") is not None else ""
+    ratio = f" (x{a['ratio']:.2f})" if a.get("ratio") and a["unit"] != "%" else ""
+    head = (f"step {a['step']:,}: {a['signal']}{who} {_fmt(a['before'], a['unit'])} -> "
+            f"{_fmt(a['after'], a['unit'])}{ratio}")
+    if same_capture:
+        return [head + ": the same capture as the alarm above"]
+    out = [head]
+    if a.get("host_line"):
+        out.append(f"  {a['host_line']}")
+    out.append(f"  capture: {a['capture_dir']}" if a.get("capture") is not None
+               else f"  capture: {a.get('capture_why') or 'none'}")
+    out.extend(f"  {line}" for line in (a.get("changed") or [])[:6])
+    return out

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .alarm import alarm_lines
+
 __all__ = ["progress_line", "record", "settings", "text"]
 
 SCHEMA_VERSION = 1
@@ -127,18 +129,11 @@ def text(rec: dict[str, Any]) -> str:
         out.append(f"  energy: {e['why']}")
     alarms = rec["alarms"]
     out.append(f"  alarms: {len(alarms)}" + ("" if alarms else " (no sustained change)"))
-    for a in alarms:
-        who = f" (rank {a['rank']})" if a["signal"] == "rank" else ""
-        ratio = f" (x{a['ratio']:.2f})" if a.get("ratio") and a["unit"] != "%" else ""
-        out.append(f"    step {a['step']:,}: {a['signal']}{who} {a['before']:.4g} -> "
-                   f"{a['after']:.4g} {a['unit']}{ratio}")
-        if a.get("host_line"):
-            out.append(f"      {a['host_line']}")
-        if a["capture"] is None:
-            out.append(f"      capture: {a['capture_why'] or 'none'}")
-        else:
-            out.append(f"      capture: {a['capture_dir']}")
-        out.extend(f"      {line}" for line in a["changed"][:6])
+    for i, a in enumerate(alarms):
+        # two signals of one change (the step time and the loader's wait) share a capture
+        same = (i > 0 and a.get("capture") is not None and a["step"] == alarms[i - 1]["step"]
+                and a.get("capture_dir") == alarms[i - 1].get("capture_dir"))
+        out.extend(f"    {line}" for line in alarm_lines(a, same_capture=same))
     sp = rec["spikes"]
     if sp["count"]:
         big = max(sp["recent"], key=lambda s: (s["after"] or 0) / (s["before"] or 1))

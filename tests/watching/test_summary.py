@@ -94,3 +94,38 @@ def test_n_optimizer_steps_are_n_steps(tmp_path: Path, steps: int) -> None:
     assert w.steps == n and w.to_json()["steps"] == n
     tl = read_timeline(w.run_dir)
     assert tl is not None and len(tl["steps"]["ms"]) == n
+
+
+def test_an_alarm_prints_as_the_summary_says_it() -> None:
+    """A new user printed an alarm as the README shows and got the capture's whole report
+    (tens of kB) in a dataclass repr: ``str(alarm)`` is the summary's lines. Two signals of
+    one change share one capture: the summary says so instead of repeating it."""
+    from diagnose.watching.alarm import Alarm
+    from diagnose.watching.summary import text
+
+    class _Report:  # a capture's report: long, and never printed by the alarm
+        def step_time(self) -> float:
+            return 37.2
+
+        findings: list[Any] = []
+
+        def __repr__(self) -> str:
+            return "Report(" + "x" * 50_000 + ")"
+
+    a = Alarm(469, "step_time", "change", 17.67, 37.57, "ms", 0.0, capture=_Report(),
+              capture_dir="runs/captures/002", changed=["grew info -> critical IN001"],
+              host_line="the machine: other processes kept 0.12 CPUs busy")
+    out = str(a)
+    assert out.splitlines()[0] == "step 469: step_time 17.67 ms -> 37.57 ms (x2.13)"
+    assert "capture: runs/captures/002" in out and "grew info -> critical IN001" in out
+    assert len(out) < 500
+    b = Alarm(469, "loader_wait", "change", 0.9, 18.1, "ms", 0.0, capture=_Report(),
+              capture_dir="runs/captures/002", changed=["grew info -> critical IN001"])
+    rec = {"steps": 900, "duration_s": 26.0, "run_dir": "runs", "alarms": [
+        a.to_json(), b.to_json()], "step_time_ms": {"median": None}, "loader_wait_ms": {},
+        "energy": {"j_per_step": None, "why": "not measured"}, "spikes": {"count": 0},
+        "captures": [], "notes": []}
+    summary = text(rec)
+    assert summary.count("capture: runs/captures/002") == 1
+    assert "step 469: loader_wait 0.9 ms -> 18.1 ms (x20.11): the same capture as the alarm " \
+           "above" in summary
