@@ -80,7 +80,7 @@ def test_severity_is_capped_by_the_gain(tmp_path, gain, category, want):
 def test_thresholds_are_the_documented_ones():
     assert (WARNING_GAIN, CRITICAL_GAIN) == (0.02, 0.15)
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert ">= 2%" in readme and ">= 15%" in readme
+    assert "under 2%: info" in readme and "under 15%: at most warning" in readme
 
 
 def test_a_gain_that_cannot_be_computed_is_info_and_says_why(tmp_path):
