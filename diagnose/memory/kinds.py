@@ -109,12 +109,18 @@ def model_states(model: Any, optimizer: Any = None, *, grads: bool = True) -> di
            "gradients": sum(tensor_bytes(p) for p in params if p.requires_grad) if grads
            else 0, "optimizer_state": 0}
     if optimizer is not None:
-        held = optimizer_state_bytes(optimizer)
-        if held == 0:
-            held = predicted_state_bytes(type(optimizer).__name__, optimizer_params(optimizer),
-                                         optimizer_hyper(optimizer)) or 0
-        out["optimizer_state"] = held
+        out["optimizer_state"] = optimizer_state(optimizer)
     return out
+
+
+def optimizer_state(optimizer: Any) -> int:
+    """The optimizer's state in bytes: what it holds, or, before its first step, what its
+    class will hold (:func:`predicted_state_bytes`)."""
+    held = optimizer_state_bytes(optimizer)
+    if held == 0:
+        held = predicted_state_bytes(type(optimizer).__name__, optimizer_params(optimizer),
+                                     optimizer_hyper(optimizer)) or 0
+    return held
 
 
 def largest_param_bytes(model: Any) -> int:
@@ -122,5 +128,6 @@ def largest_param_bytes(model: Any) -> int:
 
 
 __all__ = ["KINDS", "MODEL_STATES", "STATE_LAYOUT", "empty_kinds", "largest_param_bytes",
-           "model_states", "optimizer_hyper", "optimizer_params", "optimizer_state_bytes",
+           "model_states", "optimizer_hyper", "optimizer_params", "optimizer_state",
+           "optimizer_state_bytes",
            "predicted_state_bytes", "state_layout", "tensor_bytes"]

@@ -37,7 +37,7 @@ from .kinds import (
     model_states,
     optimizer_hyper,
     optimizer_params,
-    optimizer_state_bytes,
+    optimizer_state,
     tensor_bytes,
 )
 from .profile import PHASES, Point, StepMemory, blocks_from_saved
@@ -117,6 +117,10 @@ class StepTracker(MemTracker):
             # outside every model's call (the loss): filed under "", as the models together
             self.classes[""] = "+".join(type(r).__name__ for r in roots.values())
             self._root = ""
+        # every model's parameters, gradients and buffers, every optimizer's state: their
+        # kinds are known before the step (a second model or optimizer left out would have
+        # its tensors counted as temporaries)
+        self.models = list(roots.values()) if roots is not None and len(roots) > 1 else [model]
         self._hooks: ExitStack | None = None
         self._t0 = 0.0
         self.step_s = 0.0
@@ -127,8 +131,7 @@ class StepTracker(MemTracker):
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> StepTracker:
-        self.track_external(self.model, *(x for x in (self.optimizer,) if x is not None),
-                            *_tensors(self.batch))
+        self.track_external(*self.models, *self.optimizers, *_tensors(self.batch))
         if self.dev.type == "cuda" and not _fake(self.model):
             torch.cuda.synchronize(self.dev)
             # the user's peak statistics are theirs: not reset; the step's own peak shows
@@ -344,16 +347,17 @@ class StepTracker(MemTracker):
     # ------------------------------------------------------------------ result
     def result(self) -> StepMemory:
         """What the step held: the peak by kind, the timeline, modules and blocks."""
-        states = model_states(self.model, self.optimizer)
-        opt_state = optimizer_state_bytes(self.optimizer) if self.optimizer is not None else 0
+        whole = self.model if len(self.models) == 1 else torch.nn.ModuleList(self.models)
+        states = model_states(whole)  # a ModuleList: each parameter once, whichever model
+        opt_state = sum(optimizer_state(o) for o in self.optimizers)
         saved = self.saved_at_backward if self.saved_at_backward is not None else \
             self._saved_records()
-        params = list(self.model.parameters())
+        params = list(whole.parameters())
         big = max((tensor_bytes(p) for p in params), default=0)
         return StepMemory(
             device=str(self.dev), batch_size=self.batch_size, points=self.points,
             point_module=self.point_module, module_names=list(self._module_ids),
-            opt_state_bytes=opt_state or states["optimizer_state"],
+            opt_state_bytes=opt_state,
             param_bytes=states["parameters"], largest_param_bytes=big,
             batch_bytes=self.batch_bytes, grad_bytes=sum(
                 tensor_bytes(p) for p in params if p.requires_grad),

@@ -154,3 +154,44 @@ def test_several_models_of_one_class_keep_their_modules_apart():
     assert not names & {"1", "0", "2"}, names
     classes = {m["module"]: m["class"] for m in res["top_modules"]}
     assert classes["encoder.1"] == "ReLU" == classes["decoder.1"]
+
+
+def test_two_models_and_two_optimizers_count_both_states() -> None:
+    """A GAN's step: the generator's and the discriminator's parameters, gradients and Adam
+    states are all the model's states; a new user's report had the second Adam's state
+    counted as temporaries and only the first model's parameters in the JSON."""
+    from torch import nn
+
+    def sizes(m: nn.Module) -> int:
+        return sum(p.numel() * p.element_size() for p in m.parameters())
+
+    g = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 32))
+    d = nn.Sequential(nn.Linear(32, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
+    opt_g, opt_d = torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())
+    real = torch.randn(64, 32)
+
+    def step() -> None:
+        fake = g(torch.randn(64, 16))
+        opt_d.zero_grad()
+        (d(real).mean() - d(fake.detach()).mean()).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-d(fake).mean()).backward()
+        opt_g.step()
+
+    step()  # both Adams hold their state before the tracked step
+    mem = InPlaceStep()
+    mem.safe = True
+    roots = {"0": g, "1": d}
+    mem.boundary(True, g, [opt_g, opt_d], roots)
+    step()
+    mem.boundary(False, g, [opt_g, opt_d], roots)
+    assert mem.state == "done", mem.why
+    both = sizes(g) + sizes(d)
+    res = mem.result
+    # exp_avg and exp_avg_sq of every parameter, and each one's step count (a float32)
+    state = 2 * both + 4 * 8
+    assert res.opt_state_bytes == state
+    assert res.param_bytes == both and res.param_tensors == 8
+    peak = res.by_kind()
+    assert peak["optimizer_state"] == state and peak["parameters"] == both
