@@ -70,6 +70,8 @@ _BLOCKS = Need("blocks to checkpoint", "no module has two children whose saved a
 SECTION_METRICS = (
     Metric("mem_step_peak_bytes", "bytes", "Peak bytes of the tracked step (MemTracker's "
            "count; on CUDA the allocator's peak where higher)", (MEMORY_PROFILE,)),
+    Metric("mem_step_peak_mib", "MiB", "mem_step_peak_bytes in MiB (2**20 bytes), as the "
+           "report's memory section writes it", (MEMORY_PROFILE,)),
     Metric("mem_activations_frac", "fraction",
            "Activations (saved for backward) / the tracked step's peak", (MEMORY_PROFILE,)),
     Metric("mem_model_states_frac", "fraction",
@@ -102,6 +104,7 @@ def section_metrics(sec: Mapping[str, Any] | None,
     peak = float(sec["peak_bytes"])
     kinds = sec.get("by_kind") or {}
     out["mem_step_peak_bytes"] = int(peak)
+    out["mem_step_peak_mib"] = rnd(peak / 2**20, 1)
     out["mem_activations_frac"] = rnd((kinds.get("activations") or 0) / peak, 4)
     states = sum(kinds.get(k) or 0 for k in ("parameters", "gradients", "optimizer_state"))
     out["mem_model_states_frac"] = rnd(states / peak, 4)

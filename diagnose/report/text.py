@@ -291,7 +291,11 @@ def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
         total = sum(kinds.values()) or 1
         head.append(": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
                                      for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
-    mods = mem.get("top_modules") or []
+    # a module that saved under 1% of the largest one's adds nothing to the list
+    mods = [m for m in mem.get("top_modules") or []
+            if isinstance(m.get("saved_bytes"), int | float)]
+    most = max((m["saved_bytes"] for m in mods), default=0)
+    mods = [m for m in mods if m["saved_bytes"] >= 0.01 * most]
     if mods:
         head.append("\n  largest saved activations: " + ", ".join(
             f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
