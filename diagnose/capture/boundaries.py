@@ -188,6 +188,13 @@ class StepFinder:
     def _round_done(self) -> bool:
         return self.members is not None and self.members <= set(self.round)
 
+    def closed_at_next_call(self) -> bool:
+        """Did the optimizers' round just close in a loop whose step boundary waits for the
+        next model call (model calls seen, no batches pulled)? The step's work is done
+        here, outside any module's call; the boundary itself falls inside the next one."""
+        return (self.mode == "optimizer" and self.by_forward and not self.by_pull
+                and self._round_done())
+
     # ------------------------------------------------------------------ backward
     def watch_grad(self, p: Any) -> None:
         """``p``'s gradient was just accumulated (its post-accumulate-grad hook)."""

@@ -4,8 +4,8 @@ A live session cannot run a step by itself without changing the user's training,
 tracks the loop's next step in place: a :class:`~.tracker.StepTracker` is entered at the
 step boundary where the profiled window ends (the step after it is untimed: the clock's
 ``settle`` step) and left at the next boundary. Only a boundary outside any module's call
-can start it (a batch asked for, an optimizer's step done, ``d.step()``): one inside a
-model's call would start the module hooks half way through that call. The loader's own
+can start or stop it (a batch asked for, an optimizers' round done, ``d.step()``): one
+inside a model's call would start the module hooks half way through that call. The loader's own
 work is left out (:attr:`~.tracker.StepTracker.paused` from the request for a batch to its
 arrival) and the batch is counted as ``other``. The section is built after the loop
 (:func:`~.live.live_section`): what-ifs re-run under FakeTensorMode where the step is known
@@ -73,11 +73,15 @@ class InPlaceStep:
                 self.model_given = False
                 self._skip("no model was given or found")
             elif not self.safe:
-                self._skip("the steps' boundaries fall inside the model's calls (d.step() "
-                           "at the end of each step marks them outside)")
+                # a later boundary outside the calls (an optimizers' round) may still start
+                # it; where none comes, this is why no step was tracked
+                self.why = ("no step's memory was tracked: the steps' boundaries fall inside "
+                            "the model's calls (d.step() at the end of each step marks them "
+                            "outside)")
             else:
+                self.why = None
                 self._start(model, optimizers, roots)
-        elif self.state == "tracking":
+        elif self.state == "tracking" and self.safe:
             self._stop(None)
 
     def _skip(self, why: str) -> None:

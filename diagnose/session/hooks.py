@@ -78,6 +78,11 @@ class Hooks:
             self._discovering = False
             if self.model_hooks is not None:
                 self.model_hooks.settle()
+        self._memory_boundary()
+
+    def _memory_boundary(self) -> None:
+        """A step boundary for the memory tracking (it starts or stops only at one outside
+        any module's call: :attr:`InPlaceStep.safe`)."""
         mem = self.memory
         if mem is None or mem.state not in ("idle", "tracking"):
             return
@@ -113,6 +118,10 @@ class Hooks:
         mem.safe = True
         try:
             self.steps.on_optimizer_step(opt, args, kwargs)
+            # a loop without a loader steps at its next model call, inside that call: the
+            # memory tracking takes the optimizers' round as its boundary instead
+            if self.steps.finder.closed_at_next_call():
+                self._memory_boundary()
         finally:
             mem.safe = False
 

@@ -99,6 +99,11 @@ def test_gan_with_both_models_as_a_list(tmp_path: Path) -> None:
     assert not [n for n in d.notes if "not given" in n]
     # both optimizers' steps are timed, in every step
     assert all(ms > 0 for ms in whole_steps(d.run_dir, "optimizer_ms"))
+    # and both models' parameters and both Adams' states are the step's model states
+    models = job.per_step["models"]
+    params = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
+    mem = ctx["memory"]["model"]
+    assert mem["parameters"] == params and mem["optimizer_state"] >= 2 * params
 
 
 def test_gan_with_no_model_given(tmp_path: Path) -> None:
@@ -115,6 +120,13 @@ def test_batches_sliced_from_tensors_with_one_optimizer(tmp_path: Path) -> None:
     d = run(job, tmp_path, job.model)
     assert d.step_mode == "optimizer"
     assert set(whole_steps(d.run_dir, "forwards")) == {1}
+    # its steps start at the model's call, inside it: one step's memory is tracked from
+    # one optimizer step to the next instead, without d.step()
+    mem = load_context(d.run_dir)["memory"]
+    params = sum(p.numel() * p.element_size() for p in job.model.parameters())
+    assert mem["model"]["parameters"] == params
+    assert mem["model"]["optimizer_state"] == params  # SGD's momentum buffers
+    assert not [n for n in d.notes if "no step's memory was tracked" in n]
 
 
 def test_reinforce_an_episode_of_policy_calls_then_one_update(tmp_path: Path) -> None:

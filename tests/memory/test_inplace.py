@@ -79,11 +79,28 @@ def test_a_slice_of_memory_held_before_the_step_is_not_the_steps():
 
 
 def test_a_boundary_inside_a_models_call_does_not_start_it():
+    """An unsafe boundary neither starts nor stops the tracking; it says why none was
+    tracked until a boundary outside the calls (an optimizers' round) starts one."""
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mem = InPlaceStep()
-    mem.boundary(True, M.mlp(), [])
-    assert mem.state == "skipped" and "inside the model's calls" in (mem.why or "")
-    mem.boundary(False, M.mlp(), [])
-    assert mem.state == "skipped"
+    mem.boundary(True, model, [opt])
+    assert mem.state == "idle" and "inside the model's calls" in (mem.why or "")
+    mem.boundary(False, model, [opt])
+    assert mem.state == "idle"
+    mem.safe = True
+    mem.boundary(True, model, [opt])  # the round closed, outside the calls
+    assert mem.state == "tracking" and mem.why is None
+    mem.safe = False
+    M.loss(model, b).backward()
+    mem.boundary(True, model, [opt])  # the next call's boundary: ignored
+    assert mem.state == "tracking"
+    opt.step()
+    opt.zero_grad()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    assert mem.state == "done", mem.why
+    assert mem.result.by_kind()["parameters"] == M.PARAM_BYTES
 
 
 def test_a_step_left_at_the_end_of_the_loop_is_dropped():
