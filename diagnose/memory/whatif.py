@@ -141,18 +141,20 @@ def accumulate(pr: Profile, n: int, change: dict[str, Any]) -> WhatIf:
 def checkpoint(pr: Profile, blocks: Mapping[str, Any], change: dict[str, Any]) -> WhatIf:
     """Each point keeps the share of its activations the blocks do not free (their share of
     the forward's activations); a point in a block's backward adds the largest block's
-    saved activations, recomputed. The high end adds them everywhere."""
+    saved activations, recomputed (the point). How much of a recomputed block is held at
+    once beside the rest is not in the scaled kinds: the low end adds none of it, the high
+    end all of it at every point."""
     acts = max((p.k["activations"] for p in pr.pts if p.phase == "forward"), default=0)
     freed = min(1.0, float(blocks.get("freed_bytes") or 0) / acts) if acts else 0.0
     big = int(blocks.get("largest_bytes") or 0)
 
-    def kept(p: _P, everywhere: bool) -> float:
+    def kept(p: _P, recomputed: float, everywhere: bool = False) -> float:
         if p.phase == "optimizer":
             return p.total
-        plus = big if p.in_blocks or everywhere else 0
+        plus = recomputed if p.in_blocks or everywhere else 0
         return p.total - freed * p.k["activations"] + plus
-    return _done(change, pr.best(lambda p: kept(p, False)), pr.best(lambda p: kept(p, True)),
-                 pr.best(lambda p: kept(p, False)))
+    return _done(change, pr.best(lambda p: kept(p, 0)), pr.best(lambda p: kept(p, big, True)),
+                 pr.best(lambda p: kept(p, big)))
 
 
 def set_to_none(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
