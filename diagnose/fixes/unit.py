@@ -183,7 +183,13 @@ class Fix:
                             "machine's CPUs (measure both ways)")
         rest = [f"{', '.join(f'{k}={v}' for k, v in c)} {sp:.2f}x" for c, sp in others
                 if dict(c) != dict(change)]
-        return code + (f"\n# also predicted: {'; '.join(rest)}" if rest else "")
+        advised = next((sp for c, sp in others if dict(c) == dict(change)), None)
+        # a config predicted faster than the advice tied with it (_with_headroom)
+        tied = advised is not None and any(sp > advised for c, sp in others
+                                           if dict(c) != dict(change))
+        why = (" (within the model's error of the advice, which leaves the loader the most "
+               "time between batches)") if tied else ""
+        return code + (f"\n# also predicted: {'; '.join(rest)}{why}" if rest else "")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts
