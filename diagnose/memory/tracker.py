@@ -431,6 +431,17 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
+def _own_storage(batch: Any) -> Any:
+    """``batch`` with each tensor that is a view into a larger storage (a slice of data
+    held in memory, ``X[:64]``) copied into one of its own: the tracker counts a tensor by
+    its storage, and the step's batch is the slice, not the data it was cut from. The
+    values are the same; tensors that own their storage are passed as they are."""
+    def own(t: torch.Tensor) -> torch.Tensor:
+        whole = t.untyped_storage().nbytes()
+        return t.clone() if whole > t.numel() * t.element_size() else t
+    return tree_map_only(torch.Tensor, own, batch)
+
+
 def leading_size(batch: Any) -> int | None:
     """The batch size: the most common leading dimension of the batch's tensors."""
     sizes = [int(t.shape[0]) for t in _tensors(batch) if t.dim() > 0]
@@ -479,7 +490,7 @@ def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
     """Run one real training step (the model is updated) under a :class:`StepTracker` and
     return what it held. An out-of-memory error inside it is caught and described in the
     result's ``oom``. ``batches``: the micro-batches, where ``batch`` is split."""
-    mbs = list(batches) if batches is not None else [batch]
+    mbs = [_own_storage(b) for b in (list(batches) if batches is not None else [batch])]
     tracker = StepTracker(model, optimizer, mbs, limit_bytes=limit_bytes, catch_oom=True,
                           batch_size=leading_size(mbs[0]))
     with tracker:

@@ -63,3 +63,26 @@ def test_blocks_found_and_timed():
     assert all(b["saved_bytes"] > 0 and b["forward_s"] > 0 for b in blocks["blocks"])
     assert blocks["freed_bytes"] == sum(b["saved_bytes"] for b in blocks["blocks"])
     assert any(p.get("in_blocks") for p in prof["timeline"]["points"])
+
+
+def test_a_batch_sliced_from_data_in_memory_counts_as_the_slice():
+    """``track_step(model, opt, (X[:64], Y[:64]), fn)``: the tracker counts a tensor by its
+    storage, and a slice's storage is the whole of X. A new user's standalone checks were
+    1 MiB (their X) above the what-ifs' fake re-runs: the slice is counted as itself."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    x, y = torch.randn(8192, 64), torch.randint(0, 10, (8192,))
+
+    def fn(model, b):
+        return nn.functional.cross_entropy(model(b[0]), b[1])
+
+    def other(batch) -> int:
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        return track_step(m, opt, batch, fn).by_kind()["other"]
+
+    sliced = other((x[:64], y[:64]))
+    assert sliced == other((x[:64].clone(), y[:64].clone()))
+    assert sliced < x.numel() * x.element_size() / 10
