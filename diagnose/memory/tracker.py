@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
@@ -174,22 +175,49 @@ class StepTracker(MemTracker):
         module's stats after each operator for its own per-module peaks)."""
 
     def _register_global_optimizer_hook(self) -> None:
-        """The optimizer's phase from hooks on the known optimizers alone (MemTracker's
-        global ones where none is known)."""
-        if not self.optimizers:
-            super()._register_global_optimizer_hook()
-            return
+        """The optimizer's phase from hooks on the known optimizers alone (torch's global
+        ones where none is known). A closure given to ``step()`` (Lightning's automatic
+        optimization, LBFGS) runs the forward and backward inside it: wrapped, so that
+        what it runs is not the optimizer's phase."""
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
-        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+        def pre(opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
             self._in_opt = True
+            return self._closure_outside(opt, args, kwargs)
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
             self._track_optimizer_states(_OPT, opt)
             self._in_opt = False
+        if not self.optimizers:
+            self._optimizer_hook_handles = (register_optimizer_step_pre_hook(pre),
+                                            register_optimizer_step_post_hook(post))
+            return
         handles = []
         for o in self.optimizers:
             handles += [o.register_step_pre_hook(pre), o.register_step_post_hook(post)]
         self._optimizer_hook_handles = tuple(handles)
+
+    def _closure_outside(self, opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """``step()``'s (args, kwargs) with its closure, where it has one, run outside the
+        optimizer's phase; None (unchanged) where it has none. The hooks are given the
+        optimizer itself as the first of ``args``."""
+        given = "closure" in kwargs
+        at = 1 if args and args[0] is opt else 0
+        closure = kwargs["closure"] if given else (args[at] if len(args) > at else None)
+        if not callable(closure):
+            return None
+
+        def run() -> Any:
+            self._in_opt = False
+            try:
+                return closure()
+            finally:
+                self._in_opt = True
+        return ((args, {**kwargs, "closure": run}) if given
+                else ((*args[:at], run, *args[at + 1:]), kwargs))
 
     def note_batch(self, batch: Any) -> None:
         """The step's batch, come from the loader while the tracker runs: counted as
@@ -231,6 +259,9 @@ class StepTracker(MemTracker):
         if not self._mod_tracker.is_bw:
             self._entered = self._name(module)
             self._fw_start[self._entered] = time.perf_counter()
+            # a module named from another root than the model's (Lightning calls its
+            # submodule, not the LightningModule): its class from the module itself
+            self.classes.setdefault(self._entered, type(module).__name__)
 
     # the module hooks never raise into the step: a module MemTracker did not file (called
     # before the tracker started, in a graph made before it) is skipped
@@ -242,12 +273,17 @@ class StepTracker(MemTracker):
         if t0 is not None:
             self.forward_s[name] = self.forward_s.get(name, 0.0) + time.perf_counter() - t0
 
+    # torch's hooks warn "Module is None. Skipping ..." for a backward whose module it did
+    # not see go forward (a graph partly made outside the tracked modules): nothing the
+    # user can act on, and the step's count does not need it
     def _pre_bw_hook(self, module: Any, args: Any) -> None:
-        with suppress(KeyError):
+        with suppress(KeyError), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Module is None")
             super()._pre_bw_hook(module, args)
 
     def _post_bw_hook(self, module: Any, args: Any) -> None:
-        with suppress(KeyError):
+        with suppress(KeyError), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Module is None")
             super()._post_bw_hook(module, args)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None

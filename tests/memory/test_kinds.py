@@ -86,3 +86,32 @@ def test_a_batch_sliced_from_data_in_memory_counts_as_the_slice():
     sliced = other((x[:64], y[:64]))
     assert sliced == other((x[:64].clone(), y[:64].clone()))
     assert sliced < x.numel() * x.element_size() / 10
+
+
+def test_a_closure_given_to_the_optimizer_runs_forward_and_backward():
+    """Lightning's automatic optimization (and LBFGS) run the forward and backward inside
+    ``optimizer.step(closure)``: a new user's Lightning CNN read "peak in optimizer:
+    temporaries 95%", activations 0. What the closure runs is the forward's and the
+    backward's; the optimizer's own update stays the optimizer's."""
+    torch = pytest.importorskip("torch")
+    from diagnose.memory.tracker import StepTracker
+
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def closure():
+        opt.zero_grad()
+        loss = M.loss(model, b)
+        loss.backward()
+        return loss
+
+    opt.step(closure)  # the momentum buffers exist before the tracked step
+    for call in (lambda: opt.step(closure), lambda: opt.step(closure=closure)):
+        t = StepTracker(model, opt, b)
+        with t:
+            call()
+        res = t.result()
+        assert {p.phase for p in res.points} == {0, 1, 2}
+        peak = res.by_kind()
+        assert peak["activations"] > 0 and peak["optimizer_state"] == M.PARAM_BYTES
+        t.release()

@@ -196,6 +196,18 @@ def test_lightning_writes_into_the_tensorboard_loggers_log_dir(tmp_path: Path) -
     assert list(Path(tb).rglob("*.pt.trace.json.gz"))  # the trace, for the profiler plugin
 
 
+def test_lightning_memory_runs_forward_and_backward_inside_the_closure(tmp_path: Path) -> None:
+    """Lightning runs the step's forward and backward inside optimizer.step(closure): the
+    tracked step's activations are the forward's and its peak is not the optimizer's (a new
+    user's CNN read "peak in optimizer: temporaries 95%", activations 0)."""
+    cb = callback("lightning", tmp_path, print_report=False)
+    lightning_fit([cb], max_steps=16)
+    mem = load_context(cb.run_dir).get("memory")
+    assert mem is not None, cb.session.notes
+    assert mem["by_kind"]["activations"] > 0 and mem["peak_phase"] != "optimizer", mem
+    assert {"forward", "backward", "optimizer"} <= set(mem["phases"]), mem
+
+
 def test_lightning_exception_closes_the_session(tmp_path: Path) -> None:
     hooks_before = dict(optim_mod._global_optimizer_post_hooks)
     cb = callback("lightning", tmp_path, print_report=False)
