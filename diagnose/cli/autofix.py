@@ -126,6 +126,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from ..fixes import TrainConfig
     from ..session import capture_baseline
 
+    _check_numbers(args)
     console = make_console()
     outputs = _outputs(args)
     plan = Plan.quick() if args.quick else Plan()
@@ -315,10 +316,22 @@ def memory_budget(text: str | None) -> int | None:
     return int(n)
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options, by their flags, before any of the user's code runs."""
+    for flag, value, ok, need in (("--budget", args.budget, args.budget > 0, "> 0"),
+                                  ("--max-trials", args.max_trials, args.max_trials >= 0,
+                                   ">= 0"),
+                                  ("--min-gain", getattr(args, "min_gain", 0.0),
+                                   getattr(args, "min_gain", 0.0) >= 0, ">= 0")):
+        if not ok:
+            raise DiagnoseError(f"{flag} {value:g}: give a number {need}")
+
+
 def run_autofix(args: argparse.Namespace) -> int:
     from ..autofix import Plan
     from ..session import autofix
 
+    _check_numbers(args)
     budget = memory_budget(args.memory_budget)
     outputs = _outputs(args)
     objs = load_target(args.target)

@@ -179,3 +179,21 @@ def test_autofix_command_errors_are_one_line(tmp_path: Path, capsys, target: str
     assert cli.main(["autofix", target.format(src=src)]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--budget", "-5"], "--budget -5: give a number > 0"),
+    (["--budget", "0"], "--budget 0: give a number > 0"),
+    (["--max-trials", "-1"], "--max-trials -1: give a number >= 0"),
+    (["--min-gain", "-0.1"], "--min-gain -0.1: give a number >= 0"),
+])
+def test_autofix_numbers_are_checked_before_the_job_is_made(tmp_path: Path, capsys,
+                                                            flags: list[str], msg: str) -> None:
+    """A new user's ``--budget -5`` was named as the Python parameter, after make_job()
+    had built the job (its DataLoader warning first): the flag is named, and nothing of
+    the target runs."""
+    src = tmp_path / "made.py"
+    src.write_text("def make_job():\n    raise SystemExit('make_job ran')\n")
+    assert cli.main(["autofix", f"{src}:make_job", *flags]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "make_job ran" not in err and len(err.strip().splitlines()) == 1
