@@ -39,6 +39,7 @@ import gzip
 import importlib.util
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -582,6 +583,10 @@ def serve(logdir: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = 
     proc = subprocess.Popen(tensorboard_command(logdir, host, port))
     print(f"TensorBoard: http://{_url_host(host)}:{port}/  (PyTorch Profiler tab: "
           f"#pytorch_profiler; Ctrl-C stops it)", file=out, flush=True)
+    try:  # SIGTERM (a kill, a service stop) stops its server too, as Ctrl-C does
+        term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread: SIGTERM's handler stays
+        term = None
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -590,3 +595,5 @@ def serve(logdir: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = 
         return 0
     finally:
         stop_process(proc)
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)

@@ -256,9 +256,11 @@ def test_scalars_and_text_served(served: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_serve_prints_url_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["ctrl_c", "sigterm"])
+def test_serve_prints_url_and_ctrl_c_stops_everything(tmp_path: Path, stop: str) -> None:
     """`--serve` as a person runs it: the URL is printed, Ctrl-C (SIGINT to the terminal's
-    process group) stops TensorBoard and every process it started."""
+    process group) stops TensorBoard and every process it started; so does SIGTERM to
+    torch-diagnose alone (a `kill`: a new user's left TensorBoard serving on its port)."""
     out = tmp_path / "out.txt"
     logdir = tmp_path / "logs"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -278,7 +280,10 @@ def test_serve_prints_url_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
         poll("run served", lambda: plugin_runs(base, {"slow_loader"}))
         kids = descendants(proc.pid)
         assert kids, "TensorBoard runs as a child process"
-        os.killpg(proc.pid, signal.SIGINT)
+        if stop == "ctrl_c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, out.read_text()
         assert "TensorBoard stopped." in out.read_text()
         assert "Traceback" not in out.read_text().split("TensorBoard stopped.")[-1]
