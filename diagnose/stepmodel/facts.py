@@ -44,10 +44,8 @@ class Facts:
     threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made
-    # the loop's forward over its unprofiled steps / the same forward alone (one call a step)
-    forward_contention: float | None = None
-    # the loop's own contention, set by the Predictor from the run as captured
-    # (host.loop_contention); None once a change moves it
+    # the loop's forward and backward over the same work alone, set by the Predictor
+    # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None
     probes_noise_rel: float | None = None  # the noise of the other probes the budget cut
     # ---------------------------------------------------------------- the model and step

@@ -267,13 +267,16 @@ def workers_busy_now(facts: Facts) -> float | None:
     return min(1.0, max(got)) if got else None
 
 
-def loop_contention(facts: Facts) -> float | None:
-    """How much longer the loop's forward ran over its unprofiled steps (the clock's
-    ``forward_ms``, tens of steps, no profiler) than the same forward alone after the loop
-    (``forward_contention``), where the loop made one forward call a step; None where
-    either was not measured. The profiled window's forward and backward (five steps, under
-    the profiler) moved more from capture to capture (benchmarks/NOTES.md)."""
-    return facts.forward_contention
+def loop_contention(g: Graph, facts: Facts) -> float | None:
+    """How much longer the loop's forward and backward ran (the window's, calibrated to the
+    unprofiled step) than the same work alone after the loop (``model_work_quiet_ms``),
+    where the loop made one forward call a step; None where either was not measured."""
+    quiet = facts.model_work_quiet_ms
+    if not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps:
+        return None
+    fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
+    loop = float(per_step(g, fb, g.dur).mean()) / 1e3
+    return loop / quiet if loop > 0 else None
 
 
 def free_contention(g: Graph, facts: Facts) -> Graph:

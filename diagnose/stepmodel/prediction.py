@@ -338,7 +338,7 @@ class Predictor:
                            None if waited is None else waited / un) if un else g
         self.base_replay = _step(self.g)
         # the loop's own contention, from the run as captured (host.free_contention)
-        self.facts = facts = facts.replace(loop_contention=loop_contention(facts))
+        self.facts = facts = facts.replace(loop_contention=loop_contention(self.g, facts))
         cv = facts.step_time_cv or 0.0
         n = max(int(facts.step_count or 1), 1)
         self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)

@@ -50,22 +50,17 @@ def test_how_busy_the_workers_are_is_the_larger_measurement() -> None:
     assert workers_busy_now(f.replace(workers_cpu_mean_pct=250.0)) == 1.0
 
 
-def test_the_loops_own_contention_is_its_forward_over_the_same_forward_alone() -> None:
-    """The loop's forward over its unprofiled steps took 18.4 ms, the same forward alone
-    after the loop 9.6 ms: 1.917x (the ``forward_contention`` metric, read as a fact). Not
-    where the loop made two forward calls a step (a GAN's: the forward alone is one of
-    them), nor without the timing."""
-    from diagnose.metrics.context.cpu import cpu_metrics
-    from diagnose.stepmodel.facts import Facts
+def test_the_loops_own_contention_is_its_work_over_the_same_work_alone(tmp_path) -> None:
+    """The loop's forward and backward took 3000 us a step; the same work alone after the
+    loop 2 ms: 1.5x. Not where the loop made two forward calls a step (a GAN's: the work
+    alone is one of them), nor without the timing."""
     from diagnose.stepmodel.host import loop_contention
 
-    ctx = {"threads": {"forward_ms": 9.6, "work_ms": 20.0, "work_1thread_ms": 30.0}}
-    one = cpu_metrics(ctx, {"forward_calls_unprofiled": 1, "forward_unprofiled_ms": 18.4})
-    assert loop_contention(Facts.from_metrics(one)) == pytest.approx(18.4 / 9.6, abs=1e-4)
-    two = cpu_metrics(ctx, {"forward_calls_unprofiled": 2, "forward_unprofiled_ms": 18.4})
-    assert loop_contention(Facts.from_metrics(two)) is None
-    alone = cpu_metrics({}, {"forward_calls_unprofiled": 1, "forward_unprofiled_ms": 18.4})
-    assert loop_contention(Facts.from_metrics(alone)) is None
+    m = _model(_worker_loader(), tmp_path)
+    at = dict(RUN, model_work_quiet_ms=2.0)
+    assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=1)) == 1.5
+    assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=2)) is None
+    assert loop_contention(m.graph, _facts(m, **RUN, forward_calls_unprofiled=1)) is None
 
 
 def test_the_freed_contention_is_the_log_mean_of_the_model_and_the_loop(tmp_path) -> None:
