@@ -1,7 +1,7 @@
 """The width of the predictions' ranges, read off the corpus' tune half as the code predicts
 it now: the model's own error on a change (``EFFECT_FLOOR`` and ``EFFECT_ERROR`` in
 diagnose/stepmodel/calibration.py), and its error on the ratio of two changes of one job
-(``FIXES_TIE``: two fixes closer than that are a tie).
+(whether a capture can order two fixes: benchmarks/NOTES.md).
 
     python benchmarks/corpus_rejudge.py --newest benchmarks/results/corpus_grid.txt \\
         benchmarks/captures/cpu_tune > tune.txt
@@ -108,7 +108,7 @@ def fit(got: list[dict[str, object]], cover: float) -> tuple[float, float, int, 
 def pair_errors(got: list[dict[str, object]]) -> tuple[list[float], int, int]:
     """The model's error on the ratio of two changes' predictions from one capture: for each
     pair of rows of one job, |ln(measured ratio) - ln(predicted ratio)|, sorted (what
-    ``FIXES_TIE`` in diagnose/stepmodel/calibration.py is read from: the median); with, of
+    its median is how far apart two fixes must be predicted to be ordered); with, of
     the pairs whose points lie further apart than that median, how many the model ordered
     right (the faster predicted measured at least 2% faster, or within 2%) and how many
     there are."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders
-from ..stepmodel.calibration import BUSY, FIXES_TIE, HELPS, SLOWER, TIE
+from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import AT_MOST, as_transform
@@ -107,23 +107,23 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
            titles: Mapping[str, str] | None = None) -> None:
-    """Fixes by predicted effect, a tie (points within :data:`FIXES_TIE` of the best) led by
-    the fewest changed settings (unpredicted ones
+    """Fixes by predicted effect, a tie (a range reaching the best point) led by the fix
+    whose whole range gains, then by the fewest changed settings (unpredicted ones
     keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
     no workers, after them); a fix predicted to slow the job down goes last and says so;
     the time at stake follows the best prediction."""
     f.predictions = preds
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))
-    # a fix predicted within the model's error on two changes' ratio of the best (FIXES_TIE)
-    # ties with it: the capture cannot order them, and the one that changes the fewest
-    # settings leads, so that captures of one job agree. Not a range reaching the best
-    # point: ranges hold the error of each prediction alone, and a weak fix with a wide one
-    # would lead a fix predicted far better
+    # a fix whose range reaches the best point (or within TIE of it) ties with the best: the
+    # capture cannot tell them apart, and the one that changes the fewest settings leads,
+    # so that captures of one job agree; but one whose range reaches the step as it is
+    # ("may not help") never leads a tie over one whose whole range gains
     if helps:
         top = _speedup(preds[helps[0]])
-        tied = [x for x in helps if _speedup(preds[x]) * math.exp(FIXES_TIE) >= top]
-        lead = min(tied, key=lambda x: (len(_change(preds[x])), helps.index(x)))
+        tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top]
+        lead = min(tied, key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
+                                        helps.index(x)))
         helps.remove(lead)
         helps.insert(0, lead)
     same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
@@ -173,6 +173,10 @@ def _most(why: str) -> float:
 
 def _change(p: Prediction | str) -> dict[str, Any]:
     return p.change if isinstance(p, Prediction) else {}
+
+
+def _may_not_help(p: Prediction | str) -> bool:
+    return isinstance(p, Prediction) and p.may_not_help
 
 
 def _reach(p: Prediction | str) -> float:

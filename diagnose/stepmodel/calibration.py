@@ -152,17 +152,10 @@ EFFECT_FLOOR = {"cpu": 0.14, "other": 0.0}
 EFFECT_ERROR = {"cpu": 0.0, "other": 0.15}
 
 # ---------------------------------------------------------------- reading predictions
-#: Configs (and findings) predicted within this share of the best, or whose range's fast end
-#: reaches within it, are a tie (one capture's model error is larger), won by the loader
-#: with the most headroom (findings: the narrower range); too small picks by noise.
+#: Configs (and a finding's fixes, and findings) predicted within this share of the best, or
+#: whose range's fast end reaches within it, are a tie (one capture's model error is
+#: larger), won by the loader with the most headroom; too small picks by noise.
 TIE = 0.03
-#: Two fixes of one finding predicted within this of each other (in log) are a tie, led by
-#: the one that changes the fewest settings: the median error of the ratio of two changes'
-#: predictions from one capture against their measured ratio, over the corpus' tune rows
-#: (0.083 over 66 pairs, ``benchmarks/range_fit.py``); of the pairs predicted further apart
-#: it ordered 36 of 40 right. Too wide, a fix predicted well below the best is the one shown; too
-#: narrow, the first fix flips capture to capture where two are close.
-FIXES_TIE = 0.08
 #: A fix predicted below this speedup is not offered as the fix; the model's error on one
 #: capture is a few %.
 SLOWER = 0.98
@@ -180,7 +173,6 @@ BUSY = 0.10
 __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MIN_SHARE",
            "BLOCKING_COPY_SHARE", "BURST_FLOOR_MS", "BURST_RATIO", "BURST_WAIT_MS", "BUSY",
            "CALIBRATE_TOL", "CALIBRATE_WITHIN", "CLOCK_EPS_US", "EFFECT_ERROR", "EFFECT_FLOOR",
-           "FIXES_TIE",
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
            "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",

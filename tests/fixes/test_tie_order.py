@@ -1,14 +1,14 @@
-"""A tie between fixes (predicted within FIXES_TIE of the best) is led by the fix that
-changes the fewest settings, so that captures of one job name the same first fix."""
+"""A tie between fixes (a range reaching the best point) is led by a fix whose whole range
+gains, then by the fix that changes the fewest settings, so that captures of one job name
+the same first fix."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.fixes.findings import _order
-from diagnose.stepmodel.calibration import FIXES_TIE, TIE
+from diagnose.stepmodel.calibration import TIE
 from diagnose.stepmodel.prediction import Prediction
 
 
@@ -41,35 +41,46 @@ def test_the_simpler_fix_leads_a_tie_and_a_clear_win_stands() -> None:
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.30)) < 1e-9
 
 
-def test_fixes_within_the_models_pair_error_tie() -> None:
-    """Three captures of one job: the split's point moves around the single change's, within
-    FIXES_TIE of it; the single change leads every time, and the time at stake is the best
-    point's."""
-    for split_at, cap_at in ((1.16, 1.10), (1.10, 1.17), (1.15, 1.12)):
-        assert abs(math.log(split_at / cap_at)) < FIXES_TIE
+def test_a_fix_whose_range_reaches_the_best_point_ties_with_it() -> None:
+    """Three captures of one job: the split's point moves around the single change's, both
+    ranges wide (each still above 1x); the single change leads every time, and the time at
+    stake is the best point's."""
+    for split_at, cap_at in ((1.26, 1.12), (1.12, 1.20), (1.20, 1.15)):
         split = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / split_at, split_at,
-                           (10 / (split_at * 1.25), 10 / (split_at * 0.8)), 10.0)
+                           (10 / (split_at * 1.1), 10 / (split_at * 0.9)), 10.0)
         cap = Prediction({"num_workers": 0}, 10 / cap_at, cap_at,
-                         (10 / (cap_at * 1.25), 10 / (cap_at * 0.8)), 10.0)
+                         (10 / (cap_at * 1.1), 10 / (cap_at * 0.9)), 10.0)
         f = _Finding(["threads", "num_workers_cap"])
         _order(f, {"threads": split, "num_workers_cap": cap}, [])
         assert f.fixes == ["num_workers_cap", "threads"], (split_at, cap_at)
         assert f.gain is not None and abs(f.gain - (1 - 1 / max(split_at, cap_at))) < 1e-9
+    # a narrow range short of the best point: no tie
+    cap = Prediction({"num_workers": 0}, 10 / 1.10, 1.10, (10 / 1.15, 10 / 1.05), 10.0)
+    split = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / 1.3, 1.3,
+                       (10 / 1.4, 10 / 1.2), 10.0)
+    f = _Finding(["num_workers_cap", "threads"])
+    _order(f, {"threads": split, "num_workers_cap": cap}, [])
+    assert f.fixes == ["threads", "num_workers_cap"]
 
 
-def test_a_wide_range_reaching_the_best_point_is_no_tie() -> None:
-    """A new user's job: the cap of workers predicted 1.20x with a range of 0.87-1.64x, the
-    split 1.37x (1.00-1.87x); the cap's fast end reaches the split's point, but the points
-    lie further apart than the model's error on two changes' ratio: the split leads (it
-    measured 1.54x, the cap 1.08x)."""
+def test_a_fix_that_may_not_help_does_not_lead_a_tie() -> None:
+    """A new user's job: the cap of workers predicted 1.20x with a range of 0.87-1.64x ("may
+    not help"), the split 1.37x (1.02-1.87x); the cap's range reaches the split's point, a
+    tie, and the cap changes fewer settings, but only the split's whole range gains: the
+    split leads (it measured 1.54x, the cap 1.08x). Where both ranges gain, the fewer
+    settings still lead."""
     cap = Prediction({"num_workers": 2}, 10 / 1.20, 1.20, (10 / 1.64, 10 / 0.87), 10.0)
     split = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / 1.37, 1.37,
-                       (10 / 1.87, 10 / 1.00), 10.0)
-    assert cap.reach > split.speedup and math.log(1.37 / 1.20) > FIXES_TIE
+                       (10 / 1.87, 10 / 1.02), 10.0)
+    assert cap.reach > split.speedup and cap.may_not_help and not split.may_not_help
     f = _Finding(["num_workers_cap", "threads"])
     _order(f, {"threads": split, "num_workers_cap": cap}, [])
     assert f.fixes == ["threads", "num_workers_cap"]
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.37)) < 1e-9
+    sure = Prediction({"num_workers": 2}, 10 / 1.20, 1.20, (10 / 1.64, 10 / 1.05), 10.0)
+    f = _Finding(["threads", "num_workers_cap"])
+    _order(f, {"threads": split, "num_workers_cap": sure}, [])
+    assert f.fixes == ["num_workers_cap", "threads"]
 
 
 def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
