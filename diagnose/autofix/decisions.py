@@ -121,6 +121,13 @@ class AutofixResult:
         return [d.fix for d in self.decisions if d.status == KEPT]
 
     @property
+    def kept_changes(self) -> list[str]:
+        """Each kept change as its fix and what it changed, for the page's summary (a fix
+        kept twice, the threads at two counts, shows both)."""
+        return [f"{d.fix} ({d.change})" if d.change else d.fix
+                for d in self.decisions if d.status == KEPT]
+
+    @property
     def speedup(self) -> Interval | None:
         return None if self.final is None else self.final.interval
 

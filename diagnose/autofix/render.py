@@ -148,7 +148,7 @@ def parts(r: AutofixResult) -> list[Any]:
     head = Text()
     head.append("autofix ", style="bold")
     head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
-                f"({r.cpus} CPUs usable); kept: {', '.join(r.kept) or 'nothing'}")
+                f"({r.cpus} CPUs usable); kept: {', '.join(r.kept_changes) or 'nothing'}")
     out: list[Any] = [head, decisions_table(r), before_after_table(r)]
     bt = bound_table(r)
     if bt is not None:

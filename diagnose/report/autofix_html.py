@@ -41,7 +41,7 @@ def _measured(iv: Any) -> str:
 def _summary(r: Any) -> Markup:
     final = getattr(r, "final", None)
     iv = getattr(final, "interval", None)
-    kept = list(getattr(r, "kept", []) or [])
+    kept = list(getattr(r, "kept_changes", None) or getattr(r, "kept", []) or [])
     elapsed = as_number(getattr(r, "elapsed_s", None)) or 0.0
     tuned: Child = "no fix was kept: the baseline stays"
     if iv is not None:

@@ -408,7 +408,8 @@ def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
     assert tried[0] == 2 and tried == sorted(tried, reverse=True) and tried[-1] == 0, table
     for d in down:
         assert d.baseline_ms and d.trial_ms and d.speedup is not None and d.rounds > 0, table
-        row = next(line for line in table.splitlines() if d.change in line)  # one line:
+        rows = table.split("autofix decisions", 1)[1].splitlines()  # the table, not the head
+        row = next(line for line in rows if d.change in line)  # one line:
         assert row.split()[:2] == ["num_workers_cap", "IN004"], table  # fix, finding,
         assert str(d.speedup) in row and row.rstrip().endswith(d.status), table  # numbers
     (again,) = [d for d in r.decisions if d.fix == "num_workers"]

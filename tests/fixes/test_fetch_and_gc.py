@@ -153,3 +153,24 @@ def test_a_transform_after_another_starts_from_its_settings(tmp_path):
     assert isinstance(both, Prediction)
     assert both.step_ms == pytest.approx(1.2, abs=0.02)
     assert both.change == {"batched_fetch": True, "num_workers": 1}
+
+
+def test_a_batched_fetch_without_its_timings_says_why(tmp_path):
+    """No prediction without the timings, and the reason fits the capture: a saved trace
+    was never timed; a live run with workers fetches where the clock does not look; a live
+    in-process run whose timing before the loop did not run says so."""
+    m = _model(mt.cpu_loader(), tmp_path)
+
+    def why(**kw):
+        got = FIXES["batched_fetch"].transform(m.graph, {"batched_fetch": True},
+                                               _facts(m, **kw))
+        assert isinstance(got, str)
+        return got
+
+    assert "a live capture times them" in why()
+    assert "workers" in why(cpu_count=2, dataloader_num_workers=3)
+    assert "live capture" not in why(cpu_count=2, dataloader_num_workers=3)
+    assert "one batched fetch was not timed" in why(cpu_count=2, dataloader_num_workers=0,
+                                                    input_fetch_ms=1.5, input_collate_ms=0.5)
+    assert "fetch and collate were not timed" in why(cpu_count=2, dataloader_num_workers=0,
+                                                     input_batched_fetch_ms=0.2)

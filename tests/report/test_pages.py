@@ -102,6 +102,7 @@ def test_autofix_page_shows_predicted_beside_measured() -> None:
     assert cells[-3:] == ["1.85x", "1.90x [1.39, 2.27]", "kept"], cells
     assert "&lt;script&gt;" in page and "<script>" not in page
     assert "1.89x [1.80, 1.98] measured" in text and "1.85x by the step model" in text
+    assert "num_workers (num_workers 0 → 2)" in text  # the kept change, not its id alone
     assert "finding-IN001" in d.ids and "plot-autofix" in d.ids
 
 

@@ -48,8 +48,7 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     one, fetch_ms, collate_ms = (facts.input_batched_fetch_ms, facts.input_fetch_ms,
                                  facts.input_collate_ms)
     if one is None or fetch_ms is None or collate_ms is None:
-        return ("cannot tell: one batched fetch and the loader's fetch and collate were not "
-                "timed (a live capture times them)")
+        return _untimed(facts, one is None)
     fetch = g.is_kind(TaskKind.FETCH)
     if not fetch.any():
         return "cannot tell: the batches are not made in the training process"
@@ -76,6 +75,19 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
     if wake is not None and wake > 1.0:
         out = out.scale(model_ops(out), 1.0 / min(wake, WAKE_RATIO_MAX))
     return out
+
+
+def _untimed(facts: Facts, batched: bool) -> str:
+    """Why a batched fetch's inputs are missing: a saved trace has none; a live run's
+    workers fetch out of the clock's sight; else the timing before the loop did not run."""
+    if facts.cpu_count is None:
+        return ("cannot tell: one batched fetch and the loader's fetch and collate were not "
+                "timed (a live capture times them)")
+    if facts.dataloader_num_workers:
+        return ("cannot tell: the loader's workers fetch and collate where the step clock "
+                "does not time them (it does with num_workers=0)")
+    return ("cannot tell: " + ("one batched fetch was not timed before the loop" if batched
+                               else "the loop's fetch and collate were not timed"))
 
 
 class BatchedFetch(Fix):
