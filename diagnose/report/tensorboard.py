@@ -54,8 +54,8 @@ import msgspec
 from ..errors import DiagnoseError, TraceError
 from ..trace.decode import read_bytes
 from ..values import as_number
-from .runkind import fit_not_evaluated, fit_notes
 from .tb_plugin.runfile import RUN_FILE, write_run_file
+from .tb_text import GPU_STEP_CAT, findings_markdown, notes_markdown
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -81,7 +81,6 @@ _TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 _DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 DATALOADER_CAT = "cpu_op"
-GPU_STEP_CAT = "gpu_user_annotation_step"
 _EVENT_CHUNK = 20_000
 _STOP_WAIT_S = 10.0
 
@@ -351,79 +350,6 @@ def _write_samples(ev: _Events, samples: dict[str, Any] | None) -> int:
                     ev.scalar(tag, x, i, wall_time=as_number(t))
                     n += 1
     return n
-
-
-# ------------------------------------------------------------------------------ text
-def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
-def findings_markdown(report: Analysis) -> str:
-    from ..fixes import FIXES
-
-    m = report.metrics
-    lines = [f"**source**: {', '.join(f'`{s}`' for s in report.source)}", ""]
-    facts = []
-    for key, label, fmt in (("step_time_median_ms", "step time (median)", "{:.1f} ms"),
-                            ("share_dataloader", "DataLoader share of step time", "{:.1%}"),
-                            ("gpu_busy_frac", "GPU busy", "{:.1%}"),
-                            ("gpu_util_mean_pct", "GPU utilization (NVML)", "{:.0f}%"),
-                            ("host_cpu_mean_pct", "host CPU", "{:.0f}%")):
-        x = as_number(m.get(key))
-        if x is not None:
-            facts.append(f"{label} **{fmt.format(x)}**")
-    if facts:
-        lines += [" · ".join(facts), ""]
-    if not report.findings:
-        lines.append("No findings: nothing slows this run down that the rules know of.")
-        return "\n".join(lines)
-    lines += ["| severity | rule | category | finding |", "|---|---|---|---|"]
-    for f in report.findings:
-        lines.append(f"| {f.severity} | {f.rule} | {f.category} | {_md_escape(f.message)} |")
-    for f in report.findings:
-        lines += ["", f"### {f.rule} · {f.severity} · {f.category}: {f.title}", "", f.message]
-        if f.ranks:
-            lines += ["", f"ranks: {', '.join(map(str, f.ranks))}"]
-        if f.hints:
-            lines += [""] + [f"- {h}" for h in f.hints]
-        gain = as_number(f.estimated_gain)
-        if gain is not None:
-            lines += ["", f"Fixing it could save at most {gain:.0%} of step time."]
-        for fid in f.fixes:
-            fix = FIXES.get(fid)
-            if fix is None:
-                continue
-            j = fix.to_json()
-            how = "autofix can apply it" if j.get("auto") else "by hand"
-            lines += ["", f"**Fix: {j.get('title', fid)}** ({how})"]
-            code = j.get("code")
-            if code:
-                lines += ["", "```python", str(code).rstrip(), "```"]
-    return "\n".join(lines)
-
-
-def notes_markdown(report: Analysis, copies: Sequence[TraceCopy]) -> str:
-    lines: list[str] = []
-    if report.not_evaluated:
-        lines += ["**Not evaluated**", ""]
-        lines += [f"- {n.rule}: {n.reason}" for n in fit_not_evaluated(report)]
-        lines.append("")
-    notes = fit_notes(report)
-    if notes:
-        lines += ["**Notes**", ""] + [f"- {n}" for n in notes] + [""]
-    if copies:
-        lines += ["**Traces for the PyTorch Profiler tab** (adapted copies; originals untouched)", ""]
-        for c in copies:
-            what = []
-            if c.dataloader_events:
-                what.append(f"{c.dataloader_events} DataLoader events user_annotation -> cpu_op")
-            if c.gpu_step_events:
-                what.append(f"{c.gpu_step_events} GPU-side ProfilerStep events -> {GPU_STEP_CAT}")
-            if c.wrapped:
-                what.append("event list wrapped in traceEvents")
-            lines.append(f"- `{c.path.name}` from `{c.source}`: "
-                         + ("; ".join(what) if what else "copied unchanged"))
-    return "\n".join(lines) if lines else "Nothing to note."
 
 
 # --------------------------------------------------------------------------- logdir

@@ -165,7 +165,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_cpu_run_is_shown_as_one(cpu_run: Path) -> None:
     from diagnose.report.plots import has_gpu_samples
-    from diagnose.report.tensorboard import notes_markdown
+    from diagnose.report.tb_text import notes_markdown
     from diagnose.report.text import render
 
     report = analyze(cpu_run)
@@ -185,6 +185,25 @@ def test_a_cpu_run_is_shown_as_one(cpu_run: Path) -> None:
         assert "the trace has no GPU activity" not in out and CPU_CAUSE in out
     md = notes_markdown(report, [])
     assert "the trace has no GPU activity" not in md and "GPU sampling" not in md
+
+
+def test_tensorboard_leads_with_the_jobs_own_step(cpu_run: Path) -> None:
+    """The TensorBoard run list and its findings text give the step the clock timed
+    without the profiler; a saved trace's profiled step is marked as such."""
+    from diagnose.report.markup import fmt
+    from diagnose.report.tb_plugin.view import run_summary
+    from diagnose.report.tb_text import findings_markdown
+
+    report = analyze(cpu_run)
+    m = report.metrics
+    own, prof = m["step_time_unprofiled_median_ms"], m["step_time_median_ms"]
+    assert f"{own:.1f}" != f"{prof:.1f}"  # the case this test is about
+    row = run_summary("cpu", {"report": report.to_json()})
+    assert row["step_time"] == fmt("step_time_median_ms", own)
+    assert f"step time (median) **{own:.1f} ms**" in findings_markdown(report)
+    saved = analyze(CPU_SLOW)
+    assert "step time (median, profiled)" in findings_markdown(saved)
+    assert run_summary("x", {"report": saved.to_json()})["step_time"].endswith("(profiled)")
 
 
 def test_a_run_without_a_trace_says_so(cpu_run: Path, tmp_path: Path) -> None:

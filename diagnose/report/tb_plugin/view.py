@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ...metrics import CATALOG
+from ...result import step_time
 from ...rules.engine import SEVERITIES
 from ...stepmodel.prediction import prediction_line
 from ...stepmodel.step import step_model_line
@@ -68,12 +69,14 @@ def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     """One line of the run list: name, worst severity, counts, median step time, headline."""
     report = _dict(doc.get("report"))
     findings = _findings(report)
-    step = _metrics(report).get("step_time_median_ms")
+    shown = step_time(_metrics(report))  # the job's own step where the clock timed it
+    step = as_number(shown["median_ms"], finite=False)
     return {
         "run": name,
         "worst": _severity(findings[0]) if findings else None,
         "counts": _counts(findings),
-        "step_time": None if as_number(step, finite=False) is None else fmt("step_time_median_ms", step),
+        "step_time": None if step is None else fmt("step_time_median_ms", step)
+        + ("" if shown["measured"] == "without the profiler" else " (profiled)"),
         "headline": _str(findings[0].get("message")) if findings else NO_FINDINGS,
     }
 
