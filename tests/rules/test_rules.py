@@ -416,3 +416,20 @@ def test_epoch_starts_not_seen_say_so(tmp_path):
     report = analyze(path, context=ctx)
     (why,) = [n.reason for n in report.not_evaluated if n.rule == "IN005"]
     assert "no epoch's start fell among the steps timed without the profiler" in why
+
+
+@pytest.mark.parametrize("own_pct, others_hint", [(380.0, False), (150.0, True)])
+def test_a_busy_host_blames_the_loader_only_for_its_own_work(tmp_path, own_pct, others_hint):
+    """IN002 on 4 CPUs 97% busy: where the training process and its workers did that work,
+    the loader is CPU-bound; where other processes held 2.4 CPUs of it (the sampler's
+    busy time less the run's own), the hint says so instead of blaming the samples."""
+    samples = _samples(97.0)
+    host = samples["series"]["host"]
+    host["proc_cpu_pct"] = [own_pct - 8.0] * len(host["t"])
+    host["workers_cpu_pct"] = [8.0] * len(host["t"])
+    report = analyze(_write(tmp_path, "bound", tb.dataloader_bound(workers=4)), samples=samples)
+    (f,) = [f for f in report.findings if f.rule == "IN002"]
+    assert report.metrics["host_cpu_others_cpus"] == pytest.approx(3.88 - own_pct / 100)
+    others = any("other processes' work" in h for h in f.hints)
+    bound = any("the loader is CPU-bound" in h for h in f.hints)
+    assert (others, bound) == (others_hint, not others_hint), f.hints
