@@ -51,11 +51,15 @@ def _grad_enabled() -> bool:
 
 def named_models(model: Any) -> list[tuple[str, Any]]:
     """The models given to ``diagnose()``, each with a name: one (""), a list or tuple of
-    them (their positions), a dict of them (its keys; a ModuleDict is one model), or none."""
+    them (each by its class, with its position where two share one: ``Generator``,
+    ``Sequential[0]``), a dict of them (its keys; a ModuleDict is one model), or none."""
     if model is None:
         return []
     if isinstance(model, list | tuple):
-        return [(str(i), m) for i, m in enumerate(model) if m is not None]
+        given = [(i, m) for i, m in enumerate(model) if m is not None]
+        classes = [type(m).__name__ for _, m in given]
+        return [(c if classes.count(c) == 1 else f"{c}[{i}]", m)
+                for c, (i, m) in zip(classes, given, strict=True)]
     if isinstance(model, Mapping) and not callable(getattr(model, "parameters", None)):
         return [(str(k), m) for k, m in model.items() if m is not None]
     return [("", model)]

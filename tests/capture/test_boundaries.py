@@ -38,7 +38,9 @@ def test_models_given_as_one_a_list_a_dict_or_none() -> None:
     assert as_models(both) == [both]
     # each one's name, in the same order (the memory section files modules under it)
     assert model_names({"netG": a, "netD": b}) == ["netG", "netD"]
-    assert model_names([a, None, b]) == ["0", "2"] and model_names(a) == [""]
+    # a list's by class, with the position where two share one
+    assert model_names([a, None, b]) == ["Linear[0]", "Linear[2]"] and model_names(a) == [""]
+    assert model_names((a, nn.Tanh())) == ["Linear", "Tanh"]
     assert model_names(both) == [""] and model_names(None) == []
 
 

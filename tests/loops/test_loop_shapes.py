@@ -104,6 +104,10 @@ def test_gan_with_both_models_as_a_list(tmp_path: Path) -> None:
     params = sum(p.numel() * p.element_size() for m in models for p in m.parameters())
     mem = ctx["memory"]["model"]
     assert mem["parameters"] == params and mem["optimizer_state"] >= 2 * params
+    # their modules are named under each model's class and place in the list
+    mods = [t["module"] for t in ctx["memory"]["top_modules"]]
+    assert mods and all(m.startswith(("Sequential[0].", "Sequential[1].")) or m == "(model)"
+                        for m in mods), mods  # (model): saved outside every module
 
 
 def test_gan_with_no_model_given(tmp_path: Path) -> None:
