@@ -122,6 +122,14 @@ FIXED_POINT_TOL = 1e-4
 #: 35 of 47; benchmarks/NOTES.md): 0.5. Wrong, predictions of changes that free the CPUs
 #: lean to one estimate's error.
 LOOP_CONTENTION_WEIGHT = 0.5
+#: A thread timing whose rounds spread more than this (median relative deviation) gives no
+#: prediction that reads it: twice the spread at which the session times the threads again
+#: (``AGAIN_NOISE``, 0.15: what a prediction within 15% can use), so the quieter of two
+#: timings was still that noisy; something else held a CPU while they ran (the corpus'
+#: captures spread at most 0.15, a busy host's 0.86 with one thread 13x "faster" than
+#: two). Too low, a quiet run loses its threads split; too high, a number from a
+#: disturbed timing (11x predicted, 1.0x measured).
+THREADS_NOISE_MAX = 0.30
 
 # ---------------------------------------------------------------- calibrating the replay
 #: The host's work in a live capture is scaled within these bounds so that the replay gives
@@ -176,7 +184,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
            "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
-           "LOOP_CONTENTION_WEIGHT",
+           "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAKE_RATIO_MAX", "WORKER_AGREES"]

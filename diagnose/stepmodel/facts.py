@@ -39,10 +39,12 @@ class Facts:
     torch_num_threads: int | None = None  # torch.get_num_threads(); a threads change sets it
     threads_one_thread_ratio: float | None = None  # forward+backward on 1 thread / on torch's
     threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
+    threads_noise_rel: float | None = None  # that timing's rounds' relative noise
     threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
     threads_busy_ratio_2: float | None = None  # ... beside 2 (saved contexts; else as 1)
     threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
+    model_work_one_thread_ms: float | None = None  # the same on one thread, quiet
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it

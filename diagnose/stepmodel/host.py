@@ -66,8 +66,10 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     ``threads_one_thread_ratio``). The optimizer (``optimizer_unprofiled_ms``) is taken to
     scale as the model's ops do; of the main thread's own work per step (``host_ms``, where
     known) the rest (the loop's Python) does not scale. Where one thread was timed faster
-    (torch's threads waited for CPUs others held), one thread costs what was timed. None
-    where it was not timed."""
+    (torch's threads waited for CPUs others held), one thread costs what was timed, but
+    the main thread's work on it is never less than that work timed alone on one thread
+    (``model_work_one_thread_ms``): a timing on torch's threads disturbed by another
+    process cannot make one thread look faster than it is. None where it was not timed."""
     r1, n = facts.threads_one_thread_ratio, facts.torch_num_threads
     if r1 is None or n is None or n < 2:
         return None
@@ -83,6 +85,9 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     if host_ms and work is not None:
         share = min(1.0, work / host_ms)
         ratio = 1.0 + share * (ratio - 1.0)
+        one = facts.model_work_one_thread_ms
+        if t <= 1 and r1 < 1.0 and one is not None and one > 0:
+            ratio = max(ratio, one / host_ms)
     return ratio
 
 

@@ -29,6 +29,7 @@ from .calibration import (
     HELPS,
     HOST_SCALE_MAX,
     HOST_SCALE_MIN,
+    THREADS_NOISE_MAX,
 )
 from .facts import Facts
 from .graph import DEVICE_TASKS, EdgeKind, Graph, Tag, TaskKind, replay
@@ -408,6 +409,14 @@ class Predictor:
         key = tuple((t.name, tuple(sorted((k, repr(v)) for k, v in c.items())))
                     for t, c in made)
         if key in self.cache:
+            return self.cache[key]
+        noise = self.facts.threads_noise_rel
+        if (noise is not None and noise > THREADS_NOISE_MAX
+                and any("threads_one_thread_ratio" in t.assumes for t, _ in made)):
+            self.cache[key] = (
+                f"cannot tell: the thread timings after the loop varied by {noise:.0%} round "
+                "to round (another process held a CPU while they ran); capture again on a "
+                "quieter host")
             return self.cache[key]
         got = self._predict(made, self.facts)
         if isinstance(got, str):

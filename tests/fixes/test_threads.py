@@ -38,6 +38,32 @@ def test_one_thread_timed_faster_is_taken_as_timed():
     assert host.thread_scale(facts, 2) == pytest.approx(1.0)
 
 
+def test_one_thread_is_never_faster_than_it_was_timed_alone():
+    """A host busy with another process made the work on torch's 2 threads take 435 ms
+    where one thread took 32.7 ms (ratio 0.075): the main thread's 40 ms of work on one
+    thread is still at least those 32.7 ms (ratio 0.82), not 40 x 0.075 = 3 ms. A sound
+    timing (1.5x on one thread) is above that floor and unchanged."""
+    busy = Facts(threads_one_thread_ratio=0.075, torch_num_threads=2,
+                 model_work_quiet_ms=435.0, model_work_one_thread_ms=32.7)
+    assert host.thread_scale(busy, 1, host_ms=40.0) == pytest.approx(32.7 / 40.0)
+    assert host.thread_scale(busy, 2, host_ms=40.0) == pytest.approx(1.0)
+    sound = Facts(threads_one_thread_ratio=1.5, torch_num_threads=2, model_work_quiet_ms=20.0,
+                  model_work_one_thread_ms=30.0)
+    assert host.thread_scale(sound, 1, host_ms=40.0) == pytest.approx(1.25)
+
+
+def test_a_thread_timing_too_noisy_to_use_gives_no_number(tmp_path):
+    """The thread timing's rounds spread 86% (another process held a CPU while they ran):
+    the threads split, which reads it, is not predicted and says why; at 14% it is."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=180.0,
+              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+    noisy = _predict("threads", m, threads_noise_rel=0.86, **kw)
+    assert isinstance(noisy, str) and "varied by 86% round to round" in noisy, noisy
+    assert isinstance(_predict("threads", m, threads_noise_rel=0.14, **kw), Prediction)
+
+
 def test_threads_split_with_the_timed_scaling_is_a_point_prediction(tmp_path):
     """cpu_loader on 2 CPUs, torch on both. The session timed the model's work 1.5x as
     long on one thread, and it is all of the main thread's 1000 us of ops. One worker and

@@ -33,6 +33,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "threads_one_thread_ratio": (
         "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
         "model's ops (1.0: they do not scale with threads)"),
+    "threads_noise_rel": (
+        "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
+        "from (the median relative deviation of its rounds): high where something else held "
+        "a CPU while it ran"),
     "threads_one_thread_ratio_min": (
         "ratio", "the least of threads_one_thread_ratio over the thread timings made seconds "
         "apart after the loop (a busier moment: one thread costs less against torch's "
@@ -93,6 +97,8 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
     out["model_work_one_thread_ms"] = one
     if work and work > 0 and one is not None:
         out["threads_one_thread_ratio"] = round(one / work, 4)
+    noise = as_number(th.get("noise"))
+    out["threads_noise_rel"] = noise if noise is not None and noise >= 0 else None
     if quiet and quiet > 0 and m.get("forward_calls_unprofiled") == 1:
         # the quiet timing is one forward: set beside a loop that made one a step
         loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
