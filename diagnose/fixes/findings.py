@@ -77,7 +77,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
             f.hints.append(
                 f"predicted beside the run's own busy workers: the training thread waited "
                 f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
-                "threads changes that wait too (autofix measures it)")
+                f"threads changes that wait too ({_measure(metrics)})")
 
 
 def _cpu_work(fixes: Mapping[str, Fix]) -> frozenset[str]:
@@ -102,7 +102,16 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
     for x, p in preds.items():
         if isinstance(p, Prediction) and cpu_work & set(p.change):
             preds[x] = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict "
-                        "again when it is quieter, or let autofix measure")
+                        f"again when it is quieter, or {_measure(metrics, 'let ')}")
+
+
+def _measure(metrics: Mapping[str, Any], let: str = "") -> str:
+    """Who can measure a change of workers or threads: autofix, except for an
+    IterableDataset (it splits its samples among the workers itself, and autofix leaves
+    them as they are: the user times it by hand)."""
+    if metrics.get("dataloader_iterable") is True:
+        return "time it by hand: autofix leaves an IterableDataset's workers as they are"
+    return f"{let}autofix measure" if let else "autofix measures it"
 
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],

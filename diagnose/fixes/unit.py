@@ -98,7 +98,13 @@ class Fix:
             ok = bool(self.applies(config, facts))
         except Exception as e:  # a broken condition is reported, never raised
             return f"condition failed: {type(e).__name__}: {e}"
-        return None if ok else (f"needs {self.needs}" if self.needs else "does not apply")
+        if ok:
+            return None
+        if facts.iterable_dataset is True and {"num_workers", "intra_op_threads"} & set(
+                self.fields):  # of its needs, the one that failed
+            return ("an IterableDataset splits its samples among its workers itself: autofix "
+                    "leaves its workers and threads as they are (change them by hand)")
+        return f"needs {self.needs}" if self.needs else "does not apply"
 
     def unknown(self, facts: Facts) -> str | None:
         """What ``applies`` reads that the run does not say (in words: a saved trace holds no

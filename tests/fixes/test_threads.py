@@ -206,3 +206,15 @@ def test_a_split_that_keeps_torchs_threads_is_in_place():
     assert "no split" in (fix.in_place({**one, "dataloader_num_workers": 2}) or "")
     assert fix.in_place({**one, "torch_num_threads": 2, "dataloader_num_workers": 2}) is None
     assert fix.in_place({**one, "cpu_count": 8}) is None
+
+
+def test_autofix_says_an_iterable_datasets_workers_are_left_alone():
+    """Of the threads split's needs, the one an IterableDataset fails is named: the dataset
+    splits its samples among its workers itself, so autofix does not change them."""
+    from diagnose.fixes import TrainConfig
+
+    stream = Facts(cpu_count=2, torch_num_threads=2, iterable_dataset=True)
+    why = FIXES["threads"].why_not(TrainConfig(num_workers=4), stream)
+    assert why is not None and "IterableDataset" in why and "by hand" in why
+    one_cpu = Facts(cpu_count=1, torch_num_threads=2)
+    assert FIXES["threads"].why_not(TrainConfig(num_workers=4), one_cpu).startswith("needs ")

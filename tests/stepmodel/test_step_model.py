@@ -229,3 +229,12 @@ def test_a_busy_machine_withholds_predictions_of_cpu_work(tmp_path, busy: float)
     said = [h for h in g.hints if h.startswith("predicted beside the run's own busy workers")]
     assert len(said) == (busy >= BUSY)
     assert not said or "this run's own processes held (its 6 DataLoader workers" in said[0]
+    assert not said or said[0].endswith("(autofix measures it)")
+    if busy >= BUSY:  # autofix leaves an IterableDataset's workers: the user times it
+        assert "or let autofix measure" in got
+        h = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
+        stream = {**facts, "dataloader_iterable": True}
+        predict_findings([h], Predictor(m, Facts.from_metrics(stream)), TrainConfig(),
+                         stream, FIXES)
+        told = h.predictions["num_workers"]
+        assert isinstance(told, str) and "time it by hand" in told and "let autofix" not in told

@@ -25,6 +25,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "batches",
         "DataLoader prefetch_factor per worker (None when num_workers=0)",
     ),
+    "dataloader_iterable": (
+        "bool", "the loader's dataset is an IterableDataset: it splits its samples among the "
+        "workers itself, so autofix leaves its workers and threads as they are"),
     "dataloader_dataset_getitems": (
         "bool", "the dataset has __getitems__ (the loader fetches a batch with one call)"),
     "dataloader_dataset_tensor_indexable": (
@@ -62,6 +65,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["dataloader_persistent_workers"] = as_bool(get(ctx, "dataloader", "persistent_workers"))
     out["dataloader_prefetch_factor"] = as_int(get(ctx, "dataloader", "prefetch_factor"))
     out["dataloader_dataset_getitems"] = as_bool(get(ctx, "dataloader", "dataset_getitems"))
+    out["dataloader_iterable"] = as_bool(get(ctx, "dataloader", "iterable_dataset"))
     out["dataloader_dataset_tensor_indexable"] = as_bool(
         get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["dataloader_epoch_batches"] = as_int(get(ctx, "dataloader", "len"))
