@@ -117,6 +117,21 @@ def test_autofix_page_without_a_diagnosis_or_a_kept_change() -> None:
     assert 'id="findings"' not in page
 
 
+def test_autofix_bound_row_says_when_the_tuned_step_beats_its_bound() -> None:
+    """The bound (20 ms, input) and the tuned step timed in the same rounds: 21.3 ms is
+    94% of the bound's speed; 19.8 ms is at it (within the 3% autofix keeps a change
+    for); 6 ms, 3.3x faster than a bound, says the bound's timing was disturbed."""
+    from diagnose.autofix.render import render
+
+    r = _autofix_result()
+    assert "94% of the bound's speed" in render(r, width=200)
+    r.tuned_ms = 19.8
+    assert "at the bound (within measurement noise)" in render(r, width=200)
+    r.tuned_ms = 6.0
+    out = render(r, width=200)
+    assert "3.33x faster than its bound" in out and "at the bound" not in out
+
+
 # ------------------------------------------------------------------------- fit the run
 def test_evidence_never_shows_na() -> None:
     """The CPU sample's input finding quotes idle_input_frac, None without a GPU: it is no
