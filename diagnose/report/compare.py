@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
+from ..metrics.context.step_clock import cpu_wait_holders
 from ..metrics.idle import host_ahead
 from ..result import step_time
 from ..rules.engine import severity_rank
+from ..stepmodel.calibration import BUSY
 from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
 if TYPE_CHECKING:
@@ -217,8 +219,25 @@ def compare_step(a: Analysis, b: Analysis, *,
     if said and measured == "as profiled":
         note = "; ".join([*([note] if note else []), *said]) + (
             ": the profiled steps are the host's, not the job's pace")
+    caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics)) if c]
+    if caveats:
+        note = "; ".join([*([note] if note else []), *caveats]) + (
+            ": compare again on a quieter host")
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
     return StepComparison(measured, ma, mb, diff, note)
+
+
+def _caveat(which: str, m: dict[str, Any]) -> str | None:
+    """Why run ``which``'s own report doubts its step time: its clock marked it unreliable,
+    or other processes held the CPU the training thread waited for in BUSY or more of its
+    timed steps. None: no doubt."""
+    said = []
+    if m.get("step_time_unprofiled_reliable") is False:
+        said.append("marks its step time unreliable")
+    busy = m.get("step_cpu_wait_unprofiled_share")
+    if isinstance(busy, float) and busy >= BUSY and cpu_wait_holders(m)[0]:
+        said.append(f"waited for a CPU other processes held in {busy:.0%} of its steps")
+    return f"run {which}'s own report {' and '.join(said)}" if said else None
 
 
 @dataclass
@@ -407,4 +426,4 @@ def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
         verdict = f"above +{pct:g}% but within noise: not a regression"
     else:
         verdict = f"within the allowed +{pct:g}%"
-    return worse, f"{st.line()}; {verdict}"
+    return worse, f"{st.line()}; {verdict}" + (f" ({st.note})" if st.note else "")

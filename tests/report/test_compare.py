@@ -239,3 +239,24 @@ def test_the_table_speaks_with_the_headline(tmp_path: Path) -> None:
     rows = [line for line in text.splitlines() if "step_time" in line]
     assert "within noise" in rows[0] and "step_time_unprofiled_median_ms" in rows[0]
     assert not any("better" in r or "worse" in r for r in rows), rows
+
+
+def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
+    """Run B's clock marked its step time unreliable, and other processes held the CPU
+    its training thread waited for in 40% of its steps: the comparison and the CI gate's
+    line say so, whatever the verdict; runs without such doubts get no caveat."""
+    from diagnose.report.compare import regression_line
+
+    a = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "a.pt.trace.json.gz")),
+                         [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1])
+    b = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz")),
+                         [30.0, 12.0, 45.0, 14.0, 38.0, 13.0, 40.0, 12.5])
+    assert compare_reports(a, b).step.note is None
+    b.metrics.update(step_time_unprofiled_reliable=False, step_cpu_wait_unprofiled_share=0.4,
+                     host_cpu_others_cpus=1.0)
+    c = compare_reports(a, b)
+    assert c.step.note == ("run B's own report marks its step time unreliable and waited "
+                           "for a CPU other processes held in 40% of its steps: compare "
+                           "again on a quieter host")
+    worse, line = regression_line(c, 5.0)
+    assert line.endswith(f"({c.step.note})")
