@@ -68,6 +68,9 @@ class Prediction:
         out = {"change": self.change, "step_ms": round(self.step_ms, 3),
                "speedup": round(self.speedup, 3),
                "range": [round(self.range[0], 3), round(self.range[1], 3)]}
+        lo, hi = self.range
+        if self.base_ms > 0 and lo > 0 and hi > 0:  # the same range as speedups, low first
+            out["speedup_range"] = [round(self.base_ms / hi, 3), round(self.base_ms / lo, 3)]
         if self.at_least:
             out["at_least"] = True
         elif self.may_not_help:

@@ -83,6 +83,9 @@ def test_a_range_that_reaches_the_step_may_not_help() -> None:
     assert maybe.to_json()["may_not_help"] is True and "may_not_help" not in sure.to_json()
     assert prediction_line(maybe.to_json()).endswith("may not help")
     assert sure.line() == "predicted 10.0 -> 8.0 ms (1.25x; 1.11-1.33x over its range)"
+    # the JSON's range is the changed step's ms; speedup_range is the same, as the line's
+    assert sure.to_json()["range"] == [7.5, 9.0]
+    assert sure.to_json()["speedup_range"] == [1.111, 1.333]
     bound = Prediction({"x": 1}, 9.5, 1.05, (9.0, 10.2), 10.0, at_least=True)
     assert not bound.may_not_help and "may_not_help" not in bound.to_json()
 
