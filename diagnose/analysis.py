@@ -95,10 +95,13 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
         cap, dict) else []
     r = metrics.get("profiler_overhead_ratio")
     if isinstance(r, int | float) and r > OVERHEAD_NOTE_RATIO:
+        prof = metrics.get("step_time_profiled_clock_median_ms")
+        un = metrics.get("step_time_unprofiled_median_ms")
+        ms = "{:.2f} ms".format
         notes.append(
-            f"the profiler slowed the profiled steps {r:.2f}x (median "
-            f"{metrics.get('step_time_profiled_clock_median_ms')} ms, "
-            f"{metrics.get('step_time_unprofiled_median_ms')} ms without it): the step time "
+            f"the profiler slowed the profiled steps {r:.2f}x (the loop's clock: median "
+            f"{ms(prof) if isinstance(prof, int | float) else '?'} profiled, "
+            f"{ms(un) if isinstance(un, int | float) else '?'} without it): the step time "
             "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
             "window (its shares hold up better)")
     steal = metrics.get("host_steal_frac")

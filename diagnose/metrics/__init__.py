@@ -14,7 +14,7 @@ from .context import CATALOG as _CTX_CATALOG
 from .context import context_metrics
 from .core import DECLARATIONS as _TRACE_DECLARATIONS
 from .core import MetricSet, compute
-from .declare import EPOCH_START, LIVE, SAMPLES, Metric, catalog, declared
+from .declare import DATALOADER, EPOCH_START, LIVE, SAMPLES, Metric, catalog, declared
 from .samples import CATALOG as _SMP_CATALOG
 from .samples import samples_metrics
 
@@ -23,10 +23,12 @@ _RUN_INFO = (
     Metric("rank_count", "count", "Number of ranks (trace files) analysed together"),
 )
 
-#: the context's metrics that need an epoch's start among the clock's steps
+#: the context's metrics that need an epoch's start among the clock's steps (of a
+#: DataLoader: a loop without one has no epoch for its workers to start)
 _EPOCH = ("dataloader_epoch_boundary_ms", "dataloader_epoch_start_per_step_ms",
           "dataloader_epoch_start_share")
-_CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, EPOCH_START)) if m.name in _EPOCH else m
+_CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))
+            if m.name in _EPOCH else m
             for m in declared([_CTX_CATALOG], LIVE)]
 #: Every metric's declaration but the cross-rank ones (see :mod:`.needs`).
 DECLARATIONS: list[Metric] = [*_TRACE_DECLARATIONS, *_RUN_INFO, *_CONTEXT,

@@ -433,3 +433,13 @@ def test_a_busy_host_blames_the_loader_only_for_its_own_work(tmp_path, own_pct, 
     others = any("other processes' work" in h for h in f.hints)
     bound = any("the loader is CPU-bound" in h for h in f.hints)
     assert (others, bound) == (others_hint, not others_hint), f.hints
+    # a loop with no DataLoader (batches sliced from tensors in memory) has no epoch for
+    # workers to start: that is the reason given, not the epoch's
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.cpu(3000, "aten::addmm")
+    bare = analyze(_write(tmp_path, "bare", b), context=_ctx(
+        capture={"step_clock": {"phase": ["wait"] * 12, "ms": [20.0] * 12}}))
+    (why,) = [n.reason for n in bare.not_evaluated if n.rule == "IN005"]
+    assert "no DataLoader activity in the trace" in why and "epoch" not in why
