@@ -154,7 +154,10 @@ def parts(r: AutofixResult) -> list[Any]:
     head.append("autofix ", style="bold")
     head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
                 f"({r.cpus} CPUs usable); kept: {', '.join(r.kept_changes) or 'nothing'}")
-    out: list[Any] = [head, decisions_table(r), before_after_table(r)]
+    # no fix named, none tried: a line instead of a table with no rows
+    table = decisions_table(r) if r.decisions else Text(
+        "no fix to try: the diagnosis named none that autofix can apply", style="green")
+    out: list[Any] = [head, table, before_after_table(r)]
     bt = bound_table(r)
     if bt is not None:
         out.append(bt)

@@ -130,6 +130,9 @@ def test_autofix_bound_row_says_when_the_tuned_step_beats_its_bound() -> None:
     r.tuned_ms = 6.0
     out = render(r, width=200)
     assert "3.33x faster than its bound" in out and "at the bound" not in out
+    r.decisions = []  # a healthy job: nothing to try, and no empty table
+    out = render(r, width=200)
+    assert "no fix to try" in out and "autofix decisions" not in out
 
 
 # ------------------------------------------------------------------------- fit the run
