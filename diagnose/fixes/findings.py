@@ -67,8 +67,8 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
         _order(f, preds, off, {x: u.title for x, u in fixes.items()})
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
-            f.hints.append(f"{f.fixes[0]}: predicted on assumptions, as nothing here measured "
-                           f"them: {'; '.join(lead.assumed)}")
+            f.hints.append(f"{f.fixes[0]}: predicted on what this capture could not time, "
+                           f"assumed: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
         if isinstance(busy, float) and busy >= BUSY and any(
                 isinstance(p, Prediction) and cpu_work & set(p.change)

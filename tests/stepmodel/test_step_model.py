@@ -238,3 +238,27 @@ def test_a_busy_machine_withholds_predictions_of_cpu_work(tmp_path, busy: float)
                          stream, FIXES)
         told = h.predictions["num_workers"]
         assert isinstance(told, str) and "time it by hand" in told and "let autofix" not in told
+
+
+def test_a_lead_fix_predicted_on_assumptions_says_what_it_assumed(tmp_path) -> None:
+    """No worker's batch, send or hand-over was timed for this loader: the workers'
+    prediction rests on assumptions, and the finding's hint names each of them."""
+    from diagnose.fixes import FIXES, TrainConfig
+    from diagnose.fixes.findings import predict_findings
+    from diagnose.rules.engine import Finding
+    from diagnose.stepmodel.facts import Facts
+    from diagnose.stepmodel.prediction import Prediction, Predictor
+    from tests.modeltraces import cpu_loader
+
+    m = step_model(as_trace(cpu_loader(), tmp_path))
+    facts = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+             "input_batch_bytes": 8_000_000, "dataloader_num_workers": 0,
+             "worker_transfer_gbps": 2.0, "torch_num_threads": 1, "proc_cpu_mean_pct": 180.0}
+    f = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)
+    predict_findings([f], Predictor(m, Facts.from_metrics(facts)), TrainConfig(), facts,
+                     FIXES)
+    p = f.predictions["num_workers"]
+    assert isinstance(p, Prediction) and p.assumed
+    (hint,) = [h for h in f.hints if h.startswith("num_workers: predicted on what")]
+    assert hint == ("num_workers: predicted on what this capture could not time, assumed: "
+                    + "; ".join(p.assumed))
