@@ -306,13 +306,14 @@ def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
     whats = mem.get("what_if") or []
     if whats:
         t = Table(title="Memory what-ifs (plan with the range's high end)", title_justify="left")
-        for col in ("change", "peak", "range", "step ms", "method"):
+        timed = any(w.get("step_ms") is not None for w in whats)  # the column where it says
+        for col in ("change", "peak", "range", *(("step ms",) if timed else ()), "method"):
             t.add_column(col, justify="right" if col in ("peak", "range", "step ms") else "left")
         for w in whats:
             rng = w.get("range") or [None, None]
+            step = ("" if w.get("step_ms") is None else f"{w['step_ms']:.1f}",) if timed else ()
             t.add_row(escape(_change(w.get("change") or {})), _mib(w.get("peak_bytes")),
-                      f"{_mib(rng[0])} - {_mib(rng[1])}",
-                      "" if w.get("step_ms") is None else f"{w['step_ms']:.1f}",
+                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step,
                       escape(str(w.get("method") or "")))
         out.append(t)
     return out

@@ -55,6 +55,12 @@ def test_a_tracked_step_leads_the_section(trace):
             m["mem_checkpoint_time_frac"], m["mem_checkpoint_blocks"]) == (0.6, 0.6, 0.25, 2)
     text = r.render_text()
     assert "Memory what-ifs" in text and "checkpoint 2 blocks" in text and "GELU" in text
+    assert "step ms" in text  # the checkpoint's time
+    untimed = {**SECTION, "what_if": [{"change": {"batch_size": 32}, "peak_bytes": 5000,
+                                        "range": [5000, 5000], "method": "scaled"}],
+               "blocks": None}
+    text = analyze(trace, context={**CTX, "memory": untimed}).render_text()
+    assert "Memory what-ifs" in text and "step ms" not in text  # no empty column
 
 
 def test_a_trace_alone_gives_its_growth_and_batch_what_ifs(trace):
