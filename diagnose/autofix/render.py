@@ -152,7 +152,8 @@ def bound_table(r: AutofixResult) -> Table | None:
 def parts(r: AutofixResult) -> list[Any]:
     head = Text()
     head.append("autofix ", style="bold")
-    head.append(f"{r.trials} trials in {r.elapsed_s:.1f} s on {r.device} "
+    trials = f"{r.trials} trial{'s' if r.trials != 1 else ''}"
+    head.append(f"{trials} in {r.elapsed_s:.1f} s on {r.device} "
                 f"({r.cpus} CPUs usable); kept: {', '.join(r.kept_changes) or 'nothing'}")
     # no fix named, none tried: a line instead of a table with no rows
     table = decisions_table(r) if r.decisions else Text(
