@@ -588,3 +588,19 @@ def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
     made = load_context(d.run_dir)["dataloader"]
     want = (7.0, 5.0, 1.5) if in_turn else (9.0, 12.5, None)
     assert (made["worker_batch_ms"], made["inprocess_batch_ms"], made["worker_send_ms"]) == want
+
+
+def test_who_held_the_cpus_the_training_thread_waited_for():
+    """With workers and under 0.5 CPUs of other work, the run's own processes held them;
+    with more, other processes did, and in a job of several ranks its other ranks (not
+    this process's children) are counted among them and named."""
+    from diagnose.metrics.context.step_clock import cpu_wait_holders
+
+    own = cpu_wait_holders({"host_cpu_others_cpus": 0.2, "workers_count": 4})
+    assert own == (False, "this run's own processes held (its 4 DataLoader workers beside "
+                          "it; other processes took 0.20 CPUs)")
+    assert cpu_wait_holders({"host_cpu_others_cpus": 1.4, "workers_count": 1}) == (
+        True, "other processes held")
+    assert cpu_wait_holders({"host_cpu_others_cpus": 1.4, "workers_count": 1,
+                             "world_size": 2}) == (
+        True, "other processes held (this job's other ranks on this host among them)")

@@ -10,7 +10,7 @@ sampler = DistributedSampler(dataset)
 # after: the same per-rank input speed (workers per rank, local data),
 # and similar work per batch (bucket by sequence length, drop_last=True)
 sampler = DistributedSampler(dataset, drop_last=True)
-loader = DataLoader(dataset, sampler=sampler, num_workers=workers_per_rank, pin_memory=True)
+loader = DataLoader(dataset, sampler=sampler, num_workers=workers_per_rank)
 """, category="imbalance")
 
 #: The registered units of this category (a test checks that each one declared is here).

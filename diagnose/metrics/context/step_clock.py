@@ -380,6 +380,9 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
             and workers > 0):
         return False, (f"this run's own processes held (its {workers} DataLoader workers "
                        f"beside it; other processes took {others:.2f} CPUs)")
+    ranks = m.get("world_size")
+    if isinstance(ranks, int) and ranks >= 2:  # the job's other ranks are not this process's
+        return True, "other processes held (this job's other ranks on this host among them)"
     return True, "other processes held"
 
 
