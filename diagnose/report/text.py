@@ -151,18 +151,21 @@ def _ranks_table(report: Analysis) -> Table:
 
     flagged = {r for f in report.findings if f.category == "imbalance" for r in (f.ranks or ())}
     cause = report.metrics.get("straggler_cause")
-    t = Table(title="Ranks", title_justify="left", expand=False)
-    for col in ("rank", "step ms", "GPU busy", "DataLoader", "comm", "overlap"):
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True)
+    t = Table(title="Ranks (profiled steps)", title_justify="left", expand=False)
     order = sorted(report.ranks, key=lambda r: (r.rank is None, r.rank if r.rank is not None
                                                 else 0, r.path))
-    for i, r in enumerate(order):
-        row = rank_row(r.metrics)
+    rows = [rank_row(r.metrics) for r in order]
+    gpu = any(row["gpu_busy"] is not None for row in rows)  # no GPU column on a CPU run
+    for col in ("rank", "step ms", *(("GPU busy",) if gpu else ()), "DataLoader", "comm",
+                "overlap"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("straggler" if flagged else "", no_wrap=True)
+    for i, (r, row) in enumerate(zip(order, rows, strict=True)):
         label = r.rank if r.rank is not None else i
         step = row["step_ms"]
-        mark = Text(f"straggler ({cause})", style="bold yellow") if label in flagged else Text("")
-        t.add_row(str(label), "n/a" if step is None else f"{step:.2f}", _pct(row["gpu_busy"]),
+        mark = Text(f"yes ({cause})", style="bold yellow") if label in flagged else Text("")
+        t.add_row(str(label), "n/a" if step is None else f"{step:.2f}",
+                  *((_pct(row["gpu_busy"]),) if gpu else ()),
                   _pct(row["dataloader"]), _pct(row["comm"]), _pct(row["overlap"]), mark)
     return t
 

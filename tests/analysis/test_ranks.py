@@ -90,11 +90,11 @@ def test_per_rank_table(tmp_path):
     r = analyze(_write(tmp_path, rb.slow_input(4, rank=1)))
     text = r.render_text(width=130)
     assert "Ranks" in text
-    for col in ("step ms", "GPU busy", "DataLoader", "comm", "overlap"):
+    for col in ("step ms", "GPU busy", "DataLoader", "comm", "overlap", "straggler"):
         assert col in text
     row = next(line for line in text.splitlines() if line.strip("│ ").startswith("1 "))
-    assert "straggler (input)" in row
-    assert text.count("straggler (") == 1
+    assert "yes (input)" in row  # in the straggler column
+    assert text.count("yes (") == 1
 
 
 def test_json_carries_ranks_and_run_metrics(tmp_path):
@@ -312,7 +312,7 @@ def test_dlrm_is_one_run_and_names_its_straggler_alike_everywhere(capsys):
     (im,) = _imbalance(r)
     assert im.ranks == [7] and "Rank 7 is the straggler" in im.message
     text = r.render_text(width=160)
-    (row,) = [line for line in text.splitlines() if "straggler (" in line]
+    (row,) = [line for line in text.splitlines() if "yes (" in line]
     assert row.strip("│ ").startswith("7 ")
     assert main(["analyze", str(folder), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -320,3 +320,19 @@ def test_dlrm_is_one_run_and_names_its_straggler_alike_everywhere(capsys):
     assert [f["ranks"] for f in doc["findings"] if f["rule"] == "IM001"] == [[7]]
     assert sorted(x["rank"] for x in doc["ranks"]) == list(range(8))
     assert ">7</td>" in r.to_html()
+
+
+def test_a_cpu_run_of_ranks_has_no_gpu_column(tmp_path):
+    """Two CPU ranks (gloo): the ranks table leaves out "GPU busy", which would read n/a
+    on every row, and says its figures are the profiled steps'."""
+    bs = [tb.TraceBuilder(device=None, rank=r, world_size=2, backend="gloo", pid=4000 + r)
+          for r in range(2)]
+    for _ in range(tb.STEPS):
+        for r, b in enumerate(bs):
+            with b.step():
+                b.dataloader(500 + 1500 * r, workers=1)
+                b.cpu(4000, "aten::addmm")
+    text = analyze(_write(tmp_path, rb.RankRun(bs))).render_text(width=130)
+    table = text[text.index("Ranks"):]
+    assert "Ranks (profiled steps)" in table and "DataLoader" in table
+    assert "GPU busy" not in table
