@@ -75,6 +75,8 @@ class Prediction:
             out["at_least"] = True
         elif self.may_not_help:
             out["may_not_help"] = True
+            if lo >= self.base_ms:  # even the range's fast end is no faster than now
+                out["slower"] = True
         if self.assumed:
             out["assumed"] = list(self.assumed)
         return out
@@ -92,9 +94,15 @@ class Prediction:
 
     def line(self) -> str:
         if self.at_least:
-            return (f"predicted at least {self.speedup:.2f}x ({self.base_ms:.1f} -> at most "
-                    f"{self.step_ms:.1f} ms)")
+            return _bound_line(self.base_ms, self.step_ms, self.speedup)
         return _line(self.base_ms, self.step_ms, self.speedup, self.range)
+
+
+def _bound_line(base: float, step: float, speedup: float) -> str:
+    """"predicted at least 1.30x (25.2 -> at most 19.4 ms)"; a bound under :data:`HELPS`
+    promises no gain: "may not help"."""
+    out = f"predicted at least {speedup:.2f}x ({base:.1f} -> at most {step:.1f} ms)"
+    return out + (": may not help" if speedup < HELPS else "")
 
 
 def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
@@ -586,6 +594,8 @@ def prediction_line(p: Any) -> str:
     if isinstance(p, dict) and isinstance(p.get("step_ms"), int | float) and isinstance(
             p.get("speedup"), int | float) and p["speedup"] > 0:
         base = p["step_ms"] * p["speedup"]
+        if p.get("at_least") is True:
+            return _bound_line(base, p["step_ms"], p["speedup"])
         rng = p.get("range")
         return _line(base, p["step_ms"], p["speedup"],
                      rng if isinstance(rng, list) and all(

@@ -156,7 +156,8 @@ def test_a_fix_predicts_through_its_transform_for_each_config_autofix_would_meas
     assert pr.asked == [{"num_workers": n} for n in (1, 2, 4, 8)]
     assert isinstance(p, Prediction) and p.change == {"num_workers": 8}
     assert p.to_json() == {"change": {"num_workers": 8}, "step_ms": 11.25,
-                           "speedup": round(20 / 11.25, 3), "range": [10.125, 12.375]}
+                           "speedup": round(20 / 11.25, 3), "range": [10.125, 12.375],
+                           "speedup_range": [round(20 / 12.375, 3), round(20 / 10.125, 3)]}
 
     def broken(graph, change, facts):
         raise ZeroDivisionError("no steps")

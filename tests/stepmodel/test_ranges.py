@@ -88,6 +88,15 @@ def test_a_range_that_reaches_the_step_may_not_help() -> None:
     assert sure.to_json()["speedup_range"] == [1.111, 1.333]
     bound = Prediction({"x": 1}, 9.5, 1.05, (9.0, 10.2), 10.0, at_least=True)
     assert not bound.may_not_help and "may_not_help" not in bound.to_json()
+    assert bound.line() == prediction_line(bound.to_json()) == (
+        "predicted at least 1.05x (10.0 -> at most 9.5 ms)")
+    # a bound under 1.02x promises nothing: said so, from the object and from its JSON
+    low = Prediction({"x": 1}, 10.3, 0.97, (10.0, 12.0), 10.0, at_least=True)
+    assert low.line() == prediction_line(low.to_json()) == (
+        "predicted at least 0.97x (10.0 -> at most 10.3 ms): may not help")
+    # a range slower at both ends is flagged as such in the JSON
+    worse = Prediction({"x": 1}, 15.2, 0.66, (12.4, 18.6), 10.0)
+    assert worse.to_json()["slower"] is True and "slower" not in maybe.to_json()
 
 
 def test_reach_is_the_speedup_at_the_ranges_fast_end() -> None:

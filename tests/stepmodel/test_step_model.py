@@ -153,7 +153,8 @@ def test_findings_fixes_carry_predictions():
     assert made, fixes
     for p in made:
         assert {"change", "step_ms", "speedup", "range"} <= set(p) <= {
-            "change", "step_ms", "speedup", "range", "may_not_help", "assumed", *PEAK_KEYS}
+            "change", "step_ms", "speedup", "range", "speedup_range", "may_not_help", "slower",
+            "assumed", *PEAK_KEYS}
         lo, hi = p["range"]
         assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
         assert p.get("may_not_help", False) == (hi >= p["step_ms"] * p["speedup"] - 1e-3)
