@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from diagnose.fixes import FIXES
+from diagnose.stepmodel.calibrate import replayed_step_ms as _step
 from diagnose.stepmodel.host import cpu_bound_ms
-from diagnose.stepmodel.prediction import Predictor, _step
+from diagnose.stepmodel.prediction import Predictor
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _model
 

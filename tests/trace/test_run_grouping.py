@@ -184,7 +184,7 @@ def test_forced_group_numbers_rank_less_files_in_the_order_given(tmp_path, capsy
     # every output carries the note and the same rank label
     text = r.render_text(width=160)
     assert "forced" in text
-    row = next(line for line in text.splitlines() if "straggler (" in line)
+    row = next(line for line in text.splitlines() if "yes (" in line)
     assert row.strip("│ ").startswith("1 ")
     rc, out, _ = _cli(capsys, "analyze", str(ok), str(slow), "--as-ranks", "--format", "json")
     doc = json.loads(out)
@@ -207,7 +207,7 @@ def test_unknown_ranks_get_one_label_everywhere():
     assert [x.rank for x in rep.ranks] == [1, 0, 2]
     (im,) = _imbalance(rep)
     assert im.ranks == [2] == [rep.metrics["straggler_rank"]] and "Rank 2" in im.message
-    row = next(line for line in rep.render_text(width=160).splitlines() if "straggler (" in line)
+    row = next(line for line in rep.render_text(width=160).splitlines() if "yes (" in line)
     assert row.strip("│ ").startswith("2 ")
     assert [x["rank"] for x in rep.to_json()["ranks"]] == [1, 0, 2]
 
