@@ -72,11 +72,15 @@ def _common(names: Iterable[str]) -> str:
 def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
                       classes: Mapping[str, str], forward_s: Mapping[str, float]
                       ) -> dict[str, Any] | None:
-    """The blocks worth checkpointing: the children of the module whose children would
-    free the most saved activations if each were checkpointed. A saved tensor is freed by
-    checkpointing block B when B made it and only modules inside B saved it (a block's
-    input and its output, saved by the next block, stay). None: no module has two such
-    children."""
+    """The blocks worth checkpointing: the children of the module whose children, each
+    checkpointed, would lower the peak the most. A saved tensor is freed by checkpointing
+    block B when B made it and only modules inside B saved it (a block's input and its
+    output, saved by the next block, stay). In backward each block's activations come back
+    while it is recomputed, one block at a time: the peak keeps the largest, so a container
+    is worth what its blocks free less its largest block (one block holding all the
+    activations frees nothing at the peak). A child whose forward the step never called (a
+    ModuleList, called through its items) is no block: wrapping its forward recomputes
+    nothing. None: no module has two such children."""
     freed: dict[str, int] = {}
     for nbytes, creator, packers in records:
         lcp = _common([creator, *packers])
@@ -84,19 +88,23 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
         for k in range(len(parts) + 1):
             name = ".".join(parts[:k])
             freed[name] = freed.get(name, 0) + nbytes
-    best: tuple[int, str, list[str]] | None = None
+    best: tuple[int, int, str, list[str]] | None = None
     children: dict[str, list[str]] = {}
     for name in classes:
         if name:
             children.setdefault(name.rpartition(".")[0], []).append(name)
+    called = {k for k, s in forward_s.items() if s > 0}  # none timed: every one may be
     for parent, kids in children.items():
-        useful = [k for k in kids if freed.get(k, 0) > 0]
+        useful = [k for k in kids if freed.get(k, 0) > 0 and (not called or k in called)]
+        if len(useful) < 2:
+            continue
         total = sum(freed[k] for k in useful)
-        if len(useful) >= 2 and (best is None or total > best[0]):
-            best = (total, parent, useful)
-    if best is None:
+        worth = total - max(freed[k] for k in useful)
+        if best is None or (worth, total) > best[:2]:
+            best = (worth, total, parent, useful)
+    if best is None or best[0] <= 0:
         return None
-    total, parent, useful = best
+    _, total, parent, useful = best
     blocks: list[dict[str, Any]] = [
         {"module": k, "class": classes.get(k), "saved_bytes": freed[k],
          "forward_s": round(forward_s.get(k, 0.0), 6)} for k in useful]

@@ -65,6 +65,39 @@ def test_blocks_found_and_timed():
     assert any(p.get("in_blocks") for p in prof["timeline"]["points"])
 
 
+class _Listed(torch.nn.Module):
+    """The tower's blocks in a ModuleList the forward loops over, under a Sequential stem
+    that holds them all: neither the list (its forward never runs) nor the stem (one block
+    holding every activation frees nothing at the peak) is worth checkpointing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Identity())
+        self.blocks = torch.nn.ModuleList(M.tower(4)[:4])
+        self.head = torch.nn.Linear(128, M.OUT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.stem(x))
+
+
+def test_the_blocks_are_those_whose_forward_runs_one_after_another():
+    """A new user's encoder kept its blocks in a ModuleList: the what-if checkpointed
+    ``["blocks", "norm"]`` (the list's forward is never called), predicted at the peak as it
+    was, where blocks 0-3 cut it by half. The blocks are the list's items; a whole tower
+    as one block (a model of one Sequential and a head) is its blocks, not the tower."""
+    model = _Listed()
+    opt = torch.optim.AdamW(model.parameters())
+    blocks = track_step(model, opt, M.batch(width=128), M.loss).to_json()["blocks"]
+    assert blocks["container"] == "blocks"
+    assert [b["module"] for b in blocks["blocks"]] == [f"blocks.{i}" for i in range(4)]
+    tower = torch.nn.Sequential(M.tower(4)[:4], torch.nn.Linear(128, M.OUT))
+    opt = torch.optim.AdamW(tower.parameters())
+    blocks = track_step(tower, opt, M.batch(width=128), M.loss).to_json()["blocks"]
+    assert blocks["container"] == "0" and len(blocks["blocks"]) == 4
+
+
 def test_a_batch_sliced_from_data_in_memory_counts_as_the_slice():
     """``track_step(model, opt, (X[:64], Y[:64]), fn)``: the tracker counts a tensor by its
     storage, and a slice's storage is the whole of X. A new user's standalone checks were
