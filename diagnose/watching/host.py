@@ -22,6 +22,9 @@ __all__ = ["HostContext", "explain"]
 
 #: seconds of context kept either side of a change
 SPAN = 10
+#: the other processes' use "rose" by at least this many CPUs: above the host sampler's
+#: row-to-row noise (a few hundredths of a CPU); less, the wait is not theirs
+OTHERS_ROSE = 0.1
 
 
 class HostContext:
@@ -90,6 +93,11 @@ def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | Non
     text = "the machine: " + ", ".join(parts) if parts else "the machine: not measured"
     if (None not in cw and before_ms is not None and after_ms is not None
             and after_ms > before_ms and cw[1] - cw[0] >= 0.5 * (after_ms - before_ms)):
-        text += " (most of the change is waiting for CPUs other processes held: the " \
-                "machine's neighbours, not the job)"
+        if None not in oth and oth[1] - oth[0] >= OTHERS_ROSE:
+            text += " (most of the change is waiting for CPUs other processes held: the " \
+                    "machine's neighbours, not the job)"
+        else:  # the others did not take more: the job's own threads, or a slower host
+            text += " (most of the change is waiting for a CPU, while other processes " \
+                    "took no more: the job's own threads or processes, or CPUs that gave " \
+                    "less)"
     return text

@@ -32,6 +32,17 @@ def test_a_change_that_is_mostly_waiting_for_a_cpu_is_the_machine() -> None:
     assert "neighbours" not in explain(h, 1.2, 3.0)  # most of +1.8 ms is the job's own
 
 
+def test_a_wait_while_the_others_took_no_more_is_not_blamed_on_them() -> None:
+    """A new user's CPU-hungry thread inside the job: the loop waited for a CPU, while the
+    other processes kept 0.95 -> 0.82 CPUs busy. Not the neighbours: the line says the
+    others took no more."""
+    h = _context(0.8).around(1000, 2000)
+    assert h is not None
+    h["others_cpus"] = [0.95, 0.82]
+    line = explain(h, 1.2, 1.9)
+    assert "neighbours" not in line and "other processes took no more" in line
+
+
 def test_nothing_is_said_before_a_second_after_the_change() -> None:
     assert _context(0.8).around(1950, 2000) is None
     h = HostContext()
