@@ -158,6 +158,9 @@ class Detector:
         self.spikes: list[Spike] = []
         self.changes = 0
         self._called: float | None = None  # the level the last change was called at
+        # the level before a relearn (the first baseline): a relearnt level that far slower
+        # is a change the rest hid (a slowdown that began while the detector rested)
+        self._before_rest: float | None = None
         self._learning: list[float] = []
         self._need = p.learn
         self._since_refresh = 0
@@ -322,14 +325,21 @@ class Detector:
         on while it settled: a GPU's launch queue filling, a second change): a change from
         that level to this one."""
         called, self._called = self._called, None
+        rest, self._before_rest = self._before_rest, None
         mu = self.mu
+        if called is None and rest is not None and mu is not None and (
+                mu - rest >= self.p.min_change):  # slower only: a faster level is start-up gone
+            called = rest
         if called is None or mu is None or abs(mu - called) < self.p.min_change:
             return None
         self.changes += 1
         return Change(index, index - n + 1, called, mu, self.sigma)
 
     def relearn(self, index: int) -> None:
-        """Forget the baseline: the next ``learn`` values make a new one."""
+        """Forget the baseline: the next ``learn`` values make a new one. Where that one is
+        slower than the one forgotten by ``min_change`` or more, the pace changed while the
+        detector rested: a change (a faster one is the run's start-up gone, not called)."""
+        self._before_rest = self.mu if self._before_rest is None else self._before_rest
         self.mu, self._learning, self._need, self._called = None, [], self.p.learn, None
         self.restart(index)
 

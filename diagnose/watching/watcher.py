@@ -351,10 +351,16 @@ class Watch:
         worse = self._refs[signal].judge(c.before, c.after, c.index, c.sigma)
         if self._refs[signal].waiting is not None:
             self._waiting[signal] = c.start
+            if not worse:  # for the worse: judged again on its relearnt level (then a shift
+                return  # or an alarm), not a shift now
         if worse:
             self._on_alarm(signal, c, step)
             return
-        alarm = self._alarm(signal, c, step, "shift")  # better, or back to the reference
+        self._shift(signal, c, step)
+
+    def _shift(self, signal: str, c: Change, step: int) -> None:
+        """A change for the better, or back to about the reference: recorded, no alarm."""
+        alarm = self._alarm(signal, c, step, "shift")
         self.shifts.append(alarm)
         self.shift_count += 1
         if self._writer is not None:
@@ -385,10 +391,15 @@ class Watch:
                 continue
             del self._waiting[signal]
             before = ref.waiting
-            if before is not None and ref.settled(det.mu, step):
-                index = step if signal in ("step_time", "loader_wait") else \
-                    self._sample_n.get(signal, 0)
-                self._on_alarm(signal, Change(index, start, before, det.mu, det.sigma), step)
+            if before is None:
+                continue
+            index = step if signal in ("step_time", "loader_wait") else \
+                self._sample_n.get(signal, 0)
+            change = Change(index, start, before, det.mu, det.sigma)
+            if ref.settled(det.mu, step):
+                self._on_alarm(signal, change, step)
+            else:  # it settled back to about the reference: a shift, not an alarm
+                self._shift(signal, change, step)
 
     def _raise(self, alarm: Alarm, *, capture: bool, why: str | None = None) -> None:
         with self._lock:

@@ -163,3 +163,28 @@ def test_update_many_calls_what_update_calls_value_by_value(seed: int) -> None:
     assert d.flush_spikes() == ref.flush_spikes()
     assert (d.sp, d.sn, d.sp_zero, d.sn_zero, d.run_up, d.run_dn, d.mu) == \
         (ref.sp, ref.sn, ref.sp_zero, ref.sn_zero, ref.run_up, ref.run_dn, ref.mu)
+
+
+@pytest.mark.parametrize("ratio, called", [(1.3, True), (1 / 1.3, False), (1.03, False)])
+def test_a_slowdown_while_the_detector_relearns_is_still_a_change(ratio: float,
+                                                                  called: bool) -> None:
+    """The watcher relearns its baselines after the baseline capture. A new user slowed
+    the job 75% inside that window and got no alarm: the relearnt level was taken as it
+    came. Now a relearnt level slower than the one forgotten by min_change is a change
+    (from the first level to the new); faster (the run's start-up gone) or within
+    min_change is not."""
+    x = steady(400, seed=3)
+    level = float(np.median(x[:200]))
+    d = Detector()
+    for i, v in enumerate(x[:200].tolist()):
+        assert d.update(v, i) is None
+    d.relearn(200)
+    got = [c for i, v in enumerate(x[200:].tolist(), 200)
+           if (c := d.update(v + math.log(ratio), i)) is not None]
+    if not called:
+        assert got == []
+        return
+    (c,) = got
+    assert c.up and 200 <= c.start <= c.index <= 200 + d.p.learn
+    assert c.before == pytest.approx(level, abs=0.02)
+    assert c.after - c.before == pytest.approx(math.log(ratio), abs=0.05)  # two windows
