@@ -78,7 +78,8 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
         f"{_ms(m.get('step_time_median_ms'))}, p90 {_ms(m.get('step_time_p90_ms'))}")
     probes = m.get("probes_ms_total")
     if window is not None and isinstance(probes, int | float) and probes > 0:
-        window += f"; the session's own timings of the job took {probes / 1e3:.1f} s"
+        took = f"{probes / 1e3:.1f} s" if probes >= 100 else f"{probes:.0f} ms"
+        window += f"; the session's own timings of the job took {took}"
         each = m.get("probes_ms_each")
         if isinstance(each, str) and each:
             window += f" ({each})"

@@ -25,6 +25,10 @@ def test_the_probes_time_is_summed_and_shown_beside_the_profiled_window() -> Non
                        "probes_ms_each": "threads 0.25 s, cpu_capacity 0.10 s"})[1]
     assert each is not None and each.endswith(
         "took 0.4 s (threads 0.25 s, cpu_capacity 0.10 s)")
+    small = step_lines({"step_count": 5, "steps_source": "ProfilerStep",
+                        "step_time_median_ms": 10.0, "step_time_p90_ms": 11.0,
+                        "probes_ms_total": 12.0, "probes_ms_each": "fetches 0.01 s"})[1]
+    assert small is not None and small.endswith("took 12 ms (fetches 0.01 s)")  # not 0.0 s
 
 
 def test_the_headline_says_which_step_the_predictions_start_from() -> None:
