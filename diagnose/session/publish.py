@@ -12,6 +12,7 @@ exception over the user's own.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -158,6 +159,13 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
             return out
     if out.report is None:
         return out
+    as_json = getattr(out.report, "to_json", None)
+    try:  # the report as data beside the page, as a watch capture's (docs/json.md)
+        if callable(as_json):
+            (run_dir / "report.json").write_text(json.dumps(as_json(), default=str),
+                                                 encoding="utf-8")
+    except Exception as e:  # never the user's run: the page and the printed report stand
+        out.notes.append(f"could not write report.json: {_why(e)}")
     # the page people open (report.html next to the trace) and the TensorBoard run, written
     # by a child Python while the report prints, so that their plots' library never joins
     # the training process (diagnose.report.child_writer)

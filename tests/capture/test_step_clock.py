@@ -117,6 +117,9 @@ def test_unprofiled_steps_are_timed_and_lead_the_report(tmp_path: Path, every_pr
     assert "of the profiled window" in text
     html = (d.run_dir / "report.html").read_text()
     assert "median without the profiler" in html
+    # the report as data beside it, as the session returned it
+    data = json.loads((d.run_dir / "report.json").read_text())
+    assert data["step_time"] == st and data["findings"] == d.report.to_json()["findings"]
 
 
 def test_saved_trace_says_times_are_as_profiled() -> None:
