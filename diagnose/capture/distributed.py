@@ -90,6 +90,7 @@ class DistributedCapture:
     session: int = 1
     store: Any = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
+    step_model: Any = field(default=None, repr=False)  # this rank's replay (_measure)
 
     @property
     def worker_name(self) -> str:
@@ -176,6 +177,7 @@ class DistributedCapture:
                 return None
             report = report_from_ranks([str(run_dir)], [own])
             report.notes[:0] = capture_notes(context, report.metrics)
+            self._attach_model(report)
             return with_fix_code(report, context)
 
         if self.world_size == 1:  # captured alone
@@ -233,6 +235,10 @@ class DistributedCapture:
             return None
         path, rank, ms, _declared = _analyze_file(str(traces[-1]), None, whole_steps(context),
                                                   grads_cleared(context))
+        from diagnose.stepmodel import MODEL_TABLE
+
+        # this rank's replay, for its report's step model line (not sent: it is no JSON)
+        self.step_model = ms.tables.pop(MODEL_TABLE, None)
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
         return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
 
@@ -257,7 +263,16 @@ class DistributedCapture:
             return None
         report = report_from_ranks([str(run_dir)], ranks, samples=load_samples(run_dir))
         report.notes[:0] = notes + capture_notes(context, report.metrics)
+        self._attach_model(report)
         return with_fix_code(report, context)
+
+    def _attach_model(self, report: Any) -> None:
+        """This rank's own replay on its report (the step model line; the CLI's analysis of
+        the run folder attaches the rank whose replay is furthest from its step)."""
+        if self.step_model is not None:
+            from diagnose.stepmodel.prediction import attach_models
+
+            attach_models(report, [(self.rank, self.step_model)])
 
 
 def _pack(r: Any) -> dict[str, Any]:

@@ -134,6 +134,7 @@ def test_rank0_prints_one_cross_rank_report_naming_the_straggler(torchrun_run):
     out = torchrun_run["stdout"]
     assert out.count("Findings") == 1, out  # rank 0 prints; rank 1 does not
     assert "Ranks" in out and "yes (input)" in out, out
+    assert "no trace analysed" not in out, out  # rank 0's own replay: its step model line
     assert "Rank 1 is the straggler" in " ".join(out.split()), out
     rep = json.loads((torchrun_run["out"] / "rank0_report.json").read_text())
     assert sorted(r["rank"] for r in rep["ranks"]) == [0, 1]
