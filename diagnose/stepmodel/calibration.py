@@ -125,10 +125,8 @@ LOOP_CONTENTION_WEIGHT = 0.5
 #: A thread timing whose rounds spread more than this (median relative deviation) gives no
 #: prediction that reads it: twice the spread at which the session times the threads again
 #: (``AGAIN_NOISE``, 0.15: what a prediction within 15% can use), so the quieter of two
-#: timings was still that noisy; something else held a CPU while they ran (the corpus'
-#: captures spread at most 0.15, a busy host's 0.86 with one thread 13x "faster" than
-#: two). Too low, a quiet run loses its threads split; too high, a number from a
-#: disturbed timing (11x predicted, 1.0x measured).
+#: timings was still that noisy: something else held a CPU while they ran. Too low, a
+#: quiet run loses its threads split; too high, a disturbed timing gives a number.
 THREADS_NOISE_MAX = 0.30
 
 # ---------------------------------------------------------------- calibrating the replay
