@@ -172,7 +172,9 @@ class StepComparison:
             d = self.diff.to_json()
             out.update(a=d["a"], b=d["b"], interval_pct=d["interval_pct"],
                        confidence=d["confidence"], noise_floor_pct=d["noise_floor_pct"],
-                       shift_pct=d["shift_pct"], method=d["method"])
+                       shift_pct=d["shift_pct"], method=d["method"],
+                       mean_change_pct=d["mean_change_pct"],
+                       mean_interval_pct=d["mean_interval_pct"], by_mean=d["by_mean"])
         return out
 
     def line(self) -> str:
@@ -418,6 +420,8 @@ def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
         which = "A" if not _isnum(st.median_a) else "B"
         raise DiagnoseError(f"--fail-on-regression: run {which} has no median step time "
                             "(no profiled steps)")
+    if st.diff is not None and st.diff.by_mean:  # the verdict is the mean step's
+        change = st.diff.verdict_change_pct
     noisy = st.diff is not None and st.verdict != "worse"
     worse = change > pct and not noisy
     if worse:

@@ -51,14 +51,16 @@ def test_fail_on_regression(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", a, b, "--fail-on-regression", "5"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "within the allowed +5%" in last and "step time as profiled" in last
-    # the other way round the median step is ~39% slower, but 6 steps against 6, one of
-    # them as slow as A's: the interval reaches "no change", so no failure
-    assert main(["compare", b, a, "--fail-on-regression", "5", "--format", "json"]) == 0
+    # the other way round (4 workers -> none) the median step is ~39% slower, but 6 steps
+    # against 6, one of them as slow as A's: the medians' interval reaches "no change"; the
+    # mean step's (+25%) does not, and it is a regression
+    assert main(["compare", b, a, "--fail-on-regression", "5", "--format", "json"]) == 1
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "+39.3%" in lines[0] and "within noise" in lines[0]
+    assert len(lines) == 1 and "+39.3%" in lines[0] and "worse by the mean step" in lines[0]
     doc = json.loads(captured.out)  # stdout stays pure JSON
-    assert doc["regression"]["failed"] is False and doc["step_time"]["verdict"] == "within noise"
+    assert doc["regression"]["failed"] is True and doc["step_time"]["verdict"] == "worse"
+    assert doc["step_time"]["by_mean"] is True and doc["step_time"]["mean_interval_pct"][0] > 5
     assert doc["step_time"]["a"]["steps"] == 6 and doc["step_time"]["interval_pct"][0] < 0
 
 

@@ -92,3 +92,32 @@ def test_bad_input() -> None:
     # non-finite or non-positive times are left out
     d = step_difference([10, float("nan"), -1, 10, 10, 10], [10] * 5)
     assert d.a.n == 4
+
+
+def test_alternating_steps_are_judged_by_their_mean() -> None:
+    # two workers delivering in pairs: 2 ms, 60 ms, ... against steady 2.5 ms steps; the
+    # medians' interval reaches across no change, the pace went 15x slower
+    a = [2.4, 2.6, 2.5, 2.3, 2.7]
+    b = [59.0, 2.3, 64.0, 1.7, 68.0]
+    d = step_difference(a, b)
+    assert d.lo_pct is not None and d.lo_pct < 0 < d.hi_pct  # the medians say nothing
+    assert d.by_mean and d.verdict == "worse"
+    assert d.verdict_change_pct == pytest.approx((np.mean(b) / np.mean(a) - 1) * 100)
+    assert "by the mean step" in d.why() and d.to_json()["by_mean"] is True
+    assert step_difference(b, a).verdict == "better"
+
+
+def test_one_slow_step_does_not_make_a_verdict_by_the_mean() -> None:
+    # a pause in one step of five moves the mean, not the pace: the bootstrap keeps it
+    a = [10.0, 10.2, 9.9, 10.1, 10.0]
+    b = [10.1, 9.8, 10.0, 50.0, 10.2]
+    d = step_difference(a, b)
+    assert not d.by_mean and d.verdict == "within noise"
+
+
+def test_a_mean_far_from_the_median_is_named_beside_it() -> None:
+    a = [27.0, 28.0, 40.0, 1.0, 60.0, 27.5, 1.2, 30.0, 29.0, 45.0, 1.1, 26.0]
+    b = [1.0, 1.1, 0.9, 1.0, 20.0, 1.0, 1.05, 0.95, 18.0, 1.0, 1.0, 1.1]
+    d = step_difference(a, b)
+    assert d.verdict == "better" and not d.by_mean
+    assert "the mean step" in d.why()  # -96% by the medians, about -84% by the means
