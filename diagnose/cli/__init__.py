@@ -11,14 +11,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from .._version import __version__
 from ..errors import DiagnoseError
 from . import analysis, autofix
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with whole option names only (``--fail-on`` is never read as
+    ``--fail-on-regression``) and a usage error in one line, exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="torch-diagnose",
         description="Find why PyTorch training is slow: analyze torch.profiler traces.",
     )

@@ -1,7 +1,8 @@
 """Which format a report is written in: the one ``--format`` names, else the output file's.
 
-``-o report.html`` writes HTML, ``-o report.json`` JSON, ``-o report.txt`` (or any other
-name) text; ``--format`` without ``-o`` picks what goes to stdout. A ``--format`` that
+``-o report.html`` writes HTML, ``-o report.json`` JSON, ``-o report.txt`` (or ``.log``,
+or a name with no extension) text; another extension (``.pdf``) without ``--format`` is
+an error, most likely a typo; ``--format`` without ``-o`` picks what goes to stdout. A ``--format`` that
 contradicts a known extension is an error (one line, exit 2), as is an extension the
 subcommand cannot write. Every report command writes all three; each file written is
 announced in one line on stderr (:func:`wrote`).
@@ -13,9 +14,12 @@ from pathlib import Path
 
 from ..errors import DiagnoseError
 
-#: File extensions that decide the format; any other name is written as text.
+#: File extensions that decide the format; a name without one is written as text.
 EXTENSIONS: dict[str, str] = {".html": "html", ".htm": "html", ".json": "json",
                               ".txt": "text", ".text": "text"}
+#: Extensions that say nothing of the format but read as text: written as text unless
+#: ``--format`` says otherwise. Any other extension without ``--format`` is an error.
+PLAIN = frozenset({".log", ".out"})
 
 
 def format_of(path: str) -> str | None:
@@ -30,6 +34,11 @@ def choose_format(explicit: str | None, output: str | None,
     ``output``'s extension names, else text. Raises DiagnoseError on a contradiction;
     ``said_by`` is how the error names the explicit choice (default ``--format X``)."""
     by_name = format_of(output) if output else None
+    suffix = Path(output).suffix if output else ""
+    if output and by_name is None and suffix and explicit is None \
+            and suffix.lower() not in PLAIN:
+        raise DiagnoseError(f"-o {output}: {suffix} is not a format torch-diagnose writes "
+                            f"(use {', '.join(_ext(a) for a in allowed)})")
     if explicit is not None and by_name is not None and explicit != by_name:
         said = said_by or f"--format {explicit}"
         raise DiagnoseError(f"{said} contradicts the file name {output} (a {by_name} file): "
@@ -52,4 +61,4 @@ def _ext(fmt: str) -> str:
     return {"text": ".txt", "json": ".json", "html": ".html"}[fmt]
 
 
-__all__ = ["EXTENSIONS", "choose_format", "format_of", "wrote"]
+__all__ = ["EXTENSIONS", "PLAIN", "choose_format", "format_of", "wrote"]

@@ -488,3 +488,18 @@ def test_bad_file_in_parallel_read(tmp_path, capsys, monkeypatch, forkable):
     rc, _, err = run_cli(capsys, "analyze", str(tmp_path))
     assert rc == 2
     assert_one_error_line(err, bad)
+
+
+@pytest.mark.parametrize("argv,phrase", [
+    (["analyze", "x.json", "--fail-on", "bogus"], "invalid choice: 'bogus'"),
+    # a whole option name only: --fail-on is analyze's, not compare's --fail-on-regression
+    (["compare", "a.json", "b.json", "--fail-on", "warning"], "unrecognized arguments"),
+    (["bogus"], "invalid choice: 'bogus'"),
+])
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, phrase):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and phrase in lines[0] and "--help" in lines[0], err

@@ -36,6 +36,7 @@ def test_choose_format(explicit: str | None, output: str | None, want: str) -> N
     ("json", "r.html", ("text", "json", "html"), "(a html file)"),
     ("html", "r.txt", ("text", "json", "html"), "drop --format or rename the file"),
     (None, "r.html", ("text", "json"), "writes text or json, not html (use .txt, .json)"),
+    (None, "report.pdf", ("text", "json", "html"), ".pdf is not a format torch-diagnose writes"),
 ])
 def test_choose_format_refuses(explicit: str | None, output: str, allowed: tuple[str, ...],
                                phrase: str) -> None:
