@@ -13,6 +13,8 @@ from typing import Any
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES, Setup, TrainConfig, fix_code
 from .fixes.catalog.memory import peak_prediction
+from .fixes.catalog.workers import NUM_WORKERS
+from .fixes.code import OptimizerSpec
 from .fixes.findings import predict_findings, sort_findings
 from .memory import FIT_MARGIN, memory_section, trace_memory
 from .metrics import compute_all
@@ -188,9 +190,10 @@ def analyze(
     if len(runs) > 1:
         raise DiagnoseError(
             f"{len(runs)} separate runs in {', '.join(str(p) for p in _sources(source))} "
-            f"({'; '.join(', '.join(r.source) for r in runs)}): analyse one at a time, take "
-            "one report per run (analyze_runs), or force ranks of one run (as_ranks=True, "
-            "--as-ranks)")
+            f"({'; '.join(', '.join(r.source) for r in runs)}): pass one of them, e.g. "
+            f"{runs[-1].source[0]} (a tensorboard_trace_handler folder holds a file per "
+            "profiled span); `torch-diagnose analyze` reports each (in Python: analyze_runs); "
+            "files that are the ranks of one job: `analyze --as-ranks` (as_ranks=True)")
     return runs[0]
 
 
@@ -233,6 +236,7 @@ def analyze_runs(
     none = {f: grads_cleared(extras[id(u)][0]) for u in units for f in u.files}
     reads = {Path(r[0]): r for r in _read_all(todo, [steps[f] for f in todo],
                                               [none[f] for f in todo])}
+    units, set_aside = _without_empty(units, reads)
     runs: list[Analysis] = []
     for u in units:
         ctx, smp = extras[id(u)]
@@ -247,7 +251,37 @@ def analyze_runs(
                                        per_rank=not given))
     if len(runs) == 1:
         runs[0].source = [str(s) for s in srcs]
+    for r in runs:
+        r.notes[:0] = set_aside
     return runs
+
+
+#: why a trace with nothing to analyse is set aside (or refused, where it is all there is)
+_EMPTY = ("holds no operators and no device activity (such as the last, partial span "
+          "tensorboard_trace_handler writes as the profiler stops)")
+
+
+def _empty(read: tuple[str, int | None, MetricSet, Declared | None]) -> bool:
+    """A trace that recorded neither a host operator nor device work: a step annotation
+    at most, no step time or finding can come from it."""
+    values = read[2].values
+    return values.get("share_cpu_exec") is None and values.get("has_gpu") is False
+
+
+def _without_empty(units: list[Unit], reads: dict[Path, Any]) -> tuple[list[Unit], list[str]]:
+    """The units without their traces that hold nothing to analyse (:func:`_empty`), and
+    a note naming each; where every trace is such, a DiagnoseError that says so."""
+    empty = [f for f, r in reads.items() if _empty(r)]
+    if not empty:
+        return units, []
+    for u in units:  # in place: the units' extras are keyed by the unit
+        u.files[:] = [f for f in u.files if f not in empty]
+    kept = [u for u in units if u.files]
+    if not kept:
+        raise DiagnoseError(f"{empty[0]}: the trace {_EMPTY}: nothing to analyse" if len(
+            empty) == 1 else f"none of the {len(empty)} traces holds an operator or device "
+            f"activity (e.g. {empty[0].name}): nothing to analyse")
+    return kept, [f"{f.name} set aside: it {_EMPTY}" for f in empty]
 
 
 def _groups(u: Unit, reads: list[tuple[str, int | None, MetricSet, Declared | None]],
@@ -347,6 +381,8 @@ def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
     cfg = loader.config() if loader is not None else TrainConfig()
     if opt is not None:
         cfg = cfg.replace(optimizer_foreach=opt.foreach, optimizer_fused=opt.fused)
+    if loader is None and metrics.get("dataloader_multiprocess") is True:
+        cfg = cfg.replace(num_workers=1)  # at least one: the trace shows worker processes
     fills = metrics.get("zero_grad_fill_ops_per_step")
     if isinstance(fills, int | float) and fills > 0:
         cfg = cfg.replace(zero_grad_set_to_none=False)
@@ -357,13 +393,25 @@ def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
 
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
     """Each finding's fixes as code for the run's own DataLoader and optimizer (from
-    context.json); without a context the fixes' generic templates serve. A fix whose
+    context.json; a saved trace names the optimizer's class and whether the loader has
+    workers); where nothing is known the fixes' generic templates serve. A fix whose
     prediction is for an exact worker count or thread split shows that change (its own
     template writes an expression, ``min(8, CPUs - 1)``, that may be another config)."""
     setup = Setup.from_context(context)
+    named = a.metrics.get("optimizer_step_class")
+    if isinstance(named, str) and "," not in named and (setup is None or setup.optimizer is None):
+        # a trace names the optimizer's class (Optimizer.step#SGD.step), not its arguments
+        setup = Setup(setup.loader if setup is not None else None,
+                      OptimizerSpec(named, args_known=False))
     config = run_config(context, a.metrics)
+    more = (setup is None or setup.loader is None) and a.metrics.get(
+        "dataloader_multiprocess") is True
     for f in a.findings:
-        f.fix_code = fix_code(f.fixes, setup)
+        # the generic template where the run's own objects change nothing in it
+        f.fix_code = {k: v for k, v in fix_code(f.fixes, setup).items()
+                      if v != FIXES[k].code}
+        if more and "num_workers" in f.fixes:  # workers there, their count not known
+            f.fix_code["num_workers"] = NUM_WORKERS.render_more()
         # a predicted fix shows the exact change its prediction is for
         for fid, p in f.predictions.items():
             if isinstance(p, Prediction) and fid in FIXES:

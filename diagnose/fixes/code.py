@@ -195,6 +195,7 @@ class OptimizerSpec:
     args: tuple[tuple[str, Any], ...] = ()
     foreach: bool | None = None
     fused: bool | None = None
+    args_known: bool = True  # False: the class alone is known (a trace names it): "..."
 
     @classmethod
     def from_optimizer(cls, opt: Any) -> OptimizerSpec:
@@ -334,7 +335,7 @@ def optimizer_call(opt: OptimizerSpec | Any | None, *, foreach: bool | None = No
         opt = OptimizerSpec.from_optimizer(opt)
     cls = opt.cls if opt is not None else "AdamW"
     args = ["model.parameters()"]
-    if opt is None:
+    if opt is None or not opt.args_known:
         args.append("...")
     else:
         for k, v in opt.args:

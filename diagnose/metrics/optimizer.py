@@ -15,6 +15,7 @@ from .window import StepWindow
 
 _OPT_STEP = re.compile(r"^Optimizer\.step#")
 _OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
+_OPT_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 _FOREACH = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused_", re.IGNORECASE)
 _DATAPARALLEL = re.compile(r"^(Broadcast|ReduceAddCoalesced|Gather|Scatter)(Backward)?$")
 
@@ -30,6 +31,9 @@ METRICS = (
     Metric("optimizer_kernel_ms_per_step", "ms",
            "Device time of the kernels launched inside optimizer.step(), per step",
            (GPU, RUNTIME, LINKS, OPTIMIZER)),
+    Metric("optimizer_step_class", "name",
+           "The optimizer's class as the trace names its step (Optimizer.step#SGD.step: "
+           "SGD); several, comma-separated", (OPTIMIZER,)),
     Metric("optimizer_uses_foreach", "bool",
            "optimizer.step() runs multi-tensor (foreach/fused) kernels or ops", (OPTIMIZER,)),
     Metric("zero_grad_fill_ops_per_step", "count",
@@ -120,6 +124,9 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None, *,
         "optimizer_kernel_ms_per_step": rnd(_launched_device_us(w, step_spans) / 1e3 / n, 3)
         if has_opt and launched else None,
         "optimizer_uses_foreach": bool((foreach_names & in_opt).any()) if has_opt else None,
+        "optimizer_step_class": ", ".join(sorted(
+            {m.group(1) for s in t.names if (m := _OPT_CLASS.match(s))})) or None
+        if has_opt else None,
     }
     v_zero = v_cost = None
     fills: np.ndarray | None = None

@@ -12,7 +12,7 @@ import pytest
 
 import diagnose.analysis as api_module
 from diagnose import analyze
-from diagnose.analysis import RankResult, _read_all, report_from_ranks
+from diagnose.analysis import RankResult, _read_all, report_from_ranks, with_fix_code
 from diagnose.metrics import CATALOG
 from diagnose.metrics.ranks import RUN_CATALOG, run_metrics
 from diagnose.trace import find_trace_files
@@ -170,7 +170,7 @@ def test_rank0_report_from_gathered_summaries_matches_analyze(tmp_path):
     full = analyze(folder)
     gathered = [RankResult(x.path, x.rank, json.loads(json.dumps(x.metrics)), x.series, x.notes)
                 for x in full.ranks]
-    again = report_from_ranks([str(folder)], gathered)
+    again = with_fix_code(report_from_ranks([str(folder)], gathered), None)  # as rank 0
     assert [f.to_json() for f in again.findings] == [f.to_json() for f in full.findings]
     assert again.metrics == full.metrics
 

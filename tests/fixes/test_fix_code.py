@@ -185,7 +185,12 @@ def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkey
         (f,) = [f for f in report.findings if f.rule == rule_id]
         shown = {x["id"]: x["code"] for x in next(
             j for j in report.to_json()["findings"] if j["rule"] == rule_id)["fixes"]}
-        assert f.fix_code == {} and list(shown) == f.fixes
+        # the generic code, but where the trace names the optimizer's class
+        named = report.metrics.get("optimizer_step_class")
+        assert list(shown) == f.fixes and all(
+            named and f"torch.optim.{named}(model.parameters(), ...)" in code
+            for code in f.fix_code.values()), f.fix_code
+        shown = {k: v for k, v in shown.items() if k not in f.fix_code}
     else:  # ME001 needs a live OOM: what with_fix_code gives a run without context
         fixes = get_rule(rule_id).fixes
         assert fix_code(fixes, None) == {}
@@ -195,7 +200,7 @@ def test_rules_id_shows_exactly_the_code_a_finding_shows(rule_id, capsys, monkey
         starts = [i for i in range(len(how)) if how[i:i + len(block)] == block]
         assert starts, (fid, code, "\n".join(how))
     # and no hand-written copy of it next to it: the rule's own text is prose
-    assert "# before" not in "\n".join(how[:how.index(next(
+    assert not shown or "# before" not in "\n".join(how[:how.index(next(
         line for line in how if line.startswith(f"{next(iter(shown))}: ")))])
 
 
@@ -270,3 +275,36 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     assert code is not None and code.endswith(
         "# also predicted: num_workers=1, intra_op_threads=1 1.40x (within the model's error "
         "of the advice, which leaves the loader the most time between batches)")
+
+
+def test_a_saved_trace_with_workers_is_not_told_it_has_none(tmp_path) -> None:
+    # a saved trace of a multi-process DataLoader that still waits: the worker count is not
+    # known, but it is not 0; the fix asks for more, and worker settings apply
+    import tests.tracebuilder as tb
+    from diagnose.api import analyze as analyze_report
+
+    r = analyze_report(tb.dataloader_bound(workers=2).write(tmp_path / "w.pt.trace.json"))
+    in001 = next(f for f in r.findings if f.rule == "IN001")
+    code = in001.fix_code["num_workers"]
+    assert "num_workers=n)" in code and "num_workers=0" not in code
+    assert any("already has worker processes" in h for h in in001.hints)
+    why = in001.predictions["persistent_workers"]
+    assert isinstance(why, str) and "does not apply" not in why
+    # without workers the generic template stays
+    r0 = analyze_report(tb.dataloader_bound(workers=0).write(tmp_path / "w0.pt.trace.json"))
+    f0 = next(f for f in r0.findings if f.rule == "IN001")
+    assert "num_workers" not in f0.fix_code or "num_workers=n" not in f0.fix_code["num_workers"]
+
+
+def test_a_saved_trace_names_its_optimizer_class_not_its_arguments() -> None:
+    # the real resnet50 trace steps Optimizer.step#SGD.step: the fix says SGD, with "..."
+    # for the arguments the trace does not record, and claims no foreach=False
+    from diagnose.api import analyze as analyze_report
+    from tests.conftest import shared_trace
+
+    r = analyze_report(shared_trace(
+        "kineto/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"))
+    assert r.metrics["optimizer_step_class"] == "SGD"
+    code = next(f for f in r.findings if f.rule == "CF001").fix_code["foreach_optimizer"]
+    before = code.split("# after")[0]
+    assert "torch.optim.SGD(model.parameters(), ...)" in before and "foreach=False" not in before

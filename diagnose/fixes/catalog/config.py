@@ -133,6 +133,9 @@ class ForeachOptimizer(Fix):
         if o is None:
             head += f"\n# {GENERIC_NOTE}"
             before = optimizer_call(None, foreach=False)
+        elif not o.args_known:  # its class from a trace: what it was called with is not known
+            head += f"\n# {GENERIC_NOTE}"
+            before = optimizer_call(o)
         else:
             before = optimizer_call(o, foreach=o.foreach, fused=o.fused)
         return "\n".join([head, before, "# after: a few multi-tensor kernels for all "

@@ -143,6 +143,17 @@ class NumWorkers(_WorkerSearch):
                              "training step", lambda c: c, generic=TrainConfig(),
                              override={"num_workers": SOME_WORKERS})
 
+    @staticmethod
+    def render_more() -> str:
+        """The change for a loader known to have workers, their count not known (a saved
+        trace of a multi-process DataLoader): more of them, up to the usable CPUs."""
+        return "\n".join([
+            "# before: the loader has worker processes (the trace shows them), too few to "
+            "keep up",
+            "loader = DataLoader(dataset, ..., num_workers=n)",
+            "# after: more workers, up to the CPUs this process may use (if n is below it)",
+            f"loader = DataLoader(dataset, ..., num_workers={SOME_WORKERS})"])
+
 
 class NumWorkersCap(_WorkerSearch):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:

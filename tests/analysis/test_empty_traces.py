@@ -1,0 +1,41 @@
+"""Traces that hold nothing to analyse: the last, partial span torch's
+tensorboard_trace_handler writes as the profiler stops (a real one, torch 2.13 on CPU:
+tests/data/cpu/empty_last_span.pt.trace.json: one ProfilerStep annotation, no operator)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import tests.tracebuilder as tb
+from diagnose.analysis import analyze, analyze_runs
+from diagnose.cli import main
+from diagnose.errors import DiagnoseError
+
+EMPTY = Path(__file__).resolve().parents[1] / "data" / "cpu" / "empty_last_span.pt.trace.json"
+
+
+def test_an_empty_span_beside_a_real_one_is_set_aside(tmp_path: Path) -> None:
+    tb.cpu_only().write(tmp_path / "host_1.100.pt.trace.json")
+    shutil.copy(EMPTY, tmp_path / "host_1.200.pt.trace.json")
+    runs = analyze_runs(tmp_path)
+    assert len(runs) == 1  # one run, not two: compare and metrics take the folder
+    assert any("host_1.200.pt.trace.json set aside" in n for n in runs[0].notes)
+    assert runs[0].metrics.get("step_time_median_ms")
+
+
+def test_an_empty_trace_alone_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    with pytest.raises(DiagnoseError, match="no operators and no device activity"):
+        analyze(EMPTY)
+    assert main(["analyze", str(EMPTY)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing to analyse" in err[0]
+
+
+def test_a_healthy_trace_is_not_empty(tmp_path: Path) -> None:
+    for make in (tb.cpu_only, tb.healthy):
+        r = analyze(make().write(tmp_path / f"{make.__name__}.pt.trace.json"))
+        assert not any("set aside" in n for n in r.notes)
