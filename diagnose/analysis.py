@@ -25,6 +25,7 @@ from .metrics.idle import host_ahead
 from .metrics.memory import section_metrics
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
+from .metrics.window import UNEVEN_MEAN_OVER_MEDIAN
 from .result import Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import load_context, load_samples, rank_context
@@ -96,6 +97,9 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
     notes = [n for n in (cap.get("notes") or []) if isinstance(n, str)] if isinstance(
         cap, dict) else []
     r = metrics.get("profiler_overhead_ratio")
+    mean, med = metrics.get("step_time_mean_ms"), metrics.get("step_time_median_ms")
+    even = not (isinstance(mean, int | float) and isinstance(med, int | float)
+                and mean >= UNEVEN_MEAN_OVER_MEDIAN * med)
     if isinstance(r, int | float) and r > OVERHEAD_NOTE_RATIO:
         prof = metrics.get("step_time_profiled_clock_median_ms")
         un = metrics.get("step_time_unprofiled_median_ms")
@@ -105,7 +109,7 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
             f"{ms(prof) if isinstance(prof, int | float) else '?'} profiled, "
             f"{ms(un) if isinstance(un, int | float) else '?'} without it): the step time "
             "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
-            "window (its shares hold up better)")
+            "window" + (" (its shares hold up better)" if even else ""))
     steal = metrics.get("host_steal_frac")
     if isinstance(steal, int | float) and steal >= STEAL_NOTE_FRAC:
         notes.append(

@@ -77,8 +77,8 @@ def analyse(t: Trace, max_steps: int | None = None, *,
 
     values: dict[str, Any] = {}
     series: dict[str, list[float]] = {}
-    notes = list(w.notes)
     v, s = window.window_metrics(w)
+    notes = list(w.notes)
     values.update(v)
     series.update(s)
     dev = device.device_metrics(t)

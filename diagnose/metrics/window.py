@@ -1,7 +1,8 @@
 """The profiled window: which steps count, and the event selections every area shares.
 
 Fractions are of the profiled window: the union of ``ProfilerStep#N`` spans (time between
-two steps does not count), or the whole trace span where it has none. :class:`StepWindow`
+two steps does not count); where the trace has none, the steps its DataLoader's batches
+mark (one batch asked for to the next), else the whole trace span. :class:`StepWindow`
 is computed once per trace and passed to every area module.
 """
 
@@ -15,13 +16,15 @@ import numpy as np
 from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
-from .names import STEP
+from .names import DATALOADER, STEP
 
 #: events per chunk where a per-event pass makes temporaries (bounded memory on large traces)
 CHUNK = 1 << 18
 
 METRICS = (
-    Metric("steps_source", "", "Where the step windows come from: ProfilerStep or whole trace"),
+    Metric("steps_source", "", "Where the step windows come from: ProfilerStep, DataLoader "
+           "batches (no ProfilerStep spans: from one batch asked for to the next) or whole "
+           "trace"),
     Metric("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)"),
     Metric("window_ms", "ms", "Length of the profiled window (sum of the step spans)"),
     Metric("step_time_median_ms", "ms", "Median step time"),
@@ -111,6 +114,15 @@ class StepWindow:
                 idx = idx[:max_steps]
         if len(idx):
             return t.ts[idx], t.end[idx], "ProfilerStep"
+        batches = self._batch_starts()
+        if len(batches) >= 2:
+            if max_steps is not None and len(batches) > max_steps + 1:
+                batches = batches[:max_steps + 1]
+            self.notes.append(
+                f"no ProfilerStep# spans: {len(batches) - 1} step(s) from the DataLoader's "
+                "batches, each from one batch asked for to the next (a trace of a loop with "
+                "prof.step() each step gives the profiler's own steps)")
+            return batches[:-1], batches[1:], "DataLoader batches"
         span = (self.host | self.dev) & (t.kind != Kind.TRACE)
         if not span.any():
             span = np.isfinite(t.ts) & (t.kind != Kind.TRACE)
@@ -118,6 +130,24 @@ class StepWindow:
         hi = float(np.max(t.end[span])) if span.any() else 0.0
         self.notes.append("no ProfilerStep# spans: the whole trace is analysed as one window")
         return np.array([lo]), np.array([hi]), "whole trace"
+
+    def _batch_starts(self) -> np.ndarray:
+        """When the main thread asked its DataLoader for each batch (the starts of the
+        outermost ``enumerate(DataLoader)#...__next__`` spans, in order): a training loop
+        asks for one a step, so where the trace has no ProfilerStep spans (a plain
+        ``export_chrome_trace``) they mark its steps."""
+        t = self.t
+        mask = (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
+                & t.name_mask(lambda n: bool(DATALOADER.match(n))))
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(t.ts[idx], kind="stable")]
+        starts: list[float] = []
+        last_end = -np.inf
+        for i in idx.tolist():  # once per batch (a handful), not per event
+            if t.ts[i] >= last_end - 1e-3:  # outermost only: not one nested in another
+                starts.append(float(t.ts[i]))
+                last_end = float(t.end[i])
+        return np.array(starts)
 
     # ------------------------------------------------------------------ selections
     def sel(self, mask: np.ndarray) -> iv.Intervals:
@@ -174,9 +204,23 @@ class StepWindow:
         return self.host & kind_in(self.t.kind, kinds)
 
 
+#: profiled steps whose mean is this many times their median are uneven enough that the
+#: window's shares speak mostly of the slow ones: a note says so (a note's threshold)
+UNEVEN_MEAN_OVER_MEDIAN = 1.5
+
+
 def window_metrics(w: StepWindow) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    """The METRICS above, and the ``step_ms`` series."""
+    """The METRICS above, and the ``step_ms`` series; a note where the profiled steps are
+    uneven (:data:`UNEVEN_MEAN_OVER_MEDIAN`)."""
     st = (w.step_hi - w.step_lo) / 1e3
+    med = float(np.median(st))
+    if w.n_steps > 2 and med > 0 and float(np.mean(st)) >= UNEVEN_MEAN_OVER_MEDIAN * med:
+        slow = st[st >= 2 * med]
+        w.notes.append(
+            f"the profiled steps are uneven: {len(slow)} of {w.n_steps} took "
+            f"{float(slow.min()):,.1f}-{float(slow.max()):,.1f} ms against a median of "
+            f"{med:,.1f} ms (a pause, a busy host, an epoch's start): the window's shares and "
+            "milliseconds weigh those steps most")
     v: dict[str, Any] = {
         "steps_source": w.source,
         "step_count": w.n_steps,
