@@ -157,16 +157,29 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         f.hints.append(f"{named} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
                        f"{p.step_ms:.1f} ms), slower: not offered as the fix")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
-    # do not help but others it cannot tell remain (unpredicted, a bound, or a range whose
-    # fast end helps: fixing it could save that time), the rule's own estimate stands
+    # do not help but others it cannot tell remain (unpredicted, a bound), the rule's own
+    # estimate stands; where a range's fast end helps (fixing it could save that time), the
+    # rule's estimate capped by what that end saves. A hint says which
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
     open_ = [x for x, p in preds.items() if x not in off and (
         (p.at_least or _reach(p) >= HELPS) if isinstance(p, Prediction)
         else not p.startswith(AT_MOST))]
     if points:
         best = max(points, key=lambda p: p.speedup)
+        untold = [x for x in open_ if not isinstance(q := preds[x], Prediction) or q.at_least]
         if best.speedup >= HELPS or not open_:
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
+        elif untold:  # the rule's estimate stands beside a prediction that does not reach it
+            f.hints.append(f"the time at stake is the rule's own estimate: the best "
+                           f"prediction is {best.speedup:.2f}x, but the model cannot tell "
+                           f"what {', '.join(untold)} would give")
+        else:  # a range reaches a gain: at most the rule's estimate, at most what it saves
+            reach = max(_reach(preds[x]) for x in open_)
+            own = f.estimated_gain
+            if own is None or 1 - 1 / reach < own:
+                f.take_gain(1 - 1 / reach)
+            f.hints.append(f"the time at stake is at most what the fast end of a range saves "
+                           f"({reach:.2f}x), beside a best prediction of {best.speedup:.2f}x")
     elif not open_ and (most := [_most(p) for p in preds.values() if isinstance(p, str)
                                  and p.startswith(AT_MOST)]):
         f.take_gain(max(0.0, 1 - 1 / max(most)))  # the most any fix could do: too little

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..fixes import FIXES
+from ..fixes.findings import offered
 from ..metrics import CATALOG
 from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
@@ -90,12 +91,17 @@ def _evidence(f: Finding) -> Markup:
 
 
 def _fixes(f: Finding) -> Markup | None:
-    known = [FIXES[x] for x in f.fixes if x in FIXES]
+    """The finding's fixes, those the text offers first (:func:`offered`: none predicted
+    slower, none that does not apply), the rest after them, marked "not offered"."""
+    shown = offered(f)
+    known = [FIXES[x] for x in [*shown, *(x for x in f.fixes if x not in shown)]
+             if x in FIXES]
     if not known:
         return None
     items = []
     for i, fix in enumerate(known):
-        label = "try first: " if i == 0 and len(known) > 1 else ""
+        label = ("not offered: " if fix.id not in shown else
+                 "try first: " if i == 0 and len(known) > 1 else "")
         items.append(el("details",
                         el("summary", label, fix.title, " ",
                            el("span", fix_line(f, fix.id), class_="muted")
@@ -104,7 +110,7 @@ def _fixes(f: Finding) -> Markup | None:
                            if fix.auto else None),
                         el("pre", el("code", f.fix_code.get(fix.id, fix.code),
                                       class_="language-python")),
-                        open=i == 0, class_="fix", data_fix=fix.id))
+                        open=i == 0 and fix.id in shown, class_="fix", data_fix=fix.id))
     return text(el("h4", "Fix" if len(known) == 1 else f"Fixes ({len(known)})"), items)
 
 

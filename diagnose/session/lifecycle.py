@@ -15,6 +15,7 @@ session's own becomes a note.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import shutil
@@ -206,9 +207,12 @@ class Session:
 
         Needs ``diagnose(model, loader, optimizer=opt, loss_fn=fn)`` (or ``step_fn=``).
         Uses this session's report when the ``with`` block already ran, else captures a
-        baseline itself. Keyword arguments go to :func:`diagnose.autofix.autofix`; returns its
+        baseline itself (its run folder under this session's ``out_dir`` where one was given). Keyword arguments go to :func:`diagnose.autofix.autofix`; returns its
         AutofixReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
         kwargs.setdefault("report", self.report)
+        if self.out_dir is not None:  # a baseline it captures goes where this session's would
+            kwargs.setdefault("capture", functools.partial(capture_baseline,
+                                                           out_dir=self.out_dir))
         return autofix(self.model, self.loader, self.optimizer, loss_fn=self.loss_fn,
                        step_fn=self.step_fn, **kwargs)
 

@@ -17,10 +17,11 @@ class _Finding:
     fixes: list[str]
     hints: list[str] = field(default_factory=list)
     predictions: dict[str, Any] = field(default_factory=dict)
-    gain: float | None = None
+    gain: float | None = None  # taken from a prediction; None: the rule's own stands
+    estimated_gain: float | None = 0.2  # the rule's own estimate
 
     def take_gain(self, g: float) -> None:
-        self.gain = g
+        self.gain = self.estimated_gain = g
 
 
 def _p(change: dict[str, Any], speedup: float) -> Prediction:
@@ -85,12 +86,19 @@ def test_a_fix_that_may_not_help_does_not_lead_a_tie() -> None:
 
 def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     """The best point does not help, but a range's fast end does: fixing it could save time,
-    so the rule's own estimate stands (no grade taken from the point); where every range
-    stays short of a gain, the best point's saving is the time at stake."""
+    so the rule's own estimate stands (no grade taken from the point), capped by what that
+    fast end saves; where every range stays short of a gain, the best point's saving is the
+    time at stake."""
     maybe = Prediction({"num_workers": 2}, 10 / 0.95, 0.95, (10 / 1.9, 10 / 0.5), 10.0)
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": maybe}, [])
-    assert f.gain is None
+    assert f.gain is None  # the fast end saves 47%: the rule's 20% stands
+    # a range whose fast end saves less than the rule's estimate caps it
+    short = Prediction({"num_workers": 2}, 10 / 0.97, 0.97, (10 / 1.07, 10 / 0.9), 10.0)
+    f = _Finding(["num_workers"], estimated_gain=0.35)
+    _order(f, {"num_workers": short}, [])
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.07)) < 1e-9
+    assert any("fast end of a range saves (1.07x)" in h for h in f.hints)
     none = Prediction({"num_workers": 2}, 10 / 1.005, 1.005, (10 / 1.01, 10 / 0.99), 10.0)
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": none}, [])
