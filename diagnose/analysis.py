@@ -39,6 +39,7 @@ from .trace.grouping import (
     declared_rank,
     group_folder,
     group_loose,
+    newest_span,
     split_units,
 )
 from .trace.parallel import BrokenProcessPool, fork_pool
@@ -187,10 +188,20 @@ def analyze(
     as_ranks: bool = False,
 ) -> Analysis:
     """Analyze trace files (a file, a folder, a run folder, or several) that hold one run
-    into an Analysis; sources holding several runs raise a DiagnoseError that says so
-    (:func:`analyze_runs` gives one Analysis per run)."""
+    into an Analysis; the profiled spans of one process (a tensorboard_trace_handler
+    folder) give their newest, with a note; sources holding several runs raise a
+    DiagnoseError that says so (:func:`analyze_runs` gives one Analysis per run)."""
     runs = analyze_runs(source, context=context, samples=samples, extra_rules=extra_rules,
                         rules=rules, as_ranks=as_ranks)
+    newest = newest_span([s for r in runs for s in r.source]) if len(runs) > 1 and all(
+        len(r.source) == 1 for r in runs) else None
+    if newest is not None:  # a process's profiled spans: its latest steps
+        run = next(r for r in runs if Path(r.source[0]) == newest)
+        run.notes.insert(0, f"{len(runs)} profiled spans of one process "
+                            f"(tensorboard_trace_handler's files): the newest, {newest.name}, "
+                            "is the one analysed (`torch-diagnose analyze` reports each)")
+        run.source = [str(s) for s in _sources(source)]
+        return run
     if len(runs) > 1:
         raise DiagnoseError(
             f"{len(runs)} separate runs in {', '.join(str(p) for p in _sources(source))} "

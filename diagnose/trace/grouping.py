@@ -19,6 +19,7 @@ match the number of files, are analysed as separate runs, each with a note sayin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,21 @@ from .columns import Trace
 
 #: rank and world size that a trace's distributedInfo declares, when they agree
 Declared = tuple[int, int]
+
+#: the name torch's ``tensorboard_trace_handler`` gives each profiled span of a process:
+#: ``<worker name>.<time in ns>.pt.trace.json[.gz]`` (the worker name: host_pid)
+_SPAN = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{6,})\.pt\.trace\.json(?:\.gz)?$")
+
+
+def newest_span(files: Sequence[str | Path]) -> Path | None:
+    """Of two or more files that are the profiled spans of one process (one worker name
+    in tensorboard_trace_handler's file names, distinct stamps), the newest; None where
+    they are not such spans (ranks of a job have a worker name each)."""
+    keys = [_SPAN.match(Path(f).name) for f in files]
+    if len(files) < 2 or not all(keys) or len({k.group("worker") for k in keys if k}) != 1:
+        return None
+    return Path(max(zip(keys, files, strict=True), key=lambda kf: int(kf[0].group("stamp"))
+                    if kf[0] else 0)[1])
 
 
 def declared_rank(t: Trace) -> Declared | None:

@@ -39,3 +39,20 @@ def test_a_healthy_trace_is_not_empty(tmp_path: Path) -> None:
     for make in (tb.cpu_only, tb.healthy):
         r = analyze(make().write(tmp_path / f"{make.__name__}.pt.trace.json"))
         assert not any("set aside" in n for n in r.notes)
+
+
+def test_a_processs_spans_give_the_newest(tmp_path: Path) -> None:
+    # schedule(..., repeat=2) with tensorboard_trace_handler: a file per span of one process
+    tb.cpu_only(steps=3).write(tmp_path / "host_1.1796010318984130581.pt.trace.json")
+    tb.cpu_only(steps=5).write(tmp_path / "host_1.1796010319000823646.pt.trace.json")
+    r = analyze(tmp_path)
+    assert r.metrics["step_count"] == 5 and r.source == [str(tmp_path)]
+    assert r.notes[0].startswith("2 profiled spans of one process")
+    assert len(analyze_runs(tmp_path)) == 2  # `analyze DIR` still reports each
+
+
+def test_two_processes_are_not_spans(tmp_path: Path) -> None:
+    tb.cpu_only(steps=3).write(tmp_path / "host_1.1796010318984130581.pt.trace.json")
+    tb.cpu_only(steps=5).write(tmp_path / "host_2.1796010319000823646.pt.trace.json")
+    with pytest.raises(DiagnoseError, match="2 separate runs"):
+        analyze(tmp_path)
