@@ -26,6 +26,18 @@ class TraceError(DiagnoseError):
         return (type(self), (self.path, self.problem))
 
 
+class TraceNotFound(TraceError, FileNotFoundError):
+    """No file or folder at the path given: a TraceError, and a FileNotFoundError for code
+    that catches the standard one."""
+
+    def __init__(self, path: object, problem: str = "no such file or folder") -> None:
+        TraceError.__init__(self, path, problem)
+        self.filename = str(path)
+
+    def __str__(self) -> str:  # OSError's own would read "[Errno None] None: ..."
+        return f"{self.path}: {self.problem}"
+
+
 class RuleError(DiagnoseError):
     """A rule file or rule expression is invalid, or a rule id is unknown."""
 

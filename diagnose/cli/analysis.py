@@ -141,7 +141,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         t.add_column(col)
     for k, v in report.metrics.items():
         unit, doc = CATALOG.get(k, ("", ""))
-        t.add_row(k, "None" if v is None else str(v), unit, doc)
+        t.add_row(k, "n/a" if v is None else str(v), unit, doc)
     make_console().print(t)
     return 0
 

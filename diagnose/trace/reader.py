@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from ..errors import TraceError
+from ..errors import TraceError, TraceNotFound
 from ..values import usable_cpus
 from .columns import Trace
 from .decode import decode, max_bytes, read_bytes
@@ -40,7 +40,7 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if not p.exists():
-            raise TraceError(p, "no such file or folder")
+            raise TraceNotFound(p)
         if p.is_file():
             found.append(p)
             continue

@@ -56,3 +56,15 @@ def test_two_processes_are_not_spans(tmp_path: Path) -> None:
     tb.cpu_only(steps=5).write(tmp_path / "host_2.1796010319000823646.pt.trace.json")
     with pytest.raises(DiagnoseError, match="2 separate runs"):
         analyze(tmp_path)
+
+
+def test_a_missing_path_is_a_file_not_found_error(tmp_path: Path) -> None:
+    import pickle
+
+    from diagnose.errors import TraceError
+
+    with pytest.raises(FileNotFoundError) as e:
+        analyze(tmp_path / "nope.json")
+    assert isinstance(e.value, TraceError) and str(e.value).endswith("nope.json: no such "
+                                                                      "file or folder")
+    assert str(pickle.loads(pickle.dumps(e.value))) == str(e.value)
