@@ -21,7 +21,7 @@ Before them, the step tracked in place during the loop becomes the ``memory`` se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from diagnose.capture.probes import (
@@ -73,14 +73,17 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     forward: ForwardTimer | None, batch: Any, on_error: OnError,
                     clock: Mapping[str, Any] | None = None,
                     budget: ProbeBudget | None = None,
-                    worker_pids: Iterable[int] = ()) -> None:
+                    worker_pids: Iterable[int] = (),
+                    others: Sequence[tuple[Any, Any]] = ()) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
     step clock (``capture.step_clock``: what the loop waited on, so what no prediction
     needs; None: every probe may be needed). ``budget``: by default
     :meth:`~diagnose.capture.probes.budget.ProbeBudget.of_capture`. The loader's workers
-    still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`)."""
+    still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`).
+    ``others``: the loop's other models with the first inputs each got, whose work the
+    thread timing takes with the first model's."""
     if budget is None:
         budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock))
     pids = list(worker_pids)
@@ -100,7 +103,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if workers:
         _time_handover(ctx, batch, budget, on_error)
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
-        _time_threads(ctx, model, forward, budget, on_error)  # contention)
+        _time_threads(ctx, model, forward, budget, on_error, others)  # contention)
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
@@ -119,7 +122,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if forward is not None and ctx.get("threads"):
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         again = _guard("thread timing", on_error, lambda: budget.run(
-            "threads", lambda: time_threads(model, forward.inputs), again=not noisy))
+            "threads", lambda: time_threads(model, forward.inputs, others),
+            again=not noisy))
         ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
         ctx["threads"] = quieter_threads(ctx["threads"], again)
     if loaded and caps:
@@ -130,12 +134,14 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
 
 
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
-                  budget: ProbeBudget, on_error: OnError) -> None:
+                  budget: ProbeBudget, on_error: OnError,
+                  others: Sequence[tuple[Any, Any]] = ()) -> None:
     """The model's work on torch's threads and on one (``threads``), and beside busy
     processes in the same rounds (``threads_busy``: what busy workers cost torch's threads,
     for the workers' predictions)."""
     got = _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads_and_busy(model, forward.inputs, usable_cpus())))
+        "threads", lambda: time_threads_and_busy(model, forward.inputs, usable_cpus(),
+                                                 others)))
     ctx["threads"], busy = got if got is not None else (None, None)
     if ctx["threads"]:
         ctx["threads_busy"] = busy

@@ -465,6 +465,8 @@ class Session:
         did not raise; the forward's inputs and the first batch are let go either way."""
         hooks = self._hooks
         fwd = hooks.forward if hooks is not None else None
+        others = [(t.model, t.inputs) for t in (hooks.timers[1:] if hooks is not None else [])
+                  if t.inputs is not None]
         if hooks is not None:
             hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
@@ -475,7 +477,7 @@ class Session:
             time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
                             loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=self._steps.clock(),
-                            worker_pids=self.worker_pids)
+                            worker_pids=self.worker_pids, others=others)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

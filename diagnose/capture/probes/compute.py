@@ -4,7 +4,8 @@ threads and on one thread.
 In the loop, :class:`ForwardTimer` times every forward call with a pair of module hooks
 (the clock's ``forward_ms`` column): the forward as the job runs it, beside its workers and
 whatever else holds the CPUs. After the loop, :func:`time_threads` runs the first batch the
-model saw alone, alternately on torch's threads and on one thread, and where the job has
+model saw alone (each model its own, where the loop has several: :func:`models_work`),
+alternately on torch's threads and on one thread, and where the job has
 a DataLoader (:func:`time_threads_and_busy`), on torch's threads beside busy processes
 (:mod:`.contention`) in the same rounds, so that the work alone is timed once for both.
 The model follows Amdahl: ``work_1thread_ms / work_ms`` is what one thread costs the
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from .common import (
@@ -154,18 +155,43 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
         torch.set_rng_state(rng)
 
 
+@contextmanager
+def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S
+                ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
+    """:func:`model_work` of several models (a GAN's generator and discriminator, each on
+    the first inputs its forward got), as one work: each model's forward with its
+    backward in turn, one idle spell before them all; the forward callable their forwards'
+    sum. One model: its own :func:`model_work`."""
+    if len(pairs) == 1:
+        with model_work(*pairs[0], idle_s=idle_s) as got:
+            yield got
+        return
+    with ExitStack() as stack:
+        each = [stack.enter_context(model_work(m, x, idle_s=0.0)) for m, x in pairs]
+
+        def work() -> float:
+            if idle_s:
+                time.sleep(idle_s)
+            return sum(w() for _, w in each)
+
+        yield (lambda: sum(f() for f, _ in each)), work
+
+
 @timed("threads")
-def time_threads(model: Any, inputs: Inputs | None) -> dict[str, Any] | None:
+def time_threads(model: Any, inputs: Inputs | None,
+                 others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
     torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
     forward), and the forward with its backward (``work_ms``, ``work_1thread_ms``), as
-    :func:`model_work` runs them (nothing of the run changes). None where it does not apply (no inputs, a GPU model, one thread
-    already)."""
-    return _rounds(model, inputs, None)[0]
+    :func:`model_work` runs them (nothing of the run changes); ``others``: the loop's other
+    models with their first inputs, timed in the same work (:func:`models_work`). None
+    where it does not apply (no inputs, a GPU model, one thread already)."""
+    return _rounds(model, inputs, None, others)[0]
 
 
-def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
+def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None,
+                          others: Sequence[tuple[Any, Inputs]] = ()
                           ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """:func:`time_threads`, and in the same rounds the work on torch's threads beside
     processes that keep a CPU busy each (:mod:`.contention`): one more of them than the
@@ -176,7 +202,7 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
     t0 = time.perf_counter()
     threads, busy, busy_s = None, None, 0.0
     try:
-        threads, busy, busy_s = _rounds(model, inputs, cpus)
+        threads, busy, busy_s = _rounds(model, inputs, cpus, others)
     finally:
         if busy_s > 0:
             charge("threads_busy", busy_s)
@@ -184,7 +210,8 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None
     return threads, busy
 
 
-def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
+def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
+            others: Sequence[tuple[Any, Inputs]] = ()
             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
     """(:func:`time_threads`' timing, :func:`time_threads_and_busy`'s busy one, the seconds
     spent on the busy processes and the work beside them). A round: the work on torch's
@@ -198,11 +225,13 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
     n = torch.get_num_threads()
     if n < 2:
         return None, None, 0.0
+    pairs = [(model, inputs), *((m, x) for m, x in others
+                                if m is not model and x is not None and on_cpu(m))]
     left = busy_left(n, cpus)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
     beside: dict[int, list[float]] = {} if left is None else {e: [] for e in BUSY_EXCESS}
     spare = left or 0  # the CPUs torch's threads leave (the busy sets run beyond them)
-    backward = any(p.requires_grad for p in model.parameters())
+    backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
     busy_s, procs = 0.0, []
     try:
         if beside:
@@ -211,7 +240,7 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
             busy_s += time.perf_counter() - b0
         start = time.perf_counter()
         limit = ROUNDS_S + (BUSY_S if beside else 0.0)
-        with model_work(model, inputs) as (forward, work):
+        with models_work(pairs) as (forward, work):
             for k in range(MAX_ROUNDS + 1):
                 more = [v for e, v in beside.items() if len(v) < BUSY_MAX_ROUNDS]
                 if k > ROUNDS and (time.perf_counter() - start > limit or out_of_time()
@@ -245,7 +274,7 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None
             busy_s += time.perf_counter() - b0
     if not times["work"]:
         return None, None, busy_s
-    out: dict[str, Any] = {"torch_threads": n, "backward": backward}
+    out: dict[str, Any] = {"torch_threads": n, "backward": backward, "models": len(pairs)}
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     out["rounds"], out["noise"] = len(times["work"]), median_noise(*times.values())

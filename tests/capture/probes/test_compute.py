@@ -9,6 +9,7 @@ from torch import nn
 
 from diagnose.capture.probes.compute import (
     ForwardTimer,
+    models_work,
     quieter_threads,
     threads_ratio_span,
     time_threads,
@@ -103,3 +104,41 @@ def test_the_loops_forward_is_set_beside_the_quiet_one_only_one_call_a_step():
     assert cpu_metrics({"threads": th}, two).get("forward_contention") is None
     assert cpu_metrics({"threads": th}, {"forward_unprofiled_ms": 6.0}).get(
         "forward_contention") is None
+
+
+
+class _Sleepy(nn.Module):
+    """A forward that sleeps ``s`` seconds: a known lower bound of its time."""
+
+    def __init__(self, s: float) -> None:
+        super().__init__()
+        self.s, self.w = s, nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        time.sleep(self.s)
+        return x @ self.w
+
+
+def test_several_models_are_timed_as_one_work():
+    """A GAN's generator and discriminator: the work runs both models' forward and
+    backward, so the thread timing covers all the step's model ops, not the first model's."""
+    a, b = _Sleepy(0.01), _Sleepy(0.02)
+    x = ((torch.ones(2, 4),), {})
+    with models_work([(a, x), (b, x)], idle_s=0.0) as (forward, work):
+        took = work()
+        assert took >= 0.03 and forward() >= 0.03
+    with models_work([(a, x)], idle_s=0.0) as (forward, work):
+        assert 0.01 <= work() < took
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_thread_timing_takes_the_other_models_and_leaves_them_as_they_were():
+    g, d = _model(), _model()
+    x = torch.randn(16, 32)
+    bufs = [b.clone() for b in d.buffers()]
+    out = time_threads(g, ((x,), {}), others=[(d, ((x,), {}))])
+    assert out is not None and out["models"] == 2
+    assert all(torch.equal(b, s) for b, s in zip(d.buffers(), bufs, strict=True))
+    assert time_threads(g, ((x,), {}))["models"] == 1
