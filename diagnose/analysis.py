@@ -266,6 +266,12 @@ def analyze_runs(
                                        per_rank=not given))
     if len(runs) == 1:
         runs[0].source = [str(s) for s in srcs]
+    else:  # a run that is all of one folder given is named by the folder, as it is alone
+        for d in (s for s in srcs if s.is_dir()):
+            inside = {str(f) for f in files if d in f.parents}
+            for r in runs:
+                if inside and set(r.source) == inside:
+                    r.source = [str(d)]
     for r in runs:
         r.notes[:0] = set_aside
     return runs

@@ -68,3 +68,13 @@ def test_a_missing_path_is_a_file_not_found_error(tmp_path: Path) -> None:
     assert isinstance(e.value, TraceError) and str(e.value).endswith("nope.json: no such "
                                                                       "file or folder")
     assert str(pickle.loads(pickle.dumps(e.value))) == str(e.value)
+
+
+def test_a_folder_that_is_one_run_is_named_by_the_folder(tmp_path: Path) -> None:
+    # given beside another source, a folder holding one run keeps its name (as it does
+    # alone), so its TensorBoard run is named alike whatever else was given
+    (tmp_path / "h2").mkdir()
+    tb.cpu_only().write(tmp_path / "h2" / "host_1.100.pt.trace.json")
+    other = tb.cpu_only(steps=3).write(tmp_path / "other.pt.trace.json")
+    runs = analyze_runs([other, tmp_path / "h2"])
+    assert [r.source for r in runs] == [[str(other)], [str(tmp_path / "h2")]]
