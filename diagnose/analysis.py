@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DiagnoseError, TraceError
-from .fixes import FIXES, Setup, TrainConfig, fix_code
+from .fixes import FIXES
 from .fixes.catalog.memory import peak_prediction
-from .fixes.catalog.workers import NUM_WORKERS
-from .fixes.code import OptimizerSpec
 from .fixes.findings import predict_findings, sort_findings
+from .fixes.for_run import code_for_run, run_config
 from .memory import FIT_MARGIN, memory_section, trace_memory
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
@@ -26,11 +25,11 @@ from .metrics.memory import section_metrics
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
 from .metrics.window import UNEVEN_MEAN_OVER_MEDIAN
-from .result import Analysis, RankResult
+from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import load_context, load_samples, rank_context
 from .stepmodel import MODEL_TABLE, step_model
-from .stepmodel.prediction import Prediction, attach_models
+from .stepmodel.prediction import attach_models
 from .trace import find_trace_files, read_trace
 from .trace.grouping import (
     Declared,
@@ -39,7 +38,7 @@ from .trace.grouping import (
     declared_rank,
     group_folder,
     group_loose,
-    newest_span,
+    process_spans,
     split_units,
 )
 from .trace.parallel import BrokenProcessPool, fork_pool
@@ -189,17 +188,20 @@ def analyze(
 ) -> Analysis:
     """Analyze trace files (a file, a folder, a run folder, or several) that hold one run
     into an Analysis; the profiled spans of one process (a tensorboard_trace_handler
-    folder) give their newest, with a note; sources holding several runs raise a
+    folder) give the newest of those with the most steps, with a note; sources holding several runs raise a
     DiagnoseError that says so (:func:`analyze_runs` gives one Analysis per run)."""
     runs = analyze_runs(source, context=context, samples=samples, extra_rules=extra_rules,
                         rules=rules, as_ranks=as_ranks)
-    newest = newest_span([s for r in runs for s in r.source]) if len(runs) > 1 and all(
+    spans = process_spans([s for r in runs for s in r.source]) if len(runs) > 1 and all(
         len(r.source) == 1 for r in runs) else None
-    if newest is not None:  # a process's profiled spans: its latest steps
-        run = next(r for r in runs if Path(r.source[0]) == newest)
-        run.notes.insert(0, f"{len(runs)} profiled spans of one process "
-                            f"(tensorboard_trace_handler's files): the newest, {newest.name}, "
-                            "is the one analysed (`torch-diagnose analyze` reports each)")
+    if spans is not None:  # a process's profiled spans: the one with most steps, the newest
+        order = {p: i for i, p in enumerate(spans)}
+        run = max(runs, key=lambda r: (_steps(r), order[Path(r.source[0])]))
+        run.notes.insert(0, f"{len(runs)} {SPANS_NOTE} "
+                            f"(tensorboard_trace_handler's files): "
+                            f"{Path(run.source[0]).name}, the newest of those with the most "
+                            "steps, is the one analysed (`torch-diagnose analyze` reports "
+                            "each)")
         run.source = [str(s) for s in _sources(source)]
         return run
     if len(runs) > 1:
@@ -210,6 +212,11 @@ def analyze(
             "profiled span); `torch-diagnose analyze` reports each (in Python: analyze_runs); "
             "files that are the ranks of one job: `analyze --as-ranks` (as_ranks=True)")
     return runs[0]
+
+
+def _steps(r: Analysis) -> int:
+    n = r.metrics.get("step_count")
+    return n if isinstance(n, int) else 0
 
 
 def _sources(source: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -302,7 +309,7 @@ def _without_empty(units: list[Unit], reads: dict[Path, Any]) -> tuple[list[Unit
         raise DiagnoseError(f"{empty[0]}: the trace {_EMPTY}: nothing to analyse" if len(
             empty) == 1 else f"none of the {len(empty)} traces holds an operator or device "
             f"activity (e.g. {empty[0].name}): nothing to analyse")
-    return kept, [f"{f.name} set aside: it {_EMPTY}" for f in empty]
+    return kept, [f"{f.name}{SET_ASIDE_NOTE}it {_EMPTY}" for f in empty]
 
 
 def _groups(u: Unit, reads: list[tuple[str, int | None, MetricSet, Declared | None]],
@@ -392,53 +399,10 @@ def _memory(context: dict | None, trace: dict[str, Any] | None, values: dict[str
     return sec
 
 
-def run_config(context: dict | None, metrics: dict[str, Any]) -> TrainConfig:
-    """The run's own settings, as autofix would start from them: its DataLoader and
-    optimizer (context.json), and what the trace shows of its step (gradients zeroed by
-    fills, a foreach optimizer); torch's defaults where nothing is known."""
-    setup = Setup.from_context(context)
-    loader = setup.loader if setup is not None else None
-    opt = setup.optimizer if setup is not None else None
-    cfg = loader.config() if loader is not None else TrainConfig()
-    if opt is not None:
-        cfg = cfg.replace(optimizer_foreach=opt.foreach, optimizer_fused=opt.fused)
-    if loader is None and metrics.get("dataloader_multiprocess") is True:
-        cfg = cfg.replace(num_workers=1)  # at least one: the trace shows worker processes
-    fills = metrics.get("zero_grad_fill_ops_per_step")
-    if isinstance(fills, int | float) and fills > 0:
-        cfg = cfg.replace(zero_grad_set_to_none=False)
-    if metrics.get("optimizer_uses_foreach") is False and not cfg.optimizer_fused:
-        cfg = cfg.replace(optimizer_foreach=False)
-    return cfg
-
-
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
-    """Each finding's fixes as code for the run's own DataLoader and optimizer (from
-    context.json; a saved trace names the optimizer's class and whether the loader has
-    workers); where nothing is known the fixes' generic templates serve. A fix whose
-    prediction is for an exact worker count or thread split shows that change (its own
-    template writes an expression, ``min(8, CPUs - 1)``, that may be another config)."""
-    setup = Setup.from_context(context)
-    named = a.metrics.get("optimizer_step_class")
-    if isinstance(named, str) and "," not in named and (setup is None or setup.optimizer is None):
-        # a trace names the optimizer's class (Optimizer.step#SGD.step), not its arguments
-        setup = Setup(setup.loader if setup is not None else None,
-                      OptimizerSpec(named, args_known=False))
-    config = run_config(context, a.metrics)
-    more = (setup is None or setup.loader is None) and a.metrics.get(
-        "dataloader_multiprocess") is True
-    for f in a.findings:
-        # the generic template where the run's own objects change nothing in it
-        f.fix_code = {k: v for k, v in fix_code(f.fixes, setup).items()
-                      if v != FIXES[k].code}
-        if more and "num_workers" in f.fixes:  # workers there, their count not known
-            f.fix_code["num_workers"] = NUM_WORKERS.render_more()
-        # a predicted fix shows the exact change its prediction is for
-        for fid, p in f.predictions.items():
-            if isinstance(p, Prediction) and fid in FIXES:
-                code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
-                if code is not None:
-                    f.fix_code[fid] = code
+    """Each finding's fixes as code for the run (:func:`diagnose.fixes.for_run.code_for_run`:
+    its own DataLoader and optimizer, from context.json or what a saved trace shows)."""
+    code_for_run(a.findings, a.metrics, context)
     return a
 
 

@@ -42,6 +42,12 @@ class RankResult:
                 "series": self.series, "tables": self.tables}
 
 
+#: how the notes that say which files were read begin or run: a process's spans, of which
+#: one was analysed; a trace with nothing to analyse set aside (diagnose/analysis.py)
+SPANS_NOTE = "profiled spans of one process"
+SET_ASIDE_NOTE = " set aside: "
+
+
 @dataclass
 class Analysis:
     """What analysis found: metrics, findings (worst first), rules not evaluated, notes.
@@ -67,6 +73,11 @@ class Analysis:
     # where the step's bytes go and what a change does to its peak (diagnose/memory):
     # JSON memory, None where the run recorded no memory
     memory: dict[str, Any] | None = None
+
+    def source_notes(self) -> list[str]:
+        """The notes that say which of the given files were read (a span of several, a
+        trace set aside): what a command that shows no notes still says."""
+        return [n for n in self.notes if SPANS_NOTE in n or SET_ASIDE_NOTE in n]
 
     def worst(self) -> str | None:
         if not self.findings:
@@ -174,6 +185,13 @@ class Runs:
         return [f for r in self.runs for f in r.at_least(severity)]
 
     def summary(self) -> str:
+        from .trace.grouping import process_spans
+
+        if all(len(r.source) == 1 for r in self.runs) and process_spans(
+                [r.source[0] for r in self.runs]):
+            return (f"{len(self.runs)} {SPANS_NOTE} (tensorboard_trace_handler's files), one "
+                    "report each; compare, metrics and diagnose.analyze() take the newest of "
+                    "those with the most steps")
         return (f"{len(self.runs)} separate runs, one report each: files are ranks of one run "
                 "only when they say so (distributedInfo rank and world size, or a capture's "
                 "run folder); --as-ranks forces rank-less files into one run")

@@ -130,6 +130,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from ..metrics import CATALOG
 
     report = analyze(args.paths)
+    for n in report.source_notes():  # which files were read: stderr, stdout stays the table
+        print(f"note: {n}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps({"metrics": report.metrics,
                           "ranks": [r.to_json() for r in report.ranks]}, indent=2, default=str))

@@ -2,7 +2,8 @@
 
 Fractions are of the profiled window: the union of ``ProfilerStep#N`` spans (time between
 two steps does not count); where the trace has none, the steps its DataLoader's batches
-mark (one batch asked for to the next), else the whole trace span. :class:`StepWindow`
+mark (one batch asked for to the next), else its optimizer's steps (one step's end to the
+next), else the whole trace span. :class:`StepWindow`
 is computed once per trace and passed to every area module.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
+from ..trace.steps import step_indices
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
 from .names import DATALOADER, STEP
@@ -23,7 +25,8 @@ CHUNK = 1 << 18
 
 METRICS = (
     Metric("steps_source", "", "Where the step windows come from: ProfilerStep, DataLoader "
-           "batches (no ProfilerStep spans: from one batch asked for to the next) or whole "
+           "batches (no ProfilerStep spans: from one batch asked for to the next), optimizer "
+           "steps (nor a DataLoader: from one optimizer.step()'s end to the next) or whole "
            "trace"),
     Metric("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)"),
     Metric("window_ms", "ms", "Length of the profiled window (sum of the step spans)"),
@@ -97,39 +100,61 @@ class StepWindow:
         t = self.t
         is_step = (t.name_mask(lambda n: bool(STEP.match(n))) & self.host
                    & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP]))
-        idx = np.flatnonzero(is_step)
-        idx = idx[np.argsort(t.ts[idx], kind="stable")]
-        if len(idx):
-            # drop repeated or nested step spans: keep those starting after the last kept one ended
-            keep: list[int] = []
-            last_end = -np.inf
-            for i in idx.tolist():  # once per step (a handful), not per event
-                if t.ts[i] >= last_end - 1e-3 and t.dur[i] > 0:
-                    keep.append(i)
-                    last_end = t.end[i]
-            idx = np.array(keep, dtype=np.int64)
-            if max_steps is not None and len(idx) > max_steps:
-                self.notes.append(f"{len(idx) - max_steps} ProfilerStep span(s) after the "
-                                  f"{max_steps} whole step(s) left out (the loop ended)")
-                idx = idx[:max_steps]
+        keep, cut, hollow = step_indices(t, is_step, self.host, max_steps)
+        idx = np.array(keep, dtype=np.int64)
+        if hollow:
+            self.notes.append("the last ProfilerStep span holds no operator (the profiler "
+                              "stopped as that step began): left out")
+        if cut:
+            self.notes.append(f"{cut} ProfilerStep span(s) after the {max_steps} whole "
+                              "step(s) left out (the loop ended)")
         if len(idx):
             return t.ts[idx], t.end[idx], "ProfilerStep"
         batches = self._batch_starts()
-        if len(batches) >= 2:
-            if max_steps is not None and len(batches) > max_steps + 1:
-                batches = batches[:max_steps + 1]
-            self.notes.append(
-                f"no ProfilerStep# spans: {len(batches) - 1} step(s) from the DataLoader's "
-                "batches, each from one batch asked for to the next (a trace of a loop with "
-                "prof.step() each step gives the profiler's own steps)")
-            return batches[:-1], batches[1:], "DataLoader batches"
+        marks, source, said = (
+            (batches, "DataLoader batches", "no ProfilerStep# spans: {n} step(s) from the "
+             "DataLoader's batches, each from one batch asked for to the next")
+            if len(batches) >= 2 else
+            (self._optimizer_ends(), "optimizer steps", "no ProfilerStep# spans and no "
+             "DataLoader: {n} step(s) from the optimizer's steps, each from one "
+             "optimizer.step()'s end to the next's (a loop with several optimizers ends a "
+             "step at each: its own step is that many of these)"))
+        if len(marks) >= 2:
+            if max_steps is not None and len(marks) > max_steps + 1:
+                marks = marks[:max_steps + 1]
+            self.notes.append(said.format(n=len(marks) - 1) + "; a profiler with a schedule "
+                              "and prof.step() each step records its own steps")
+            return marks[:-1], marks[1:], source
         span = (self.host | self.dev) & (t.kind != Kind.TRACE)
         if not span.any():
             span = np.isfinite(t.ts) & (t.kind != Kind.TRACE)
         lo = float(np.min(t.ts[span])) if span.any() else 0.0
         hi = float(np.max(t.end[span])) if span.any() else 0.0
-        self.notes.append("no ProfilerStep# spans: the whole trace is analysed as one window")
+        self.notes.append("no ProfilerStep# spans and no DataLoader: the whole trace is "
+                          "analysed as one window (a profiler with a schedule and prof.step() "
+                          "each step records its steps)")
         return np.array([lo]), np.array([hi]), "whole trace"
+
+    def _optimizer_ends(self) -> np.ndarray:
+        """When each outermost ``Optimizer.step#`` span on the main thread ended, in order:
+        a loop's step ends with its optimizer's step."""
+        t = self.t
+        mask = (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
+                & t.name_mask(lambda n: n.startswith("Optimizer.step#")))
+        return np.array(self._outermost(mask, ends=True))
+
+    def _outermost(self, mask: np.ndarray, ends: bool = False) -> list[float]:
+        """The starts (``ends``: the ends) of the outermost spans among ``mask``, in order."""
+        t = self.t
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(t.ts[idx], kind="stable")]
+        out: list[float] = []
+        last_end = -np.inf
+        for i in idx.tolist():  # once per step (a handful), not per event
+            if t.ts[i] >= last_end - 1e-3:  # outermost only: not one nested in another
+                out.append(float(t.end[i] if ends else t.ts[i]))
+                last_end = float(t.end[i])
+        return out
 
     def _batch_starts(self) -> np.ndarray:
         """When the main thread asked its DataLoader for each batch (the starts of the
@@ -139,15 +164,7 @@ class StepWindow:
         t = self.t
         mask = (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
                 & t.name_mask(lambda n: bool(DATALOADER.match(n))))
-        idx = np.flatnonzero(mask)
-        idx = idx[np.argsort(t.ts[idx], kind="stable")]
-        starts: list[float] = []
-        last_end = -np.inf
-        for i in idx.tolist():  # once per batch (a handful), not per event
-            if t.ts[i] >= last_end - 1e-3:  # outermost only: not one nested in another
-                starts.append(float(t.ts[i]))
-                last_end = float(t.end[i])
-        return np.array(starts)
+        return np.array(self._outermost(mask))
 
     # ------------------------------------------------------------------ selections
     def sel(self, mask: np.ndarray) -> iv.Intervals:

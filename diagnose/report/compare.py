@@ -188,8 +188,8 @@ class StepComparison:
         if self.diff is None:
             return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
                 ": no per-step times, no interval"
-        return (f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {self.diff.verdict}"
-                f"{self.diff.why()}")
+        said = self.diff.verdict if self.diff.lo_pct is not None else "cannot tell"
+        return f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {said}{self.diff.why()}"
 
 
 def _series(r: Analysis, name: str) -> list[float]:
@@ -262,8 +262,10 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "a": {"source": self.a.source, "ranks": len(self.a.ranks)},
-            "b": {"source": self.b.source, "ranks": len(self.b.ranks)},
+            "a": {"source": self.a.source, "ranks": len(self.a.ranks),
+                  "notes": self.a.source_notes()},
+            "b": {"source": self.b.source, "ranks": len(self.b.ranks),
+                  "notes": self.b.source_notes()},
             "metrics": [m.to_json() for m in self.metrics],
             "findings": {s: [f.to_json() for f in self.by_status(s)]
                          for s in ("resolved", "still", "new", "not_evaluated")},
@@ -356,8 +358,10 @@ def renderables(c: Comparison) -> list[Any]:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column(overflow="fold")
-    head.add_row("A", Text(", ".join(c.a.source)))
-    head.add_row("B", Text(", ".join(c.b.source)))
+    for who, run in (("A", c.a), ("B", c.b)):
+        head.add_row(who, Text(", ".join(run.source)))
+        for n in run.source_notes():  # which of its files were read
+            head.add_row("", Text(n, style="dim"))
     if c.step is not None:
         style = {"better": "green", "worse": "red"}.get(c.step.verdict or "", "")
         head.add_row("step", Text(c.step.line(), style=style))
@@ -420,6 +424,10 @@ def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:
         which = "A" if not _isnum(st.median_a) else "B"
         raise DiagnoseError(f"--fail-on-regression: run {which} has no median step time "
                             "(no profiled steps)")
+    if st.diff is not None and st.diff.lo_pct is None and change > pct:
+        raise DiagnoseError(
+            f"--fail-on-regression: {st.line()}; too few steps to tell a regression from "
+            "noise: capture 4 or more profiled steps in each run")
     if st.diff is not None and st.diff.by_mean:  # the verdict is the mean step's
         change = st.diff.verdict_change_pct
     noisy = st.diff is not None and st.verdict != "worse"

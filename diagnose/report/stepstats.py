@@ -198,7 +198,8 @@ def step_difference(a_ms: Sequence[float], b_ms: Sequence[float], *,
         lo, hi = _pct(d[k - 1]), _pct(d[len(d) - k])
     sa, sb = spread(a), spread(b)
     assert sa.mean is not None and sb.mean is not None
-    means = mean_interval(a, b, confidence)
+    # too few steps for the medians' interval are too few for a bootstrap of the means too
+    means = mean_interval(a, b, confidence) if k is not None else None
     return StepDiff(sa, sb, (sb.median / sa.median - 1) * 100, _pct(float(np.median(d))),
                     lo, hi, confidence, floor_pct, (sb.mean / sa.mean - 1) * 100,
                     *(means or (None, None)))

@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from ..trace import HOST_KINDS, Kind, Trace
+from ..trace.steps import step_indices
 
 WINDOW_STEPS = 3  # replay at most this many consecutive steps, around the median one
 
@@ -22,15 +23,7 @@ def step_spans(t: Trace, max_steps: int | None = None) -> tuple[np.ndarray, int,
     main_pid = int(np.argmax(np.bincount(t.pid_id[host], minlength=len(t.pids))))
     is_step = (t.name_mask(lambda n: bool(_STEP.match(n))) & host & (t.pid_id == main_pid)
                & np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)]))
-    idx = np.flatnonzero(is_step)
-    idx = idx[np.argsort(t.ts[idx], kind="stable")]
-    keep, last_end = [], -np.inf
-    for i in idx.tolist():  # once per step
-        if t.ts[i] >= last_end - 1e-3 and t.dur[i] > 0:
-            keep.append(i)
-            last_end = t.end[i]
-    if max_steps is not None:
-        keep = keep[:max_steps]
+    keep, _, _ = step_indices(t, is_step, host & (t.pid_id == main_pid), max_steps)
     if not keep:
         return "no ProfilerStep# ranges: no step to model"
     steps = np.array(keep, np.int64)

@@ -36,15 +36,15 @@ Declared = tuple[int, int]
 _SPAN = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{6,})\.pt\.trace\.json(?:\.gz)?$")
 
 
-def newest_span(files: Sequence[str | Path]) -> Path | None:
-    """Of two or more files that are the profiled spans of one process (one worker name
-    in tensorboard_trace_handler's file names, distinct stamps), the newest; None where
+def process_spans(files: Sequence[str | Path]) -> list[Path] | None:
+    """Two or more files that are the profiled spans of one process (one worker name in
+    tensorboard_trace_handler's file names, distinct stamps), oldest first; None where
     they are not such spans (ranks of a job have a worker name each)."""
     keys = [_SPAN.match(Path(f).name) for f in files]
     if len(files) < 2 or not all(keys) or len({k.group("worker") for k in keys if k}) != 1:
         return None
-    return Path(max(zip(keys, files, strict=True), key=lambda kf: int(kf[0].group("stamp"))
-                    if kf[0] else 0)[1])
+    return [Path(f) for _, f in sorted(zip(keys, files, strict=True),
+                                        key=lambda kf: int(kf[0].group("stamp")) if kf[0] else 0)]
 
 
 def declared_rank(t: Trace) -> Declared | None:
@@ -173,6 +173,10 @@ def group_loose(files: list[Path], decl: list[Declared | None], ranks: list[int 
     if not files:
         return []
     if as_ranks and len(files) > 1:
+        if process_spans(files):
+            raise DiagnoseError(f"--as-ranks: {files[0].parent} holds the profiled spans of "
+                                "one process (tensorboard_trace_handler's files), not ranks "
+                                "of a job: analyse them without --as-ranks")
         return [_forced(files, decl)]
     out: dict[int, list[Group]] = {}  # index of a group's first file -> its run(s)
     pools: dict[int, dict[int, Declared]] = {}  # world size -> {file index: declared}

@@ -78,3 +78,28 @@ def test_a_folder_that_is_one_run_is_named_by_the_folder(tmp_path: Path) -> None
     other = tb.cpu_only(steps=3).write(tmp_path / "other.pt.trace.json")
     runs = analyze_runs([other, tmp_path / "h2"])
     assert [r.source for r in runs] == [[str(other)], [str(tmp_path / "h2")]]
+
+
+def test_a_last_step_without_an_operator_is_no_step() -> None:
+    # a real span that ends as the profiler stops: ProfilerStep#12 (2.2 ms of a loop's
+    # work) and a #13 stub of 14 us holding no operator, which halved the median
+    stub = EMPTY.parent / "stub_last_step.pt.trace.json"
+    r = analyze(stub)
+    assert r.metrics["step_count"] == 1 and r.metrics["step_time_median_ms"] > 2.0
+    assert any("holds no operator" in n for n in r.notes)
+
+
+def test_the_span_with_most_steps_is_taken(tmp_path: Path) -> None:
+    tb.cpu_only(steps=5).write(tmp_path / "host_1.1796010318984130581.pt.trace.json")
+    tb.cpu_only(steps=2).write(tmp_path / "host_1.1796010319000823646.pt.trace.json")
+    r = analyze(tmp_path)
+    assert r.metrics["step_count"] == 5 and "1796010318984130581" in r.notes[0]
+
+
+def test_spans_are_not_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tb.cpu_only(steps=3).write(tmp_path / "host_1.1796010318984130581.pt.trace.json")
+    tb.cpu_only(steps=5).write(tmp_path / "host_1.1796010319000823646.pt.trace.json")
+    assert main(["analyze", str(tmp_path), "--as-ranks"]) == 2
+    assert "not ranks" in capsys.readouterr().err
+    assert main(["metrics", str(tmp_path)]) == 0
+    assert "note: 2 profiled spans of one process" in capsys.readouterr().err

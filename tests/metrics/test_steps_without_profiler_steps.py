@@ -12,12 +12,14 @@ import tests.tracebuilder as tb
 from diagnose.analysis import analyze
 
 
-def _loop(with_loader: bool, steps: int = 6) -> tb.TraceBuilder:
+def _loop(with_loader: bool, steps: int = 6, optimizer: bool = False) -> tb.TraceBuilder:
     b = tb.TraceBuilder(device=None)
     for _ in range(steps):  # no `with b.step()`: no ProfilerStep span
         if with_loader:
             b.dataloader(1000.0)
         b.cpu(3000.0, "aten::addmm")
+        if optimizer:
+            b.optimizer_step(kernels=5)
         b.idle(50.0)
     return b
 
@@ -34,6 +36,16 @@ def test_steps_from_the_dataloaders_batches(tmp_path: Path) -> None:
 def test_no_loader_no_steps_is_one_window(tmp_path: Path) -> None:
     r = analyze(_loop(False).write(tmp_path / "y.json"))
     assert r.metrics["steps_source"] == "whole trace" and r.metrics["step_count"] == 1
+
+
+def test_steps_from_the_optimizers_steps_without_a_loader(tmp_path: Path) -> None:
+    # a loop over batches built by hand: each optimizer.step() ends a step
+    r = analyze(_loop(False, optimizer=True).write(tmp_path / "z.json"))
+    m = r.metrics
+    assert m["steps_source"] == "optimizer steps" and m["step_count"] == 5
+    one = analyze(_loop(False, steps=1, optimizer=True).write(tmp_path / "one.json"))
+    assert one.metrics["steps_source"] == "whole trace"  # one step's end: no step between
+    assert m["step_time_median_ms"] > 3.0  # the 3 ms op and the optimizer's own time
 
 
 def test_uneven_profiled_steps_are_noted(tmp_path: Path) -> None:

@@ -262,3 +262,15 @@ def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
                            "again on a quieter host")
     worse, line = regression_line(c, 5.0)
     assert line.endswith(f"({c.step.note})")
+
+
+def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # 2 steps a run give no interval: a +150% change is not passed as "within noise"
+    fast = tb.healthy(steps=2).write(tmp_path / "fast.pt.trace.json.gz")
+    slow = tb.dataloader_bound(steps=2, share=0.6).write(tmp_path / "slow.pt.trace.json.gz")
+    assert main(["compare", str(fast), str(slow), "--fail-on-regression", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "too few steps to tell a regression" in err and "cannot tell" in err
+    assert main(["compare", str(fast), str(slow)]) == 0
+    assert "cannot tell" in capsys.readouterr().out

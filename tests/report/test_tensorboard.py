@@ -376,16 +376,21 @@ def test_amd_trace_plugin_steps_match_ours_after_adaptation(tmp_path: Path) -> N
     src = shared_trace(AMD)
     ours = analyze(src).metrics
 
+    # the trace's last ProfilerStep is a 49 us stub holding nothing (the profiler stopped
+    # as it began): ours leaves it out (and says so), the plugin counts it
+    hollow = int(any("holds no operator" in n for n in analyze(src).notes))
+
     def plugin(doc: Any) -> tuple[int, float]:
         d = RunProfileData.from_json("w", 1, doc)
-        return len(d.steps_costs), d.avg_costs.costs[ProfileRole.Total] / 1e3
+        kept = d.steps_costs[:len(d.steps_costs) - hollow]
+        return len(d.steps_costs), sum(c.costs[ProfileRole.Total] for c in kept) / len(kept) / 1e3
 
     raw_steps, _ = plugin(load(src))
     c = adapt_trace(src, tmp_path, "amd.1.pt.trace.json.gz")
     steps, mean_ms = plugin(load(c.path))
     assert c.gpu_step_events >= 1
-    assert raw_steps > ours["step_count"]
-    assert steps == ours["step_count"]
+    assert raw_steps > ours["step_count"] + hollow
+    assert steps == ours["step_count"] + hollow
     assert mean_ms == pytest.approx(ours["step_time_mean_ms"], rel=0.02)
 
 

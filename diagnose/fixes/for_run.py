@@ -1,0 +1,66 @@
+"""Each finding's fixes as code for the run: its own DataLoader and optimizer where
+context.json knows them; where only a saved trace speaks, what it shows (the optimizer's
+class from ``Optimizer.step#SGD.step``, a loader with worker processes); else the fixes'
+generic templates. A fix whose prediction is for an exact worker count or thread split
+shows that change (its own template writes an expression, ``min(8, CPUs - 1)``, that may
+be another config)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..stepmodel.prediction import Prediction
+from . import FIXES
+from .catalog.workers import NUM_WORKERS
+from .code import OptimizerSpec, Setup
+from .config import TrainConfig
+
+
+def run_config(context: dict | None, metrics: Mapping[str, Any]) -> TrainConfig:
+    """The run's own settings, as autofix would start from them: its DataLoader and
+    optimizer (context.json), and what the trace shows of its step (gradients zeroed by
+    fills, a foreach optimizer); torch's defaults where nothing is known."""
+    setup = Setup.from_context(context)
+    loader = setup.loader if setup is not None else None
+    opt = setup.optimizer if setup is not None else None
+    cfg = loader.config() if loader is not None else TrainConfig()
+    if opt is not None:
+        cfg = cfg.replace(optimizer_foreach=opt.foreach, optimizer_fused=opt.fused)
+    if loader is None and metrics.get("dataloader_multiprocess") is True:
+        cfg = cfg.replace(num_workers=1)  # at least one: the trace shows worker processes
+    fills = metrics.get("zero_grad_fill_ops_per_step")
+    if isinstance(fills, int | float) and fills > 0:
+        cfg = cfg.replace(zero_grad_set_to_none=False)
+    if metrics.get("optimizer_uses_foreach") is False and not cfg.optimizer_fused:
+        cfg = cfg.replace(optimizer_foreach=False)
+    return cfg
+
+
+def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
+                 context: dict | None) -> None:
+    """Set each finding's ``fix_code`` (see the module doc): only the fixes whose code the
+    run's own objects change; the rest keep their generic template."""
+    fixes = FIXES
+    setup = Setup.from_context(context)
+    named = metrics.get("optimizer_step_class")
+    if isinstance(named, str) and "," not in named and (setup is None or setup.optimizer is None):
+        # a trace names the optimizer's class (Optimizer.step#SGD.step), not its arguments
+        setup = Setup(setup.loader if setup is not None else None,
+                      OptimizerSpec(named, args_known=False))
+    config = run_config(context, metrics)
+    more = (setup is None or setup.loader is None) and metrics.get(
+        "dataloader_multiprocess") is True
+    for f in findings:
+        # the generic template where the run's own objects change nothing in it
+        known = {} if setup is None else {i: fixes[i].code_for(setup) for i in f.fixes
+                                          if i in fixes}
+        f.fix_code = {k: v for k, v in known.items() if v != fixes[k].code}
+        if more and "num_workers" in f.fixes:  # workers there, their count not known
+            f.fix_code["num_workers"] = NUM_WORKERS.render_more()
+        # a predicted fix shows the exact change its prediction is for
+        for fid, p in f.predictions.items():
+            if isinstance(p, Prediction) and fid in fixes:
+                code = fixes[fid].code_for_change(setup, config, p.change, p.candidates)
+                if code is not None:
+                    f.fix_code[fid] = code
