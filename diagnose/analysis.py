@@ -188,8 +188,9 @@ def analyze(
 ) -> Analysis:
     """Analyze trace files (a file, a folder, a run folder, or several) that hold one run
     into an Analysis; the profiled spans of one process (a tensorboard_trace_handler
-    folder) give the newest of those with the most steps, with a note; sources holding several runs raise a
-    DiagnoseError that says so (:func:`analyze_runs` gives one Analysis per run)."""
+    folder) give the newest of those with the most steps, with a note; sources holding
+    several runs raise a DiagnoseError that says so (:func:`analyze_runs` gives one
+    Analysis per run)."""
     runs = analyze_runs(source, context=context, samples=samples, extra_rules=extra_rules,
                         rules=rules, as_ranks=as_ranks)
     spans = process_spans([s for r in runs for s in r.source]) if len(runs) > 1 and all(

@@ -41,7 +41,6 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
                  context: dict | None) -> None:
     """Set each finding's ``fix_code`` (see the module doc): only the fixes whose code the
     run's own objects change; the rest keep their generic template."""
-    fixes = FIXES
     setup = Setup.from_context(context)
     named = metrics.get("optimizer_step_class")
     if isinstance(named, str) and "," not in named and (setup is None or setup.optimizer is None):
@@ -53,14 +52,14 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
         "dataloader_multiprocess") is True
     for f in findings:
         # the generic template where the run's own objects change nothing in it
-        known = {} if setup is None else {i: fixes[i].code_for(setup) for i in f.fixes
-                                          if i in fixes}
-        f.fix_code = {k: v for k, v in known.items() if v != fixes[k].code}
+        known = {} if setup is None else {i: FIXES[i].code_for(setup) for i in f.fixes
+                                          if i in FIXES}
+        f.fix_code = {k: v for k, v in known.items() if v != FIXES[k].code}
         if more and "num_workers" in f.fixes:  # workers there, their count not known
             f.fix_code["num_workers"] = NUM_WORKERS.render_more()
         # a predicted fix shows the exact change its prediction is for
         for fid, p in f.predictions.items():
-            if isinstance(p, Prediction) and fid in fixes:
-                code = fixes[fid].code_for_change(setup, config, p.change, p.candidates)
+            if isinstance(p, Prediction) and fid in FIXES:
+                code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
                 if code is not None:
                     f.fix_code[fid] = code

@@ -6,6 +6,7 @@ import re
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#")
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 SYNC_RUNTIME = frozenset(
     {
         "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",

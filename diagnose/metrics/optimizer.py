@@ -10,10 +10,9 @@ import numpy as np
 from ..trace import Kind
 from . import intervals as iv
 from .declare import GPU, HOST_OPS, LINKS, OPTIMIZER, RUNTIME, ZERO_GRAD, Metric, rnd
-from .names import LAUNCH, STEP
+from .names import LAUNCH, OPTIMIZER_STEP, STEP
 from .window import StepWindow
 
-_OPT_STEP = re.compile(r"^Optimizer\.step#")
 _OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
 _OPT_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 _FOREACH = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused_", re.IGNORECASE)
@@ -107,7 +106,7 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None, *,
     t = w.t
     n, W, gpu = w.n_steps, w.W, w.has_gpu
     hostish = w.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
-    step_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_STEP.match(s)))))
+    step_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(OPTIMIZER_STEP.match(s)))))
     zero_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_ZERO.match(s)))))
     launch = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda s: s in LAUNCH)
     has_opt = len(step_spans[0]) > 0

@@ -9,16 +9,17 @@ is computed once per trace and passed to every area module.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
-from ..trace.steps import step_indices
+from ..trace.steps import outermost, step_indices
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
-from .names import DATALOADER, STEP
+from .names import DATALOADER, OPTIMIZER_STEP, STEP
 
 #: events per chunk where a per-event pass makes temporaries (bounded memory on large traces)
 CHUNK = 1 << 18
@@ -138,33 +139,21 @@ class StepWindow:
     def _optimizer_ends(self) -> np.ndarray:
         """When each outermost ``Optimizer.step#`` span on the main thread ended, in order:
         a loop's step ends with its optimizer's step."""
-        t = self.t
-        mask = (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
-                & t.name_mask(lambda n: n.startswith("Optimizer.step#")))
-        return np.array(self._outermost(mask, ends=True))
-
-    def _outermost(self, mask: np.ndarray, ends: bool = False) -> list[float]:
-        """The starts (``ends``: the ends) of the outermost spans among ``mask``, in order."""
-        t = self.t
-        idx = np.flatnonzero(mask)
-        idx = idx[np.argsort(t.ts[idx], kind="stable")]
-        out: list[float] = []
-        last_end = -np.inf
-        for i in idx.tolist():  # once per step (a handful), not per event
-            if t.ts[i] >= last_end - 1e-3:  # outermost only: not one nested in another
-                out.append(float(t.end[i] if ends else t.ts[i]))
-                last_end = float(t.end[i])
-        return out
+        idx = outermost(self.t, self._named(OPTIMIZER_STEP))
+        return self.t.ts[idx] + self.t.dur[idx]
 
     def _batch_starts(self) -> np.ndarray:
         """When the main thread asked its DataLoader for each batch (the starts of the
         outermost ``enumerate(DataLoader)#...__next__`` spans, in order): a training loop
         asks for one a step, so where the trace has no ProfilerStep spans (a plain
         ``export_chrome_trace``) they mark its steps."""
+        return self.t.ts[outermost(self.t, self._named(DATALOADER))]
+
+    def _named(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """The main process's annotations and operators whose name matches ``pattern``."""
         t = self.t
-        mask = (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
-                & t.name_mask(lambda n: bool(DATALOADER.match(n))))
-        return np.array(self._outermost(mask))
+        return (self.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
+                & t.name_mask(lambda n: bool(pattern.match(n))))
 
     # ------------------------------------------------------------------ selections
     def sel(self, mask: np.ndarray) -> iv.Intervals:

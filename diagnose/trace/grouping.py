@@ -41,7 +41,8 @@ def process_spans(files: Sequence[str | Path]) -> list[Path] | None:
     tensorboard_trace_handler's file names, distinct stamps), oldest first; None where
     they are not such spans (ranks of a job have a worker name each)."""
     keys = [_SPAN.match(Path(f).name) for f in files]
-    if len(files) < 2 or not all(keys) or len({k.group("worker") for k in keys if k}) != 1:
+    if len(files) < 2 or not all(keys) or len({k.group("worker") for k in keys if k}) != 1 \
+            or len({k.group("stamp") for k in keys if k}) != len(files):
         return None
     return [Path(f) for _, f in sorted(zip(keys, files, strict=True),
                                         key=lambda kf: int(kf[0].group("stamp")) if kf[0] else 0)]

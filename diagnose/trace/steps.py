@@ -1,13 +1,27 @@
 """Which ``ProfilerStep#N`` spans of a trace are steps: the outermost ones, in order, and
-not a last one that holds no operator nor device work (the profiler stopped as that step began: with
-``tensorboard_trace_handler`` the last span of a loop that ends mid-cycle holds such a
-stub, a few microseconds long, which would count as a step)."""
+not a last one that holds neither an operator nor device work (the profiler stopped as
+that step began: the last span of a loop that ends mid-cycle holds such a stub, a few
+microseconds long, which would count as a step)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .columns import DEVICE_KINDS, Kind, Trace, kind_in
+
+
+def outermost(t: Trace, mask: np.ndarray) -> list[int]:
+    """The indices of the spans among ``mask`` that lie in no other of them, by start:
+    each starts after the last one kept has ended (a repeated or nested span goes)."""
+    idx = np.flatnonzero(mask)
+    idx = idx[np.argsort(t.ts[idx], kind="stable")]
+    keep: list[int] = []
+    last_end = -np.inf
+    for i in idx.tolist():  # once per span (one a step), not per event
+        if t.ts[i] >= last_end - 1e-3:
+            keep.append(i)
+            last_end = t.end[i]
+    return keep
 
 
 def step_indices(t: Trace, is_step: np.ndarray, host: np.ndarray,
@@ -17,14 +31,7 @@ def step_indices(t: Trace, is_step: np.ndarray, host: np.ndarray,
     capture says); and whether a hollow last one was left out (where none were).
     ``host``: the main process's host events, among which a step's operators are looked
     for."""
-    idx = np.flatnonzero(is_step)
-    idx = idx[np.argsort(t.ts[idx], kind="stable")]
-    keep: list[int] = []
-    last_end = -np.inf
-    for i in idx.tolist():  # once per step (a handful), not per event
-        if t.ts[i] >= last_end - 1e-3 and t.dur[i] > 0:
-            keep.append(i)
-            last_end = t.end[i]
+    keep = outermost(t, is_step & (t.dur > 0))
     if max_steps is not None and len(keep) > max_steps:
         return keep[:max_steps], len(keep) - max_steps, False
     if len(keep) < 2:
