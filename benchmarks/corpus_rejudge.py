@@ -13,7 +13,8 @@ runs of the script are each kept). The second is a folder of kept captures,
 trace, its context with the session's probes, its host samples); for each row exactly that
 change is predicted through the same fix's transform (where the code cannot tell now, it
 says why). Tallies per half: within 15% of the
-measured speedup, measured inside the range, median |error|.
+measured speedup, measured inside the range, median |error|. Each row ends with what its
+range is made of (the model's ends as speedups, the inputs' noise): range_fit.py's input.
 """
 
 from __future__ import annotations
@@ -115,16 +116,22 @@ def predict(made: tuple[Any, dict[str, Any]], rule: str, fix: str, change: dict[
         p = predictor.predict_change(unit.transform, change)
         if isinstance(p, str):
             return p
-        sp, base, rng = p.speedup, p.base_ms, p.range
+        sp, base, rng, parts = p.speedup, p.base_ms, p.range, p.range_parts
     else:
         js = next((x.get("predicted") for f in report["findings"] if f["rule"] == rule
                    for x in f.get("fixes") or [] if x["id"] == fix), None)
         if not js or js.get("change") != change:
             return f"{fix}: not predicted for this change now"
         sp, base, rng = js["speedup"], js["step_ms"] * js["speedup"], js.get("range") or [0, 0]
+        parts = js.get("range_parts")
     lo, hi = rng
     ends = (base / hi, base / lo) if lo > 0 and hi > 0 else (sp, sp)
-    return {"speedup": sp, "lo": ends[0], "hi": ends[1]}
+    out = {"speedup": sp, "lo": ends[0], "hi": ends[1]}
+    if parts and parts.get("low_ms", 0) > 0:
+        # the model's own ends as speedups, and the inputs' noise: range_fit.py's input
+        out.update(model_lo=base / parts["high_ms"], model_hi=base / parts["low_ms"],
+                   noise=parts["noise"])
+    return out
 
 
 def main() -> int:
@@ -172,7 +179,9 @@ def main() -> int:
         err = r.measured / p["speedup"]
         by_half.setdefault(r.half, []).append((err, inside))
         now = f"{p['speedup']:.2f}x [{p['lo']:.2f}, {p['hi']:.2f}]"
-        print(f"{line}{now:>24}{meas:>22}{err:7.2f}  {'yes' if inside else 'no'}")
+        parts = (f"  model [{p['model_lo']:.3f}, {p['model_hi']:.3f}] noise {p['noise']:.3f}"
+                 if "noise" in p else "")
+        print(f"{line}{now:>24}{meas:>22}{err:7.2f}  {'yes' if inside else 'no ':<3}{parts}")
     print()
     for half, got in sorted(by_half.items()):
         n = len(got)

@@ -8,11 +8,12 @@ diagnose/stepmodel/calibration.py), and its error on the ratio of two changes of
     python benchmarks/range_fit.py tune.txt
 
 The input is corpus_rejudge.py's output (of a results file holding several runs, the
-newest): each tune row's prediction made again by this code from its kept capture, its printed range and the speedup that change measured (validate
-rows are skipped: they check the width, they do not set it). A range is widened on each
-side, in log, by ``floor + share x |ln p|`` beyond the capture's own noise; the widening in
-force when the table was made (``--used``, default: the calibration's values) is taken back
-out of each row. For each kind of change (``cpu``: it moves CPU work between torch's
+newest): each tune row's prediction made again by this code from its kept capture, the
+model's ends and the inputs' noise its range was made of, and the speedup that change
+measured (validate rows are skipped: they check the width, they do not set it). A range is
+widened on each side, in log, by the model's error ``floor + share x |ln p|``, then by
+the inputs' noise as a factor, as the Predictor does.
+For each kind of change (``cpu``: it moves CPU work between torch's
 threads and processes; ``other``), the pair (floor, share) on a lattice that holds the
 measured speedup in at least ``--cover`` of the kind's rows with the least median
 half-width is printed, with the coverage and half-width it gives. A kind with fewer than
@@ -37,6 +38,7 @@ from _run import print_header  # noqa: E402
 from corpus_rejudge import newest_run  # noqa: E402
 
 from diagnose.stepmodel.calibration import EFFECT_ERROR, EFFECT_FLOOR  # noqa: E402
+from diagnose.stepmodel.prediction import widened as widen  # noqa: E402
 
 #: the fields whose change moves CPU work: the transforms' ``moves_cpu``, and the workers'
 #: start-up a persistent_workers saving takes off (CPU work beside the training where the
@@ -45,38 +47,36 @@ CPU_FIELDS = ("num_workers", "intra_op_threads", "persistent_workers")
 #: a corpus_rejudge.py row: half, job, finding, fix, change, was, now [range], measured
 ROW = re.compile(r"^(?P<half>tune|validate)\s+(?P<job>\S+)\s+(?P<rule>[A-Z]{2}\d{3}|-)\s+"
                  r"(?P<fix>\S+)\s+(?P<change>\S.*?)\s+\d+\.\d+x\s+(?P<p>\d+\.\d+)x "
-                 r"\[(?P<lo>\d+\.\d+), (?P<hi>\d+\.\d+)\]\s+(?P<m>\d+\.\d+)x \[")
+                 r"\[\d+\.\d+, \d+\.\d+\]\s+(?P<m>\d+\.\d+)x \[.*model "
+                 r"\[(?P<mlo>\d+\.\d+), (?P<mhi>\d+\.\d+)\] noise (?P<noise>\d+\.\d+)")
 FLOORS = [k / 100 for k in range(31)]
 SHARES = [k / 20 for k in range(21)]
 
 
-def rows(paths: list[Path], used: dict[str, tuple[float, float]]) -> list[dict[str, object]]:
-    """The tune rows of corpus_rejudge outputs, each with its range freed of the widening
-    in force (``used``: kind -> (floor, share))."""
+def rows(paths: list[Path]) -> list[dict[str, object]]:
+    """The tune rows of corpus_rejudge outputs (of a results file holding several runs, the
+    newest), each with the model's ends and the inputs' noise its range was made of."""
     out: list[dict[str, object]] = []
     for path in paths:
-        # a results file holds many runs, newest first: its newest only (the widening in
-        # force is one)
         for line in newest_run(path.read_text()).splitlines():
             got = ROW.match(line)
             if not got or got["half"] != "tune":
                 continue
             kind = "cpu" if any(f + "=" in got["change"] for f in CPU_FIELDS) else "other"
-            p, lo, hi, m = (float(got[k]) for k in ("p", "lo", "hi", "m"))
-            floor, share = used[kind]
-            w = floor + share * abs(math.log(p))
-            # the speedups' range: base / high .. base / low; the widening taken back out
-            lo0, hi0 = min(lo * math.exp(w), p), max(hi * math.exp(-w), p)
             out.append({"job": got["job"], "fix": got["fix"], "change": got["change"],
-                        "kind": kind, "p": p, "lo": lo0, "hi": hi0, "m": m})
+                        "kind": kind, "p": float(got["p"]), "lo": float(got["mlo"]),
+                        "hi": float(got["mhi"]), "noise": float(got["noise"]),
+                        "m": float(got["m"])})
     return out
 
 
 def widened(row: dict[str, object], floor: float, share: float) -> tuple[float, float]:
-    """The row's range with the widening (floor, share) put on each side."""
-    p, lo, hi = (float(row[k]) for k in ("p", "lo", "hi"))  # type: ignore[arg-type]
-    w = floor + share * abs(math.log(p))
-    return lo * math.exp(-w), hi * math.exp(w)
+    """The row's range with the model's error (floor, share) and the inputs' noise put on
+    the model's ends, as the Predictor makes it."""
+    p, lo, hi, noise = (float(row[k]) for k in ("p", "lo", "hi", "noise"))  # type: ignore[arg-type]
+    # the ends are speedups (base / step): as steps over the base, the fast end is the low
+    short, long_ = widen(1 / hi, 1 / lo, floor + share * abs(math.log(p)), noise)
+    return 1 / long_, 1 / short
 
 
 def judged(got: list[dict[str, object]], floor: float, share: float) -> tuple[int, float]:
@@ -133,34 +133,27 @@ def pair_errors(got: list[dict[str, object]]) -> tuple[list[float], int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tables", nargs="+", type=Path, help="corpus_rejudge.py outputs")
-    ap.add_argument("--used", default=",".join(
-        f"{k}={EFFECT_FLOOR[k]}+{EFFECT_ERROR[k]}" for k in EFFECT_ERROR),
-        help="the widening in force when the tables were made (kind=floor+share,...)")
     ap.add_argument("--cover", type=float, default=0.9, help="share of rows a range must hold")
     ap.add_argument("--least", type=int, default=10, help="fewest rows a kind is fitted on")
     args = ap.parse_args()
-    try:
-        used = {k: (float(v.split("+")[0]), float(v.split("+")[1]))
-                for k, v in (x.split("=") for x in args.used.split(","))}
-        assert set(used) == {"cpu", "other"}
-    except (ValueError, IndexError, AssertionError):
-        ap.error(f"--used: expected cpu=floor+share,other=floor+share (got {args.used!r})")
+    used = {k: (EFFECT_FLOOR[k], EFFECT_ERROR[k]) for k in EFFECT_ERROR}
     for t in args.tables:
         if not t.is_file():
             print(f"range_fit: {t}: no such file", file=sys.stderr)
             return 2
-    got = rows(args.tables, used)
+    got = rows(args.tables)
     if not got:
         print("range_fit: no tune rows in the tables (corpus_rejudge.py outputs)",
               file=sys.stderr)
         return 2
     print_header("the ranges' widening from the tune side's rows, as the code predicts now",
                  "range_fit.py")
-    print(f"# tables: {', '.join(str(t) for t in args.tables)}; widening in force: {args.used}")
-    print(f"{'job':<40} {'fix':<16} {'kind':<6} {'p':>6} {'m':>6}  range freed of it")
+    print(f"# tables: {', '.join(str(t) for t in args.tables)}; widening in force: "
+          + ", ".join(f"{k}={f}+{e}" for k, (f, e) in used.items()))
+    print(f"{'job':<40} {'fix':<16} {'kind':<6} {'p':>6} {'m':>6}  the model's ends")
     for r in got:
         print(f"{r['job']!s:<40} {r['fix']!s:<16} {r['kind']!s:<6} {r['p']:>6.2f} "
-              f"{r['m']:>6.2f}  [{r['lo']:.2f}, {r['hi']:.2f}]")
+              f"{r['m']:>6.2f}  [{r['lo']:.2f}, {r['hi']:.2f}] noise {r['noise']:.3f}")
     print()
     errs, right, apart = pair_errors(got)
     if errs:

@@ -58,6 +58,7 @@ class Facts:
     step_time_median_ms: float | None = None  # profiled
     step_time_cv: float | None = None  # std / mean of the profiled steps
     step_time_unprofiled_mean_ms: float | None = None  # the session's clock
+    step_time_unprofiled_mean_error: float | None = None  # the base mean's std error / mean
     step_time_steady_mean_ms: float | None = None  # the same, no epoch's start in the steps
     step_time_unprofiled_median_ms: float | None = None
     device_step_ms: float | None = None  # the device's work a profiled step

@@ -60,6 +60,10 @@ class Prediction:
     loader_share: float | None = None
     # what the prediction assumed where the capture measured nothing (a saved trace)
     assumed: tuple[str, ...] = ()
+    # what the range is made of (:meth:`Predictor._range`): the model's ends ``low_ms`` and
+    # ``high_ms``, its own error ``model_error`` (log, each side) and the inputs' noise
+    # ``noise`` (relative, one standard error)
+    range_parts: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"change": self.change, "step_ms": round(self.step_ms, 3),
@@ -76,6 +80,8 @@ class Prediction:
                 out["slower"] = True
         if self.assumed:
             out["assumed"] = list(self.assumed)
+        if self.range_parts:
+            out["range_parts"] = {k: round(v, 4) for k, v in self.range_parts.items()}
         return out
 
     @property
@@ -170,9 +176,12 @@ class Predictor:
         self.base_replay = replayed_step_ms(self.g)
         # the loop's own contention, from the run as captured (host.free_contention)
         self.facts = facts = facts.replace(loop_contention=loop_contention(self.g, facts))
-        cv = facts.step_time_cv or 0.0
-        n = max(int(facts.step_count or 1), 1)
-        self.rel = abs(model.error or 0.0) + cv / math.sqrt(n)
+        # the noise of the mean the predictions start from: the unprofiled steps' standard
+        # error where the clock timed them (a live capture), else the profiled steps'
+        err = facts.step_time_unprofiled_mean_error
+        if err is None:
+            err = (facts.step_time_cv or 0.0) / math.sqrt(max(int(facts.step_count or 1), 1))
+        self.rel = abs(model.error or 0.0) + err
         self.cache: dict[Any, Prediction | str] = {}
 
     def add_capacity_timings(self, timings: Sequence[float]) -> dict[str, float] | None:
@@ -214,20 +223,21 @@ class Predictor:
         the range takes the model's error on such changes (:data:`EFFECT_FLOOR`,
         :data:`EFFECT_ERROR`)."""
         ms = max(self.base_ms - max(saved_ms, 0.0), 1e-9)
-        return Prediction(dict(change), ms, self.base_ms / ms,
-                          self._range(ms, ms, self.base_ms / ms, moves_cpu), self.base_ms)
+        rng, parts = self._range(ms, ms, self.base_ms / ms, moves_cpu)
+        return Prediction(dict(change), ms, self.base_ms / ms, rng, self.base_ms,
+                          range_parts=parts)
 
     def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool,
-               probes: bool = False) -> tuple[float, float]:
-        """The changed step's range (ms) from the model's ends ``lo``-``hi``: the model's
-        own error on a change (:data:`EFFECT_FLOOR` and :data:`EFFECT_ERROR`, a share of
-        the effect's log) on each side, then the capture's noise (the replay's error and the steps' spread, and where
-        the change's transform reads the probes' values, ``probes``, their noise) as a factor
-        ``1 + rel`` on each side: a relative error of a ratio, so that no noise makes a step
-        time zero or less."""
+               probes: bool = False) -> tuple[tuple[float, float], dict[str, float]]:
+        """The changed step's range (ms) from the model's ends ``lo``-``hi``, and its parts
+        (:func:`widened`): the model's own error on a change (:data:`EFFECT_FLOOR` and
+        :data:`EFFECT_ERROR`, a share of the effect's log), then the noise of its inputs
+        (the replay's error, the base mean's standard error, and where the change's
+        transform reads the probes' values, ``probes``, their noise)."""
         w = model_error(speedup, moves_cpu)
         rel = self.rel + (self.probe_noise if probes else 0.0)
-        return (lo * math.exp(-w) / (1 + rel), hi * math.exp(w) * (1 + rel))
+        return (widened(lo, hi, w, rel),
+                {"low_ms": lo, "high_ms": hi, "model_error": w, "noise": rel})
 
     def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:
@@ -278,12 +288,10 @@ class Predictor:
             if not isinstance(at, str):
                 lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
-        p = Prediction(change, ms, base / ms if ms > 0 else math.inf,
-                       self._range(lo, hi, base / ms if ms > 0 else 1.0,
-                                   _moves_cpu(made, change),
-                                   probes=any(t.assumes for t, _ in made)),
-                       base, loader_share=share,
-                       assumed=assumed)
+        rng, parts = self._range(lo, hi, base / ms if ms > 0 else 1.0,
+                                 _moves_cpu(made, change), probes=any(t.assumes for t, _ in made))
+        p = Prediction(change, ms, base / ms if ms > 0 else math.inf, rng, base,
+                       loader_share=share, assumed=assumed, range_parts=parts)
         self.cache[key] = p
         return p
 
@@ -347,6 +355,14 @@ def model_error(speedup: float, moves_cpu: bool) -> float:
     change's kind (``moves_cpu``: CPU work between torch's threads and processes)."""
     kind = "cpu" if moves_cpu else "other"
     return EFFECT_FLOOR[kind] + EFFECT_ERROR[kind] * abs(math.log(max(speedup, 1e-9)))
+
+
+def widened(lo: float, hi: float, model_err: float, noise: float) -> tuple[float, float]:
+    """A range from the model's ends ``lo``-``hi`` (ms): widened on each side by the
+    model's error ``model_err`` (log), then by the inputs' relative noise ``noise`` as a
+    factor ``1 + noise``: a relative error of a ratio, so no noise makes a step zero."""
+    f = 1 + max(noise, 0.0)
+    return lo * math.exp(-model_err) / f, hi * math.exp(model_err) * f
 
 
 def busy_ends(facts: Facts) -> list[Facts]:

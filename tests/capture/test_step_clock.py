@@ -5,6 +5,7 @@ never turns the loop's tail into findings."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -187,11 +188,20 @@ def test_the_steps_that_started_an_epoch_are_told_apart() -> None:
     assert m["step_time_steady_mean_ms"] == pytest.approx(11.0)
     assert m["dataloader_epoch_boundary_ms"] == pytest.approx(89.0)
     assert m["step_time_unprofiled_mean_ms"] == pytest.approx(266.0 / 8)
+    # the noise of the mean a prediction starts from: the steady steps' standard error
+    # (10, 12, 11, 10, 12, 11: std sqrt(0.8) over 11, over sqrt(6))
+    assert m["step_time_unprofiled_mean_error"] == pytest.approx(
+        math.sqrt(0.8) / 11 / math.sqrt(6), abs=1e-4)
     for starts in ([0] * 12, [1] * 12, None):
         cap["step_clock"]["loader_starts"] = starts
         m = context_metrics({"capture": cap})
         assert m["step_time_steady_mean_ms"] is None
         assert m["dataloader_epoch_boundary_ms"] is None
+        # no epoch told apart: every unprofiled step's (the first and the one after the
+        # window left out)
+        free = [10.0, 95.0, 12.0, 11.0, 105.0, 10.0, 12.0, 11.0]
+        assert m["step_time_unprofiled_mean_error"] == pytest.approx(
+            statistics.stdev(free) / statistics.fmean(free) / math.sqrt(8), abs=1e-4)
 
 
 def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:

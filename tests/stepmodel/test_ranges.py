@@ -11,7 +11,7 @@ import pytest
 
 from diagnose.fixes.catalog import workers as workers_unit
 from diagnose.stepmodel.calibration import EFFECT_ERROR, EFFECT_FLOOR
-from diagnose.stepmodel.prediction import Prediction, model_error, prediction_line
+from diagnose.stepmodel.prediction import Prediction, model_error, prediction_line, widened
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _model
 
@@ -48,6 +48,25 @@ def test_the_range_is_the_effect_error_and_the_captures_noise(tmp_path) -> None:
     # the speedups at its ends: base / high .. base / low, both sides of the point
     lo_x, hi_x = got.base_ms / got.range[1], got.base_ms / got.range[0]
     assert lo_x < got.speedup < hi_x
+
+
+def test_the_captures_noise_is_the_mean_steps_standard_error(tmp_path) -> None:
+    """The capture's noise is the standard error of the mean step the predictions start
+    from: the clock's (``step_time_unprofiled_mean_error``) where it timed the steps, else
+    the profiled steps' cv over sqrt(count); the range's parts give back its ends."""
+    clocked = _predictor(tmp_path, **MEASURED, step_time_unprofiled_mean_error=0.04,
+                         step_time_cv=0.5, step_count=4)
+    saved = _predictor(tmp_path, **MEASURED, step_time_cv=0.5, step_count=4)
+    replay = abs(_model(mt.cpu_loader(), tmp_path).error or 0.0)
+    assert clocked.rel == pytest.approx(replay + 0.04)
+    assert saved.rel == pytest.approx(replay + 0.5 / math.sqrt(4))
+    got = clocked.predict_change(workers_unit.num_workers, {"num_workers": 2})
+    assert isinstance(got, Prediction) and got.range_parts is not None
+    parts = got.to_json()["range_parts"]
+    assert parts["noise"] == pytest.approx(clocked.rel, abs=1e-4)
+    assert parts["model_error"] == pytest.approx(model_error(got.speedup, True), abs=1e-4)
+    assert widened(parts["low_ms"], parts["high_ms"], parts["model_error"], parts["noise"]) \
+        == pytest.approx(got.range, rel=1e-3)
 
 
 def test_a_change_that_saves_little_has_a_narrow_range(tmp_path) -> None:

@@ -154,7 +154,7 @@ def test_findings_fixes_carry_predictions():
     for p in made:
         assert {"change", "step_ms", "speedup", "range"} <= set(p) <= {
             "change", "step_ms", "speedup", "range", "speedup_range", "may_not_help", "slower",
-            "assumed", *PEAK_KEYS}
+            "assumed", "range_parts", *PEAK_KEYS}
         lo, hi = p["range"]
         assert lo <= p["step_ms"] <= hi and p["speedup"] > 0
         assert p.get("may_not_help", False) == (hi >= p["step_ms"] * p["speedup"] - 1e-3)

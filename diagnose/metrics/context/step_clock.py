@@ -11,6 +11,7 @@ same steady step. :func:`clock_note` says when the figure cannot be trusted, and
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +38,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "profiled window, where 3 or more came: the gc_pause_* full figures are their mean "
         "pause over it"),
     "step_time_unprofiled_steps": ("count", "steps timed without the profiler"),
+    "step_time_unprofiled_mean_error": (
+        "fraction", "the standard error of the mean a prediction starts from, over that mean "
+        "(std / mean / sqrt(n) of the unprofiled steps; of the steady ones where "
+        "step_time_steady_mean_ms is known): the capture's own noise in a range"),
     "step_time_steady_mean_ms": (
         "ms", "the same mean over the unprofiled steps in which no loader iterator started "
         "(no epoch's start): where the clock saw both kinds; the step model replays this "
@@ -196,6 +201,13 @@ def unprofiled_step_ms(context: Any) -> list[float]:
     return [float(r["ms"]) for r in free_rows(cap)]
 
 
+def _mean_error(xs: list[float]) -> float | None:
+    """The standard error of ``xs``' mean over the mean; None under two steps."""
+    if len(xs) < 2 or statistics.fmean(xs) <= 0:
+        return None
+    return round(statistics.stdev(xs) / statistics.fmean(xs) / math.sqrt(len(xs)), 4)
+
+
 def _quantile(xs: list[float], q: float) -> float:
     """Linear-interpolated quantile of a non-empty list (numpy's default)."""
     s = sorted(xs)
@@ -312,6 +324,9 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_mean_ms"] = round(means("ms") or 0.0, 3)
         out["step_time_unprofiled_steps"] = len(times)
         out.update(_epoch_metrics(free))
+        base = ([r for r in free if not as_int(r.get("loader_starts"))]
+                if "step_time_steady_mean_ms" in out else free)
+        out["step_time_unprofiled_mean_error"] = _mean_error([float(r["ms"]) for r in base])
         if means("gc_ms") is not None:
             out.update(_gc_metrics(free, means))
         # the steps after the window when there are enough: in the first ones worker
