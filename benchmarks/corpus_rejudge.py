@@ -13,7 +13,8 @@ runs of the script are each kept). The second is a folder of kept captures,
 trace, its context with the session's probes, its host samples); for each row exactly that
 change is predicted through the same fix's transform (where the code cannot tell now, it
 says why). Tallies per half: within 15% of the
-measured speedup, measured inside the range, median |error|. Each row ends with what its
+measured speedup, measured inside the range, median |error|, the ranges' median
+half-width over the point. Each row ends with what its
 range is made of (the model's ends as speedups, the inputs' noise): range_fit.py's input.
 """
 
@@ -164,6 +165,7 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     by_half: dict[str, list[tuple[float, bool]]] = {}
+    widths: dict[str, list[float]] = {}  # each range's half-width over its point
     for r in rows:
         if r.job not in made:
             folder = capture_of(args.captures, r.job)
@@ -178,6 +180,7 @@ def main() -> int:
         inside = p["lo"] <= r.measured <= p["hi"]
         err = r.measured / p["speedup"]
         by_half.setdefault(r.half, []).append((err, inside))
+        widths.setdefault(r.half, []).append((p["hi"] - p["lo"]) / 2 / p["speedup"])
         now = f"{p['speedup']:.2f}x [{p['lo']:.2f}, {p['hi']:.2f}]"
         parts = (f"  model [{p['model_lo']:.3f}, {p['model_hi']:.3f}] noise {p['noise']:.3f}"
                  if "noise" in p else "")
@@ -189,7 +192,8 @@ def main() -> int:
         inside = sum(i for _, i in got)
         med = statistics.median(abs(e - 1) for e, _ in got)
         print(f"{half}: {within} of {n} within 15%, {inside} of {n} inside the range, "
-              f"median |error| {med:.0%}")
+              f"median |error| {med:.0%}, median half-width "
+              f"{statistics.median(widths[half]):.0%}")
     return 0
 
 
