@@ -148,8 +148,13 @@ def max_bytes() -> int:
     return DEFAULT_MAX_BYTES
 
 
+#: the byte order mark some editors and Windows tools put before UTF-8 text: skipped
+BOM = b"\xef\xbb\xbf"
+
+
 def read_bytes(path: Path, limit: int | None = None) -> bytes:
-    """The file's bytes, decompressed when gzipped; refuses more than ``limit``."""
+    """The file's bytes, decompressed when gzipped, less a leading UTF-8 byte order mark;
+    refuses more than ``limit``."""
     limit = max_bytes() if limit is None else limit
     try:
         with open(path, "rb") as f:
@@ -159,6 +164,8 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
                     raise TraceError(path, f"larger than the {limit} byte limit "
                                            "(set TORCH_DIAGNOSE_MAX_TRACE_BYTES to raise it)")
                 f.seek(0)
+                if f.read(3) != BOM:
+                    f.seek(0)
                 return f.read()  # one buffer: no copy of a large file
             f.seek(0)
             raw = f.read()
@@ -166,7 +173,8 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
         raise TraceError(path, "is a folder, not a trace file") from None
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    return _gunzip(raw, path, limit)
+    text = _gunzip(raw, path, limit)
+    return text[len(BOM):] if text.startswith(BOM) else text
 
 
 def _gunzip(raw: bytes, path: Path, limit: int) -> bytes:

@@ -26,7 +26,15 @@ from ..errors import TraceError
 from . import inflate
 from .columns import ColumnBuilder, Trace
 from .cut import NotStreamable, array_start, cutter, event_array, first_event
-from .decode import CHUNK_EVENTS, CHUNK_EVENTS_BY_PHASE, ChunkEvent, Decoded, Document, _props
+from .decode import (
+    BOM,
+    CHUNK_EVENTS,
+    CHUNK_EVENTS_BY_PHASE,
+    ChunkEvent,
+    Decoded,
+    Document,
+    _props,
+)
 
 __all__ = ["ChunkDecoder", "EventSplitter", "NotStreamable", "read_streaming", "text_blocks"]
 
@@ -165,7 +173,8 @@ class EventSplitter:
     def finish(self, builder: ColumnBuilder, path: Path) -> Trace:
         """The Trace: the builder's columns and the document's other fields."""
         try:
-            doc = _DOC.decode(self.header + b'"traceEvents": []' + (self.trailer or b""))
+            doc = _DOC.decode(self.header.removeprefix(BOM) + b'"traceEvents": []'
+                              + (self.trailer or b""))
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
                 RecursionError):
             raise NotStreamable from None

@@ -13,6 +13,7 @@ import pytest
 
 from diagnose.errors import TraceError
 from diagnose.trace import Kind, find_trace_files, read_trace
+from diagnose.trace.stream import read_streaming
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -65,6 +66,18 @@ def test_reads_plain_and_gzipped_file(tmp_path, name):
     t = read_trace(p)
     assert_simple(t)
     assert t.path == str(p)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path, gz, stream):
+    """Text saved by an editor or a Windows tool may start with UTF-8's byte order mark:
+    read whole or in chunks, plain or gzipped, it is the same trace."""
+    data = b"\xef\xbb\xbf" + json.dumps(SIMPLE, indent=1).encode()
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    # the chunked read itself (read_trace would fall back to the whole read)
+    assert_simple(read_streaming(p, 2**30) if stream else read_trace(p, stream=False))
 
 
 def test_gzip_is_detected_by_content_not_by_name(tmp_path):
