@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -27,6 +28,27 @@ def make_console(file: IO[str] | None = None, *, stderr: bool = False) -> Consol
     if not c.is_terminal and not os.environ.get("COLUMNS"):
         c = Console(file=file, stderr=stderr, highlight=False, width=LOG_WIDTH)
     return c
+
+
+_TRAILING = re.compile(r"[ \t]+$", re.MULTILINE)
+
+
+def plain_text(text: str) -> str:
+    """``text`` without the spaces rich pads its tables' lines with to the console's width
+    (a file, a pipe or a diff should not carry them)."""
+    return _TRAILING.sub("", text)
+
+
+def emit(renderable: Any, console: Console | None = None) -> None:
+    """Print ``renderable``: on a terminal or in a notebook as rich does; into a pipe, a
+    file or a log, without trailing spaces (:func:`plain_text`)."""
+    c = console or make_console()
+    if c.is_terminal or c.is_jupyter:
+        c.print(renderable)
+        return
+    with c.capture() as cap:
+        c.print(renderable)
+    c.file.write(plain_text(cap.get()))
 
 
 class _Quiet:

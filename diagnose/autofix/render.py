@@ -13,7 +13,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from ..console import make_console
+from ..console import emit, plain_text
 
 if TYPE_CHECKING:
     from .decisions import AutofixResult
@@ -171,8 +171,7 @@ def parts(r: AutofixResult) -> list[Any]:
 
 
 def print_report(r: AutofixResult, console: Any = None) -> None:
-    console = console or make_console()
-    console.print(Group(*parts(r)))
+    emit(Group(*parts(r)), console)
 
 
 def render(r: AutofixResult, *, width: int = 120, color: bool = False) -> str:
@@ -180,7 +179,7 @@ def render(r: AutofixResult, *, width: int = 120, color: bool = False) -> str:
     c = Console(file=buf, width=width, color_system="standard" if color else None,
                 highlight=False, force_terminal=color)
     c.print(Group(*parts(r)))
-    return buf.getvalue()
+    return plain_text(buf.getvalue())
 
 
 __all__ = ["before_after_table", "bound_table", "decisions_table", "print_report", "render"]

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from ..console import make_console, progress
+from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
 from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
@@ -113,14 +113,14 @@ def cmd_rules(args: argparse.Namespace) -> int:
     console = make_console()
     if args.rule_id:
         for part in render_rule(get_rule(args.rule_id, rules)):
-            console.print(part)
+            emit(part, console)
         return 0
     t = Table(title=f"{len(rules)} rules", title_justify="left")
     for col in ("id", "category", "title", "fixes"):
         t.add_column(col)
     for r in sorted(rules, key=lambda r: r.id):
         t.add_row(r.id, r.category, r.title, ", ".join(r.fixes))
-    console.print(t)
+    emit(t, console)
     console.print("`torch-diagnose rules ID` explains one.", style="dim")
     return 0
 
@@ -144,7 +144,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     for k, v in report.metrics.items():
         unit, doc = CATALOG.get(k, ("", ""))
         t.add_row(k, "n/a" if v is None else str(v), unit, doc)
-    make_console().print(t)
+    emit(t)
     return 0
 
 
@@ -218,7 +218,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         from rich.console import Group
 
-        make_console().print(Group(*renderables(c)))
+        emit(Group(*renderables(c)))
     if line is not None:
         print(f"torch-diagnose: {line}",
               file=sys.stderr if fmt != "text" else sys.stdout)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..console import make_console, progress
+from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
 from ..values import usable_cpus
 from .output import choose_format, wrote
@@ -196,7 +196,7 @@ def _print_findings(console: Any, report: Any) -> None:
         t.add_row(f.severity, f.rule, f.message, ", ".join(f.fixes))
     if not report.findings:
         t.add_row("", "", "no findings", "")
-    console.print(t)
+    emit(t, console)
 
 
 def _verdict(console: Any, tr: Any, total_s: float) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..console import plain_text
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
 from ..metrics.context.step_clock import cpu_wait_holders
@@ -412,7 +413,7 @@ def render_text(c: Comparison, *, width: int = 110) -> str:
     # force_jupyter=False: inside a notebook rich would display the output instead of writing it
     Console(file=buf, width=width, color_system=None, highlight=False,
             force_jupyter=False).print(Group(*renderables(c)))
-    return buf.getvalue()
+    return plain_text(buf.getvalue())
 
 
 def regression_line(c: Comparison, pct: float) -> tuple[bool, str]:

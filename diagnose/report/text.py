@@ -13,7 +13,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from ..console import make_console
+from ..console import emit, plain_text
 from ..fixes import FIXES
 from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, offered
 from ..result import step_time
@@ -351,11 +351,11 @@ def render(report: Analysis, *, width: int = 110, color: bool = False) -> str:
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
                       else None, highlight=False, force_jupyter=False)
     console.print(Group(*renderables(report)))
-    return buf.getvalue()
+    return plain_text(buf.getvalue())
 
 
 def print_report(report: Analysis, console: Console | None = None) -> None:
-    (console or make_console()).print(Group(*renderables(report)))
+    emit(Group(*renderables(report)), console)
 
 
 def runs_renderables(runs: Runs) -> list[Any]:
@@ -378,12 +378,12 @@ def render_runs(runs: Runs, *, width: int = 110, color: bool = False) -> str:
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
                       else None, highlight=False, force_jupyter=False)
     console.print(Group(*runs_renderables(runs)))
-    return buf.getvalue()
+    return plain_text(buf.getvalue())
 
 
 def print_runs(runs: Runs, console: Console | None = None) -> None:
     items = renderables(runs.runs[0]) if len(runs.runs) == 1 else runs_renderables(runs)
-    (console or make_console()).print(Group(*items))
+    emit(Group(*items), console)
 
 
 def render_rule(rule: Any) -> list[Any]:

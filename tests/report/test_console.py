@@ -38,6 +38,19 @@ def test_piped_report_is_plain_and_wide() -> None:
     row = next(ln for ln in lines if "IN001" in ln)
     assert "input" in row and "of step time waiting on DataLoader" in row
     assert r.stderr.count("analysing") == 0  # no spinner where stderr is no terminal
+    # rich pads a table's lines to the console's width: not into a pipe or a file
+    assert not [ln for ln in lines if ln != ln.rstrip()]
+
+
+def test_a_report_written_to_a_file_has_no_trailing_spaces(tmp_path) -> None:
+    """``-o report.txt`` and the other tables (rules, metrics) carry no padding either."""
+    out = tmp_path / "report.txt"
+    for args in (("analyze", str(TRACE), "-o", str(out)), ("rules",), ("rules", "IN001"),
+                 ("metrics", str(TRACE))):
+        r = _cli(*args)
+        assert r.returncode == 0, r.stderr
+        text = out.read_text() if "-o" in args else r.stdout
+        assert text.strip() and not [ln for ln in text.splitlines() if ln != ln.rstrip()], args
 
 
 def test_columns_no_color_force_color() -> None:
