@@ -6,12 +6,15 @@ Nothing here imports torch until a command runs, so the rest of the CLI stays to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
 import math
 import sys
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +270,30 @@ def load_target(target: str) -> dict[str, Any]:
     folder = str(path.resolve().parent if is_file else Path.cwd())
     if not sys.path or sys.path[0] != folder:
         sys.path.insert(0, folder)
+    with _job_argv(where):
+        out = _import_and_call(target, where, fn_name, path, is_file, folder)
+    if not isinstance(out, dict) or not {"model", "loader", "optimizer"} <= set(out):
+        raise DiagnoseError(f"{target}: must return a dict with model, loader, optimizer and "
+                            "loss_fn or step_fn")
+    return out
+
+
+@contextlib.contextmanager
+def _job_argv(where: str) -> Iterator[None]:
+    """``sys.argv`` as ``python path/file.py`` gives it (the file alone), not
+    torch-diagnose's own command line, while the job is imported and set up."""
+    saved = sys.argv
+    sys.argv = [where]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _import_and_call(target: str, where: str, fn_name: str, path: Path, is_file: bool,
+                     folder: str) -> Any:
+    """The target function's result: the module imported, the function called; any error
+    on the way one line that names where in the job it came from."""
     try:
         if is_file:
             spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -285,14 +312,35 @@ def load_target(target: str) -> dict[str, Any]:
     except SyntaxError as e:
         raise DiagnoseError(f"{where}: syntax error in {e.filename}, line {e.lineno}: "
                             f"{e.msg}") from None
+    except SystemExit as e:
+        raise DiagnoseError(
+            f"{where}: exited while being imported (status {e.code}): autofix imports the "
+            f"file and calls {fn_name}(); keep the script's own command-line parsing and "
+            "training under `if __name__ == \"__main__\":`") from None
+    except Exception as e:
+        raise DiagnoseError(f"{where}: raised while being imported: {_where_raised(e, path)}"
+                            ) from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise DiagnoseError(f"{target}: {fn_name!r} is not a function of {where}")
-    out = fn()
-    if not isinstance(out, dict) or not {"model", "loader", "optimizer"} <= set(out):
-        raise DiagnoseError(f"{target}: must return a dict with model, loader, optimizer and "
-                            "loss_fn or step_fn")
-    return out
+    try:
+        return fn()
+    except SystemExit as e:
+        raise DiagnoseError(f"{target}: exited (status {e.code}) instead of returning the "
+                            "job") from None
+    except Exception as e:
+        raise DiagnoseError(f"{target}: raised {_where_raised(e, path if is_file else None)}"
+                            ) from None
+
+
+def _where_raised(e: BaseException, job: Path | None = None) -> str:
+    """``ValueError: ... (job.py, line 12)``: the error and where it came from, one line:
+    the last place in the job's file ``job``, else the traceback's last."""
+    frames = traceback.extract_tb(e.__traceback__)
+    mine = [f for f in frames if job is not None and Path(f.filename) == job.resolve()]
+    last = (mine or list(frames))[-1:]
+    at = f" ({Path(last[0].filename).name}, line {last[0].lineno})" if last else ""
+    return f"{type(e).__name__}: {e}{at}"
 
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6,

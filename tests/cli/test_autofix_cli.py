@@ -197,3 +197,34 @@ def test_autofix_numbers_are_checked_before_the_job_is_made(tmp_path: Path, caps
     assert cli.main(["autofix", f"{src}:make_job", *flags]) == 2
     err = capsys.readouterr().err
     assert msg in err and "make_job ran" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_job_sees_its_own_command_line_not_torch_diagnoses(tmp_path: Path, capsys) -> None:
+    """A training script that parses its command line when imported (argparse at the top)
+    sees ``[job.py]``, as ``python job.py`` gives it, not ``autofix job.py:fn --budget``;
+    the CLI's own argv is back afterwards."""
+    src = tmp_path / "argv_job.py"
+    src.write_text("import argparse, sys\nSEEN = list(sys.argv)\n"
+                   "argparse.ArgumentParser().parse_args()\n"
+                   "def make_job():\n    raise SystemExit(repr(SEEN))\n")
+    before = list(sys.argv)
+    assert cli.main(["autofix", f"{src}:make_job", "--budget", "30"]) == 2
+    err = capsys.readouterr().err
+    assert f"[{str(src)!r}]" in err and "--budget" not in err and "unrecognized" not in err
+    assert sys.argv == before
+
+
+@pytest.mark.parametrize("body,msg", [
+    ("import sys\nint(sys.argv[2])\n", "raised while being imported: IndexError"),
+    ("import sys\nsys.exit(3)\n", "exited while being imported (status 3)"),
+    ("def make_job():\n    return {}['model']\n", "raised KeyError: 'model' (bad_job.py, line 2)"),
+])
+def test_a_job_that_fails_as_it_is_made_is_one_line(tmp_path: Path, capsys, body: str,
+                                                     msg: str) -> None:
+    """The job's own error while imported or set up: one line naming it and its line in
+    the job, exit 2 (1 is a finding), no traceback."""
+    src = tmp_path / "bad_job.py"
+    src.write_text(body + ("" if "make_job" in body else "def make_job():\n    return {}\n"))
+    assert cli.main(["autofix", f"{src}:make_job"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
