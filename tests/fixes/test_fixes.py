@@ -239,6 +239,27 @@ def test_fix_code_is_the_users_own_loader_and_optimizer() -> None:
     assert set(fix_code(["num_workers", "no_such_fix"], setup)) == {"num_workers"}
 
 
+def test_batched_fetch_keeps_every_other_setting_of_the_users_loader() -> None:
+    """The batched fetch's code, run as printed, makes a loader that batches in the
+    sampler and keeps the user's workers, pinning, persistence and prefetch (a new user's
+    after-code dropped persistent_workers and prefetch_factor)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dataset = TensorDataset(torch.arange(40.0).reshape(20, 2))
+    loader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=2, pin_memory=True,
+                        drop_last=True, prefetch_factor=4, persistent_workers=True)
+    code = FIXES["batched_fetch"].code_for(Setup.from_objects(loader, None))
+    after = code[code.index("# after"):]
+    scope = {"DataLoader": DataLoader, "dataset": dataset}
+    exec(after, scope)  # noqa: S102 - the fix's own code, as a user would paste it
+    made = scope["loader"]
+    assert made.batch_size is None and made.batch_sampler is None
+    assert made.sampler.batch_size == 4 and made.sampler.drop_last is True
+    assert (made.num_workers, made.pin_memory, made.persistent_workers,
+            made.prefetch_factor) == (2, True, True, 4)
+
+
 def test_render_change_shows_the_users_arguments() -> None:
     torch = pytest.importorskip("torch")
     loader = _unusual_loader()

@@ -18,7 +18,7 @@ from ...stepmodel.calibration import BATCHED_FETCH_MIN_SHARE, WAKE_RATIO_MAX
 from ...stepmodel.graph import Graph, TaskKind
 from ...stepmodel.host import loading_pauses, model_ops
 from ...stepmodel.transforms import transform
-from ..code import Setup, loader_call
+from ..code import Setup, call, loader_args, loader_call
 from ..config import TrainConfig
 from ..realise import CannotRealise, Kwargs, Realisation
 from ..unit import Facts, Fix
@@ -114,27 +114,28 @@ class BatchedFetch(Fix):
     def render(self, setup: Setup | None) -> str:
         spec = setup.loader if setup is not None else None
         bs = spec.batch_size if spec is not None and spec.batch_size else "batch_size"
-        order = ("RandomSampler(dataset)" if spec is None or spec.shuffle
+        # the loader's own order: its sampler object, else shuffled or in turn
+        order = ("sampler" if spec is not None and spec.sampler
+                 else "RandomSampler(dataset)" if spec is None or spec.shuffle
                  else "SequentialSampler(dataset)")
         drop = spec.drop_last if spec is not None else False
         before = (loader_call(spec, prefix="loader = ") if spec is not None
                   else "loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, ...)")
-        rest = ""
-        if spec is not None:
-            extra = [f"num_workers={spec.num_workers}"] if spec.num_workers else []
-            extra += ["pin_memory=True"] if spec.pin_memory else []
-            rest = "".join(f", {e}" for e in extra)
-        else:
-            rest = ", ..."
+        # every other argument of the user's call kept (workers, pinning, persistence,
+        # prefetch...); batching moves into the sampler
+        batches = f"BatchSampler({order}, batch_size={bs}, drop_last={drop})"
+        after = call("loader = ", "DataLoader", [
+            a for a in loader_args(spec, override={"batch_size": "None", "sampler": batches})
+            if not a.startswith(("shuffle=", "drop_last="))])
+        classes = ", ".join(["BatchSampler"] + ([order.split("(")[0]] if "(" in order else []))
         return "\n".join([
             "# before: one __getitem__ per sample, then default_collate stacks the rows",
             before,
             "# after: one indexing call per batch (a TensorDataset takes a list of indices);",
             "# the batches are the same tensors. For your own Dataset, define",
             "# __getitems__(self, indices) returning the batch's samples in one go instead.",
-            "from torch.utils.data import BatchSampler, " + order.split("(")[0],
-            "loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(",
-            f"    {order}, batch_size={bs}, drop_last={drop}){rest})"])
+            f"from torch.utils.data import {classes}",
+            after])
 
 
 BATCHED_FETCH = BatchedFetch(
