@@ -159,6 +159,11 @@ class Fix:
         first)."""
         return 0
 
+    def title_for(self, change: Mapping[str, Any] | None) -> str:
+        """The fix's title for the exact change a prediction is for (None: the unit's
+        own). Default: the unit's title."""
+        return self.title
+
     # ------------------------------------------------------------------ code
     def render(self, setup: Setup | None) -> str:
         """The change by hand for ``setup`` (None: the generic template). Default: the

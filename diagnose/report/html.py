@@ -23,7 +23,7 @@ from ..stepmodel.step import step_model_line
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
-from .text import fix_line, step_lines, unprofiled_dl
+from .text import fix_line, fix_title, step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult, Runs
@@ -103,7 +103,7 @@ def _fixes(f: Finding) -> Markup | None:
         label = ("not offered: " if fix.id not in shown else
                  "try first: " if i == 0 and len(known) > 1 else "")
         items.append(el("details",
-                        el("summary", label, fix.title, " ",
+                        el("summary", label, fix_title(f, fix.id), " ",
                            el("span", fix_line(f, fix.id), class_="muted")
                            if fix_line(f, fix.id) else None, " ",
                            el("span", "autofix can apply", class_="badge auto")

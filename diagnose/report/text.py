@@ -229,9 +229,17 @@ def fix_line(f: Any, fid: str) -> str:
     return "; ".join(x for x in (time, mem) if x)
 
 
-def _fix_panels(report: Analysis) -> list[Panel]:
-    panels: list[Panel] = []
+def fix_title(f: Any, fid: str) -> str:
+    """A fix's title for the change its prediction is for (``num_workers=0`` is not
+    "worker processes"); the unit's own where nothing is predicted."""
+    p = f.predictions.get(fid)
+    return FIXES[fid].title_for(getattr(p, "change", None))
+
+
+def _fix_panels(report: Analysis) -> list[Panel | Text]:
+    panels: list[Panel | Text] = []
     shown: set[str] = set()
+    codes: dict[str, str] = {}  # a panel's code -> the rule it was shown for
     for f in report.findings:
         if f.severity == "info":
             continue
@@ -242,8 +250,14 @@ def _fix_panels(report: Analysis) -> list[Panel]:
                 continue
             shown.add(fid)
             fix = FIXES[fid]
-            panels.append(Panel(Syntax(f.fix_code.get(fid, fix.code), "python", theme="ansi_dark", word_wrap=True),
-                                title=f"{f.rule} fix: {escape(fix.title)}", title_align="left",
+            code = f.fix_code.get(fid, fix.code)
+            if code in codes:  # two units that land on one change (IN001's, IN004's)
+                panels.append(Text(f"{f.rule} fix: the same change as {codes[code]}'s above",
+                                   style="dim"))
+                continue
+            codes[code] = f.rule
+            panels.append(Panel(Syntax(code, "python", theme="ansi_dark", word_wrap=True),
+                                title=f"{f.rule} fix: {escape(fix_title(f, fid))}", title_align="left",
                                 subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))
     return panels

@@ -80,3 +80,24 @@ def test_a_live_run_with_its_cpus_known_keeps_a_fix_that_does_not_apply_off() ->
     # a live run whose loader gave no dataset to batch: not a saved trace's unknown
     assert FIXES["batched_fetch"].unknown(known) is None
     assert FIXES["batched_fetch"].unknown(Facts()) is not None
+
+
+def test_a_change_down_to_no_workers_is_titled_so_and_shown_once() -> None:
+    """IN001's num_workers search landed on num_workers=0 (3 workers on 2 CPUs) and
+    IN004's cap on the same: the panel's title says where the change lands, not "worker
+    processes", and the second finding points to the first's panel instead of repeating
+    it."""
+    none = Prediction({"num_workers": 0}, 7.9, 1.48, (6.5, 9.7), 11.7)
+    in001 = _finding({"num_workers": none})
+    in004 = Finding("IN004", "config", "warning", "More DataLoader workers than CPUs", "m",
+                    {}, ["num_workers_cap"], 0.3, predictions={"num_workers_cap": none})
+    code = "loader = DataLoader(dataset, batch_size=64)"
+    in001.fix_code = {"num_workers": code}
+    in004.fix_code = {"num_workers_cap": code}
+    panels = _fix_panels(SimpleNamespace(findings=[in001, in004]))
+    assert str(panels[0].title) == ("IN001 fix: Load batches in the training process "
+                                    "(DataLoader num_workers=0)")
+    assert str(panels[1]) == "IN004 fix: the same change as IN001's above"
+    two = _finding({"num_workers": Prediction({"num_workers": 2}, 8.0, 1.2, (7, 9), 9.6)})
+    assert _titles(two) == ["IN001 fix: Load batches in 2 worker processes "
+                            "(DataLoader num_workers=2)"]

@@ -122,6 +122,15 @@ def _workers(metrics: Mapping[str, Any]) -> tuple[int | None, int | None]:
 
 
 class NumWorkers(_WorkerSearch):
+    def title_for(self, change: Mapping[str, Any] | None) -> str:
+        # the search may go down as well as up: the title says where it lands
+        n = (change or {}).get("num_workers")
+        if not isinstance(n, int) or isinstance(n, bool):
+            return self.title
+        if n == 0:
+            return "Load batches in the training process (DataLoader num_workers=0)"
+        return f"Load batches in {n} worker process{'es' if n > 1 else ''} (DataLoader num_workers={n})"
+
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         n = facts.cpu_count
         return n is not None and facts.iterable_dataset is not True and (
