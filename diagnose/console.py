@@ -20,13 +20,22 @@ from rich.console import Console
 LOG_WIDTH = 160  # wide enough for the findings and autofix tables; a log does not wrap
 
 
+class _Console(Console):
+    """rich's console, but a closed pipe (``python train.py | head``) silences it instead
+    of ending the process: rich raises SystemExit(1), which inside a training script
+    would end the user's run (and lose its report) over a reader that went away."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+
 def make_console(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
     """A console for output people read: rich's defaults on a terminal, log-friendly
     elsewhere (see the module doc). ``COLUMNS``, ``NO_COLOR`` and ``FORCE_COLOR`` are
     honoured as rich honours them."""
-    c = Console(file=file, stderr=stderr, highlight=False)
+    c = _Console(file=file, stderr=stderr, highlight=False)
     if not c.is_terminal and not os.environ.get("COLUMNS"):
-        c = Console(file=file, stderr=stderr, highlight=False, width=LOG_WIDTH)
+        c = _Console(file=file, stderr=stderr, highlight=False, width=LOG_WIDTH)
     return c
 
 

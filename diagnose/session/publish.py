@@ -101,6 +101,13 @@ def own_traces(run_dir: Path, dist: Any) -> list[str]:
 HEADER = "torch-diagnose report"
 
 
+def say(line: str) -> None:
+    """``line`` on stderr; nothing where stderr is gone (a closed pipe: ``2>&1 | head``),
+    so that the run's report and page are still made."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr)
+
+
 def print_apart(report: Any, *, first: str | None = None) -> None:
     """Print ``report`` apart from what the script printed: stdout and stderr flushed, a
     blank line, a rule naming it, ``first`` (a line that must lead) and the report."""
@@ -118,7 +125,7 @@ def print_apart(report: Any, *, first: str | None = None) -> None:
         report.print()
         sys.stdout.flush()
     except Exception as e:
-        print(f"torch-diagnose: could not print the report: {e}", file=sys.stderr)
+        say(f"torch-diagnose: could not print the report: {e}")
 
 
 @dataclass
@@ -155,7 +162,7 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
         except Exception as e:
             msg = f"torch-diagnose: analysis of {run_dir} failed: {type(e).__name__}: {e}"
             out.notes.append(msg)
-            print(msg, file=sys.stderr)
+            say(msg)
             return out
     if out.report is None:
         return out
@@ -180,17 +187,17 @@ def publish(run_dir: Path, ctx: dict[str, Any], *, dist: Any, analyze: bool,
     if print_report:
         cap = ctx.get("capture") or {}
         print_apart(out.report, first=cap.get("steps_untold"))
-        print(f"torch-diagnose: run folder {run_dir}", file=sys.stderr)
+        say(f"torch-diagnose: run folder {run_dir}")
     page, *tb = child.results()
     if isinstance(page, Exception):
         out.notes.append(f"could not write report.html: {_why(page)}")
     if tb and isinstance(tb[0], Exception):
         msg = f"torch-diagnose: could not write TensorBoard logs: {_why(tb[0])}"
         out.notes.append(msg)
-        print(msg, file=sys.stderr)
+        say(msg)
     elif tb:
         out.tensorboard_dir = tb[0]
         if print_report:
-            print(f"torch-diagnose: TensorBoard run {tb[0]} "
-                  f"(tensorboard --logdir {tb[0].parent})", file=sys.stderr)
+            say(f"torch-diagnose: TensorBoard run {tb[0]} "
+                f"(tensorboard --logdir {tb[0].parent})")
     return out
