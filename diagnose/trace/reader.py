@@ -27,9 +27,14 @@ from .stream import NotStreamable, read_streaming
 _SUFFIXES = (".json", ".json.gz")
 
 
+#: a watched run's timeline (diagnose.watching.timeline): its folder is no trace's
+WATCH_TIMELINE = "watch.jsonl"
+
+
 def is_trace_file(p: Path) -> bool:
     n = p.name
-    return n.endswith(_SUFFIXES) and n not in ("context.json", "report.json", "samples.json")
+    return n.endswith(_SUFFIXES) and n not in ("context.json", "report.json", "samples.json",
+                                               "watch.json")
 
 
 def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -46,6 +51,11 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
             continue
         if not p.is_dir():
             raise TraceError(p, "not a regular file or folder")
+        if (p / WATCH_TIMELINE).is_file():
+            # the tool's own watch.json is no trace: name the folders that hold them
+            raise TraceError(p, "a watched run's folder: `torch-diagnose analyze` on it alone "
+                                "shows its timeline; its profiled windows are the folders "
+                                "under its captures/ (analyze or compare those)")
         try:
             direct = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
         except PermissionError:

@@ -342,6 +342,21 @@ def test_missing_path(tmp_path):
     assert str(ei.value).startswith(f"{p}: ") and "No such file" in str(ei.value)
 
 
+def test_a_watched_runs_folder_names_its_captures(tmp_path):
+    """A watched run's folder (watch.jsonl, watch.json, captures/NNN-*/ with traces) is no
+    trace: compare and metrics on it say where its profiled windows are, instead of
+    reading the tool's own watch.json as a trace; a capture's folder reads as any run."""
+    run = tmp_path / "watch" / "20261130-072122-615"
+    write(run / "captures" / "001-baseline" / "t.pt.trace.json", SIMPLE)
+    (run / "watch.jsonl").write_text('{"kind": "meta"}\n')
+    (run / "watch.json").write_text('{"steps": 10}')
+    with pytest.raises(TraceError, match="watched run's folder.*captures/") as ei:
+        find_trace_files(run)
+    assert str(ei.value).startswith(f"{run}: ")
+    assert find_trace_files(run / "captures" / "001-baseline") == [
+        run / "captures" / "001-baseline" / "t.pt.trace.json"]
+
+
 def test_folder_passed_to_read_trace(tmp_path):
     write(tmp_path / "a.json", SIMPLE)
     with pytest.raises(TraceError, match="is a folder") as ei:
