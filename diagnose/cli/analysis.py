@@ -173,7 +173,8 @@ def add_compare(subparsers: Any) -> None:
     p.add_argument("--json", dest="format", action="store_const", const="json",
                    help="the same as --format json")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the comparison to FILE (.json: JSON, .html: a page, else text)")
+                   help="write the comparison to FILE (.json: JSON, .html: a page, .txt, .log, "
+                   ".out or no extension: text; another extension needs --format)")
     p.add_argument("--fail-on-regression", type=_pct_arg, metavar="PCT",
                    help="exit 1 if B's step time is more than PCT%% above A's and beyond the "
                    "noise (see --noise-floor)")

@@ -80,7 +80,8 @@ def _add_output_args(p: Any) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the autofix report as JSON")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="also write the autofix report to FILE (.json: JSON, .html: a page "
-                   "with predicted beside measured for each decision, else text)")
+                   "with predicted beside measured for each decision, .txt, .log, .out or "
+                   "no extension: text)")
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:

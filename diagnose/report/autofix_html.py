@@ -87,7 +87,8 @@ def _decisions(r: Any) -> Markup:
     rule = f" A change is kept only if its interval's lower end is above {1 + gain:.2f}." \
         if gain is not None else ""
     return el("section", el("h2", f"Decisions ({len(decisions)})"),
-              el("p", "Median step of the baseline and of the trial; the step model's "
+              el("p", "Mean step of the baseline and of the trial (their interleaved blocks "
+                 "pooled); the step model's "
                  "predicted speedup beside the measured one." + rule, class_="muted"),
               el("table", el("thead", head), el("tbody", rows)), id="decisions")
 

@@ -77,8 +77,8 @@ class Session:
     ``model`` is the model, a list or dict of them (a GAN's ``[netG, netD]``) or None; ``loader``
     the DataLoader the loop iterates, or None. Steps are found from what the loop does
     (:mod:`diagnose.capture.boundaries`: batches, optimizer steps, the models' calls and
-    backward); ``d.step()`` marks them where nothing tells, and the report then says so
-    in its first line.
+    backward), or from ``d.step()`` where the loop calls it; where nothing tells them
+    apart and the loop calls no ``d.step()``, the report says so in its first line.
     ``steps`` steps are recorded after ``wait`` untouched and ``warmup`` traced-but-
     discarded steps. The step time the report leads with is what the job does without the
     profiler: ``clock_steps`` steps timed by the session's own clock, the ``wait`` steps

@@ -251,6 +251,17 @@ def test_the_note_asks_for_more_steps_than_were_timed() -> None:
                                            or ""), n
 
 
+def test_a_few_early_steps_faster_than_the_profiled_ones_blame_no_machine() -> None:
+    """Profiled steps faster than the unprofiled ones: with enough steps timed something
+    else changed the pace; with 2 (a run that raised at step 7), they were early steps."""
+    base = {"step_time_unprofiled_reliable": False, "step_time_unprofiled_median_ms": 0.73,
+            "step_time_profiled_clock_median_ms": 0.427}
+    few = clock_note({**base, "step_time_unprofiled_steps": 2}) or ""
+    many = clock_note({**base, "step_time_unprofiled_steps": 40}) or ""
+    assert "as a few early steps can" in few and "something else" not in few
+    assert "something else on the machine changed the pace" in many
+
+
 @pytest.mark.parametrize(("others", "workers", "busy_machine"), [
     (1.08, 0, True), (1.08, 6, True), (0.3, 6, False), (0.3, 0, True), (None, 6, True)])
 def test_a_wait_for_a_cpu_names_who_held_it(others: float | None, workers: int,
