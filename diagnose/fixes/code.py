@@ -13,6 +13,7 @@ and the lines of the step that change (what autofix prints as "the change by han
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -354,6 +355,14 @@ AFFINITY = "len(os.sched_getaffinity(0))"
 SOME_WORKERS = f"min(8, {AFFINITY} - 1)"
 
 
+def with_imports(code: str) -> str:
+    """``code`` with the imports its expressions need that it lacks (``os`` for
+    :data:`AFFINITY`), so that it runs as pasted."""
+    if "os.sched_getaffinity" in code and not re.search(r"^import os$", code, re.MULTILINE):
+        return "import os\n" + code
+    return code
+
+
 def some_workers(cpus: int) -> int:
     """What :data:`SOME_WORKERS` comes to on ``cpus`` CPUs."""
     return max(0, min(8, cpus - 1))
@@ -527,4 +536,4 @@ _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_l
 
 __all__ = ["AFFINITY", "EXACT_FIELDS", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
            "loader_args", "loader_arguments", "loader_call", "loader_change", "optimizer_arguments",
-           "optimizer_call", "render_change", "some_workers"]
+           "optimizer_call", "render_change", "some_workers", "with_imports"]

@@ -13,7 +13,7 @@ from typing import Any
 from ..stepmodel.prediction import Prediction
 from . import FIXES
 from .catalog.workers import NUM_WORKERS
-from .code import OptimizerSpec, Setup
+from .code import OptimizerSpec, Setup, with_imports
 from .config import TrainConfig
 
 
@@ -63,3 +63,4 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
                 code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
                 if code is not None:
                     f.fix_code[fid] = code
+        f.fix_code = {k: with_imports(v) for k, v in f.fix_code.items()}

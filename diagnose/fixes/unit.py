@@ -44,7 +44,7 @@ from ..stepmodel.calibration import HELPS, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import GraphChange, Transform, as_transform
-from .code import EXACT_FIELDS, Setup, exact_change
+from .code import EXACT_FIELDS, Setup, exact_change, with_imports
 from .config import TrainConfig
 
 #: what a saved trace does not say that the worker and thread fixes read (``Fix.unknown``)
@@ -81,7 +81,7 @@ class Fix:
 
     def __post_init__(self) -> None:
         code = self.code or self.render(None)
-        object.__setattr__(self, "code", code.strip("\n"))
+        object.__setattr__(self, "code", with_imports(code.strip("\n")))
         if not self.fields and self.change:
             object.__setattr__(self, "fields", tuple(self.change))
 
@@ -173,7 +173,7 @@ class Fix:
     def code_for(self, setup: Setup | None) -> str:
         """The change by hand for the user's own DataLoader and optimizer (``setup``); the
         generic template where nothing is known."""
-        return self.code if setup is None else self.render(setup).strip("\n")
+        return self.code if setup is None else with_imports(self.render(setup).strip("\n"))
 
     def code_for_change(self, setup: Setup | None, config: TrainConfig,
                         change: Mapping[str, Any],

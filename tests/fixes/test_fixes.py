@@ -314,3 +314,21 @@ def test_a_change_made_before_the_loop_shows_no_loop() -> None:
     assert "for x, y in loader" not in code and "loss_fn" not in code
     code = render_change(before, before.replace(zero_grad_set_to_none=False))
     assert "# the step" in code and "opt.zero_grad(set_to_none=False)" in code
+
+
+def test_fix_code_imports_what_it_uses() -> None:
+    """A new user pasted a persistent_workers fix that called os.sched_getaffinity with no
+    ``import os``: every fix's code, generic and for a run's own loader, parses as Python
+    and imports os where it uses it."""
+    import ast
+
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4, num_workers=0)
+    setup = Setup.from_objects(loader, None)
+    for fid, fix in FIXES.items():
+        for code in (fix.code, fix.code_for(setup)):
+            ast.parse(code)
+            if "os.sched_getaffinity" in code:
+                assert re.search(r"^import os$", code, re.MULTILINE), (fid, code)

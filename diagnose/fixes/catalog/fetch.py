@@ -120,7 +120,7 @@ class BatchedFetch(Fix):
                  else "SequentialSampler(dataset)")
         drop = spec.drop_last if spec is not None else False
         before = (loader_call(spec, prefix="loader = ") if spec is not None
-                  else "loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, ...)")
+                  else "loader = DataLoader(dataset, ..., batch_size=batch_size, shuffle=True)")
         # every other argument of the user's call kept (workers, pinning, persistence,
         # prefetch...); batching moves into the sampler
         batches = f"BatchSampler({order}, batch_size={bs}, drop_last={drop})"
