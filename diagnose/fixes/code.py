@@ -126,6 +126,10 @@ class LoaderSpec:
     pin_memory: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = None
+    # the names the user's code binds the loader and its dataset to (the session found
+    # them in the frame that opened it); None: not known, the code says loader, dataset
+    variable: str | None = None
+    dataset_variable: str | None = None
 
     @classmethod
     def from_loader(cls, loader: Any) -> LoaderSpec:
@@ -159,7 +163,19 @@ class LoaderSpec:
             multiprocessing_context=d.get("multiprocessing_context"), num_workers=nw,
             pin_memory=bool(d.get("pin_memory")),
             persistent_workers=bool(d.get("persistent_workers")) and nw > 0,
-            prefetch_factor=d.get("prefetch_factor") if nw > 0 else None)
+            prefetch_factor=d.get("prefetch_factor") if nw > 0 else None,
+            variable=_identifier(d.get("variable")),
+            dataset_variable=_identifier(d.get("dataset_variable")))
+
+    @property
+    def assign(self) -> str:
+        """``train_dl = `` where the loader's name is known, else ``loader = ``."""
+        return f"{self.variable or 'loader'} = "
+
+    @property
+    def dataset(self) -> str:
+        """The dataset as the user's code names it, else ``dataset``."""
+        return self.dataset_variable or "dataset"
 
     def config(self, **step: Any) -> TrainConfig:
         """The TrainConfig of this loader (step settings from ``step``)."""
@@ -167,6 +183,17 @@ class LoaderSpec:
                            persistent_workers=self.persistent_workers,
                            prefetch_factor=self.prefetch_factor, batch_size=self.batch_size,
                            **step)
+
+
+def _identifier(v: Any) -> str | None:
+    """``v`` where it is a Python name (a context.json value is data, not trusted code)."""
+    return v if isinstance(v, str) and v.isidentifier() else None
+
+
+def assign(loader: LoaderSpec | Any | None) -> str:
+    """The start of the line that makes the user's loader: ``train_dl = `` (a
+    :class:`LoaderSpec` that knows the name), else ``loader = ``."""
+    return loader.assign if isinstance(loader, LoaderSpec) else "loader = "
 
 
 def _loader_info(loader: Any) -> dict[str, Any]:
@@ -316,7 +343,7 @@ def loader_args(loader: LoaderSpec | Any | None, cfg: TrainConfig | None = None,
     order = ["batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
              "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context",
              "generator", "prefetch_factor", "persistent_workers"]
-    args = ["dataset"] + (["..."] if spec is None else [])
+    args = [spec.dataset if spec is not None else "dataset"] + (["..."] if spec is None else [])
     return args + [f"{k}={out[k]}" for k in order if k in out]
 
 
@@ -388,9 +415,9 @@ def loader_change(setup: Setup | None, before_note: str, after_note: str,
     if spec is None:
         head += f" {GENERIC_NOTE}" if len(head) + len(GENERIC_NOTE) < _WIDTH else \
             f"\n# {GENERIC_NOTE}"
-    return "\n".join([head, loader_call(spec, before, show=changed, prefix="loader = "),
+    return "\n".join([head, loader_call(spec, before, show=changed, prefix=assign(spec)),
                       *before_extra, f"# after: {after_note}",
-                      loader_call(spec, new, show=changed, override=over, prefix="loader = "),
+                      loader_call(spec, new, show=changed, override=over, prefix=assign(spec)),
                       *after_extra])
 
 
@@ -408,11 +435,11 @@ def exact_change(setup: Setup | None, before: TrainConfig, after: TrainConfig,
     spec = setup.loader if setup is not None else None
     changed = [k for k in before.diff(after) if k != "intra_op_threads"]
     head = "# before" + ("" if spec is not None else f" {GENERIC_NOTE}")
-    lines = [head, loader_call(spec, before, show=changed, prefix="loader = "),
+    lines = [head, loader_call(spec, before, show=changed, prefix=assign(spec)),
              f"# after: {after_note}"]
     if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
         lines.append(f"torch.set_num_threads({after.intra_op_threads})")
-    return "\n".join([*lines, loader_call(spec, after, show=changed, prefix="loader = ")])
+    return "\n".join([*lines, loader_call(spec, after, show=changed, prefix=assign(spec))])
 
 
 # ---------------------------------------------------------------------- a change, by hand
@@ -448,8 +475,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
     if _loader_changed(before, after):
         changed = [k for k in before.diff(after) if k in _LOADER_FIELDS]
         lines += ["# before" + ("" if spec is not None else " " + GENERIC_NOTE),
-                  loader_call(spec, before, show=changed, prefix="loader = "),
-                  "# after", loader_call(spec, after, show=changed, prefix="loader = ")]
+                  loader_call(spec, before, show=changed, prefix=assign(spec)),
+                  "# after", loader_call(spec, after, show=changed, prefix=assign(spec))]
     step: list[str] = []
     dev = "cuda"
     if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
@@ -536,4 +563,4 @@ _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_l
 
 __all__ = ["AFFINITY", "EXACT_FIELDS", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
            "loader_args", "loader_arguments", "loader_call", "loader_change", "optimizer_arguments",
-           "optimizer_call", "render_change", "some_workers", "with_imports"]
+           "optimizer_call", "render_change", "some_workers", "with_imports", "assign"]

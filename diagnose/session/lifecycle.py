@@ -30,6 +30,7 @@ from diagnose.capture import distributed
 from diagnose.capture import runinfo as ctxmod
 from diagnose.capture.boundaries import StepFinder, as_models, model_names
 from diagnose.capture.gcpause import frozen_objects
+from diagnose.capture.names import loader_names
 from diagnose.capture.profiler import WindowProfiler
 from diagnose.capture.quiet import WarningsOnce
 from diagnose.capture.samplers import (
@@ -247,6 +248,8 @@ class Session:
             except OSError as e:
                 raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
             self._context = ctxmod.collect(self.models, self.loader)
+            if isinstance(self._context.get("dataloader"), dict):  # the user's own names
+                self._context["dataloader"].update(loader_names(self.loader))
             self._fit_schedule()
             self._profiler = WindowProfiler(
                 self.run_dir,

@@ -18,7 +18,7 @@ from ...stepmodel.calibration import BATCHED_FETCH_MIN_SHARE, WAKE_RATIO_MAX
 from ...stepmodel.graph import Graph, TaskKind
 from ...stepmodel.host import loading_pauses, model_ops
 from ...stepmodel.transforms import transform
-from ..code import Setup, call, loader_args, loader_call
+from ..code import Setup, assign, call, loader_args, loader_call
 from ..config import TrainConfig
 from ..realise import CannotRealise, Kwargs, Realisation
 from ..unit import Facts, Fix
@@ -115,16 +115,17 @@ class BatchedFetch(Fix):
         spec = setup.loader if setup is not None else None
         bs = spec.batch_size if spec is not None and spec.batch_size else "batch_size"
         # the loader's own order: its sampler object, else shuffled or in turn
+        ds = spec.dataset if spec is not None else "dataset"
         order = ("sampler" if spec is not None and spec.sampler
-                 else "RandomSampler(dataset)" if spec is None or spec.shuffle
-                 else "SequentialSampler(dataset)")
+                 else f"RandomSampler({ds})" if spec is None or spec.shuffle
+                 else f"SequentialSampler({ds})")
         drop = spec.drop_last if spec is not None else False
-        before = (loader_call(spec, prefix="loader = ") if spec is not None
+        before = (loader_call(spec, prefix=assign(spec)) if spec is not None
                   else "loader = DataLoader(dataset, ..., batch_size=batch_size, shuffle=True)")
         # every other argument of the user's call kept (workers, pinning, persistence,
         # prefetch...); batching moves into the sampler
         batches = f"BatchSampler({order}, batch_size={bs}, drop_last={drop})"
-        after = call("loader = ", "DataLoader", [
+        after = call(assign(spec), "DataLoader", [
             a for a in loader_args(spec, override={"batch_size": "None", "sampler": batches})
             if not a.startswith(("shuffle=", "drop_last="))])
         classes = ", ".join(["BatchSampler"] + ([order.split("(")[0]] if "(" in order else []))

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...memory import FIT_MARGIN
 from ...memory.whatif import recompute_ms, scaled
-from ..code import GENERIC_NOTE, Setup, loader_call
+from ..code import GENERIC_NOTE, Setup, assign, loader_call
 from ..config import TrainConfig, micro_batches
 from ..realise import CannotRealise, Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
@@ -110,13 +110,13 @@ class GradAccumulation(Fix):
         head = f"# before: batch {b} does not fit" + ("" if spec is not None else
                                                        f"\n# {GENERIC_NOTE}")
         return "\n".join([
-            head, loader_call(spec, before, show=["batch_size"], prefix="loader = "),
-            "for x, y in loader:",
+            head, loader_call(spec, before, show=["batch_size"], prefix=assign(spec)),
+            f"for x, y in {assign(spec)[:-3]}:",
             "    loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()",
             f"# after: {k} micro-batches of {micro}, the same effective batch",
             loader_call(spec, before.replace(batch_size=micro), show=["batch_size"],
-                        prefix="loader = "),
-            "for i, (x, y) in enumerate(loader):",
+                        prefix=assign(spec)),
+            f"for i, (x, y) in enumerate({assign(spec)[:-3]}):",
             f"    (loss_fn(model(x), y) / {k}).backward()",
             f"    if (i + 1) % {k} == 0:",
             "        opt.step(); opt.zero_grad()"])

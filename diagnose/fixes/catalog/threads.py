@@ -20,7 +20,7 @@ from ...stepmodel.calibration import THREADS_LOADING_MAX
 from ...stepmodel.graph import Graph, TaskKind
 from ...stepmodel.host import free_contention, main_host_ms, per_step, thread_scale
 from ...stepmodel.transforms import transform
-from ..code import AFFINITY, Setup, loader_call
+from ..code import AFFINITY, Setup, assign, loader_call
 from ..config import TrainConfig
 from ..realise import Realisation
 from ..unit import HOST_CPUS, Facts, Fix
@@ -125,9 +125,9 @@ class Threads(Fix):
         if spec is None:
             return self.code  # the generic template
         n = spec.num_workers or 1
-        before = loader_call(spec, prefix="loader = ")
+        before = loader_call(spec, prefix=assign(spec))
         after = loader_call(spec, spec.config().replace(num_workers=n), show=["num_workers"],
-                            prefix="loader = ")
+                            prefix=assign(spec))
         who = (f"the DataLoader's {n} worker{'s' if n > 1 else ''}" if spec.num_workers
                else "the loading done in the training process")
         return "\n".join([
