@@ -240,6 +240,7 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
     panels: list[Panel | Text] = []
     shown: set[str] = set()
     codes: dict[str, str] = {}  # a panel's code -> the rule it was shown for
+    shown_for: dict[str, Any] = {}  # a panel's fix -> its finding
     for f in report.findings:
         if f.severity == "info":
             continue
@@ -260,6 +261,14 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
                                 title=f"{f.rule} fix: {escape(fix_title(f, fid))}", title_align="left",
                                 subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))
+            shown_for[fid] = f
+    # a panel that takes the workers away and one that needs them are either-or
+    gone = [(g.rule, fid) for fid, g in shown_for.items()
+            if getattr(g.predictions.get(fid), "change", {}).get("num_workers") == 0]
+    for fid, g in shown_for.items():
+        if gone and "num_workers > 0" in (FIXES[fid].needs or ""):
+            panels.append(Text(f"{g.rule}'s fix needs worker processes: apply it or "
+                               f"{gone[0][0]}'s num_workers=0, not both", style="dim"))
     return panels
 
 

@@ -101,3 +101,22 @@ def test_a_change_down_to_no_workers_is_titled_so_and_shown_once() -> None:
     two = _finding({"num_workers": Prediction({"num_workers": 2}, 8.0, 1.2, (7, 9), 9.6)})
     assert _titles(two) == ["IN001 fix: Load batches in 2 worker processes "
                             "(DataLoader num_workers=2)"]
+
+
+def test_a_fix_that_needs_workers_beside_one_that_removes_them_says_either_or() -> None:
+    """IN004's num_workers=0 and IN005's persistent_workers=True cannot both be applied
+    (DataLoader refuses persistent workers without workers): the report says so."""
+    in004 = Finding("IN004", "config", "warning", "More DataLoader workers than CPUs", "m",
+                    {}, ["num_workers_cap"], 0.3, predictions={
+                        "num_workers_cap": Prediction({"num_workers": 0}, 7.9, 1.48,
+                                                      (6.5, 9.7), 11.7)})
+    in005 = Finding("IN005", "input", "warning", "Every epoch starts the workers again",
+                    "m", {}, ["persistent_workers"], 0.12, predictions={
+                        "persistent_workers": Prediction({"persistent_workers": True}, 10.4,
+                                                         1.12, (9.5, 11.2), 11.7)})
+    lines = [str(p) for p in _fix_panels(SimpleNamespace(findings=[in004, in005]))
+             if not hasattr(p, "title")]
+    assert lines == ["IN005's fix needs worker processes: apply it or IN004's num_workers=0, "
+                     "not both"]
+    alone = [p for p in _fix_panels(SimpleNamespace(findings=[in005])) if not hasattr(p, "title")]
+    assert alone == []
