@@ -28,7 +28,10 @@ _RUN_INFO = (
 _EPOCH = ("dataloader_epoch_boundary_ms", "dataloader_epoch_start_per_step_ms",
           "dataloader_epoch_start_share")
 _CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))
-            if m.name in _EPOCH else m
+            if m.name in _EPOCH else
+            # the loader's own settings: a loop without one has none
+            Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER))
+            if m.name.startswith("dataloader_") else m
             for m in declared([_CTX_CATALOG], LIVE)]
 #: Every metric's declaration but the cross-rank ones (see :mod:`.needs`).
 DECLARATIONS: list[Metric] = [*_TRACE_DECLARATIONS, *_RUN_INFO, *_CONTEXT,

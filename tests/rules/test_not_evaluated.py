@@ -36,6 +36,20 @@ def test_cause_is_the_reason_without_the_metric() -> None:
     assert missing_cause("gpu_busy_frac", m)[0] == missing_cause("kernel_median_us", m)[0]
 
 
+def test_a_live_loop_without_a_dataloader_groups_its_settings_with_it() -> None:
+    """A live capture of a loop with no DataLoader: IN004's num_workers is missing for the
+    reason IN001-IN003's metrics are (no DataLoader), not "needs dataloader_num_workers";
+    a saved trace's is missing for want of a live capture."""
+    live = {"context_available": True, "dataloader_share": None,
+            "dataloader_num_workers": None, "torch_num_threads": 4}
+    cause = missing_cause("dataloader_num_workers", live)[0]
+    assert cause == missing_cause("dataloader_share", live)[0] == (
+        "no DataLoader activity in the trace")
+    saved = {"context_available": False, "dataloader_share": 0.3}
+    assert missing_cause("dataloader_num_workers", saved)[0] == (
+        "only known from a live capture (with diagnose(...))")
+
+
 @pytest.fixture
 def cpu_report(tmp_path: Path) -> tuple[Path, object]:
     path = tb.cpu_only().write(tmp_path / "cpu.pt.trace.json.gz")
