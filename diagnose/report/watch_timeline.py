@@ -14,6 +14,7 @@ timeline up to its last flush.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,7 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
     caps = _captures(tl)
     alarms = tl.get("alarms") or []
     out.append(f"  alarms: {len(alarms)}" + ("" if alarms else " (no sustained change)"))
+    told: set[str] = set()  # captures already shown: two signals of one change share one
     for a in alarms:
         out.append(f"    {_alarm_line(a)}")
         cap = _capture_of(caps, a)
@@ -103,8 +105,13 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
             why = a.get("capture_why")
             out.append(f"      capture: {why if why and why != 'pending' else 'none'}")
             continue
+        where = str(cap.get("dir"))
+        if where in told:
+            out.append(f"      capture: the one above ({Path(where).name})")
+            continue
+        told.add(where)
         state = "" if cap.get("analysed") else f" ({cap.get('why') or 'not analysed'})"
-        out.append(f"      capture: {cap.get('dir')}{state}")
+        out.append(f"      capture: {where}{state}")
         out += [f"      {line}" for line in _found(cap)]
     for other in tl.get("other_ranks") or []:
         med = other.get("median_ms")

@@ -14,7 +14,7 @@ from diagnose.cli import main
 from diagnose.watching.timeline import TimelineWriter
 
 
-def _run(tmp_path: Path, *, end: bool) -> Path:
+def _run(tmp_path: Path, *, end: bool, second_signal: bool = False) -> Path:
     run = tmp_path / "run"
     run.mkdir()
     cap = run / "captures" / "002-step600-step_time"
@@ -29,8 +29,13 @@ def _run(tmp_path: Path, *, end: bool) -> Path:
     w.record("alarm", step=600, start=581, signal="step_time", kind="change", before=2.0,
              after=2.6, unit="ms", ratio=1.3, capture_dir=None, capture_why="pending",
              changed=[])
+    if second_signal:  # the loader's wait grew with it, two steps on: one change
+        w.record("alarm", step=602, start=581, signal="loader_wait", kind="change",
+                 before=0.1, after=0.7, unit="ms", ratio=7.0, capture_dir=None,
+                 capture_why="pending", changed=[])
     w.record("capture", label="002-step600-step_time", baseline=False, first_step=600,
-             dir=str(cap), alarms=[600], analysed=True, why=None,
+             dir=str(cap), alarms=[600, 602] if second_signal else [600], analysed=True,
+             why=None,
              changed=["step time without the profiler: 2.0 ms -> 2.6 ms: worse"])
     w.record("spike", step=100, signal="step_time", before=2.0, after=30.0, unit="ms")
     if end:
@@ -50,6 +55,18 @@ def test_text_summary_of_a_watched_run(tmp_path: Path, end: bool,
     assert "002-step600-step_time" in out and "IN001" in out and "worse" in out
     assert "pace over the run" in out and "2.6 ms" in out
     assert "spikes (single slow steps, not alarms): 1" in out
+
+
+def test_two_alarms_of_one_change_show_its_capture_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The step time and the loader's wait both alarmed for one slowdown, sharing one
+    capture: the second points to the first's block instead of repeating it."""
+    run = _run(tmp_path, end=True, second_signal=True)
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "step 602: loader_wait" in out
+    assert "capture: the one above (002-step600-step_time)" in out
+    assert out.count("IN001") == 1
 
 
 def test_html_timeline_marks_alarms_and_links_captures(tmp_path: Path) -> None:
