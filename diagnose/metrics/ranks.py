@@ -30,6 +30,7 @@ exceeds the other ranks' median the most.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,10 @@ RUN_CATALOG: dict[str, tuple[str, str]] = {
     "straggler_lag_ms": ("ms", "How much the straggler delays each step: the larger of its "
                                "peers' extra wait in collectives and its extra own work"),
     "straggler_lag_frac": ("fraction", "straggler_lag_ms / median rank step time"),
+    "straggler_lag_noise_ms": ("ms", "The standard error of straggler_lag_ms from the ranks' "
+                                     "step-to-step spread: the straggler's mean step's and "
+                                     "its peers' (std / sqrt(steps) each), in quadrature; "
+                                     "None where a rank's spread is not known"),
     "straggler_wait_ms": ("ms", "Median extra time the other ranks spend in collectives per step, "
                                 "compared with the straggler (None without collectives)"),
     "straggler_work_ms": ("ms", "Straggler's own work per step (step minus exposed collectives) "
@@ -215,6 +220,15 @@ def _parts(m: Mapping[str, Any]) -> _Parts | None:
                   comm_exposed_frac=None if comm is None else c / step)
 
 
+def _mean_error(m: Mapping[str, Any]) -> float | None:
+    """A rank's mean step's standard error (ms): std / sqrt(steps) of its profiled steps."""
+    step, cv, n = (as_number(m.get("step_time_mean_ms")), as_number(m.get("step_time_cv")),
+                   as_number(m.get("step_count")))
+    if step is None or cv is None or n is None or n < 2:
+        return None
+    return step * cv / math.sqrt(n)
+
+
 def _median_without(values: list[float], i: int) -> float:
     return float(np.median(values[:i] + values[i + 1:]))
 
@@ -274,6 +288,11 @@ def run_metrics(ranks: Sequence[tuple[int | None, Mapping[str, Any]]]) -> dict[s
               "communication": p.comm - peer["comm"]}
     cause = max(CAUSES, key=lambda c: excess[c])
     lag = max(float(best_lag), 0.0)
+    errs = [_mean_error(m) for _, m in ranks]
+    if all(e is not None for e in errs):
+        mine = errs[labels.index(label)] or 0.0
+        peers = [e or 0.0 for lab, e in zip(labels, errs, strict=True) if lab != label]
+        out["straggler_lag_noise_ms"] = round(math.hypot(mine, float(np.median(peers))), 3)
     out["straggler_rank"] = label
     out["straggler_lag_ms"] = round(lag, 3)
     out["straggler_lag_frac"] = round(lag / med, 4) if med > 0 else None

@@ -4,6 +4,7 @@ the cross-rank spread in findings, and the real 8-rank DLRM traces."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -336,3 +337,22 @@ def test_a_cpu_run_of_ranks_has_no_gpu_column(tmp_path):
     table = text[text.index("Ranks"):]
     assert "Ranks (profiled steps)" in table and "DataLoader" in table
     assert "GPU busy" not in table
+
+
+def test_a_lag_within_the_ranks_noise_is_no_straggler():
+    """Two ranks sharing 2 CPUs: rank 1's 7.7 ms mean step is 1.9 ms over rank 0's on 5
+    profiled steps whose cv is 0.5 (2 x its standard error sqrt(2) * 7 * 0.5 / sqrt(5) =
+    4.4 ms is above the lag): no IM001. The same lag over steps that vary by 2% is one."""
+    def rank(step: float, cv: float) -> dict:
+        return {**_m(step, 1.0), "step_time_cv": cv, "step_count": 5}
+
+    noisy = run_metrics([(0, rank(5.8, 0.5)), (1, rank(7.7, 0.5))])
+    assert noisy["straggler_rank"] == 1 and noisy["straggler_lag_ms"] == pytest.approx(1.9)
+    se = math.hypot(7.7 * 0.5 / math.sqrt(5), 5.8 * 0.5 / math.sqrt(5))
+    assert noisy["straggler_lag_noise_ms"] == pytest.approx(se, abs=1e-3)
+    quiet = run_metrics([(0, rank(5.8, 0.02)), (1, rank(7.7, 0.02))])
+    assert quiet["straggler_lag_noise_ms"] < 1.9 / 2
+    for cv, fires in ((0.5, False), (0.02, True)):
+        rep = report_from_ranks(["x"], [RankResult(f"r{r}", r, rank(step, cv), {}, [])
+                                        for r, step in ((0, 5.8), (1, 7.7))])
+        assert bool(_imbalance(rep)) == fires, cv
