@@ -332,3 +332,26 @@ def test_fix_code_imports_what_it_uses() -> None:
             ast.parse(code)
             if "os.sched_getaffinity" in code:
                 assert re.search(r"^import os$", code, re.MULTILINE), (fid, code)
+
+
+def test_balance_ranks_code_is_the_users_loader_with_a_distributed_sampler() -> None:
+    """IM001's fix printed `num_workers=workers_per_rank` (defined nowhere) and dropped the
+    user's batch_size: it is now the user's own call, its shuffle moved into the sampler,
+    and it runs as printed."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    ds = TensorDataset(torch.arange(40.0).reshape(20, 2))
+    loader = DataLoader(ds, batch_size=4, shuffle=True, drop_last=True)
+    code = FIXES["balance_ranks"].code_for(Setup.from_objects(loader, None))
+    assert "workers_per_rank" not in code and "shuffle=True" not in code
+    after = code[code.index("# after"):]
+    scope = {"DataLoader": DataLoader, "dataset": ds,
+             "DistributedSampler": lambda d, **kw: DistributedSampler(d, num_replicas=2,
+                                                                      rank=0, **kw)}
+    exec(after, scope)  # noqa: S102 - the fix's own code, one rank of two
+    made = scope["loader"]
+    assert made.batch_size == 4 and made.drop_last is True
+    assert isinstance(made.sampler, DistributedSampler) and len(made.sampler) == 10
+    assert "DataLoader(dataset, ..., sampler=sampler)" in FIXES["balance_ranks"].code
