@@ -628,3 +628,21 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
     assert cpu_wait_holders({"host_cpu_others_cpus": 1.4, "workers_count": 1,
                              "world_size": 2}) == (
         True, "other processes held (this job's other ranks on this host among them)")
+
+
+def test_a_ranks_clock_note_says_whose_steps_it_read(tmp_path: Path) -> None:
+    """Under torch.distributed the report's headline is over every rank, the clock's note
+    over this rank's own steps: a new user read two medians for one run (2.51 ms in the
+    headline, 2.426 ms in the note). The note says it is this rank's."""
+    from diagnose.session.lifecycle import Session
+
+    phase = ["wait"] * 4 + ["active"] * 2 + ["settle", "after", "after"]
+    ms = [90.0, 1.8, 2.4, 6.5, 30.0, 31.0, 80.0, 2.1, 6.6]
+    for dist, starts in ((SimpleNamespace(rank=0), "rank 0's step time without the profiler"),
+                         (None, "the step time without the profiler")):
+        s = Session.__new__(Session)
+        s._dist, s._sampler_thread, s.notes = dist, None, []
+        ctx = {"capture": _cap(phase, ms)}
+        s._note_clock(ctx, tmp_path)
+        assert s.notes and s.notes[0].startswith(starts), s.notes
+        assert ctx["capture"]["notes"] == s.notes
