@@ -72,6 +72,10 @@ KEY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("step_count", None),
 )
 _SAME = 0.005  # changes below 0.5% (half a point for fractions) count as unchanged
+#: a share of the step whose time is also compared: a smaller share is no gain where that
+#: time grew (the step grew around it), so the share then gets no verdict
+_SHARE_OF: dict[str, str] = {"dataloader_share": "dataloader_wait_ms_per_step",
+                             "memcpy_pageable_host_frac": "memcpy_pageable_host_ms_per_step"}
 #: step statistics the headline's interval does not speak for: figures, no verdict
 _STEP_STATS = frozenset({"step_time_median_ms", "step_time_p90_ms", "step_time_cv",
                          "step_time_unprofiled_median_ms"})
@@ -89,6 +93,8 @@ class MetricDelta:
     better: str | None
     said: str | None = None
     headline: bool = False
+    # a share of the step that fell while its time grew: no verdict (see _SHARE_OF)
+    step_grew: bool = False
 
     @property
     def delta(self) -> float | None:
@@ -111,7 +117,7 @@ class MetricDelta:
         if self.headline:
             return self.said
         d = self.delta
-        if d is None or self.better is None or self.name in _STEP_STATS:
+        if d is None or self.better is None or self.name in _STEP_STATS or self.step_grew:
             return None
         size = abs(d) if self.unit == "fraction" else (
             abs(d) / abs(float(self.a)) if self.a else abs(d))
@@ -293,6 +299,11 @@ def compare_reports(a: Analysis, b: Analysis, *,
                for name, better in KEY_METRICS
                if a.metrics.get(name) is not None or b.metrics.get(name) is not None]
     metrics = _with_headline(metrics, step)
+    by_name = {m.name: m for m in metrics}
+    for m in metrics:
+        time = by_name.get(_SHARE_OF.get(m.name, ""))
+        if m.verdict == "better" and time is not None and time.verdict == "worse":
+            m.step_grew = True  # the share fell only because the step grew
     fa = {f.rule: f for f in a.findings}
     fb = {f.rule: f for f in b.findings}
     ne_b = {n.rule: n.reason for n in b.not_evaluated}

@@ -243,6 +243,24 @@ def test_the_table_speaks_with_the_headline(tmp_path: Path) -> None:
     assert not any("better" in r or "worse" in r for r in rows), rows
 
 
+def test_a_share_that_fell_because_the_step_grew_is_not_better(tmp_path: Path) -> None:
+    """A new user's CI gate: a planted sleep took the step from 2.3 to 5.9 ms; the
+    DataLoader's share fell 26% -> 14% only because the step grew (its wait went 0.84 ->
+    0.91 ms, worse). The share gets no verdict; where the wait fell too, it is better."""
+    a = analyze(tb.dataloader_bound().write(tmp_path / "a.pt.trace.json.gz"))
+    b = analyze(tb.dataloader_bound().write(tmp_path / "b.pt.trace.json.gz"))
+    a.metrics.update(dataloader_share=0.261, dataloader_wait_ms_per_step=0.84)
+    b.metrics.update(dataloader_share=0.141, dataloader_wait_ms_per_step=0.91)
+    rows = {m.name: m for m in compare_reports(a, b).metrics}
+    assert rows["dataloader_wait_ms_per_step"].verdict == "worse"
+    assert rows["dataloader_share"].verdict is None
+    assert compare_reports(a, b).to_json()["metrics"][[m["name"] for m in compare_reports(
+        a, b).to_json()["metrics"]].index("dataloader_share")]["verdict"] is None
+    b.metrics.update(dataloader_wait_ms_per_step=0.40)
+    rows = {m.name: m for m in compare_reports(a, b).metrics}
+    assert rows["dataloader_share"].verdict == "better"
+
+
 def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
     """Run B's clock marked its step time unreliable, and other processes held the CPU
     its training thread waited for in 40% of its steps: the comparison and the CI gate's
