@@ -41,7 +41,7 @@ from diagnose.capture.samplers import (
     SamplerThread,
     UnavailableSampler,
 )
-from diagnose.capture.steps import Steps, settle_steps
+from diagnose.capture.steps import EXTEND, Steps, settle_steps
 from diagnose.errors import CaptureError
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context import clock_note, context_metrics
@@ -267,7 +267,9 @@ class Session:
             self._steps = Steps(
                 self._profiler,
                 finder=StepFinder(self.models),
-                after=max(self.clock_steps - before, 1),
+                # ranks must agree on d.done: a fixed plan, at the most a lone run's
+                # steps that vary would get (ranks that share CPUs jitter)
+                after=max(self.clock_steps - before, 1) * (EXTEND if self._dist else 1),
                 settle=settle_steps(dl.get("num_workers"), dl.get("prefetch_factor")),
                 extend=self._dist is None,  # ranks must agree on d.done: a fixed plan
                 on_window_over=self._window_over, on_error=self._internal_error,

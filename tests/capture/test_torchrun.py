@@ -42,10 +42,10 @@ def worker(out_dir: str, only_rank0: bool = False) -> None:
     loader = DataLoader(Pairs(512, 32, 4, delay_s=SLOW_S if rank == 1 else 0.0), batch_size=16)
 
 
-    def train(d: Any = None, limit: int = 12) -> None:
+    def train(d: Any = None, limit: int = 20) -> None:
         """The user's loop; every rank runs the same steps (DDP needs it), so it ends at
-        ``limit`` (the window, 1 + 1 + 4 steps, and the 1 settling + 4 unprofiled steps after
-        it are over by then) rather than at d.done."""
+        ``limit`` (the window, 1 + 1 + 4 steps, and the 1 settling + 3 x 4 unprofiled steps
+        after it, the ranks' fixed plan, are over by then) rather than at d.done."""
         for i, (x, y) in enumerate(loader):
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
@@ -148,6 +148,8 @@ def test_rank0_prints_one_cross_rank_report_naming_the_straggler(torchrun_run):
     assert m[0]["comm_exposed_ms_per_step"] > m[1]["comm_exposed_ms_per_step"]
     assert m[0]["comm_source"] == m[1]["comm_source"] == "host"
     assert m[0]["dist_backend"] == "gloo" and m[1]["world_size"] == 2
+    # the ranks' clock is a fixed plan at the most a lone run's varying steps get: 3 x 4
+    assert m[0]["step_time_unprofiled_steps"] == 12
 
 
 def test_run_folder_holds_one_trace_per_rank_and_analyzes_the_same(torchrun_run):
