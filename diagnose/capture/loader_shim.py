@@ -153,7 +153,10 @@ def install(loader: Any, on_next: Callable[[Any], None],
     internals are not there). Iterators of other loaders pass through untouched."""
     if missing(loader) is not None:
         return None
+    from torch.autograd.profiler import record_function
     from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    from ..metrics.names import OTHER_LOADER
 
     index_sampler = loader._index_sampler
     orig = _BaseDataLoaderIter.__next__
@@ -161,7 +164,10 @@ def install(loader: Any, on_next: Callable[[Any], None],
     @functools.wraps(orig)
     def __next__(it: Any) -> Any:
         if getattr(it, "_index_sampler", None) is not index_sampler:
-            return orig(it)
+            # another loader's batch (a validation pass): marked, so that the trace's
+            # DataLoader wait is the training loader's alone
+            with record_function(OTHER_LOADER):
+                return orig(it)
         on_next(it)
         t0 = time.perf_counter()
         batch = None

@@ -15,7 +15,7 @@ import numpy as np
 from ..trace import Kind
 from . import intervals as iv
 from .declare import GPU, HOST_OPS, RUNTIME, Metric, Need, per_step_ms, rnd
-from .names import COMM_KERNEL, DATALOADER, STEP
+from .names import COMM_KERNEL, DATALOADER, OTHER_LOADER, STEP
 from .window import StepWindow
 
 #: The categories, highest first (a category claims only time no higher one claimed).
@@ -58,14 +58,38 @@ class Categories:
     sets: dict[str, iv.Intervals]
 
 
+def inside_spans(t: Any, events: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """The ``events`` (a mask) that start inside one of the ``spans`` events (a mask of
+    non-overlapping spans, such as a live session's marks around another loader's batch)."""
+    out = np.zeros(len(events), dtype=bool)
+    if not spans.any() or not events.any():
+        return out
+    idx = np.flatnonzero(spans)
+    order = np.argsort(t.ts[idx])
+    lo, hi = t.ts[idx][order], (t.ts + t.dur)[idx][order]
+    ev = np.flatnonzero(events)
+    k = np.searchsorted(lo, t.ts[ev], side="right") - 1
+    ok = k >= 0
+    out[ev[ok]] = t.ts[ev[ok]] < hi[k[ok]]
+    return out
+
+
+def other_loaders(t: Any, loaders: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Of the DataLoader events ``loaders``, those of a loader other than the training one:
+    inside a live session's :data:`~.names.OTHER_LOADER` spans (a saved trace has none)."""
+    return inside_spans(t, loaders, host & t.name_mask(lambda n: n == OTHER_LOADER))
+
+
 def categories(w: StepWindow) -> Categories:
     t = w.t
     comm_name = t.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
     kern = (t.kind == Kind.KERNEL) & w.dev
     comm = kern & comm_name
     compute = kern & ~comm_name
-    dl = w.host & t.name_mask(lambda n: bool(DATALOADER.match(n)))
-    cpu = w.host & (t.kind == Kind.CPU_OP) & ~dl & ~t.name_mask(lambda n: bool(STEP.match(n)))
+    loaders = w.host & t.name_mask(lambda n: bool(DATALOADER.match(n)))
+    dl = loaders & ~other_loaders(t, loaders, w.host)
+    cpu = w.host & (t.kind == Kind.CPU_OP) & ~loaders & ~t.name_mask(
+        lambda n: bool(STEP.match(n)))
     sets = {
         "kernel": w.sel(compute),
         "memcpy": w.sel(w.dev & (t.kind == Kind.MEMCPY)),

@@ -6,6 +6,9 @@ import re
 
 STEP = re.compile(r"^ProfilerStep#\d+$")
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#")
+#: the span a live session puts around a batch of a DataLoader other than the one it was
+#: given (a validation loader): its wait is the loop's other work, not the training input
+OTHER_LOADER = "diagnose::other_loader"
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 SYNC_RUNTIME = frozenset(
     {

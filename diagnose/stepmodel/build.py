@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import intervals as iv
+from ..metrics.breakdown import other_loaders
 from ..trace import DEVICE_KINDS, Kind, Trace
 from .calibration import (
     BLOCKING_COPY_SHARE,
@@ -176,6 +177,7 @@ class _Builder:
         syncs = rt & t.name_mask(lambda n: n in _SYNC)
         dl = in_win & t.name_mask(lambda n: bool(_DATALOADER.match(n))) & (t.tid_id == self.tid) & (
             np.isin(t.kind, [int(Kind.ANNOTATION), int(Kind.CPU_OP)]))
+        dl &= ~other_loaders(t, dl, in_win)  # a validation loader's batches: not the input
         cand = np.flatnonzero(launches | syncs | dl)
         # outermost only: a driver call inside a runtime call, a launch inside a DataLoader span
         tids = t.tid_id[cand]
