@@ -12,6 +12,7 @@ the job: the alarm says so (:func:`explain`). Bounded: the last ``keep`` seconds
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from typing import Any
@@ -66,11 +67,13 @@ class HostContext:
             return None
 
         def per_step(ts: list[tuple[int, int, float, float | None]], i: int) -> float | None:
-            steps = sum(t[1] - t[0] for t in ts)
-            vals = [t[i] for t in ts]
-            if steps <= 0 or any(v is None for v in vals):
+            # the median interval's: one interval that held other work on this thread (a
+            # capture's analysis, the watch's own start) says nothing of the steps
+            vals = [float(v) / (t[1] - t[0]) for t in ts
+                    if t[1] > t[0] and (v := t[i]) is not None]
+            if len(vals) < len(ts) or not vals:
                 return None
-            return round(sum(v or 0.0 for v in vals) / steps * 1e3, 4)
+            return round(float(statistics.median(vals)) * 1e3, 4)
 
         ob = [c for s, c in self.others if s < start][-SPAN:]
         oa = [c for s, c in self.others if start <= s <= now][:SPAN]

@@ -23,6 +23,22 @@ def test_before_and_after_the_change_per_step() -> None:
                    "others_cpus": [0.2, 1.5]}
 
 
+def test_an_interval_of_other_work_does_not_set_the_per_step_figures() -> None:
+    """A new user's watch said 'its thread's own CPU time 43.8 -> 0.924 ms a step' for
+    0.41 ms steps: one interval before the change held other work on the thread (the
+    watch's start) over a few steps. The figures are the median interval's."""
+    h = HostContext()
+    for first in range(0, 2000, 100):
+        if first == 900:  # 45 ms of CPU over 2 steps, then the rest of the second
+            h.ticks.append((900, 902, 0.09, 0.08))
+            h.ticks.append((902, 1000, 0.098, 0.0098))
+            continue
+        h.ticks.append((first, first + 100, 0.1, 0.01 if first < 1000 else 0.08))
+    got = h.around(1000, 2000)
+    assert got is not None
+    assert got["cpu_ms_per_step"] == [1.0, 1.0] and got["cpu_wait_ms_per_step"] == [0.1, 0.8]
+
+
 def test_a_change_that_is_mostly_waiting_for_a_cpu_is_the_machine() -> None:
     h = _context(0.8).around(1000, 2000)
     assert h is not None
