@@ -86,7 +86,9 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
     head = f"watched run {run_dir}: {n:,} steps"
     if len(tl["steps"]["t"]):
         head += f" over {float(tl['steps']['t'][-1]):.1f} s"
-    out = [head if end is not None else
+    raised = end.get("raised") if isinstance(end, dict) else None
+    out = [head + (f" (stopped: the loop raised {raised})" if raised else "")
+           if end is not None else
            head + " (cut off: no end record, the timeline up to its last flush)"]
     if n:
         q = np.percentile(ms, (10, 50, 90))

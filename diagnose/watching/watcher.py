@@ -555,13 +555,17 @@ class Watch:
             self.notes.append(f"analyses still running after {self.analysis_timeout_s:.0f} s "
                               "were left (their alarms say 'pending')")
         self.ended = time.time()
+        raised = None
         if exc is not None:
-            self.notes.append(f"the loop raised {type(exc).__name__}: {str(exc)[:200]}")
+            why = str(exc)[:200]
+            raised = type(exc).__name__ + (f": {why}" if why else "")
+            self.notes.append(f"the loop raised {raised}")
         self.store.take_new()
         rec = self.to_json()
         if self._writer is not None:
             self._writer.record("end", steps=self.steps, t=self.ended,
-                                alarms=len(self.alarms), spikes=self.spike_count)
+                                alarms=len(self.alarms), spikes=self.spike_count,
+                                raised=raised)
             self._writer.close()
             self.notes.extend(f"timeline writing stopped: {e}" for e in self._writer.errors)
         if self.run_dir is not None:

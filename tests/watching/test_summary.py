@@ -129,3 +129,30 @@ def test_an_alarm_prints_as_the_summary_says_it() -> None:
     assert summary.count("capture: runs/captures/002") == 1
     assert "step 469: loader_wait 0.9 ms -> 18.1 ms (x20.11): the same capture as the alarm " \
            "above" in summary
+
+
+def test_a_watch_the_user_stopped_says_so_in_its_timeline(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C in a watched loop: the timeline's end record and `analyze RUN` say the loop
+    raised KeyboardInterrupt (a new user read '119 steps over 7.5 s' as a finished run);
+    an exception with no message leaves no dangling colon."""
+    from diagnose.cli import main
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+    with pytest.raises(KeyboardInterrupt), watch(model, loader, baseline=False,
+                                                 out_dir=tmp_path, print_summary=False) as w:
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 5:
+                raise KeyboardInterrupt
+    assert "the loop raised KeyboardInterrupt" in w.notes and not any(
+        n.endswith(": ") for n in w.notes)
+    assert main(["analyze", str(w.run_dir)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith("(stopped: the loop raised KeyboardInterrupt)"), head
