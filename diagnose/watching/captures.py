@@ -3,7 +3,8 @@ analysis, and handing each report to the alarms it serves.
 
 The policy: an alarm shares a window of another alarm asked for, or under way or begun
 within :data:`SHARE_STEPS` steps after its change began (a loader slowing shows as step
-time and loader wait together); else it takes one, within ``max_captures`` a run and one per ``interval_s``;
+time and loader wait together); else it takes one, within ``max_captures`` a run and one per ``interval_s``
+(unless its change is :data:`BIGGER` times the last capture's);
 else its ``capture_why`` says which limit. The baseline window goes first and is not
 counted. A window starts at the next step boundary (:meth:`Captures.start`), records its
 steps (:meth:`Captures.step`), then its folder gets a ``context.json`` whose unprofiled
@@ -32,6 +33,18 @@ __all__ = ["BEFORE_STEPS", "SHARE_STEPS", "Capture", "Captures"]
 SHARE_STEPS = 100
 #: unprofiled steps (at most) written beside a window as its "before" steps
 BEFORE_STEPS = 64
+#: within ``interval_s`` of the last capture, an alarm whose change (|ln after/before|) is
+#: this many times the largest one that capture was taken for takes one anyway: a small
+#: blip must not leave a real slowdown minutes later unprofiled (x1.41 then x10.4: 10x)
+BIGGER = 3.0
+
+
+def _size(alarm: Alarm) -> float:
+    """How large the alarm's change is: |ln after/before| (0 where either is not known)."""
+    a, b = alarm.after, alarm.before
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or a <= 0 or b <= 0:
+        return 0.0
+    return abs(math.log(a / b))
 
 
 @dataclass
@@ -82,6 +95,7 @@ class Captures:
         self._queue: list[Capture] = []  # asked for, not started
         self._last: Capture | None = None  # the last alarm's capture started
         self._last_t = -math.inf
+        self._last_size = 0.0  # the largest change (|ln after/before|) a capture was taken for
         self._taken = 0  # captures taken for alarms (the baseline not counted)
         self._labels = 0
         self._lock = threading.RLock()
@@ -118,10 +132,11 @@ class Captures:
                 _apply(near[0], [alarm])
                 return
             ago = time.time() - self._last_t
+            size = _size(alarm)
             if self._taken >= self.max_captures:
                 alarm.capture_why = (f"no capture: the run's {self.max_captures} captures "
                                      "are taken")
-            elif ago < self.interval_s:
+            elif ago < self.interval_s and size < BIGGER * self._last_size:
                 alarm.capture_why = (f"no capture: at most one every {self.interval_s:.0f} s "
                                      f"(the last began {ago:.0f} s before)")
             else:
@@ -131,6 +146,7 @@ class Captures:
                 self._queue.append(job)
                 self._taken += 1
                 self._last_t = time.time()
+                self._last_size = size
 
     def _label(self, what: str) -> str:
         self._labels += 1

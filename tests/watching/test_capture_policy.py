@@ -1,0 +1,42 @@
+"""The watch's capture policy (diagnose.watching.captures.Captures.want): one capture per
+``interval_s`` unless a later alarm's change is BIGGER times the last capture's."""
+
+from __future__ import annotations
+
+from diagnose.watching.alarm import Alarm
+from diagnose.watching.captures import Captures
+
+
+def _captures() -> Captures:
+    return Captures(steps=3, max_captures=5, interval_s=600.0, rank=None, worker_name=None,
+                    context=lambda *a, **k: {}, before=lambda *a, **k: [], record=None)
+
+
+def _taken(c: Captures) -> None:
+    """The capture asked for ran (its window started, was analysed and ended)."""
+    c._last = c._queue.pop(0)
+
+
+def _alarm(step: int, before: float, after: float) -> Alarm:
+    return Alarm(step=step, signal="step_time", kind="change", before=before, after=after,
+                 unit="ms", t=0.0, start=step - 10)
+
+
+def test_a_blip_does_not_leave_a_real_slowdown_unprofiled() -> None:
+    """A new user's watch: a x1.41 noise alarm at step 314 took the capture, and the x10.4
+    slowdown at step 1015, a second later, got 'at most one every 600 s'."""
+    c = _captures()
+    blip, real = _alarm(314, 0.50, 0.705), _alarm(1015, 0.476, 4.967)
+    c.want(blip)
+    _taken(c)
+    c.want(real)
+    assert real.capture_why == "pending" and [j.alarms for j in c._queue] == [[real]]
+
+
+def test_a_change_of_the_same_size_waits_for_the_interval() -> None:
+    c = _captures()
+    first, second = _alarm(300, 0.5, 1.0), _alarm(2000, 1.0, 2.2)
+    c.want(first)
+    _taken(c)
+    c.want(second)
+    assert second.capture_why is not None and "at most one every 600 s" in second.capture_why
