@@ -213,20 +213,25 @@ def changes(prof: Mapping[str, Any], *, amp_dtypes: Iterable[str] = ("bfloat16",
     optimizer's class is advice only)."""
     pr = Profile(prof)
     b = pr.batch_size
+    # a step with no gradients and no optimizer is inference: no accumulation, recompute,
+    # zero_grad or optimizer change applies to it
+    trains = bool(pr.G or pr.optimizer)
     out: list[dict[str, Any]] = []
     if isinstance(b, int) and b > 0:
         if b >= 2:
             out.append({"batch_size": b // 2})
         out.append({"batch_size": 2 * b})
         micro = int(pr.step.get("micro_batches") or 1)
-        for n in (2, 4):
+        for n in (2, 4) if trains else ():
             if b % n == 0 and b // n >= 1:
                 out.append({"batch_size": b // n, "grad_accum_steps": micro * n})
     blocks = prof.get("blocks") or {}
-    if blocks.get("blocks"):
+    if blocks.get("blocks") and trains:
         out.append({"checkpoint_modules": [x["module"] for x in blocks["blocks"]]})
     if not pr.step.get("amp_dtype"):
         out.extend({"amp_dtype": d} for d in amp_dtypes)
+    if not trains:
+        return out
     out.append({"zero_grad_set_to_none": not pr.set_to_none})
     opt = pr.optimizer or {}
     if opt.get("class") and not opt.get("fused") and opt.get("foreach") is not None:

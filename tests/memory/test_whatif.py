@@ -90,6 +90,14 @@ def test_changes_listed():
         {"optimizer_foreach": False}, {"optimizer_class": "SGD"}]
 
 
+def test_an_inference_step_gets_no_training_what_ifs():
+    """No gradients and no optimizer (the README's d.step() inference loop): no
+    accumulation, checkpoint, zero_grad or optimizer what-if, only the batch and autocast."""
+    model = {**PROF["model"], "gradients": 0, "optimizer_state": 0, "optimizer": None}
+    assert changes({**PROF, "model": model}) == [
+        {"batch_size": 4}, {"batch_size": 16}, {"amp_dtype": "bfloat16"}]
+
+
 def test_largest_batch_and_what_fits():
     # 10,000 bytes less 10%: forward 3000 + 600 n <= 9000 -> n = 10
     assert largest_batch(PROF, 10_000, 0.10) == 10
