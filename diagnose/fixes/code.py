@@ -168,9 +168,9 @@ class LoaderSpec:
             dataset_variable=_identifier(d.get("dataset_variable")))
 
     @property
-    def assign(self) -> str:
-        """``train_dl = `` where the loader's name is known, else ``loader = ``."""
-        return f"{self.variable or 'loader'} = "
+    def name(self) -> str:
+        """The loader as the user's code names it, else ``loader``."""
+        return self.variable or "loader"
 
     @property
     def dataset(self) -> str:
@@ -190,10 +190,15 @@ def _identifier(v: Any) -> str | None:
     return v if isinstance(v, str) and v.isidentifier() else None
 
 
+def loader_name(loader: LoaderSpec | Any | None) -> str:
+    """The user's loader in code: ``train_dl`` (a :class:`LoaderSpec` that knows the
+    name), else ``loader``."""
+    return loader.name if isinstance(loader, LoaderSpec) else "loader"
+
+
 def assign(loader: LoaderSpec | Any | None) -> str:
-    """The start of the line that makes the user's loader: ``train_dl = `` (a
-    :class:`LoaderSpec` that knows the name), else ``loader = ``."""
-    return loader.assign if isinstance(loader, LoaderSpec) else "loader = "
+    """The start of the line that makes the user's loader: ``train_dl = ``."""
+    return f"{loader_name(loader)} = "
 
 
 def _loader_info(loader: Any) -> dict[str, Any]:
@@ -563,4 +568,4 @@ _RENDERED = frozenset({*_LOADER_FIELDS, "non_blocking", "amp_dtype", "channels_l
 
 __all__ = ["AFFINITY", "EXACT_FIELDS", "GENERIC_NOTE", "SOME_WORKERS", "LoaderSpec", "OptimizerSpec", "Setup", "call", "callable_name",
            "loader_args", "loader_arguments", "loader_call", "loader_change", "optimizer_arguments",
-           "optimizer_call", "render_change", "some_workers", "with_imports", "assign"]
+           "optimizer_call", "render_change", "some_workers", "with_imports", "assign", "loader_name"]

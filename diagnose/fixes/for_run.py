@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..stepmodel.prediction import Prediction
-from . import FIXES
+from . import FIXES, fix_code
 from .catalog.workers import NUM_WORKERS
 from .code import OptimizerSpec, Setup, with_imports
 from .config import TrainConfig
@@ -52,9 +52,7 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
         "dataloader_multiprocess") is True
     for f in findings:
         # the generic template where the run's own objects change nothing in it
-        known = {} if setup is None else {i: FIXES[i].code_for(setup) for i in f.fixes
-                                          if i in FIXES}
-        f.fix_code = {k: v for k, v in known.items() if v != FIXES[k].code}
+        f.fix_code = {k: v for k, v in fix_code(f.fixes, setup).items() if v != FIXES[k].code}
         if more and "num_workers" in f.fixes:  # workers there, their count not known
             f.fix_code["num_workers"] = NUM_WORKERS.render_more()
         # a predicted fix shows the exact change its prediction is for

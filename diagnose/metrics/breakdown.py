@@ -66,7 +66,7 @@ def inside_spans(t: Any, events: np.ndarray, spans: np.ndarray) -> np.ndarray:
         return out
     idx = np.flatnonzero(spans)
     order = np.argsort(t.ts[idx])
-    lo, hi = t.ts[idx][order], (t.ts + t.dur)[idx][order]
+    lo, hi = t.ts[idx][order], t.end[idx][order]
     ev = np.flatnonzero(events)
     k = np.searchsorted(lo, t.ts[ev], side="right") - 1
     ok = k >= 0

@@ -533,11 +533,8 @@ class Session:
         """An unprofiled figure too noisy to trust, into the notes (the session's and the
         capture section's); who held the CPUs its steps waited for (the run's own workers,
         or other work) comes from the samples."""
-        note = clock_note({**context_metrics(ctx), **self._load_metrics(run_dir)})
-        rank = getattr(self._dist, "rank", None)
-        if note is not None and rank is not None:
-            # this rank's own steps: the report's headline is over every rank
-            note = f"rank {rank}'s {note[len('the '):] if note.startswith('the ') else note}"
+        note = clock_note({**context_metrics(ctx), **self._load_metrics(run_dir)},
+                          rank=getattr(self._dist, "rank", None))
         if note is not None:
             self.notes.append(note)
             ctx["capture"]["notes"].append(note)

@@ -34,8 +34,8 @@ SHARE_STEPS = 100
 #: unprofiled steps (at most) written beside a window as its "before" steps
 BEFORE_STEPS = 64
 #: within ``interval_s`` of the last capture, an alarm whose change (|ln after/before|) is
-#: this many times the largest one that capture was taken for takes one anyway: a small
-#: blip must not leave a real slowdown minutes later unprofiled (x1.41 then x10.4: 10x)
+#: this many times the one that capture was taken for takes one anyway, so that a small
+#: change does not leave a much larger one after it unprofiled
 BIGGER = 3.0
 
 
@@ -95,7 +95,7 @@ class Captures:
         self._queue: list[Capture] = []  # asked for, not started
         self._last: Capture | None = None  # the last alarm's capture started
         self._last_t = -math.inf
-        self._last_size = 0.0  # the largest change (|ln after/before|) a capture was taken for
+        self._last_size = 0.0  # the change (|ln after/before|) the last capture was taken for
         self._taken = 0  # captures taken for alarms (the baseline not counted)
         self._labels = 0
         self._lock = threading.RLock()

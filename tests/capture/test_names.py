@@ -42,7 +42,7 @@ def test_the_fix_code_uses_the_users_names() -> None:
     ctx = {"num_workers": 0, "batch_size": 16, "sampler_class": "RandomSampler",
            "variable": "train_dl", "dataset_variable": "train_ds"}
     spec = LoaderSpec.from_context(ctx)
-    assert spec is not None and spec.assign == "train_dl = " and spec.dataset == "train_ds"
+    assert spec is not None and spec.name == "train_dl" and spec.dataset == "train_ds"
     code = FIXES["batched_fetch"].code_for(Setup(spec, None))
     assert "train_dl = DataLoader(train_ds, batch_size=16, shuffle=True)" in code
     assert "RandomSampler(train_ds)" in code and "dataset" not in code.replace(
@@ -50,7 +50,7 @@ def test_the_fix_code_uses_the_users_names() -> None:
     workers = FIXES["persistent_workers"].code_for(Setup(spec, None))
     assert "train_dl = DataLoader(train_ds" in workers
     odd = LoaderSpec.from_context({**ctx, "variable": "os.system('x')", "dataset_variable": 3})
-    assert odd is not None and odd.assign == "loader = " and odd.dataset == "dataset"
+    assert odd is not None and odd.name == "loader" and odd.dataset == "dataset"
 
 
 def test_a_session_records_the_names_of_the_with_line(tmp_path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...memory import FIT_MARGIN
 from ...memory.whatif import recompute_ms, scaled
-from ..code import GENERIC_NOTE, Setup, assign, loader_call
+from ..code import GENERIC_NOTE, Setup, assign, loader_call, loader_name
 from ..config import TrainConfig, micro_batches
 from ..realise import CannotRealise, Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
@@ -111,12 +111,12 @@ class GradAccumulation(Fix):
                                                        f"\n# {GENERIC_NOTE}")
         return "\n".join([
             head, loader_call(spec, before, show=["batch_size"], prefix=assign(spec)),
-            f"for x, y in {assign(spec)[:-3]}:",
+            f"for x, y in {loader_name(spec)}:",
             "    loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()",
             f"# after: {k} micro-batches of {micro}, the same effective batch",
             loader_call(spec, before.replace(batch_size=micro), show=["batch_size"],
                         prefix=assign(spec)),
-            f"for i, (x, y) in enumerate({assign(spec)[:-3]}):",
+            f"for i, (x, y) in enumerate({loader_name(spec)}):",
             f"    (loss_fn(model(x), y) / {k}).backward()",
             f"    if (i + 1) % {k} == 0:",
             "        opt.step(); opt.zero_grad()"])

@@ -401,9 +401,10 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     return True, "other processes held"
 
 
-def clock_note(m: dict[str, object]) -> str | None:
+def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     """What the report says when the unprofiled step time cannot be trusted, and how to get
-    a better one (None when it can, or when there is none)."""
+    a better one (None when it can, or when there is none). ``rank``: the steps are that
+    rank's own (under torch.distributed the report's headline is over every rank)."""
     if m.get("step_time_unprofiled_reliable") is not False:
         return None
     n, spread = m.get("step_time_unprofiled_steps"), m.get("step_time_unprofiled_spread")
@@ -436,7 +437,9 @@ def clock_note(m: dict[str, object]) -> str | None:
                    + holders)
     # more steps than were timed: at least 30, else twice as many (in tens)
     more = 30 if not isinstance(n, int) or n < 15 else -(-2 * n // 10) * 10
-    return ("the step time without the profiler is unreliable: " + "; ".join(why or ["noisy"])
+    whose = "the" if rank is None else f"rank {rank}'s"
+    return (f"{whose} step time without the profiler is unreliable: "
+            + "; ".join(why or ["noisy"])
             + f". For a better figure, time more steps (diagnose(..., clock_steps={more}))"
             + (" or run when the machine is less busy" if elsewhere else "")
             + "; the profiler's overhead is not stated")
