@@ -1,13 +1,14 @@
 """Memory what-ifs against the changed job run for real.
 
 Held-out models (an MLP tower with AdamW, a small convnet with SGD and momentum, a small
-transformer encoder with AdamW): one step is tracked at the base batch, each change's peak
+transformer encoder with AdamW, an MLP with Adam stepped under bf16 autocast every 4
+micro-batches): one step is tracked at the base batch, each change's peak
 is predicted (re-run under FakeTensorMode, and scaled from the measured kinds), and the
 changed job is then run for real on copies of the model under torch's MemTracker (on a
 GPU, --gpu: torch.cuda.max_memory_allocated): pred/true beside each. Target: within 10%,
 no under-prediction beyond 5% (an under-prediction is an out-of-memory error).
 
-    .venv/bin/python benchmarks/memory_whatif.py [--gpu] [--models mlp,conv,transformer]
+    .venv/bin/python benchmarks/memory_whatif.py [--gpu] [--models mlp,conv,transformer,accum]
 """
 
 from __future__ import annotations
@@ -71,8 +72,20 @@ def _models(device: str):  # type: ignore[no-untyped-def]
             return nn.functional.cross_entropy(mod(b[0]).flatten(0, 1), b[1].flatten())
         return m, opt, batch, step
 
+    def accum() -> tuple:
+        m = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
+                          nn.Linear(1024, 10)).to(device)
+        opt = torch.optim.Adam(m.parameters(), lr=3e-4)
+        batch = (torch.randn(64, 512, device=device), torch.randint(0, 10, (64,), device=device))
+        return m, opt, batch, lambda mod, b: nn.functional.cross_entropy(mod(b[0]), b[1])
+
     return {"mlp": ("MLP tower, AdamW", mlp), "conv": ("convnet, SGD+momentum", conv),
-            "transformer": ("transformer encoder, AdamW", transformer)}
+            "transformer": ("transformer encoder, AdamW", transformer),
+            "accum": ("MLP, Adam, bf16, 4 micro", accum)}
+
+
+#: how a model's measured step runs where not as one fp32 batch: (autocast dtype, micro-batches)
+_STEP = {"accum": ("bfloat16", 4)}
 
 
 def _truth(model, opt, batch, step_fn, change, base, gpu: bool) -> int:  # type: ignore[no-untyped-def]
@@ -104,7 +117,7 @@ def _fmt_change(ch: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="run on cuda:0 (truth: the allocator)")
-    ap.add_argument("--models", default="mlp,conv,transformer")
+    ap.add_argument("--models", default="mlp,conv,transformer,accum")
     ap.add_argument("--oom", action="store_true",
                     help="also induce an OOM and try the batch the explanation suggests")
     args = ap.parse_args()
@@ -112,7 +125,7 @@ def main() -> None:
 
     from diagnose.memory.fake import Base
     from diagnose.memory.live import fake_what_ifs
-    from diagnose.memory.tracker import run_step, track_step
+    from diagnose.memory.tracker import StepSpec, run_step, track_step
     from diagnose.memory.whatif import scaled
 
     torch.manual_seed(0)
@@ -128,9 +141,11 @@ def main() -> None:
     for key in args.models.split(","):
         title, build = _models(device)[key]
         model, opt, batch, step_fn = build()
-        run_step(model, opt, [batch], step_fn)  # the optimizer's state: the steady state
+        amp, micro = _STEP.get(key, (None, 1))
+        spec = StepSpec(amp_dtype=amp)
+        run_step(model, opt, [batch] * micro, step_fn, spec)  # the optimizer's state
         pristine = copy.deepcopy((model, opt))  # one copy: the optimizer over its model
-        m = track_step(model, opt, batch, step_fn)
+        m = track_step(model, opt, batch, step_fn, spec=spec, batches=[batch] * micro)
         prof = m.to_json()
         held = m.untracked_bytes  # the process' other tensors (GPU): not the job's
         base = Base.of(prof["step"])

@@ -5,8 +5,10 @@ Plain Python and numpy (no torch): the tracker fills a :class:`StepMemory`, and 
 what the session writes to ``context.json`` and the analysis reads back. The timeline is
 cut into at most :data:`TIMELINE_POINTS` stretches of consecutive operators of one phase,
 each holding the maximum of every kind over its operators (so a prediction made from them
-is never below one made from every operator); the peak and each phase's highest point
-are stretches of their own, exact.
+is never below one made from every operator) and the most bytes held at once in it (the
+kinds' maxima may fall on different operators: their sum can exceed it, which bounds the
+predictions, :mod:`.whatif`); the peak and each phase's highest point are stretches of
+their own, exact.
 """
 
 from __future__ import annotations
@@ -113,10 +115,11 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
             "forward_s": round(sum(forward_s.get(k, 0.0) for k in useful), 6)}
 
 
-def downsample(points: list[Point], n: int = TIMELINE_POINTS) -> list[tuple[int, Point]]:
+def downsample(points: list[Point], n: int = TIMELINE_POINTS
+               ) -> list[tuple[int, Point, int]]:
     """Stretches of at most ``n``-th of the step (phase-pure), each the maximum of every
     kind over its operators; the peak and each phase's top are stretches of their own.
-    Returns (first operator's index, the stretch's maxima)."""
+    Returns (first operator's index, the stretch's maxima, the most bytes at once in it)."""
     if not points:
         return []
     arr = np.asarray(points, dtype=np.int64)
@@ -130,8 +133,9 @@ def downsample(points: list[Point], n: int = TIMELINE_POINTS) -> list[tuple[int,
         cut.update((top, top + 1))
     bounds = np.array(sorted(c for c in cut if c < len(arr)), dtype=np.int64)
     mx = np.maximum.reduceat(arr[:, 1:], bounds, axis=0)
-    return [(int(b), Point(int(ph[b]), *(int(x) for x in row)))
-            for b, row in zip(bounds, mx, strict=True)]
+    most = np.maximum.reduceat(tot, bounds)
+    return [(int(b), Point(int(ph[b]), *(int(x) for x in row)), int(t))
+            for b, row, t in zip(bounds, mx, most, strict=True)]
 
 
 @dataclass
@@ -222,16 +226,18 @@ class StepMemory:
         pts = []
         flags = np.asarray(self.in_blocks(), dtype=np.int64)
         stretches = downsample(self.points)
-        starts = np.array([op for op, _ in stretches], dtype=np.int64)
+        starts = np.array([op for op, _, _ in stretches], dtype=np.int64)
         inb: list[int] = (np.maximum.reduceat(flags, starts).tolist()
                           if len(flags) and len(starts) else [])
-        for (op, p), f in zip(stretches, inb, strict=True):
+        for (op, p, most), f in zip(stretches, inb, strict=True):
             pts.append({"op": op, "phase": PHASES[p.phase],
                         **point_kinds(p, self.opt_state_bytes, self.untracked_bytes),
+                        "most_bytes": most + self.untracked_bytes,
                         **({"in_blocks": True} if f else {})})
         return {"unit": "operator", "ops": len(self.points), "points": pts,
                 "stretches": "each point is the maximum of each kind over the operators "
-                             "from its op to the next point's"}
+                             "from its op to the next point's; most_bytes: the most held "
+                             "at once over them"}
 
     def to_json(self) -> dict[str, Any]:
         kinds = self.by_kind()

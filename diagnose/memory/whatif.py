@@ -16,6 +16,14 @@ timeline of stretches, each with its kinds. The model, point by point, then the 
 - autocast: activations between half (all half precision) and whole, plus the half-size
   copies of the weights autocast caches for the forward.
 
+A timeline point is a stretch of operators: each kind is its maximum over them, and
+``most_bytes`` the most they held at once (the maxima may fall on different operators).
+Each change is a point's bytes plus a shift that no operator of the stretch exceeds
+(``up``: 0 for a change that only frees, the gradients a change holds whole, ...), so a
+stretch's prediction is the lesser of the change applied to its maxima and its most bytes
+plus that shift: never below the prediction from every operator, and no change at all
+gives back the measured peak.
+
 Each :class:`WhatIf` carries its range (the high end is what to plan with: an
 under-prediction is an out-of-memory error) and its method.
 """
@@ -74,6 +82,8 @@ class _P:
         self.in_blocks = bool(p.get("in_blocks"))
         self.k = {k: int(p.get(k) or 0) for k in KINDS}
         self.total = sum(self.k.values())
+        most = p.get("most_bytes")  # absent in an older run's timeline: the kinds' sum
+        self.most = min(int(most), self.total) if isinstance(most, int | float) else self.total
         opt = self.phase == "optimizer"
         self.act = self.k["activations"] + min(self.k["other"], batch_bytes)
         self.tmp = 0 if opt else self.k["temporaries"]
@@ -96,13 +106,18 @@ class Profile:
         self.peak = int(prof.get("peak_bytes") or 0)
         self.pts = [_P(p, int(prof.get("batch_bytes") or 0))
                     for p in ((prof.get("timeline") or {}).get("points") or [])]
-        self.extra = max(0, self.peak - max((p.total for p in self.pts), default=0))
+        self.extra = max(0, self.peak - max((p.most for p in self.pts), default=0))
         self.step = prof.get("step") or {}
         first = self.pts[0].k["gradients"] if self.pts else 0
         self.set_to_none = bool(self.step.get("set_to_none", not (self.G and first >= self.G / 2)))
 
-    def best(self, f: Callable[[_P], float]) -> int:
-        return int(max((f(p) for p in self.pts), default=0)) + self.extra
+    def best(self, f: Callable[[_P], float], up: Callable[[_P], float] | float = 0.0) -> int:
+        """The peak under a change: ``f`` of each stretch's maxima, at most its most bytes
+        plus ``up`` (what the change adds to any one operator's bytes, at most: module
+        doc), over the stretches."""
+        def one(p: _P) -> float:
+            return min(f(p), p.most + max(0.0, up(p) if callable(up) else up))
+        return int(max((one(p) for p in self.pts), default=0)) + self.extra
 
 
 def _done(change: dict[str, Any], lo: float, hi: float, point: float | None = None,
@@ -122,8 +137,11 @@ def scale_batch(pr: Profile, k: float, change: dict[str, Any]) -> WhatIf:
     """The batch times ``k``: the range spans the weight-sized temporaries (the largest
     parameter's gradient, twice) scaling or not; the point is the range's high end."""
     wt = WEIGHT_TEMPORARIES * pr.L
-    a = pr.best(lambda p: _scaled(p, k, wt, 0.0))
-    b = pr.best(lambda p: _scaled(p, k, wt, 1.0))
+
+    def at(share: float) -> int:  # what scales grows with its stretch's maxima
+        return pr.best(lambda p: _scaled(p, k, wt, share),
+                       lambda p: _scaled(p, k, wt, share) - p.total)
+    a, b = at(0.0), at(1.0)
     return _done(change, min(a, b), max(a, b))
 
 
@@ -135,7 +153,11 @@ def accumulate(pr: Profile, n: int, change: dict[str, Any]) -> WhatIf:
     def held(p: _P, share: float) -> float:
         grads = 0 if p.phase == "optimizer" else pr.G - p.k["gradients"]
         return _scaled(p, 1 / n, wt, share) + grads
-    return _done(change, pr.best(lambda p: held(p, 0.0)), pr.best(lambda p: held(p, 1.0)))
+
+    def up(p: _P) -> float:  # the batch's part only shrinks; gradients at most all held
+        return 0 if p.phase == "optimizer" else pr.G
+    return _done(change, pr.best(lambda p: held(p, 0.0), up),
+                 pr.best(lambda p: held(p, 1.0), up))
 
 
 def checkpoint(pr: Profile, blocks: Mapping[str, Any], change: dict[str, Any]) -> WhatIf:
@@ -148,18 +170,21 @@ def checkpoint(pr: Profile, blocks: Mapping[str, Any], change: dict[str, Any]) -
     freed = min(1.0, float(blocks.get("freed_bytes") or 0) / acts) if acts else 0.0
     big = int(blocks.get("largest_bytes") or 0)
 
-    def kept(p: _P, recomputed: float, everywhere: bool = False) -> float:
-        if p.phase == "optimizer":
-            return p.total
-        plus = recomputed if p.in_blocks or everywhere else 0
-        return p.total - freed * p.k["activations"] + plus
-    return _done(change, pr.best(lambda p: kept(p, 0)), pr.best(lambda p: kept(p, big, True)),
-                 pr.best(lambda p: kept(p, big)))
+    def plus(p: _P, recomputed: float, everywhere: bool) -> float:
+        return recomputed if p.phase != "optimizer" and (p.in_blocks or everywhere) else 0
+
+    def at(recomputed: float, everywhere: bool = False) -> int:
+        def kept(p: _P) -> float:
+            if p.phase == "optimizer":
+                return p.total
+            return p.total - freed * p.k["activations"] + plus(p, recomputed, everywhere)
+        return pr.best(kept, lambda p: plus(p, recomputed, everywhere))
+    return _done(change, at(0), at(big, True), at(big))
 
 
 def set_to_none(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
     if not on:
-        v = pr.best(lambda p: p.total - p.k["gradients"] + pr.G)
+        v = pr.best(lambda p: p.total - p.k["gradients"] + pr.G, pr.G)
         return _done(change, v, v)
     lo = pr.best(lambda p: p.total - (p.k["gradients"] if p.phase != "optimizer" else 0))
     hi = pr.best(lambda p: p.total - (p.k["gradients"] if p.phase == "forward" else 0))
@@ -173,7 +198,11 @@ def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
         if p.phase != "optimizer":
             return p.total
         return p.total - p.k["temporaries"] + min(p.k["temporaries"] * r, 2 * pr.G)
-    a, b = pr.best(lambda p: opt(p, 1.0)), pr.best(lambda p: opt(p, ratio))
+
+    def up(p: _P, r: float) -> float:  # the temporaries grow by r - 1, to 2G at most
+        return 0 if p.phase != "optimizer" else min(p.k["temporaries"] * (r - 1), 2 * pr.G)
+    a = pr.best(lambda p: opt(p, 1.0))
+    b = pr.best(lambda p: opt(p, ratio), lambda p: up(p, ratio))
     return _done(change, a, b, note="the optimizer's temporaries over all parameters at once "
                  "(foreach) or one at a time")
 
@@ -189,7 +218,11 @@ def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | 
         if p.phase != "optimizer":
             return p.total + delta
         return p.total + delta - p.k["temporaries"] + tmp
-    return _done(change, pr.best(lambda p: held(p, 0)), pr.best(lambda p: held(p, 2 * pr.G)),
+
+    def up(tmp: float) -> Callable[[_P], float]:
+        return lambda p: delta + (tmp if p.phase == "optimizer" else 0)
+    return _done(change, pr.best(lambda p: held(p, 0), up(0)),
+                 pr.best(lambda p: held(p, 2 * pr.G), up(2 * pr.G)),
                  note="advice only: another optimizer changes what is learned")
 
 
@@ -201,9 +234,12 @@ def autocast(pr: Profile, dtype: str, change: dict[str, Any]) -> WhatIf:
         if p.phase == "optimizer":
             return p.total
         return p.fixed + share * (p.act + p.tmp) + cast
+    def up(cast: int) -> Callable[[_P], float]:  # activations only shrink; the casts add
+        return lambda p: 0 if p.phase == "optimizer" else cast
     mid = (lo_s + hi_s) / 2
-    return _done(change, pr.best(lambda p: held(p, lo_s, 0)),
-                 pr.best(lambda p: held(p, hi_s, casts)), pr.best(lambda p: held(p, mid, casts)),
+    return _done(change, pr.best(lambda p: held(p, lo_s, 0), up(0)),
+                 pr.best(lambda p: held(p, hi_s, casts), up(casts)),
+                 pr.best(lambda p: held(p, mid, casts), up(casts)),
                  note="rough: which operators autocast runs in half precision is not measured")
 
 

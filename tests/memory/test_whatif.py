@@ -113,3 +113,71 @@ def test_largest_batch_and_what_fits():
     # backward, its 200 weight-sized bytes unscaled: 3700 + 525 n <= 6300 -> n = 4
     assert ex["largest_batch"]["batch_size"] == 4
     assert "Cheapest change predicted to fit" in " ".join(ex["lines"])
+
+
+def _timeline(points, n):
+    """The JSON timeline of op-level ``points`` cut into at most ``n`` stretches."""
+    from diagnose.memory.profile import PHASES, downsample, point_kinds
+
+    return {"points": [{"phase": PHASES[p.phase], **point_kinds(p, 2000),
+                        "most_bytes": most} for _, p, most in downsample(points, n)]}
+
+
+def _ops(seed):
+    """A step's op-level points: activations grow through the forward and fall in the
+    backward while gradients appear; every other backward op a weight-sized temporary that
+    the next op turns into a gradient (the two maxima of a stretch of two ops fall on
+    different ops, as a gradient accumulated into .grad does)."""
+    import random
+
+    from diagnose.memory.profile import Point
+
+    rng = random.Random(seed)
+    ops, act, grads = [], 0, 0
+    for _ in range(rng.randint(5, 30)):
+        act += rng.randint(0, 100)
+        ops.append(Point(0, 1000, 0, 2000, act, 0, 100))
+    while grads < 1000:
+        spike = rng.randint(50, 200)  # within the weight-sized bytes (2 x 100)
+        ops.append(Point(1, 1000, grads, 2000, act, spike, 100))
+        grads, act = min(1000, grads + spike), max(0, act - rng.randint(0, 300))
+        ops.append(Point(1, 1000, grads, 2000, act, rng.randint(0, 50), 100))
+    ops += [Point(2, 1000, 1000, 2000 + rng.randint(0, 300), 0, 0, 100) for _ in range(4)]
+    return ops
+
+
+def test_stretches_predict_no_less_than_every_op_and_no_change_gives_the_peak():
+    """Cut into stretches, a timeline predicts at least what its every operator gives (an
+    under-prediction is an out-of-memory error), and no more than the kinds' maxima
+    summed: a smaller batch never lifts the peak above the measured one."""
+    for seed in range(40):
+        ops = _ops(seed)
+        peak = max(p.total for p in ops)
+        exact = {**PROF, "peak_bytes": peak, "timeline": _timeline(ops, len(ops))}
+        cut = {**PROF, "peak_bytes": peak, "timeline": _timeline(ops, max(3, len(ops) // 4))}
+        for change in changes(exact):
+            a, b = scaled(exact, change), scaled(cut, change)
+            assert b.range[1] >= a.range[1], (seed, change, a.range, b.range)
+        assert scaled(cut, {"batch_size": 4}).range[1] <= peak, seed
+        assert scaled(cut, {"batch_size": 4, "grad_accum_steps": 2}).range[0] <= peak, seed
+
+
+def test_a_stretch_is_bounded_by_the_most_it_held_at_once():
+    # one backward stretch of two ops: a 600-byte temporary, then the gradient it became;
+    # the maxima (grads 1000, temp 600) sum to 8400, the most at once is 7900
+    prof = {**PROF, "peak_bytes": 7900, "timeline": {"points": [
+        _pt("forward", 0, 4000, 0),
+        _pt("backward", 1000, 3000, 600, in_blocks=True, most_bytes=7900),
+        _pt("optimizer", 1000, 0, 1000)]}}
+    # twice the batch: what scales grows from the most at once, 7900 + 4400 (or 4200 with
+    # the 200 weight-sized bytes unscaled), under the forward's 3000 + 2 x 4800 = 12600;
+    # from the maxima alone the stretch gave 4000 + 2 x 4400 = 12800
+    assert scaled(prof, {"batch_size": 16}).range == (12600, 12600)
+    old = {**prof, "timeline": {"points": [
+        {k: v for k, v in p.items() if k != "most_bytes"} for p in prof["timeline"]["points"]]}}
+    assert scaled(old, {"batch_size": 16}).range == (12600, 12800)
+    # a change that only frees: never above the most at once (7900), and here the maxima
+    # give less: 4000 + 0.5 x 4400 = 6200 to 4000 + 0.5 x 4200 + 200 = 6300
+    assert scaled(prof, {"batch_size": 4}).range == (6200, 6300)
+    # the gradients held whole (set_to_none off): at most the most at once plus all 1000
+    assert scaled(prof, {"zero_grad_set_to_none": False}).range == (8800, 8800)
