@@ -127,8 +127,9 @@ class InPlaceStep:
         _RUNNING.discard(t)
         t.__exit__(type(exc) if exc is not None else None, exc, None)
         self.tracker = None
-        if exc is not None and t.oom is None:
-            self._skip("the loop ended inside the tracked step")
+        if t.failed is not None or (exc is not None and t.oom is None):
+            self._skip(f"torch's MemTracker could not count it ({t.failed})" if t.failed
+                       else "the loop ended inside the tracked step")
             t.release()
             return
         res = t.result()

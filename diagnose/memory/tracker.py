@@ -70,6 +70,30 @@ def model_device(model: Any) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+class _NoHook:
+    """A hook handle with no hook (a frozen parameter's, see StepTracker)."""
+
+    def remove(self) -> None:
+        pass
+
+
+_NO_HOOK = _NoHook()
+
+
+def _guarded(hook: Callable[..., None]) -> Callable[..., None]:
+    """A module hook of :class:`StepTracker` that never raises into the step: where it
+    does, the tracker gives up its count (``_give_up``) and later hooks do nothing."""
+    def run(self: Any, *args: Any) -> None:
+        if self.failed is not None:
+            return
+        try:
+            hook(self, *args)
+        except Exception as e:  # the user's step must go on: the result says why
+            self._give_up(e)
+    run.__doc__ = hook.__doc__
+    return run
+
+
 class StepTracker(MemTracker):
     """MemTracker plus the timeline, saved activations by module and a caught OOM (module
     docstring). Use as a context manager around one step; then :meth:`result`."""
@@ -84,6 +108,7 @@ class StepTracker(MemTracker):
         # torch's global hook table may be being walked when the session enters the tracker)
         self.optimizers = [o for o in (optimizer, *optimizers) if o is not None]
         self.paused = False  # operators run untracked (the loader making the batch)
+        self.failed: str | None = None  # why the count was given up (a hook of it raised)
         self.amp_dtype: str | None = None  # autocast at the model's outermost call
         self._before: set[int] = set()  # the current operator's inputs the tracker never saw
         self.limit_bytes, self.catch_oom = limit_bytes, catch_oom
@@ -163,6 +188,16 @@ class StepTracker(MemTracker):
         return False
 
     # ------------------------------------------------------------------ MemTracker hooks
+    def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True
+                                         ) -> tuple[int, int]:
+        """MemTracker's count of a module's parameters and buffers. It hooks every
+        parameter's gradient, and torch refuses a hook on a frozen one (fine-tuning with
+        ``requires_grad=False``): those get handles that hold no hook, so none is asked."""
+        for p in module.parameters():
+            if not p.requires_grad and self._param_to_grad_hook_handles.get(p) is None:
+                self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
     def _track(self, reftype: Any, t: torch.Tensor) -> None:
         """MemTracker's count of an operator's output, but for storage an input held that the
         tracker never saw (memory held before the step: a view of it, an in-place update)."""
@@ -249,6 +284,15 @@ class StepTracker(MemTracker):
         self._creator = WeakIdKeyDictionary()
         self.memory_tracking.clear()
 
+    def _give_up(self, e: Exception) -> None:
+        """A module hook raised: the count stops (operators run untracked) and the step
+        goes on; the result says why (:attr:`failed`). The hooks are the tracker's own
+        bookkeeping: nothing of it may raise into the user's step."""
+        if self.failed is None:
+            self.failed = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+        self.paused = True
+
+    @_guarded
     def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
         if module is self.model and not self._mod_tracker.is_bw:
             self._root_call(inputs)
@@ -265,6 +309,7 @@ class StepTracker(MemTracker):
 
     # the module hooks never raise into the step: a module MemTracker did not file (called
     # before the tracker started, in a graph made before it) is skipped
+    @_guarded
     def _post_fw_hook(self, module: Any, inputs: Any, outputs: Any) -> None:
         with suppress(KeyError):
             super()._post_fw_hook(module, inputs, outputs)
@@ -276,11 +321,13 @@ class StepTracker(MemTracker):
     # torch's hooks warn "Module is None. Skipping ..." for a backward whose module it did
     # not see go forward (a graph partly made outside the tracked modules): nothing the
     # user can act on, and the step's count does not need it
+    @_guarded
     def _pre_bw_hook(self, module: Any, args: Any) -> None:
         with suppress(KeyError), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Module is None")
             super()._pre_bw_hook(module, args)
 
+    @_guarded
     def _post_bw_hook(self, module: Any, args: Any) -> None:
         with suppress(KeyError), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Module is None")
@@ -288,7 +335,7 @@ class StepTracker(MemTracker):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
                            ) -> Any:
-        if self.paused:
+        if self.paused or self.failed is not None:
             return func(*args, **(kwargs or {}))
         before = self._current()
         self._before = {id(st) for t in _tensors((args, kwargs))
@@ -531,6 +578,8 @@ def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
                           batch_size=leading_size(mbs[0]))
     with tracker:
         run_step(model, optimizer, mbs, step_fn, spec)
+    if tracker.failed is not None:
+        raise RuntimeError(f"torch's MemTracker could not count this step: {tracker.failed}")
     out = tracker.result()
     out.step = (spec or StepSpec()).to_json(len(mbs))
     return out

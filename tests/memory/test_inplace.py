@@ -212,3 +212,52 @@ def test_two_models_and_two_optimizers_count_both_states() -> None:
     assert res.param_bytes == both and res.param_tensors == 8
     peak = res.by_kind()
     assert peak["optimizer_state"] == state and peak["parameters"] == both
+
+
+def test_a_frozen_layer_is_tracked_and_its_weight_has_no_gradient():
+    """Fine-tuning with a frozen layer: torch refuses a gradient hook on a parameter that
+    needs none, which MemTracker asked for every parameter (it raised into the user's
+    forward). Tracked, the step holds the trainable layer's gradient only."""
+    from diagnose.memory.tracker import track_step
+
+    model, b = M.mlp(), M.batch()
+    model[0].requires_grad_(False)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    run_step(model, opt, [b], M.loss)
+    m = track_step(model, opt, b, M.loss)
+    assert m.oom is None
+    assert max(p.grads for p in m.points) == M.HID * M.OUT * 4  # the second Linear's only
+    assert model[0].weight.grad is None
+    # and in place, inside the loop's own step
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    _step(model, opt, b)
+    mem.boundary(True, model, [opt])
+    assert mem.state == "done", mem.why
+
+
+def test_a_hook_that_raises_gives_up_the_count_not_the_step(monkeypatch):
+    """The tracker's hooks are its own bookkeeping: where one raises, the step goes on
+    untracked and the result says why (in place: skipped with the error; track_step: a
+    RuntimeError after the step, which has run)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from diagnose.memory.tracker import track_step
+
+    def boom(self, module, inputs):
+        raise RuntimeError("a MemTracker internal failed")
+    monkeypatch.setattr(MemTracker, "_pre_fw_hook", boom)
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model[2].weight.detach().clone()
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    _step(model, opt, b)  # does not raise
+    mem.boundary(True, model, [opt])
+    assert mem.state == "skipped"
+    assert "a MemTracker internal failed" in mem.why
+    assert not torch.equal(model[2].weight, before)  # the step ran
+    with pytest.raises(RuntimeError, match="could not count this step"):
+        track_step(model, opt, b, M.loss)
