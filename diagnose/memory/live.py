@@ -171,10 +171,21 @@ def measure(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
     """One real step tracked (:func:`~.tracker.track_step`, the model is updated) and its
     memory section: kinds, modules, timeline, what-ifs (those ``only`` keeps), and an OOM
     explained. ``limit_bytes`` emulates a device of that size (and is the budget if none is
-    given)."""
+    given). An optimizer with no state yet (its first step makes it: Adam's moments) is
+    stepped twice, both tracked, and the second is the section's: every later step holds
+    that state from its start, which the first one does not."""
+    fresh = optimizer is not None and not getattr(optimizer, "state", True)
     m = track_step(model, optimizer, batch, step_fn, spec=spec, limit_bytes=limit_bytes)
-    return live_section(m, model=model, optimizer=optimizer, batch=batch, step_fn=step_fn,
-                        budget_bytes=budget_bytes or limit_bytes, step_ms=step_ms, only=only)
+    notes = []
+    if fresh and m.oom is None and getattr(optimizer, "state", None):
+        m = track_step(model, optimizer, batch, step_fn, spec=spec, limit_bytes=limit_bytes)
+        notes.append("the optimizer had no state yet: its first step made it, and the "
+                     "second step, which holds it throughout as every later one does, is "
+                     "the one measured (the model was updated twice)")
+    sec = live_section(m, model=model, optimizer=optimizer, batch=batch, step_fn=step_fn,
+                       budget_bytes=budget_bytes or limit_bytes, step_ms=step_ms, only=only)
+    sec["notes"] = [*notes, *sec.get("notes", [])]
+    return sec
 
 
 __all__ = ["fake_what_ifs", "largest_batch_fake", "leading_size", "live_section", "measure",

@@ -581,7 +581,10 @@ def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
     if tracker.failed is not None:
         raise RuntimeError(f"torch's MemTracker could not count this step: {tracker.failed}")
     out = tracker.result()
-    out.step = (spec or StepSpec()).to_json(len(mbs))
+    spec = spec or StepSpec()
+    if spec.amp_dtype is None and tracker.amp_dtype is not None:  # step_fn's own autocast
+        spec = StepSpec(amp_dtype=tracker.amp_dtype, set_to_none=spec.set_to_none)
+    out.step = spec.to_json(len(mbs))
     return out
 
 

@@ -208,11 +208,17 @@ def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 
 def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | None:
+    """Another optimizer class: its state (SGD sized with momentum, one buffer a parameter)
+    for the one held, and its step's temporaries for those measured: none for SGD's
+    in-place update (one gradient's copy with weight decay), Adam's square root and its
+    quotient (two); a parameter's at a time, or all of them at once (foreach)."""
     layout = state_layout(name, {"momentum": SGD_MOMENTUM})
     if layout is None:
         return None
     bufs, scalars = layout
     delta = bufs * pr.G + scalars * 4 * pr.n_tensors - pr.S
+    each = pr.G if (pr.optimizer or {}).get("foreach") else (pr.L or pr.G)
+    tmp_hi = (1 if name == "SGD" else 2) * each
 
     def held(p: _P, tmp: float) -> float:
         if p.phase != "optimizer":
@@ -222,8 +228,9 @@ def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | 
     def up(tmp: float) -> Callable[[_P], float]:
         return lambda p: delta + (tmp if p.phase == "optimizer" else 0)
     return _done(change, pr.best(lambda p: held(p, 0), up(0)),
-                 pr.best(lambda p: held(p, 2 * pr.G), up(2 * pr.G)),
-                 note="advice only: another optimizer changes what is learned")
+                 pr.best(lambda p: held(p, tmp_hi), up(tmp_hi)),
+                 note=f"advice only: another optimizer changes what is learned"
+                      f"{'; SGD with momentum (one buffer a parameter)' if name == 'SGD' else ''}")
 
 
 def autocast(pr: Profile, dtype: str, change: dict[str, Any]) -> WhatIf:

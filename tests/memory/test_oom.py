@@ -73,3 +73,43 @@ def test_an_allocator_error_in_a_module_is_caught_with_its_module(monkeypatch):
     sec = live_section(m, budget_bytes=oom["held_bytes"] * 4)
     assert sec["oom_explanation"]["largest_batch"]["method"].startswith("scaled")
     assert all(w["method"].startswith("scaled") for w in sec["what_if"])
+
+
+def test_a_fresh_optimizer_is_measured_at_its_steady_step():
+    """measure() before the first step: Adam's moments are made in that step's optimizer
+    phase, after a backward peak that does not hold them; every later step holds them from
+    its start. The section is the second step's (a note says so): its peak is the steady
+    one, and an emulated device the first step fits but later steps do not is caught."""
+    model = M.tower(width=WIDTH)
+    opt = torch.optim.AdamW(model.parameters())
+    steady = copy.deepcopy((model, opt))
+    run_step(*steady, [M.batch(BATCH, WIDTH)], M.loss)
+    want = track_step(*steady, M.batch(BATCH, WIDTH), M.loss).peak_bytes
+    fresh = copy.deepcopy((model, opt))
+    first = track_step(*fresh, M.batch(BATCH, WIDTH), M.loss).peak_bytes
+    assert first < want  # the first step does not hold the state at its peak
+    sec = measure(model, opt, M.batch(BATCH, WIDTH), M.loss)
+    assert sec["peak_bytes"] == want
+    assert sec["by_kind"]["optimizer_state"] > 0
+    assert any("no state yet" in n for n in sec["notes"])
+    # a device between the two: the second step runs out, as the job's later steps would
+    model = M.tower(width=WIDTH)
+    opt = torch.optim.AdamW(model.parameters())
+    sec = measure(model, opt, M.batch(BATCH, WIDTH), M.loss, limit_bytes=(first + want) // 2)
+    assert sec["oom"] is not None
+    # an optimizer with state already: one step, no note
+    sec = measure(model, opt, M.batch(BATCH, WIDTH), M.loss)
+    assert not any("no state yet" in n for n in sec["notes"])
+
+
+def test_autocast_inside_the_step_fn_is_seen():
+    """A step_fn that runs its forward under autocast itself: the step is known to run in
+    bf16 (no autocast what-if is offered for what is in place)."""
+    def step_fn(model, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return M.loss(model, b)
+    model = M.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sec = measure(model, opt, M.batch(), step_fn)
+    assert sec["step"]["amp_dtype"] == "bfloat16"
+    assert not any("amp_dtype" in w["change"] for w in sec["what_if"])

@@ -198,3 +198,18 @@ def test_half_the_batch_is_never_predicted_above_the_measured_peak():
     assert scaled(old, {"batch_size": 4}).range == (4350, 4450)
     # bounded by the stretch's 4200 at once: the optimizer's 4400 - 0.5 x 100 leads
     assert scaled(prof, {"batch_size": 4}).range == (4350, 4350)
+
+
+def test_sgd_for_adam_steps_in_place():
+    # Adam stepping one parameter at a time (foreach off), its step the peak: optimizer
+    # 1000 + 1000 + 2000 + 1500 of temporaries + 800 = 6300 (backward 5100, forward 4800).
+    # SGD with momentum: 1000 of state for 2000, and its update in place: no temporaries,
+    # or one parameter's copy (100) with weight decay: the optimizer 3800-3900, the
+    # backward's 4100 leads. Sized with 2 x the gradients (2000) it looked like a rise.
+    pts = [_pt("forward", 0, 1000, 0), _pt("backward", 1000, 200, 100),
+           _pt("optimizer", 1000, 0, 1500)]
+    model = {**PROF["model"], "optimizer": {"class": "Adam", "foreach": False, "fused": False}}
+    prof = {**PROF, "peak_bytes": 6300, "model": model, "timeline": {"points": pts}}
+    w = scaled(prof, {"optimizer_class": "SGD"})
+    assert (w.peak_bytes, w.range) == (4100, (4100, 4100))
+    assert "SGD with momentum" in w.note
