@@ -13,15 +13,20 @@ Each signal has a worse direction (:data:`WORSE`: slower steps, a longer wait, a
 utilisation, more memory, more energy). A change is an alarm only when it leaves the
 signal worse than its reference level by at least the signal's ``min_change`` and the
 new level's own uncertainty (:class:`Reference`); a change for the better (a neighbour leaving the CPUs) is a shift,
-recorded but not an alarm, and it becomes the reference only once it held ``hold`` values,
-so that a pace that briefly improved and came back is not taken for a slowdown.
+recorded but not an alarm, and it becomes the reference only once it held ``hold``
+values, so that a pace that briefly improved and came back is not taken for a slowdown.
+The first baseline, learnt just after the warm-up, is the exception: a run that starts slow
+(a cold cache, the first epoch's decoding, autotuning) and then speeds up within its first
+``hold`` values is measured from the pace it then keeps, once that held half as long as
+the slow start had.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from .detector import Params
+from .detector import Change, Params
 
 __all__ = ["HOLD", "LOADER_OFFSET", "MARGIN", "PARAMS", "WORSE", "Reference", "from_x",
            "to_x"]
@@ -44,7 +49,8 @@ PARAMS: dict[str, Params] = {
 WORSE: dict[str, int] = {"step_time": 1, "loader_wait": 1, "gpu_util": -1, "memory": 1,
                          "energy": 1}
 #: values a change for the better holds before a slowdown is measured from it: a few
-#: baseline refreshes (a level that lasts this long is the job's pace, not a lull)
+#: baseline refreshes (a level that lasts this long is the job's pace, not a lull); half
+#: what the first baseline had held, where the run sped up within its first HOLD values
 HOLD = 1000
 
 #: a median of n normal values has a standard error of this x sigma / sqrt(n)
@@ -59,41 +65,62 @@ _TINY = 1e-9
 class Reference:
     """The level a signal's changes are judged against (transformed units): the baseline
     first learnt, then each alarm's new level; after a change for the better that no
-    other change followed for ``hold`` values, the detector's level then (its baseline,
-    refreshed since). :meth:`judge` says whether a detector's change is an alarm; a change
+    other change followed for ``hold`` values (half as many as the first baseline had held,
+    where the run sped up within its first ``hold``: a slow start), the detector's level
+    then (its baseline, refreshed since). ``since``: where the first baseline's values
+    began (the steps after the warm-up). :meth:`judge` says whether a detector's change is an alarm; a change
     for the worse judged too small is judged again on the level the detector learns after
     it (:attr:`waiting`, :meth:`settled`), which its first few values can understate."""
 
-    def __init__(self, worse: int, min_change: float, hold: int = HOLD, n: int = 16) -> None:
+    def __init__(self, worse: int, min_change: float, hold: int = HOLD, n: int = 16,
+                 since: int = 0) -> None:
         self.worse, self.min_change, self.hold = worse, min_change, hold
         #: the new level is a median of ``n`` values: its standard error, in scales
         self.se = MEDIAN_SE / math.sqrt(n)
         self.level: float | None = None
-        self._better: tuple[float, int] | None = None  # a better level and where it began
+        self.since = since  # where the reference level began (values)
+        self._first = True  # the level is still the first baseline
+        #: the reference the last change was judged against (an alarm's "before")
+        self.judged_from: float | None = None
+        #: a better level, where it began, and how long it must hold to be the reference
+        self._better: tuple[float, int, int] | None = None
         #: the level before a change for the worse not (yet) an alarm: judged again on the
         #: detector's relearnt level
         self.waiting: float | None = None
 
-    def judge(self, before: float, after: float, index: int, sigma: float = 0.0) -> bool:
-        """A change from ``before`` to ``after`` called at ``index`` (``sigma``: the
-        baseline's scale): True if an alarm, that is if the new level is worse than the
-        reference by ``min_change`` plus :data:`MARGIN` standard errors of its estimate."""
+    def judge(self, before: float, after: float, index: int, sigma: float = 0.0,
+              start: int | None = None) -> bool:
+        """A change from ``before`` to ``after`` called at ``index``, begun at ``start``
+        (``sigma``: the baseline's scale): True if an alarm, that is if the new level is
+        worse than the reference by ``min_change`` plus :data:`MARGIN` standard errors of
+        its estimate."""
+        start = index if start is None else start
         if self.level is None:
             self.level = before
         b = self._better
-        if b is not None and index - b[1] >= self.hold:
+        if b is not None and start - b[1] >= b[2]:
             # the pace held better: the level it has now (refreshed since) is the reference
-            self.level, self._better = before, None
+            self.level, self.since, self._better, self._first = before, b[1], None, False
+        self.judged_from = self.level
         s = self.worse
         if s * (after - before) <= 0:  # for the better (or no direction): a shift
-            self._better = (after, index)
+            young = self._first and start - self.since < self.hold  # a slow start
+            need = max(start - self.since, 0) // 2 if young else self.hold
+            self._better = (after, start, need)
             return False
         self._better = None
         if s * (after - self.level) >= self.min_change + MARGIN * self.se * sigma:
-            self.level, self.waiting = after, None
+            self.level, self.since, self.waiting, self._first = after, start, None, False
             return True
         self.waiting = before
         return False  # back to about the reference (it stays: small steps add up)
+
+    def measured_from(self, c: Change) -> Change:
+        """The alarm's change as the user reads it: from the reference it was judged
+        against, not from the detector's level before it (a short faster stretch between
+        them would overstate the slowdown)."""
+        ref = self.judged_from
+        return c if ref is None else dataclasses.replace(c, before=ref)
 
     def settled(self, mu: float, index: int) -> bool:
         """The detector learnt its level ``mu`` after the change :attr:`waiting` holds: an
@@ -101,8 +128,9 @@ class Reference:
         whole baseline: no margin)."""
         before, self.waiting = self.waiting, None
         assert before is not None and self.level is not None
+        self.judged_from = self.level
         if self.worse * (mu - self.level) >= self.min_change:
-            self.level = mu
+            self.level, self.since, self._first = mu, index, False
             return True
         return False
 

@@ -55,6 +55,7 @@ TEST_S, MAX_UNTESTED = 0.25, 1024
 #: alarms kept in memory at most (all are in the timeline; the oldest without a capture go)
 MAX_ALARMS = 10_000
 SAMPLED = ("gpu_util", "memory", "energy")  # the signals tested per sample
+STEP_SIGNALS = ("step_time", "loader_wait")  # the signals tested per step
 
 _active_lock = threading.Lock()
 _active: Watch | None = None
@@ -125,11 +126,12 @@ class Watch:
         self._context: dict[str, Any] = {}
         self._sample_dets = {s: Detector(self.params[s]) for s in SAMPLED}
         self._waiting: dict[str, int] = {}  # Reference.waiting's signals: the change's start
-        self._refs = {s: Reference(w, self.params[s].min_change, n=self.params[s].min_len)
+        self._refs = {s: Reference(w, self.params[s].min_change, n=self.params[s].min_len,
+                                   since=warmup_steps if s in STEP_SIGNALS else 0)
                       for s, w in WORSE.items()}
         self._tests = StepTests(self.params, warmup_steps, self._on_change,
                                 lambda: bool(self._waiting),
-                                lambda n: self._judge_again(n, ("step_time", "loader_wait")))
+                                lambda n: self._judge_again(n, STEP_SIGNALS))
         self.rests = self._tests.rests  # (first, stop): the steps not tested
         self._due_step, self._due_t = 1, 0.0  # _due runs at this step or this time
         self._next_gather = rank_every
@@ -348,13 +350,14 @@ class Watch:
 
     # ------------------------------------------------------------------ alarms
     def _on_change(self, signal: str, c: Change, step: int) -> None:
-        worse = self._refs[signal].judge(c.before, c.after, c.index, c.sigma)
-        if self._refs[signal].waiting is not None:
+        ref = self._refs[signal]
+        worse = ref.judge(c.before, c.after, c.index, c.sigma, start=c.start)
+        if ref.waiting is not None:
             self._waiting[signal] = c.start
             if not worse:  # for the worse: judged again on its relearnt level (then a shift
                 return  # or an alarm), not a shift now
         if worse:
-            self._on_alarm(signal, c, step)
+            self._on_alarm(signal, ref.measured_from(c), step)
             return
         self._shift(signal, c, step)
 
@@ -397,7 +400,7 @@ class Watch:
                 self._sample_n.get(signal, 0)
             change = Change(index, start, before, det.mu, det.sigma)
             if ref.settled(det.mu, step):
-                self._on_alarm(signal, change, step)
+                self._on_alarm(signal, ref.measured_from(change), step)
             else:  # it settled back to about the reference: a shift, not an alarm
                 self._shift(signal, change, step)
 

@@ -1,6 +1,6 @@
 """Which changes are alarms: a change that leaves a signal worse than its reference level
 by ``min_change``; a change for the better is a shift, and it becomes the reference only
-once it held ``hold`` values."""
+once it held ``hold`` values (half as long as a slow start had, early in a run)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ L = math.log
 
 def test_a_slowdown_past_min_change_is_an_alarm_and_a_speedup_is_not() -> None:
     r = Reference(1, L(1.10))
-    assert not r.judge(L(2.0), L(1.5), 100)  # faster: a shift
-    assert not r.judge(L(1.5), L(2.1), 150)  # back to about the reference: no alarm
-    assert r.judge(L(2.1), L(2.6), 300)  # 2.6 ms against the reference's 2.0 / 2.1: alarm
+    assert not r.judge(L(2.0), L(1.5), 1000)  # faster: a shift
+    assert not r.judge(L(1.5), L(2.1), 1050)  # back to about the reference: no alarm
+    assert r.judge(L(2.1), L(2.6), 1200)  # 2.6 ms against the reference's 2.0 / 2.1: alarm
     assert r.level == L(2.6)
 
 
@@ -43,3 +43,32 @@ def test_a_change_just_past_the_floor_must_clear_its_estimates_noise() -> None:
     assert Reference(1, L(1.10), n=16).judge(L(2.0), L(2.22), 100, sigma=0.0)
     assert not Reference(1, L(1.10), n=16).judge(L(2.0), L(2.22), 100, sigma=0.08)
     assert Reference(1, L(1.10), n=16).judge(L(2.0), L(2.4), 100, sigma=0.08)  # 20%: yes
+
+
+def test_a_slow_start_is_no_reference_once_the_faster_pace_held_as_long() -> None:
+    """17 ms for the run's first 250 values (warm-up, a cold cache), 7 ms for 310, then
+    15 ms: the faster pace held as long as the start had, so it is the reference and the
+    2x slowdown from it is an alarm, read from 7 ms."""
+    r = Reference(1, L(1.10), hold=1000)
+    assert not r.judge(L(17.0), L(7.0), 266, start=250)
+    assert r.judge(L(7.0), L(15.0), 576, start=560)
+    assert r.judged_from == L(7.0)
+
+
+def test_a_short_faster_stretch_stays_a_lull_and_the_alarm_reads_from_the_reference() -> None:
+    """8 ms for 325 values, 25 faster ones at 2.9 ms, then 13 ms: the stretch held less
+    than half as long as the start had, so the slowdown is judged, and shown, from 8 ms
+    (x1.6), not from the stretch (x4.5)."""
+    from diagnose.watching.detector import Change
+
+    r = Reference(1, L(1.10), hold=1000)
+    assert not r.judge(L(8.0), L(2.9), 341, start=325)
+    assert r.judge(L(2.9), L(13.0), 366, start=350)
+    c = r.measured_from(Change(366, 350, L(2.9), L(13.0), 0.03))
+    assert (c.before, c.after) == (L(8.0), L(13.0))
+
+
+def test_a_lull_after_a_long_established_pace_must_hold_the_whole_hold() -> None:
+    r = Reference(1, L(1.10), hold=1000)
+    assert not r.judge(L(2.0), L(1.5), 5016, start=5000)  # a neighbour left the CPUs
+    assert not r.judge(L(1.5), L(2.05), 5916, start=5900)  # 900 values: back, no alarm

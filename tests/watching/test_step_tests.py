@@ -34,3 +34,35 @@ def test_batched_tests_alarm_at_the_steps_a_step_by_step_detector_calls(tmp_path
     alarms = [a for a in w.alarms if a.signal == "step_time"]
     assert [a.step for a in alarms if a.step < 3000] == []
     assert alarms and 3000 <= alarms[0].step <= 3050
+
+
+def _watch(tmp_path: Path, ms: np.ndarray) -> Watch:
+    w = Watch(None, None, out_dir=tmp_path, baseline=False, max_captures=0, sample_hz=0,
+              print_summary=False, progress_s=None, warmup_steps=20)
+    with w:
+        now = w._perf0
+        for v in ms.tolist():
+            now += v / 1e3
+            w._on_step(now, v, 0.0)
+    return w
+
+
+def test_a_slowdown_after_a_slow_start_is_an_alarm_from_the_pace_kept(tmp_path: Path) -> None:
+    """17 ms for 250 steps, 7 ms for 250, then 15 ms (a run's slow start, then a real 2x
+    slowdown): an alarm near step 500, from about 7 ms to about 15."""
+    ms = np.exp(steady(1000, seed=7, level_ms=1.0, slow_frac=0.0))
+    ms *= np.r_[np.full(250, 17.0), np.full(250, 7.0), np.full(500, 15.0)]
+    w = _watch(tmp_path, ms.astype(np.float32))
+    alarms = [a for a in w.alarms if a.signal == "step_time"]
+    assert len(alarms) == 1 and 500 <= alarms[0].step <= 540
+    assert 6.5 < alarms[0].before < 7.5 and 14 < alarms[0].after < 16
+
+
+def test_an_alarm_after_a_short_faster_stretch_reads_from_the_reference(tmp_path: Path) -> None:
+    """8 ms, 25 steps at 3 ms from step 325, then 13 ms from 350: one alarm, 8 -> 13 ms."""
+    ms = np.exp(steady(700, seed=8, level_ms=1.0, slow_frac=0.0))
+    ms *= np.r_[np.full(325, 8.0), np.full(25, 3.0), np.full(350, 13.0)]
+    w = _watch(tmp_path, ms.astype(np.float32))
+    alarms = [a for a in w.alarms if a.signal == "step_time"]
+    assert len(alarms) == 1
+    assert 7.5 < alarms[0].before < 8.5 and 12 < alarms[0].after < 14
