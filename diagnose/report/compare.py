@@ -195,8 +195,15 @@ class StepComparison:
         if self.diff is None:
             return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
                 ": no per-step times, no interval"
-        said = self.diff.verdict if self.diff.lo_pct is not None else "cannot tell"
-        return f"{head} ({pct:+.1f}%; {self.diff.interval_text()}): {said}{self.diff.why()}"
+        d = self.diff
+        said = d.verdict if d.lo_pct is not None else "cannot tell"
+        point = f"{pct:+.1f}%"
+        if pct is not None and d.lo_pct is not None and d.hi_pct is not None and not (
+                d.lo_pct <= pct <= d.hi_pct):
+            # the medians' ratio can fall outside the interval of the typical step's shift
+            # (steps of two or more paces): the interval's own estimate beside it
+            point = f"{pct:+.1f}% between the medians, the typical step {d.shift_pct:+.1f}%"
+        return f"{head} ({point}; {d.interval_text()}): {said}{d.why()}"
 
 
 def _series(r: Analysis, name: str) -> list[float]:

@@ -121,3 +121,19 @@ def test_a_mean_far_from_the_median_is_named_beside_it() -> None:
     d = step_difference(a, b)
     assert d.verdict == "better" and not d.by_mean
     assert "the mean step" in d.why()  # -96% by the medians, about -84% by the means
+
+
+def test_a_medians_change_outside_the_interval_gives_the_interval_its_own_point() -> None:
+    """Steps of two paces: the medians can move more than the typical step's shift, whose
+    interval the line prints; the line then says both, never a point outside its interval."""
+    from diagnose.report.compare import StepComparison
+
+    rng = np.random.default_rng(3)
+    a = np.r_[np.full(10, 8.0), np.full(9, 12.0)] * np.exp(rng.normal(0, 0.01, 19))
+    b = np.r_[np.full(9, 10.0), np.full(10, 13.5)] * np.exp(rng.normal(0, 0.01, 19))
+    d = step_difference(a, b)
+    pct = (np.median(b) / np.median(a) - 1) * 100
+    assert not d.lo_pct <= pct <= d.hi_pct
+    c = StepComparison("without the profiler", float(np.median(a)), float(np.median(b)), d)
+    line = c.line()
+    assert f"{pct:+.1f}% between the medians, the typical step {d.shift_pct:+.1f}%" in line
