@@ -13,6 +13,7 @@ timeline up to its last flush.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,12 +128,33 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
             out.append(f"    {_alarm_line(a)}; capture: "
                        f"{cap.get('dir') if cap else a.get('capture_why') or 'none'}")
             out += [f"      {line}" for line in _found(cap)]
-    for key, what in (("spikes", "spikes (single slow steps, not alarms)"),
-                      ("shifts", "shifts (changes for the better or back to the "
-                                 "reference, not alarms)")):
-        if tl.get(key):
-            out.append(f"  {what}: {len(tl[key]):,}")
+    if tl.get("spikes"):
+        out.append(f"  spikes (single slow steps, not alarms): {len(tl['spikes']):,}")
+    shifts = tl.get("shifts") or []
+    if shifts:
+        big = largest_shifts(shifts)
+        out.append("  shifts (changes for the better or back to the reference, not alarms): "
+                   f"{len(shifts):,}" + ("; the largest" if len(shifts) > len(big) else "")
+                   + "".join(f"; step {a.get('step', 0):,} {a.get('signal')} "
+                             f"{a.get('before') or 0:.4g} -> {a.get('after') or 0:.4g} "
+                             f"{a.get('unit') or ''}" for a in big))
     return "\n".join(out)
+
+
+#: shifts a text summary names: the largest changes, in step order
+SHIFTS_SHOWN = 3
+
+
+def largest_shifts(shifts: list[dict[str, Any]], n: int = SHIFTS_SHOWN
+                   ) -> list[dict[str, Any]]:
+    """The ``n`` shifts that moved their signal most (by ratio; a utilisation's by points),
+    in step order."""
+    def size(a: dict[str, Any]) -> float:
+        b, x = a.get("before") or 0.0, a.get("after") or 0.0
+        if a.get("signal") == "gpu_util" or b <= 0 or x <= 0:
+            return abs(x - b) / 100.0
+        return abs(math.log(x / b))
+    return sorted(sorted(shifts, key=size, reverse=True)[:n], key=lambda a: a["step"])
 
 
 def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

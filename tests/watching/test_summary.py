@@ -156,3 +156,15 @@ def test_a_watch_the_user_stopped_says_so_in_its_timeline(
     assert main(["analyze", str(w.run_dir)]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert head.endswith("(stopped: the loop raised KeyboardInterrupt)"), head
+
+
+def test_the_summary_names_the_largest_shifts_in_step_order() -> None:
+    from diagnose.report.watch_timeline import largest_shifts as _largest
+
+    def s(step: int, before: float, after: float, signal: str = "step_time") -> dict:
+        return {"step": step, "signal": signal, "before": before, "after": after, "unit": "ms"}
+    shifts = [s(315, 17.0, 7.4), s(420, 7.4, 7.0), s(560, 7.0, 7.6), s(650, 7.6, 7.1),
+              s(701, 6.6, 8.0), s(720, 40.0, 70.0, "gpu_util")]
+    got = _largest(shifts, 3)
+    # by ratio: 17 -> 7.4 (2.3x), 6.6 -> 8.0 (1.21x); the utilisation's 30 points next
+    assert [a["step"] for a in got] == [315, 701, 720]
