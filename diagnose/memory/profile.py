@@ -24,6 +24,9 @@ from .kinds import KINDS
 PHASES = ("forward", "backward", "optimizer")
 TIMELINE_POINTS = 256  # stretches kept in the JSON timeline (a plot's width; ~40 KB)
 TOP_MODULES = 8
+#: checkpointing is offered where the blocks free at least this share of the saved
+#: activations at the peak: less is not worth recomputing their forwards for
+BLOCKS_WORTH = 0.05
 
 
 class Point(NamedTuple):
@@ -82,8 +85,12 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
     is worth what its blocks free less its largest block (one block holding all the
     activations frees nothing at the peak). A child whose forward the step never called (a
     ModuleList, called through its items) is no block: wrapping its forward recomputes
-    nothing. None: no module has two such children."""
+    nothing. Nor is a single layer (a module with no children): checkpointed, it saves its
+    input in place of what it kept (a ReLU's output, a BatchNorm's statistics). None: no
+    module has two such children, or they free under :data:`BLOCKS_WORTH` of the saved
+    bytes."""
     freed: dict[str, int] = {}
+    records = list(records)
     for nbytes, creator, packers in records:
         lcp = _common([creator, *packers])
         parts = lcp.split(".") if lcp else []
@@ -97,14 +104,15 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
             children.setdefault(name.rpartition(".")[0], []).append(name)
     called = {k for k, s in forward_s.items() if s > 0}  # none timed: every one may be
     for parent, kids in children.items():
-        useful = [k for k in kids if freed.get(k, 0) > 0 and (not called or k in called)]
+        useful = [k for k in kids if freed.get(k, 0) > 0 and (not called or k in called)
+                  and k in children]
         if len(useful) < 2:
             continue
         total = sum(freed[k] for k in useful)
         worth = total - max(freed[k] for k in useful)
         if best is None or (worth, total) > best[:2]:
             best = (worth, total, parent, useful)
-    if best is None or best[0] <= 0:
+    if best is None or best[0] <= max(0.0, BLOCKS_WORTH * sum(r[0] for r in records)):
         return None
     _, total, parent, useful = best
     blocks: list[dict[str, Any]] = [

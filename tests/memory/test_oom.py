@@ -113,3 +113,22 @@ def test_autocast_inside_the_step_fn_is_seen():
     sec = measure(model, opt, M.batch(), step_fn)
     assert sec["step"]["amp_dtype"] == "bfloat16"
     assert not any("amp_dtype" in w["change"] for w in sec["what_if"])
+
+
+def test_single_layers_are_no_checkpoint_blocks():
+    """A convnet of single layers in one Sequential: checkpointing a layer frees only what
+    it keeps of its own (a BatchNorm's statistics), its input and output stay saved by its
+    neighbours: no checkpoint what-if. A tower of blocks keeps its own."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32),
+                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    b = (torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,)))
+    prof = track_step(model, opt, b, M.loss).to_json()
+    assert not (prof.get("blocks") or {}).get("blocks")
+    tower = M.tower(width=WIDTH)
+    opt = torch.optim.SGD(tower.parameters(), lr=0.1)
+    prof = track_step(tower, opt, M.batch(BATCH, WIDTH), M.loss).to_json()
+    assert len(prof["blocks"]["blocks"]) >= 2
