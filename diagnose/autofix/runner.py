@@ -272,7 +272,7 @@ def autofix(
     finally:
         if not keep_tuned_state:
             restore(snap)
-    code_str = _code(original, best, loader, optimizer)
+    code_str = _code(original, best, loader, optimizer, str(w.device))
     opt_changed = (best.optimizer_foreach, best.optimizer_fused) != (
         original.optimizer_foreach, original.optimizer_fused)
     retimed = tuner.capacity_note()
@@ -318,10 +318,11 @@ def _with_peaks(decisions: list[Decision], peaks: Mapping[str, Mapping[str, Any]
                      + (" (over it)" if measured > budget else ""))
 
 
-def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any) -> str:
+def _code(original: TrainConfig, best: TrainConfig, loader: Any, optimizer: Any,
+          device: str) -> str:
     from ..fixes.code import render_change
 
-    return render_change(original, best, loader=loader, optimizer=optimizer)
+    return render_change(original, best, loader=loader, optimizer=optimizer, device=device)
 
 
 __all__ = ["Bound", "Capture", "Comparison", "Decision", "Plan", "TuneError",

@@ -465,11 +465,13 @@ _LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_f
 
 
 def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | None = None,
-                  loader: Any = None, optimizer: Any = None) -> str:
+                  loader: Any = None, optimizer: Any = None, device: str | None = None) -> str:
     """Code, ``# before`` / ``# after``, for the fields that differ (empty: nothing to do).
 
     The DataLoader and optimizer calls are the user's own (``setup``, or the live
-    ``loader`` / ``optimizer``); a generic template where they are not known."""
+    ``loader`` / ``optimizer``); a generic template where they are not known. ``device``:
+    where the job's model is ("cpu", "cuda:0"): the loop moves its batch there (not at all
+    on the CPU) and autocasts for its type; unknown, a GPU's with a ``device`` to define."""
     if before == after:
         return ""
     if setup is None and (loader is not None or optimizer is not None):
@@ -483,7 +485,7 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
                   loader_call(spec, before, show=changed, prefix=assign(spec)),
                   "# after", loader_call(spec, after, show=changed, prefix=assign(spec))]
     step: list[str] = []
-    dev = "cuda"
+    dev = "cuda" if device is None else device.split(":")[0]
     if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
         step.append(f"torch.set_num_threads({after.intra_op_threads})")
     if after.batched_fetch and not before.batched_fetch:
@@ -519,7 +521,9 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
     k = after.grad_accum_steps
     loop = ["for i, (x, y) in enumerate(loader):" if k > 1 else "for x, y in loader:"]
     nb = ", non_blocking=True" if after.non_blocking else ""
-    loop.append(f"    x, y = x.to(device{nb}), y.to(device{nb})")
+    to = "device" if device is None else repr(device)
+    if dev != "cpu":
+        loop.append(f"    x, y = x.to({to}{nb}), y.to({to}{nb})")
     if after.channels_last:
         loop.append("    x = x.contiguous(memory_format=torch.channels_last)")
     indent = "    "

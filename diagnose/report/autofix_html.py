@@ -43,7 +43,10 @@ def _summary(r: Any) -> Markup:
     iv = getattr(final, "interval", None)
     kept = list(getattr(r, "kept_changes", None) or getattr(r, "kept", []) or [])
     elapsed = as_number(getattr(r, "elapsed_s", None)) or 0.0
-    tuned: Child = "no fix was kept: the baseline stays"
+    orig, base = getattr(r, "original", None), getattr(r, "baseline", None)
+    fitted = orig is not None and base is not None and bool(orig.describe_change(base))
+    tuned: Child = ("the fit to the memory budget only: no speed fix was kept" if fitted
+                    else "no fix was kept: the baseline stays")
     if iv is not None:
         lo = as_number(getattr(iv, "lo", None))
         tuned = el("span", f"{_measured(iv)} measured",

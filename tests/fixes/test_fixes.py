@@ -355,3 +355,21 @@ def test_balance_ranks_code_is_the_users_loader_with_a_distributed_sampler() -> 
     assert made.batch_size == 4 and made.drop_last is True
     assert isinstance(made.sampler, DistributedSampler) and len(made.sampler) == 10
     assert "DataLoader(dataset, ..., sampler=sampler)" in FIXES["balance_ranks"].code
+
+
+def test_the_step_code_moves_the_batch_only_off_the_cpu() -> None:
+    """The loop autofix writes: on a CPU job no ``.to(device)`` (a name the user's script
+    may not define) and autocast for the CPU; on a GPU the device autofix ran on."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    before = TrainConfig.from_objects(loader)
+    after = before.replace(batch_size=2, grad_accum_steps=2, amp_dtype="bfloat16")
+    cpu = render_change(before, after, loader=loader, device="cpu")
+    assert ".to(" not in cpu and 'torch.autocast("cpu"' in cpu
+    gpu = render_change(before, after.replace(non_blocking=True), loader=loader,
+                        device="cuda:0")
+    assert "x.to('cuda:0', non_blocking=True)" in gpu and 'torch.autocast("cuda"' in gpu
+    for code in (cpu, gpu):
+        compile(code, "<fix>", "exec")

@@ -261,3 +261,21 @@ def test_the_page_offers_first_what_the_text_offers() -> None:
     assert first < second and "try first: Split the CPUs" in page
     assert "not offered: No more DataLoader workers than CPUs" in page
     assert '<details class="fix" data-fix="num_workers_cap">' in page  # not open
+
+
+def test_autofix_with_only_a_memory_fit_says_so() -> None:
+    """A baseline changed to fit the memory budget and no speed fix kept: neither the page
+    nor the text table says "no fix was kept" beside a changed config."""
+    from diagnose.autofix.render import before_after_table
+    from diagnose.report.autofix_html import render_autofix_html
+
+    r = _autofix_result()
+    r.final = None
+    r.baseline = r.original.replace(batch_size=(r.original.batch_size or 64) // 2,
+                                    grad_accum_steps=2)
+    assert "the fit to the memory budget only" in _text(render_autofix_html(r))
+    from rich.console import Console
+
+    con = Console(width=200, record=True)
+    con.print(before_after_table(r))
+    assert "the fit to the memory budget only" in con.export_text()
