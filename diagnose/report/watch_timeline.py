@@ -91,6 +91,11 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
     out = [head + (f" (stopped: the loop raised {raised})" if raised else "")
            if end is not None else
            head + " (cut off: no end record, the timeline up to its last flush)"]
+    missing = tl.get("steps_missing") or 0
+    if missing:
+        out.append(f"  note: the run ended after {n + missing:,} steps, but its step file "
+                   f"(watch.steps.bin) holds only the first {n:,}: it was cut short or "
+                   "truncated since; the figures below are those steps'")
     if n:
         q = np.percentile(ms, (10, 50, 90))
         out.append(f"  step time: median {q[1]:.3g} ms (p10-p90 {q[0]:.3g}-{q[2]:.3g}); "

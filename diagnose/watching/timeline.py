@@ -176,6 +176,9 @@ def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
     out["steps"] = {"t": rec["t"].astype(np.float64), "ms": rec["ms"].astype(np.float64),
                     "wait": rec["wait"].astype(np.float64)}
     out["complete"] = out["end"] is not None
+    told = out["end"].get("steps") if isinstance(out["end"], dict) else None
+    #: steps the end record counts beyond those the step file holds (it was cut short)
+    out["steps_missing"] = max(0, told - len(rec)) if isinstance(told, int) else 0
     return out
 
 

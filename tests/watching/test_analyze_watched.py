@@ -112,3 +112,21 @@ def test_html_timeline_plots_the_sampled_machine_by_step(tmp_path: Path) -> None
     (run / "samples.jsonl").unlink()
     assert main(["analyze", str(run), "-o", str(page)]) == 0
     assert page.read_text().count("<svg") == 2  # no samples: the steps and the energy
+
+
+def test_a_step_file_cut_short_beside_a_whole_timeline_is_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The end record counts 1,000 steps, the step file holds 6 (truncated since): the
+    summary says so rather than report 6 steps as the run."""
+    run = _run(tmp_path, end=True)
+    steps = run / "watch.steps.bin"
+    steps.write_bytes(steps.read_bytes()[:6 * 16 + 5])
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "6 steps" in out
+    assert "ended after 1,000 steps, but its step file (watch.steps.bin) holds only the " \
+        "first 6" in out
+    (tmp_path / "whole").mkdir()
+    run2 = _run(tmp_path / "whole", end=True)
+    assert main(["analyze", str(run2)]) == 0
+    assert "holds only" not in capsys.readouterr().out
