@@ -15,10 +15,10 @@ signal worse than its reference level by at least the signal's ``min_change`` an
 new level's own uncertainty (:class:`Reference`); a change for the better (a neighbour leaving the CPUs) is a shift,
 recorded but not an alarm, and it becomes the reference only once it held ``hold``
 values, so that a pace that briefly improved and came back is not taken for a slowdown.
-The first baseline, learnt just after the warm-up, is the exception: a run that starts slow
-(a cold cache, the first epoch's decoding, autotuning) and then speeds up within its first
-``hold`` values is measured from the pace it then keeps, once that held half as long as
-the slow start had.
+The step signals' first baseline, learnt just after the warm-up, is the exception: a run
+that starts slow (a cold cache, the first epoch's decoding, autotuning) and then speeds up,
+in one or more steps, within its first ``hold`` values is measured from the pace it then
+keeps, once it has been faster for as long as the slow start lasted.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ PARAMS: dict[str, Params] = {
 WORSE: dict[str, int] = {"step_time": 1, "loader_wait": 1, "gpu_util": -1, "memory": 1,
                          "energy": 1}
 #: values a change for the better holds before a slowdown is measured from it: a few
-#: baseline refreshes (a level that lasts this long is the job's pace, not a lull); half
-#: what the first baseline had held, where the run sped up within its first HOLD values
+#: baseline refreshes (a level that lasts this long is the job's pace, not a lull); as
+#: long as a slow start lasted, where the run sped up within its first HOLD values
 HOLD = 1000
 
 #: a median of n normal values has a standard error of this x sigma / sqrt(n)
@@ -65,21 +65,24 @@ _TINY = 1e-9
 class Reference:
     """The level a signal's changes are judged against (transformed units): the baseline
     first learnt, then each alarm's new level; after a change for the better that no
-    other change followed for ``hold`` values (half as many as the first baseline had held,
-    where the run sped up within its first ``hold``: a slow start), the detector's level
-    then (its baseline, refreshed since). ``since``: where the first baseline's values
-    began (the steps after the warm-up). :meth:`judge` says whether a detector's change is an alarm; a change
+    other change followed for ``hold`` values, the detector's level then (its baseline,
+    refreshed since). ``since`` (the step signals: where the first baseline's values began,
+    after the warm-up) allows a slow start: a run faster than its first baseline from
+    within its first ``hold`` values, through one or more changes for the better, for as
+    long as that baseline had lasted, is measured from its pace then. :meth:`judge` says
+    whether a detector's change is an alarm; a change
     for the worse judged too small is judged again on the level the detector learns after
     it (:attr:`waiting`, :meth:`settled`), which its first few values can understate."""
 
     def __init__(self, worse: int, min_change: float, hold: int = HOLD, n: int = 16,
-                 since: int = 0) -> None:
+                 since: int | None = None) -> None:
         self.worse, self.min_change, self.hold = worse, min_change, hold
         #: the new level is a median of ``n`` values: its standard error, in scales
         self.se = MEDIAN_SE / math.sqrt(n)
         self.level: float | None = None
-        self.since = since  # where the reference level began (values)
-        self._first = True  # the level is still the first baseline
+        self.since = since or 0  # where the reference level began (values)
+        self._first = since is not None  # a slow start may still be left behind
+        self._left: int | None = None  # where the pace left the reference, for the better
         #: the reference the last change was judged against (an alarm's "before")
         self.judged_from: float | None = None
         #: a better level, where it began, and how long it must hold to be the reference
@@ -101,14 +104,17 @@ class Reference:
         if b is not None and start - b[1] >= b[2]:
             # the pace held better: the level it has now (refreshed since) is the reference
             self.level, self.since, self._better, self._first = before, b[1], None, False
+            self._left = None
         self.judged_from = self.level
         s = self.worse
         if s * (after - before) <= 0:  # for the better (or no direction): a shift
-            young = self._first and start - self.since < self.hold  # a slow start
-            need = max(start - self.since, 0) // 2 if young else self.hold
-            self._better = (after, start, need)
+            left = self._left = start if self._left is None else self._left
+            if self._first and left - self.since < self.hold:  # from a slow start
+                self._better = (after, left, left - self.since)
+            else:
+                self._better = (after, start, self.hold)
             return False
-        self._better = None
+        self._better = self._left = None
         if s * (after - self.level) >= self.min_change + MARGIN * self.se * sigma:
             self.level, self.since, self.waiting, self._first = after, start, None, False
             return True

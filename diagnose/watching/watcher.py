@@ -127,7 +127,7 @@ class Watch:
         self._sample_dets = {s: Detector(self.params[s]) for s in SAMPLED}
         self._waiting: dict[str, int] = {}  # Reference.waiting's signals: the change's start
         self._refs = {s: Reference(w, self.params[s].min_change, n=self.params[s].min_len,
-                                   since=warmup_steps if s in STEP_SIGNALS else 0)
+                                   since=warmup_steps if s in STEP_SIGNALS else None)
                       for s, w in WORSE.items()}
         self._tests = StepTests(self.params, warmup_steps, self._on_change,
                                 lambda: bool(self._waiting),

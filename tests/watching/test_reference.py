@@ -1,6 +1,6 @@
 """Which changes are alarms: a change that leaves a signal worse than its reference level
 by ``min_change``; a change for the better is a shift, and it becomes the reference only
-once it held ``hold`` values (half as long as a slow start had, early in a run)."""
+once it held ``hold`` values (as long as a slow start had lasted, early in a run)."""
 
 from __future__ import annotations
 
@@ -46,22 +46,43 @@ def test_a_change_just_past_the_floor_must_clear_its_estimates_noise() -> None:
 
 
 def test_a_slow_start_is_no_reference_once_the_faster_pace_held_as_long() -> None:
-    """17 ms for the run's first 250 values (warm-up, a cold cache), 7 ms for 310, then
-    15 ms: the faster pace held as long as the start had, so it is the reference and the
-    2x slowdown from it is an alarm, read from 7 ms."""
-    r = Reference(1, L(1.10), hold=1000)
+    """17 ms for the run's first 230 values after the warm-up (a cold cache), 7 ms for 310,
+    then 15 ms: the run was faster for as long as its start had lasted, so the faster pace
+    is the reference and the 2x slowdown from it is an alarm, read from 7 ms."""
+    r = Reference(1, L(1.10), hold=1000, since=20)
     assert not r.judge(L(17.0), L(7.0), 266, start=250)
     assert r.judge(L(7.0), L(15.0), 576, start=560)
     assert r.judged_from == L(7.0)
 
 
+def test_a_slow_start_left_in_two_steps() -> None:
+    """17 ms, 12 ms from 250, 7 ms from 400, then 13 ms from 600: faster than the start for
+    350 values (it lasted 230): measured from 7 ms, an alarm."""
+    r = Reference(1, L(1.10), hold=1000, since=20)
+    assert not r.judge(L(17.0), L(12.0), 266, start=250)
+    assert not r.judge(L(12.0), L(7.0), 416, start=400)
+    assert r.judge(L(7.0), L(13.0), 616, start=600)
+
+
+def test_a_short_early_lull_is_no_reference() -> None:
+    """10 ms for 150 values, 8.5 ms for 100, then 10 ms again: faster for less time than
+    the start had lasted: back to the reference, no alarm. The sampled signals (no
+    ``since``) have no slow start: a lull needs the whole hold."""
+    r = Reference(1, L(1.10), hold=1000, since=20)
+    assert not r.judge(L(10.0), L(8.5), 186, start=170)
+    assert not r.judge(L(8.5), L(10.1), 286, start=270)
+    e = Reference(1, L(1.10), hold=1000)
+    assert not e.judge(L(10.0), L(8.5), 12, start=8)
+    assert not e.judge(L(8.5), L(10.0), 30, start=26)
+
+
 def test_a_short_faster_stretch_stays_a_lull_and_the_alarm_reads_from_the_reference() -> None:
-    """8 ms for 325 values, 25 faster ones at 2.9 ms, then 13 ms: the stretch held less
-    than half as long as the start had, so the slowdown is judged, and shown, from 8 ms
-    (x1.6), not from the stretch (x4.5)."""
+    """8 ms for 305 values, 25 faster ones at 2.9 ms, then 13 ms: the stretch was shorter
+    than the start had lasted, so the slowdown is judged, and shown, from 8 ms (x1.6), not
+    from the stretch (x4.5)."""
     from diagnose.watching.detector import Change
 
-    r = Reference(1, L(1.10), hold=1000)
+    r = Reference(1, L(1.10), hold=1000, since=20)
     assert not r.judge(L(8.0), L(2.9), 341, start=325)
     assert r.judge(L(2.9), L(13.0), 366, start=350)
     c = r.measured_from(Change(366, 350, L(2.9), L(13.0), 0.03))
@@ -69,6 +90,6 @@ def test_a_short_faster_stretch_stays_a_lull_and_the_alarm_reads_from_the_refere
 
 
 def test_a_lull_after_a_long_established_pace_must_hold_the_whole_hold() -> None:
-    r = Reference(1, L(1.10), hold=1000)
+    r = Reference(1, L(1.10), hold=1000, since=20)
     assert not r.judge(L(2.0), L(1.5), 5016, start=5000)  # a neighbour left the CPUs
     assert not r.judge(L(1.5), L(2.05), 5916, start=5900)  # 900 values: back, no alarm

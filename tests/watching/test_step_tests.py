@@ -66,3 +66,20 @@ def test_an_alarm_after_a_short_faster_stretch_reads_from_the_reference(tmp_path
     alarms = [a for a in w.alarms if a.signal == "step_time"]
     assert len(alarms) == 1
     assert 7.5 < alarms[0].before < 8.5 and 12 < alarms[0].after < 14
+
+
+def test_a_slow_start_left_in_two_steps_then_a_slowdown(tmp_path: Path) -> None:
+    """17 ms x250, 12 ms x150, 7 ms x200, then 13 ms: one alarm, from about 7 ms."""
+    ms = np.exp(steady(1000, seed=9, level_ms=1.0, slow_frac=0.0))
+    ms *= np.r_[np.full(250, 17.0), np.full(150, 12.0), np.full(200, 7.0), np.full(400, 13.0)]
+    alarms = [a for a in _watch(tmp_path, ms.astype(np.float32)).alarms
+              if a.signal == "step_time"]
+    assert len(alarms) == 1 and 6.5 < alarms[0].before < 7.5 and 12 < alarms[0].after < 14
+
+
+def test_a_short_early_lull_then_the_runs_own_pace_is_no_alarm(tmp_path: Path) -> None:
+    """10 ms x150, 8.5 ms x100, then 10 ms again: the pace the run kept, no alarm."""
+    ms = np.exp(steady(800, seed=10, level_ms=1.0, slow_frac=0.0))
+    ms *= np.r_[np.full(150, 10.0), np.full(100, 8.5), np.full(550, 10.0)]
+    w = _watch(tmp_path, ms.astype(np.float32))
+    assert [a for a in w.alarms if a.signal == "step_time"] == []
