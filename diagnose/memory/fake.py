@@ -23,14 +23,8 @@ from torch.utils._pytree import tree_map
 
 from ..errors import DiagnoseError
 from .profile import StepMemory
-from .tracker import (
-    StepFn,
-    StepSpec,
-    StepTracker,
-    leading_size,
-    optimizer_summary,
-    run_step,
-)
+from .tensors import leading_size
+from .tracker import StepFn, StepSpec, StepTracker, optimizer_summary, run_step
 
 
 class FakeRunError(DiagnoseError):

@@ -18,7 +18,8 @@ import torch
 from .fake import Base, FakeRunError, fake_step
 from .oom import FIT_MARGIN, explain
 from .profile import StepMemory
-from .tracker import StepFn, StepSpec, leading_size, model_device, track_step
+from .tensors import leading_size, model_device
+from .tracker import StepFn, StepSpec, track_step
 from .whatif import FAKE, FAKE_HIGH, WhatIf, changes, largest_batch, recompute_ms, scaled
 
 #: fake re-runs a search for the largest batch may take (a bisection over 1..2x the guess)

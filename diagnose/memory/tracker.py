@@ -19,7 +19,6 @@ in-place update of an untracked tensor) is memory held before the step: not coun
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 import weakref
@@ -31,7 +30,7 @@ from typing import Any
 import torch
 from torch.distributed._tools.common_utils import get_untyped_storages
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
-from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils._pytree import tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .kinds import (
@@ -42,32 +41,20 @@ from .kinds import (
     tensor_bytes,
 )
 from .profile import PHASES, Point, StepMemory, blocks_from_saved
+from .tensors import (
+    is_fake,
+    is_oom,
+    leading_size,
+    model_device,
+    own_storage,
+    requested_bytes,
+    tensors_of,
+)
 
 _ACT, _PARAM, _BUF, _GRAD = _MemRefType.ACT, _MemRefType.PARAM, _MemRefType.BUFFER, _MemRefType.GRAD
 _TEMP, _OPT, _OTH = _MemRefType.TEMP, _MemRefType.OPT, _MemRefType.OTH
-_TRIED = re.compile(r"[Tt]ried to allocate (\d+(?:\.\d+)?) ?([KMGT]?i?B|bytes)")
-_UNIT = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-         "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 StepFn = Callable[[Any, Any], Any]
-
-
-def is_oom(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def requested_bytes(message: str) -> int | None:
-    """The allocation an OOM message says failed ("Tried to allocate 2.00 GiB")."""
-    m = _TRIED.search(message)
-    return None if m is None else int(float(m.group(1)) * _UNIT.get(m.group(2), 1))
-
-
-def model_device(model: Any) -> torch.device:
-    p = next(iter(model.parameters()), None)
-    return p.device if p is not None else torch.device("cpu")
 
 
 class _NoHook:
@@ -150,15 +137,15 @@ class StepTracker(MemTracker):
         self._hooks: ExitStack | None = None
         self._t0 = 0.0
         self.step_s = 0.0
-        self.batch_bytes = sum(tensor_bytes(t) for t in _tensors(batch))
+        self.batch_bytes = sum(tensor_bytes(t) for t in tensors_of(batch))
         self.untracked_bytes = 0
         self.allocator_peak: int | None = None
         self._peak_before = 0
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> StepTracker:
-        self.track_external(*self.models, *self.optimizers, *_tensors(self.batch))
-        if self.dev.type == "cuda" and not _fake(self.model):
+        self.track_external(*self.models, *self.optimizers, *tensors_of(self.batch))
+        if self.dev.type == "cuda" and not is_fake(self.model):
             torch.cuda.synchronize(self.dev)
             # the user's peak statistics are theirs: not reset; the step's own peak shows
             # only where it rises above the run's peak so far (else the tracker's count)
@@ -176,7 +163,7 @@ class StepTracker(MemTracker):
         if self._hooks is not None:
             self._hooks.close()
         super().__exit__(*exc)
-        if self.dev.type == "cuda" and not _fake(self.model):
+        if self.dev.type == "cuda" and not is_fake(self.model):
             torch.cuda.synchronize(self.dev)
             after = int(torch.cuda.max_memory_allocated(self.dev))
             self.allocator_peak = after if after > self._peak_before else None
@@ -198,6 +185,7 @@ class StepTracker(MemTracker):
                 self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
+    @_guarded
     def _track(self, reftype: Any, t: torch.Tensor) -> None:
         """MemTracker's count of an operator's output, but for storage an input held that the
         tracker never saw (memory held before the step: a view of it, an in-place update)."""
@@ -224,8 +212,12 @@ class StepTracker(MemTracker):
             return self._closure_outside(opt, args, kwargs)
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
-            self._track_optimizer_states(_OPT, opt)
             self._in_opt = False
+            if self.failed is None:
+                try:
+                    self._track_optimizer_states(_OPT, opt)
+                except Exception as e:  # the step goes on (_give_up)
+                    self._give_up(e)
         if not self.optimizers:
             self._optimizer_hook_handles = (register_optimizer_step_pre_hook(pre),
                                             register_optimizer_step_post_hook(post))
@@ -257,7 +249,7 @@ class StepTracker(MemTracker):
     def note_batch(self, batch: Any) -> None:
         """The step's batch, come from the loader while the tracker runs: counted as
         ``other`` (the batch), and its size taken as the step's."""
-        tensors = _tensors(batch)
+        tensors = tensors_of(batch)
         for t in tensors:
             self._update_and_maybe_create_winfos(t, _OTH)
         self.batch = batch
@@ -338,8 +330,12 @@ class StepTracker(MemTracker):
         if self.paused or self.failed is not None:
             return func(*args, **(kwargs or {}))
         before = self._current()
-        self._before = {id(st) for t in _tensors((args, kwargs))
-                        for st in get_untyped_storages(t) if st not in self._WINFO}
+        try:
+            self._before = {id(st) for t in tensors_of((args, kwargs))
+                            for st in get_untyped_storages(t) if st not in self._WINFO}
+        except Exception as e:  # a tensor with no storage to count (sparse): given up
+            self._give_up(e)
+            return func(*args, **(kwargs or {}))
         try:
             res = super().__torch_dispatch__(func, types, args, kwargs)
         except Exception as e:
@@ -348,15 +344,13 @@ class StepTracker(MemTracker):
             raise
         finally:
             self._before = set()
-        if res is NotImplemented:
+        if res is NotImplemented or self.failed is not None:
             return res
-        bw, opt = self._mod_tracker.is_bw, self._in_opt
-        if not bw and not opt:
-            here = self._here()
-            tree_map_only(torch.Tensor, lambda t: self._note_creator(t, here), res)
-        if self.saved_at_backward is None and bw:
-            self.saved_at_backward = self._saved_records()
-        self._record_point(2 if opt else 1 if bw else 0)
+        try:
+            self._note_point(res)
+        except Exception as e:  # the step goes on (_give_up)
+            self._give_up(e)
+            return res
         if self.limit_bytes is not None:
             now = self._current()
             if now[0] > self.limit_bytes:
@@ -365,6 +359,17 @@ class StepTracker(MemTracker):
                     f"out of memory (emulated limit of {self.limit_bytes} bytes): Tried to "
                     f"allocate {now[0] - before[0]} bytes")
         return res
+
+    def _note_point(self, res: Any) -> None:
+        """After an operator: its outputs' creator, the saved tensors when backward begins,
+        and the timeline's point."""
+        bw, opt = self._mod_tracker.is_bw, self._in_opt
+        if not bw and not opt:
+            here = self._here()
+            tree_map_only(torch.Tensor, lambda t: self._note_creator(t, here), res)
+        if self.saved_at_backward is None and bw:
+            self.saved_at_backward = self._saved_records()
+        self._record_point(2 if opt else 1 if bw else 0)
 
     # ------------------------------------------------------------------ bookkeeping
     def _name(self, module: Any) -> str:
@@ -382,8 +387,16 @@ class StepTracker(MemTracker):
                 self._creator[st] = here
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        if self._mod_tracker.is_bw or self._in_ac:
-            return t
+        """A tensor saved for backward, filed under the module that saved it (and the one
+        that made it); the tensor itself is what backward gets, whatever happens here."""
+        if self.failed is None and not (self._mod_tracker.is_bw or self._in_ac):
+            try:
+                self._file_saved(t)
+            except Exception as e:  # the step goes on (_give_up)
+                self._give_up(e)
+        return t
+
+    def _file_saved(self, t: torch.Tensor) -> None:
         here = self._here()
         for st in get_untyped_storages(t):
             winfo = self._WINFO.get(st, (None, None))[0]
@@ -398,7 +411,6 @@ class StepTracker(MemTracker):
             self._saved_alive[creator] = self._saved_alive.get(creator, 0) + nbytes
             ref = weakref.ref(st, _Release(self._saved_alive, creator, nbytes))
             self._saved[st] = [nbytes, creator, {here}, ref]
-        return t
 
     def _saved_records(self) -> list[tuple[int, str, frozenset[str]]]:
         return [(int(r[0]), str(r[1]), frozenset(r[2])) for r in list(self._saved.values())]
@@ -502,35 +514,6 @@ def _strip(fqn: str, root: str) -> str:
     return fqn[len(root) + 1:] if fqn.startswith(root + ".") else fqn
 
 
-def _fake(model: Any) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    p = next(iter(model.parameters()), None)
-    return isinstance(p, FakeTensor)
-
-
-def _tensors(batch: Any) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(batch)
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
-
-
-def _own_storage(batch: Any) -> Any:
-    """``batch`` with each tensor that is a view into a larger storage (a slice of data
-    held in memory, ``X[:64]``) copied into one of its own: the tracker counts a tensor by
-    its storage, and the step's batch is the slice, not the data it was cut from. The
-    values are the same; tensors that own their storage are passed as they are."""
-    def own(t: torch.Tensor) -> torch.Tensor:
-        whole = t.untyped_storage().nbytes()
-        return t.clone() if whole > t.numel() * t.element_size() else t
-    return tree_map_only(torch.Tensor, own, batch)
-
-
-def leading_size(batch: Any) -> int | None:
-    """The batch size: the most common leading dimension of the batch's tensors."""
-    sizes = [int(t.shape[0]) for t in _tensors(batch) if t.dim() > 0]
-    return max(set(sizes), key=sizes.count) if sizes else None
-
-
 # ---------------------------------------------------------------------- one step
 _AMP = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -573,7 +556,7 @@ def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
     """Run one real training step (the model is updated) under a :class:`StepTracker` and
     return what it held. An out-of-memory error inside it is caught and described in the
     result's ``oom``. ``batches``: the micro-batches, where ``batch`` is split."""
-    mbs = [_own_storage(b) for b in (list(batches) if batches is not None else [batch])]
+    mbs = [own_storage(b) for b in (list(batches) if batches is not None else [batch])]
     tracker = StepTracker(model, optimizer, mbs, limit_bytes=limit_bytes, catch_oom=True,
                           batch_size=leading_size(mbs[0]))
     with tracker:
@@ -588,5 +571,4 @@ def track_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,
     return out
 
 
-__all__ = ["StepFn", "StepSpec", "StepTracker", "is_oom", "leading_size", "model_device",
-           "requested_bytes", "run_step", "track_step"]
+__all__ = ["StepFn", "StepSpec", "StepTracker", "run_step", "track_step"]

@@ -261,3 +261,33 @@ def test_a_hook_that_raises_gives_up_the_count_not_the_step(monkeypatch):
     assert not torch.equal(model[2].weight, before)  # the step ran
     with pytest.raises(RuntimeError, match="could not count this step"):
         track_step(model, opt, b, M.loss)
+
+
+def test_a_sparse_operator_gives_up_the_count_not_the_step():
+    """torch's MemTracker cannot read a sparse tensor's storage (it raised from the saved-
+    tensor hook and the dispatch, inside the user's forward): the step runs on untracked,
+    in place the section is skipped with torch's error, and track_step says so after."""
+    from torch import nn
+
+    from diagnose.memory.tracker import track_step
+
+    class Sparse(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(M.IN, M.OUT)
+            self.a = torch.eye(M.BATCH).to_sparse()
+
+        def forward(self, x):
+            return self.lin(torch.sparse.mm(self.a, x))
+    model, b = Sparse(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.lin.weight.detach().clone()
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    _step(model, opt, b)
+    mem.boundary(True, model, [opt])
+    assert mem.state == "skipped" and "SparseTensorImpl" in mem.why
+    assert not torch.equal(model.lin.weight, before)
+    with pytest.raises(RuntimeError, match="could not count this step"):
+        track_step(model, opt, b, M.loss)
