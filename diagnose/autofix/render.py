@@ -99,10 +99,10 @@ def before_after_table(r: AutofixResult) -> Table:
     for col in cols:
         t.add_column(col, justify="right" if "/" in col else "left")
     if f is None or f.interval is None:
-        fitted = bool(r.original.describe_change(r.baseline))  # a change made to fit memory
+        fitted = bool(r.original.describe_change(r.baseline))  # made to fit memory
         t.add_row("baseline = tuned", escape(_cfg_text(r.baseline, r.original)),
                   _ms(r.tuned_ms), _per_s(r.baseline, r.tuned_ms),
-                  "the fit to the memory budget only: no speed fix was kept" if fitted
+                  "the fit to memory only: no speed fix was kept" if fitted
                   else "no fix was kept")
         return t
     extra = [""] if pred else []

@@ -25,7 +25,7 @@ PHASES = ("forward", "backward", "optimizer")
 TIMELINE_POINTS = 256  # stretches kept in the JSON timeline (a plot's width; ~40 KB)
 TOP_MODULES = 8
 #: checkpointing is offered where the blocks free at least this share of the saved
-#: activations at the peak: less is not worth recomputing their forwards for
+#: activations (as backward begins): less is not worth recomputing their forwards for
 BLOCKS_WORTH = 0.05
 
 

@@ -209,16 +209,20 @@ def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | None:
     """Another optimizer class: its state (SGD sized with momentum, one buffer a parameter)
-    for the one held, and its step's temporaries for those measured: none for SGD's
-    in-place update (one gradient's copy with weight decay), Adam's square root and its
-    quotient (two); a parameter's at a time, or all of them at once (foreach)."""
+    for the one held, and its step's temporaries for those measured: from none (SGD's
+    update in place) to two gradients' worth (a weight-decay copy and Nesterov's; Adam's
+    square root and its quotient); a parameter's at a time where the optimizer steps them
+    one by one (foreach off, or unset on a CPU), else all of them at once."""
     layout = state_layout(name, {"momentum": SGD_MOMENTUM})
     if layout is None:
         return None
     bufs, scalars = layout
     delta = bufs * pr.G + scalars * 4 * pr.n_tensors - pr.S
-    each = pr.G if (pr.optimizer or {}).get("foreach") else (pr.L or pr.G)
-    tmp_hi = (1 if name == "SGD" else 2) * each
+    opt = pr.optimizer or {}
+    one_by_one = opt.get("foreach") is False or (
+        opt.get("foreach") is None and not opt.get("fused")
+        and str(pr.raw.get("device") or "cpu").startswith("cpu"))
+    tmp_hi = 2 * ((pr.L or pr.G) if one_by_one else pr.G)
 
     def held(p: _P, tmp: float) -> float:
         if p.phase != "optimizer":

@@ -45,7 +45,7 @@ def _summary(r: Any) -> Markup:
     elapsed = as_number(getattr(r, "elapsed_s", None)) or 0.0
     orig, base = getattr(r, "original", None), getattr(r, "baseline", None)
     fitted = orig is not None and base is not None and bool(orig.describe_change(base))
-    tuned: Child = ("the fit to the memory budget only: no speed fix was kept" if fitted
+    tuned: Child = ("the fit to memory only: no speed fix was kept" if fitted
                     else "no fix was kept: the baseline stays")
     if iv is not None:
         lo = as_number(getattr(iv, "lo", None))

@@ -197,7 +197,7 @@ class StepComparison:
                 ": no per-step times, no interval"
         d = self.diff
         said = d.verdict if d.lo_pct is not None else "cannot tell"
-        point = f"{pct:+.1f}%"
+        point = f"{pct:+.1f}%" if pct is not None else "a median of 0 ms"
         if pct is not None and d.lo_pct is not None and d.hi_pct is not None and not (
                 d.lo_pct <= pct <= d.hi_pct):
             # the medians' ratio can fall outside the interval of the typical step's shift

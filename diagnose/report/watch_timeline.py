@@ -159,7 +159,7 @@ def largest_shifts(shifts: list[dict[str, Any]], n: int = SHIFTS_SHOWN
         if a.get("signal") == "gpu_util" or b <= 0 or x <= 0:
             return abs(x - b) / 100.0
         return abs(math.log(x / b))
-    return sorted(sorted(shifts, key=size, reverse=True)[:n], key=lambda a: a["step"])
+    return sorted(sorted(shifts, key=size, reverse=True)[:n], key=lambda a: a.get("step") or 0)
 
 
 def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

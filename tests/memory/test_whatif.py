@@ -180,7 +180,8 @@ def test_a_stretch_is_bounded_by_the_most_it_held_at_once():
     # a change that only frees: never above the most at once (7900), and here the maxima
     # give less: 4000 + 0.5 x 4400 = 6200 to 4000 + 0.5 x 4200 + 200 = 6300
     assert scaled(prof, {"batch_size": 4}).range == (6200, 6300)
-    # the gradients held whole (set_to_none off): at most the most at once plus all 1000
+    # the gradients held whole (set_to_none off): the forward's 7800 + 1000 leads (the
+    # backward stretch gives 8400 either way: its maxima hold them all already)
     assert scaled(prof, {"zero_grad_set_to_none": False}).range == (8800, 8800)
 
 
