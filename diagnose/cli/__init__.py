@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torch-diagnose: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. piped into `head`
-        return 0
+    except BrokenPipeError:  # e.g. piped into `head`: the verdict still stands (a CI gate)
+        return int(getattr(args, "status", 0))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,6 +28,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with progress(f"analysing {_describe(args.paths)}"):
         runs = analyze_runs(args.paths, extra_rules=args.rules,
                             as_ranks=getattr(args, "as_ranks", False))
+    # the exit status before any output: a reader that stops early (`| head`) keeps it
+    args.status = 1 if args.fail_on and runs.at_least(args.fail_on) else 0  # every run
     if fmt == "json":
         text = json.dumps(runs.to_json(), indent=2, default=str)
         if args.output:
@@ -50,9 +52,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from ..report.text import print_runs
 
         print_runs(runs)
-    if args.fail_on and runs.at_least(args.fail_on):  # over every run
-        return 1
-    return 0
+    return int(args.status)
 
 
 def _analyze_watched(run_dir: str, fmt: str, output: str | None) -> int:
@@ -199,6 +199,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     line: str | None = None
     if args.fail_on_regression is not None:
         regressed, line = regression_line(c, args.fail_on_regression)
+    args.status = 1 if regressed else 0  # before any output (see cmd_analyze)
     out: str | None
     if fmt == "json":
         doc = c.to_json()
@@ -223,7 +224,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if line is not None:
         print(f"torch-diagnose: {line}",
               file=sys.stderr if fmt != "text" else sys.stdout)
-    return 1 if regressed else 0
+    return int(args.status)
 
 
 # -------------------------------------------------------------------- tensorboard

@@ -122,7 +122,17 @@ def _run_dir(args: argparse.Namespace) -> Path:
 
 
 # ---------------------------------------------------------------------- demo
+def _need_torch(command: str) -> None:
+    """One line, not a traceback, where torch is not installed (saved traces need none)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise DiagnoseError(f"`torch-diagnose {command}` runs a training job and needs "
+                            "PyTorch: install torch first (analysing saved traces does not)")
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    _need_torch("demo")
     import torch
 
     from .. import demo
@@ -377,6 +387,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def run_autofix(args: argparse.Namespace) -> int:
+    _need_torch("autofix")
     from ..autofix import Plan
     from ..session import autofix
 

@@ -51,20 +51,23 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
             continue
         if not p.is_dir():
             raise TraceError(p, "not a regular file or folder")
-        if (p / WATCH_TIMELINE).is_file():
+        try:
+            watched = (p / WATCH_TIMELINE).is_file()
+            direct = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
+            # TensorBoard layouts: <run>/plugins/profile/<stamp>/..., or run folders below
+            nested = [] if direct or watched else sorted(
+                f for f in p.rglob("*") if f.is_file() and is_trace_file(f))
+        except PermissionError as e:
+            where = p if e.filename is None or Path(e.filename) == p else Path(e.filename)
+            raise TraceError(where, "folder cannot be read (permission denied)") from None
+        if watched:
             # the tool's own watch.json is no trace: name the folders that hold them
             raise TraceError(p, "a watched run's folder: `torch-diagnose analyze` on it alone "
                                 "shows its timeline; its profiled windows are the folders "
                                 "under its captures/ (analyze or compare those)")
-        try:
-            direct = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
-        except PermissionError:
-            raise TraceError(p, "folder cannot be read (permission denied)") from None
         if direct:
             found.extend(direct)
             continue
-        # TensorBoard layouts: <run>/plugins/profile/<stamp>/..., or run folders below.
-        nested = sorted(f for f in p.rglob("*") if f.is_file() and is_trace_file(f))
         if not nested:
             raise TraceError(p, "folder holds no trace files (*.json or *.json.gz)")
         found.extend(nested)

@@ -183,8 +183,12 @@ def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
 
 
 def is_watched(path: str | os.PathLike[str]) -> bool:
-    """``path`` is a watched run's folder (it holds a timeline)."""
-    return (Path(path) / timeline_files(None)[0]).is_file()
+    """``path`` is a watched run's folder (it holds a timeline); False where it cannot be
+    looked into (the reader that follows says why)."""
+    try:
+        return (Path(path) / timeline_files(None)[0]).is_file()
+    except OSError:  # a folder without read permission: is_file raises, not False
+        return False
 
 
 def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -503,3 +503,46 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, argv, phrase):
     assert e.value.code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and phrase in lines[0] and "--help" in lines[0], err
+
+
+@pytest.mark.parametrize("cmd", ["analyze", "metrics", "compare"])
+def test_a_folder_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, capsys, cmd):
+    """A folder without read permission (as a user, not root, meets it): Path.is_file
+    raises PermissionError there on Python 3.11, which went up as a traceback."""
+    import pathlib
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_is_file, real_iterdir = pathlib.Path.is_file, pathlib.Path.iterdir
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    def is_file(self):  # what lies inside cannot be looked at
+        if str(self).startswith(str(locked) + "/"):
+            denied(self)
+        return real_is_file(self)
+
+    def iterdir(self):  # nor listed
+        if self == locked:
+            denied(self)
+        return real_iterdir(self)
+    monkeypatch.setattr(pathlib.Path, "is_file", is_file)
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    argv = [cmd, str(locked)] + ([str(locked)] if cmd == "compare" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "permission denied" in err[0], err
+
+
+@pytest.mark.parametrize("argv", [["demo", "--quick"], ["autofix", "job.py:make"]])
+def test_a_command_that_trains_says_it_needs_torch_where_there_is_none(
+        monkeypatch, capsys, argv):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs PyTorch" in err[0], err

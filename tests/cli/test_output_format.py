@@ -107,3 +107,23 @@ def test_compare_html_to_stdout_keeps_the_gate_line_apart(
         "</html>")
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "regression" in err[0]
+
+
+@pytest.mark.parametrize("argv", [["compare", "B", "A", "--fail-on-regression", "5"],
+                                  ["analyze", "A", "--fail-on", "warning"]])
+def test_a_gate_keeps_its_exit_status_when_its_reader_stops_early(
+        traces: tuple[str, str], argv: list[str]) -> None:
+    """``... | head -1`` (or ``| grep -q``) closes the pipe before the verdict is printed:
+    the exit status is still the gate's (it read 0, and a CI step passed a regression)."""
+    import subprocess
+    import sys
+
+    a, b = traces
+    cmd = [sys.executable, "-m", "diagnose", *[{"A": a, "B": b}.get(x, x) for x in argv]]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    p.stdout.readline()
+    p.stdout.close()  # the reader goes away
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err.decode()
+    assert b"Traceback" not in err
