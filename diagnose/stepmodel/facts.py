@@ -52,6 +52,7 @@ class Facts:
     probes_noise_rel: float | None = None  # the noise of the other probes the budget cut
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers
+    conv_kernel_ms_per_step: float | None = None  # cuDNN convolution kernels in the trace
     tensor_core_speedup: float | None = None  # ratio AMP gives fp32 GEMM/conv kernels
     oom: bool | None = None  # the configured batch does not fit
     step_count: int | None = None  # profiled steps
@@ -130,6 +131,14 @@ class Facts:
         if unknown:
             raise TypeError(f"Facts has no field {sorted(unknown)[0]!r}")
         return dataclasses.replace(self, **{k: _READ[k](v) for k, v in changes.items()})
+
+    @property
+    def convolutions(self) -> bool:
+        """The model runs convolutions: as the live session saw its layers, else (a saved
+        trace) where the trace holds convolution kernels."""
+        if self.model_has_conv is not None:
+            return self.model_has_conv
+        return (self.conv_kernel_ms_per_step or 0.0) > 0
 
     @property
     def on_cuda(self) -> bool:

@@ -165,3 +165,23 @@ def test_calibration_takes_the_profilers_cost_off_per_event(tmp_path):
     cut_fb = float(m.graph.dur[fb].sum() - g.dur[fb].sum()) / g.n_steps
     assert cut_opt > 10 * cut_fb > 0
     assert float(g.events[opt].sum()) / g.n_steps >= 40
+
+
+def test_a_saved_traces_convolution_kernels_say_the_model_convolves() -> None:
+    """A saved trace names no layers, but its cuDNN kernels show convolutions: the
+    convolution fixes (channels_last, cudnn.benchmark) apply on a CUDA device, rather than
+    "does not apply: needs a convolution net". What the live session saw of the layers
+    wins."""
+    from diagnose.fixes import FIXES
+    from diagnose.fixes import TrainConfig as Config
+    from diagnose.stepmodel.facts import Facts
+
+    trace = Facts.from_metrics({"conv_kernel_ms_per_step": 12.0, "device_cc_major": 7})
+    assert trace.convolutions and trace.on_cuda
+    assert FIXES["channels_last"].applies(Config(), trace)
+    assert FIXES["cudnn_benchmark"].applies(Config(), trace)
+    none = Facts.from_metrics({"conv_kernel_ms_per_step": 0.0, "device_cc_major": 7})
+    assert not FIXES["channels_last"].applies(Config(), none)
+    live = Facts.from_metrics({"conv_kernel_ms_per_step": 12.0, "model_has_conv": False,
+                               "device_cc_major": 7})
+    assert not live.convolutions

@@ -144,7 +144,7 @@ class ForeachOptimizer(Fix):
 
 class CudnnBenchmark(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return facts.on_cuda and facts.model_has_conv is True
+        return facts.on_cuda and facts.convolutions
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         if Facts.from_metrics(metrics).cudnn_benchmark is True:

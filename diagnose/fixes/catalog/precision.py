@@ -83,7 +83,7 @@ def bf16(facts: Facts) -> bool:
 
 class ConvNetOnCuda(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        return facts.on_cuda and facts.model_has_conv is True
+        return facts.on_cuda and facts.convolutions
 
 
 AMP = Amp("amp", "Automatic mixed precision (bf16, or fp16 with GradScaler)", """
