@@ -42,8 +42,9 @@ def _summary(report: Analysis) -> Table:
     t.add_column()
     src = ", ".join(report.source)
     t.add_row("source", escape(src))
-    if len(report.ranks) > 1:
-        t.add_row("ranks", str(len(report.ranks)))
+    if len(report.ranks) > 1:  # as the HTML page says it: each figure a mean over ranks
+        t.add_row("ranks", f"{len(report.ranks)} (figures below: the mean over ranks, "
+                           "each rank's median step among them)")
     dev = device_line(m)
     if dev:
         t.add_row("device", escape(dev))
