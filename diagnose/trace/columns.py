@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TraceError
 from ..values import as_int
 from .decode import FLOW_CATEGORY, ChunkEvent, Decoded, Event
 from .numbers import NotNumbers, floats
@@ -188,6 +189,9 @@ _SPARSE_COLUMNS = (
     ("mem_delta", "args.mem_bytes", "mem"),
     ("mem_device_type", "args.device_type", "mem"),
 )
+#: a time or duration (us) past this is no run's (about 3,000 years; a trace's times are
+#: at most microseconds since 1970, ~1.8e15): a corrupt or made-up file
+IMPLAUSIBLE_US = 1e17
 #: name_mask compares ids when at most this many names match
 _FEW_NAMES = 4
 _DENSE_KEYS = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", "correlation")
@@ -352,6 +356,11 @@ class ColumnBuilder:
         bad = ~np.isfinite(ts)
         if bad.any():
             cols["kind"] = np.where(bad, Kind.OTHER, kind).astype(np.int8)
+        far = np.flatnonzero(~bad & ((np.abs(ts) > IMPLAUSIBLE_US) | (dur > IMPLAUSIBLE_US)))
+        if len(far):
+            i = int(far[0])
+            raise TraceError(path, f"an event's time lies past any run (ts {ts[i]:.3g}, dur "
+                                   f"{dur[i]:.3g} us): not a profiler's timestamps")
         return Trace(
             path=str(path),
             names=self.names.in_order(),

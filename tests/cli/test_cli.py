@@ -71,6 +71,13 @@ BAD: dict[str, Any] = {
     "missing": None,
     "top_level_number": b"3.14",
     "top_level_string": b'"trace"',
+    # times no run has (a step of 1e29 us was reported as its median; 1e308 overflowed)
+    "implausible_duration": json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 1e29}]}).encode(),
+    "overflowing_times": json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1e308,
+         "dur": 1e308}]}).encode(),
 }
 
 
