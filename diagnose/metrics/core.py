@@ -104,6 +104,9 @@ def analyse(t: Trace, max_steps: int | None = None, *,
     values.update(optimizer.optimizer_metrics(w, idle_v["idle_launch_frac"],
                                               grads_set_to_none=grads_set_to_none))
     values.update(device.dropped_metrics(t))
+    unread = device.unread_note(t)
+    if unread:
+        notes.append(unread)
     tables: dict[str, Any] = {}
     top = kernels.top_kernels(t, w.dev)
     if top is not None:

@@ -27,7 +27,9 @@ METRICS = (
 
 #: Declared apart: it comes last in a trace's metrics.
 DROPPED = (Metric("trace_dropped_events", "count",
-                  "Events dropped because their fields had unusable types"),)
+                  "Events dropped because their fields had unusable types"),
+           Metric("trace_unread_events", "count",
+                  "Events of categories no metric reads (another accelerator's, say)"))
 
 
 def _vendor(name: str | None) -> str | None:
@@ -64,4 +66,15 @@ def device_metrics(t: Trace) -> dict[str, Any]:
 
 
 def dropped_metrics(t: Trace) -> dict[str, Any]:
-    return {"trace_dropped_events": t.dropped_events}
+    return {"trace_dropped_events": t.dropped_events, "trace_unread_events": t.n_unread_events}
+
+
+def unread_note(t: Trace) -> str | None:
+    """What the analysis did not read of the trace, where it holds events of categories no
+    metric reads (an accelerator other than a CUDA or ROCm GPU: MTIA's, say)."""
+    if not t.n_unread_events:
+        return None
+    share = t.n_unread_events / t.n_events_total if t.n_events_total else 0.0
+    return (f"{t.n_unread_events:,} events ({share:.0%} of the trace) are of categories this "
+            f"analysis does not read ({', '.join(t.unread_categories)}): what they record "
+            "(another accelerator's work, say) is in no metric or finding")

@@ -192,6 +192,9 @@ _SPARSE_COLUMNS = (
 #: a time or duration (us) past this is no run's (about 3,000 years; a trace's times are
 #: at most microseconds since 1970, ~1.8e15): a corrupt or made-up file
 IMPLAUSIBLE_US = 1e17
+#: categories that no kind reads, whose events say nothing the analysis misses: Kineto's
+#: CUDA synchronisation events (the host's sync calls are read as runtime events)
+READ_ELSEWHERE = frozenset({"cuda_sync"})
 #: name_mask compares ids when at most this many names match
 _FEW_NAMES = 4
 _DENSE_KEYS = ("ts", "dur", "kind", "name_id", "pid_id", "tid_id", "correlation")
@@ -275,6 +278,11 @@ class ColumnBuilder:
         self.key_ids = np.zeros((3, 0), np.int32)
         self.key_flow = np.zeros(0, bool)  # per key id: a flow (decoded with no fields)
         self.n_total = 0
+        #: categories no kind reads (another accelerator's, say), and how many events have
+        #: them (metadata, flows and READ_ELSEWHERE are not counted: nothing is missed)
+        self.unread: set[str] = set()
+        self.n_unread = 0
+        self.key_unread = np.zeros(0, bool)
 
     def _new_keys(self) -> None:
         """Kind and ids of the keys seen for the first time, in the order first seen (so
@@ -286,6 +294,11 @@ class ColumnBuilder:
         self.key_kind = np.concatenate((self.key_kind, np.array(kinds, np.int8)))
         self.key_flow = np.concatenate((self.key_flow, np.array(
             [cat == FLOW_CATEGORY for cat, _, _, _ in new], bool)))
+        unread = [k == Kind.OTHER and bool(cat) and cat != FLOW_CATEGORY
+                  and cat.lower() not in READ_ELSEWHERE
+                  for (cat, _, _, _), k in zip(new, kinds, strict=True)]
+        self.unread.update(cat for (cat, _, _, _), u in zip(new, unread, strict=True) if u)
+        self.key_unread = np.concatenate((self.key_unread, np.array(unread, bool)))
         self.key_ids = np.concatenate((self.key_ids, np.array(ids, np.int32).reshape(-1, 3).T),
                                       axis=1)
 
@@ -302,6 +315,8 @@ class ColumnBuilder:
         # names are never interned: a third of a GPU trace's events are flows)
         keep = kind != Kind.OTHER
         if not keep.all():
+            if self.unread:
+                self.n_unread += int(np.count_nonzero(self.key_unread[key]))
             if isinstance(evs[0], ChunkEvent):
                 _numbers_or_none(evs, ~keep & ~self.key_flow[key])
             idx = np.flatnonzero(keep)
@@ -371,6 +386,8 @@ class ColumnBuilder:
             schema_version=meta.schema_version,
             dropped_events=meta.dropped,
             n_events_total=self.n_total,
+            unread_categories=tuple(sorted(self.unread)),
+            n_unread_events=self.n_unread,
             **cols,
         )
 
@@ -402,6 +419,8 @@ class Trace:
     schema_version: Any = None
     dropped_events: int = 0
     n_events_total: int = 0  # events in the file, before metadata/flows were set aside
+    unread_categories: tuple[str, ...] = ()  # categories of events no metric reads
+    n_unread_events: int = 0  # events of those categories
 
     # ------------------------------------------------------------------ build
     @classmethod

@@ -216,7 +216,8 @@ def _decode_text(readinto: Callable[[memoryview], int], last: bool | Callable[[]
 def _columns_of(b: ColumnBuilder, trailer: bytes | None = None) -> dict[str, Any]:
     """What a worker sends back: its columns and its own intern tables."""
     return {"ok": True, "parts": b.parts, "names": b.names.in_order(), "pids": b.pids.in_order(),
-            "tids": b.tids.in_order(), "n": b.n_total, "trailer": trailer}
+            "tids": b.tids.in_order(), "n": b.n_total, "trailer": trailer,
+            "unread": sorted(b.unread), "n_unread": b.n_unread}
 
 
 def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
@@ -233,6 +234,8 @@ def _merge(g: ColumnBuilder, r: dict[str, Any]) -> None:
                 part[key] = remap[part[key]]
         g.parts.append(part)
     g.n_total += r["n"]
+    g.unread.update(r.get("unread") or ())
+    g.n_unread += int(r.get("n_unread") or 0)
 
 
 def _other_threads() -> bool:

@@ -137,3 +137,21 @@ def test_every_shared_trace_analyzes(path):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert '"schema_version"' in proc.stdout
+
+
+def test_events_of_categories_no_metric_reads_are_said():
+    """The MTIA trace's device work is in categories no metric reads: its report says so
+    (it read "No findings" as if the run had been looked at whole), in the parallel read
+    and in the one-process read alike; a CUDA trace has none."""
+    path = shared_trace("hta/mtia_trace_single_rank__mtia_rank_0.json.gz")
+    r = analyze(path)
+    n = r.metrics["trace_unread_events"]
+    assert n > 20_000
+    assert any("mtia_ccp_events, mtia_runtime" in note and "does not read" in note
+               for note in r.notes), r.notes
+    one = read_trace(path, workers=1)
+    assert (one.n_unread_events, one.unread_categories) == (
+        n, ("mtia_ccp_events", "mtia_runtime"))
+    ok = analyze(shared_trace("kineto/resnet50_num_workers_4__worker0.1623212756351.pt.trace.json.gz"))
+    assert ok.metrics["trace_unread_events"] == 0
+    assert not any("does not read" in note for note in ok.notes)
