@@ -111,6 +111,12 @@ class StepWindow:
                               "step(s) left out (the loop ended)")
         if len(idx):
             return t.ts[idx], t.end[idx], "ProfilerStep"
+        elsewhere = t.name_mask(lambda n: bool(STEP.match(n))) & ~self.host & kind_in(
+            t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
+        if elsewhere.any():  # a profiler of another process: its steps are not this one's
+            self.notes.append(f"{int(elsewhere.sum())} ProfilerStep# span(s) of a process "
+                              "other than the one analysed (not its steps): left out, so "
+                              "the process analysed has none")
         batches = self._batch_starts()
         marks, source, said = (
             (batches, "DataLoader batches", "no ProfilerStep# spans: {n} step(s) from the "

@@ -23,7 +23,7 @@ from ..stepmodel.step import step_model_line
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
-from .text import fix_line, fix_title, step_lines, unprofiled_dl
+from .text import fix_line, fix_title, no_findings, step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult, Runs
@@ -136,8 +136,7 @@ def _finding(f: Finding) -> Markup:
 
 def findings_section(report: Analysis) -> Markup:
     if not report.findings:
-        body: Child = el("p", "No findings: nothing in this run points at a bottleneck.",
-                         class_="message")
+        body: Child = el("p", no_findings(report.metrics), class_="message")
     else:
         body = [_finding(f) for f in sorted(report.findings,
                                             key=lambda f: -severity_rank(f.severity))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -67,6 +67,15 @@ def _summary(report: Analysis) -> Table:
 
 def _ms(x: Any) -> str:
     return f"{x:,.2f} ms" if isinstance(x, int | float) else "n/a"
+
+
+def no_findings(m: Mapping[str, Any]) -> str:
+    """The line a report with no finding gives: a trace with events no metric reads (see
+    its note) is no bottleneck-free run, only one with none in what was read."""
+    if m.get("trace_unread_events"):
+        return ("No findings in what this analysis reads: the note below names the events "
+                "it does not.")
+    return "No findings: nothing in this run points at a bottleneck."
 
 
 def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
@@ -355,7 +364,7 @@ def renderables(report: Analysis) -> list[Any]:
         out.append(_findings_table(report))
         out.extend(_fix_panels(report))
     else:
-        out.append(Text("No findings: nothing in this run points at a bottleneck.", style="green"))
+        out.append(Text(no_findings(report.metrics), style="green"))
     mem = getattr(report, "memory", None)
     if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
                                                       for f in report.findings)):

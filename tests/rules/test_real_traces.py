@@ -96,6 +96,9 @@ def test_foreign_profiler_step_is_ignored():
     r = analyze(shared_trace("hta/triton_example__triton_example.json.gz"))
     assert r.metrics["steps_source"] == "whole trace"
     assert r.metrics["window_ms"] < 100
+    # and the report says so, not only that there was none
+    assert any("1 ProfilerStep# span(s) of a process other than the one analysed" in n
+               for n in r.notes), r.notes
 
 
 def test_dlrm_eight_ranks():
@@ -152,6 +155,9 @@ def test_events_of_categories_no_metric_reads_are_said():
     one = read_trace(path, workers=1)
     assert (one.n_unread_events, one.unread_categories) == (
         n, ("mtia_ccp_events", "mtia_runtime"))
+    from diagnose.report.text import no_findings
+
+    assert not r.findings and "in what this analysis reads" in no_findings(r.metrics)
     ok = analyze(shared_trace("kineto/resnet50_num_workers_4__worker0.1623212756351.pt.trace.json.gz"))
     assert ok.metrics["trace_unread_events"] == 0
     assert not any("does not read" in note for note in ok.notes)
