@@ -519,7 +519,8 @@ def render_change(before: TrainConfig, after: TrainConfig, *, setup: Setup | Non
     if after.uses_grad_scaler and not before.uses_grad_scaler:
         step.append(f'scaler = torch.amp.GradScaler("{dev}")')
     k = after.grad_accum_steps
-    loop = ["for i, (x, y) in enumerate(loader):" if k > 1 else "for x, y in loader:"]
+    dl = loader_name(spec)
+    loop = [f"for i, (x, y) in enumerate({dl}):" if k > 1 else f"for x, y in {dl}:"]
     nb = ", non_blocking=True" if after.non_blocking else ""
     to = "device" if device is None else repr(device)
     if dev != "cpu":

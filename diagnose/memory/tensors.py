@@ -12,6 +12,8 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 _TRIED = re.compile(r"[Tt]ried to allocate (\d+(?:\.\d+)?) ?([KMGT]?i?B|bytes)")
 _UNIT = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
          "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
 def is_oom(exc: BaseException) -> bool:
     """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):

@@ -68,8 +68,9 @@ _NO_HOOK = _NoHook()
 
 
 def _guarded(hook: Callable[..., None]) -> Callable[..., None]:
-    """A module hook of :class:`StepTracker` that never raises into the step: where it
-    does, the tracker gives up its count (``_give_up``) and later hooks do nothing."""
+    """A hook of :class:`StepTracker` (a module hook, MemTracker's ``_track``) that never
+    raises into the step: where it does, the tracker gives up its count (``_give_up``) and
+    later calls do nothing."""
     def run(self: Any, *args: Any) -> None:
         if self.failed is not None:
             return
@@ -277,9 +278,10 @@ class StepTracker(MemTracker):
         self.memory_tracking.clear()
 
     def _give_up(self, e: Exception) -> None:
-        """A module hook raised: the count stops (operators run untracked) and the step
-        goes on; the result says why (:attr:`failed`). The hooks are the tracker's own
-        bookkeeping: nothing of it may raise into the user's step."""
+        """A part of the tracker's bookkeeping raised (a hook, the dispatch's notes, the
+        saved-tensor filing): the count stops (operators run untracked) and the step goes
+        on; the result says why (:attr:`failed`). Nothing of it may raise into the user's
+        step."""
         if self.failed is None:
             self.failed = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
         self.paused = True

@@ -137,12 +137,7 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
         out.append(f"  spikes (single slow steps, not alarms): {len(tl['spikes']):,}")
     shifts = tl.get("shifts") or []
     if shifts:
-        big = largest_shifts(shifts)
-        out.append("  shifts (changes for the better or back to the reference, not alarms): "
-                   f"{len(shifts):,}" + ("; the largest" if len(shifts) > len(big) else "")
-                   + "".join(f"; step {a.get('step', 0):,} {a.get('signal')} "
-                             f"{a.get('before') or 0:.4g} -> {a.get('after') or 0:.4g} "
-                             f"{a.get('unit') or ''}" for a in big))
+        out.append(shifts_line(shifts, len(shifts)))
     return "\n".join(out)
 
 
@@ -160,6 +155,18 @@ def largest_shifts(shifts: list[dict[str, Any]], n: int = SHIFTS_SHOWN
             return abs(x - b) / 100.0
         return abs(math.log(x / b))
     return sorted(sorted(shifts, key=size, reverse=True)[:n], key=lambda a: a.get("step") or 0)
+
+
+def shifts_line(recent: list[dict[str, Any]], count: int) -> str:
+    """The summary's line of shifts: ``count`` in all, and the largest of the ``recent``
+    records kept (:func:`largest_shifts`), said to be so where there are more."""
+    big = largest_shifts(recent)
+    which = "" if count <= len(big) else f"; the largest {len(big)}" + (
+        "" if len(recent) >= count else f" of the latest {len(recent)}")
+    return ("  shifts (changes for the better or back to the reference, not alarms): "
+            f"{count:,}{which}" + "".join(
+                f"; step {a.get('step') or 0:,} {a.get('signal')} {a.get('before') or 0:.4g} "
+                f"-> {a.get('after') or 0:.4g} {a.get('unit') or ''}" for a in big))
 
 
 def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

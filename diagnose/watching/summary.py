@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..report.watch_timeline import SHIFTS_SHOWN, largest_shifts
+from ..report.watch_timeline import shifts_line
 from .alarm import alarm_lines
 
 __all__ = ["progress_line", "record", "settings", "text"]
@@ -143,14 +143,7 @@ def text(rec: dict[str, Any]) -> str:
                    f"{big['step']:,}")
     sh = rec.get("shifts") or {"count": 0, "recent": []}
     if sh["count"]:
-        big = largest_shifts(sh["recent"], SHIFTS_SHOWN)
-        which = "" if sh["count"] <= SHIFTS_SHOWN else (
-            f"; the largest {len(big)}" + ("" if len(sh["recent"]) >= sh["count"] else
-                                           f" of the latest {len(sh['recent'])}"))
-        out.append(f"  shifts (changes for the better or back to the reference, not alarms): "
-                   f"{sh['count']:,}{which}" + "".join(
-                       f"; step {a['step']:,} {a['signal']} {a['before']:.4g} -> "
-                       f"{a['after']:.4g} {a['unit']}" for a in big))
+        out.append(shifts_line(sh["recent"], sh["count"]))
     caps = rec["captures"]
     if caps:
         cost = sum(c["cost_s"] for c in caps)

@@ -373,3 +373,21 @@ def test_the_step_code_moves_the_batch_only_off_the_cpu() -> None:
     assert "x.to('cuda:0', non_blocking=True)" in gpu and 'torch.autocast("cuda"' in gpu
     for code in (cpu, gpu):
         compile(code, "<fix>", "exec")
+
+
+def test_the_step_code_loops_over_the_users_loader_by_its_name() -> None:
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from diagnose.fixes.code import Setup
+
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    setup = Setup.from_objects(loader, None)
+    setup = dataclasses.replace(setup, loader=dataclasses.replace(setup.loader,
+                                                                  variable="train_dl"))
+    before = TrainConfig.from_objects(loader)
+    code = render_change(before, before.replace(batch_size=2, grad_accum_steps=2),
+                         setup=setup, device="cpu")
+    assert "enumerate(train_dl)" in code and "train_dl = DataLoader(" in code
