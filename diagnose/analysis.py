@@ -12,10 +12,10 @@ from typing import Any
 
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES
-from .fixes.catalog.memory import peak_prediction
 from .fixes.findings import predict_findings, sort_findings
 from .fixes.for_run import code_for_run, run_config
-from .memory import FIT_MARGIN, memory_section, trace_memory
+from .fixes.peaks import predict_peaks
+from .memory import memory_section, trace_memory
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
@@ -29,7 +29,7 @@ from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import load_context, load_samples, rank_context
 from .stepmodel import MODEL_TABLE, step_model
-from .stepmodel.prediction import attach_models
+from .stepmodel.prediction import attach_models, predictor_for
 from .trace import find_trace_files, read_trace
 from .trace.grouping import (
     Declared,
@@ -329,14 +329,15 @@ def _analyze_group(g: Group, src: list[str],
     models = [(rank, ms.tables.pop(MODEL_TABLE, None))
               for (_path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True)]
     memory: list[dict[str, Any] | None] = []
-    for (path, _own, ms, _decl), rank in zip(reads, g.ranks, strict=True):
+    for (path, _own, ms, _decl), rank, (_, model) in zip(reads, g.ranks, models, strict=True):
         ctx, smp = (_rank_extras(Path(path), rank, context, samples) if per_rank
                     else (context, samples))
         values = compute_all(ms, ctx, smp)
         memory.append(_memory(ctx, ms.tables.pop(MEMORY_TABLE, None), values))
         if rank is not None:
             values["rank"] = rank
-        ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables))
+        gains = rank_gains(values, model, ctx, rules) if len(reads) > 1 else {}
+        ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables, gains))
     report = report_from_ranks(src, ranks, rules=rules, samples=samples)
     report.memory = memory[0] if memory else None
     report.notes[:0] = [*g.notes, *capture_notes(context, report.metrics)]
@@ -353,42 +354,6 @@ def _analyze_group(g: Group, src: list[str],
     return with_fix_code(report, context)
 
 
-def memory_budget(memory: dict[str, Any] | None, metrics: dict[str, Any]) -> int | None:
-    """The bytes a step may use: the device's memory, else the total of the device that ran
-    out, else the budget an out-of-memory explanation was made against (an emulated one)."""
-    ex = (memory or {}).get("oom_explanation")
-    for v in (metrics.get("device_memory_bytes"), metrics.get("oom_total_bytes"),
-              ex.get("budget_bytes") if isinstance(ex, dict) else None):
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def predict_peaks(findings: Iterable[Finding], memory: dict[str, Any] | None,
-                  metrics: dict[str, Any]) -> None:
-    """Each fix of each memory finding gets its predicted peak (``Finding.peaks``): the
-    memory section's what-if of the fix's change (:func:`peak_prediction`, against
-    :func:`memory_budget`), with ``base_bytes``, the step's peak as it is (the whole
-    step's, re-run, where the tracked one ran out), and ``fits``: the range's high end
-    within the budget less ``FIT_MARGIN`` (None: no budget). Independent of the step model."""
-    if not memory:
-        return
-    full = memory.get("full_step")
-    base = full.get("peak_bytes") if isinstance(full, dict) else None
-    base = base if isinstance(base, int) else memory.get("peak_bytes")
-    budget = memory_budget(memory, metrics)
-    for f in findings:
-        if f.category != "memory":
-            continue
-        for x in f.fixes:
-            p = peak_prediction(FIXES[x], memory, budget) if x in FIXES else None
-            if p is not None:
-                f.peaks[x] = {**p, "base_bytes": base if isinstance(base, int) else None,
-                              "budget_bytes": budget, "fits": None if budget is None else
-                              (p["range"] or [0, p["peak_bytes"]])[1]
-                              <= budget * (1 - FIT_MARGIN)}
-
-
 def _memory(context: dict | None, trace: dict[str, Any] | None, values: dict[str, Any]
             ) -> dict[str, Any] | None:
     """The rank's memory section (diagnose/memory/section.py); its metrics join ``values``."""
@@ -398,6 +363,24 @@ def _memory(context: dict | None, trace: dict[str, Any] | None, values: dict[str
     dev = values.get("device_memory_bytes")
     values.update(section_metrics(sec, dev if isinstance(dev, int) else None))
     return sec
+
+
+def rank_gains(values: dict[str, Any], model: Any, context: dict | None,
+               rules: list[Rule]) -> dict[str, float]:
+    """{rule: the share of one rank's step its own step model predicts the rule's best fix
+    saves}, as that rank's report alone would grade its findings. A many-rank report
+    predicts no fix (a change is made on every rank at once, and a rank's step waits on
+    the others), but grades each rank's findings by these before it merges them, so that
+    a rule's raw share (an upper bound) does not grade it where the model says less is at
+    stake. Rules whose time at stake no prediction set are left out."""
+    predictor = predictor_for(model, values)
+    if isinstance(predictor, str):
+        return {}
+    found, _ = evaluate([r for r in rules if r.scope == "rank"], values)
+    own = {f.rule: f.estimated_gain for f in found}
+    predict_findings(found, predictor, run_config(context, values), values, FIXES)
+    return {f.rule: f.estimated_gain for f in found
+            if f.estimated_gain is not None and f.estimated_gain != own[f.rule]}
 
 
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
@@ -432,6 +415,10 @@ def report_from_ranks(
     for r in ranks:
         values = {**r.metrics, **run_only} if multi else r.metrics
         found, skipped_here = evaluate([x for x in rules if x.scope == "rank"], values)
+        for f in found:
+            if multi and f.rule in r.gains:
+                f.take_gain(r.gains[f.rule], by=f"rank {r.rank}'s own step model (fixes "
+                            "are not predicted across ranks)")
         all_findings.extend((r.rank, x) for x in found)
         for ne in skipped_here:
             not_eval.setdefault(ne.rule, ne)

@@ -36,6 +36,9 @@ class RankResult:
     series: dict[str, list[float]]
     notes: list[str]
     tables: dict[str, Any] = field(default_factory=dict)  # top_kernels: see docs/json.md
+    # rule -> the share of this rank's step its own step model predicts the rule's best fix
+    # saves: what a many-rank report grades that rank's finding by (analysis.rank_gains)
+    gains: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "path": self.path, "metrics": self.metrics,

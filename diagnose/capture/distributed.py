@@ -225,9 +225,10 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.analysis import _analyze_file, grads_cleared, whole_steps
+        from diagnose.analysis import _analyze_file, grads_cleared, rank_gains, whole_steps
         from diagnose.metrics import compute_all
         from diagnose.result import RankResult
+        from diagnose.rules.engine import load_rules
         from diagnose.runfolder import load_samples
 
         traces = self.own_traces(run_dir)
@@ -240,7 +241,11 @@ class DistributedCapture:
         # this rank's replay, for its report's step model line (not sent: it is no JSON)
         self.step_model = ms.tables.pop(MODEL_TABLE, None)
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
-        return RankResult(path, self.rank if rank is None else rank, values, ms.series, ms.notes)
+        # many ranks: rank 0 grades this rank's findings by what its own model predicts
+        gains = (rank_gains(values, self.step_model, context, load_rules())
+                 if self.world_size > 1 else {})
+        return RankResult(path, self.rank if rank is None else rank, values, ms.series,
+                          ms.notes, gains=gains)
 
     def _combine(self, run_dir: Path, gathered: list[Any], context: dict[str, Any]) -> Any:
         from diagnose.analysis import capture_notes, report_from_ranks, with_fix_code
@@ -277,10 +282,12 @@ class DistributedCapture:
 
 def _pack(r: Any) -> dict[str, Any]:
     return {"path": r.path, "rank": r.rank, "metrics": r.metrics, "series": r.series,
-            "notes": list(r.notes)}
+            "notes": list(r.notes), "gains": dict(r.gains)}
 
 
 def _unpack(d: dict[str, Any]) -> Any:
     from diagnose.result import RankResult
 
-    return RankResult(d["path"], d["rank"], d["metrics"], d["series"], d["notes"])
+    gains = d.get("gains")
+    return RankResult(d["path"], d["rank"], d["metrics"], d["series"], d["notes"],
+                      gains=gains if isinstance(gains, dict) else {})

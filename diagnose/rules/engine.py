@@ -152,16 +152,17 @@ class Finding:
             out["predicted"] = _with_peak(out["predicted"], peak)
         return out
 
-    def take_gain(self, gain: float) -> None:
-        """The time at stake from a prediction: the rule's own grade, capped by it."""
+    def take_gain(self, gain: float, by: str = "the step model's prediction") -> None:
+        """The time at stake from a prediction (``by`` names whose): the rule's own grade,
+        capped by it."""
         own = self.graded_down_from or self.severity
         self.hints = [h for h in self.hints if not h.startswith(f"{self.severity}: graded down from")]
         self.estimated_gain = round(min(max(gain, 0.0), 1.0), 4)
         capped = _cap(self.category, own, self.estimated_gain)
         self.graded_down_from = own if capped != own else None
         if capped != own:
-            self.hints.append(f"{capped}: graded down from {own}, {self.estimated_gain:.1%} of step "
-                              "time at stake by the step model's prediction")
+            self.hints.append(f"{capped}: graded down from {own}, {self.estimated_gain:.1%} of "
+                              f"step time at stake by {by}")
         self.severity = capped
 
     def to_json(self) -> dict[str, Any]:

@@ -415,9 +415,17 @@ def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
     a.step_model, a.step_model_why = js, m.why
     if len(models) > 1:
         return "cannot tell: predictions are made for one rank's run, not across ranks"
+    return predictor_for(m, a.metrics)
+
+
+def predictor_for(m: StepModel | None, metrics: Mapping[str, Any]) -> Predictor | str:
+    """The Predictor of one rank's run from its step model and its metrics (read as
+    :class:`Facts`); why there is none where the model was not built."""
+    if m is None:
+        return "cannot tell: no trace analysed"
     if m.graph is None:
         return f"cannot tell: no step model ({m.why})"
-    facts = Facts.from_metrics(a.metrics)
+    facts = Facts.from_metrics(metrics)
     return Predictor(m, facts, probe_noise=facts.probes_noise_rel or 0.0)
 
 

@@ -298,6 +298,34 @@ def test_dlrm_per_rank_table_imbalance_and_communication():
     assert any("14.0% (rank 7) to 57.0% (rank 1)" in h for h in cm.hints), cm.hints
 
 
+def test_a_many_rank_finding_is_graded_as_its_worst_rank_alone():
+    """The many-rank report predicts no fix, but grades each rank's finding by that rank's
+    own step model before merging: a rule's raw share is an upper bound. DLRM's LA001 reads
+    a GPU waiting on launches for 29-65% of each rank's window; CUDA graphs save 6% of
+    the step by each rank's own model. Every rule comes out as the worst rank's own report
+    grades it, time at stake included."""
+    from diagnose.rules.engine import severity_rank
+
+    folder = shared_trace(DLRM)
+    many = analyze(folder)
+    alone: dict[str, list[tuple[str, float | None]]] = {}
+    for p in sorted(Path(folder).glob("*.json")):
+        for f in analyze(p).findings:
+            alone.setdefault(f.rule, []).append((f.severity, f.estimated_gain))
+    run_rules = {"IM001"}  # needs the ranks together: no rank's own report has it
+    for f in many.findings:
+        if f.rule in run_rules:
+            continue
+        worst = max(alone[f.rule], key=lambda x: (severity_rank(x[0]), x[1] or 0.0))
+        assert (f.severity, f.estimated_gain) == worst, f.rule
+    (la,) = [f for f in many.findings if f.rule == "LA001"]
+    assert la.severity == "warning" and la.graded_down_from == "critical"
+    assert la.estimated_gain < 0.1 < la.evidence["idle_kernel_launch_frac"]
+    assert any("own step model" in h for h in la.hints), la.hints
+    assert all(x["predicted"] is None and "one rank" in x["predicted_why"]
+               for x in la.to_json()["fixes"])
+
+
 def test_dlrm_is_one_run_and_names_its_straggler_alike_everywhere(capsys):
     """The 8 DLRM traces say rank r of world size 8 (distributedInfo): one run, and rank 7 is
     rank 7 in the table, the finding, its message, the JSON and the HTML."""

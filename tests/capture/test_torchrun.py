@@ -171,6 +171,11 @@ def test_run_folder_holds_one_trace_per_rank_and_analyzes_the_same(torchrun_run)
     assert f["ranks"] == [1] and f["evidence"]["straggler_cause"] == "input"
     # each rank analysed with its own samples: rank 1's come from samples.rank1.jsonl
     assert all(r["metrics"]["sample_count"] for r in rep["ranks"])
+    # both reports grade each rank's findings by that rank's own step model before merging
+    live = json.loads((torchrun_run["out"] / "rank0_report.json").read_text())
+    grades = {(f["rule"], f["severity"], f["graded_down_from"]) for f in rep["findings"]}
+    assert grades == {(f["rule"], f["severity"], f["graded_down_from"])
+                      for f in live["findings"]}
 
 
 def test_no_stray_processes_and_time(torchrun_run):

@@ -304,9 +304,12 @@ def test_real_hidden_sync_h100():
 
 
 def test_dlrm_tiny_pageable_copies_are_not_critical():
+    """11.5 KB of pageable copies a step: the host's blocked time is not the cost. Each
+    rank's step model puts pinning at 1.08-1.11x (tests/analysis/test_ranks.py: the
+    many-rank report grades by it)."""
     r = analyze(shared_trace("param/dlrm_kineto"))
     tr = [f for f in r.findings if f.category == "transfer"]
-    assert tr and all(f.severity != "critical" and (f.estimated_gain or 0) < 0.05 for f in tr)
+    assert tr and all(f.severity != "critical" and (f.estimated_gain or 0) < 0.12 for f in tr)
     assert any(f.rule == "TR002" for f in tr)
 
 

@@ -1,0 +1,47 @@
+"""The predicted peak of each memory finding's fixes: the memory section's what-if of the
+fix's change, against the bytes a step may use. Independent of the step model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..memory import FIT_MARGIN
+from . import FIXES
+from .catalog.memory import peak_prediction
+
+
+def memory_budget(memory: dict[str, Any] | None, metrics: dict[str, Any]) -> int | None:
+    """The bytes a step may use: the device's memory, else the total of the device that ran
+    out, else the budget an out-of-memory explanation was made against (an emulated one)."""
+    ex = (memory or {}).get("oom_explanation")
+    for v in (metrics.get("device_memory_bytes"), metrics.get("oom_total_bytes"),
+              ex.get("budget_bytes") if isinstance(ex, dict) else None):
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def predict_peaks(findings: Iterable[Any], memory: dict[str, Any] | None,
+                  metrics: dict[str, Any]) -> None:
+    """Each fix of each memory finding gets its predicted peak (``Finding.peaks``): the
+    memory section's what-if of the fix's change (:func:`~.catalog.memory.peak_prediction`, against
+    :func:`memory_budget`), with ``base_bytes``, the step's peak as it is (the whole
+    step's, re-run, where the tracked one ran out), and ``fits``: the range's high end
+    within the budget less ``FIT_MARGIN`` (None: no budget). Independent of the step model."""
+    if not memory:
+        return
+    full = memory.get("full_step")
+    base = full.get("peak_bytes") if isinstance(full, dict) else None
+    base = base if isinstance(base, int) else memory.get("peak_bytes")
+    budget = memory_budget(memory, metrics)
+    for f in findings:
+        if f.category != "memory":
+            continue
+        for x in f.fixes:
+            p = peak_prediction(FIXES[x], memory, budget) if x in FIXES else None
+            if p is not None:
+                f.peaks[x] = {**p, "base_bytes": base if isinstance(base, int) else None,
+                              "budget_bytes": budget, "fits": None if budget is None else
+                              (p["range"] or [0, p["peak_bytes"]])[1]
+                              <= budget * (1 - FIT_MARGIN)}
