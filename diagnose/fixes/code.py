@@ -146,7 +146,10 @@ class LoaderSpec:
         bs = d.get("batch_size")
         shuffle: bool | None = None
         sampler = None
-        if not custom_bs and bs is not None and not d.get("iterable_dataset"):
+        # automatic batching off (batch_size=None) keeps its sampler too: a custom one (a
+        # BatchSampler given as the sampler, whose indices the dataset takes whole) or
+        # torch's for shuffle
+        if not custom_bs and not d.get("iterable_dataset"):
             if sampler_cls == "RandomSampler":
                 shuffle = True
             elif sampler_cls in ("SequentialSampler", None):

@@ -308,3 +308,23 @@ def test_a_saved_trace_names_its_optimizer_class_not_its_arguments() -> None:
     code = next(f for f in r.findings if f.rule == "CF001").fix_code["foreach_optimizer"]
     before = code.split("# after")[0]
     assert "torch.optim.SGD(model.parameters(), ...)" in before and "foreach=False" not in before
+
+
+@pytest.mark.parametrize(("make", "want"), [
+    (lambda ds: DataLoader(ds, batch_size=None, sampler=torch.utils.data.BatchSampler(
+        torch.utils.data.RandomSampler(ds), batch_size=16, drop_last=True)),
+     ["batch_size=None", "sampler=sampler"]),
+    (lambda ds: DataLoader(ds, batch_size=None, shuffle=True), ["batch_size=None",
+                                                                "shuffle=True"]),
+    (lambda ds: DataLoader(ds, batch_size=None), ["batch_size=None", "shuffle=False"]),
+])
+def test_a_loader_without_automatic_batching_keeps_its_sampler(make, want) -> None:
+    """batch_size=None with a BatchSampler given as the sampler (the dataset takes each
+    batch's indices whole): the code keeps the sampler. Without it the code, applied as
+    printed, fed the model single samples."""
+    from diagnose.fixes.code import LoaderSpec, loader_call
+    from diagnose.fixes.config import TrainConfig
+
+    spec = LoaderSpec.from_loader(make(Slow(64)))
+    code = loader_call(spec, TrainConfig(num_workers=2))
+    assert all(w in code for w in want) and "num_workers=2" in code, code
