@@ -27,7 +27,7 @@ from .metrics.samples import samples_notes
 from .metrics.window import UNEVEN_MEAN_OVER_MEDIAN
 from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
-from .runfolder import load_context, load_samples, rank_context
+from .runfolder import context_unreadable, load_context, load_samples, rank_context
 from .stepmodel import MODEL_TABLE, step_model
 from .stepmodel.prediction import attach_models, predictor_for
 from .trace import find_trace_files, read_trace
@@ -280,8 +280,11 @@ def analyze_runs(
             for r in runs:
                 if inside and set(r.source) == inside:
                     r.source = [str(d)]
+    unread = [n for d in dict.fromkeys([*(u.folder for u in units if u.folder is not None),
+                                        *(s for s in srcs if s.is_dir())])
+              if not given and (n := context_unreadable(d)) is not None]
     for r in runs:
-        r.notes[:0] = set_aside
+        r.notes[:0] = [*unread, *set_aside]
     return runs
 
 
@@ -491,10 +494,19 @@ def _report_without_trace(run_dir: Path, ctx: dict, smp: dict | None, rules: lis
     predict_peaks(findings, memory, values)
     cap = ctx.get("capture") if isinstance(ctx, dict) else None
     untold = isinstance(cap, dict) and bool(cap.get("steps_untold"))
-    # a capture that could not tell the loop's steps says why in its own notes
-    notes = capture_notes(ctx, values) if cut_short or untold else [
-        "no steps were profiled (the run ended before the profiled window): "
-        "only rules on the run's context and samples were evaluated"]
+    # a capture that could not tell the loop's steps says why in its own notes; one whose
+    # profiled window opened and closed on a run that did not raise wrote a trace
+    window = isinstance(cap, dict) and all(
+        isinstance(cap.get(k), int | float) for k in ("active_start", "active_end"))
+    if cut_short or untold:
+        notes = capture_notes(ctx, values)
+    elif window and not ctx.get("exception"):
+        notes = [f"no trace file in {run_dir}, though its context.json says the capture "
+                 "profiled its steps: the trace was moved or deleted. Only rules on the "
+                 "run's context and samples were evaluated"]
+    else:
+        notes = ["no steps were profiled (the run ended before the profiled window): "
+                 "only rules on the run's context and samples were evaluated"]
     notes.extend(samples_notes(smp))
     return Analysis(source=[str(run_dir)], ranks=[], metrics=values, findings=findings,
                     not_evaluated=not_evaluated, notes=notes, samples=smp, memory=memory)

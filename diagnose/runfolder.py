@@ -142,6 +142,25 @@ def load_context(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def context_unreadable(run_dir: str | os.PathLike[str]) -> str | None:
+    """Why a run folder's ``context.json`` is there but cannot be read, as a report's note
+    (None: there is none, or it reads as a JSON object)."""
+    path = Path(run_dir) / CONTEXT_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        why = f"{type(e).__name__}: {str(e)[:120]}"
+    else:
+        if isinstance(data, dict):
+            return None
+        why = f"a JSON {type(data).__name__}, not an object"
+    return (f"{path} cannot be read ({why}): the trace was analysed without what the "
+            "capture measured beside it (the unprofiled step time, the DataLoader, memory, "
+            "the probes)")
+
+
 def samples_file(rank: int | None = None) -> str:
     """Name of a rank's samples file: ``samples.jsonl`` (rank 0 or not distributed),
     ``samples.rank<N>.jsonl`` for the other ranks of a torch.distributed run."""
