@@ -172,6 +172,7 @@ class StepMemory:
     oom: dict[str, Any] | None = None
     untracked_bytes: int = 0  # held on the device but never seen by the tracker (CUDA)
     allocator_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated (CUDA)
+    largest_trained_bytes: int | None = None  # the largest parameter that takes a gradient
 
     @property
     def peak_index(self) -> int:
@@ -274,6 +275,7 @@ class StepMemory:
             "model": {"parameters": self.param_bytes, "gradients": self.grad_bytes,
                       "optimizer_state": self.opt_state_bytes,
                       "largest_parameter": self.largest_param_bytes,
+                      "largest_trained_parameter": self.largest_trained_bytes,
                       "parameter_tensors": self.param_tensors, "optimizer": self.optimizer},
             "untracked_bytes": self.untracked_bytes,
             "allocator_peak_bytes": self.allocator_peak_bytes,

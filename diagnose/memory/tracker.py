@@ -451,11 +451,15 @@ class StepTracker(MemTracker):
             self._saved_records()
         params = list(whole.parameters())
         big = max((tensor_bytes(p) for p in params), default=0)
+        # the largest gradient a step makes (frozen parameters make none): what the
+        # optimizer's temporaries are sized by, one parameter at a time
+        trained = max((tensor_bytes(p) for p in params if p.requires_grad), default=0)
         return StepMemory(
             device=str(self.dev), batch_size=self.batch_size, points=self.points,
             point_module=self.point_module, module_names=list(self._module_ids),
             opt_state_bytes=opt_state,
             param_bytes=states["parameters"], largest_param_bytes=big,
+            largest_trained_bytes=trained,
             batch_bytes=self.batch_bytes, grad_bytes=sum(
                 tensor_bytes(p) for p in params if p.requires_grad),
             param_tensors=sum(1 for p in params if p.requires_grad),

@@ -100,6 +100,10 @@ class Profile:
         self.G = int(model.get("gradients") or 0)
         self.S = int(model.get("optimizer_state") or 0)
         self.L = int(model.get("largest_parameter") or 0)
+        # the largest gradient (frozen weights make none; a section from before it was
+        # recorded: the largest parameter): the optimizer's temporaries, one at a time
+        trained = model.get("largest_trained_parameter")
+        self.LT = int(trained) if isinstance(trained, int) else self.L
         self.n_tensors = int(model.get("parameter_tensors") or 0)
         self.optimizer = model.get("optimizer") or None
         self.batch_size = prof.get("batch_size")
@@ -192,7 +196,7 @@ def set_to_none(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 
 def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
-    ratio = (pr.G / pr.L if on else pr.L / pr.G) if pr.G and pr.L else 1.0
+    ratio = (pr.G / pr.LT if on else pr.LT / pr.G) if pr.G and pr.LT else 1.0
 
     def opt(p: _P, r: float) -> float:
         if p.phase != "optimizer":
@@ -222,7 +226,7 @@ def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | 
     one_by_one = opt.get("foreach") is False or (
         opt.get("foreach") is None and not opt.get("fused")
         and str(pr.raw.get("device") or "cpu").startswith("cpu"))
-    tmp_hi = 2 * ((pr.L or pr.G) if one_by_one else pr.G)
+    tmp_hi = 2 * ((pr.LT or pr.G) if one_by_one else pr.G)
 
     def held(p: _P, tmp: float) -> float:
         if p.phase != "optimizer":
