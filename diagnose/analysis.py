@@ -339,7 +339,7 @@ def _analyze_group(g: Group, src: list[str],
         memory.append(_memory(ctx, ms.tables.pop(MEMORY_TABLE, None), values))
         if rank is not None:
             values["rank"] = rank
-        gains = rank_gains(values, model, ctx, rules) if len(reads) > 1 else {}
+        gains = _guarded_gains(values, model, ctx, rules) if len(reads) > 1 else {}
         ranks.append(RankResult(path, rank, values, ms.series, ms.notes, ms.tables, gains))
     report = report_from_ranks(src, ranks, rules=rules, samples=samples)
     report.memory = memory[0] if memory else None
@@ -386,6 +386,16 @@ def rank_gains(values: dict[str, Any], model: Any, context: dict | None,
             if f.estimated_gain is not None and f.estimated_gain != own[f.rule]}
 
 
+def _guarded_gains(values: dict[str, Any], model: Any, context: dict | None,
+                   rules: list[Rule]) -> dict[str, float]:
+    """:func:`rank_gains`, none where a prediction fails: the rank's findings keep their
+    rules' own time at stake, and the report still comes."""
+    try:
+        return rank_gains(values, model, context, rules)
+    except Exception:  # a prediction's defect must not cost the many-rank report
+        return {}
+
+
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
     """Each finding's fixes as code for the run (:func:`diagnose.fixes.for_run.code_for_run`:
     its own DataLoader and optimizer, from context.json or what a saved trace shows)."""
@@ -420,8 +430,10 @@ def report_from_ranks(
         found, skipped_here = evaluate([x for x in rules if x.scope == "rank"], values)
         for f in found:
             if multi and f.rule in r.gains:
-                f.take_gain(r.gains[f.rule], by=f"rank {r.rank}'s own step model (fixes "
-                            "are not predicted across ranks)")
+                by = f"rank {r.rank}'s own step model (fixes are not predicted across ranks)"
+                f.take_gain(r.gains[f.rule], by=by)
+                if f.graded_down_from is None:
+                    f.hints.append(f"{f.estimated_gain:.1%} of step time at stake by {by}")
         all_findings.extend((r.rank, x) for x in found)
         for ne in skipped_here:
             not_eval.setdefault(ne.rule, ne)

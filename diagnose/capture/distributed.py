@@ -225,7 +225,7 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.analysis import _analyze_file, grads_cleared, rank_gains, whole_steps
+        from diagnose.analysis import _analyze_file, _guarded_gains, grads_cleared, whole_steps
         from diagnose.metrics import compute_all
         from diagnose.result import RankResult
         from diagnose.rules.engine import load_rules
@@ -242,7 +242,7 @@ class DistributedCapture:
         self.step_model = ms.tables.pop(MODEL_TABLE, None)
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
         # many ranks: rank 0 grades this rank's findings by what its own model predicts
-        gains = (rank_gains(values, self.step_model, context, load_rules())
+        gains = (_guarded_gains(values, self.step_model, context, load_rules())
                  if self.world_size > 1 else {})
         return RankResult(path, self.rank if rank is None else rank, values, ms.series,
                           ms.notes, gains=gains)
