@@ -40,6 +40,7 @@ COVERS = {
     "dict-collate": "dict samples and a custom collate_fn",
     "parse": "text rows parsed into numbers per sample",
     "features": "per-sample feature extraction with torch ops (a spectrogram)",
+    "io-wait": "loading that waits on storage or the network, not on a CPU",
     "in-memory": "tensors held in memory, sliced or indexed per sample",
     "no-loader": "no DataLoader: batches sliced from tensors by the loop",
     "workers>cpus": "more DataLoader workers than a 2-CPU machine has",

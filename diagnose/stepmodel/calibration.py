@@ -40,11 +40,18 @@ SYNC_END_US = 20.0
 #: ``worker_transfer_gbps`` win); timed ~0.5 GB/s with the segment's setup on a 2-CPU host;
 #: too low over-charges big batches, so workers are under-predicted for them.
 SHM_GBPS = 0.5
-#: A training process that kept less than this % of one core busy (host samples) is waiting,
-#: not computing: its loading is I/O, which a worker overlaps without a core of its own;
-#: set between "mostly waits" and "about a core"; wrong, I/O loading is charged CPUs or CPU
-#: loading none.
+#: A worker's batch that held a CPU less than this % of its time (its CPU time over its
+#: time, timed after the loop), else a training process that kept less than this % of one
+#: core busy (host samples), is waiting, not computing: its loading is I/O, which a worker
+#: overlaps without a core of its own; set between "mostly waits" and "about a core";
+#: wrong, I/O loading is charged CPUs or CPU loading none.
 IO_BOUND_PCT = 60.0
+#: The most DataLoader workers a usable CPU is given for loading that waits (a worker's
+#: batch on a CPU under IO_BOUND_PCT of its time): a bound on the search, not a prediction
+#: (the model predicts each count it tries). Each worker is a process with its own forked
+#: copy of the dataset's objects; too low leaves waiting loaders short of workers, too high
+#: offers counts whose memory the model does not weigh.
+WAITING_WORKERS_PER_CPU = 4
 #: A run whose waits for batches from workers reach this share of the step is taken as
 #: loader-bound (its workers deliver one batch a step); below it their cost hides behind
 #: the step; the share a rule calls a stall; too low reads a fed loop as loader-bound.
@@ -184,4 +191,5 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
-           "THREADS_LOADING_MAX", "TIE", "WAKE_RATIO_MAX", "WORKER_AGREES"]
+           "THREADS_LOADING_MAX", "TIE", "WAITING_WORKERS_PER_CPU", "WAKE_RATIO_MAX",
+           "WORKER_AGREES"]

@@ -56,7 +56,10 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     is CPU work too; the loop waits for the longest of: the forks and then a batch, one
     worker's start and batch, and every child's start-up and first batch (each worker
     makes one at once) over the CPUs. Without the fork timed, each start is taken
-    whole, one after another (an upper bound). The end: :func:`epoch_end_ms`."""
+    whole, one after another (an upper bound). Where a worker's batch waits (files, the
+    network: :attr:`~.facts.Facts.worker_batch_waits`), the forks (or the start-ups over
+    the CPUs) and what the first batches cost beyond the steady pace (:func:`_fill_ms`).
+    The end: :func:`epoch_end_ms`."""
     change = change or {}
     k = change.get("num_workers", facts.dataloader_num_workers)
     keep = change.get("persistent_workers", facts.dataloader_persistent_workers)
@@ -79,8 +82,33 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     if one is None or batch is None:
         return None
     each = max(one - hand, 0.0)
-    if fork is None:
+    if facts.worker_batch_waits:
+        # loading that waits: the forks (or the start-ups over the CPUs), then the first
+        # batches, made at once, less what the loop would spend on them anyway
+        forks = max(k * each if fork is None else k * fork + hand, k * each / n_cpus)
+        start = forks + _fill_ms(facts, k, n, batch)
+    elif fork is None:
         start = k * each + batch
     else:
         start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
     return (start + stop) / n
+
+
+def _fill_ms(facts: Facts, k: float, n: float, batch: float) -> float:
+    """What an epoch's first batches cost the loop beyond its steady pace (ms), where the
+    k workers' batches wait (no CPU shared): all k arrive ``batch`` ms after the start,
+    the rest one every batch / k. A loop whose own work a step (C: the steady step less
+    its wait for batches, as the clock timed it) is longer than batch / k waits the whole
+    first batch, then never again; one that waits for its batches anyway loses nothing,
+    those k batches being what the steady pipeline gives in that time. The epoch takes
+    batch + max(n C, (n - k) batch / k) against n max(C, batch / k) steady. Without C, the
+    whole batch (the most it can be)."""
+    step = facts.step_time_steady_mean_ms or facts.step_time_unprofiled_mean_ms
+    share = facts.dataloader_wait_unprofiled_share
+    if step is None or share is None:
+        return batch
+    own = step * max(0.0, 1.0 - share)
+    pace = batch / max(k, 1.0)
+    lost = batch + max(n * own, (n - k) * pace) - n * max(own, pace)
+    return min(batch, max(0.0, lost))
+

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..values import as_number
+from .calibration import IO_BOUND_PCT
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,7 @@ class Facts:
     input_loading_median_ms: float | None = None  # the loop's fetch + collate of a batch
     input_inprocess_batch_ms: float | None = None  # one batch made in process, after the loop
     input_worker_batch_ms: float | None = None  # one batch made as a worker makes it
+    input_worker_batch_cpu_ms: float | None = None  # of that, on a CPU (the rest waits)
     input_worker_send_ms: float | None = None  # a worker's CPU sending each batch
     input_worker_handover_ms: float | None = None  # receiving one batch from a worker
     input_worker_start_ms: float | None = None  # starting one worker and its first batch
@@ -147,6 +149,21 @@ class Facts:
         if self.device_type is not None:
             return self.device_type == "cuda"
         return self.device_cc_major is not None
+
+    @property
+    def worker_batch_on_cpu(self) -> float | None:
+        """The share of a worker's batch spent on a CPU (its CPU time over its time, as the
+        session timed one, at most 1; the rest waits on files, the network or a sleep);
+        None where not timed."""
+        cpu, took = self.input_worker_batch_cpu_ms, self.input_worker_batch_ms
+        return None if cpu is None or not took or took <= 0 else min(1.0, max(0.0, cpu / took))
+
+    @property
+    def worker_batch_waits(self) -> bool:
+        """A worker's batch timed on a CPU under :data:`~.calibration.IO_BOUND_PCT` of its
+        time: its loading waits, and workers overlap it without a CPU each."""
+        on = self.worker_batch_on_cpu
+        return on is not None and on * 100 < IO_BOUND_PCT
 
     @property
     def epoch_boundary_per_step_ms(self) -> float | None:

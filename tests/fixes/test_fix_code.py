@@ -36,6 +36,20 @@ class Slow(Dataset):
         return self.x[i], i % 4
 
 
+class Busy(Slow):
+    """Each sample takes ``cpu_s`` of CPU work (loading that computes, not waits)."""
+
+    def __init__(self, n: int = 480, cpu_s: float = 0.001) -> None:
+        super().__init__(n, 0.0)
+        self.cpu_s = cpu_s
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        end = time.thread_time() + self.cpu_s
+        while time.thread_time() < end:
+            pass
+        return self.x[i], i % 4
+
+
 def pad_collate(batch: list) -> object:
     return default_collate(batch)
 
@@ -83,7 +97,10 @@ def test_a_live_capture_shows_the_users_dataloader(tmp_path: Path) -> None:
     # the JSON and the text carry it
     (fj,) = [x for x in report.to_json()["findings"] if x["rule"] == "IN001"]
     assert fj["fixes"][0]["code"] == f.fix_code[f.fixes[0]]
-    assert "collate_fn=pad_collate" in report.render_text(width=132)
+    # the text shows a fix panel for a warning or critical finding (beside a busy process
+    # the prediction may grade IN001 down to info, and the panel is left out)
+    if f.severity != "info":
+        assert "collate_fn=pad_collate" in report.render_text(width=132)
     # the run folder analysed again (what `torch-diagnose analyze RUN` does): the same code
     again = analyze(run_dir)
     (g,) = [g for g in again.findings if g.rule == "IN001"]
@@ -217,8 +234,9 @@ def test_a_capture_with_the_suggested_workers_does_not_offer_them_again(tmp_path
     workers = some_workers(cpus)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    # 48 samples x 1 ms each per batch: input is slow even with the workers the fix sets
-    loader = DataLoader(Slow(n=960, sleep_s=0.001), batch_size=48, drop_last=True,
+    # 48 samples x 1 ms of CPU work each per batch: input is slow even with the workers
+    # the fix sets (loading that sleeps instead is given more workers than CPUs)
+    loader = DataLoader(Busy(n=960, cpu_s=0.001), batch_size=48, drop_last=True,
                         collate_fn=pad_collate, num_workers=workers)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.05)
     with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path, sample_hz=0,

@@ -198,6 +198,15 @@ def test_num_workers_is_in_place_exactly_when_its_code_changes_nothing(cpus: int
     assert some_workers(2) == 1 and some_workers(1) == 0 and some_workers(16) == 8
 
 
+def test_more_workers_than_the_template_sets_stay_on_offer_where_loading_waits() -> None:
+    """7 workers on 8 CPUs is the template's count; where a worker's batch waits (0.5 ms
+    of 10 on a CPU) more workers than CPUs are tried, so the fix is not in place."""
+    fix = FIXES["num_workers"]
+    metrics = {"dataloader_num_workers": 7, "cpu_count": 8, "input_worker_batch_ms": 10.0}
+    assert fix.in_place({**metrics, "input_worker_batch_cpu_ms": 10.0}) is not None
+    assert fix.in_place({**metrics, "input_worker_batch_cpu_ms": 0.5}) is None
+
+
 def test_in_place_needs_the_setting_known() -> None:
     for fix in FIXES.values():
         assert fix.in_place({}) is None, fix.id  # a bare trace: nothing is known

@@ -178,6 +178,36 @@ def test_num_workers_for_loading_that_waits(tmp_path):
     assert isinstance(p, Prediction) and p.speedup > 1.3
 
 
+def test_a_worker_batch_that_waits_is_not_charged_a_cpu(tmp_path):
+    """test_num_workers_cpu_bound's job with a worker's batch timed after the loop: 2 ms,
+    of which the worker held a CPU 0.1 ms (its loading sleeps on files or the network).
+    The CPU bound counts that 0.1 ms, not the 2 ms, so the step is the main process's
+    1000 us of compute + 200 us of hand-over once two workers make a batch each 1000 us:
+    1200 us, 2.5x (more workers tie; the most headroom leads), where the same batch on a
+    CPU all through is held to the bound: 1000 + 2000 + 200 us of CPU work on 2 CPUs,
+    1600 us. Loading that waits is given up to 4 workers a CPU (8 here; 0.1 of 2 ms
+    would fill the 2 CPUs with 40); more than the CPUs are not workers to cap."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
+              input_worker_batch_ms=2.0, input_inprocess_batch_ms=2.0)
+    waits = _predict("num_workers", m, **kw, input_worker_batch_cpu_ms=0.1)
+    busy = _predict("num_workers", m, **kw, input_worker_batch_cpu_ms=2.0)
+    assert isinstance(waits, Prediction) and isinstance(busy, Prediction)
+    assert waits.step_ms == pytest.approx(1.2, abs=0.01)
+    assert busy.change == {"num_workers": 2} and busy.step_ms == pytest.approx(1.6, abs=0.01)
+    each = {dict(c)["num_workers"]: x for c, x in waits.candidates}
+    assert set(each) == {1, 2, 4, 8} and each[2] == pytest.approx(2.5, rel=0.01)
+    assert each[1] == pytest.approx(1.5, rel=0.01) and each[8] == pytest.approx(each[2])
+    assert {dict(c)["num_workers"] for c, _ in busy.candidates} == {1, 2}
+    facts = Facts(cpu_count=2, input_worker_batch_ms=2.0, input_worker_batch_cpu_ms=0.1)
+    six = TrainConfig(num_workers=6)
+    assert not workers_unit.workers_oversubscribed(six, facts)
+    assert not workers_unit.NUM_WORKERS_CAP.applies(six, facts)
+    assert workers_unit.NUM_WORKERS_CAP.applies(
+        six, facts.replace(input_worker_batch_cpu_ms=2.0))
+
+
 def test_timed_hand_over_wins_over_the_byte_rate(tmp_path):
     """test_num_workers_cpu_bound with the hand-over timed by the session (0.2 ms a batch)
     instead of a bandwidth: the same 1700 us."""
@@ -575,3 +605,30 @@ def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work
     fb2 = (g2.res == g2.main) & ((g2.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     fbs = (same.res == same.main) & ((same.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     assert float(same.dur[fbs].sum()) == pytest.approx(float(g2.dur[fb2].sum()), rel=0.01)
+
+
+def test_an_epoch_start_with_workers_that_wait():
+    """8 workers, 96 batches an epoch, a worker's batch 100 ms: forked 20 ms each, started
+    in 30 ms (1 ms of it the hand-over). Loading on a CPU: the loop waits for the slowest
+    of the forks then a batch, one start and a batch, and every start-up and first batch
+    over the 2 CPUs: 8 x (29 + 100) / 2 = 516 ms. Loading that waits (3 ms of the 100 on a
+    CPU): the forks, 8 x 20 + 1 = 161 ms (the start-ups over the CPUs, 116 ms, are less),
+    then the first batches: a loop that waits for its batches anyway (its own 6 ms a step
+    under the pipeline's 12.5) loses none of them, the 8 arriving together being what the
+    pipeline gives in that time; a loop busy 30 ms a step loses the whole first batch
+    (100 + 96 x 30 against 96 x 30); without the clock's step, the whole batch too."""
+    from diagnose.stepmodel.epochs import epoch_start_ms
+
+    f = Facts(cpu_count=2, dataloader_num_workers=2, dataloader_epoch_batches=96,
+              input_worker_start_ms=30.0, input_worker_fork_ms=20.0,
+              input_worker_handover_ms=1.0, input_worker_batch_ms=100.0,
+              input_worker_batch_cpu_ms=100.0)
+    assert epoch_start_ms(f, {"num_workers": 8}) == pytest.approx(516 / 96)
+    waits = f.replace(input_worker_batch_cpu_ms=3.0)
+    assert waits.worker_batch_waits and not f.worker_batch_waits
+    assert epoch_start_ms(waits, {"num_workers": 8}) == pytest.approx(261 / 96)
+    loader_bound = waits.replace(step_time_unprofiled_mean_ms=60.0,
+                                 dataloader_wait_unprofiled_share=0.9)
+    assert epoch_start_ms(loader_bound, {"num_workers": 8}) == pytest.approx(161 / 96)
+    busy = loader_bound.replace(dataloader_wait_unprofiled_share=0.5)
+    assert epoch_start_ms(busy, {"num_workers": 8}) == pytest.approx(261 / 96)

@@ -364,6 +364,21 @@ def test_in004_gain_needs_samples(tmp_path):
     assert idle.severity == "info" and idle.estimated_gain == 0.0
 
 
+@pytest.mark.parametrize(("workers", "cpu_ms", "fires"), [
+    (16, 0.5, False), (17, 0.5, True), (16, 9.0, True), (16, None, True)])
+def test_in004_leaves_workers_whose_loading_waits(tmp_path, workers, cpu_ms, fires):
+    """16 workers on 4 CPUs whose batch, timed after the loop, wanted a CPU 0.5 ms of 10
+    (their loading waits on files or the network): not too many, up to 4 a CPU. Held 9 ms
+    of 10, or not timed: IN004 fires, as before."""
+    from tests.rules.test_rules import _ctx, _samples
+
+    path = _write(tmp_path, "dl", tb.dataloader_bound(workers=4, share=0.1))
+    ctx = _ctx(dataloader={"num_workers": workers, "worker_batch_ms": 10.0,
+                           "worker_batch_cpu_ms": cpu_ms}, cpu_count=4)
+    got = [f.rule for f in analyze(path, context=ctx, samples=_samples(97.0)).findings]
+    assert ("IN004" in got) == fires, got
+
+
 def test_user_rules_load_with_the_pack(tmp_path):
     p = _rule(tmp_path, USER_RULE.format(gain="dataloader_share", category="input"))
     assert "MY001" in {r.id for r in load_rules([p])}

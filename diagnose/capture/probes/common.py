@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -47,10 +48,33 @@ def rng_kept() -> Iterator[None]:
 def make_batch(ds: Any, collate: Callable[[Any], Any], idx: list[int]) -> float:
     """Seconds to make the batch of ``idx`` as the loader's fetcher does: the dataset's
     ``__getitems__`` where it has one, else its items one by one; then ``collate``."""
-    t0 = time.perf_counter()
+    return make_batch_cpu(ds, collate, idx)[0]
+
+
+#: this thread's time on a CPU and waiting in a run queue, ns (Linux schedstat)
+SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def cpu_wanted_s() -> float:
+    """Seconds this thread has run on a CPU or waited for one (runnable, on a run queue:
+    Linux's schedstat), else its CPU time: what a busy host takes from CPU work is still
+    CPU work, only a wait on files, the network or a sleep is not."""
+    try:
+        run, queued = SCHEDSTAT.read_text().split()[:2]
+        return (int(run) + int(queued)) / 1e9
+    except (OSError, ValueError):
+        return time.thread_time()
+
+
+def make_batch_cpu(ds: Any, collate: Callable[[Any], Any], idx: list[int]
+                   ) -> tuple[float, float]:
+    """(seconds, seconds on or waiting for a CPU: :func:`cpu_wanted_s`) to make the batch
+    of ``idx`` as :func:`make_batch` does, on this thread (a worker's one): the rest is
+    what the batch waited for (files, the network, a sleep)."""
+    t0, c0 = time.perf_counter(), cpu_wanted_s()
     many = getattr(ds, "__getitems__", None)
     collate(many(idx) if callable(many) else [ds[i] for i in idx])
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu_wanted_s() - c0
 
 
 #: a probe's rounds stop, past their least number, once the median of each of its series

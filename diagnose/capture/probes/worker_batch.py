@@ -21,6 +21,7 @@ from .common import (
     SLOW_S,
     cannot_afford,
     make_batch,
+    make_batch_cpu,
     out_of_time,
     rng_kept,
     settled,
@@ -73,7 +74,7 @@ def forked_loader(loader: Any) -> tuple[Any, int, Callable[[Any], Any], int] | N
 
 
 @timed("batches_in_turn")
-def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
+def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     """What a batch costs a DataLoader worker against what it costs this process, timed in
     turn: one forked process set up as a worker (:func:`as_worker`) and this process make
     the same batch one after the other, a new batch each turn (the loader's 2nd, 3rd, ...
@@ -82,7 +83,8 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
     writes after the fork copied once). :data:`PAIRS` turns or more while cheap.
 
     Returns (ms a worker's batch, ms this process's batch: :func:`paired_medians` of the
-    turns); None where :func:`forked_loader` gives None, or for a batch over
+    turns; ms of the worker's batch on a CPU: its CPU time over its time, the median
+    turn's, the rest waiting on files, the network or a sleep); None where :func:`forked_loader` gives None, or for a batch over
     :data:`~.common.SLOW_S`. The RNG states are put back; the child is gone on return."""
     import os
     import struct
@@ -109,21 +111,27 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
             os.close(go_w)
             os.close(res_r)
             as_worker(ds)
-            os.write(res_w, struct.pack("d", make_batch(ds, collate, idx(0))))
+            os.write(res_w, struct.pack("dd", *make_batch_cpu(ds, collate, idx(0))))
             while len(b := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", b)[0]) >= 0:
-                os.write(res_w, struct.pack("d", make_batch(ds, collate, idx(j))))
+                os.write(res_w, struct.pack("dd", *make_batch_cpu(ds, collate, idx(j))))
         finally:
             os._exit(0)
     os.close(go_r)
     os.close(res_w)
     mine: list[float] = []
     theirs: list[float] = []
+    cpu: list[float] = []  # the worker's CPU time over its time, each turn
 
     def worker_batch(j: int | None) -> float | None:
         if j is not None:
             os.write(go_w, struct.pack("i", j))
-        b = os.read(res_r, 8)
-        return struct.unpack("d", b)[0] if len(b) == 8 else None
+        b = os.read(res_r, 16)
+        if len(b) != 16:
+            return None
+        took, used = struct.unpack("dd", b)
+        if j is not None and took > 0:
+            cpu.append(used / took)
+        return float(took)
 
     try:
         with rng_kept():
@@ -152,7 +160,8 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float] | None:
         os.close(go_w)
         os.close(res_r)
         os.waitpid(pid, 0)
-    return paired_medians(theirs, mine)
+    worker_ms, own_ms = paired_medians(theirs, mine)
+    return worker_ms, own_ms, round(worker_ms * min(1.0, statistics.median(cpu)), 4)
 
 
 def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float]:

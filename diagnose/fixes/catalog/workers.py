@@ -31,6 +31,7 @@ from ...stepmodel.calibration import (
     PACE_BOUNDS,
     SATURATED_PCT,
     SHM_GBPS,
+    WAITING_WORKERS_PER_CPU,
     WORKER_AGREES,
 )
 from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, restart_saving
@@ -60,35 +61,50 @@ def cpus_saturated(facts: Facts) -> bool:
     return facts.host_cpu_mean_pct is not None and facts.host_cpu_mean_pct >= SATURATED_PCT
 
 
-def workers_oversubscribed(config: TrainConfig, facts: Facts) -> bool:
-    """More DataLoader workers than the CPUs this process may use, or workers on CPUs the
-    diagnosis saw saturated: fewer workers may be faster (searched downward)."""
+def most_workers(facts: Facts) -> int | None:
+    """The most workers the CPUs this process may use keep busy: one a CPU; for loading
+    that waits (a worker's batch timed on a CPU under :data:`IO_BOUND_PCT` of its time), as
+    many as that share of theirs fills the CPUs, at most :data:`WAITING_WORKERS_PER_CPU` a
+    CPU. None where the CPUs are not known."""
     n = facts.cpu_count
-    return n is not None and config.num_workers > 0 and (
-        config.num_workers > n or cpus_saturated(facts))
+    if n is None:
+        return None
+    on = facts.worker_batch_on_cpu
+    if on is None or not facts.worker_batch_waits:
+        return n
+    return max(n, min(WAITING_WORKERS_PER_CPU * n, math.floor(n / max(on, 1e-6))))
+
+
+def workers_oversubscribed(config: TrainConfig, facts: Facts) -> bool:
+    """More DataLoader workers than the CPUs this process may use keep busy
+    (:func:`most_workers`), or workers on CPUs the diagnosis saw saturated: fewer workers
+    may be faster (searched downward)."""
+    top = most_workers(facts)
+    return top is not None and config.num_workers > 0 and (
+        config.num_workers > top or cpus_saturated(facts))
 
 
 def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
     """num_workers candidates, measured in this order.
 
-    Upward (fewer workers than CPUs): 1, 2, 4, ... and the CPU count itself above the
-    current value, never more workers than CPUs this process may use. Downward (more
-    workers than CPUs, or the CPUs saturated; :func:`workers_oversubscribed`): the CPU count,
-    one less, half, 1 and 0 below the current value (0: batches made in the training
-    process, no inter-process transfer at all).
+    Upward (fewer workers than the CPUs keep busy, :func:`most_workers`): 1, 2, 4, ... and
+    the CPU count and that most above the current value. Downward (more workers than that,
+    or the CPUs saturated; :func:`workers_oversubscribed`): the CPU count, one less, half, 1
+    and 0 below the current value (0: batches made in the training process, no
+    inter-process transfer at all).
     """
-    n = facts.cpu_count
-    if n is None:
+    n, top = facts.cpu_count, most_workers(facts)
+    if n is None or top is None:
         return []
     if workers_oversubscribed(config, facts):
-        down = {n, n - 1, n // 2, 1, 0}
+        down = {top, n, n - 1, n // 2, 1, 0}
         return [config.replace(num_workers=v) for v in sorted(down, reverse=True)
                 if 0 <= v < config.num_workers]
     values, k = set(), 1
-    while k <= n:
+    while k <= top:
         values.add(k)
         k *= 2
-    values.add(n)
+    values |= {n, top}
     return [config.replace(num_workers=v) for v in sorted(values) if v > config.num_workers]
 
 
@@ -132,9 +148,9 @@ class NumWorkers(_WorkerSearch):
         return f"Load batches in {n} worker process{'es' if n > 1 else ''} (DataLoader num_workers={n})"
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        n = facts.cpu_count
-        return n is not None and facts.iterable_dataset is not True and (
-            config.num_workers < n or workers_oversubscribed(config, facts))
+        top = most_workers(facts)
+        return top is not None and facts.iterable_dataset is not True and (
+            config.num_workers < top or workers_oversubscribed(config, facts))
 
     def unknown(self, facts: Facts) -> str | None:
         return HOST_CPUS if facts.cpu_count is None else None
@@ -142,6 +158,9 @@ class NumWorkers(_WorkerSearch):
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         nw, n = _workers(metrics)
         if nw is None or n is None or nw != some_workers(n):
+            return None
+        top = most_workers(Facts.from_metrics(metrics))
+        if top is not None and top > n:  # loading that waits: more than the CPUs help
             return None
         if n == 1:
             return "1 CPU: no core to spare for a worker process"
@@ -166,8 +185,9 @@ class NumWorkers(_WorkerSearch):
 
 class NumWorkersCap(_WorkerSearch):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
-        n = facts.cpu_count
-        return n is not None and config.num_workers > n and facts.iterable_dataset is not True
+        top = most_workers(facts)
+        return (top is not None and config.num_workers > top
+                and facts.iterable_dataset is not True)
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         nw, n = _workers(metrics)
@@ -351,7 +371,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         return "cannot tell: the number of CPUs is not known (a live capture records it)"
     now = facts.dataloader_num_workers
     threads_now = busy_threads(facts)
-    over_now = bool(now) and threads_now + min(now or 0, n_cpus) > n_cpus
+    # workers whose loading waits hold no CPU: they oversubscribe nothing now
+    over_now = (bool(now) and not facts.worker_batch_waits
+                and threads_now + min(now or 0, n_cpus) > n_cpus)
     fetch = g.is_kind(TaskKind.FETCH)
     wait = g.is_kind(TaskKind.DL_WAIT)
     step = float(g.steps_measured.mean()) if g.n_steps else 0.0
@@ -359,6 +381,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     # whether the cost holds the worker's side of the hand-over: a batch timed as a worker
     # makes it (default_collate writing it into shared memory) or the workers' own CPU
     sent = False
+    paused = 0.0  # of a batch's cost, the collector's pauses (CPU work, whatever waits)
     # what a worker's other threads spend sending each batch (pickling it, handing over
     # its tensors' file descriptors), not in a batch timed as a worker makes it
     send = facts.input_worker_send_ms or 0.0
@@ -421,14 +444,20 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                  if seen is not None else b / (rate * 1e3))
     side = extra if sent else hand_over  # the worker's side of it, where not in its cost
     threads = busy_threads(facts, change.get("intra_op_threads"))
-    # loading that waits (files, network, sleep) needs no core: the training process's
-    # measured CPU tells. CPU loading on k workers beside torch's threads oversubscribes
-    # the cores when threads + k > CPUs: torch's ops then take threads / (CPUs left) as long
+    # loading that waits (files, network, sleep) needs no core: a worker's batch timed
+    # with its CPU time tells, else the training process's measured CPU. CPU loading on k
+    # workers beside torch's threads oversubscribes the cores when threads + k > CPUs:
+    # torch's ops then take threads / (CPUs left) as long
     pct = facts.proc_cpu_mean_pct
-    io = pct is not None and pct < IO_BOUND_PCT and fetch.any()
+    timed_cpu = facts.worker_batch_on_cpu
+    io = (facts.worker_batch_waits if timed_cpu is not None
+          else pct is not None and pct < IO_BOUND_PCT and fetch.any())
+    # the share of a worker's batch that holds a CPU, which the CPU bound counts: as timed,
+    # else all of it (the training process's samples hold its own work too)
+    on_cpu = 1.0 if timed_cpu is None else timed_cpu
     busy = 0 if io else min(k, n_cpus)
     over = threads + busy > n_cpus and k > 0
-    if over and pct is None and fetch.any():
+    if over and pct is None and timed_cpu is None and fetch.any():
         return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
     # oversubscribed now: the work is freed of the contention the run has and takes the
@@ -484,7 +513,8 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                            res=np.full(n, r, np.int32), dur=np.full(n, made),
                            release=ready, start0=ready)
     out = out.add_edges(p, ids, EdgeKind.END_AFTER_END, hand_over)
-    out.producer_cpu = mean_cost + side  # the CPU it holds; its duration may be longer
+    # the CPU it holds (the collector's pauses are CPU work); it may take longer
+    out.producer_cpu = (mean_cost - paused) * on_cpu + paused + side
     out.producer_period = per_batch
     return slowed(out, contend, main_shared, rest)
 

@@ -19,6 +19,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_batch_ms": (
         "ms", "one batch made by a forked process set up as a DataLoader worker (one "
         "intra-op thread, warm), timed by the session after the loop"),
+    "input_worker_batch_cpu_ms": (
+        "ms", "of input_worker_batch_ms, the time the worker ran on a CPU or waited for one "
+        "(Linux schedstat; else its CPU time); the rest it waited on files, the network or "
+        "a sleep: loading that waits needs no CPU of its own, and more workers overlap it"),
     "input_worker_start_ms": (
         "ms", "starting one DataLoader worker and taking its first batch (a copy of the "
         "loop's first), timed by the session after the loop"),
@@ -111,6 +115,7 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
                       ("input_worker_send_ms", "worker_send_ms"),
                       ("input_inprocess_batch_ms", "inprocess_batch_ms"),
                       ("input_worker_batch_ms", "worker_batch_ms"),
+                      ("input_worker_batch_cpu_ms", "worker_batch_cpu_ms"),
                       ("input_worker_start_ms", "worker_start_ms"),
                       ("input_worker_fork_ms", "worker_fork_ms"),
                       ("input_worker_stop_ms", "worker_stop_ms")):

@@ -85,8 +85,10 @@ def test_a_workers_batch_and_this_processs_are_timed_in_turn():
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
     got = time_batches_in_turn(DataLoader(_SlowerInWorkers(), batch_size=4))
     assert got is not None
-    worker, mine = got
+    worker, mine, on_cpu = got
     assert 16.0 <= worker < 250.0 and 4.0 <= mine < 60.0, got
+    # the worker's batch mostly sleeps: its CPU time is a small part of it
+    assert 0.0 <= on_cpu < 0.5 * worker, got
     assert worker > 2 * mine, got  # each side timed as its own: 4 ms a sample against 1
     assert torch.get_num_threads() == before and gc.isenabled()
     assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
@@ -165,3 +167,27 @@ def test_a_workers_batch_is_timed_without_the_collector():
     got = time_worker_batches(DataLoader(_CollectorSlowed(), batch_size=2), 2)
     assert got is not None and got[0] < 50.0  # two samples: 100 ms with the collector on
     assert gc.isenabled()
+
+
+class _Busy(torch.utils.data.Dataset):
+    """3 ms of Python work a sample: a batch that holds a CPU all through."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        end = time.thread_time() + 0.003
+        while time.thread_time() < end:
+            pass
+        return torch.full((4,), float(i))
+
+
+def test_a_workers_batch_on_a_cpu_against_one_that_waits():
+    """The worker's time on or waiting for a CPU over its batch's time: a batch of CPU
+    work wants one all through (a busy host that takes the CPU from it leaves it runnable,
+    which counts); one that sleeps (``_SlowerInWorkers``, in the test above) for a
+    sliver."""
+    got = time_batches_in_turn(DataLoader(_Busy(), batch_size=4))
+    assert got is not None
+    worker, _mine, on_cpu = got
+    assert 0.8 * worker <= on_cpu <= worker, got
