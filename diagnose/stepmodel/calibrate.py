@@ -93,7 +93,9 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     paying the profiler, vary most between the window and the loop);
     batches from workers arrive at the unprofiled pace, or where the clock timed the waits
     for them (``wait_share`` of the step), the waits are that long
-    (:func:`_waits_as_timed`). The host's other work is then fitted: the
+    (:func:`_waits_as_timed`; a window whose replay lies beyond :data:`CALIBRATE_WITHIN`
+    of the target is tried with them so before it is left). The host's other work is then
+    fitted: the
     profiler's per-event cost taken out where the replay is longer, the work scaled up
     where it is shorter (:func:`_host_shaper`); the level is bracketed and found by false
     position (the replayed step grows with it), within :data:`HOST_SCALE_MIN` and
@@ -101,12 +103,22 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     as it is."""
     now = replayed_step_ms(g)
     target_ratio = target_ms / now if now > 0 else 0.0
-    if not CALIBRATE_WITHIN[0] < target_ratio < CALIBRATE_WITHIN[1]:
-        return g
     want = target_ms
-    if wait_share is not None and 0 <= wait_share < 1 and g.n_steps and g.is_kind(
-            TaskKind.DL_WAIT).any():
-        g = _waits_as_timed(g, wait_share * want)
+    waits = wait_share if wait_share is not None and 0 <= wait_share < 1 and g.n_steps \
+        and g.is_kind(TaskKind.DL_WAIT).any() else None
+    if not CALIBRATE_WITHIN[0] < target_ratio < CALIBRATE_WITHIN[1]:
+        # the window's few steps may fall on the short steps of workers that hand over
+        # their batches in bursts: with the waits as the clock timed them the replay may
+        # come within reach of the run's step; else it is left as it is
+        if waits is None:
+            return g
+        waited = _waits_as_timed(g, waits * want)
+        now = replayed_step_ms(waited)
+        if not (now > 0 and CALIBRATE_WITHIN[0] < target_ms / now < CALIBRATE_WITHIN[1]):
+            return g
+        g = waited
+    elif waits is not None:
+        g = _waits_as_timed(g, waits * want)
     else:
         g = _arrivals_at(g, target_ratio)
     fetch = g.is_kind(TaskKind.FETCH)

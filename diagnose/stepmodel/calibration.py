@@ -40,14 +40,21 @@ SYNC_END_US = 20.0
 #: ``worker_transfer_gbps`` win); timed ~0.5 GB/s with the segment's setup on a 2-CPU host;
 #: too low over-charges big batches, so workers are under-predicted for them.
 SHM_GBPS = 0.5
-#: A worker's batch that held a CPU less than this % of its time (its CPU time over its
-#: time, timed after the loop), else a training process that kept less than this % of one
-#: core busy (host samples), is waiting, not computing: its loading is I/O, which a worker
+#: A training process that kept less than this % of one core busy (host samples), where
+#: no worker's batch was timed (WORKER_WAITS_SHARE), is waiting, not computing: its loading is I/O, which a worker
 #: overlaps without a core of its own; set between "mostly waits" and "about a core";
 #: wrong, I/O loading is charged CPUs or CPU loading none.
 IO_BOUND_PCT = 60.0
+#: A worker's batch timed after the loop that wanted a CPU (ran or queued for one) under
+#: this share of its time, in the turn that wanted one most, waits on files or the network.
+#: Loading that sleeps reads under 0.1 (object_store_mlp, a new user's 5 ms sleep); CPU
+#: parsing read as low as 0.48 on the shared development VM (csv_rows_mlp, 1 capture in 6:
+#: the guest counts some of its time neither as running nor as queued). Between the two;
+#: too high calls CPU work waiting (more workers than CPUs offered), too low calls mixed
+#: loading CPU work (as every capture was before it was timed).
+WORKER_WAITS_SHARE = 0.3
 #: The most DataLoader workers a usable CPU is given for loading that waits (a worker's
-#: batch on a CPU under IO_BOUND_PCT of its time): a bound on the search, not a prediction
+#: batch on a CPU under WORKER_WAITS_SHARE of its time): a bound on the search, not a prediction
 #: (the model predicts each count it tries). Each worker is a process with its own forked
 #: copy of the dataset's objects; too low leaves waiting loaders short of workers, too high
 #: offers counts whose memory the model does not weigh.
@@ -192,4 +199,4 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAITING_WORKERS_PER_CPU", "WAKE_RATIO_MAX",
-           "WORKER_AGREES"]
+           "WORKER_AGREES", "WORKER_WAITS_SHARE"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..values import as_number
-from .calibration import IO_BOUND_PCT
+from .calibration import WORKER_WAITS_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +160,11 @@ class Facts:
 
     @property
     def worker_batch_waits(self) -> bool:
-        """A worker's batch timed on a CPU under :data:`~.calibration.IO_BOUND_PCT` of its
-        time: its loading waits, and workers overlap it without a CPU each."""
+        """A worker's batch timed on or waiting for a CPU under
+        :data:`~.calibration.WORKER_WAITS_SHARE` of its time: its loading waits, and
+        workers overlap it without a CPU each."""
         on = self.worker_batch_on_cpu
-        return on is not None and on * 100 < IO_BOUND_PCT
+        return on is not None and on < WORKER_WAITS_SHARE
 
     @property
     def epoch_boundary_per_step_ms(self) -> float | None:

@@ -63,7 +63,7 @@ def cpus_saturated(facts: Facts) -> bool:
 
 def most_workers(facts: Facts) -> int | None:
     """The most workers the CPUs this process may use keep busy: one a CPU; for loading
-    that waits (a worker's batch timed on a CPU under :data:`IO_BOUND_PCT` of its time), as
+    that waits (:attr:`~diagnose.stepmodel.facts.Facts.worker_batch_waits`), as
     many as that share of theirs fills the CPUs, at most :data:`WAITING_WORKERS_PER_CPU` a
     CPU. None where the CPUs are not known."""
     n = facts.cpu_count
@@ -452,9 +452,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     timed_cpu = facts.worker_batch_on_cpu
     io = (facts.worker_batch_waits if timed_cpu is not None
           else pct is not None and pct < IO_BOUND_PCT and fetch.any())
-    # the share of a worker's batch that holds a CPU, which the CPU bound counts: as timed,
-    # else all of it (the training process's samples hold its own work too)
-    on_cpu = 1.0 if timed_cpu is None else timed_cpu
+    # the share of a worker's batch that holds a CPU, which the CPU bound counts: as timed
+    # where it waits, else all of it (one call: CPU work, or loading that waits)
+    on_cpu = timed_cpu if timed_cpu is not None and io else 1.0
     busy = 0 if io else min(k, n_cpus)
     over = threads + busy > n_cpus and k > 0
     if over and pct is None and timed_cpu is None and fetch.any():
