@@ -94,9 +94,8 @@ def calibrate(g: Graph, target_ms: float, fetch_share: float | None = None,
     batches from workers arrive at the unprofiled pace, or where the clock timed the waits
     for them (``wait_share`` of the step), the waits are that long
     (:func:`_waits_as_timed`; a window whose replay lies beyond :data:`CALIBRATE_WITHIN`
-    of the target is tried with them so before it is left). The host's other work is then
-    fitted: the
-    profiler's per-event cost taken out where the replay is longer, the work scaled up
+    of the target is tried with those waits before it is left as it is). The host's other
+    work is then fitted: the profiler's per-event cost taken out where the replay is longer, the work scaled up
     where it is shorter (:func:`_host_shaper`); the level is bracketed and found by false
     position (the replayed step grows with it), within :data:`HOST_SCALE_MIN` and
     :data:`HOST_SCALE_MAX`; a replay outside :data:`CALIBRATE_WITHIN` of the target is left

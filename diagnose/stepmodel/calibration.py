@@ -41,21 +41,21 @@ SYNC_END_US = 20.0
 #: too low over-charges big batches, so workers are under-predicted for them.
 SHM_GBPS = 0.5
 #: A training process that kept less than this % of one core busy (host samples), where
-#: no worker's batch was timed (WORKER_WAITS_SHARE), is waiting, not computing: its loading is I/O, which a worker
-#: overlaps without a core of its own; set between "mostly waits" and "about a core";
-#: wrong, I/O loading is charged CPUs or CPU loading none.
+#: no worker's batch was timed (WORKER_WAITS_SHARE), is waiting, not computing: its
+#: loading is I/O, which a worker overlaps without a core of its own; set between "mostly
+#: waits" and "about a core"; wrong, I/O loading is charged CPUs or CPU loading none.
 IO_BOUND_PCT = 60.0
 #: A worker's batch timed after the loop that wanted a CPU (ran or queued for one) under
 #: this share of its time, in the turn that wanted one most, waits on files or the network.
-#: Loading that sleeps reads under 0.1 (object_store_mlp, a new user's 5 ms sleep); CPU
-#: parsing read as low as 0.48 on the shared development VM (csv_rows_mlp, 1 capture in 6:
-#: the guest counts some of its time neither as running nor as queued). Between the two;
-#: too high calls CPU work waiting (more workers than CPUs offered), too low calls mixed
-#: loading CPU work (as every capture was before it was timed).
+#: CPU work wants one all through, less what a virtual machine's guest counts neither as
+#: running nor as queued (seen up to half a batch on a shared host); loading that waits on
+#: a read wants one for a sliver (under 0.1 where timed). Set under half; too high calls
+#: CPU work waiting (more workers than CPUs offered), too low calls mixed loading CPU work
+#: (as a capture without the timing does).
 WORKER_WAITS_SHARE = 0.3
 #: The most DataLoader workers a usable CPU is given for loading that waits (a worker's
-#: batch on a CPU under WORKER_WAITS_SHARE of its time): a bound on the search, not a prediction
-#: (the model predicts each count it tries). Each worker is a process with its own forked
+#: batch on a CPU under WORKER_WAITS_SHARE of its time): a bound on the search, not a
+#: prediction (the model predicts each count it tries). Each worker is a process with its own forked
 #: copy of the dataset's objects; too low leaves waiting loaders short of workers, too high
 #: offers counts whose memory the model does not weigh.
 WAITING_WORKERS_PER_CPU = 4

@@ -111,4 +111,3 @@ def _fill_ms(facts: Facts, k: float, n: float, batch: float) -> float:
     pace = batch / max(k, 1.0)
     lost = batch + max(n * own, (n - k) * pace) - n * max(own, pace)
     return min(batch, max(0.0, lost))
-

@@ -99,7 +99,7 @@ class Facts:
     input_loading_median_ms: float | None = None  # the loop's fetch + collate of a batch
     input_inprocess_batch_ms: float | None = None  # one batch made in process, after the loop
     input_worker_batch_ms: float | None = None  # one batch made as a worker makes it
-    input_worker_batch_cpu_ms: float | None = None  # of that, on a CPU (the rest waits)
+    input_worker_batch_cpu_ms: float | None = None  # of that, on or queued for a CPU
     input_worker_send_ms: float | None = None  # a worker's CPU sending each batch
     input_worker_handover_ms: float | None = None  # receiving one batch from a worker
     input_worker_start_ms: float | None = None  # starting one worker and its first batch
@@ -152,9 +152,9 @@ class Facts:
 
     @property
     def worker_batch_on_cpu(self) -> float | None:
-        """The share of a worker's batch spent on a CPU (its CPU time over its time, as the
-        session timed one, at most 1; the rest waits on files, the network or a sleep);
-        None where not timed."""
+        """The share of a worker's batch spent on or queued for a CPU, as the session timed
+        one (at most 1; the rest waits on files, the network or a sleep); None where not
+        timed."""
         cpu, took = self.input_worker_batch_cpu_ms, self.input_worker_batch_ms
         return None if cpu is None or not took or took <= 0 else min(1.0, max(0.0, cpu / took))
 

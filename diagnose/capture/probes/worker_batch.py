@@ -121,7 +121,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     os.close(res_w)
     mine: list[float] = []
     theirs: list[float] = []
-    cpu: list[float] = []  # the worker's CPU time over its time, each turn
+    cpu: list[float] = []  # the share of the worker's batch on or queued for a CPU, each turn
 
     def worker_batch(j: int | None) -> float | None:
         if j is not None:
