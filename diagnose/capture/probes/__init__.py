@@ -10,6 +10,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.contention`: those busy processes
 - :mod:`.after_fetch`: the work right after a per-sample against a batched fetch
 - :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
+- :mod:`.batches`: a loader's batches as its fetcher makes them, whatever its batching
 - :mod:`.inprocess`: a batch made by the training process itself
 - :mod:`.worker_batch`: a batch made by a forked worker, in turn with this process
 - :mod:`.handover`: receiving a batch from a worker; a worker's start and stop

@@ -1,5 +1,5 @@
 """What the probes share: the bound that keeps the session's exit quick, the RNG states
-put back after a timing, a batch made as the loader's fetcher makes it, the clock of
+put back after a timing, a thread's time on a CPU, the clock of
 the probes' own time (:func:`probe_clock`, :func:`timed`), and the end of their time
 budget (:func:`until`, :func:`out_of_time`: :mod:`.budget` sets it)."""
 
@@ -45,12 +45,6 @@ def rng_kept() -> Iterator[None]:
             put(state)
 
 
-def make_batch(ds: Any, collate: Callable[[Any], Any], idx: list[int]) -> float:
-    """Seconds to make the batch of ``idx`` as the loader's fetcher does: the dataset's
-    ``__getitems__`` where it has one, else its items one by one; then ``collate``."""
-    return make_batch_cpu(ds, collate, idx)[0]
-
-
 #: this thread's time on a CPU and waiting in a run queue, ns (Linux schedstat)
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
@@ -64,17 +58,6 @@ def cpu_wanted_s() -> float:
         return (int(run) + int(queued)) / 1e9
     except (OSError, ValueError):
         return time.thread_time()
-
-
-def make_batch_cpu(ds: Any, collate: Callable[[Any], Any], idx: list[int]
-                   ) -> tuple[float, float]:
-    """(seconds, seconds on or waiting for a CPU: :func:`cpu_wanted_s`) to make the batch
-    of ``idx`` as :func:`make_batch` does, on this thread (a worker's one): the rest is
-    what the batch waited for (files, the network, a sleep)."""
-    t0, c0 = time.perf_counter(), cpu_wanted_s()
-    many = getattr(ds, "__getitems__", None)
-    collate(many(idx) if callable(many) else [ds[i] for i in idx])
-    return time.perf_counter() - t0, cpu_wanted_s() - c0
 
 
 #: a probe's rounds stop, past their least number, once the median of each of its series

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .batches import forked_batches
 from .common import SLOW_S, cannot_afford, out_of_time, rng_kept, timed
-from .worker_batch import forked_loader
 
 #: batches: SEND_WARM first, then up to SEND_BATCHES timed while they take under SEND_S
 #: seconds
@@ -45,23 +45,17 @@ def time_worker_send(loader: Any) -> float | None:
     :data:`SEND_BATCHES` of them (after :data:`SEND_WARM`). The batch timed as a worker
     makes it (:func:`~.worker_batch.time_batches_in_turn`) holds none of it.
 
-    None where no worker is forked (:func:`~.worker_batch.forked_loader`), the kernel does
+    None where no worker is forked (:func:`~.batches.forked_batches`), the kernel does
     not say (Linux schedstat), the epoch is too short, or a batch takes over
     :data:`~.common.SLOW_S`. The RNG states are put back; the worker is gone on return."""
-    from torch.utils.data import DataLoader
-
-    got = forked_loader(loader)
-    if got is None:
-        return None
-    ds, bs, collate, size = got
-    if size // bs < SEND_WARM + 3:
+    b = forked_batches(loader)
+    if b is None or len(b.keys) < SEND_WARM + 3:
         return None
     import warnings
 
     with rng_kept(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. fork in a threaded process
-        dl: Any = DataLoader(ds, batch_size=bs, collate_fn=collate, num_workers=1,
-                             prefetch_factor=2)
+        dl: Any = b.loader(num_workers=1, prefetch_factor=2)
         it: Any = iter(dl)
         try:
             workers = getattr(it, "_workers", None) or [None]
@@ -77,7 +71,7 @@ def time_worker_send(loader: Any) -> float | None:
                 return None
             a = _other_threads_cpu_ns(pid)
             start, n = time.perf_counter(), 0
-            last = min(SEND_BATCHES, size // bs - SEND_WARM - 2)
+            last = min(SEND_BATCHES, len(b.keys) - SEND_WARM - 2)
             while n < last and (n < 2 or (time.perf_counter() - start < SEND_S
                                           and not out_of_time())):
                 t0 = time.perf_counter()

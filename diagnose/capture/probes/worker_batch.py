@@ -12,21 +12,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from .batches import forked_batches
 from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
-from .common import (
-    SLOW_S,
-    cannot_afford,
-    make_batch,
-    make_batch_cpu,
-    out_of_time,
-    rng_kept,
-    settled,
-    timed,
-)
+from .common import SLOW_S, cannot_afford, out_of_time, rng_kept, settled, timed
 
 #: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, then more, up to
 #: MAX_PAIRS within PAIRS_S seconds in all, until this process's median and that of the
@@ -53,53 +44,26 @@ def as_worker(ds: Any) -> None:
     worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
 
 
-def forked_loader(loader: Any) -> tuple[Any, int, Callable[[Any], Any], int] | None:
-    """(dataset, batch size, collate_fn, len) of a map-style loader whose workers are
-    forked; None for any other (an iterable dataset, no batch size, spawned workers)."""
-    import os
-
-    ds, bs = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
-    collate = getattr(loader, "collate_fn", None)
-    ctx = getattr(loader, "multiprocessing_context", None)
-    method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
-        else "fork"
-    if ds is None or not isinstance(bs, int) or collate is None \
-            or not hasattr(os, "fork") or method != "fork":
-        return None
-    try:
-        size = len(ds)
-    except TypeError:  # an IterableDataset
-        return None
-    return (ds, bs, collate, size) if size > 0 else None
-
-
 @timed("batches_in_turn")
 def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     """What a batch costs a DataLoader worker against what it costs this process, timed in
     turn: one forked process set up as a worker (:func:`as_worker`) and this process make
     the same batch one after the other, a new batch each turn (the loader's 2nd, 3rd, ...
-    ``batch_size`` indices, as a worker's next batch touches pages it has not touched
+    batch, :mod:`.batches`: a worker's next batch touches pages it has not touched
     yet), after one untimed batch each at once (imports, caches; the pages this process
     writes after the fork copied once). :data:`PAIRS` turns or more while cheap.
 
     Returns (ms a worker's batch, ms this process's batch: :func:`paired_medians` of the
     turns; ms of the worker's batch on or waiting for a CPU: that share of its time in
     the turn that wanted a CPU most, the rest waiting on files, the network or a sleep);
-    None where :func:`forked_loader` gives None, or for a batch over
+    None where :func:`~.batches.forked_batches` gives None, or for a batch over
     :data:`~.common.SLOW_S`. The RNG states are put back; the child is gone on return."""
     import os
     import struct
 
-    got = forked_loader(loader)
-    if got is None:
+    b = forked_batches(loader)
+    if b is None:
         return None
-    ds, bs, collate, size = got
-    batches = max(1, size // bs)
-
-    def idx(j: int) -> list[int]:
-        at = (j % batches) * bs
-        return list(range(at, min(at + bs, size)))
-
     go_r, go_w = os.pipe()
     res_r, res_w = os.pipe()
     import warnings
@@ -111,10 +75,10 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
         try:
             os.close(go_w)
             os.close(res_r)
-            as_worker(ds)
-            os.write(res_w, struct.pack("dd", *make_batch_cpu(ds, collate, idx(0))))
-            while len(b := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", b)[0]) >= 0:
-                os.write(res_w, struct.pack("dd", *make_batch_cpu(ds, collate, idx(j))))
+            as_worker(b.dataset)
+            os.write(res_w, struct.pack("dd", *b.make_cpu(0)))
+            while len(got := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", got)[0]) >= 0:
+                os.write(res_w, struct.pack("dd", *b.make_cpu(j)))
         finally:
             os._exit(0)
     os.close(go_r)
@@ -126,10 +90,10 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     def worker_batch(j: int | None) -> float | None:
         if j is not None:
             os.write(go_w, struct.pack("i", j))
-        b = os.read(res_r, 16)
-        if len(b) != 16:
+        got = os.read(res_r, 16)
+        if len(got) != 16:
             return None
-        took, used = struct.unpack("dd", b)
+        took, used = struct.unpack("dd", got)
         if j is not None and took > 0:
             cpu.append(used / took)
         return float(took)
@@ -137,7 +101,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     try:
         with rng_kept():
             # beside the worker's first (untimed) batch; a slow batch ends it (quick exit)
-            warm = make_batch(ds, collate, idx(0))
+            warm = b.make(0)
             if worker_batch(None) is None or warm > SLOW_S:
                 return None
             if cannot_afford(2 * warm, PAIRS):  # a turn: this process's batch, a worker's
@@ -148,7 +112,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
                                   or settled(mine, [t / m for t, m in zip(
                                       theirs, mine, strict=True) if m > 0])):
                     break
-                mine.append(make_batch(ds, collate, idx(j)))
+                mine.append(b.make(j))
                 took = worker_batch(j)
                 if took is None:
                     return None
@@ -183,27 +147,24 @@ def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float
 def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
     """What a batch costs a DataLoader worker, and how many CPUs' worth of them the usable
     CPUs make at once: forked processes set up as workers (:func:`as_worker`) make the
-    loader's second batch (the dataset's items for the second ``batch_size`` indices, then
-    its collate_fn) after its first, one alone and one per CPU at once.
+    loader's second batch (:mod:`.batches`) after its first, one alone and one per CPU at
+    once.
     Returns (ms a batch alone: the median of :data:`~.capacity.CAPACITY_ROUNDS` or more
     rounds; the capacity their least times give, :func:`~.capacity.work_capacity`); None
-    for an iterable dataset, a custom batch sampler, a loader whose workers are not forked,
-    one CPU, or a batch over :data:`~.common.SLOW_S` (the exit must stay quick)."""
-    got = forked_loader(loader)
+    for an iterable dataset, a loader whose workers are not forked, one CPU, or a batch over :data:`~.common.SLOW_S` (the exit must stay quick)."""
+    b = forked_batches(loader, 2)
     n = min(int(cpus), CAPACITY_MAX_PROCS)
-    if got is None or n < 2:
+    if b is None or n < 2:
         return None
-    ds, bs, collate, size = got
-    first, second = list(range(min(bs, size))), list(range(bs, min(2 * bs, size)))
 
     def batch() -> float:
         """A warm worker's batch: the first one warms the process (imports, caches), the
         second (other samples, whose pages it copies on first touch as a worker does)
         is timed."""
-        as_worker(ds)
+        as_worker(b.dataset)
         took = 0.0
-        for idx in (first, second or first):
-            took = make_batch(ds, collate, idx)
+        for j in (0, 1):
+            took = b.make(j)
         return took
 
     one = concurrent_s(1, batch)
