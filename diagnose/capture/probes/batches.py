@@ -8,10 +8,13 @@ a key is one element of the sampler, passed whole to ``dataset[key]``, then to
 ``collate_fn`` (torch's ``default_convert`` unless given): torch's ``_MapDatasetFetcher``.
 
 The keys: for a ``batch_size``, runs of consecutive indices (a worker's next batch touches
-rows it has not touched yet, and no sampler is drawn from); otherwise the first ones a fresh
-iterator of the loader's own batch sampler or sampler gives (a bucketing sampler's batches
-differ in size, and only it knows them), with the RNG states put back: the global ones and
-those of the torch generators the sampler holds, so the loop's own order is untouched.
+rows it has not touched yet, and no sampler is drawn from). For torch's own samplers (a
+``BatchSampler`` over a ``RandomSampler`` or a ``SequentialSampler``, or either alone) keys
+of the same kind, random ones from a generator of the probes' own: iterating a random
+sampler permutes the whole dataset (0.8 s for 10 million rows). For any other, the first
+keys a fresh iterator of it gives (a bucketing sampler's batches differ in size, and only
+it knows them), with the RNG states put back (the global ones and those of the torch
+generators the sampler holds: the loop's own order is untouched), drawn once per loader.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +104,8 @@ def loader_batches(loader: Any, n: int = KEYS) -> LoaderBatches | None:
         getattr(loader, "sampler", None), False)
     if source is None:
         return None
-    keys = drawn_keys(source, n)
+    known = torch_keys(source, size, n)
+    keys = known if known is not None else _drawn_once(loader, source, size)[:n]
     return LoaderBatches(ds, collate, keys, auto) if keys else None
 
 
@@ -113,6 +118,48 @@ def forked_batches(loader: Any, n: int = KEYS) -> LoaderBatches | None:
     if not hasattr(os, "fork") or method != "fork":
         return None
     return loader_batches(loader, n)
+
+
+def torch_keys(source: Any, size: int, n: int) -> tuple[Any, ...] | None:
+    """``n`` keys like those torch's own ``source`` gives over a dataset of ``size``: lists
+    of its batch size for a ``BatchSampler``, indices for a lone sampler; consecutive for a
+    ``SequentialSampler``, random (a generator of the probes' own) for a ``RandomSampler``.
+    None for any other sampler."""
+    import torch
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+    bs, inner = (source.batch_size, source.sampler) if type(source) is BatchSampler \
+        else (None, source)
+    if type(inner) not in (RandomSampler, SequentialSampler) or (
+            bs is not None and (not isinstance(bs, int) or bs < 1)):
+        return None
+    many = n * (bs or 1)
+    if type(inner) is SequentialSampler:
+        flat = [i % size for i in range(many)]
+    else:
+        flat = torch.randint(size, (many,), generator=torch.Generator().manual_seed(0)).tolist()
+    if bs is None:
+        return tuple(flat)
+    return tuple(flat[at:at + bs] for at in range(0, many, bs))
+
+
+#: a custom sampler's keys, drawn once per loader (its dataset's length and the sampler
+#: with them: a loader given a new one draws again)
+_DRAWN: weakref.WeakKeyDictionary[Any, tuple[int, int, tuple[Any, ...]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _drawn_once(loader: Any, source: Any, size: int) -> tuple[Any, ...]:
+    try:
+        hit = _DRAWN.get(loader)
+    except TypeError:  # not weakly referable
+        hit = None
+    if hit is not None and hit[:2] == (id(source), size):
+        return hit[2]
+    keys = drawn_keys(source, KEYS)
+    with suppress(TypeError):
+        _DRAWN[loader] = (id(source), size, keys)
+    return keys
 
 
 def drawn_keys(source: Any, n: int) -> tuple[Any, ...]:

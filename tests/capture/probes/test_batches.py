@@ -68,32 +68,78 @@ def test_each_loader_shape_makes_the_batches_its_loader_makes():
     assert _same(made, next(iter(DataLoader(rows, sampler=[whole.keys[0]], batch_size=None))))
 
 
-def test_drawing_the_keys_leaves_the_loops_order_as_it_was():
-    """The keys come from a fresh iterator of the loader's own sampler: the global RNG
-    states and the sampler's own generator are put back, so the loop's next epoch has the
-    order it would have had."""
-    rows = _Rows(64)
+class _Buckets:
+    """A batch sampler of its own: shuffles with its own generator, then cuts the indices
+    sorted by bucket into batches of 2 to 5; counts its iterators."""
+
+    def __init__(self, n: int, gen: torch.Generator | None = None) -> None:
+        self.n, self.generator, self.iters = n, gen, 0
+
+    def __iter__(self):
+        self.iters += 1
+        order = torch.randperm(self.n, generator=self.generator).tolist()
+        at, size = 0, 2
+        while at < self.n:
+            yield sorted(order[at:at + size])
+            at, size = at + size, 2 + (size - 1) % 4
+
+    def __len__(self) -> int:
+        return self.n // 3
+
+
+def test_a_custom_samplers_keys_leave_the_loops_order_as_it_was():
+    """A sampler torch does not own gives its first batches from a fresh iterator, drawn
+    once per loader; the global RNG states and the sampler's own generator are put back,
+    so the loop's next epoch has the order it would have had."""
+    ds = TensorDataset(torch.arange(64.0))
 
     def loader() -> DataLoader:
-        gen = torch.Generator().manual_seed(7)
-        return DataLoader(rows, batch_size=None, sampler=BatchSampler(
-            RandomSampler(rows, generator=gen), 8, drop_last=False))
+        return DataLoader(ds, batch_sampler=_Buckets(64, torch.Generator().manual_seed(7)))
 
     probed, untouched = loader(), loader()
     torch.manual_seed(3)
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
-    assert loader_batches(probed) is not None
+    got = loader_batches(probed)
+    assert got is not None and got.auto and [len(k) for k in got.keys[:4]] == [2, 3, 4, 5]
+    assert got.keys[0] == next(iter(untouched.batch_sampler))
     assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
     assert np.array_equal(np.random.get_state()[1], states[2])
-    assert list(probed.sampler) == list(untouched.sampler)
+    untouched = loader()
+    assert list(probed.batch_sampler) == list(untouched.batch_sampler)
+    probed.batch_sampler.iters = 0
+    for n in (16, 2, 1):  # the probes after the loop each ask; drawn once
+        assert loader_batches(probed, n) is not None
+    assert probed.batch_sampler.iters == 0
 
-    torch.manual_seed(3)  # a sampler without a generator of its own draws from torch's
-    plain = DataLoader(rows, batch_size=None, sampler=BatchSampler(RandomSampler(rows), 8,
-                                                                   drop_last=False))
+    torch.manual_seed(3)  # one without a generator of its own draws from torch's
+    plain = DataLoader(ds, batch_sampler=_Buckets(64))
     assert loader_batches(plain) is not None
-    first = list(plain.sampler)
+    first = list(plain.batch_sampler)
     torch.manual_seed(3)
-    assert first == list(plain.sampler)
+    assert first == list(plain.batch_sampler)
+
+
+def test_torchs_own_samplers_give_keys_of_their_kind_without_being_drawn():
+    """A BatchSampler over torch's Random or Sequential sampler (or either alone, batching
+    off): keys of its batch size, consecutive or random from a generator of the probes'
+    own (the same every time), and the sampler itself is not iterated (a random one
+    permutes the whole dataset)."""
+    from torch.utils.data import SequentialSampler
+
+    from diagnose.capture.probes.batches import torch_keys
+
+    rows = _Rows(100)
+    assert torch_keys(BatchSampler(SequentialSampler(rows), 8, False), 100, 3) == (
+        list(range(8)), list(range(8, 16)), list(range(16, 24)))
+    assert torch_keys(SequentialSampler(rows), 100, 3) == (0, 1, 2)
+    gen = torch.Generator().manual_seed(1)
+    shuffled = BatchSampler(RandomSampler(rows, generator=gen), 8, False)
+    state = gen.get_state()
+    keys = torch_keys(shuffled, 100, 16)
+    assert keys is not None and len(keys) == 16 and all(len(k) == 8 for k in keys)
+    assert all(0 <= i < 100 for k in keys for i in k) and keys == torch_keys(shuffled, 100, 16)
+    assert torch.equal(gen.get_state(), state)
+    assert torch_keys(_Buckets(100), 100, 3) is None
 
 
 def test_a_loader_without_automatic_batching_gets_the_probes_after_the_loop():
