@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -246,6 +247,23 @@ def fix_title(f: Any, fid: str) -> str:
     return FIXES[fid].title_for(getattr(p, "change", None))
 
 
+class FixPanel(Panel):
+    """A fix's box: its prediction line on the bottom edge where the width holds it, else
+    the box's last line, dim (an edge cuts a longer line off, and a reason why nothing is
+    predicted is read in full)."""
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        line = self.subtitle
+        width = options.max_width if self.width is None else min(self.width, options.max_width)
+        if line is None or Text.from_markup(str(line)).cell_len + 6 <= width:
+            yield from super().__rich_console__(console, options)
+            return
+        inside = copy.copy(self)
+        inside.subtitle = None
+        inside.renderable = Group(self.renderable, Text.from_markup(str(line), style="dim"))
+        yield from Panel.__rich_console__(inside, console, options)
+
+
 def _fix_panels(report: Analysis) -> list[Panel | Text]:
     panels: list[Panel | Text] = []
     shown: set[str] = set()
@@ -267,7 +285,7 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
                                    style="dim"))
                 continue
             codes[code] = f.rule
-            panels.append(Panel(Syntax(code, "python", theme="ansi_dark", word_wrap=True),
+            panels.append(FixPanel(Syntax(code, "python", theme="ansi_dark", word_wrap=True),
                                 title=f"{f.rule} fix: {escape(fix_title(f, fid))}", title_align="left",
                                 subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))

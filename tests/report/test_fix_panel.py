@@ -120,3 +120,32 @@ def test_a_fix_that_needs_workers_beside_one_that_removes_them_says_either_or() 
                      "not both"]
     alone = [p for p in _fix_panels(SimpleNamespace(findings=[in005])) if not hasattr(p, "title")]
     assert alone == []
+
+
+def test_a_line_too_long_for_the_edge_is_read_in_full_inside_the_box() -> None:
+    """The prediction line sits on the box's bottom edge where the width holds it; a longer
+    one (a reason why nothing is predicted) goes inside the box, wrapped, not cut off."""
+    import io
+
+    from rich.console import Console
+
+    from diagnose.fixes.findings import ON_A_BUSY_MACHINE
+
+    def drawn(f: Finding, width: int) -> str:
+        buf = io.StringIO()
+        Console(file=buf, width=width, color_system=None).print(
+            _fix_panels(SimpleNamespace(findings=[f]))[0])
+        return buf.getvalue()
+
+    why = (f"{ON_A_BUSY_MACHINE} in 41% of the timed steps; predict again when it is "
+           "quieter, or time it by hand: autofix leaves an IterableDataset's workers as "
+           "they are")
+    long_ = _finding({"num_workers": why})
+    for width in (80, 120):
+        text = drawn(long_, width)
+        assert " ".join(text.replace("│", " ").split()).count("IterableDataset's workers "
+                                                              "as they are") == 1, text
+        assert text.rstrip().splitlines()[-1].strip("╰─╯ ") == ""  # a bare bottom edge
+    short = _finding({"num_workers": Prediction({"num_workers": 2}, 8.0, 1.25, (7.0, 9.0),
+                                                10.0)})
+    assert "predicted 10.0 -> 8.0 ms" in drawn(short, 80).rstrip().splitlines()[-1]
