@@ -213,6 +213,10 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_len": _safe(lambda: len(ds)) if ds is not None and not iterable else None,
         "len": _safe(lambda: len(loader)) if ds is not None and not iterable else None,
         "iterable_dataset": iterable,
+        # torch's automatic batching: a batch sampler (its own, from batch_size, or one
+        # given); off (batch_size=None), each sampler key goes to dataset[key] whole
+        "automatic_batching": (getattr(loader, "batch_sampler", None) is not None)
+        if hasattr(loader, "batch_sampler") else None,
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,
         "dataset_tensor_indexable": batch_indexable(loader),

@@ -151,11 +151,11 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         p = preds[x]
         assert isinstance(p, Prediction)
         what = ", ".join(f"{k}={v}" for k, v in p.change.items())
-        # named by its id and its title: an id alone ("threads") reads as a setting
-        named = f"{x}, {titles[x][:1].lower()}{titles[x][1:]}" if titles and titles.get(x) \
-            else x
-        f.hints.append(f"{named} ({what}): predicted {p.speedup:.2f}x ({p.base_ms:.1f} -> "
-                       f"{p.step_ms:.1f} ms), slower: not offered as the fix")
+        # named by its title: an id alone ("threads") reads as a setting, and an id before
+        # the title ("threads, split the CPUs ...") as a stray word
+        named = titles[x] if titles and titles.get(x) else x
+        f.hints.append(f"Not offered: {named} ({what}), predicted {p.speedup:.2f}x "
+                       f"({p.base_ms:.1f} -> {p.step_ms:.1f} ms): slower")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound), the rule's own
     # estimate stands; where a range's fast end helps (fixing it could save that time), the

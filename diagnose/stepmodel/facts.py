@@ -87,6 +87,7 @@ class Facts:
     dataloader_epoch_batches: int | None = None  # len(loader)
     dataloader_batches_on_device: bool | None = None  # the dataset's batches are on the GPU
     dataloader_dataset_tensor_indexable: bool | None = None  # one dataset[indices] a batch
+    dataloader_automatic_batching: bool | None = None  # False: dataset[key] makes the batch
     iterable_dataset: bool | None = None  # an IterableDataset (live)
     input_batch_bytes: float | None = None  # bytes of one batch's tensors
     dataloader_start_ms: float | None = None  # an epoch's start with the run's workers

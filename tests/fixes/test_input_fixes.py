@@ -87,6 +87,11 @@ def test_the_batched_fetch_fix_applies_from_the_fact_and_writes_the_change() -> 
     # a diagnosis whose dataset is not batch-indexable does not suggest it
     assert "one indexing call" in fix.in_place({"dataloader_dataset_tensor_indexable": False})
     assert fix.in_place({"dataloader_dataset_tensor_indexable": True}) is None
+    # a loader whose dataset makes each batch from one key already (batch_size=None, a
+    # BatchSampler as the sampler: the fix's own shape) has it in place, said so
+    whole = fix.in_place({"dataloader_automatic_batching": False,
+                          "dataloader_dataset_tensor_indexable": False})
+    assert whole is not None and whole.startswith("in place already")
     assert fix.apply(TrainConfig()) == TrainConfig(batched_fetch=True)
     setup = Setup.from_objects(DataLoader(_rows(), batch_size=4096, shuffle=True))
     code = fix.code_for(setup)
@@ -127,3 +132,24 @@ def test_a_trial_sets_torch_threads_and_puts_them_back() -> None:
         seen.append(torch.get_num_threads())
         t.run(1, 2)
     assert seen == [1] and torch.get_num_threads() == before
+
+
+def test_a_loader_that_fetches_whole_batches_already_is_told_apart() -> None:
+    """The capture records whether a DataLoader batches automatically (a batch_size, a
+    batch_sampler) or hands each sampler key to ``dataset[key]`` whole (batch_size=None);
+    the metric carries it to the batched fetch, which is then in place, not "cannot"."""
+    from torch.utils.data import BatchSampler
+
+    from diagnose.capture.runinfo import dataloader_info
+    from diagnose.metrics.context.settings import settings_metrics
+
+    rows = _rows()
+    fix = FIXES["batched_fetch"]
+    loaders = {True: DataLoader(rows, batch_size=8),
+               False: DataLoader(rows, batch_size=None, sampler=BatchSampler(
+                   SequentialSampler(rows), 8, drop_last=False))}
+    for auto, loader in loaders.items():
+        m = settings_metrics({"dataloader": dataloader_info(loader)})
+        assert m["dataloader_automatic_batching"] is auto
+        assert (fix.in_place(m) or "").startswith("in place already") is (not auto)
+    assert settings_metrics({})["dataloader_automatic_batching"] is None

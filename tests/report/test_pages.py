@@ -248,8 +248,8 @@ def test_a_saved_cpu_trace_keeps_the_trace_wording() -> None:
 
 
 def test_the_page_offers_first_what_the_text_offers() -> None:
-    # a fix predicted slower is not "try first" on the page while the text says "slower:
-    # not offered as the fix": the page lists it after the offered ones, marked, closed
+    # a fix predicted slower is not "try first" on the page while the text says "Not
+    # offered: ... slower": the page lists it after the offered ones, marked, closed
     from diagnose.report.html import _fixes
     from diagnose.rules.engine import Finding
 

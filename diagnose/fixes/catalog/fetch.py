@@ -106,7 +106,11 @@ class BatchedFetch(Fix):
                 and facts.cpu_count is None else None)
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        if Facts.from_metrics(metrics).dataloader_dataset_tensor_indexable is False:
+        facts = Facts.from_metrics(metrics)
+        if facts.dataloader_automatic_batching is False:
+            return ("in place already: with batch_size=None each of the sampler's keys goes to "
+                    "dataset[key] whole, and the dataset makes the batch")
+        if facts.dataloader_dataset_tensor_indexable is False:
             return ("the dataset cannot hand over a batch in one indexing call (not a plain "
                     "TensorDataset with the default collate)")
         return None

@@ -25,6 +25,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "batches",
         "DataLoader prefetch_factor per worker (None when num_workers=0)",
     ),
+    "dataloader_automatic_batching": (
+        "bool", "the DataLoader batches its samples itself (a batch_size or a batch_sampler); "
+        "False with batch_size=None: each of its sampler's keys goes to dataset[key] whole, "
+        "the dataset makes the batch"),
     "dataloader_iterable": (
         "bool", "the loader's dataset is an IterableDataset: it splits its samples among the "
         "workers itself, so autofix leaves its workers and threads as they are"),
@@ -66,6 +70,8 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["dataloader_prefetch_factor"] = as_int(get(ctx, "dataloader", "prefetch_factor"))
     out["dataloader_dataset_getitems"] = as_bool(get(ctx, "dataloader", "dataset_getitems"))
     out["dataloader_iterable"] = as_bool(get(ctx, "dataloader", "iterable_dataset"))
+    out["dataloader_automatic_batching"] = as_bool(
+        get(ctx, "dataloader", "automatic_batching"))
     out["dataloader_dataset_tensor_indexable"] = as_bool(
         get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["dataloader_epoch_batches"] = as_int(get(ctx, "dataloader", "len"))
