@@ -13,6 +13,9 @@ context.json (version 1)::
                  "capability": [9, 0]|None, "total_memory_bytes": int|None,
                  "device_count": int},
       "cudnn_benchmark": bool|None, "torch_num_threads": int,
+      "thread_pools": [{"user_api": "blas"|"openmp", "internal_api": "openblas"|..., "prefix",
+                        "num_threads", "torch": bool (torch's own)}] | None (threadpoolctl;
+                       read again as the with block ends),
       "cpu_count": int,                # CPUs this process may use (sched_getaffinity)
       "cpu_count_logical": int|None,   # all CPUs of the machine
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
@@ -383,6 +386,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dic
         "device": device_info(dev),
         "cudnn_benchmark": cudnn_bench,
         "torch_num_threads": torch.get_num_threads(),
+        "thread_pools": thread_pools(),
         "cpu_count": cpu_count(),
         "cpu_count_logical": os.cpu_count(),
         "dataloader": dataloader_info(loader),
@@ -392,6 +396,25 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dic
         "oom": None,
         "probes_ms": probes_ms,
     }
+
+
+def thread_pools() -> list[dict[str, Any]] | None:
+    """The native thread pools loaded in this process (threadpoolctl: the BLAS and OpenMP
+    libraries), each with its threads and whether it is torch's own (a library under
+    torch's package: its OpenMP runtime); None where threadpoolctl is missing or fails."""
+    try:
+        import torch
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    info = _safe(threadpool_info)
+    if not isinstance(info, list):
+        return None
+    root = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
+    return [{"user_api": p.get("user_api"), "internal_api": p.get("internal_api"),
+             "prefix": p.get("prefix"), "num_threads": p.get("num_threads"),
+             "torch": os.path.realpath(str(p.get("filepath") or "")).startswith(root)}
+            for p in info if isinstance(p, dict)]
 
 
 # ---------------------------------------------------------------------------- OOM

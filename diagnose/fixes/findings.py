@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..metrics.context import cpu_wait_holders
+from ..metrics.context import cpu_wait_holders, pool_clash
 from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
@@ -32,6 +32,8 @@ NOT_KNOWN = "not predicted: this run does not say"
 #: how it begins the reason of a change of CPU work not predicted because other processes
 #: held the CPUs (:func:`_withheld`)
 ON_A_BUSY_MACHINE = "not predicted: other processes held the CPU"
+#: a prediction withheld where the process's own thread pools took turns on the CPUs
+OWN_POOLS = "not predicted: this process's own thread pools took turns on the CPUs"
 #: a setting whose change moves CPU work though no transform declares it: the workers'
 #: start-up a persistent_workers saving takes off (the transforms declare ``moves_cpu``)
 _STARTUP_WORK = frozenset({"persistent_workers"})
@@ -95,14 +97,21 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
     prediction (the thread timings, the busy timings, the CPUs' capacity, the step itself)
     was timed under a load the run does not own and cannot foresee. The fix is still
     offered, as advice. A wait for the run's own workers is the run's doing and stays
-    predicted."""
+    predicted; one for its own thread pools (:func:`~diagnose.metrics.context.pool_clash`)
+    slowed every input alike, and its fix comes first (CF007)."""
     busy = metrics.get("step_cpu_wait_unprofiled_share")
-    if not isinstance(busy, float) or busy < BUSY or not cpu_wait_holders(metrics)[0]:
+    if not isinstance(busy, float) or busy < BUSY:
         return
+    elsewhere, pools = cpu_wait_holders(metrics)[0], pool_clash(metrics)
+    if not elsewhere and pools is None:
+        return
+    why = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict again when it is "
+           f"quieter, or {_measure(metrics, 'let ')}" if elsewhere else
+           f"{OWN_POOLS} in {busy:.0%} of the timed steps ({pools}): give the other pool one "
+           "thread (CF007), then capture again")
     for x, p in preds.items():
         if isinstance(p, Prediction) and cpu_work & set(p.change):
-            preds[x] = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict "
-                        f"again when it is quieter, or {_measure(metrics, 'let ')}")
+            preds[x] = why
 
 
 def _measure(metrics: Mapping[str, Any], let: str = "") -> str:
@@ -270,5 +279,5 @@ def range_width(f: Any) -> float:
     return math.inf if p is None or p.range[0] <= 0 else math.log(p.range[1] / p.range[0])
 
 
-__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "SLOWER", "Prediction",
+__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "SLOWER", "Prediction",
            "offered", "predict_findings", "range_width", "sort_findings"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..stepmodel.prediction import Prediction
 from . import FIXES, fix_code
+from .catalog.config import THREAD_POOLS
 from .catalog.workers import NUM_WORKERS
 from .code import OptimizerSpec, Setup, with_imports
 from .config import TrainConfig
@@ -53,6 +54,9 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
     for f in findings:
         # the generic template where the run's own objects change nothing in it
         f.fix_code = {k: v for k, v in fix_code(f.fixes, setup).items() if v != FIXES[k].code}
+        prefix = metrics.get("thread_pool_beside_torch_prefix")
+        if "thread_pools" in f.fixes and isinstance(prefix, str) and prefix:
+            f.fix_code["thread_pools"] = THREAD_POOLS.for_pool(prefix)
         if more and "num_workers" in f.fixes:  # workers there, their count not known
             f.fix_code["num_workers"] = NUM_WORKERS.render_more()
         # a predicted fix shows the exact change its prediction is for

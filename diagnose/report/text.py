@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..console import emit, plain_text
 from ..fixes import FIXES
-from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, offered
+from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, offered
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.epochs import epoch_start_ms
@@ -232,7 +232,7 @@ def fix_line(f: Any, fid: str) -> str:
     where only a memory what-if predicts, its step time where it gives one."""
     p = f.predictions.get(fid)
     time = prediction_line(p) or (p if isinstance(p, str) and p.startswith(
-        (NOT_KNOWN, ON_A_BUSY_MACHINE)) else "")
+        (NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS)) else "")
     peak = f.peaks.get(fid)
     mem = peak_line(peak)
     if mem and not time and isinstance(peak.get("step_ms"), int | float):

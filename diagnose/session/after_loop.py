@@ -42,6 +42,7 @@ from diagnose.capture.probes import (
 )
 from diagnose.capture.probes.budget import ProbeBudget, unneeded
 from diagnose.capture.probes.compute import AGAIN_NOISE
+from diagnose.capture.runinfo import thread_pools
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import as_number, usable_cpus
 
@@ -84,6 +85,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`).
     ``others``: the loop's other models with the first inputs each got, whose work the
     thread timing takes with the first model's."""
+    pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
+    if pools is not None:
+        ctx["thread_pools"] = pools
     if budget is None:
         budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock))
     pids = list(worker_pids)

@@ -165,6 +165,31 @@ def _samples(cpu_pct: float, n: int = 30) -> dict:
             "marks": {}, "info": {}}
 
 
+def _pools(blas_threads: int = 2, wait_ms: float = 8.0) -> dict:
+    """A 2-CPU run without workers, torch on 2 threads and numpy's OpenBLAS on
+    ``blas_threads`` beside it, whose clock timed 8 steps of 40 ms with the training thread
+    ``wait_ms`` of each runnable but off a CPU."""
+    return _ctx(dataloader={"num_workers": 0, "persistent_workers": False},
+                cpu_count=2, torch_num_threads=2,
+                thread_pools=[{"user_api": "openmp", "internal_api": "openmp",
+                               "prefix": "libgomp", "num_threads": 2, "torch": True},
+                              {"user_api": "blas", "internal_api": "openblas",
+                               "prefix": "libscipy_openblas", "num_threads": blas_threads,
+                               "torch": False}],
+                capture={"step_clock": {"phase": ["wait"] * 8, "ms": [40.0] * 8,
+                                        "cpu_wait_ms": [wait_ms] * 8}})
+
+
+def _own_samples(others_cpus: float, n: int = 30) -> dict:
+    """A 2-CPU run's host samples: the training process at 180%, other processes at
+    ``others_cpus`` of a CPU."""
+    t = [i * 0.1 for i in range(n)]
+    core = (180.0 + 100.0 * others_cpus) / 2
+    return {"series": {"host": {"t": t, "cpu_pct": [[core, core] for _ in t],
+                                "proc_cpu_pct": [180.0] * n, "iowait_pct": [0.0] * n}},
+            "marks": {}, "info": {}}
+
+
 def _write(tmp_path: Path, name: str, obj) -> Path:
     import gzip
     import json
@@ -206,10 +231,11 @@ POSITIVE = {
     "CF003": (_conv_net, _ctx(cudnn_benchmark=False, model={"has_conv": True}), "warning"),
     "CF004": (_dataparallel, _ctx(model={"is_dataparallel": True}), "warning"),
     "CF005": (lambda: tb.comm_not_overlapped(world_size=2, backend="gloo"), None, "warning"),
+    "CF007": (_cpu_steps, _pools(), "warning"),
     # run-scope: the factory is a whole run, written as one folder with a trace per rank
     "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
 }
-SAMPLES = {"IN004": _samples(97.0)}
+SAMPLES = {"IN004": _samples(97.0), "CF007": _own_samples(0.02)}
 
 
 def test_every_builtin_rule_has_a_case():
@@ -276,6 +302,31 @@ def test_gc_pauses_healthy_and_frozen(tmp_path):
                                         gc_frozen_objects=250_000))
     (f,) = [f for f in frozen.findings if f.rule == "CF006"]
     assert "gc_freeze" not in f.fixes or any("in place" in h for h in f.hints)
+
+
+def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
+    """CF007 names the process's own pools where the training thread waited for a CPU and
+    other processes took almost none; the workers' prediction is withheld for it, saying
+    so (not "other processes held the CPU"). A busy machine, a pool of one thread, or a
+    wait under 5% of the steps: no CF007."""
+    from diagnose.fixes.findings import ON_A_BUSY_MACHINE, OWN_POOLS
+
+    path = _write(tmp_path, "cpu", tb.dataloader_bound())
+    own = analyze(path, context=_pools(), samples=_own_samples(0.02))
+    (f,) = [f for f in own.findings if f.rule == "CF007"]
+    assert "openblas" in f.message and "2 threads beside torch's 2 on 2 CPUs" in f.message
+    assert 'threadpool_limits(limits={"libscipy_openblas": 1})' in f.fix_code.get(
+        "thread_pools", FIXES["thread_pools"].code)
+    (in001,) = [f for f in own.findings if f.rule == "IN001"]
+    why = in001.predictions["num_workers"]
+    assert isinstance(why, str) and why.startswith(OWN_POOLS) and "CF007" in why
+    busy = analyze(path, context=_pools(), samples=_own_samples(1.5))
+    assert not [f for f in busy.findings if f.rule == "CF007"]
+    (in001,) = [f for f in busy.findings if f.rule == "IN001"]
+    assert str(in001.predictions["num_workers"]).startswith(ON_A_BUSY_MACHINE)
+    for ctx in (_pools(blas_threads=1), _pools(wait_ms=1.0)):
+        quiet = analyze(path, context=ctx, samples=_own_samples(0.02))
+        assert not [f for f in quiet.findings if f.rule == "CF007"]
 
 
 @pytest.mark.parametrize("legacy", [False, True])

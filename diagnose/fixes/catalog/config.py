@@ -201,8 +201,37 @@ for x, y in loader:
 """, category="config", auto=True, change={"gc_freeze": True}, transform=remove_gc_pauses,
     needs="a live capture that timed the collector's pauses")
 
+class ThreadPools(Fix):
+    """The training process's other native thread pool (numpy's BLAS, another OpenMP
+    runtime) held to one thread, torch's own as it is: advice (no model of the turns two
+    pools take; the user measures it)."""
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        n = metrics.get("thread_pool_beside_torch_threads")
+        return ("no thread pool beside torch's has more than one thread"
+                if isinstance(n, int) and n <= 1 else None)
+
+    def for_pool(self, prefix: str) -> str:
+        """The code with the pool the capture found (its library prefix)."""
+        return self.code.replace('"libscipy_openblas"', repr(prefix).replace("'", '"'))
+
+
+THREAD_POOLS = ThreadPools("thread_pools", "Hold the other thread pool in the training process "
+                           "to one thread (threadpoolctl)", """
+# before: numpy's BLAS (or another library's OpenMP) keeps a thread per CPU beside torch's
+# own; both pools spin while they wait for work and take turns on the same CPUs
+for x, y in loader:
+    ...
+# after: that pool held to one thread in this process, torch's threads as they are
+# (or OPENBLAS_NUM_THREADS=1 in the environment, set before numpy is imported)
+from threadpoolctl import threadpool_limits
+threadpool_limits(limits={"libscipy_openblas": 1})  # the pool's library, as the report names it
+for x, y in loader:
+    ...
+""", category="config", needs="a thread pool beside torch's with 2 or more threads")
+
 #: The registered units of this category (a test checks that each one declared is here).
-FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK, GC_FREEZE)
+FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK, GC_FREEZE, THREAD_POOLS)
 
 
 # ---------------------------------------------------------------------- in a trial

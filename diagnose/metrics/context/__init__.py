@@ -19,7 +19,13 @@ from typing import Any
 
 from . import cpu, loading, outcome, settings, step_clock
 from .fields import get
-from .step_clock import UNRELIABLE_SPREAD, clock_note, cpu_wait_holders, unprofiled_step_ms
+from .step_clock import (
+    UNRELIABLE_SPREAD,
+    clock_note,
+    cpu_wait_holders,
+    pool_clash,
+    unprofiled_step_ms,
+)
 
 CATALOG: dict[str, tuple[str, str]] = {
     **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
@@ -41,4 +47,4 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
 
 
 __all__ = ["CATALOG", "UNRELIABLE_SPREAD", "clock_note", "context_metrics",
-           "cpu_wait_holders", "unprofiled_step_ms"]
+           "cpu_wait_holders", "pool_clash", "unprofiled_step_ms"]

@@ -45,6 +45,14 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "optimizer_fused": ("bool", "the optimizer runs a fused kernel"),
     "torch_num_threads": ("count", "torch.get_num_threads() in the training process"),
+    "thread_pool_beside_torch_threads": (
+        "count", "the most threads of a native thread pool loaded in the training process that "
+        "is not torch's own (numpy's BLAS, another OpenMP runtime; threadpoolctl): 0 where "
+        "there is none"),
+    "thread_pool_beside_torch": (
+        "name", "that pool's library and kind, e.g. 'openblas (blas, libscipy_openblas)'"),
+    "thread_pool_beside_torch_prefix": (
+        "name", "that pool's library prefix, as threadpoolctl's threadpool_limits takes it"),
     "cpu_count": ("count", "CPUs the training process may use (os.sched_getaffinity)"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
@@ -84,6 +92,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     fused = get(ctx, "optimizer", "fused_effective")
     out["optimizer_fused"] = as_bool(fused if fused is not None else get(ctx, "optimizer", "fused"))
     out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
+    out.update(_pool_beside_torch(ctx.get("thread_pools")))
     out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
     out["model_param_count"] = as_int(get(ctx, "model", "param_count"))
@@ -93,3 +102,19 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["model_has_conv"] = as_bool(get(ctx, "model", "has_conv"))
     out["torch_version"] = as_str(ctx.get("torch_version"))
     return out
+
+
+def _pool_beside_torch(pools: object) -> dict[str, object]:
+    """The largest native thread pool of the training process that is not torch's own
+    (``thread_pool_beside_torch*``); none recorded: None, none there: 0 threads."""
+    if not isinstance(pools, list):
+        return {}
+    others = [p for p in pools if isinstance(p, dict) and p.get("torch") is False
+              and as_int(p.get("num_threads")) is not None]
+    if not others:
+        return {"thread_pool_beside_torch_threads": 0}
+    top = max(others, key=lambda p: as_int(p.get("num_threads")) or 0)
+    return {"thread_pool_beside_torch_threads": as_int(top.get("num_threads")),
+            "thread_pool_beside_torch": f"{top.get('internal_api')} ({top.get('user_api')}, "
+                                        f"{top.get('prefix')})",
+            "thread_pool_beside_torch_prefix": as_str(top.get("prefix"))}

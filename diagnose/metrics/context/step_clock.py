@@ -383,18 +383,38 @@ def clock_metrics(cap: Any) -> dict[str, object]:
 OTHERS_BUSY_CPUS = 0.5
 
 
+def pool_clash(m: Mapping[str, object]) -> str | None:
+    """Where the training process's own thread pools oversubscribe its CPUs: a pool that is
+    not torch's (``thread_pool_beside_torch``, 2 threads or more) beside torch's threads,
+    more threads than CPUs between them, while other processes took under
+    :data:`OTHERS_BUSY_CPUS`: the words that say so; None otherwise."""
+    pool, n = m.get("thread_pool_beside_torch"), m.get("thread_pool_beside_torch_threads")
+    torch_threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
+    others = m.get("host_cpu_others_cpus")
+    if not (isinstance(n, int) and n >= 2 and isinstance(torch_threads, int)
+            and isinstance(cpus, int) and n + torch_threads > cpus
+            and isinstance(others, float) and others < OTHERS_BUSY_CPUS):
+        return None
+    return (f"the {pool} pool's {n} threads beside torch's {torch_threads} on {cpus} CPUs; "
+            f"other processes took {others:.2f} CPUs")
+
+
 def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
     (whether the machine was busy with other work, the words that say who). A run with
     DataLoader workers beside less than :data:`OTHERS_BUSY_CPUS` of other processes' work
     (``host_cpu_others_cpus``) waited for its own processes: its workers and threads
-    oversubscribe the CPUs, which is the run's doing, not the machine's."""
+    oversubscribe the CPUs, which is the run's doing, not the machine's; so did one whose
+    own thread pools oversubscribe them (:func:`pool_clash`)."""
     others = m.get("host_cpu_others_cpus")
     workers = m.get("workers_count") or m.get("dataloader_num_workers")
     if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
             and workers > 0):
         return False, (f"this run's own processes held (its {workers} DataLoader workers "
                        f"beside it; other processes took {others:.2f} CPUs)")
+    pool = pool_clash(m)
+    if pool is not None:
+        return False, f"this run's own threads held ({pool})"
     ranks = m.get("world_size")
     if isinstance(ranks, int) and ranks >= 2:  # the job's other ranks are not this process's
         return True, "other processes held (this job's other ranks on this host among them)"
