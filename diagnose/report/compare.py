@@ -8,7 +8,8 @@ interval excludes no change, else "within noise". Then the metrics that say most
 speed with their deltas, and the findings of A that are resolved in B, still there, or
 new. The table speaks with the headline's voice: its step-time row is the headline's
 figure with the headline's verdict, and the other step statistics (p90, spread) carry no
-verdict of their own; every other metric is listed once. ``--fail-on-regression PCT`` exits 1 when B's step time is more than PCT percent
+verdict of their own; every other metric is listed once, and where the step time is within
+noise, the window's timed shares and times are too (counts keep their verdicts). ``--fail-on-regression PCT`` exits 1 when B's step time is more than PCT percent
 above A's and the interval says B is slower (for CI).
 
 Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
@@ -76,6 +77,15 @@ _SAME = 0.005  # changes below 0.5% (half a point for fractions) count as unchan
 #: time grew (the step grew around it), so the share then gets no verdict
 _SHARE_OF: dict[str, str] = {"dataloader_share": "dataloader_wait_ms_per_step",
                              "memcpy_pageable_host_frac": "memcpy_pageable_host_ms_per_step"}
+#: the profiled window's timed shares and times (a few steps each): where the headline's
+#: step time is within noise, their changes are too (one capture's window against
+#: another's moved a loader's share by 20 points with the step unchanged); counts keep
+#: their verdicts
+_WINDOW_TIMED = frozenset({"gpu_busy_frac", "dataloader_share", "dataloader_wait_ms_per_step",
+                           "idle_input_frac", "idle_sync_frac", "idle_launch_frac",
+                           "idle_other_frac", "sync_ms_per_step", "memcpy_pageable_host_frac",
+                           "memcpy_pageable_host_ms_per_step", "launch_api_frac",
+                           "comm_exposed_frac"})
 #: step statistics the headline's interval does not speak for: figures, no verdict
 _STEP_STATS = frozenset({"step_time_median_ms", "step_time_p90_ms", "step_time_cv",
                          "step_time_unprofiled_median_ms"})
@@ -95,6 +105,8 @@ class MetricDelta:
     headline: bool = False
     # a share of the step that fell while its time grew: no verdict (see _SHARE_OF)
     step_grew: bool = False
+    # the headline's step time is within noise (see _WINDOW_TIMED)
+    step_same: bool = False
 
     @property
     def delta(self) -> float | None:
@@ -123,6 +135,8 @@ class MetricDelta:
             abs(d) / abs(float(self.a)) if self.a else abs(d))
         if size < _SAME:
             return "same"
+        if self.step_same and self.name in _WINDOW_TIMED:
+            return "within noise"
         return "better" if (d < 0) == (self.better == "lower") else "worse"
 
     def to_json(self) -> dict[str, Any]:
@@ -306,6 +320,9 @@ def compare_reports(a: Analysis, b: Analysis, *,
                for name, better in KEY_METRICS
                if a.metrics.get(name) is not None or b.metrics.get(name) is not None]
     metrics = _with_headline(metrics, step)
+    if step.verdict == "within noise":
+        for m in metrics:
+            m.step_same = True
     by_name = {m.name: m for m in metrics}
     for m in metrics:
         time = by_name.get(_SHARE_OF.get(m.name, ""))

@@ -248,7 +248,8 @@ def test_a_share_that_fell_because_the_step_grew_is_not_better(tmp_path: Path) -
     DataLoader's share fell 26% -> 14% only because the step grew (its wait went 0.84 ->
     0.91 ms, worse). The share gets no verdict; where the wait fell too, it is better."""
     a = analyze(tb.dataloader_bound().write(tmp_path / "a.pt.trace.json.gz"))
-    b = analyze(tb.dataloader_bound().write(tmp_path / "b.pt.trace.json.gz"))
+    b = analyze(tb.dataloader_bound(share=0.6).write(tmp_path / "b.pt.trace.json.gz"))
+    assert compare_reports(a, b).step.verdict == "worse"  # the step grew
     a.metrics.update(dataloader_share=0.261, dataloader_wait_ms_per_step=0.84)
     b.metrics.update(dataloader_share=0.141, dataloader_wait_ms_per_step=0.91)
     rows = {m.name: m for m in compare_reports(a, b).metrics}
@@ -259,6 +260,25 @@ def test_a_share_that_fell_because_the_step_grew_is_not_better(tmp_path: Path) -
     b.metrics.update(dataloader_wait_ms_per_step=0.40)
     rows = {m.name: m for m in compare_reports(a, b).metrics}
     assert rows["dataloader_share"].verdict == "better"
+
+
+def test_the_windows_shares_are_within_noise_where_the_step_is(tmp_path: Path) -> None:
+    """A new user compared two captures of one unchanged job: the step time within noise,
+    the profiled window's loader share +21.6 points and its wait +48% marked "worse". Where
+    the headline's step time is within noise, the window's timed shares and times are too;
+    a count (sync calls a step) keeps its verdict."""
+    path = tb.dataloader_bound().write(tmp_path / "a.pt.trace.json.gz")
+    a, b = analyze(path), analyze(path)
+    a.metrics.update(dataloader_share=0.316, dataloader_wait_ms_per_step=7.92,
+                     sync_calls_per_step=1.0)
+    b.metrics.update(dataloader_share=0.532, dataloader_wait_ms_per_step=11.7,
+                     sync_calls_per_step=4.0)
+    c = compare_reports(a, b)
+    assert c.step.verdict == "within noise"
+    rows = {m.name: m for m in c.metrics}
+    assert rows["dataloader_share"].verdict == "within noise"
+    assert rows["dataloader_wait_ms_per_step"].verdict == "within noise"
+    assert rows["sync_calls_per_step"].verdict == "worse"
 
 
 def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
