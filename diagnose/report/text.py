@@ -415,7 +415,10 @@ def runs_renderables(runs: Runs) -> list[Any]:
 
     out: list[Any] = [Text(runs.summary(), style="bold")]
     for i, r in enumerate(runs.runs, 1):
-        out.append(Rule(escape(f"run {i} of {len(runs.runs)}: {', '.join(r.source)}"),
+        # a folder of run folders gives them newest first (its note says so)
+        newest = " (the newest)" if i == 1 and any(
+            "newest first" in n for n in getattr(r, "notes", None) or ()) else ""
+        out.append(Rule(escape(f"run {i} of {len(runs.runs)}{newest}: {', '.join(r.source)}"),
                         align="left"))
         out.extend(renderables(r))
     return out

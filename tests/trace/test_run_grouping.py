@@ -103,6 +103,12 @@ def test_folder_of_run_folders_gives_one_report_each_newest_first(tmp_path, caps
         assert len(r.ranks) == 1 and not _imbalance(r)
         assert any("holds 3 run folders" in n and "newest first" in n for n in r.notes)
         assert r.metrics["context_available"] is True  # each run reads its own context
+    # the text names the first report the newest (a new user read "run 1 of 14" as the
+    # oldest); loose files given in an order keep it, unnamed
+    rc, out, _ = _cli(capsys, "analyze", str(root))
+    assert rc == 0 and f"run 1 of 3 (the newest): {made[-1]}" in out
+    assert "run 2 of 3: " in out and "(the newest)" not in out.split("run 2 of 3")[1]
+    assert "(the newest)" not in _cli(capsys, "analyze", str(PAGEABLE), str(HEALTHY))[1]
     rc, out, _ = _cli(capsys, "analyze", str(root), "--format", "json")
     doc = json.loads(out)
     assert rc == 0 and len(doc["runs"]) == 3
