@@ -327,6 +327,14 @@ def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
     for ctx in (_pools(blas_threads=1), _pools(wait_ms=1.0)):
         quiet = analyze(path, context=ctx, samples=_own_samples(0.02))
         assert not [f for f in quiet.findings if f.rule == "CF007"]
+    # workers that oversubscribe the CPUs (IN004's) are the likelier holders: the corpus's
+    # 4-6 workers on 2 CPUs, numpy loaded in every process, kept their predictions
+    many = _pools()
+    many["dataloader"] = {**many["dataloader"], "num_workers": 4}
+    workers = analyze(path, context=many, samples=_own_samples(0.02))
+    assert not [f for f in workers.findings if f.rule == "CF007"]
+    assert not any(isinstance(p, str) and p.startswith(OWN_POOLS)
+                   for f in workers.findings for p in f.predictions.values())
 
 
 @pytest.mark.parametrize("legacy", [False, True])

@@ -386,13 +386,16 @@ OTHERS_BUSY_CPUS = 0.5
 def pool_clash(m: Mapping[str, object]) -> str | None:
     """Where the training process's own thread pools oversubscribe its CPUs: a pool that is
     not torch's (``thread_pool_beside_torch``, 2 threads or more) beside torch's threads,
-    more threads than CPUs between them, while other processes took under
-    :data:`OTHERS_BUSY_CPUS`: the words that say so; None otherwise."""
+    more threads than CPUs between them, while the DataLoader's workers leave torch its
+    CPUs (workers that oversubscribe them are the likelier holders: IN004) and other
+    processes took under :data:`OTHERS_BUSY_CPUS`: the words that say so; None otherwise."""
     pool, n = m.get("thread_pool_beside_torch"), m.get("thread_pool_beside_torch_threads")
     torch_threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
     others = m.get("host_cpu_others_cpus")
+    workers = m.get("dataloader_num_workers")
     if not (isinstance(n, int) and n >= 2 and isinstance(torch_threads, int)
             and isinstance(cpus, int) and n + torch_threads > cpus
+            and (workers if isinstance(workers, int) else 0) + torch_threads <= cpus
             and isinstance(others, float) and others < OTHERS_BUSY_CPUS):
         return None
     return (f"the {pool} pool's {n} threads beside torch's {torch_threads} on {cpus} CPUs; "
