@@ -34,6 +34,7 @@ from typing import Any
 
 from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import StepFinder
+from diagnose.capture.samplers import cpu_snapshot, others_cpus
 from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
@@ -176,6 +177,10 @@ class Steps:
         # once at its end (the drain, timed)
         self.sync = sync
         self.drain_ms: float | None = None
+        # what other processes took over the steps after the window (the CPU waits' own
+        # steps; the host samples cover the window only): snapshots at the block's ends
+        self._cpu0: tuple[float, float, float] | None = None
+        self.after_others_cpus: float | None = None
         self.finder = finder if finder is not None else StepFinder()
         self.finder.on_change = self._on_change
         self.after, self.settle, self.extend = after, settle, extend
@@ -382,8 +387,11 @@ class Steps:
             if self._after >= self.settle + self.after and not self._keep_timing():
                 self.done = True
                 self.drain_ms = self._drain()  # the queue the block's steps left behind
+                self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
             elif self._after == self.settle:
                 self._drain()  # the block starts on an empty queue
+            if self._after == max(self.settle, 1) and self._cpu0 is None and not self.done:
+                self._cpu0 = cpu_snapshot()
         elif prof is not None:
             try:
                 prof.step()
@@ -464,6 +472,7 @@ class Steps:
             self.rows.append(self._row(st, "after", now, cpu_wait_ns()))
             self._step = None
         self.drain_ms = self._drain()
+        self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
 
     def _drain(self) -> float | None:
         """Wait for the device's queued work; the ms it took (None without a device)."""

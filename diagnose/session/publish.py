@@ -83,6 +83,9 @@ def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[i
         "step_clock": steps.clock(),
         "step_clock_drain_ms": (None if steps.drain_ms is None
                                 else round(steps.drain_ms, 4)),
+        # other processes' mean CPUs over the steps timed after the window
+        "after_others_cpus": (None if steps.after_others_cpus is None
+                              else round(steps.after_others_cpus, 3)),
         "loader_starts": steps.loader_starts,
         "active_start": prof.active_start if prof is not None else None,
         "active_end": prof.active_end if prof is not None else None,

@@ -554,3 +554,25 @@ def test_stat_read_grows_to_hold_every_cpu() -> None:
         s._stat_size = 16
         assert s._read_stat().keys() == whole.keys()
         assert s._stat_size > 16
+
+
+def test_other_processes_cpus_between_two_snapshots() -> None:
+    """What other processes took between two snapshots: the usable CPUs' busy time less
+    this process's and its descendants' (a child's work counts as the run's own), over the
+    wall time; a real child busy for a while is not "other"."""
+    from diagnose.capture.samplers import cpu_snapshot, others_cpus
+
+    assert others_cpus((0.0, 10.0, 2.0), (2.0, 13.0, 3.5)) == 0.75  # (3 - 1.5) / 2 s
+    assert others_cpus((0.0, 10.0, 2.0), (2.0, 11.0, 3.5)) == 0.0  # never below none
+    assert others_cpus(None, (2.0, 1.0, 1.0)) is None
+    assert others_cpus((1.0, 1.0, 1.0), (1.0, 2.0, 1.0)) is None
+    a = cpu_snapshot()
+    if a is None:
+        pytest.skip("no /proc/stat here")
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt=time.time()\nwhile time.time()-t<0.6: pass"])
+    child.wait()
+    b = cpu_snapshot()
+    assert b is not None and b[2] - a[2] >= 0.3  # the reaped child's CPU is the run's own
+    got = others_cpus(a, b)
+    assert got is not None and got >= 0.0

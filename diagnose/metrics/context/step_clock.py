@@ -113,6 +113,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
         "other processes held (Linux schedstat): how busy the machine was while timing",
     ),
+    "step_others_cpus_unprofiled": (
+        "CPUs", "other processes' mean CPUs over the steps timed after the window (the usable "
+        "CPUs' busy time less the run's own processes', /proc/stat): who held the CPUs the "
+        "training thread waited for then; the host samples cover the window only"),
     "dataloader_wait_unprofiled_ms": (
         "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
     "window_complete": (
@@ -313,6 +317,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
     pace = device_pace_ms(cap)
     drain = as_number(cap.get("step_clock_drain_ms"), finite=False)
     out["step_time_unprofiled_drain_ms"] = drain
+    out["step_others_cpus_unprofiled"] = as_number(cap.get("after_others_cpus"))
     out["step_time_device_paced"] = None if drain is None else pace is not None
     prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
     times = [float(r["ms"]) for r in free]
@@ -383,20 +388,39 @@ def clock_metrics(cap: Any) -> dict[str, object]:
 OTHERS_BUSY_CPUS = 0.5
 
 
+#: a wait for a CPU beyond what other processes explain (their CPUs over the CPUs: a
+#: thread that wants a CPU all the time loses about that share to them), at least this
+#: share of the steps' time, is the run's own pools' (CF007's threshold: 5%, the least
+#: share a rule fires at on the step's time)
+POOL_WAIT_BEYOND = 0.05
+
+
+def others_during_clock(m: Mapping[str, object]) -> object:
+    """Other processes' CPUs while the clock timed the steps whose CPU waits it read: as the
+    clock measured them (``step_others_cpus_unprofiled``), else the host samples' (the
+    window's: a capture made before the clock measured them)."""
+    own = m.get("step_others_cpus_unprofiled")
+    return own if isinstance(own, float) else m.get("host_cpu_others_cpus")
+
+
 def pool_clash(m: Mapping[str, object]) -> str | None:
     """Where the training process's own thread pools oversubscribe its CPUs: a pool that is
     not torch's (``thread_pool_beside_torch``, 2 threads or more) beside torch's threads,
     more threads than CPUs between them, while the DataLoader's workers leave torch its
     CPUs (workers that oversubscribe them are the likelier holders: IN004) and other
-    processes took under :data:`OTHERS_BUSY_CPUS`: the words that say so; None otherwise."""
+    processes took under :data:`OTHERS_BUSY_CPUS` over those same steps (the clock's own
+    measure; the host samples cover another stretch), and the training thread's wait for a
+    CPU exceeds what they explain by :data:`POOL_WAIT_BEYOND`: the words that say so; else
+    None."""
     pool, n = m.get("thread_pool_beside_torch"), m.get("thread_pool_beside_torch_threads")
     torch_threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
-    others = m.get("host_cpu_others_cpus")
-    workers = m.get("dataloader_num_workers")
+    others = m.get("step_others_cpus_unprofiled")  # over the timed steps themselves
+    workers, wait = m.get("dataloader_num_workers"), m.get("step_cpu_wait_unprofiled_share")
     if not (isinstance(n, int) and n >= 2 and isinstance(torch_threads, int)
             and isinstance(cpus, int) and n + torch_threads > cpus
             and (workers if isinstance(workers, int) else 0) + torch_threads <= cpus
-            and isinstance(others, float) and others < OTHERS_BUSY_CPUS):
+            and isinstance(others, float) and others < OTHERS_BUSY_CPUS
+            and isinstance(wait, float) and wait - others / cpus >= POOL_WAIT_BEYOND):
         return None
     return (f"the {pool} pool's {n} threads beside torch's {torch_threads} on {cpus} CPUs; "
             f"other processes took {others:.2f} CPUs")
@@ -406,10 +430,10 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
     (whether the machine was busy with other work, the words that say who). A run with
     DataLoader workers beside less than :data:`OTHERS_BUSY_CPUS` of other processes' work
-    (``host_cpu_others_cpus``) waited for its own processes: its workers and threads
+    (:func:`others_during_clock`) waited for its own processes: its workers and threads
     oversubscribe the CPUs, which is the run's doing, not the machine's; so did one whose
     own thread pools oversubscribe them (:func:`pool_clash`)."""
-    others = m.get("host_cpu_others_cpus")
+    others = others_during_clock(m)
     workers = m.get("workers_count") or m.get("dataloader_num_workers")
     if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
             and workers > 0):
@@ -446,7 +470,7 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
         # a few steps are early ones (warm-up, first batches): they say nothing of the host
         why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), " + (
             "as a few early steps can" if few else
-            "which a profiler cannot do: something else on the machine changed the pace"))
+            "which a profiler cannot do: something else changed the pace"))
     gc_share, gc_max = m.get("gc_pause_share"), m.get("gc_pause_max_ms")
     if isinstance(gc_share, float) and gc_share >= 0.03 and isinstance(gc_max, float):
         why.append(f"Python's garbage collector paused some of them (up to {gc_max:.0f} ms in "
