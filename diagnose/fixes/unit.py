@@ -47,6 +47,9 @@ from ..stepmodel.transforms import GraphChange, Transform, as_transform
 from .code import EXACT_FIELDS, Setup, exact_change, with_imports
 from .config import TrainConfig
 
+#: how a fix without a transform says it is not predicted (the text report words it so)
+NO_MODEL = "no model of what"
+
 #: what a saved trace does not say that the worker and thread fixes read (``Fix.unknown``)
 HOST_CPUS = "how many CPUs the host has"
 
@@ -214,7 +217,7 @@ class Fix:
                        ) -> Prediction | str:
         """:meth:`predict` as every fix does it (a unit that refines it calls this)."""
         if self.transform is None:
-            return f"no model of what {self.id} does to a step"
+            return f"{NO_MODEL} {self.id} does to a step"
         if self.auto:
             changes = [{k: new for k, (_, new) in config.diff(c).items()}
                        for c in self.candidates(config, facts)]

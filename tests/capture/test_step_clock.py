@@ -259,7 +259,7 @@ def test_a_few_early_steps_faster_than_the_profiled_ones_blame_no_machine() -> N
     few = clock_note({**base, "step_time_unprofiled_steps": 2}) or ""
     many = clock_note({**base, "step_time_unprofiled_steps": 40}) or ""
     assert "as a few early steps can" in few and "something else" not in few
-    assert "something else on the machine changed the pace" in many
+    assert "something else changed the pace" in many
 
 
 @pytest.mark.parametrize(("others", "workers", "busy_machine"), [
