@@ -34,7 +34,7 @@ from typing import Any
 
 from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import StepFinder
-from diagnose.capture.samplers import cpu_snapshot, others_cpus
+from diagnose.capture.others import cpu_snapshot, others_cpus
 from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a

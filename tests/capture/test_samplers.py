@@ -560,7 +560,7 @@ def test_other_processes_cpus_between_two_snapshots() -> None:
     """What other processes took between two snapshots: the usable CPUs' busy time less
     this process's and its descendants' (a child's work counts as the run's own), over the
     wall time; a real child busy for a while is not "other"."""
-    from diagnose.capture.samplers import cpu_snapshot, others_cpus
+    from diagnose.capture.others import cpu_snapshot, others_cpus
 
     assert others_cpus((0.0, 10.0, 2.0), (2.0, 13.0, 3.5)) == 0.75  # (3 - 1.5) / 2 s
     assert others_cpus((0.0, 10.0, 2.0), (2.0, 11.0, 3.5)) == 0.0  # never below none
