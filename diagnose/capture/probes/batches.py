@@ -11,7 +11,7 @@ The keys: for a ``batch_size``, runs of consecutive indices (a worker's next bat
 rows it has not touched yet, and no sampler is drawn from). For torch's own samplers (a
 ``BatchSampler`` over a ``RandomSampler`` or a ``SequentialSampler``, or either alone) keys
 of the same kind, random ones from a generator of the probes' own: iterating a random
-sampler permutes the whole dataset (0.8 s for 10 million rows). For any other, the first
+sampler permutes the whole dataset. For any other, the first
 keys a fresh iterator of it gives (a bucketing sampler's batches differ in size, and only
 it knows them), with the RNG states put back (the global ones and those of the torch
 generators the sampler holds: the loop's own order is untouched), drawn once per loader.
