@@ -427,7 +427,8 @@ class Tuner(Budgeted):
         options = micro_batches(cfg)
         if not options:
             raise TuneError("the batch does not fit in memory and the DataLoader has no "
-                            "batch_size autofix can split (custom batch_sampler)")
+                            "batch_size autofix can split (a batch_sampler of its own, or "
+                            "batch_size=None: the batch is made by the sampler or dataset)")
         self.decisions.append(Decision("grad_accumulation", f"batch_size {cfg.batch_size}",
                                        NO_FIT, f"out of memory: {first_error}", "OOM"))
         lo, hi = 1, len(options) - 1  # options[0] is cfg itself: does not fit

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..metrics.context import cpu_wait_holders, pool_clash
+from ..metrics.context import cpu_wait_holders, pool_clash, worker_pool
 from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
@@ -34,6 +34,8 @@ NOT_KNOWN = "not predicted: this run does not say"
 ON_A_BUSY_MACHINE = "not predicted: other processes held the CPU"
 #: a prediction withheld where the process's own thread pools took turns on the CPUs
 OWN_POOLS = "not predicted: this process's own thread pools took turns on the CPUs"
+#: a prediction withheld where the loader's workers each ran a thread pool (IN006)
+WORKER_POOLS = "not predicted: the model counts a DataLoader worker as one thread, and"
 #: a setting whose change moves CPU work though no transform declares it: the workers'
 #: start-up a persistent_workers saving takes off (the transforms declare ``moves_cpu``)
 _STARTUP_WORK = frozenset({"persistent_workers"})
@@ -66,6 +68,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     off.append(x)
             preds[x] = p
         _withheld(preds, metrics, cpu_work)
+        _withheld_for_worker_pools(preds, metrics, cpu_work)
         _order(f, preds, off, {x: u.title for x, u in fixes.items()})
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
@@ -111,6 +114,28 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
            "thread (CF007), then capture again")
     for x, p in preds.items():
         if isinstance(p, Prediction) and cpu_work & set(p.change):
+            preds[x] = why
+
+
+def _withheld_for_worker_pools(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
+                               cpu_work: frozenset[str]) -> None:
+    """No number for a change of CPU work where a DataLoader worker's batch kept a thread
+    pool busy beside its own thread (:func:`~diagnose.metrics.context.worker_pool`) and
+    the workers' threads outnumber the CPUs, as the run is or after the change: the model
+    counts a worker as one thread, so it would under-count what they take from the CPUs.
+    The fix is still offered; the pools' fix (``worker_pools``) comes first."""
+    pool, cpus = worker_pool(metrics), metrics.get("input_worker_batch_cpus")
+    n_cpus, now = metrics.get("cpu_count"), metrics.get("dataloader_num_workers")
+    if pool is None or not isinstance(cpus, float) or not isinstance(n_cpus, int):
+        return
+    why = (f"{WORKER_POOLS} {pool}: hold each worker's pools to one thread (a worker_init_fn "
+           "with threadpool_limits(1)), then capture again")
+    for x, p in preds.items():
+        if not (isinstance(p, Prediction) and cpu_work & set(p.change)):
+            continue
+        after = p.change.get("num_workers", now)
+        if max(now if isinstance(now, int) else 0,
+               after if isinstance(after, int) else 0) * cpus > n_cpus:
             preds[x] = why
 
 
@@ -279,5 +304,5 @@ def range_width(f: Any) -> float:
     return math.inf if p is None or p.range[0] <= 0 else math.log(p.range[1] / p.range[0])
 
 
-__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "SLOWER", "Prediction",
+__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "WORKER_POOLS", "SLOWER", "Prediction",
            "offered", "predict_findings", "range_width", "sort_findings"]

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..console import emit, plain_text
 from ..fixes import FIXES
-from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, offered
+from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS, offered
 from ..fixes.unit import NO_MODEL
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
@@ -233,7 +233,7 @@ def fix_line(f: Any, fid: str) -> str:
     where only a memory what-if predicts, its step time where it gives one."""
     p = f.predictions.get(fid)
     time = prediction_line(p) or (p if isinstance(p, str) and p.startswith(
-        (NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS)) else "")
+        (NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS)) else "")
     if not time and isinstance(p, str) and p.startswith(NO_MODEL):
         time = "not predicted: the step model does not replay this change; time it before and after"
     peak = f.peaks.get(fid)

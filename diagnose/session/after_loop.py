@@ -173,7 +173,7 @@ def _time_capacity(caps: list[tuple[float, float, float]], budget: ProbeBudget,
 
 
 def _time_in_turn(ctx: dict[str, Any], loader: Any, budget: ProbeBudget,
-                  on_error: OnError) -> tuple[float, float, float] | None:
+                  on_error: OnError) -> tuple[float, float, float, float] | None:
     """What a batch costs a worker and this process, timed in turn: with workers, for
     fewer; without, the pace of the timings after the loop against the loop's own fetch
     and collate. Where a worker cannot be forked, the in-process batch alone (not where the
@@ -184,6 +184,7 @@ def _time_in_turn(ctx: dict[str, Any], loader: Any, budget: ProbeBudget,
         ctx["dataloader"]["worker_batch_ms"] = in_turn[0]
         ctx["dataloader"]["inprocess_batch_ms"] = in_turn[1]
         ctx["dataloader"]["worker_batch_cpu_ms"] = in_turn[2]
+        ctx["dataloader"]["worker_batch_cpus"] = in_turn[3]
     elif "batches_in_turn" not in budget.skipped:  # not for want of budget: as costly
         ctx["dataloader"]["inprocess_batch_ms"] = _guard(
             "worker hand-over timing", on_error,
@@ -204,7 +205,7 @@ def _time_handover(ctx: dict[str, Any], batch: Any, budget: ProbeBudget,
 
 
 def _time_worker_batches(ctx: dict[str, Any], loader: Any,
-                         in_turn: tuple[float, float, float] | None,
+                         in_turn: tuple[float, float, float, float] | None,
                          caps: list[tuple[float, float, float]], budget: ProbeBudget,
                          on_error: OnError) -> None:
     """A batch made by forked workers alone and one per CPU at once: the worker's batch

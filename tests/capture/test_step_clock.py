@@ -591,10 +591,10 @@ def test_the_loops_median_loading_leaves_a_paused_step_out() -> None:
     assert m["input_fetch_ms"] > 30  # the mean holds the pause: it is the loop's cost
 
 
-@pytest.mark.parametrize("in_turn", [(7.0, 5.0, 6.5), None])
+@pytest.mark.parametrize("in_turn", [(7.0, 5.0, 6.5, 1.0), None])
 def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        in_turn: tuple[float, float, float] | None,
+        in_turn: tuple[float, float, float, float] | None,
         every_probe: None) -> None:
     """A worker's batch and this process's are timed in turn after the loop, so that a
     busy moment falls on both; where that cannot be timed, the in-process batch is timed alone and the
@@ -611,9 +611,9 @@ def test_the_batches_timed_in_turn_are_the_workers_and_the_in_process_ones(
                   sample_hz=0, print_report=False) as d:
         train(model, opt, loader, d)
     made = load_context(d.run_dir)["dataloader"]
-    want = (7.0, 5.0, 1.5, 6.5) if in_turn else (9.0, 12.5, None, None)
+    want = (7.0, 5.0, 1.5, 6.5, 1.0) if in_turn else (9.0, 12.5, None, None, None)
     assert (made["worker_batch_ms"], made["inprocess_batch_ms"], made["worker_send_ms"],
-            made.get("worker_batch_cpu_ms")) == want
+            made.get("worker_batch_cpu_ms"), made.get("worker_batch_cpus")) == want
 
 
 def test_who_held_the_cpus_the_training_thread_waited_for():

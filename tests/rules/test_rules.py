@@ -181,6 +181,15 @@ def _pools(blas_threads: int = 2, wait_ms: float = 8.0, others: float = 0.02) ->
                          "after_others_cpus": others})
 
 
+def _worker_pools(cpus: float = 1.9, workers: int = 3, cpu_count: int = 2, **loader) -> dict:
+    """A run with ``workers`` DataLoader workers on ``cpu_count`` CPUs whose batch, timed in
+    a forked worker after the loop, kept ``cpus`` CPUs busy (a pool beside its thread)."""
+    return _ctx(dataloader={"num_workers": workers, "persistent_workers": True,
+                            "worker_batch_ms": 40.0, "worker_batch_cpu_ms": 38.0,
+                            "worker_batch_cpus": cpus, **loader},
+                cpu_count=cpu_count, torch_num_threads=cpu_count)
+
+
 def _own_samples(others_cpus: float, n: int = 30) -> dict:
     """A 2-CPU run's host samples: the training process at 180%, other processes at
     ``others_cpus`` of a CPU."""
@@ -233,6 +242,7 @@ POSITIVE = {
     "CF004": (_dataparallel, _ctx(model={"is_dataparallel": True}), "warning"),
     "CF005": (lambda: tb.comm_not_overlapped(world_size=2, backend="gloo"), None, "warning"),
     "CF007": (_cpu_steps, _pools(), "warning"),
+    "IN006": (lambda: tb.dataloader_bound(workers=3), _worker_pools(), "warning"),
     # run-scope: the factory is a whole run, written as one folder with a trace per rank
     "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
 }
@@ -340,6 +350,40 @@ def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
     assert not [f for f in workers.findings if f.rule == "CF007"]
     assert not any(isinstance(p, str) and p.startswith(OWN_POOLS)
                    for f in workers.findings for p in f.predictions.values())
+
+
+def test_pools_in_every_worker(tmp_path):
+    """IN006: a worker's batch kept 1.9 CPUs busy, 3 workers on 2 CPUs, the loop waiting on
+    the loader. Its fix holds each worker's pools to one thread in a worker_init_fn that
+    calls the user's own; the workers' predictions are withheld, saying why. One thread
+    a batch, or workers whose threads fit the CPUs: no IN006, the predictions kept."""
+    from diagnose.fixes.findings import WORKER_POOLS
+
+    path = _write(tmp_path, "loader", tb.dataloader_bound(workers=3))
+    fires = analyze(path, context=_worker_pools(worker_init_fn="seed_worker"))
+    (f,) = [f for f in fires.findings if f.rule == "IN006"]
+    assert "1.9 CPUs" in f.message and "3 such workers on 2 CPUs" in f.message
+    code = f.fix_code.get("worker_pools", FIXES["worker_pools"].code)
+    assert "threadpool_limits(1)" in code and "seed_worker(worker_id)" in code
+    assert "worker_init_fn=one_thread" in code
+    compile(code, "fix", "exec")
+    (in001,) = [f for f in fires.findings if f.rule == "IN001"]
+    withheld = [p for p in in001.predictions.values()
+                if isinstance(p, str) and p.startswith(WORKER_POOLS)]
+    assert withheld and "threadpool_limits(1)" in withheld[0]
+    quiet = analyze(path, context=_worker_pools(cpus=1.0))
+    assert not [f for f in quiet.findings if f.rule == "IN006"]
+    assert not any(isinstance(p, str) and p.startswith(WORKER_POOLS)
+                   for f in quiet.findings for p in f.predictions.values())
+    # one worker's 1.9 CPUs fit 4 CPUs: no IN006; only a change to more workers than
+    # 4 / 1.9 loses its number
+    fits = analyze(path, context=_worker_pools(workers=1, cpu_count=4))
+    assert not [f for f in fits.findings if f.rule == "IN006"]
+    for f in fits.findings:
+        for fid, p in f.predictions.items():
+            if isinstance(p, str) and p.startswith(WORKER_POOLS):
+                change = FIXES[fid].change or {}
+                assert (change.get("num_workers") or 3) * 1.9 > 4, (fid, p)
 
 
 @pytest.mark.parametrize("legacy", [False, True])

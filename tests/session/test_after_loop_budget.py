@@ -43,7 +43,7 @@ def run(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[str]]:
             return value
         return timed
 
-    monkeypatch.setattr(al, "time_batches_in_turn", probe("batches_in_turn", (7.0, 5.0, 6.0)))
+    monkeypatch.setattr(al, "time_batches_in_turn", probe("batches_in_turn", (7.0, 5.0, 6.0, 1.0)))
     monkeypatch.setattr(al, "time_inprocess_batch", probe("inprocess_batch", 5.0))
     monkeypatch.setattr(al, "time_cpu_capacity_span", probe("cpu_capacity", (1.9, 1.7, 2.0)))
     monkeypatch.setattr(al, "time_worker_handover", probe("worker_handover", (1.0, 40.0, 5.0, 9.0)))
@@ -101,7 +101,7 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
         return timed
 
     for fn, name, value in (
-            ("time_batches_in_turn", "batches_in_turn", (7.0, 5.0, 6.0)),
+            ("time_batches_in_turn", "batches_in_turn", (7.0, 5.0, 6.0, 1.0)),
             ("time_cpu_capacity_span", "cpu_capacity", (1.9, 1.7, 2.0)),
             ("time_worker_handover", "worker_handover", (1.0, 40.0, 5.0, 9.0)),
             ("time_threads_and_busy", "threads",

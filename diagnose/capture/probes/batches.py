@@ -19,6 +19,7 @@ generators the sampler holds: the loop's own order is untouched), drawn once per
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import time
@@ -37,13 +38,15 @@ KEYS = 16
 
 @dataclass(frozen=True)
 class LoaderBatches:
-    """The dataset, the collate_fn, the keys of the batches to make (in order) and whether
-    the loader batches automatically (a key is a list of indices)."""
+    """The dataset, the collate_fn, the keys of the batches to make (in order), whether
+    the loader batches automatically (a key is a list of indices), and the loader's
+    ``worker_init_fn`` (what each of its workers runs first)."""
 
     dataset: Any
     collate: Callable[[Any], Any]
     keys: tuple[Any, ...]
     auto: bool
+    worker_init: Callable[[int], Any] | None = None
 
     def key(self, j: int) -> Any:
         """The ``j``-th batch's key (the keys cycle)."""
@@ -111,13 +114,15 @@ def loader_batches(loader: Any, n: int = KEYS) -> LoaderBatches | None:
 
 def forked_batches(loader: Any, n: int = KEYS) -> LoaderBatches | None:
     """:func:`loader_batches` of a loader whose workers are forked (the start method the
-    probes' own workers take); None for any other."""
+    probes' own workers take), with its ``worker_init_fn``; None for any other."""
     ctx = getattr(loader, "multiprocessing_context", None)
     method = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") \
         else "fork"
     if not hasattr(os, "fork") or method != "fork":
         return None
-    return loader_batches(loader, n)
+    b = loader_batches(loader, n)
+    init = getattr(loader, "worker_init_fn", None)
+    return dataclasses.replace(b, worker_init=init) if b is not None and callable(init) else b
 
 
 def torch_keys(source: Any, size: int, n: int) -> tuple[Any, ...] | None:

@@ -17,7 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from .common import SETTLED, out_of_time, timed
+from .common import SETTLED, SLOW_S, out_of_time, timed
 
 #: the Python loop each process of :func:`time_cpu_capacity` runs (5-12 ms on a current
 #: core, a few scheduler ticks): interpreter work, like a DataLoader worker's per-sample
@@ -98,7 +98,9 @@ def capacity_rounds(n: int, work: Callable[[], float], rounds: int
     """(seconds alone, seconds together) of ``rounds`` or more alternating rounds of one
     process and of ``n`` running ``work``: more while cheap (:data:`CAPACITY_S`, within the
     probes' budget: :func:`~.common.out_of_time`) until each side's two least times agree
-    (:func:`least_settled`); None where a child failed."""
+    (:func:`least_settled`); None where a child failed, or where a round's work took
+    longer than :data:`~.common.SLOW_S` alone or twice that together (the work's first
+    timing was quick, the rounds are not: the exit must stay quick)."""
     alone: list[float] = []
     together: list[float] = []
     start = time.perf_counter()
@@ -107,7 +109,7 @@ def capacity_rounds(n: int, work: Callable[[], float], rounds: int
                             or least_settled(alone, together)):
             break
         one, many = concurrent_s(1, work), concurrent_s(n, work)
-        if one is None or many is None:
+        if one is None or many is None or one > SLOW_S or many > 2 * SLOW_S:
             return None
         alone.append(one)
         together.append(many)

@@ -11,11 +11,12 @@ CPU at once, for the CPUs' capacity with the job's own batches as the work.
 from __future__ import annotations
 
 import statistics
+import struct
 import time
 from contextlib import suppress
 from typing import Any
 
-from .batches import forked_batches
+from .batches import LoaderBatches, forked_batches
 from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
 from .common import SLOW_S, cannot_afford, out_of_time, rng_kept, settled, timed
 
@@ -27,8 +28,9 @@ MAX_PAIRS = 15
 PAIRS_S = 0.4
 
 
-def as_worker(ds: Any) -> None:
-    """This (forked) process set up as torch sets up a DataLoader worker."""
+def as_worker(b: LoaderBatches) -> None:
+    """This (forked) process set up as torch sets up a DataLoader worker, the loader's
+    ``worker_init_fn`` run last (it may hold a library's thread pool to one thread)."""
     import gc
 
     import torch
@@ -41,11 +43,13 @@ def as_worker(ds: Any) -> None:
     torch.set_num_threads(1)  # as in a DataLoader worker
     # as in a worker, default_collate writes the batch into shared memory (a new
     # segment per batch, its pages faulted in), which the hand-over then passes on
-    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=ds)
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=b.dataset)
+    if b.worker_init is not None:
+        b.worker_init(0)
 
 
 @timed("batches_in_turn")
-def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
+def time_batches_in_turn(loader: Any) -> tuple[float, float, float, float] | None:
     """What a batch costs a DataLoader worker against what it costs this process, timed in
     turn: one forked process set up as a worker (:func:`as_worker`) and this process make
     the same batch one after the other, a new batch each turn (the loader's 2nd, 3rd, ...
@@ -55,11 +59,14 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
 
     Returns (ms a worker's batch, ms this process's batch: :func:`paired_medians` of the
     turns; ms of the worker's batch on or waiting for a CPU: that share of its time in
-    the turn that wanted a CPU most, the rest waiting on files, the network or a sleep);
-    None where :func:`~.batches.forked_batches` gives None, or for a batch over
-    :data:`~.common.SLOW_S`. The RNG states are put back; the child is gone on return."""
+    the turn that wanted a CPU most, the rest waiting on files, the network or a sleep;
+    the CPUs its batch kept busy: the worker process's CPU time, all its threads, over
+    the batch's time, the median of the turns: above 1 where a library's thread pool
+    worked beside the worker's own thread); None where :func:`~.batches.forked_batches`
+    gives None, or where this process's warm batch took over :data:`~.common.SLOW_S` (a
+    turn over it is the last: the exit must stay quick). The RNG states are put back; the
+    child is gone on return."""
     import os
-    import struct
 
     b = forked_batches(loader)
     if b is None:
@@ -75,10 +82,10 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
         try:
             os.close(go_w)
             os.close(res_r)
-            as_worker(b.dataset)
-            os.write(res_w, struct.pack("dd", *b.make_cpu(0)))
+            as_worker(b)
+            os.write(res_w, _made(b, 0))
             while len(got := os.read(go_r, 4)) == 4 and (j := struct.unpack("i", got)[0]) >= 0:
-                os.write(res_w, struct.pack("dd", *b.make_cpu(j)))
+                os.write(res_w, _made(b, j))
         finally:
             os._exit(0)
     os.close(go_r)
@@ -86,16 +93,18 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     mine: list[float] = []
     theirs: list[float] = []
     cpu: list[float] = []  # the share of the worker's batch on or queued for a CPU, each turn
+    cpus: list[float] = []  # the worker process's CPU time (all threads) over the batch's
 
     def worker_batch(j: int | None) -> float | None:
         if j is not None:
             os.write(go_w, struct.pack("i", j))
-        got = os.read(res_r, 16)
-        if len(got) != 16:
+        got = os.read(res_r, _MADE.size)
+        if len(got) != _MADE.size:
             return None
-        took, used = struct.unpack("dd", got)
+        took, used, process = _MADE.unpack(got)
         if j is not None and took > 0:
             cpu.append(used / took)
+            cpus.append(process / took)
         return float(took)
 
     try:
@@ -117,8 +126,8 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
                 if took is None:
                     return None
                 theirs.append(took)
-                if max(mine[-1], took) > SLOW_S:
-                    return None
+                if max(mine[-1], took) > SLOW_S:  # one slow turn is timing enough
+                    break
     finally:
         with suppress(OSError):  # the child may be gone already
             os.write(go_w, struct.pack("i", -1))
@@ -129,7 +138,22 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float] | None:
     # the turn that wanted a CPU most: a virtual machine's host may take the CPU in a way
     # the guest counts neither as running nor as queued (steal), so CPU work reads low in
     # some turns; loading that waits reads low in all of them
-    return worker_ms, own_ms, round(worker_ms * min(1.0, max(cpu)), 4)
+    return (worker_ms, own_ms, round(worker_ms * min(1.0, max(cpu)), 4),
+            round(statistics.median(cpus), 3))
+
+
+#: what the in-turn worker sends for a batch: seconds; seconds its thread was on or
+#: waiting for a CPU; seconds of CPU time its whole process used (every thread)
+_MADE = struct.Struct("ddd")
+#: the CPU time of this process, every thread of it (s)
+_PROCESS_CPU_S = time.process_time
+
+
+def _made(b: LoaderBatches, j: int) -> bytes:
+    """The ``j``-th batch made in this (worker) process, as :data:`_MADE`."""
+    p0 = _PROCESS_CPU_S()
+    took, used = b.make_cpu(j)
+    return _MADE.pack(took, used, _PROCESS_CPU_S() - p0)
 
 
 def paired_medians(theirs: list[float], mine: list[float]) -> tuple[float, float]:
@@ -161,15 +185,20 @@ def time_worker_batches(loader: Any, cpus: int) -> tuple[float, float] | None:
         """A warm worker's batch: the first one warms the process (imports, caches), the
         second (other samples, whose pages it copies on first touch as a worker does)
         is timed."""
-        as_worker(b.dataset)
+        as_worker(b)
         took = 0.0
         for j in (0, 1):
             took = b.make(j)
         return took
 
+    t0 = time.perf_counter()
     one = concurrent_s(1, batch)
+    # a process's warm-up batch and its timed one: a batch erratic enough (a pool that
+    # spins) to pass quick once and not the next time shows in the two together
+    both = time.perf_counter() - t0
     # a round: the work alone, then one a CPU at once
-    if one is None or one > SLOW_S or cannot_afford(2 * one, CAPACITY_ROUNDS):
+    if (one is None or one > SLOW_S or both > 3 * SLOW_S
+            or cannot_afford(2 * one, CAPACITY_ROUNDS)):
         return None
     cap = work_capacity(n, batch, CAPACITY_ROUNDS)
     return None if cap is None else (round(cap[0] * 1e3, 4), round(cap[1], 3))

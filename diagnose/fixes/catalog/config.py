@@ -1,4 +1,5 @@
-"""Config fixes: settings of the optimizer, zero_grad, cuDNN and the garbage collector.
+"""Config fixes: settings of the optimizer, zero_grad, cuDNN, the garbage collector and the
+native thread pools (the training process's, each DataLoader worker's).
 
 The models: a foreach/fused optimizer collapses per-parameter launches into a few
 multi-tensor ones (its kernels' total time stays); ``set_to_none`` removes the gradient
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ...metrics.context import WORKER_POOL_CPUS
 from ...stepmodel.calibration import (
     ADAM_KERNELS_PER_PARAM,
     FOREACH_MIN_LAUNCHES,
@@ -28,7 +30,7 @@ from ...stepmodel.graph import DEVICE_TASKS, Graph, Tag, TaskKind
 from ...stepmodel.host import loading_ms, loading_pauses, per_step
 from ...stepmodel.prediction import device_only
 from ...stepmodel.transforms import transform
-from ..code import GENERIC_NOTE, Setup, optimizer_call
+from ..code import GENERIC_NOTE, Setup, assign, loader_call, optimizer_call
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation, StepParts
 from ..unit import Facts, Fix
@@ -230,8 +232,44 @@ for x, y in loader:
     ...
 """, category="config", needs="a thread pool beside torch's with 2 or more threads")
 
+
+class WorkerPools(Fix):
+    """Each DataLoader worker's native thread pools held to one thread as it starts (its
+    ``worker_init_fn``; the user's own one still runs): advice (the step model counts a
+    worker as one thread; the user measures it)."""
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        cpus = metrics.get("input_worker_batch_cpus")
+        return (f"a worker's batch kept {cpus:.1f} CPUs busy: no pool works beside its thread"
+                if isinstance(cpus, float) and cpus < WORKER_POOL_CPUS else None)
+
+    def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        theirs = spec.worker_init_fn if spec is not None else None
+        body = ["    threadpool_limits(1)  # BLAS and OpenMP pools (OpenCV: cv2.setNumThreads(1))"]
+        if theirs:
+            body.append(f"    {theirs}(worker_id)  # your own, as before")
+        return "\n".join([
+            "# before: numpy's BLAS (or OpenMP, OpenCV) starts a thread per CPU in every worker;",
+            "# the workers' threads outnumber the CPUs and spin while they wait for work",
+            loader_call(spec, prefix=assign(spec)),
+            "# after: each worker holds its pools to one thread as it starts",
+            "from threadpoolctl import threadpool_limits  # pip install threadpoolctl",
+            "",
+            "",
+            "def one_thread(worker_id):",
+            *body,
+            "",
+            "",
+            loader_call(spec, override={"worker_init_fn": "one_thread"}, prefix=assign(spec))])
+
+
+WORKER_POOLS = WorkerPools("worker_pools", "One thread for each DataLoader worker's native pools "
+                           "(worker_init_fn)", category="config",
+                           needs="DataLoader workers whose batches keep a thread pool busy")
+
 #: The registered units of this category (a test checks that each one declared is here).
-FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK, GC_FREEZE, THREAD_POOLS)
+FIXES = (FOREACH_OPTIMIZER, SET_TO_NONE, CUDNN_BENCHMARK, GC_FREEZE, THREAD_POOLS, WORKER_POOLS)
 
 
 # ---------------------------------------------------------------------- in a trial

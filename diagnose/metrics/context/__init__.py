@@ -19,6 +19,7 @@ from typing import Any
 
 from . import cpu, loading, outcome, settings, step_clock
 from .fields import get
+from .loading import WORKER_POOL_CPUS, worker_pool
 from .step_clock import (
     UNRELIABLE_SPREAD,
     clock_note,
@@ -46,5 +47,5 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     return out
 
 
-__all__ = ["CATALOG", "UNRELIABLE_SPREAD", "clock_note", "context_metrics",
-           "cpu_wait_holders", "pool_clash", "unprofiled_step_ms"]
+__all__ = ["CATALOG", "UNRELIABLE_SPREAD", "WORKER_POOL_CPUS", "clock_note", "context_metrics",
+           "cpu_wait_holders", "pool_clash", "unprofiled_step_ms", "worker_pool"]

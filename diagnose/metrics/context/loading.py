@@ -6,6 +6,7 @@ and the work after it; an epoch's start as the loop met it)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from ...values import as_int, as_number
@@ -23,6 +24,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "of input_worker_batch_ms, the time the worker ran on a CPU or waited for one "
         "(Linux schedstat; else its CPU time); the rest it waited on files, the network or "
         "a sleep: loading that waits needs no CPU of its own, and more workers overlap it"),
+    "input_worker_batch_cpus": (
+        "CPUs", "the CPUs a worker's batch kept busy: the forked worker process's CPU time, "
+        "every thread of it, over the batch's time (median of the in-turn batches); over 1 "
+        "where a library's thread pool (numpy's BLAS, OpenMP, OpenCV) worked beside the "
+        "worker's own thread"),
     "input_worker_start_ms": (
         "ms", "starting one DataLoader worker and taking its first batch (a copy of the "
         "loop's first), timed by the session after the loop"),
@@ -104,6 +110,22 @@ CATALOG: dict[str, tuple[str, str]] = {
 }
 
 
+#: a worker set up as torch sets one up runs its batch on one thread, which keeps at most
+#: one CPU busy (the interpreter's own housekeeping adds a few %): a quarter of a CPU
+#: beyond that is another thread's work, a library's pool (numpy's BLAS, OpenMP, OpenCV)
+WORKER_POOL_CPUS = 1.25
+
+
+def worker_pool(m: Mapping[str, object]) -> str | None:
+    """Where a DataLoader worker's batch keeps :data:`WORKER_POOL_CPUS` or more CPUs busy
+    (``input_worker_batch_cpus``): a thread pool works in every worker beside its own
+    thread, the words that say so; else None."""
+    cpus = m.get("input_worker_batch_cpus")
+    if not isinstance(cpus, float) or cpus < WORKER_POOL_CPUS:
+        return None
+    return f"a worker's batch kept {cpus:.1f} CPUs busy: a thread pool works in each worker"
+
+
 def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     """The :data:`CATALOG` names from a context dict (:func:`input_by_cause` for the
     wait's causes)."""
@@ -116,6 +138,7 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
                       ("input_inprocess_batch_ms", "inprocess_batch_ms"),
                       ("input_worker_batch_ms", "worker_batch_ms"),
                       ("input_worker_batch_cpu_ms", "worker_batch_cpu_ms"),
+                      ("input_worker_batch_cpus", "worker_batch_cpus"),
                       ("input_worker_start_ms", "worker_start_ms"),
                       ("input_worker_fork_ms", "worker_fork_ms"),
                       ("input_worker_stop_ms", "worker_stop_ms")):

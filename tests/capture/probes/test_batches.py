@@ -152,7 +152,7 @@ def test_a_loader_without_automatic_batching_gets_the_probes_after_the_loop():
                         batch_size=None)
     got = time_batches_in_turn(loader)
     assert got is not None
-    worker, mine, on_cpu = got
+    worker, mine, on_cpu, _cpus = got
     assert 4.0 <= worker < 250.0 and 1.0 <= mine < 60.0 and worker > 2 * mine, got
     assert 0.0 <= on_cpu < 0.5 * worker, got
     alone = time_worker_batches(loader, 2)

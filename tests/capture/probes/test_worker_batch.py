@@ -16,6 +16,7 @@ from diagnose.capture.probes.worker_batch import (
     time_batches_in_turn,
     time_worker_batches,
 )
+from diagnose.metrics.context import WORKER_POOL_CPUS
 
 
 def test_a_workers_batch_is_timed_in_forked_processes():
@@ -85,10 +86,10 @@ def test_a_workers_batch_and_this_processs_are_timed_in_turn():
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
     got = time_batches_in_turn(DataLoader(_SlowerInWorkers(), batch_size=4))
     assert got is not None
-    worker, mine, on_cpu = got
+    worker, mine, on_cpu, cpus = got
     assert 16.0 <= worker < 250.0 and 4.0 <= mine < 60.0, got
     # the worker's batch mostly sleeps: its CPU time is a small part of it
-    assert 0.0 <= on_cpu < 0.5 * worker, got
+    assert 0.0 <= on_cpu < 0.5 * worker and 0.0 <= cpus < 0.5, got
     assert worker > 2 * mine, got  # each side timed as its own: 4 ms a sample against 1
     assert torch.get_num_threads() == before and gc.isenabled()
     assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
@@ -143,6 +144,28 @@ def test_batches_over_half_a_second_are_not_timed_in_turn():
     assert ds.made == [0]  # this process made the first batch only
 
 
+class _SlowInWorkers(_Slow):
+    """0.6 s a sample in a DataLoader worker, none in the training process."""
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        from torch.utils.data import get_worker_info
+
+        self.made.append(i)
+        if get_worker_info() is not None:
+            time.sleep(0.6)
+        return torch.zeros(2)
+
+
+def test_a_worker_batch_over_half_a_second_is_timed_once():
+    """A worker's batch over half a second (a pool that spins in every worker, say) is
+    timed in one turn, and that turn is the last: the exit stays quick, and the slow
+    worker is still measured."""
+    ds = _SlowInWorkers()
+    got = time_batches_in_turn(DataLoader(ds, batch_size=1))
+    assert got is not None and got[0] >= 600.0, got
+    assert ds.made == [0, 1]  # the untimed batch and one turn, in this process
+
+
 class _CollectorSlowed(torch.utils.data.Dataset):
     """Each sample takes 50 ms while the garbage collector is on: a stand-in for a full
     collection of the forked heap, which every timing would otherwise meet alike."""
@@ -189,5 +212,45 @@ def test_a_workers_batch_on_a_cpu_against_one_that_waits():
     sliver."""
     got = time_batches_in_turn(DataLoader(_Busy(), batch_size=4))
     assert got is not None
-    worker, _mine, on_cpu = got
+    worker, _mine, on_cpu, cpus = got
     assert 0.8 * worker <= on_cpu <= worker, got
+    # one thread keeps at most one CPU busy (a busy host lowers it): no pool beside it
+    assert cpus < WORKER_POOL_CPUS, got
+
+
+def test_a_pool_beside_a_workers_thread_shows_as_more_than_one_cpu(
+        monkeypatch: pytest.MonkeyPatch):
+    """The CPUs a worker's batch kept busy are its process's CPU time, every thread of it,
+    over the batch's time, the median of the turns: a process clock that runs at twice the
+    wall clock (as two threads busy all through would make it) reads 2 CPUs. The clock is
+    injected (a real pool's share depends on how busy the host is)."""
+    from diagnose.capture.probes import worker_batch
+
+    monkeypatch.setattr(worker_batch, "_PROCESS_CPU_S", lambda: 2 * time.perf_counter())
+    got = time_batches_in_turn(DataLoader(_Busy(), batch_size=4))
+    assert got is not None
+    assert got[3] == pytest.approx(2.0, abs=0.05), got
+
+
+def test_a_workers_batch_runs_the_loaders_worker_init_fn():
+    """The forked worker runs the loader's ``worker_init_fn`` as a DataLoader worker does
+    (one that holds a pool to one thread is then timed with it); this process does not."""
+    seen: list[int] = []
+
+    def init(worker_id: int) -> None:
+        seen.append(worker_id)
+        torch.utils.data.get_worker_info().dataset.inited = True
+
+    class Marks(_Busy):
+        inited = False
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            in_worker = torch.utils.data.get_worker_info() is not None
+            if in_worker and not self.inited:
+                raise RuntimeError("worker_init_fn did not run first")
+            return super().__getitem__(i)
+
+    ds = Marks()
+    got = time_batches_in_turn(DataLoader(ds, batch_size=2, worker_init_fn=init))
+    assert got is not None and seen == [] and not ds.inited
+    assert time_batches_in_turn(DataLoader(ds, batch_size=2)) is None  # it did not run
