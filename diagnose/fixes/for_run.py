@@ -16,6 +16,7 @@ from .catalog.config import THREAD_POOLS
 from .catalog.workers import NUM_WORKERS
 from .code import OptimizerSpec, Setup, with_imports
 from .config import TrainConfig
+from .trainer_args import after_loader_args, elsewhere, trainer_code
 
 
 def run_config(context: dict | None, metrics: Mapping[str, Any]) -> TrainConfig:
@@ -65,4 +66,26 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
                 code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
                 if code is not None:
                     f.fix_code[fid] = code
+        if isinstance(context, dict) and context.get("trainer") == "transformers":
+            _as_training_arguments(f, config)
         f.fix_code = {k: with_imports(v) for k, v in f.fix_code.items()}
+
+
+def _as_training_arguments(f: Any, config: TrainConfig) -> None:
+    """A Hugging Face Trainer's run: each fix of ``f`` as the TrainingArguments it sets (a
+    prediction's exact change, else the settings of the fix's own DataLoader call), else
+    its code headed by where a Trainer user makes it (:mod:`.trainer_args`)."""
+    for fid in f.fixes:
+        code = f.fix_code.get(fid, FIXES[fid].code)
+        p = f.predictions.get(fid)
+        if isinstance(p, Prediction):
+            change: Mapping[str, Any] | None = p.change
+            note = "the change predicted below"
+        else:
+            change = FIXES[fid].change or after_loader_args(code)
+            note = FIXES[fid].title[:1].lower() + FIXES[fid].title[1:]
+        args = trainer_code(config, change, note) if change else None
+        if args is not None:
+            f.fix_code[fid] = args
+        elif "DataLoader(" in code:
+            f.fix_code[fid] = elsewhere(code)

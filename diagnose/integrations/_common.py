@@ -86,11 +86,13 @@ class TrainerCapture:
 
     # ------------------------------------------------------------------ hooks
     def begin(self, model: Any, loader: Any, *, rank_zero: bool,
-              logdir: str | os.PathLike[str] | None) -> None:
+              logdir: str | os.PathLike[str] | None, trainer: str | None = None) -> None:
         """Training starts: open a new session on the loader the trainer iterates.
 
         ``rank_zero``: this process prints the report (the trainer's global rank 0).
         ``logdir``: the trainer's TensorBoard log dir, used unless ``tensorboard=`` was given.
+        ``trainer``: the trainer ("transformers", "lightning"), recorded in context.json
+        (the report writes its fixes in that trainer's settings).
         """
         from diagnose.session import Session
 
@@ -100,6 +102,7 @@ class TrainerCapture:
         if kw.get("tensorboard") is None and logdir is not None:
             kw["tensorboard"] = str(logdir)
         session = Session(model, _base_loader(loader), **kw)
+        session.trainer = trainer
         try:
             session.__enter__()
         except DiagnoseError as e:  # e.g. another diagnose() block is running: train anyway

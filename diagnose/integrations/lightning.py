@@ -60,7 +60,7 @@ class DiagnoseCallback(CallbackBase, *_BASES):  # type: ignore[misc]
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._capture.begin(pl_module, trainer.train_dataloader,
                             rank_zero=trainer.global_rank == 0,
-                            logdir=_tensorboard_dir(trainer))
+                            logdir=_tensorboard_dir(trainer), trainer="lightning")
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

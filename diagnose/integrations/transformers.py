@@ -70,7 +70,7 @@ class DiagnoseCallback(CallbackBase, TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._capture.begin(kwargs.get("model"), kwargs.get("train_dataloader"),
                             rank_zero=bool(state.is_world_process_zero),
-                            logdir=_tensorboard_dir(args))
+                            logdir=_tensorboard_dir(args), trainer="transformers")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._capture.step()

@@ -153,7 +153,7 @@ class Session:
         self.memory = memory
         self.tensorboard = tensorboard  # a log dir (True: diagnose-tb) to write the run into
         self.tensorboard_dir: Path | None = None
-
+        self.trainer: str | None = None  # the trainer whose callback drives it ("transformers")
         self.run_dir: Path | None = None
         self._dist: Any = None  # capture.distributed.DistributedCapture inside a process group
         self.report: Any = None
@@ -463,6 +463,7 @@ class Session:
             info = ctxmod.models_info(found)
             ctx["model"] = None if info is None else {**info, "found": True}
         ctx["gc_frozen_objects"] = frozen_objects()
+        ctx["trainer"] = self.trainer
         return ctx
 
     def _time_after_loop(self, ctx: dict[str, Any], exc: BaseException | None) -> None:

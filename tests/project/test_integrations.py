@@ -322,6 +322,12 @@ def test_trainer_names_the_input_bottleneck(kind: str, tmp_path: Path, capfd: An
     took = time.perf_counter() - t0
     assert_input_bound(cb)
     assert_clean()
+    # the report writes a fix in the trainer's own settings: a Trainer user never wrote
+    # the DataLoader call (a Lightning user did, in train_dataloader())
+    assert load_context(cb.run_dir)["trainer"] == kind
+    (in001,) = [f for f in cb.report.findings if f.rule == "IN001"]
+    code = in001.fix_code.get("num_workers", "")
+    assert ("TrainingArguments(" in code) == (kind == "transformers"), code
     err = capfd.readouterr().err
     assert err.count("torch-diagnose: run folder") == 1  # the report, printed once
     # a few seconds here; a callback that hung or slept out a timeout would take far longer

@@ -65,6 +65,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "torch_version": ("name", "torch.__version__ of the captured run"),
     "gc_frozen_objects": (
         "count", "objects gc.freeze() had moved out of the collector's reach (0: none)"),
+    "run_trainer": (
+        "name", "the trainer whose callback drove the capture ('transformers': Hugging "
+        "Face's Trainer, 'lightning'); None: the user's own loop"),
 }
 
 
@@ -94,6 +97,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["torch_num_threads"] = as_int(ctx.get("torch_num_threads"))
     out.update(_pool_beside_torch(ctx.get("thread_pools")))
     out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
+    out["run_trainer"] = as_str(ctx.get("trainer"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
     out["model_param_count"] = as_int(get(ctx, "model", "param_count"))
     out["model_param_dtype"] = as_str(get(ctx, "model", "param_dtype"))

@@ -448,6 +448,12 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     return True, "other processes held"
 
 
+def _options(m: Mapping[str, object]) -> str:
+    """Where the capture's options go: ``diagnose(...``, or a trainer's callback."""
+    return ("DiagnoseCallback(..., " if m.get("run_trainer") in ("transformers", "lightning")
+            else "diagnose(..., ")
+
+
 def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     """What the report says when the unprofiled step time cannot be trusted, and how to get
     a better one (None when it can, or when there is none). ``rank``: the steps are that
@@ -487,6 +493,6 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     whose = "the" if rank is None else f"rank {rank}'s"
     return (f"{whose} step time without the profiler is unreliable: "
             + "; ".join(why or ["noisy"])
-            + f". For a better figure, time more steps (diagnose(..., clock_steps={more}))"
+            + f". For a better figure, time more steps ({_options(m)}clock_steps={more}))"
             + (" or run when the machine is less busy" if elsewhere else "")
             + "; the profiler's overhead is not stated")
