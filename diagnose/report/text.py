@@ -95,6 +95,10 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
         each = m.get("probes_ms_each")
         if isinstance(each, str) and each:
             window += f" ({each})"
+    close = m.get("capture_profiler_close_ms")
+    if window is not None and isinstance(close, int | float) and close >= 100:
+        window += (f"; the loop waited {close / 1e3:.1f} s as the window ended (the "
+                   "profiler's stop and trace export)")
     if st["median_ms"] is None:
         return "none profiled", None
     if st["measured"] == "as profiled":

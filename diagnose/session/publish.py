@@ -89,6 +89,7 @@ def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[i
         "loader_starts": steps.loader_starts,
         "active_start": prof.active_start if prof is not None else None,
         "active_end": prof.active_end if prof is not None else None,
+        "profiler_close_ms": prof.close_ms if prof is not None else None,
         "ended": time.time(),
         "trace_files": traces,
         **extra,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...values import as_int
+from ...values import as_int, as_number
 from .fields import as_str, get
 
 CATALOG: dict[str, tuple[str, str]] = {
@@ -24,6 +24,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "probes_ms_each": ("name", "each of the session's own timings of the job with its time, "
                        "the longest first, e.g. 'cpu_capacity 1.35 s, threads 0.57 s' "
                        "(those under 5 ms left out)"),
+    "capture_profiler_close_ms": (
+        "ms", "the loop's wait as the profiled window ended: the profiler's stop, its trace "
+        "collected and written (once a capture; a step that long is the tool's, not the "
+        "job's)"),
     "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
                          "probes the capture's time budget cut short, the most of them; a "
                          "prediction that reads the probes is ranged over it too (the busy "
@@ -75,6 +79,7 @@ def outcome_metrics(ctx: dict[str, Any]) -> dict[str, object]:
         out["probes_ms_each"] = ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in each
                                           if v >= 5) or None  # under 0.01 s: not shown
     out["probes_noise_rel"] = probes_noise(ctx)
+    out["capture_profiler_close_ms"] = as_number(get(ctx, "capture", "profiler_close_ms"))
     if "oom" in ctx:  # a capture always writes the key: null means the run did not OOM
         oom = ctx.get("oom")
         out["oom"] = isinstance(oom, dict)
