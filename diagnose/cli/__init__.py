@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from .._version import __version__
@@ -71,12 +72,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_folder_hint(args: argparse.Namespace) -> str:
+    """Where a path given is a file of a run folder that is not its trace (report.json,
+    context.json): the folder, which is what to give."""
+    from ..runfolder import trace_files
+
+    for p in getattr(args, "paths", None) or []:
+        path = Path(p)
+        if (path.is_file() and ".pt.trace.json" not in path.name
+                and (path.parent / "context.json").is_file() and trace_files(path.parent)):
+            return f" ({path.parent} is a run folder: give the folder)"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
     except DiagnoseError as e:
-        print(f"torch-diagnose: error: {e}", file=sys.stderr)
+        print(f"torch-diagnose: error: {e}{_run_folder_hint(args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("torch-diagnose: interrupted", file=sys.stderr)

@@ -148,6 +148,19 @@ def test_one_bad_file_among_good_ones_fails_the_run(tmp_path, capsys):
     assert_one_error_line(err, bad)
 
 
+def test_a_run_folders_own_report_points_at_the_folder(tmp_path, capsys):
+    """report.json of a run folder is no trace: the one line names the folder to give."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "h_1.1.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (run / "context.json").write_text("{}")
+    (run / "report.json").write_text('{"findings": []}')
+    rc, _, err = run_cli(capsys, "analyze", str(run / "report.json"))
+    assert rc == 2
+    assert_one_error_line(err, run / "report.json")
+    assert f"({run} is a run folder: give the folder)" in err
+
+
 def test_subprocess_bad_inputs_show_no_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for case in ("not_json", "truncated_gzip", "missing", "folder_without_traces",
