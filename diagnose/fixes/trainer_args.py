@@ -85,21 +85,22 @@ _LOADER_ARGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_fac
 def after_loader_args(code: str) -> dict[str, str] | None:
     """The settings of :data:`_LOADER_ARGS` in the last ``DataLoader(...)`` call of a
     fix's code (its after), as written there (``min(3, len(os.sched_getaffinity(0)) -
-    1)``); None where the code has no such call, or sets an argument TrainingArguments
-    does not (a sampler, a worker_init_fn of the fix's own)."""
+    1)``), and torch's threads where it calls ``torch.set_num_threads``; None where the
+    code has no DataLoader call."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return None
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Name) and n.func.id == "DataLoader"]
-    if not calls:
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    loaders = [n for n in calls if isinstance(n.func, ast.Name) and n.func.id == "DataLoader"]
+    if not loaders:
         return None
-    last = max(calls, key=lambda n: (n.lineno, n.col_offset))
-    out = {}
-    for kw in last.keywords:
-        if kw.arg in _LOADER_ARGS:
-            out[kw.arg] = ast.unparse(kw.value)
+    last = max(loaders, key=lambda n: (n.lineno, n.col_offset))
+    out = {kw.arg: ast.unparse(kw.value) for kw in last.keywords if kw.arg in _LOADER_ARGS}
+    threads = [n for n in calls if isinstance(n.func, ast.Attribute)
+               and n.func.attr == "set_num_threads" and len(n.args) == 1]
+    if threads:
+        out["intra_op_threads"] = ast.unparse(threads[-1].args[0])
     return out or None
 
 

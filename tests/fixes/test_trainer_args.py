@@ -35,6 +35,8 @@ def test_a_templates_own_loader_settings_are_read_from_its_code():
     """An unpredicted fix's after: the settings its DataLoader call writes, as written."""
     got = after_loader_args(FIXES["num_workers"].code)
     assert got is not None and "num_workers" in got and "sched_getaffinity" in got["num_workers"]
+    split = after_loader_args(FIXES["threads"].code)
+    assert split is not None and "sched_getaffinity" in split["intra_op_threads"]
     assert after_loader_args("torch.set_num_threads(1)") is None
     assert after_loader_args("not python (") is None
 
