@@ -128,8 +128,8 @@ def _withheld_for_worker_pools(preds: dict[str, Prediction | str], metrics: Mapp
     n_cpus, now = metrics.get("cpu_count"), metrics.get("dataloader_num_workers")
     if pool is None or not isinstance(cpus, float) or not isinstance(n_cpus, int):
         return
-    why = (f"{WORKER_POOLS} {pool}: hold each worker's pools to one thread (a worker_init_fn "
-           "with threadpool_limits(1)), then capture again")
+    why = (f"{WORKER_POOLS} {pool}; held to one thread (threadpool_limits(1) in a "
+           "worker_init_fn; OpenCV's own: cv2.setNumThreads(1)), the model predicts again")
     for x, p in preds.items():
         if not (isinstance(p, Prediction) and cpu_work & set(p.change)):
             continue

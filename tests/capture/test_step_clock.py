@@ -648,3 +648,18 @@ def test_a_ranks_clock_note_says_whose_steps_it_read(tmp_path: Path) -> None:
         s._note_clock(ctx, tmp_path)
         assert s.notes and s.notes[0].startswith(starts), s.notes
         assert ctx["capture"]["notes"] == s.notes
+
+
+def test_a_steady_step_timed_on_a_busy_machine_says_so():
+    """A new user's capture beside another process (0.9 CPUs of 2; the training thread
+    waited 40% of the steps for a CPU) read a steady step and printed no note; now it
+    says the step is the busy moment's. A wait for the run's own workers is no busy
+    machine."""
+    m = {"step_time_unprofiled_reliable": True, "step_cpu_wait_unprofiled_share": 0.40,
+         "step_others_cpus_unprofiled": 0.9, "cpu_count": 2, "dataloader_num_workers": 4}
+    from diagnose.metrics.context.step_clock import clock_note
+
+    note = clock_note(dict(m)) or ""
+    assert note.startswith("the steps were timed on a busy machine") and "40%" in note
+    assert clock_note({**m, "step_others_cpus_unprofiled": 0.02}) is None
+    assert clock_note({**m, "step_cpu_wait_unprofiled_share": 0.04}) is None

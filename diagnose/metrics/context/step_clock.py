@@ -448,6 +448,28 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     return True, "other processes held"
 
 
+#: from this share of the timed steps waiting for a CPU other processes held, a steady
+#: step time is still said to be the busy machine's (the share from which a change of CPU
+#: work gets no number: diagnose.fixes.findings.BUSY)
+BUSY_NOTE = 0.10
+
+
+def _busy_note(m: Mapping[str, object], rank: int | None) -> str | None:
+    """A step time the clock found steady, timed while other processes held the CPUs the
+    training thread waited for in :data:`BUSY_NOTE` or more of the steps: the words that
+    say so (the step and the profiler's cost read high); else None."""
+    busy = m.get("step_cpu_wait_unprofiled_share")
+    if not isinstance(busy, float) or busy < BUSY_NOTE:
+        return None
+    elsewhere, holders = cpu_wait_holders(m)
+    if not elsewhere:
+        return None
+    whose = "the" if rank is None else f"rank {rank}'s"
+    return (f"{whose} steps were timed on a busy machine: the training thread waited "
+            f"{busy:.0%} of them for a CPU {holders}; the step time and the profiler's "
+            "overhead are this moment's and read high: capture again when it is quieter")
+
+
 def _options(m: Mapping[str, object]) -> str:
     """Where the capture's options go: ``diagnose(...``, or a trainer's callback."""
     return ("DiagnoseCallback(..., " if m.get("run_trainer") in ("transformers", "lightning")
@@ -459,7 +481,7 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     a better one (None when it can, or when there is none). ``rank``: the steps are that
     rank's own (under torch.distributed the report's headline is over every rank)."""
     if m.get("step_time_unprofiled_reliable") is not False:
-        return None
+        return _busy_note(m, rank)
     n, spread = m.get("step_time_unprofiled_steps"), m.get("step_time_unprofiled_spread")
     why = []
     if isinstance(n, int) and n < MIN_CLOCK_STEPS:
