@@ -5,9 +5,9 @@ single cycle (``repeat=1``): ``wait`` steps untouched, ``warmup`` steps traced
 and thrown away, ``active`` steps recorded. At the end of the active window the
 trace is written as ``<host>_<pid>.<ns>.pt.trace.json.gz`` (the name torch's
 ``tensorboard_trace_handler`` gives it) into the run folder: exported as text, then
-deflated in one call (ISA-L; torch's own gzip export writes it a line at a time, ~10x
-as long, a pause the loop waits through) and the profiler is shut down, so the steps
-after it run with no profiler at all.
+deflated in one call (ISA-L; torch's own gzip export writes it a line at a time, a
+longer pause the loop waits through) and the profiler is shut down, so the steps after
+it run with no profiler at all.
 
 Stopping early (the loop ended, or raised) inside the active window still
 writes the steps recorded so far (torch's exit transition calls the handler).

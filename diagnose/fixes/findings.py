@@ -304,5 +304,6 @@ def range_width(f: Any) -> float:
     return math.inf if p is None or p.range[0] <= 0 else math.log(p.range[1] / p.range[0])
 
 
-__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "WORKER_POOLS", "SLOWER", "Prediction",
-           "offered", "predict_findings", "range_width", "sort_findings"]
+__all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "SLOWER",
+           "WORKER_POOLS", "Prediction", "offered", "predict_findings", "range_width",
+           "sort_findings"]
