@@ -35,6 +35,9 @@ from .trial import TuneError, Workload, fits
 
 #: the TrainConfig fields whose change moves CPU work between torch's threads and workers
 CPU_FIELDS = frozenset({"num_workers", "intra_op_threads"})
+#: a trial's mean steps' ratio this far (|log|, about 10%) from its paired speedup is
+#: stated beside it: the two then tell different stories, and the ms column shows the means
+UNEVEN = 0.1
 
 
 
@@ -342,6 +345,10 @@ class Tuner(Budgeted):
             reason += f"; first step (compile) {c.setup_s:.1f} s, {pays}"
         if again is not None:
             reason += f"; {again}"
+        if c.base_ms and c.cand_ms and abs(math.log(c.base_ms / c.cand_ms / iv.ratio)) > UNEVEN:
+            # the ms are the arms' mean steps, where one slow round weighs by its length
+            reason += (f"; the mean steps give {c.base_ms / c.cand_ms:.2f}x: the speedup pairs "
+                       "the rounds, each counting once, and the rounds were uneven")
         off = disagreement(pred, iv)
         if off is not None:
             reason += f"; {off}"

@@ -408,8 +408,19 @@ def run_autofix(args: argparse.Namespace) -> int:
                      memory_budget=budget)
     tr.print(console)
     console.print(f"run folder: {run_dir}", style="dim")
+    for sub in _diagnoses(run_dir):  # the capture whose findings named the fixes tried
+        console.print(f"the diagnosis whose findings named these fixes: torch-diagnose "
+                      f"analyze {sub}", style="dim")
     _write_outputs(outputs, tr, run_dir)
     return 0
+
+
+def _diagnoses(run_dir: Path) -> list[Path]:
+    """The run folders of the captures autofix made under ``run_dir`` (its diagnosis)."""
+    try:
+        return sorted(p for p in run_dir.iterdir() if (p / "report.json").is_file())
+    except OSError:
+        return []
 
 
 __all__ = ["add_parser", "load_target", "memory_budget", "run_autofix", "run_demo"]

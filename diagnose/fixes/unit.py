@@ -195,7 +195,7 @@ class Fix:
             return None
         code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
-        rest = [f"{', '.join(f'{k}={v}' for k, v in c)} {sp:.2f}x" for c, sp in others
+        rest = [f"{', '.join(f'{k}={v}' for k, v in c)}: {sp:.2f}x" for c, sp in others
                 if dict(c) != dict(change)]
         advised = next((sp for c, sp in others if dict(c) == dict(change)), None)
         # a config predicted faster than the advice tied with it (_with_headroom)
@@ -203,7 +203,8 @@ class Fix:
                                            if dict(c) != dict(change))
         why = (" (within the model's error of the advice, which leaves the loader the most "
                "time between batches)") if tied else ""
-        return code + (f"\n# also predicted: {'; '.join(rest)}{why}" if rest else "")
+        return code + (f"\n# also predicted, against the step as it is: {'; '.join(rest)}{why}"
+                       if rest else "")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts

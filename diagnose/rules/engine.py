@@ -161,7 +161,7 @@ class Finding:
         capped = _cap(self.category, own, self.estimated_gain)
         self.graded_down_from = own if capped != own else None
         if capped != own:
-            self.hints.append(f"{capped}: graded down from {own}, {self.estimated_gain:.1%} of "
+            self.hints.append(f"{capped}: graded down from {own}, {_share(self.estimated_gain)} of "
                               f"step time at stake by {by}")
         self.severity = capped
 
@@ -397,6 +397,14 @@ def _not_evaluated(rule: str, e: MissingMetric, metrics: Mapping[str, Any]) -> N
     return NotEvaluated(rule, reason, cause)
 
 
+def _share(gain: float) -> str:
+    """A gain as a percentage that never reads as a grade's threshold it is below (0.0198
+    is "1.98%", not "2.0%", beside "warning needs >= 2%")."""
+    text = f"{gain:.1%}"
+    below = [t for t in (WARNING_GAIN, CRITICAL_GAIN) if gain < t <= float(text[:-1]) / 100]
+    return f"{gain:.2%}" if below else text
+
+
 def _cap(category: str, severity: str, gain: float | None) -> str:
     """The grade the time at stake allows (see the module doc)."""
     if category in UNCAPPED:
@@ -486,7 +494,7 @@ def evaluate(
         graded_from = None
         if capped != severity:
             graded_from = severity
-            at_stake = (f"{gain:.1%} of step time at stake" if gain is not None else no_gain)
+            at_stake = (f"{_share(gain)} of step time at stake" if gain is not None else no_gain)
             need, grade = ((CRITICAL_GAIN, "critical") if capped == "warning"
                            else (WARNING_GAIN, "warning"))
             hints.append(f"{capped}: graded down from {severity}, {at_stake} "

@@ -254,8 +254,21 @@ def _json_error(path: Path, e: Exception) -> TraceError:
         return TraceError(path, f"not valid UTF-8 text (byte {e.start})")
     if isinstance(e, RecursionError):
         return TraceError(path, "JSON nested too deeply")
+    if path.name.endswith(".gz") and not _gzipped(path):
+        return TraceError(path, "named .gz but not gzip-compressed, and not JSON either: a "
+                                "trace is torch.profiler's JSON export (.json or .json.gz)")
     return TraceError(path, f"not valid JSON ({_short(e)}); a trace is torch.profiler's "
                             "JSON export (.json or .json.gz)")
+
+
+def _gzipped(path: Path) -> bool:
+    """Whether the file starts as gzip does (unreadable now: said to be, so that the JSON
+    error stands)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return True
 
 
 def _decode_lenient(data: bytes, path: Path) -> Decoded:

@@ -376,6 +376,36 @@ def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> Non
     assert r.loader.num_workers == 0 and r.bound is not None and r.tuned_ms is not None
 
 
+def test_uneven_rounds_say_why_the_ms_and_the_speedup_differ(monkeypatch) -> None:
+    """A trial's ms are the arms' mean steps and its speedup pairs the rounds: where a
+    slow round pulls the means apart from the paired ratio, the reason says so; where
+    they agree, nothing is added."""
+    from diagnose.autofix import runner as tune
+    from diagnose.autofix.stats import Interval
+
+    given = [(176.0, 91.3, Interval(1.29, 0.60, 2.76, 0.95)),
+             (10.0, 9.9, Interval(1.02, 0.98, 1.06, 0.95))]
+
+    def fake_compare(self, a, b, label, *, rounds=None, bound=False, confirm=None,
+                     deadline=None):
+        return tune.Comparison(*given[0], 6, 12), None
+
+    monkeypatch.setattr(tune._Tuner, "compare", fake_compare)
+    model = make_model()
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["num_workers"],
+                plan=QUICK, max_trials=1)
+    (d,) = [d for d in r.decisions if d.fix == "num_workers"]
+    assert "the mean steps give 1.93x" in d.reason, d.reason
+    given.pop(0)  # the means agree with the pairs: nothing more is said
+    r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["num_workers"],
+                plan=QUICK, max_trials=1)
+    (d,) = [d for d in r.decisions if d.fix == "num_workers"]
+    assert "mean steps" not in d.reason and "no gain shown" in d.reason, d.reason
+
+
 def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
     """6 workers on 2 usable CPUs, each batch a cheap slice of a tensor: worker processes
     only add inter-process transfer. IN004 names num_workers_cap, IN001 num_workers: one

@@ -58,6 +58,8 @@ def test_autofix_command(tmp_path: Path, capsys) -> None:
     assert json.loads((run / "autofix.json").read_text()) == data
     printed = capsys.readouterr().out
     assert "autofix decisions" in printed and str(run) in printed
+    # fixes given: no diagnosis was made, so none is pointed to
+    assert not [p for p in run.iterdir() if p.is_dir()] and "the diagnosis" not in printed
     rc = cli.main(["autofix", f"{src}:make", "--quick", "--fixes", "set_to_none",
                    "-o", str(txt), "--out-dir", str(runs)])
     assert rc == 0
@@ -228,3 +230,17 @@ def test_a_job_that_fails_as_it_is_made_is_one_line(tmp_path: Path, capsys, body
     assert cli.main(["autofix", f"{src}:make_job"]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_diagnosis_autofix_made_is_named(tmp_path: Path) -> None:
+    """Autofix's own capture is a run folder inside its run folder: the command points to
+    it, so that the findings its table names (the "by" column) can be read."""
+    from diagnose.cli.autofix import _diagnoses
+
+    run = tmp_path / "run"
+    (run / "20261130-222535-705").mkdir(parents=True)
+    (run / "20261130-222535-705" / "report.json").write_text("{}")
+    (run / "empty").mkdir()
+    (run / "autofix.json").write_text("{}")
+    assert _diagnoses(run) == [run / "20261130-222535-705"]
+    assert _diagnoses(tmp_path / "gone") == []

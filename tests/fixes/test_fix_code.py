@@ -285,7 +285,8 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     code = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
                                                     {"num_workers": 0}, weighed)
     assert code is not None and "num_workers=0" in code.split("# after", 1)[1]
-    assert code.endswith("# also predicted: num_workers=2 1.05x; num_workers=1 1.04x")
+    assert code.endswith("# also predicted, against the step as it is: num_workers=2: 1.05x; "
+                         "num_workers=1: 1.04x")
     alone = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
                                                      {"num_workers": 0})
     assert alone is not None and "also predicted" not in alone
@@ -296,8 +297,8 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     code = FIXES["threads"].code_for_change(None, TrainConfig(num_workers=3),
                                             {"num_workers": 2, "intra_op_threads": 1}, weighed)
     assert code is not None and code.endswith(
-        "# also predicted: num_workers=1, intra_op_threads=1 1.40x (within the model's error "
-        "of the advice, which leaves the loader the most time between batches)")
+        "# also predicted, against the step as it is: num_workers=1, intra_op_threads=1: "
+        "1.40x (within the model's error of the advice, which leaves the loader the most time between batches)")
 
 
 def test_a_saved_trace_with_workers_is_not_told_it_has_none(tmp_path) -> None:

@@ -77,6 +77,19 @@ def test_severity_is_capped_by_the_gain(tmp_path, gain, category, want):
         assert f.graded_down_from is None and f.to_json()["graded_down_from"] is None
 
 
+@pytest.mark.parametrize(("gain", "want", "shown"), [
+    ("0.0198", "info", "1.98%"),      # "2.0%" would read as the 2% a warning needs
+    ("0.1496", "warning", "14.96%"),  # and "15.0%" as the 15% a critical needs
+    ("0.0123", "info", "1.2%"),
+])
+def test_a_gain_just_below_a_threshold_does_not_read_as_it(tmp_path, gain, want, shown):
+    rules = load_rule_file(_rule(tmp_path, USER_RULE.format(gain=gain, category="input")))
+    (f,), _ = evaluate(rules, {"step_time_mean_ms": 10.0})
+    assert f.severity == want and f"{shown} of step time at stake" in f.hints[-1], f.hints
+    f.take_gain(float(gain))  # the same wording where a prediction grades it
+    assert f.severity == want and f"{shown} of step time at stake" in f.hints[-1], f.hints
+
+
 def test_thresholds_are_the_documented_ones():
     assert (WARNING_GAIN, CRITICAL_GAIN) == (0.02, 0.15)
     readme = (Path(__file__).parents[2] / "README.md").read_text()

@@ -454,3 +454,15 @@ def test_sparse_column_reads_like_the_dense_one():
     assert col[4] == 40.0 and np.isnan(col[3]) and col[-1] == 90.0
     empty = SparseColumn(np.zeros(0, np.int64), np.zeros(0), 3)
     assert np.isnan(empty[np.arange(3)]).all() and empty.nbytes == 0
+
+
+def test_a_gz_name_on_bytes_that_are_not_gzip_says_so(tmp_path):
+    """Random bytes named .json.gz: the name promised gzip, so the message says it is not,
+    rather than pointing at a JSON character; gzipped garbage keeps the JSON message."""
+    p = tmp_path / "run.pt.trace.json.gz"
+    p.write_bytes(bytes(range(7, 250)) * 3)
+    with pytest.raises(TraceError, match="named .gz but not gzip-compressed, and not JSON"):
+        read_trace(p)
+    p.write_bytes(gzip.compress(b"\x00\x01 this is no json"))
+    with pytest.raises(TraceError, match="not valid JSON"):
+        read_trace(p)
