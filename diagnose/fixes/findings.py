@@ -80,7 +80,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 for p in preds.values()):
             _, holders = cpu_wait_holders(metrics)
             f.hints.append(
-                f"predicted beside the run's own busy workers: the training thread waited "
+                f"predicted beside the run's own use of the CPUs: the training thread waited "
                 f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
                 f"threads changes that wait too ({_measure(metrics)})")
 

@@ -227,7 +227,7 @@ def test_a_busy_machine_withholds_predictions_of_cpu_work(tmp_path, busy: float)
     own = {**facts, "workers_count": 6, "host_cpu_others_cpus": 0.2}
     predict_findings([g], Predictor(m, Facts.from_metrics(own)), TrainConfig(), own, FIXES)
     assert isinstance(g.predictions["num_workers"], Prediction)
-    said = [h for h in g.hints if h.startswith("predicted beside the run's own busy workers")]
+    said = [h for h in g.hints if h.startswith("predicted beside the run's own use of the CPUs")]
     assert len(said) == (busy >= BUSY)
     assert not said or "this run's own processes held (its 6 DataLoader workers" in said[0]
     assert not said or said[0].endswith("(autofix measures it)")
