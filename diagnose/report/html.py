@@ -90,9 +90,11 @@ def _evidence(f: Finding) -> Markup:
               el("tbody", rows), class_="evidence")
 
 
-def _fixes(f: Finding) -> Markup | None:
+def _fixes(f: Finding, trainer: bool = False) -> Markup | None:
     """The finding's fixes, those the text offers first (:func:`offered`: none predicted
-    slower, none that does not apply), the rest after them, marked "not offered"."""
+    slower, none that does not apply), the rest after them, marked "not offered". Under a
+    trainer (``trainer``) no fix is badged for autofix: the trainer builds the loader and
+    the optimizer autofix would change, and the fixes are written as its arguments."""
     shown = offered(f)
     known = [FIXES[x] for x in [*shown, *(x for x in f.fixes if x not in shown)]
              if x in FIXES]
@@ -107,14 +109,14 @@ def _fixes(f: Finding) -> Markup | None:
                            el("span", fix_line(f, fix.id), class_="muted")
                            if fix_line(f, fix.id) else None, " ",
                            el("span", "autofix can apply", class_="badge auto")
-                           if fix.auto else None),
+                           if fix.auto and not trainer else None),
                         el("pre", el("code", f.fix_code.get(fix.id, fix.code),
                                       class_="language-python")),
                         open=i == 0 and fix.id in shown, class_="fix", data_fix=fix.id))
     return text(el("h4", "Fix" if len(known) == 1 else f"Fixes ({len(known)})"), items)
 
 
-def _finding(f: Finding) -> Markup:
+def _finding(f: Finding, trainer: bool = False) -> Markup:
     gain = (el("span", f"fixing it could save up to {f.estimated_gain:.0%} of step time",
                class_="gain") if f.estimated_gain else None)
     return el(
@@ -126,7 +128,7 @@ def _finding(f: Finding) -> Markup:
         el("ul", [el("li", h) for h in f.hints], class_="hints") if f.hints else None,
         el("p", "ranks: ", ", ".join(map(str, f.ranks)), class_="muted") if f.ranks else None,
         el("h4", "Evidence"), _evidence(f),
-        _fixes(f),
+        _fixes(f, trainer),
         el("p", el("code", f"torch-diagnose rules {f.rule}"),
            " explains what the rule detects, why it costs time and its known false positives.",
            class_="muted"),
@@ -138,8 +140,9 @@ def findings_section(report: Analysis) -> Markup:
     if not report.findings:
         body: Child = el("p", no_findings(report.metrics), class_="message")
     else:
-        body = [_finding(f) for f in sorted(report.findings,
-                                            key=lambda f: -severity_rank(f.severity))]
+        trainer = report.metrics.get("run_trainer") in ("transformers", "lightning")
+        body = [_finding(f, trainer) for f in sorted(report.findings,
+                                                     key=lambda f: -severity_rank(f.severity))]
     return el("section", el("h2", f"Findings ({len(report.findings)})"), body, id="findings")
 
 

@@ -58,6 +58,10 @@ def test_a_trainer_runs_findings_are_fixed_in_its_arguments(tmp_path):
     for f in hf.findings:
         for fid, text in f.fix_code.items():
             assert "DataLoader(" not in text or text.startswith(ELSEWHERE), (fid, text)
+    # the page badges no fix for autofix: the Trainer builds what autofix would change
+    from diagnose.report.html import render_html
+
+    assert "badge auto" in render_html(plain) and "badge auto" not in render_html(hf)
 
 
 def test_the_clock_note_names_the_callback_of_a_trainers_run():

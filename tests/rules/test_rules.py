@@ -386,6 +386,17 @@ def test_pools_in_every_worker(tmp_path):
                 assert (change.get("num_workers") or 3) * 1.9 > 4, (fid, p)
 
 
+def test_in006_fires_where_the_predictions_are_withheld():
+    """IN006's threshold is the one the workers' predictions are withheld from (and the
+    fix's in-place check reads): a rule that fired below it would offer a fix beside
+    predictions that still stand, one above it would withhold them unexplained."""
+    from diagnose.metrics.context import WORKER_POOL_CPUS
+    from diagnose.rules.engine import builtin_rules
+
+    (rule,) = [r for r in builtin_rules() if r.id == "IN006"]
+    assert f"input_worker_batch_cpus >= {WORKER_POOL_CPUS}" in rule.when.src
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_healthy_run_has_nothing_at_warning(tmp_path, legacy):
     path = _write(tmp_path, "healthy", tb.healthy(legacy=legacy))
