@@ -44,7 +44,7 @@ from diagnose.capture.samplers import (
 from diagnose.capture.steps import EXTEND, Steps, settle_steps
 from diagnose.errors import CaptureError
 from diagnose.memory.inplace import InPlaceStep
-from diagnose.metrics.context import clock_note, context_metrics
+from diagnose.metrics.context import clock_note, context_metrics, load_shift_note
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
 from diagnose.session.after_loop import memory_after_loop, time_after_loop
@@ -534,11 +534,11 @@ class Session:
         """An unprofiled figure too noisy to trust, into the notes (the session's and the
         capture section's); who held the CPUs its steps waited for (the run's own workers,
         or other work) comes from the samples."""
-        note = clock_note({**context_metrics(ctx), **self._load_metrics(run_dir)},
-                          rank=getattr(self._dist, "rank", None))
-        if note is not None:
-            self.notes.append(note)
-            ctx["capture"]["notes"].append(note)
+        m = {**context_metrics(ctx), **self._load_metrics(run_dir)}
+        for note in (clock_note(m, rank=getattr(self._dist, "rank", None)), load_shift_note(m)):
+            if note is not None:
+                self.notes.append(note)
+                ctx["capture"]["notes"].append(note)
 
 
 #: a bound on the baseline capture's steps, past what the session's own plan can ask

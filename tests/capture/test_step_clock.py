@@ -675,3 +675,27 @@ def test_a_steady_step_timed_on_a_busy_machine_says_so():
     assert note.startswith("the steps were timed on a busy machine") and "40%" in note
     assert clock_note({**m, "step_others_cpus_unprofiled": 0.02}) is None
     assert clock_note({**m, "step_cpu_wait_unprofiled_share": 0.04}) is None
+
+
+def test_a_load_that_moved_during_the_capture_is_said(tmp_path: Path) -> None:
+    """Other processes took 1.00 CPUs while the window was profiled and 0.30 while the
+    steps after it were timed (a new user's capture beside a test suite that ended half
+    way: 3,145 ms profiled steps against a 152 ms step): the session's notes say the two
+    come from different loads. A steady load, or one figure missing: nothing."""
+    from diagnose.metrics.context import load_shift_note
+    from diagnose.session.lifecycle import Session
+
+    moved = {"host_cpu_others_cpus": 0.998, "step_others_cpus_unprofiled": 0.303}
+    note = load_shift_note(moved)
+    assert note is not None and "took 1.00 CPUs while the window was profiled and 0.30" in note
+    assert load_shift_note({**moved, "host_cpu_others_cpus": 0.7}) is None  # under 0.5 apart
+    assert load_shift_note({"step_others_cpus_unprofiled": 0.303}) is None
+    phase = ["wait"] * 4 + ["active"] * 2 + ["settle"] + ["after"] * 6
+    s = Session.__new__(Session)
+    s._dist, s._sampler_thread, s.notes = None, None, []
+    s._load_metrics = lambda run_dir: {"host_cpu_others_cpus": 0.998}  # the window's samples
+    ctx = {"capture": {**_cap(phase, [90.0, 10.0, 10.5, 10.2, 30.0, 31.0, 80.0] + [10.1] * 6),
+                       "after_others_cpus": 0.303}}
+    s._note_clock(ctx, tmp_path)
+    assert [n for n in s.notes if n.startswith("the machine's load changed")], s.notes
+    assert ctx["capture"]["notes"] == s.notes

@@ -24,6 +24,7 @@ from .step_clock import (
     UNRELIABLE_SPREAD,
     clock_note,
     cpu_wait_holders,
+    load_shift_note,
     pool_clash,
     unprofiled_step_ms,
 )
@@ -48,4 +49,4 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
 
 
 __all__ = ["CATALOG", "UNRELIABLE_SPREAD", "WORKER_POOL_CPUS", "clock_note", "context_metrics",
-           "cpu_wait_holders", "pool_clash", "unprofiled_step_ms", "worker_pool"]
+           "cpu_wait_holders", "load_shift_note", "pool_clash", "unprofiled_step_ms", "worker_pool"]

@@ -488,6 +488,20 @@ def _busy_note(m: Mapping[str, object], rank: int | None) -> str | None:
             "overhead are this moment's and read high: capture again when it is quieter")
 
 
+def load_shift_note(m: Mapping[str, object]) -> str | None:
+    """Where other processes' work moved by :data:`OTHERS_BUSY_CPUS` or more between the
+    profiled window (the host samples) and the steps timed after it (the clock's own
+    measure): the words that say the two were timed under different loads; else None."""
+    window, after = m.get("host_cpu_others_cpus"), m.get("step_others_cpus_unprofiled")
+    if not (isinstance(window, float) and isinstance(after, float)
+            and abs(window - after) >= OTHERS_BUSY_CPUS):
+        return None
+    return (f"the machine's load changed during the capture: other processes took "
+            f"{window:.2f} CPUs while the window was profiled and {after:.2f} while the "
+            "steps after it were timed, so the profiled steps and the step time without the "
+            "profiler come from different loads: capture again when it is steady")
+
+
 def _options(m: Mapping[str, object]) -> str:
     """Where the capture's options go: ``diagnose(...``, or a trainer's callback."""
     return ("DiagnoseCallback(..., " if m.get("run_trainer") in ("transformers", "lightning")
