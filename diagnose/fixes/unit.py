@@ -49,6 +49,8 @@ from .config import TrainConfig
 
 #: how a fix without a transform says it is not predicted (the text report words it so)
 NO_MODEL = "no model of what"
+#: how the model says it cannot predict a fix for this run, and why (the report shows why)
+CANNOT_TELL = "cannot tell:"
 
 #: what a saved trace does not say that the worker and thread fixes read (``Fix.unknown``)
 HOST_CPUS = "how many CPUs the host has"

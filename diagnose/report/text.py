@@ -17,7 +17,7 @@ from rich.text import Text
 from ..console import emit, plain_text
 from ..fixes import FIXES
 from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS, offered
-from ..fixes.unit import NO_MODEL
+from ..fixes.unit import CANNOT_TELL, NO_MODEL
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.epochs import epoch_start_ms
@@ -240,6 +240,8 @@ def fix_line(f: Any, fid: str) -> str:
         (NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS)) else "")
     if not time and isinstance(p, str) and p.startswith(NO_MODEL):
         time = "not predicted: the step model does not replay this change; time it before and after"
+    elif not time and isinstance(p, str) and p.startswith(CANNOT_TELL):  # and the reason why
+        time = f"not predicted: {p[len(CANNOT_TELL):].lstrip()}"
     peak = f.peaks.get(fid)
     mem = peak_line(peak)
     if mem and not time and isinstance(peak.get("step_ms"), int | float):
@@ -273,7 +275,7 @@ class FixPanel(Panel):
 
 def _fix_panels(report: Analysis) -> list[Panel | Text]:
     panels: list[Panel | Text] = []
-    shown: set[str] = set()
+    shown: dict[str, str] = {}  # a panel's fix -> the rule it was shown for
     codes: dict[str, str] = {}  # a panel's code -> the rule it was shown for
     shown_for: dict[str, Any] = {}  # a panel's fix -> its finding
     for f in report.findings:
@@ -282,9 +284,13 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
         # the first fix to try, none predicted to slow the job (its hint says so);
         # `torch-diagnose rules ID` has the rest
         for fid in offered(f)[:1]:
-            if fid in shown or fid not in FIXES:
+            if fid in shown:  # said, so that a warning never ends without its fix
+                panels.append(Text(f"{f.rule} fix: {fix_title(f, fid)}, as {shown[fid]}'s "
+                                   "above", style="dim"))
                 continue
-            shown.add(fid)
+            if fid not in FIXES:
+                continue
+            shown[fid] = f.rule
             fix = FIXES[fid]
             code = f.fix_code.get(fid, fix.code)
             if code in codes:  # two units that land on one change (IN001's, IN004's)

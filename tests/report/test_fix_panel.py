@@ -149,3 +149,23 @@ def test_a_line_too_long_for_the_edge_is_read_in_full_inside_the_box() -> None:
     short = _finding({"num_workers": Prediction({"num_workers": 2}, 8.0, 1.25, (7.0, 9.0),
                                                 10.0)})
     assert "predicted 10.0 -> 8.0 ms" in drawn(short, 80).rstrip().splitlines()[-1]
+
+
+def test_every_warning_ends_with_its_fix_and_says_why_it_is_not_predicted() -> None:
+    """A new user's report: IN001's panel (prefetch_factor, "cannot tell: the waits came
+    in bursts ...") had no line at all, and IN003, whose first fix was the same, had no
+    panel and no word of one. The panel says why nothing is predicted; the second finding
+    points to the first's panel."""
+    from diagnose.fixes.unit import CANNOT_TELL
+    from diagnose.report.text import fix_line
+
+    why = f"{CANNOT_TELL} the waits came in bursts (one step waited 33 ms)"
+    in001 = _finding({"prefetch_factor": why})
+    assert fix_line(in001, "prefetch_factor") == (
+        "not predicted: the waits came in bursts (one step waited 33 ms)")
+    in003 = Finding("IN003", "input", "warning", "t", "m", {}, ["prefetch_factor"], 0.1,
+                    predictions={"prefetch_factor": why})
+    panels = _fix_panels(SimpleNamespace(findings=[in001, in003]))
+    assert len(panels) == 2 and str(panels[0].title).startswith("IN001 fix: ")
+    assert str(panels[1]) == ("IN003 fix: Queue more batches ahead (DataLoader "
+                              "prefetch_factor), as IN001's above")

@@ -395,3 +395,17 @@ def test_in004_leaves_workers_whose_loading_waits(tmp_path, workers, cpu_ms, fir
 def test_user_rules_load_with_the_pack(tmp_path):
     p = _rule(tmp_path, USER_RULE.format(gain="dataloader_share", category="input"))
     assert "MY001" in {r.id for r in load_rules([p])}
+
+
+@pytest.mark.parametrize("rule", ["IN001", "IN002", "IN006"])
+def test_the_loaders_time_at_stake_is_the_jobs_own(rule):
+    """On a CPU run the wait at stake is the one the clock timed without the profiler (a
+    new user's job: 17.9% of the profiled window, 7.3% of its own steps; the report said
+    "gain <= 18%"); the profiled share where the clock timed none; on a GPU run the
+    device's idle time waiting for input."""
+    (r,) = [x for x in builtin_rules() if x.id == rule]
+    m = {"idle_input_frac": None, "dataloader_wait_unprofiled_share": 0.073,
+         "dataloader_share": 0.179}
+    assert r.gain.evaluate(m) == 0.073
+    assert r.gain.evaluate({**m, "dataloader_wait_unprofiled_share": None}) == 0.179
+    assert r.gain.evaluate({**m, "idle_input_frac": 0.12}) == 0.12
