@@ -80,6 +80,26 @@ def no_findings(m: Mapping[str, Any]) -> str:
     return "No findings: nothing in this run points at a bottleneck."
 
 
+#: what each of the session's own timings (``probes_ms_each``, by probe) timed, in words
+PROBE_WORDS = {
+    "fetches": "the loader's first batches", "workers_idle": "the workers' idle CPUs",
+    "batches_in_turn": "a worker's batch", "inprocess_batch": "a batch in the loop's process",
+    "cpu_capacity": "the CPUs' capacity", "worker_handover": "a batch's hand-over",
+    "threads": "the compute on fewer threads", "threads_busy": "the compute beside busy CPUs",
+    "worker_send": "a worker's send", "work_after_fetch": "the work after the fetch",
+    "worker_batches": "workers' batches at once"}
+
+
+def _probe_words(each: str) -> str:
+    """``probes_ms_each`` ("threads 0.93 s, cpu_capacity 0.10 s") with each probe named by
+    what it timed; a name not known stays as it is."""
+    parts = []
+    for part in each.split(", "):
+        name, _, took = part.partition(" ")
+        parts.append(f"{PROBE_WORDS.get(name, name)} {took}".strip())
+    return ", ".join(parts)
+
+
 def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
     """The headline step time and the profiled window's line, from a run's metrics (shared
     by the text, HTML and TensorBoard views)."""
@@ -94,7 +114,7 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
         window += f"; the session's own timings of the job took {took}"
         each = m.get("probes_ms_each")
         if isinstance(each, str) and each:
-            window += f" ({each})"
+            window += f" ({_probe_words(each)})"
     close = m.get("capture_profiler_close_ms")
     if window is not None and isinstance(close, int | float) and close >= 100:
         window += (f"; the loop waited {close / 1e3:.1f} s as the window ended (the "
@@ -380,9 +400,12 @@ def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
         for w in whats:
             rng = w.get("range") or [None, None]
             step = ("" if w.get("step_ms") is None else f"{w['step_ms']:.1f}",) if timed else ()
-            t.add_row(escape(_change(w.get("change") or {})), _mib(w.get("peak_bytes")),
-                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step,
-                      escape(str(w.get("method") or "")))
+            how = str(w.get("method") or "")
+            got = w.get("peak_bytes")
+            if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
+                how += "; no lower than the peak now"  # a change that saves nothing says so
+            t.add_row(escape(_change(w.get("change") or {})), _mib(got),
+                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step, escape(how))
         out.append(t)
     return out
 

@@ -61,6 +61,13 @@ def test_a_tracked_step_leads_the_section(trace):
                "blocks": None}
     text = analyze(trace, context={**CTX, "memory": untimed}).render_text()
     assert "Memory what-ifs" in text and "step ms" not in text  # no empty column
+    assert "no lower than the peak now" not in text
+    # a change whose peak is no lower than the peak now (a new user's GAN: checkpointing
+    # 2 blocks, 21.7 MiB over 21.1) says so beside its method
+    worse = {**untimed, "what_if": [{"change": {"batch_size": 128}, "peak_bytes": 10_500,
+                                      "range": [10_000, 10_500], "method": "scaled"}]}
+    text = analyze(trace, context={**CTX, "memory": worse}).render_text(width=160)
+    assert "scaled; no lower than the peak now" in text
 
 
 def test_a_trace_alone_gives_its_growth_and_batch_what_ifs(trace):
