@@ -571,3 +571,18 @@ def test_a_busy_host_blames_the_loader_only_for_its_own_work(tmp_path, own_pct, 
     (g,) = [g for g in rank.findings if g.rule == "IN002"]
     ranks = [h for h in g.hints if "this job's other ranks on this host among them" in h]
     assert len(ranks) == others_hint and not any("quieter host" in h for h in g.hints)
+
+
+def test_a_burst_the_unprofiled_steps_did_not_show_stays_info(tmp_path):
+    """IN003: one profiled step waited 60 ms for its batch (a new user's window caught one
+    32.6 ms stall). Where 40 steps timed without the profiler waited at most 3x their
+    median, it was a one-off: info, saying so; where one of them stalled too, a warning."""
+    path = _write(tmp_path, "bursty", _bursty_loader())
+    calm = analyze(path, context=_clock_waits([1.0] * 39 + [3.0], step_ms=10.0))
+    (f,) = [f for f in calm.findings if f.rule == "IN003"]
+    assert f.severity == "info" and calm.metrics["dataloader_wait_unprofiled_max_ms"] == 3.0
+    assert any(h.startswith("No step timed without the profiler stalled so: the longest "
+                            "waited 3.0 ms, the median 1.0 ms") for h in f.hints), f.hints
+    stalls = analyze(path, context=_clock_waits([1.0] * 39 + [30.0], step_ms=10.0))
+    (g,) = [f for f in stalls.findings if f.rule == "IN003"]
+    assert g.severity == "warning" and not any(h.startswith("No step") for h in g.hints)

@@ -119,6 +119,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "training thread waited for then; the host samples cover the window only"),
     "dataloader_wait_unprofiled_ms": (
         "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
+    "dataloader_wait_unprofiled_max_ms": (
+        "ms", "the longest wait for a batch among the unprofiled steps (session's clock): "
+              "whether the steps beyond the window stalled in bursts too"),
     "window_complete": (
         "bool",
         "the profiled window ran every step of its schedule (False: the loop ended first)",
@@ -365,6 +368,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
                 round(sum(w or 0.0 for w in waits) / total, 4) if total > 0 else None)
             out["dataloader_wait_unprofiled_ms"] = round(statistics.median(
                 [w or 0.0 for w in waits]), 3)
+            out["dataloader_wait_unprofiled_max_ms"] = round(max(w or 0.0 for w in waits), 3)
     if prof:
         out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
     if med is not None:
