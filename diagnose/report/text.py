@@ -161,7 +161,7 @@ def _prediction_base(m: dict[str, Any], median: float) -> str:
         base = steady + epoch
         if abs(base - median) < BASE_NAMED * median and abs(mean - median) < BASE_NAMED * median:
             return ""
-        pause = "some steps pause; " if mean > 1.1 * median else ""
+        pause = "some steps take longer; " if mean > 1.1 * median else ""
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
     # a change of workers that restart every epoch adds that start to both sides
@@ -171,7 +171,7 @@ def _prediction_base(m: dict[str, Any], median: float) -> str:
     if abs(mean - median) < BASE_NAMED * median:
         return f"; predictions start from it{restart}" if restart else ""
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)
-        return (f"; mean {_ms(mean)}: some steps pause, and predictions start from the "
+        return (f"; mean {_ms(mean)}: some steps take longer, and predictions start from the "
                 f"mean{restart}")
     return f"; mean {_ms(mean)}, which the predictions start from{restart}"
 

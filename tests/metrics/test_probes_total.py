@@ -48,7 +48,7 @@ def test_the_headline_says_which_step_the_predictions_start_from() -> None:
          "step_time_unprofiled_median_ms": 22.0, "step_time_unprofiled_steps": 10,
          "step_time_unprofiled_mean_ms": 45.0}
     head = step_lines(m)[0]
-    assert head.endswith("mean 45.00 ms: some steps pause, and predictions start from the mean")
+    assert head.endswith("mean 45.00 ms: some steps take longer, and predictions start from the mean")
     epoch = {**m, "step_time_steady_mean_ms": 41.0, "dataloader_epoch_boundary_ms": 60.0,
              "dataloader_num_workers": 4, "dataloader_epoch_batches": 24,
              "dataloader_persistent_workers": False}
