@@ -699,3 +699,13 @@ def test_a_load_that_moved_during_the_capture_is_said(tmp_path: Path) -> None:
     s._note_clock(ctx, tmp_path)
     assert [n for n in s.notes if n.startswith("the machine's load changed")], s.notes
     assert ctx["capture"]["notes"] == s.notes
+
+
+def test_the_busy_note_starts_where_the_predictions_are_withheld() -> None:
+    """The share of steps waiting for other processes' CPUs from which the step time is
+    said to be the busy moment's is the one from which a change of CPU work gets no number
+    (two layers apart: metrics cannot import the step model's calibration)."""
+    from diagnose.metrics.context.step_clock import BUSY_NOTE
+    from diagnose.stepmodel.calibration import BUSY
+
+    assert BUSY_NOTE == BUSY
