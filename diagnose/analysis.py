@@ -41,6 +41,7 @@ from .trace.grouping import (
     process_spans,
     split_units,
 )
+from .trace.inflate import is_gzip
 from .trace.parallel import BrokenProcessPool, fork_pool
 from .values import usable_cpus
 
@@ -134,8 +135,7 @@ _GZ_RATIO = 8  # a gzipped trace holds at least ~8x its size in JSON (7-30x in s
 def _work_bytes(f: Path) -> int:
     """About how much JSON reading ``f`` decodes: its size, times _GZ_RATIO when gzipped."""
     try:
-        with open(f, "rb") as fh:
-            gz = fh.read(2) == b"\x1f\x8b"
+        gz = is_gzip(f)
         return f.stat().st_size * (_GZ_RATIO if gz else 1)
     except OSError:
         return 0  # the reader reports it

@@ -42,15 +42,13 @@ from typing import Any
 
 from ..stepmodel.calibration import HELPS, TIE
 from ..stepmodel.facts import Facts
-from ..stepmodel.prediction import Prediction, Predictor
+from ..stepmodel.prediction import CANNOT_TELL, Prediction, Predictor, cannot_tell
 from ..stepmodel.transforms import GraphChange, Transform, as_transform
 from .code import EXACT_FIELDS, Setup, exact_change, with_imports
 from .config import TrainConfig
 
 #: how a fix without a transform says it is not predicted (the text report words it so)
 NO_MODEL = "no model of what"
-#: how the model says it cannot predict a fix for this run, and why (the report shows why)
-CANNOT_TELL = "cannot tell:"
 
 #: what a saved trace does not say that the worker and thread fixes read (``Fix.unknown``)
 HOST_CPUS = "how many CPUs the host has"
@@ -288,5 +286,5 @@ def registry(fixes: Iterable[Fix]) -> dict[str, Fix]:
     return out
 
 
-__all__ = ["SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE", "Facts", "Fix", "Transform",
-           "registry"]
+__all__ = ["CANNOT_TELL", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE", "Facts", "Fix",
+           "Transform", "cannot_tell", "registry"]

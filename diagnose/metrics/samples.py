@@ -34,6 +34,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "proc_rss_max_bytes": ("bytes", "peak resident memory of the training process"),
     "workers_count": ("count", "most DataLoader worker processes alive at once"),
     "workers_cpu_mean_pct": ("%", "mean CPU per DataLoader worker, % of one core"),
+    "workers_cpus": ("CPUs", "CPUs' worth of work the DataLoader workers did together: the "
+                             "mean per worker times the most alive at once"),
     "host_cpu_others_cpus": (
         "CPUs",
         "CPUs' worth of work that processes other than the training process and its "
@@ -138,14 +140,17 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
         out["proc_cpu_mean_pct"] = _mean(_col(host, "proc_cpu_pct"))
         out["proc_rss_max_bytes"] = _to_int(_max(_col(host, "proc_rss_bytes")))
         counts = _col(host, "workers_count")
-        out["workers_count"] = _to_int(_max(counts))
+        alive = _to_int(_max(counts))
+        out["workers_count"] = alive
         per_worker: list[float] = []
         for cpu, n in zip(
             _col(host, "workers_cpu_pct"), _col(host, "workers_cpu_n") or counts, strict=False
         ):
             if isinstance(cpu, (int, float)) and isinstance(n, int) and n > 0:
                 per_worker.append(float(cpu) / n)
-        out["workers_cpu_mean_pct"] = sum(per_worker) / len(per_worker) if per_worker else None
+        mean = sum(per_worker) / len(per_worker) if per_worker else None
+        out["workers_cpu_mean_pct"] = mean
+        out["workers_cpus"] = mean / 100 * alive if mean is not None and alive else None
         out["host_cpu_others_cpus"] = _others(host)
     out["sample_count"] = rows if (gpu is not None or host is not None) else None
     return out

@@ -101,6 +101,16 @@ class Prediction:
         return _line(self.base_ms, self.step_ms, self.speedup, self.range)
 
 
+#: how a prediction's place says the model cannot predict a change for this run, and why
+#: (the report shows why)
+CANNOT_TELL = "cannot tell:"
+
+
+def cannot_tell(why: str) -> str:
+    """The reason the model gives in place of a prediction: :data:`CANNOT_TELL` and why."""
+    return f"{CANNOT_TELL} {why}"
+
+
 def _bound_line(base: float, step: float, speedup: float) -> str:
     """"predicted at least 1.30x (25.2 -> at most 19.4 ms)"; a bound under :data:`HELPS`
     promises no gain: "may not help"."""
@@ -253,8 +263,8 @@ class Predictor:
         noise = self.facts.threads_noise_rel
         if (noise is not None and noise > THREADS_NOISE_MAX
                 and any("threads_one_thread_ratio" in t.assumes for t, _ in made)):
-            self.cache[key] = (
-                f"cannot tell: the thread timings after the loop varied by {noise:.0%} round "
+            self.cache[key] = cannot_tell(
+                f"the thread timings after the loop varied by {noise:.0%} round "
                 "to round (another process held a CPU while they ran); capture again on a "
                 "quieter host")
             return self.cache[key]
@@ -408,13 +418,13 @@ def attach_models(a: Analysis, models: list[tuple[int | None, StepModel | None]]
     rank, m = _pick(models)
     if m is None:
         a.step_model, a.step_model_why = None, "no trace analysed"
-        return "cannot tell: no trace analysed"
+        return cannot_tell("no trace analysed")
     js: dict[str, Any] | None = m.to_json()
     if js is not None and len(models) > 1:
         js["rank"] = rank
     a.step_model, a.step_model_why = js, m.why
     if len(models) > 1:
-        return "cannot tell: predictions are made for one rank's run, not across ranks"
+        return cannot_tell("predictions are made for one rank's run, not across ranks")
     return predictor_for(m, a.metrics)
 
 
@@ -422,9 +432,9 @@ def predictor_for(m: StepModel | None, metrics: Mapping[str, Any]) -> Predictor 
     """The Predictor of one rank's run from its step model and its metrics (read as
     :class:`Facts`); why there is none where the model was not built."""
     if m is None:
-        return "cannot tell: no trace analysed"
+        return cannot_tell("no trace analysed")
     if m.graph is None:
-        return f"cannot tell: no step model ({m.why})"
+        return cannot_tell(f"no step model ({m.why})")
     facts = Facts.from_metrics(metrics)
     return Predictor(m, facts, probe_noise=facts.probes_noise_rel or 0.0)
 

@@ -159,7 +159,7 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
     try:
         with open(path, "rb") as f:
             head = f.read(2)
-            if head != b"\x1f\x8b":
+            if head != inflate.MAGIC:
                 if os.fstat(f.fileno()).st_size > limit:
                     raise TraceError(path, f"larger than the {limit} byte limit "
                                            "(set TORCH_DIAGNOSE_MAX_TRACE_BYTES to raise it)")
@@ -197,7 +197,7 @@ def _gunzip(raw: bytes, path: Path, limit: int) -> bytes:
                 raise TraceError(path, "truncated gzip file (compressed stream ends early)")
             parts.append(out)
             data = d.unused_data
-            if data and data[:2] != b"\x1f\x8b":
+            if data and data[:2] != inflate.MAGIC:
                 break  # trailing garbage after the last member: ignored, as gzip(1) does
     except inflate.ERRORS as e:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
@@ -265,8 +265,7 @@ def _gzipped(path: Path) -> bool:
     """Whether the file starts as gzip does (unreadable now: said to be, so that the JSON
     error stands)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(2) == b"\x1f\x8b"
+        return inflate.is_gzip(path)
     except OSError:
         return True
 

@@ -8,6 +8,7 @@ where it is not installed. Errors of either are :data:`ERRORS`.
 
 from __future__ import annotations
 
+import os
 import types
 import zlib
 from typing import Any
@@ -30,3 +31,14 @@ NAME = "zlib" if _impl is zlib else "isal"
 def gzip_member() -> Any:
     """A decompressor of one gzip member (header and trailer checked: ``wbits=31``)."""
     return _impl.decompressobj(wbits=31)
+
+
+#: the first two bytes of every gzip member (RFC 1952)
+MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: str | os.PathLike[str]) -> bool:
+    """Whether the file starts as gzip does (by its bytes, not its name); OSError where it
+    cannot be read."""
+    with open(path, "rb") as f:
+        return f.read(2) == MAGIC

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
+from . import inflate
 from .columns import ColumnBuilder, Trace
 from .cut import Cutter, array_start, cutter, event_array, first_event
 from .stream import CHUNK_BYTES, ChunkDecoder, EventSplitter, NotStreamable, text_blocks
@@ -403,7 +404,7 @@ def _text_size(path: Path) -> int:
     last member, padding): the ranges would all fall at the text's start."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if f.read(2) != b"\x1f\x8b":
+        if f.read(2) != inflate.MAGIC:
             return size
         f.seek(-4, os.SEEK_END)
         text = int.from_bytes(f.read(4), "little")

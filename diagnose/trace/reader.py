@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import TraceError, TraceNotFound
 from ..values import usable_cpus
+from . import inflate
 from .columns import Trace
 from .decode import decode, max_bytes, read_bytes
 from .parallel import (
@@ -84,8 +85,7 @@ def _sizes(p: Path) -> tuple[int, int]:
     """(plain size, gzipped size): the file's size in one of them, 0 in the other (and in
     both for an unreadable path)."""
     try:
-        with open(p, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
+        gz = inflate.is_gzip(p)
         size = p.stat().st_size
     except OSError:
         return 0, 0
@@ -95,8 +95,7 @@ def _sizes(p: Path) -> tuple[int, int]:
 def _large(p: Path) -> bool:
     try:
         size = p.stat().st_size
-        with open(p, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
+        gz = inflate.is_gzip(p)
     except OSError:
         return False  # read_bytes gives the clear error
     return size >= (STREAM_MIN_GZ_BYTES if gz else STREAM_MIN_BYTES)

@@ -82,7 +82,7 @@ def _gzip_blocks(path: Path, limit: int) -> Iterator[bytes]:
                 if len(pending) < 2:  # the next member's magic may begin in the next block
                     pending += f.read(BLOCK_BYTES)
                 d, fed = inflate.gzip_member(), False
-                if pending and pending[:2] != b"\x1f\x8b":
+                if pending and pending[:2] != inflate.MAGIC:
                     break  # trailing garbage after the last member: ignored, as gzip(1) does
     if fed:
         raise TraceError(path, "truncated gzip file (compressed stream ends early)")
@@ -186,8 +186,7 @@ class EventSplitter:
 
 def text_blocks(path: Path, limit: int) -> Iterator[bytes]:
     """The file's text in blocks, decompressed when gzipped (within ``limit`` bytes)."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
+    gz = inflate.is_gzip(path)
     return _gzip_blocks(path, limit) if gz else _plain_blocks(path, limit)
 
 

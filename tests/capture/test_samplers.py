@@ -421,6 +421,7 @@ def test_samples_metrics_window_and_none() -> None:
     assert m["host_iowait_frac"] == 0.02
     assert m["host_steal_frac"] == 0.05  # an unread tick is left out, not taken as 0
     assert m["workers_count"] == 2 and m["workers_cpu_mean_pct"] == pytest.approx(240 / 7 / 1)
+    assert m["workers_cpus"] == pytest.approx(240 / 7 / 100 * 2)  # per worker x the most alive
     assert m["proc_rss_max_bytes"] == 9 and m["sample_count"] == 10
     assert m["gpu_util_mean_pct"] is None
     s["marks"] = {"active_start": 5.0, "active_end": 9.0}  # 5 ticks inside: the window is used

@@ -73,3 +73,13 @@ def test_a_block_that_ends_inside_the_next_members_magic_loses_nothing(
     monkeypatch.setattr(stream, "BLOCK_BYTES", len(first) + 1)
     text = b"".join(stream._gzip_blocks(gz, 2**40))
     assert text == raw
+
+
+def test_a_file_is_gzip_by_its_bytes_not_its_name(tmp_path):
+    """Every reader asks is_gzip: gzip's magic bytes make a file gzipped, whatever its name;
+    a missing file raises OSError (the reader words it)."""
+    (packed := tmp_path / "trace.json").write_bytes(gzip.compress(b"[]"))
+    (plain := tmp_path / "trace.json.gz").write_bytes(b'{"traceEvents": []}')
+    assert inflate.is_gzip(packed) and not inflate.is_gzip(plain)
+    with pytest.raises(OSError):
+        inflate.is_gzip(tmp_path / "missing.json")

@@ -33,7 +33,7 @@ from ...stepmodel.transforms import transform
 from ..code import GENERIC_NOTE, Setup, assign, loader_call, optimizer_call
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation, StepParts
-from ..unit import Facts, Fix
+from ..unit import Facts, Fix, cannot_tell
 from .precision import convolutions
 
 
@@ -85,7 +85,7 @@ def remove_gc_pauses(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph
     full = facts.gc_pause_full_ms
     pause = full if full is not None else facts.gc_pause_ms
     if pause is None:
-        return ("cannot tell: the collector's pauses were not timed (a live capture times "
+        return cannot_tell("the collector's pauses were not timed (a live capture times "
                 "them)")
     if pause <= 0:
         return ("the collector made no full collection on the training thread"
@@ -174,7 +174,7 @@ CUDNN_BENCHMARK = CudnnBenchmark("cudnn_benchmark", "Let cuDNN pick the fastest 
 # after: benchmarks once per input shape, then reuses the fastest (fixed input shapes)
 torch.backends.cudnn.benchmark = True
 """, category="config", auto=True, change={"cudnn_benchmark": True},
-    transform=device_only("cannot tell: cuDNN's autotuned algorithms are not in the trace",
+    transform=device_only(cannot_tell("cuDNN's autotuned algorithms are not in the trace"),
                           convolutions, "the convolutions"),
     needs="a convolution net on a CUDA device")
 

@@ -21,7 +21,7 @@ from ...stepmodel.transforms import transform
 from ..code import Setup, assign, call, loader_args, loader_call
 from ..config import TrainConfig
 from ..realise import CannotRealise, Kwargs, Realisation
-from ..unit import Facts, Fix
+from ..unit import Facts, Fix, cannot_tell
 
 
 @transform(assumes={"input_batched_fetch_work_ratio": "the model's work after a batched "
@@ -51,10 +51,10 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
         return _untimed(facts, one is None)
     fetch = g.is_kind(TaskKind.FETCH)
     if not fetch.any():
-        return "cannot tell: the batches are not made in the training process"
+        return cannot_tell("the batches are not made in the training process")
     per_step = fetch_ms + collate_ms  # per unprofiled step: one batch a step
     if per_step <= 0:
-        return "cannot tell: no time in the loader's fetch or collate"
+        return cannot_tell("no time in the loader's fetch or collate")
     # the timing went through a loader's next(), whose own work (the sampler's indices,
     # the fetcher) the step keeps outside the fetch and collate: not counted twice
     share, mean = facts.dataloader_wait_unprofiled_share, facts.step_time_unprofiled_mean_ms
@@ -81,13 +81,13 @@ def _untimed(facts: Facts, batched: bool) -> str:
     """Why a batched fetch's inputs are missing: a saved trace has none; a live run's
     workers fetch out of the clock's sight; else the timing before the loop did not run."""
     if facts.cpu_count is None:
-        return ("cannot tell: one batched fetch and the loader's fetch and collate were not "
+        return cannot_tell("one batched fetch and the loader's fetch and collate were not "
                 "timed (a live capture times them)")
     if facts.dataloader_num_workers:
-        return ("cannot tell: the loader's workers fetch and collate where the step clock "
+        return cannot_tell("the loader's workers fetch and collate where the step clock "
                 "does not time them (it does with num_workers=0)")
-    return ("cannot tell: " + ("one batched fetch was not timed before the loop" if batched
-                               else "the loop's fetch and collate were not timed"))
+    return cannot_tell("one batched fetch was not timed before the loop" if batched
+                       else "the loop's fetch and collate were not timed")
 
 
 class BatchedFetch(Fix):

@@ -20,7 +20,7 @@ from ...stepmodel.transforms import cannot, transform
 from ..code import Setup, loader_change
 from ..config import TrainConfig, micro_batches
 from ..realise import Realisation, StepParts
-from ..unit import Facts, Fix
+from ..unit import Facts, Fix, cannot_tell
 
 _GRAPHS = "CUDA/HIP graphs are already in use"
 
@@ -110,7 +110,7 @@ model = Net().cuda()
 # after: fused kernels; mode="reduce-overhead" also captures CUDA graphs
 model = torch.compile(Net().cuda())               # or torch.compile(model, mode="reduce-overhead")
 """, category="launch", auto=True, change={"compile": True},
-    transform=cannot("cannot tell: what torch.compile fuses is not in the trace"),
+    transform=cannot(cannot_tell("what torch.compile fuses is not in the trace")),
     needs="opt-in: autofix(compile=True) (compile time is counted)")
 
 CUDA_GRAPHS = CudaGraphs("cuda_graphs", "Capture the step in a CUDA graph", """

@@ -28,7 +28,7 @@ from ...stepmodel.prediction import device_only
 from ...stepmodel.transforms import transform
 from ..config import TrainConfig
 from ..realise import Realisation, StepParts
-from ..unit import Facts, Fix
+from ..unit import Facts, Fix, cannot_tell
 
 _GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolve|winograd|"
                    r"convolve|_fprop|wgrad|dgrad|conv2d|conv_|cudnn_.*(conv|infer|train)",
@@ -51,7 +51,7 @@ def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     time in bf16/fp16."""
     tc = facts.tensor_core_speedup
     if tc is None:
-        return "cannot tell: no tensor-core speedup is known for this device"
+        return cannot_tell("no tensor-core speedup is known for this device")
     kern = g.is_kind(TaskKind.KERNEL)
     simt = kern & g.name_mask(lambda n: bool(_GEMM.search(n)) and bool(_FP32_SIMT.search(n)))
     if not simt.any():
@@ -112,7 +112,7 @@ model = model.cuda()
 model = model.cuda().to(memory_format=torch.channels_last)
 x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
 """, category="precision", auto=True, change={"channels_last": True},
-    transform=device_only("cannot tell: the NHWC kernels' times are not in the trace",
+    transform=device_only(cannot_tell("the NHWC kernels' times are not in the trace"),
                           convolutions, "the convolutions"),
     needs="a convolution net on a CUDA device")
 

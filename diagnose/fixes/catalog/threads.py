@@ -23,7 +23,7 @@ from ...stepmodel.transforms import transform
 from ..code import AFFINITY, Setup, assign, loader_call
 from ..config import TrainConfig
 from ..realise import Realisation
-from ..unit import HOST_CPUS, Facts, Fix
+from ..unit import HOST_CPUS, Facts, Fix, cannot_tell
 from .workers import WORKER_ASSUMES, epoch_costs
 from .workers import num_workers as workers_transform
 
@@ -41,7 +41,7 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     now = facts.torch_num_threads
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
-        return "cannot tell: torch's thread count is not known (a live capture records it)"
+        return cannot_tell("torch's thread count is not known (a live capture records it)")
     scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts)))
     if scale is None:
         used: float = now
@@ -57,7 +57,7 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     out = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), scale)
     if "num_workers" in change:
         made = workers_transform(out, change, facts)
-        if isinstance(made, str) and not made.startswith("cannot tell: nothing changes"):
+        if isinstance(made, str) and not made.startswith(cannot_tell("nothing changes")):
             return made
         out = out if isinstance(made, str) else made
     return out

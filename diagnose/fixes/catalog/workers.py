@@ -51,7 +51,7 @@ from ...stepmodel.transforms import transform
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation
-from ..unit import HOST_CPUS, SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix
+from ..unit import HOST_CPUS, SEARCH_CLIMB, SEARCH_DESCEND, Facts, Fix, cannot_tell
 
 # ---------------------------------------------------------------------- the worker search
 
@@ -239,11 +239,11 @@ class PersistentWorkers(Fix):
         if batch is None:
             batch = loading_ms(facts)
         if start is None:
-            return "cannot tell: no worker start was timed (a live capture times one)"
+            return cannot_tell("no worker start was timed (a live capture times one)")
         if not n or n <= 0:
-            return "cannot tell: the batches of an epoch are not known (len(loader))"
+            return cannot_tell("the batches of an epoch are not known (len(loader))")
         if batch is None:
-            return ("cannot tell: what one batch costs a worker was not timed (a live "
+            return cannot_tell("what one batch costs a worker was not timed (a live "
                     "capture with workers times it)")
         end = epoch_end_ms(facts, config.num_workers)
         clock = facts.epoch_boundary_per_step_ms if same else None
@@ -368,7 +368,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
                 "process can (CUDA does not start in a forked one)")
     n_cpus = facts.cpu_count
     if n_cpus is None:
-        return "cannot tell: the number of CPUs is not known (a live capture records it)"
+        return cannot_tell("the number of CPUs is not known (a live capture records it)")
     now = facts.dataloader_num_workers
     threads_now = busy_threads(facts)
     # workers whose loading waits hold no CPU: they oversubscribe nothing now
@@ -416,25 +416,25 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
             mean_cost = per_worker / 100 * alive * step
             sent = True
         elif now is not None and now > n_cpus:
-            return ("cannot tell: what a batch costs the workers is not measured, and more "
+            return cannot_tell("what a batch costs the workers is not measured, and more "
                     "workers than CPUs share them in ways the trace does not show (a live "
                     "capture with host sampling measures it)")
         elif now is not None and now >= 1 and waited >= LOADER_BOUND_WAIT * step:
             # loader-bound: the workers deliver a batch per step, min(k, CPUs) at a time
             mean_cost = step * min(now, n_cpus)
         else:
-            return ("cannot tell: the workers keep up (or their number is unknown), so "
+            return cannot_tell("the workers keep up (or their number is unknown), so "
                     "their per-batch cost is hidden behind the step")
     else:
-        return "cannot tell: no DataLoader in the profiled steps"
+        return cannot_tell("no DataLoader in the profiled steps")
     if k == 0:
         if fetch.any():
-            return "cannot tell: nothing changes (the batches are made in process already)"
+            return cannot_tell("nothing changes (the batches are made in process already)")
         if mean_cost <= 0:
-            return "cannot tell: the in-process cost of a batch is not measured with workers"
+            return cannot_tell("the in-process cost of a batch is not measured with workers")
     b = batch_bytes(g, facts)
     if b is None:
-        return "cannot tell: the batch's size in bytes is not known (a live capture measures it)"
+        return cannot_tell("the batch's size in bytes is not known (a live capture measures it)")
     # receiving a batch: as the session timed it; else, with workers now, the shortest
     # wait of the window (a batch that was ready); else the bytes at a shared-memory rate
     timed = facts.input_worker_handover_ms
@@ -458,7 +458,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     busy = 0 if io else min(k, n_cpus)
     over = threads + busy > n_cpus and k > 0
     if over and pct is None and timed_cpu is None and fetch.any():
-        return ("cannot tell: whether the loading is CPU work or waiting (I/O) is not known "
+        return cannot_tell("whether the loading is CPU work or waiting (I/O) is not known "
                 "(a capture with host sampling measures it)")
     # oversubscribed now: the work is freed of the contention the run has and takes the
     # one the change has, both weighed by how busy the workers are where the capture
@@ -528,7 +528,7 @@ def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
     absorb slow batches, which a mean rate does not show: cannot tell."""
     now = facts.dataloader_num_workers
     if now is None:
-        return "cannot tell: the loader's workers are not known"
+        return cannot_tell("the loader's workers are not known")
     if now == 0 and not change.get("num_workers"):
         return "does not apply: no worker processes (prefetch_factor needs num_workers > 0)"
     top, mid = facts.dataloader_wait_max_ms, facts.dataloader_wait_median_ms
@@ -537,9 +537,9 @@ def deeper_queue(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | s
             # workers the model made for a change before this one: they deliver at their
             # mean rate, and the depth of their queue changes nothing
             return g
-        return "cannot tell: the waits for batches were not measured"
+        return cannot_tell("the waits for batches were not measured")
     if top >= BURST_WAIT_MS and top >= BURST_RATIO * (mid + BURST_FLOOR_MS):
-        return ("cannot tell: the waits came in bursts (one step waited "
+        return cannot_tell("the waits came in bursts (one step waited "
                 f"{top:.0f} ms, the median {mid:.1f} ms); a deeper queue may absorb slow "
                 "batches, which the model's mean rate does not show")
     return g

@@ -430,14 +430,6 @@ def pool_clash(m: Mapping[str, object]) -> str | None:
             f"other processes took {others:.2f} CPUs")
 
 
-def _workers_cpus(m: Mapping[str, object]) -> float | None:
-    """The CPUs the DataLoader workers used together over the window (host samples)."""
-    pct, n = m.get("workers_cpu_mean_pct"), m.get("workers_count")
-    if isinstance(pct, int | float) and isinstance(n, int) and n > 0:
-        return float(pct) / 100 * n
-    return None
-
-
 def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
     (whether the machine was busy with other work, the words that say who). A run with
@@ -447,11 +439,11 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     own thread pools oversubscribe them (:func:`pool_clash`)."""
     others = others_during_clock(m)
     workers = m.get("workers_count") or m.get("dataloader_num_workers")
-    used = _workers_cpus(m)
+    used = m.get("workers_cpus")
     threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
     if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
             and workers > 0):
-        if (used is not None and isinstance(cpus, int) and cpus > 0
+        if (isinstance(used, int | float) and isinstance(cpus, int) and cpus > 0
                 and used / cpus < POOL_WAIT_BEYOND and isinstance(threads, int)
                 and threads >= cpus):
             # idle workers explain no wait; torch's threads on every CPU wait for any other
