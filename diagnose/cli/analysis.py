@@ -24,7 +24,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     fmt = choose_format(args.format, args.output)
     if len(args.paths) == 1 and is_watched(args.paths[0]):
-        return _analyze_watched(args.paths[0], fmt, args.output)
+        return _analyze_watched(args.paths[0], fmt, args.output, args.fail_on)
     with progress(f"analysing {_describe(args.paths)}"):
         runs = analyze_runs(args.paths, extra_rules=args.rules,
                             as_ranks=getattr(args, "as_ranks", False))
@@ -55,15 +55,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return int(args.status)
 
 
-def _analyze_watched(run_dir: str, fmt: str, output: str | None) -> int:
-    """A watched run's folder (killed runs too): its timeline, alarms and captures."""
+def _analyze_watched(run_dir: str, fmt: str, output: str | None, fail_on: str | None) -> int:
+    """A watched run's folder (killed runs too): its timeline, alarms and captures; exit 1
+    where a capture's finding is at or above ``fail_on``."""
     from ..report.watch_timeline import render_watch_html, render_watch_text
-    from ..watching.timeline import read_watched
+    from ..watching.timeline import findings_at_least, read_watched
 
     tl = read_watched(run_dir)
     if tl is None:
         raise DiagnoseError(f"{run_dir}: its watch.jsonl has no meta record (not a watched "
                             "run, or cut off before its first flush)")
+    status = 1 if fail_on and findings_at_least(tl, fail_on) else 0
     if fmt == "json":
         steps = {k: v.tolist() for k, v in tl.pop("steps").items()}
         text = json.dumps({**tl, "steps": steps}, default=str)
@@ -77,7 +79,7 @@ def _analyze_watched(run_dir: str, fmt: str, output: str | None) -> int:
         _write(output, text)
     else:
         sys.stdout.write(text)
-    return 0
+    return status
 
 
 def _describe(paths: list[str]) -> str:

@@ -108,6 +108,8 @@ def render_watch_text(tl: dict[str, Any], run_dir: str) -> str:
     told: set[str] = set()  # captures already shown: two signals of one change share one
     for a in alarms:
         out.append(f"    {_alarm_line(a)}")
+        if a.get("host_line"):
+            out.append(f"      {a['host_line']}")
         cap = _capture_of(caps, a)
         if cap is None:
             why = a.get("capture_why")

@@ -54,6 +54,7 @@ class Alarm:
     comparison: dict[str, Any] | None = None
     host: dict[str, Any] | None = None  # the machine around it (diagnose.watching.host)
     host_line: str | None = None
+    neighbours: bool = False  # the machine explains it as its neighbours' (host.neighbours)
 
     @property
     def ratio(self) -> float | None:

@@ -4,8 +4,9 @@ analysis, and handing each report to the alarms it serves.
 The policy: an alarm shares a window of another alarm asked for, or under way or begun
 within :data:`SHARE_STEPS` steps after its change began (a loader slowing shows as step
 time and loader wait together); else it takes one, within ``max_captures`` a run and one per ``interval_s``
-(unless its change is :data:`BIGGER` times the last capture's);
-else its ``capture_why`` says which limit. The baseline window goes first and is not
+(unless its change is :data:`BIGGER` times the last capture's); a capture whose alarms the
+machine explains as its neighbours' (:meth:`Captures.release`) does not count against
+``interval_s``; else its ``capture_why`` says which limit. The baseline window goes first and is not
 counted. A window starts at the next step boundary (:meth:`Captures.start`), records its
 steps (:meth:`Captures.step`), then its folder gets a ``context.json`` whose unprofiled
 steps are those since the change began (at most :data:`BEFORE_STEPS`), and is analysed
@@ -97,6 +98,8 @@ class Captures:
         self._last_t = -math.inf
         self._last_size = 0.0  # the change (|ln after/before|) the last capture was taken for
         self._taken = 0  # captures taken for alarms (the baseline not counted)
+        # (time, change size, capture) of each capture the interval counts, in order
+        self._spaced: list[tuple[float, float, Capture]] = []
         self._labels = 0
         self._lock = threading.RLock()
 
@@ -147,6 +150,22 @@ class Captures:
                 self._taken += 1
                 self._last_t = time.time()
                 self._last_size = size
+                self._spaced.append((self._last_t, size, job))
+
+    def release(self, alarm: Alarm) -> None:
+        """``alarm``'s change was the machine's neighbours, not the job's: where each alarm
+        its capture serves is such, that capture no longer spaces the next one
+        (``interval_s``), so that a change of the job's own after it is profiled; it still
+        counts within ``max_captures``."""
+        with self._lock:
+            alarm.neighbours = True
+            for i, (_, _, job) in enumerate(self._spaced):
+                if any(a is alarm for a in job.alarms) and all(a.neighbours
+                                                               for a in job.alarms):
+                    del self._spaced[i]
+                    self._last_t, self._last_size = (self._spaced[-1][:2] if self._spaced
+                                                     else (-math.inf, 0.0))
+                    return
 
     def _label(self, what: str) -> str:
         self._labels += 1

@@ -6,7 +6,7 @@ compare_reports`, baseline as A, the alarm's capture as B); this module only pic
 orders: new findings at warning or above, then findings whose severity rose or whose time
 at stake grew by :data:`MOVED` of the step or more, then the headline step time and the
 key metrics that got worse by at least :data:`MOVED` (points for fractions), then the
-findings that stayed as they were, then the best predicted fix of the worst finding.
+findings that stayed as they were, then the worst finding's first fix, as its report offers it.
 Without a baseline, the capture's own findings at warning or above stand in.
 """
 
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnose.fixes.findings import offered
 from diagnose.report.compare import compare_reports, delta_text
 from diagnose.rules.engine import severity_rank
+from diagnose.stepmodel.prediction import CANNOT_TELL, Prediction
 
 __all__ = ["what_changed"]
 
@@ -26,15 +28,18 @@ MAX_METRICS = 4
 
 
 def _prediction(f: Any) -> str | None:
-    """The finding's best predicted fix as a line (None: nothing predicted)."""
-    best: tuple[float, str, Any] | None = None
-    for fix, p in (getattr(f, "predictions", None) or {}).items():
-        s = getattr(p, "speedup", None)
-        if isinstance(s, int | float) and (best is None or s > best[0]):
-            best = (float(s), fix, p)
-    if best is None:
+    """The finding's first fix as its report offers it (:func:`~diagnose.fixes.findings.
+    offered`: by predicted effect, ties and "may not help" weighed), with its prediction or
+    why there is none; None where no fix is offered."""
+    fixes = offered(f)
+    if not fixes:
         return None
-    return f"fix {best[1]}: {best[2].line()}"
+    p = (getattr(f, "predictions", None) or {}).get(fixes[0])
+    if isinstance(p, Prediction):
+        return f"fix {fixes[0]}: {p.line()}"
+    if isinstance(p, str) and p.startswith(CANNOT_TELL):
+        return f"fix {fixes[0]}: not predicted: {p[len(CANNOT_TELL):].strip()}"
+    return f"fix {fixes[0]}: not predicted"
 
 
 def _grew(a: float | None, b: float | None) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from diagnose.capture.steps import cpu_wait_ns
 
-__all__ = ["HostContext", "explain"]
+__all__ = ["HostContext", "explain", "neighbours"]
 
 #: seconds of context kept either side of a change
 SPAN = 10
@@ -34,12 +34,13 @@ class HostContext:
         self.ticks: deque[tuple[int, int, float, float | None]] = deque(maxlen=keep)
         self.others: deque[tuple[int, float]] = deque(maxlen=keep)  # (step, CPUs)
         self._last: tuple[int, float, int | None] | None = None
+        self._held = False
 
     def tick(self, step: int) -> None:
         """On the training thread, about once a second."""
         cpu, wait = time.thread_time(), cpu_wait_ns()
-        last = self._last
-        if last is not None and step > last[0]:
+        last, held, self._held = self._last, self._held, False
+        if last is not None and step > last[0] and not held:
             s0, c0, w0 = last
             self.ticks.append((s0, step, cpu - c0,
                                None if wait is None or w0 is None else (wait - w0) / 1e9))
@@ -48,6 +49,11 @@ class HostContext:
     def reset(self) -> None:
         """The interval now running is not the job's own (a profiled window): dropped."""
         self._last = None
+
+    def hold(self) -> None:
+        """Other work of this process runs beside the steps now (a capture's analysis):
+        the interval running is dropped at its tick."""
+        self._held = True
 
     def sample(self, step: int, row: dict[str, Any]) -> None:
         """A host sample (sampler thread): the CPUs other processes kept busy."""
@@ -83,6 +89,25 @@ class HostContext:
                                 round(sum(oa) / len(oa), 3) if oa else None]}
 
 
+def _mostly_waiting(host: dict[str, Any], before_ms: float | None,
+                    after_ms: float | None) -> bool:
+    """Most of a step-time rise (``before_ms`` -> ``after_ms``) is the loop's wait for a CPU."""
+    cw = host["cpu_wait_ms_per_step"]
+    return (None not in cw and before_ms is not None and after_ms is not None
+            and after_ms > before_ms and cw[1] - cw[0] >= 0.5 * (after_ms - before_ms))
+
+
+def _others_rose(host: dict[str, Any]) -> bool:
+    oth = host["others_cpus"]
+    return None not in oth and oth[1] - oth[0] >= OTHERS_ROSE
+
+
+def neighbours(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> bool:
+    """A step-time rise that is mostly waiting for CPUs the other processes took more of:
+    the machine's neighbours, not the job (what :func:`explain` says of it)."""
+    return _mostly_waiting(host, before_ms, after_ms) and _others_rose(host)
+
+
 def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> str:
     """A line on the machine around a step-time change (``before_ms`` -> ``after_ms``)."""
     cw, cpu, oth = host["cpu_wait_ms_per_step"], host["cpu_ms_per_step"], host["others_cpus"]
@@ -94,9 +119,8 @@ def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | Non
     if None not in oth:
         parts.append(f"other processes kept {oth[0]:.2f} -> {oth[1]:.2f} CPUs busy")
     text = "the machine: " + ", ".join(parts) if parts else "the machine: not measured"
-    if (None not in cw and before_ms is not None and after_ms is not None
-            and after_ms > before_ms and cw[1] - cw[0] >= 0.5 * (after_ms - before_ms)):
-        if None not in oth and oth[1] - oth[0] >= OTHERS_ROSE:
+    if _mostly_waiting(host, before_ms, after_ms):
+        if _others_rose(host):
             text += " (most of the change is waiting for CPUs other processes held: the " \
                     "machine's neighbours, not the job)"
         else:  # the others did not take more: the job's own threads, or a slower host

@@ -37,7 +37,7 @@ STEP_DTYPE = np.dtype([("t", "<f8"), ("ms", "<f4"), ("wait", "<f4")])
 #: record types that :func:`read_timeline` collects into lists, and the list's key
 LISTS = {"block": "blocks", "alarm": "alarms", "spike": "spikes", "shift": "shifts",
          "energy": "energy",
-         "ranks": "ranks", "capture": "captures", "note": "notes"}
+         "ranks": "ranks", "capture": "captures", "note": "notes", "host": "hosts"}
 
 
 def timeline_files(rank: int | None = None) -> tuple[str, str]:
@@ -176,6 +176,10 @@ def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
     out["steps"] = {"t": rec["t"].astype(np.float64), "ms": rec["ms"].astype(np.float64),
                     "wait": rec["wait"].astype(np.float64)}
     out["complete"] = out["end"] is not None
+    for h in out["hosts"]:  # what the machine did, written a second or more after its alarm
+        for a in out["alarms"]:
+            if a.get("step") == h.get("step") and a.get("signal") == h.get("signal"):
+                a["host"], a["host_line"] = h.get("host"), h.get("host_line")
     told = out["end"].get("steps") if isinstance(out["end"], dict) else None
     #: steps the end record counts beyond those the step file holds (it was cut short)
     out["steps_missing"] = max(0, told - len(rec)) if isinstance(told, int) else 0
@@ -213,6 +217,18 @@ def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
             "median_ms": float(np.median(ms)) if len(ms) else None,
             "alarms": other["alarms"], "captures": other["captures"]})
     return tl
+
+
+def findings_at_least(tl: dict[str, Any], severity: str) -> list[dict[str, Any]]:
+    """The findings of a watched run's captures (every rank's, the baseline's too) at or
+    above ``severity``, as :func:`read_watched` gives them: what ``--fail-on`` reads."""
+    from ..rules.engine import SEVERITIES
+
+    least = SEVERITIES.index(severity)
+    caps = [*tl.get("captures", []),
+            *(c for other in tl.get("other_ranks") or [] for c in other.get("captures") or [])]
+    return [f for c in caps for f in c.get("findings") or []
+            if f.get("severity") in SEVERITIES and SEVERITIES.index(f["severity"]) >= least]
 
 
 def _other_ranks(run_dir: str | os.PathLike[str]) -> list[int]:

@@ -37,7 +37,7 @@ from .captures import Capture, Captures
 from .clock import StepClock
 from .detector import Change, Detector, Params
 from .energy import WINDOW_S, EnergyMeter
-from .host import HostContext, explain
+from .host import HostContext, explain, neighbours
 from .ranks import RankWatch
 from .sampling import EnergyNvmlSampler, Tee, watch_samplers
 from .signals import PARAMS, WORSE, Reference, from_x, to_x
@@ -270,6 +270,8 @@ class Watch:
         a second work done, the ranks gathered, a capture started; the next call is set."""
         caps = self._caps
         assert caps is not None
+        if caps.analyst.busy:  # an analysis shares the CPUs: not the job's own pace
+            self._host.hold()
         if caps.window is not None:
             over = caps.step(ms, wait)  # the window is over: the job's own steps again
             self._tests.skip(self.steps, self.steps + AFTER_WINDOW_SKIP if over else None)
@@ -332,13 +334,17 @@ class Watch:
         after it (at the end: whatever there is)."""
         for a in list(self._unexplained):
             h = self._host.around(a.start or a.step, self.steps)
-            if h is None and not final:
+            if h is not None or final:
+                self._unexplained.remove(a)
+            if h is None:
                 continue
-            self._unexplained.remove(a)
-            if h is not None:
-                a.host = h
-                a.host_line = explain(h, a.before, a.after) if a.signal == "step_time" \
-                    else explain(h, None, None)
+            a.host, ends = h, (a.before, a.after) if a.signal == "step_time" else (None, None)
+            a.host_line = explain(h, *ends)
+            if self._writer is not None:  # the alarm's record was written before it
+                self._writer.record("host", step=a.step, signal=a.signal, host=h,
+                                    host_line=a.host_line)
+            if neighbours(h, *ends) and self._caps is not None:
+                self._caps.release(a)
 
     def _settle(self) -> None:
         """The step time's first baseline is learnt: the loader's detector starts, and the

@@ -38,6 +38,8 @@ def _run(tmp_path: Path, *, end: bool, second_signal: bool = False) -> Path:
              why=None,
              changed=["step time without the profiler: 2.0 ms -> 2.6 ms: worse"])
     w.record("spike", step=100, signal="step_time", before=2.0, after=30.0, unit="ms")
+    w.record("host", step=600, signal="step_time", host={},  # a second after the alarm
+             host_line="the machine: other processes kept 0.10 -> 0.12 CPUs busy")
     if end:
         w.record("end", steps=n)
     w.close()
@@ -52,10 +54,21 @@ def test_text_summary_of_a_watched_run(tmp_path: Path, end: bool,
     out = capsys.readouterr().out
     assert "1,000 steps" in out and ("cut off" in out) != end
     assert "step 600: step_time 2 -> 2.6 ms (x1.30)" in out
+    assert "the machine: other processes kept 0.10 -> 0.12 CPUs busy" in out  # as live
     assert "002-step600-step_time" in out and "IN001" in out and "worse" in out
     assert "pace over the run" in out and "2.6 ms" in out
     assert "spikes (single slow steps, not alarms): 1" in out
 
+
+
+def test_fail_on_reads_a_watched_runs_captures(tmp_path: Path) -> None:
+    """--fail-on exits 1 where a capture's finding is at or above it (the capture's
+    IN001 is a warning), 0 below it, in every output format."""
+    run = _run(tmp_path, end=True)
+    assert main(["analyze", str(run), "--fail-on", "warning"]) == 1
+    assert main(["analyze", str(run), "--fail-on", "info", "--format", "json"]) == 1
+    assert main(["analyze", str(run), "--fail-on", "critical"]) == 0
+    assert main(["analyze", str(run)]) == 0
 
 def test_two_alarms_of_one_change_show_its_capture_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,3 +40,21 @@ def test_a_change_of_the_same_size_waits_for_the_interval() -> None:
     _taken(c)
     c.want(second)
     assert second.capture_why is not None and "at most one every 600 s" in second.capture_why
+
+
+def test_a_capture_of_the_neighbours_change_does_not_space_the_next() -> None:
+    """A new user's watch: an alarm the machine explained as 'the machine's neighbours, not
+    the job' took the run's capture for 600 s, and the job's own 3x heavier samples, a
+    change of about the same size, got none. Released, it spaces no capture; an alarm it
+    does not explain still does; both count within max_captures."""
+    c = _captures()
+    noise, real, later = _alarm(167, 15.0, 22.0), _alarm(425, 16.0, 24.0), _alarm(900, 24.0, 36.0)
+    c.want(noise)
+    _taken(c)
+    c.release(noise)
+    c.want(real)
+    assert real.capture_why == "pending" and [j.alarms for j in c._queue] == [[real]]
+    _taken(c)
+    c.want(later)  # within 600 s of the job's own change's capture
+    assert later.capture_why is not None and "at most one every 600 s" in later.capture_why
+    assert c._taken == 2

@@ -73,3 +73,28 @@ def test_host_samples_give_the_others_cpus() -> None:
     h = HostContext()
     h.sample(5, {"cpu_pct": [50.0, 100.0], "proc_cpu_pct": 80.0, "workers_cpu_pct": None})
     assert h.others[0] == (5, 0.7)
+
+
+
+def test_the_steps_beside_a_captures_analysis_are_left_out() -> None:
+    """A new user's alarm read 'the loop waited for a CPU 22 -> 9.26 ms a step, its
+    thread's own CPU time 12.1 -> 7.37 ms' beside 15 ms steps: the seconds before it held
+    the baseline capture's analysis, which this process ran beside the steps. An interval
+    in which the watch saw an analysis running is dropped (the detectors rest too)."""
+    import types
+
+    from diagnose.watching.watcher import Watch
+
+    w = Watch(print_summary=False, progress_s=None)
+    analyst = types.SimpleNamespace(busy=False)
+    w._caps = types.SimpleNamespace(window=None, analyst=analyst, due=False)
+    w._tests = types.SimpleNamespace(test=lambda *a: None)
+    w._next_tick = float("inf")  # the ticks below are the test's
+    w._host.tick(100)
+    for steps, busy, tick in ((150, True, False), (200, True, True), (250, True, False),
+                              (300, False, True), (350, False, False), (400, False, True)):
+        analyst.busy, w.steps = busy, steps
+        w._due(0.0, 1.0, 0.0)
+        if tick:
+            w._host.tick(steps)
+    assert [t[:2] for t in w._host.ticks] == [(300, 400)]  # the analysis ran in the others

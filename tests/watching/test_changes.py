@@ -1,0 +1,38 @@
+"""What an alarm's capture leads with (diagnose.watching.changes): the worst finding's
+first fix as its report offers it, not the fix with the highest point."""
+
+from __future__ import annotations
+
+import types
+
+from diagnose.stepmodel.prediction import Prediction, cannot_tell
+from diagnose.watching.changes import what_changed
+
+
+def _finding(fixes: list[str], predictions: dict) -> types.SimpleNamespace:
+    return types.SimpleNamespace(rule="IN001", severity="critical", category="input",
+                                 message="Training waits on the DataLoader",
+                                 fixes=fixes, predictions=predictions)
+
+
+def _p(speedup: float, lo: float, hi: float) -> Prediction:
+    base = 32.5
+    return Prediction({"k": 1}, base / speedup, speedup, (base / hi, base / lo), base)
+
+
+def test_the_fix_line_is_the_reports_first_fix() -> None:
+    """A new user's watch led with 'fix prefetch_factor: predicted 32.5 -> 32.5 ms
+    (1.00x ...): may not help' where the report offered persistent_workers first: the line
+    took the highest point among every prediction, offered or not."""
+    f = _finding(["persistent_workers", "prefetch_factor"],
+                 {"persistent_workers": cannot_tell("no worker start was timed"),
+                  "prefetch_factor": _p(1.001, 0.9, 1.1)})
+    lines, _ = what_changed(None, types.SimpleNamespace(findings=[f]))
+    assert lines[-1] == "fix persistent_workers: not predicted: no worker start was timed"
+    f = _finding(["num_workers", "prefetch_factor"],
+                 {"num_workers": _p(1.4, 1.3, 1.5), "prefetch_factor": _p(1.001, 0.9, 1.1)})
+    lines, _ = what_changed(None, types.SimpleNamespace(findings=[f]))
+    assert lines[-1].startswith("fix num_workers: predicted") and "1.40x" in lines[-1]
+    slower = _finding(["num_workers"], {"num_workers": _p(0.7, 0.6, 0.8)})
+    lines, _ = what_changed(None, types.SimpleNamespace(findings=[slower]))
+    assert not any(line.startswith("fix ") for line in lines)  # a slower fix is not offered
