@@ -96,11 +96,12 @@ class Workload:
                 f"(got {type(loader).__name__})"
             )
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TuneError("autofix drives the steps itself: "
-                            "pass optimizer=<your torch.optim optimizer>")
+            raise TuneError("autofix drives the steps itself: pass optimizer=<your "
+                            "torch.optim optimizer> to diagnose(...) or autofix(...)")
         if (loss_fn is None) == (step_fn is None):
             raise TuneError("autofix needs exactly one of loss_fn=(output, target) -> loss "
-                            "or step_fn=(model, batch) -> loss")
+                            "or step_fn=(model, batch) -> loss, passed to diagnose(...) or "
+                            "autofix(...)")
         dev = torch.device(device) if device is not None else params[0].device
         return cls(model, loader, optimizer, loss_fn, step_fn, dev)
 

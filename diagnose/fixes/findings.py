@@ -102,19 +102,35 @@ def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
     offered, as advice. A wait for the run's own workers is the run's doing and stays
     predicted; one for its own thread pools (:func:`~diagnose.metrics.context.pool_clash`)
     slowed every input alike, and its fix comes first (CF007)."""
-    busy = metrics.get("step_cpu_wait_unprofiled_share")
-    if not isinstance(busy, float) or busy < BUSY:
+    why = _withheld_why(metrics)
+    if why is None:
         return
-    elsewhere, pools = cpu_wait_holders(metrics)[0], pool_clash(metrics)
-    if not elsewhere and pools is None:
-        return
-    why = (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict again when it is "
-           f"quieter, or {_measure(metrics, 'let ')}" if elsewhere else
-           f"{OWN_POOLS} in {busy:.0%} of the timed steps ({pools}): give the other pool one "
-           "thread (CF007), then capture again")
     for x, p in preds.items():
         if isinstance(p, Prediction) and cpu_work & set(p.change):
             preds[x] = why
+
+
+def _withheld_why(metrics: Mapping[str, Any]) -> str | None:
+    """Why :func:`_withheld` leaves the changes of CPU work without a number on this run;
+    None where they are predicted."""
+    busy = metrics.get("step_cpu_wait_unprofiled_share")
+    if not isinstance(busy, float) or busy < BUSY:
+        return None
+    elsewhere, pools = cpu_wait_holders(metrics)[0], pool_clash(metrics)
+    if not elsewhere and pools is None:
+        return None
+    return (f"{ON_A_BUSY_MACHINE} in {busy:.0%} of the timed steps; predict again when it is "
+            f"quieter, or {_measure(metrics, 'let ')}" if elsewhere else
+            f"{OWN_POOLS} in {busy:.0%} of the timed steps ({pools}): give the other pool "
+            "one thread (CF007), then capture again")
+
+
+def withheld_fields(metrics: Mapping[str, Any], fixes: Mapping[str, Fix]) -> frozenset[str]:
+    """The settings a change of which the diagnosis leaves without a number on this run
+    (:func:`_withheld`: every change of CPU work, where other processes or the run's own
+    pools held the CPUs); empty where they are predicted. Autofix predicts no trial of
+    them either."""
+    return _cpu_work(fixes) if _withheld_why(metrics) is not None else frozenset()
 
 
 def _withheld_for_worker_pools(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
@@ -306,4 +322,4 @@ def range_width(f: Any) -> float:
 
 __all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "SLOWER",
            "WORKER_POOLS", "Prediction", "offered", "predict_findings", "range_width",
-           "sort_findings"]
+           "sort_findings", "withheld_fields"]

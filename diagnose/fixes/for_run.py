@@ -68,7 +68,17 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
                     f.fix_code[fid] = code
         if isinstance(context, dict) and context.get("trainer") == "transformers":
             _as_training_arguments(f, config)
+        if isinstance(context, dict) and context.get("trainer") == "lightning":
+            f.fix_code = {k: LIGHTNING_LOADER + v if "DataLoader(" in v else v
+                          for k, v in ((x, f.fix_code.get(x, FIXES[x].code))
+                                       for x in f.fixes if x in FIXES)}
         f.fix_code = {k: with_imports(v) for k, v in f.fix_code.items()}
+
+
+#: how a DataLoader fix's code begins on a Lightning run: the Trainer calls the loader
+#: hook, so the DataLoader call to change is the one it returns
+LIGHTNING_LOADER = ("# Lightning: the DataLoader your train_dataloader() returns (in the "
+                    "LightningDataModule\n# or the LightningModule)\n")
 
 
 def _as_training_arguments(f: Any, config: TrainConfig) -> None:

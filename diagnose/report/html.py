@@ -20,10 +20,20 @@ from ..fixes.findings import offered
 from ..metrics import CATALOG
 from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
-from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text
+from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text, unit_beside
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
-from .text import fix_line, fix_title, no_findings, step_lines, unprofiled_dl
+from .text import (
+    WHAT_IF_TITLE,
+    fix_line,
+    fix_title,
+    memory_lines,
+    no_findings,
+    shows_memory,
+    step_lines,
+    unprofiled_dl,
+    what_if_table,
+)
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult, Runs
@@ -298,9 +308,28 @@ def _notes(report: Analysis) -> Markup | None:
               id="notes")
 
 
+def _memory(report: Analysis) -> Markup | None:
+    """The memory section, as the console shows it (:func:`~.text.memory_lines`,
+    :func:`~.text.what_if_table`): a tracked step's, or a trace's beside a memory finding."""
+    mem = shows_memory(report)
+    if mem is None:
+        return None
+    lines = [el("li", line, class_="muted" if kind == "modules" else None)
+             for line, kind in memory_lines(mem)]
+    cols, rows = what_if_table(mem)
+    right = {"peak", "range", "step ms"}
+    table = el("table", el("caption", WHAT_IF_TITLE),
+               el("thead", el("tr", [el("th", c, class_="num" if c in right else None)
+                                     for c in cols])),
+               el("tbody", [el("tr", [el("td", v, class_="num" if c in right else None)
+                                      for c, v in zip(cols, row, strict=True)])
+                            for row in rows])) if rows else None
+    return el("section", el("h2", "Memory"), el("ul", lines), table, id="memory")
+
+
 def _metrics(report: Analysis) -> Markup:
     rows = [el("tr", el("td", el("code", k)), el("td", fmt(k, v), class_="num"),
-               el("td", CATALOG.get(k, ("", ""))[0]), el("td", CATALOG.get(k, ("", ""))[1],
+               el("td", unit_beside(k)), el("td", CATALOG.get(k, ("", ""))[1],
                                                          class_="muted"))
             for k, v in report.metrics.items()]
     return el("section", el("h2", "Metrics"),
@@ -344,6 +373,7 @@ def _sections(report: Analysis, autofix: Any, kernels: bool
     return [
         ("summary", "Summary", _summary(report)),
         ("findings", "Findings", findings_section(report)),
+        ("memory", "Memory", _memory(report)),
         ("plots", "Plots", plots),
         ("ranks", "Ranks", _ranks_table(report.ranks)),
         ("autofix", "Autofix", _autofix_table(autofix)),

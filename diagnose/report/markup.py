@@ -75,6 +75,17 @@ def raw_svg(svg: str) -> Markup:
 
 
 # ---------------------------------------------------------------------- formatting
+#: units :func:`fmt` writes into the value itself (a fraction as a percentage, bytes in MiB)
+_IN_VALUE = frozenset({"fraction", "bytes", "ms", "us", "%", "MHz", "W", "MB/s"})
+
+
+def unit_beside(name: str) -> str:
+    """The unit a table shows beside :func:`fmt`'s value: the catalog's, or "" where the
+    value carries it ("491.9 ms", not "491.9 ms ms")."""
+    unit = CATALOG.get(name, ("", ""))[0]
+    return "" if unit in _IN_VALUE else unit
+
+
 def fmt(name: str, v: Any) -> str:
     """A metric value as a person reads it, by the unit its catalog entry gives."""
     if v is None:

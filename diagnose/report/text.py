@@ -359,53 +359,87 @@ def _change(change: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
-    """The memory section (diagnose/memory): the peak by kind, the modules whose saved
-    activations are largest, an out-of-memory error explained, and the what-ifs. Shown for
-    a tracked step, and for a trace's totals beside a memory finding."""
-    if not mem:
-        return []
-    out: list[Any] = []
+def shows_memory(report: Analysis) -> dict[str, Any] | None:
+    """The memory section's data where the report shows it: a tracked step's, or a trace's
+    totals beside a memory finding; else None."""
+    mem = getattr(report, "memory", None)
+    if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
+                                                      for f in report.findings)):
+        return dict(mem)
+    return None
+
+
+def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
+    """The memory section's lines under its title, each (text, kind): the peak by kind
+    ("peak"), the modules whose saved activations are largest ("modules"), an
+    out-of-memory error explained ("oom")."""
     kinds = {k: v for k, v in (mem.get("by_kind") or {}).items() if v}
-    head = Text("Memory", style="bold")
     peak = mem.get("peak_bytes")
     if peak is None and mem.get("growth_bytes") is not None:
-        head.append(f"\n  the step grew by {_mib(mem['growth_bytes'])} (the trace's CPU totals "
-                    "count only what profiling saw)")
+        first = (f"the step grew by {_mib(mem['growth_bytes'])} (the trace's CPU totals count "
+                 "only what profiling saw)")
     else:
         phase = f" in {mem['peak_phase']}" if mem.get("peak_phase") else ""
-        head.append(f"\n  peak {_mib(peak)}{phase}")
+        first = f"peak {_mib(peak)}{phase}"
     if kinds:
         total = sum(kinds.values()) or 1
-        head.append(": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
-                                     for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+        first += ": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
+                                  for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    out = [(first, "peak")]
     # a module that saved under 1% of the largest one's adds nothing to the list
     mods = [m for m in mem.get("top_modules") or []
             if isinstance(m.get("saved_bytes"), int | float)]
     most = max((m["saved_bytes"] for m in mods), default=0)
     mods = [m for m in mods if m["saved_bytes"] >= 0.01 * most]
     if mods:
-        head.append("\n  largest saved activations: " + ", ".join(
+        out.append(("largest saved activations: " + ", ".join(
             f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
-            for m in mods[:4]), style="dim")
-    for line in (mem.get("oom_explanation") or {}).get("lines") or []:
-        head.append(f"\n  {line}", style="red")
-    out.append(head)
+            for m in mods[:4]), "modules"))
+    out += [(line, "oom") for line in (mem.get("oom_explanation") or {}).get("lines") or []]
+    return out
+
+
+#: the what-if table's title
+WHAT_IF_TITLE = "Memory what-ifs (plan with the range's high end)"
+
+
+def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The what-ifs as (columns, rows of text); no rows where there are none. The step's
+    column only where a what-if says it; a change that saves nothing says so."""
     whats = mem.get("what_if") or []
-    if whats:
-        t = Table(title="Memory what-ifs (plan with the range's high end)", title_justify="left")
-        timed = any(w.get("step_ms") is not None for w in whats)  # the column where it says
-        for col in ("change", "peak", "range", *(("step ms",) if timed else ()), "method"):
+    peak = mem.get("peak_bytes")
+    timed = any(w.get("step_ms") is not None for w in whats)
+    cols = ["change", "peak", "range", *(("step ms",) if timed else ()), "method"]
+    rows = []
+    for w in whats:
+        rng = w.get("range") or [None, None]
+        step = ["" if w.get("step_ms") is None else f"{w['step_ms']:.1f}"] if timed else []
+        how = str(w.get("method") or "")
+        got = w.get("peak_bytes")
+        if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
+            how += "; no lower than the peak now"
+        rows.append([_change(w.get("change") or {}), _mib(got),
+                     f"{_mib(rng[0])} - {_mib(rng[1])}", *step, how])
+    return cols, rows
+
+
+def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
+    """The memory section (diagnose/memory): :func:`memory_lines` under its title, then
+    the what-ifs (:func:`what_if_table`)."""
+    if not mem:
+        return []
+    head = Text("Memory", style="bold")
+    styles = {"peak": "", "modules": "dim", "oom": "red"}
+    for line, kind in memory_lines(mem):
+        head.append(f"\n  {line}", style=styles[kind])
+    out: list[Any] = [head]
+    cols, rows = what_if_table(mem)
+    if rows:
+        t = Table(title=WHAT_IF_TITLE, title_justify="left")
+        for col in cols:
             t.add_column(col, justify="right" if col in ("peak", "range", "step ms") else "left")
-        for w in whats:
-            rng = w.get("range") or [None, None]
-            step = ("" if w.get("step_ms") is None else f"{w['step_ms']:.1f}",) if timed else ()
-            how = str(w.get("method") or "")
-            got = w.get("peak_bytes")
-            if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
-                how += "; no lower than the peak now"  # a change that saves nothing says so
-            t.add_row(escape(_change(w.get("change") or {})), _mib(got),
-                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step, escape(how))
+        for row in rows:
+            t.add_row(*(escape(c) for c in row))
         out.append(t)
     return out
 
@@ -419,10 +453,7 @@ def renderables(report: Analysis) -> list[Any]:
         out.extend(_fix_panels(report))
     else:
         out.append(Text(no_findings(report.metrics), style="green"))
-    mem = getattr(report, "memory", None)
-    if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
-                                                      for f in report.findings)):
-        out.extend(memory_renderables(mem))  # a trace's totals alone: only beside a finding
+    out.extend(memory_renderables(shows_memory(report)))
     if report.not_evaluated:
         lines = Text("Not evaluated:", style="bold")
         for g in group_not_evaluated(fit_not_evaluated(report)):

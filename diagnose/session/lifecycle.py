@@ -206,7 +206,8 @@ class Session:
     def autofix(self, **kwargs: Any) -> Any:
         """Apply the fixes the findings name in measured trials; keep what helps.
 
-        Needs ``diagnose(model, loader, optimizer=opt, loss_fn=fn)`` (or ``step_fn=``).
+        Needs ``diagnose(model, loader, optimizer=opt, loss_fn=fn)`` (or ``step_fn=``), or
+        the same keywords here.
         Uses this session's report when the ``with`` block already ran, else captures a
         baseline itself (its run folder under this session's ``out_dir`` where one was given). Keyword arguments go to :func:`diagnose.autofix.autofix`; returns its
         AutofixReport (``.print()``, ``.loader``, ``.best``, ``.code``)."""
@@ -214,8 +215,10 @@ class Session:
         if self.out_dir is not None:  # a baseline it captures goes where this session's would
             kwargs.setdefault("capture", functools.partial(capture_baseline,
                                                            out_dir=self.out_dir))
-        return autofix(self.model, self.loader, self.optimizer, loss_fn=self.loss_fn,
-                       step_fn=self.step_fn, **kwargs)
+        # the optimizer and the loss given here, else diagnose()'s
+        opt, loss, step = (kwargs.pop(k, getattr(self, k)) for k in ("optimizer", "loss_fn",
+                                                                     "step_fn"))
+        return autofix(self.model, self.loader, opt, loss_fn=loss, step_fn=step, **kwargs)
 
     @property
     def worker_pids(self) -> list[int]:

@@ -511,3 +511,40 @@ def test_a_trial_from_the_baseline_is_predicted_as_the_diagnosis_predicts_it(tmp
     one = pred.predict_change(fix.transform, {"num_workers": 1})
     assert t.composed(fix, two, six.replace(num_workers=1)) == pytest.approx(
         said.step_ms / one.step_ms)
+
+
+def test_no_trial_is_predicted_where_the_diagnosis_withheld_its_number(tmp_path) -> None:
+    """A new user's autofix, on a machine another job kept busy: the diagnosis withheld
+    every change of workers ('other processes held the CPU ...'), yet the decisions table
+    predicted num_workers 3 -> 2 at 2.21x (measured 1.04x). A setting the diagnosis
+    withheld (Tuner.withheld) gets no trial prediction either; the others still do."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner
+    from diagnose.fixes import FIXES
+    from diagnose.fixes.findings import withheld_fields
+    from diagnose.stepmodel import step_model
+    from diagnose.stepmodel.prediction import Predictor
+    from tests import modeltraces as mt
+
+    m = step_model(mt.as_trace(mt.cpu_loader(), tmp_path))
+    metrics = {"step_time_median_ms": 3.0, "step_count": m.graph.n_steps, "cpu_count": 2,
+               "input_batch_bytes": 400_000, "dataloader_num_workers": 6,
+               "worker_transfer_gbps": 2.0, "torch_num_threads": 1,
+               "proc_cpu_mean_pct": 180.0, "input_inprocess_batch_ms": 2.0,
+               "input_worker_batch_ms": 2.0}
+    busy = {**metrics, "step_cpu_wait_unprofiled_share": 0.6, "host_cpu_others_cpus": 1.2,
+            "workers_count": 6}
+    assert withheld_fields(metrics, FIXES) == frozenset()
+    assert {"num_workers", "intra_op_threads"} <= withheld_fields(busy, FIXES)
+    facts = Facts.from_metrics(metrics)
+    w = _workload(Drain())
+    six = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=6)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {})
+    t.original, t.predictor, t.facts = six, Predictor(m, facts), facts
+    two = six.replace(num_workers=2)
+    assert t.composed(FIXES["num_workers"], six, two) is not None
+    t.withheld = withheld_fields(busy, FIXES)
+    assert t.composed(FIXES["num_workers"], six, two) is None
+    t.kept_fixes.append((FIXES["num_workers"], frozenset({"num_workers"})))
+    assert t.tuned_speedup(two) is None
+    assert t.told(six.replace(pin_memory=True)) and not t.told(two)  # the others predict

@@ -69,3 +69,23 @@ def test_the_clock_note_names_the_callback_of_a_trainers_run():
     assert "(diagnose(..., clock_steps=30))" in (clock_note(dict(m)) or "")
     assert "(DiagnoseCallback(..., clock_steps=30))" in (
         clock_note({**m, "run_trainer": "transformers"}) or "")
+
+
+def test_a_lightning_runs_loader_fixes_say_which_dataloader(tmp_path):
+    """A new user of the Lightning callback read IN004's fix as `loader = DataLoader(
+    dataset, ...)` beside a DataModule: on a Lightning run each DataLoader fix says it is
+    the one train_dataloader() returns; fixes without one are as they were."""
+    from diagnose.fixes.for_run import LIGHTNING_LOADER
+
+    path = _write(tmp_path, "loader", tb.dataloader_bound(workers=4, share=0.1))
+    ctx = _ctx(dataloader={"num_workers": 16, "batch_size": 8}, cpu_count=4)
+    plain = analyze(path, context=ctx)
+    lit = analyze(path, context={**ctx, "trainer": "lightning"})
+    (theirs,) = [f for f in lit.findings if f.rule == "IN004"]
+    code = theirs.fix_code["num_workers_cap"]
+    assert code.startswith(LIGHTNING_LOADER) and "DataLoader(" in code
+    for f, g in zip(plain.findings, lit.findings, strict=True):
+        for fid in g.fixes:
+            ours = g.fix_code.get(fid, FIXES[fid].code)
+            before = f.fix_code.get(fid, FIXES[fid].code)
+            assert ours == (LIGHTNING_LOADER + before if "DataLoader(" in before else before)

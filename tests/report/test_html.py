@@ -21,7 +21,7 @@ import pytest
 from diagnose import analyze
 from diagnose.cli import main
 from diagnose.report.html import render_html, write_html
-from diagnose.report.markup import Markup, el, fmt, raw_svg
+from diagnose.report.markup import Markup, el, fmt, raw_svg, unit_beside
 from diagnose.report.plots import PLOT_TITLES, AutofixRow, autofix_rows, figures, to_svg
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace
@@ -173,6 +173,10 @@ def test_values_are_formatted_by_unit() -> None:
     assert fmt("memcpy_h2d_count", 12) == "12"
     assert fmt("has_gpu", True) == "yes"
     assert fmt("gpu_busy_frac", None) == "n/a"
+    # the metrics table's unit column: empty where the value carries its unit (a new user
+    # read "491.9 ms ms"), the catalog's unit where it does not
+    assert unit_beside("step_time_median_ms") == "" and unit_beside("dataloader_share") == ""
+    assert unit_beside("memcpy_h2d_bytes") == "" and unit_beside("memcpy_h2d_count") == "count"
 
 
 def test_svg_text_is_escaped_by_matplotlib() -> None:

@@ -80,6 +80,9 @@ def test_a_live_capture_reports_the_steps_memory_by_kind(tmp_path: Path) -> None
     assert all(w["range"][1] >= w["peak_bytes"] for w in mem["what_if"])
     text = d.report.render_text(width=140)
     assert "Memory" in text and "what-ifs" in text
+    # the HTML page shows the same section (a new user found it only in the console)
+    page = (d.run_dir / "report.html").read_text()
+    assert 'id="memory"' in page and "Memory what-ifs" in page and "batch_size" in page
     ctx = json.loads((d.run_dir / "context.json").read_text())
     assert ctx["memory"]["peak_bytes"] == mem["peak_bytes"]
     phases = ctx["capture"]["step_clock"]["phase"]

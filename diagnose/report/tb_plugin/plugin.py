@@ -164,7 +164,8 @@ class DiagnosePlugin(base_plugin.TBPlugin):
         svg = None
         if run_dir is not None:
             try:
-                svg = plot_svg(self.document(run_dir), request.args.get("name", ""))
+                svg = plot_svg(self.document(run_dir), request.args.get("name")
+                               or request.args.get("key", ""))  # the run view says key
             except RunFileError:
                 svg = None
         if svg is None:
