@@ -10,12 +10,12 @@ from __future__ import annotations
 from ..unit import Fix
 
 FASTER_INPUT = Fix("faster_input", "Make each sample cheaper to produce", """
-# before: decode + augment every sample on the CPU, every epoch
+# before: the same costly work for every sample, every epoch (decode, parse, tokenise)
 class DS(Dataset):
     def __getitem__(self, i):
         return augment(decode(read(self.paths[i])))
-# after: decode once and cache (or decode on the GPU, e.g. NVIDIA DALI / torchvision.io
-# decode_jpeg(device="cuda")); keep only cheap random augmentation per step
+# after: the deterministic part once, cached; only the cheap random part per step
+# (images on a GPU host can also be decoded there: NVIDIA DALI, torchvision.io.decode_jpeg)
 class DS(Dataset):
     def __init__(self, paths):
         self.cache = [decode(read(p)) for p in paths]   # or a memory-mapped array on fast storage
