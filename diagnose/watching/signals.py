@@ -90,6 +90,10 @@ class Reference:
         #: the level before a change for the worse not (yet) an alarm: judged again on the
         #: detector's relearnt level
         self.waiting: float | None = None
+        #: the level before the last alarm; and that level where the machine explained the
+        #: alarm as its neighbours' (:meth:`neighbours`)
+        self._prior: float | None = None
+        self._machine: float | None = None
 
     def judge(self, before: float, after: float, index: int, sigma: float = 0.0,
               start: int | None = None) -> bool:
@@ -108,6 +112,10 @@ class Reference:
         self.judged_from = self.level
         s = self.worse
         if s * (after - before) <= 0:  # for the better (or no direction): a shift
+            if self._machine is not None:  # the neighbours left: the job's own level again
+                self.level, self.since, self._machine = self._machine, start, None
+                self._better = self._left = None
+                return False
             left = self._left = start if self._left is None else self._left
             if self._first and left - self.since < self.hold:  # from a slow start
                 self._better = (after, left, left - self.since)
@@ -116,10 +124,23 @@ class Reference:
             return False
         self._better = self._left = None
         if s * (after - self.level) >= self.min_change + MARGIN * self.se * sigma:
+            self._prior, self._machine = self.level, None
             self.level, self.since, self.waiting, self._first = after, start, None, False
             return True
         self.waiting = before
         return False  # back to about the reference (it stays: small steps add up)
+
+    def neighbours(self) -> None:
+        """The last alarm was the machine's neighbours', not the job's (the watch's host
+        line): when the pace leaves its level for the better, the reference is the level
+        before it again at once, not after ``hold`` values, so that a change of the job's
+        own soon after is judged against the job's own pace. Where it has left, now."""
+        if self._prior is None:
+            return
+        self._machine = self._prior
+        if self._better is not None:
+            self.level, self.since, self._machine = self._machine, self._better[1], None
+            self._better = self._left = None
 
     def measured_from(self, c: Change) -> Change:
         """The alarm's change as the user reads it: from the reference it was judged
@@ -136,6 +157,7 @@ class Reference:
         assert before is not None and self.level is not None
         self.judged_from = self.level
         if self.worse * (mu - self.level) >= self.min_change:
+            self._prior, self._machine = self.level, None
             self.level, self.since, self._first = mu, index, False
             return True
         return False

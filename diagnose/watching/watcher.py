@@ -1,16 +1,14 @@
 """``with watch(model, loader, out_dir=...) as w:`` around a whole, unchanged training loop.
 
 Every step is timed (wall time, loader wait: :mod:`.clock`) into bounded memory
-(:mod:`.store`) and the run folder (:mod:`.timeline`, flushed every ``flush_s``); a
-sampler thread reads the host and the GPU at ``sample_hz`` (:mod:`.sampling`). Detectors
-(:mod:`.detector`, parameters in :mod:`.signals`) test step time and loader wait (every
-``TEST_S``, the steps stored since: :mod:`.steptests`), GPU utilisation and memory each sample, energy per step each energy window
-(:mod:`.energy`). Once the step time's baseline is learnt, a baseline window is profiled;
-at an alarm the next steps are profiled (:mod:`.window`), analysed on a background
-thread, and compared with the baseline (:mod:`.changes`); captures are rate-limited.
-Under torch.distributed each rank watches itself and a straggler is named
-(:mod:`.ranks`). Detectors rest while the watch's own windows and analyses run.
-After the block: ``w.alarms``, ``w.spikes``, ``w.to_json()``, ``w.summary()``.
+(:mod:`.store`) and the run folder (:mod:`.timeline`, flushed every ``flush_s``); a sampler
+thread reads the host and the GPU at ``sample_hz`` (:mod:`.sampling`). Detectors
+(:mod:`.detector`, :mod:`.signals`) test step time and loader wait every ``TEST_S``
+(:mod:`.steptests`), GPU utilisation and memory each sample, energy per window
+(:mod:`.energy`). A baseline window is profiled once the step time's baseline is learnt; at
+an alarm the next steps are (:mod:`.window`), analysed on a background thread and compared
+with the baseline (:mod:`.changes`), rate-limited; detectors rest meanwhile. Under
+torch.distributed each rank watches itself and names a straggler (:mod:`.ranks`).
 """
 
 from __future__ import annotations
@@ -343,8 +341,11 @@ class Watch:
             if self._writer is not None:  # the alarm's record was written before it
                 self._writer.record("host", step=a.step, signal=a.signal, host=h,
                                     host_line=a.host_line)
-            if neighbours(h, *ends) and self._caps is not None:
-                self._caps.release(a)
+            if neighbours(h, *ends):  # not the job's: its capture and its level go back
+                if a is next((x for x in reversed(self.alarms) if x.signal == a.signal), None):
+                    self._refs[a.signal].neighbours()
+                if self._caps is not None:
+                    self._caps.release(a)
 
     def _settle(self) -> None:
         """The step time's first baseline is learnt: the loader's detector starts, and the

@@ -93,3 +93,24 @@ def test_a_lull_after_a_long_established_pace_must_hold_the_whole_hold() -> None
     r = Reference(1, L(1.10), hold=1000, since=20)
     assert not r.judge(L(2.0), L(1.5), 5016, start=5000)  # a neighbour left the CPUs
     assert not r.judge(L(1.5), L(2.05), 5916, start=5900)  # 900 values: back, no alarm
+
+
+def test_after_the_neighbours_leave_the_jobs_own_change_is_an_alarm() -> None:
+    """A new user's watch: a neighbour's CPU hog raised the step to 19.4 ms (an alarm the
+    machine explained as its neighbours'); it left, the pace went back to 12 ms (a shift),
+    and 100 steps later the job's own samples made it 17 ms: judged against 19.4 ms, that
+    was 'back to about the reference', called only 156 steps later. With the alarm the
+    neighbours', the reference is the job's own 12 ms again when the pace leaves it."""
+    for told_before_it_left in (True, False):
+        r = Reference(1, L(1.10), hold=1000)
+        assert r.judge(L(12.0), L(19.4), 167)  # the neighbours' alarm
+        if told_before_it_left:
+            r.neighbours()
+        assert not r.judge(L(19.4), L(12.0), 330)  # they left: a shift
+        if not told_before_it_left:
+            r.neighbours()  # the machine's line came after the shift
+        assert r.level == L(12.0)
+        assert r.judge(L(12.0), L(17.0), 425)  # the job's own change: an alarm
+    plain = Reference(1, L(1.10), hold=1000)  # not the neighbours': as before, held
+    assert plain.judge(L(12.0), L(19.4), 167) and not plain.judge(L(19.4), L(12.0), 330)
+    assert not plain.judge(L(12.0), L(17.0), 425)
