@@ -228,8 +228,13 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             own = f.estimated_gain
             if own is None or 1 - 1 / reach < own:
                 f.take_gain(1 - 1 / reach)
-            f.hints.append(f"the time at stake is at most what the fast end of a range saves "
-                           f"({reach:.2f}x), beside a best prediction of {best.speedup:.2f}x")
+                f.hints.append(f"the time at stake is what the fast end of a range saves "
+                               f"({reach:.2f}x), beside a best prediction of "
+                               f"{best.speedup:.2f}x")
+            else:  # the rule's own estimate is the lower: it stands, and the hint says why
+                f.hints.append(f"the time at stake is the rule's own estimate ({own:.1%}), "
+                               f"beside a best prediction of {best.speedup:.2f}x whose "
+                               f"range reaches {reach:.2f}x")
     elif not open_ and (most := [_most(p) for p in preds.values() if isinstance(p, str)
                                  and p.startswith(AT_MOST)]):
         f.take_gain(max(0.0, 1 - 1 / max(most)))  # the most any fix could do: too little

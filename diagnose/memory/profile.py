@@ -166,6 +166,7 @@ class StepMemory:
     step: dict[str, Any] | None = None  # how it ran: amp_dtype, set_to_none, micro_batches
     saved_at_peak: dict[str, int] = field(default_factory=dict)
     saved_at_backward: dict[str, int] = field(default_factory=dict)  # when backward began
+    saved_after: dict[str, int] = field(default_factory=dict)  # still alive after the step
     blocks: dict[str, Any] | None = None
     classes: dict[str, str] = field(default_factory=dict)
     step_s: float = 0.0
@@ -221,6 +222,15 @@ class StepMemory:
         return at, [{"module": name or "(model)", "class": self.classes.get(name),
                      "saved_bytes": n, "share": round(n / total, 4)} for name, n in top]
 
+    def kept_after_step(self) -> dict[str, Any]:
+        """What was saved for backward in the step and is still alive as it ends: a graph
+        the loop keeps past its step (a backward frees what it used), by the module that
+        made it, largest first: ``{"bytes", "modules"}``."""
+        top = sorted(self.saved_after.items(), key=lambda kv: -kv[1])[:TOP_MODULES]
+        return {"bytes": sum(self.saved_after.values()),
+                "modules": [{"module": name or "(model)", "class": self.classes.get(name),
+                             "saved_bytes": n} for name, n in top]}
+
     def in_blocks(self) -> list[int]:
         """1 for each point whose operator ran in one of :attr:`blocks` in backward (where
         a checkpointed block recomputes its forward), else 0."""
@@ -270,6 +280,7 @@ class StepMemory:
             "by_kind": kinds,
             "peak_phase": PHASES[peak.phase] if peak is not None else None,
             "phases": self.phases(), "top_modules": top, "top_modules_at": at,
+            "kept_after_step": self.kept_after_step(),
             "blocks": self.blocks, "timeline": self.timeline(),
             "batch_size": self.batch_size, "batch_bytes": self.batch_bytes,
             "model": {"parameters": self.param_bytes, "gradients": self.grad_bytes,

@@ -465,6 +465,8 @@ class StepTracker(MemTracker):
             param_tensors=sum(1 for p in params if p.requires_grad),
             optimizer=optimizer_summary(self.optimizer), saved_at_peak=self.saved_at_peak,
             saved_at_backward=_by_creator(saved),
+            # saved for backward and still alive as the step ends: a graph that outlives it
+            saved_after={k: v for k, v in self._saved_alive.items() if v > 0},
             blocks=blocks_from_saved(saved, self.classes, self.forward_s),
             classes=self.classes, step_s=self.step_s, oom=self.oom,
             untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak)

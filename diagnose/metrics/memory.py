@@ -88,6 +88,15 @@ SECTION_METRICS = (
     Metric("mem_checkpoint_time_frac", "fraction",
            "Step time checkpointing adds: the blocks' forward / the tracked step",
            (MEMORY_PROFILE, _BLOCKS)),
+    Metric("mem_graph_kept_bytes", "bytes",
+           "Bytes saved for backward in the tracked step and still alive as it ends: a "
+           "graph the loop keeps past its step", (MEMORY_PROFILE,)),
+    Metric("mem_graph_kept_mib", "MiB", "mem_graph_kept_bytes in MiB", (MEMORY_PROFILE,)),
+    Metric("mem_graph_kept_frac", "fraction", "mem_graph_kept_bytes / the tracked step's peak",
+           (MEMORY_PROFILE,)),
+    Metric("mem_graph_kept_modules", "",
+           "The modules whose saved tensors outlive the step, largest first",
+           (MEMORY_PROFILE,)),
     Metric("mem_oom_largest_batch", "count",
            "Largest batch predicted to fit after an out-of-memory error", (MEMORY_PROFILE,)),
 )
@@ -108,6 +117,14 @@ def section_metrics(sec: Mapping[str, Any] | None,
     out["mem_activations_frac"] = rnd((kinds.get("activations") or 0) / peak, 4)
     states = sum(kinds.get(k) or 0 for k in ("parameters", "gradients", "optimizer_state"))
     out["mem_model_states_frac"] = rnd(states / peak, 4)
+    kept = sec.get("kept_after_step") or {}
+    if isinstance(kept.get("bytes"), int):
+        out["mem_graph_kept_bytes"] = kept["bytes"]
+        out["mem_graph_kept_mib"] = rnd(kept["bytes"] / 2**20, 2)
+        out["mem_graph_kept_frac"] = rnd(kept["bytes"] / peak, 4)
+        out["mem_graph_kept_modules"] = ", ".join(
+            f"{m.get('module')} ({m.get('class') or '?'})" for m in kept.get("modules") or []
+        ) or None
     if sec.get("oom"):
         out["mem_peak_budget_frac"] = 1.0
     elif device_memory_bytes:

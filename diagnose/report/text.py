@@ -371,8 +371,8 @@ def shows_memory(report: Analysis) -> dict[str, Any] | None:
 
 def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
     """The memory section's lines under its title, each (text, kind): the peak by kind
-    ("peak"), the modules whose saved activations are largest ("modules"), an
-    out-of-memory error explained ("oom")."""
+    ("peak"), the modules whose saved activations are largest ("modules"), a graph kept
+    past the step and an out-of-memory error explained ("oom")."""
     kinds = {k: v for k, v in (mem.get("by_kind") or {}).items() if v}
     peak = mem.get("peak_bytes")
     if peak is None and mem.get("growth_bytes") is not None:
@@ -395,6 +395,10 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("largest saved activations: " + ", ".join(
             f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
             for m in mods[:4]), "modules"))
+    kept = (mem.get("kept_after_step") or {}).get("bytes")
+    if isinstance(kept, int) and kept > 0:
+        out.append((f"still alive after the step: {_mib(kept)} saved for backward (a graph "
+                    "kept past its step: ME005)", "oom"))
     out += [(line, "oom") for line in (mem.get("oom_explanation") or {}).get("lines") or []]
     return out
 

@@ -93,6 +93,10 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": maybe}, [])
     assert f.gain is None  # the fast end saves 47%: the rule's 20% stands
+    # and the hint says so (a new user read "at most what the fast end saves (1.16x)"
+    # beside a 1.8% time at stake: true, but it named the bound that did not apply)
+    assert f.hints[-1] == ("the time at stake is the rule's own estimate (20.0%), beside a "
+                           "best prediction of 0.95x whose range reaches 1.90x")
     # a range whose fast end saves less than the rule's estimate caps it
     short = Prediction({"num_workers": 2}, 10 / 0.97, 0.97, (10 / 1.07, 10 / 0.9), 10.0)
     f = _Finding(["num_workers"], estimated_gain=0.35)

@@ -235,6 +235,8 @@ POSITIVE = {
     "ME002": (tb.memory_pressure, None, "warning"),
     "ME003": (_fragmented, None, "warning"),
     "ME004": (tb.healthy, _ctx(memory=SECTION), "info"),
+    "ME005": (tb.healthy, _ctx(memory={**SECTION, "kept_after_step": {"bytes": 1000, "modules": [
+        {"module": "0.1", "class": "GELU", "saved_bytes": 1000}]}}), "warning"),
     "CM001": (tb.comm_not_overlapped, None, "critical"),
     "CF001": (tb.optimizer_per_param, None, "warning"),
     "CF002": (tb.zero_grad_fill, None, "info"),

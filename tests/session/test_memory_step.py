@@ -78,6 +78,8 @@ def test_a_live_capture_reports_the_steps_memory_by_kind(tmp_path: Path) -> None
     assert {m["module"] for m in mem["top_modules"]} >= {"1"}  # the ReLU's saved output
     assert {tuple(w["change"]) for w in mem["what_if"]} >= {("batch_size",)}
     assert all(w["range"][1] >= w["peak_bytes"] for w in mem["what_if"])
+    assert mem["kept_after_step"] == {"bytes": 0, "modules": []}  # backward freed its graph
+    assert "ME005" not in {f.rule for f in d.report.findings}
     text = d.report.render_text(width=140)
     assert "Memory" in text and "what-ifs" in text
     # the HTML page shows the same section (a new user found it only in the console)
@@ -87,6 +89,30 @@ def test_a_live_capture_reports_the_steps_memory_by_kind(tmp_path: Path) -> None
     assert ctx["memory"]["peak_bytes"] == mem["peak_bytes"]
     phases = ctx["capture"]["step_clock"]["phase"]
     assert phases.count("settle") == 1  # the tracked step: untimed
+
+
+def test_a_graph_kept_past_its_step_is_found(tmp_path: Path) -> None:
+    """A new user's loop kept a forward's output each step with autograd on (an
+    'evaluation' outside torch.no_grad()): 8 MiB a step, and the report said nothing. The
+    tracked step's saved tensors still alive as it ends are that graph: ME005, with the
+    module that made them."""
+    model, opt, loader = _job()
+    kept: list[Any] = []
+    with diagnose(model, loader, out_dir=tmp_path, **SCHEDULE) as d:
+        for x, y in loader:
+            nn.functional.cross_entropy(model(x), y).backward()
+            kept.append(model(x))  # the leak: its graph lives on
+            opt.step()
+            opt.zero_grad()
+            if d.done:
+                break
+    after = d.report.to_json()["memory"]["kept_after_step"]
+    # the first Linear saves its input (the batch's own: not an activation), the ReLU its
+    # output, the second Linear the ReLU's output: a batch of 64 float32, counted once
+    assert after["bytes"] == BATCH * HID * 4 and after["modules"][0]["module"] == "1"
+    (f,) = [f for f in d.report.findings if f.rule == "ME005"]
+    assert f.severity == "warning" and f.fixes == ["release_graphs"]
+    assert "ReLU" in f.message and "grows by that much a step" in " ".join(f.hints)
 
 
 def test_the_users_training_is_left_as_it_would_have_run(tmp_path: Path) -> None:

@@ -194,8 +194,18 @@ import os
 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 """, category="memory")
 
+RELEASE_GRAPHS = Fix("release_graphs", "Keep numbers, not graphs, past the step", """
+# before: a tensor kept past its step holds its graph (every tensor its forward saved)
+losses.append(loss)                    # a running total: total_loss += loss
+val_out = model(x_val)                 # a forward with autograd on, output kept
+# after: a number (or a detached tensor); an evaluation without autograd
+losses.append(loss.item())             # or loss.detach()
+with torch.no_grad():
+    val_out = model(x_val)
+""", category="memory")
+
 #: The registered units of this category (a test checks that each one declared is here).
-FIXES = (GRAD_ACCUMULATION, ACTIVATION_CHECKPOINTING, EXPANDABLE_SEGMENTS)
+FIXES = (GRAD_ACCUMULATION, ACTIVATION_CHECKPOINTING, EXPANDABLE_SEGMENTS, RELEASE_GRAPHS)
 
 #: the what-if fields of fixes that are advice only (an automatic fix's are its ``fields``)
 PEAK_FIELDS: dict[str, tuple[str, ...]] = {}
