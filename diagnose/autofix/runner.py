@@ -258,7 +258,10 @@ def autofix(
                        if final.status == OK and iv is not None
                        else f"before/after failed: {final.note}")
                 tuner.decisions[:] = [
-                    dataclasses.replace(d, status=REVERTED, reason=f"{d.reason}; not confirmed")
+                    dataclasses.replace(d, status=REVERTED, reason=(
+                        f"{d.reason}: kept, and the trials after it started from it; then "
+                        "reverted, as the before/after did not confirm it (the "
+                        "confirmation row)"))
                     if d.status == KEPT and d.finding != BUDGET else d
                     for d in tuner.decisions]
                 tuner.decisions.append(Decision(

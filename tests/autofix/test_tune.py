@@ -372,7 +372,10 @@ def test_a_win_the_before_after_does_not_confirm_is_reverted(monkeypatch) -> Non
     assert r.best == r.baseline and r.kept == [] and r.final is None and r.code == ""
     conf = r.decisions[-1]
     assert conf.fix == "confirmation" and conf.status == REVERTED and "0.85x" in conf.reason
-    assert any(d.fix == "num_workers" and "not confirmed" in d.reason for d in r.decisions)
+    # a new user read "CI lower bound 1.56 > 1.03; not confirmed" and the next trial
+    # starting from it: the row says it was kept, then reverted, and where to look
+    assert any(d.fix == "num_workers" and "kept, and the trials after it started from it"
+               in d.reason and "(the confirmation row)" in d.reason for d in r.decisions)
     assert r.loader.num_workers == 0 and r.bound is not None and r.tuned_ms is not None
 
 
