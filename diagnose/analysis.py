@@ -239,6 +239,12 @@ def analyze_runs(
     own ranks, or numbered in the order given). ``context``/``samples`` apply to every run."""
     srcs = _sources(source)
     rules = rules if rules is not None else load_rules(extra_rules)
+    if as_ranks:  # the reader reads a file named twice once: one file is one rank
+        named = [p.resolve() for p in srcs if p.is_file()]
+        twice = next((p for p in named if named.count(p) > 1), None)
+        if twice is not None:
+            raise DiagnoseError(f"--as-ranks: {twice.name} is given twice: one file cannot "
+                                "be two ranks")
     try:
         files = find_trace_files(srcs)
     except TraceError:

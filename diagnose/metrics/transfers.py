@@ -66,9 +66,10 @@ METRICS = tuple(m for prefix, what, _k, full in _GROUPS for m in _copy_decls(pre
     Metric("memcpy_api_host_frac", "fraction",
            "Host time inside cudaMemcpy*/hipMemcpy* API calls / window", (GPU, RUNTIME)),
     Metric("memcpy_pageable_host_frac", "fraction",
-           "Host time blocked in the copy API calls that issued pageable copies / window", _HOST),
+           "Host time blocked in the copy API calls that issued pageable host-to-device "
+           "copies / window", _HOST),
     Metric("memcpy_pageable_host_ms_per_step", "ms",
-           "Host time blocked issuing pageable copies, per step", _HOST),
+           "Host time blocked issuing pageable host-to-device copies, per step", _HOST),
     Metric("memcpy_pageable_blocked_ms_per_step", "ms",
            "Host time blocked by pageable host-to-device copies per step: the copy call, "
            "widened to the aten::copy_ op that holds it (with the sync it issues)", _HOST),
@@ -168,7 +169,10 @@ def transfer_metrics(w: StepWindow, pageable: np.ndarray, blocked: iv.Intervals
     # host time blocked in the copy API calls that issued pageable copies
     rt_copy = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda n: bool(MEMCPY_API.match(n)))
     pageable_n = by_kind["Pageable"]
-    pageable_corr = (t.correlation[mc_idx[pageable_n[mc_name]]] if len(names)
+    # the host-to-device ones: a copy back to pageable memory (Device -> Pageable, a .cpu())
+    # blocks too, but pinning the loader's batches does not touch it
+    h2d_n = pageable_n & np.fromiter((x == "h2d" for x in direction), bool, len(names))
+    pageable_corr = (t.correlation[mc_idx[h2d_n[mc_name]]] if len(names)
                      else np.zeros(0))
     rt_idx = np.flatnonzero(rt_copy)
     pg_rt = np.zeros(len(t), bool)

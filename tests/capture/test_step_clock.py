@@ -629,13 +629,13 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
         True, "other processes held")
     # workers that used almost no CPU explain no wait: torch's threads on every CPU do,
     # beside any other work (a new user's job: 3 idle workers, 2 threads on 2 CPUs)
-    idle = {"host_cpu_others_cpus": 0.3, "workers_count": 3, "workers_cpu_mean_pct": 0.05,
+    idle = {"host_cpu_others_cpus": 0.3, "workers_count": 3, "workers_cpus": 0.0015,
             "torch_num_threads": 2, "cpu_count": 2}
     assert cpu_wait_holders(idle) == (
         False, "this run's own threads held: torch's 2 threads fill the 2 CPUs, so other "
                "work (0.30 CPUs of other processes) keeps one of them waiting (its 3 "
                "DataLoader workers used 0.00 CPUs)")
-    busy = {**idle, "workers_cpu_mean_pct": 20.0}  # 0.6 CPUs: the workers may hold them
+    busy = {**idle, "workers_cpus": 0.6}  # the workers may hold them
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(busy)[1]
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(
         {**idle, "torch_num_threads": 1})[1]  # a CPU left to spare: not the threads

@@ -146,6 +146,9 @@ def test_duplicate_ranks_are_separate_runs_with_a_note(tmp_path, capsys):
     # forcing them together is refused: one line, exit 2, no traceback
     rc, out, err = _cli(capsys, "analyze", *map(str, files), "--as-ranks")
     assert rc == 2 and err.count("\n") == 1 and "rank 0 twice" in err and "Traceback" not in err
+    # one file named twice is one rank, not two (a new user got a one-rank report)
+    rc, out, err = _cli(capsys, "analyze", str(files[0]), str(files[0]), "--as-ranks")
+    assert rc == 2 and err.count("\n") == 1 and "given twice" in err and "Traceback" not in err
 
 
 def test_world_size_that_does_not_match_is_separate_with_a_note(tmp_path):

@@ -51,8 +51,19 @@ class PinMemory(Fix):
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         return facts.on_cuda
 
-    # never in place from the metrics: whether the copies pass non_blocking=True is not
-    # recorded, and a run that copies pageable memory (TR001) does not
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        """In place where the loader pins its batches (its setting, or, in a saved trace,
+        pinned host-to-device copies beside the pageable ones): the pageable copies are
+        then other tensors, made on the CPU in the step, which the loader's setting does
+        not touch (whether a copy passes non_blocking=True is not recorded)."""
+        if metrics.get("dataloader_pin_memory") is True:
+            return "the DataLoader already pins its batches (pin_memory=True)"
+        pinned = metrics.get("memcpy_h2d_pinned_count")
+        if metrics.get("dataloader_pin_memory") is None and isinstance(pinned, int) \
+                and pinned > 0:
+            return (f"{pinned} host-to-device copies already come from pinned memory: the "
+                    "pageable ones are other tensors")
+        return None
 
     def render(self, setup: Setup | None) -> str:
         return loader_change(
@@ -66,11 +77,23 @@ class PinMemory(Fix):
 PIN_MEMORY = PinMemory(
     "pin_memory", "Pinned host memory and asynchronous copies (pin_memory + non_blocking)",
     category="transfer", auto=True, change={"pin_memory": True, "non_blocking": True},
-    transform=pin_memory,
+    transform=pin_memory, instead=("device_tensors",),
     needs="a CUDA device (pinned memory speeds host-to-GPU copies)")
 
+DEVICE_TENSORS = Fix("device_tensors", "Make the step's small tensors on the GPU", """
+# before: a small tensor built on the CPU in every step, copied from pageable memory: the
+# copy (and the sync after it) blocks the host until the GPU's queue is done
+idx = torch.tensor(indices).cuda()
+mask = (labels != -100).float().to("cuda")
+# after: build it on the GPU; or pin it once and copy without blocking
+idx = torch.tensor(indices, device="cuda")
+mask = (labels_gpu != -100).float()             # from a tensor already on the GPU
+weights = class_weights.pin_memory()            # once, before the loop
+w = weights.to("cuda", non_blocking=True)       # in the step
+""", category="transfer")
+
 #: The registered units of this category (a test checks that each one declared is here).
-FIXES = (PIN_MEMORY,)
+FIXES = (PIN_MEMORY, DEVICE_TENSORS)
 
 
 def _pin(cfg: TrainConfig, kw: Kwargs) -> None:
