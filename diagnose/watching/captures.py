@@ -95,10 +95,9 @@ class Captures:
         self._job: Capture | None = None  # the window's
         self._queue: list[Capture] = []  # asked for, not started
         self._last: Capture | None = None  # the last alarm's capture started
-        self._last_t = -math.inf
-        self._last_size = 0.0  # the change (|ln after/before|) the last capture was taken for
         self._taken = 0  # captures taken for alarms (the baseline not counted)
-        # (time, change size, capture) of each capture the interval counts, in order
+        # (time taken, change |ln after/before|, capture) of each capture the interval
+        # counts, in order: the last one spaces the next
         self._spaced: list[tuple[float, float, Capture]] = []
         self._labels = 0
         self._lock = threading.RLock()
@@ -134,12 +133,13 @@ class Captures:
                 near[0].alarms.append(alarm)
                 _apply(near[0], [alarm])
                 return
-            ago = time.time() - self._last_t
+            last_t, last_size = self._spaced[-1][:2] if self._spaced else (-math.inf, 0.0)
+            ago = time.time() - last_t
             size = _size(alarm)
             if self._taken >= self.max_captures:
                 alarm.capture_why = (f"no capture: the run's {self.max_captures} captures "
                                      "are taken")
-            elif ago < self.interval_s and size < BIGGER * self._last_size:
+            elif ago < self.interval_s and size < BIGGER * last_size:
                 alarm.capture_why = (f"no capture: at most one every {self.interval_s:.0f} s "
                                      f"(the last began {ago:.0f} s before)")
             else:
@@ -148,9 +148,7 @@ class Captures:
                 _apply(job, [alarm])
                 self._queue.append(job)
                 self._taken += 1
-                self._last_t = time.time()
-                self._last_size = size
-                self._spaced.append((self._last_t, size, job))
+                self._spaced.append((time.time(), size, job))
 
     def release(self, alarm: Alarm) -> None:
         """``alarm``'s change was the machine's neighbours, not the job's: where each alarm
@@ -163,8 +161,6 @@ class Captures:
                 if any(a is alarm for a in job.alarms) and all(a.neighbours
                                                                for a in job.alarms):
                     del self._spaced[i]
-                    self._last_t, self._last_size = (self._spaced[-1][:2] if self._spaced
-                                                     else (-math.inf, 0.0))
                     return
 
     def _label(self, what: str) -> str:

@@ -222,13 +222,13 @@ def read_watched(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 def findings_at_least(tl: dict[str, Any], severity: str) -> list[dict[str, Any]]:
     """The findings of a watched run's captures (every rank's, the baseline's too) at or
     above ``severity``, as :func:`read_watched` gives them: what ``--fail-on`` reads."""
-    from ..rules.engine import SEVERITIES
+    from ..rules.engine import SEVERITIES, severity_rank
 
-    least = SEVERITIES.index(severity)
+    least = severity_rank(severity)
     caps = [*tl.get("captures", []),
             *(c for other in tl.get("other_ranks") or [] for c in other.get("captures") or [])]
     return [f for c in caps for f in c.get("findings") or []
-            if f.get("severity") in SEVERITIES and SEVERITIES.index(f["severity"]) >= least]
+            if f.get("severity") in SEVERITIES and severity_rank(f["severity"]) >= least]
 
 
 def _other_ranks(run_dir: str | os.PathLike[str]) -> list[int]:
