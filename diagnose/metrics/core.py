@@ -96,7 +96,7 @@ def analyse(t: Trace, max_steps: int | None = None, *,
     series.update(s)
     values.update(transfers.transfer_metrics(w, pageable, blocked))
     values.update(syncs.sync_metrics(w, sync))
-    values.update(kernels.kernel_metrics(w, in_window_kernels, graph_kernel))
+    values.update(kernels.kernel_metrics(w, in_window_kernels))
     values.update(precision.precision_metrics(t, in_window_kernels, w.n_steps, w.has_gpu, dev))
     values.update(communication.comm_metrics(w, cats.comm, cats.sets["communication"],
                                              cats.sets["kernel"]))

@@ -18,7 +18,8 @@ TOP_KERNELS = 10
 METRICS = (
     Metric("kernels_per_step", "count", "GPU kernels per step (graph replays included)", (GPU,)),
     Metric("launched_kernels_per_step", "count",
-           "GPU kernels per step launched one by one (not replayed by a CUDA/HIP graph)",
+           "GPU kernels per step launched one by one: the step's kernel-launch calls (a graph's "
+           "replay not counted)",
            (GPU, RUNTIME, LINKS)),
     Metric("kernel_median_us", "us", "Median kernel duration", (GPU,)),
     Metric("kernel_ms_per_step", "ms", "Summed kernel time per step", (GPU,)),
@@ -37,22 +38,20 @@ def kernels_in_window(w: StepWindow) -> np.ndarray:
     return w.within((w.t.kind == Kind.KERNEL) & w.dev)
 
 
-def kernel_metrics(w: StepWindow, kernels: np.ndarray, graph_kernel: np.ndarray
-                   ) -> dict[str, Any]:
-    """The METRICS above. ``kernels``: :func:`kernels_in_window`; ``graph_kernel``: the
-    device events a CUDA/HIP graph replays."""
+def kernel_metrics(w: StepWindow, kernels: np.ndarray) -> dict[str, Any]:
+    """The METRICS above. ``kernels``: :func:`kernels_in_window`."""
     if not w.has_gpu:
         return dict.fromkeys(m.name for m in METRICS)
     t = w.t
     kd = t.dur[kernels]
     launch = w.within(w.host & (t.kind == Kind.RUNTIME) & t.name_mask(
-        lambda n: n in LAUNCH and not GRAPH_LAUNCH.match(n)))
+        lambda n: bool(LAUNCH.match(n)) and not GRAPH_LAUNCH.match(n)))
     ld = t.dur[launch]
     n, rt = w.n_steps, w.has_runtime  # no runtime calls recorded: launches unknown
     return {
         "kernels_per_step": rnd(len(kd) / n, 1),
-        "launched_kernels_per_step": rnd(int((kernels & ~graph_kernel).sum()) / n, 1)
-        if w.has_links else None,
+        # counted by their launch calls: a step's last kernels may run after its end
+        "launched_kernels_per_step": rnd(len(ld) / n, 1) if w.has_links and rt else None,
         "kernel_median_us": rnd(np.median(kd), 3) if len(kd) else None,
         "kernel_ms_per_step": rnd(kd.sum() / 1e3 / n, 3),
         "launch_api_median_us": rnd(np.median(ld), 3) if len(ld) else None,

@@ -18,13 +18,13 @@ SYNC_RUNTIME = frozenset(
     }
 )
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
-LAUNCH = frozenset(
-    {
-        "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-        "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel", "hipExtLaunchKernel",
-        "hipModuleLaunchKernel", "cudaGraphLaunch", "hipGraphLaunch",
-    }
-)
+#: a runtime call that launches one kernel or a graph: CUDA's runtime and driver calls (with
+#: the version suffixes newer CUDA puts on them: ``cudaLaunchKernelExC_v11060``), HIP's
+#: (``hipExtModuleLaunchKernel`` among them), and graph launches
+LAUNCH = re.compile(r"^(?:(?:cuda|cu)(?:LaunchKernel|LaunchKernelEx|LaunchKernelExC|"
+                    r"LaunchCooperativeKernel|GraphLaunch)"
+                    r"|hip(?:Ext)?(?:Module)?(?:LaunchKernel|LaunchCooperativeKernel)"
+                    r"|hipGraphLaunch)(?:_v\d+)?$")
 MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)

@@ -108,7 +108,7 @@ def optimizer_metrics(w: StepWindow, idle_launch_frac: float | None, *,
     hostish = w.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
     step_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(OPTIMIZER_STEP.match(s)))))
     zero_spans = w.sel(w.within(hostish & t.name_mask(lambda s: bool(_OPT_ZERO.match(s)))))
-    launch = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda s: s in LAUNCH)
+    launch = w.host & (t.kind == Kind.RUNTIME) & t.name_mask(lambda s: bool(LAUNCH.match(s)))
     has_opt = len(step_spans[0]) > 0
     stake = _host_stake_us(w, step_spans, idle_launch_frac) if has_opt else None
     launched = w.has_links  # which kernels a span launched: its calls' correlation ids

@@ -181,3 +181,38 @@ def test_a_host_ahead_of_the_gpu_is_said_and_the_model_runs_at_the_gpus_pace(tmp
                for n in r.notes), r.notes
     a = getattr(r, "analysis", r)
     assert a.predictor.base_ms == pytest.approx(12.0, rel=0.01)
+
+
+def test_kernels_launched_a_step_are_its_launch_calls(tmp_path):
+    """A host that runs ahead of the GPU launches 4 kernels a step whose kernels run after
+    its window ends: the step launched 4, whether or not they ran inside it (a ResNet-50
+    trace read 1,390 kernels run in the window against 1,478 launch calls a step)."""
+    m = _behind(tmp_path, keep_warmup_kernels=False).metrics
+    assert m["launched_kernels_per_step"] == m["launches_per_step"] == 4.0
+    assert m["kernels_per_step"] < 4.0
+
+
+@pytest.mark.parametrize("name", ["cudaLaunchKernelExC_v11060", "hipExtModuleLaunchKernel",
+                                  "cuLaunchKernelEx"])
+def test_every_launch_call_is_a_launch(tmp_path, name):
+    """Newer CUDA names its launch calls with a version suffix, and ROCm has its own: each
+    counts as a launch (AMD's MI250 trace launches with hipExtModuleLaunchKernel)."""
+    import gzip
+    import json
+
+    b = tb.TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            for _ in range(5):
+                b.kernel(dur=4.0, launch_dur=6.0)
+            b.idle(50.0)
+    doc = b.build()
+    for e in doc["traceEvents"]:
+        if e.get("name") == "cudaLaunchKernel":
+            e["name"] = name
+    path = tmp_path / "renamed.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    m = analyze(path).metrics
+    assert m["launches_per_step"] == m["launched_kernels_per_step"] == 5.0
+    assert m["launch_api_median_us"] == pytest.approx(6.0)
