@@ -54,10 +54,11 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
         for x in f.fixes:
             fix = fixes.get(x)
-            if isinstance(predictor, str) or fix is None:
-                preds[x] = predictor if isinstance(predictor, str) else "no such fix"
+            if fix is None:
+                preds[x] = "no such fix"
                 continue
-            p = fix.predict(predictor, config, facts)
+            # without a model the fix still says where it does not apply to the run
+            p = predictor if isinstance(predictor, str) else fix.predict(predictor, config, facts)
             why = fix.why_not(config, facts) if fix.auto else None
             if isinstance(p, str) and why is not None and not why.startswith("needs opt-in"):
                 unknown = fix.unknown(facts)
@@ -208,11 +209,12 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
                        f"({p.base_ms:.1f} -> {p.step_ms:.1f} ms): slower")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound), the rule's own
-    # estimate stands; where a range's fast end helps (fixing it could save that time), the
-    # rule's estimate capped by what that end saves. A hint says which
+    # estimate stands; where the model's own fast end helps (its inputs' ends: fixing it
+    # could save that time), the rule's estimate capped by what that end saves. The noise
+    # that widens a range both ways puts no time at stake. A hint says which
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
     open_ = [x for x, p in preds.items() if x not in off and (
-        (p.at_least or _reach(p) >= HELPS) if isinstance(p, Prediction)
+        (p.at_least or p.model_reach >= HELPS) if isinstance(p, Prediction)
         else not p.startswith(AT_MOST))]
     if points:
         best = max(points, key=lambda p: p.speedup)
@@ -224,11 +226,12 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "
                            f"what {', '.join(untold)} would give")
         else:  # a range reaches a gain: at most the rule's estimate, at most what it saves
-            reach = max(_reach(preds[x]) for x in open_)
+            reach = max(q.model_reach if isinstance(q := preds[x], Prediction) else 0.0
+                        for x in open_)
             own = f.estimated_gain
             if own is None or 1 - 1 / reach < own:
                 f.take_gain(1 - 1 / reach)
-                f.hints.append(f"the time at stake is what the fast end of a range saves "
+                f.hints.append(f"the time at stake is what the model's fast end saves "
                                f"({reach:.2f}x), beside a best prediction of "
                                f"{best.speedup:.2f}x")
             else:  # the rule's own estimate is the lower: it stands, and the hint says why

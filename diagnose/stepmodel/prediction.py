@@ -91,6 +91,17 @@ class Prediction:
             self.speedup, self.base_ms / self.range[0])
 
     @property
+    def model_reach(self) -> float:
+        """The speedup at the model's own fast end (``range_parts["low_ms"]``: the ends its
+        inputs give, before the model's error and the inputs' noise widen them): what the
+        evidence says the fix could save. Noise widens a range both ways and says no time
+        is at stake. The point where the parts are not known, or for a bound."""
+        low = (self.range_parts or {}).get("low_ms")
+        if self.at_least or not isinstance(low, int | float) or low <= 0:
+            return self.speedup
+        return max(self.speedup, self.base_ms / low)
+
+    @property
     def may_not_help(self) -> bool:
         """Whether the range reaches the step as it is: the fix may give no gain."""
         return not self.at_least and self.range[1] >= self.base_ms

@@ -84,12 +84,21 @@ def test_a_fix_that_may_not_help_does_not_lead_a_tie() -> None:
     assert f.fixes == ["num_workers_cap", "threads"]
 
 
+def _ranged(change: dict, at: float, model: tuple[float, float], rng: tuple[float, float]
+            ) -> Prediction:
+    """A prediction on a 10 ms step: its point, the model's own ends and its range, each as
+    speedups (slow, fast)."""
+    return Prediction(change, 10 / at, at, (10 / rng[1], 10 / rng[0]), 10.0,
+                      range_parts={"low_ms": 10 / model[1], "high_ms": 10 / model[0],
+                                   "model_error": 0.1, "noise": 0.1})
+
+
 def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
-    """The best point does not help, but a range's fast end does: fixing it could save time,
-    so the rule's own estimate stands (no grade taken from the point), capped by what that
-    fast end saves; where every range stays short of a gain, the best point's saving is the
-    time at stake."""
-    maybe = Prediction({"num_workers": 2}, 10 / 0.95, 0.95, (10 / 1.9, 10 / 0.5), 10.0)
+    """The best point does not help, but the model's own fast end does (its inputs' ends:
+    fixing it could save time), so the rule's own estimate stands (no grade taken from the
+    point), capped by what that fast end saves; where every model end stays short of a
+    gain, the best point's saving is the time at stake."""
+    maybe = _ranged({"num_workers": 2}, 0.95, (0.6, 1.9), (0.5, 1.9))
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": maybe}, [])
     assert f.gain is None  # the fast end saves 47%: the rule's 20% stands
@@ -97,16 +106,31 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     # beside a 1.8% time at stake: true, but it named the bound that did not apply)
     assert f.hints[-1] == ("the time at stake is the rule's own estimate (20.0%), beside a "
                            "best prediction of 0.95x whose range reaches 1.90x")
-    # a range whose fast end saves less than the rule's estimate caps it
-    short = Prediction({"num_workers": 2}, 10 / 0.97, 0.97, (10 / 1.07, 10 / 0.9), 10.0)
+    # a model end that saves less than the rule's estimate caps it
+    short = _ranged({"num_workers": 2}, 0.97, (0.95, 1.07), (0.9, 1.1))
     f = _Finding(["num_workers"], estimated_gain=0.35)
     _order(f, {"num_workers": short}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.07)) < 1e-9
-    assert any("fast end of a range saves (1.07x)" in h for h in f.hints)
-    none = Prediction({"num_workers": 2}, 10 / 1.005, 1.005, (10 / 1.01, 10 / 0.99), 10.0)
+    assert any("the model's fast end saves (1.07x)" in h for h in f.hints)
+    none = _ranged({"num_workers": 2}, 1.005, (1.0, 1.01), (0.99, 1.01))
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": none}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.005)) < 1e-9
+
+
+def test_noise_alone_puts_no_time_at_stake() -> None:
+    """A 1.00x point whose range is only the inputs' noise (a saved trace's steps spread
+    17%: 0.93-1.07x) gives no time at stake: the noise widens the range both ways and is
+    no evidence that the fix could save anything. On ResNet-50's V100 trace AMP at 1.00x
+    and the foreach optimizer at 1.02x were graded warning from their ranges' fast ends."""
+    amp = _ranged({"amp_dtype": "float16"}, 1.0, (1.0, 1.0), (0.93, 1.07))
+    f = _Finding(["amp"])
+    _order(f, {"amp": amp}, [])
+    assert f.gain == 0.0
+    foreach = _ranged({"optimizer_foreach": True}, 1.019, (1.019, 1.019), (0.95, 1.094))
+    f = _Finding(["foreach_optimizer"])
+    _order(f, {"foreach_optimizer": foreach}, [])
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.019)) < 1e-9
 
 
 def test_fixes_that_could_save_too_little_leave_the_grade_to_the_predictions() -> None:
