@@ -23,6 +23,7 @@ from ..trace import DEVICE_KINDS, Kind, Trace
 from .calibration import (
     BLOCKING_COPY_SHARE,
     CLOCK_EPS_US,
+    FULL_QUEUE_SHARE,
     LATE_US,
     LAUNCH_LATENCY_US,
     READY_WAIT_SHARE,
@@ -47,7 +48,6 @@ _OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
 _MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
 _DEV_KIND = {int(Kind.KERNEL): TaskKind.KERNEL, int(Kind.MEMCPY): TaskKind.MEMCPY,
              int(Kind.MEMSET): TaskKind.MEMSET}
-
 
 
 def _member(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -216,6 +216,12 @@ class _Builder:
         launched[dev_idx] = _member(t.correlation[dev_idx], all_corr[~np.isnan(all_corr)])
         del dev_idx
         running = dev & (t.ts >= self.w0) & (t.ts < self.w1)
+        # and on each stream what ran ahead of the window's own work: work launched before
+        # the window, still queued when it ended (a host that ran ahead of its GPU)
+        key = t.pid_id.astype(np.int64) * (len(t.tids) + 1) + t.tid_id
+        for k in np.unique(key[launched]).tolist():  # once per stream
+            mine = dev & (key == k)
+            running |= mine & (t.ts >= self.w1) & (t.ts < t.ts[launched & mine].max())
         d_idx = np.flatnonzero(launched | running)
         # the outermost call that launched each device op (NaN correlation: none)
         call_of = np.full(len(d_idx), -1, np.int64)  # index into top
@@ -456,13 +462,17 @@ class _Builder:
             ok &= e[cand] > expected[mine] - EPS
             src[mine[ok]] = cand[ok]
         unexplained = late & (src < 0)
-        lag = np.where(unexplained, lat, lag)  # kept as measured
+        # kept as measured: a queued op its spacing behind its stream (a latency kept would
+        # hold it as far behind its launch as the host once ran ahead, whatever the change);
+        queued = launch_start + lat_typ <= prev_end  # one on a stream run dry its latency
+        lag = np.where(unexplained & ~queued, lat, lag)
+        spacing = np.where(unexplained & queued, np.fmax(gap, gap_typ), gap_typ)
         kinds = np.array([_DEV_KIND[int(k)] for k in dk], np.int8)
         no_launch = ct < 0
         # work launched before the window runs in stream order (queued behind the stream);
         # work the trace cannot place keeps its measured start
         queued_in = no_launch & (s - prev_end <= gap_typ + LATE_US)
-        out = rows.tasks(kinds, res, t.dur[d_idx], s, gap=gap_typ,
+        out = rows.tasks(kinds, res, t.dur[d_idx], s, gap=spacing,
                          release=np.where(no_launch & ~queued_in, s, np.nan), name_id=t.name_id[d_idx],
                          nbytes=t.nbytes[d_idx])
         hl = ~no_launch
@@ -476,31 +486,34 @@ class _Builder:
                           d_idx: np.ndarray, dev_ids: np.ndarray, call_of: np.ndarray) -> None:
         """A launch held far longer than launches take, returning just as a device op ends,
         waited for that op: the device's queue was full (the host ran a step or more ahead
-        of a busy GPU). It waits for it in the replay too; its own time is a typical launch."""
+        of a busy GPU). It waits for it in the replay too; its own time is a typical launch:
+        the median of the launches that did not return as an op ended (where the queue
+        stayed full, nearly every launch waited: the time each took after its op ended)."""
         t, rows = self.t, self.rows
         li = np.flatnonzero(launch)
         if not len(li) or not len(d_idx):
             return
         d = t.dur[top[li]]
-        typical = float(np.median(d))
-        long = li[d > max(SYNC_LONG_US, SYNC_LONG_RATIO * typical)]
-        if not len(long):
-            return
         e = t.end[d_idx]
         # device ops launched before each call (by an earlier call) are candidates
         launched_at = np.full(len(d_idx), -np.inf)  # no call in the window: before it
         has = call_of >= 0
         launched_at[has] = t.ts[top[call_of[has]]]
         o = np.argsort(e, kind="stable")
-        cs, ce = t.ts[top[long]], t.end[top[long]]
+        cs, ce = t.ts[top[li]], t.end[top[li]]
         pos = np.searchsorted(e[o], ce + EPS, side="right") - 1
         tgt = o[np.maximum(pos, 0)]
-        ok = (pos >= 0) & (e[tgt] > cs) & (ce - e[tgt] < SYNC_END_US) & (launched_at[tgt] < cs)
+        ended = (pos >= 0) & (e[tgt] > cs) & (ce - e[tgt] < SYNC_END_US) & (launched_at[tgt] < cs)
+        # a launch's own time (docstring); FULL_QUEUE_SHARE that ended: the queue stayed full
+        typical = float(np.median(d[~ended] if (~ended).mean() > 1 - FULL_QUEUE_SHARE
+                                  else (ce - e[tgt])[ended]))
+        ok = ended & (d > max(SYNC_LONG_US, SYNC_LONG_RATIO * typical))
         if not ok.any():
             return
-        rows.edge(dev_ids[tgt[ok]], call_task[long[ok]], EdgeKind.END_AFTER_END, ce[ok] - e[tgt[ok]])
-        self._set("dur", call_task[long[ok]], np.full(int(ok.sum()), typical))
-        self.full_queue = int(ok.sum())
+        long, tgt = li[ok], tgt[ok]
+        rows.edge(dev_ids[tgt], call_task[long], EdgeKind.END_AFTER_END, ce[ok] - e[tgt])
+        self._set("dur", call_task[long], np.full(len(long), typical))
+        self.full_queue = len(long)
 
     def _sync_edges(self, top: np.ndarray, is_sync: np.ndarray, wait_task: np.ndarray,
                     d_idx: np.ndarray, dev_ids: np.ndarray) -> None:

@@ -33,6 +33,11 @@ BLOCKING_COPY_SHARE = 0.5
 SYNC_LONG_US = 50.0
 SYNC_LONG_RATIO = 5.0
 SYNC_END_US = 20.0
+#: Where this share of the launches or more returned just as a device op ended, the queue
+#: stayed full and they all waited: a launch's own time is then what each took after its
+#: op ended, not their median (a wait). A share of chance endings that high needs device
+#: ops ending every SYNC_END_US; too low, a run of tiny kernels reads every launch as a wait.
+FULL_QUEUE_SHARE = 0.9
 
 # ---------------------------------------------------------------- the input pipeline
 #: Worker-to-trainer hand-over rate (GB/s) of a batch's tensors through a new shared-memory
@@ -193,7 +198,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "BLOCKING_COPY_SHARE", "BURST_FLOOR_MS", "BURST_RATIO", "BURST_WAIT_MS", "BUSY",
            "CALIBRATE_TOL", "CALIBRATE_WITHIN", "CLOCK_EPS_US", "EFFECT_ERROR", "EFFECT_FLOOR",
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
-           "FOREACH_PARAMS_PER_LAUNCH", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
+           "FOREACH_PARAMS_PER_LAUNCH", "FULL_QUEUE_SHARE", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
            "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",

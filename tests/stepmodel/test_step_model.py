@@ -263,3 +263,33 @@ def test_a_lead_fix_predicted_on_assumptions_says_what_it_assumed(tmp_path) -> N
     (hint,) = [h for h in f.hints if h.startswith("num_workers: predicted on what")]
     assert hint == ("num_workers: predicted on what this capture could not time, assumed: "
                     + "; ".join(p.assumed))
+
+
+def test_a_kernel_queued_behind_a_busy_stream_moves_with_it(tmp_path):
+    """A host that runs ahead of its GPU until the launch queue is full (10 kernels of 400
+    us): each launch then waits for a kernel to end. One kernel a step starts 10 us after
+    its stream allowed, which no dependency explains: it keeps that spacing behind its
+    stream, not its measured latency (4 ms behind its launch). Halving the kernels halves
+    the step; with none the step is the host's own. A V100 trace's AMP prediction was held
+    at 1.14x by five such kernels, each pinned ~80 ms after its launch."""
+    from diagnose.stepmodel.calibrate import replayed_step_ms
+
+    b = tb.TraceBuilder()
+    ends: list[float] = []
+    for _ in range(6):
+        with b.step():
+            for i in range(20):
+                free = ends[-10] + 2.0 if len(ends) >= 10 else 0.0  # a slot in the queue
+                if i == 10:  # this kernel starts 10 us after its stream allowed
+                    b._stream_free[7] += 10.0
+                b.kernel(dur=400.0, launch_dur=max(5.0, free - b.now))
+                ends.append(b._stream_free[7])
+                b.idle(20.0)
+    path = b.write(tmp_path / "ahead.json.gz")
+    g = build_graph(read_trace(path))
+    assert not isinstance(g, str)
+    base = replayed_step_ms(g)
+    assert base == pytest.approx(8.01, rel=0.01)
+    kernel = g.is_kind(TaskKind.KERNEL)
+    assert replayed_step_ms(g.scale(kernel, 0.5)) == pytest.approx(base / 2, rel=0.02)
+    assert replayed_step_ms(g.scale(kernel, 0.0)) < 1.0
