@@ -333,9 +333,14 @@ def test_pr001_gain_is_the_expected_saving():
     m = r.metrics
     assert m["tensor_core_peak_ratio"] == 8.0 and m["tensor_core_speedup"] == 4.0  # V100
     (f,) = [f for f in r.findings if f.rule == "PR001"]
-    # the time at stake is the step model's prediction for AMP, below the symptom's ceiling
-    # (the fp32 GEMM time AMP's 4x would save)
-    ceiling = m["gemm_fp32_ms_per_step"] * (1 - 1 / 4) / m["step_time_mean_ms"]
+    # the time at stake is the step model's prediction for AMP, below the ceiling of its
+    # model: the fp32 GEMM time AMP's 4x would save, and the other kernels' memory-bound
+    # share (the host's own work, 34 ms of a 96 ms step, holds the step above the GPU's)
+    from diagnose.stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
+
+    gemm = m["gemm_fp32_ms_per_step"]
+    ceiling = (gemm * (1 - 1 / 4) + (m["kernel_ms_per_step"] - gemm)
+               * (1 - AMP_MEMORY_BOUND_SCALE)) / m["step_time_mean_ms"]
     p = f.predictions["amp"]
     assert f.estimated_gain == pytest.approx(1 - p.step_ms / p.base_ms, abs=2e-3)
     assert 0.02 <= f.estimated_gain < ceiling
