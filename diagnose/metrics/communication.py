@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from . import intervals as iv
 from .declare import COLLECTIVES, GPU, Metric, rnd
+from .names import ALL_REDUCE
 from .window import StepWindow
 
+#: on a run without device collectives the three are read off the host's gloo/MPI
+#: collective spans instead (metrics/ranks.py), against the main thread's own work
 METRICS = (
-    Metric("comm_frac", "fraction", "Communication (NCCL/RCCL) kernel time, as a union / window",
-           (GPU,)),
+    Metric("comm_frac", "fraction", "Communication time, as a union / window: NCCL/RCCL "
+           "kernels; without them, the host's gloo/MPI collective spans", (GPU,)),
     Metric("comm_overlap_frac", "fraction",
-           "Share of communication time that overlaps compute kernels", (GPU, COLLECTIVES)),
+           "Share of communication time that overlaps compute (kernels; on the host, the "
+           "main thread's ops)", (GPU, COLLECTIVES)),
     Metric("comm_exposed_frac", "fraction",
            "Communication time not hidden behind compute / window", (GPU,)),
+    Metric("comm_exposed_allreduce_frac", "fraction",
+           "All-reduce time not hidden behind compute / window: what DDP's gradient buckets "
+           "overlap (all-to-all, send/recv, broadcast are not theirs)", (GPU,)),
 )
+
+
+def exposed(in_steps: Callable[[iv.Intervals], float], comm: iv.Intervals,
+            compute: iv.Intervals) -> tuple[float, float]:
+    """(time in ``comm``, the part of it that ``compute`` does not overlap), each measured
+    by ``in_steps`` (inside the profiled steps): |comm ∩ compute| by inclusion-exclusion."""
+    c = in_steps(comm)
+    return c, c - max(c + in_steps(compute) - in_steps(iv.merge(comm, compute)), 0.0)
 
 
 def comm_metrics(w: StepWindow, comm_mask: np.ndarray, comm: iv.Intervals,
@@ -25,12 +41,14 @@ def comm_metrics(w: StepWindow, comm_mask: np.ndarray, comm: iv.Intervals,
     """The METRICS above. ``comm_mask``: the NCCL/RCCL kernels; ``comm`` and ``compute``:
     communication and compute kernels as interval sets."""
     has = w.has_gpu and bool(w.within(comm_mask).any())
-    c = w.in_steps(comm)
-    # |comm ∩ compute| by inclusion-exclusion, all measured inside the steps
-    ov = max(c + w.in_steps(compute) - w.in_steps(iv.merge(comm, compute)), 0.0)
+    c, out = exposed(w.in_steps, comm, compute)
+    ar = w.within(comm_mask & w.t.name_mask(lambda n: bool(ALL_REDUCE.search(n)))) if has \
+        else None
     return {
         "comm_frac": rnd(c / w.W) if w.has_gpu and w.W > 0 else None,
-        "comm_overlap_frac": rnd(ov / c) if has and c > 0 else None,
-        "comm_exposed_frac": rnd((c - ov) / w.W) if has and w.W > 0
+        "comm_overlap_frac": rnd(1 - out / c) if has and c > 0 else None,
+        "comm_exposed_frac": rnd(out / w.W) if has and w.W > 0
         else (0.0 if w.has_gpu else None),
+        "comm_exposed_allreduce_frac": rnd(exposed(w.in_steps, w.sel(ar), compute)[1] / w.W)
+        if ar is not None and w.W > 0 else (0.0 if w.has_gpu else None),
     }

@@ -28,6 +28,9 @@ LAUNCH = re.compile(r"^(?:(?:cuda|cu)(?:LaunchKernel|LaunchKernelEx|LaunchKernel
 MEMCPY_API = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+#: an all-reduce: NCCL/RCCL's kernels (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``) and the
+#: host backends' spans (``gloo:all_reduce``); DDP's gradient buckets are these
+ALL_REDUCE = re.compile(r"all_?reduce", re.IGNORECASE)
 
 
 def copy_direction(name: str) -> str | None:

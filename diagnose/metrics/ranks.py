@@ -40,8 +40,9 @@ import numpy as np
 
 from ..trace import Kind, Trace, kind_in
 from ..values import as_number
-from . import intervals as iv
+from . import communication
 from .core import MetricSet, _Computer
+from .names import ALL_REDUCE
 
 # CPU backends run collectives on the host: their work spans (gloo:all_reduce, ...) last as
 # long as the collective, waiting included. NCCL's host annotations only enqueue: GPU runs
@@ -178,10 +179,15 @@ def _collectives(comp: _Computer, v: Mapping[str, Any]) -> dict[str, Any]:
         busy_mask = comp.host & (t.tid_id == tid) & ~coll & (
             (t.kind == Kind.CPU_OP) | t.name_mask(lambda s: bool(_DATALOADER.match(s))))
         busy = comp._sel(busy_mask)
-        total = comp.in_steps(comm)
-        hidden = max(total + comp.in_steps(busy) - comp.in_steps(iv.merge(comm, busy)), 0.0)
-        exposed = total - hidden
+        total, exposed = communication.exposed(comp.in_steps, comm, busy)
         out["comm_source"] = "host"
+        # the device's collective metrics, from the host's collectives (CM001 reads them)
+        ar = comp._sel(backend & t.name_mask(lambda s: bool(ALL_REDUCE.search(s))))
+        out.update(comm_frac=round(total / comp.W, 6),
+                   comm_overlap_frac=round(1 - exposed / total, 6) if total > 0 else None,
+                   comm_exposed_frac=round(max(exposed, 0.0) / comp.W, 6),
+                   comm_exposed_allreduce_frac=round(max(communication.exposed(
+                       comp.in_steps, ar, busy)[1], 0.0) / comp.W, 6))
     out["comm_ms_per_step"] = round(total / 1e3 / n, 4)
     out["comm_exposed_ms_per_step"] = round(max(exposed, 0.0) / 1e3 / n, 4)
     return out
