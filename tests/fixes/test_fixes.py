@@ -357,6 +357,21 @@ def test_balance_ranks_code_is_the_users_loader_with_a_distributed_sampler() -> 
     assert "DataLoader(dataset, ..., sampler=sampler)" in FIXES["balance_ranks"].code
 
 
+def test_balance_ranks_is_in_place_where_a_distributed_sampler_splits_the_samples() -> None:
+    """A 2-rank DDP job whose loader drew through DistributedSampler, one rank sleeping in
+    its step, was offered DistributedSampler as the straggler's fix. The capture records
+    the loader's sampler class; with DistributedSampler every rank has its even share
+    already, and the fix is left out (the rule's hints name the cause)."""
+    from diagnose.metrics.context.settings import settings_metrics
+
+    m = settings_metrics({"dataloader": {"sampler_class": "DistributedSampler"}})
+    assert m["dataloader_sampler_class"] == "DistributedSampler"
+    fix = FIXES["balance_ranks"]
+    assert "DistributedSampler" in (fix.in_place(m) or "")
+    assert fix.in_place({"dataloader_sampler_class": "RandomSampler"}) is None
+    assert fix.in_place({}) is None
+
+
 def test_the_step_code_moves_the_batch_only_off_the_cpu() -> None:
     """The loop autofix writes: on a CPU job no ``.to(device)`` (a name the user's script
     may not define) and autocast for the CPU; on a GPU the device autofix ran on."""

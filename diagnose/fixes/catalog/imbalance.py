@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..code import Setup, assign, call, loader_args
 from ..unit import Fix
 
@@ -9,6 +12,15 @@ from ..unit import Fix
 class BalanceRanks(Fix):
     """Every rank the same share of samples (a DistributedSampler that drops the uneven
     tail) through the user's own loader call, its other arguments kept."""
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        """In place where the loader draws through a DistributedSampler: every rank gets
+        the same number of samples already (it pads the last ones, or with drop_last drops
+        them), so the straggler's lag is not the split."""
+        if metrics.get("dataloader_sampler_class") == "DistributedSampler":
+            return ("the DataLoader already splits the samples evenly across ranks "
+                    "(DistributedSampler)")
+        return None
 
     def render(self, setup: Setup | None) -> str:
         spec = setup.loader if setup is not None else None

@@ -15,6 +15,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "DataLoader num_workers (0: batches are loaded in the training process)",
     ),
     "dataloader_pin_memory": ("bool", "DataLoader pin_memory"),
+    "dataloader_sampler_class": (
+        "name", "the DataLoader's sampler class (RandomSampler, DistributedSampler, ...)"),
     "dataloader_batch_size": (
         "samples",
         "DataLoader batch_size (None with a custom batch_sampler)",
@@ -76,6 +78,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out: dict[str, object] = {}
     out["dataloader_num_workers"] = as_int(get(ctx, "dataloader", "num_workers"))
     out["dataloader_pin_memory"] = as_bool(get(ctx, "dataloader", "pin_memory"))
+    out["dataloader_sampler_class"] = as_str(get(ctx, "dataloader", "sampler_class"))
     out["dataloader_batch_size"] = as_int(get(ctx, "dataloader", "batch_size"))
     out["dataloader_persistent_workers"] = as_bool(get(ctx, "dataloader", "persistent_workers"))
     out["dataloader_prefetch_factor"] = as_int(get(ctx, "dataloader", "prefetch_factor"))
