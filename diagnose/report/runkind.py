@@ -44,6 +44,10 @@ def device_line(m: Mapping[str, Any]) -> str | None:
     if cpu_run(m):
         return CPU_DEVICE
     if m.get("has_gpu") is False:
+        unread = m.get("trace_unread_events")
+        if isinstance(unread, int) and unread > 0:  # another accelerator's, say: the note
+            return (f"no GPU activity that this analysis reads ({unread:,} events of "
+                    "categories it does not read: see the note)")
         return NO_GPU_IN_TRACE
     return None
 

@@ -158,6 +158,11 @@ def test_events_of_categories_no_metric_reads_are_said():
     from diagnose.report.text import no_findings
 
     assert not r.findings and "in what this analysis reads" in no_findings(r.metrics)
+    # the device row does not say the run had no accelerator: it had one this tool cannot read
+    from diagnose.report.runkind import NO_GPU_IN_TRACE, device_line
+
+    line = device_line(r.metrics)
+    assert line != NO_GPU_IN_TRACE and f"{n:,} events" in (line or "")
     ok = analyze(shared_trace("kineto/resnet50_num_workers_4__worker0.1623212756351.pt.trace.json.gz"))
     assert ok.metrics["trace_unread_events"] == 0
     assert not any("does not read" in note for note in ok.notes)
