@@ -28,7 +28,6 @@ from typing import Any
 
 from ..capture.quiet import warnings_once
 from ..fixes import FIXES, Facts, Fix, TrainConfig
-from ..fixes.findings import withheld_fields
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
 from .measure import Plan
@@ -198,7 +197,6 @@ def autofix(
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
             tuner.advised = getattr(report, "advised_changes", None) or {}
             tuner.predictor = getattr(report, "predictor", None)
-            tuner.withheld = withheld_fields(getattr(report, "metrics", None) or {}, FIXES)
             tuner.facts = facts
         named = in_predicted_order(named, preds)
         said = order_note(named, preds)

@@ -102,9 +102,6 @@ class Tuner(Budgeted):
         self.advised: dict[str, frozenset[tuple[str, Any]]] = {}
         # the diagnosis' Predictor: a trial after kept changes applies their transforms first
         self.predictor: Any = None
-        # the settings a change of which the diagnosis gave no number for (its CPUs were
-        # busy with other work: fixes.findings.withheld_fields): no trial of them either
-        self.withheld: frozenset[str] = frozenset()
         self.kept_fixes: list[tuple[Fix, frozenset[str]]] = []  # in the order kept
         self.facts = Facts()  # the diagnosed run's metrics and live facts
         # the CPUs' capacity timed again before trials that move CPU work, and the
@@ -143,8 +140,7 @@ class Tuner(Budgeted):
         the transform of the one whose fields cover them all (the threads split's covers
         num_workers), for the config's values. None where there is no model, a change no
         fix's transform covers, or the model cannot tell."""
-        if self.predictor is None or self.original is None or not self.told(
-                cand) or not self.told(best):
+        if self.predictor is None or self.original is None:
             return None
         kept = list(self.kept_fixes)
         sb = _steps(self.original, best, kept)
@@ -162,10 +158,6 @@ class Tuner(Budgeted):
         # tuned_speedup the kept ones
         return float(pc.speedup / pb.speedup)
 
-    def told(self, cfg: TrainConfig) -> bool:
-        """Whether the model may predict ``cfg``: it changes none of :attr:`withheld`."""
-        return self.original is None or not set(self.original.diff(cfg)) & self.withheld
-
     def _owned(self, fix: Fix, best: TrainConfig, cand: TrainConfig) -> frozenset[str]:
         """The fields ``fix`` sets in ``cand``: those it changes from ``best``, and those of
         its own fields that ``cand`` holds away from the baseline (a split after a kept
@@ -181,7 +173,7 @@ class Tuner(Budgeted):
         for the config it is tried on, ``best``, which the diagnosis may not have had
         (workers kept for a run without them, or fewer): the time per step it saves there
         (its prediction's base less its step) off the model's step for ``best``."""
-        if self.predictor is None or set(fix.fields) & self.withheld or not self.told(best):
+        if self.predictor is None:
             return None
         try:
             p = fix.predict(self.predictor, best, self.facts)
@@ -199,8 +191,7 @@ class Tuner(Budgeted):
     def tuned_speedup(self, best: TrainConfig) -> float | None:
         """The model's speedup of ``best`` (the kept changes together, composed as in
         :meth:`composed`) over the baseline; None without a model or a prediction."""
-        if self.predictor is None or self.original is None or best == self.original or \
-                not self.told(best):
+        if self.predictor is None or self.original is None or best == self.original:
             return None
         steps = _steps(self.original, best, list(self.kept_fixes))
         if not steps:
@@ -248,7 +239,7 @@ class Tuner(Budgeted):
         timings, as the capture's is at the most of its own. About half a second a fix,
         only with a model whose capture timed the capacity."""
         if self.predictor is None or self.original is None or self.facts.cpu_capacity is None \
-                or set(fix.fields) & self.withheld:
+                or self.predictor.withholds(fix.fields) is not None:
             return
         if not any(set(best.diff(c)) & CPU_FIELDS for c in cands):
             return

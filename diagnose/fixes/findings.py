@@ -30,7 +30,7 @@ DOES_NOT_APPLY = "does not apply to this run"
 #: (``Fix.unknown``): offered as advice, without a number
 NOT_KNOWN = "not predicted: this run does not say"
 #: how it begins the reason of a change of CPU work not predicted because other processes
-#: held the CPUs (:func:`_withheld`)
+#: held the CPUs (:func:`_withheld_why`)
 ON_A_BUSY_MACHINE = "not predicted: other processes held the CPU"
 #: a prediction withheld where the process's own thread pools took turns on the CPUs
 OWN_POOLS = "not predicted: this process's own thread pools took turns on the CPUs"
@@ -49,6 +49,9 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     :data:`diagnose.fixes.FIXES`)."""
     facts = Facts.from_metrics(metrics)
     cpu_work = _cpu_work(fixes)
+    why = _withheld_why(metrics)
+    if why is not None and not isinstance(predictor, str):
+        predictor.withhold(cpu_work, why)
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
@@ -68,7 +71,6 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     p = f"{DOES_NOT_APPLY}: {why}"
                     off.append(x)
             preds[x] = p
-        _withheld(preds, metrics, cpu_work)
         _withheld_for_worker_pools(preds, metrics, cpu_work)
         _order(f, preds, off, {x: u.title for x, u in fixes.items()})
         lead = preds.get(f.fixes[0]) if f.fixes else None
@@ -94,26 +96,16 @@ def _cpu_work(fixes: Mapping[str, Fix]) -> frozenset[str]:
                                               if f.transform is not None))
 
 
-def _withheld(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
-              cpu_work: frozenset[str]) -> None:
-    """No number for a change of CPU work where the training thread waited for a CPU other
-    processes held in :data:`BUSY` or more of the timed steps: every input of such a
-    prediction (the thread timings, the busy timings, the CPUs' capacity, the step itself)
-    was timed under a load the run does not own and cannot foresee. The fix is still
-    offered, as advice. A wait for the run's own workers is the run's doing and stays
-    predicted; one for its own thread pools (:func:`~diagnose.metrics.context.pool_clash`)
-    slowed every input alike, and its fix comes first (CF007)."""
-    why = _withheld_why(metrics)
-    if why is None:
-        return
-    for x, p in preds.items():
-        if isinstance(p, Prediction) and cpu_work & set(p.change):
-            preds[x] = why
-
-
 def _withheld_why(metrics: Mapping[str, Any]) -> str | None:
-    """Why :func:`_withheld` leaves the changes of CPU work without a number on this run;
-    None where they are predicted."""
+    """Why the changes of CPU work get no number on this run (the Predictor withholds
+    them: :meth:`~diagnose.stepmodel.prediction.Predictor.withhold`); None where they are
+    predicted. Where the training thread waited for a CPU other processes held in
+    :data:`BUSY` or more of the timed steps, every input of such a prediction (the thread
+    timings, the busy timings, the CPUs' capacity, the step itself) was timed under a
+    load the run does not own and cannot foresee; the fix is still offered, as advice. A
+    wait for the run's own workers is the run's doing and stays predicted; one for its
+    own thread pools (:func:`~diagnose.metrics.context.pool_clash`) slowed every input
+    alike, and its fix comes first (CF007)."""
     busy = metrics.get("step_cpu_wait_unprofiled_share")
     if not isinstance(busy, float) or busy < BUSY:
         return None
@@ -124,14 +116,6 @@ def _withheld_why(metrics: Mapping[str, Any]) -> str | None:
             f"quieter, or {_measure(metrics, 'let ')}" if elsewhere else
             f"{OWN_POOLS} in {busy:.0%} of the timed steps ({pools}): give the other pool "
             "one thread (CF007), then capture again")
-
-
-def withheld_fields(metrics: Mapping[str, Any], fixes: Mapping[str, Fix]) -> frozenset[str]:
-    """The settings a change of which the diagnosis leaves without a number on this run
-    (:func:`_withheld`: every change of CPU work, where other processes or the run's own
-    pools held the CPUs); empty where they are predicted. Autofix predicts no trial of
-    them either."""
-    return _cpu_work(fixes) if _withheld_why(metrics) is not None else frozenset()
 
 
 def _withheld_for_worker_pools(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
@@ -330,4 +314,4 @@ def range_width(f: Any) -> float:
 
 __all__ = ["BUSY", "HELPS", "NOT_KNOWN", "ON_A_BUSY_MACHINE", "OWN_POOLS", "SLOWER",
            "WORKER_POOLS", "Prediction", "offered", "predict_findings", "range_width",
-           "sort_findings", "withheld_fields"]
+           "sort_findings"]

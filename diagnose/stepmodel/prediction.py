@@ -15,7 +15,7 @@ a change does beyond the graph, its transform declares (:mod:`diagnose.stepmodel
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,6 +204,22 @@ class Predictor:
             err = (facts.step_time_cv or 0.0) / math.sqrt(max(int(facts.step_count or 1), 1))
         self.rel = abs(model.error or 0.0) + err
         self.cache: dict[Any, Prediction | str] = {}
+        # the settings no change of which is predicted on this run, and why (withhold)
+        self.withheld: frozenset[str] = frozenset()
+        self.withheld_why = ""
+
+    def withhold(self, fields: Iterable[str], why: str) -> None:
+        """Predict no change of ``fields``: each gives ``why`` instead (the diagnosis'
+        reason: its inputs were timed while other processes, or the run's own pools, held
+        the CPUs). Every prediction reads it here: the report's, and autofix's trials,
+        which share this predictor."""
+        self.withheld, self.withheld_why = frozenset(fields), why
+        self.cache.clear()
+
+    def withholds(self, fields: Iterable[str]) -> str | None:
+        """Why a change of ``fields`` is not predicted on this run (:meth:`withhold`);
+        None where it is."""
+        return self.withheld_why if self.withheld & set(fields) else None
 
     def add_capacity_timings(self, timings: Sequence[float]) -> dict[str, float] | None:
         """Fold later timings of the CPUs' capacity into the run's facts (autofix times it
@@ -236,13 +252,16 @@ class Predictor:
         return self.predict_steps([(transform, change)])
 
     def per_step_saving(self, change: Mapping[str, Any], saved_ms: float,
-                        moves_cpu: bool = False) -> Prediction:
+                        moves_cpu: bool = False) -> Prediction | str:
         """A change that takes ``saved_ms`` off the job's mean step: a cost the window's
         steps do not hold but the job pays now and then (an epoch's start), spread over the
         steps it is paid for. The step is the mean one the predictions start from.
         ``moves_cpu``: the cost is CPU work beside the training on the CPUs it shares, so
         the range takes the model's error on such changes (:data:`EFFECT_FLOOR`,
         :data:`EFFECT_ERROR`)."""
+        why = self.withholds(change)
+        if why is not None:
+            return why
         ms = max(self.base_ms - max(saved_ms, 0.0), 1e-9)
         rng, parts = self._range(ms, ms, self.base_ms / ms, moves_cpu)
         return Prediction(dict(change), ms, self.base_ms / ms, rng, self.base_ms,
@@ -271,6 +290,10 @@ class Predictor:
                     for t, c in made)
         if key in self.cache:
             return self.cache[key]
+        why = self.withholds(k for _, c in made for k in c)
+        if why is not None:
+            self.cache[key] = why
+            return why
         noise = self.facts.threads_noise_rel
         if (noise is not None and noise > THREADS_NOISE_MAX
                 and any("threads_one_thread_ratio" in t.assumes for t, _ in made)):

@@ -516,12 +516,13 @@ def test_a_trial_from_the_baseline_is_predicted_as_the_diagnosis_predicts_it(tmp
 def test_no_trial_is_predicted_where_the_diagnosis_withheld_its_number(tmp_path) -> None:
     """A new user's autofix, on a machine another job kept busy: the diagnosis withheld
     every change of workers ('other processes held the CPU ...'), yet the decisions table
-    predicted num_workers 3 -> 2 at 2.21x (measured 1.04x). A setting the diagnosis
-    withheld (Tuner.withheld) gets no trial prediction either; the others still do."""
+    predicted num_workers 3 -> 2 at 2.21x (measured 1.04x). The diagnosis withholds them in
+    the Predictor (Predictor.withhold), which autofix shares: no trial of them is
+    predicted either, and the other changes still are."""
     from diagnose.autofix.measure import Plan
     from diagnose.autofix.search import Tuner
     from diagnose.fixes import FIXES
-    from diagnose.fixes.findings import withheld_fields
+    from diagnose.fixes.findings import ON_A_BUSY_MACHINE, predict_findings
     from diagnose.stepmodel import step_model
     from diagnose.stepmodel.prediction import Predictor
     from tests import modeltraces as mt
@@ -534,17 +535,23 @@ def test_no_trial_is_predicted_where_the_diagnosis_withheld_its_number(tmp_path)
                "input_worker_batch_ms": 2.0}
     busy = {**metrics, "step_cpu_wait_unprofiled_share": 0.6, "host_cpu_others_cpus": 1.2,
             "workers_count": 6}
-    assert withheld_fields(metrics, FIXES) == frozenset()
-    assert {"num_workers", "intra_op_threads"} <= withheld_fields(busy, FIXES)
     facts = Facts.from_metrics(metrics)
     w = _workload(Drain())
     six = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=6)
+    quiet = Predictor(m, facts)
+    predict_findings([], quiet, six, metrics, FIXES)  # a quiet run: nothing withheld
+    assert quiet.withholds({"num_workers"}) is None
     t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {})
-    t.original, t.predictor, t.facts = six, Predictor(m, facts), facts
+    t.original, t.predictor, t.facts = six, quiet, facts
     two = six.replace(num_workers=2)
     assert t.composed(FIXES["num_workers"], six, two) is not None
-    t.withheld = withheld_fields(busy, FIXES)
+    t.predictor = Predictor(m, facts)
+    predict_findings([], t.predictor, six, busy, FIXES)  # the diagnosis, on a busy machine
+    for fields in ({"num_workers"}, {"intra_op_threads"}, {"persistent_workers"}):
+        assert (t.predictor.withholds(fields) or "").startswith(ON_A_BUSY_MACHINE)
+    said = t.predictor.predict_change(FIXES["num_workers"].transform, {"num_workers": 2})
+    assert isinstance(said, str) and said.startswith(ON_A_BUSY_MACHINE)
     assert t.composed(FIXES["num_workers"], six, two) is None
     t.kept_fixes.append((FIXES["num_workers"], frozenset({"num_workers"})))
     assert t.tuned_speedup(two) is None
-    assert t.told(six.replace(pin_memory=True)) and not t.told(two)  # the others predict
+    assert t.predictor.withholds({"pin_memory"}) is None  # the others predict

@@ -260,6 +260,8 @@ class PersistentWorkers(Fix):
         # up, or batches made ahead during its wait) is the error of a change of CPU work
         p = predictor.per_step_saving({"persistent_workers": True}, saved,
                                       moves_cpu=shared_cpus)
+        if isinstance(p, str):
+            return p
         return dataclasses.replace(p, candidates=(((("persistent_workers", True),),
                                                    p.speedup),))
 
