@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import intervals as iv
-from .declare import COLLECTIVES, GPU, Metric, rnd
+from .declare import COLLECTIVES, Metric, rnd
 from .names import ALL_REDUCE
 from .window import StepWindow
 
@@ -16,15 +16,15 @@ from .window import StepWindow
 #: collective spans instead (metrics/ranks.py), against the main thread's own work
 METRICS = (
     Metric("comm_frac", "fraction", "Communication time, as a union / window: NCCL/RCCL "
-           "kernels; without them, the host's gloo/MPI collective spans", (GPU,)),
+           "kernels; without them, the host's gloo/MPI collective spans", (COLLECTIVES,)),
     Metric("comm_overlap_frac", "fraction",
            "Share of communication time that overlaps compute (kernels; on the host, the "
-           "main thread's ops)", (GPU, COLLECTIVES)),
+           "main thread's ops)", (COLLECTIVES,)),
     Metric("comm_exposed_frac", "fraction",
-           "Communication time not hidden behind compute / window", (GPU,)),
+           "Communication time not hidden behind compute / window", (COLLECTIVES,)),
     Metric("comm_exposed_allreduce_frac", "fraction",
            "All-reduce time not hidden behind compute / window: what DDP's gradient buckets "
-           "overlap (all-to-all, send/recv, broadcast are not theirs)", (GPU,)),
+           "overlap (all-to-all, send/recv, broadcast are not theirs)", (COLLECTIVES,)),
 )
 
 
