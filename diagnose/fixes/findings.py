@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders, pool_clash, worker_pool
-from ..stepmodel.calibration import BUSY, HELPS, SLOWER, TIE
+from ..stepmodel.calibration import BUSY, FIXES_TIE, HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import AT_MOST, as_transform
@@ -161,11 +161,14 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     helps.sort(key=lambda x: -_speedup(preds[x]))
     # a fix whose range reaches the best point (or within TIE of it) ties with the best: the
     # capture cannot tell them apart, and the one that changes the fewest settings leads,
-    # so that captures of one job agree; but one whose range reaches the step as it is
-    # ("may not help") never leads a tie over one whose whole range gains
+    # so that captures of one job agree; but not one whose point lies further from the
+    # best than the model's error on a pair of changes (FIXES_TIE: it orders those), and
+    # one whose range reaches the step as it is ("may not help") never leads a tie over
+    # one whose whole range gains
     if helps:
         top = _speedup(preds[helps[0]])
-        tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top]
+        tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top
+                and math.log(top / _speedup(preds[x])) <= FIXES_TIE]
         lead = min(tied, key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
                                         helps.index(x)))
         helps.remove(lead)

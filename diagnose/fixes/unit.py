@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stepmodel.calibration import HELPS, TIE
+from ..stepmodel.calibration import HELPS, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import CANNOT_TELL, Prediction, Predictor, cannot_tell
 from ..stepmodel.transforms import GraphChange, Transform, as_transform
@@ -265,7 +265,11 @@ def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
     much a worker's batch may cost more than the one timed after the loop, and a loader
     with headroom absorbs it."""
     # a config whose point does not help never ties with one that does, however wide its
-    # range (a noisy input's): it would be advice the model itself predicts to gain nothing
+    # range (a noisy input's): it would be advice the model itself predicts to gain nothing;
+    # where every config is predicted slower, no loader's headroom makes one the advice: the
+    # least slow is what the fix is said to give
+    if best.speedup < SLOWER:
+        return best
     ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)
             or (p.reach * (1 + TIE) >= best.speedup
                 and (p.speedup >= HELPS or best.speedup < HELPS))]

@@ -4,6 +4,7 @@ the same first fix."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,3 +259,38 @@ def test_a_slower_fix_is_named_with_its_title() -> None:
     assert f.hints == ["Not offered: Split the CPUs between torch's threads and the "
                        "loader's workers (num_workers=2, intra_op_threads=1), predicted 0.71x "
                        "(10.0 -> 14.1 ms): slower"]
+
+
+def test_a_fix_far_below_the_best_point_does_not_tie_however_wide_its_range() -> None:
+    """A new user's job (6 workers on 2 CPUs, per-sample Python work): persistent_workers
+    at 1.05x [0.87, 1.27] reached the threads split's 1.28x and, with fewer settings, led
+    IN001; the split measured 1.58x, the other 1.07x. Points further apart than the
+    model's error on a pair of changes (FIXES_TIE) are ordered by the model; closer ones
+    (1.63x against 1.75x) still tie, and the simpler fix leads."""
+    from diagnose.stepmodel.calibration import FIXES_TIE
+
+    split = _ranged({"num_workers": 2, "intra_op_threads": 1}, 1.28, (1.1, 1.5), (1.0, 1.6))
+    keep = _ranged({"persistent_workers": True}, 1.05, (1.05, 1.05), (0.87, 1.27))
+    assert math.log(1.28 / 1.05) > FIXES_TIE
+    f = _Finding(["persistent_workers", "threads"])
+    _order(f, {"persistent_workers": keep, "threads": split}, [])
+    assert f.fixes[0] == "threads"
+    close = _ranged({"num_workers": 2, "intra_op_threads": 1}, 1.75, (1.5, 2.0), (1.3, 2.3))
+    cap = _ranged({"num_workers": 2}, 1.63, (1.4, 1.9), (1.2, 2.2))
+    f = _Finding(["threads", "num_workers_cap"])
+    _order(f, {"threads": close, "num_workers_cap": cap}, [])
+    assert f.fixes[0] == "num_workers_cap"
+
+
+def test_where_every_config_is_slower_the_least_slow_is_named() -> None:
+    """Every worker count predicted slower (2: 0.74x, 1: 0.33x, 0: 0.67x): the ranges all
+    reached the best, and the tie went to the loader with the most headroom, 0 workers,
+    which the report then named at 0.67x. No headroom makes a slower config the advice."""
+    from diagnose.fixes.unit import _with_headroom
+
+    def cfg(n: int, at: float, share: float | None) -> Prediction:
+        return Prediction({"num_workers": n}, 10 / at, at, (10 / (at * 1.4), 10 / (at * 0.7)),
+                          10.0, loader_share=share)
+
+    two, one, none = cfg(2, 0.74, 0.6), cfg(1, 0.33, 0.9), cfg(0, 0.67, None)
+    assert _with_headroom(two, [two, one, none]) is two
