@@ -86,7 +86,11 @@ class Workload:
         from torch.utils.data import DataLoader
 
         if not isinstance(model, torch.nn.Module):
-            raise TuneError(f"autofix needs a torch.nn.Module model (got {type(model).__name__})")
+            several = isinstance(model, list | tuple | dict)
+            raise TuneError(
+                f"autofix needs one torch.nn.Module model (got {type(model).__name__})"
+                + (": a loop with several models or optimizers (a GAN) is diagnosed, not "
+                   "autofixed; time its fixes by hand (docs/autofix.md)" if several else ""))
         params = list(model.parameters())
         if not params:
             raise TuneError("autofix needs a model with parameters to train")

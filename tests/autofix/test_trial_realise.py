@@ -112,3 +112,15 @@ def test_a_mapping_batch_is_placed_and_keeps_its_type() -> None:
     assert type(got) is UserDict and torch.equal(got["input_ids"], x * 2) and got["n"] == 3
     plain = to_device({"x": x}, "cpu")
     assert type(plain) is dict and torch.equal(plain["x"], x)
+
+
+def test_several_models_are_refused_with_what_to_do() -> None:
+    """A new user passed a GAN's two models: "autofix needs a torch.nn.Module model (got
+    list)" was clear but did not say such a loop is diagnosed only."""
+    g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    opt = torch.optim.SGD([*g.parameters(), *d.parameters()], lr=0.1)
+    with pytest.raises(TuneError, match="several models or optimizers .* is diagnosed, not "
+                                        "autofixed"):
+        Workload.from_user([g, d], DataLoader(data, batch_size=8), opt,
+                           loss_fn=torch.nn.functional.mse_loss)
