@@ -212,7 +212,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             f.hints.append(f"the time at stake is the rule's own estimate: the best "
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "
                            f"what {', '.join(untold)} would give")
-        else:  # a range reaches a gain: at most the rule's estimate, at most what it saves
+        else:  # a model end reaches a gain: at most the rule's estimate, at most what it saves
             reach = max(q.model_reach if isinstance(q := preds[x], Prediction) else 0.0
                         for x in open_)
             own = f.estimated_gain
@@ -224,7 +224,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             else:  # the rule's own estimate is the lower: it stands, and the hint says why
                 f.hints.append(f"the time at stake is the rule's own estimate ({own:.1%}), "
                                f"beside a best prediction of {best.speedup:.2f}x whose "
-                               f"range reaches {reach:.2f}x")
+                               f"model end reaches {reach:.2f}x")
     elif not open_ and (most := [_most(p) for p in preds.values() if isinstance(p, str)
                                  and p.startswith(AT_MOST)]):
         f.take_gain(max(0.0, 1 - 1 / max(most)))  # the most any fix could do: too little

@@ -266,12 +266,12 @@ def _with_headroom(best: Prediction, preds: list[Prediction]) -> Prediction:
     with headroom absorbs it."""
     # a config whose point does not help never ties with one that does, however wide its
     # range (a noisy input's): it would be advice the model itself predicts to gain nothing;
-    # where every config is predicted slower, no loader's headroom makes one the advice: the
-    # least slow is what the fix is said to give
+    # no loader's headroom makes a config predicted slower the advice (where all are, the
+    # least slow is what the fix is said to give)
     if best.speedup < SLOWER:
         return best
     ties = [p for p in preds if p.step_ms <= best.step_ms * (1 + TIE)
-            or (p.reach * (1 + TIE) >= best.speedup
+            or (p.reach * (1 + TIE) >= best.speedup and p.speedup >= SLOWER
                 and (p.speedup >= HELPS or best.speedup < HELPS))]
     return min(ties, key=lambda p: (p.loader_share or 0.0, p.step_ms))
 

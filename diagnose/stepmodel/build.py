@@ -219,9 +219,9 @@ class _Builder:
         # and on each stream what ran ahead of the window's own work: work launched before
         # the window, still queued when it ended (a host that ran ahead of its GPU)
         key = t.pid_id.astype(np.int64) * (len(t.tids) + 1) + t.tid_id
-        for k in np.unique(key[launched]).tolist():  # once per stream
-            mine = dev & (key == k)
-            running |= mine & (t.ts >= self.w1) & (t.ts < t.ts[launched & mine].max())
+        li, after = np.flatnonzero(launched), np.flatnonzero(dev & (t.ts >= self.w1))
+        for k in np.unique(key[li]).tolist():  # once per stream: its own ops only
+            running[after[(key[after] == k) & (t.ts[after] < t.ts[li[key[li] == k]].max())]] = True
         d_idx = np.flatnonzero(launched | running)
         # the outermost call that launched each device op (NaN correlation: none)
         call_of = np.full(len(d_idx), -1, np.int64)  # index into top

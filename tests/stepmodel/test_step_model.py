@@ -293,3 +293,27 @@ def test_a_kernel_queued_behind_a_busy_stream_moves_with_it(tmp_path):
     kernel = g.is_kind(TaskKind.KERNEL)
     assert replayed_step_ms(g.scale(kernel, 0.5)) == pytest.approx(base / 2, rel=0.02)
     assert replayed_step_ms(g.scale(kernel, 0.0)) < 1.0
+
+
+def test_work_queued_past_the_window_joins_the_graph(tmp_path):
+    """A host that never waits (no full queue: 20 launches a 0.6 ms step, 8 ms of kernels)
+    runs several windows ahead: between the window's last kernel that ran inside it and
+    its own first launched kernel, the stream runs earlier steps' work. That work joins the
+    graph, queued in stream order, rather than a 5.6 ms hole read as one kernel's spacing
+    (which no change of the kernels would shorten)."""
+    from diagnose.stepmodel.calibrate import busiest_ms
+
+    b = tb.TraceBuilder()
+    for _ in range(5):
+        with b.step():
+            for i in range(20):
+                if i == 10:  # one kernel a step 10 us late behind its stream, unexplained
+                    b._stream_free[7] = b._stream_free.get(7, 0.0) + 10.0
+                b.kernel(dur=400.0, launch_dur=5.0)
+                b.idle(20.0)
+    g = build_graph(read_trace(b.write(tmp_path / "far_ahead.json.gz")))
+    assert not isinstance(g, str)
+    kernel = g.is_kind(TaskKind.KERNEL)
+    assert g.gap[kernel].max() <= 10.0
+    assert busiest_ms(g) == pytest.approx(8.0, rel=0.01)
+    assert busiest_ms(g.scale(kernel, 0.0)) == pytest.approx(0.6, rel=0.05)
