@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Kind, Trace
-from .declare import GPU, LINKS, RUNTIME, Metric, rnd
+from .declare import GPU, RUNTIME, Metric, rnd
 from .names import GRAPH_LAUNCH, LAUNCH
 from .window import StepWindow
 
@@ -20,7 +20,7 @@ METRICS = (
     Metric("launched_kernels_per_step", "count",
            "GPU kernels per step launched one by one: the step's kernel-launch calls (a graph's "
            "replay not counted)",
-           (GPU, RUNTIME, LINKS)),
+           (GPU, RUNTIME)),
     Metric("kernel_median_us", "us", "Median kernel duration", (GPU,)),
     Metric("kernel_ms_per_step", "ms", "Summed kernel time per step", (GPU,)),
     Metric("launch_api_median_us", "us",
@@ -51,7 +51,7 @@ def kernel_metrics(w: StepWindow, kernels: np.ndarray) -> dict[str, Any]:
     return {
         "kernels_per_step": rnd(len(kd) / n, 1),
         # counted by their launch calls: a step's last kernels may run after its end
-        "launched_kernels_per_step": rnd(len(ld) / n, 1) if w.has_links and rt else None,
+        "launched_kernels_per_step": rnd(len(ld) / n, 1) if rt else None,
         "kernel_median_us": rnd(np.median(kd), 3) if len(kd) else None,
         "kernel_ms_per_step": rnd(kd.sum() / 1e3 / n, 3),
         "launch_api_median_us": rnd(np.median(ld), 3) if len(ld) else None,

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 CPU_DEVICE = "CPU (the run used no GPU)"
 #: the device row of a trace without device activity
 NO_GPU_IN_TRACE = "no GPU activity in the trace"
+#: the same where the trace holds events no metric reads (an accelerator's, say)
+UNREAD_GPU = "no GPU activity that this analysis reads"
 #: why GPU rules were not evaluated on a CPU run
 CPU_CAUSE = "a CPU run: there is no GPU to measure"
 #: why trace rules were not evaluated on a run without a trace
@@ -36,6 +38,12 @@ def cpu_run(m: Mapping[str, Any]) -> bool:
             and m.get("has_gpu") is not True)
 
 
+def _unread(m: Mapping[str, Any]) -> int:
+    """Events of categories no metric reads (another accelerator's, say); 0 where none."""
+    n = m.get("trace_unread_events")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 def device_line(m: Mapping[str, Any]) -> str | None:
     """The summary's device row: the GPU's name, the CPU for a CPU run, "no GPU activity
     in the trace" for a trace without any; None where nothing is known."""
@@ -44,10 +52,8 @@ def device_line(m: Mapping[str, Any]) -> str | None:
     if cpu_run(m):
         return CPU_DEVICE
     if m.get("has_gpu") is False:
-        unread = m.get("trace_unread_events")
-        if isinstance(unread, int) and unread > 0:  # another accelerator's, say: the note
-            return (f"no GPU activity that this analysis reads ({unread:,} events of "
-                    "categories it does not read: see the note)")
+        if _unread(m):  # another accelerator's, say: the note names them
+            return f"{UNREAD_GPU} ({_unread(m):,} events of categories it does not read: see the note)"
         return NO_GPU_IN_TRACE
     return None
 
@@ -69,6 +75,8 @@ def fit_not_evaluated(report: Analysis) -> list[NotEvaluated]:
             new = NO_TRACE_CAUSE
         elif cpu and n.cause == GPU.missing:
             new = CPU_CAUSE
+        elif n.cause == GPU.missing and _unread(report.metrics):
+            new = f"{UNREAD_GPU} (see the note)"
         if new == n.cause:
             out.append(n)
         else:
@@ -89,5 +97,5 @@ def fit_notes(report: Analysis) -> list[str]:
     return [n for n in report.notes if n != f"GPU sampling not available: {reason}"]
 
 
-__all__ = ["CPU_CAUSE", "CPU_DEVICE", "NO_GPU_IN_TRACE", "NO_TRACE_CAUSE", "cpu_run",
+__all__ = ["CPU_CAUSE", "CPU_DEVICE", "NO_GPU_IN_TRACE", "NO_TRACE_CAUSE", "UNREAD_GPU", "cpu_run",
            "device_line", "fit_not_evaluated", "fit_notes", "traced"]

@@ -368,6 +368,8 @@ def test_balance_ranks_is_in_place_where_a_distributed_sampler_splits_the_sample
     assert m["dataloader_sampler_class"] == "DistributedSampler"
     fix = FIXES["balance_ranks"]
     assert "DistributedSampler" in (fix.in_place(m) or "")
+    assert "DistributedSamplerWrapper" in (fix.in_place(
+        {"dataloader_sampler_class": "DistributedSamplerWrapper"}) or "")
     assert fix.in_place({"dataloader_sampler_class": "RandomSampler"}) is None
     assert fix.in_place({}) is None
 

@@ -193,7 +193,7 @@ def test_kernels_launched_a_step_are_its_launch_calls(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["cudaLaunchKernelExC_v11060", "hipExtModuleLaunchKernel",
-                                  "cuLaunchKernelEx"])
+                                  "hipModuleLaunchCooperativeKernel"])
 def test_every_launch_call_is_a_launch(tmp_path, name):
     """Newer CUDA names its launch calls with a version suffix, and ROCm has its own: each
     counts as a launch (AMD's MI250 trace launches with hipExtModuleLaunchKernel)."""

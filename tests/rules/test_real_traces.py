@@ -163,6 +163,11 @@ def test_events_of_categories_no_metric_reads_are_said():
 
     line = device_line(r.metrics)
     assert line != NO_GPU_IN_TRACE and f"{n:,} events" in (line or "")
+    from diagnose.report.runkind import UNREAD_GPU, fit_not_evaluated
+
+    causes = {x.cause for x in fit_not_evaluated(r)}
+    assert f"{UNREAD_GPU} (see the note)" in causes and "the trace has no GPU activity" \
+        not in causes
     ok = analyze(shared_trace("kineto/resnet50_num_workers_4__worker0.1623212756351.pt.trace.json.gz"))
     assert ok.metrics["trace_unread_events"] == 0
     assert not any("does not read" in note for note in ok.notes)

@@ -14,12 +14,13 @@ class BalanceRanks(Fix):
     tail) through the user's own loader call, its other arguments kept."""
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
-        """In place where the loader draws through a DistributedSampler: every rank gets
+        """In place where the loader draws through a DistributedSampler (or a class named
+        after one: Lightning's DistributedSamplerWrapper, an elastic one): every rank gets
         the same number of samples already (it pads the last ones, or with drop_last drops
         them), so the straggler's lag is not the split."""
-        if metrics.get("dataloader_sampler_class") == "DistributedSampler":
-            return ("the DataLoader already splits the samples evenly across ranks "
-                    "(DistributedSampler)")
+        name = metrics.get("dataloader_sampler_class")
+        if isinstance(name, str) and "DistributedSampler" in name:  # subclasses, wrappers
+            return f"the DataLoader already splits the samples evenly across ranks ({name})"
         return None
 
     def render(self, setup: Setup | None) -> str:
