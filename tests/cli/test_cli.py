@@ -277,11 +277,21 @@ def test_fail_on_warning_with_dataloader_bound_trace(capsys):
 
 
 def test_fail_on_warning_without_such_findings(capsys):
-    p = shared_trace(CPU)
+    p = REPO / "samples" / "traces" / "cpu" / "healthy.pt.trace.json.gz"
     rc, out, _ = run_cli(capsys, "analyze", str(p), "--format", "json", "--fail-on", "warning")
     assert rc == 0
     rep = json.loads(out)
     assert not [f for f in rep["findings"] if f["severity"] in ("warning", "critical")]
+
+
+def test_fail_on_critical_for_a_run_held_in_its_collectives(capsys):
+    """HTA's gloo CPU trace spends 85% of its step in all-reduce (it was this file's healthy
+    trace until CM001 read host collectives)."""
+    rc, out, _ = run_cli(capsys, "analyze", str(shared_trace(CPU)), "--format", "json",
+                         "--fail-on", "critical")
+    assert rc == 1
+    assert [f["rule"] for f in json.loads(out)["findings"]
+            if f["severity"] == "critical"] == ["CM001"]
 
 
 def test_fail_on_levels(tmp_path, capsys):
