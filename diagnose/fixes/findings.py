@@ -49,9 +49,9 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     :data:`diagnose.fixes.FIXES`)."""
     facts = Facts.from_metrics(metrics)
     cpu_work = _cpu_work(fixes)
-    why = _withheld_why(metrics)
-    if why is not None and not isinstance(predictor, str):
-        predictor.withhold(cpu_work, why)
+    withheld = _withheld_why(metrics)
+    if withheld is not None and not isinstance(predictor, str):
+        predictor.withhold(cpu_work, withheld)
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
@@ -201,7 +201,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     # that widens a range both ways puts no time at stake. A hint says which
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
     open_ = [x for x, p in preds.items() if x not in off and (
-        (p.at_least or p.model_reach >= HELPS) if isinstance(p, Prediction)
+        (p.at_least or _model_reach(p) >= HELPS) if isinstance(p, Prediction)
         else not p.startswith(AT_MOST))]
     if points:
         best = max(points, key=lambda p: p.speedup)
@@ -213,8 +213,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "
                            f"what {', '.join(untold)} would give")
         else:  # a model end reaches a gain: at most the rule's estimate, at most what it saves
-            reach = max(q.model_reach if isinstance(q := preds[x], Prediction) else 0.0
-                        for x in open_)
+            reach = max(_model_reach(preds[x]) for x in open_)
             own = f.estimated_gain
             if own is None or 1 - 1 / reach < own:
                 f.take_gain(1 - 1 / reach)
@@ -249,6 +248,11 @@ def _may_not_help(p: Prediction | str) -> bool:
 def _reach(p: Prediction | str) -> float:
     """The speedup at the fast end of a prediction's range (its point for a bound)."""
     return p.reach if isinstance(p, Prediction) else 0.0
+
+
+def _model_reach(p: Prediction | str) -> float:
+    """The speedup at the model's own fast end (its point for a bound)."""
+    return p.model_reach if isinstance(p, Prediction) else 0.0
 
 
 def _speedup(p: Prediction | str) -> float:
