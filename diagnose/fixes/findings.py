@@ -12,7 +12,7 @@ hint says why), and takes each finding's time at stake from its best prediction.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders, pool_clash, worker_pool
@@ -49,9 +49,13 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     :data:`diagnose.fixes.FIXES`)."""
     facts = Facts.from_metrics(metrics)
     cpu_work = _cpu_work(fixes)
-    withheld = _withheld_why(metrics)
-    if withheld is not None and not isinstance(predictor, str):
-        predictor.withhold(cpu_work, withheld)
+    if not isinstance(predictor, str):
+        withheld = _withheld_why(metrics)
+        if withheld is not None:
+            predictor.withhold(cpu_work, withheld)
+        pools = _worker_pools_hold(metrics)
+        if pools is not None:
+            predictor.withhold(cpu_work, *pools)
     for f in findings:
         preds: dict[str, Prediction | str] = {}
         off: list[str] = []  # unpredicted fixes that do not apply to the run as it is
@@ -71,7 +75,6 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     p = f"{DOES_NOT_APPLY}: {why}"
                     off.append(x)
             preds[x] = p
-        _withheld_for_worker_pools(preds, metrics, cpu_work)
         _order(f, preds, off, {x: u.title for x, u in fixes.items()})
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
@@ -118,26 +121,27 @@ def _withheld_why(metrics: Mapping[str, Any]) -> str | None:
             "one thread (CF007), then capture again")
 
 
-def _withheld_for_worker_pools(preds: dict[str, Prediction | str], metrics: Mapping[str, Any],
-                               cpu_work: frozenset[str]) -> None:
-    """No number for a change of CPU work where a DataLoader worker's batch kept a thread
-    pool busy beside its own thread (:func:`~diagnose.metrics.context.worker_pool`) and
-    the workers' threads outnumber the CPUs, as the run is or after the change: the model
-    counts a worker as one thread, so it would under-count what they take from the CPUs.
-    The fix is still offered; the pools' fix (``worker_pools``) comes first."""
+def _worker_pools_hold(metrics: Mapping[str, Any]
+                       ) -> tuple[str, Callable[[Mapping[str, Any]], bool]] | None:
+    """(why, for which changes) no change of CPU work gets a number where a DataLoader
+    worker's batch kept a thread pool busy beside its own thread
+    (:func:`~diagnose.metrics.context.worker_pool`): those whose workers' threads outnumber
+    the CPUs, as the run is or after the change. The model counts a worker as one thread,
+    so it would under-count what they take from the CPUs. The fix is still offered; the
+    pools' fix (``worker_pools``) comes first. None where no pool was seen."""
     pool, cpus = worker_pool(metrics), metrics.get("input_worker_batch_cpus")
     n_cpus, now = metrics.get("cpu_count"), metrics.get("dataloader_num_workers")
     if pool is None or not isinstance(cpus, float) or not isinstance(n_cpus, int):
-        return
-    why = (f"{WORKER_POOLS} {pool}; held to one thread (threadpool_limits(1) in a "
-           "worker_init_fn; OpenCV's own: cv2.setNumThreads(1)), the model predicts again")
-    for x, p in preds.items():
-        if not (isinstance(p, Prediction) and cpu_work & set(p.change)):
-            continue
-        after = p.change.get("num_workers", now)
-        if max(now if isinstance(now, int) else 0,
-               after if isinstance(after, int) else 0) * cpus > n_cpus:
-            preds[x] = why
+        return None
+    workers_now = now if isinstance(now, int) else 0
+
+    def outnumbered(change: Mapping[str, Any]) -> bool:
+        after = change.get("num_workers", workers_now)
+        return max(workers_now, after if isinstance(after, int) else 0) * cpus > n_cpus
+
+    return (f"{WORKER_POOLS} {pool}; held to one thread (threadpool_limits(1) in a "
+            "worker_init_fn; OpenCV's own: cv2.setNumThreads(1)), the model predicts again",
+            outnumbered)
 
 
 def _measure(metrics: Mapping[str, Any], let: str = "") -> str:

@@ -204,22 +204,29 @@ class Predictor:
             err = (facts.step_time_cv or 0.0) / math.sqrt(max(int(facts.step_count or 1), 1))
         self.rel = abs(model.error or 0.0) + err
         self.cache: dict[Any, Prediction | str] = {}
-        # the settings no change of which is predicted on this run, and why (withhold)
-        self.withheld: frozenset[str] = frozenset()
-        self.withheld_why = ""
+        # the changes not predicted on this run, and why (withhold)
+        self.holds: list[tuple[frozenset[str], str, Callable[[Mapping[str, Any]], bool] | None]] = []
 
-    def withhold(self, fields: Iterable[str], why: str) -> None:
-        """Predict no change of ``fields``: each gives ``why`` instead (the diagnosis'
-        reason: its inputs were timed while other processes, or the run's own pools, held
-        the CPUs). Every prediction reads it here: the report's, and autofix's trials,
-        which share this predictor."""
-        self.withheld, self.withheld_why = frozenset(fields), why
+    def withhold(self, fields: Iterable[str], why: str,
+                 when: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+        """Predict no change of ``fields`` (where ``when``, given the change's values, says
+        so): each gives ``why`` instead. The diagnosis' reasons: its inputs were timed while
+        other processes, or the run's own pools, held the CPUs; a worker's batch kept a
+        thread pool busy that the model counts as one thread. Every prediction reads them
+        here: the report's, and autofix's trials, which share this predictor."""
+        self.holds.append((frozenset(fields), why, when))
         self.cache.clear()
 
-    def withholds(self, fields: Iterable[str]) -> str | None:
-        """Why a change of ``fields`` is not predicted on this run (:meth:`withhold`);
-        None where it is."""
-        return self.withheld_why if self.withheld & set(fields) else None
+    def withholds(self, change: Mapping[str, Any] | Iterable[str]) -> str | None:
+        """Why ``change`` (its settings and values; or only the names of the settings, for
+        which each hold's condition reads no value) is not predicted on this run
+        (:meth:`withhold`); None where it is."""
+        values = dict(change) if isinstance(change, Mapping) else dict.fromkeys(change)
+        for fields, why, when in self.holds:
+            if fields & set(values) and (when is None or when(
+                    {k: v for k, v in values.items() if v is not None})):
+                return why
+        return None
 
     def add_capacity_timings(self, timings: Sequence[float]) -> dict[str, float] | None:
         """Fold later timings of the CPUs' capacity into the run's facts (autofix times it
@@ -290,7 +297,7 @@ class Predictor:
                     for t, c in made)
         if key in self.cache:
             return self.cache[key]
-        why = self.withholds(k for _, c in made for k in c)
+        why = self.withholds({k: v for _, c in made for k, v in c.items()})
         if why is not None:
             self.cache[key] = why
             return why

@@ -364,8 +364,8 @@ def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
 def test_pools_in_every_worker(tmp_path):
     """IN006: a worker's batch kept 1.9 CPUs busy, 3 workers on 2 CPUs, the loop waiting on
     the loader. Its fix holds each worker's pools to one thread in a worker_init_fn that
-    calls the user's own; the workers' predictions are withheld, saying why. One thread
-    a batch, or workers whose threads fit the CPUs: no IN006, the predictions kept."""
+    calls the user's own; the run's predictor withholds the workers' predictions (autofix's
+    trials too), saying why. One thread a batch, or workers whose threads fit: no IN006."""
     from diagnose.fixes.findings import WORKER_POOLS
 
     path = _write(tmp_path, "loader", tb.dataloader_bound(workers=3))
@@ -380,6 +380,7 @@ def test_pools_in_every_worker(tmp_path):
     withheld = [p for p in in001.predictions.values()
                 if isinstance(p, str) and p.startswith(WORKER_POOLS)]
     assert withheld and "threadpool_limits(1)" in withheld[0]
+    assert (fires.predictor.withholds({"num_workers": 2}) or "").startswith(WORKER_POOLS)
     quiet = analyze(path, context=_worker_pools(cpus=1.0))
     assert not [f for f in quiet.findings if f.rule == "IN006"]
     assert not any(isinstance(p, str) and p.startswith(WORKER_POOLS)
@@ -393,6 +394,8 @@ def test_pools_in_every_worker(tmp_path):
             if isinstance(p, str) and p.startswith(WORKER_POOLS):
                 change = FIXES[fid].change or {}
                 assert (change.get("num_workers") or 3) * 1.9 > 4, (fid, p)
+    assert fits.predictor.withholds({"num_workers": 2}) is None  # 3.8 CPUs fit 4
+    assert (fits.predictor.withholds({"num_workers": 3}) or "").startswith(WORKER_POOLS)
 
 
 def test_in006_fires_where_the_predictions_are_withheld():
