@@ -2,6 +2,7 @@
 row, each capture's first fix and its predicted speedup.
 
     python benchmarks/corpus_stability.py JOB [JOB ...] [--captures 3] [--keep DIR]
+    python benchmarks/corpus_stability.py JOB [JOB ...] --rejudge DIR
 
 For each job, ``--captures`` diagnoses of its own loop one after another (corpus_predict's
 ``diagnose_job``), nothing timed beside them. Per capture: the leading warning/critical
@@ -9,7 +10,8 @@ finding, its first fix, the change, the predicted speedup and its range. Per job
 every capture named the same first fix and change, and the spread of the predicted speedups
 (max / min - 1), which the issue wants within 10%. ``--keep DIR`` keeps each capture's run
 folder as ``DIR/<job>/<n>`` (corpus_rejudge.py and an inspection of why a fix flipped read
-them).
+them). ``--rejudge DIR`` captures nothing: it analyses such kept folders again with the
+code as it is now (a change of rules or model judged on the same captures).
 """
 
 from __future__ import annotations
@@ -44,13 +46,25 @@ def first_fix(report: dict[str, Any]) -> tuple[str, str, str, float | None, str]
     return "-", "-", "-", None, "no warning with a fix offered"
 
 
+def _analysed(kept: Path) -> dict[str, Any]:
+    """The report JSON of a kept capture (its one run folder) as the code now reads it."""
+    from diagnose.api import analyze
+
+    (folder,) = [p for p in kept.iterdir() if p.is_dir()]
+    return analyze(folder).to_json()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jobs", nargs="+", help="corpus job names")
     ap.add_argument("--captures", type=int, default=3)
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="keep each capture's run folder as DIR/<job>/<n>")
+    ap.add_argument("--rejudge", type=Path, metavar="DIR",
+                    help="analyse the run folders kept in DIR/<job>/<n> again; capture nothing")
     args = ap.parse_args()
+    if args.rejudge is not None:
+        args.captures = len([p for p in (args.rejudge / args.jobs[0]).iterdir() if p.is_dir()])
     if args.captures < 2:
         print("corpus_stability.py: --captures must be 2 or more", file=sys.stderr)
         return 2
@@ -61,10 +75,13 @@ def main() -> int:
     for name in args.jobs:
         seen: list[tuple[str, str, str, float | None, str]] = []
         for i in range(1, args.captures + 1):
-            with tempfile.TemporaryDirectory() as tmp:
-                got = first_fix(cp.diagnose_job(cp.make(name), tmp))
-                if args.keep is not None:
-                    shutil.copytree(tmp, args.keep / name / str(i), dirs_exist_ok=True)
+            if args.rejudge is not None:
+                got = first_fix(_analysed(args.rejudge / name / str(i)))
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    got = first_fix(cp.diagnose_job(cp.make(name), tmp))
+                    if args.keep is not None:
+                        shutil.copytree(tmp, args.keep / name / str(i), dirs_exist_ok=True)
             seen.append(got)
             rule, fix, change, sp, rng = got
             said = f"{sp:.2f}x" if sp is not None else "-"

@@ -11,8 +11,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from diagnose.metrics.context import context_metrics  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
+from tests.capture.test_step_clock import _cap  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
 
 
@@ -89,3 +91,26 @@ def test_cpu_capacity_is_the_most_of_the_timings_and_their_rounds_span(
     m = d.report.metrics
     assert m["cpu_capacity"] == want
     assert (m["cpu_capacity_min"], m["cpu_capacity_max"]) == span
+
+
+def test_the_steady_wait_leaves_out_the_steps_that_started_workers() -> None:
+    """The loader's share of the unprofiled steps that started no workers: an epoch's start
+    (IN005's) is not the steady wait IN001 grades; None without the starts column, and
+    under MIN_CLOCK_STEPS such steps."""
+    phase = ["wait"] * 8 + ["active"] * 3 + ["after"] * 6
+    ms = [90.0] + [20.0] * 7 + [30.0] * 3 + [80.0] + [20.0] * 5
+    cap = _cap(phase, ms)
+    cap["step_clock"]["dataloader_ms"] = [60.0] + [2.0] * 7 + [9.0] * 3 + [60.0] + [2.0] * 5
+    cap["step_clock"]["loader_starts"] = [1] + [0] * 3 + [1] + [0] * 12
+    cap["step_clock"]["ms"][4] = 150.0
+    cap["step_clock"]["dataloader_ms"][4] = 130.0
+    m = context_metrics({"capture": cap})
+    # unprofiled: wait steps 2-8 (one starts workers) and after steps 2-6
+    assert m["dataloader_wait_steady_share"] == pytest.approx(2.0 / 20.0)
+    assert m["dataloader_wait_unprofiled_share"] == pytest.approx(
+        (6 * 2.0 + 130.0 + 5 * 2.0) / (6 * 20.0 + 150.0 + 5 * 20.0), rel=1e-3)
+    cap["step_clock"].pop("loader_starts")
+    assert context_metrics({"capture": cap})["dataloader_wait_steady_share"] is None
+    few = _cap(["wait"] * 4 + ["active"] * 3, [90.0, 20.0, 20.0, 20.0, 30.0, 30.0, 30.0])
+    few["step_clock"]["loader_starts"] = [0] * 7
+    assert context_metrics({"capture": few})["dataloader_wait_steady_share"] is None

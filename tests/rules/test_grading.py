@@ -26,6 +26,7 @@ from diagnose.rules.engine import (
 )
 from tests import tracebuilder as tb
 from tests.conftest import shared_trace
+from tests.rules.test_rules import _clock_waits, _ctx, _samples
 
 GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
 ADVICE_IN_PLACE = {"torch_compile", "cuda_graphs"}
@@ -415,3 +416,41 @@ def test_the_loaders_time_at_stake_is_the_jobs_own(rule):
     assert r.gain.evaluate(m) == 0.073
     assert r.gain.evaluate({**m, "dataloader_wait_unprofiled_share": None}) == 0.179
     assert r.gain.evaluate({**m, "idle_input_frac": 0.12}) == 0.12
+
+
+def _clock_steady(wait_ms: float, step_ms: float = 40.0, n: int = 40) -> dict:
+    """A capture whose clock timed ``n`` unprofiled steps, none starting workers, each
+    waiting ``wait_ms`` on the loader, and one epoch's start that waited 400 ms."""
+    waits = [400.0] + [wait_ms] * n
+    return _ctx(capture={"step_clock": {"phase": ["after"] * (n + 2),
+                                        "ms": [step_ms, step_ms + 400.0] + [step_ms] * n,
+                                        "dataloader_ms": [0.0, *waits],
+                                        "loader_starts": [0, 1] + [0] * n}})
+
+
+@pytest.mark.parametrize("workers", [0, 4])
+def test_the_loader_rules_grade_by_the_steady_unprofiled_wait(tmp_path, workers):
+    """IN001/IN002's grade comes from the unprofiled steps that started no workers (many
+    more than the window's few, at the job's own pace), not the window's share: a window
+    that waited 8% under the profiler while 40 steady steps waited 13.5% is a warning, and
+    a window at 12% whose steady steps waited 4% stays info; each says where its grade came
+    from. An epoch's start (IN005's) among the steps moves neither."""
+    low = _write(tmp_path, "low", tb.dataloader_bound(workers=workers, share=0.08))
+    busy = _samples(97.0) if workers else None
+    r = analyze(low, context=_clock_steady(5.4), samples=busy)
+    assert r.metrics["dataloader_wait_steady_share"] == pytest.approx(5.4 / 40, rel=1e-3)
+    assert r.metrics["dataloader_wait_unprofiled_share"] > 0.2  # the epoch's start with them
+    rules = ("IN001", "IN002") if workers else ("IN001",)
+    for rule in rules:
+        (f,) = [f for f in r.findings if f.rule == rule]
+        assert f.severity == "warning", rule
+        assert any("the steps that started no workers waited 13.5%" in h for h in f.hints), rule
+    high = _write(tmp_path, "high", tb.dataloader_bound(workers=workers, share=0.12))
+    r = analyze(high, context=_clock_steady(1.6), samples=busy)
+    graded = [f for f in r.findings if f.rule in rules]
+    assert graded and {f.severity for f in graded} == {"info"}
+    assert all(any("waited 4.0%" in h for h in f.hints) for f in graded)
+    # without the starts column the window's share grades, as before
+    r = analyze(low, context=_clock_waits([5.4] * 40), samples=busy)
+    assert r.metrics["dataloader_wait_steady_share"] is None
+    assert {f.severity for f in r.findings if f.rule == "IN001"} == {"info"}

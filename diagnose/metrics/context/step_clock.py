@@ -99,6 +99,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "fraction",
         "share of the unprofiled steps' time the loop waited for its next batch",
     ),
+    "dataloader_wait_steady_share": (
+        "fraction",
+        "the same share over the unprofiled steps in which no loader started its workers "
+        "(an epoch's start is IN005's); None where the clock did not record the starts",
+    ),
     "step_time_profiled_clock_median_ms": (
         "ms",
         "median step time of the profiled window by the same clock (for the overhead ratio)",
@@ -290,6 +295,22 @@ def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, objec
     return out
 
 
+def _steady_share(free: list[dict[str, Any]]) -> float | None:
+    """The loader wait's share of the unprofiled steps that started no workers: the
+    steady-state wait, over many more steps than the profiled window and without the
+    profiler's cost in them (None where the clock has no ``loader_starts``, or times fewer
+    than MIN_CLOCK_STEPS such steps)."""
+    starts = [as_int(r.get("loader_starts")) for r in free]
+    if any(n is None for n in starts):
+        return None
+    steady = [r for r, n in zip(free, starts, strict=True) if not n]
+    total = sum(float(r["ms"]) for r in steady)
+    if len(steady) < MIN_CLOCK_STEPS or total <= 0:
+        return None
+    return round(sum(as_number(r.get("dataloader_ms"), finite=False) or 0.0
+                     for r in steady) / total, 4)
+
+
 def _epoch_metrics(free: list[dict[str, Any]]) -> dict[str, object]:
     """The steady steps' mean and an epoch's start beyond a steady step
     (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), where the unprofiled
@@ -369,6 +390,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
             out["dataloader_wait_unprofiled_ms"] = round(statistics.median(
                 [w or 0.0 for w in waits]), 3)
             out["dataloader_wait_unprofiled_max_ms"] = round(max(w or 0.0 for w in waits), 3)
+            out["dataloader_wait_steady_share"] = _steady_share(free)
     if prof:
         out["step_time_profiled_clock_median_ms"] = round(statistics.median(prof), 3)
     if med is not None:
