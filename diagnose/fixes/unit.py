@@ -235,7 +235,12 @@ class Fix:
             except Exception as e:  # a broken transform is reported, never raised
                 return f"the model failed: {type(e).__name__}: {e}"
             if isinstance(p, str):
-                return p
+                # a config the run withholds (Predictor.withhold) is not one to advise: the
+                # others are still told apart; the reason stands where none is left
+                if predictor.withholds(change) is None:
+                    return p
+                best = p if isinstance(best, str) else best
+                continue
             each.append((tuple(sorted(change.items())), p.speedup))
             preds.append(p)
             if isinstance(best, str) or p.step_ms < best.step_ms:
