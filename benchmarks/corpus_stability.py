@@ -63,8 +63,6 @@ def main() -> int:
     ap.add_argument("--rejudge", type=Path, metavar="DIR",
                     help="analyse the run folders kept in DIR/<job>/<n> again; capture nothing")
     args = ap.parse_args()
-    if args.rejudge is not None:
-        args.captures = len([p for p in (args.rejudge / args.jobs[0]).iterdir() if p.is_dir()])
     if args.captures < 2:
         print("corpus_stability.py: --captures must be 2 or more", file=sys.stderr)
         return 2
@@ -74,7 +72,9 @@ def main() -> int:
     summary, held = [], 0
     for name in args.jobs:
         seen: list[tuple[str, str, str, float | None, str]] = []
-        for i in range(1, args.captures + 1):
+        n = args.captures if args.rejudge is None else len(
+            [p for p in (args.rejudge / name).iterdir() if p.is_dir()])
+        for i in range(1, n + 1):
             if args.rejudge is not None:
                 got = first_fix(_analysed(args.rejudge / name / str(i)))
             else:

@@ -177,8 +177,14 @@ def _prediction_base(m: dict[str, Any], median: float) -> str:
 
 
 def unprofiled_dl(m: dict[str, Any]) -> str:
-    x = m.get("dataloader_wait_unprofiled_share")
-    return f"; {x:.1%} without the profiler" if isinstance(x, int | float) else ""
+    """The loader's wait without the profiler, and in the steps that began no epoch
+    (what IN001/IN002 grade by) where that differs by a point or more."""
+    x, steady = m.get("dataloader_wait_unprofiled_share"), m.get("dataloader_wait_steady_share")
+    if not isinstance(x, int | float):
+        return ""
+    apart = isinstance(steady, int | float) and abs(steady - x) >= 0.01
+    return f"; {x:.1%} without the profiler" + (
+        f" ({steady:.1%} in the steps that began no epoch)" if apart else "")
 
 
 def _ranks_table(report: Analysis) -> Table:

@@ -94,7 +94,7 @@ def test_cpu_capacity_is_the_most_of_the_timings_and_their_rounds_span(
 
 
 def test_the_steady_wait_leaves_out_the_steps_that_started_workers() -> None:
-    """The loader's share of the unprofiled steps that started no workers: an epoch's start
+    """The loader's share of the unprofiled steps that began no epoch: an epoch's start
     (IN005's) is not the steady wait IN001 grades; None without the starts column, and
     under MIN_CLOCK_STEPS such steps."""
     phase = ["wait"] * 8 + ["active"] * 3 + ["after"] * 6

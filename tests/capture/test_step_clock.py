@@ -242,13 +242,20 @@ def test_an_unreliable_clock_says_so_instead_of_a_ratio(
 
 def test_the_note_asks_for_more_steps_than_were_timed() -> None:
     """A new user read "time more steps (clock_steps=30)" after "53 steps timed by the
-    session": the note asks for at least 30 steps, else twice as many as were timed."""
+    session": the note asks for at least 30 steps, else twice as many as were timed, while
+    fewer than ENOUGH_STEPS were. Another then asked 60, 120, 360 in turn: past that, more
+    steps leave the spread as it is, and the note says so instead."""
     base = {"step_time_unprofiled_reliable": False, "step_time_unprofiled_spread": 0.9,
             "step_time_unprofiled_p10_ms": 38.0, "step_time_unprofiled_p90_ms": 67.0,
             "step_time_unprofiled_median_ms": 47.0}
-    for n, asked in ((3, 30), (12, 30), (15, 30), (53, 110), (200, 400)):
+    for n, asked in ((3, 30), (12, 30), (15, 30), (29, 60)):
         assert f"clock_steps={asked})" in (clock_note({**base, "step_time_unprofiled_steps": n})
                                            or ""), n
+    for n in (53, 200):
+        note = clock_note({**base, "step_time_unprofiled_steps": n}) or ""
+        assert "clock_steps=" not in note, note
+        assert f"more steps than the {n} timed would steady the median, not narrow" in note
+        assert "For a better figure, run when the machine is less busy" in note
 
 
 def test_a_few_early_steps_faster_than_the_profiled_ones_blame_no_machine() -> None:

@@ -280,3 +280,16 @@ def test_autofix_with_only_a_memory_fit_says_so() -> None:
     con = Console(width=200, record=True)
     con.print(before_after_table(r))
     assert "the fit to memory only" in con.export_text()
+
+
+def test_the_loader_line_names_the_steady_wait_that_grades():
+    """The summary's DataLoader line gives the unprofiled wait and, where it differs by a
+    point or more, the wait of the steps that began no epoch (IN001's grade)."""
+    from diagnose.report.text import unprofiled_dl
+
+    m = {"dataloader_wait_unprofiled_share": 0.157, "dataloader_wait_steady_share": 0.136}
+    assert unprofiled_dl(m) == ("; 15.7% without the profiler (13.6% in the steps that began "
+                                "no epoch)")
+    assert unprofiled_dl({**m, "dataloader_wait_steady_share": 0.152}) == \
+        "; 15.7% without the profiler"
+    assert unprofiled_dl({"dataloader_wait_steady_share": 0.136}) == ""

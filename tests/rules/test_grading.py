@@ -430,7 +430,7 @@ def _clock_steady(wait_ms: float, step_ms: float = 40.0, n: int = 40) -> dict:
 
 @pytest.mark.parametrize("workers", [0, 4])
 def test_the_loader_rules_grade_by_the_steady_unprofiled_wait(tmp_path, workers):
-    """IN001/IN002's grade comes from the unprofiled steps that started no workers (many
+    """IN001/IN002's grade comes from the unprofiled steps that began no epoch (many
     more than the window's few, at the job's own pace), not the window's share: a window
     that waited 8% under the profiler while 40 steady steps waited 13.5% is a warning, and
     a window at 12% whose steady steps waited 4% stays info; each says where its grade came
@@ -444,7 +444,7 @@ def test_the_loader_rules_grade_by_the_steady_unprofiled_wait(tmp_path, workers)
     for rule in rules:
         (f,) = [f for f in r.findings if f.rule == rule]
         assert f.severity == "warning", rule
-        assert any("the steps that started no workers waited 13.5%" in h for h in f.hints), rule
+        assert any("the steps that began no epoch waited 13.5%" in h for h in f.hints), rule
     high = _write(tmp_path, "high", tb.dataloader_bound(workers=workers, share=0.12))
     r = analyze(high, context=_clock_steady(1.6), samples=busy)
     graded = [f for f in r.findings if f.rule in rules]

@@ -101,7 +101,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "dataloader_wait_steady_share": (
         "fraction",
-        "the same share over the unprofiled steps in which no loader started its workers "
+        "the same share over the unprofiled steps in which no epoch of the loader began "
         "(an epoch's start is IN005's); None where the clock did not record the starts",
     ),
     "step_time_profiled_clock_median_ms": (
@@ -140,6 +140,10 @@ UNRELIABLE_SPREAD = 0.5
 
 #: fewer unprofiled steps than this give no trustworthy median
 MIN_CLOCK_STEPS = 5
+#: steps timed beyond which the note asks for no more: their median's standard error is then
+#: a tenth of their p10-p90 spread (1.25 sigma / sqrt(n) = 0.23 sigma at 30, for normal steps;
+#: the spread is 2.56 sigma), so more steps no longer move the figure the note doubts
+ENOUGH_STEPS = 30
 
 #: full collections after the window that make their spacing a measure (see
 #: _full_gc_spacing)
@@ -296,7 +300,7 @@ def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, objec
 
 
 def _steady_share(free: list[dict[str, Any]]) -> float | None:
-    """The loader wait's share of the unprofiled steps that started no workers: the
+    """The loader wait's share of the unprofiled steps that began no epoch: the
     steady-state wait, over many more steps than the profiled window and without the
     profiler's cost in them (None where the clock has no ``loader_starts``, or times fewer
     than MIN_CLOCK_STEPS such steps)."""
@@ -560,11 +564,17 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
         why.append(("the machine was busy: " if elsewhere else "")
                    + f"the training thread waited {busy:.0%} of these steps for a CPU "
                    + holders)
-    # more steps than were timed: at least 30, else twice as many (in tens)
+    # more steps than were timed (at least 30, else twice as many, in tens) where fewer than
+    # ENOUGH_STEPS were: beyond that more steps steady the median but leave the spread
+    # that made the figure unreliable as it is (a new user asked again and again)
+    few = not isinstance(n, int) or n < ENOUGH_STEPS
     more = 30 if not isinstance(n, int) or n < 15 else -(-2 * n // 10) * 10
+    ask = [f"time more steps ({_options(m)}clock_steps={more}))"] if few else []
+    ask += ["run when the machine is less busy"] if elsewhere else []
     whose = "the" if rank is None else f"rank {rank}'s"
     return (f"{whose} step time without the profiler is unreliable: "
             + "; ".join(why or ["noisy"])
-            + f". For a better figure, time more steps ({_options(m)}clock_steps={more}))"
-            + (" or run when the machine is less busy" if elsewhere else "")
+            + (f". For a better figure, {' or '.join(ask)}" if ask else "")
+            + ("" if few else f"; more steps than the {n} timed would steady the median, "
+               "not narrow their spread")
             + "; the profiler's overhead is not stated")
