@@ -41,6 +41,7 @@ from .kinds import (
     tensor_bytes,
 )
 from .profile import PHASES, Point, StepMemory, blocks_from_saved
+from .saved import Packed, Release, by_creator, unpack
 from .tensors import (
     is_fake,
     is_oom,
@@ -107,8 +108,10 @@ class StepTracker(MemTracker):
         self._module_ids: dict[str, int] = {}
         self.peak_op = -1
         self._creator = WeakIdKeyDictionary()  # storage -> module that made it
-        self._saved = WeakIdKeyDictionary()  # storage -> [bytes, creator, packers, ref]
+        # storage -> [bytes, creator, packers, ref, the graph's live holds of it]
+        self._saved = WeakIdKeyDictionary()
         self._saved_alive: dict[str, int] = {}
+        self._graph_held: dict[str, int] = {}  # bytes a graph still holds, by creator
         self.saved_at_peak: dict[str, int] = {}
         self.saved_at_backward: list[tuple[int, str, frozenset[str]]] | None = None
         self.oom: dict[str, Any] | None = None
@@ -155,7 +158,7 @@ class StepTracker(MemTracker):
             self.untracked_bytes = max(0, torch.cuda.memory_allocated(self.dev) - int(known))
         super().__enter__()
         self._hooks = ExitStack()
-        self._hooks.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+        self._hooks.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, unpack))
         self._t0 = time.perf_counter()
         return self
 
@@ -388,18 +391,24 @@ class StepTracker(MemTracker):
             if st not in self._creator:
                 self._creator[st] = here
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+    def _pack(self, t: torch.Tensor) -> Any:
         """A tensor saved for backward, filed under the module that saved it (and the one
-        that made it); the tensor itself is what backward gets, whatever happens here."""
+        that made it); backward gets the tensor itself, whatever happens here. An
+        activation's is handed to autograd in a :class:`_Packed` whose life is the graph's
+        hold on it (a backward, or the graph's end, frees it)."""
         if self.failed is None and not (self._mod_tracker.is_bw or self._in_ac):
             try:
-                self._file_saved(t)
+                held = self._file_saved(t)
+                if held:
+                    return Packed.holding(t, held, self._graph_held)
             except Exception as e:  # the step goes on (_give_up)
                 self._give_up(e)
         return t
 
-    def _file_saved(self, t: torch.Tensor) -> None:
+    def _file_saved(self, t: torch.Tensor) -> list[list[Any]]:
+        """File ``t``'s activation storages as saved; their records."""
         here = self._here()
+        held = []
         for st in get_untyped_storages(t):
             winfo = self._WINFO.get(st, (None, None))[0]
             if winfo is None or winfo.reftype != _ACT:
@@ -407,12 +416,15 @@ class StepTracker(MemTracker):
             rec = self._saved.get(st)
             if rec is not None:
                 rec[2].add(here)
+                held.append(rec)
                 continue
             creator = self._creator.get(st, here)
             nbytes = int(winfo.mem_consumed)
             self._saved_alive[creator] = self._saved_alive.get(creator, 0) + nbytes
-            ref = weakref.ref(st, _Release(self._saved_alive, creator, nbytes))
-            self._saved[st] = [nbytes, creator, {here}, ref]
+            ref = weakref.ref(st, Release(self._saved_alive, creator, nbytes))
+            self._saved[st] = rec = [nbytes, creator, {here}, ref, 0]
+            held.append(rec)
+        return held
 
     def _saved_records(self) -> list[tuple[int, str, frozenset[str]]]:
         return [(int(r[0]), str(r[1]), frozenset(r[2])) for r in list(self._saved.values())]
@@ -464,31 +476,13 @@ class StepTracker(MemTracker):
                 tensor_bytes(p) for p in params if p.requires_grad),
             param_tensors=sum(1 for p in params if p.requires_grad),
             optimizer=optimizer_summary(self.optimizer), saved_at_peak=self.saved_at_peak,
-            saved_at_backward=_by_creator(saved),
-            # saved for backward and still alive as the step ends: a graph that outlives it
-            saved_after={k: v for k, v in self._saved_alive.items() if v > 0},
+            saved_at_backward=by_creator(saved),
+            # saved for backward and still held by a graph as the step ends (a tensor the
+            # loop's own variables keep, its graph freed by backward, is no such graph)
+            saved_after={k: v for k, v in self._graph_held.items() if v > 0},
             blocks=blocks_from_saved(saved, self.classes, self.forward_s),
             classes=self.classes, step_s=self.step_s, oom=self.oom,
             untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak)
-
-
-@dataclass
-class _Release:
-    """A saved activation's storage freed: its bytes leave its module's running total."""
-
-    alive: dict[str, int]
-    creator: str
-    nbytes: int
-
-    def __call__(self, _ref: Any) -> None:
-        self.alive[self.creator] = self.alive.get(self.creator, 0) - self.nbytes
-
-
-def _by_creator(records: list[tuple[int, str, frozenset[str]]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for nbytes, creator, _ in records:
-        out[creator] = out.get(creator, 0) + nbytes
-    return out
 
 
 def optimizer_summary(optimizer: Any) -> dict[str, Any] | None:
@@ -510,10 +504,6 @@ def optimizer_summary(optimizer: Any) -> dict[str, Any] | None:
             "fused": bool(hyper.get("fused")),
             "hyper": {k: hyper[k] for k in ("momentum", "amsgrad", "centered")
                       if isinstance(hyper.get(k), bool | int | float)}}
-
-
-def _unpack(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 def _strip(fqn: str, root: str) -> str:

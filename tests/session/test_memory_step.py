@@ -115,6 +115,34 @@ def test_a_graph_kept_past_its_step_is_found(tmp_path: Path) -> None:
     assert "ReLU" in f.message and "grows by that much a step" in " ".join(f.hints)
 
 
+def test_an_activation_the_loop_still_names_is_no_graph(tmp_path: Path) -> None:
+    """A new user's loop kept its hidden activation in a variable past the step (``h``,
+    saved for backward by the head; backward freed the graph): that is the loop's own
+    variable, not a graph outliving its step, so no ME005. The same loop that also keeps
+    the loss with its graph unused (no backward through it) is one."""
+    for leak in (False, True):
+        model, opt, loader = _job()
+        body, head = model[:2], model[2:]
+        kept: list[Any] = []
+        with diagnose(model, loader, out_dir=tmp_path / str(leak), **SCHEDULE) as d:
+            for x, y in loader:
+                h = body(x)
+                nn.functional.cross_entropy(head(h), y).backward()
+                if leak:
+                    kept.append(head(h))
+                opt.step()
+                opt.zero_grad()
+                if d.done:
+                    break
+        assert h.grad_fn is not None  # still named by the loop, its graph freed
+        after = d.report.to_json()["memory"]["kept_after_step"]
+        me005 = [f for f in d.report.findings if f.rule == "ME005"]
+        if leak:  # the second Linear saved the ReLU's output again, in a graph kept
+            assert after["bytes"] == BATCH * HID * 4 and len(me005) == 1
+        else:
+            assert after == {"bytes": 0, "modules": []} and not me005
+
+
 def test_the_users_training_is_left_as_it_would_have_run(tmp_path: Path) -> None:
     """The same loop over the same batches, with and without diagnose(): the same weights
     and optimizer state, to the bit (the tracked step is the loop's own, run once)."""
