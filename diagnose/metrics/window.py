@@ -226,11 +226,14 @@ def window_metrics(w: StepWindow) -> tuple[dict[str, Any], dict[str, list[float]
     uneven (:data:`UNEVEN_MEAN_OVER_MEDIAN`)."""
     st = (w.step_hi - w.step_lo) / 1e3
     med = float(np.median(st))
-    if w.n_steps > 2 and med > 0 and float(np.mean(st)) >= UNEVEN_MEAN_OVER_MEDIAN * med:
-        slow = st[st >= 2 * med]
+    slow = st[st >= 2 * med]
+    if w.n_steps > 2 and med > 0 and float(np.mean(st)) >= UNEVEN_MEAN_OVER_MEDIAN * med \
+            and len(slow):
+        took = (f"{float(slow.min()):,.1f}-{float(slow.max()):,.1f} ms" if len(slow) > 1
+                else f"{float(slow.max()):,.1f} ms")
         w.notes.append(
-            f"the profiled steps are uneven: {len(slow)} of {w.n_steps} took "
-            f"{float(slow.min()):,.1f}-{float(slow.max()):,.1f} ms against a median of "
+            f"the profiled steps are uneven: {len(slow)} of {w.n_steps} took {took} "
+            f"against a median of "
             f"{med:,.1f} ms (a pause, a busy host, an epoch's start): the window's shares and "
             "milliseconds weigh those steps most")
     v: dict[str, Any] = {

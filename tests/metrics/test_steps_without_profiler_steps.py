@@ -4,6 +4,7 @@ next; with no DataLoader either, the whole trace is one window."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,7 @@ def test_uneven_profiled_steps_are_noted(tmp_path: Path) -> None:
     assert any(n.startswith("the profiled steps are uneven: 2 of 5 took") for n in r.notes)
     even = analyze(trace(()).write(tmp_path / "even.json"))
     assert not any("uneven" in n for n in even.notes)
+    # one slow step is a time, not a range ("578.4-578.4 ms", a new user's report)
+    one = analyze(trace((2,)).write(tmp_path / "one.json"))
+    (note,) = [n for n in one.notes if n.startswith("the profiled steps are uneven")]
+    assert re.search(r": 1 of 5 took [\d.,]+ ms against", note), note
