@@ -91,6 +91,7 @@ class DistributedCapture:
     store: Any = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
     step_model: Any = field(default=None, repr=False)  # this rank's replay (_measure)
+    memory: Any = field(default=None, repr=False)  # this rank's memory section (_measure)
 
     @property
     def worker_name(self) -> str:
@@ -225,7 +226,14 @@ class DistributedCapture:
         return got
 
     def _measure(self, run_dir: Path, context: dict[str, Any]) -> Any:
-        from diagnose.analysis import _analyze_file, _guarded_gains, grads_cleared, whole_steps
+        from diagnose.analysis import (
+            MEMORY_TABLE,
+            _analyze_file,
+            _guarded_gains,
+            _memory,
+            grads_cleared,
+            whole_steps,
+        )
         from diagnose.metrics import compute_all
         from diagnose.result import RankResult
         from diagnose.rules.engine import load_rules
@@ -241,6 +249,9 @@ class DistributedCapture:
         # this rank's replay, for its report's step model line (not sent: it is no JSON)
         self.step_model = ms.tables.pop(MODEL_TABLE, None)
         values = compute_all(ms, context, load_samples(run_dir, rank=self.rank))
+        # the step tracked in place, as the run folder's analysis reads it (its metrics
+        # join this rank's, for the memory rules)
+        self.memory = _memory(context, ms.tables.pop(MEMORY_TABLE, None), values)
         # many ranks: rank 0 grades this rank's findings by what its own model predicts
         gains = (_guarded_gains(values, self.step_model, context, load_rules())
                  if self.world_size > 1 else {})
@@ -273,7 +284,13 @@ class DistributedCapture:
 
     def _attach_model(self, report: Any) -> None:
         """This rank's own replay on its report (the step model line; the CLI's analysis of
-        the run folder attaches the rank whose replay is furthest from its step)."""
+        the run folder attaches the rank whose replay is furthest from its step), and its
+        memory section with the peaks it predicts, as the run folder's analysis gives them
+        (the first rank's)."""
+        from diagnose.fixes.peaks import predict_peaks
+
+        report.memory = self.memory
+        predict_peaks(report.findings, report.memory, report.metrics)
         if self.step_model is not None:
             from diagnose.stepmodel.prediction import attach_models
 

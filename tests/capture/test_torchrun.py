@@ -176,6 +176,10 @@ def test_run_folder_holds_one_trace_per_rank_and_analyzes_the_same(torchrun_run)
     grades = {(f["rule"], f["severity"], f["graded_down_from"]) for f in rep["findings"]}
     assert grades == {(f["rule"], f["severity"], f["graded_down_from"])
                       for f in live["findings"]}
+    # and both carry rank 0's tracked step by kind (the live one had none: a new user's
+    # printed report said "no step's memory was measured" beside the folder's section)
+    assert rep["memory"] is not None and live["memory"] is not None
+    assert live["memory"]["peak_bytes"] == rep["memory"]["peak_bytes"]
 
 
 def test_no_stray_processes_and_time(torchrun_run):
