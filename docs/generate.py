@@ -98,6 +98,9 @@ fixes = ["num_workers", "prefetch_factor"]        # ids from the table above
 training_only = false            # true: not evaluated on inference traces
 scope = "rank"                   # "run": over all ranks' merged metrics
 
+[rule.fix_when]                  # optional: a fix offered only where its condition holds
+prefetch_factor = "dataloader_num_workers > 0"
+
 [[rule.hints]]                   # optional: extra lines shown when they hold
 when = "dataloader_num_workers == 0"
 text = "The loader runs in the training process."
@@ -109,7 +112,7 @@ fix = "..."
 false_positives = "..."
 ```
 
-Conditions (`when`, `warning`, `critical`, `gain`, hints) are small expressions over metric
+Conditions (`when`, `warning`, `critical`, `gain`, `fix_when`, hints) are small expressions over metric
 names: numbers, comparisons, `and`/`or`/`not`, arithmetic, `x if c else y`, `in (..)`,
 `is None`. A whitelisting evaluator runs them: no calls, attributes, subscripts, lambdas,
 comprehensions or names starting with `_`, never `eval`. Messages are `{metric:format}`

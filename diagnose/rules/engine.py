@@ -88,6 +88,7 @@ class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
     hints: list[_Hint] = []
     scope: str = "rank"  # "rank": per trace; "run": over all ranks' merged metrics
     training_only: bool = False  # not evaluated on inference traces (is_training False)
+    fix_when: dict[str, str] = {}  # fix id -> the condition under which it is offered
 
 
 class _PackFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -111,6 +112,9 @@ class Rule:
     source: str
     scope: str = "rank"
     training_only: bool = False
+    #: fixes offered only where their condition holds (a straggler's cause, say); a
+    #: condition that cannot be evaluated leaves its fix out
+    fix_when: Mapping[str, Expr] = field(default_factory=dict)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -269,6 +273,9 @@ def load_rule_file(path: Path) -> list[Rule]:
         unknown = [f for f in spec.fixes if f not in FIXES]
         if unknown:
             raise RuleError(f"{where}: unknown fix {unknown[0]!r} (see diagnose/fixes)")
+        stray = [f for f in spec.fix_when if f not in spec.fixes]
+        if stray:
+            raise RuleError(f"{where}: fix_when names {stray[0]!r}, which is not in its fixes")
         if spec.scope not in ("rank", "run"):
             raise RuleError(f"{where}: scope must be 'rank' or 'run', not {spec.scope!r}")
         if spec.gain is None and spec.category not in UNCAPPED:
@@ -295,12 +302,14 @@ def load_rule_file(path: Path) -> list[Rule]:
             source=str(path),
             scope=spec.scope,
             training_only=spec.training_only,
+            fix_when={f: _compile(c, f"{where} fix_when {f}") for f, c in spec.fix_when.items()},
         )
         for field_name, cond in (("when", rule.when), ("warning", rule.warning),
                                  ("critical", rule.critical), ("gain", rule.gain)):
             if cond is not None:
                 names += [(n, field_name) for n in sorted(cond.names)]
         names += [(n, "hint condition") for c, _ in rule.hints for n in sorted(c.names)]
+        names += [(n, "fix_when") for c in rule.fix_when.values() for n in sorted(c.names)]
         names += [(n, "evidence") for n in spec.evidence]
         _check_names(names, where)
         rules.append(rule)
@@ -416,6 +425,19 @@ def _cap(category: str, severity: str, gain: float | None) -> str:
     return severity
 
 
+def _offered(rule: Rule, metrics: Mapping[str, Any]) -> list[str]:
+    """The rule's fixes whose ``fix_when`` condition holds (those without one: all)."""
+    out = []
+    for fid in rule.fixes:
+        cond = rule.fix_when.get(fid)
+        try:
+            if cond is None or cond.evaluate(metrics):
+                out.append(fid)
+        except MissingMetric:
+            continue
+    return out
+
+
 def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The fixes to suggest, and the hints for those left out because the run already has
     them: each one's ``instead`` fixes take its place (those not named or in place)."""
@@ -500,7 +522,7 @@ def evaluate(
             hints.append(f"{capped}: graded down from {severity}, {at_stake} "
                          f"({grade} needs >= {need:.0%} of step time)")
             severity = capped
-        fixes, not_suggested = _in_place(rule.fixes, metrics)
+        fixes, not_suggested = _in_place(_offered(rule, metrics), metrics)
         hints.extend(not_suggested)
         evidence = {n: metrics.get(n) for n in (rule.evidence or sorted(rule.needs))}
         findings.append(Finding(rule.id, rule.category, severity, rule.title, message,

@@ -76,6 +76,12 @@ def test_slow_compute_rank_is_the_straggler_with_cause_compute(tmp_path):
     (f,) = _imbalance(r)
     assert f.ranks == [3] and f.evidence["straggler_cause"] == "compute"
     assert r.metrics["straggler_compute_ms"] > 1.4 * r.metrics["peer_compute_ms"]
+    # more workers (or, in their place, cheaper samples) serve a slow input, not this
+    # (a new user's compute straggler was offered "Make each sample cheaper to produce")
+    assert "num_workers" not in f.fixes and "faster_input" not in f.fixes, f.fixes
+    slow = analyze(_write(tmp_path / "in", rb.slow_input(4, rank=2, loader_us=6000.0)))
+    (g,) = _imbalance(slow)
+    assert "num_workers" in g.fixes or "faster_input" in g.fixes, g.fixes
 
 
 def test_independent_ranks_use_step_time(tmp_path):

@@ -128,6 +128,23 @@ def test_healthy_traces_have_nothing_at_warning(tmp_path):
         assert not r.at_least("warning"), (name, r.render_text())
 
 
+def test_a_fix_is_offered_where_its_fix_when_holds(tmp_path):
+    """``[rule.fix_when]``: a fix offered only where its condition holds (unknown metric:
+    left out); a condition for a fix the rule does not name, or over no metric, is refused."""
+    body = USER_RULE.format(gain="0.3", category="input").replace(
+        'fixes = ["num_workers"]', 'fixes = ["num_workers", "prefetch_factor"]') + (
+        '[rule.fix_when]\nprefetch_factor = "dataloader_num_workers > 0"\n')
+    rules = load_rule_file(_rule(tmp_path, body))
+    for workers, want in ((2, ["num_workers", "prefetch_factor"]), (0, ["num_workers"]),
+                          (None, ["num_workers"])):
+        (f,), _ = evaluate(rules, {"step_time_mean_ms": 10.0, "dataloader_num_workers": workers})
+        assert f.fixes == want, workers
+    with pytest.raises(RuleError, match="fix_when names 'pin_memory', which is not in its"):
+        load_rule_file(_rule(tmp_path, body.replace("prefetch_factor =", "pin_memory =")))
+    with pytest.raises(RuleError, match="unknown metric 'dataloader_workers' in fix_when"):
+        load_rule_file(_rule(tmp_path, body.replace('workers > 0"', 'workers > 0 or dataloader_workers"')))
+
+
 # ---------------------------------------------------------- user rules: names and division
 def test_unknown_metric_is_refused_at_load_with_close_names(tmp_path):
     body = USER_RULE.format(gain="dataloader_shares", category="input")
