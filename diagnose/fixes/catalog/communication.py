@@ -6,10 +6,11 @@ from ..unit import Fix
 
 OVERLAP_COMMUNICATION = Fix("overlap_communication", "Overlap gradient communication with "
                             "backward", """
-# before: DDP's default buckets (25 MiB): the first all-reduce waits for 25 MiB of grads
-model = DDP(model, device_ids=[rank])
-# after: smaller buckets start all-reduce earlier in backward; no copies into buckets
-# (measure: too small a bucket pays a launch per bucket)
+# before: DDP's default buckets (the first 1 MiB, then 25 MiB each): a bucket's all-reduce
+# starts once every gradient in it is made
+model = DDP(model, device_ids=[rank])  # a model on the CPU: DDP(model), no device_ids
+# after: smaller buckets start all-reduce earlier in backward (gradients of a few MiB in
+# all gain little); no copies into buckets (measure: each bucket pays a launch)
 model = DDP(model, device_ids=[rank], bucket_cap_mb=10, gradient_as_bucket_view=True)
 # with gradient accumulation, skip the all-reduce on the micro-steps:
 with model.no_sync():
