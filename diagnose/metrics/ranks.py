@@ -90,10 +90,13 @@ RUN_CATALOG: dict[str, tuple[str, str]] = {
     "straggler_lag_ms": ("ms", "How much the straggler delays each step: the larger of its "
                                "peers' extra wait in collectives and its extra own work"),
     "straggler_lag_frac": ("fraction", "straggler_lag_ms / median rank step time"),
-    "straggler_lag_noise_ms": ("ms", "The standard error of straggler_lag_ms from the ranks' "
-                                     "step-to-step spread: the straggler's mean step's and "
-                                     "its peers' (std / sqrt(steps) each), in quadrature; "
-                                     "None where a rank's spread is not known"),
+    "straggler_lag_noise_ms": ("ms", "The noise in straggler_lag_ms, in quadrature: the "
+                                     "standard error from the ranks' step-to-step spread "
+                                     "(the straggler's mean step's and its peers', std / "
+                                     "sqrt(steps) each), and the most any rank's training "
+                                     "thread waited for a CPU per step (a busy host's "
+                                     "scheduling, which moves from rank to rank); None "
+                                     "where neither is known"),
     "straggler_wait_ms": ("ms", "Median extra time the other ranks spend in collectives per step, "
                                 "compared with the straggler (None without collectives)"),
     "straggler_work_ms": ("ms", "Straggler's own work per step (step minus exposed collectives) "
@@ -235,6 +238,15 @@ def _mean_error(m: Mapping[str, Any]) -> float | None:
     return step * cv / math.sqrt(n)
 
 
+def _cpu_wait_ms(m: Mapping[str, Any]) -> float | None:
+    """The time a rank's training thread waited for a CPU per step (its unprofiled steps'
+    share of such waits, whoever held the CPU, on its mean step): on a shared host that
+    much of its step is the scheduler's, and which rank it hits moves step to step."""
+    share, step = (as_number(m.get("step_cpu_wait_unprofiled_share")),
+                   as_number(m.get("step_time_mean_ms")))
+    return None if share is None or step is None else share * step
+
+
 def _median_without(values: list[float], i: int) -> float:
     return float(np.median(values[:i] + values[i + 1:]))
 
@@ -295,10 +307,16 @@ def run_metrics(ranks: Sequence[tuple[int | None, Mapping[str, Any]]]) -> dict[s
     cause = max(CAUSES, key=lambda c: excess[c])
     lag = max(float(best_lag), 0.0)
     errs = [_mean_error(m) for _, m in ranks]
+    noise = []
     if all(e is not None for e in errs):
         mine = errs[labels.index(label)] or 0.0
         peers = [e or 0.0 for lab, e in zip(labels, errs, strict=True) if lab != label]
-        out["straggler_lag_noise_ms"] = round(math.hypot(mine, float(np.median(peers))), 3)
+        noise.append(math.hypot(mine, float(np.median(peers))))
+    waited = [_cpu_wait_ms(m) for _, m in ranks]
+    if all(w is not None for w in waited):
+        noise.append(max(w or 0.0 for w in waited))
+    if noise:
+        out["straggler_lag_noise_ms"] = round(math.hypot(*noise), 3)
     out["straggler_rank"] = label
     out["straggler_lag_ms"] = round(lag, 3)
     out["straggler_lag_frac"] = round(lag / med, 4) if med > 0 else None
