@@ -217,8 +217,11 @@ def autofix(
             if not fix.auto:
                 tuner.note(fix, "", ADVICE, fix.title, finding)
                 continue
-            tuner.fixes_left = len(todo)
+            # budget shares: this fix and those still to try that apply to the config as it
+            # is now (a fix that needs workers takes no share from a run without them until
+            # a change gives it some; a new user's 300 s ended after 89 s, trials undecided)
             todo.remove((fix, finding))
+            tuner.fixes_left = 1 + sum(1 for f, _ in todo if f.applies(best, facts))
             peak = predicted_peak(fix, report, memory_budget) if memory_budget else None
             if peak is not None and memory_budget:
                 peaks[fix.id] = peak

@@ -227,3 +227,20 @@ def test_a_short_budget_tries_what_fits_and_shortens_the_before_after(
     assert r.elapsed_s <= 100.0 * (1 + OVERRUN), r.render_text()
     assert "num_workers" in r.kept and r.final is not None, r.render_text()
     assert 3 <= r.final.rounds < PLAN.final_rounds, r.render_text()
+
+
+def test_fixes_that_do_not_apply_take_no_share_of_the_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's autofix ended after 89 s of 300, each trial undecided at its share: the
+    shares were split with persistent_workers and prefetch_factor, which need workers the
+    run did not have (not applicable, they took no time). Here nothing helps, so every
+    trial runs to its share: the worker trials use the budget, less the before/after."""
+    _install(monkeypatch, lambda cfg: 1.0)
+    j = _job()
+    r = autofix(j["model"], j["loader"], j["optimizer"], loss_fn=j["loss_fn"],
+                fixes=["num_workers", "persistent_workers", "prefetch_factor"], try_all=True,
+                max_trials=100, budget_s=300.0, plan=PLAN)
+    assert r.elapsed_s <= 300.0 * (1 + OVERRUN), r.render_text()
+    assert r.elapsed_s >= 0.85 * 300.0, r.render_text()  # 212 s when they shared it
+    assert {d.fix for d in r.decisions if not d.change} >= {"persistent_workers",
+                                                            "prefetch_factor"}
