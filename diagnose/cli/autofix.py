@@ -274,6 +274,9 @@ def load_target(target: str) -> dict[str, Any]:
     if ":" not in target:
         raise DiagnoseError(f"{target}: expected path/to/file.py:function or module:function")
     where, fn_name = target.rsplit(":", 1)
+    if not where or not fn_name:
+        raise DiagnoseError(f"{target}: expected path/to/file.py:function or module:function "
+                            f"(the {'file or module' if not where else 'function'} is missing)")
     is_file = where.endswith(".py") or Path(where).is_file()
     path = Path(where)
     if is_file and not path.is_file():
@@ -309,12 +312,15 @@ def _import_and_call(target: str, where: str, fn_name: str, path: Path, is_file:
         if is_file:
             spec = importlib.util.spec_from_file_location(path.stem, path)
             if spec is None or spec.loader is None:
-                raise DiagnoseError(f"{where}: cannot import")
+                raise DiagnoseError(f"{where}: not a Python file autofix can import (name it "
+                                    "*.py)")
             mod = importlib.util.module_from_spec(spec)
             sys.modules.setdefault(path.stem, mod)
             spec.loader.exec_module(mod)
         else:
             mod = importlib.import_module(where)
+    except DiagnoseError:
+        raise
     except ImportError as e:
         missing = f"module {e.name!r}" if e.name else "a module"
         raise DiagnoseError(f"{where}: cannot import {missing} ({e}); looked in {folder} "

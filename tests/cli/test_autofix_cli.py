@@ -173,11 +173,17 @@ def test_autofix_target_imports_its_sibling_module(tmp_path: Path) -> None:
     ("missing.py:make", "no such file"),
     ("{src}:nothing", "is not a function"),
     ("{src}:broken", "must return a dict"),
+    # a new user's: these read like the tool's own errors ("Empty module name", "cannot
+    # import (autofix.py, line 312)")
+    (":make_job", "(the file or module is missing)"),
+    ("{src}:", "(the function is missing)"),
+    ("{src}.orig:make_job", "not a Python file autofix can import (name it *.py)"),
 ])
 def test_autofix_command_errors_are_one_line(tmp_path: Path, capsys, target: str,
                                              msg: str) -> None:
     src = tmp_path / "work2.py"
     src.write_text(WORKLOAD)
+    (tmp_path / "work2.py.orig").write_text(WORKLOAD)
     assert cli.main(["autofix", target.format(src=src)]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
