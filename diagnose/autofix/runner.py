@@ -221,7 +221,7 @@ def autofix(
             # is now (a fix that needs workers takes no share from a run without them until
             # a change gives it some; a new user's 300 s ended after 89 s, trials undecided)
             todo.remove((fix, finding))
-            tuner.fixes_left = 1 + sum(1 for f, _ in todo if f.applies(best, facts))
+            tuner.fixes_left = 1 + sum(1 for f, _ in todo if f.why_not(best, facts) is None)
             peak = predicted_peak(fix, report, memory_budget) if memory_budget else None
             if peak is not None and memory_budget:
                 peaks[fix.id] = peak

@@ -308,19 +308,16 @@ def _import_and_call(target: str, where: str, fn_name: str, path: Path, is_file:
                      folder: str) -> Any:
     """The target function's result: the module imported, the function called; any error
     on the way one line that names where in the job it came from."""
+    spec = importlib.util.spec_from_file_location(path.stem, path) if is_file else None
+    if is_file and (spec is None or spec.loader is None):
+        raise DiagnoseError(f"{where}: not a Python file autofix can import (name it *.py)")
     try:
-        if is_file:
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            if spec is None or spec.loader is None:
-                raise DiagnoseError(f"{where}: not a Python file autofix can import (name it "
-                                    "*.py)")
+        if spec is not None and spec.loader is not None:
             mod = importlib.util.module_from_spec(spec)
             sys.modules.setdefault(path.stem, mod)
             spec.loader.exec_module(mod)
         else:
             mod = importlib.import_module(where)
-    except DiagnoseError:
-        raise
     except ImportError as e:
         missing = f"module {e.name!r}" if e.name else "a module"
         raise DiagnoseError(f"{where}: cannot import {missing} ({e}); looked in {folder} "

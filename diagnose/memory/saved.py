@@ -33,8 +33,9 @@ def by_creator(records: list[tuple[int, str, frozenset[str]]]) -> dict[str, int]
 
 
 class Packed:
-    """A saved activation as autograd holds it: the tensor, in a wrapper that lives as long
-    as some graph holds it. The first hold of a storage adds its bytes to ``held`` (by the
+    """A saved activation as autograd holds it: the tensor, detached (a saved output's
+    grad_fn is the node that saves it: held here, a cycle through C++ that Python's
+    collector never frees), in a wrapper that lives as long as some graph holds it. The first hold of a storage adds its bytes to ``held`` (by the
     module that made it) and the last one's end takes them off, so what is left as the
     step ends is what graphs kept past it (ME005), not what the loop's own variables do."""
 
@@ -49,7 +50,7 @@ class Packed:
             if rec[4] == 0:
                 held[rec[1]] = held.get(rec[1], 0) + rec[0]
             rec[4] += 1
-        packed = cls(t)
+        packed = cls(t.detach())
         weakref.finalize(packed, let_go, recs, held)
         return packed
 

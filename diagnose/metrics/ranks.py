@@ -93,8 +93,8 @@ RUN_CATALOG: dict[str, tuple[str, str]] = {
     "straggler_lag_noise_ms": ("ms", "The noise in straggler_lag_ms, in quadrature: the "
                                      "standard error from the ranks' step-to-step spread "
                                      "(the straggler's mean step's and its peers', std / "
-                                     "sqrt(steps) each), and the most any rank's training "
-                                     "thread waited for a CPU per step (a busy host's "
+                                     "sqrt(steps) each), and the median of the other "
+                                     "ranks' waits for a CPU per step (a busy host's "
                                      "scheduling, which moves from rank to rank); None "
                                      "where neither is known"),
     "straggler_wait_ms": ("ms", "Median extra time the other ranks spend in collectives per step, "
@@ -312,9 +312,11 @@ def run_metrics(ranks: Sequence[tuple[int | None, Mapping[str, Any]]]) -> dict[s
         mine = errs[labels.index(label)] or 0.0
         peers = [e or 0.0 for lab, e in zip(labels, errs, strict=True) if lab != label]
         noise.append(math.hypot(mine, float(np.median(peers))))
-    waited = [_cpu_wait_ms(m) for _, m in ranks]
-    if all(w is not None for w in waited):
-        noise.append(max(w or 0.0 for w in waited))
+    # the peers' waits, not the straggler's: a rank that alone waits for a CPU (another
+    # process on its cores) is a straggler that stays put, its wait part of its lag
+    waited = [_cpu_wait_ms(m) for lab, (_, m) in zip(labels, ranks, strict=True) if lab != label]
+    if waited and all(w is not None for w in waited):
+        noise.append(float(np.median([w or 0.0 for w in waited])))
     if noise:
         out["straggler_lag_noise_ms"] = round(math.hypot(*noise), 3)
     out["straggler_rank"] = label

@@ -174,17 +174,10 @@ class StepComparison:
     median_b: float | None
     diff: StepDiff | None  # None: a run has no per-step times
     note: str | None = None  # why "as profiled" when one run had unprofiled steps
-    #: a run's own report doubts its step time (_caveat): its steps cannot carry a verdict
-    doubted: bool = False
 
     @property
     def verdict(self) -> str | None:
-        """The interval's verdict; "within noise" where a run's own report doubts its step
-        time (its steps spread too widely, or other processes held its CPU): the interval
-        of such steps says how they ran, not how the job runs."""
-        if self.diff is None:
-            return None
-        return "within noise" if self.doubted else self.diff.verdict
+        return self.diff.verdict if self.diff is not None else None
 
     @property
     def change_pct(self) -> float | None:
@@ -217,9 +210,7 @@ class StepComparison:
             return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
                 ": no per-step times, no interval"
         d = self.diff
-        said = (self.verdict or "") if d.lo_pct is not None else "cannot tell"
-        if self.doubted and d.lo_pct is not None and d.verdict != "within noise":
-            said += f" (the steps alone say {d.verdict}, but a run's own report doubts them)"
+        said = d.verdict if d.lo_pct is not None else "cannot tell"
         point = f"{pct:+.1f}%" if pct is not None else "a median of 0 ms"
         if pct is not None and d.lo_pct is not None and d.hi_pct is not None and not (
                 d.lo_pct <= pct <= d.hi_pct):
@@ -263,7 +254,7 @@ def compare_step(a: Analysis, b: Analysis, *,
         note = "; ".join([*([note] if note else []), *caveats]) + (
             ": compare again on a quieter host")
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
-    return StepComparison(measured, ma, mb, diff, note, doubted=bool(caveats))
+    return StepComparison(measured, ma, mb, diff, note)
 
 
 def _caveat(which: str, m: dict[str, Any]) -> str | None:

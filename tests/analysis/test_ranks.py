@@ -400,17 +400,18 @@ def test_a_lag_within_the_ranks_noise_is_no_straggler():
 def test_a_lag_within_what_the_ranks_waited_for_a_cpu_is_no_straggler():
     """A new user's symmetric 2-rank gloo job on a busy 2-CPU host was given a straggler,
     rank 1 in one capture and rank 0 in the next: its training threads waited 21-38% of
-    their steps for a CPU. The most any rank so waited per step joins the lag's noise; a
-    lag beyond twice that (a rank that sleeps 20 ms a step) stays a straggler."""
+    their steps for a CPU. What the other ranks so waited per step joins the lag's noise; a
+    lag beyond twice that (a rank that sleeps 20 ms a step) stays a straggler, and so does
+    a rank that alone waits for a CPU (another process on its cores: it stays put)."""
     def rank(step: float, wait: float | None) -> dict:
         return {**_m(step, 1.0), "step_time_cv": 0.02, "step_count": 5,
                 "step_cpu_wait_unprofiled_share": wait}
 
     busy = run_metrics([(0, rank(18.8, 0.21)), (1, rank(21.9, 0.38))])
     se = math.hypot(18.8 * 0.02 / math.sqrt(5), 21.9 * 0.02 / math.sqrt(5))
-    assert busy["straggler_lag_noise_ms"] == pytest.approx(math.hypot(se, 0.38 * 21.9), abs=1e-3)
+    assert busy["straggler_lag_noise_ms"] == pytest.approx(math.hypot(se, 0.21 * 18.8), abs=1e-3)
     for waits, lag, fires in (((0.21, 0.38), 3.1, False), ((None, 0.38), 3.1, True),
-                              ((0.11, 0.16), 20.0, True)):
+                              ((0.11, 0.16), 20.0, True), ((0.0, 0.4), 20.0, True)):
         rep = report_from_ranks(["x"], [RankResult(f"r{r}", r, rank(step, w), {}, [])
                                         for r, step, w in ((0, 18.8, waits[0]),
                                                            (1, 18.8 + lag, waits[1]))])

@@ -284,27 +284,22 @@ def test_the_windows_shares_are_within_noise_where_the_step_is(tmp_path: Path) -
 def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
     """Run B's clock marked its step time unreliable, and other processes held the CPU
     its training thread waited for in 40% of its steps: the comparison and the CI gate's
-    line say so, and its steps carry no verdict (a new user's two captures of one unchanged
-    job were called "better" at -14%); runs without such doubts get no caveat."""
+    line say so, whatever the verdict; runs without such doubts get no caveat."""
     from diagnose.report.compare import regression_line
 
     a = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "a.pt.trace.json.gz")),
                          [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1])
     b = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz")),
                          [30.0, 12.0, 45.0, 14.0, 38.0, 13.0, 40.0, 12.5])
-    plain = compare_reports(a, b).step
-    assert plain.note is None and plain.verdict == "worse"
+    assert compare_reports(a, b).step.note is None
     b.metrics.update(step_time_unprofiled_reliable=False, step_cpu_wait_unprofiled_share=0.4,
                      host_cpu_others_cpus=1.0)
     c = compare_reports(a, b)
     assert c.step.note == ("run B's own report marks its step time unreliable and waited "
                            "for a CPU other processes held in 40% of its steps: compare "
                            "again on a quieter host")
-    assert c.step.verdict == "within noise" and c.to_json()["step_time"]["verdict"] == "within noise"
-    assert ": within noise (the steps alone say worse, but a run's own report doubts them)" \
-        in c.step.line()
     worse, line = regression_line(c, 5.0)
-    assert line.endswith(f"({c.step.note})") and not worse
+    assert line.endswith(f"({c.step.note})")
 
 
 def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,

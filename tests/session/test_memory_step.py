@@ -118,8 +118,9 @@ def test_a_graph_kept_past_its_step_is_found(tmp_path: Path) -> None:
 def test_an_activation_the_loop_still_names_is_no_graph(tmp_path: Path) -> None:
     """A new user's loop kept its hidden activation in a variable past the step (``h``,
     saved for backward by the head; backward freed the graph): that is the loop's own
-    variable, not a graph outliving its step, so no ME005. The same loop that also keeps
-    the loss with its graph unused (no backward through it) is one."""
+    variable, not a graph outliving its step, so no ME005; nor is a forward whose output is
+    dropped unused (a review found that one reported: the saved output held its grad_fn).
+    The same loop that also keeps such an output with its graph is one."""
     for leak in (False, True):
         model, opt, loader = _job()
         body, head = model[:2], model[2:]
@@ -128,6 +129,7 @@ def test_an_activation_the_loop_still_names_is_no_graph(tmp_path: Path) -> None:
             for x, y in loader:
                 h = body(x)
                 nn.functional.cross_entropy(head(h), y).backward()
+                model(x).argmax(-1)  # a graph made and dropped at once: none is kept
                 if leak:
                     kept.append(head(h))
                 opt.step()

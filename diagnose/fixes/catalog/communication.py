@@ -9,8 +9,9 @@ OVERLAP_COMMUNICATION = Fix("overlap_communication", "Overlap gradient communica
 # before: DDP's default buckets (the first 1 MiB, then 25 MiB each): a bucket's all-reduce
 # starts once every gradient in it is made
 model = DDP(model, device_ids=[rank])  # a model on the CPU: DDP(model), no device_ids
-# after: smaller buckets start all-reduce earlier in backward (gradients of a few MiB in
-# all gain little); no copies into buckets (measure: each bucket pays a launch)
+# after, for gradients of well over 25 MiB: smaller buckets start all-reduce earlier in
+# backward (a bucket_cap_mb given sizes the first bucket too: keep it well under the
+# gradients' size); no copies into buckets (measure: each bucket pays a launch)
 model = DDP(model, device_ids=[rank], bucket_cap_mb=10, gradient_as_bucket_view=True)
 # with gradient accumulation, skip the all-reduce on the micro-steps:
 with model.no_sync():
