@@ -172,7 +172,9 @@ def rules_page() -> str:
         rows.append(("message", _code(r.message)))
         if r.evidence:
             rows.append(("evidence", ", ".join(f"`{e}`" for e in r.evidence)))
-        rows.append(("fixes (a report orders them by prediction)", ", ".join(f"`{f}`" for f in r.fixes) or "-"))
+        rows.append(("fixes (a report orders them by prediction)", ", ".join(
+            f"`{f}`" + (f" (where {_code(r.fix_when[f].src)})" if f in r.fix_when else "")
+            for f in r.fixes) or "-"))
         scope = "over all ranks together" if r.scope == "run" else "per rank"
         rows.append(("evaluated", scope + ("; training runs only" if r.training_only else "")))
         lines += ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
