@@ -89,8 +89,8 @@ SECTION_METRICS = (
            "Step time checkpointing adds: the blocks' forward / the tracked step",
            (MEMORY_PROFILE, _BLOCKS)),
     Metric("mem_graph_kept_bytes", "bytes",
-           "Bytes saved for backward in the tracked step and still alive as it ends: a "
-           "graph the loop keeps past its step", (MEMORY_PROFILE,)),
+           "Bytes saved for backward in the tracked step that a graph still holds as it "
+           "ends: a graph the loop keeps past its step", (MEMORY_PROFILE,)),
     Metric("mem_graph_kept_mib", "MiB", "mem_graph_kept_bytes in MiB", (MEMORY_PROFILE,)),
     Metric("mem_graph_kept_frac", "fraction", "mem_graph_kept_bytes / the tracked step's peak",
            (MEMORY_PROFILE,)),
