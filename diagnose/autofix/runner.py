@@ -219,7 +219,7 @@ def autofix(
                 continue
             # budget shares: this fix and those still to try that apply to the config as it
             # is now (a fix that needs workers takes no share from a run without them until
-            # a change gives it some; a new user's 300 s ended after 89 s, trials undecided)
+            # a kept change gives it some)
             todo.remove((fix, finding))
             tuner.fixes_left = 1 + sum(1 for f, _ in todo if f.why_not(best, facts) is None)
             peak = predicted_peak(fix, report, memory_budget) if memory_budget else None

@@ -178,7 +178,7 @@ class DistributedCapture:
                 return None
             report = report_from_ranks([str(run_dir)], [own])
             report.notes[:0] = capture_notes(context, report.metrics)
-            self._attach_model(report)
+            self._attach_own(report)
             return with_fix_code(report, context)
 
         if self.world_size == 1:  # captured alone
@@ -279,10 +279,10 @@ class DistributedCapture:
             return None
         report = report_from_ranks([str(run_dir)], ranks, samples=load_samples(run_dir))
         report.notes[:0] = notes + capture_notes(context, report.metrics)
-        self._attach_model(report)
+        self._attach_own(report)
         return with_fix_code(report, context)
 
-    def _attach_model(self, report: Any) -> None:
+    def _attach_own(self, report: Any) -> None:
         """This rank's own replay on its report (the step model line; the CLI's analysis of
         the run folder attaches the rank whose replay is furthest from its step), and its
         memory section with the peaks it predicts, as the run folder's analysis gives them

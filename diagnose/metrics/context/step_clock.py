@@ -299,15 +299,26 @@ def _gc_metrics(free: list[dict[str, Any]], means: StepMeans) -> dict[str, objec
     return out
 
 
+def _by_starts(free: list[dict[str, Any]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(the steps that began no epoch, those that did) by the clock's ``loader_starts``;
+    None where a step lacks the column."""
+    starts = [as_int(r.get("loader_starts")) for r in free]
+    if any(n is None for n in starts):
+        return None
+    return ([r for r, n in zip(free, starts, strict=True) if not n],
+            [r for r, n in zip(free, starts, strict=True) if n])
+
+
 def _steady_share(free: list[dict[str, Any]]) -> float | None:
     """The loader wait's share of the unprofiled steps that began no epoch: the
     steady-state wait, over many more steps than the profiled window and without the
     profiler's cost in them (None where the clock has no ``loader_starts``, or times fewer
     than MIN_CLOCK_STEPS such steps)."""
-    starts = [as_int(r.get("loader_starts")) for r in free]
-    if any(n is None for n in starts):
+    split = _by_starts(free)
+    if split is None:
         return None
-    steady = [r for r, n in zip(free, starts, strict=True) if not n]
+    steady = split[0]
     total = sum(float(r["ms"]) for r in steady)
     if len(steady) < MIN_CLOCK_STEPS or total <= 0:
         return None
@@ -319,17 +330,14 @@ def _epoch_metrics(free: list[dict[str, Any]]) -> dict[str, object]:
     """The steady steps' mean and an epoch's start beyond a steady step
     (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), where the unprofiled
     steps hold both kinds (the clock's ``loader_starts`` column); {} otherwise."""
-    starts = [as_int(r.get("loader_starts")) for r in free]
-    if any(n is None for n in starts):
+    split = _by_starts(free)
+    if split is None or not split[0] or not split[1]:
         return {}
-    steady = [r for r, n in zip(free, starts, strict=True) if not n]
-    boundary = [float(r["ms"]) for r, n in zip(free, starts, strict=True) if n]
-    if not steady or not boundary:
-        return {}
+    steady, boundary = split
     mid = statistics.median(float(r["ms"]) for r in steady)
     return {"step_time_steady_mean_ms": round(StepMeans(steady)("ms") or 0.0, 3),
-            "dataloader_epoch_boundary_ms": round(max(statistics.median(boundary) - mid,
-                                                      0.0), 3)}
+            "dataloader_epoch_boundary_ms": round(max(statistics.median(
+                float(r["ms"]) for r in boundary) - mid, 0.0), 3)}
 
 
 def clock_metrics(cap: Any) -> dict[str, object]:
@@ -566,7 +574,7 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
                    + holders)
     # more steps than were timed (at least 30, else twice as many, in tens) where fewer than
     # ENOUGH_STEPS were: beyond that more steps steady the median but leave the spread
-    # that made the figure unreliable as it is (a new user asked again and again)
+    # that made the figure unreliable as it is
     few = not isinstance(n, int) or n < ENOUGH_STEPS
     more = 30 if not isinstance(n, int) or n < 15 else -(-2 * n // 10) * 10
     ask = [f"time more steps ({_options(m)}clock_steps={more}))"] if few else []
