@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +41,31 @@ KEYS = {"model", "loader", "optimizer", "train_step", "batches", "device", "cove
 
 
 def test_the_corpus_has_its_jobs() -> None:
-    assert 8 <= len(NAMES) <= 16, NAMES
+    assert 16 <= len(NAMES) <= 40, NAMES
     assert all(not n.startswith("_") for n in NAMES)
+
+
+ADAPTED = re.compile(r"Adapted from ([\w.-]+/[\w.-]+), (.+?), at commit ([0-9a-f]{40}) "
+                     r"\(([^;]+); text in (licenses/[\w.-]+)\)")
+
+
+def test_adapted_jobs_keep_their_provenance_and_licence() -> None:
+    """A job adapted from someone else's script names its repository, path, commit and
+    licence, and says what was changed; the licence's text is committed beside it. The
+    adapted jobs come from at least 4 repositories."""
+    repos = set()
+    for name in NAMES:
+        text = (CORPUS / f"{name}.py").read_text()
+        doc = text.split('"""')[1]
+        m = ADAPTED.search(" ".join(doc.split()))
+        if m is None:
+            assert "Adapted from" not in doc, f"{name}: provenance not in the documented form"
+            continue
+        repos.add(m.group(1))
+        assert "Changed:" in doc, f"{name}: no list of what was changed"
+        licence = CORPUS / m.group(5)
+        assert licence.is_file() and licence.stat().st_size > 500, licence
+    assert len(repos) >= 4, repos
 
 
 def test_the_split_puts_each_job_in_exactly_one_half_by_the_rule() -> None:
