@@ -261,20 +261,22 @@ def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
     assert shared.range[0] < apart.range[0] < apart.range[1] < shared.range[1]
 
 
-@pytest.mark.parametrize("wait,start,saved", [
-    (300.0, 32.0, 260.0),  # 600 CPU-ms: 120 start 4 workers, 8 batches ahead (their most)
-    (70.0, 32.0, 60.0),  # 140 CPU-ms: 120 start them, 2 batches ahead
-    (50.0, 32.0, 45.0),  # the start-ups take it all: the first batch still comes back
-    (300.0, None, 260.0),  # no start timed: every worker's batches ahead
+@pytest.mark.parametrize("wait,start,epoch,saved", [
+    (300.0, 32.0, None, 260.0),  # 600 CPU-ms: 120 start 4 workers, 8 batches ahead (most)
+    (70.0, 32.0, None, 60.0),  # 140 CPU-ms: 120 start them, 2 batches ahead
+    (50.0, 32.0, None, 45.0),  # the start-ups take it all: the first batch still comes back
+    (300.0, None, None, 260.0),  # no start timed: every worker's batches ahead
+    (300.0, 32.0, 3, 285.0),  # an epoch of 3 batches: no more than 3 made ahead
 ])
-def test_restart_saving_gives_back_the_batches_made_ahead(wait, start, saved):
+def test_restart_saving_gives_back_the_batches_made_ahead(wait, start, epoch, saved):
     """4 workers on 2 CPUs, a batch 10 ms, 2 ahead a worker, a start 32 ms with a 2 ms
-    hand-over: during the loop's wait the CPUs start the workers and make batches ahead;
-    persistent workers save the wait less those batches' work over the CPUs."""
+    hand-over: during the loop's wait the CPUs start the workers and make batches ahead
+    (no more than the epoch has); persistent workers save the wait less those batches'
+    work over the CPUs."""
     from diagnose.stepmodel.epochs import restart_saving
 
     facts = Facts(cpu_count=2, dataloader_prefetch_factor=2, input_worker_start_ms=start,
-                  input_worker_handover_ms=2.0)
+                  input_worker_handover_ms=2.0, dataloader_epoch_batches=epoch)
     assert restart_saving(facts, 4, wait, 10.0) == pytest.approx(saved)
 
 
