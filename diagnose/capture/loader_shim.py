@@ -59,6 +59,30 @@ def missing(loader: Any = None) -> str | None:
     return None
 
 
+#: where a loader that wraps a torch DataLoader keeps it (Lightning Fabric's
+#: ``setup_dataloaders`` gives a ``_FabricDataLoader`` holding it as ``_dataloader``, and
+#: iterates it; other wrappers name it ``dataloader``)
+WRAPPED_AS = ("_dataloader", "dataloader")
+
+
+def unwrap(loader: Any) -> tuple[Any, str | None]:
+    """The torch DataLoader ``loader`` is or wraps, and the attribute it was found under
+    (None: ``loader`` itself, or no DataLoader found, when ``loader`` comes back as given).
+    One level only: a wrapper iterates the DataLoader it holds, so its batches are that
+    DataLoader's."""
+    try:
+        from torch.utils.data import DataLoader
+    except ImportError:  # pragma: no cover - the session needs torch anyway
+        return loader, None
+    if loader is None or isinstance(loader, DataLoader):
+        return loader, None
+    for name in WRAPPED_AS:
+        inner = getattr(loader, name, None)
+        if isinstance(inner, DataLoader):
+            return inner, name
+    return loader, None
+
+
 @dataclass
 class FetchTimes:
     """Time (s) an in-process loader spent in its fetcher since the last :meth:`take`:

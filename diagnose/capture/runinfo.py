@@ -75,6 +75,7 @@ from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 from ..values import usable_cpus
+from .loader_shim import unwrap
 from .probes.common import probe_clock, settled, timed
 
 CONTEXT_VERSION = 1
@@ -190,7 +191,9 @@ def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
 
 def dataloader_info(loader: Any) -> dict[str, Any] | None:
     """The DataLoader settings rules look at. None when there is no loader, or what was
-    given is no loader (a ``range``, a tensor: it has neither a dataset nor a batch size)."""
+    given is no loader (a ``range``, a tensor: it has neither a dataset nor a batch size).
+    A wrapper's DataLoader (:func:`~.loader_shim.unwrap`) gives the settings."""
+    loader = unwrap(loader)[0]
     if loader is None or not (hasattr(loader, "dataset") or hasattr(loader, "batch_size")):
         return None
     ds = getattr(loader, "dataset", None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from diagnose.capture.loader_shim import unwrap
 from diagnose.capture.probes import (
     ForwardTimer,
     holds_device_tensors,
@@ -85,6 +86,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`).
     ``others``: the loop's other models with the first inputs each got, whose work the
     thread timing takes with the first model's."""
+    loader = unwrap(loader)[0]  # a wrapper's DataLoader (Fabric's): the probes rebuild it
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
         ctx["thread_pools"] = pools

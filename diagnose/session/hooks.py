@@ -166,6 +166,11 @@ class Hooks:
                 "and the models' calls (or d.step()), and the DataLoader wait is not timed "
                 "by the session")
             return
+        given = type(loader).__name__
+        loader, held_as = loader_shim.unwrap(loader)
+        if held_as is not None:
+            notes.append(f"the loader given is a {given} wrapping a torch DataLoader (its "
+                         f"`{held_as}`): its batches are timed on that DataLoader")
         if loader_shim.missing(loader) is not None:
             notes.append(
                 f"the loader given is a {type(loader).__name__}, not a torch DataLoader: its "

@@ -142,6 +142,54 @@ def test_dataset_facts_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert load_context(d.run_dir)["capture"]["dataloader_hooks"] is True
 
 
+class _Wraps:
+    """A loader that holds a DataLoader and iterates it (as Fabric's does)."""
+
+    def __init__(self, loader: DataLoader, name: str) -> None:
+        setattr(self, name, loader)
+        self._inner = loader
+
+    def __iter__(self) -> Any:
+        return iter(self._inner)
+
+
+def test_unwrap_finds_a_wrapped_dataloader_one_level_down() -> None:
+    loader = DataLoader(Pairs(n=8), batch_size=4)
+    assert loader_shim.unwrap(loader) == (loader, None)
+    assert loader_shim.unwrap(None) == (None, None)
+    for name in loader_shim.WRAPPED_AS:
+        assert loader_shim.unwrap(_Wraps(loader, name)) == (loader, name)
+    other = _Wraps(loader, "elsewhere")
+    assert loader_shim.unwrap(other) == (other, None)
+    twice = _Wraps(_Wraps(loader, "_dataloader"), "_dataloader")  # type: ignore[arg-type]
+    assert loader_shim.unwrap(twice)[1] is None
+
+
+def test_a_fabric_loader_is_timed_on_its_dataloader(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning Fabric's ``setup_dataloaders`` gives a wrapper (not a DataLoader) that
+    iterates the DataLoader it holds: the session times the batches on that one, records
+    its settings, and says so in one note."""
+    fabric_mod = pytest.importorskip("lightning.fabric")
+    monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
+    fabric = fabric_mod.Fabric(accelerator="cpu", devices=1)
+    torch.manual_seed(0)
+    model = nn.Linear(16, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = fabric.setup_dataloaders(DataLoader(Pairs(n=400), batch_size=8))
+    assert not isinstance(loader, DataLoader)
+    with diagnose(model, loader, steps=2, wait=2, clock_steps=5, out_dir=tmp_path,
+                  sample_hz=0) as d:
+        train(model, opt, loader, d)
+    assert d.done
+    assert [n for n in d.notes if "_FabricDataLoader wrapping a torch DataLoader" in n]
+    ctx = load_context(d.run_dir)
+    assert ctx["capture"]["dataloader_hooks"] is True and ctx["capture"]["batches"] > 0
+    assert ctx["dataloader"]["batch_size"] == 8 and ctx["dataloader"]["num_workers"] == 0
+    waits = [w for w in ctx["capture"]["step_clock"]["dataloader_ms"] if w is not None]
+    assert waits and all(w >= 0 for w in waits)
+
+
 def test_no_private_name_in_a_fresh_import() -> None:
     """Importing the package patches nothing: the patch exists only inside a session."""
     code = ("import torch.utils.data.dataloader as d; f = d._BaseDataLoaderIter.__next__; "
