@@ -144,7 +144,7 @@ BENCHMARKS: dict[str, Bench] = {
         "A warning's first fix applied, timed unprofiled (m/p: measured / predicted). "
         "Goals (validate): 90% within 15%, 90% in range, none 5% slower.",
         (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
-        16, corpus_row, CORPUS_COLUMNS),
+        22, corpus_row, CORPUS_COLUMNS),
     "corpus_rejudge_cpu": Bench(
         "Every worker and threads change, by the code as it is",
         ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
