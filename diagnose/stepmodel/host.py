@@ -272,15 +272,21 @@ def workers_busy_now(facts: Facts) -> float | None:
     return min(1.0, max(got)) if got else None
 
 
-def loop_contention(g: Graph, facts: Facts) -> float | None:
-    """How much longer the loop's forward and backward ran (the window's, calibrated to the
-    unprofiled step) than the same work alone after the loop (``model_work_quiet_ms``),
-    where the loop made one forward call a step; None where either was not measured."""
+def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
+                    replay_ms: float | None = None) -> float | None:
+    """How much longer the loop's forward and backward ran than the same work alone after
+    the loop (``model_work_quiet_ms``), where the loop made one forward call a step; None
+    where either was not measured. The loop's is the window's share of its replayed step
+    (``replay_ms``) on the unprofiled step ``step_ms``: a window the calibration left as it
+    was (profiled under another load, its replay far from the loop's step) keeps its
+    proportions, not its milliseconds."""
     quiet = facts.model_work_quiet_ms
     if not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps:
         return None
     fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3
+    if step_ms and replay_ms and replay_ms > 0:
+        loop *= step_ms / replay_ms
     return loop / quiet if loop > 0 else None
 
 

@@ -196,7 +196,8 @@ class Predictor:
                            None if waited is None else waited / un) if un else g
         self.base_replay = replayed_step_ms(self.g)
         # the loop's own contention, from the run as captured (host.free_contention)
-        self.facts = facts = facts.replace(loop_contention=loop_contention(self.g, facts))
+        self.facts = facts = facts.replace(
+            loop_contention=loop_contention(self.g, facts, un, self.base_replay))
         # the noise of the mean the predictions start from: the unprofiled steps' standard
         # error where the clock timed them (a live capture), else the profiled steps'
         err = facts.step_time_unprofiled_mean_error

@@ -63,6 +63,21 @@ def test_the_loops_own_contention_is_its_work_over_the_same_work_alone(tmp_path)
     assert loop_contention(m.graph, _facts(m, **RUN, forward_calls_unprofiled=1)) is None
 
 
+def test_a_window_off_the_loops_scale_gives_its_proportions(tmp_path) -> None:
+    """A window profiled under another load replays 12x the loop's step (the calibration
+    leaves it as it is): its forward and backward, 3000 us of a replayed step, count as the
+    same share of the loop's unprofiled step, not as milliseconds. On the loop's scale
+    (replay = step) nothing changes."""
+    from diagnose.stepmodel.calibrate import replayed_step_ms
+    from diagnose.stepmodel.host import loop_contention
+
+    m = _model(_worker_loader(), tmp_path)
+    f = _facts(m, **dict(RUN, model_work_quiet_ms=2.0), forward_calls_unprofiled=1)
+    replay = replayed_step_ms(m.graph)
+    assert loop_contention(m.graph, f, replay, replay) == pytest.approx(1.5)
+    assert loop_contention(m.graph, f, replay / 12, replay) == pytest.approx(1.5 / 12)
+
+
 def test_the_freed_contention_is_the_log_mean_of_the_model_and_the_loop(tmp_path) -> None:
     """Workers busy all the time: the model's rule says 2x; the loop's own work ran 1.5x
     the same work alone: freed by sqrt(2 x 1.5) = 1.732x, 3000 / 1.732 = 1732 us. A loop
