@@ -59,26 +59,33 @@ def missing(loader: Any = None) -> str | None:
     return None
 
 
-#: where a loader that wraps a torch DataLoader keeps it (Lightning Fabric's
-#: ``setup_dataloaders`` gives a ``_FabricDataLoader`` holding it as ``_dataloader``, and
-#: iterates it; other wrappers name it ``dataloader``)
-WRAPPED_AS = ("_dataloader", "dataloader")
+#: wrappers known to iterate the one torch DataLoader they hold, by the attribute holding
+#: it: Lightning Fabric's ``setup_dataloaders`` gives a ``_FabricDataLoader`` (not a
+#: DataLoader) that holds it as ``_dataloader``; accelerate's ``prepare`` gives a
+#: ``DataLoaderShard`` whose ``__class__`` claims the DataLoader's class while its type is
+#: not one, and whose ``__iter__`` iterates ``base_dataloader``. A wrapper that makes a new
+#: DataLoader at each ``iter()`` (DeepSpeed's) is not unwrapped: a hook on an earlier one
+#: would time none of its batches
+WRAPPED_AS = ("_dataloader", "base_dataloader")
 
 
 def unwrap(loader: Any) -> tuple[Any, str | None]:
     """The torch DataLoader ``loader`` is or wraps, and the attribute it was found under
     (None: ``loader`` itself, or no DataLoader found, when ``loader`` comes back as given).
-    One level only: a wrapper iterates the DataLoader it holds, so its batches are that
+    One level, and only the wrappers of :data:`WRAPPED_AS`: their batches are that
     DataLoader's."""
     try:
         from torch.utils.data import DataLoader
     except ImportError:  # pragma: no cover - the session needs torch anyway
         return loader, None
-    if loader is None or isinstance(loader, DataLoader):
+    if loader is None or issubclass(type(loader), DataLoader):
         return loader, None
     for name in WRAPPED_AS:
-        inner = getattr(loader, name, None)
-        if isinstance(inner, DataLoader):
+        try:  # a wrapper's own __getattr__ may raise anything
+            inner = getattr(loader, name, None)
+        except Exception:
+            continue
+        if issubclass(type(inner), DataLoader):
             return inner, name
     return loader, None
 

@@ -153,41 +153,89 @@ class _Wraps:
         return iter(self._inner)
 
 
+class _Rebuilds:
+    """A loader that makes a new DataLoader at every ``iter()`` (as DeepSpeed's does)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.dataloader = DataLoader(dataset, batch_size=8)
+
+    def __iter__(self) -> Any:
+        self.dataloader = DataLoader(self.dataset, batch_size=8)
+        return iter(self.dataloader)
+
+
 def test_unwrap_finds_a_wrapped_dataloader_one_level_down() -> None:
     loader = DataLoader(Pairs(n=8), batch_size=4)
     assert loader_shim.unwrap(loader) == (loader, None)
     assert loader_shim.unwrap(None) == (None, None)
     for name in loader_shim.WRAPPED_AS:
         assert loader_shim.unwrap(_Wraps(loader, name)) == (loader, name)
-    other = _Wraps(loader, "elsewhere")
-    assert loader_shim.unwrap(other) == (other, None)
+    for other in (_Wraps(loader, "elsewhere"), _Rebuilds(Pairs(n=8))):
+        assert loader_shim.unwrap(other) == (other, None)
     twice = _Wraps(_Wraps(loader, "_dataloader"), "_dataloader")  # type: ignore[arg-type]
     assert loader_shim.unwrap(twice)[1] is None
+
+
+def _diagnosed(loader: Any, tmp_path: Path) -> Any:
+    torch.manual_seed(0)
+    model = nn.Linear(16, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose(model, loader, steps=2, wait=2, clock_steps=5, out_dir=tmp_path,
+                  sample_hz=0) as d:
+        train(model, opt, loader, d)
+    assert d.done
+    return d
 
 
 def test_a_fabric_loader_is_timed_on_its_dataloader(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Lightning Fabric's ``setup_dataloaders`` gives a wrapper (not a DataLoader) that
     iterates the DataLoader it holds: the session times the batches on that one, records
-    its settings, and says so in one note."""
+    its settings, starts its workers' probes from it, and says so in one note."""
     fabric_mod = pytest.importorskip("lightning.fabric")
     monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
     fabric = fabric_mod.Fabric(accelerator="cpu", devices=1)
-    torch.manual_seed(0)
-    model = nn.Linear(16, 3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = fabric.setup_dataloaders(DataLoader(Pairs(n=400), batch_size=8))
+    loader = fabric.setup_dataloaders(DataLoader(Pairs(n=400, delay_s=0.001), batch_size=8,
+                                                 num_workers=2))
     assert not isinstance(loader, DataLoader)
-    with diagnose(model, loader, steps=2, wait=2, clock_steps=5, out_dir=tmp_path,
-                  sample_hz=0) as d:
-        train(model, opt, loader, d)
-    assert d.done
+    d = _diagnosed(loader, tmp_path)
     assert [n for n in d.notes if "_FabricDataLoader wrapping a torch DataLoader" in n]
     ctx = load_context(d.run_dir)
     assert ctx["capture"]["dataloader_hooks"] is True and ctx["capture"]["batches"] > 0
-    assert ctx["dataloader"]["batch_size"] == 8 and ctx["dataloader"]["num_workers"] == 0
+    assert ctx["dataloader"]["batch_size"] == 8 and ctx["dataloader"]["num_workers"] == 2
     waits = [w for w in ctx["capture"]["step_clock"]["dataloader_ms"] if w is not None]
     assert waits and all(w >= 0 for w in waits)
+    assert ctx["capture"]["loader_starts"], "the workers' start was not seen"
+    # the probes after the loop made a batch from the DataLoader the wrapper holds
+    assert ctx["dataloader"].get("inprocess_batch_ms") or ctx["dataloader"].get(
+        "worker_batch_ms"), ctx["probes"]
+
+
+def test_an_accelerate_loader_is_timed_on_its_base_dataloader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accelerate's prepared loader claims the DataLoader's class but iterates
+    ``base_dataloader``: its workers' starts are seen on that one."""
+    accelerate = pytest.importorskip("accelerate")
+    monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
+    loader = accelerate.Accelerator(cpu=True).prepare(
+        DataLoader(Pairs(n=400), batch_size=8, num_workers=2))
+    assert isinstance(loader, DataLoader) and not issubclass(type(loader), DataLoader)
+    d = _diagnosed(loader, tmp_path)
+    assert [n for n in d.notes if "wrapping a torch DataLoader (its `base_dataloader`)" in n]
+    assert load_context(d.run_dir)["capture"]["loader_starts"]
+
+
+def test_a_loader_made_anew_each_epoch_is_not_unwrapped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrapper that makes its DataLoader at each ``iter()`` keeps the old behaviour: no
+    batch timed on a DataLoader the loop never iterates, and the note says so."""
+    monkeypatch.setattr(session_mod, "_run_analysis", lambda run_dir: None)
+    loader = _Rebuilds(Pairs(n=400))
+    iter(loader)  # iterated once before the session: its .dataloader is already stale
+    d = _diagnosed(loader, tmp_path)
+    assert [n for n in d.notes if "not a torch DataLoader" in n]
+    assert not [n for n in d.notes if "wrapping a torch DataLoader" in n]
 
 
 def test_no_private_name_in_a_fresh_import() -> None:
