@@ -70,6 +70,18 @@ def as_models(model: Any) -> list[Any]:
     return [m for _, m in named_models(model)]
 
 
+def swapped(model: Any, loader: Any) -> str | None:
+    """Why ``diagnose(model, loader)`` was given its arguments the wrong way round (a
+    DataLoader first, a model second); None where they are not."""
+    is_loader = hasattr(model, "batch_size") and hasattr(model, "dataset")
+    is_model = callable(getattr(loader, "parameters", None)) and callable(
+        getattr(loader, "register_forward_hook", None))
+    if is_loader and is_model:
+        return (f"diagnose(model, loader): the first argument is a {type(model).__name__} and "
+                f"the second a {type(loader).__name__}: give the model first")
+    return None
+
+
 def model_names(model: Any) -> list[str]:
     """The names :func:`named_models` gives, in the same order."""
     return [n for n, _ in named_models(model)]

@@ -423,6 +423,11 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
         diagnose(None, None, steps=0)
     with pytest.raises(CaptureError):
         diagnose(None, None, sample_hz=-1)
+    model, _, loader = make()
+    with pytest.raises(CaptureError, match="the first argument is a DataLoader and the "
+                                           "second a Sequential: give the model first"):
+        diagnose(loader, model)
+    diagnose(model, loader)  # the right way round: made, not entered
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(CaptureError), diagnose(None, None, out_dir=blocker / "sub"):
