@@ -1,7 +1,7 @@
 """Where the corpus' jobs come from: the committed corpus (benchmarks/corpus) and, where
 $TORCH_DIAGNOSE_CORPUS names a folder holding another corpus package (the same
-``names``/``half``/``split``/``make`` functions; else ../shared/corpus where it exists),
-that one too, under the labels ``repo`` and ``extra``. Job names must not clash.
+``names``/``half``/``split``/``make`` functions), that one too, under the labels ``repo``
+and ``extra``. Job names must not clash.
 """
 
 from __future__ import annotations
@@ -29,19 +29,15 @@ class CorpusError(Exception):
 
 
 def corpus_dir() -> Path | None:
-    """The other corpus: $TORCH_DIAGNOSE_CORPUS, else ../shared/corpus beside the
-    repository; None where neither is set or found. A folder that $TORCH_DIAGNOSE_CORPUS
-    names but that holds no corpus package is an error."""
+    """The other corpus: $TORCH_DIAGNOSE_CORPUS; None where it is not set. A folder that
+    it names but that holds no corpus package is an error."""
     env = os.environ.get("TORCH_DIAGNOSE_CORPUS")
-    if env:
-        d = Path(env).expanduser()
-        if not (d / "__init__.py").is_file():
-            raise CorpusError(f"TORCH_DIAGNOSE_CORPUS={env}: no corpus package there "
-                              "(no __init__.py)")
-    else:
-        d = HERE.parent.parent / "shared" / "corpus"
-        if not (d / "__init__.py").is_file():
-            return None
+    if not env:
+        return None
+    d = Path(env).expanduser()
+    if not (d / "__init__.py").is_file():
+        raise CorpusError(f"TORCH_DIAGNOSE_CORPUS={env}: no corpus package there "
+                          "(no __init__.py)")
     d = d.resolve()
     return None if d == COMMITTED.resolve() else d
 

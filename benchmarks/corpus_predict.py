@@ -7,8 +7,7 @@ would check them, one table per half (tune / validate).
 
 The corpus is benchmarks/corpus (committed: jobs written for the project) and, where
 $TORCH_DIAGNOSE_CORPUS names a folder holding another corpus package (the same
-``names``/``half``/``split``/``make`` functions; else ../shared/corpus where it exists),
-that corpus too (``_corpus.py``); job names must not clash, and each row's last column says
+``names``/``half``/``split``/``make`` functions), that corpus too (``_corpus.py``); job names must not clash, and each row's last column says
 which corpus the job is from (``repo`` or ``extra``).
 
 For each job (``make_job()`` of its module): a diagnosis of its own loop

@@ -1,6 +1,7 @@
-"""The committed corpus: training jobs written for the project from scratch, one common
-pipeline shape each (benchmarks/corpus/<name>.py), none tuned on, split once into a tune
-half and a validate half by the rule in SPLIT.md.
+"""The corpus: training jobs written for the project from scratch (one common pipeline
+shape each) and adapted from other people's scripts (their provenance and licence in each
+module's docstring), benchmarks/corpus/<name>.py, split once into a tune half and a
+validate half by the rule in SPLIT.md.
 
     import corpus                               # with benchmarks/ on sys.path
     corpus.names()                              # every job

@@ -18,6 +18,7 @@ Changed:
 - the test loop, logging and model saving are left out; the epoch loop is the endless
   ``batches()`` iterator, which steps the StepLR scheduler at each epoch's end.
 - ``super(Net, self)`` written ``super()`` (the project's lint).
+- ``model.train()`` is called in each step (the script calls it once an epoch).
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ Changed:
 - ``torch.accelerator`` / ``--no-accel`` become ``dev.type == "cuda"`` (the loader's
   ``num_workers=1, pin_memory=True`` apply there only, as in the script);
 - the module-level script is moved into ``make_job`` (argparse defaults are constants; the
-  seed is set by ``torch.manual_seed(1)`` as there); the test loop, logging, the running
-  ``train_loss`` sum and the saved sample images are left out.
+  seed is set by ``torch.manual_seed(1)`` as there); the test loop, logging and the saved
+  sample images are left out (the running ``train_loss += loss.item()`` stays: a host
+  sync a step on a GPU);
+- ``model.train()`` is called in each step (the script calls it once an epoch).
 - ``super(VAE, self)`` written ``super()`` (the project's lint).
 """
 
@@ -96,6 +98,7 @@ def make_job(device: Any = None) -> dict[str, Any]:
 
     model = VAE().to(dev)
     optimizer = optim.Adam(model.parameters(), lr=1e-3)
+    state = {"train_loss": 0.0}
 
     def train_step(batch: Any) -> torch.Tensor:
         data, _ = batch
@@ -105,6 +108,7 @@ def make_job(device: Any = None) -> dict[str, Any]:
         recon_batch, mu, logvar = model(data)
         loss = loss_function(recon_batch, data, mu, logvar)
         loss.backward()
+        state["train_loss"] += loss.item()
         optimizer.step()
         return loss.detach()
 

@@ -36,6 +36,7 @@ Changed:
 - the loop body is ``train_step`` (the batch is moved to the device as the contract asks; the
   prepared loader has already put it there); ``HF_HUB_OFFLINE=1`` is set so nothing reaches
   the network; ``Accelerator(cpu=...)`` follows the job's device.
+- ``torch.manual_seed(0)`` at the start (the script's ``--seed`` defaults to none).
 """
 
 from __future__ import annotations

@@ -26,11 +26,14 @@ Changed:
 - the epoch loop with its validation and printing is replaced by one step per batch, the
   body of ``train_epoch`` unchanged (``model(input, target)``, ``F.nll_loss``,
   ``fabric.backward``, ``fabric.clip_gradients(clip_val=0.25)``, ``optimizer.step()``,
-  ``optimizer.zero_grad()``); the batch arrives on the device through Fabric's loader;
-- ``L.seed_everything(42)`` made quiet (``verbose=False``);
-- the job hands ``diagnose`` the torch DataLoader under Fabric's ``_FabricDataLoader`` (which
-  is no ``DataLoader``, so diagnose would not time its batches), and the model as Fabric
-  wraps it (diagnose finds it and its steps).
+  ``optimizer.zero_grad()``); the batch arrives on the device through Fabric's loader, and
+  ``train_step`` also moves it there (a no-op then; the benchmarks rebuild the torch
+  DataLoader for a change and feed its batches to the step as they come);
+- ``L.seed_everything(42)`` made quiet (``verbose=False``), and ``torch.manual_seed(42)``
+  after it (the same seed again);
+- the job's ``loader`` is the torch DataLoader under Fabric's ``_FabricDataLoader`` (the
+  benchmarks rebuild it for a change; diagnose times the wrapper's batches on it either
+  way), and its model the one Fabric wraps (diagnose finds it and its steps).
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def make_job(device: Any = None) -> dict[str, Any]:
     model.train()
 
     def train_step(batch: Any) -> torch.Tensor:
-        input, target = batch
+        input, target = batch[0].to(fabric.device), batch[1].to(fabric.device)
         output = model(input, target)
         loss = F.nll_loss(output, target.view(-1))
         fabric.backward(loss)

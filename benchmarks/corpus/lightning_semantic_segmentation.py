@@ -14,8 +14,9 @@ Changed:
 - the KITTI download is a folder of 200 synthetic image/mask PNG pairs (street-like
   regions drawn with KITTI label ids, noise on the image) made at first use, in KITTI's
   ``training/image_2`` and ``training/semantic`` layout; they are decoded as before;
-- image size scaled from 1242x376 to 124x38 (the files from 1242x375 to 124x37, so the
-  resize stays a near no-op as on KITTI), and the U-Net's ``features_start`` from 64 to 8,
+- image size scaled from 1242x376 to 124x38 (the files from 1242x375 to 124x37: one row
+  short, so each sample is resampled as on KITTI), and the U-Net's ``features_start`` from
+  64 to 8,
   for a 5-200 ms CPU step; batch size 16 and 5 U-Net levels are the script's CLI defaults;
 - ``torch.tensor(img)`` / ``torch.tensor(mask)`` on a PIL image raise at this commit (and
   ``ToTensor`` rejects a tensor): ``np.array`` restored, as before commit a611de0c15;
