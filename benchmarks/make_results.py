@@ -150,7 +150,7 @@ BENCHMARKS: dict[str, Bench] = {
         ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
          "benchmarks/captures/cpu_tune"],
         "From kept captures.",
-        (r"^(tune|validate)( \(extra\))?: \d+ of",), 3),
+        (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 3),
     "corpus_stability": Bench(
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
