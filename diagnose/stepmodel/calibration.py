@@ -72,6 +72,14 @@ LOADER_BOUND_WAIT = 0.05
 #: added to a worker's batch (the rest is the batch itself); a guard so that a pause timing
 #: larger than the loading it fell in cannot leave a batch costing nothing.
 GC_PAUSE_SHARE_MAX = 0.9
+#: The loop's pace against the session's timings after it (in-process batch), taken within
+#: these bounds; outside them the timing was held up on its own (a busy CPU), not the
+#: host's pace; too wide lets one slow timing rescale every worker's batch.
+PACE_BOUNDS = (0.67, 1.5)
+#: A worker's batch timed in turn with the in-process one that read at least this share of
+#: it met the same slow host (both slowed alike): the pace is the host's; the spread of two
+#: timings of one batch on a quiet host; too low takes a process's own stall for the host's.
+WORKER_AGREES = 0.95
 #: A run's waits for batches that came in bursts: one step waited at least this long (ms)
 #: and ``BURST_RATIO`` x the median (+ ``BURST_FLOOR_MS``); the rule pack's IN003 measure;
 #: a deeper queue is then not predicted (a mean rate cannot show what it absorbs).
@@ -200,7 +208,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "FIXES_TIE", "FOREACH_PARAMS_PER_LAUNCH", "FULL_QUEUE_SHARE", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
            "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
-           "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
+           "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAITING_WORKERS_PER_CPU", "WAKE_RATIO_MAX",
-           "WORKER_WAITS_SHARE"]
+           "WORKER_AGREES", "WORKER_WAITS_SHARE"]

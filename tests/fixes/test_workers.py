@@ -57,33 +57,63 @@ def test_no_worker_is_predicted_for_batches_made_on_the_gpu(tmp_path):
     assert isinstance(p, str) and "on the GPU" in p and "forked" in p
 
 
-def test_a_workers_batch_stands_as_timed_whatever_the_loops_in_process_pace(tmp_path):
-    """cpu_loader's loop made a batch in process in 2000 us; after the loop a worker's batch
-    was timed at 2000 us in turn with this process's: one worker makes one every 2000 us
-    (its side of the hand-over, writing the batch into shared memory, is in what was timed
-    as a worker makes it), so the step goes 3.0 -> 2.0 ms. The in-process batch timed beside
-    it (1.6, 2.0, 3.6 ms) does not move the worker's: the loop's in-process pace says
-    nothing of a worker's on other CPUs."""
+def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path):
+    """cpu_loader's loop made a batch in process in 2000 us; after the loop the session
+    timed one in process in 1600 us and one in a worker in 2000 us: the host ran 1.25x as
+    fast then, so a worker's batch in the loop costs 2500 us, and one worker makes one every
+    2500 us (3.0 / 2.5 ms: its side of the hand-over, writing the batch into shared
+    memory, is in what was timed as a worker makes it). Timed at the loop's pace (2000 us
+    in process), the worker's 2000 us stand (3.0 / 2.0); a pace above PACE_BOUNDS is taken
+    at the bound. An in-process batch timed slower than the loop's by more than the bounds
+    is this process's timing held up on its own, not the host's pace: the worker's batch
+    stands as timed; unless the worker's batch, timed in turn with it, was as slow (at
+    least WORKER_AGREES of it): the host was, and the pace is taken at the bound. Within
+    the bounds alike: a slower in-process batch is the host's pace only where the
+    worker's agrees."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
               worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
               input_worker_batch_ms=2.0)
 
     def one_worker(**more):
-        p = _predict("num_workers", m, **{**kw, **more})
+        p = _predict("num_workers", m, **kw, **more)
         return dict(p.candidates)[(("num_workers", 1),)]
 
-    for inprocess in (1.6, 2.0, 3.6, None):
-        assert one_worker(input_inprocess_batch_ms=inprocess) == pytest.approx(
-            3.0 / 2.0, rel=0.01)
-    assert one_worker(input_worker_batch_ms=2.5) == pytest.approx(3.0 / 2.5, rel=0.01)
+    assert one_worker(input_inprocess_batch_ms=1.6) == pytest.approx(3.0 / 2.5, rel=0.01)
+    assert one_worker(input_inprocess_batch_ms=2.0) == pytest.approx(3.0 / 2.0, rel=0.01)
+    assert one_worker() == pytest.approx(3.0 / 2.0, rel=0.01)  # not timed: as timed
+    hi = cal.PACE_BOUNDS[1]
+    assert one_worker(input_inprocess_batch_ms=0.5) == pytest.approx(
+        3.0 / (2.0 * hi), rel=0.01)
+    lo = cal.PACE_BOUNDS[0]
+    # just within the bounds, slower than the loop: the worker's batch, timed in turn,
+    # was not (2.0 against 2.96 ms): the in-process one was held up on its own
+    assert one_worker(input_inprocess_batch_ms=2.0 / lo * 0.99) == pytest.approx(
+        3.0 / 2.0, rel=0.01)
+    # ... where it was as slow, the host was: the loop's pace
+    agrees = {**kw, "input_worker_batch_ms": 2.0 / lo * 0.99 * cal.WORKER_AGREES}
+    p = _predict("num_workers", m, **agrees, input_inprocess_batch_ms=2.0 / lo * 0.99)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(
+        3.0 / (2.0 * cal.WORKER_AGREES), rel=0.01)
+    assert one_worker(input_inprocess_batch_ms=3.6) == pytest.approx(3.0 / 2.0, rel=0.01)
+    slow = {**kw, "input_worker_batch_ms": 3.6 * cal.WORKER_AGREES}
+    p = _predict("num_workers", m, **slow, input_inprocess_batch_ms=3.6)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(
+        3.0 / (3.6 * cal.WORKER_AGREES * lo), rel=0.01)
+    p = _predict("num_workers", m, **{**slow, "input_worker_batch_ms": 3.6 * 0.9},
+                 input_inprocess_batch_ms=3.6)
+    assert dict(p.candidates)[(("num_workers", 1),)] == pytest.approx(3.0 / 3.24, rel=0.01)
     # 400 us of the loop's 2000 were the garbage collector's pauses inside the loading:
-    # a worker making the same objects pays them too: 2000 + 400 us a batch
-    assert one_worker(gc_pause_loader_ms=0.4) == pytest.approx(3.0 / 2.4, rel=0.01)
+    # not the pace (1600 against 1600 timed), but what a worker making the same objects
+    # pays too: 2000 + 400 us a batch
+    assert one_worker(input_inprocess_batch_ms=1.6, gc_pause_loader_ms=0.4) == pytest.approx(
+        3.0 / 2.4, rel=0.01)
     # what the worker's other threads spend sending each batch (pickling it, the file
     # descriptors' handshakes), timed with a real worker, is not in a batch timed as a
-    # worker makes it: 500 us more a batch
+    # worker makes it: 500 us more a batch, at the loop's pace (625 us)
     assert one_worker(input_worker_send_ms=0.5) == pytest.approx(3.0 / 2.5, rel=0.01)
+    assert one_worker(input_worker_send_ms=0.5, input_inprocess_batch_ms=1.6) == \
+        pytest.approx(3.0 / 3.125, rel=0.01)
 
 
 def test_num_workers_big_batches_are_slower(tmp_path):

@@ -1,9 +1,9 @@
 """Worker fixes: the DataLoader's worker processes: how many, kept alive, how deep a queue.
 
 The model (DESIGN.md, "Transforms"): k workers are a producer of batches on min(k, CPUs)
-cores (k for loading that waits), each batch costing what the run measured for one (a batch
-timed as a worker makes it, in turn with the training process making it, or the workers'
-own CPU); the main process receives each batch (the hand-over) instead of
+cores (k for loading that waits), each batch costing what the run measured for one (its
+in-process fetch and collate at the loop's pace, a batch timed as a worker makes it, or
+the workers' own CPU); the main process receives each batch (the hand-over) instead of
 making it, and the CPU sharing of :mod:`diagnose.stepmodel.host` slows both sides where
 busy workers and torch's threads oversubscribe the cores. An epoch's start and end (forking
 and joining workers that are not persistent) are paid outside the profiled window, per
@@ -28,9 +28,11 @@ from ...stepmodel.calibration import (
     GC_PAUSE_SHARE_MAX,
     IO_BOUND_PCT,
     LOADER_BOUND_WAIT,
+    PACE_BOUNDS,
     SATURATED_PCT,
     SHM_GBPS,
     WAITING_WORKERS_PER_CPU,
+    WORKER_AGREES,
 )
 from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, restart_saving
 from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
@@ -309,6 +311,34 @@ def epoch_costs(facts: Facts, change: Mapping[str, Any]
 
 
 # ---------------------------------------------------------------------- the transforms
+def _loop_pace(loop_us: float, facts: Facts) -> float:
+    """How much longer the loop made a batch in process (``loop_us``, its fetch and collate
+    a step by the clock) than the session did after the loop (``input_inprocess_batch_ms``,
+    timed beside the worker's batch): a worker's batch timed after the loop is put at the
+    loop's pace by this, as the rest of the step is (a shared host's pace moves for seconds
+    at a time). Within :data:`PACE_BOUNDS`:
+
+    - loop slower than the timing: the pace, at most the upper bound;
+    - loop faster, no worker's batch timed: the pace, 1 below the lower bound;
+    - loop faster, the worker's batch timed in turn at least :data:`WORKER_AGREES` of the
+      in-process one: both met the same slow host, the pace (at least the lower bound);
+    - else the in-process timing was held up on its own (torch's threads waiting for a CPU
+      something else held): 1, the worker's batch as timed.
+
+    1 where the in-process batch was not timed."""
+    probe = facts.input_inprocess_batch_ms
+    if probe is None or probe <= 0 or loop_us <= 0:
+        return 1.0
+    lo, hi = PACE_BOUNDS
+    pace = loop_us / (probe * 1e3)
+    if pace >= 1.0:
+        return min(hi, pace)
+    worker = facts.input_worker_batch_ms
+    if worker is None:
+        return pace if pace >= lo else 1.0
+    return max(lo, pace) if worker >= WORKER_AGREES * probe else 1.0
+
+
 #: what the workers' model assumes where a live capture's timing is missing
 WORKER_ASSUMES = {
     "input_worker_batch_ms": "a worker's batch costs what the trace's loading cost",
@@ -316,6 +346,8 @@ WORKER_ASSUMES = {
                                 f"wait for one, else at {SHM_GBPS} GB/s",
     "cpu_capacity": "every CPU the process may use is free",
     "input_worker_send_ms": "a worker spends nothing beyond its batch sending it",
+    "input_inprocess_batch_ms": "the loop made its batches at the pace the timings after "
+                                "it were made at",
 }
 
 
@@ -324,9 +356,8 @@ WORKER_ASSUMES = {
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
     loading that waits), each batch costing what the main process spent fetching and
-    collating it (in-process loader; where a batch was timed as a worker makes it, that
-    time, plus the collector's pauses the loop's loading met), what one batch took made
-    alone after the loop, the
+    collating it (in-process loader; a batch timed as a worker makes it puts it at the
+    loop's pace, :func:`_loop_pace`), what one batch took made alone after the loop, the
     CPU time the workers' samples show per batch, or (without samples) what the measured
     rate says of loader-bound workers; the main process pays the hand-over of each batch
     instead, and its own work slows where the busy workers and torch's threads
@@ -361,14 +392,14 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         cost = per_step(g, fetch, g.dur)
         mean_cost = float(cost.mean())
         if worker is not None and k > 0:  # a worker makes it on one intra-op thread
-            # as timed in turn with this process's batch (its pairs keep the host's pace
-            # moving under both); the collector's pauses inside the loop's loading are
-            # added: a worker makes the same objects (its collections walk the same heap,
-            # forked), and the batch timed after the loop met none
+            # the collector's pauses inside the loop's loading: a worker makes the same
+            # objects (its collections walk the same heap, forked), and the batch timed
+            # after the loop met none: they are added to its batch, not put at the pace
             paused = (facts.gc_pause_loader_ms or 0.0) * 1e3
             paused = min(paused, GC_PAUSE_SHARE_MAX * mean_cost)
-            mean_cost = worker * 1e3 + paused
-            extra = send * 1e3
+            pace = _loop_pace(mean_cost - paused, facts)
+            mean_cost = worker * 1e3 * pace + paused
+            extra = send * 1e3 * pace
             sent = True
     elif wait.any():
         waited = float(per_step(g, wait, g.dur).mean())
