@@ -30,7 +30,7 @@ from .calibration import (
 )
 from .facts import Facts
 from .graph import DEVICE_TASKS, Graph
-from .host import cpu_bound_ms, loop_contention
+from .host import cpu_bound_ms, loading_ms, loop_contention
 from .step import StepModel
 from .transforms import AT_MOST, GraphChange, Transform, as_transform
 
@@ -329,7 +329,7 @@ class Predictor:
         # such a change reads the ops timed beside busy processes where it oversubscribes
         # the CPUs: made at both ends of those timings' noise too (the same where it does not)
         if moves:
-            ends += busy_ends(self.facts)
+            ends += busy_ends(self.facts) + pace_ends(self.facts)
         # a change that reads what one thread costs is made at the busier thread timing
         # too: how the ops ran while something else held a CPU, as the job may meet it
         least = self.facts.threads_one_thread_ratio_min
@@ -429,6 +429,18 @@ def busy_ends(facts: Facts) -> list[Facts]:
     return [facts.replace(threads_busy_ratio_1=r1 * f,
                           threads_busy_ratio_2=None if r2 is None else r2 * f)
             for f in (1.0 / (1.0 + noise), 1.0 + noise)]
+
+
+def pace_ends(facts: Facts) -> list[Facts]:
+    """``facts`` with the in-process batch timed after the loop at the loop's own loading
+    (``loading_ms``), so that the worker's batch timed in turn with it stands as timed: the
+    workers' transform puts that batch at the loop's pace (the two in-process timings'
+    ratio), and a host whose pace moves for seconds may meet the change at either; none
+    where any of the three was not measured."""
+    loop, timed = loading_ms(facts), facts.input_inprocess_batch_ms
+    if loop is None or timed is None or facts.input_worker_batch_ms is None:
+        return []
+    return [facts.replace(input_inprocess_batch_ms=loop)]
 
 
 def _moves_cpu(steps: Sequence[tuple[Transform, Mapping[str, Any]]],

@@ -116,6 +116,32 @@ def test_a_workers_batch_timed_after_the_loop_is_put_at_the_loops_pace(tmp_path)
         pytest.approx(3.0 / 3.125, rel=0.01)
 
 
+def test_a_workers_batch_as_timed_is_an_end_of_the_range(tmp_path):
+    """The point puts the worker's 2000 us at the loop's pace (the loop made a batch in
+    process in 2000 us, the session in 1600: 2500 us, 3.0 / 2.5 = 1.2x); the range holds the
+    worker's batch as timed too (3.0 / 2.0 = 1.5x before the model's error widens it): the
+    host may meet the change at either pace. Where the loop's loading was not timed by the
+    clock, or matches the timing after it, the range holds no such end."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              worker_transfer_gbps=2.0, torch_num_threads=1, proc_cpu_mean_pct=180.0,
+              input_worker_batch_ms=2.0, input_inprocess_batch_ms=1.6)
+    change = {"num_workers": 1}
+
+    def predicted(**more):
+        p = Predictor(m, _facts(m, **{**kw, **more})).predict_change(
+            workers_unit.num_workers, change)
+        assert isinstance(p, Prediction)
+        return p
+
+    both = predicted(input_fetch_ms=2.0, input_collate_ms=0.0)
+    alone = predicted()
+    assert both.speedup == pytest.approx(alone.speedup) == pytest.approx(1.2, rel=0.01)
+    fast = both.base_ms / both.range[0]
+    assert fast > 1.5 > alone.base_ms / alone.range[0]
+    assert both.range[1] == pytest.approx(alone.range[1])
+
+
 def test_num_workers_big_batches_are_slower(tmp_path):
     """The same job with 8 MB batches: each takes 4000 us to hand over, so the main process
     needs 4000 + 1000 us a step with workers; the CPUs need (1000 + 2000 + 2 x 4000) / 2 =
