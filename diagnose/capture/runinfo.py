@@ -18,6 +18,8 @@ context.json (version 1)::
                        read again as the with block ends),
       "cpu_count": int,                # CPUs this process may use (sched_getaffinity)
       "cpu_count_logical": int|None,   # all CPUs of the machine
+      "cpu_capacity_on_enter": [capacity, q1, q3] | None,  # the CPUs' capacity timed
+                                       # before the loop (a DataLoader's run; one process)
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
                      "len" (batches an epoch), "iterable_dataset", "sampler_class", "batch_sampler_class",
@@ -76,7 +78,8 @@ from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 from ..values import usable_cpus
 from .loader_shim import unwrap
-from .probes.common import probe_clock, settled, timed
+from .probes.capacity import time_cpu_capacity_span
+from .probes.common import probe_clock, settled, timed, until
 
 CONTEXT_VERSION = 1
 
@@ -364,14 +367,25 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
     }
 
 
-def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dict[str, Any]:
+def capacity_on_enter() -> tuple[float, float, float] | None:
+    """The CPUs' capacity with its rounds' span, its least rounds only (tens of ms: no
+    budget is known before the loop), :func:`~.probes.capacity.time_cpu_capacity_span`."""
+    with until(time.perf_counter(), least=True):
+        return time_cpu_capacity_span(usable_cpus())
+
+
+def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
+            capacity: bool = False) -> dict[str, Any]:
     """The whole context dict (without the session's ``capture`` part); ``model`` may be a
     list of models (:func:`models_info`). Its ``probes_ms`` is the open
     :func:`~.probes.common.probe_clock`: each probe's own time (ms, summed over its
-    calls) fills in as the probes run, the fetch timings here and those after the loop."""
+    calls) fills in as the probes run, the fetch timings here and those after the loop.
+    With ``capacity`` and a loader, the CPUs' capacity is timed here too, seconds before
+    the timings after the loop (a shared host's pace moves for seconds at a time)."""
     import torch
 
     probes_ms = probe_clock()
+    on_enter = _safe(capacity_on_enter) if capacity and loader is not None else None
 
     minfo = models_info(list(model)) if isinstance(model, list | tuple) else model_info(model)
     dev = None
@@ -392,6 +406,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None) -> dic
         "thread_pools": thread_pools(),
         "cpu_count": cpu_count(),
         "cpu_count_logical": os.cpu_count(),
+        "cpu_capacity_on_enter": list(on_enter) if on_enter else None,
         "dataloader": dataloader_info(loader),
         "model": minfo,
         "optimizer": optimizer_info(optimizer),

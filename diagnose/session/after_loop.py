@@ -134,6 +134,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["threads"] = quieter_threads(ctx["threads"], again)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, again=True)
+    on_enter = ctx.get("cpu_capacity_on_enter")  # seconds before these (runinfo.collect)
+    if loaded and isinstance(on_enter, list) and len(on_enter) == 3:
+        caps.append((float(on_enter[0]), float(on_enter[1]), float(on_enter[2])))
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()
@@ -226,9 +229,10 @@ def _time_worker_batches(ctx: dict[str, Any], loader: Any,
 
 
 def _capacity_of(ctx: dict[str, Any], caps: list[tuple[float, float, float]]) -> None:
-    """What the CPUs give: the most of the timings. A timing reads low where something else
-    holds a CPU for a moment, and the job's split meets those moments in both of its arms
-    alike; SMT siblings lower all of them. How far the timings and their rounds lay apart
+    """What the CPUs give: the most of the timings, the one before the loop among them. A
+    timing reads low where something else holds a CPU for a moment (on a shared host, for
+    seconds: all the timings after the loop may fall in one such moment), and the job's
+    split meets those moments in both of its arms alike; SMT siblings lower all of them. How far the timings and their rounds lay apart
     goes with it: the predictions that move CPU work are made at the least as well (their
     range's slow end), and a timing cut short by the budget has few rounds: its span is
     what the rounds it had say."""

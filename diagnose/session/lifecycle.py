@@ -252,7 +252,7 @@ class Session:
                                 else new_run_dir(self.out_dir))
             except OSError as e:
                 raise CaptureError(f"cannot create a run folder under {self.out_dir!r}: {e}") from e
-            self._context = ctxmod.collect(self.models, self.loader)
+            self._context = ctxmod.collect(self.models, self.loader, capacity=not self._dist)
             if isinstance(self._context.get("dataloader"), dict):  # the user's own names
                 self._context["dataloader"].update(loader_names(self.loader))
             self._fit_schedule()

@@ -60,23 +60,49 @@ def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
     starts = load_context(d.run_dir)["capture"]["loader_starts"]
     assert starts and all(s["workers"] == 0 for s in starts)
     assert d.report.metrics["dataloader_start_ms"] is None
+    # the CPUs' capacity timed on enter too (a loader's run: its fixes move CPU work)
+    on_enter = load_context(d.run_dir)["cpu_capacity_on_enter"]
+    if (d.report.metrics["cpu_count"] or 1) >= 2:
+        assert 1.0 <= on_enter[1] <= on_enter[0] <= on_enter[2] <= d.report.metrics["cpu_count"]
 
 
-@pytest.mark.parametrize(("loops", "worker", "want", "span"), [
-    ([(1.6, 1.3, 1.7), (2.0, 1.8, 2.0)], 1.5, 2.0, (1.3, 2.0)),
-    ([(1.9, 1.9, 1.9), (1.4, 1.2, 1.5)], 1.3, 1.9, (1.2, 1.9)),
-    ([(1.5, 1.4, 1.6), None], 1.95, 1.95, (1.4, 1.95)),
-    ([None, None], None, None, (None, None))])
+def test_no_capacity_timing_on_enter_without_a_loader(tmp_path: Path):
+    """A loop without a DataLoader has no fix that moves CPU work between processes: the
+    CPUs' capacity is not timed on enter."""
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
+    with diagnose(model, steps=2, wait=3, clock_steps=4, out_dir=tmp_path, sample_hz=0,
+                  print_report=False) as d:
+        while not d.done:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            d.step()
+    assert load_context(d.run_dir)["cpu_capacity_on_enter"] is None
+
+
+@pytest.mark.parametrize(("on_enter", "loops", "worker", "want", "span"), [
+    (None, [(1.6, 1.3, 1.7), (2.0, 1.8, 2.0)], 1.5, 2.0, (1.3, 2.0)),
+    (None, [(1.9, 1.9, 1.9), (1.4, 1.2, 1.5)], 1.3, 1.9, (1.2, 1.9)),
+    (None, [(1.5, 1.4, 1.6), None], 1.95, 1.95, (1.4, 1.95)),
+    (None, [None, None], None, None, (None, None)),
+    # every timing after the loop in one slow moment; the one before the loop was not
+    ((2.0, 1.98, 2.0), [(1.34, 1.29, 1.37), None], None, 2.0, (1.29, 2.0)),
+    ((1.5, 1.4, 1.6), [(1.9, 1.85, 1.95), (1.8, 1.7, 1.9)], None, 1.9, (1.4, 1.95))])
 def test_cpu_capacity_is_the_most_of_the_timings_and_their_rounds_span(
-        tmp_path: Path, monkeypatch, every_probe, loops, worker, want, span):
-    """With budget for every probe the CPUs' capacity is timed twice with a Python loop
-    (each with its rounds' span: point, least, most) and once with a worker's batches: a
-    timing reads low where something else held a CPU for a moment, so the most of them
-    stands; the least and the most of the timings and their rounds are kept for the
-    predictions' ranges."""
+        tmp_path: Path, monkeypatch, every_probe, on_enter, loops, worker, want, span):
+    """With budget for every probe the CPUs' capacity is timed before the loop, twice after
+    it with a Python loop (each with its rounds' span: point, least, most) and once with a
+    worker's batches: a timing reads low where something else held a CPU for a moment (on
+    a shared host for seconds, so that the timings after the loop may all fall in one), so
+    the most of them stands; the least and the most of the timings and their rounds are
+    kept for the predictions' ranges."""
+    import diagnose.capture.runinfo as runinfo
     import diagnose.session.after_loop as sess
 
     left = list(loops)
+    monkeypatch.setattr(runinfo, "time_cpu_capacity_span", lambda cpus: on_enter)
     monkeypatch.setattr(sess, "time_cpu_capacity_span", lambda cpus: left.pop(0))
     monkeypatch.setattr(sess, "time_worker_batches",
                         lambda loader, cpus: None if worker is None else (2.0, worker))

@@ -11,18 +11,19 @@ from ...values import as_number
 
 CATALOG: dict[str, tuple[str, str]] = {
     "cpu_capacity": (
-        "CPUs", "CPUs' worth of work the usable CPUs did at once, timed after the loop: one "
+        "CPUs", "CPUs' worth of work the usable CPUs did at once, timed before the loop (a "
+        "Python loop's) and after it: one "
         "worker-like process per CPU making the loader's batches against one alone (a "
         "Python loop where batches cannot be made so) and a Python loop's, the most of the "
         "timings the probes' budget allowed (a Python loop's: the median of its rounds' "
         "ratios, each round one process alone then all at once, ms apart); under cpu_count "
         "where CPUs share a core (SMT siblings) or the host is busy"),
     "cpu_capacity_min": (
-        "CPUs", "the least of the CPUs' capacity timings after the loop (and the first "
-        "quartile of a Python loop's rounds): the predictions "
-        "that move CPU work are made there too (their range's slow end)"),
-    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings after the loop (and "
-                         "the third quartile of a Python loop's rounds)"),
+        "CPUs", "the least of the CPUs' capacity timings before and after the loop (and the "
+        "first quartile of a Python loop's rounds): the predictions that move CPU work are "
+        "made there too (their range's slow end)"),
+    "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings before and after "
+                         "the loop (and the third quartile of a Python loop's rounds)"),
     "forward_quiet_ms": (
         "ms", "one forward on the first batch, on torch's threads, timed after the loop "
         "(nothing else running; CPU models with more than one thread only)"),
