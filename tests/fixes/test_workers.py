@@ -597,6 +597,35 @@ def test_two_workers_beside_torchs_threads_slow_its_ops_as_the_session_timed(tmp
     assert _median(same1) == pytest.approx(_median(rule1), rel=0.05)
 
 
+def test_a_busy_timing_far_from_the_rule_sets_the_point_and_the_rule_an_end(tmp_path):
+    """In-process loading (6000 us) and 3000 us of ops on torch's 2 threads on 2 CPUs; one
+    worker beside them. The session timed the ops 8x as long beside one busy process (the
+    rule says 2 / (2 - 1) = 2x): the point is made at the timing, and the range reaches the
+    point the rule gives (captures of one job read the timing near the rule or several
+    times it), so the change is no longer said to be surely slower."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(6000)
+            b.cpu(3000, "aten::addmm")
+    m = _model(b, tmp_path)
+    kw = dict(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
+              proc_cpu_mean_pct=180.0, input_worker_handover_ms=0.2, dataloader_num_workers=0)
+
+    def predicted(ratio):
+        p = Predictor(m, _facts(m, **kw, threads_busy_ratio_1=ratio)).predict_change(
+            workers_unit.num_workers, {"num_workers": 1})
+        assert isinstance(p, Prediction)
+        return p
+
+    far, rule = predicted(8.0), predicted(2.0)
+    assert far.speedup < 0.95 * rule.speedup
+    assert far.base_ms / far.range[0] >= rule.speedup  # the fast end reaches the rule's
+    assert rule.range == pytest.approx(predicted(2.0).range)
+
+
 def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work(tmp_path):
     """A compute-bound step (a 100 ms op beside a 6 ms in-process fetch), torch on 2
     threads on 2 CPUs. A worker makes a batch in 6 ms alone, 2u x 6 ms beside torch's
