@@ -170,6 +170,8 @@ def run_demo(args: argparse.Namespace) -> int:
                                       out_dir=run_dir)
         if report is None:
             raise DiagnoseError("demo: the baseline capture produced no report")
+        if report.source:  # the baseline's own run folder, inside the demo's
+            console.print(f"baseline capture: {report.source[0]}")
         _print_findings(console, report)
         with progress("2/3 autofix") as status:
             tr = autofix(wl.model, wl.loader, wl.optimizer, loss_fn=wl.loss_fn, report=report,
