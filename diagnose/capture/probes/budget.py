@@ -89,7 +89,8 @@ class ProbeBudget:
                    unneeded: dict[str, str] | None = None) -> ProbeBudget:
         """:data:`PROBE_SHARE` of the capture's wall time so far (since the probes' clock
         was opened: :func:`~.common.capture_elapsed_s`) less what probes have spent in it
-        already (``spent_ms``: the fetch timings on enter). No clock open: no budget."""
+        already (``spent_ms``: the fetch and capacity timings on enter). No clock open: no
+        budget."""
         elapsed = common.capture_elapsed_s()
         spent = sum(v for v in (spent_ms or {}).values() if isinstance(v, int | float))
         total = float("inf") if elapsed is None else max(
