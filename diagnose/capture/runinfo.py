@@ -78,6 +78,7 @@ from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
 from ..values import usable_cpus
 from .loader_shim import unwrap
+from .probes import common
 from .probes.capacity import time_cpu_capacity_span
 from .probes.common import probe_clock, settled, timed, until
 
@@ -370,7 +371,7 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
 def capacity_on_enter() -> tuple[float, float, float] | None:
     """The CPUs' capacity with its rounds' span, its least rounds only (tens of ms: no
     budget is known before the loop), :func:`~.probes.capacity.time_cpu_capacity_span`."""
-    with until(time.perf_counter(), least=True):
+    with until(common._CLOCK(), least=True):
         return time_cpu_capacity_span(usable_cpus())
 
 
@@ -380,12 +381,13 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
     list of models (:func:`models_info`). Its ``probes_ms`` is the open
     :func:`~.probes.common.probe_clock`: each probe's own time (ms, summed over its
     calls) fills in as the probes run, the fetch timings here and those after the loop.
-    With ``capacity`` and a loader, the CPUs' capacity is timed here too, seconds before
-    the timings after the loop (a shared host's pace moves for seconds at a time)."""
+    With ``capacity`` and a DataLoader, the CPUs' capacity is timed here too, seconds
+    before the timings after the loop (a shared host's pace moves for seconds at a time)."""
     import torch
 
     probes_ms = probe_clock()
-    on_enter = _safe(capacity_on_enter) if capacity and loader is not None else None
+    loader_info = dataloader_info(loader)
+    on_enter = _safe(capacity_on_enter) if capacity and loader_info is not None else None
 
     minfo = models_info(list(model)) if isinstance(model, list | tuple) else model_info(model)
     dev = None
@@ -407,7 +409,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
         "cpu_count": cpu_count(),
         "cpu_count_logical": os.cpu_count(),
         "cpu_capacity_on_enter": list(on_enter) if on_enter else None,
-        "dataloader": dataloader_info(loader),
+        "dataloader": loader_info,
         "model": minfo,
         "optimizer": optimizer_info(optimizer),
         "exception": None,

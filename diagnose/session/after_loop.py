@@ -134,9 +134,12 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["threads"] = quieter_threads(ctx["threads"], again)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, again=True)
-    on_enter = ctx.get("cpu_capacity_on_enter")  # seconds before these (runinfo.collect)
-    if loaded and isinstance(on_enter, list) and len(on_enter) == 3:
-        caps.append((float(on_enter[0]), float(on_enter[1]), float(on_enter[2])))
+    # the timing seconds before these (runinfo.collect), where a fix needs the capacity
+    on_enter = ctx.get("cpu_capacity_on_enter")
+    got = [as_number(v) for v in on_enter] if isinstance(on_enter, list) else []
+    if loaded and "cpu_capacity" not in budget.unneeded and len(got) == 3 \
+            and all(v is not None for v in got):
+        caps.append((float(got[0] or 0.0), float(got[1] or 0.0), float(got[2] or 0.0)))
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()
@@ -232,10 +235,10 @@ def _capacity_of(ctx: dict[str, Any], caps: list[tuple[float, float, float]]) ->
     """What the CPUs give: the most of the timings, the one before the loop among them. A
     timing reads low where something else holds a CPU for a moment (on a shared host, for
     seconds: all the timings after the loop may fall in one such moment), and the job's
-    split meets those moments in both of its arms alike; SMT siblings lower all of them. How far the timings and their rounds lay apart
-    goes with it: the predictions that move CPU work are made at the least as well (their
-    range's slow end), and a timing cut short by the budget has few rounds: its span is
-    what the rounds it had say."""
+    split meets those moments in both of its arms alike; SMT siblings lower all of them.
+    How far the timings and their rounds lay apart goes with it: the predictions that move
+    CPU work are made at the least as well (their range's slow end), and a timing cut short
+    by the budget has few rounds: its span is what the rounds it had say."""
     ctx["cpu_capacity"] = round(max(c[0] for c in caps), 3) if caps else None
     lo = min((c[1] for c in caps), default=None)
     hi = max((c[2] for c in caps), default=None)

@@ -419,27 +419,30 @@ def widened(lo: float, hi: float, model_err: float, noise: float) -> tuple[float
 
 def busy_ends(facts: Facts) -> list[Facts]:
     """``facts`` with the ratios of the ops timed beside busy processes
-    (``threads_busy_ratio_*``) at the sharing rule's, and at both ends of their noise
-    (``threads_busy_noise_rel``, the standard error of their medians: their rounds meet the
-    scheduler's moments); none where they were not timed."""
+    (``threads_busy_ratio_*``) at both ends of their noise (``threads_busy_noise_rel``, the
+    standard error of their medians: their rounds meet the scheduler's moments), and at the
+    sharing rule's (torch on 2+ threads); none where they were not timed."""
     noise = facts.threads_busy_noise_rel
     r1, r2 = facts.threads_busy_ratio_1, facts.threads_busy_ratio_2
     t = facts.torch_num_threads
-    if r1 is None or t is None or t < 2:
+    if r1 is None:
         return []
+    ends = [facts.replace(threads_busy_ratio_1=r1 * f,
+                          threads_busy_ratio_2=None if r2 is None else r2 * f)
+            for f in (1.0 / (1.0 + noise), 1.0 + noise)] if noise else []
     # the sharing rule in place of the timing: one busy process more than the CPUs leave
     # torch's t threads t - 1 CPUs' worth, t / (t - 1) as long. Captures of one job read
     # the timing near the rule or several times it, a capture's few rounds alike (where
     # the scheduler put the threads): one capture cannot tell which the loop will meet
-    ends = [facts.replace(threads_busy_ratio_1=t / (t - 1), threads_busy_ratio_2=None)]
-    return ends + ([facts.replace(threads_busy_ratio_1=r1 * f,
-                                  threads_busy_ratio_2=None if r2 is None else r2 * f)
-                    for f in (1.0 / (1.0 + noise), 1.0 + noise)] if noise else [])
+    if t is not None and t >= 2:
+        ends.append(facts.replace(threads_busy_ratio_1=t / (t - 1), threads_busy_ratio_2=None))
+    return ends
 
 
 def pace_ends(facts: Facts) -> list[Facts]:
     """``facts`` with the in-process batch timed after the loop at the loop's own loading
-    (``loading_ms``), so that the worker's batch timed in turn with it stands as timed: the
+    (``loading_ms``), so that the worker's batch timed in turn with it stands about as timed
+    (the loop's pauses added; the window's fetch against the clock's may differ a little): the
     workers' transform puts that batch at the loop's pace (the two in-process timings'
     ratio), and a host whose pace moves for seconds may meet the change at either; none
     where any of the three was not measured."""

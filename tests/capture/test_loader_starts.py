@@ -64,6 +64,8 @@ def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
     on_enter = load_context(d.run_dir)["cpu_capacity_on_enter"]
     if (d.report.metrics["cpu_count"] or 1) >= 2:
         assert 1.0 <= on_enter[1] <= on_enter[0] <= on_enter[2] <= d.report.metrics["cpu_count"]
+    else:  # one CPU: nothing to share
+        assert on_enter is None
 
 
 def test_no_capacity_timing_on_enter_without_a_loader(tmp_path: Path):

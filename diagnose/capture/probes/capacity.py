@@ -153,9 +153,14 @@ def pooled_rounds(n: int, work: Callable[[], float], rounds: int
     try:
         for _ in range(n):
             r, w = os.pipe()
-            with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
+            try:
+                with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:  # no process left to fork: this pair is not kept below
+                os.close(r)
+                os.close(w)
+                raise
             if pid == 0:  # the child: the work once per byte read, until EOF
                 try:
                     os.close(w)
