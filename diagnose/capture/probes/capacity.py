@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import suppress
 
 from .common import SETTLED, SLOW_S, out_of_time, timed
 
@@ -31,6 +32,35 @@ CAPACITY_MAX_ROUNDS = 24
 CAPACITY_S = 0.25
 #: at most this many processes at once (a big machine is measured on this many CPUs)
 CAPACITY_MAX_PROCS = 16
+#: the longest a child's result is waited for (s): a child that died (the job's dataset
+#: crashing in a forked process, the OOM killer) never writes it, and its siblings keep
+#: the pipe open; ten times the slowest timing a probe keeps
+RESULT_WAIT_S = 10 * SLOW_S
+
+
+def read_result(fd: int, size: int) -> bytes:
+    """``size`` bytes from a children's result pipe, within :data:`RESULT_WAIT_S`
+    (TimeoutError past it: the probe fails alone, as any of its errors does)."""
+    import os
+    import select
+
+    if not select.select([fd], [], [], RESULT_WAIT_S)[0]:
+        raise TimeoutError(f"a forked timing process gave no result in {RESULT_WAIT_S:.0f} s")
+    return os.read(fd, size)
+
+
+def reap(pids: list[int], failed: bool) -> None:
+    """Wait for the forked ``pids``; where the timing ``failed`` (a child may be stuck in
+    the job's own code), end them first: they are this probe's, with nothing to clean."""
+    import os
+    import signal
+
+    for pid in pids:
+        if failed:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 def least_settled(*series: list[float]) -> bool:
@@ -66,6 +96,7 @@ def concurrent_s(k: int, work: Callable[[], float]) -> float | None:
     res_r, res_w = os.pipe()
     pids: list[int] = []
     times: list[float] = []
+    done = False
     try:
         for _ in range(k):
             with warnings.catch_warnings():  # Python 3.12+: fork in a threaded process
@@ -82,12 +113,12 @@ def concurrent_s(k: int, work: Callable[[], float]) -> float | None:
                     os._exit(0)
             pids.append(pid)
         os.write(go_w, b"g" * k)
-        times = [struct.unpack("d", os.read(res_r, 8))[0] for _ in range(k)]
+        times = [struct.unpack("d", read_result(res_r, 8))[0] for _ in range(k)]
+        done = True
     finally:
         for fd in (go_r, go_w, res_r, res_w):
             os.close(fd)
-        for pid in pids:
-            os.waitpid(pid, 0)
+        reap(pids, failed=not done)
     if len(times) != k or min(times) <= 0:
         return None
     return statistics.fmean(times)
@@ -150,6 +181,7 @@ def pooled_rounds(n: int, work: Callable[[], float], rounds: int
     pids: list[int] = []
     alone: list[float] = []
     together: list[float] = []
+    done = False
     try:
         for _ in range(n):
             r, w = os.pipe()
@@ -182,7 +214,7 @@ def pooled_rounds(n: int, work: Callable[[], float], rounds: int
         def run(which: list[int]) -> list[float]:
             for j in which:
                 os.write(go[j], b"g")
-            return [struct.unpack("d", os.read(res_r, 8))[0] for _ in which]
+            return [struct.unpack("d", read_result(res_r, 8))[0] for _ in which]
 
         if min(run(list(range(n)))) <= 0:  # one untimed round: the children's first pages
             return None
@@ -195,11 +227,11 @@ def pooled_rounds(n: int, work: Callable[[], float], rounds: int
                 return None
             alone.append(one[0])
             together.append(statistics.fmean(many))
+        done = True
     finally:
         for fd in go:  # EOF: the children leave
             os.close(fd)
-        for pid in pids:
-            os.waitpid(pid, 0)
+        reap(pids, failed=not done)
         os.close(res_r)
         os.close(res_w)
     return alone, together

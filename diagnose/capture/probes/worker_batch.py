@@ -17,7 +17,14 @@ from contextlib import suppress
 from typing import Any
 
 from .batches import LoaderBatches, forked_batches
-from .capacity import CAPACITY_MAX_PROCS, CAPACITY_ROUNDS, concurrent_s, work_capacity
+from .capacity import (
+    CAPACITY_MAX_PROCS,
+    CAPACITY_ROUNDS,
+    concurrent_s,
+    read_result,
+    reap,
+    work_capacity,
+)
 from .common import SLOW_S, cannot_afford, out_of_time, rng_kept, settled, timed
 
 #: batches made in turn by :func:`time_batches_in_turn`: PAIRS at least, then more, up to
@@ -98,7 +105,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float, float] | Non
     def worker_batch(j: int | None) -> float | None:
         if j is not None:
             os.write(go_w, struct.pack("i", j))
-        got = os.read(res_r, _MADE.size)
+        got = read_result(res_r, _MADE.size)  # EOF where it died; a stuck one times out
         if len(got) != _MADE.size:
             return None
         took, used, process = _MADE.unpack(got)
@@ -107,6 +114,7 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float, float] | Non
             cpus.append(process / took)
         return float(took)
 
+    done = False
     try:
         with rng_kept():
             # beside the worker's first (untimed) batch; a slow batch ends it (quick exit)
@@ -128,12 +136,13 @@ def time_batches_in_turn(loader: Any) -> tuple[float, float, float, float] | Non
                 theirs.append(took)
                 if max(mine[-1], took) > SLOW_S:  # one slow turn is timing enough
                     break
+        done = True
     finally:
         with suppress(OSError):  # the child may be gone already
             os.write(go_w, struct.pack("i", -1))
         os.close(go_w)
         os.close(res_r)
-        os.waitpid(pid, 0)
+        reap([pid], failed=not done)
     worker_ms, own_ms = paired_medians(theirs, mine)
     # the turn that wanted a CPU most: a virtual machine's host may take the CPU in a way
     # the guest counts neither as running nor as queued (steal), so CPU work reads low in

@@ -45,3 +45,35 @@ def test_the_work_alone_is_its_median_round(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(th, "CAPACITY_S", 0.0)
     monkeypatch.setattr(th, "concurrent_s", lambda k, work: next(it))
     assert th.work_capacity(2, lambda: 0.0, 3) == (0.012, 2.0)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_child_that_dies_fails_the_timing_instead_of_hanging(
+        monkeypatch: pytest.MonkeyPatch, pooled: bool) -> None:
+    """A forked child killed in its work (the job's dataset crashing in a forked process,
+    the OOM killer) never writes its result while its siblings keep the pipe open: the
+    timing gives up after RESULT_WAIT_S with a TimeoutError (the probe fails alone), and
+    no child is left behind."""
+    import os
+    import signal
+    import time
+
+    import diagnose.capture.probes.capacity as cap
+
+    monkeypatch.setattr(cap, "RESULT_WAIT_S", 0.5)
+    parent = os.getpid()
+
+    def dies() -> float:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 0.01
+
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        if pooled:
+            cap.pooled_rounds(2, dies, 3)
+        else:
+            cap.concurrent_s(2, dies)
+    assert time.perf_counter() - t0 < 10.0
+    with pytest.raises(ChildProcessError):  # every child reaped
+        os.waitpid(-1, os.WNOHANG)

@@ -254,3 +254,41 @@ def test_a_workers_batch_runs_the_loaders_worker_init_fn():
     got = time_batches_in_turn(DataLoader(ds, batch_size=2, worker_init_fn=init))
     assert got is not None and seen == [] and not ds.inited
     assert time_batches_in_turn(DataLoader(ds, batch_size=2)) is None  # it did not run
+
+
+class _StuckInAWorker(torch.utils.data.Dataset):
+    """Samples made at once in this process, never in a forked one (a lock another thread
+    held at the fork, a library that hangs after it)."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.parent = os.getpid()
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import os
+
+        if os.getpid() != self.parent:
+            time.sleep(3600)
+        return torch.zeros(4)
+
+
+def test_a_worker_stuck_in_the_jobs_code_fails_the_timing_instead_of_hanging(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-turn probe's forked worker never answers: the probe gives up after
+    RESULT_WAIT_S (TimeoutError: it fails alone, as any probe's error does) and the stuck
+    child is ended, not waited for."""
+    import os
+
+    import diagnose.capture.probes.capacity as cap
+
+    monkeypatch.setattr(cap, "RESULT_WAIT_S", 0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        time_batches_in_turn(DataLoader(_StuckInAWorker(), batch_size=4))
+    assert time.perf_counter() - t0 < 10.0
+    with pytest.raises(ChildProcessError):  # the child reaped
+        os.waitpid(-1, os.WNOHANG)
