@@ -7,8 +7,8 @@ to 28x28 grey levels (white on black, the digit in the middle 20x20 box as in MN
 are written once, as MNIST's own raw files are (IDX format, ``train-images-idx3-ubyte`` and
 ``train-labels-idx1-ubyte``), and read back whole into a uint8 tensor held in memory, as
 torchvision's ``datasets.MNIST`` does; :class:`MNISTLike` then indexes it per sample the
-same way (``Image.fromarray`` then the transform). :func:`to_tensor` and :class:`Normalize`
-are inline equivalents of torchvision's ``ToTensor`` and ``Normalize`` for these images.
+same way (``Image.fromarray`` then the transform). ``Compose``, ``Normalize`` and
+``to_tensor`` (a ``ToTensor()``) are torchvision's, from ``_torchvision.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw
 from torch.utils.data import Dataset
 
 from ._common import cache_dir
+from ._torchvision import Compose, Normalize, ToTensor  # noqa: F401 (the mnist jobs import them here)
 
 TRAIN = 60_000  # MNIST's training set size
 
@@ -123,34 +124,5 @@ class MNISTLike(Dataset):
         return len(self.data)
 
 
-def to_tensor(pic: Image.Image) -> torch.Tensor:
-    """torchvision's ``transforms.ToTensor()`` for a PIL image: (C, H, W) float in [0, 1]."""
-    img = torch.from_numpy(np.array(pic, np.uint8, copy=True))
-    img = img.view(pic.size[1], pic.size[0], len(pic.getbands()))
-    img = img.permute((2, 0, 1)).contiguous()
-    return img.to(dtype=torch.get_default_dtype()).div(255)
-
-
-class Normalize:
-    """torchvision's ``transforms.Normalize(mean, std)`` on a (C, H, W) tensor."""
-
-    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        self.mean, self.std = mean, std
-
-    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
-        tensor = tensor.clone()
-        mean = torch.as_tensor(self.mean, dtype=tensor.dtype, device=tensor.device)
-        std = torch.as_tensor(self.std, dtype=tensor.dtype, device=tensor.device)
-        return tensor.sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
-
-
-class Compose:
-    """torchvision's ``transforms.Compose``: the transforms in turn."""
-
-    def __init__(self, transforms: list[Callable[[Any], Any]]) -> None:
-        self.transforms = transforms
-
-    def __call__(self, img: Any) -> Any:
-        for t in self.transforms:
-            img = t(img)
-        return img
+#: torchvision's ``transforms.ToTensor()``, as the jobs call it (``_torchvision``)
+to_tensor = ToTensor()

@@ -9,10 +9,11 @@ Adapted from pytorch/examples, dcgan/main.py, at commit
 licenses/pytorch_examples.txt).
 
 Changed:
-- torchvision's ``FakeData`` (size 1000, 10 classes) and its ``ToPILImage``/``ToTensor``
-  are written here with torch, numpy and PIL, doing what torchvision does (no torchvision
-  here); with ``--dataset fake`` the script's only transform is ``ToTensor`` (the
-  Resize/CenterCrop/Normalize chain is for the image-folder datasets);
+- torchvision's ``FakeData`` (size 1000, 10 classes) and its ``ToPILImage`` are written
+  here with torch, numpy and PIL, doing what torchvision does (no torchvision here), and
+  ``ToTensor`` comes from ``_torchvision.py``; with ``--dataset fake`` the script's only
+  transform is ``ToTensor`` (the Resize/CenterCrop/Normalize chain is for the image-folder
+  datasets);
 - argparse becomes constants (the script's defaults: batch 64, image 64, nz 100, 2
   workers, lr 2e-4, beta1 0.5, 1 GPU, seed fixed at 0 instead of a random one), except
   ``ngf``/``ndf``, the generator's and discriminator's widths, scaled from 64 to 16: one
@@ -38,13 +39,14 @@ import torch.utils.data
 from PIL import Image
 
 from ._common import forever, pick_device, run
+from ._torchvision import ToTensor
 
 WORKERS, BATCH_SIZE, IMAGE_SIZE = 2, 64, 64
 LR, BETA1, NGPU, SEED = 0.0002, 0.5, 1, 0
 nz, ngf, ndf, nc = 100, 16, 16, 3
 
 
-# --- torchvision's FakeData, ToPILImage and ToTensor, inline --------------------------
+# --- torchvision's FakeData and ToPILImage, inline ------------------------------------
 
 def to_pil_image(pic: torch.Tensor) -> Image.Image:
     """``transforms.ToPILImage()`` on a float CHW tensor of 3 channels."""
@@ -52,14 +54,6 @@ def to_pil_image(pic: torch.Tensor) -> Image.Image:
         pic = pic.mul(255).byte()
     npimg = np.transpose(pic.cpu().numpy(), (1, 2, 0))
     return Image.fromarray(npimg, mode="RGB")
-
-
-def to_tensor(pic: Image.Image) -> torch.Tensor:
-    """``transforms.ToTensor()`` on an 8-bit PIL image."""
-    img = torch.from_numpy(np.array(pic, np.uint8, copy=True))
-    img = img.view(pic.size[1], pic.size[0], len(pic.getbands()))
-    img = img.permute((2, 0, 1)).contiguous()
-    return img.to(dtype=torch.get_default_dtype()).div(255)
 
 
 class FakeData(torch.utils.data.Dataset):
@@ -185,7 +179,7 @@ def make_job(device: Any = None) -> dict[str, Any]:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
 
-    dataset = FakeData(image_size=(3, IMAGE_SIZE, IMAGE_SIZE), transform=to_tensor)
+    dataset = FakeData(image_size=(3, IMAGE_SIZE, IMAGE_SIZE), transform=ToTensor())
     dataloader = torch.utils.data.DataLoader(dataset, batch_size=BATCH_SIZE,
                                              shuffle=True, num_workers=int(WORKERS))
 

@@ -13,8 +13,9 @@ Changed:
   321x481: shapes on gradients, blurred, with noise) made offline at first use into the
   cache folder's BSDS300/images/train (the test images, read only by the left-out test,
   are not made);
-- torchvision's ``CenterCrop``, ``Resize`` (bilinear) and ``ToTensor`` are written here
-  with PIL and numpy, doing what torchvision does on a PIL image (no torchvision here);
+- torchvision's ``CenterCrop`` and ``Resize`` (bilinear) are written here with PIL, doing
+  what torchvision does on a PIL image (no torchvision here); its ``Compose`` and
+  ``ToTensor`` come from ``_torchvision.py``;
 - the crop is scaled from 256 (255 for factor 3: an 85x85 input) to 42 (a 14x14 input):
   on a 2-CPU machine shared with other work one step's compute took about 7 s at 255 and
   260-430 ms at 48; at 42 it takes about 100 ms on one thread;
@@ -43,6 +44,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from torch.utils.data import DataLoader
 
 from ._common import cache_dir, forever, pick_device, run
+from ._torchvision import Compose, ToTensor
 
 UPSCALE_FACTOR, BATCH_SIZE, LR, THREADS, SEED = 3, 64, 0.01, 4, 123
 #: the crop before ``calculate_valid_crop_size`` (256 in the script)
@@ -77,17 +79,7 @@ def _make_bsds300(root: Path) -> None:
             folder / f"{100000 + i * 37}.jpg", quality=90)
 
 
-# --- torchvision's Compose, CenterCrop, Resize and ToTensor, inline (PIL images) -------
-
-class Compose:
-    def __init__(self, transforms):
-        self.transforms = transforms
-
-    def __call__(self, img):
-        for t in self.transforms:
-            img = t(img)
-        return img
-
+# --- torchvision's CenterCrop and Resize, inline (PIL images) --------------------------
 
 class CenterCrop:
     def __init__(self, size):
@@ -115,14 +107,6 @@ class Resize:
         if (w, h) == (new_w, new_h):
             return img
         return img.resize((new_w, new_h), Image.BILINEAR)
-
-
-class ToTensor:
-    def __call__(self, pic):
-        img = torch.from_numpy(np.array(pic, np.uint8, copy=True))
-        img = img.view(pic.size[1], pic.size[0], len(pic.getbands()))
-        img = img.permute((2, 0, 1)).contiguous()
-        return img.to(dtype=torch.get_default_dtype()).div(255)
 
 
 # --- dataset.py ------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 torchvision-style transforms (random crop with padding, horizontal flip, to tensor,
 normalise) in 4 DataLoader workers, feeding a small conv net trained with SGD + momentum.
 
-The transforms are torchvision's where it imports, else the same four written here on PIL
-and numpy (a CPU torchvision wheel matching the installed torch may not exist).
+The transforms are torchvision's where it imports, else the same four inline (a CPU
+torchvision wheel matching the installed torch may not exist): the flip and ``Compose``
+from ``_torchvision.py``, the padded random crop, to-tensor and normalise written here on
+PIL, numpy and torch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ._common import cache_dir, forever, pick_device, run
+from ._torchvision import Compose, RandomHorizontalFlip
 
 CLASSES, PER_CLASS, SIZE, CROP = 10, 150, 48, 40
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
@@ -41,16 +44,6 @@ def _make_images(root: Path) -> None:
                 folder / f"img_{i:04d}.jpg", quality=90)
 
 
-class _Compose:
-    def __init__(self, ts: list[Any]) -> None:
-        self.ts = ts
-
-    def __call__(self, x: Any) -> Any:
-        for t in self.ts:
-            x = t(x)
-        return x
-
-
 class _RandomCrop:
     def __init__(self, size: int, padding: int) -> None:
         self.size, self.padding = size, padding
@@ -62,11 +55,6 @@ class _RandomCrop:
         x = int(torch.randint(0, padded.width - self.size + 1, ()))
         y = int(torch.randint(0, padded.height - self.size + 1, ()))
         return padded.crop((x, y, x + self.size, y + self.size))
-
-
-class _RandomHorizontalFlip:
-    def __call__(self, img: Image.Image) -> Image.Image:
-        return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if torch.rand(()) < 0.5 else img
 
 
 def _to_tensor(img: Image.Image) -> torch.Tensor:
@@ -89,8 +77,8 @@ def train_transform() -> Any:
         return T.Compose([T.RandomCrop(CROP, padding=4), T.RandomHorizontalFlip(),
                           T.ToTensor(), T.Normalize(MEAN, STD)])
     except Exception:  # not installed, or built for another torch
-        return _Compose([_RandomCrop(CROP, 4), _RandomHorizontalFlip(), _to_tensor,
-                         _Normalize(MEAN, STD)])
+        return Compose([_RandomCrop(CROP, 4), RandomHorizontalFlip(), _to_tensor,
+                        _Normalize(MEAN, STD)])
 
 
 class JpegFolder(Dataset):

@@ -22,7 +22,8 @@ Changed:
   ``ToTensor`` rejects a tensor): ``np.array`` restored, as before commit a611de0c15;
 - ``configure_optimizers`` read ``self.learning_rate``, which the module never sets:
   ``self.lr`` (the ``--lr`` argument) is used;
-- torchvision's ``Compose`` / ``ToTensor`` / ``Normalize`` written inline with torch;
+- torchvision's ``ToTensor`` (here on the HWC uint8 array the dataset gives) and
+  ``Normalize`` written inline with torch; its ``Compose`` comes from ``_torchvision.py``;
 - ``Trainer().fit(model)`` replaced by a plain loop (the corpus' contract): ``loader =
   module.train_dataloader()``, the optimizer and scheduler from ``configure_optimizers()``,
   and a step that takes ``module.training_step(batch, i)["loss"]``, zero-grads, calls
@@ -48,6 +49,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ._common import cache_dir, pick_device, run
+from ._torchvision import Compose
 
 DEFAULT_VOID_LABELS = (0, 1, 2, 3, 4, 5, 6, 9, 10, 14, 15, 16, 18, 29, 30, -1)
 DEFAULT_VALID_LABELS = (7, 8, 11, 12, 13, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 32, 33)
@@ -274,18 +276,6 @@ class Up(nn.Module):
         # Concatenate along the channels axis
         x = torch.cat([x2, x1], dim=1)
         return self.conv(x)
-
-
-class Compose:
-    """torchvision.transforms.Compose."""
-
-    def __init__(self, transforms: list[Any]) -> None:
-        self.transforms = transforms
-
-    def __call__(self, img: Any) -> Any:
-        for t in self.transforms:
-            img = t(img)
-        return img
 
 
 class ToTensor:
