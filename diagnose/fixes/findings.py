@@ -155,8 +155,9 @@ def _measure(metrics: Mapping[str, Any], let: str = "") -> str:
 
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
            titles: Mapping[str, str] | None = None) -> None:
-    """Fixes by predicted effect, a tie (a range reaching the best point) led by the fix
-    whose whole range gains, then by the fewest changed settings (unpredicted ones
+    """Fixes by predicted effect, a tie (a range reaching the best point) led by a fix
+    whose range's slow end is the highest, one whose whole range gains, then by the fewest
+    changed settings (unpredicted ones
     keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
     no workers, after them); a fix predicted to slow the job down goes last and says so;
     the time at stake follows the best prediction."""
@@ -164,17 +165,20 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))
     # a fix whose range reaches the best point (or within TIE of it) ties with the best: the
-    # capture cannot tell them apart, and the one that changes the fewest settings leads,
-    # so that captures of one job agree; but not one whose point lies further from the
-    # best than the model's error on a pair of changes (FIXES_TIE: it orders those), and
-    # one whose range reaches the step as it is ("may not help") never leads a tie over
-    # one whose whole range gains
+    # capture cannot tell them apart (but not one whose point lies further from the best
+    # than the model's error on a pair of changes, FIXES_TIE: it orders those). Of a tie,
+    # those whose range's slow end is the highest (within TIE) may lead: the change least
+    # likely to slow the job (more workers beside torch's threads on few CPUs, say, against
+    # the threads split); of those, one whose whole range gains, then the one that changes
+    # the fewest settings, so that captures of one job agree
     if helps:
         top = _speedup(preds[helps[0]])
         tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top
                 and math.log(top / _speedup(preds[x])) <= FIXES_TIE]
-        lead = min(tied, key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
-                                        helps.index(x)))
+        safest = max(_floor(preds[x]) for x in tied)
+        lead = min([x for x in tied if _floor(preds[x]) * (1 + TIE) >= safest],
+                   key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
+                                  helps.index(x)))
         helps.remove(lead)
         helps.insert(0, lead)
     same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
@@ -252,6 +256,11 @@ def _may_not_help(p: Prediction | str) -> bool:
 def _reach(p: Prediction | str) -> float:
     """The speedup at the fast end of a prediction's range (its point for a bound)."""
     return p.reach if isinstance(p, Prediction) else 0.0
+
+
+def _floor(p: Prediction | str) -> float:
+    """The speedup at the slow end of a prediction's range (its point for a bound)."""
+    return p.floor if isinstance(p, Prediction) else 0.0
 
 
 def _model_reach(p: Prediction | str) -> float:

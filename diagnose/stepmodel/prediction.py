@@ -91,6 +91,12 @@ class Prediction:
             self.speedup, self.base_ms / self.range[0])
 
     @property
+    def floor(self) -> float:
+        """The speedup at the slow end of the range (the point for a bound, ``at_least``)."""
+        return self.speedup if self.at_least or self.range[1] <= 0 else min(
+            self.speedup, self.base_ms / self.range[1])
+
+    @property
     def model_reach(self) -> float:
         """The speedup at the model's own fast end (``range_parts["low_ms"]``: the ends its
         inputs give, before the model's error and the inputs' noise widen them): what the
