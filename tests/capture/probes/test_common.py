@@ -40,3 +40,22 @@ def test_timed_probes_add_their_own_time_to_the_open_clock(monkeypatch: pytest.M
 
     assert contextvars.copy_context().run(run) == {"probe": 12.0}
     assert contextvars.copy_context().run(lambda: probe(0)) == 1  # no clock: nothing kept
+
+
+def test_cpu_wanted_counts_the_running_slice_and_the_queued_wait(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread's own CPU clock (exact, the running slice included) plus schedstat's run
+    queue wait; schedstat's run time, which the kernel updates for a running thread only at
+    a tick, is not read (it read 0.0 for a 2 ms batch). Without the file: the CPU clock."""
+    stat = tmp_path / "schedstat"
+    stat.write_text("123000000 3000000 7\n")  # a stale run time, 3 ms queued
+    monkeypatch.setattr(common, "SCHEDSTAT", stat)
+    clock = iter([1.0, 1.002])
+    monkeypatch.setattr(common.time, "thread_time", lambda: next(clock))
+    a = common.cpu_wanted_s()
+    stat.write_text("123000000 4000000 8\n")  # the run time not moved; 1 ms more queued
+    b = common.cpu_wanted_s()
+    assert a == pytest.approx(1.003) and b - a == pytest.approx(0.003)
+    monkeypatch.setattr(common, "SCHEDSTAT", tmp_path / "absent")
+    monkeypatch.setattr(common.time, "thread_time", lambda: 5.0)
+    assert common.cpu_wanted_s() == 5.0
