@@ -157,10 +157,11 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
            titles: Mapping[str, str] | None = None) -> None:
     """Fixes by predicted effect, a tie (a range reaching the best point) led by a fix
     whose range's slow end is the highest, one whose whole range gains, then by the fewest
-    changed settings (unpredicted ones
-    keep their place after the predicted ones that help, and before those predicted to change nothing that matters; those that do not apply to the run as it is, e.g. worker settings with
-    no workers, after them); a fix predicted to slow the job down goes last and says so;
-    the time at stake follows the best prediction."""
+    changed settings. Unpredicted ones keep their place after the predicted ones that help,
+    and before those predicted to change nothing that matters; those that do not apply to
+    the run as it is (e.g. worker settings with no workers) come after them; a fix predicted
+    to slow the job down goes last and says so. The time at stake follows the best
+    prediction."""
     f.predictions = preds
     helps = [x for x in f.fixes if isinstance(p := preds[x], Prediction) and p.speedup >= HELPS]
     helps.sort(key=lambda x: -_speedup(preds[x]))

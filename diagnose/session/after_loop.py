@@ -136,10 +136,10 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_capacity(caps, budget, on_error, again=True)
     # the timing seconds before these (runinfo.collect), where a fix needs the capacity
     on_enter = ctx.get("cpu_capacity_on_enter")
-    got = [as_number(v) for v in on_enter] if isinstance(on_enter, list) else []
-    if loaded and "cpu_capacity" not in budget.unneeded and len(got) == 3 \
-            and all(v is not None for v in got):
-        caps.append((float(got[0] or 0.0), float(got[1] or 0.0), float(got[2] or 0.0)))
+    got = [x for v in on_enter if (x := as_number(v)) is not None] \
+        if isinstance(on_enter, list) and len(on_enter) == 3 else []
+    if loaded and "cpu_capacity" not in budget.unneeded and len(got) == 3:
+        caps.append((got[0], got[1], got[2]))
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()

@@ -54,8 +54,8 @@ def cpu_wanted_s() -> float:
     a run queue: Linux's schedstat), else its CPU time alone: what a busy host takes from
     CPU work is still CPU work, only a wait on files, the network or a sleep is not.
     schedstat's own run time is not read: for the thread reading it, the kernel brings it
-    up to date only at a scheduler tick (a 2 ms batch read 0.0-1.7 ms at 4 ms ticks), where
-    the CPU clock counts the slice still running; the wait is exact, as it ends when the
+    up to date only at a scheduler tick, so a batch shorter than a few ticks reads near 0;
+    the CPU clock counts the slice still running. The wait is exact: it ends when the
     thread is put on a CPU."""
     try:
         queued = int(SCHEDSTAT.read_text().split()[1])

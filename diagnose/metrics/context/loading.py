@@ -23,8 +23,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_batch_cpu_ms": (
         "ms", "of input_worker_batch_ms, the time the worker ran on a CPU or waited for one "
         "(its CPU clock and Linux schedstat's run-queue wait; else its CPU time); the rest it "
-        "waited on files, the network or "
-        "a sleep: loading that waits needs no CPU of its own, and more workers overlap it"),
+        "waited on files, the network or a sleep: loading that waits needs no CPU of its own, "
+        "and more workers overlap it"),
     "input_worker_batch_cpus": (
         "CPUs", "the CPUs a worker's batch kept busy: the forked worker process's CPU time, "
         "every thread of it, over the batch's time (median of the in-turn batches); over 1 "
