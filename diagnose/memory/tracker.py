@@ -22,8 +22,14 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import (
+    AbstractContextManager,
+    ExitStack,
+    contextmanager,
+    nullcontext,
+    suppress,
+)
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +46,7 @@ from .kinds import (
     optimizer_state,
     tensor_bytes,
 )
+from .modtracker import LeafSafeModTracker
 from .profile import PHASES, Point, StepMemory, blocks_from_saved
 from .saved import Packed, Release, by_creator, unpack
 from .tensors import (
@@ -92,6 +99,8 @@ class StepTracker(MemTracker):
                  batch_size: int | None = None, optimizers: Sequence[Any] = (),
                  roots: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        # torch's ModTracker raises under autograd.grad on a module's leaf input (.modtracker)
+        self._mod_tracker = LeafSafeModTracker(self._untracked)
         self.model, self.optimizer, self.batch = model, optimizer, batch
         # the optimizers whose steps are the optimizer's phase (each gets hooks of its own:
         # torch's global hook table may be being walked when the session enters the tracker)
@@ -271,6 +280,15 @@ class StepTracker(MemTracker):
                 self.amp_dtype = str(torch.get_autocast_dtype(dev)).removeprefix("torch.")
         except (TypeError, RuntimeError):  # an older torch, a device autocast does not know
             pass
+
+    @contextmanager
+    def _untracked(self) -> Iterator[None]:
+        """Operators run inside are not counted (the tracker's own detach of a leaf)."""
+        was, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = was
 
     def release(self) -> None:
         """Forget every storage seen (their weak references and callbacks): once the result

@@ -325,3 +325,65 @@ def test_a_sparse_operator_gives_up_the_count_not_the_step():
     assert not torch.equal(model.lin.weight, before)
     with pytest.raises(RuntimeError, match="could not count this step"):
         track_step(model, opt, b, M.loss)
+
+
+def _gradient_penalty_step(model, opt, b) -> None:
+    """A WGAN-GP critic's step: the gradient of the critic at a leaf input (interpolates
+    made with ``requires_grad_()``), by ``autograd.grad`` with ``create_graph``."""
+    x, _ = b
+    xi = x.detach().clone().requires_grad_(True)
+    g, = torch.autograd.grad(model(xi).sum(), xi, create_graph=True)
+    loss = model(x).mean() + ((g.norm(2, dim=1) - 1) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def _pinn_step(model, opt, b) -> None:
+    """A physics-informed step: the model's derivative in its input coordinates (a leaf
+    that needs a gradient, passed to the model alone) in the loss."""
+    x, _ = b
+    xs = x.detach().clone().requires_grad_(True)
+    u = model(xs)
+    du, = torch.autograd.grad(u.sum(), xs, create_graph=True)
+    loss = (du ** 2).mean() + (u ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("step", [_gradient_penalty_step, _pinn_step])
+def test_autograd_grad_on_a_leaf_input_runs_and_is_counted(step):
+    """torch's ModTracker raises inside the user's ``autograd.grad`` where a module's input
+    is a leaf (pytorch/pytorch#131753: "A leaf node was passed to
+    _will_engine_execute_node"): the tracked step must run as it would untracked, and be
+    counted, the model's outermost call giving the batch size."""
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    before = model[2].weight.detach().clone()
+    step(model, opt, b)  # the tracked step: raised before the fix
+    mem.boundary(True, model, [opt])
+    step(model, opt, b)  # untracked, after it
+    assert mem.state == "done", mem.why
+    assert not torch.equal(model[2].weight, before)
+    kinds = mem.result.by_kind()
+    assert kinds["parameters"] == M.PARAM_BYTES
+    assert kinds["activations"] > 0
+    assert mem.result.batch_size == M.BATCH
+
+
+def test_a_leaf_input_is_left_out_of_the_backward_hook_not_of_the_call():
+    """The module gets its leaf input itself (the same tensor, still needing a gradient);
+    only the tracker's hook sees it detached."""
+    from diagnose.memory.modtracker import LeafSafeModTracker
+
+    seen = []
+    model = M.mlp()
+    model.register_forward_pre_hook(lambda m, inp: seen.append(inp[0]))
+    x = M.batch()[0].clone().requires_grad_(True)
+    with LeafSafeModTracker():
+        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+    assert seen[0] is x and g.shape == x.shape
