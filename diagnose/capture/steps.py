@@ -461,8 +461,13 @@ class Steps:
         """The loop ended before the clock was done (a short loader, a loop of a fixed
         length): on a GPU the ``after`` block still ends with its drain. The step in progress
         counts as one of the block where it took at least half the block's median step (the
-        loop broke after a step's work); less is the loop's way out, left out."""
-        if self.done or self.sync is None or self.drain_ms is not None:
+        loop broke after a step's work); less is the loop's way out, left out. On a CPU
+        the other processes' CPUs are read up to the loop's end."""
+        if self.done or self.drain_ms is not None:
+            return
+        if self.sync is None:
+            if self.after_others_cpus is None:
+                self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
             return
         after = [r[1] for r in self.rows if r[0] == "after"]
         if not after:

@@ -533,6 +533,24 @@ def test_a_cpu_run_has_no_drain() -> None:
     assert m["step_time_device_paced"] is None and m["step_time_unprofiled_drain_ms"] is None
 
 
+def test_a_cpu_loop_that_ends_before_the_clock_is_done_reads_the_other_processes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU loop whose steps were timed longer (a busy machine) and ended first: finish()
+    reads the other processes' CPUs up to the loop's end (CF007 and CF008 need them), once,
+    with no drain."""
+    snaps = iter([(0.0, 0.0, 0.0), (2.0, 3.0, 1.0)])  # wall, usable CPUs' busy, own
+    monkeypatch.setattr(steps_mod, "cpu_snapshot", lambda: next(snaps))
+    s = steps_mod.Steps(None, after=8, settle=1)
+    s.start()
+    for _ in range(1 + 3):
+        s.advance()
+    assert not s.done and s.after_others_cpus is None
+    s.finish()
+    assert s.after_others_cpus == pytest.approx(1.0) and s.drain_ms is None
+    s.finish()  # once only: the snapshots are spent
+    assert s.after_others_cpus == pytest.approx(1.0)
+
+
 def test_trace_export_is_off_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writing the trace (here made 1.5 s slower) happens between two steps and is counted
     in neither: no step the clock timed holds it (steps of ~1 ms: one of 1.5 s would be
