@@ -13,6 +13,7 @@ from typing import Any
 from ..stepmodel.prediction import Prediction
 from . import FIXES, fix_code
 from .catalog.config import THREAD_POOLS
+from .catalog.threads import TORCH_THREADS
 from .catalog.workers import NUM_WORKERS
 from .code import OptimizerSpec, Setup, with_imports
 from .config import TrainConfig
@@ -58,6 +59,8 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
         prefix = metrics.get("thread_pool_beside_torch_prefix")
         if "thread_pools" in f.fixes and isinstance(prefix, str) and prefix:
             f.fix_code["thread_pools"] = THREAD_POOLS.for_pool(prefix)
+        if "torch_threads" in f.fixes and (code := TORCH_THREADS.for_run(metrics)):
+            f.fix_code["torch_threads"] = code
         if more and "num_workers" in f.fixes:  # workers there, their count not known
             f.fix_code["num_workers"] = NUM_WORKERS.render_more()
         # a predicted fix shows the exact change its prediction is for

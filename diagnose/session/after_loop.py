@@ -41,16 +41,18 @@ from diagnose.capture.probes import (
     time_worker_send,
     wait_workers_idle,
 )
-from diagnose.capture.probes.budget import ProbeBudget, unneeded
+from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.compute import AGAIN_NOISE
 from diagnose.capture.runinfo import thread_pools
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import as_number, usable_cpus
 
 OnError = Callable[[str, BaseException], None]
-#: why the thread timings are not made for a loop without a DataLoader
-NO_LOADER = ("no DataLoader was seen: the one fix the thread timings serve, the threads "
-             "split, changes a DataLoader's workers")
+#: why the thread timings are not made for a loop without a DataLoader (whose torch threads
+#: were not short of CPUs: :func:`~diagnose.capture.probes.budget.threads_short`)
+NO_LOADER = ("no DataLoader was seen, and torch's threads did not wait for CPUs other "
+             "processes held: the fixes the thread timings serve change a DataLoader's "
+             "workers or torch's thread count")
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
@@ -76,7 +78,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     clock: Mapping[str, Any] | None = None,
                     budget: ProbeBudget | None = None,
                     worker_pids: Iterable[int] = (),
-                    others: Sequence[tuple[Any, Any]] = ()) -> None:
+                    others: Sequence[tuple[Any, Any]] = (),
+                    others_cpus: float | None = None) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
@@ -85,13 +88,15 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     :meth:`~diagnose.capture.probes.budget.ProbeBudget.of_capture`. The loader's workers
     still alive (``worker_pids``) are first left to fall idle (:func:`wait_workers_idle`).
     ``others``: the loop's other models with the first inputs each got, whose work the
-    thread timing takes with the first model's."""
+    thread timing takes with the first model's. ``others_cpus``: the CPUs other processes
+    held over the steps after the window (torch's threads short of CPUs: the thread timing
+    alone serves CF008, with or without a DataLoader)."""
     loader = unwrap(loader)[0]  # a wrapper's DataLoader (Fabric's): the probes rebuild it
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
         ctx["thread_pools"] = pools
     if budget is None:
-        budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock))
+        budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock, others_cpus))
     pids = list(worker_pids)
     if pids:
         _guard("waiting for the loader's workers", on_error,
@@ -110,6 +115,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_handover(ctx, batch, budget, on_error)
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
         _time_threads(ctx, model, forward, budget, on_error, others)  # contention)
+    elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
+        ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
+            "threads", lambda: time_threads(model, forward.inputs, others)))
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
     if workers:  # what sending its batches costs a real worker (where one can be forked)

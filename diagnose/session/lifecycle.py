@@ -381,7 +381,7 @@ class Session:
             except Exception as e:
                 self._internal_error("OOM record", e)
         if exc is None:
-            self._steps.finish()  # a GPU's queue behind the steps timed after the window
+            self._steps.finish()  # a GPU's queue behind the steps; the others' CPUs to here
         self._teardown()
         try:
             self._finish(exc, oom)
@@ -488,7 +488,8 @@ class Session:
             time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
                             loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=self._steps.clock(),
-                            worker_pids=self.worker_pids, others=others)
+                            worker_pids=self.worker_pids, others=others,
+                            others_cpus=self._steps.after_others_cpus)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

@@ -34,6 +34,7 @@ class Facts:
     cpu_capacity_max: float | None = None  # CPUs: the most of them
     host_cpu_mean_pct: float | None = None  # mean busy % over the usable CPUs
     proc_cpu_mean_pct: float | None = None  # the training process, % of one core
+    step_others_cpus_unprofiled: float | None = None  # CPUs other processes held (clock)
     bf16_supported: bool | None = None  # the device computes in bfloat16 (live)
     allow_compile: bool | None = None  # autofix may try torch.compile (live: opt-in)
     # ---------------------------------------------------------------- torch's threads

@@ -333,7 +333,8 @@ def test_a_fix_changes_only_the_fields_it_declares() -> None:
     machines = [CPU2, CUDA8, CUDA8.replace(fused_supported=True, torch_num_threads=8,
                                            model_has_conv=True, allow_compile=True, oom=True,
                                            dataloader_dataset_tensor_indexable=True),
-                CPU2.replace(torch_num_threads=2, host_cpu_mean_pct=95.0)]
+                CPU2.replace(torch_num_threads=2, host_cpu_mean_pct=95.0),
+                CPU2.replace(torch_num_threads=2, step_others_cpus_unprofiled=1.0)]
     searched = set()
     # checkpointing's candidates are the blocks a memory section names: bound to one
     from diagnose.fixes.catalog.memory import ACTIVATION_CHECKPOINTING

@@ -181,6 +181,21 @@ def _pools(blas_threads: int = 2, wait_ms: float = 8.0, others: float = 0.02) ->
                          "after_others_cpus": others})
 
 
+def _shared_cpus(others: float = 1.0, wait_ms: float = 8.0, one_ms: float = 4.0,
+                 threads: int = 2, workers: int = 0, noise: float = 0.05) -> dict:
+    """A 2-CPU run without a DataLoader (or with ``workers``), torch on ``threads``
+    threads, whose clock timed 8 steps of 40 ms with the training thread ``wait_ms`` of
+    each runnable but off a CPU while other processes held ``others`` CPUs; after the loop
+    the model's forward and backward took 10 ms on torch's threads and ``one_ms`` on one."""
+    return _ctx(dataloader={"num_workers": workers, "persistent_workers": False},
+                cpu_count=2, torch_num_threads=threads, thread_pools=None,
+                threads={"forward_ms": 3.0, "work_ms": 10.0, "work_1thread_ms": one_ms,
+                         "noise": noise},
+                capture={"step_clock": {"phase": ["wait"] * 8, "ms": [40.0] * 8,
+                                        "cpu_wait_ms": [wait_ms] * 8},
+                         "after_others_cpus": others})
+
+
 def _worker_pools(cpus: float = 1.9, workers: int = 3, cpu_count: int = 2, **loader) -> dict:
     """A run with ``workers`` DataLoader workers on ``cpu_count`` CPUs whose batch, timed in
     a forked worker after the loop, kept ``cpus`` CPUs busy (a pool beside its thread)."""
@@ -244,6 +259,7 @@ POSITIVE = {
     "CF004": (_dataparallel, _ctx(model={"is_dataparallel": True}), "warning"),
     "CF005": (lambda: tb.comm_not_overlapped(world_size=2, backend="gloo"), None, "warning"),
     "CF007": (_cpu_steps, _pools(), "warning"),
+    "CF008": (_cpu_steps, _shared_cpus(), "warning"),
     "IN006": (lambda: tb.dataloader_bound(workers=3), _worker_pools(), "warning"),
     # run-scope: the factory is a whole run, written as one folder with a trace per rank
     "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
@@ -359,6 +375,49 @@ def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
     assert not [f for f in workers.findings if f.rule == "CF007"]
     assert not any(isinstance(p, str) and p.startswith(OWN_POOLS)
                    for f in workers.findings for p in f.predictions.values())
+
+
+def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
+    """CF008: another process held a CPU of 2 over the timed steps, the training thread
+    waited 20% of them, and one thread timed faster than torch's 2 after the loop: hold
+    torch to the one CPU left, the run's count in the code, not predicted (no model of the
+    turns). No CF008 where others held little, where the wait was small, where one thread
+    was no faster (beyond the timing's noise), with torch on one thread, or where the job's
+    own workers oversubscribe the CPUs (IN004's)."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    report = analyze(path, context=_shared_cpus())
+    (f,) = [f for f in report.findings if f.rule == "CF008"]
+    assert f.severity == "warning" and f.fixes == ["torch_threads"]
+    assert "held 1.00 of them" in f.message and "10.0 ms on torch's threads against 4.0 ms" \
+        in f.message
+    assert f.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)  # one thread's saving
+    assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
+    assert str(f.predictions["torch_threads"]).startswith("cannot tell")  # not predicted
+    for ctx in (_shared_cpus(others=0.2), _shared_cpus(wait_ms=1.0),
+                _shared_cpus(one_ms=9.8), _shared_cpus(one_ms=9.0, noise=0.2),
+                _shared_cpus(threads=1), _shared_cpus(workers=2)):
+        quiet = analyze(path, context=ctx)
+        assert not [f for f in quiet.findings if f.rule == "CF008"], ctx
+
+
+def test_torch_threads_count_is_the_whole_cpus_left():
+    """The fix's count: the whole CPUs other processes leave, at least one, fewer than
+    torch's threads now; not offered where torch runs on one thread."""
+    from diagnose.fixes.catalog.threads import TORCH_THREADS
+    from diagnose.fixes.config import TrainConfig
+    from diagnose.stepmodel.facts import Facts
+
+    def count(n, t, others):
+        return TORCH_THREADS.count(Facts(cpu_count=n, torch_num_threads=t,
+                                         step_others_cpus_unprofiled=others))
+    assert count(2, 2, 1.0) == 1 and count(2, 2, 1.9) == 1
+    assert count(8, 8, 2.5) == 5 and count(8, 4, 0.5) == 3
+    assert count(2, 1, 1.0) is None and count(2, 2, None) is None
+    cfgs = TORCH_THREADS.search(TrainConfig(), Facts(cpu_count=8, torch_num_threads=8,
+                                                     step_others_cpus_unprofiled=5.2))
+    assert [c.intra_op_threads for c in cfgs] == [2]
+    assert TORCH_THREADS.in_place({"torch_num_threads": 1}) is not None
+    assert TORCH_THREADS.in_place({"torch_num_threads": 2}) is None
 
 
 def test_pools_in_every_worker(tmp_path):

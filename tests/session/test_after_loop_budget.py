@@ -188,6 +188,21 @@ def test_a_loop_without_a_dataloader_gets_no_thread_timing(
     assert "threads" not in ctx and ctx["probes"]["skipped"] == {"threads": al.NO_LOADER}
 
 
+def test_torchs_threads_short_of_cpus_get_the_thread_timing_alone(
+        run: tuple[FakeClock, list[str]]) -> None:
+    """No DataLoader, torch on 2 threads of 2 CPUs, another process on 1.0 of them, the
+    training thread waiting 20% of the steps: the thread timing alone runs (CF008 reads
+    it; not beside busy processes: the load is there), again while budget is left;
+    nothing else."""
+    clock, ran = run
+    ctx: dict[str, Any] = {"cpu_count": 2, "torch_num_threads": 2}
+    waited = {"phase": ["wait"] * 4, "ms": [10.0] * 4, "cpu_wait_ms": [2.0] * 4}
+    al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
+                       batch=None, on_error=_errors, clock=waited, others_cpus=1.0)
+    assert set(ran) == {"threads"} and ctx["threads"]["work_1thread_ms"] == 3.0
+    assert "threads" not in ctx["probes"]["skipped"]
+
+
 @pytest.mark.parametrize("noise,again", [(0.3, True), (0.05, False)])
 def test_a_noisy_thread_timing_is_made_again_past_the_budget(
         run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch, noise: float,

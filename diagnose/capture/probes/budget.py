@@ -4,7 +4,9 @@ what the predictions need.
 Every probe after the loop serves the fixes of the input rules (``rules/input.toml``, and
 IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's. A
 loop that waited on its DataLoader for under :data:`LOADER_WAITED` of its steps, with no
-more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`).
+more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`), but
+for the thread timing where torch's threads outnumbered the CPUs other processes left
+(:func:`threads_short`: CF008's fix, torch's own thread count).
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
@@ -35,6 +37,13 @@ PROBE_SHARE = 0.05
 #: 3% (IN003), and the profiled window's share may lie a little above the clock's
 LOADER_WAITED = 0.02
 
+#: the training thread waited, runnable, for a CPU in at least this share of the loop's
+#: timed steps (the clock's ``cpu_wait_ms`` over its ``ms``): the least CF008 fires at
+CPU_WAITED = 0.05
+#: other processes held at least this many CPUs over the steps after the window: less is a
+#: burst a thread's wait need not come from (CF008's own bound)
+OTHERS_CPUS = 0.5
+
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
 PROBES = ("workers_idle", "batches_in_turn", "inprocess_batch", "cpu_capacity",
           "worker_handover", "threads", "threads_busy", "worker_send", "work_after_fetch",
@@ -57,10 +66,40 @@ def loader_share(clock: Mapping[str, Any] | None) -> float | None:
     return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
 
 
-def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None) -> dict[str, str]:
+def cpu_wait_share(clock: Mapping[str, Any] | None) -> float | None:
+    """The share of the loop's unprofiled steps (``wait`` and ``after``, the first left
+    out) the training thread spent runnable but off a CPU (the clock's ``cpu_wait_ms``
+    over its ``ms``); None where the clock holds no such steps."""
+    if not isinstance(clock, Mapping):
+        return None
+    rows = list(zip(clock.get("phase") or [], clock.get("cpu_wait_ms") or [],
+                    clock.get("ms") or [], strict=False))[1:]
+    pairs = [(w, s) for phase, a, b in rows if phase in ("wait", "after")
+             and (w := _num(a)) is not None and (s := _num(b)) is not None and s > 0]
+    total = sum(s for _, s in pairs)
+    return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
+
+
+def threads_short(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
+                  others_cpus: float | None) -> bool:
+    """torch's threads (2 or more) outnumbered the CPUs other processes left
+    (``others_cpus``, at least :data:`OTHERS_CPUS`, over the steps after the window), and
+    the training thread waited for a CPU in :data:`CPU_WAITED` of its steps: the thread
+    timing serves CF008's fix (torch's own thread count), with or without a DataLoader."""
+    threads, cpus = _num(ctx.get("torch_num_threads")), _num(ctx.get("cpu_count"))
+    share = cpu_wait_share(clock)
+    return (threads is not None and threads >= 2 and cpus is not None
+            and others_cpus is not None and others_cpus >= OTHERS_CPUS
+            and threads > cpus - others_cpus and share is not None and share >= CPU_WAITED)
+
+
+def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
+             others_cpus: float | None = None) -> dict[str, str]:
     """{probe: why no prediction needs it} (module doc): every probe where the loop
     waited on its DataLoader for under :data:`LOADER_WAITED` of its steps and has no more
-    workers than CPUs; none where the clock says nothing (every probe may be needed)."""
+    workers than CPUs, but the thread timing where torch's threads were short of CPUs
+    (:func:`threads_short`); none where the clock says nothing (every probe may be
+    needed)."""
     share = loader_share(clock)
     dl = ctx.get("dataloader")
     workers = _num(dl.get("num_workers")) if isinstance(dl, Mapping) else None
@@ -70,7 +109,10 @@ def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None) -> dict[st
         return {}
     why = (f"the loop waited on its DataLoader for {share:.1%} of its steps: no input rule "
            "fires, no fix needs it")
-    return dict.fromkeys(PROBES, why)
+    out = dict.fromkeys(PROBES, why)
+    if threads_short(ctx, clock, others_cpus):
+        del out["threads"]
+    return out
 
 
 @dataclass

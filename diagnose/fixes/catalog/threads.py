@@ -147,8 +147,55 @@ loader = DataLoader(dataset, ..., num_workers=workers)
                   fields=("num_workers", "intra_op_threads"),
                   needs="2 or more CPUs, torch's thread count and a map-style dataset")
 
+class TorchThreads(Fix):
+    """torch's intra-op threads held to the CPUs other processes leave (CF008): the count
+    the whole CPUs left give (at least one, fewer than now). Not predicted: the step model
+    does not replay a thread pool taking turns with other processes; the rule rests on the
+    thread timing after the loop, made beside the same load, and autofix measures it."""
+
+    def count(self, facts: Facts) -> int | None:
+        """The thread count it sets; None where the CPUs, torch's threads or the other
+        processes' CPUs are not known, or torch runs on one thread."""
+        n, t, others = facts.cpu_count, facts.torch_num_threads, facts.step_others_cpus_unprofiled
+        if n is None or t is None or others is None or t < 2:
+            return None
+        return max(1, min(t - 1, int(n - others)))
+
+    def applies(self, config: TrainConfig, facts: Facts) -> bool:
+        return self.count(facts) is not None
+
+    def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        k = self.count(facts)
+        return [] if k is None else [config.replace(intra_op_threads=k)]
+
+    def in_place(self, metrics: Mapping[str, Any]) -> str | None:
+        t = Facts.from_metrics(metrics).torch_num_threads
+        return "torch already runs on one thread" if t is not None and t < 2 else None
+
+    def for_run(self, metrics: Mapping[str, Any]) -> str | None:
+        """The code with the run's own count (None: not known)."""
+        k = self.count(Facts.from_metrics(metrics))
+        return None if k is None else self.code.replace(
+            "torch.set_num_threads(1)", f"torch.set_num_threads({k})")
+
+
+TORCH_THREADS = TorchThreads("torch_threads", "Hold torch's threads to the CPUs other processes "
+                             "leave (torch.set_num_threads)", """
+# before: torch starts a thread per CPU; other processes hold some of those CPUs, and every
+# parallel op waits until each of its threads has had a CPU
+for x, y in loader:
+    ...
+# after: as many threads as the whole CPUs other processes leave (set it again where the
+# machine's load changes)
+torch.set_num_threads(1)
+for x, y in loader:
+    ...
+""", category="config", auto=True, fields=("intra_op_threads",),
+                             needs="torch on 2 or more threads, and the CPUs other processes held "
+                                   "(a live capture's clock)")
+
 #: The registered units of this module (a test checks that each one declared is here).
-FIXES = (THREADS,)
+FIXES = (THREADS, TORCH_THREADS)
 
 
 def _set_threads(cfg: TrainConfig, model: Any, optimizer: Any) -> Callable[[], None] | None:

@@ -9,7 +9,14 @@ import pytest
 
 from diagnose.capture.probes import budget as bmod
 from diagnose.capture.probes import capacity, common
-from diagnose.capture.probes.budget import PROBES, ProbeBudget, loader_share, unneeded
+from diagnose.capture.probes.budget import (
+    PROBES,
+    ProbeBudget,
+    cpu_wait_share,
+    loader_share,
+    threads_short,
+    unneeded,
+)
 from tests.capture.probes.conftest import FakeClock
 
 
@@ -87,6 +94,28 @@ def test_no_probe_runs_where_the_loop_never_waited_on_its_loader() -> None:
     assert unneeded(ctx, {**quiet, "dataloader_ms": [1.0] * 4}) == {}
     assert unneeded({**ctx, "dataloader": {"num_workers": 8}}, quiet) == {}
     assert unneeded(ctx, None) == {} and loader_share({"ms": [], "dataloader_ms": []}) is None
+
+
+def test_the_thread_timing_is_needed_where_torchs_threads_were_short_of_cpus() -> None:
+    """torch on 2 threads of 2 CPUs, another process on 1.0 of them, the training thread
+    waiting 20% of the unprofiled steps (the first left out, the profiled ones not
+    counted): the thread timing serves CF008 though the loop never waited on a loader;
+    every other probe stays left out. Others on 0.3 CPUs, a 2% wait, torch on one thread
+    or on as many threads as the CPUs left: not needed."""
+    ctx = {"dataloader": {"num_workers": 0}, "cpu_count": 2, "torch_num_threads": 2}
+    clock = {"phase": ["wait", "active", "wait", "after", "after"],
+             "ms": [10.0, 99.0, 10.0, 10.0, 10.0], "cpu_wait_ms": [9.0, 99.0, 2.0, 2.0, 2.0],
+             "dataloader_ms": [0.0] * 5}
+    assert cpu_wait_share(clock) == pytest.approx(0.2)
+    assert threads_short(ctx, clock, 1.0)
+    why = unneeded(ctx, clock, 1.0)
+    assert "threads" not in why and set(why) == set(PROBES) - {"threads"}
+    quiet = {**clock, "cpu_wait_ms": [0.0, 0.0, 0.2, 0.2, 0.2]}
+    assert not threads_short(ctx, clock, 0.3) and not threads_short(ctx, quiet, 1.0)
+    assert not threads_short({**ctx, "torch_num_threads": 1}, clock, 1.0)
+    assert not threads_short({**ctx, "cpu_count": 8}, clock, 1.0)
+    assert "threads" in unneeded(ctx, clock, 0.3) and "threads" in unneeded(ctx, clock)
+    assert cpu_wait_share(None) is None and cpu_wait_share({"phase": [], "ms": []}) is None
 
 
 def test_the_share_and_the_threshold_sit_under_the_least_input_rule() -> None:
