@@ -134,7 +134,7 @@ class InPlaceStep:
             return
         res = t.result()
         res.step = {"amp_dtype": t.amp_dtype, "set_to_none": _set_to_none(res),
-                    "micro_batches": _micro_batches(res)}
+                    "micro_batches": _micro_batches(res, t.param_grads_at)}
         t.release()
         self.result, self.state = res, "done"
 
@@ -173,16 +173,25 @@ class InPlaceStep:
         return sec
 
 
-def _micro_batches(res: Any) -> int:
-    """The backward passes before the optimizer's first operator (a model called twice
-    for one loss, two views of a batch, is one)."""
-    runs, last = 0, -1
-    for p in res.points:
+def _micro_batches(res: Any, grads_at: Sequence[int] = ()) -> int:
+    """The backward passes before the optimizer's first operator that computed a
+    parameter's gradient (``grads_at``: the timeline's length at each; a pass from its
+    first point to the point after its last): ``autograd.grad`` on an input (a gradient
+    penalty, a PINN's derivatives, an adversarial example) is no micro-batch, and a model
+    called twice for one loss is one. No parameter's gradient seen: every pass counts."""
+    spans: list[tuple[int, int]] = []
+    last = -1
+    for i, p in enumerate(res.points):
         if p.phase == 2:
             break
-        runs += p.phase == 1 and last != 1
+        if p.phase == 1 and last != 1:
+            spans.append((i, i + 1))
+        elif p.phase == 1:
+            spans[-1] = (spans[-1][0], i + 1)
         last = p.phase
-    return max(1, runs)
+    if grads_at:
+        spans = [(a, b) for a, b in spans if any(a <= g <= b for g in grads_at)]
+    return max(1, len(spans))
 
 
 def _set_to_none(res: Any) -> bool:

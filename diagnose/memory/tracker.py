@@ -107,6 +107,11 @@ class StepTracker(MemTracker):
         self.optimizers = [o for o in (optimizer, *optimizers) if o is not None]
         self.paused = False  # operators run untracked (the loader making the batch)
         self.failed: str | None = None  # why the count was given up (a hook of it raised)
+        # the timeline's length each time a parameter's gradient was computed: the backward
+        # passes that make one are the step's micro-batches (not autograd.grad on inputs)
+        self.param_grads_at: list[int] = []
+        self._grad_marks: list[Any] = []
+        self._marked = WeakIdKeyDictionary()
         self.amp_dtype: str | None = None  # autocast at the model's outermost call
         self._before: set[int] = set()  # the current operator's inputs the tracker never saw
         self.limit_bytes, self.catch_oom = limit_bytes, catch_oom
@@ -175,6 +180,9 @@ class StepTracker(MemTracker):
         self.step_s = time.perf_counter() - self._t0
         if self._hooks is not None:
             self._hooks.close()
+        for h in self._grad_marks:
+            h.remove()
+        self._grad_marks = []
         super().__exit__(*exc)
         if self.dev.type == "cuda" and not is_fake(self.model):
             torch.cuda.synchronize(self.dev)
@@ -196,7 +204,13 @@ class StepTracker(MemTracker):
         for p in module.parameters():
             if not p.requires_grad and self._param_to_grad_hook_handles.get(p) is None:
                 self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
+            elif p.requires_grad and p not in self._marked:
+                self._marked[p] = True
+                self._grad_marks.append(p.register_hook(self._param_grad))
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+    def _param_grad(self, grad: Any) -> None:
+        self.param_grads_at.append(len(self.points))
 
     @_guarded
     def _track(self, reftype: Any, t: torch.Tensor) -> None:

@@ -357,7 +357,8 @@ def test_autograd_grad_on_a_leaf_input_runs_and_is_counted(step):
     """torch's ModTracker raises inside the user's ``autograd.grad`` where a module's input
     is a leaf (pytorch/pytorch#131753: "A leaf node was passed to
     _will_engine_execute_node"): the tracked step must run as it would untracked, and be
-    counted, the model's outermost call giving the batch size."""
+    counted, the model's outermost call giving the batch size. The input's gradient is no
+    micro-batch: one backward made the parameters' gradients."""
     model, b = M.mlp(), M.batch()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mem = InPlaceStep()
@@ -373,6 +374,7 @@ def test_autograd_grad_on_a_leaf_input_runs_and_is_counted(step):
     assert kinds["parameters"] == M.PARAM_BYTES
     assert kinds["activations"] > 0
     assert mem.result.batch_size == M.BATCH
+    assert mem.result.step["micro_batches"] == 1
 
 
 def test_a_leaf_input_is_left_out_of_the_backward_hook_not_of_the_call():
@@ -387,3 +389,29 @@ def test_a_leaf_input_is_left_out_of_the_backward_hook_not_of_the_call():
     with LeafSafeModTracker():
         g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)
     assert seen[0] is x and g.shape == x.shape
+
+
+def _accumulated_step(model, opt, b, k: int = 3, penalty: bool = False) -> None:
+    """``k`` micro-batches each with its own backward, the first with an input gradient
+    first (``penalty``), then one optimizer step."""
+    x, y = b
+    opt.zero_grad()
+    for i, (xs, ys) in enumerate(zip(x.chunk(k), y.chunk(k), strict=True)):
+        if penalty and i == 0:
+            xi = xs.detach().clone().requires_grad_(True)
+            torch.autograd.grad(model(xi).sum(), xi)
+        (M.loss(model, (xs, ys)) / k).backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("penalty", [False, True])
+def test_micro_batches_are_the_backward_passes_that_make_parameter_gradients(penalty):
+    model, b = M.mlp(), M.batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mem = InPlaceStep()
+    mem.safe = True
+    mem.boundary(True, model, [opt])
+    _accumulated_step(model, opt, b, penalty=penalty)
+    mem.boundary(True, model, [opt])
+    assert mem.state == "done", mem.why
+    assert mem.result.step["micro_batches"] == 3
