@@ -249,12 +249,26 @@ def compare_step(a: Analysis, b: Analysis, *,
     if said and measured == "as profiled":
         note = "; ".join([*([note] if note else []), *said]) + (
             ": the profiled steps are the host's, not the job's pace")
+    models = _other_model(a.metrics, b.metrics)
+    if models:
+        note = "; ".join([*([note] if note else []), models])
     caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics)) if c]
     if caveats:
         note = "; ".join([*([note] if note else []), *caveats]) + (
             ": compare again on a quieter host")
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
     return StepComparison(measured, ma, mb, diff, note)
+
+
+def _other_model(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Where the two runs' models differ in their parameter count: the step times then
+    compare two models (another job, or a model changed on purpose), not a change of
+    settings. None where they match or either is not known."""
+    pa, pb = a.get("model_param_count"), b.get("model_param_count")
+    if not (isinstance(pa, int | float) and isinstance(pb, int | float)) or pa == pb:
+        return None
+    return (f"the runs' models differ (A {int(pa):,} parameters, B {int(pb):,}): the step "
+            "times compare two models, not a change of settings")
 
 
 def _caveat(which: str, m: dict[str, Any]) -> str | None:

@@ -312,3 +312,18 @@ def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,
     assert "too few steps to tell a regression" in err and "cannot tell" in err
     assert main(["compare", str(fast), str(slow)]) == 0
     assert "cannot tell" in capsys.readouterr().out
+
+
+def test_two_models_are_said_to_be_two_models(tmp_path: Path) -> None:
+    """A new user compared a CNN job with an MLP job and read "better -71%" with nothing
+    said: runs whose models differ in their parameter count say that the step times
+    compare two models. Same model, or a count not known: nothing said."""
+    path = tb.healthy().write(tmp_path / "run.pt.trace.json.gz")
+    cnn = analyze(path, context={"model": {"param_count": 1_200_000}})
+    mlp = analyze(path, context={"model": {"param_count": 30_000}})
+    note = compare_reports(cnn, mlp).step.note
+    assert note is not None and "models differ (A 1,200,000 parameters, B 30,000)" in note
+    same = compare_reports(cnn, analyze(path, context={"model": {"param_count": 1_200_000}}))
+    assert same.step.note is None or "models differ" not in same.step.note
+    unknown = compare_reports(cnn, analyze(path))
+    assert unknown.step.note is None or "models differ" not in unknown.step.note
