@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 
 def as_real(x: object) -> int | float | None:
@@ -41,3 +43,55 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup", cgroup: str = "/proc/self/cgroup") -> float | None:
+    """CPUs' worth of time this process's cgroup may use: its CFS quota over its period
+    (cgroup v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), the
+    least along its path up to the mount's root (a container's ``--cpus``, a Kubernetes
+    CPU limit). None where none is set or it cannot be read (not Linux)."""
+    try:
+        lines = Path(cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    quotas: list[float] = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if hid == "0" and not ctrls:  # v2: one hierarchy
+            quotas += _walk(Path(root), path, _v2_quota)
+        elif "cpu" in ctrls.split(","):  # v1: the cpu controller's own mount
+            for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                if (Path(root) / mount).is_dir():
+                    quotas += _walk(Path(root) / mount, path, _v1_quota)
+                    break
+    return min(quotas) if quotas else None
+
+
+def _walk(mount: Path, path: str, read: Callable[[Path], float | None]) -> list[float]:
+    """``read`` of the cgroup folder at ``path`` under ``mount`` and of each above it."""
+    out, at = [], mount / path.strip("/")
+    while True:
+        q = read(at)
+        if q is not None:
+            out.append(q)
+        if at == mount or mount not in at.parents:
+            return out
+        at = at.parent
+
+
+def _v2_quota(folder: Path) -> float | None:
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(folder: Path) -> float | None:
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None

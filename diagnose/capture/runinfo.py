@@ -18,6 +18,7 @@ context.json (version 1)::
                        read again as the with block ends),
       "cpu_count": int,                # CPUs this process may use (sched_getaffinity)
       "cpu_count_logical": int|None,   # all CPUs of the machine
+      "cpu_quota": float|None,         # CPUs' worth of time the cgroup may use (None: no quota)
       "cpu_capacity_on_enter": [capacity, q1, q3] | None,  # the CPUs' capacity timed
                                        # before the loop (a DataLoader's run; one process)
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
@@ -76,7 +77,7 @@ from typing import Any
 from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.fixes.code import loader_arguments, optimizer_arguments
 
-from ..values import usable_cpus
+from ..values import cpu_quota, usable_cpus
 from .loader_shim import unwrap
 from .probes import common
 from .probes.capacity import time_cpu_capacity_span
@@ -408,6 +409,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
         "thread_pools": thread_pools(),
         "cpu_count": cpu_count(),
         "cpu_count_logical": os.cpu_count(),
+        "cpu_quota": cpu_quota(),
         "cpu_capacity_on_enter": list(on_enter) if on_enter else None,
         "dataloader": loader_info,
         "model": minfo,

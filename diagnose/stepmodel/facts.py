@@ -35,6 +35,7 @@ class Facts:
     host_cpu_mean_pct: float | None = None  # mean busy % over the usable CPUs
     proc_cpu_mean_pct: float | None = None  # the training process, % of one core
     step_others_cpus_unprofiled: float | None = None  # CPUs other processes held (clock)
+    cpu_quota_cpus: float | None = None  # CPUs' worth the cgroup's quota allows (else cpu_count)
     bf16_supported: bool | None = None  # the device computes in bfloat16 (live)
     allow_compile: bool | None = None  # autofix may try torch.compile (live: opt-in)
     # ---------------------------------------------------------------- torch's threads

@@ -196,6 +196,16 @@ def _shared_cpus(others: float = 1.0, wait_ms: float = 8.0, one_ms: float = 4.0,
                          "after_others_cpus": others})
 
 
+def _quota(quota: float | None = 1.0, one_ms: float = 4.0, threads: int = 2) -> dict:
+    """A 2-CPU run without a DataLoader, torch on ``threads`` threads, its cgroup's CPU
+    quota ``quota`` CPUs (None: no quota); after the loop the model's forward and backward
+    took 10 ms on torch's threads and ``one_ms`` on one."""
+    return _ctx(dataloader={"num_workers": 0, "persistent_workers": False},
+                cpu_count=2, torch_num_threads=threads, cpu_quota=quota, thread_pools=None,
+                threads={"forward_ms": 3.0, "work_ms": 10.0, "work_1thread_ms": one_ms,
+                         "noise": 0.05})
+
+
 def _worker_pools(cpus: float = 1.9, workers: int = 3, cpu_count: int = 2, **loader) -> dict:
     """A run with ``workers`` DataLoader workers on ``cpu_count`` CPUs whose batch, timed in
     a forked worker after the loop, kept ``cpus`` CPUs busy (a pool beside its thread)."""
@@ -260,6 +270,7 @@ POSITIVE = {
     "CF005": (lambda: tb.comm_not_overlapped(world_size=2, backend="gloo"), None, "warning"),
     "CF007": (_cpu_steps, _pools(), "warning"),
     "CF008": (_cpu_steps, _shared_cpus(), "warning"),
+    "CF009": (_cpu_steps, _quota(), "warning"),
     "IN006": (lambda: tb.dataloader_bound(workers=3), _worker_pools(), "warning"),
     # run-scope: the factory is a whole run, written as one folder with a trace per rank
     "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
@@ -400,6 +411,57 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
         assert not [f for f in quiet.findings if f.rule == "CF008"], ctx
 
 
+def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
+    """CF009: a 1-CPU quota on a 2-CPU machine, torch on 2 threads, one thread timed faster
+    after the loop: hold torch to the quota's one CPU. No quota (or one at the CPUs), a
+    quota under a CPU short of torch's threads, one thread no faster, or a saved trace
+    with no context: no CF009."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    report = analyze(path, context=_quota())
+    (f,) = [f for f in report.findings if f.rule == "CF009"]
+    assert f.severity == "warning" and f.fixes == ["torch_threads"]
+    assert "may use 1.00 CPUs' worth of time of the 2 it sees" in f.message
+    assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
+    assert report.metrics["cpu_quota_cpus"] == 1.0
+    for ctx in (_quota(None), _quota(2.0), _quota(1.5), _quota(one_ms=9.8)):
+        quiet = analyze(path, context=ctx)
+        assert not [f for f in quiet.findings if f.rule == "CF009"], ctx
+    assert analyze(path, context=_quota(None)).metrics["cpu_quota_cpus"] == 2.0
+    assert analyze(path).metrics["cpu_quota_cpus"] is None
+
+
+def test_the_cgroups_cpu_quota_is_read_along_its_path(tmp_path):
+    """cgroup v2's cpu.max and v1's cfs quota over its period, the least along the
+    process's path to the mount's root; "max", -1, a missing file or no cpu controller:
+    no quota."""
+    from diagnose.values import cpu_quota
+
+    v2 = tmp_path / "v2"
+    (v2 / "kube" / "pod").mkdir(parents=True)
+    (v2 / "kube" / "cpu.max").write_text("150000 100000\n")
+    (v2 / "kube" / "pod" / "cpu.max").write_text("max 100000\n")
+    own = tmp_path / "cgroup2"
+    own.write_text("0::/kube/pod\n")
+    assert cpu_quota(str(v2), str(own)) == 1.5
+    (v2 / "kube" / "pod" / "cpu.max").write_text("50000 100000\n")
+    assert cpu_quota(str(v2), str(own)) == 0.5
+    (v2 / "kube" / "cpu.max").write_text("max 100000\n")
+    (v2 / "kube" / "pod" / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(str(v2), str(own)) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu,cpuacct" / "docker").mkdir(parents=True)
+    (v1 / "cpu,cpuacct" / "docker" / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu,cpuacct" / "docker" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    mine = tmp_path / "cgroup1"
+    mine.write_text("4:memory:/docker\n2:cpu,cpuacct:/docker\n0::/\n")
+    assert cpu_quota(str(v1), str(mine)) == 2.0
+    mine.write_text("4:memory:/docker\n")
+    assert cpu_quota(str(v1), str(mine)) is None
+    assert cpu_quota(str(v1), str(tmp_path / "absent")) is None
+
+
 def test_torch_threads_count_is_the_whole_cpus_left():
     """The fix's count: the whole CPUs other processes leave, at least one, fewer than
     torch's threads now; not offered where torch runs on one thread."""
@@ -413,6 +475,13 @@ def test_torch_threads_count_is_the_whole_cpus_left():
     assert count(2, 2, 1.0) == 1 and count(2, 2, 1.9) == 1
     assert count(8, 8, 2.5) == 5 and count(8, 4, 0.5) == 3
     assert count(2, 1, 1.0) is None and count(2, 2, None) is None
+    # a cgroup's quota: no more threads than its whole CPUs, with or without others known
+    quota = TORCH_THREADS.count(Facts(cpu_count=64, torch_num_threads=32, cpu_quota_cpus=4.0))
+    assert quota == 4
+    assert TORCH_THREADS.count(Facts(cpu_count=64, torch_num_threads=32, cpu_quota_cpus=4.0,
+                                     step_others_cpus_unprofiled=40.0)) == 4
+    assert TORCH_THREADS.count(Facts(cpu_count=2, torch_num_threads=2, cpu_quota_cpus=2.0)) \
+        is None
     cfgs = TORCH_THREADS.search(TrainConfig(), Facts(cpu_count=8, torch_num_threads=8,
                                                      step_others_cpus_unprofiled=5.2))
     assert [c.intra_op_threads for c in cfgs] == [2]

@@ -148,18 +148,22 @@ loader = DataLoader(dataset, ..., num_workers=workers)
                   needs="2 or more CPUs, torch's thread count and a map-style dataset")
 
 class TorchThreads(Fix):
-    """torch's intra-op threads held to the CPUs other processes leave (CF008): the count
-    the whole CPUs left give (at least one, fewer than now). Not predicted: the step model
-    does not replay a thread pool taking turns with other processes; the rule rests on the
-    thread timing after the loop, made beside the same load, and autofix measures it."""
+    """torch's intra-op threads held to the CPUs the process can get (CF008, CF009): the
+    whole CPUs other processes leave, and no more than its cgroup's CPU quota (at least
+    one, fewer than now). Not predicted: the step model does not replay a thread pool
+    taking turns with other processes or a quota's throttling; the rules rest on the thread
+    timing after the loop, made under the same limits, and autofix measures it."""
 
     def count(self, facts: Facts) -> int | None:
-        """The thread count it sets; None where the CPUs, torch's threads or the other
-        processes' CPUs are not known, or torch runs on one thread."""
+        """The thread count it sets; None where torch runs on one thread, or neither the
+        other processes' CPUs nor a quota under the CPUs is known."""
         n, t, others = facts.cpu_count, facts.torch_num_threads, facts.step_others_cpus_unprofiled
-        if n is None or t is None or others is None or t < 2:
+        quota = facts.cpu_quota_cpus
+        if n is None or t is None or t < 2:
             return None
-        return max(1, min(t - 1, int(n - others)))
+        limits = ([n - others] if others is not None else []) + (
+            [quota] if quota is not None and quota < n else [])
+        return max(1, min(t - 1, int(min(limits)))) if limits else None
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         return self.count(facts) is not None
@@ -179,20 +183,21 @@ class TorchThreads(Fix):
             "torch.set_num_threads(1)", f"torch.set_num_threads({k})")
 
 
-TORCH_THREADS = TorchThreads("torch_threads", "Hold torch's threads to the CPUs other processes "
-                             "leave (torch.set_num_threads)", """
-# before: torch starts a thread per CPU; other processes hold some of those CPUs, and every
-# parallel op waits until each of its threads has had a CPU
+TORCH_THREADS = TorchThreads("torch_threads", "Hold torch's threads to the CPUs the process can "
+                             "get (torch.set_num_threads)", """
+# before: torch starts a thread per CPU; other processes hold some of those CPUs (or the
+# container's CPU quota allows fewer), and every parallel op waits until each of its
+# threads has had a CPU
 for x, y in loader:
     ...
-# after: as many threads as the whole CPUs other processes leave (set it again where the
-# machine's load changes)
+# after: as many threads as the whole CPUs left to the process (set it again where the
+# machine's load or the quota changes)
 torch.set_num_threads(1)
 for x, y in loader:
     ...
 """, category="config", auto=True, fields=("intra_op_threads",),
                              needs="torch on 2 or more threads, and the CPUs other processes held "
-                                   "(a live capture's clock)")
+                                   "(a live capture's clock) or a CPU quota under the CPUs")
 
 #: The registered units of this module (a test checks that each one declared is here).
 FIXES = (THREADS, TORCH_THREADS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...values import as_int
+from ...values import as_int, as_number
 from .fields import as_bool, as_str, get
 
 CATALOG: dict[str, tuple[str, str]] = {
@@ -56,6 +56,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "thread_pool_beside_torch_prefix": (
         "name", "that pool's library prefix, as threadpoolctl's threadpool_limits takes it"),
     "cpu_count": ("count", "CPUs the training process may use (os.sched_getaffinity)"),
+    "cpu_quota_cpus": (
+        "CPUs", "CPUs' worth of time the training process may use at once: its cgroup's CPU "
+        "quota (a container's --cpus, a Kubernetes limit) where one is set under cpu_count, "
+        "else cpu_count (a live capture)"),
     "model_param_count": ("count", "number of parameters (elements) of the model"),
     "model_param_dtype": ("name", "dtype holding most of the model's parameters (e.g. 'float32')"),
     "model_device": (
@@ -102,6 +106,9 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["gc_frozen_objects"] = as_int(ctx.get("gc_frozen_objects"))
     out["run_trainer"] = as_str(ctx.get("trainer"))
     out["cpu_count"] = as_int(ctx.get("cpu_count"))
+    n, quota = out["cpu_count"], as_number(ctx.get("cpu_quota"))
+    out["cpu_quota_cpus"] = (None if "cpu_quota" not in ctx or not isinstance(n, int)
+                             else quota if quota is not None and quota < n else float(n))
     out["model_param_count"] = as_int(get(ctx, "model", "param_count"))
     out["model_param_dtype"] = as_str(get(ctx, "model", "param_dtype"))
     out["model_device"] = as_str(get(ctx, "model", "device"))
