@@ -38,6 +38,8 @@ class LeafSafeModTracker(ModTracker):
         self._untracked = untracked
 
     def _fw_pre_hook(self, mod: Any, input: Any) -> None:
+        if torch._dynamo.eval_frame._is_in_optimized_module():  # torch's own first return
+            return super()._fw_pre_hook(mod, input)
         args, spec = tree_flatten(input)
         if any(_leaf(a) for a in args):
             with self._untracked():

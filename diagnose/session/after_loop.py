@@ -50,9 +50,9 @@ from diagnose.values import as_number, usable_cpus
 OnError = Callable[[str, BaseException], None]
 #: why the thread timings are not made for a loop without a DataLoader (whose torch threads
 #: were not short of CPUs: :func:`~diagnose.capture.probes.budget.threads_short`)
-NO_LOADER = ("no DataLoader was seen, and torch's threads did not wait for CPUs other "
-             "processes held: the fixes the thread timings serve change a DataLoader's "
-             "workers or torch's thread count")
+NO_LOADER = ("no DataLoader was seen, and torch's threads were not seen short of CPUs: the "
+             "fixes the thread timings serve change a DataLoader's workers or torch's "
+             "thread count")
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
@@ -159,9 +159,9 @@ def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
     """The model's work on torch's threads and on one (``threads``), and beside busy
     processes in the same rounds (``threads_busy``: what busy workers cost torch's threads,
     for the workers' predictions)."""
+    cpus = None if "threads_busy" in budget.unneeded else usable_cpus()  # CF008's alone
     got = _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads_and_busy(model, forward.inputs, usable_cpus(),
-                                                 others)))
+        "threads", lambda: time_threads_and_busy(model, forward.inputs, cpus, others)))
     ctx["threads"], busy = got if got is not None else (None, None)
     if ctx["threads"]:
         ctx["threads_busy"] = busy

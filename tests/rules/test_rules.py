@@ -182,13 +182,13 @@ def _pools(blas_threads: int = 2, wait_ms: float = 8.0, others: float = 0.02) ->
 
 
 def _shared_cpus(others: float = 1.0, wait_ms: float = 8.0, one_ms: float = 4.0,
-                 threads: int = 2, workers: int = 0, noise: float = 0.05) -> dict:
-    """A 2-CPU run without a DataLoader (or with ``workers``), torch on ``threads``
+                 threads: int = 2, workers: int = 0, noise: float = 0.05, cpus: int = 2) -> dict:
+    """A ``cpus``-CPU run without a DataLoader (or with ``workers``), torch on ``threads``
     threads, whose clock timed 8 steps of 40 ms with the training thread ``wait_ms`` of
     each runnable but off a CPU while other processes held ``others`` CPUs; after the loop
     the model's forward and backward took 10 ms on torch's threads and ``one_ms`` on one."""
     return _ctx(dataloader={"num_workers": workers, "persistent_workers": False},
-                cpu_count=2, torch_num_threads=threads, thread_pools=None,
+                cpu_count=cpus, torch_num_threads=threads, thread_pools=None,
                 threads={"forward_ms": 3.0, "work_ms": 10.0, "work_1thread_ms": one_ms,
                          "noise": noise},
                 capture={"step_clock": {"phase": ["wait"] * 8, "ms": [40.0] * 8,
@@ -404,6 +404,10 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
     assert f.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)  # one thread's saving
     assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
     assert str(f.predictions["torch_threads"]).startswith("cannot tell")  # not predicted
+    # the run's own count in the code: 4 CPUs, others on 1.0, torch on 4 threads: 3
+    (f4,) = [f for f in analyze(path, context=_shared_cpus(cpus=4, threads=4)).findings
+             if f.rule == "CF008"]
+    assert "torch.set_num_threads(3)" in f4.fix_code["torch_threads"]
     for ctx in (_shared_cpus(others=0.2), _shared_cpus(wait_ms=1.0),
                 _shared_cpus(one_ms=9.8), _shared_cpus(one_ms=9.0, noise=0.2),
                 _shared_cpus(threads=1), _shared_cpus(workers=2)):
@@ -474,6 +478,9 @@ def test_torch_threads_count_is_the_whole_cpus_left():
                                          step_others_cpus_unprofiled=others))
     assert count(2, 2, 1.0) == 1 and count(2, 2, 1.9) == 1
     assert count(8, 8, 2.5) == 5 and count(8, 4, 0.5) == 3
+    # the job's own workers keep their CPUs
+    assert TORCH_THREADS.count(Facts(cpu_count=8, torch_num_threads=6, dataloader_num_workers=2,
+                                     step_others_cpus_unprofiled=2.5)) == 3
     assert count(2, 1, 1.0) is None and count(2, 2, None) is None
     # a cgroup's quota: no more threads than its whole CPUs, with or without others known
     quota = TORCH_THREADS.count(Facts(cpu_count=64, torch_num_threads=32, cpu_quota_cpus=4.0))
@@ -484,7 +491,7 @@ def test_torch_threads_count_is_the_whole_cpus_left():
         is None
     cfgs = TORCH_THREADS.search(TrainConfig(), Facts(cpu_count=8, torch_num_threads=8,
                                                      step_others_cpus_unprofiled=5.2))
-    assert [c.intra_op_threads for c in cfgs] == [2]
+    assert [c.intra_op_threads for c in cfgs] == [2, 1]  # then one thread, what was timed
     assert TORCH_THREADS.in_place({"torch_num_threads": 1}) is not None
     assert TORCH_THREADS.in_place({"torch_num_threads": 2}) is None
 

@@ -155,22 +155,25 @@ class TorchThreads(Fix):
     timing after the loop, made under the same limits, and autofix measures it."""
 
     def count(self, facts: Facts) -> int | None:
-        """The thread count it sets; None where torch runs on one thread, or neither the
-        other processes' CPUs nor a quota under the CPUs is known."""
+        """The thread count it sets: the whole CPUs left by the other processes and the
+        job's own DataLoader workers, within the quota; None where torch runs on one
+        thread, or neither the other processes' CPUs nor a quota under the CPUs is known."""
         n, t, others = facts.cpu_count, facts.torch_num_threads, facts.step_others_cpus_unprofiled
-        quota = facts.cpu_quota_cpus
+        quota, workers = facts.cpu_quota_cpus, facts.dataloader_num_workers or 0
         if n is None or t is None or t < 2:
             return None
-        limits = ([n - others] if others is not None else []) + (
-            [quota] if quota is not None and quota < n else [])
+        limits = ([n - others - workers] if others is not None else []) + (
+            [quota - workers] if quota is not None and quota < n else [])
         return max(1, min(t - 1, int(min(limits)))) if limits else None
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         return self.count(facts) is not None
 
     def search(self, config: TrainConfig, facts: Facts) -> list[TrainConfig]:
+        """The count the CPUs left give, then one thread (what the rules' timing compared
+        torch's threads with), where that is another."""
         k = self.count(facts)
-        return [] if k is None else [config.replace(intra_op_threads=k)]
+        return [] if k is None else [config.replace(intra_op_threads=x) for x in dict.fromkeys((k, 1))]
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         t = Facts.from_metrics(metrics).torch_num_threads
