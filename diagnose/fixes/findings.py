@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..metrics.context import cpu_wait_holders, pool_clash, worker_pool
-from ..stepmodel.calibration import BUSY, FIXES_TIE, HELPS, SLOWER, TIE
+from ..stepmodel.calibration import BUSY, FIXES_TIE, HELPS, SATURATED_PCT, SLOWER, TIE
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, Predictor
 from ..stepmodel.transforms import AT_MOST, as_transform
@@ -76,6 +76,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     off.append(x)
             preds[x] = p
         _order(f, preds, off, {x: u.title for x, u in fixes.items()})
+        _no_cpu_spare(f, preds, off, metrics)
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
             f.hints.append(f"{f.fixes[0]}: predicted on what this capture could not time, "
@@ -89,6 +90,26 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 f"predicted beside the run's own use of the CPUs: the training thread waited "
                 f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
                 f"threads changes that wait too ({_measure(metrics)})")
+
+
+def _no_cpu_spare(f: Any, preds: Mapping[str, Prediction | str], off: list[str],
+                  metrics: Mapping[str, Any]) -> None:
+    """Grade ``f`` by no time at stake where every fix of it that applies was withheld on
+    a busy machine (:func:`_withheld_why`: each moves CPU work) and the usable CPUs were
+    saturated (:data:`SATURATED_PCT`): with no CPU spare, moving work between the
+    training process and its workers cannot shorten the step as the machine is. A new
+    user's busy capture graded its loader's 12% wait a warning with every worker fix
+    withheld; on the quiet machine the same fix measured 0.54x."""
+    ours = [x for x in f.fixes if x not in off]
+    pct = metrics.get("host_cpu_mean_pct")
+    if f.category == "memory" or f.severity == "info" or not ours or not isinstance(
+            pct, int | float) or pct < SATURATED_PCT or not all(
+            isinstance(p := preds.get(x), str) and p.startswith(ON_A_BUSY_MACHINE)
+            for x in ours):
+        return
+    f.take_gain(0.0, by=f"the CPUs' load: {pct:.0f}% busy, with other processes holding "
+                        "them, leaves no CPU for the work its fixes move; capture again when "
+                        "the machine is quieter, or let autofix measure")
 
 
 def _cpu_work(fixes: Mapping[str, Fix]) -> frozenset[str]:

@@ -496,6 +496,24 @@ def test_torch_threads_count_is_the_whole_cpus_left():
     assert TORCH_THREADS.in_place({"torch_num_threads": 2}) is None
 
 
+def test_a_busy_saturated_machine_puts_no_time_behind_withheld_worker_fixes(tmp_path):
+    """IN001 on a loader-bound trace whose every applicable fix was withheld (other
+    processes held the CPU the training thread waited for): with the CPUs 97% busy no CPU
+    is spare for the work those fixes move, so no time is at stake and the finding is
+    info, saying why; with CPUs to spare (50% busy) the rule's own grade stands."""
+    from diagnose.fixes.findings import ON_A_BUSY_MACHINE
+
+    path = _write(tmp_path, "cpu", tb.dataloader_bound())
+    busy = analyze(path, context=_pools(others=1.5), samples=_samples(97.0))
+    (f,) = [f for f in busy.findings if f.rule == "IN001"]
+    assert str(f.predictions["num_workers"]).startswith(ON_A_BUSY_MACHINE)
+    assert f.severity == "info" and f.estimated_gain == 0.0
+    assert any("by the CPUs' load: 97% busy" in h for h in f.hints)
+    spare = analyze(path, context=_pools(others=1.5), samples=_samples(50.0))
+    (g,) = [f for f in spare.findings if f.rule == "IN001"]
+    assert g.severity != "info" and not any("CPUs' load" in h for h in g.hints)
+
+
 def test_pools_in_every_worker(tmp_path):
     """IN006: a worker's batch kept 1.9 CPUs busy, 3 workers on 2 CPUs, the loop waiting on
     the loader. Its fix holds each worker's pools to one thread in a worker_init_fn that
