@@ -23,13 +23,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import (
-    AbstractContextManager,
-    ExitStack,
-    contextmanager,
-    nullcontext,
-    suppress,
-)
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
 
