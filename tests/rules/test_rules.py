@@ -196,14 +196,15 @@ def _shared_cpus(others: float = 1.0, wait_ms: float = 8.0, one_ms: float = 4.0,
                          "after_others_cpus": others})
 
 
-def _quota(quota: float | None = 1.0, one_ms: float = 4.0, threads: int = 2) -> dict:
-    """A 2-CPU run without a DataLoader, torch on ``threads`` threads, its cgroup's CPU
-    quota ``quota`` CPUs (None: no quota); after the loop the model's forward and backward
-    took 10 ms on torch's threads and ``one_ms`` on one."""
-    return _ctx(dataloader={"num_workers": 0, "persistent_workers": False},
-                cpu_count=2, torch_num_threads=threads, cpu_quota=quota, thread_pools=None,
-                threads={"forward_ms": 3.0, "work_ms": 10.0, "work_1thread_ms": one_ms,
-                         "noise": 0.05})
+def _quota(quota: float | None = 1.0, wait_ms: float = 16.0, threads: int = 2,
+           others: float = 0.02) -> dict:
+    """A 2-CPU run without a DataLoader, torch on ``threads`` threads beside numpy's
+    OpenBLAS on 2, its cgroup's CPU quota ``quota`` CPUs (None: no quota), whose clock timed
+    8 steps of 40 ms with the training thread ``wait_ms`` of each runnable but off a CPU
+    (the quota's pauses), other processes at ``others`` CPUs."""
+    ctx = _pools(wait_ms=wait_ms, others=others)
+    ctx.update(cpu_quota=quota, torch_num_threads=threads)
+    return ctx
 
 
 def _worker_pools(cpus: float = 1.9, workers: int = 3, cpu_count: int = 2, **loader) -> dict:
@@ -416,20 +417,24 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
 
 
 def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
-    """CF009: a 1-CPU quota on a 2-CPU machine, torch on 2 threads, one thread timed faster
-    after the loop: hold torch to the quota's one CPU. No quota (or one at the CPUs), a
-    quota under a CPU short of torch's threads, one thread no faster, or a saved trace
-    with no context: no CF009."""
+    """CF009: a 1-CPU quota on a 2-CPU machine, torch on 2 threads, the training thread
+    waiting 40% of its steps: hold torch to the quota's one CPU, the wait at stake; CF007
+    (numpy's idle pool beside torch's, as a new user's quota runs fired it) leaves the
+    wait to it. No quota (CF007's then), one at the CPUs, a quota under a CPU short of
+    torch's threads, a wait under 5%, or a saved trace with no context: no CF009."""
     path = _write(tmp_path, "cpu", _cpu_steps())
     report = analyze(path, context=_quota())
     (f,) = [f for f in report.findings if f.rule == "CF009"]
     assert f.severity == "warning" and f.fixes == ["torch_threads"]
     assert "may use 1.00 CPUs' worth of time of the 2 it sees" in f.message
+    assert f.estimated_gain == pytest.approx(0.4)
     assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
     assert report.metrics["cpu_quota_cpus"] == 1.0
-    for ctx in (_quota(None), _quota(2.0), _quota(1.5), _quota(one_ms=9.8)):
+    assert not [f for f in report.findings if f.rule in ("CF007", "CF008")]
+    for ctx in (_quota(None), _quota(2.0), _quota(1.5), _quota(wait_ms=1.0)):
         quiet = analyze(path, context=ctx)
         assert not [f for f in quiet.findings if f.rule == "CF009"], ctx
+    assert [f.rule for f in analyze(path, context=_quota(None)).findings] == ["CF007"]
     assert analyze(path, context=_quota(None)).metrics["cpu_quota_cpus"] == 2.0
     assert analyze(path).metrics["cpu_quota_cpus"] is None
 

@@ -5,8 +5,8 @@ Every probe after the loop serves the fixes of the input rules (``rules/input.to
 IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's. A
 loop that waited on its DataLoader for under :data:`LOADER_WAITED` of its steps, with no
 more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`), but
-for the thread timing where torch's threads outnumbered the CPUs the process could get
-(:func:`threads_short`: CF008's and CF009's fix, torch's own thread count).
+for the thread timing where torch's threads outnumbered the CPUs other processes left
+(:func:`threads_short`: CF008's fix, torch's own thread count).
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
@@ -82,17 +82,15 @@ def cpu_wait_share(clock: Mapping[str, Any] | None) -> float | None:
 
 def threads_short(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
                   others_cpus: float | None) -> bool:
-    """torch's threads (2 or more) outnumbered the CPUs the process could get: its cgroup's
-    CPU quota by a CPU or more (CF009), or the CPUs other processes left (``others_cpus``,
-    at least :data:`OTHERS_CPUS`, over the steps after the window) while the training
-    thread waited for a CPU in :data:`CPU_WAITED` of its steps (CF008). The thread timing
-    then serves their fix (torch's own thread count), with or without a DataLoader."""
+    """torch's threads (2 or more) outnumbered the CPUs other processes left
+    (``others_cpus``, at least :data:`OTHERS_CPUS`, over the steps after the window) while
+    the training thread waited for a CPU in :data:`CPU_WAITED` of its steps, with no CPU
+    quota under the CPUs (CF009's, which needs no timing): the thread timing then serves
+    CF008's fix (torch's own thread count), with or without a DataLoader."""
     threads, cpus = _num(ctx.get("torch_num_threads")), _num(ctx.get("cpu_count"))
     quota = _num(ctx.get("cpu_quota"))
-    if threads is None or threads < 2 or cpus is None:
+    if threads is None or threads < 2 or cpus is None or (quota is not None and quota < cpus):
         return False
-    if quota is not None and quota < cpus and threads >= quota + 1:
-        return True
     share = cpu_wait_share(clock)
     return (others_cpus is not None and others_cpus >= OTHERS_CPUS
             and threads > cpus - others_cpus and share is not None and share >= CPU_WAITED)

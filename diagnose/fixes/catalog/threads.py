@@ -151,8 +151,9 @@ class TorchThreads(Fix):
     """torch's intra-op threads held to the CPUs the process can get (CF008, CF009): the
     whole CPUs other processes leave, and no more than its cgroup's CPU quota (at least
     one, fewer than now). Not predicted: the step model does not replay a thread pool
-    taking turns with other processes or a quota's throttling; the rules rest on the thread
-    timing after the loop, made under the same limits, and autofix measures it."""
+    taking turns with other processes or a quota's pauses; CF008 rests on the thread
+    timing after the loop beside the same load, CF009 on the quota and the loop's wait,
+    and autofix measures it."""
 
     def count(self, facts: Facts) -> int | None:
         """The thread count it sets: the whole CPUs left by the other processes and the
