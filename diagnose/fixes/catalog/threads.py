@@ -192,13 +192,9 @@ TORCH_THREADS = TorchThreads("torch_threads", "Hold torch's threads to the CPUs 
 # before: torch starts a thread per CPU; other processes hold some of those CPUs (or the
 # container's CPU quota allows fewer), and every parallel op waits until each of its
 # threads has had a CPU
-for x, y in loader:
-    ...
-# after: as many threads as the whole CPUs left to the process (set it again where the
-# machine's load or the quota changes)
+# after, once before the training loop: as many threads as the whole CPUs left to the
+# process (set it again where the machine's load or the quota changes)
 torch.set_num_threads(1)
-for x, y in loader:
-    ...
 """, category="config", auto=True, fields=("intra_op_threads",),
                              needs="torch on 2 or more threads, and the CPUs other processes held "
                                    "(a live capture's clock) or a CPU quota under the CPUs")
