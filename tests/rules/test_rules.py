@@ -399,7 +399,10 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
     path = _write(tmp_path, "cpu", _cpu_steps())
     report = analyze(path, context=_shared_cpus())
     (f,) = [f for f in report.findings if f.rule == "CF008"]
-    assert f.severity == "warning" and f.fixes == ["torch_threads"]
+    assert f.severity == "warning" and f.fixes == ["torch_threads"]  # a 20% wait
+    (big,) = [f for f in analyze(path, context=_shared_cpus(wait_ms=16.0)).findings
+              if f.rule == "CF008"]
+    assert big.severity == "critical"  # a 40% wait, 58% of the timing at stake
     assert "held 1.00 of them" in f.message and "10.0 ms on torch's threads against 4.0 ms" \
         in f.message
     assert f.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)  # one thread's saving
@@ -425,7 +428,7 @@ def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
     path = _write(tmp_path, "cpu", _cpu_steps())
     report = analyze(path, context=_quota())
     (f,) = [f for f in report.findings if f.rule == "CF009"]
-    assert f.severity == "warning" and f.fixes == ["torch_threads"]
+    assert f.severity == "critical" and f.fixes == ["torch_threads"]  # a 40% wait
     assert "may use 1.00 CPUs' worth of time of the 2 it sees" in f.message
     assert f.estimated_gain == pytest.approx(0.4)
     assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
