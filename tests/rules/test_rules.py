@@ -442,6 +442,20 @@ def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
     assert analyze(path).metrics["cpu_quota_cpus"] is None
 
 
+def test_the_loader_rules_say_when_a_quota_sizes_the_cpus(tmp_path):
+    """IN001 and IN004 size workers and threads by the CPUs the process sees; under a
+    cgroup quota below them a hint says so, with the quota; with none, no hint."""
+    path = _write(tmp_path, "loader", tb.dataloader_bound(workers=4, share=0.2))
+    quota = analyze(path, context=_ctx(dataloader={"num_workers": 16}, cpu_count=4,
+                                       cpu_quota=2.0))
+    said = [f.rule for f in quota.findings
+            if any("may use 2.00 CPUs' worth of time of the 4 it sees" in h for h in f.hints)]
+    assert set(said) == {"IN001", "IN004"}
+    none = analyze(path, context=_ctx(dataloader={"num_workers": 16}, cpu_count=4,
+                                      cpu_quota=None))
+    assert not any("CPUs' worth of time" in h for f in none.findings for h in f.hints)
+
+
 def test_the_cgroups_cpu_quota_is_read_along_its_path(tmp_path):
     """cgroup v2's cpu.max and v1's cfs quota over its period, the least along the
     process's path to the mount's root; "max", -1, a missing file or no cpu controller:
