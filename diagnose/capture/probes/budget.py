@@ -54,30 +54,34 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def loader_share(clock: Mapping[str, Any] | None) -> float | None:
-    """The share of the loop's timed steps spent waiting on the DataLoader (the step
-    clock's ``dataloader_ms`` over its ``ms``, every phase); None where it holds none."""
+def _share(clock: Mapping[str, Any] | None, column: str, unprofiled: bool) -> float | None:
+    """The clock's ``column`` (ms) over its ``ms`` summed over its steps (each capped at
+    its step), every phase or, ``unprofiled``, the ``wait`` and ``after`` steps with the
+    first left out; None where no such step has both."""
     if not isinstance(clock, Mapping):
         return None
-    pairs = [(w, s) for a, b in zip(clock.get("dataloader_ms") or [], clock.get("ms") or [],
-                                    strict=False)
+    ms = clock.get("ms") or []
+    phases = clock.get("phase") or [None] * len(ms)
+    rows = list(zip(phases, clock.get(column) or [], ms, strict=False))
+    if unprofiled:
+        rows = [r for r in rows[1:] if r[0] in ("wait", "after")]
+    pairs = [(w, s) for _, a, b in rows
              if (w := _num(a)) is not None and (s := _num(b)) is not None and s > 0]
     total = sum(s for _, s in pairs)
     return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
+
+
+def loader_share(clock: Mapping[str, Any] | None) -> float | None:
+    """The share of the loop's timed steps spent waiting on the DataLoader (the step
+    clock's ``dataloader_ms`` over its ``ms``, every phase); None where it holds none."""
+    return _share(clock, "dataloader_ms", unprofiled=False)
 
 
 def cpu_wait_share(clock: Mapping[str, Any] | None) -> float | None:
     """The share of the loop's unprofiled steps (``wait`` and ``after``, the first left
     out) the training thread spent runnable but off a CPU (the clock's ``cpu_wait_ms``
     over its ``ms``); None where the clock holds no such steps."""
-    if not isinstance(clock, Mapping):
-        return None
-    rows = list(zip(clock.get("phase") or [], clock.get("cpu_wait_ms") or [],
-                    clock.get("ms") or [], strict=False))[1:]
-    pairs = [(w, s) for phase, a, b in rows if phase in ("wait", "after")
-             and (w := _num(a)) is not None and (s := _num(b)) is not None and s > 0]
-    total = sum(s for _, s in pairs)
-    return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
+    return _share(clock, "cpu_wait_ms", unprofiled=True)
 
 
 def threads_short(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
