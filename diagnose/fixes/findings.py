@@ -97,9 +97,7 @@ def _no_cpu_spare(f: Any, preds: Mapping[str, Prediction | str], off: list[str],
     """Grade ``f`` by no time at stake where every fix of it that applies was withheld on
     a busy machine (:func:`_withheld_why`: each moves CPU work) and the usable CPUs were
     saturated (:data:`SATURATED_PCT`): with no CPU spare, moving work between the
-    training process and its workers cannot shorten the step as the machine is. A new
-    user's busy capture graded its loader's 12% wait a warning with every worker fix
-    withheld; on the quiet machine the same fix measured 0.54x."""
+    training process and its workers cannot shorten the step as the machine is."""
     ours = [x for x in f.fixes if x not in off]
     pct = metrics.get("host_cpu_mean_pct")
     if f.category == "memory" or f.severity == "info" or not ours or not isinstance(

@@ -365,7 +365,7 @@ def test_autograd_grad_on_a_leaf_input_runs_and_is_counted(step):
     mem.safe = True
     mem.boundary(True, model, [opt])
     before = model[2].weight.detach().clone()
-    step(model, opt, b)  # the tracked step: raised before the fix
+    step(model, opt, b)  # the tracked step
     mem.boundary(True, model, [opt])
     step(model, opt, b)  # untracked, after it
     assert mem.state == "done", mem.why

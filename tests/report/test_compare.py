@@ -315,9 +315,8 @@ def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,
 
 
 def test_two_models_are_said_to_be_two_models(tmp_path: Path) -> None:
-    """A new user compared a CNN job with an MLP job and read "better -71%" with nothing
-    said: runs whose models differ in their parameter count say that the step times
-    compare two models. Same model, or a count not known: nothing said."""
+    """Runs whose models differ in their parameter count say that the step times compare
+    two models. Same model, or a count not known: nothing said."""
     path = tb.healthy().write(tmp_path / "run.pt.trace.json.gz")
     cnn = analyze(path, context={"model": {"param_count": 1_200_000}})
     mlp = analyze(path, context={"model": {"param_count": 30_000}})

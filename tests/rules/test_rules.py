@@ -422,8 +422,7 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
 def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
     """CF009: a 1-CPU quota on a 2-CPU machine, torch on 2 threads, the training thread
     waiting 40% of its steps: hold torch to the quota's one CPU, the wait at stake; CF007
-    (numpy's idle pool beside torch's, as a new user's quota runs fired it) leaves the
-    wait to it. No quota (CF007's then), one at the CPUs, a quota under a CPU short of
+    (numpy's idle pool beside torch's) leaves the wait to it. No quota (CF007's then), one at the CPUs, a quota under a CPU short of
     torch's threads, a wait under 5%, or a saved trace with no context: no CF009."""
     path = _write(tmp_path, "cpu", _cpu_steps())
     report = analyze(path, context=_quota())
