@@ -85,8 +85,20 @@ def _run_folder_hint(args: argparse.Namespace) -> str:
     return ""
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; an option the command does not know is named with the command's
+    own help (``torch-diagnose analyze --help``)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        sub = subs[0].choices.get(args.cmd) if subs else None
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return int(args.func(args))
     except DiagnoseError as e:

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import math
+import re
 import sys
 import time
 import traceback
@@ -351,12 +352,57 @@ def _import_and_call(target: str, where: str, fn_name: str, path: Path, is_file:
 
 def _where_raised(e: BaseException, job: Path | None = None) -> str:
     """``ValueError: ... (job.py, line 12)``: the error and where it came from, one line:
-    the last place in the job's file ``job``, else the traceback's last."""
+    the last place in the job's file ``job``, else the traceback's last outside this
+    package (none: the call itself failed, e.g. a function that wants arguments)."""
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if job is not None and Path(f.filename) == job.resolve()]
-    last = (mine or list(frames))[-1:]
+    last = (mine or [f for f in frames if not _ours(f.filename)])[-1:]
     at = f" ({Path(last[0].filename).name}, line {last[0].lineno})" if last else ""
-    return f"{type(e).__name__}: {e}{at}"
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    if len(lines) > 1:  # a worker's error carries its traceback as text: its place, its end
+        inner = re.findall(r'File "([^"]+)", line (\d+)', str(e))
+        ours = [(f, n) for f, n in inner if job is not None and Path(f) == job.resolve()]
+        if ours:
+            at = f" ({Path(ours[-1][0]).name}, line {ours[-1][1]})"
+        return f"{type(e).__name__}: {lines[0]} {lines[-1]}{at}"
+    return f"{type(e).__name__}: {lines[0] if lines else ''}{at}"
+
+
+def _ours(filename: str) -> bool:
+    """Is ``filename`` this package's own source?"""
+    return Path(filename).resolve().is_relative_to(_PACKAGE)
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _check_fixes(fixes: list[str] | None) -> None:
+    """``--fixes``: every id a known fix, before any of the user's code runs."""
+    from ..fixes import FIXES
+
+    unknown = [f for f in fixes or [] if f not in FIXES]
+    if unknown:
+        raise DiagnoseError(f"--fixes: unknown fix {unknown[0]!r}; known fixes are "
+                            f"{', '.join(sorted(FIXES))}")
+
+
+@contextlib.contextmanager
+def _job_errors(target: str) -> Iterator[None]:
+    """The job's own error in a trial (its model, dataset or loss raised: the traceback's
+    deepest frame lies outside this package) as one line naming where; an error of this
+    package's own propagates with its traceback."""
+    try:
+        yield
+    except DiagnoseError:
+        raise
+    except Exception as e:
+        frames = traceback.extract_tb(e.__traceback__)
+        if not frames or _ours(frames[-1].filename):
+            raise
+        where = target.rsplit(":", 1)[0]
+        job = Path(where) if where.endswith(".py") else None
+        raise DiagnoseError(f"{target}: the job raised in a trial step: "
+                            f"{_where_raised(e, job)}") from None
 
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6,
@@ -399,11 +445,12 @@ def run_autofix(args: argparse.Namespace) -> int:
     _check_numbers(args)
     budget = memory_budget(args.memory_budget)
     outputs = _outputs(args)
-    objs = load_target(args.target)
     fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
+    _check_fixes(fixes)
+    objs = load_target(args.target)
     console = make_console()
     run_dir = _run_dir(args)
-    with progress("autofix") as status:
+    with progress("autofix") as status, _job_errors(args.target):
         tr = autofix(objs["model"], objs["loader"], objs["optimizer"],
                      loss_fn=objs.get("loss_fn"), step_fn=objs.get("step_fn"),
                      max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,

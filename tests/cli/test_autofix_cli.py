@@ -250,3 +250,69 @@ def test_the_diagnosis_autofix_made_is_named(tmp_path: Path) -> None:
     (run / "autofix.json").write_text("{}")
     assert _diagnoses(run) == [run / "20261130-222535-705"]
     assert _diagnoses(tmp_path / "gone") == []
+
+
+BAD_IN_A_TRIAL = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+class Rows(Dataset):
+    def __len__(self):
+        return 256
+    def __getitem__(self, i):
+        if i == 40:
+            raise ValueError("bad sample 40")
+        return torch.randn(8), 0
+
+def make_job(workers):
+    model = nn.Linear(8, 4)
+    return {"model": model, "loader": DataLoader(Rows(), batch_size=32, num_workers=workers),
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "loss_fn": nn.functional.cross_entropy}
+
+def shapes():
+    model = nn.Linear(4, 4)
+    ds = TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,)))
+    return {"model": model, "loader": DataLoader(ds, batch_size=32),
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "loss_fn": nn.functional.cross_entropy}
+
+def sample():
+    return make_job(0)
+
+def sample_in_a_worker():
+    return make_job(1)
+
+def wants_arguments(a, b):
+    return {}
+'''
+
+
+@pytest.mark.parametrize("fn,msg", [
+    ("shapes", "the job raised in a trial step: RuntimeError: mat1 and mat2 shapes"),
+    ("sample", "the job raised in a trial step: ValueError: bad sample 40 (trial_job.py, line 11)"),
+    ("sample_in_a_worker", "ValueError: bad sample 40 (trial_job.py, line 11)"),
+    ("wants_arguments", "raised TypeError: wants_arguments() missing 2 required positional"),
+])
+def test_the_jobs_own_error_in_a_trial_is_one_line(tmp_path: Path, capsys, fn: str,
+                                                   msg: str) -> None:
+    """A new user's model with the wrong input size, or a dataset with a bad sample, ended
+    autofix with 50 lines of traceback through torch-diagnose's files: the job's own error
+    is one line naming where in the job it came from, exit 2. A function that wants
+    arguments was blamed on autofix.py's line; it names no place now."""
+    src = tmp_path / "trial_job.py"
+    src.write_text(BAD_IN_A_TRIAL)
+    assert cli.main(["autofix", f"{src}:{fn}", "--budget", "20", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "autofix.py" not in err
+
+
+def test_an_unknown_fix_is_named_before_the_job_is_made(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "made.py"
+    src.write_text("def make_job():\n    raise SystemExit('make_job ran')\n")
+    assert cli.main(["autofix", f"{src}:make_job", "--fixes", "amp,XX"]) == 2
+    err = capsys.readouterr().err
+    assert "--fixes: unknown fix 'XX'" in err and "make_job ran" not in err

@@ -533,6 +533,8 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, argv, phrase):
     assert e.value.code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and phrase in lines[0] and "--help" in lines[0], err
+    if argv[0] in ("analyze", "compare"):  # the command's own help is named
+        assert f"torch-diagnose {argv[0]} --help" in lines[0], err
 
 
 @pytest.mark.parametrize("cmd", ["analyze", "metrics", "compare"])
