@@ -1,7 +1,8 @@
 """What other processes took of the usable CPUs between two moments: the CPUs' busy time
-(``/proc/stat``) less the run's own (this process, its descendants, its reaped workers).
-The step clock snapshots it as the steps after the window begin and end: the host samples
-cover the profiled window only, and the training thread's waits for a CPU are those steps'.
+(``/proc/stat``) less the run's own (this process, its descendants, its reaped workers;
+under torchrun, every rank on this host with theirs: :func:`local_ranks`). The step clock
+snapshots it as the steps after the window begin and end: the host samples cover the
+profiled window only, and the training thread's waits for a CPU are those steps'.
 """
 
 from __future__ import annotations
@@ -9,15 +10,40 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from typing import Any
 
 from .samplers import parse_proc_stat, usable_cpus
 
 
+def local_ranks() -> int:
+    """How many of the job's ranks run on this host as one process tree: torchrun's
+    (``TORCHELASTIC_RUN_ID`` set) ``LOCAL_WORLD_SIZE``, whose elastic agent, this process's
+    parent, started each of them; 1 otherwise (this process's own tree is the job's)."""
+    try:
+        n = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+    return n if n >= 2 and os.environ.get("TORCHELASTIC_RUN_ID") else 1
+
+
+def _job_root(psutil: Any) -> Any:
+    """The root of the job's own processes on this host: torchrun's agent where it
+    started :func:`local_ranks` ranks (the other ranks and their workers are the job's,
+    not other processes), else this process."""
+    me = psutil.Process()
+    if local_ranks() >= 2:
+        with contextlib.suppress(psutil.Error):
+            parent = me.parent()
+            if parent is not None:
+                return parent
+    return me
+
+
 def cpu_snapshot() -> tuple[float, float, float] | None:
-    """(wall s, the usable CPUs' busy s, this process's CPU s with its descendants') now:
-    busy is a CPU's time less idle, iowait and steal (/proc/stat); this process's own
-    counts its reaped children (DataLoader workers an epoch's end joined) and its live
-    descendants. Two snapshots give what other processes took in between
+    """(wall s, the usable CPUs' busy s, the job's own CPU s) now: busy is a CPU's time less
+    idle, iowait and steal (/proc/stat); the job's own is its root's (:func:`_job_root`)
+    and its live descendants', each with its reaped children (DataLoader workers an
+    epoch's end joined). Two snapshots give what other processes took in between
     (:func:`others_cpus`). None where /proc/stat or psutil cannot say."""
     try:
         import psutil
@@ -28,11 +54,11 @@ def cpu_snapshot() -> tuple[float, float, float] | None:
             per = parse_proc_stat(f.read())
         tick = os.sysconf("SC_CLK_TCK")
         busy = sum(per[c][0] - per[c][1] - per[c][3] for c in usable_cpus() if c in per)
-        me = psutil.Process()
-        own = sum(me.cpu_times()[:4])  # user, system, children_user, children_system
-        for child in me.children(recursive=True):
+        root = _job_root(psutil)
+        own = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
+        for child in root.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                own += sum(child.cpu_times()[:2])
+                own += sum(child.cpu_times()[:4])
         return time.time(), busy / tick, own
     except (OSError, ValueError, psutil.Error):
         return None

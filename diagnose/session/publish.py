@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.api import as_report
+from diagnose.capture.others import local_ranks
 from diagnose.capture.steps import Steps
 from diagnose.runfolder import trace_files, write_context
 
@@ -86,6 +87,8 @@ def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[i
         # other processes' mean CPUs over the steps timed after the window
         "after_others_cpus": (None if steps.after_others_cpus is None
                               else round(steps.after_others_cpus, 3)),
+        # the job's ranks on this host whose processes that leaves out (torchrun's)
+        "after_own_local_ranks": local_ranks(),
         "loader_starts": steps.loader_starts,
         "active_start": prof.active_start if prof is not None else None,
         "active_end": prof.active_end if prof is not None else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -667,6 +668,40 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
     assert cpu_wait_holders({"host_cpu_others_cpus": 1.4, "workers_count": 1,
                              "world_size": 2}) == (
         True, "other processes held (this job's other ranks on this host among them)")
+    # a clock that counted torchrun's ranks on this host as the job's own: under 0.5 CPUs
+    # of other work, the wait was the job's (a new user's 2 gloo ranks on 2 CPUs had
+    # their DataLoader fix withheld as if the machine were busy)
+    ranks = {"step_others_cpus_unprofiled": 0.1, "world_size": 2,
+             "step_others_leave_out_ranks": 2}
+    assert cpu_wait_holders(ranks) == (
+        False, "this job's own processes held (its 2 ranks on this host and their workers; "
+               "other processes took 0.10 CPUs)")
+    assert cpu_wait_holders({**ranks, "step_others_cpus_unprofiled": 1.2}) == (
+        True, "other processes held")
+
+
+def test_torchruns_ranks_on_this_host_are_the_jobs_own_processes(monkeypatch) -> None:
+    """Under torchrun (``TORCHELASTIC_RUN_ID``, ``LOCAL_WORLD_SIZE`` of 2 or more) the
+    elastic agent, this process's parent, roots the job's processes: the other ranks and
+    their workers are not "other processes". Elsewhere this process roots them."""
+    import psutil
+
+    from diagnose.capture import others
+
+    for env, want in (({}, 1), ({"LOCAL_WORLD_SIZE": "4"}, 1),
+                      ({"LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}, 4),
+                      ({"LOCAL_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"}, 1),
+                      ({"LOCAL_WORLD_SIZE": "two", "TORCHELASTIC_RUN_ID": "x"}, 1)):
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert others.local_ranks() == want, env
+        root = others._job_root(psutil)
+        assert root.pid == (os.getppid() if want > 1 else os.getpid())
+    # the snapshot's own CPU time is then the agent's tree's: at least this process's
+    mine = sum(psutil.Process().cpu_times()[:2])  # read first: the snapshot comes later
+    assert others.cpu_snapshot()[2] >= mine
 
 
 def test_a_ranks_clock_note_says_whose_steps_it_read(tmp_path: Path) -> None:

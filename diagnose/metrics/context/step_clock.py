@@ -122,6 +122,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "CPUs", "other processes' mean CPUs over the steps timed after the window (the usable "
         "CPUs' busy time less the run's own processes', /proc/stat): who held the CPUs the "
         "training thread waited for then; the host samples cover the window only"),
+    "step_others_leave_out_ranks": (
+        "count", "the job's ranks on this host whose processes step_others_cpus_unprofiled "
+        "counts as the job's own, not as other processes (torchrun's local ranks; 1: the "
+        "training process and its workers alone)"),
     "dataloader_wait_unprofiled_ms": (
         "ms", "time per unprofiled step the loop waited for its next batch (session's clock)"),
     "dataloader_wait_unprofiled_max_ms": (
@@ -354,6 +358,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
     drain = as_number(cap.get("step_clock_drain_ms"), finite=False)
     out["step_time_unprofiled_drain_ms"] = drain
     out["step_others_cpus_unprofiled"] = as_number(cap.get("after_others_cpus"))
+    out["step_others_leave_out_ranks"] = as_int(cap.get("after_own_local_ranks"))
     out["step_time_device_paced"] = None if drain is None else pace is not None
     prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
     times = [float(r["ms"]) for r in free]
@@ -490,8 +495,12 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     pool = pool_clash(m)
     if pool is not None:
         return False, f"this run's own threads held ({pool})"
-    ranks = m.get("world_size")
-    if isinstance(ranks, int) and ranks >= 2:  # the job's other ranks are not this process's
+    ranks, here = m.get("world_size"), m.get("step_others_leave_out_ranks")
+    if isinstance(here, int) and here >= 2:  # the other processes leave out the job's ranks
+        if isinstance(others, float) and others < OTHERS_BUSY_CPUS:
+            return False, (f"this job's own processes held (its {here} ranks on this host "
+                           f"and their workers; other processes took {others:.2f} CPUs)")
+    elif isinstance(ranks, int) and ranks >= 2:  # a capture that counted its rank alone
         return True, "other processes held (this job's other ranks on this host among them)"
     return True, "other processes held"
 
