@@ -402,6 +402,19 @@ def _guarded_gains(values: dict[str, Any], model: Any, context: dict | None,
         return {}
 
 
+def _comm_itself(f: Finding, run: dict[str, Any]) -> None:
+    """A communication finding of one of many ranks, graded by what communication itself
+    costs: the exposed share of the rank that waits least in its collectives (the others'
+    excess is waiting for a slower rank, which no overlap of communication removes: IM001's)."""
+    least = run.get("rank_comm_exposed_frac_min")
+    who = run.get("rank_comm_exposed_frac_min_rank")
+    if (f.category == "communication" and isinstance(least, float)
+            and f.estimated_gain is not None and least < f.estimated_gain):
+        f.take_gain(least, by=f"the communication itself: rank {who}, which waits least in "
+                              "its collectives, has that much of its step exposed (the rest "
+                              "is waiting for a slower rank)")
+
+
 def with_fix_code(a: Analysis, context: dict | None) -> Analysis:
     """Each finding's fixes as code for the run (:func:`diagnose.fixes.for_run.code_for_run`:
     its own DataLoader and optimizer, from context.json or what a saved trace shows)."""
@@ -435,6 +448,8 @@ def report_from_ranks(
         values = {**r.metrics, **run_only} if multi else r.metrics
         found, skipped_here = evaluate([x for x in rules if x.scope == "rank"], values)
         for f in found:
+            if multi:
+                _comm_itself(f, run_only)
             if multi and f.rule in r.gains:
                 by = f"rank {r.rank}'s own step model (fixes are not predicted across ranks)"
                 f.take_gain(r.gains[f.rule], by=by)

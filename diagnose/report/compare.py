@@ -401,6 +401,14 @@ def delta_text(m: MetricDelta) -> str:
     return head + unit + (f" ({pct:+.1f}%)" if pct is not None else "")
 
 
+def steps_label(run: Analysis, n: int) -> str:
+    """Whose ``n`` steps a run's spread is of: rank 0's where the run has many ranks (its
+    headline step is the mean over the ranks' medians)."""
+    if len(run.ranks) > 1:
+        return f"{n} steps of rank 0; the step above is the mean of the {len(run.ranks)} ranks'"
+    return f"{n} steps"
+
+
 def renderables(c: Comparison) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
@@ -416,8 +424,10 @@ def renderables(c: Comparison) -> list[Any]:
         style = {"better": "green", "worse": "red"}.get(c.step.verdict or "", "")
         head.add_row("step", Text(c.step.line(), style=style))
         for who, d in (("A", c.step.diff.a), ("B", c.step.diff.b)) if c.step.diff else ():
+            run = c.a if who == "A" else c.b
             head.add_row("", Text(f"{who}: median {d.median:,.1f} ms, middle half "
-                                  f"{d.p25:,.1f}-{d.p75:,.1f} ms ({d.n} steps)", style="dim"))
+                                  f"{d.p25:,.1f}-{d.p75:,.1f} ms ({steps_label(run, d.n)})",
+                                  style="dim"))
         if c.step.note:
             head.add_row("", Text(c.step.note, style="dim"))
     t = Table(title="Metrics", title_justify="left")

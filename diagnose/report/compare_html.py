@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .compare import Comparison, delta_text
+from .compare import Comparison, delta_text, steps_label
 from .html import kv, page
 from .markup import Child, Markup, el, fmt
 
@@ -28,7 +28,8 @@ def _summary(c: Comparison) -> Markup:
         rows.append(("step time", el("span", st.line(), class_=cls)))
         for who, d in (("A", st.diff.a), ("B", st.diff.b)) if st.diff else ():
             rows.append((f"{who} steps", f"median {d.median:,.1f} ms, middle half "
-                                         f"{d.p25:,.1f}-{d.p75:,.1f} ms ({d.n} steps)"))
+                                         f"{d.p25:,.1f}-{d.p75:,.1f} ms "
+                                         f"({steps_label(c.a if who == 'A' else c.b, d.n)})"))
         if st.note:
             rows.append(("note", st.note))
     counts = ", ".join(f"{len(c.by_status(s))} {s.replace('_', ' ')}" for s in _STATUS

@@ -202,14 +202,16 @@ def _ranks_table(report: Analysis) -> Table:
     for col in ("rank", "step ms", *(("GPU busy",) if gpu else ()), "DataLoader", "comm",
                 "overlap"):
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("straggler" if flagged else "", no_wrap=True)
+    if flagged:
+        t.add_column("straggler", no_wrap=True)
     for i, (r, row) in enumerate(zip(order, rows, strict=True)):
         label = r.rank if r.rank is not None else i
         step = row["step_ms"]
         mark = Text(f"yes ({cause})", style="bold yellow") if label in flagged else Text("")
         t.add_row(str(label), "n/a" if step is None else f"{step:.2f}",
                   *((_pct(row["gpu_busy"]),) if gpu else ()),
-                  _pct(row["dataloader"]), _pct(row["comm"]), _pct(row["overlap"]), mark)
+                  _pct(row["dataloader"]), _pct(row["comm"]), _pct(row["overlap"]),
+                  *((mark,) if flagged else ()))
     return t
 
 
@@ -426,6 +428,8 @@ def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         step = ["" if w.get("step_ms") is None else f"{w['step_ms']:.1f}"] if timed else []
         how = str(w.get("method") or "")
         got = w.get("peak_bytes")
+        if "could not run on fake tensors" in str(w.get("note") or ""):
+            how += " (its re-run on fake tensors failed: the JSON's note says why)"
         if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
             how += "; no lower than the peak now"
         rows.append([_change(w.get("change") or {}), _mib(got),

@@ -71,6 +71,27 @@ def test_slow_input_rank_is_the_straggler_with_cause_input(tmp_path):
     assert cm.evidence["rank_comm_frac_min"] < cm.evidence["rank_comm_frac_max"]
 
 
+def test_waiting_for_a_straggler_is_not_communication_at_stake(tmp_path):
+    """Rank 1 loads 20 ms a step in its own process; rank 0 waits for it inside the
+    all-reduce, so most of rank 0's step reads as exposed collectives. A new user's DDP job
+    was told CM001 was critical with 92% at stake, and offered DDP bucket tuning first.
+    Communication itself costs what the rank that waits least has exposed: CM001 is graded
+    by that (at most a warning here), and IM001 leads with the straggler."""
+    r = analyze(_write(tmp_path, rb.slow_input(2, rank=1, loader_us=20000.0)))
+    (cm,) = [x for x in r.findings if x.rule == "CM001"]
+    least = r.metrics["rank_comm_exposed_frac_min"]
+    assert least < 0.15 < r.metrics["rank_comm_exposed_frac_max"]
+    assert cm.estimated_gain == pytest.approx(least, abs=1e-3)
+    assert cm.severity == "warning" and cm.graded_down_from == "critical"
+    assert any("rank 1, which waits least" in h for h in cm.hints), cm.hints
+    assert r.findings[0].severity == "critical" and r.findings[0].rule != "CM001"
+    # the ranks table names the straggler; a run without one has no empty column
+    assert "straggler" in r.render_text(width=140)
+    quiet = analyze(_write(tmp_path, rb.balanced(2), name="quiet")).render_text(width=140)
+    header = quiet[quiet.index("Ranks"):quiet.index("Ranks") + 400].splitlines()[2]
+    assert header.rstrip().endswith("overlap ┃"), header
+
+
 def test_slow_compute_rank_is_the_straggler_with_cause_compute(tmp_path):
     r = analyze(_write(tmp_path, rb.slow_compute(4, rank=3, scale=1.5)))
     (f,) = _imbalance(r)

@@ -351,3 +351,33 @@ def test_a_fix_changes_only_the_fields_it_declares() -> None:
                     assert set(c.diff(cand)) <= set(fix.fields), fix.id
                     searched.add(fix.id)
     assert searched == {i for i, f in FIXES.items() if f.auto}
+
+
+def test_workers_whose_loading_waits_get_code_that_raises_their_count() -> None:
+    """7 workers on 8 CPUs, the template's count: where the worker's batch waits (0.5 ms
+    of 10 on a CPU) the fix stays on offer (above) and, with no prediction to set the
+    count (a saved trace, many ranks), its code must not read 7 -> min(8, CPUs - 1) = 7:
+    it names the count the search climbs to. Loading on the CPU keeps the template."""
+    from diagnose.fixes.for_run import code_for_run
+    from diagnose.rules.engine import Finding
+
+    ctx = {"dataloader": {"num_workers": 7, "batch_size": 32, "shuffle": True}}
+    metrics = {"dataloader_num_workers": 7, "cpu_count": 8, "input_worker_batch_ms": 10.0,
+               "input_worker_batch_cpu_ms": 0.5}
+
+    def code(m):
+        f = Finding(rule="IN001", title="t", category="input", severity="warning",
+                    message="m", evidence={}, estimated_gain=0.3, fixes=["num_workers"])
+        code_for_run([f], m, ctx)
+        return f.fix_code.get("num_workers", FIXES["num_workers"].code)
+
+    waits = code(metrics)
+    assert "num_workers=7)" in waits.split("# after")[0]
+    assert _after_workers(waits, 8) == most_workers_of(metrics) > 8
+    assert "min(8" in code({**metrics, "input_worker_batch_cpu_ms": 10.0})
+
+
+def most_workers_of(metrics) -> int:
+    from diagnose.fixes.catalog.workers import most_workers
+
+    return most_workers(Facts.from_metrics(metrics))
