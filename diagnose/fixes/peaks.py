@@ -9,6 +9,7 @@ from typing import Any
 from ..memory import FIT_MARGIN
 from . import FIXES
 from .catalog.memory import peak_prediction
+from .findings import DOES_NOT_APPLY
 
 
 def memory_budget(memory: dict[str, Any] | None, metrics: dict[str, Any]) -> int | None:
@@ -45,3 +46,8 @@ def predict_peaks(findings: Iterable[Any], memory: dict[str, Any] | None,
                               "budget_bytes": budget, "fits": None if budget is None else
                               (p["range"] or [0, p["peak_bytes"]])[1]
                               <= budget * (1 - FIT_MARGIN)}
+                why = (f.predictions or {}).get(x)
+                if isinstance(why, str) and why.startswith(DOES_NOT_APPLY):
+                    # the peak is predicted; what does not apply is autofix's trial of it
+                    f.predictions[x] = ("its step time is not predicted: autofix tries it "
+                                        "only on " + why.split(": needs ", 1)[-1])

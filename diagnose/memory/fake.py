@@ -12,9 +12,11 @@ job, without running it. A step whose code reads tensor values (``.item()`` on d
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +114,25 @@ def _fake_memo(model: Any, mode: Any) -> dict[int, Any]:
     return memo
 
 
+#: torch's logger for an operator that fails on fake tensors: it logs the traceback at
+#: ERROR before raising, which this module turns into one line (FakeRunError)
+FAKE_LOG = "torch._subclasses.fake_tensor"
+
+
+@contextlib.contextmanager
+def _quiet(name: str | None) -> Iterator[None]:
+    """Logger ``name`` silent within (none: nothing changes)."""
+    log = logging.getLogger(name) if name else None
+    old = log.disabled if log else False
+    if log:
+        log.disabled = True
+    try:
+        yield
+    finally:
+        if log:
+            log.disabled = old
+
+
 def fake_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
               change: Mapping[str, Any], base: Base = Base(), *, fake: bool = True
               ) -> StepMemory:
@@ -132,7 +153,7 @@ def fake_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     ctx: AbstractContextManager[Any] = mode if fake else nullcontext()
     try:
-        with ctx:
+        with ctx, _quiet(FAKE_LOG if fake else None):
             fmodel = copy.deepcopy(model, _fake_memo(model, mode) if fake else None)
             checkpointed(fmodel, list(change.get("checkpoint_modules", ())))
             fopt = rebuilt_optimizer(optimizer, model, fmodel, change) if optimizer else None

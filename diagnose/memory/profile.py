@@ -75,8 +75,8 @@ def _common(names: Iterable[str]) -> str:
 
 
 def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
-                      classes: Mapping[str, str], forward_s: Mapping[str, float]
-                      ) -> dict[str, Any] | None:
+                      classes: Mapping[str, str], forward_s: Mapping[str, float],
+                      models_at_root: bool = False) -> dict[str, Any] | None:
     """The blocks worth checkpointing: the children of the module whose children, each
     checkpointed, would lower the peak the most. A saved tensor is freed by checkpointing
     block B when B made it and only modules inside B saved it (a block's input and its
@@ -86,7 +86,9 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
     activations frees nothing at the peak). A child whose forward the step never called (a
     ModuleList, called through its items) is no block: wrapping its forward recomputes
     nothing. Nor is a single layer (a module with no children): checkpointed, it saves its
-    input in place of what it kept (a ReLU's output, a BatchNorm's statistics). None: no
+    input in place of what it kept (a ReLU's output, a BatchNorm's statistics), nor a whole
+    model of several (``models_at_root``: the root's children are the models, named by the
+    session, not modules a user's code can reach by name). None: no
     module has two such children, or they free under :data:`BLOCKS_WORTH` of the saved
     bytes."""
     freed: dict[str, int] = {}
@@ -104,6 +106,8 @@ def blocks_from_saved(records: Iterable[tuple[int, str, frozenset[str]]],
             children.setdefault(name.rpartition(".")[0], []).append(name)
     called = {k for k, s in forward_s.items() if s > 0}  # none timed: every one may be
     for parent, kids in children.items():
+        if models_at_root and not parent:
+            continue
         useful = [k for k in kids if freed.get(k, 0) > 0 and (not called or k in called)
                   and k in children]
         if len(useful) < 2:

@@ -506,7 +506,8 @@ class StepTracker(MemTracker):
             # saved for backward and still held by a graph as the step ends (a tensor the
             # loop's own variables keep, its graph freed by backward, is no such graph)
             saved_after={k: v for k, v in self._graph_held.items() if v > 0},
-            blocks=blocks_from_saved(saved, self.classes, self.forward_s),
+            blocks=blocks_from_saved(saved, self.classes, self.forward_s,
+                                     models_at_root=self._root == ""),
             classes=self.classes, step_s=self.step_s, oom=self.oom,
             untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak)
 

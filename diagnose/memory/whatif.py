@@ -5,7 +5,9 @@ timeline of stretches, each with its kinds. The model, point by point, then the 
 
 - the batch scales activations, the temporaries of forward and backward, and the batch
   itself; model states and the optimizer's temporaries do not. Weight-gradient temporaries
-  do not scale either, so the range runs from "temporaries scale" to "they do not";
+  do not scale either, nor, in a step under autocast, the half-size copies of the weights
+  it saves for backward (counted as activations), so the range runs from "they scale" to
+  "they do not";
 - accumulation over n micro-batches: the batch's part over n, and the gradients held whole
   from the second micro-batch on;
 - checkpointing blocks: a point keeps the share of its activations the blocks do not free,
@@ -130,21 +132,28 @@ def _done(change: dict[str, Any], lo: float, hi: float, point: float | None = No
     return WhatIf(change, int(point if point is not None else hi), (lo, hi), SCALED, note)
 
 
-def _scaled(p: _P, k: float, weight_tmp: int, fixed_share: float) -> float:
+def _scaled(p: _P, k: float, weight_tmp: int, fixed_share: float, casts: int = 0) -> float:
     """A point at ``k`` times the batch, ``fixed_share`` (0..1) of the weight-sized part of
-    its temporaries left unscaled."""
-    w = min(p.tmp, weight_tmp) * fixed_share
+    its temporaries, and of its activations (``casts``: autocast's weight copies), left
+    unscaled."""
+    w = (min(p.tmp, weight_tmp) + min(p.act, casts)) * fixed_share
     return p.fixed + k * (p.act + p.tmp - w) + w
+
+
+def _casts(pr: Profile) -> int:
+    """The half-size copies of the fp32 weights a step under autocast saves for backward
+    (0 without autocast): they do not scale with the batch."""
+    return pr.P // 2 if pr.step.get("amp_dtype") else 0
 
 
 def scale_batch(pr: Profile, k: float, change: dict[str, Any]) -> WhatIf:
     """The batch times ``k``: the range spans the weight-sized temporaries (the largest
     parameter's gradient, twice) scaling or not; the point is the range's high end."""
-    wt = WEIGHT_TEMPORARIES * pr.L
+    wt, casts = WEIGHT_TEMPORARIES * pr.L, _casts(pr)
 
     def at(share: float) -> int:  # what scales grows with its stretch's maxima
-        return pr.best(lambda p: _scaled(p, k, wt, share),
-                       lambda p: _scaled(p, k, wt, share) - p.total)
+        return pr.best(lambda p: _scaled(p, k, wt, share, casts),
+                       lambda p: _scaled(p, k, wt, share, casts) - p.total)
     a, b = at(0.0), at(1.0)
     return _done(change, min(a, b), max(a, b))
 
@@ -152,11 +161,11 @@ def scale_batch(pr: Profile, k: float, change: dict[str, Any]) -> WhatIf:
 def accumulate(pr: Profile, n: int, change: dict[str, Any]) -> WhatIf:
     """n micro-batches: each point at 1/n of the batch, with the gradients all held from the
     second micro-batch on (the optimizer's points as measured, activations scaled)."""
-    wt = WEIGHT_TEMPORARIES * pr.L
+    wt, casts = WEIGHT_TEMPORARIES * pr.L, _casts(pr)
 
     def held(p: _P, share: float) -> float:
         grads = 0 if p.phase == "optimizer" else pr.G - p.k["gradients"]
-        return _scaled(p, 1 / n, wt, share) + grads
+        return _scaled(p, 1 / n, wt, share, casts) + grads
 
     def up(p: _P) -> float:  # the batch's part only shrinks; gradients at most all held
         return 0 if p.phase == "optimizer" else pr.G

@@ -61,3 +61,22 @@ def test_an_out_of_memory_steps_fixes_each_carry_a_peak() -> None:
         assert p is not None, fid
         assert p["range"][0] <= p["peak_bytes"] <= p["range"][1]
         assert p["peak_bytes"] < full, fid
+
+
+def test_a_peak_predicted_for_a_fix_autofix_would_not_try_is_not_said_not_to_apply() -> None:
+    """A new user's JSON carried the checkpointing fix's predicted peak beside
+    ``predicted_why: "does not apply to this run: ..."``: what does not apply is autofix's
+    trial of it (the step fits its memory); its peak stands, and the reason says so."""
+    from diagnose.fixes.findings import DOES_NOT_APPLY
+    from diagnose.fixes.peaks import predict_peaks
+    from diagnose.rules.engine import Finding
+
+    f = Finding(rule="ME004", title="t", category="memory", severity="info", message="m",
+                evidence={}, estimated_gain=None, fixes=["activation_checkpointing"])
+    f.predictions = {"activation_checkpointing": f"{DOES_NOT_APPLY}: needs a step over its "
+                                                 "memory budget"}
+    predict_peaks([f], {**SECTION, "peak_bytes": 900}, {})
+    assert f.peaks["activation_checkpointing"]["peak_bytes"] == 650
+    why = f.predictions["activation_checkpointing"]
+    assert why == ("its step time is not predicted: autofix tries it only on a step over its "
+                   "memory budget")

@@ -212,6 +212,17 @@ def test_two_models_and_two_optimizers_count_both_states() -> None:
     assert res.param_bytes == both and res.param_tensors == 8
     peak = res.by_kind()
     assert peak["optimizer_state"] == state and peak["parameters"] == both
+    # the models themselves are no blocks to checkpoint: "0" and "1" name nothing in
+    # the user's code (a new user's GAN was offered checkpoint_modules ["0", "1"])
+    assert not any(w.get("change", {}).get("checkpoint_modules")
+                   for w in _what_ifs(res)), res.blocks
+    assert res.blocks is None or res.blocks["container"], res.blocks
+
+
+def _what_ifs(res):
+    from diagnose.memory.whatif import scaled_what_ifs
+
+    return [w.to_json() for w in scaled_what_ifs(res.to_json())]
 
 
 def test_a_frozen_layer_is_tracked_and_its_weight_has_no_gradient():
