@@ -36,8 +36,13 @@ class HostContext:
         self._last: tuple[int, float, int | None] | None = None
         self._held = False
 
-    def tick(self, step: int) -> None:
-        """On the training thread, about once a second."""
+    def tick(self, step: int, window: bool = False) -> None:
+        """On the training thread, about once a second; in a profiled ``window`` (its steps
+        are not the job's own pace, and its capture's work runs beside them) nothing is
+        kept, and the next interval starts at the window's end."""
+        if window:
+            self.reset()
+            return
         cpu, wait = time.thread_time(), cpu_wait_ns()
         last, held, self._held = self._last, self._held, False
         if last is not None and step > last[0] and not held:
@@ -58,8 +63,11 @@ class HostContext:
     def sample(self, step: int, row: dict[str, Any]) -> None:
         """A host sample (sampler thread): the CPUs other processes kept busy."""
         pct = row.get("cpu_pct")
-        if not isinstance(pct, list):
+        if not isinstance(pct, list) or row.get("proc_cpu_pct") is None:
             return
+        alive, read = row.get("workers_count") or 0, row.get("workers_cpu_n") or 0
+        if alive > read:  # a worker just started has no CPU reading yet: its share of the
+            return  # busy CPUs is not known, and would read as other processes'
         busy = sum(v for v in pct if isinstance(v, int | float)) / 100.0
         own = sum((row.get(k) or 0.0) for k in ("proc_cpu_pct", "workers_cpu_pct")) / 100.0
         self.others.append((step, max(busy - own, 0.0)))

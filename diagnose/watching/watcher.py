@@ -1,6 +1,5 @@
-"""``with watch(model, loader, out_dir=...) as w:`` around a whole, unchanged training loop.
-
-Every step is timed (wall time, loader wait: :mod:`.clock`) into bounded memory
+"""``with watch(model, loader, out_dir=...) as w:`` around a whole, unchanged training loop:
+every step is timed (wall time, loader wait: :mod:`.clock`) into bounded memory
 (:mod:`.store`) and the run folder (:mod:`.timeline`, flushed every ``flush_s``); a sampler
 thread reads the host and the GPU at ``sample_hz`` (:mod:`.sampling`). Detectors
 (:mod:`.detector`, :mod:`.signals`) test step time and loader wait every ``TEST_S``
@@ -304,7 +303,7 @@ class Watch:
     def _tick(self, now: float) -> None:
         """About once a second on the training thread: spikes, settling, flushing, progress."""
         self._next_tick = now + 1.0
-        self._host.tick(self.steps)
+        self._host.tick(self.steps, window=self._caps is not None and self._caps.window is not None)
         if self._unexplained:
             self._explain()
         self._drain_spikes()

@@ -3,6 +3,8 @@ the change began, the other processes' CPUs, and the line that says who moved.""
 
 from __future__ import annotations
 
+import pytest
+
 from diagnose.watching.host import HostContext, explain
 
 
@@ -75,6 +77,23 @@ def test_host_samples_give_the_others_cpus() -> None:
     assert h.others[0] == (5, 0.7)
 
 
+def test_a_sample_before_new_workers_are_read_says_nothing_of_the_others() -> None:
+    """Workers started again at an epoch's start have no CPU reading in their first
+    sample (the sampler's first reading is a baseline): a new user's slower
+    ``__getitem__`` from epoch 2 was told "other processes kept 0.84 -> 1.29 CPUs busy
+    ... the machine's neighbours, not the job", its workers' CPU read as theirs. Such a
+    sample is left out, as is one without the process's own reading."""
+    h = HostContext()
+    row = {"cpu_pct": [100.0, 100.0], "proc_cpu_pct": 60.0, "workers_count": 2}
+    h.sample(1, {**row, "workers_cpu_pct": None, "workers_cpu_n": 0})
+    h.sample(2, {**row, "workers_cpu_pct": 70.0, "workers_cpu_n": 1})
+    h.sample(3, {**row, "proc_cpu_pct": None, "workers_cpu_pct": 140.0, "workers_cpu_n": 2})
+    assert not h.others
+    h.sample(4, {**row, "workers_cpu_pct": 130.0, "workers_cpu_n": 2})
+    assert len(h.others) == 1 and h.others[0][0] == 4
+    assert h.others[0][1] == pytest.approx(0.1)
+
+
 
 def test_the_steps_beside_a_captures_analysis_are_left_out() -> None:
     """A new user's alarm read 'the loop waited for a CPU 22 -> 9.26 ms a step, its
@@ -98,3 +117,20 @@ def test_the_steps_beside_a_captures_analysis_are_left_out() -> None:
         if tick:
             w._host.tick(steps)
     assert [t[:2] for t in w._host.ticks] == [(300, 400)]  # the analysis ran in the others
+
+
+def test_a_profiled_windows_seconds_are_not_the_jobs_pace() -> None:
+    """A tick inside a profiled window keeps nothing, and the next interval begins at the
+    window's end: a new user's alarm after a capture read "the loop waited for a CPU 1.15
+    -> 62.9 ms a step" beside 27-30 ms steps, the window's seconds counted as its steps'."""
+    h = HostContext()
+    h.tick(0)
+    h.tick(100)
+    assert len(h.ticks) == 1
+    h.tick(150, window=True)
+    h.tick(180, window=True)
+    assert len(h.ticks) == 1
+    h.tick(200)  # the window's end: the next interval starts here
+    assert len(h.ticks) == 1
+    h.tick(300)
+    assert len(h.ticks) == 2 and h.ticks[-1][:2] == (200, 300)
