@@ -163,12 +163,12 @@ def shifts_line(recent: list[dict[str, Any]], count: int) -> str:
     """The summary's line of shifts: ``count`` in all, and the largest of the ``recent``
     records kept (:func:`largest_shifts`), said to be so where there are more."""
     big = largest_shifts(recent)
-    which = "" if count <= len(big) else f"; the largest {len(big)}" + (
+    which = "" if count <= len(big) else f"; the {len(big)} largest" + (
         "" if len(recent) >= count else f" of the latest {len(recent)}")
+    parts = [f"step {a.get('step') or 0:,} {a.get('signal')} {a.get('before') or 0:.4g} "
+             f"-> {a.get('after') or 0:.4g} {a.get('unit') or ''}" for a in big]
     return ("  shifts (changes for the better or back to the reference, not alarms): "
-            f"{count:,}{which}" + "".join(
-                f"; step {a.get('step') or 0:,} {a.get('signal')} {a.get('before') or 0:.4g} "
-                f"-> {a.get('after') or 0:.4g} {a.get('unit') or ''}" for a in big))
+            f"{count:,}{which}" + (": " + "; ".join(parts) if parts else ""))
 
 
 def _buckets(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -162,4 +162,10 @@ def progress_line(w: Any) -> str:
     if st["median"] is None:
         return head
     return (f"{head} · {st['median']:.3g} ms/step (p90 {st['p90']:.3g}) · loader wait "
-            f"{lw['median']:.3g} ms · {len(w.alarms)} alarms, {w.spike_count} spikes")
+            f"{lw['median']:.3g} ms · {_n(len(w.alarms), 'alarm')}, "
+            f"{_n(w.spike_count, 'spike')}")
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 alarm``, ``2 alarms``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
