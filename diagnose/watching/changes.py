@@ -83,6 +83,10 @@ def what_changed(baseline: Any, report: Any) -> tuple[list[str], dict[str, Any] 
             still.append(f"still {ch.severity_b} {ch.rule} ({ch.category}): {ch.message_b}")
     if c.step is not None and c.step.change_pct is not None:
         lines.append(c.step.line())
+        if c.step.verdict in ("within noise", "better"):
+            lines.insert(0, "passed: the step time was back to the baseline's in the "
+                            "profiled window, so the change did not last until it was "
+                            "profiled (the findings below are the window's)")
     moved = []
     for m in c.metrics:
         if m.headline or m.verdict != "worse":

@@ -36,3 +36,23 @@ def test_the_fix_line_is_the_reports_first_fix() -> None:
     slower = _finding(["num_workers"], {"num_workers": _p(0.7, 0.6, 0.8)})
     lines, _ = what_changed(None, types.SimpleNamespace(findings=[slower]))
     assert not any(line.startswith("fix ") for line in lines)  # a slower fix is not offered
+
+
+def test_an_alarm_whose_window_found_the_pace_back_says_it_passed(monkeypatch) -> None:
+    """A new user's alarm at x1.66 read, two lines on, 'step time without the profiler:
+    0.5 ms -> 0.5 ms (+0.0% ...): within noise' and nothing else about it: where the
+    profiled window found the step back to the baseline's, the alarm's lines lead with
+    that; a window that found it slower does not."""
+    import diagnose.watching.changes as changes
+
+    def compared(verdict: str) -> types.SimpleNamespace:
+        step = types.SimpleNamespace(verdict=verdict, change_pct=0.0,
+                                     line=lambda: f"step time ...: {verdict}")
+        return types.SimpleNamespace(findings=[], step=step, metrics=[], to_json=dict)
+
+    empty = types.SimpleNamespace(findings=[])
+    for verdict, passed in (("within noise", True), ("better", True), ("worse", False)):
+        monkeypatch.setattr(changes, "compare_reports", lambda a, b, v=verdict: compared(v))
+        lines, _ = what_changed(empty, empty)
+        assert lines[0].startswith("passed: ") == passed, lines
+        assert f"step time ...: {verdict}" in lines
