@@ -418,9 +418,10 @@ class Tuner(Budgeted):
     def search_descend(self, fix: Fix, best: TrainConfig, cands: list[TrainConfig],
                        finding: str | None) -> TrainConfig:
         """A descending ladder of one field (e.g. too many workers: the CPU count, one less,
-        half, 1, 0), each value against the best so far. A value that is no gain does not
-        end the search: the cost of workers is not monotone in their number (0 workers means
-        no inter-process transfer at all)."""
+        half, 1, 0; the rung predicted best first where the model predicted them), each
+        value below the best so far tried against it. A value that is no gain does not end
+        the search: the cost of workers is not monotone in their number (0 workers means no
+        inter-process transfer at all)."""
         key = fix.search_key
         assert key is not None
         for c in cands:  # descending: every value is below the best so far
@@ -510,8 +511,8 @@ def try_fix(t: Tuner, fix: Fix, best: TrainConfig, facts: Facts,
         t.searched[key] = fix.id
     t.retime_capacity(fix, cands, best)
     mode = fix.search_mode(best, cands)
-    if mode == SEARCH_DESCEND:
-        return t.search_descend(fix, best, cands, finding)
+    if mode == SEARCH_DESCEND:  # the rung predicted best first, as the finding advised it
+        return t.search_descend(fix, best, _by_prediction(t, fix, cands) or cands, finding)
     if mode == SEARCH_CLIMB:
         base = t.original if t.original is not None else best
         # the climb starts at the rung predicted best (not at the first rung tried in

@@ -555,3 +555,45 @@ def test_no_trial_is_predicted_where_the_diagnosis_withheld_its_number(tmp_path)
     t.kept_fixes.append((FIXES["num_workers"], frozenset({"num_workers"})))
     assert t.tuned_speedup(two) is None
     assert t.predictor.withholds({"pin_memory"}) is None  # the others predict
+
+
+def test_a_downward_search_tries_the_rung_predicted_best_first(monkeypatch) -> None:
+    """4 workers on 2 CPUs: the diagnosis advised num_workers=0 (1.08x); 2 and 1 were
+    predicted at 0.96x. A new user's autofix walked the ladder 4 -> 2, 4 -> 1, then
+    4 -> 0 with what was left of its budget (4 rounds: no verdict). The rung predicted
+    best goes first; then the rest below the best so far, in ladder order."""
+    from diagnose.autofix.measure import Plan
+    from diagnose.autofix.search import Tuner, try_fix
+    from diagnose.fixes import FIXES
+
+    w = _workload(Drain())
+    base = TrainConfig.from_objects(w.loader, w.optimizer).replace(num_workers=4)
+    t = Tuner(w, Plan(), 0.03, 10, 60.0, None, {"num_workers_cap": 1.08})
+    t.original = base
+    t.cand_preds = {"num_workers_cap": {frozenset({("num_workers", 2)}): 0.96,
+                                        frozenset({("num_workers", 1)}): 0.96,
+                                        frozenset({("num_workers", 0)}): 1.08}}
+    tried: list[int] = []
+
+    def trial(fix, best, cand, finding, keep=()):
+        tried.append(cand.num_workers)
+        return cand.num_workers in keep
+
+    monkeypatch.setattr(t, "retime_capacity", lambda *a: None)
+    facts = Facts(device_type="cpu", cpu_count=2)
+    fix = FIXES["num_workers_cap"]
+    monkeypatch.setattr(t, "trial", trial)
+    assert try_fix(t, fix, base, facts, "IN004", input_ms=1.0, compute_ms=1.0) == base
+    assert tried == [0, 2, 1]
+    # the first kept: nothing left below it; none predicted: the ladder's own order
+    tried.clear()
+    t.searched.clear()
+    monkeypatch.setattr(t, "trial", lambda *a: trial(*a, keep=(0,)))
+    assert try_fix(t, fix, base, facts, "IN004", input_ms=1.0, compute_ms=1.0).num_workers == 0
+    assert tried == [0]
+    tried.clear()
+    t.searched.clear()
+    t.cand_preds = {}
+    monkeypatch.setattr(t, "trial", trial)
+    try_fix(t, fix, base, facts, "IN004", input_ms=1.0, compute_ms=1.0)
+    assert tried == [2, 1, 0]
