@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .eager import eager
+
 #: steps whose gradients are looked at (set to None, or zeroed in place?) once optimizers
 #: tell the steps; after these, a backward is only counted
 GRAD_LOOKS = 8
@@ -382,8 +384,8 @@ class ModelHooks:
         if not callable(getattr(m, "register_forward_pre_hook", None)):
             return
         try:
-            self._handles.append(m.register_forward_pre_hook(self._pre))
-            self._handles.append(m.register_forward_hook(self._post, always_call=True))
+            self._handles.append(m.register_forward_pre_hook(eager(self._pre)))
+            self._handles.append(m.register_forward_hook(eager(self._post), always_call=True))
         except Exception:
             return
         self.models.append(m)
@@ -406,8 +408,9 @@ class ModelHooks:
         from torch.nn.modules import module as mm
 
         try:
-            self._global = [mm.register_module_forward_pre_hook(self._gpre),
-                            mm.register_module_forward_hook(self._gpost, always_call=True)]
+            self._global = [mm.register_module_forward_pre_hook(eager(self._gpre)),
+                            mm.register_module_forward_hook(eager(self._gpost),
+                                                            always_call=True)]
         except Exception:
             self._global = []
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from ...stepmodel.calibration import THREADS_NOISE_MAX
+from ..eager import eager
 from .common import (
     SLOW_S,
     cannot_afford,
@@ -68,8 +70,8 @@ class ForwardTimer:
         self.inputs: Inputs | None = None
         self._keep = on_cpu(model)
         self._t0: list[float] = []
-        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
-                         model.register_forward_hook(self._post, always_call=True)]
+        self._handles = [model.register_forward_pre_hook(eager(self._pre), with_kwargs=True),
+                         model.register_forward_hook(eager(self._post), always_call=True)]
 
     def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._keep and self.inputs is None:
@@ -259,6 +261,8 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
                     busy_s += time.perf_counter() - b0
                 torch.set_num_threads(1)
                 times["work_1thread"].append(work())
+                if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
+                    break  # a work too slow for more rounds: its one round is the timing
                 if k == 0:  # the first round warms the work up, and measures a round
                     round_s = time.perf_counter() - t0 + len(beside) * times["work"][0]
                     for v in times.values():
@@ -278,6 +282,8 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     out["rounds"], out["noise"] = len(times["work"]), median_noise(*times.values())
+    if out["rounds"] == 1:  # one round, its warm-up in it: its noise is not known, and is
+        out["noise"] = THREADS_NOISE_MAX  # taken as the most a prediction reads
     base = statistics.median(times["work"])
     busy = None if left is None or base <= 0 else {
         "torch_threads": n, "cpus": cpus, "work_ms": round(base * 1e3, 4),

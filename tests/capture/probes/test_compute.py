@@ -53,6 +53,22 @@ def test_thread_timing_leaves_the_run_as_it_was():
     assert torch.get_num_threads() == threads
 
 
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_a_work_too_slow_for_more_rounds_is_timed_by_its_one_round(monkeypatch):
+    """A new user's step took 1.8 s on torch's 2 threads and 0.26 s on one: its first
+    round ran past the rounds' limit (3 x SLOW_S), was thrown away as a warm-up, and the
+    timing came back None without a word; CF008 never fired. That round is the timing
+    now, its noise taken as the most a prediction reads (it is not known)."""
+    import diagnose.capture.probes.compute as compute
+    from diagnose.stepmodel.calibration import THREADS_NOISE_MAX
+
+    monkeypatch.setattr(compute, "SLOW_S", 0.0)  # every round is too slow for another
+    out = time_threads(_model(), ((torch.randn(16, 32),), {}))
+    assert out is not None and out["rounds"] == 1, out
+    assert out["work_ms"] > 0 and out["work_1thread_ms"] > 0
+    assert out["noise"] == THREADS_NOISE_MAX
+
+
 def test_thread_timing_does_not_apply_on_one_thread():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -142,3 +158,31 @@ def test_thread_timing_takes_the_other_models_and_leaves_them_as_they_were():
     assert out is not None and out["models"] == 2
     assert all(torch.equal(b, s) for b, s in zip(d.buffers(), bufs, strict=True))
     assert time_threads(g, ((x,), {}))["models"] == 1
+
+
+def test_the_hooks_on_a_model_compiled_in_place_leave_its_graph_whole():
+    """A new user's ``net.compile()``: Dynamo traced the forward timer's perf_counter
+    inside the module's call and broke the graph 4 times (one graph became 2, and a step
+    that recompiled read as a 270 ms collector pause). The capture's hooks run as plain
+    Python: no graph break, one graph, every forward still timed. Dynamo's eager backend
+    (no code generated) stands in for inductor."""
+    from torch._dynamo.utils import counters
+
+    from diagnose.capture.boundaries import ModelHooks
+
+    torch._dynamo.reset()
+    counters.clear()
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    m.compile(backend="eager")
+    seen: list[float] = []
+    timer = ForwardTimer(m, seen.append)
+    hooks = ModelHooks([m], lambda grad: None, lambda *a: None)
+    try:
+        for _ in range(3):
+            m(torch.randn(4, 8)).sum().backward()
+    finally:
+        timer.remove()
+        hooks.remove()
+        torch._dynamo.reset()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1 and len(seen) == 3
