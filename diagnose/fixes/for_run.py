@@ -15,7 +15,7 @@ from ..stepmodel.prediction import Prediction
 from . import FIXES, fix_code
 from .catalog.config import THREAD_POOLS
 from .catalog.threads import TORCH_THREADS
-from .catalog.workers import NUM_WORKERS, most_workers, workers_oversubscribed
+from .catalog.workers import NUM_WORKERS, most_workers, worker_ladder, workers_oversubscribed
 from .code import OptimizerSpec, Setup, exact_change, some_workers, with_imports
 from .config import TrainConfig
 from .trainer_args import after_loader_args, elsewhere, trainer_code
@@ -64,7 +64,7 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
             f.fix_code["torch_threads"] = code
         if more and "num_workers" in f.fixes:  # workers there, their count not known
             f.fix_code["num_workers"] = NUM_WORKERS.render_more()
-        elif "num_workers" in f.fixes and (code := _more_workers(setup, config, metrics)):
+        elif "num_workers" in f.fixes and (code := _workers_code(setup, config, metrics)):
             f.fix_code["num_workers"] = code  # overwritten below where a prediction is
         # a predicted fix shows the exact change its prediction is for
         for fid, p in f.predictions.items():
@@ -81,17 +81,24 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
         f.fix_code = {k: with_imports(v) for k, v in f.fix_code.items()}
 
 
-def _more_workers(setup: Setup | None, config: TrainConfig,
+def _workers_code(setup: Setup | None, config: TrainConfig,
                   metrics: Mapping[str, Any]) -> str | None:
-    """num_workers' code for a run's own loader where no prediction sets the count and
-    its template (CPUs - 1) would not raise the workers it has while its loading waits
-    (more workers than CPUs keep busy, :func:`~.catalog.workers.most_workers`, searched
-    upward): the count the search climbs to. None: the template says it."""
+    """num_workers' code for a run's own loader with workers, where no prediction sets the
+    count, in the direction its search goes: downward where the workers oversubscribe the
+    CPUs or the CPUs were saturated (the ladder's first rung); upward where its loading
+    waits and the template (CPUs - 1) would not raise the count (the most workers the CPUs
+    keep busy, :func:`~.catalog.workers.most_workers`). None: the template says it."""
     facts = Facts.from_metrics(metrics)
     top, n, nw = most_workers(facts), facts.cpu_count, config.num_workers
-    if (setup is None or setup.loader is None or not nw or top is None or n is None
-            or top <= n or nw < some_workers(n) or nw >= top
-            or workers_oversubscribed(config, facts)):
+    if setup is None or setup.loader is None or not nw or top is None or n is None:
+        return None
+    if workers_oversubscribed(config, facts):
+        down = [c.num_workers for c in worker_ladder(config, facts) if c.num_workers < nw]
+        return None if not down else exact_change(
+            setup, config, config.replace(num_workers=down[0]),
+            f"fewer workers: they and the training process oversubscribe the {n} CPUs "
+            "(measure both ways, or let autofix)")
+    if top <= n or nw < some_workers(n) or nw >= top:
         return None
     return exact_change(setup, config, config.replace(num_workers=top),
                         f"its loading waits: up to {top} workers keep what the CPUs give "

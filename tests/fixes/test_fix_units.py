@@ -353,7 +353,7 @@ def test_a_fix_changes_only_the_fields_it_declares() -> None:
     assert searched == {i for i, f in FIXES.items() if f.auto}
 
 
-def test_workers_whose_loading_waits_get_code_that_raises_their_count() -> None:
+def test_a_loaders_worker_code_goes_where_its_search_goes() -> None:
     """7 workers on 8 CPUs, the template's count: where the worker's batch waits (0.5 ms
     of 10 on a CPU) the fix stays on offer (above) and, with no prediction to set the
     count (a saved trace, many ranks), its code must not read 7 -> min(8, CPUs - 1) = 7:
@@ -375,6 +375,11 @@ def test_workers_whose_loading_waits_get_code_that_raises_their_count() -> None:
     assert "num_workers=7)" in waits.split("# after")[0]
     assert _after_workers(waits, 8) == most_workers_of(metrics) > 8
     assert "min(8" in code({**metrics, "input_worker_batch_cpu_ms": 10.0})
+    # 2 workers on 2 saturated CPUs (a new user's, the prediction withheld on a busy
+    # machine): the search goes down, and so does the code, saying why
+    ctx["dataloader"]["num_workers"] = 2
+    busy = code({"dataloader_num_workers": 2, "cpu_count": 2, "host_cpu_mean_pct": 99.0})
+    assert _after_workers(busy, 2) == 1 and "fewer workers" in busy, busy
 
 
 def most_workers_of(metrics) -> int:
