@@ -273,9 +273,11 @@ def changes(prof: Mapping[str, Any], *, amp_dtypes: Iterable[str] = ("bfloat16",
     optimizer's class is advice only)."""
     pr = Profile(prof)
     b = pr.batch_size
-    # a step with no gradients and no optimizer is inference: no accumulation, recompute,
-    # zero_grad or optimizer change applies to it
-    trains = bool(pr.G or pr.optimizer)
+    # a step with no backward, no gradient held and no optimizer is inference (the model's
+    # gradients "when all exist" are sized from its parameters, trained or not): no
+    # accumulation, recompute, zero_grad or optimizer change applies to it
+    trains = bool(pr.optimizer) or any(p.phase in ("backward", "optimizer")
+                                       or p.k["gradients"] for p in pr.pts)
     out: list[dict[str, Any]] = []
     if isinstance(b, int) and b > 0:
         if b >= 2:

@@ -93,9 +93,15 @@ def test_changes_listed():
 def test_an_inference_step_gets_no_training_what_ifs():
     """No gradients and no optimizer (the README's d.step() inference loop): no
     accumulation, checkpoint, zero_grad or optimizer what-if, only the batch and autocast."""
+    forward = {"points": [_pt("forward", 0, 4000, 0)]}
     model = {**PROF["model"], "gradients": 0, "optimizer_state": 0, "optimizer": None}
-    assert changes({**PROF, "model": model}) == [
-        {"batch_size": 4}, {"batch_size": 16}, {"amp_dtype": "bfloat16"}]
+    only = [{"batch_size": 4}, {"batch_size": 16}, {"amp_dtype": "bfloat16"}]
+    assert changes({**PROF, "model": model, "timeline": forward}) == only
+    # a new user's inference_mode loop: the model's gradients "when all exist" sized from
+    # its parameters, none made, no backward: still inference
+    sized = {**model, "gradients": 1000}
+    assert changes({**PROF, "model": sized, "timeline": forward}) == only
+    assert len(changes({**PROF, "model": sized})) > len(only)  # a backward: training
 
 
 def test_largest_batch_and_what_fits():
