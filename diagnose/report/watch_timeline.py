@@ -282,12 +282,16 @@ def render_watch_html(tl: dict[str, Any], run_dir: str,
         d = cap.get("dir") if cap else None
         link: Markup | str = (el("a", str(d), href="file://" + str(d)) if d
                               else a.get("capture_why") or "none")
-        rows.append(el("tr", el("td", f"#{i + 1}"), el("td", _alarm_line(a)), el("td", link),
-                       el("td", el("ul", [el("li", s) for s in _found(cap)]))))
+        host = [el("br"), el("small", a["host_line"])] \
+            if a.get("host_line") else []
+        rows.append(el("tr", el("td", f"#{i + 1}"), el("td", _alarm_line(a), *host),
+                       el("td", link), el("td", el("ul", [el("li", s) for s in _found(cap)]))))
     table = (el("table", el("tr", el("th", ""), el("th", "alarm"), el("th", "capture"),
                                  el("th", "what the capture found")), rows)
              if rows else el("p", "No alarm: no sustained change of pace."))
-    body = el("body", el("h1", f"Watched run {run_dir}"), *plots, el("h2", "Alarms"),
+    cut = [] if tl.get("end") is not None else [
+        el("p", el("strong", "Cut off:"), " no end record; the timeline up to its last flush.")]
+    body = el("body", el("h1", f"Watched run {run_dir}"), *cut, *plots, el("h2", "Alarms"),
               table, el("h2", "Summary"), el("pre", render_watch_text(tl, run_dir)))
     page = el("html", el("head", el("meta", charset="utf-8"),
                          el("title", f"watch: {run_dir}"), el("style", Markup(CSS))), body)

@@ -91,6 +91,20 @@ def test_html_timeline_marks_alarms_and_links_captures(tmp_path: Path) -> None:
     assert "alarm #1: step_time" in html  # the alarm's mark on the plot
     assert 'href="file://' in html and "002-step600-step_time" in html
     assert "Training waits on the DataLoader" in html
+    # cut off (no end record): said at the top, as the text summary says it
+    assert "Cut off:" in html and html.index("Cut off:") < html.index("<svg")
+
+
+def test_html_alarm_rows_carry_the_machines_line(tmp_path: Path) -> None:
+    """A new user's killed run: the text summary gave each alarm its host line, the HTML
+    table did not."""
+    run = _run(tmp_path, end=True)
+    line = "the machine: other processes kept 0.10 -&gt; 0.12 CPUs busy"  # as _run wrote it
+    page = tmp_path / "w.html"
+    assert main(["analyze", str(run), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert line in html.split("<h2>Alarms</h2>", 1)[1].split("<h2>Summary</h2>", 1)[0]
+    assert "Cut off:" not in html
 
 
 def test_a_folder_with_a_broken_timeline_is_one_line_and_exit_2(
