@@ -419,6 +419,29 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
         assert not [f for f in quiet.findings if f.rule == "CF008"], ctx
 
 
+@pytest.mark.parametrize("workers_pct,fires", [(0.8, True), (180.0, False), (None, False)])
+def test_idle_workers_do_not_hide_torch_threads_short_of_the_cpus(tmp_path, workers_pct,
+                                                                  fires):
+    """A new user's dict-batch job: 2 workers that prefetched cheap rows (0.004 CPUs
+    together) beside torch's 2 threads on 2 CPUs, another process on 0.78 of them: one
+    thread timed 2x faster, and "No findings". Workers that used less of the CPUs than
+    the other processes held do not make it the job's own oversubscription; workers that
+    used more (IN004's and the threads split's), or whose use was not sampled, still do."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    t = [i * 0.1 for i in range(30)]
+    host: dict = {"t": t, "cpu_pct": [[100.0, 100.0] for _ in t], "iowait_pct": [0.0] * 30,
+                  "proc_cpu_pct": [100.0] * 30}
+    if workers_pct is not None:
+        host.update(workers_count=[2] * 30, workers_cpu_pct=[workers_pct] * 30,
+                    workers_cpu_n=[2] * 30)
+    samples = {"series": {"host": host}, "marks": {}, "info": {}}
+    report = analyze(path, context=_shared_cpus(workers=2, others=0.78), samples=samples)
+    found = [f for f in report.findings if f.rule == "CF008"]
+    assert bool(found) == fires, (report.metrics.get("workers_cpus"), found)
+    if fires:
+        assert "torch.set_num_threads(1)" in found[0].fix_code["torch_threads"]
+
+
 def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
     """CF009: a 1-CPU quota on a 2-CPU machine, torch on 2 threads, the training thread
     waiting 40% of its steps: hold torch to the quota's one CPU, the wait at stake; CF007
