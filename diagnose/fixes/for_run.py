@@ -18,7 +18,7 @@ from .catalog.threads import TORCH_THREADS
 from .catalog.workers import NUM_WORKERS, most_workers, worker_ladder, workers_oversubscribed
 from .code import OptimizerSpec, Setup, exact_change, some_workers, with_imports
 from .config import TrainConfig
-from .trainer_args import after_loader_args, elsewhere, trainer_code
+from .trainer_args import after_loader_args, elsewhere, fix_field_code, trainer_code
 
 
 def run_config(context: dict | None, metrics: Mapping[str, Any]) -> TrainConfig:
@@ -125,6 +125,7 @@ def _as_training_arguments(f: Any, config: TrainConfig) -> None:
             change = FIXES[fid].change or after_loader_args(code)
             note = FIXES[fid].title[:1].lower() + FIXES[fid].title[1:]
         args = trainer_code(config, change, note) if change else None
+        args = args if args is not None else fix_field_code(fid, note)
         if args is not None:
             f.fix_code[fid] = args
         elif "DataLoader(" in code:

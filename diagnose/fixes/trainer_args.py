@@ -35,10 +35,23 @@ _BEFORE_TRAIN: dict[str, Callable[[Any], str | None]] = {
     "intra_op_threads": lambda v: None if v is None else f"torch.set_num_threads({v})",
     "gc_freeze": lambda v: "import gc\ngc.collect()\ngc.freeze()" if v else None,
 }
+#: fix id -> the TrainingArguments field that makes the fix where no TrainConfig field
+#: does: the Trainer checkpoints every layer of a transformers model itself
+_FIX_FIELDS: dict[str, str] = {"activation_checkpointing": "gradient_checkpointing=True"}
 #: how the code of a fix without a TrainingArguments field begins
 ELSEWHERE = ("# the Trainer builds this DataLoader itself: make the change in your dataset, "
              "or in a\n# Trainer subclass whose get_train_dataloader() returns the "
              "DataLoader below")
+
+
+def fix_field_code(fix_id: str, note: str) -> str | None:
+    """The TrainingArguments of a fix that has its own field (:data:`_FIX_FIELDS`), as
+    :func:`trainer_code` writes a change; None: the fix has none."""
+    field = _FIX_FIELDS.get(fix_id)
+    if field is None:
+        return None
+    return "\n".join(["# before: as the run is", "args = TrainingArguments(...)",
+                      f"# after: {note}", f"args = TrainingArguments(..., {field})"])
 
 
 def trainer_code(before: TrainConfig, change: Mapping[str, Any], note: str) -> str | None:

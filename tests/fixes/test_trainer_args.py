@@ -89,3 +89,21 @@ def test_a_lightning_runs_loader_fixes_say_which_dataloader(tmp_path):
             ours = g.fix_code.get(fid, FIXES[fid].code)
             before = f.fix_code.get(fid, FIXES[fid].code)
             assert ours == (LIGHTNING_LOADER + before if "DataLoader(" in before else before)
+
+
+def test_a_trainer_runs_checkpointing_is_its_gradient_checkpointing_argument():
+    """A new user's Hugging Face run was offered activation checkpointing as
+    ``h = checkpoint(self.block, h)``: code a Trainer user does not own. It is
+    ``TrainingArguments(gradient_checkpointing=True)`` there."""
+    from diagnose.fixes.for_run import code_for_run
+    from diagnose.rules.engine import Finding
+
+    def code(ctx):
+        f = Finding(rule="ME004", title="t", category="memory", severity="info", message="m",
+                    evidence={}, estimated_gain=None, fixes=["activation_checkpointing"])
+        code_for_run([f], {}, ctx)
+        return f.fix_code.get("activation_checkpointing", FIXES["activation_checkpointing"].code)
+
+    hf = code({"trainer": "transformers"})
+    assert hf.endswith("args = TrainingArguments(..., gradient_checkpointing=True)"), hf
+    assert "checkpoint(self.block" in code({})  # a hand-written loop keeps its own code
