@@ -49,5 +49,5 @@ def predict_peaks(findings: Iterable[Any], memory: dict[str, Any] | None,
                 why = (f.predictions or {}).get(x)
                 if isinstance(why, str) and why.startswith(DOES_NOT_APPLY):
                     # the peak is predicted; what does not apply is autofix's trial of it
-                    f.predictions[x] = ("its step time is not predicted: autofix tries it "
-                                        "only on " + why.split(": needs ", 1)[-1])
+                    f.predictions[x] = ("its step time is not predicted: autofix does not "
+                                        "try it on this run" + why[len(DOES_NOT_APPLY):])

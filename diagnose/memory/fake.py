@@ -120,17 +120,14 @@ FAKE_LOG = "torch._subclasses.fake_tensor"
 
 
 @contextlib.contextmanager
-def _quiet(name: str | None) -> Iterator[None]:
-    """Logger ``name`` silent within (none: nothing changes)."""
-    log = logging.getLogger(name) if name else None
-    old = log.disabled if log else False
-    if log:
-        log.disabled = True
+def _quiet(name: str) -> Iterator[None]:
+    """Logger ``name`` silent within."""
+    log = logging.getLogger(name)
+    old, log.disabled = log.disabled, True
     try:
         yield
     finally:
-        if log:
-            log.disabled = old
+        log.disabled = old
 
 
 def fake_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
@@ -153,7 +150,7 @@ def fake_step(model: Any, optimizer: Any, batch: Any, step_fn: StepFn,
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     ctx: AbstractContextManager[Any] = mode if fake else nullcontext()
     try:
-        with ctx, _quiet(FAKE_LOG if fake else None):
+        with ctx, _quiet(FAKE_LOG) if fake else nullcontext():
             fmodel = copy.deepcopy(model, _fake_memo(model, mode) if fake else None)
             checkpointed(fmodel, list(change.get("checkpoint_modules", ())))
             fopt = rebuilt_optimizer(optimizer, model, fmodel, change) if optimizer else None

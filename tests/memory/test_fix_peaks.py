@@ -78,5 +78,5 @@ def test_a_peak_predicted_for_a_fix_autofix_would_not_try_is_not_said_not_to_app
     predict_peaks([f], {**SECTION, "peak_bytes": 900}, {})
     assert f.peaks["activation_checkpointing"]["peak_bytes"] == 650
     why = f.predictions["activation_checkpointing"]
-    assert why == ("its step time is not predicted: autofix tries it only on a step over its "
-                   "memory budget")
+    assert why == ("its step time is not predicted: autofix does not try it on this run: "
+                   "needs a step over its memory budget")
