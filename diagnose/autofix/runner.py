@@ -62,15 +62,18 @@ def planned_fixes(findings: Iterable[Any]) -> list[tuple[Fix, str]]:
     return out
 
 
+def unknown_fix(fixes: Iterable[str | Fix]) -> str | None:
+    """Why ``fixes`` cannot be tried: the first id no fix has, with the known ones."""
+    bad = next((f for f in fixes if isinstance(f, str) and f not in FIXES), None)
+    return None if bad is None else (
+        f"unknown fix {bad!r}: known fixes are {', '.join(sorted(FIXES))}")
+
+
 def _requested(fixes: Iterable[str | Fix]) -> list[tuple[Fix, str]]:
-    out = []
-    for f in fixes:
-        if isinstance(f, str):
-            if f not in FIXES:
-                raise TuneError(f"unknown fix {f!r}: known fixes are {', '.join(sorted(FIXES))}")
-            f = FIXES[f]
-        out.append((f, "requested"))
-    return out
+    fixes = list(fixes)
+    if (why := unknown_fix(fixes)) is not None:
+        raise TuneError(why)
+    return [(FIXES[f] if isinstance(f, str) else f, "requested") for f in fixes]
 
 
 # ---------------------------------------------------------------------- entry point

@@ -378,12 +378,10 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 def _check_fixes(fixes: list[str] | None) -> None:
     """``--fixes``: every id a known fix, before any of the user's code runs."""
-    from ..fixes import FIXES
+    from ..autofix.runner import unknown_fix
 
-    unknown = [f for f in fixes or [] if f not in FIXES]
-    if unknown:
-        raise DiagnoseError(f"--fixes: unknown fix {unknown[0]!r}; known fixes are "
-                            f"{', '.join(sorted(FIXES))}")
+    if (why := unknown_fix(fixes or [])) is not None:
+        raise DiagnoseError(f"--fixes: {why}")
 
 
 @contextlib.contextmanager

@@ -235,7 +235,11 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         best = max(points, key=lambda p: p.speedup)
         untold = [x for x in open_ if not isinstance(q := preds[x], Prediction) or q.at_least]
         if best.speedup >= HELPS or not open_:
-            f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms))
+            # a bound past the best point saves at least its own share: that is at stake
+            bounds = [q.speedup for x in open_ if isinstance(q := preds[x], Prediction)
+                      and q.at_least and q.speedup > best.speedup]
+            f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms,
+                            *(1 - 1 / b for b in bounds)))
         elif untold:  # the rule's estimate stands beside a prediction that does not reach it
             f.hints.append(f"the time at stake is the rule's own estimate: the best "
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "

@@ -74,6 +74,8 @@ class Prediction:
             out["speedup_range"] = [round(self.base_ms / hi, 3), round(self.base_ms / lo, 3)]
         if self.at_least:
             out["at_least"] = True
+            if (0 < self.base_ms <= hi) or self.speedup < HELPS:  # as its line says
+                out["may_not_help"] = True
         elif self.may_not_help:
             out["may_not_help"] = True
             if lo >= self.base_ms:  # even the range's fast end is no faster than now
@@ -114,7 +116,7 @@ class Prediction:
 
     def line(self) -> str:
         if self.at_least:
-            return _bound_line(self.base_ms, self.step_ms, self.speedup)
+            return _bound_line(self.base_ms, self.step_ms, self.speedup, self.range)
         return _line(self.base_ms, self.step_ms, self.speedup, self.range)
 
 
@@ -128,11 +130,18 @@ def cannot_tell(why: str) -> str:
     return f"{CANNOT_TELL} {why}"
 
 
-def _bound_line(base: float, step: float, speedup: float) -> str:
-    """"predicted at least 1.30x (25.2 -> at most 19.4 ms)"; a bound under :data:`HELPS`
-    promises no gain: "may not help"."""
-    out = f"predicted at least {speedup:.2f}x ({base:.1f} -> at most {step:.1f} ms)"
-    return out + (": may not help" if speedup < HELPS else "")
+def _bound_line(base: float, step: float, speedup: float,
+                rng: Sequence[float] | None = None) -> str:
+    """"predicted at least 1.30x (25.2 -> at most 19.4 ms; at least 1.12x over its
+    range)": a bound's range has a slow end only (its inputs' noise and the model's error
+    below the point). "may not help" where that end reaches 1.00x, as for a point, or
+    where the bound is under :data:`HELPS`."""
+    out = f"predicted at least {speedup:.2f}x ({base:.1f} -> at most {step:.1f} ms"
+    if rng is not None and len(rng) == 2 and rng[1] > 0 and base > 0:
+        floor = min(speedup, base / rng[1])
+        out += f"; at least {floor:.2f}x over its range)"
+        return out + (": may not help" if floor <= 1.0 or speedup < HELPS else "")
+    return out + ")" + (": may not help" if speedup < HELPS else "")
 
 
 def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
@@ -516,10 +525,10 @@ def prediction_line(p: Any) -> str:
     if isinstance(p, dict) and isinstance(p.get("step_ms"), int | float) and isinstance(
             p.get("speedup"), int | float) and p["speedup"] > 0:
         base = p["step_ms"] * p["speedup"]
-        if p.get("at_least") is True:
-            return _bound_line(base, p["step_ms"], p["speedup"])
         rng = p.get("range")
-        return _line(base, p["step_ms"], p["speedup"],
-                     rng if isinstance(rng, list) and all(
-                         isinstance(x, int | float) for x in rng) else None)
+        ok = rng if isinstance(rng, list) and all(isinstance(x, int | float) for x in rng) \
+            else None
+        if p.get("at_least") is True:
+            return _bound_line(base, p["step_ms"], p["speedup"], ok)
+        return _line(base, p["step_ms"], p["speedup"], ok)
     return ""

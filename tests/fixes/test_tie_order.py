@@ -4,6 +4,7 @@ changes the fewest settings, so that captures of one job name the same first fix
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,3 +327,20 @@ def test_where_every_config_is_slower_the_least_slow_is_named() -> None:
     # a best that changes nothing (0.99x) does not lose to a slower config's headroom
     flat = cfg(2, 0.99, 0.6)
     assert _with_headroom(flat, [flat, none]) is flat
+
+
+def test_a_bound_past_the_best_point_sets_the_time_at_stake() -> None:
+    """A threads split the model can only bound (at least 1.08x) beside persistent
+    workers' point (1.03x): the bound leads, and the time at stake is at least its saving,
+    not the smaller point's; a bound short of the point leaves the point's."""
+    bound = Prediction({"num_workers": 2, "intra_op_threads": 1}, 10 / 1.08, 1.08,
+                       (10 / 1.2, 10 / 0.95), 10.0, at_least=True)
+    point = _p({"persistent_workers": True}, 1.03)
+    f = _Finding(["persistent_workers", "threads"])
+    _order(f, {"threads": bound, "persistent_workers": point}, [])
+    assert f.fixes[0] == "threads"
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.08)) < 1e-9
+    f = _Finding(["persistent_workers", "threads"])
+    _order(f, {"threads": dataclasses.replace(bound, speedup=1.02, step_ms=10 / 1.02),
+               "persistent_workers": _p({"persistent_workers": True}, 1.10)}, [])
+    assert f.gain is not None and abs(f.gain - (1 - 1 / 1.10)) < 1e-9

@@ -105,14 +105,25 @@ def test_a_range_that_reaches_the_step_may_not_help() -> None:
     # the JSON's range is the changed step's ms; speedup_range is the same, as the line's
     assert sure.to_json()["range"] == [7.5, 9.0]
     assert sure.to_json()["speedup_range"] == [1.111, 1.333]
+    # a bound's range has a slow end only: printed, and "may not help" where it reaches
+    # the step as it is, in the line and the JSON
     bound = Prediction({"x": 1}, 9.5, 1.05, (9.0, 10.2), 10.0, at_least=True)
-    assert not bound.may_not_help and "may_not_help" not in bound.to_json()
+    assert not bound.may_not_help and bound.to_json()["may_not_help"] is True
     assert bound.line() == prediction_line(bound.to_json()) == (
-        "predicted at least 1.05x (10.0 -> at most 9.5 ms)")
+        "predicted at least 1.05x (10.0 -> at most 9.5 ms; at least 0.98x over its range): "
+        "may not help")
+    firm = Prediction({"x": 1}, 8.0, 1.25, (7.5, 9.0), 10.0, at_least=True)
+    assert "may_not_help" not in firm.to_json()
+    assert firm.line() == prediction_line(firm.to_json()) == (
+        "predicted at least 1.25x (10.0 -> at most 8.0 ms; at least 1.11x over its range)")
     # a bound under 1.02x promises nothing: said so, from the object and from its JSON
     low = Prediction({"x": 1}, 10.3, 0.97, (10.0, 12.0), 10.0, at_least=True)
     assert low.line() == prediction_line(low.to_json()) == (
-        "predicted at least 0.97x (10.0 -> at most 10.3 ms): may not help")
+        "predicted at least 0.97x (10.0 -> at most 10.3 ms; at least 0.83x over its range): "
+        "may not help")
+    # without a range, the bound alone
+    assert prediction_line({"step_ms": 9.5, "speedup": 1.05, "at_least": True}) == (
+        "predicted at least 1.05x (10.0 -> at most 9.5 ms)")
     # a range slower at both ends is flagged as such in the JSON
     worse = Prediction({"x": 1}, 15.2, 0.66, (12.4, 18.6), 10.0)
     assert worse.to_json()["slower"] is True and "slower" not in maybe.to_json()
