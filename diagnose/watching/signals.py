@@ -28,8 +28,8 @@ import math
 
 from .detector import Change, Params
 
-__all__ = ["HOLD", "LOADER_OFFSET", "MARGIN", "PARAMS", "WORSE", "Reference", "from_x",
-           "to_x"]
+__all__ = ["HOLD", "HOLD_S", "LOADER_OFFSET", "MARGIN", "PARAMS", "WORSE", "Reference",
+           "from_x", "paced", "to_x"]
 
 #: the loader wait is tested as log(wait + this x the baseline's median step)
 LOADER_OFFSET = 0.2
@@ -53,6 +53,15 @@ WORSE: dict[str, int] = {"step_time": 1, "loader_wait": 1, "gpu_util": -1, "memo
 #: long as a slow start lasted, where the run sped up within its first HOLD values
 HOLD = 1000
 
+#: the least time (s) a change of a step signal holds before it is called, and the
+#: detector's other counts scaled with it (:func:`paced`): the watch reads the machine's
+#: context once a second (its tick: the CPU wait, the other processes), so a change
+#: shorter than that cannot be told from the host's own moments; on a shared host those
+#: come and go in fractions of a second, and a loop of sub-millisecond steps holds
+#: thousands of them (16 steps of 0.4 ms are 6 ms). Too long, and a real change of a
+#: fast loop is called a second late: steps of 62 ms or more are not scaled at all
+HOLD_S = 1.0
+
 #: a median of n normal values has a standard error of this x sigma / sqrt(n)
 MEDIAN_SE = math.sqrt(math.pi / 2)
 #: standard errors of the new level's estimate that a change must clear beyond
@@ -60,6 +69,22 @@ MEDIAN_SE = math.sqrt(math.pi / 2)
 MARGIN = 2.0
 
 _TINY = 1e-9
+
+
+def paced(p: Params, step_s: float) -> tuple[Params, float]:
+    """``p`` for steps of ``step_s`` seconds: its counts (learn, relearn, refresh,
+    min_len, confirm) scaled alike so that ``min_len`` steps last :data:`HOLD_S` at
+    least; the scale (1: steps long enough, or no pace known)."""
+    f = HOLD_S / (p.min_len * step_s) if step_s > 0 and math.isfinite(step_s) else 1.0
+    if f <= 1.0:
+        return p, 1.0
+
+    def n(k: int) -> int:
+        return math.ceil(k * f)
+
+    return dataclasses.replace(p, learn=n(p.learn), relearn=n(p.relearn),
+                               refresh=n(p.refresh), min_len=n(p.min_len),
+                               confirm=n(p.confirm)), f
 
 
 class Reference:
@@ -129,6 +154,11 @@ class Reference:
             return True
         self.waiting = before
         return False  # back to about the reference (it stays: small steps add up)
+
+    def paced(self, scale: float) -> None:
+        """The steps are short (:func:`paced`'s ``scale``): a better level holds ``hold``
+        times that many steps before it is the reference."""
+        self.hold = math.ceil(self.hold * max(scale, 1.0))
 
     def neighbours(self) -> None:
         """The last alarm was the machine's neighbours', not the job's (the watch's host

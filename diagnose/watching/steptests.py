@@ -6,7 +6,9 @@ before a capture starts, and at the end); each call tests the steps stored since
 last one, so an alarm's step is the step its detector called it at, as if each step were
 tested as it ended. Log step time goes to one detector from the first step after the
 warm-up; once its baseline is learnt (settled), the loader wait, offset by a share of the
-step (``LOADER_OFFSET``: a wait of 0 has a log), goes to a second. While the watch's own
+step (``LOADER_OFFSET``: a wait of 0 has a log), goes to a second. Both detectors count
+in steps, scaled once at the first test by the median step so far, so that a change holds
+for ``HOLD_S`` at least however short the steps (:func:`~.signals.paced`). While the watch's own
 analysis runs the detectors rest: those steps are skipped (:attr:`rests`), and their sums
 start again when it is done (after the baseline window, their baselines are learnt again).
 """
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from .detector import Change, Detector, Params
-from .signals import LOADER_OFFSET
+from .signals import LOADER_OFFSET, Reference, paced
 from .store import StepStore
 
 __all__ = ["StepTests"]
@@ -29,10 +33,12 @@ OnChange = Callable[[str, Change, int], None]
 
 class StepTests:
     """``on_change`` gets each change; ``judge_again(step)`` runs while ``waiting()`` says
-    a change waits to be judged again (step by step then, as that needs)."""
+    a change waits to be judged again (step by step then, as that needs). ``pace``: the
+    detectors' counts scaled to the steps' pace (:meth:`_pace`)."""
 
     def __init__(self, params: dict[str, Params], warmup_steps: int, on_change: OnChange,
-                 waiting: Callable[[], bool], judge_again: Callable[[int], None]) -> None:
+                 waiting: Callable[[], bool], judge_again: Callable[[int], None],
+                 pace: bool = True) -> None:
         self.params = params
         self.det = Detector(params["step_time"])
         self.wait_det: Detector | None = None
@@ -45,6 +51,9 @@ class StepTests:
         self.rests: deque[tuple[int, int]] = deque(maxlen=1000)  # (first, stop) untested
         self.relearn = False  # learn the baselines again when the detectors wake
         self.settled = False
+        self.step_s: float | None = None  # the median step at the first test (s)
+        self.scale = 1.0  # the detectors' counts over their parameters' (:func:`paced`)
+        self.pace = pace  # False: the counts as given (the caller's own parameters)
 
     def skip(self, upto: int, test_from: int | None = None) -> None:
         """The steps before ``upto`` are not tested (a window's), nor those before
@@ -58,14 +67,17 @@ class StepTests:
         if not self.resting:
             self.resting, self.rest_from = True, step
 
-    def settle(self, loader_hooked: bool) -> None:
+    def settle(self, loader_hooked: bool, refs: Iterable[Reference] = ()) -> None:
         """The step time's first baseline is learnt: the loader's detector starts (where
-        the loader's wait is timed)."""
+        the loader's wait is timed); a better pace holds as long, in time, on short steps
+        for the step signals' ``refs``."""
+        for ref in refs:
+            ref.paced(self.scale)
         self.settled = True
         mu = self.det.mu
         if loader_hooked and mu is not None:
             self.wait_off = LOADER_OFFSET * math.exp(mu)
-            self.wait_det = Detector(self.params["loader_wait"])
+            self.wait_det = Detector(paced(self.params["loader_wait"], self.step_s or 0.0)[0])
 
     def test(self, store: StepStore, upto: int, busy: bool,
              on_settle: Callable[[], None]) -> None:
@@ -83,6 +95,8 @@ class StepTests:
             return
         if self.resting:
             self._wake(first)
+        if self.step_s is None:
+            self._pace(store, upto)
         _, ms_a, wait_a = store.span(first, upto)
         log, off = math.log, self.wait_off
         xs = [log(v) if v > 0.0 else -20.0 for v in ms_a.tolist()]
@@ -112,6 +126,15 @@ class StepTests:
                 got = wd.update(log(waits[i] + self.wait_off), n)
                 if got is not None:
                     self.on_change("loader_wait", got, n)
+
+    def _pace(self, store: StepStore, upto: int) -> None:
+        """The first test: the step time's detector scaled to the steps so far (their
+        median, the warm-up's included)."""
+        _, ms_a, _ = store.span(0, upto)
+        self.step_s = float(np.median(ms_a)) / 1e3 if len(ms_a) and self.pace else 0.0
+        p, self.scale = paced(self.params["step_time"], self.step_s)
+        if self.scale > 1.0:
+            self.det = Detector(p)
 
     def _wake(self, n: int) -> None:
         """The detectors rested: their sums start again; after the baseline window their

@@ -67,8 +67,8 @@ class Watch:
     a second (0: none); ``progress_s``: a progress line on stderr at most this often
     (None: none); ``warmup_steps``: steps before the detectors learn; ``rank_every``,
     ``rank_margin``: the straggler check under torch.distributed; ``params``: detector
-    parameters by signal; ``gpu``: the GPU index NVML samples (default: the model's);
-    ``energy_window_s``: the shortest energy window.
+    parameters by signal (step_time's given: counts kept, not paced); ``gpu``: the GPU
+    index NVML samples (the model's); ``energy_window_s``: the shortest energy window.
     """
 
     def __init__(self, model: Any = None, loader: Any = None, *,
@@ -79,8 +79,8 @@ class Watch:
                  rank_every: int = 20, rank_margin: float = 0.10,
                  params: dict[str, Params] | None = None, gpu: int | None = None,
                  energy_window_s: float = WINDOW_S, analysis_timeout_s: float = 120.0,
-                 print_summary: bool = True,
-                 flush_s: float = 2.0, ring: int = 8192, block: int = 1000) -> None:
+                 print_summary: bool = True, flush_s: float = 2.0, ring: int = 8192,
+                 block: int = 1000) -> None:
         if capture_steps < 1 or warmup_steps < 0 or rank_every < 1 or max_captures < 0:
             raise CaptureError("watch(): need capture_steps >= 1, warmup_steps >= 0, "
                                "rank_every >= 1, max_captures >= 0")
@@ -128,7 +128,8 @@ class Watch:
                       for s, w in WORSE.items()}
         self._tests = StepTests(self.params, warmup_steps, self._on_change,
                                 lambda: bool(self._waiting),
-                                lambda n: self._judge_again(n, STEP_SIGNALS))
+                                lambda n: self._judge_again(n, STEP_SIGNALS),
+                                pace="step_time" not in (params or {}))
         self.rests = self._tests.rests  # (first, stop): the steps not tested
         self._due_step, self._due_t = 1, 0.0  # _due runs at this step or this time
         self._next_gather = rank_every
@@ -347,9 +348,9 @@ class Watch:
                     self._caps.release(a)
 
     def _settle(self) -> None:
-        """The step time's first baseline is learnt: the loader's detector starts, and the
-        baseline window is asked for."""
-        self._tests.settle(self._clock is not None and self._clock.loader_hooked)
+        """First baseline learnt: the loader's detector starts, the baseline window is asked for."""
+        self._tests.settle(self._clock is not None and self._clock.loader_hooked,
+                           [self._refs[s] for s in STEP_SIGNALS])
         if self.baseline_wanted and self._caps is not None:
             self._caps.ask_baseline()
             self._tests.relearn = True
