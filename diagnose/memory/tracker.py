@@ -194,14 +194,17 @@ class StepTracker(MemTracker):
                                          ) -> tuple[int, int]:
         """MemTracker's count of a module's parameters and buffers. It hooks every
         parameter's gradient, and torch refuses a hook on a frozen one (fine-tuning with
-        ``requires_grad=False``): those get handles that hold no hook, so none is asked."""
+        ``requires_grad=False``): those get handles that hold no hook, so none is asked.
+        The models given are hooked too (MemTracker hooks only modules whose forward it
+        sees begin: a compiled model's submodules never do, and its gradients would count
+        as temporaries)."""
         for p in module.parameters():
             if not p.requires_grad and self._param_to_grad_hook_handles.get(p) is None:
                 self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
             elif p.requires_grad and p not in self._marked:
                 self._marked[p] = True
                 self._grad_marks.append(p.register_hook(self._param_grad))
-        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+        return super()._track_module_params_and_buffers(module, True)
 
     def _param_grad(self, grad: Any) -> None:
         self.param_grads_at.append(len(self.points))

@@ -51,6 +51,21 @@ def test_tracked_step_splits_by_kind():
     assert max(sum(p[k] for k in kinds) for p in pts) == prof["peak_bytes"]
 
 
+def test_a_compiled_models_gradients_are_gradients():
+    """torch.compile's wrapper (OptimizedModule) runs its submodules without their forward
+    hooks: the gradients are still filed as gradients, none as temporaries: the
+    optimizer's phase splits as the eager model's does."""
+    phases = []
+    for wrap in (lambda m: m, lambda m: torch.compile(m, backend="eager")):
+        model = M.mlp()
+        opt = torch.optim.Adam(model.parameters())
+        run_step(wrap(model), opt, [M.batch()], M.loss)
+        phases.append(track_step(wrap(model), opt, M.batch(), M.loss).to_json()[
+            "phases"]["optimizer"]["by_kind"])
+    assert phases[1]["gradients"] == M.PARAM_BYTES
+    assert phases[1] == phases[0]
+
+
 def test_blocks_found_and_timed():
     model = M.tower()
     opt = torch.optim.AdamW(model.parameters())
