@@ -16,11 +16,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._version import __version__
-from .api import Report, analyze
-from .errors import DiagnoseError, TraceError
-from .fixes import FIXES, TrainConfig
-from .rules.engine import Finding
+
+def _import_rich() -> None:
+    """rich.style, when imported, draws the start of its style ids from Python's global
+    random generator: imported here, with that generator's state put back, so that neither
+    importing this package nor printing a report moves the user's random sequence."""
+    import random
+
+    state = random.getstate()
+    try:
+        import rich.style  # noqa: F401
+    finally:
+        random.setstate(state)
+
+
+_import_rich()
+
+from ._version import __version__  # noqa: E402
+from .api import Report, analyze  # noqa: E402
+from .errors import DiagnoseError, TraceError  # noqa: E402
+from .fixes import FIXES, TrainConfig  # noqa: E402
+from .rules.engine import Finding  # noqa: E402
 
 __all__ = [
     "FIXES",

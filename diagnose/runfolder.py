@@ -124,13 +124,18 @@ def _json_safe(obj: Any) -> Any:
     return str(obj)
 
 
-def write_context(run_dir: str | os.PathLike[str], context: dict[str, Any]) -> Path:
-    """Write ``context.json`` atomically (a crash never leaves half a file)."""
-    path = Path(run_dir) / CONTEXT_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_json_safe(context), indent=2, sort_keys=True), encoding="utf-8")
+def write_json(path: Path, obj: Any, **dumps: Any) -> Path:
+    """Write ``obj`` as JSON at ``path`` atomically (a crash never leaves half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, **dumps), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def write_context(run_dir: str | os.PathLike[str], context: dict[str, Any]) -> Path:
+    """Write ``context.json`` atomically (a crash never leaves half a file)."""
+    return write_json(Path(run_dir) / CONTEXT_FILE, _json_safe(context), indent=2,
+                      sort_keys=True)
 
 
 def load_context(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

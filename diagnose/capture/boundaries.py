@@ -72,15 +72,26 @@ def as_models(model: Any) -> list[Any]:
     return [m for _, m in named_models(model)]
 
 
-def swapped(model: Any, loader: Any) -> str | None:
-    """Why ``diagnose(model, loader)`` was given its arguments the wrong way round (a
-    DataLoader first, a model second); None where they are not."""
+def wrong_arguments(model: Any, loader: Any, sample_hz: Any = None,
+                    caller: str = "diagnose") -> str | None:
+    """Why ``diagnose(model, loader)`` (or ``watch``: ``caller``) cannot take what it was
+    given: the arguments the wrong way round (a DataLoader first, a model second), a model
+    that is none (no ``parameters()``: a string, a path), a ``sample_hz`` that is not a
+    number of 0 or more; None where they can."""
     is_loader = hasattr(model, "batch_size") and hasattr(model, "dataset")
     is_model = callable(getattr(loader, "parameters", None)) and callable(
         getattr(loader, "register_forward_hook", None))
     if is_loader and is_model:
-        return (f"diagnose(model, loader): the first argument is a {type(model).__name__} and "
-                f"the second a {type(loader).__name__}: give the model first")
+        return (f"{caller}(model, loader): the first argument is a {type(model).__name__} "
+                f"and the second a {type(loader).__name__}: give the model first")
+    for name, m in named_models(model):
+        if not callable(getattr(m, "parameters", None)):
+            return (f"{caller}(): the model{f' {name!r}' if name else ''} is a "
+                    f"{type(m).__name__}, not a torch.nn.Module: give the model (a list or "
+                    "dict of them, or None)")
+    if sample_hz is not None and (not isinstance(sample_hz, int | float)
+                                  or isinstance(sample_hz, bool) or not sample_hz >= 0):
+        return f"{caller}(): sample_hz must be a number >= 0 (got {sample_hz!r})"
     return None
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from diagnose.capture import distributed
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.boundaries import StepFinder, as_models, model_names, swapped
+from diagnose.capture.boundaries import StepFinder, as_models, model_names, wrong_arguments
 from diagnose.capture.gcpause import frozen_objects
 from diagnose.capture.names import loader_names
 from diagnose.capture.profiler import WindowProfiler
@@ -131,9 +131,7 @@ class Session:
                 f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "
                 f"(got steps={steps}, warmup={warmup}, wait={wait}, clock_steps={clock_steps})"
             )
-        if sample_hz is not None and sample_hz < 0:
-            raise CaptureError(f"diagnose(): sample_hz must be >= 0 (got {sample_hz})")
-        if (why := swapped(model, loader)) is not None:
+        if (why := wrong_arguments(model, loader, sample_hz)) is not None:
             raise CaptureError(why)
         self.model = model
         self.models = as_models(model)  # one model, several (a GAN's), or none

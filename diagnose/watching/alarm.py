@@ -55,6 +55,7 @@ class Alarm:
     host: dict[str, Any] | None = None  # the machine around it (diagnose.watching.host)
     host_line: str | None = None
     neighbours: bool = False  # the machine explains it as its neighbours' (host.neighbours)
+    passed: bool = False  # its window found the pace back: the change did not last
 
     @property
     def ratio(self) -> float | None:
@@ -92,7 +93,8 @@ class Alarm:
                 "t": self.t, "rank": self.rank, "capture": self.capture_json(),
                 "capture_why": self.capture_why, "capture_dir": self.capture_dir,
                 "changed": list(self.changed), "comparison": self.comparison,
-                "host": self.host, "host_line": self.host_line}
+                "host": self.host, "host_line": self.host_line,
+                "neighbours": self.neighbours, "passed": self.passed}
 
 
 def alarm_lines(a: dict[str, Any], same_capture: bool = False) -> list[str]:

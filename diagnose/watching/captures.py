@@ -5,8 +5,9 @@ The policy: an alarm shares a window of another alarm asked for, or under way or
 within :data:`SHARE_STEPS` steps after its change began (a loader slowing shows as step
 time and loader wait together); else it takes one, within ``max_captures`` a run and one per ``interval_s``
 (unless its change is :data:`BIGGER` times the last capture's); a capture whose alarms the
-machine explains as its neighbours' (:meth:`Captures.release`) does not count against
-``interval_s``; else its ``capture_why`` says which limit. The baseline window goes first and is not
+machine explains as its neighbours', or whose window found the pace back (the change
+passed: :attr:`Captures.passed`), does not count against ``interval_s``
+(:meth:`Captures.release`); else its ``capture_why`` says which limit. The baseline window goes first and is not
 counted. A window starts at the next step boundary (:meth:`Captures.start`), records its
 steps (:meth:`Captures.step`), then its folder gets a ``context.json`` whose unprofiled
 steps are those since the change began (at most :data:`BEFORE_STEPS`), and is analysed
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .alarm import Alarm
-from .changes import what_changed
+from .changes import PASSED, what_changed
 from .window import Analyst, Window
 
 __all__ = ["BEFORE_STEPS", "SHARE_STEPS", "Capture", "Captures"]
@@ -101,6 +102,8 @@ class Captures:
         self._spaced: list[tuple[float, float, Capture]] = []
         self._labels = 0
         self._lock = threading.RLock()
+        #: alarms whose window found the pace back, for the watch to take (its reference)
+        self.passed: list[Alarm] = []
 
     @property
     def due(self) -> bool:
@@ -151,17 +154,22 @@ class Captures:
                 self._spaced.append((time.time(), size, job))
 
     def release(self, alarm: Alarm) -> None:
-        """``alarm``'s change was the machine's neighbours, not the job's: where each alarm
-        its capture serves is such, that capture no longer spaces the next one
-        (``interval_s``), so that a change of the job's own after it is profiled; it still
-        counts within ``max_captures``."""
+        """``alarm``'s change was not the job's lasting one (the machine's neighbours, or
+        it passed: its flag is set): where each alarm its capture serves is such, that
+        capture no longer spaces the next one (``interval_s``), so that a change of the
+        job's own after it is profiled; it still counts within ``max_captures``."""
         with self._lock:
-            alarm.neighbours = True
             for i, (_, _, job) in enumerate(self._spaced):
-                if any(a is alarm for a in job.alarms) and all(a.neighbours
+                if any(a is alarm for a in job.alarms) and all(a.neighbours or a.passed
                                                                for a in job.alarms):
                     del self._spaced[i]
                     return
+
+    def take_passed(self) -> list[Alarm]:
+        """The alarms :attr:`passed` since the last call."""
+        with self._lock:
+            out, self.passed = self.passed, []
+        return out
 
     def _label(self, what: str) -> str:
         self._labels += 1
@@ -249,6 +257,11 @@ class Captures:
                     job.changed = [f"the comparison with the baseline failed: "
                                    f"{type(e).__name__}: {e}"]
             _apply(job, job.alarms)
+            if not job.baseline and job.changed and job.changed[0].startswith(PASSED):
+                for a in job.alarms:
+                    a.passed = True
+                    self.passed.append(a)
+                    self.release(a)
             if self._record is not None:
                 self._record("capture", **job.to_json(), changed=job.changed)
 

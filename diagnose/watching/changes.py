@@ -19,7 +19,10 @@ from diagnose.report.compare import compare_reports, delta_text
 from diagnose.rules.engine import severity_rank
 from diagnose.stepmodel.prediction import CANNOT_TELL, Prediction
 
-__all__ = ["what_changed"]
+__all__ = ["PASSED", "what_changed"]
+
+#: how the lines of a capture whose window found the pace back begin (the change passed)
+PASSED = "passed:"
 
 #: a metric that moved less than this (relative; points for fractions) is not named
 MOVED = 0.10
@@ -84,7 +87,7 @@ def what_changed(baseline: Any, report: Any) -> tuple[list[str], dict[str, Any] 
     if c.step is not None and c.step.change_pct is not None:
         lines.append(c.step.line())
         if c.step.verdict in ("within noise", "better"):
-            lines.insert(0, "passed: the step time was back to the baseline's in the "
+            lines.insert(0, f"{PASSED} the step time was back to the baseline's in the "
                             "profiled window, so the change did not last until it was "
                             "profiled (the findings below are the window's)")
     moved = []

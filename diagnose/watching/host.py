@@ -97,12 +97,31 @@ class HostContext:
                                 round(sum(oa) / len(oa), 3) if oa else None]}
 
 
+def _rise(host: dict[str, Any], key: str, before_ms: float | None,
+          after_ms: float | None) -> float | None:
+    """How much ``host[key]`` (ms a step) rose over a step-time rise (``before_ms`` ->
+    ``after_ms``), as a share of that rise; None where either is not known or no rise."""
+    v = host[key]
+    if None in v or before_ms is None or after_ms is None or after_ms <= before_ms:
+        return None
+    return (v[1] - v[0]) / (after_ms - before_ms)
+
+
 def _mostly_waiting(host: dict[str, Any], before_ms: float | None,
                     after_ms: float | None) -> bool:
-    """Most of a step-time rise (``before_ms`` -> ``after_ms``) is the loop's wait for a CPU."""
-    cw = host["cpu_wait_ms_per_step"]
-    return (None not in cw and before_ms is not None and after_ms is not None
-            and after_ms > before_ms and cw[1] - cw[0] >= 0.5 * (after_ms - before_ms))
+    """Most of a step-time rise (``before_ms`` -> ``after_ms``) is the loop's wait for a
+    CPU, and the thread's own CPU time rose by less than that wait did."""
+    wait = _rise(host, "cpu_wait_ms_per_step", before_ms, after_ms)
+    own = _rise(host, "cpu_ms_per_step", before_ms, after_ms)
+    return wait is not None and wait >= 0.5 and (own is None or own < wait)
+
+
+def _own_work(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> bool:
+    """Most of a step-time rise is the training thread's own CPU time, more than its wait
+    for a CPU rose (the job's work grew: a larger batch, heavier samples in the loop)."""
+    own = _rise(host, "cpu_ms_per_step", before_ms, after_ms)
+    wait = _rise(host, "cpu_wait_ms_per_step", before_ms, after_ms)
+    return own is not None and own >= 0.5 and (wait is None or own >= wait)
 
 
 def _others_rose(host: dict[str, Any]) -> bool:
@@ -135,4 +154,7 @@ def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | Non
             text += " (most of the change is waiting for a CPU, while other processes " \
                     "took no more: the job's own threads or processes, or CPUs that gave " \
                     "less)"
+    elif _own_work(host, before_ms, after_ms):
+        text += " (most of the change is the training thread's own work: the job's, not " \
+                "the machine's)"
     return text

@@ -87,6 +87,16 @@ class TimelineWriter:
         with self._lock:
             self._lines.append(line)
 
+    def spike(self, step: int, signal: str, before: float | None, after: float | None,
+              unit: str) -> None:
+        """A spike's record (many on a busy machine: the line is made directly)."""
+        b, v = before, after
+        if b is not None and v is not None and math.isfinite(b) and math.isfinite(v):
+            self.line(f'{{"step":{step},"signal":"{signal}","before":{b!r},'
+                      f'"after":{v!r},"unit":"{unit}","type":"spike"}}')
+        else:
+            self.record("spike", step=step, signal=signal, before=b, after=v, unit=unit)
+
     def steps(self, first: int, t: np.ndarray, ms: np.ndarray, wait: np.ndarray) -> None:
         """Append steps ``first`` .. ``first + len(t) - 1`` (buffered until the flush)."""
         if self._bin is None or len(t) == 0:

@@ -12,7 +12,6 @@ torch.distributed each rank watches itself and names a straggler (:mod:`.ranks`)
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -24,9 +23,10 @@ from typing import Any
 
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
+from diagnose.capture.boundaries import wrong_arguments
 from diagnose.capture.samplers import Sampler, SamplerThread
 from diagnose.errors import CaptureError
-from diagnose.runfolder import new_run_dir, samples_file
+from diagnose.runfolder import new_run_dir, samples_file, write_json
 
 from . import summary as summ
 from .alarm import SIGNALS, Alarm
@@ -84,6 +84,8 @@ class Watch:
         if capture_steps < 1 or warmup_steps < 0 or rank_every < 1 or max_captures < 0:
             raise CaptureError("watch(): need capture_steps >= 1, warmup_steps >= 0, "
                                "rank_every >= 1, max_captures >= 0")
+        if (why := wrong_arguments(model, loader, sample_hz, "watch")) is not None:
+            raise CaptureError(why)
         self.model, self.loader = model, loader
         self.out_dir = out_dir
         self.capture_steps, self.baseline_wanted = capture_steps, baseline
@@ -305,8 +307,7 @@ class Watch:
         """About once a second on the training thread: spikes, settling, flushing, progress."""
         self._next_tick = now + 1.0
         self._host.tick(self.steps, window=self._caps is not None and self._caps.window is not None)
-        if self._unexplained:
-            self._explain()
+        self._explain()
         self._drain_spikes()
         if now >= self._next_flush:
             self._next_flush = now + self.flush_s
@@ -329,7 +330,10 @@ class Watch:
 
     def _explain(self, final: bool = False) -> None:
         """The machine's context for the step alarms whose change has a second of ticks
-        after it (at the end: whatever there is)."""
+        after it (at the end: whatever there is); the reference of those not the job's
+        (its neighbours', or passed by their window) goes back."""
+        for a in self._caps.take_passed() if self._caps is not None else []:
+            self._back(a)
         for a in list(self._unexplained):
             h = self._host.around(a.start or a.step, self.steps)
             if h is not None or final:
@@ -342,10 +346,14 @@ class Watch:
                 self._writer.record("host", step=a.step, signal=a.signal, host=h,
                                     host_line=a.host_line)
             if neighbours(h, *ends):  # not the job's: its capture and its level go back
-                if a is next((x for x in reversed(self.alarms) if x.signal == a.signal), None):
-                    self._refs[a.signal].neighbours()
-                if self._caps is not None:
-                    self._caps.release(a)
+                a.neighbours = True
+                self._back(a)
+
+    def _back(self, a: Alarm) -> None:
+        if a is next((x for x in reversed(self.alarms) if x.signal == a.signal), None):
+            self._refs[a.signal].neighbours()
+        if self._caps is not None:
+            self._caps.release(a)
 
     def _settle(self) -> None:
         """First baseline learnt: the loader's detector starts, the baseline window is asked for."""
@@ -433,14 +441,8 @@ class Watch:
                   rank=self.rank)
         self.spikes.append(a)
         self.spike_count += 1
-        if self._writer is not None:  # many on a busy machine: the line is made directly
-            b, v = a.before, a.after
-            if b is not None and v is not None and math.isfinite(b) and math.isfinite(v):
-                self._writer.line(f'{{"step":{index},"signal":"{signal}","before":{b!r},'
-                                  f'"after":{v!r},"unit":"{a.unit}","type":"spike"}}')
-            else:
-                self._writer.record("spike", step=index, signal=signal, before=b, after=v,
-                                    unit=a.unit)
+        if self._writer is not None:
+            self._writer.spike(index, signal, a.before, a.after, a.unit)
 
     # ------------------------------------------------------------------ captures
     def _capture_context(self) -> tuple[dict[str, Any], Any, str | None]:
@@ -580,9 +582,7 @@ class Watch:
             self.notes.extend(f"timeline writing stopped: {e}" for e in self._writer.errors)
         if self.run_dir is not None:
             name = f"watch{f'.rank{self.rank}' if self.rank else ''}.json"
-            tmp = self.run_dir / (name + ".tmp")
-            tmp.write_text(json.dumps(rec, default=str), encoding="utf-8")
-            os.replace(tmp, self.run_dir / name)
+            write_json(self.run_dir / name, rec, default=str)
         if self.print_summary and (self.rank is None or self.rank == 0):
             print(summ.text(rec), file=sys.stderr)
 

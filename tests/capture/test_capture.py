@@ -428,6 +428,18 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
                                            "second a Sequential: give the model first"):
         diagnose(loader, model)
     diagnose(model, loader)  # the right way round: made, not entered
+    # a new user's watch took a string as its model, and a string as sample_hz raised
+    # a TypeError from deep inside; each is one clear error now, for both
+    from diagnose import watch
+
+    for name, make_it in (("diagnose", diagnose), ("watch", watch)):
+        with pytest.raises(CaptureError, match=rf"{name}\(\): the model is a str, not a "):
+            make_it("abc", loader)
+        with pytest.raises(CaptureError, match=r"the model 'D' is a int, not a torch"):
+            make_it({"G": model, "D": 3}, loader)
+        for hz in ("x", -1, float("nan")):
+            with pytest.raises(CaptureError, match=rf"{name}\(\): sample_hz must be a number"):
+                make_it(model, loader, sample_hz=hz)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(CaptureError), diagnose(None, None, out_dir=blocker / "sub"):

@@ -92,3 +92,18 @@ def test_a_hint_several_findings_share_is_printed_once(tmp_path) -> None:
     text = report.render_text()
     assert text.count(shared) == 1
     assert all(shared in f["hints"] for f in report.to_json()["findings"])
+
+
+def test_printing_a_report_leaves_pythons_random_state_as_it_was() -> None:
+    """A new user's Python-side augmentation drew other numbers after `with diagnose`:
+    rich, imported to print the report, seeds its style ids from the global random
+    generator. A fresh process: import, analyse and print, then the state is compared."""
+    code = ("import random; random.seed(3); s = random.getstate()\n"
+            "import diagnose\n"
+            f"diagnose.analyze({str(TRACE)!r}).print()\n"
+            "import rich.console, rich.table, rich.panel\n"
+            "print('SAME' if random.getstate() == s else 'MOVED')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "SAME"

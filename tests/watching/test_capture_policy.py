@@ -51,6 +51,7 @@ def test_a_capture_of_the_neighbours_change_does_not_space_the_next() -> None:
     noise, real, later = _alarm(167, 15.0, 22.0), _alarm(425, 16.0, 24.0), _alarm(900, 24.0, 36.0)
     c.want(noise)
     _taken(c)
+    noise.neighbours = True
     c.release(noise)
     c.want(real)
     assert real.capture_why == "pending" and [j.alarms for j in c._queue] == [[real]]
@@ -58,3 +59,31 @@ def test_a_capture_of_the_neighbours_change_does_not_space_the_next() -> None:
     c.want(later)  # within 600 s of the job's own change's capture
     assert later.capture_why is not None and "at most one every 600 s" in later.capture_why
     assert c._taken == 2
+
+
+def test_a_capture_that_found_the_change_passed_does_not_space_the_next(monkeypatch) -> None:
+    """A new user's watch: a brief bump's alarm (step 228) took the capture, whose window
+    found the pace back ('passed:'); the batch doubling 25 s later got 'at most one every
+    600 s'. Passed, its alarm is handed to the watch (its reference goes back) and its
+    capture spaces no other; an alarm whose window saw the change still does."""
+    import diagnose.watching.captures as caps
+
+    c = _captures()
+    c.baseline = object()
+    verdict = ["passed: the step time was back to the baseline's"]
+    monkeypatch.setattr(caps, "what_changed", lambda base, rep: (list(verdict), None))
+    bump, real, later = _alarm(228, 16.0, 25.7), _alarm(1752, 16.0, 37.0), _alarm(3000, 37, 60)
+    c.want(bump)
+    job = c._queue[0]
+    _taken(c)
+    c._finish(job, object(), None)
+    assert bump.passed and c.take_passed() == [bump] and c.take_passed() == []
+    c.want(real)
+    assert real.capture_why == "pending"
+    job = c._queue[0]
+    _taken(c)
+    verdict[0] = "step time 16 -> 37 ms: worse"
+    c._finish(job, object(), None)
+    assert not real.passed and c.take_passed() == []
+    c.want(later)
+    assert later.capture_why is not None and "at most one every 600 s" in later.capture_why

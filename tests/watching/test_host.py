@@ -134,3 +134,17 @@ def test_a_profiled_windows_seconds_are_not_the_jobs_pace() -> None:
     assert len(h.ticks) == 1
     h.tick(300)
     assert len(h.ticks) == 2 and h.ticks[-1][:2] == (200, 300)
+
+
+def test_a_change_of_the_jobs_own_work_is_the_job_even_while_it_waits_more() -> None:
+    """A new user doubled the batch: the step went 16 -> 25 ms, the thread's own CPU time
+    11.5 -> 28.7 ms a step and its wait for a CPU rose by 11 ms (others busy too). The
+    line blamed the neighbours; the thread's own work rose more than the wait did: the
+    job's."""
+    h = {"cpu_ms_per_step": [11.5, 28.7], "cpu_wait_ms_per_step": [0.3, 11.3],
+         "others_cpus": [0.9, 1.4]}
+    line = explain(h, 16.0, 25.0)
+    assert "neighbours" not in line and "the training thread's own work" in line
+    # the wait rising more than the thread's own work is still the machine's
+    h["cpu_ms_per_step"] = [11.5, 14.0]
+    assert "the machine's neighbours, not the job" in explain(h, 16.0, 25.0)
