@@ -122,6 +122,24 @@ class Analysis:
         return out
 
     @property
+    def prediction_spans(self) -> dict[str, tuple[float, float]]:
+        """Each predicted fix's range as speedups over its point, (slow end, fast end)
+        (that of its best point over the findings that name it; not for a bound):
+        autofix scales a trial's own point by it."""
+        out: dict[str, tuple[float, float]] = {}
+        best: dict[str, float] = {}
+        for f in self.findings:
+            for fix, p in (f.predictions or {}).items():
+                s = getattr(p, "speedup", None)
+                if getattr(p, "at_least", False) or not isinstance(s, int | float) or s <= 0 \
+                        or s <= best.get(fix, 0.0):
+                    continue
+                lo, hi = getattr(p, "floor", None), getattr(p, "reach", None)
+                if isinstance(lo, int | float) and isinstance(hi, int | float):
+                    best[fix], out[fix] = float(s), (float(lo) / s, float(hi) / s)
+        return out
+
+    @property
     def candidate_predictions(self) -> dict[str, dict[frozenset[tuple[str, Any]], float]]:
         """Each fix's predicted speedup for every config its search would try (the change
         from the diagnosed run's settings, as a set of (field, value)); point predictions

@@ -40,6 +40,9 @@ class Decision:
     # config's measured peak (one step of all the kept changes together)
     predicted_peak_bytes: int | None = None
     measured_peak_bytes: int | None = None
+    # the prediction's range (speedups, slow end first): the diagnosis' printed range,
+    # scaled to this trial's point
+    predicted_range: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         s = self.speedup
@@ -50,6 +53,8 @@ class Decision:
                 "ci": None if s is None else [s.lo, s.hi],
                 "rounds": self.rounds, "steps": self.steps, "setup_s": self.setup_s,
                 "predicted_speedup": self.predicted_speedup,
+                "predicted_range": None if self.predicted_range is None else [
+                    round(v, 4) for v in self.predicted_range],
                 "predicted_peak_bytes": self.predicted_peak_bytes,
                 "measured_peak_bytes": self.measured_peak_bytes}
 

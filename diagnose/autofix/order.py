@@ -95,12 +95,18 @@ def skip_reason(pred: float | None, remaining_gain: float, floor: float,
     return None
 
 
-def disagreement(pred: float | None, iv: Interval | None) -> str | None:
-    """A note when the measured interval excludes the prediction."""
-    if pred is None or iv is None or iv.lo <= pred <= iv.hi:
+def disagreement(pred: float | None, iv: Interval | None,
+                 rng: tuple[float, float] | None = None) -> str | None:
+    """A note when the measured interval excludes the prediction: its whole range where it
+    has one (``rng``, speedups: the printed range's ends), else its point."""
+    if pred is None or iv is None:
         return None
-    side = "above" if pred > iv.hi else "below"
-    return (f"model disagrees: predicted {pred:.2f}x, {side} the measured "
+    lo, hi = rng if rng is not None else (pred, pred)
+    if iv.lo <= hi and lo <= iv.hi:
+        return None
+    side = "above" if lo > iv.hi else "below"
+    said = f"predicted {pred:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if rng is not None else "")
+    return (f"model disagrees: {said}, {side} the measured "
             f"{iv.confidence:.0%} CI [{iv.lo:.2f}, {iv.hi:.2f}]")
 
 

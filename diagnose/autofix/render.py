@@ -75,8 +75,9 @@ def decisions_table(r: AutofixResult) -> Table:
         cells: list[Any] = [d.fix, d.finding or "", what, _ms_pair(d),
                             "" if d.speedup is None else str(d.speedup)]
         if predicted:
-            p = d.predicted_speedup
-            cells.append("" if p is None else f"{p:.2f}x")
+            p, rng = d.predicted_speedup, getattr(d, "predicted_range", None)
+            cells.append("" if p is None else f"{p:.2f}x" if rng is None else
+                         f"{p:.2f}x [{rng[0]:.2f}, {rng[1]:.2f}]")
         t.add_row(*cells, Text(d.status, style=_STYLE.get(d.status, "")))
     return t
 

@@ -198,6 +198,7 @@ def autofix(
             if predictions is None else {})
         if predictions is None:  # the model's prediction for each config a search tries
             tuner.cand_preds = getattr(report, "candidate_predictions", None) or {}
+            tuner.spans = getattr(report, "prediction_spans", None) or {}
             tuner.advised = getattr(report, "advised_changes", None) or {}
             tuner.predictor = getattr(report, "predictor", None)
             tuner.facts = facts

@@ -91,6 +91,9 @@ class Tuner(Budgeted):
         super().__init__(w, plan, min_gain, progress, max_trials, budget_s)
         self.decisions: list[Decision] = []
         self.preds = predictions or {}
+        # fix id -> its prediction's range over its point (slow end, fast end): a trial's
+        # own point scaled by it is the range it is judged against
+        self.spans: dict[str, tuple[float, float]] = {}
         self.disagreements: list[dict[str, Any]] = []
         self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
         # kept changes: the fields each changed and its fix's prediction (vs the baseline)
@@ -314,6 +317,8 @@ class Tuner(Budgeted):
             return False
         self.trials += 1
         pred = self.relative(self.preds.get(fix.id), best, cand, fix)  # for this comparison
+        span = self.spans.get(fix.id)
+        rng = None if pred is None or span is None else (pred * span[0], pred * span[1])
         again = self.superseded_note(fix, pred, best, cand)
         looks = self.schedule(pred, self.share_s(cand), best, cand)
         label = f"trial {self.trials}: {fix.id}: {change}"
@@ -323,7 +328,7 @@ class Tuner(Budgeted):
             note = c.note if again is None else f"{c.note}; {again}" if c.note else again
             self.decisions.append(Decision(fix.id, change, c.status, note, finding,
                                            c.base_ms, c.cand_ms, None, c.rounds, c.steps,
-                                           c.setup_s, pred))
+                                           c.setup_s, pred, predicted_range=rng))
             return False
         iv = c.interval
         if iv.above(threshold):
@@ -350,16 +355,19 @@ class Tuner(Budgeted):
             # the ms are the arms' mean steps, where one slow round weighs by its length
             reason += (f"; the mean steps give {c.base_ms / c.cand_ms:.2f}x: the speedup pairs "
                        "the rounds, each counting once, and the rounds were uneven")
-        off = disagreement(pred, iv)
+        off = disagreement(pred, iv, rng)
         if off is not None:
             reason += f"; {off}"
+        if pred is not None and not iv.lo <= pred <= iv.hi:  # the point's error, logged
             self.disagreements.append({
                 "fix": fix.id, "change": change, "finding": finding, "predicted_speedup": pred,
+                "predicted_range": None if rng is None else list(rng),
                 "speedup": iv.ratio, "ci": [iv.lo, iv.hi], "confidence": iv.confidence,
                 "rounds": c.rounds, "baseline_ms": c.base_ms, "trial_ms": c.cand_ms,
                 "status": status})
         self.decisions.append(Decision(fix.id, change, status, reason, finding, c.base_ms,
-                                       c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred))
+                                       c.cand_ms, iv, c.rounds, c.steps, c.setup_s, pred,
+                                       predicted_range=rng))
         if status == KEPT:
             self.kept.append((frozenset(best.diff(cand)), self.preds.get(fix.id)))
             self.kept_fixes.append((fix, self._owned(fix, best, cand)))

@@ -180,6 +180,14 @@ def test_skips_disagreements_and_the_predicted_tuned_step() -> None:
     iv = Interval(1.3, 1.2, 1.4, 0.95)
     assert disagreement(1.25, iv) is None and disagreement(None, iv) is None
     assert "below" in (disagreement(1.1, iv) or "")
+    # with its range: the model disagrees only where the whole range misses the interval
+    # (a new user's 1.79x [1.00, 2.13] against a measured [0.90, 1.25] was "disagrees")
+    low = Interval(1.06, 0.90, 1.25, 0.95)
+    assert disagreement(1.79, low, (1.00, 2.13)) is None
+    assert disagreement(1.79, low) is not None
+    assert disagreement(1.79, low, (1.30, 2.13)) == (
+        "model disagrees: predicted 1.79x [1.30, 2.13], above the measured 95% CI "
+        "[0.90, 1.25]")
     assert predicted_tuned_ms(10.0, [2.0, 1.25]) == pytest.approx(4.0)
     assert predicted_tuned_ms(10.0, [2.0, None]) is None
     # the step model's composed speedup of the kept changes wins over the product
@@ -217,3 +225,28 @@ def test_html_and_the_tensorboard_tab_show_measured_and_predicted(tmp_path) -> N
     rows = view["autofix"]["rows"]
     assert rows[0][4:] == ["1.80x [1.60, 2.00]", "1.90x", "better"]
     assert rows[1][4:] == ["", "", "worse"] and rows[2][5] == "2.00x"
+
+
+def test_the_decisions_table_and_json_carry_the_predicted_range() -> None:
+    """A new user's autofix table showed 1.79x alone, and 'model disagrees', where the
+    diagnosis had printed 1.00-2.13x: the trial's range goes beside its point, in the table
+    and the JSON, and the report's spans scale it (the range over the point)."""
+    from rich.console import Console
+
+    from diagnose.autofix.decisions import Decision
+    from diagnose.autofix.render import decisions_table
+    from diagnose.result import Analysis
+    from diagnose.stepmodel.prediction import Prediction
+
+    d = Decision("num_workers", "num_workers 0 → 2", "reverted", "no gain", "IN001", 43.9,
+                 41.7, Interval(1.06, 0.90, 1.25, 0.95), 20, 20, None, 1.79,
+                 predicted_range=(1.00, 2.13))
+    assert d.to_json()["predicted_range"] == [1.0, 2.13]
+    con = Console(width=200, record=True)
+    con.print(decisions_table(SimpleNamespace(decisions=[d], min_gain=0.03)))
+    assert "1.79x [1.00, 2.13]" in con.export_text()
+    p = Prediction({"num_workers": 2}, 35.3 / 1.79, 1.79, (35.3 / 2.13, 35.3 / 1.0), 35.3)
+    a = Analysis.__new__(Analysis)
+    a.findings = [SimpleNamespace(predictions={"num_workers": p})]
+    lo, hi = a.prediction_spans["num_workers"]
+    assert (1.79 * lo, 1.79 * hi) == (pytest.approx(1.0), pytest.approx(2.13))
