@@ -58,7 +58,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _analyze_watched(run_dir: str, fmt: str, output: str | None, fail_on: str | None) -> int:
     """A watched run's folder (killed runs too): its timeline, alarms and captures; exit 1
     where a capture's finding is at or above ``fail_on``."""
-    from ..report.watch_timeline import render_watch_html, render_watch_text
+    from ..report.watch_timeline import (
+        alarms_with_captures,
+        render_watch_html,
+        render_watch_text,
+    )
     from ..watching.timeline import findings_at_least, read_watched
 
     tl = read_watched(run_dir)
@@ -68,7 +72,8 @@ def _analyze_watched(run_dir: str, fmt: str, output: str | None, fail_on: str | 
     status = 1 if fail_on and findings_at_least(tl, fail_on) else 0
     if fmt == "json":
         steps = {k: v.tolist() for k, v in tl.pop("steps").items()}
-        text = json.dumps({**tl, "steps": steps}, default=str)
+        text = json.dumps({**tl, "alarms": alarms_with_captures(tl), "steps": steps},
+                          default=str)
     elif fmt == "html":
         from ..runfolder import load_samples
 

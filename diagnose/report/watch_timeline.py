@@ -61,6 +61,22 @@ def _captures(tl: dict[str, Any]) -> dict[int, dict[str, Any]]:
             for step in c.get("alarms") or []}
 
 
+def alarms_with_captures(tl: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alarms as recorded (each before its capture began: "pending"), with what their
+    capture's later records say: its folder, why there is none, what changed, its
+    findings (as the text and the HTML show them)."""
+    caps = _captures(tl)
+    out = []
+    for a in tl.get("alarms") or []:
+        cap = _capture_of(caps, a)
+        if cap is not None:
+            a = {**a, "capture_dir": cap.get("dir"), "capture_why": cap.get("why"),
+                 "changed": cap.get("changed") or a.get("changed") or [],
+                 "capture": {"dir": cap.get("dir"), "findings": cap.get("findings") or []}}
+        out.append(a)
+    return out
+
+
 def _capture_of(caps: dict[int, dict[str, Any]], a: dict[str, Any]) -> dict[str, Any] | None:
     step = a.get("step")
     return caps.get(step) if isinstance(step, int) else None
@@ -280,7 +296,7 @@ def render_watch_html(tl: dict[str, Any], run_dir: str,
     for i, a in enumerate(alarms):
         cap = _capture_of(caps, a)
         d = cap.get("dir") if cap else None
-        link: Markup | str = (el("a", str(d), href="file://" + str(d)) if d
+        link: Markup | str = (el("a", str(d), href=Path(d).resolve().as_uri()) if d
                               else a.get("capture_why") or "none")
         host = [el("br"), el("small", a["host_line"])] \
             if a.get("host_line") else []

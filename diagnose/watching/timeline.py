@@ -252,13 +252,19 @@ def _other_ranks(run_dir: str | os.PathLike[str]) -> list[int]:
 
 
 def _findings(run_dir: str | os.PathLike[str], captures: list[dict[str, Any]]) -> None:
-    """Each capture record's findings from its folder's report.json, where there is one."""
+    """Each capture record's findings from its folder's report.json, where there is one;
+    its ``dir`` the folder where it is now, whole (it was written relative to where the run
+    started, and the run may have moved since)."""
     for cap in captures:
         d = cap.get("dir")
-        if not d or cap.get("findings") is not None:
+        if not d:
             continue
         here = Path(d) if Path(d).is_dir() else Path(run_dir) / "captures" / Path(d).name
-        try:  # where it was written, else in this folder (the run was moved)
+        if here.is_dir():  # where it was written, else in this folder (the run was moved)
+            cap["dir"] = str(here.resolve())
+        if cap.get("findings") is not None:
+            continue
+        try:
             rep = json.loads((here / "report.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue

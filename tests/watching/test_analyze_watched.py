@@ -61,6 +61,27 @@ def test_text_summary_of_a_watched_run(tmp_path: Path, end: bool,
 
 
 
+def test_a_moved_runs_json_and_html_name_its_captures_where_they_are(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's `analyze RUN -o run.json` gave the alarm `capture: None, capture_why:
+    'pending'` (its record, written before the capture began), and the HTML linked
+    `file://runs/...` (a path relative to where the run started). The run is moved and
+    read from elsewhere: the JSON's alarm carries its capture's folder, what changed and
+    the findings; the HTML links a file URI that exists; the text names the folder."""
+    import shutil
+
+    run = shutil.move(str(_run(tmp_path, end=True)), str(tmp_path / "moved"))
+    monkeypatch.chdir(tmp_path / "moved")  # the capture's recorded path no longer exists
+    assert main(["analyze", run, "-o", str(tmp_path / "w.json")]) == 0
+    a = json.loads((tmp_path / "w.json").read_text())["alarms"][0]
+    where = Path(run, "captures", "002-step600-step_time").resolve()
+    assert a["capture_dir"] == str(where) and a["capture_why"] is None
+    assert a["changed"] == ["step time without the profiler: 2.0 ms -> 2.6 ms: worse"]
+    assert [f["rule"] for f in a["capture"]["findings"]] == ["IN001"]
+    assert main(["analyze", run, "-o", str(tmp_path / "w.html")]) == 0
+    assert f'href="{where.as_uri()}"' in (tmp_path / "w.html").read_text()
+
+
 def test_fail_on_reads_a_watched_runs_captures(tmp_path: Path) -> None:
     """--fail-on exits 1 where a capture's finding is at or above it (the capture's
     IN001 is a warning), 0 below it, in every output format."""
