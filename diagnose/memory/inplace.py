@@ -75,9 +75,10 @@ class InPlaceStep:
             elif not self.safe:
                 # a later boundary outside the calls (an optimizers' round) may still start
                 # it; where none comes, this is why no step was tracked
-                self.why = ("no step's memory was tracked: the steps' boundaries fall inside "
-                            "the model's calls (d.step() at the end of each step marks them "
-                            "outside)")
+                self.why = ("no step's memory was tracked: with no optimizer's step and no "
+                            "DataLoader's batch to mark it, a step's end was found only as the "
+                            "next forward began, inside the model's call, where tracking "
+                            "cannot start (d.step() at the end of each step marks it)")
             else:
                 self.why = None
                 self._start(model, optimizers, roots)

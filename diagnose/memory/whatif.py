@@ -294,8 +294,9 @@ def changes(prof: Mapping[str, Any], *, amp_dtypes: Iterable[str] = ("bfloat16",
         out.extend({"amp_dtype": d} for d in amp_dtypes)
     if not trains:
         return out
-    out.append({"zero_grad_set_to_none": not pr.set_to_none})
     opt = pr.optimizer or {}
+    if opt.get("class"):  # a hand-written update clears (or keeps) its gradients itself
+        out.append({"zero_grad_set_to_none": not pr.set_to_none})
     if opt.get("class") and not opt.get("fused") and opt.get("foreach") is not None:
         out.append({"optimizer_foreach": not opt["foreach"]})
     if opt.get("class") in ("Adam", "AdamW"):

@@ -102,6 +102,11 @@ def test_an_inference_step_gets_no_training_what_ifs():
     sized = {**model, "gradients": 1000}
     assert changes({**PROF, "model": sized, "timeline": forward}) == only
     assert len(changes({**PROF, "model": sized})) > len(only)  # a backward: training
+    # a new user's hand-written update (no optimizer: it sets p.grad = None itself): no
+    # zero_grad what-if, which changes an optimizer's call
+    hand = changes({**PROF, "model": sized})
+    assert {"batch_size": 4, "grad_accum_steps": 2} in hand
+    assert not any("zero_grad_set_to_none" in c or "optimizer_class" in c for c in hand)
 
 
 def test_largest_batch_and_what_fits():
