@@ -192,12 +192,10 @@ class StepTracker(MemTracker):
     # ------------------------------------------------------------------ MemTracker hooks
     def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True
                                          ) -> tuple[int, int]:
-        """MemTracker's count of a module's parameters and buffers. It hooks every
-        parameter's gradient, and torch refuses a hook on a frozen one (fine-tuning with
-        ``requires_grad=False``): those get handles that hold no hook, so none is asked.
-        The models given are hooked too (MemTracker hooks only modules whose forward it
-        sees begin: a compiled model's submodules never do, and its gradients would count
-        as temporaries)."""
+        """MemTracker's count of a module's parameters and buffers, every gradient hooked,
+        the models given's too (torch.compile's submodules never show their forward begin,
+        and their gradients counted as temporaries); torch refuses a hook on a frozen one
+        (``requires_grad=False``): those get handles that hold no hook."""
         for p in module.parameters():
             if not p.requires_grad and self._param_to_grad_hook_handles.get(p) is None:
                 self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)

@@ -64,6 +64,12 @@ WORKER_WAITS_SHARE = 0.3
 #: copy of the dataset's objects; too low leaves waiting loaders short of workers, too high
 #: offers counts whose memory the model does not weigh.
 WAITING_WORKERS_PER_CPU = 4
+#: An epoch that lasts this long (s) or more at the measured step starts its workers too
+#: rarely to matter, whatever a start costs (seconds to minutes: imports, opening the
+#: data): once a day is under a thousandth of the steps for a start of a minute. Too low,
+#: a slow start every few hours (~1% of them) is called nothing; too high, an endless
+#: sampler's loader is offered persistent workers it cannot use.
+EPOCH_LONG_S = 86_400.0
 #: A run whose waits for batches from workers reach this share of the step is taken as
 #: loader-bound (its workers deliver one batch a step); below it their cost hides behind
 #: the step; the share a rule calls a stall; too low reads a fed loop as loader-bound.
@@ -206,7 +212,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "CALIBRATE_TOL", "CALIBRATE_WITHIN", "CLOCK_EPS_US", "EFFECT_ERROR", "EFFECT_FLOOR",
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
            "FIXES_TIE", "FOREACH_PARAMS_PER_LAUNCH", "FULL_QUEUE_SHARE", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
-           "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
+           "EPOCH_LONG_S", "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
            "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",

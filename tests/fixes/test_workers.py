@@ -15,6 +15,7 @@ from diagnose.stepmodel import calibration as cal
 from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import Tag, TaskKind
 from diagnose.stepmodel.prediction import Prediction, Predictor
+from diagnose.stepmodel.transforms import AT_MOST
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _median, _model, _predict
 
@@ -271,6 +272,24 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
                                      input_inprocess_batch_ms=2.0)
     assert "cannot tell" in _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
                                      dataloader_num_workers=2, input_inprocess_batch_ms=2.0)
+
+
+def test_persistent_workers_for_an_epoch_of_days_change_nothing(tmp_path):
+    """A new user's watch: a batch sampler of 10**9 batches (an endless stream), no
+    worker start timed in the watch's capture: 'fix persistent_workers: not predicted'
+    led every capture. An epoch that lasts a day or more at the measured step
+    (EPOCH_LONG_S) starts its workers too rarely to matter: at most 1.00x, said so; a
+    day's epoch less a step is still not known."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    cfg = TrainConfig(num_workers=2)
+    kw = dict(input_inprocess_batch_ms=2.0, step_time_unprofiled_mean_ms=20.0)
+    p = _predict("persistent_workers", m, cfg, dataloader_epoch_batches=10**9, **kw)
+    assert p.startswith(AT_MOST) and "lasts 231 days at this step" in p
+    day = int(cal.EPOCH_LONG_S * 1e3 / 20.0)
+    assert _predict("persistent_workers", m, cfg, dataloader_epoch_batches=day,
+                    **kw).startswith(AT_MOST)
+    assert "cannot tell" in _predict("persistent_workers", m, cfg,
+                                     dataloader_epoch_batches=day - 1, **kw)
 
 
 def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):

@@ -25,6 +25,7 @@ from ...stepmodel.calibration import (
     BURST_FLOOR_MS,
     BURST_RATIO,
     BURST_WAIT_MS,
+    EPOCH_LONG_S,
     GC_PAUSE_SHARE_MAX,
     IO_BOUND_PCT,
     LOADER_BOUND_WAIT,
@@ -47,7 +48,7 @@ from ...stepmodel.host import (
     worker_share,
     workers_busy_now,
 )
-from ...stepmodel.transforms import transform
+from ...stepmodel.transforms import AT_MOST, transform
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
 from ..config import TrainConfig
 from ..realise import Kwargs, Realisation
@@ -238,6 +239,10 @@ class PersistentWorkers(Fix):
         batch = facts.input_inprocess_batch_ms
         if batch is None:
             batch = loading_ms(facts)
+        step = facts.step_time_unprofiled_mean_ms or facts.step_time_median_ms
+        if start is None and n and step and n * step / 1e3 >= EPOCH_LONG_S:
+            return (f"{AT_MOST} 1.00x: an epoch of {n:,} batches lasts {n * step / 864e5:,.0f} "
+                    "days at this step, and its workers start once in it")
         if start is None:
             return cannot_tell("no worker start was timed (a live capture times one)")
         if not n or n <= 0:
