@@ -28,6 +28,7 @@ import contextlib
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .eager import eager
@@ -72,12 +73,13 @@ def as_models(model: Any) -> list[Any]:
     return [m for _, m in named_models(model)]
 
 
-def wrong_arguments(model: Any, loader: Any, sample_hz: Any = None,
-                    caller: str = "diagnose") -> str | None:
+def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose",
+                    **numbers: Any) -> str | None:
     """Why ``diagnose(model, loader)`` (or ``watch``: ``caller``) cannot take what it was
     given: the arguments the wrong way round (a DataLoader first, a model second), a model
-    that is none (no ``parameters()``: a string, a path), a ``sample_hz`` that is not a
-    number of 0 or more; None where they can."""
+    that is none (no ``parameters()``: a string, a path), a loader that is no iterable of
+    batches (a string), an option of ``numbers`` (``sample_hz=...``) that is neither None
+    nor a number of 0 or more; None where they can."""
     is_loader = hasattr(model, "batch_size") and hasattr(model, "dataset")
     is_model = callable(getattr(loader, "parameters", None)) and callable(
         getattr(loader, "register_forward_hook", None))
@@ -89,9 +91,14 @@ def wrong_arguments(model: Any, loader: Any, sample_hz: Any = None,
             return (f"{caller}(): the model{f' {name!r}' if name else ''} is a "
                     f"{type(m).__name__}, not a torch.nn.Module: give the model (a list or "
                     "dict of them, or None)")
-    if sample_hz is not None and (not isinstance(sample_hz, int | float)
-                                  or isinstance(sample_hz, bool) or not sample_hz >= 0):
-        return f"{caller}(): sample_hz must be a number >= 0 (got {sample_hz!r})"
+    if loader is not None and (isinstance(loader, str | bytes | Path)
+                               or not callable(getattr(loader, "__iter__", None))):
+        return (f"{caller}(): the loader is a {type(loader).__name__}, not an iterable of "
+                "batches: give the DataLoader (or None)")
+    for name, v in numbers.items():
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)
+                              or not v >= 0):
+            return f"{caller}(): {name} must be a number >= 0 (got {v!r})"
     return None
 
 

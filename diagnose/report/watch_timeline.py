@@ -72,6 +72,7 @@ def alarms_with_captures(tl: dict[str, Any]) -> list[dict[str, Any]]:
         if cap is not None:
             a = {**a, "capture_dir": cap.get("dir"), "capture_why": cap.get("why"),
                  "changed": cap.get("changed") or a.get("changed") or [],
+                 "passed": bool(cap.get("passed")),
                  "capture": {"dir": cap.get("dir"), "findings": cap.get("findings") or []}}
         out.append(a)
     return out

@@ -131,7 +131,7 @@ class Session:
                 f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "
                 f"(got steps={steps}, warmup={warmup}, wait={wait}, clock_steps={clock_steps})"
             )
-        if (why := wrong_arguments(model, loader, sample_hz)) is not None:
+        if (why := wrong_arguments(model, loader, sample_hz=sample_hz)) is not None:
             raise CaptureError(why)
         self.model = model
         self.models = as_models(model)  # one model, several (a GAN's), or none

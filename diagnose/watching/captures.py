@@ -257,13 +257,14 @@ class Captures:
                     job.changed = [f"the comparison with the baseline failed: "
                                    f"{type(e).__name__}: {e}"]
             _apply(job, job.alarms)
-            if not job.baseline and job.changed and job.changed[0].startswith(PASSED):
-                for a in job.alarms:
-                    a.passed = True
-                    self.passed.append(a)
-                    self.release(a)
+            passed = not job.baseline and bool(job.changed) and job.changed[0].startswith(
+                PASSED)
+            for a in job.alarms if passed else []:
+                a.passed = True
+                self.passed.append(a)
+                self.release(a)
             if self._record is not None:
-                self._record("capture", **job.to_json(), changed=job.changed)
+                self._record("capture", **job.to_json(), changed=job.changed, passed=passed)
 
     def wait(self, timeout: float) -> bool:
         """Wait for the analyses; True if they all ended."""

@@ -160,16 +160,18 @@ class Reference:
         times that many steps before it is the reference."""
         self.hold = math.ceil(self.hold * max(scale, 1.0))
 
-    def neighbours(self) -> None:
+    def neighbours(self, passed: bool = False) -> None:
         """The last alarm was the machine's neighbours', not the job's (the watch's host
         line): when the pace leaves its level for the better, the reference is the level
         before it again at once, not after ``hold`` values, so that a change of the job's
-        own soon after is judged against the job's own pace. Where it has left, now."""
+        own soon after is judged against the job's own pace. Where it has left, now; and
+        now where it ``passed`` (its window found the pace back: it has left)."""
         if self._prior is None:
             return
         self._machine = self._prior
-        if self._better is not None:
-            self.level, self.since, self._machine = self._machine, self._better[1], None
+        if self._better is not None or passed:
+            since = self._better[1] if self._better is not None else self.since
+            self.level, self.since, self._machine = self._machine, since, None
             self._better = self._left = None
 
     def measured_from(self, c: Change) -> Change:

@@ -190,6 +190,7 @@ def read_timeline(run_dir: str | os.PathLike[str], rank: int | None = None
         for a in out["alarms"]:
             if a.get("step") == h.get("step") and a.get("signal") == h.get("signal"):
                 a["host"], a["host_line"] = h.get("host"), h.get("host_line")
+                a["neighbours"] = bool(h.get("neighbours"))
     told = out["end"].get("steps") if isinstance(out["end"], dict) else None
     #: steps the end record counts beyond those the step file holds (it was cut short)
     out["steps_missing"] = max(0, told - len(rec)) if isinstance(told, int) else 0

@@ -84,10 +84,10 @@ class Watch:
         if capture_steps < 1 or warmup_steps < 0 or rank_every < 1 or max_captures < 0:
             raise CaptureError("watch(): need capture_steps >= 1, warmup_steps >= 0, "
                                "rank_every >= 1, max_captures >= 0")
-        if (why := wrong_arguments(model, loader, sample_hz, "watch")) is not None:
+        if why := wrong_arguments(model, loader, "watch", sample_hz=sample_hz,
+                                  progress_s=progress_s, capture_interval_s=capture_interval_s):
             raise CaptureError(why)
-        self.model, self.loader = model, loader
-        self.out_dir = out_dir
+        self.model, self.loader, self.out_dir = model, loader, out_dir
         self.capture_steps, self.baseline_wanted = capture_steps, baseline
         self.max_captures, self.capture_interval_s = max_captures, capture_interval_s
         self.sample_hz, self.progress_s = sample_hz, progress_s
@@ -333,7 +333,7 @@ class Watch:
         after it (at the end: whatever there is); the reference of those not the job's
         (its neighbours', or passed by their window) goes back."""
         for a in self._caps.take_passed() if self._caps is not None else []:
-            self._back(a)
+            self._back(a, passed=True)
         for a in list(self._unexplained):
             h = self._host.around(a.start or a.step, self.steps)
             if h is not None or final:
@@ -344,14 +344,14 @@ class Watch:
             a.host_line = explain(h, *ends)
             if self._writer is not None:  # the alarm's record was written before it
                 self._writer.record("host", step=a.step, signal=a.signal, host=h,
-                                    host_line=a.host_line)
+                                    host_line=a.host_line, neighbours=neighbours(h, *ends))
             if neighbours(h, *ends):  # not the job's: its capture and its level go back
                 a.neighbours = True
                 self._back(a)
 
-    def _back(self, a: Alarm) -> None:
+    def _back(self, a: Alarm, passed: bool = False) -> None:
         if a is next((x for x in reversed(self.alarms) if x.signal == a.signal), None):
-            self._refs[a.signal].neighbours()
+            self._refs[a.signal].neighbours(passed)
         if self._caps is not None:
             self._caps.release(a)
 

@@ -437,9 +437,15 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
             make_it("abc", loader)
         with pytest.raises(CaptureError, match=r"the model 'D' is a int, not a torch"):
             make_it({"G": model, "D": 3}, loader)
+        with pytest.raises(CaptureError, match=rf"{name}\(\): the loader is a str, not an "):
+            make_it(model, "abc")
         for hz in ("x", -1, float("nan")):
             with pytest.raises(CaptureError, match=rf"{name}\(\): sample_hz must be a number"):
                 make_it(model, loader, sample_hz=hz)
+    with pytest.raises(CaptureError, match=r"watch\(\): progress_s must be a number >= 0"):
+        watch(model, loader, progress_s="x")
+    with pytest.raises(CaptureError, match=r"capture_interval_s must be a number >= 0"):
+        watch(model, loader, capture_interval_s=-1)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(CaptureError), diagnose(None, None, out_dir=blocker / "sub"):

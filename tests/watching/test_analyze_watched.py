@@ -82,6 +82,24 @@ def test_a_moved_runs_json_and_html_name_its_captures_where_they_are(
     assert f'href="{where.as_uri()}"' in (tmp_path / "w.html").read_text()
 
 
+def test_the_passed_and_neighbours_flags_survive_the_timeline(tmp_path: Path) -> None:
+    """A re-check: `analyze RUN -o run.json` gave passed and neighbours false for alarms
+    watch.json had true. The capture record says passed, the host record neighbours."""
+    run = _run(tmp_path, end=False)
+    w = TimelineWriter(run)
+    w.record("capture", label="002-step600-step_time", baseline=False, first_step=600,
+             dir=str(run / "captures" / "002-step600-step_time"), alarms=[600],
+             analysed=True, why=None, passed=True,
+             changed=["passed: the step time was back to the baseline's"])
+    w.record("host", step=600, signal="step_time", host={}, neighbours=True,
+             host_line="the machine: ... the machine's neighbours, not the job")
+    w.record("end", steps=1000)
+    w.close()
+    assert main(["analyze", str(run), "-o", str(tmp_path / "w.json")]) == 0
+    a = json.loads((tmp_path / "w.json").read_text())["alarms"][0]
+    assert a["passed"] is True and a["neighbours"] is True
+
+
 def test_fail_on_reads_a_watched_runs_captures(tmp_path: Path) -> None:
     """--fail-on exits 1 where a capture's finding is at or above it (the capture's
     IN001 is a warning), 0 below it, in every output format."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from diagnose.watching.detector import Change
 from diagnose.watching.signals import Reference
 
 L = math.log
@@ -114,3 +115,16 @@ def test_after_the_neighbours_leave_the_jobs_own_change_is_an_alarm() -> None:
     plain = Reference(1, L(1.10), hold=1000)  # not the neighbours': as before, held
     assert plain.judge(L(12.0), L(19.4), 167) and not plain.judge(L(19.4), L(12.0), 330)
     assert not plain.judge(L(12.0), L(17.0), 425)
+
+
+def test_a_passed_change_gives_the_reference_back_at_once() -> None:
+    """A re-check of a new user's watch: a bump at step 718 (15.8 -> 18.0 ms, an alarm
+    whose window found the pace back) stayed the reference, and the job's own x1.69 at
+    step 1,616 read 'x1.48' from 18.0 ms: no change for the better was ever called (the
+    bump was small). Passed, the reference is the level before the bump at once."""
+    r = Reference(1, L(1.10), hold=1000)
+    assert r.judge(L(15.8), L(18.0), 718)  # the bump's alarm
+    r.neighbours(passed=True)  # its window found the pace back
+    assert r.level == L(15.8)
+    assert r.measured_from(Change(1616, 1568, L(15.8), L(26.6), 0.01)).before == L(15.8)
+    assert r.judge(L(15.8), L(26.6), 1616)
