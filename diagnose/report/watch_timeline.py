@@ -184,7 +184,7 @@ def shifts_line(recent: list[dict[str, Any]], count: int) -> str:
         "" if len(recent) >= count else f" of the latest {len(recent)}")
     parts = [f"step {a.get('step') or 0:,} {a.get('signal')} {a.get('before') or 0:.4g} "
              f"-> {a.get('after') or 0:.4g} {a.get('unit') or ''}" for a in big]
-    return ("  shifts (changes for the better or back to the reference, not alarms): "
+    return ("  shifts (changes for the better, or too small to be alarms): "
             f"{count:,}{which}" + (": " + "; ".join(parts) if parts else ""))
 
 
