@@ -85,7 +85,7 @@ def test_a_boundary_inside_a_models_call_does_not_start_it():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mem = InPlaceStep()
     mem.boundary(True, model, [opt])
-    assert mem.state == "idle" and "inside the model's calls" in (mem.why or "")
+    assert mem.state == "idle" and "inside the model's call," in (mem.why or "")
     mem.boundary(False, model, [opt])
     assert mem.state == "idle"
     mem.safe = True
