@@ -18,7 +18,7 @@ from typing import Any
 from ..metrics.context import cpu_wait_holders, pool_clash, worker_pool
 from ..stepmodel.calibration import BUSY, FIXES_TIE, HELPS, SATURATED_PCT, SLOWER, TIE
 from ..stepmodel.facts import Facts
-from ..stepmodel.prediction import Prediction, Predictor
+from ..stepmodel.prediction import CANNOT_TELL, Prediction, Predictor
 from ..stepmodel.transforms import AT_MOST, as_transform
 from .config import TrainConfig
 from .unit import Fix
@@ -241,9 +241,12 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms,
                             *(1 - 1 / b for b in bounds)))
         elif untold:  # the rule's estimate stands beside a prediction that does not reach it
+            whys = {q.removeprefix(CANNOT_TELL).strip() if isinstance(q := preds[x], str)
+                    else None for x in untold}  # one reason for them all: said
+            why = f" ({whys.pop()})" if len(whys) == 1 and None not in whys else ""
             f.hints.append(f"the time at stake is the rule's own estimate: the best "
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "
-                           f"what {', '.join(untold)} would give")
+                           f"what {', '.join(untold)} would give{why}")
         else:  # a model end reaches a gain: at most the rule's estimate, at most what it saves
             reach = max(_model_reach(preds[x]) for x in open_)
             own = f.estimated_gain

@@ -11,7 +11,7 @@ from typing import Any
 
 from diagnose.fixes.findings import _order
 from diagnose.stepmodel.calibration import TIE
-from diagnose.stepmodel.prediction import Prediction
+from diagnose.stepmodel.prediction import Prediction, cannot_tell
 
 
 @dataclass
@@ -344,3 +344,20 @@ def test_a_bound_past_the_best_point_sets_the_time_at_stake() -> None:
     _order(f, {"threads": dataclasses.replace(bound, speedup=1.02, step_ms=10 / 1.02),
                "persistent_workers": _p({"persistent_workers": True}, 1.10)}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.10)) < 1e-9
+
+
+def test_the_fixes_the_model_cannot_tell_share_their_reason() -> None:
+    """A new user's IN001 said 'the best prediction is 1.00x, but the model cannot tell
+    what num_workers, threads, persistent_workers would give' while the JSON said why: the
+    other processes held the CPUs. One reason for them all is said in the hint; several
+    are not."""
+    why = cannot_tell("other processes held the CPU in 50% of the timed steps")
+    f = _Finding(["prefetch", "num_workers", "threads"])
+    _order(f, {"prefetch": _p({"prefetch_factor": 4}, 1.0), "num_workers": why,
+               "threads": why}, [])
+    assert f.hints[-1].endswith("what num_workers, threads would give (other processes held "
+                                "the CPU in 50% of the timed steps)")
+    f = _Finding(["prefetch", "num_workers", "threads"])
+    _order(f, {"prefetch": _p({"prefetch_factor": 4}, 1.0), "num_workers": why,
+               "threads": cannot_tell("no thread timing")}, [])
+    assert f.hints[-1].endswith("what num_workers, threads would give")
