@@ -178,10 +178,9 @@ class Detector:
         if mu is None:
             self._learning.append(x)
             if len(self._learning) >= self._need:
-                n = len(self._learning)
-                self._set_baseline(self._learning, index)
-                self._learning = []
-                return self._moved_on(index, n)
+                vals, self._learning = self._learning, []
+                self._set_baseline(vals, index)
+                return self._moved_on(index, vals)
             return None
         d = x - mu
         z = d / self.sigma
@@ -320,10 +319,12 @@ class Detector:
             self._called = None
         return change
 
-    def _moved_on(self, index: int, n: int) -> Change | None:
+    def _moved_on(self, index: int, vals: list[float]) -> Change | None:
         """The level learnt after a change is not the one it was called at (the pace moved
         on while it settled: a GPU's launch queue filling, a second change): a change from
-        that level to this one."""
+        that level to this one. Where the pace moved within the values learnt (a learning
+        window of seconds, on short steps), the change begins where they split
+        (:func:`_split`), and the new baseline is the values after it."""
         called, self._called = self._called, None
         rest, self._before_rest = self._before_rest, None
         mu = self.mu
@@ -332,8 +333,11 @@ class Detector:
             called = rest
         if called is None or mu is None or abs(mu - called) < self.p.min_change:
             return None
+        k = _split(vals, called, self.p.min_len)
+        if k > 0 and len(vals) - k >= 3:
+            self._set_baseline(vals[k:], index)
         self.changes += 1
-        return Change(index, index - n + 1, called, mu, self.sigma)
+        return Change(index, index - len(vals) + 1 + k, called, self.mu or mu, self.sigma)
 
     def relearn(self, index: int) -> None:
         """Forget the baseline: the next ``learn`` values make a new one. Where that one is

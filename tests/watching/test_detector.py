@@ -188,3 +188,24 @@ def test_a_slowdown_while_the_detector_relearns_is_still_a_change(ratio: float,
     assert c.up and 200 <= c.start <= c.index <= 200 + d.p.learn
     assert c.before == pytest.approx(level, abs=0.02)
     assert c.after - c.before == pytest.approx(math.log(ratio), abs=0.05)  # two windows
+
+
+def test_a_slowdown_within_a_relearning_starts_where_it_began() -> None:
+    """A re-check of a new user's fast loop: a 3x change 8 s in fell inside the relearning
+    after the baseline window (4 s of steps); its alarm said 'start' 10,000 steps before
+    the change and a new level of 1.9x, the median of a window half old, half new. The
+    learnt values are split where the pace moved: the change starts there, and its new
+    level (the new baseline) is the values after it."""
+    x = steady(600, seed=5, slow_frac=0.0)
+    d = Detector()
+    for i, v in enumerate(x[:200].tolist()):
+        assert d.update(v, i) is None
+    level = d.mu
+    d.relearn(200)
+    x[230:] += math.log(3.0)  # 30 values into the 64 being learnt
+    got = [c for i, v in enumerate(x[200:].tolist(), 200) if (c := d.update(v, i)) is not None]
+    (c,) = got
+    assert 226 <= c.start <= 234 and c.index == 263
+    assert c.before == pytest.approx(level) and math.exp(c.after - c.before) == pytest.approx(
+        3.0, rel=0.05)
+    assert d.mu == pytest.approx(c.after, abs=0.02)  # refreshed since, at the new level
