@@ -30,10 +30,10 @@ OTHERS_ROSE = 0.1
 
 class HostContext:
     def __init__(self, keep: int = 3600) -> None:
-        # (first step, last step, thread CPU s, CPU wait s or None) per interval
-        self.ticks: deque[tuple[int, int, float, float | None]] = deque(maxlen=keep)
+        # (first step, last step, thread CPU s, CPU wait s or None, wall s) per interval
+        self.ticks: deque[tuple[Any, ...]] = deque(maxlen=keep)
         self.others: deque[tuple[int, float]] = deque(maxlen=keep)  # (step, CPUs)
-        self._last: tuple[int, float, int | None] | None = None
+        self._last: tuple[int, float, int | None, float] | None = None
         self._held = False
 
     def tick(self, step: int, window: bool = False) -> None:
@@ -43,13 +43,14 @@ class HostContext:
         if window:
             self.reset()
             return
-        cpu, wait = time.thread_time(), cpu_wait_ns()
+        cpu, wait, now = time.thread_time(), cpu_wait_ns(), time.perf_counter()
         last, held, self._held = self._last, self._held, False
         if last is not None and step > last[0] and not held:
-            s0, c0, w0 = last
+            s0, c0, w0, t0 = last
             self.ticks.append((s0, step, cpu - c0,
-                               None if wait is None or w0 is None else (wait - w0) / 1e9))
-        self._last = (step, cpu, wait)
+                               None if wait is None or w0 is None else (wait - w0) / 1e9,
+                               now - t0))
+        self._last = (step, cpu, wait, now)
 
     def reset(self) -> None:
         """The interval now running is not the job's own (a profiled window): dropped."""
@@ -73,25 +74,27 @@ class HostContext:
         self.others.append((step, max(busy - own, 0.0)))
 
     def around(self, start: int, now: int) -> dict[str, Any] | None:
-        """Per step before ``start`` and from it to ``now``; None until both sides have a
-        second of ticks."""
+        """Per step before ``start`` and from it to ``now`` (``step_ms``: the steps' own
+        mean over those seconds, what the thread's CPU time and wait add up within); None
+        until both sides have a second of ticks."""
         before = [t for t in self.ticks if t[1] <= start][-SPAN:]
         after = [t for t in self.ticks if t[0] >= start and t[1] <= now][:SPAN]
         if not before or not after:
             return None
 
-        def per_step(ts: list[tuple[int, int, float, float | None]], i: int) -> float | None:
+        def per_step(ts: list[tuple[Any, ...]], i: int) -> float | None:
             # the median interval's: one interval that held other work on this thread (a
             # capture's analysis, the watch's own start) says nothing of the steps
             vals = [float(v) / (t[1] - t[0]) for t in ts
-                    if t[1] > t[0] and (v := t[i]) is not None]
+                    if t[1] > t[0] and len(t) > i and (v := t[i]) is not None]
             if len(vals) < len(ts) or not vals:
                 return None
             return round(float(statistics.median(vals)) * 1e3, 4)
 
         ob = [c for s, c in self.others if s < start][-SPAN:]
         oa = [c for s, c in self.others if start <= s <= now][:SPAN]
-        return {"cpu_ms_per_step": [per_step(before, 2), per_step(after, 2)],
+        return {"step_ms": [per_step(before, 4), per_step(after, 4)],
+                "cpu_ms_per_step": [per_step(before, 2), per_step(after, 2)],
                 "cpu_wait_ms_per_step": [per_step(before, 3), per_step(after, 3)],
                 "others_cpus": [round(sum(ob) / len(ob), 3) if ob else None,
                                 round(sum(oa) / len(oa), 3) if oa else None]}
@@ -132,13 +135,29 @@ def _others_rose(host: dict[str, Any]) -> bool:
 def neighbours(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> bool:
     """A step-time rise that is mostly waiting for CPUs the other processes took more of:
     the machine's neighbours, not the job (what :func:`explain` says of it)."""
+    before_ms, after_ms = _ends(host, before_ms, after_ms)
     return _mostly_waiting(host, before_ms, after_ms) and _others_rose(host)
+
+
+def _ends(host: dict[str, Any], before_ms: float | None, after_ms: float | None
+          ) -> tuple[float | None, float | None]:
+    """The step times the thread's figures are weighed against: the steps' own mean over
+    the same seconds where the ticks timed them (the detector's levels are medians, which
+    a loop of uneven steps leaves far under the mean), else the change's levels; none
+    for a change of another signal (no levels given)."""
+    own = host.get("step_ms") or [None, None]
+    if None in own or before_ms is None or after_ms is None:
+        return before_ms, after_ms
+    return own[0], own[1]
 
 
 def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> str:
     """A line on the machine around a step-time change (``before_ms`` -> ``after_ms``)."""
     cw, cpu, oth = host["cpu_wait_ms_per_step"], host["cpu_ms_per_step"], host["others_cpus"]
-    parts = []
+    before_ms, after_ms = _ends(host, before_ms, after_ms)
+    own = host.get("step_ms") or [None, None]
+    parts = [f"the steps took {own[0]:.3g} -> {own[1]:.3g} ms on average in those seconds"
+             ] if None not in own and before_ms is not None else []
     if None not in cw:
         parts.append(f"the loop waited for a CPU {cw[0]:.3g} -> {cw[1]:.3g} ms a step")
     if None not in cpu:
