@@ -88,9 +88,14 @@ def test_slow_loader_input_finding(tmp_path: Path) -> None:
 
 
 def test_healthy_has_nothing_serious(tmp_path: Path) -> None:
+    """Nothing at warning or above, but CF008 where other processes did hold the CPUs
+    (the machine's truth beside a busy process: a CI run beside another, which held 0.76
+    CPUs while the training thread waited for one 40% of its steps)."""
     report, run = run_sample("healthy", tmp_path)
     assert report is not None
-    assert serious(report) == [], [(f.rule, f.severity, f.message) for f in report.findings]
+    busy = (report.metrics.get("step_others_cpus_unprofiled") or 0.0) >= 0.5
+    found = [f for f in serious(report) if not (busy and f.rule == "CF008")]
+    assert found == [], [(f.rule, f.severity, f.message) for f in report.findings]
     assert len(trace_files(run)) == 1
     assert cli_findings(run, tmp_path) == report.to_json()["findings"]
 
