@@ -30,6 +30,16 @@ def _x(x: Any) -> str:
     return "" if v is None else f"{v:.2f}x"
 
 
+def _predicted(d: Any) -> str:
+    """A trial's predicted speedup with its range where it has one: ``1.79x [1.00, 2.13]``."""
+    rng = getattr(d, "predicted_range", None)
+    point = _x(getattr(d, "predicted_speedup", None))
+    lo, hi = (as_number(x) for x in rng) if isinstance(rng, tuple | list) and len(rng) == 2 \
+        else (None, None)
+    return point + (f" [{lo:.2f}, {hi:.2f}]" if point and lo is not None and hi is not None
+                    else "")
+
+
 def _measured(iv: Any) -> str:
     """``1.52x [1.40, 1.65]`` from an interval (ratio, lo, hi), else ""."""
     ratio, lo, hi = (as_number(getattr(iv, k, None)) for k in ("ratio", "lo", "hi"))
@@ -79,7 +89,7 @@ def _decisions(r: Any) -> Markup:
                el("span", getattr(d, "reason", "") or "", class_="muted")),
             el("td", _ms(getattr(d, "baseline_ms", None)), class_="num"),
             el("td", _ms(getattr(d, "trial_ms", None)), class_="num"),
-            el("td", _x(getattr(d, "predicted_speedup", None)), class_="num"),
+            el("td", _predicted(d), class_="num"),
             el("td", _measured(getattr(d, "speedup", None)), class_="num"),
             el("td", status, class_=_CLASS.get(status)),
             data_fix=str(getattr(d, "fix", "")), data_status=status))

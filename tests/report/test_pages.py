@@ -70,7 +70,7 @@ def _autofix_result(diagnosis: object = None):  # type: ignore[no-untyped-def]
     decisions = [
         Decision("num_workers", "num_workers 0 → 2", KEPT, "CI lower bound 1.39 > 1.03",
                  "IN001", 40.0, 21.0, Interval(1.90, 1.39, 2.27, 0.95), 6, 36,
-                 predicted_speedup=1.85),
+                 predicted_speedup=1.85, predicted_range=(1.48, 2.2)),
         Decision("gc_freeze", "gc_freeze False → True", REVERTED,
                  "no gain shown in 4 rounds", "IN001", 21.0, 20.9,
                  Interval(1.00, 0.93, 1.08, 0.95), 4, 36, predicted_speedup=1.02),
@@ -99,7 +99,10 @@ def test_autofix_page_shows_predicted_beside_measured() -> None:
     assert kept is not None
     cells = re.findall(r"<td[^>]*>(.*?)</td>", kept.group(1))
     # ... baseline, trial, predicted, measured [CI], decision: side by side in one row
-    assert cells[-3:] == ["1.85x", "1.90x [1.39, 2.27]", "kept"], cells
+    assert cells[-3:] == ["1.85x [1.48, 2.20]", "1.90x [1.39, 2.27]", "kept"], cells
+    # a trial without a range: its point alone
+    gc = re.search(r'<tr data-fix="gc_freeze" data-status="reverted">(.*?)</tr>', page)
+    assert gc is not None and re.findall(r"<td[^>]*>(.*?)</td>", gc.group(1))[-3] == "1.02x"
     assert "&lt;script&gt;" in page and "<script>" not in page
     assert "1.89x [1.80, 1.98] measured" in text and "1.85x by the step model" in text
     assert "num_workers (num_workers 0 → 2)" in text  # the kept change, not its id alone
