@@ -336,8 +336,9 @@ class Detector:
         k = _split(vals, called, self.p.min_len)
         if k > 0 and len(vals) - k >= 3:
             self._set_baseline(vals[k:], index)
+            mu = float(self.mu)  # type: ignore[arg-type]  # just set
         self.changes += 1
-        return Change(index, index - len(vals) + 1 + k, called, self.mu or mu, self.sigma)
+        return Change(index, index - len(vals) + 1 + k, called, mu, self.sigma)
 
     def relearn(self, index: int) -> None:
         """Forget the baseline: the next ``learn`` values make a new one. Where that one is

@@ -110,21 +110,19 @@ def _rise(host: dict[str, Any], key: str, before_ms: float | None,
     return (v[1] - v[0]) / (after_ms - before_ms)
 
 
-def _mostly_waiting(host: dict[str, Any], before_ms: float | None,
-                    after_ms: float | None) -> bool:
-    """Most of a step-time rise (``before_ms`` -> ``after_ms``) is the loop's wait for a
-    CPU, and the thread's own CPU time rose by less than that wait did."""
+def _mostly(host: dict[str, Any], before_ms: float | None,
+            after_ms: float | None) -> str | None:
+    """What most of a step-time rise (``before_ms`` -> ``after_ms``) is: ``"waiting"``, the
+    loop's wait for a CPU, which rose more than the thread's own CPU time did; ``"own"``,
+    the thread's own CPU time, which rose at least as much as its wait (the job's work
+    grew: a larger batch, heavier samples in the loop); None: neither is half of it."""
     wait = _rise(host, "cpu_wait_ms_per_step", before_ms, after_ms)
     own = _rise(host, "cpu_ms_per_step", before_ms, after_ms)
-    return wait is not None and wait >= 0.5 and (own is None or own < wait)
-
-
-def _own_work(host: dict[str, Any], before_ms: float | None, after_ms: float | None) -> bool:
-    """Most of a step-time rise is the training thread's own CPU time, more than its wait
-    for a CPU rose (the job's work grew: a larger batch, heavier samples in the loop)."""
-    own = _rise(host, "cpu_ms_per_step", before_ms, after_ms)
-    wait = _rise(host, "cpu_wait_ms_per_step", before_ms, after_ms)
-    return own is not None and own >= 0.5 and (wait is None or own >= wait)
+    if wait is not None and wait >= 0.5 and (own is None or own < wait):
+        return "waiting"
+    if own is not None and own >= 0.5 and (wait is None or own >= wait):
+        return "own"
+    return None
 
 
 def _others_rose(host: dict[str, Any]) -> bool:
@@ -136,7 +134,7 @@ def neighbours(host: dict[str, Any], before_ms: float | None, after_ms: float | 
     """A step-time rise that is mostly waiting for CPUs the other processes took more of:
     the machine's neighbours, not the job (what :func:`explain` says of it)."""
     before_ms, after_ms = _ends(host, before_ms, after_ms)
-    return _mostly_waiting(host, before_ms, after_ms) and _others_rose(host)
+    return _mostly(host, before_ms, after_ms) == "waiting" and _others_rose(host)
 
 
 def _ends(host: dict[str, Any], before_ms: float | None, after_ms: float | None
@@ -165,7 +163,8 @@ def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | Non
     if None not in oth:
         parts.append(f"other processes kept {oth[0]:.2f} -> {oth[1]:.2f} CPUs busy")
     text = "the machine: " + ", ".join(parts) if parts else "the machine: not measured"
-    if _mostly_waiting(host, before_ms, after_ms):
+    mostly = _mostly(host, before_ms, after_ms)
+    if mostly == "waiting":
         if _others_rose(host):
             text += " (most of the change is waiting for CPUs other processes held: the " \
                     "machine's neighbours, not the job)"
@@ -173,7 +172,7 @@ def explain(host: dict[str, Any], before_ms: float | None, after_ms: float | Non
             text += " (most of the change is waiting for a CPU, while other processes " \
                     "took no more: the job's own threads or processes, or CPUs that gave " \
                     "less)"
-    elif _own_work(host, before_ms, after_ms):
+    elif mostly == "own":
         text += " (most of the change is the training thread's own work: the job's, not " \
                 "the machine's)"
     return text
