@@ -1,5 +1,6 @@
 """Small helpers every layer may use: a number read out of loosely typed data (JSON,
-metrics, a context file), and the number of CPUs this process may use."""
+metrics, a context file), the number of CPUs this process may use, and a measured
+interval's end as printed."""
 
 from __future__ import annotations
 
@@ -95,3 +96,19 @@ def _v1_quota(folder: Path) -> float | None:
         return None if quota <= 0 or period <= 0 else quota / period
     except (OSError, ValueError):
         return None
+
+
+#: an interval's ends past these print as "<0.01" and ">100": a few rounds on a busy host
+#: bound a speedup that loosely (a t quantile of 2 degrees of freedom, Bonferroni-split over
+#: the looks), and "[0.00, 429.25]" read as a fault rather than as "unbounded"
+SPEEDUP_SHOWN = (0.01, 100.0)
+
+
+def interval_end(x: float) -> str:
+    """An interval's end as printed: 2 decimals, whole numbers from 10, clipped to
+    :data:`SPEEDUP_SHOWN` (the exact value stays in the JSON)."""
+    if x < SPEEDUP_SHOWN[0]:
+        return f"<{SPEEDUP_SHOWN[0]:g}"
+    if x > SPEEDUP_SHOWN[1]:
+        return f">{SPEEDUP_SHOWN[1]:g}"
+    return f"{x:.0f}" if x >= 10 else f"{x:.2f}"

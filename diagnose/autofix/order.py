@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..values import interval_end
 from .stats import Interval
 
 Predictions = Mapping[str, "float | None"]
@@ -107,7 +108,7 @@ def disagreement(pred: float | None, iv: Interval | None,
     side = "above" if lo > iv.hi else "below"
     said = f"predicted {pred:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if rng is not None else "")
     return (f"model disagrees: {said}, {side} the measured "
-            f"{iv.confidence:.0%} CI [{iv.lo:.2f}, {iv.hi:.2f}]")
+            f"{iv.confidence:.0%} CI [{interval_end(iv.lo)}, {interval_end(iv.hi)}]")
 
 
 def log_disagreements(out_dir: str | os.PathLike[str] | None,

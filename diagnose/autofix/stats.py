@@ -45,6 +45,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from ..values import interval_end
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -62,7 +64,8 @@ class Interval:
         return self.hi < threshold
 
     def __str__(self) -> str:
-        return f"{self.ratio:.2f}x [{self.lo:.2f}, {self.hi:.2f}]"
+        return f"{self.ratio:.2f}x [{interval_end(self.lo)}, {interval_end(self.hi)}]"
+
 
 
 def block_means(times: np.ndarray, k: int) -> np.ndarray:

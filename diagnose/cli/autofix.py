@@ -21,7 +21,7 @@ from typing import Any
 
 from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
-from ..values import usable_cpus
+from ..values import interval_end, usable_cpus
 from .output import choose_format, wrote
 
 
@@ -228,7 +228,7 @@ def _verdict(console: Any, tr: Any, total_s: float) -> None:
         faster = iv.lo > 1.0
         style = "bold green" if faster else "yellow"
         console.print(f"[{style}]tuned vs baseline: {iv.ratio:.2f}x faster, "
-                      f"{iv.confidence:.0%} CI [{iv.lo:.2f}, {iv.hi:.2f}] "
+                      f"{iv.confidence:.0%} CI [{interval_end(iv.lo)}, {interval_end(iv.hi)}] "
                       f"({tr.final.rounds} interleaved rounds of {tr.final.steps} steps each)"
                       f"{'' if faster else ' -- not measurably faster'}[/{style}]"
                       f"{'' if faster else load}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..result import Analysis
-from ..values import as_number
+from ..values import as_number, interval_end
 from .html import findings_section, kv, page
 from .markup import Child, Markup, el, raw_svg
 from .plots import autofix_figure, autofix_rows, to_svg
@@ -45,7 +45,7 @@ def _measured(iv: Any) -> str:
     ratio, lo, hi = (as_number(getattr(iv, k, None)) for k in ("ratio", "lo", "hi"))
     if ratio is None:
         return ""
-    return f"{ratio:.2f}x" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+    return f"{ratio:.2f}x" + ("" if lo is None or hi is None else f" [{interval_end(lo)}, {interval_end(hi)}]")
 
 
 def _summary(r: Any) -> Markup:

@@ -20,6 +20,7 @@ from ..fixes.findings import offered
 from ..metrics import CATALOG
 from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
+from ..values import interval_end
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text, unit_beside
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
@@ -231,7 +232,7 @@ def autofix_cells(r: AutofixRow | Sequence[Any]) -> tuple[str, str, str, str, st
     change = (after - before) / before if before else None
     cls = "" if change is None else ("better" if change < 0 else "worse")
     measured = "" if ratio is None else f"{ratio:.2f}x" + (
-        "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+        "" if lo is None or hi is None else f" [{interval_end(lo)}, {interval_end(hi)}]")
     return (label, fmt("step_time_median_ms", before), fmt("step_time_median_ms", after),
             "n/a" if change is None else f"{change:+.1%}", measured,
             "" if predicted is None else f"{predicted:.2f}x", cls)
