@@ -224,18 +224,21 @@ def _ranks_table(ranks: Sequence[RankResult]) -> Markup | None:
 
 def autofix_cells(r: AutofixRow | Sequence[Any]) -> tuple[str, str, str, str, str, str, str]:
     """One autofix row as shown: label, before, after, change, measured speedup [CI], the
-    step model's predicted speedup, and its class (better, worse or empty); also the
-    TensorBoard tab's. Rows of three (label, before, after) have no speedup or prediction."""
+    step model's predicted speedup [range], and its class (better, worse or empty); also
+    the TensorBoard tab's. Rows of three (label, before, after) have no speedup or
+    prediction; rows of seven, a prediction without its range."""
     label, before, after = str(r[0]), float(r[1]), float(r[2])
-    extra = [None if x is None else float(x) for x in (*r[3:7], None, None, None, None)[:4]]
-    ratio, lo, hi, predicted = extra
+    extra = [None if x is None else float(x) for x in (*r[3:9], *[None] * 6)[:6]]
+    ratio, lo, hi, predicted, p_lo, p_hi = extra
     change = (after - before) / before if before else None
     cls = "" if change is None else ("better" if change < 0 else "worse")
     measured = "" if ratio is None else f"{ratio:.2f}x" + (
         "" if lo is None or hi is None else f" [{interval_end(lo)}, {interval_end(hi)}]")
     return (label, fmt("step_time_median_ms", before), fmt("step_time_median_ms", after),
             "n/a" if change is None else f"{change:+.1%}", measured,
-            "" if predicted is None else f"{predicted:.2f}x", cls)
+            "" if predicted is None else f"{predicted:.2f}x" + (
+                "" if p_lo is None or p_hi is None
+                else f" [{interval_end(p_lo)}, {interval_end(p_hi)}]"), cls)
 
 
 def _autofix_table(rows: AutofixRows | None) -> Markup | None:
@@ -254,7 +257,7 @@ def _autofix_table(rows: AutofixRows | None) -> Markup | None:
                                          el("th", "after", class_="num"),
                                          el("th", "change", class_="num"),
                                          el("th", "speedup [CI]", class_="num"),
-                                         el("th", "predicted", class_="num"))),
+                                         el("th", "predicted [range]", class_="num"))),
                  el("tbody", body)), id="autofix")
 
 

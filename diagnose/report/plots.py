@@ -71,7 +71,7 @@ _RC: Any = {  # dict[str, Any]; matplotlib types its keys as literals
 class AutofixRow(NamedTuple):
     """One autofix trial for the before/after chart: median step time without and with it;
     for the tables also the measured speedup with its interval and the step model's
-    prediction, where known."""
+    prediction with its range, where known."""
 
     label: str
     before_ms: float
@@ -80,6 +80,8 @@ class AutofixRow(NamedTuple):
     ci_lo: float | None = None
     ci_hi: float | None = None
     predicted: float | None = None
+    pred_lo: float | None = None
+    pred_hi: float | None = None
 
 
 def autofix_rows(result: Any) -> list[AutofixRow]:
@@ -91,9 +93,12 @@ def autofix_rows(result: Any) -> list[AutofixRow]:
         before, after = as_number(getattr(d, "baseline_ms", None)), as_number(getattr(d, "trial_ms", None))
         if before is not None and after is not None:
             what = getattr(d, "change", "") or getattr(d, "fix", "?")
+            rng = getattr(d, "predicted_range", None)
+            lo, hi = (as_number(rng[0]), as_number(rng[1])) \
+                if isinstance(rng, tuple | list) and len(rng) == 2 else (None, None)
             rows.append(AutofixRow(f"{what} ({getattr(d, 'status', '?')})", before, after,
                                    *_interval(getattr(d, "speedup", None)),
-                                   as_number(getattr(d, "predicted_speedup", None))))
+                                   as_number(getattr(d, "predicted_speedup", None)), lo, hi))
     final = getattr(result, "final", None)
     before, after = as_number(getattr(final, "base_ms", None)), as_number(getattr(final, "cand_ms", None))
     if before is not None and after is not None:

@@ -207,7 +207,7 @@ def test_html_and_the_tensorboard_tab_show_measured_and_predicted(tmp_path) -> N
     tuned = SimpleNamespace(decisions=[
         SimpleNamespace(fix="num_workers", change="num_workers 0 → 2", status="kept",
                         baseline_ms=20.0, trial_ms=11.0, speedup=Interval(1.8, 1.6, 2.0, 0.95),
-                        predicted_speedup=1.9),
+                        predicted_speedup=1.9, predicted_range=(1.45, 2.3)),
         SimpleNamespace(fix="fb", change="x", status="reverted", baseline_ms=10.0,
                         trial_ms=10.1, speedup=None, predicted_speedup=None),
     ], final=SimpleNamespace(base_ms=20.0, cand_ms=11.0, interval=Interval(1.8, 1.6, 2.0, 0.95)),
@@ -215,16 +215,23 @@ def test_html_and_the_tensorboard_tab_show_measured_and_predicted(tmp_path) -> N
     assert autofix_cells(("a", 20.0, 11.0, 1.8, 1.6, 2.0, 1.9)) == (
         "a", "20.0 ms", "11.0 ms", "-45.0%", "1.80x [1.60, 2.00]", "1.90x", "better")
     assert autofix_cells(("a", 20.0, 11.0))[4:] == ("", "", "better")
+    # the prediction's range beside it (rows of nine), and a far end printed as such
+    assert autofix_cells(("a", 20.0, 11.0, 1.8, 0.0004, 2.0, 1.9, 1.45, 2.3))[4:6] == (
+        "1.80x [<0.01, 2.00]", "1.90x [1.45, 2.30]")
     report = analyze(tb.dataloader_bound().write(tmp_path / "t.pt.trace.json.gz"))
     page = render_html(report, autofix=tuned, kernels=False)
     section = page[page.index('id="autofix"'):]
     section = section[:section.index("</section>")]
-    for text in ("speedup [CI]", "predicted", "1.80x [1.60, 2.00]", "1.90x", "2.00x"):
+    for text in ("speedup [CI]", "predicted [range]", "1.80x [1.60, 2.00]",
+                 "1.90x [1.45, 2.30]", "2.00x"):
         assert text in section, text  # 2.00x: the model's tuned step, 20 ms / 10 ms
     view = run_view("r", run_document(report, tuned))
     rows = view["autofix"]["rows"]
-    assert rows[0][4:] == ["1.80x [1.60, 2.00]", "1.90x", "better"]
+    assert rows[0][4:] == ["1.80x [1.60, 2.00]", "1.90x [1.45, 2.30]", "better"]
     assert rows[1][4:] == ["", "", "worse"] and rows[2][5] == "2.00x"
+    doc = run_document(report, tuned)  # a run file written before the range: rows of seven
+    doc["autofix"]["rows"] = [r[:7] for r in doc["autofix"]["rows"]]
+    assert run_view("r", doc)["autofix"]["rows"][0][5] == "1.90x"
 
 
 def test_the_decisions_table_and_json_carry_the_predicted_range() -> None:

@@ -337,8 +337,8 @@ def test_run_file_round_trip_and_overwrite(tmp_path: Path) -> None:
     write_logdir(rep, logs, run="r", autofix=AUTOFIX)
     doc = read_run_file(logs / "r")
     assert doc["report"]["findings"] == json.loads(json.dumps(rep.to_json()))["findings"]
-    assert doc["autofix"]["rows"] == [[str(r[0]), float(r[1]), float(r[2]), None, None, None,
-                                       None] for r in AUTOFIX]
+    assert doc["autofix"]["rows"] == [[str(r[0]), float(r[1]), float(r[2]), *[None] * 6]
+                                      for r in AUTOFIX]
     assert set(doc["plots"]) == set(figures(rep, AUTOFIX))
     write_logdir(rep, logs, run="r", overwrite=True)  # --overwrite: ours, so rewritten
     assert read_run_file(logs / "r")["autofix"] is None

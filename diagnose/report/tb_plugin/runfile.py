@@ -65,9 +65,10 @@ def run_document(report: Analysis, autofix: AutofixInput | None = None,
 
 
 def _optional(r: Sequence[Any]) -> list[float | None]:
-    """Speedup, its interval and the prediction of a row (None where not known)."""
+    """Speedup, its interval, the prediction and its range of a row (None where not
+    known)."""
     out: list[float | None] = []
-    for x in (*r[3:7], None, None, None, None)[:4]:
+    for x in (*r[3:9], *[None] * 6)[:6]:
         out.append(float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None)
     return out
 

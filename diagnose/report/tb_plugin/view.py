@@ -105,8 +105,9 @@ def _autofix(doc: dict[str, Any]) -> dict[str, Any] | None:
     af = _dict(doc.get("autofix"))
     rows = []
     for r in _list(af.get("rows")):
-        if isinstance(r, list) and len(r) in (3, 7) and None not in (as_number(r[1], finite=False), as_number(r[2], finite=False)):
-            # (label, before, after) or also (speedup, ci_lo, ci_hi, predicted), any null
+        if isinstance(r, list) and len(r) in (3, 7, 9) and None not in (as_number(r[1], finite=False), as_number(r[2], finite=False)):
+            # (label, before, after), also (speedup, ci_lo, ci_hi, predicted), and since
+            # the prediction's range (pred_lo, pred_hi); any null
             rows.append(list(autofix_cells((_str(r[0]), float(r[1]), float(r[2]),
                                             *[as_number(x, finite=False) for x in r[3:]]))))
     if not rows:

@@ -109,7 +109,7 @@ function runView(v) {
         el('thead', null, el('tr', null, el('th', null, 'change tried'),
           el('th', {class: 'num'}, 'before (median step)'), el('th', {class: 'num'}, 'after'),
           el('th', {class: 'num'}, 'change'), el('th', {class: 'num'}, 'speedup [CI]'),
-          el('th', {class: 'num'}, 'predicted'))),
+          el('th', {class: 'num'}, 'predicted [range]'))),
         el('tbody', null, v.autofix.rows.map(
           ([label, before, after, change, measured, predicted, cls]) =>
             el('tr', null, el('td', null, label), el('td', {class: 'num'}, before),
