@@ -14,9 +14,11 @@ A sum past ``h`` says the level moved; the change is taken to start the step aft
 sum last stood at 0. So does a run of ``min_len`` values in a row above the baseline's
 90th percentile (or below its 10th): a large change saturates the winsorised scores, and
 the run says so sooner than their sum.
-It is called a change only when it is sustained and large enough: the median of the last
-``min_len`` values since that start differs from ``mu`` by at least ``min_change``
-(else the sums restart: a burst, or a shift too small to matter). Then the baseline is
+It is called a change only when it is sustained and large enough: it has held for
+``min_len`` values (and, given ``hold_s`` and the values' times, for that many seconds:
+a change of short steps that slows them is held in time, not in steps of the old pace),
+and the median of the values since it began differs from ``mu`` by at least
+``min_change`` (else the sums restart: a burst, or a shift too small to matter). Then the baseline is
 learnt again from the new level; where that level is not the one the change was called at
 (the pace moved on while it settled), that is a change too. Between changes the baseline
 is refreshed every ``refresh`` values from the last ``refresh`` (0: kept until the next
@@ -32,9 +34,11 @@ The parameters' false-alarm rate and detection delay are measured in docs/watch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,13 +136,20 @@ class Spike:
 class Detector:
     """Feed values in order with :meth:`update` (index = the value's step or sample
     number); it returns a :class:`Change` when one is called, else None. Confirmed spikes
-    collect in :attr:`spikes` (the caller empties it)."""
+    collect in :attr:`spikes` (the caller empties it). ``time_of(index)``: when the value
+    at ``index`` ended (s; None: no longer known, long ago), so that a change also holds
+    ``hold_s`` seconds before it is called. ``pace_of(level)``: the counts for values at a
+    new level, taken as each change is called (:meth:`pace`)."""
 
-    def __init__(self, params: Params | None = None, keep: int = 256) -> None:
+    def __init__(self, params: Params | None = None, keep: int = 256, hold_s: float = 0.0,
+                 time_of: Callable[[int], float | None] | None = None,
+                 pace_of: Callable[[float], Params] | None = None) -> None:
         p = params or Params()
         if p.learn < 3 or p.relearn < 3 or p.min_len < 1 or p.h <= 0 or p.clip <= p.k:
             raise ValueError(f"bad detector parameters: {p}")
         self.p = p
+        self.keep = keep
+        self.hold_s, self.time_of, self.pace_of = hold_s, time_of, pace_of
         # the hot path reads these as plain attributes
         self._k, self._h, self._clip, self._confirm = p.k, p.h, p.clip, p.confirm
         self._spike_z, self._spike_min, self._refresh = p.spike_z, p.spike_min, p.refresh
@@ -165,6 +176,29 @@ class Detector:
         self._need = p.learn
         self._since_refresh = 0
         self._pending: deque[Spike] = deque()
+
+    def pace(self, p: Params) -> None:
+        """Counts for a new pace (``p``'s learn, relearn, refresh, min_len, confirm; its
+        other parameters as they were given): the level, the scale and the sums are
+        kept, a baseline being learnt needs the new count."""
+        old, self.p = self.p, p
+        self._confirm, self._refresh, self._min_len = p.confirm, p.refresh, p.min_len
+        if p.refresh > 0:
+            self._since_refresh = min(self._since_refresh, p.refresh - 1)
+        maxlen = max(self.keep, p.refresh, p.min_len, p.learn, p.relearn)
+        if maxlen != self.recent.maxlen:
+            self.recent = deque(self.recent, maxlen=maxlen)
+        if self.mu is None:
+            self._need = p.learn if self._need == old.learn else p.relearn
+
+    def _held(self, start: int, index: int) -> bool:
+        """Has a change begun at value ``start`` held ``hold_s`` seconds at ``index``
+        (from the end of the value before it to this one's)? True without times, or
+        where its start is no longer known (long ago)."""
+        if self.hold_s <= 0 or self.time_of is None:
+            return True
+        t0, t1 = self.time_of(start - 1), self.time_of(index)
+        return t0 is None or t1 is None or t1 - t0 >= self.hold_s
 
     @property
     def ready(self) -> bool:
@@ -206,10 +240,11 @@ class Detector:
             return self._decide(index, self.sp_zero if sp > self._h else self.sn_zero)
         self.run_up = self.run_up + 1 if x > self.hi else 0
         self.run_dn = self.run_dn + 1 if x < self.lo else 0
-        if self.run_up >= self._min_len or self.run_dn >= self._min_len:
-            return self._decide(index, index - self._min_len)
+        run = max(self.run_up, self.run_dn)
+        if run >= self._min_len:
+            return self._decide(index, index - run)
         self._since_refresh += 1
-        if self._since_refresh == self._refresh:
+        if 0 < self._refresh <= self._since_refresh:
             self._set_baseline(list(self.recent)[-self._refresh:], None)
         return None
 
@@ -291,16 +326,19 @@ class Detector:
         p = self.p
         start = zero + 1
         n = index - start + 1
-        if n < p.min_len:
+        if n < p.min_len or not self._held(start, index):
             return None  # not sustained long enough yet: keep summing
         before = self.mu
         assert before is not None
-        seg = list(self.recent)[-min(n, len(self.recent)):]
+        seg = list(itertools.islice(reversed(self.recent), min(n, len(self.recent))))
+        seg.reverse()
         # the sum may have started before the change (values a little above the level kept
         # it from zero): the new level begins where the split leaves the mean after it
         # furthest from the old level, by its standard error
         k = _split(seg, before, p.min_len)
         start = index - len(seg) + 1 + k
+        if k and not self._held(start, index):
+            return None  # the change itself began later: it has not held long enough
         after = statistics.median(seg[k:])
         if abs(after - before) < p.min_change:
             self.restart(index)
@@ -308,6 +346,9 @@ class Detector:
         self.changes += 1
         change = Change(index, start, before, after, self.sigma)
         self._pending = deque(s for s in self._pending if s.index < start)
+        if self.pace_of is not None:
+            self.pace(self.pace_of(after))
+            p = self.p
         seg = seg[k:]
         self.mu = None  # learn the new level, starting from the values already at it
         self._learning = seg[-p.relearn:]

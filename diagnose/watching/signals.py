@@ -53,8 +53,10 @@ WORSE: dict[str, int] = {"step_time": 1, "loader_wait": 1, "gpu_util": -1, "memo
 #: long as a slow start lasted, where the run sped up within its first HOLD values
 HOLD = 1000
 
-#: the least time (s) a change of a step signal holds before it is called, and the
-#: detector's other counts scaled with it (:func:`paced`): the watch reads the machine's
+#: the least time (s) a change of a step signal holds before it is called (the step
+#: detectors' ``hold_s``, timed on the steps themselves: a slowdown of short steps holds
+#: this long at its own pace), and the time the detector's baseline counts are scaled to
+#: (:func:`paced`): the watch reads the machine's
 #: context once a second (its tick: the CPU wait, the other processes), so a change
 #: shorter than that cannot be told from the host's own moments; on a shared host those
 #: come and go in fractions of a second, and a loop of sub-millisecond steps holds
@@ -72,9 +74,11 @@ _TINY = 1e-9
 
 
 def paced(p: Params, step_s: float) -> tuple[Params, float]:
-    """``p`` for steps of ``step_s`` seconds: its counts (learn, relearn, refresh,
-    min_len, confirm) scaled alike so that ``min_len`` steps last :data:`HOLD_S` at
-    least; the scale (1: steps long enough, or no pace known)."""
+    """``p`` for steps of ``step_s`` seconds: its baseline counts (learn, relearn,
+    refresh) and spike confirmation scaled alike, by as much as ``min_len`` steps fall
+    short of :data:`HOLD_S`; the scale (1: steps long enough, or no pace known).
+    ``min_len`` stays a count: the least values a change holds, its time held apart
+    (the detector's ``hold_s``)."""
     f = HOLD_S / (p.min_len * step_s) if step_s > 0 and math.isfinite(step_s) else 1.0
     if f <= 1.0:
         return p, 1.0
@@ -83,8 +87,7 @@ def paced(p: Params, step_s: float) -> tuple[Params, float]:
         return math.ceil(k * f)
 
     return dataclasses.replace(p, learn=n(p.learn), relearn=n(p.relearn),
-                               refresh=n(p.refresh), min_len=n(p.min_len),
-                               confirm=n(p.confirm)), f
+                               refresh=n(p.refresh), confirm=n(p.confirm)), f
 
 
 class Reference:

@@ -6,9 +6,12 @@ before a capture starts, and at the end); each call tests the steps stored since
 last one, so an alarm's step is the step its detector called it at, as if each step were
 tested as it ended. Log step time goes to one detector from the first step after the
 warm-up; once its baseline is learnt (settled), the loader wait, offset by a share of the
-step (``LOADER_OFFSET``: a wait of 0 has a log), goes to a second. Both detectors count
-in steps, scaled once at the first test by the median step so far, so that a change holds
-for ``HOLD_S`` at least however short the steps (:func:`~.signals.paced`). While the watch's own
+step (``LOADER_OFFSET``: a wait of 0 has a log), goes to a second. A change holds
+``HOLD_S`` on the steps' own clock (the store's step ends) however short the steps, and
+their baseline counts are scaled to the pace: at the first test by the median step so
+far, and again at each change of the step time by its new level
+(:func:`~.signals.paced`), so that a loop slowed from 0.5 ms to 18 ms a step learns its
+new level in seconds, not minutes. While the watch's own
 analysis runs the detectors rest: those steps are skipped (:attr:`rests`), and their sums
 start again when it is done (after the baseline window, their baselines are learnt again).
 """
@@ -22,7 +25,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .detector import Change, Detector, Params
-from .signals import LOADER_OFFSET, Reference, paced
+from .signals import HOLD_S, LOADER_OFFSET, Reference, paced
 from .store import StepStore
 
 __all__ = ["StepTests"]
@@ -54,6 +57,7 @@ class StepTests:
         self.step_s: float | None = None  # the median step at the first test (s)
         self.scale = 1.0  # the detectors' counts over their parameters' (:func:`paced`)
         self.pace = pace  # False: the counts as given (the caller's own parameters)
+        self._store: StepStore | None = None  # the steps' ends: a change's time held
 
     def skip(self, upto: int, test_from: int | None = None) -> None:
         """The steps before ``upto`` are not tested (a window's), nor those before
@@ -77,7 +81,38 @@ class StepTests:
         mu = self.det.mu
         if loader_hooked and mu is not None:
             self.wait_off = LOADER_OFFSET * math.exp(mu)
-            self.wait_det = Detector(paced(self.params["loader_wait"], self.step_s or 0.0)[0])
+            self.wait_det = self._detector("loader_wait", self.step_s or 0.0)
+
+    def _detector(self, signal: str, step_s: float) -> Detector:
+        """A step signal's detector: paced to steps of ``step_s`` s, each change held
+        :data:`~.signals.HOLD_S` on the steps' clock (not for the caller's own
+        parameters: their counts as given)."""
+        if not self.pace:
+            return Detector(self.params[signal])
+        return Detector(paced(self.params[signal], step_s)[0], hold_s=HOLD_S,
+                        time_of=self._end_of,
+                        pace_of=self._step_pace if signal == "step_time" else None)
+
+    def _step_pace(self, level: float) -> Params:
+        """The step time's counts for steps at ``level`` (log ms)."""
+        return paced(self.params["step_time"], math.exp(level) / 1e3)[0]
+
+    def _end_of(self, step: int) -> float | None:
+        """When step ``step`` ended (s on the store's clock; 0 before the first step);
+        None where the store's ring no longer holds it."""
+        store = self._store
+        if step < 0:
+            return 0.0
+        if store is None or not store.n - store.cap <= step < store.n:
+            return None
+        return float(store.t[step % store.cap])
+
+    def _repace(self, level: float) -> None:
+        """The step time changed to ``level`` (log ms): the loader wait's counts to that
+        pace (:meth:`Detector.pace`; the step time's own detector paced itself as it
+        called the change)."""
+        if self.pace and self.wait_det is not None:
+            self.wait_det.pace(paced(self.params["loader_wait"], math.exp(level) / 1e3)[0])
 
     def test(self, store: StepStore, upto: int, busy: bool,
              on_settle: Callable[[], None]) -> None:
@@ -95,6 +130,7 @@ class StepTests:
             return
         if self.resting:
             self._wake(first)
+        self._store = store
         if self.step_s is None:
             self._pace(store, upto)
         _, ms_a, wait_a = store.span(first, upto)
@@ -108,6 +144,8 @@ class StepTests:
                 events += [(c.index, 1, "loader_wait", c) for c in wd.update_many(ws, first)]
             for _, _, signal, c in sorted(events, key=lambda e: e[:2]):
                 self.on_change(signal, c, c.index)
+                if signal == "step_time":
+                    self._repace(c.after)
             if self.waiting():
                 self.judge_again(upto - 1)
             return
@@ -117,6 +155,7 @@ class StepTests:
             got = self.det.update(x, n)
             if got is not None:
                 self.on_change("step_time", got, n)
+                self._repace(got.after)
             elif not self.settled and self.det.ready:
                 on_settle()
             if self.waiting():
@@ -132,9 +171,9 @@ class StepTests:
         median, the warm-up's included)."""
         _, ms_a, _ = store.span(0, upto)
         self.step_s = float(np.median(ms_a)) / 1e3 if len(ms_a) and self.pace else 0.0
-        p, self.scale = paced(self.params["step_time"], self.step_s)
-        if self.scale > 1.0:
-            self.det = Detector(p)
+        self.scale = paced(self.params["step_time"], self.step_s)[1]
+        if self.pace:
+            self.det = self._detector("step_time", self.step_s)
 
     def _wake(self, n: int) -> None:
         """The detectors rested: their sums start again; after the baseline window their

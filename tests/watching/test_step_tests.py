@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 
 from diagnose.watching.detector import Detector
-from diagnose.watching.signals import HOLD_S, PARAMS
+from diagnose.watching.signals import HOLD_S, PARAMS, paced
 from diagnose.watching.watcher import Watch
 from tests.watching.noise import steady
 
 
 def test_batched_tests_alarm_at_the_steps_a_step_by_step_detector_calls(tmp_path: Path) -> None:
-    """Steps of ~1 ms, many tested together, with the detector's counts paced to them (a
-    change holds HOLD_S): the alarms are those a detector with those counts calls step by
-    step, at the same steps, and the 30% slowdown's comes within two of its holds."""
+    """Steps of ~1 ms, many tested together, with the detector's counts paced to them and
+    a change held HOLD_S on the steps' clock: the alarms are those a detector with those
+    counts and that clock calls step by step, at the same steps, and the 30% slowdown's
+    comes within two of its holds."""
     ms = np.exp(steady(30000, seed=4, level_ms=1.0, slow_frac=0.0)).astype(np.float32)
     ms[15000:] *= np.float32(1.3)  # the loop slows by 30% at step 15000
     w = Watch(None, None, out_dir=tmp_path, baseline=False, max_captures=0, sample_hz=0,
@@ -28,9 +29,14 @@ def test_batched_tests_alarm_at_the_steps_a_step_by_step_detector_calls(tmp_path
         for v in ms.tolist():  # steps of ~1 ms: many are tested together
             now += v / 1e3
             w._on_step(now, v, 0.0)
-    p = w._tests.det.p
-    assert w._tests.scale > 1 and p.min_len * 1e-3 == pytest.approx(HOLD_S, rel=0.05)
-    ref, want = Detector(p), []
+    tests = w._tests
+    assert tests.scale == pytest.approx(HOLD_S / (16 * 1e-3), rel=0.05)
+    # min_len stays a count; the baseline counts are paced to the level after the slowdown
+    assert tests.det.p.min_len == 16 and tests.det.p.learn < math.ceil(64 * tests.scale)
+    ends = np.cumsum(ms.astype(np.float64)) / 1e3
+    ref, want = Detector(paced(PARAMS["step_time"], tests.step_s or 0.0)[0], hold_s=HOLD_S,
+                         time_of=lambda i: float(ends[i] - ends[0]) if i >= 0 else 0.0,
+                         pace_of=tests._step_pace), []
     for i in range(20, len(ms)):
         c = ref.update(math.log(float(ms[i])), i)
         if c is not None:
@@ -39,7 +45,27 @@ def test_batched_tests_alarm_at_the_steps_a_step_by_step_detector_calls(tmp_path
     assert sorted(got) == sorted(want)
     alarms = [a for a in w.alarms if a.signal == "step_time"]
     assert [a.step for a in alarms if a.step < 15000] == []
-    assert alarms and 15000 <= alarms[0].step <= 15000 + 2 * p.min_len
+    # within two holds of the change: 2 s of its own 1.3 ms steps
+    assert alarms and 15000 <= alarms[0].step <= 15000 + 2 * HOLD_S / 1.3e-3
+
+
+def test_a_fast_loop_slowed_35x_is_an_alarm_within_its_hold(tmp_path: Path) -> None:
+    """A new user's watch: 0.45 ms steps for 12 s, then the loader slowed every step to
+    17.7 ms for 15 s (900 steps), and no alarm came: the hold was counted in steps of the
+    old pace (2,200 of them). Held in time, the slowdown is an alarm within about two
+    seconds of its own steps, from about 0.45 ms to about 17.7; after it, the detector
+    learns the new level at the new pace (seconds, not minutes), so that the pace's
+    return is seen too (a change for the better: a shift, not an alarm)."""
+    fast = np.exp(steady(26000, seed=12, level_ms=0.45, slow_frac=0.0))
+    slow = np.exp(steady(900, seed=13, level_ms=17.7, slow_frac=0.0))
+    back = np.exp(steady(9000, seed=14, level_ms=0.45, slow_frac=0.0))
+    w = _watch(tmp_path, np.r_[fast, slow, back].astype(np.float32))
+    alarms = [a for a in w.alarms if a.signal == "step_time"]
+    assert len(alarms) == 1, [a.line() for a in w.alarms]
+    assert 26000 <= alarms[0].step <= 26000 + 2 * HOLD_S / 17.7e-3
+    assert 0.4 < alarms[0].before < 0.5 and 16 < alarms[0].after < 19.5
+    assert any(s.step > 26900 and s.after < 1.0 for s in w.shifts), \
+        [s.line() for s in w.shifts]
 
 
 def _watch(tmp_path: Path, ms: np.ndarray, params: bool = False) -> Watch:
