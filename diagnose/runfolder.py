@@ -62,6 +62,7 @@ one JSON object a line (``{"type": "meta"|"info"|"sample"|"unavailable"|"error"|
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -76,13 +77,24 @@ DEFAULT_ROOT = "diagnose-runs"
 SAMPLES_VERSION = 1
 
 
+def check_run_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder run folders go in (``root``, default ``diagnose-runs``), where nothing
+    stands in its way: a file at it or above it raises NotADirectoryError saying so
+    (mkdir's own "File exists" reads as if the folder were there). Nothing is made."""
+    base = Path(root if root is not None else DEFAULT_ROOT)
+    for folder in (base, *base.parents):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{folder} is a file, not a folder")
+    return base
+
+
 def new_run_dir(root: str | os.PathLike[str] | None = None) -> Path:
     """Create and return a fresh ``<root>/<stamp>/`` folder (root: ``diagnose-runs``).
 
     The stamp is local time to the millisecond; a clash (two runs in the same
     millisecond) gets a numeric suffix instead of sharing a folder.
     """
-    base = Path(root if root is not None else DEFAULT_ROOT)
+    base = check_run_root(root)
     base.mkdir(parents=True, exist_ok=True)
     now = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"-{int(now * 1000) % 1000:03d}"

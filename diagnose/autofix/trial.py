@@ -301,7 +301,7 @@ class Trial:
         if self._it is None:
             t0 = time.perf_counter()
             self._it = iter(self.loader)
-            batch = next(self._it)
+            batch = self._first()
             self.start_s = time.perf_counter() - t0
             return batch
         t0 = time.perf_counter()
@@ -312,7 +312,16 @@ class Trial:
             self.stop_s = time.perf_counter() - t0
             self.restarts += 1
             self._it = iter(self.loader)
+            return self._first()
+
+    def _first(self) -> Any:
+        """A new epoch's first batch; an epoch with none is one line, not StopIteration."""
+        assert self._it is not None
+        try:
             return next(self._it)
+        except StopIteration:
+            raise TuneError("the loader gives no batches (an empty dataset, or drop_last=True "
+                            "with fewer samples than a batch)") from None
 
     def epoch_share_s(self) -> float:
         """An epoch's start and end per optimizer step (s) that the last timing missed: a

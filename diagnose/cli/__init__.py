@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from .._version import __version__
 from ..errors import DiagnoseError
 from . import analysis, autofix
+from .output import FormatOption
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,9 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="analyze trace files, folders or run folders")
     a.add_argument("paths", nargs="+", metavar="PATH")
     a.add_argument("--format", choices=("text", "json", "html"), default=None,
+                   action=FormatOption,
                    help="text (default), json, or html: one self-contained page with plots; "
                    "with -o FILE the file's extension (.txt, .json, .html) decides")
-    a.add_argument("--json", dest="format", action="store_const", const="json",
+    a.add_argument("--json", dest="format", action=FormatOption, nargs=0, const="json",
                    help="the same as --format json")
     a.add_argument("-o", "--output", metavar="FILE",
                    help="write the report to FILE, in the format its extension names")

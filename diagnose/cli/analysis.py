@@ -15,7 +15,7 @@ from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
 from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
-from .output import choose_format, wrote
+from .output import FormatOption, choose_format, wrote
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -174,10 +174,10 @@ def add_compare(subparsers: Any) -> None:
                     "folders.")
     p.add_argument("a", metavar="A", help="the run before (trace file, folder or run folder)")
     p.add_argument("b", metavar="B", help="the run after")
-    p.add_argument("--format", choices=("text", "json", "html"), default=None,
+    p.add_argument("--format", choices=("text", "json", "html"), default=None, action=FormatOption,
                    help="text (default), json or html (one self-contained page); with -o FILE "
                    "the extension decides")
-    p.add_argument("--json", dest="format", action="store_const", const="json",
+    p.add_argument("--json", dest="format", action=FormatOption, nargs=0, const="json",
                    help="the same as --format json")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the comparison to FILE (.json: JSON, .html: a page, .txt, .log, "

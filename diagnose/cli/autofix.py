@@ -22,7 +22,7 @@ from typing import Any
 from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
 from ..values import interval_end, usable_cpus
-from .output import choose_format, wrote
+from .output import check_writable, choose_format, wrote
 
 
 def add_parser(sub: Any) -> None:
@@ -92,6 +92,8 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
         out.append((args.json, choose_format("json", args.json, ("json",), said_by="--json")))
     if args.output:
         out.append((args.output, choose_format(None, args.output)))
+    for path, _ in out:
+        check_writable(path)
     return out
 
 
@@ -109,6 +111,17 @@ def _write_outputs(outputs: list[tuple[str, str]], tr: Any, run_dir: Path) -> No
         else:
             _write_text(path, tr.render_text())
         wrote(path)
+
+
+def _run_root(args: argparse.Namespace) -> None:
+    """Where the run folders go (--out-dir) can hold them: checked, nothing made."""
+    from ..runfolder import check_run_root
+
+    try:
+        check_run_root(args.out_dir)
+    except OSError as e:
+        raise DiagnoseError(f"cannot create a run folder under "
+                            f"{args.out_dir or 'diagnose-runs'}: {e.strerror or e}") from None
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -289,9 +302,18 @@ def load_target(target: str) -> dict[str, Any]:
         sys.path.insert(0, folder)
     with _job_argv(where):
         out = _import_and_call(target, where, fn_name, path, is_file, folder)
-    if not isinstance(out, dict) or not {"model", "loader", "optimizer"} <= set(out):
+    if not isinstance(out, dict):
         raise DiagnoseError(f"{target}: must return a dict with model, loader, optimizer and "
-                            "loss_fn or step_fn")
+                            f"loss_fn or step_fn (it returned a value of type {type(out).__name__})")
+    missing = [k for k in ("model", "loader", "optimizer") if out.get(k) is None]
+    if missing:
+        raise DiagnoseError(f"{target}: its dict has no {', '.join(missing)} (it needs model, "
+                            "loader, optimizer and loss_fn or step_fn)")
+    import torch
+
+    if not isinstance(out["optimizer"], torch.optim.Optimizer):
+        raise DiagnoseError(f"{target}: its optimizer is of type {type(out['optimizer']).__name__}, "
+                            "not a torch.optim optimizer (autofix drives the steps with it)")
     return out
 
 
@@ -443,8 +465,13 @@ def run_autofix(args: argparse.Namespace) -> int:
     _check_numbers(args)
     budget = memory_budget(args.memory_budget)
     outputs = _outputs(args)
-    fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] if args.fixes else None
+    fixes = [f.strip() for f in args.fixes.split(",") if f.strip()] \
+        if args.fixes is not None else None
+    if fixes == []:
+        raise DiagnoseError(f"--fixes {args.fixes!r}: names no fix (torch-diagnose rules lists "
+                            "each rule's fixes)")
     _check_fixes(fixes)
+    _run_root(args)  # before the job is made: a folder it cannot have is said first
     objs = load_target(args.target)
     console = make_console()
     run_dir = _run_dir(args)

@@ -10,7 +10,10 @@ announced in one line on stderr (:func:`wrote`).
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import DiagnoseError
 
@@ -50,6 +53,39 @@ def choose_format(explicit: str | None, output: str | None,
     return chosen
 
 
+class FormatOption(argparse.Action):
+    """``--format X``, and ``--json`` (``const``: the same as ``--format json``): given
+    both, or twice, they must agree (exit 2 where they do not: the last one given would
+    otherwise win unsaid)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        value = self.const if self.const is not None else values
+        said = getattr(namespace, "_format_said", None)
+        if said is not None and getattr(namespace, self.dest, None) != value:
+            shown = option_string if self.const is not None else f"{option_string} {value}"
+            parser.error(f"{shown} contradicts {said}: give one")
+        setattr(namespace, self.dest, value)
+        namespace._format_said = (option_string if self.const is not None
+                                  else f"{option_string} {value}")
+
+
+def check_writable(path: str) -> None:
+    """A report file can be written at ``path`` (its folder exists and takes files, it is
+    not a folder itself): a command that runs for minutes first says where it cannot
+    write, in one line, rather than at its end."""
+    import os
+
+    p = Path(path)
+    folder = p.parent
+    if p.is_dir():
+        raise DiagnoseError(f"{path}: is a folder (give a file name)")
+    if not folder.is_dir():
+        raise DiagnoseError(f"{path}: cannot write (no folder {folder})")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise DiagnoseError(f"{path}: cannot write (permission denied)")
+
+
 def wrote(path: str) -> None:
     """Say where a report went: one line on stderr (stdout stays the report's own)."""
     import sys
@@ -61,4 +97,5 @@ def _ext(fmt: str) -> str:
     return {"text": ".txt", "json": ".json", "html": ".html"}[fmt]
 
 
-__all__ = ["EXTENSIONS", "PLAIN", "choose_format", "format_of", "wrote"]
+__all__ = ["EXTENSIONS", "PLAIN", "FormatOption", "check_writable", "choose_format",
+           "format_of", "wrote"]

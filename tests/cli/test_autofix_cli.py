@@ -39,6 +39,19 @@ def make():
 
 def broken():
     return 42
+
+def no_loader():
+    d = make(); del d["loader"]; return d
+
+def no_optimizer():
+    d = make(); d["optimizer"] = None; return d
+
+def odd_optimizer():
+    d = make(); d["optimizer"] = 42; return d
+
+def empty_loader():
+    d = make(); d["loader"] = DataLoader(TensorDataset(torch.randn(0, 8)), batch_size=32)
+    return d
 '''
 
 
@@ -172,7 +185,12 @@ def test_autofix_target_imports_its_sibling_module(tmp_path: Path) -> None:
     ("nocolon", "expected path/to/file.py:function"),
     ("missing.py:make", "no such file"),
     ("{src}:nothing", "is not a function"),
-    ("{src}:broken", "must return a dict"),
+    ("{src}:broken", "must return a dict with model, loader, optimizer and loss_fn or "
+                     "step_fn (it returned a value of type int)"),
+    # a new user's: the key was not named, the Python API's advice went to the CLI
+    ("{src}:no_loader", "its dict has no loader"),
+    ("{src}:no_optimizer", "its dict has no optimizer"),
+    ("{src}:odd_optimizer", "its optimizer is of type int, not a torch.optim optimizer"),
     # a new user's: these read like the tool's own errors ("Empty module name", "cannot
     # import (autofix.py, line 312)")
     (":make_job", "(the file or module is missing)"),
@@ -316,3 +334,33 @@ def test_an_unknown_fix_is_named_before_the_job_is_made(tmp_path: Path, capsys) 
     assert cli.main(["autofix", f"{src}:make_job", "--fixes", "amp,XX"]) == 2
     err = capsys.readouterr().err
     assert "--fixes: unknown fix 'XX'" in err and "make_job ran" not in err
+
+
+@pytest.mark.parametrize("flags,msg", [
+    # a new user's: "--fixes ," ran and said the diagnosis named no fix
+    (["--fixes", ","], "--fixes ',': names no fix"),
+    # a new user's --json into a missing folder was refused after the whole autofix
+    (["--json", "{tmp}/gone/x.json"], "x.json: cannot write (no folder"),
+    (["-o", "{tmp}"], ": is a folder (give a file name)"),
+    # "File exists" for a file where the runs' folder should be
+    (["--out-dir", "{tmp}/made.py"], "made.py is a file, not a folder"),
+])
+def test_what_autofix_cannot_do_is_said_before_the_job_is_made(
+        tmp_path: Path, capsys, flags: list[str], msg: str) -> None:
+    src = tmp_path / "made.py"
+    src.write_text("def make_job():\n    raise SystemExit('make_job ran')\n")
+    args = [f.format(tmp=tmp_path) for f in flags]
+    assert cli.main(["autofix", f"{src}:make_job", *args]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "make_job ran" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_empty_loader_is_said_so(tmp_path: Path, capsys) -> None:
+    """A new user's empty loader ended autofix with "StopIteration: (dataloader.py, line
+    715)"."""
+    src = tmp_path / "work3.py"
+    src.write_text(WORKLOAD)
+    assert cli.main(["autofix", f"{src}:empty_loader", "--budget", "20", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "the loader gives no batches" in err and "StopIteration" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
