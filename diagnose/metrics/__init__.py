@@ -15,6 +15,8 @@ from .context import context_metrics
 from .core import DECLARATIONS as _TRACE_DECLARATIONS
 from .core import MetricSet, compute
 from .declare import DATALOADER, EPOCH_START, LIVE, SAMPLES, Metric, catalog, declared
+from .loader_wait import DECLARATIONS as _GRADED_WAIT
+from .loader_wait import graded_wait
 from .samples import CATALOG as _SMP_CATALOG
 from .samples import samples_metrics
 
@@ -35,12 +37,13 @@ _CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))
             for m in declared([_CTX_CATALOG], LIVE)]
 #: Every metric's declaration but the cross-rank ones (see :mod:`.needs`).
 DECLARATIONS: list[Metric] = [*_TRACE_DECLARATIONS, *_RUN_INFO, *_CONTEXT,
-                              *declared([_SMP_CATALOG], SAMPLES)]
+                              *declared([_SMP_CATALOG], SAMPLES), *_GRADED_WAIT]
 CATALOG: dict[str, tuple[str, str]] = catalog(DECLARATIONS)
 
 
 def compute_all(ms: MetricSet, context: dict | None, samples: dict | None) -> dict[str, Any]:
-    """Trace metrics merged with context and sample metrics (trace values win)."""
+    """Trace metrics merged with context and sample metrics (trace values win), and the
+    loader wait the input rules grade on (:mod:`.loader_wait`: from both)."""
     values: dict[str, Any] = {}
     values.update(context_metrics(context))
     values.update(samples_metrics(samples))
@@ -48,6 +51,7 @@ def compute_all(ms: MetricSet, context: dict | None, samples: dict | None) -> di
     for k, v in ms.values.items():
         if v is not None or k not in values:
             values[k] = v
+    values.update(graded_wait(values))
     return values
 
 
