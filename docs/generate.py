@@ -105,7 +105,7 @@ prefetch_factor = "dataloader_num_workers > 0"
 when = "dataloader_num_workers == 0"
 text = "The loader runs in the training process."
 
-[rule.docs]
+[rule.docs]                      # optional: what `torch-diagnose rules MY001` prints
 detects = "..."
 why = "..."
 fix = "..."

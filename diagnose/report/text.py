@@ -538,8 +538,11 @@ def render_rule(rule: Any) -> list[Any]:
     out: list[Any] = [head]
     for key, title in (("detects", "What it detects"), ("why", "Why it costs time"),
                        ("fix", "How to fix"), ("false_positives", "Known false positives")):
+        if not rule.docs[key] and key != "fix":  # a rule of your own may have no docs
+            continue
         out.append(Text(title, style="bold underline"))
-        out.append(Text(rule.docs[key]))
+        if rule.docs[key]:
+            out.append(Text(rule.docs[key]))
         if key == "fix":
             out += _fix_examples(rule.fixes)
     return out

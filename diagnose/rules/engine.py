@@ -80,7 +80,7 @@ class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
     when: str
     message: str
     fixes: list[str]
-    docs: _Docs
+    docs: _Docs | None = None  # what `torch-diagnose rules ID` prints: optional in your own
     gain: str | None = None  # only memory rules may leave it out (no step time to share)
     warning: str | None = None
     critical: str | None = None
@@ -251,6 +251,30 @@ def _compile(src: str, where: str) -> Expr:
         raise RuleError(f"{where}: {e}") from None
 
 
+_AT_RULE = re.compile(r"^(?P<what>.*?) - at `\$\.rule\[(?P<i>\d+)\](?P<rest>[^`]*)`$")
+_MISSING = re.compile(r"^Object missing required field `(?P<field>\w+)`$")
+
+
+def _schema_error(e: msgspec.ValidationError, data: Any) -> str:
+    """msgspec's words for a rule file that does not fit the format, in a rule's terms:
+    which rule (its id where it has one) and what it lacks or has wrong."""
+    m = _AT_RULE.match(str(e))
+    if m is None:
+        return str(e)
+    i = int(m["i"])
+    rules = data.get("rule") if isinstance(data, dict) else None
+    rid = rules[i].get("id") if isinstance(rules, list) and i < len(rules) and isinstance(
+        rules[i], dict) else None
+    where = f"rule {rid}" if isinstance(rid, str) else f"rule {i + 1} (no id)"
+    rest = m["rest"].lstrip(".")
+    missing = _MISSING.match(m["what"])
+    if missing:
+        field = f"{rest}.{missing['field']}" if rest else missing["field"]
+        return (f"{where} has no {field} (each rule needs id, category, title, when, message "
+                "and fixes; docs/rules.md, Writing your own rules)")
+    return f"{where}{' ' + rest if rest else ''}: {m['what']}"
+
+
 def load_rule_file(path: Path) -> list[Rule]:
     try:
         raw = path.read_bytes()
@@ -262,7 +286,7 @@ def load_rule_file(path: Path) -> list[Rule]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise RuleError(f"{path}: not valid TOML ({e})") from None
     except msgspec.ValidationError as e:
-        raise RuleError(f"{path}: {e}") from None
+        raise RuleError(f"{path}: {_schema_error(e, data)}") from None
     rules = []
     for spec in pack.rule:
         where = f"{path} rule {spec.id}"
@@ -298,7 +322,8 @@ def load_rule_file(path: Path) -> list[Rule]:
             fixes=tuple(spec.fixes),
             evidence=tuple(spec.evidence),
             hints=tuple((_compile(h.when, where), h.text) for h in spec.hints),
-            docs={k: getattr(spec.docs, k).strip() for k in DOC_SECTIONS},
+            docs={k: getattr(spec.docs, k).strip() if spec.docs is not None else ""
+                  for k in DOC_SECTIONS},
             source=str(path),
             scope=spec.scope,
             training_only=spec.training_only,

@@ -679,6 +679,42 @@ def test_user_rules_with_a_duplicate_id_are_refused(tmp_path):
         load_rules([tmp_path / "dup.toml"])
 
 
+MY_RULE = """[[rule]]
+id = "MY001"
+category = "input"
+title = "Batches take long to arrive"
+when = "dataloader_wait_ms_per_step >= 20"
+message = "Each step waits {dataloader_wait_ms_per_step:.1f} ms for data"
+gain = "dataloader_share"
+fixes = ["num_workers"]
+"""
+
+
+def test_a_rule_of_your_own_needs_no_docs_and_is_told_what_it_lacks(tmp_path):
+    """A new user's rule without [rule.docs] was refused with msgspec's "Object missing
+    required field `docs` - at `$.rule[0]`", before any more useful check: the docs are
+    optional (`rules MY001` leaves their sections out), and a rule that lacks a field it
+    needs is named, with the field."""
+    from rich.console import Console
+
+    from diagnose.errors import RuleError
+    from diagnose.report.text import render_rule
+
+    (tmp_path / "mine.toml").write_text(MY_RULE)
+    (rule,) = [r for r in load_rules([tmp_path / "mine.toml"]) if r.id == "MY001"]
+    con = Console(width=120, record=True)
+    for part in render_rule(rule):
+        con.print(part)
+    text = con.export_text()
+    assert "How to fix" in text and "What it detects" not in text
+    (tmp_path / "mine.toml").write_text(MY_RULE.replace('title = "Batches take long to arrive"\n', ""))
+    with pytest.raises(RuleError, match=r"rule MY001 has no title \(each rule needs id,"):
+        load_rules([tmp_path / "mine.toml"])
+    (tmp_path / "mine.toml").write_text(MY_RULE.replace('["num_workers"]', '"num_workers"'))
+    with pytest.raises(RuleError, match=r"rule MY001 fixes: Expected `array`, got `str`"):
+        load_rules([tmp_path / "mine.toml"])
+
+
 def test_each_rule_sits_in_the_file_of_its_category():
     """rules/<category>.toml holds exactly that category's rules: one file per category."""
     files = {Path(r.source).stem for r in builtin_rules()}
