@@ -42,6 +42,9 @@ _EXACT_MAX = 60  # exact Mann-Whitney counts while both runs have at most this m
 _BOOT = 2000
 #: the mean's change is named beside the median's where their ratios differ by more than this
 _MEAN_APART = 1.2
+#: a "within noise" whose medians differ by this much (percent), or whose interval is twice
+#: as wide, says that the steps cannot tell rather than that nothing changed
+UNSURE_PCT = 25.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,12 @@ class StepDiff:
         if self.verdict != "within noise" or self.lo_pct is None or self.hi_pct is None:
             return ""
         if not (self.lo_pct > 0 or self.hi_pct < 0):
-            return ""
+            if abs(self.change_pct) < UNSURE_PCT and self.hi_pct - self.lo_pct < 2 * UNSURE_PCT:
+                return ""
+            # a new user's 3x between the medians read "within noise" with nothing more
+            return (f" (that is, cannot tell from {self.a.n} and {self.b.n} steps: they "
+                    f"spread too widely, p25-p75 {self.a.p25:,.1f}-{self.a.p75:,.1f} ms in A, "
+                    f"{self.b.p25:,.1f}-{self.b.p75:,.1f} ms in B; more steps narrow it)")
         side = "slower" if self.lo_pct > 0 else "faster"
         near = min(abs(self.lo_pct), abs(self.hi_pct))
         return (f" (B's steps are {side}, but by as little as {near:.1f}% at the "

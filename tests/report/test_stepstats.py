@@ -137,3 +137,17 @@ def test_a_medians_change_outside_the_interval_gives_the_interval_its_own_point(
     c = StepComparison("without the profiler", float(np.median(a)), float(np.median(b)), d)
     line = c.line()
     assert f"{pct:+.1f}% between the medians, the typical step {d.shift_pct:+.1f}%" in line
+
+
+def test_a_wide_within_noise_says_the_steps_cannot_tell() -> None:
+    """A new user's compare read "+202.5% between the medians ... within noise" with
+    nothing more (run B's steps in two groups): where the medians differ by 25% or more,
+    or the interval is 50 points wide, the verdict says the steps cannot tell, with their
+    spreads; a narrow "within noise" says nothing more."""
+    a = [15, 16, 30, 15.5, 16.5, 31, 15.2, 16.1]
+    b = [15, 48, 16, 47, 15.5, 49, 16.5, 47]
+    d = step_difference(a, b)
+    assert d.verdict == "within noise" and d.change_pct > 90, d
+    assert "cannot tell from 8 and 8 steps: they spread too widely" in d.why()
+    quiet = step_difference(a, [x * 1.01 for x in a])
+    assert quiet.verdict == "within noise" and quiet.why() == ""
