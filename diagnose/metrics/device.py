@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..trace import Trace
@@ -71,7 +72,14 @@ def dropped_metrics(t: Trace) -> dict[str, Any]:
 
 def unread_note(t: Trace) -> str | None:
     """What the analysis did not read of the trace, where it holds events of categories no
-    metric reads (an accelerator other than a CUDA or ROCm GPU: MTIA's, say)."""
+    metric reads (an accelerator other than a CUDA or ROCm GPU: MTIA's, say), or events
+    whose negative durations it counted as 0."""
+    if t.negative_durations:
+        n = t.negative_durations
+        neg = (f"{n:,} {'event has a negative duration' if n == 1 else 'events have negative durations'}"
+               ": counted as taking no time (the file was edited or merged by another tool?)")
+        other = unread_note(dataclasses.replace(t, negative_durations=0))
+        return neg if other is None else f"{neg}; {other}"
     if not t.n_unread_events:
         return None
     share = t.n_unread_events / t.n_events_total if t.n_events_total else 0.0

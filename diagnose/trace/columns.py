@@ -192,6 +192,11 @@ _SPARSE_COLUMNS = (
 #: a time or duration (us) past this is no run's (about 3,000 years; a trace's times are
 #: at most microseconds since 1970, ~1.8e15): a corrupt or made-up file
 IMPLAUSIBLE_US = 1e17
+#: a trace whose timed events have negative durations in this share or more (and at least
+#: NEGATIVE_MIN of them) is refused (no profiler writes one: the clock runs one way); fewer
+#: are counted as 0 and said
+NEGATIVE_SHARE_MAX = 0.5
+NEGATIVE_MIN = 10
 #: categories that no kind reads, whose events say nothing the analysis misses: Kineto's
 #: CUDA synchronisation events (the host's sync calls are read as runtime events)
 READ_ELSEWHERE = frozenset({"cuda_sync"})
@@ -366,7 +371,12 @@ class ColumnBuilder:
         self.parts = []
         _give_back_freed()
         # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
+        # A trace whose timed events mostly run backwards is no profiler's; a few are said
         ts, dur, kind = cols["ts"], cols["dur"], cols["kind"]
+        negative = int(np.count_nonzero(dur < 0))
+        if negative >= max(NEGATIVE_MIN, NEGATIVE_SHARE_MAX * np.count_nonzero(dur)):
+            raise TraceError(path, f"{negative:,} of its {np.count_nonzero(dur):,} timed events "
+                                   "have negative durations: not a profiler's timestamps")
         dur[~(np.isfinite(dur) & (dur > 0))] = 0.0  # in place: the column is this builder's own
         bad = ~np.isfinite(ts)
         if bad.any():
@@ -388,6 +398,7 @@ class ColumnBuilder:
             n_events_total=self.n_total,
             unread_categories=tuple(sorted(self.unread)),
             n_unread_events=self.n_unread,
+            negative_durations=negative,
             **cols,
         )
 
@@ -421,6 +432,7 @@ class Trace:
     n_events_total: int = 0  # events in the file, before metadata/flows were set aside
     unread_categories: tuple[str, ...] = ()  # categories of events no metric reads
     n_unread_events: int = 0  # events of those categories
+    negative_durations: int = 0  # events whose duration was negative (counted as 0)
 
     # ------------------------------------------------------------------ build
     @classmethod

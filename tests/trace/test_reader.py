@@ -183,8 +183,17 @@ def test_float_and_sub_microsecond_times(tmp_path):
 
 
 def test_negative_duration_counts_as_zero(tmp_path):
-    t = read_trace(write(tmp_path / "n.json", doc(ev(dur=-5.0), ev(dur=2.0))))
-    assert t.dur.tolist() == [0.0, 2.0]
+    """A few negative durations count as 0 and are said; a trace whose timed events mostly
+    run backwards is no profiler's (a new user's file of them read as a healthy 1.9 ms
+    step): one line, exit 2."""
+    from diagnose.metrics.device import unread_note
+
+    t = read_trace(write(tmp_path / "n.json", doc(ev(dur=-5.0), ev(dur=2.0), ev(dur=3.0))))
+    assert t.dur.tolist() == [0.0, 2.0, 3.0] and t.negative_durations == 1
+    assert (unread_note(t) or "").startswith("1 event has a negative duration: counted as")
+    backwards = doc(*[ev(ts=10.0 * i, dur=-5.0) for i in range(12)], ev(dur=3.0))
+    with pytest.raises(TraceError, match="12 of its 13 timed events have negative durations"):
+        read_trace(write(tmp_path / "b.json", backwards))
 
 
 def test_missing_top_level_metadata(tmp_path):
