@@ -21,9 +21,12 @@ optimizer's ``foreach``/``fused`` flags set on its groups for the changed arm's 
 autocast around the step for ``amp_dtype``, the batch moved ``non_blocking`` ahead of
 the step on CUDA, and the models' ``channels_last`` / ``cudnn_benchmark`` / ``compile``
 (``_model_settings``). ``--every-fix`` times each offered fix, not only the first (a lent
-GPU's rows); ``--job-seconds`` stops a job that runs longer. The two arms run in interleaved blocks in one process (baseline,
-changed, ...; ``--steps`` steps after the warm-up), or each in processes of its own where
-the change is to the garbage collector or the diagnosed loop made full collections.
+GPU's rows); ``--job-seconds`` stops a job that runs longer. The two arms run in interleaved blocks in one process, in turns
+(baseline, changed; changed, baseline; ...; ``--steps`` steps after the warm-up), or each
+in processes of its own where the change is to the garbage collector or the diagnosed
+loop made full collections. A change that two findings name as their first fix is timed
+once, and counted once in the tallies; a row whose baseline arm lies 1.5x or more from
+the diagnosis' own unprofiled step says so (the host's load moved between them).
 
 Columns: predicted speedup and the range its changed step's ms range gives (base / hi,
 base / lo), measured speedup (mean block ratio) with its paired bootstrap 95% interval,
@@ -256,10 +259,12 @@ def _epoch_steps(arms: list[Arm]) -> int | None:
 def _time_epochs(job: dict[str, Any], arms: list[Arm], rounds: int, n: int
                  ) -> list[list[float]]:
     """Mean step (ms) of each arm per round over one whole epoch of ``n`` batches (its
-    start and end included), the arms' epochs interleaved after one untimed epoch each."""
+    start and end included), the arms' epochs interleaved after one untimed epoch each,
+    in turns (:func:`_turns`)."""
     out: list[list[float]] = [[] for _ in arms]
     for r in range(rounds + 1):
-        for i, a in enumerate(arms):
+        for i in _turns(len(arms), r):
+            a = arms[i]
             with _settings(job, a):
                 _sync(job)
                 t0 = time.perf_counter()
@@ -271,10 +276,17 @@ def _time_epochs(job: dict[str, Any], arms: list[Arm], rounds: int, n: int
     return out
 
 
+def _turns(n: int, r: int) -> list[int]:
+    """The arms' order in round ``r``: forwards, then backwards (A B, B A, ...), so that
+    neither arm always runs first, after the other's loader or right after a warm-up."""
+    return list(range(n)) if r % 2 == 0 else list(reversed(range(n)))
+
+
 def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> list[list[float]]:
-    """Mean step (ms) of each arm per round, the arms' blocks interleaved; each block after
-    a warm-up of 3 steps and the batches the busiest arm's workers keep ready. A loader
-    with a short epoch is timed in whole epochs instead (:func:`_epoch_steps`)."""
+    """Mean step (ms) of each arm per round, the arms' blocks interleaved in turns
+    (:func:`_turns`); each block after a warm-up of 3 steps and the batches the busiest
+    arm's workers keep ready. A loader with a short epoch is timed in whole epochs instead
+    (:func:`_epoch_steps`)."""
     n = _epoch_steps(arms)
     if n is not None:
         return _time_epochs(job, arms, rounds, n)
@@ -282,8 +294,9 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> 
     out: list[list[float]] = [[] for _ in arms]
     warm = 3 + max(_ready(a) for a in arms)
     try:
-        for _ in range(rounds):
-            for i, a in enumerate(arms):
+        for r in range(rounds):
+            for i in _turns(len(arms), r):
+                a = arms[i]
                 with _settings(job, a):
                     t0 = 0.0
                     for k in range(warm + steps):
@@ -401,6 +414,26 @@ def run_job(name: str, args: argparse.Namespace, tallies: list[Tally]) -> None:
             t.widths += tally.widths
 
 
+#: a baseline arm whose mean step lies this far (a ratio) from the diagnosis' unprofiled
+#: step was timed on a host busier or quieter than the diagnosis saw: the row says so
+BUSY_RATIO = 1.5
+
+
+def _busy_note(report: dict[str, Any], base_ms: list[float]) -> str:
+    """"  (baseline 93.8 ms against the diagnosis' 43.8: ...)" where the baseline arm's mean
+    step is :data:`BUSY_RATIO` or more from the diagnosis' own unprofiled step, else ""."""
+    m = report.get("metrics", {})
+    diag = m.get("step_time_unprofiled_mean_ms") or m.get("step_time_unprofiled_median_ms")
+    if not isinstance(diag, int | float) or diag <= 0 or not base_ms:
+        return ""
+    base = statistics.fmean(base_ms)
+    ratio = base / diag
+    if 1 / BUSY_RATIO < ratio < BUSY_RATIO:
+        return ""
+    return (f"  (baseline {base:.1f} ms against the diagnosis' {diag:.1f} ms: the host's "
+            "load moved, or the timing is of other steps)")
+
+
 def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(args.keep / name) if args.keep else tmp
@@ -423,6 +456,7 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
              if args.every_fix else firsts)
     # a compile last: its compiling may outlast --job-seconds
     tried.sort(key=lambda rf: bool((rf[1].get("predicted") or {}).get("change", {}).get("compile")))
+    timed: dict[frozenset[tuple[str, Any]], tuple[str, list[list[float]]]] = {}
     for rule, fix in tried:
         pred = fix.get("predicted")
         if not pred:
@@ -443,29 +477,38 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
             print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} not timed here: "
                   f"{', '.join(sorted(untimed))}  {label}")
             continue
-        full = report.get("metrics", {}).get("gc_pause_full_ms")
-        if set(change) == {"gc_freeze"} or (full or 0) > 0:
+        key = frozenset(change.items())
+        again = timed.get(key)
+        if again is not None:  # another finding's first fix, the same change: timed once
             del job
-            times = time_apart(name, change, max(4, args.rounds // 2))
+            times = again[1]
         else:
-            times = time_arms(job, [make_arm(job, {}), make_arm(job, change)],
-                              args.rounds, args.steps)
+            full = report.get("metrics", {}).get("gc_pause_full_ms")
+            if set(change) == {"gc_freeze"} or (full or 0) > 0:
+                del job
+                times = time_apart(name, change, max(4, args.rounds // 2))
+            else:
+                times = time_arms(job, [make_arm(job, {}), make_arm(job, change)],
+                                  args.rounds, args.steps)
+            timed[key] = (rule, times)
         sp, lo, hi = pvm._ratio_ci(times[0], times[1])
         err = sp / pred["speedup"]
         said, rng = _fmt_range(pred)
         inside = None if rng is None else rng[0] <= sp <= rng[1]
-        tally.rows += 1
-        tally.within += 0.85 <= err <= 1.15
-        tally.ranged += inside is not None
-        tally.inside += bool(inside)
-        tally.slower += sp < 0.95
-        if rng is not None:
-            tally.widths.append((rng[1] - rng[0]) / 2 / pred["speedup"])
+        if again is None:  # a change counts once in the tallies, however many name it
+            tally.rows += 1
+            tally.within += 0.85 <= err <= 1.15
+            tally.ranged += inside is not None
+            tally.inside += bool(inside)
+            tally.slower += sp < 0.95
+            if rng is not None:
+                tally.widths.append((rng[1] - rng[0]) / 2 / pred["speedup"])
         print(f"{name:<40} {rule:<8} {fix['id']:<14} {ch:<36} {said:>21} "
               f"{f'{sp:.2f}x [{lo:.2f}, {hi:.2f}]':>21} {err:6.2f}  "
               f"{'-' if inside is None else 'yes' if inside else 'no'}"
               f"  {f'({statistics.fmean(times[0]):.1f} -> {statistics.fmean(times[1]):.1f} ms)':<24}"
-              f" {label}")
+              f" {label}{_busy_note(report, times[0])}"
+              f"{f'  (timed for {again[0]}: counted once)' if again is not None else ''}")
 
 
 def main() -> int:
