@@ -127,6 +127,8 @@ def corpus_row(line: str) -> str | None:
     m = _CORPUS.match(line)
     if m is None:
         return line if re.match(r"^(tune|validate)( \(\w+\))?: ", line) else None
+    if "counted once)" in line:  # another finding's first fix, the same change: shown once
+        return None
     job, finding, _fix, change, pred, meas, err, inside, _corpus = m.groups()
     pred, meas = pred.replace(", ", ","), meas.replace(", ", ",")
     change = change.replace("num_workers", "workers").replace("intra_op_threads", "threads")
@@ -144,7 +146,7 @@ BENCHMARKS: dict[str, Bench] = {
         "A warning's first fix applied, timed unprofiled (m/p: measured / predicted). "
         "Goals (validate): 90% within 15%, 90% in range, none 5% slower.",
         (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
-        22, corpus_row, CORPUS_COLUMNS),
+        30, corpus_row, CORPUS_COLUMNS),
     "corpus_rejudge_cpu": Bench(
         "Every worker and threads change, by the code as it is",
         ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
