@@ -49,6 +49,8 @@ def rows(paths: list[Path]) -> list[Row]:
     for path in paths:
         half = "?"
         for line in path.read_text().splitlines():
+            if "counted once)" in line:  # a change another finding's row timed: once
+                continue
             h = HALF.match(line)
             if h:
                 half = h[1]
