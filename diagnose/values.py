@@ -98,9 +98,9 @@ def _v1_quota(folder: Path) -> float | None:
         return None
 
 
-#: an interval's ends past these print as "<0.01" and ">100": a few rounds on a busy host
-#: bound a speedup that loosely (a t quantile of 2 degrees of freedom, Bonferroni-split over
-#: the looks), and "[0.00, 429.25]" read as a fault rather than as "unbounded"
+#: an interval's ends past these print as "<0.01" and ">100" (unbounded, as far as a
+#: reader needs): a few rounds on a busy host bound a speedup that loosely (a t quantile of
+#: 2 degrees of freedom, Bonferroni-split over the looks)
 SPEEDUP_SHOWN = (0.01, 100.0)
 
 

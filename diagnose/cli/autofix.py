@@ -15,9 +15,9 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
@@ -113,23 +113,27 @@ def _write_outputs(outputs: list[tuple[str, str]], tr: Any, run_dir: Path) -> No
         wrote(path)
 
 
+R = TypeVar("R")
+
+
 def _run_root(args: argparse.Namespace) -> None:
     """Where the run folders go (--out-dir) can hold them: checked, nothing made."""
     from ..runfolder import check_run_root
 
-    try:
-        check_run_root(args.out_dir)
-    except OSError as e:
-        raise DiagnoseError(f"cannot create a run folder under "
-                            f"{args.out_dir or 'diagnose-runs'}: {e.strerror or e}") from None
+    _in_run_root(args, check_run_root)
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
     """The run folder of this command (under --out-dir): baseline capture, disagreements."""
     from ..runfolder import new_run_dir
 
+    return _in_run_root(args, new_run_dir)
+
+
+def _in_run_root(args: argparse.Namespace, do: Callable[[str | None], R]) -> R:
+    """``do(--out-dir)``, an OSError as one line naming the folder."""
     try:
-        return new_run_dir(args.out_dir)
+        return do(args.out_dir)
     except OSError as e:
         raise DiagnoseError(f"cannot create a run folder under "
                             f"{args.out_dir or 'diagnose-runs'}: {e.strerror or e}") from None

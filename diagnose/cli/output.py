@@ -11,6 +11,7 @@ announced in one line on stderr (:func:`wrote`).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,6 @@ def check_writable(path: str) -> None:
     """A report file can be written at ``path`` (its folder exists and takes files, it is
     not a folder itself): a command that runs for minutes first says where it cannot
     write, in one line, rather than at its end."""
-    import os
-
     p = Path(path)
     folder = p.parent
     if p.is_dir():

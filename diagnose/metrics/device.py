@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from ..trace import Trace
@@ -74,15 +73,14 @@ def unread_note(t: Trace) -> str | None:
     """What the analysis did not read of the trace, where it holds events of categories no
     metric reads (an accelerator other than a CUDA or ROCm GPU: MTIA's, say), or events
     whose negative durations it counted as 0."""
-    if t.negative_durations:
-        n = t.negative_durations
-        neg = (f"{n:,} {'event has a negative duration' if n == 1 else 'events have negative durations'}"
-               ": counted as taking no time (the file was edited or merged by another tool?)")
-        other = unread_note(dataclasses.replace(t, negative_durations=0))
-        return neg if other is None else f"{neg}; {other}"
-    if not t.n_unread_events:
-        return None
-    share = t.n_unread_events / t.n_events_total if t.n_events_total else 0.0
-    return (f"{t.n_unread_events:,} events ({share:.0%} of the trace) are of categories this "
-            f"analysis does not read ({', '.join(t.unread_categories)}): what they record "
-            "(another accelerator's work, say) is in no metric or finding")
+    said = []
+    n = t.negative_durations
+    if n:
+        said.append(f"{n:,} {'event has a negative duration' if n == 1 else 'events have negative durations'}"
+                    ": counted as taking no time (the file was edited or merged by another tool?)")
+    if t.n_unread_events:
+        share = t.n_unread_events / t.n_events_total if t.n_events_total else 0.0
+        said.append(f"{t.n_unread_events:,} events ({share:.0%} of the trace) are of categories "
+                    f"this analysis does not read ({', '.join(t.unread_categories)}): what they "
+                    "record (another accelerator's work, say) is in no metric or finding")
+    return "; ".join(said) or None

@@ -2,9 +2,10 @@
 
 The input rules grade the wait on the steps timed without the profiler where the clock
 timed them (those that began no epoch, where it told them apart), else on the profiled
-window; the headline must quote the same figure, not the window's (a profiler that
-slows the step 11x can bring a 32% wait down to 3% of it). The share, its ms a step, the
-mean step of those steps, and which steps they are, in words.
+window; the headline must quote the same figure, not the window's (the profiler slows
+the step, not the loader, so the window's share of the wait can be far below the job's).
+The share, its ms a step, the mean step of those steps, and which steps they are, in
+words.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class StepDiff:
         if not (self.lo_pct > 0 or self.hi_pct < 0):
             if abs(self.change_pct) < UNSURE_PCT and self.hi_pct - self.lo_pct < 2 * UNSURE_PCT:
                 return ""
-            # a new user's 3x between the medians read "within noise" with nothing more
+            # a wide interval across no change: the steps cannot tell, not "nothing changed"
             return (f" (that is, cannot tell from {self.a.n} and {self.b.n} steps: they "
                     f"spread too widely, p25-p75 {self.a.p25:,.1f}-{self.a.p75:,.1f} ms in A, "
                     f"{self.b.p25:,.1f}-{self.b.p75:,.1f} ms in B; more steps narrow it)")
