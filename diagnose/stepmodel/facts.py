@@ -52,7 +52,6 @@ class Facts:
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None
-    probes_noise_rel: float | None = None  # the noise of the other probes the budget cut
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers
     conv_kernel_ms_per_step: float | None = None  # cuDNN convolution kernels in the trace
@@ -112,6 +111,7 @@ class Facts:
     input_batched_fetch_ms: float | None = None  # one batch by one dataset[indices]
     input_batched_fetch_per_sample_ms: float | None = None  # the same batches per sample
     input_batched_fetch_work_ratio: float | None = None  # the model's work after each kind
+    input_batched_fetch_work_noise_rel: float | None = None  # that ratio's noise (its SE)
     worker_transfer_gbps: float | None = None  # a worker's hand-over rate (no metric yet)
     workers_count: int | None = None  # worker processes seen alive at once (host samples)
     workers_cpu_mean_pct: float | None = None  # per worker, % of one core

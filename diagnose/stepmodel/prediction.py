@@ -6,7 +6,8 @@ the unmodified one, applied to the step time the report leads with (the unprofil
 where the capture timed it). Its range widens the point by the replay's own error and
 the spread of the measured steps, and, for a change that moves CPU work (as its transform
 declares), holds the step at the least and the most of the CPUs' capacity timings; a change
-that reads what one thread costs is made at the busier of the two thread timings too. In a
+that reads what one thread costs is made at the busier of the two thread timings too, and a
+change that reads a probe's value at both ends of that value's noise (:func:`noise_ends`). In a
 live capture the host's work is first scaled so that the replay gives the unprofiled step
 (the profiler's per-op cost taken out: :mod:`.calibrate`). The Predictor knows no fix and no config field: what
 a change does beyond the graph, its transform declares (:mod:`diagnose.stepmodel.transforms`).
@@ -179,13 +180,9 @@ def device_only(why: str, touched: Callable[[Graph], np.ndarray], what: str) -> 
 class Predictor:
     """Predictions for one run, from one rank's model and the run's facts."""
 
-    def __init__(self, model: StepModel, facts: Facts, probe_noise: float = 0.0) -> None:
+    def __init__(self, model: StepModel, facts: Facts) -> None:
         assert model.graph is not None
         self.facts = facts
-        # the relative noise of the probes' values (their medians' standard error, the most
-        # of those the capture's budget cut short): a prediction that reads them is ranged
-        # over it too
-        self.probe_noise = max(float(probe_noise), 0.0)
         prof = facts.step_time_median_ms
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time);
         # where the run's workers start at every epoch and the clock saw such a start, the
@@ -290,17 +287,16 @@ class Predictor:
         return Prediction(dict(change), ms, self.base_ms / ms, rng, self.base_ms,
                           range_parts=parts)
 
-    def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool,
-               probes: bool = False) -> tuple[tuple[float, float], dict[str, float]]:
-        """The changed step's range (ms) from the model's ends ``lo``-``hi``, and its parts
-        (:func:`widened`): the model's own error on a change (:data:`EFFECT_FLOOR` and
-        :data:`EFFECT_ERROR`, a share of the effect's log), then the noise of its inputs
-        (the replay's error, the base mean's standard error, and where the change's
-        transform reads the probes' values, ``probes``, their noise)."""
+    def _range(self, lo: float, hi: float, speedup: float, moves_cpu: bool
+               ) -> tuple[tuple[float, float], dict[str, float]]:
+        """The changed step's range (ms) from the model's ends ``lo``-``hi`` (where they
+        hold the probes' noise, :func:`noise_ends`), and its parts (:func:`widened`): the
+        model's own error on a change (:data:`EFFECT_FLOOR` and :data:`EFFECT_ERROR`, a
+        share of the effect's log), then the noise of the base (the replay's error, the
+        base mean's standard error)."""
         w = model_error(speedup, moves_cpu)
-        rel = self.rel + (self.probe_noise if probes else 0.0)
-        return (widened(lo, hi, w, rel),
-                {"low_ms": lo, "high_ms": hi, "model_error": w, "noise": rel})
+        return (widened(lo, hi, w, self.rel),
+                {"low_ms": lo, "high_ms": hi, "model_error": w, "noise": self.rel})
 
     def predict_steps(self, steps: Sequence[tuple[Transform | GraphChange, Mapping[str, Any]]]
                       ) -> Prediction | str:
@@ -347,16 +343,17 @@ class Predictor:
             ends += busy_ends(self.facts) + pace_ends(self.facts)
         # a change that reads what one thread costs is made at the busier thread timing
         # too: how the ops ran while something else held a CPU, as the job may meet it
+        reads = {f for t, _ in made for f in t.assumes}
         least = self.facts.threads_one_thread_ratio_min
-        if least is not None and any("threads_one_thread_ratio" in t.assumes for t, _ in made):
+        if least is not None and "threads_one_thread_ratio" in reads:
             ends.append(self.facts.replace(threads_one_thread_ratio=least))
+        ends += noise_ends(self.facts, reads)
         for facts in ends:
             at = self._predict(made, facts)
             if not isinstance(at, str):
                 lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
         assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
-        rng, parts = self._range(lo, hi, base / ms if ms > 0 else 1.0,
-                                 _moves_cpu(made, change), probes=any(t.assumes for t, _ in made))
+        rng, parts = self._range(lo, hi, base / ms if ms > 0 else 1.0, _moves_cpu(made, change))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf, rng, base,
                        loader_share=share, assumed=assumed, range_parts=parts)
         self.cache[key] = p
@@ -430,6 +427,25 @@ def widened(lo: float, hi: float, model_err: float, noise: float) -> tuple[float
     factor ``1 + noise``: a relative error of a ratio, so no noise makes a step zero."""
     f = 1 + max(noise, 0.0)
     return lo * math.exp(-model_err) / f, hi * math.exp(model_err) * f
+
+
+#: a probe's value a transform may read -> the fact holding its noise (the relative standard
+#: error of its median)
+NOISE_OF = {"threads_one_thread_ratio": "threads_noise_rel",
+            "input_batched_fetch_work_ratio": "input_batched_fetch_work_noise_rel"}
+
+
+def noise_ends(facts: Facts, reads: Iterable[str]) -> list[Facts]:
+    """``facts`` with each probe's value in ``reads`` (the fields the change's transforms
+    read) at both ends of its noise, ``value / (1 + noise)`` and ``value x (1 + noise)``:
+    the noise reaches the predicted step as far as the replay carries it (a timing of work
+    off the critical path moves it little), not as a factor on the whole step."""
+    out = []
+    for name in sorted(set(reads) & set(NOISE_OF)):
+        v, n = getattr(facts, name), getattr(facts, NOISE_OF[name])
+        if v is not None and n:
+            out += [facts.replace(**{name: v / (1 + n)}), facts.replace(**{name: v * (1 + n)})]
+    return out
 
 
 def busy_ends(facts: Facts) -> list[Facts]:
@@ -513,8 +529,7 @@ def predictor_for(m: StepModel | None, metrics: Mapping[str, Any]) -> Predictor 
         return cannot_tell("no trace analysed")
     if m.graph is None:
         return cannot_tell(f"no step model ({m.why})")
-    facts = Facts.from_metrics(metrics)
-    return Predictor(m, facts, probe_noise=facts.probes_noise_rel or 0.0)
+    return Predictor(m, Facts.from_metrics(metrics))
 
 
 def prediction_line(p: Any) -> str:

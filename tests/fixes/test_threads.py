@@ -10,7 +10,7 @@ from diagnose.fixes.catalog import threads as threads_unit
 from diagnose.stepmodel import host
 from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import TaskKind, replay
-from diagnose.stepmodel.prediction import Prediction
+from diagnose.stepmodel.prediction import Prediction, noise_ends
 from tests import modeltraces as mt
 from tests.fixes.steps import _facts, _median, _model, _predict
 
@@ -56,9 +56,7 @@ def test_a_thread_timing_too_noisy_to_use_gives_no_number(tmp_path):
     """The thread timing's rounds spread 86% (another process held a CPU while they ran):
     the threads split, which reads it, is not predicted and says why; at 14% it is."""
     m = _model(mt.cpu_loader(), tmp_path)
-    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
-              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=180.0,
-              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+    kw = dict(_SPLIT)
     noisy = _predict("threads", m, threads_noise_rel=0.86, **kw)
     assert isinstance(noisy, str) and "varied by 86% round to round" in noisy, noisy
     assert isinstance(_predict("threads", m, threads_noise_rel=0.14, **kw), Prediction)
@@ -174,15 +172,19 @@ def test_one_threads_cost_is_taken_against_the_work_freed_of_contention(tmp_path
     assert float(g.dur[main].sum()) / g.n_steps == pytest.approx(2250, rel=0.01)
 
 
+#: a loader in the training process on 2 CPUs, one thread timed 1.5x as long as two
+_SPLIT = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
+              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=180.0,
+              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+
+
 def test_a_busier_thread_timing_widens_the_split_towards_its_gain(tmp_path):
     """The session timed the threads twice: one thread 1.5x as long in the quieter timing
     (the point), 0.8x in the busier one (torch's two threads waited for a CPU something
     else held). The split's point stays the quieter timing's; its range reaches the step
     the busier timing gives, shorter, as a job on that busy machine would see it."""
     m = _model(mt.cpu_loader(), tmp_path)
-    kw = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
-              input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=180.0,
-              threads_one_thread_ratio=1.5, model_work_quiet_ms=1.0)
+    kw = dict(_SPLIT)
     quiet = _predict("threads", m, **kw)
     both = _predict("threads", m, threads_one_thread_ratio_min=0.8, **kw)
     busy = _predict("threads", m, **{**kw, "threads_one_thread_ratio": 0.8})
@@ -193,6 +195,37 @@ def test_a_busier_thread_timing_widens_the_split_towards_its_gain(tmp_path):
     assert both.range[0] < quiet.range[0]
     assert both.range[0] <= busy.step_ms
     assert both.range[1] == pytest.approx(quiet.range[1], rel=0.05)
+
+
+def test_the_thread_timings_noise_reaches_the_range_as_the_replay_carries_it(tmp_path):
+    """One thread 1.5x as long, timed with a 10% standard error: the split is also made at
+    1.5 / 1.1 and 1.5 x 1.1, and its range holds both of those steps. The point stays; the
+    step moves by less than 10% (the model's work is part of the step, not all of it), so
+    the range is narrower than a 10% factor on the whole step would make it."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(_SPLIT)
+    quiet = _predict("threads", m, **kw)
+    noisy = _predict("threads", m, threads_noise_rel=0.1, **kw)
+    lo = _predict("threads", m, **{**kw, "threads_one_thread_ratio": 1.5 / 1.1})
+    hi = _predict("threads", m, **{**kw, "threads_one_thread_ratio": 1.5 * 1.1})
+    for p in (quiet, noisy, lo, hi):
+        assert isinstance(p, Prediction)
+    assert noisy.step_ms == pytest.approx(quiet.step_ms)
+    assert lo.step_ms < quiet.step_ms < hi.step_ms
+    assert noisy.range[0] <= quiet.range[0] * lo.step_ms / quiet.step_ms * 1.001
+    assert noisy.range[1] >= quiet.range[1] * hi.step_ms / quiet.step_ms * 0.999
+    assert noisy.range[1] / quiet.range[1] < 1.1
+
+
+def test_noise_ends_only_for_the_values_a_change_reads():
+    """Ends at value / (1 + noise) and value x (1 + noise) for each read value with a
+    noise; none for a value the change does not read, or one timed without noise."""
+    f = Facts(threads_one_thread_ratio=1.5, threads_noise_rel=0.2,
+              input_batched_fetch_work_ratio=1.2, input_batched_fetch_work_noise_rel=0.0)
+    ends = noise_ends(f, ["threads_one_thread_ratio", "model_work_quiet_ms"])
+    assert [e.threads_one_thread_ratio for e in ends] == pytest.approx([1.25, 1.8])
+    assert noise_ends(f, ["input_batched_fetch_work_ratio"]) == []
+    assert noise_ends(f, []) == []
 
 
 def test_a_split_that_keeps_torchs_threads_is_in_place():

@@ -3,6 +3,7 @@ clock: each stubbed probe moves the clock by its own cost."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import diagnose.session.after_loop as al
 from diagnose.capture.probes import common
 from diagnose.capture.probes.budget import ProbeBudget
-from diagnose.stepmodel.prediction import Predictor
+from diagnose.stepmodel.prediction import Predictor, model_error
 
 
 class FakeClock:
@@ -151,20 +152,20 @@ def test_a_loop_that_never_waited_on_its_loader_gets_no_probe(run: tuple[FakeClo
     assert "waited on its DataLoader for 0.5%" in ctx["probes"]["skipped"]["threads"]
 
 
-def test_the_noise_of_probes_cut_short_widens_the_range_of_what_reads_them() -> None:
-    """The capture's own noise 2%, the probes' 5%: a change whose transform reads the
-    probes' values is ranged over 7% beyond the model's error, another over 2%."""
+def test_the_range_holds_the_base_noise_beyond_the_models_error() -> None:
+    """The capture's own noise 2% (the replay's error and the base mean's standard
+    error): a change with no model error left is ranged over 2% each way."""
     p = Predictor.__new__(Predictor)
-    p.rel, p.probe_noise = 0.02, 0.05
-    assert p._range(10.0, 10.0, 1.0, False)[0] == pytest.approx((10.0 / 1.02, 10.2))
-    assert p._range(10.0, 10.0, 1.0, False, probes=True)[0] == pytest.approx((10.0 / 1.07, 10.7))
+    p.rel = 0.02
+    lo, hi = p._range(10.0, 10.0, 1.0, False)[0]
+    w = math.exp(model_error(1.0, False))
+    assert (lo, hi) == pytest.approx((10.0 / 1.02 / w, 10.2 * w))
 
 
-def test_the_noise_of_the_probes_cut_short_reaches_the_predictor() -> None:
-    """context -> the probes_noise_rel metric (the most noise among the probes the budget
-    cut short) -> Facts -> the Predictor's probe noise."""
+def test_the_noise_of_the_probes_cut_short_is_stated() -> None:
+    """context -> the probes_noise_rel metric: the most noise among the probes the budget
+    cut short (each prediction reads its own probes' noise: noise_ends)."""
     from diagnose.metrics.context.outcome import probes_noise
-    from diagnose.stepmodel.facts import Facts
 
     ctx = {"probes": {"cut": ["threads", "work_after_fetch", "cpu_capacity"]},
            "threads": {"noise": 0.03}, "threads_busy": {"noise": 0.2},
@@ -172,7 +173,6 @@ def test_the_noise_of_the_probes_cut_short_reaches_the_predictor() -> None:
     assert probes_noise(ctx) == 0.06  # threads_busy was not cut: its noise is its own
     assert probes_noise({"probes": {"cut": []}}) == 0.0
     assert probes_noise({}) is None
-    assert Facts.from_metrics({"probes_noise_rel": 0.06}).probes_noise_rel == 0.06
 
 
 def test_a_loop_without_a_dataloader_gets_no_thread_timing(

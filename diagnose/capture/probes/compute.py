@@ -46,7 +46,7 @@ ROUNDS_S = 0.3
 #: within BUSY_S seconds more
 BUSY_MAX_ROUNDS = 8
 BUSY_S = 0.3
-#: a thread timing whose rounds spread this much (``noise``: the median relative deviation)
+#: a thread timing this noisy (``noise``: the relative standard error of its medians)
 #: is timed again after the other probes even where their budget is spent, and the quieter
 #: of the two kept (:func:`quieter_threads`): the predictions that read it aim within 15% of
 #: the measured speedup, which an input noisier than that cannot give

@@ -36,8 +36,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "model's ops (1.0: they do not scale with threads)"),
     "threads_noise_rel": (
         "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
-        "from (the median relative deviation of its rounds): high where something else held "
-        "a CPU while it ran"),
+        "from (the standard error of its rounds' medians): high where something else held "
+        "a CPU while it ran; the predictions that read the ratio are made at both its ends"),
     "threads_one_thread_ratio_min": (
         "ratio", "the least of threads_one_thread_ratio over the thread timings made seconds "
         "apart after the loop (a busier moment: one thread costs less against torch's "

@@ -70,6 +70,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(the median of the rounds' ratios; CPU models on more than one thread): a long "
         "single-threaded load leaves torch's thread pool asleep, and the ops after it pay "
         "for waking it"),
+    "input_batched_fetch_work_noise_rel": (
+        "ratio", "the relative noise of input_batched_fetch_work_ratio (the standard error "
+        "of its rounds' medians): the batched fetch's prediction is made at both its ends"),
     "input_fetch_ms": (
         "ms",
         "mean per unprofiled step (pauses such as garbage collection that hit it count): the "
@@ -146,6 +149,9 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
         out[name] = as_number(get(ctx, "dataloader", key), finite=False)
     out["input_batched_fetch_work_ratio"] = as_number(
         get(ctx, "dataloader", "work_after_fetch", "ratio"), finite=False)
+    noise = as_number(get(ctx, "dataloader", "work_after_fetch", "noise"))
+    out["input_batched_fetch_work_noise_rel"] = noise if noise is not None and noise >= 0 \
+        else None
     starts = get(ctx, "capture", "loader_starts")
     if isinstance(starts, list):
         waits = [a + b for r in starts if isinstance(r, dict) and (as_int(r.get("workers")) or 0)

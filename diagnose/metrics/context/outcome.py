@@ -29,9 +29,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "collected and written (once a capture; a step that long is the tool's, not the "
         "job's)"),
     "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
-                         "probes the capture's time budget cut short, the most of them; a "
-                         "prediction that reads the probes is ranged over it too (the busy "
-                         "timings: threads_busy_noise_rel, ranged over by their own ends)"),
+                         "probes the capture's time budget cut short, the most of them (the "
+                         "predictions that read a probe's value are made at the ends of its "
+                         "own noise: threads_noise_rel, threads_busy_noise_rel, "
+                         "input_batched_fetch_work_noise_rel)"),
 }
 
 #: where each probe that reports its noise writes its values in ``context.json`` (the busy
