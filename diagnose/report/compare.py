@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..console import plain_text
 from ..errors import DiagnoseError
 from ..metrics import CATALOG
-from ..metrics.context.step_clock import cpu_wait_holders
+from ..metrics.context.cpu_holders import cpu_wait_holders
 from ..metrics.idle import host_ahead
 from ..result import step_time
 from ..rules.engine import severity_rank

@@ -284,6 +284,22 @@ def fix_title(f: Any, fid: str) -> str:
     return FIXES[fid].title_for(getattr(p, "change", None))
 
 
+def larger_tie(f: Any, fid: str) -> str | None:
+    """Where the finding's first fix ``fid`` leads a tie (:func:`~diagnose.fixes.findings.
+    _order`: the safer of fixes the capture cannot order) over one predicted to gain more,
+    the line that names that one too; else None."""
+    lead = f.predictions.get(fid)
+    lead_x = getattr(lead, "speedup", None)
+    for other in offered(f)[1:]:
+        q = f.predictions.get(other)
+        x = getattr(q, "speedup", None)
+        if isinstance(lead_x, float) and isinstance(x, float) and x > lead_x and other in FIXES:
+            return (f"{f.rule}, also: {fix_title(f, other)}, {prediction_line(q)}: within the "
+                    "model's error of the fix above, which is the safer; try both, or let "
+                    "autofix measure them")
+    return None
+
+
 class FixPanel(Panel):
     """A fix's box: its prediction line on the bottom edge where the width holds it, else
     the box's last line, dim (an edge cuts a longer line off, and a reason why nothing is
@@ -331,6 +347,8 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
                                 subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))
             shown_for[fid] = f
+            if (more := larger_tie(f, fid)) is not None:
+                panels.append(Text(more, style="dim"))
     # a panel that takes the workers away and one that needs them are either-or
     gone = [(g.rule, fid) for fid, g in shown_for.items()
             if getattr(g.predictions.get(fid), "change", {}).get("num_workers") == 0]

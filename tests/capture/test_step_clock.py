@@ -646,7 +646,7 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
     """With workers and under 0.5 CPUs of other work, the run's own processes held them;
     with more, other processes did, and in a job of several ranks its other ranks (not
     this process's children) are counted among them and named."""
-    from diagnose.metrics.context.step_clock import cpu_wait_holders
+    from diagnose.metrics.context.cpu_holders import cpu_wait_holders
 
     own = cpu_wait_holders({"host_cpu_others_cpus": 0.2, "workers_count": 4})
     assert own == (False, "this run's own processes held (its 4 DataLoader workers beside "

@@ -361,3 +361,28 @@ def test_the_fixes_the_model_cannot_tell_share_their_reason() -> None:
     _order(f, {"prefetch": _p({"prefetch_factor": 4}, 1.0), "num_workers": why,
                "threads": cannot_tell("no thread timing")}, [])
     assert f.hints[-1].endswith("what num_workers, threads would give")
+
+
+def test_a_tie_led_by_the_safer_fix_names_the_larger_one_too() -> None:
+    """A GAN on 2 CPUs, as a new user's capture predicted it: persistent workers 1.22x
+    (1.05-1.41x), the threads split 1.42x (1.03-1.83x). A tie: the safer leads; the report
+    names the split beside it (it measured 1.59x), and names nothing where the lead is
+    also the largest."""
+    from diagnose.report.text import larger_tie
+
+    base = 17.2
+    keep = Prediction({"persistent_workers": True}, base / 1.22, 1.22,
+                      (base / 1.41, base / 1.05), base)
+    split = Prediction({"num_workers": 1, "intra_op_threads": 1}, base / 1.42, 1.42,
+                       (base / 1.83, base / 1.03), base)
+    f = _Finding(["threads", "persistent_workers"])
+    f.rule = "IN001"  # type: ignore[attr-defined]
+    _order(f, {"threads": split, "persistent_workers": keep}, [])
+    assert f.fixes == ["persistent_workers", "threads"]
+    line = larger_tie(f, "persistent_workers")
+    assert line is not None and "1.42x" in line and line.startswith("IN001, also:")
+    clear = _Finding(["threads", "persistent_workers"])
+    clear.rule = "IN001"  # type: ignore[attr-defined]
+    _order(clear, {"threads": _p(split.change, 1.6), "persistent_workers": _p(
+        keep.change, 1.1)}, [])
+    assert clear.fixes[0] == "threads" and larger_tie(clear, "threads") is None

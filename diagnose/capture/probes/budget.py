@@ -56,15 +56,17 @@ def _num(x: Any) -> float | None:
 
 def _share(clock: Mapping[str, Any] | None, column: str, unprofiled: bool) -> float | None:
     """The clock's ``column`` (ms) over its ``ms`` summed over its steps (each capped at
-    its step), every phase or, ``unprofiled``, the ``wait`` and ``after`` steps with the
-    first left out; None where no such step has both."""
+    its step), every phase or, ``unprofiled``, the ``after`` steps (those the other
+    processes' CPUs were read over; none: the ``wait`` steps, the first left out); None
+    where no such step has both."""
     if not isinstance(clock, Mapping):
         return None
     ms = clock.get("ms") or []
     phases = clock.get("phase") or [None] * len(ms)
     rows = list(zip(phases, clock.get(column) or [], ms, strict=False))
-    if unprofiled:
-        rows = [r for r in rows[1:] if r[0] in ("wait", "after")]
+    if unprofiled:  # the steps after the window, where the other processes were read
+        rows = ([r for r in rows[1:] if r[0] == "after"]
+                or [r for r in rows[1:] if r[0] == "wait"])
     pairs = [(w, s) for _, a, b in rows
              if (w := _num(a)) is not None and (s := _num(b)) is not None and s > 0]
     total = sum(s for _, s in pairs)
@@ -78,9 +80,9 @@ def loader_share(clock: Mapping[str, Any] | None) -> float | None:
 
 
 def cpu_wait_share(clock: Mapping[str, Any] | None) -> float | None:
-    """The share of the loop's unprofiled steps (``wait`` and ``after``, the first left
-    out) the training thread spent runnable but off a CPU (the clock's ``cpu_wait_ms``
-    over its ``ms``); None where the clock holds no such steps."""
+    """The share of the loop's unprofiled steps (those after the window, else the ``wait``
+    ones, the first left out) the training thread spent runnable but off a CPU (the
+    clock's ``cpu_wait_ms`` over its ``ms``); None where the clock holds no such steps."""
     return _share(clock, "cpu_wait_ms", unprofiled=True)
 
 

@@ -8,6 +8,7 @@ Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_worker
 
 - :mod:`.settings`: the run's settings (DataLoader, optimizer, model, threads, CPUs)
 - :mod:`.step_clock`: the unprofiled steps by the session's own clock, and its note
+- :mod:`.cpu_holders`: who held the CPUs the training thread waited for
 - :mod:`.loading`: the loop's wait for batches by cause, and the loader's probes
 - :mod:`.cpu`: the CPUs' capacity, the model's threads and their contention
 - :mod:`.outcome`: an out-of-memory error, the device's peak memory
@@ -20,12 +21,11 @@ from typing import Any
 from . import cpu, loading, outcome, settings, step_clock
 from .fields import get
 from .loading import WORKER_POOL_CPUS, worker_pool
+from .cpu_holders import cpu_wait_holders, pool_clash
 from .step_clock import (
     UNRELIABLE_SPREAD,
     clock_note,
-    cpu_wait_holders,
     load_shift_note,
-    pool_clash,
     unprofiled_step_ms,
 )
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...values import as_int, as_number
+from .cpu_holders import OTHERS_BUSY_CPUS, cpu_wait_holders
 from .fields import as_bool
 
 CATALOG: dict[str, tuple[str, str]] = {
@@ -116,7 +117,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "step_cpu_wait_unprofiled_share": (
         "fraction",
         "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
-        "other processes held (Linux schedstat): how busy the machine was while timing",
+        "(Linux schedstat), over the steps after the window where the other processes' "
+        "CPUs were read over them (step_others_cpus_unprofiled): how busy the machine was "
+        "while timing",
     ),
     "step_others_cpus_unprofiled": (
         "CPUs", "other processes' mean CPUs over the steps timed after the window (the usable "
@@ -395,10 +398,16 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)
         spread = (p90 - p10) / med if med > 0 else None
         out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
-        starved = [as_number(r.get("cpu_wait_ms"), finite=False) for r in free]
-        if all(w is not None for w in starved) and sum(times) > 0:
+        # over the steps the other processes' CPUs were read over (after the window) where
+        # the clock read them: a burst before the window is no one's that they can name
+        held = [r for r in free if r.get("phase") == "after"] \
+            if out["step_others_cpus_unprofiled"] is not None else free
+        held = held or free
+        starved = [as_number(r.get("cpu_wait_ms"), finite=False) for r in held]
+        span = sum(float(r["ms"]) for r in held)
+        if all(w is not None for w in starved) and span > 0:
             out["step_cpu_wait_unprofiled_share"] = round(
-                sum(w or 0.0 for w in starved) / sum(times), 4)
+                sum(w or 0.0 for w in starved) / span, 4)
         waits = [as_number(r.get("dataloader_ms"), finite=False) for r in free]
         if all(w is not None for w in waits):
             total = sum(times)
@@ -422,87 +431,6 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         # a ratio from an unreliable clock misleads ("the profiler made steps 0.54x as long")
         out["profiler_overhead_ratio"] = ratio if reliable else None
     return out
-
-
-#: CPUs' worth of work by processes other than the run's under which a run with DataLoader
-#: workers is taken to have waited for a CPU its own processes held, not a busy machine
-#: (between the other work seen beside runs whose workers oversubscribed the CPUs, well
-#: under half a CPU, and beside a busy machine, a CPU or more)
-OTHERS_BUSY_CPUS = 0.5
-
-
-#: a wait for a CPU beyond what other processes explain (their CPUs over the CPUs: a
-#: thread that wants a CPU all the time loses about that share to them), at least this
-#: share of the steps' time, is the run's own pools' (CF007's threshold: 5%, the least
-#: share a rule fires at on the step's time)
-POOL_WAIT_BEYOND = 0.05
-
-
-def others_during_clock(m: Mapping[str, object]) -> object:
-    """Other processes' CPUs while the clock timed the steps whose CPU waits it read: as the
-    clock measured them (``step_others_cpus_unprofiled``), else the host samples' (the
-    window's: a capture made before the clock measured them)."""
-    own = m.get("step_others_cpus_unprofiled")
-    return own if isinstance(own, float) else m.get("host_cpu_others_cpus")
-
-
-def pool_clash(m: Mapping[str, object]) -> str | None:
-    """Where the training process's own thread pools oversubscribe its CPUs: a pool that is
-    not torch's (``thread_pool_beside_torch``, 2 threads or more) beside torch's threads,
-    more threads than CPUs between them, while the DataLoader's workers leave torch its
-    CPUs (workers that oversubscribe them are the likelier holders: IN004) and other
-    processes took under :data:`OTHERS_BUSY_CPUS` over those same steps (the clock's own
-    measure; the host samples cover another stretch), and the training thread's wait for a
-    CPU exceeds what they explain by :data:`POOL_WAIT_BEYOND`: the words that say so; else
-    None."""
-    pool, n = m.get("thread_pool_beside_torch"), m.get("thread_pool_beside_torch_threads")
-    torch_threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
-    others = m.get("step_others_cpus_unprofiled")  # over the timed steps themselves
-    workers, wait = m.get("dataloader_num_workers"), m.get("step_cpu_wait_unprofiled_share")
-    if not (isinstance(n, int) and n >= 2 and isinstance(torch_threads, int)
-            and isinstance(cpus, int) and n + torch_threads > cpus
-            and (workers if isinstance(workers, int) else 0) + torch_threads <= cpus
-            and isinstance(others, float) and others < OTHERS_BUSY_CPUS
-            and isinstance(wait, float) and wait - others / cpus >= POOL_WAIT_BEYOND):
-        return None
-    return (f"the {pool} pool's {n} threads beside torch's {torch_threads} on {cpus} CPUs; "
-            f"other processes took {others:.2f} CPUs")
-
-
-def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
-    """Who held the CPUs the training thread waited for (``step_cpu_wait_unprofiled_share``):
-    (whether the machine was busy with other work, the words that say who). A run with
-    DataLoader workers beside less than :data:`OTHERS_BUSY_CPUS` of other processes' work
-    (:func:`others_during_clock`) waited for its own processes: its workers and threads
-    oversubscribe the CPUs, which is the run's doing, not the machine's; so did one whose
-    own thread pools oversubscribe them (:func:`pool_clash`)."""
-    others = others_during_clock(m)
-    workers = m.get("workers_count") or m.get("dataloader_num_workers")
-    used = m.get("workers_cpus")
-    threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
-    if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
-            and workers > 0):
-        if (isinstance(used, int | float) and isinstance(cpus, int) and cpus > 0
-                and used / cpus < POOL_WAIT_BEYOND and isinstance(threads, int)
-                and threads >= cpus):
-            # idle workers explain no wait; torch's threads on every CPU wait for any other
-            return False, (f"this run's own threads held: torch's {threads} threads fill the "
-                           f"{cpus} CPUs, so other work ({others:.2f} CPUs of other "
-                           f"processes) keeps one of them waiting (its {workers} DataLoader "
-                           f"workers used {used:.2f} CPUs)")
-        return False, (f"this run's own processes held (its {workers} DataLoader workers "
-                       f"beside it; other processes took {others:.2f} CPUs)")
-    pool = pool_clash(m)
-    if pool is not None:
-        return False, f"this run's own threads held ({pool})"
-    ranks, here = m.get("world_size"), m.get("step_others_leave_out_ranks")
-    if isinstance(here, int) and here >= 2:  # the other processes leave out the job's ranks
-        if isinstance(others, float) and others < OTHERS_BUSY_CPUS:
-            return False, (f"this job's own processes held (its {here} ranks on this host "
-                           f"and their workers; other processes took {others:.2f} CPUs)")
-    elif isinstance(ranks, int) and ranks >= 2:  # a capture that counted its rank alone
-        return True, "other processes held (this job's other ranks on this host among them)"
-    return True, "other processes held"
 
 
 #: from this share of the timed steps waiting for a CPU other processes held, a steady
