@@ -45,11 +45,14 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: wait for a batch: the loader's own allocations tripped them; then the full (generation
 #: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young),
 #: the time in the run's optimizers' ``step()`` (their step hooks time it), and the
-#: outermost calls of the models (null where no model is hooked)
+#: outermost calls of the models (null where no model is hooked), the loader iterators
+#: started, and the time from an optimizer's ``step()`` returning to the next outermost
+#: model call (``between_ms``: the loop's own work between steps, the DataLoader's wait
+#: inside it; null until an optimizer step was counted)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
-                 "forwards", "loader_starts")
+                 "forwards", "loader_starts", "between_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -144,6 +147,7 @@ class _Step:
     optimizer: float | None = None  # in the run's optimizer.step()
     forwards: int | None = None  # outermost model calls
     starts: int = 0  # new loader iterators whose first batch came in this step (epochs)
+    between: float = 0.0  # from an optimizer step's return to the next model call
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -209,6 +213,8 @@ class Steps:
         self.loader_starts: list[dict[str, Any]] = []
         self._started: float | None = None  # iter() seconds of the iterator just seen
         self._opt_t0: dict[int, float] = {}  # a counted optimizer.step() started then
+        self._opt_end: float | None = None  # a counted optimizer.step() returned then
+        self.between_timed = False  # a step's between_ms was timed (the column is known)
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -260,6 +266,8 @@ class Steps:
                 st.optimizer = (st.optimizer or 0.0) + now - t0
             if boundary:
                 self.advance()
+            if counted:
+                self._opt_end = time.perf_counter()
             self.opt_steps += counted
         except Exception as e:  # never break the user's step
             self._error("optimizer hook", e)
@@ -269,6 +277,10 @@ class Steps:
         try:
             if self.done or self.closed:
                 return
+            end, self._opt_end = self._opt_end, None
+            if end is not None and self._step is not None:  # in the step it elapsed in
+                self._step.between += time.perf_counter() - end
+                self.between_timed = True
             if self.finder.forward(grad_enabled):
                 self.advance()
             st = self._step
@@ -455,7 +467,8 @@ class Steps:
                 st.gc_full_loader * 1e3 if self.gc_timed else None,
                 None if st.optimizer is None else st.optimizer * 1e3,
                 (st.forwards or 0) if self.forwards_counted else None,
-                st.starts if self.hook is not None else None)
+                st.starts if self.hook is not None else None,
+                st.between * 1e3 if self.between_timed else None)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

@@ -216,6 +216,25 @@ def _worker_pools(cpus: float = 1.9, workers: int = 3, cpu_count: int = 2, **loa
                 cpu_count=cpu_count, torch_num_threads=cpu_count)
 
 
+def _loop_work(between_ms: float, loader: dict | None = None) -> dict:
+    """A capture whose clock timed 20 ms steps with ``between_ms`` of each between the
+    optimizer's step and the next forward; no DataLoader given (``loader``: one was)."""
+    n = 8
+    return _ctx(dataloader=loader, capture={"step_clock": {
+        "phase": ["wait"] * n, "ms": [20.0] * n, "between_ms": [between_ms] * n}})
+
+
+def test_the_loops_own_work_between_steps_is_told_only_without_a_dataloader(tmp_path):
+    """IN007: 8 of 20 ms between steps, no DataLoader: a warning; 0.5 ms: nothing; the
+    same 8 ms beside a DataLoader given to diagnose: the input rules' (its wait by cause)."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    assert [f for f in analyze(path, context=_loop_work(8.0)).findings if f.rule == "IN007"]
+    assert not [f for f in analyze(path, context=_loop_work(0.5)).findings
+                if f.rule == "IN007"]
+    given = _loop_work(8.0, loader=dict(CTX_HEALTHY["dataloader"]))
+    assert not [f for f in analyze(path, context=given).findings if f.rule == "IN007"]
+
+
 def _own_samples(others_cpus: float, n: int = 30) -> dict:
     """A 2-CPU run's host samples: the training process at 180%, other processes at
     ``others_cpus`` of a CPU."""
@@ -273,6 +292,7 @@ POSITIVE = {
     "CF008": (_cpu_steps, _shared_cpus(), "warning"),
     "CF009": (_cpu_steps, _quota(), "warning"),
     "IN006": (lambda: tb.dataloader_bound(workers=3), _worker_pools(), "warning"),
+    "IN007": (_cpu_steps, _loop_work(8.0), "warning"),
     # run-scope: the factory is a whole run, written as one folder with a trace per rank
     "IM001": (lambda: rb.slow_input(4, rank=2), None, "warning"),
 }
@@ -387,6 +407,25 @@ def test_thread_pools_told_apart_from_a_busy_machine(tmp_path):
     assert not [f for f in workers.findings if f.rule == "CF007"]
     assert not any(isinstance(p, str) and p.startswith(OWN_POOLS)
                    for f in workers.findings for p in f.predictions.values())
+
+
+def test_a_burst_before_the_window_is_not_blamed_on_the_runs_own_pools(tmp_path):
+    """A new user's loop with numpy loaded, no numpy work: 3 steps before the window waited
+    half their time for a CPU (another process's burst), the steps after it 0.6%, other
+    processes at 0.00 CPUs over those. The wait is read over the steps the others were
+    read over: no CF007, and the workers' prediction is not withheld for the pools."""
+    from diagnose.fixes.findings import OWN_POOLS
+
+    path = _write(tmp_path, "cpu", tb.dataloader_bound())
+    ctx = _pools(others=0.0)
+    ctx["capture"]["step_clock"] = {
+        "phase": ["wait"] * 4 + ["after"] * 20, "ms": [350.0] * 4 + [10.0] * 20,
+        "cpu_wait_ms": [175.0] * 4 + [0.06] * 20}
+    report = analyze(path, context=ctx, samples=_own_samples(0.02))
+    assert report.metrics["step_cpu_wait_unprofiled_share"] < 0.01
+    assert not [f for f in report.findings if f.rule == "CF007"]
+    (in001,) = [f for f in report.findings if f.rule == "IN001"]
+    assert not str(in001.predictions.get("num_workers")).startswith(OWN_POOLS)
 
 
 def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):

@@ -1,4 +1,5 @@
-"""Input advice: making each sample cheaper to produce, which no setting of the loader does.
+"""Input advice: making each sample cheaper to produce, which no setting of the loader does,
+and making a loop's own batches in DataLoader workers.
 
 The loader's settings are units of their own: :mod:`.workers` (how many workers, kept
 alive, queue depth), :mod:`.threads` (torch's threads beside them), :mod:`.fetch` (one
@@ -23,5 +24,25 @@ class DS(Dataset):
         return augment(self.cache[i])
 """, category="input")
 
+LOOP_BATCHES_IN_WORKERS = Fix(
+    "loop_batches_in_workers", "Make the batches in DataLoader workers, off the training thread",
+    """
+# before: the loop makes each batch itself, on the training thread, between steps
+for x, y in batches():  # your generator: tokenise, slice, build tensors
+    ...
+# after: DataLoader workers run the generator while the step trains; each worker runs its
+# own copy, so seed or shard it by worker (or every worker yields the same batches)
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+class Batches(IterableDataset):
+    def __iter__(self):
+        info = get_worker_info()
+        return batches(seed=info.id if info is not None else 0)  # one stream per worker
+
+loader = DataLoader(Batches(), batch_size=None, num_workers=2, persistent_workers=True)
+for x, y in loader:
+    ...
+""", category="input")
+
 #: The registered units of this module (a test checks that each one declared is here).
-FIXES = (FASTER_INPUT,)
+FIXES = (FASTER_INPUT, LOOP_BATCHES_IN_WORKERS)
