@@ -234,6 +234,18 @@ def test_the_loops_own_work_between_steps_is_told_only_without_a_dataloader(tmp_
                 if f.rule == "IN007"]
     given = _loop_work(8.0, loader=dict(CTX_HEALTHY["dataloader"]))
     assert not [f for f in analyze(path, context=given).findings if f.rule == "IN007"]
+    # a DataLoader the loop did not give to diagnose still shows in the trace: IN001's,
+    # which says to give it
+    b = tb.TraceBuilder(device=None)
+    for _ in range(8):
+        with b.step():
+            b.dataloader(8_000.0)
+            b.cpu(12_000.0, "aten::addmm")
+    seen = _write(tmp_path, "seen", b)
+    report = analyze(seen, context=_loop_work(8.0))
+    assert not [f for f in report.findings if f.rule == "IN007"]
+    (in001,) = [f for f in report.findings if f.rule == "IN001"]
+    assert any("not given to diagnose" in h for h in in001.hints)
     # on a GPU the time between steps may be a wait for the device (a .item()): not judged
     gpu = _write(tmp_path, "gpu", tb.healthy())
     assert not [f for f in analyze(gpu, context=_loop_work(8.0)).findings
