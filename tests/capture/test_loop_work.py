@@ -111,3 +111,20 @@ def test_batches_made_ahead_raise_nothing(tmp_path: Path) -> None:
     report = _capture(tmp_path, 0.0)
     assert report.metrics["loop_own_work_unprofiled_share"] is not None
     assert not [f for f in report.findings if f.rule == "IN007"]
+
+
+def test_an_evaluation_every_few_steps_is_named_not_a_busy_machine() -> None:
+    """A loop that evaluates every 5th step (3 more model calls, 45 ms longer than its
+    57 ms steps) on a machine where the training thread never waited for a CPU: the note
+    names those steps and asks for no quieter machine."""
+    from diagnose.metrics.context import clock_note
+
+    n = 40
+    slow = [i % 5 == 4 for i in range(n)]
+    rows = {"phase": ["wait"] * n, "ms": [102.0 if s else 57.0 for s in slow],
+            "forwards": [4 if s else 1 for s in slow], "cpu_wait_ms": [0.0] * n}
+    m = context_metrics({"capture": {"step_clock": rows}})
+    assert m["step_extra_calls_steps"] == 8 and m["step_extra_calls_ms"] == pytest.approx(45.0)
+    note = clock_note(m)
+    assert note is not None and "8 of them called the model more often" in note
+    assert "less busy" not in note

@@ -85,6 +85,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(p90 - p10) / median of the unprofiled steps: how much they vary (a busy machine, "
         "uneven steps); above 0.5, or with fewer than 5 steps, the median is unreliable",
     ),
+    "step_extra_calls_steps": (
+        "count", "the unprofiled steps that called the model more often than the median step "
+        "(an evaluation or a sample every few steps; None where the model calls were not "
+        "counted)"),
+    "step_extra_calls_ms": (
+        "ms", "how much longer those steps took than the median of the others"),
     "step_time_unprofiled_drain_ms": (
         "ms", "the wait for the device's queued work at the end of the unprofiled steps after "
         "the window (one synchronize; None on a CPU run)"),
@@ -317,6 +323,22 @@ def _by_starts(free: list[dict[str, Any]]
             [r for r, n in zip(free, starts, strict=True) if n])
 
 
+def _extra_calls(free: list[dict[str, Any]]) -> dict[str, object]:
+    """The steps that called the model more often than the median step, and how much longer
+    they took than the median of the others: a loop's periodic extra work (an evaluation
+    every few steps), which spreads the step times on a quiet machine too."""
+    calls = [as_int(r.get("forwards")) for r in free]
+    if not calls or any(c is None for c in calls):
+        return {}
+    usual = statistics.median_low([c or 0 for c in calls])
+    more = [float(r["ms"]) for r, c in zip(free, calls, strict=True) if (c or 0) > usual]
+    rest = [float(r["ms"]) for r, c in zip(free, calls, strict=True) if (c or 0) <= usual]
+    if not more or not rest:
+        return {"step_extra_calls_steps": 0, "step_extra_calls_ms": None}
+    return {"step_extra_calls_steps": len(more),
+            "step_extra_calls_ms": round(statistics.mean(more) - statistics.median(rest), 3)}
+
+
 def _steady_share(free: list[dict[str, Any]]) -> float | None:
     """The loader wait's share of the unprofiled steps that began no epoch: the
     steady-state wait, over many more steps than the profiled window and without the
@@ -398,6 +420,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_p90_ms"] = round(p90, 3)
         spread = (p90 - p10) / med if med > 0 else None
         out["step_time_unprofiled_spread"] = None if spread is None else round(spread, 4)
+        out.update(_extra_calls(free))
         # over the steps the other processes' CPUs were read over (after the window) where
         # the clock read them: a burst before the window is no one's that they can name
         held = [r for r in free if r.get("phase") == "after"] \
@@ -498,12 +521,19 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
         why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), " + (
             "as a few early steps can" if few else
             "which a profiler cannot do: something else changed the pace"))
+    extra, extra_ms = m.get("step_extra_calls_steps"), m.get("step_extra_calls_ms")
+    if isinstance(extra, int) and extra > 0 and isinstance(extra_ms, float) and isinstance(
+            free, float) and extra_ms >= UNRELIABLE_SPREAD * free:
+        why.append(f"{extra} of them called the model more often than the others (an "
+                   f"evaluation every few steps?) and took {extra_ms:.0f} ms longer")
     gc_share, gc_max = m.get("gc_pause_share"), m.get("gc_pause_max_ms")
     if isinstance(gc_share, float) and gc_share >= 0.03 and isinstance(gc_max, float):
         why.append(f"Python's garbage collector paused some of them (up to {gc_max:.0f} ms in "
                    "one step; see CF006)")
     busy = m.get("step_cpu_wait_unprofiled_share")
-    elsewhere = True
+    # a busy machine is named where the training thread waited for a CPU, or where the
+    # clock could not tell (no schedstat)
+    elsewhere = not isinstance(busy, float)
     if isinstance(busy, float) and busy >= 0.05:
         elsewhere, holders = cpu_wait_holders(m)
         why.append(("the machine was busy: " if elsewhere else "")
