@@ -28,7 +28,9 @@ context.json (version 1)::
                      (bool), "timeout", "multiprocessing_context",
                      "dataset_getitems" (the dataset has __getitems__: one call per batch),
                      "dataset_tensor_indexable" (batches fetch with one dataset[indices]
-                     call and come out the same: see batch_indexable)}
+                     call and come out the same: see batch_indexable),
+                     "batched_fetch_ms", "batched_fetch_per_sample_ms" (null here: an
+                     in-process loader's fetches, timed after the loop)}
                     | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
@@ -69,7 +71,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import statistics
 import time
 from collections import Counter
 from typing import Any
@@ -81,7 +82,7 @@ from ..values import cpu_quota, usable_cpus
 from .loader_shim import unwrap
 from .probes import common
 from .probes.capacity import time_cpu_capacity_span
-from .probes.common import probe_clock, settled, timed, until
+from .probes.common import probe_clock, until
 
 CONTEXT_VERSION = 1
 
@@ -141,59 +142,6 @@ def device_info(device: Any = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- objects
 
 
-#: the most the fetch timings before the loop take (at least 3 pairs of batches are timed)
-BUDGET_S = 1.5
-
-
-def time_batched_fetch(loader: Any, batches: int = 9) -> float | None:
-    """One batch fetched with one ``dataset[indices]`` call, in ms (see
-    :func:`time_fetches`); None where batches cannot be fetched that way."""
-    both = time_fetches(loader, batches)
-    return None if both is None else both[0]
-
-
-@timed("fetches")
-def time_fetches(loader: Any, batches: int = 9) -> tuple[float, float] | None:
-    """A cheap measurement for the batched-fetch prediction, made before the loop runs (so
-    on no timed step), in ms: the median time of ``batches`` batches (after one untimed;
-    fewer where they take more than :data:`BUDGET_S`, but at least 3) from a loader that
-    fetches each with one ``dataset[indices]`` call, as the change runs it (``BatchSampler``
-    lists of indices spread over the dataset, ``batch_size=None``, so rows come fresh from
-    memory), and, in turn with each, of the same batch fetched as the loader does now (a
-    ``__getitem__`` a sample, then collated). Timed in turn, their ratio holds while the
-    host's pace moves; the second puts the first on the loop's pace. The indices come from
-    a generator of its own (the user's random state is left as it is). None where batches
-    cannot be fetched that way."""
-    if not batch_indexable(loader):
-        return None
-    import torch
-    from torch.utils.data import BatchSampler, DataLoader
-
-    ds = loader.dataset
-    n, bs = len(ds), int(loader.batch_size)
-    if n < 1:
-        return None
-    gen = torch.Generator().manual_seed(0)
-    order = torch.randint(n, ((batches + 1) * bs,), generator=gen).tolist()
-    batched = iter(DataLoader(ds, sampler=BatchSampler(order, bs, drop_last=False),
-                              batch_size=None, generator=gen))
-    per_sample = iter(DataLoader(ds, sampler=order, batch_size=bs, generator=gen))
-    next(batched)
-    next(per_sample)
-    times: tuple[list[float], list[float]] = ([], [])
-    start = time.perf_counter()
-    for i in range(batches):
-        for it, out in ((batched, times[0]), (per_sample, times[1])):
-            t0 = time.perf_counter()
-            next(it)
-            out.append(time.perf_counter() - t0)
-        if i >= 2 and (time.perf_counter() - start > BUDGET_S  # huge batches: 3 pairs
-                       or settled(*times)):  # or medians known well enough
-            break
-    one, each = (round(statistics.median(t) * 1e3, 4) for t in times)
-    return one, each
-
-
 def dataloader_info(loader: Any) -> dict[str, Any] | None:
     """The DataLoader settings rules look at. None when there is no loader, or what was
     given is no loader (a ``range``, a tensor: it has neither a dataset nor a batch size).
@@ -231,19 +179,14 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_getitems": callable(getattr(ds, "__getitems__", None)) if ds is not None
         else None,
         "dataset_tensor_indexable": batch_indexable(loader),
-        **_fetch_timings(loader),
+        # timed after the loop where the batched fetch needs them (probes.after_fetch)
+        "batched_fetch_ms": None, "batched_fetch_per_sample_ms": None,
         "sampler_class": type(getattr(loader, "sampler", None)).__name__
         if getattr(loader, "sampler", None) is not None
         else None,
         # what the fixes' code shows: batch_sampler_class, collate_fn, worker_init_fn, ...
         **_safe(lambda: loader_arguments(loader), {}),
     }
-
-
-def _fetch_timings(loader: Any) -> dict[str, float | None]:
-    both = _safe(lambda: time_fetches(loader))
-    return {"batched_fetch_ms": None if both is None else both[0],
-            "batched_fetch_per_sample_ms": None if both is None else both[1]}
 
 
 def model_info(model: Any) -> dict[str, Any] | None:
@@ -381,7 +324,7 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
     """The whole context dict (without the session's ``capture`` part); ``model`` may be a
     list of models (:func:`models_info`). Its ``probes_ms`` is the open
     :func:`~.probes.common.probe_clock`: each probe's own time (ms, summed over its
-    calls) fills in as the probes run, the fetch timings here and those after the loop.
+    calls) fills in as the probes run, the capacity timing here and those after the loop.
     With ``capacity`` and a DataLoader, the CPUs' capacity is timed here too, seconds
     before the timings after the loop (a shared host's pace moves for seconds at a time)."""
     import torch

@@ -82,11 +82,11 @@ def no_findings(m: Mapping[str, Any]) -> str:
 
 #: what each of the session's own timings (``probes_ms_each``, by probe) timed, in words
 PROBE_WORDS = {
-    "fetches": "the loader's first batches", "workers_idle": "the workers' idle CPUs",
+    "fetches": "a batched fetch against the loader's", "workers_idle": "the workers' idle CPUs",
     "batches_in_turn": "a worker's batch", "inprocess_batch": "a batch in the loop's process",
     "cpu_capacity": "the CPUs' capacity", "worker_handover": "a batch's hand-over",
     "threads": "the compute on fewer threads", "threads_busy": "the compute beside busy CPUs",
-    "worker_send": "a worker's send", "work_after_fetch": "the work after the fetch",
+    "worker_send": "a worker's send", "work_after_fetch": "the fetches and the work after each",
     "worker_batches": "workers' batches at once"}
 
 

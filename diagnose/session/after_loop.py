@@ -9,7 +9,9 @@ model's work on torch's threads and on one (``threads``; two timings seconds apa
 the budget allows, the quieter one kept and their ratios' span in ``threads_span``), and in
 the first one's rounds beside busy processes (``threads_busy``), only where the loop has a
 DataLoader (the threads split, the one fix they serve, changes its workers); a worker's
-send cost; the work after each kind of fetch.
+send cost.
+For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
+fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
 (:mod:`~diagnose.capture.probes.budget`), spent in that order, the order of what the
 predictions need most; ``context["probes"]`` says what was skipped and why. A run that
@@ -32,6 +34,7 @@ from diagnose.capture.probes import (
     threads_ratio_span,
     time_batches_in_turn,
     time_cpu_capacity_span,
+    time_fetches,
     time_inprocess_batch,
     time_threads,
     time_threads_and_busy,
@@ -44,6 +47,7 @@ from diagnose.capture.probes import (
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.compute import AGAIN_NOISE
 from diagnose.capture.runinfo import thread_pools
+from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.values import as_number, usable_cpus
 
@@ -107,6 +111,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     workers = loaded and not holds_device_tensors(batch)
     if loaded and not workers:  # no forked worker can make a batch on the GPU
         ctx["dataloader"] = {**ctx["dataloader"], "batches_on_device": True}
+    if loaded and ctx["dataloader"].get("num_workers") == 0 and batch_indexable(loader):
+        _time_fetches(ctx, model, forward, loader, budget, on_error)
     caps: list[tuple[float, float, float]] = []  # the capacity timings: (point, lo, hi)
     in_turn = _time_in_turn(ctx, loader, budget, on_error) if workers else None
     if loaded:
@@ -124,11 +130,6 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
             "worker hand-over timing", on_error,
             lambda: budget.run("worker_send", lambda: time_worker_send(loader)))
-    if loaded and forward is not None:  # the ops after each kind of fetch (batched fetch)
-        after = _guard("timing the model's work after a fetch", on_error, lambda: budget.run(
-            "work_after_fetch", lambda: time_work_after_fetches(model, forward.inputs, loader)))
-        if after is not None:
-            ctx["dataloader"] = {**ctx["dataloader"], "work_after_fetch": after}
     if workers:  # a worker's batch (where not timed in turn) and the CPUs with its batches
         _time_worker_batches(ctx, loader, in_turn, caps, budget, on_error)
     # seconds later, while budget is left (the threads also past it where their first
@@ -151,6 +152,30 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()
+
+
+def _time_fetches(ctx: dict[str, Any], model: Any, forward: ForwardTimer | None,
+                  loader: Any, budget: ProbeBudget, on_error: OnError) -> None:
+    """The batched fetch's inputs, for an in-process loader whose batches one
+    ``dataset[indices]`` call can fetch (with workers the clock does not time the loader's
+    fetch, and the fix is not predicted): one such fetch against the loader's own, and
+    the model's work after each kind (``work_after_fetch``), in one probe; the fetches
+    alone where the work cannot be timed (a GPU model, one thread)."""
+    after = None if forward is None else _guard(
+        "timing the model's work after a fetch", on_error, lambda: budget.run(
+            "work_after_fetch", lambda: time_work_after_fetches(model, forward.inputs, loader)))
+    if after is not None:
+        after = dict(after)
+        fetches = (after.pop("batched_fetch_ms"), after.pop("per_sample_fetch_ms"))
+        ctx["dataloader"]["work_after_fetch"] = after
+    elif "work_after_fetch" in budget.skipped:  # the fetches alone cost as much
+        return
+    else:
+        fetches = _guard("fetch timing", on_error,
+                         lambda: budget.run("fetches", lambda: time_fetches(loader)))
+    if fetches is not None:
+        ctx["dataloader"]["batched_fetch_ms"] = fetches[0]
+        ctx["dataloader"]["batched_fetch_per_sample_ms"] = fetches[1]
 
 
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,

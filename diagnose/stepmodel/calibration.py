@@ -100,7 +100,7 @@ THREADS_LOADING_MAX = 0.95
 #: timing after each kind of fetch, ``input_batched_fetch_work_ratio``); the top of the
 #: ratios timed in loops, timings above it were noise; too high over-predicts the fetch.
 WAKE_RATIO_MAX = 1.35
-#: A batched fetch timed before the loop keeps at least this share of itself after the
+#: A batched fetch timed after the loop keeps at least this share of itself after the
 #: loader's own work per batch (counted in the step already) is taken out; a guard against a
 #: noisy wait share that would leave the fetch costing nothing.
 BATCHED_FETCH_MIN_SHARE = 0.5

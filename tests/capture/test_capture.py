@@ -139,9 +139,12 @@ def test_plain_loop_unchanged(tmp_path: Path, analysis: list[Path]) -> None:
     assert ctx["device"]["type"] == "cpu"
     assert ctx["capture"]["window_complete"] is True
     assert ctx["oom"] is None and ctx["exception"] is None
-    # each probe's own time (ms): the fetch timings on enter, the probes after the loop,
-    # each within the probes' budget or recorded as skipped, with why
-    assert "fetches" in ctx["probes_ms"] and all(v >= 0 for v in ctx["probes_ms"].values())
+    # each probe's own time (ms): the probes after the loop, each within the probes'
+    # budget or recorded as skipped, with why; no fetch is timed for a Dataset of its
+    # own, whose batches one dataset[indices] call cannot fetch
+    assert all(v >= 0 for v in ctx["probes_ms"].values())
+    assert not {"fetches", "work_after_fetch"} & set(ctx["probes_ms"])
+    assert ctx["dataloader"]["batched_fetch_ms"] is None
     rec = ctx["probes"]
     assert rec["share"] == 0.05 and rec["budget_ms"] is not None
     assert "threads" in ctx["probes_ms"] or rec["skipped"]["threads"]
@@ -515,3 +518,35 @@ def test_gpu_capture_records_device_and_gpu_series(tmp_path: Path, analysis: lis
     gpu = samples["series"]["gpu"]
     assert len(gpu["t"]) >= 2 and max(v for v in gpu["mem_used_bytes"] if v is not None) > 0
     assert len(samples["series"]["host"]["t"]) >= 2
+
+
+def test_an_in_process_tensor_loaders_batched_fetch_is_timed_after_the_loop(
+        tmp_path: Path, analysis: list[Path]) -> None:
+    """A TensorDataset loader without workers, whose per-sample fetch of 256 rows outweighs
+    a tiny model's step: its batched fetch's inputs are timed after the loop (one
+    indexing call against 256 ``__getitem__`` calls and a collate: shorter), under
+    ``work_after_fetch`` with the work after each where torch has 2 threads or more, else
+    alone under ``fetches``; nothing is timed on enter."""
+    from torch.utils.data import TensorDataset
+
+    torch.manual_seed(0)
+    model = nn.Linear(16, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(4096, 16), torch.randint(0, 3, (4096,))),
+                        batch_size=256, shuffle=True)
+    with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path) as d:
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if d.done:
+                break
+    assert_clean()
+    ctx = load_context(d.run_dir)
+    assert ctx is not None
+    dl = ctx["dataloader"]
+    assert 0 < dl["batched_fetch_ms"] < dl["batched_fetch_per_sample_ms"]
+    probe = "work_after_fetch" if torch.get_num_threads() >= 2 else "fetches"
+    assert probe in ctx["probes_ms"]
+    assert ("work_after_fetch" in dl) == (probe == "work_after_fetch")

@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
 
 from diagnose.autofix.trial import Trial, Workload, build_loader
-from diagnose.capture.runinfo import batch_indexable, time_batched_fetch, time_fetches
+from diagnose.capture.probes.after_fetch import time_fetches
+from diagnose.capture.runinfo import batch_indexable
 from diagnose.fixes import FIXES, TrainConfig
 from diagnose.fixes.code import Setup, render_change
 from diagnose.stepmodel.facts import Facts
@@ -61,8 +62,8 @@ def test_a_batched_fetch_is_timed_as_the_changed_loader_runs_it() -> None:
     assert both is not None and 0 < both[0] < both[1]
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.equal(next(iter(user))[1], expected)
-    assert time_batched_fetch(DataLoader(_PerSample(*ds.tensors), batch_size=8)) is None
-    assert time_batched_fetch(DataLoader(_rows(0), batch_size=8)) is None
+    assert time_fetches(DataLoader(_PerSample(*ds.tensors), batch_size=8)) is None
+    assert time_fetches(DataLoader(_rows(0), batch_size=8)) is None
 
 
 def test_batched_fetch_gives_the_same_batches() -> None:

@@ -87,11 +87,13 @@ def test_past_the_budget_each_probe_takes_its_least_rounds_in_order_of_need(
 
 def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list[str]],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Probes that stop at their least 3 rounds (60 ms each) in a budget of 340 ms: the
-    first six of the order run (360 ms: the sixth started with 40 ms left and took its
-    least; the threads and the work beside busy processes are one probe). The workers' capacity timing, a second one where the worker's batch was timed
-    in turn, is left out silently, as are the timings made again; the capacity's span is
-    its rounds'."""
+    """Probes that stop at their least 3 rounds (60 ms each) in a budget of 340 ms, an
+    in-process loader whose batches one indexing call fetches: the first six of the order
+    run (360 ms: the sixth started with 40 ms left and took its least; the threads and the
+    work beside busy processes are one probe), the batched fetch's first, whose fetches go
+    to the loader's keys. The workers' capacity timing, a second one where the worker's
+    batch was timed in turn, is left out silently, as are the timings made again; the
+    capacity's span is its rounds'."""
     clock, ran = run
 
     def settled(name: str, value: Any) -> Any:
@@ -108,19 +110,63 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
             ("time_threads_and_busy", "threads",
              ({"work_ms": 2.0, "work_1thread_ms": 3.0}, {"busy_ratio": {}})),
             ("time_worker_send", "worker_send", 1.5),
-            ("time_work_after_fetches", "work_after_fetch", {"ratio": 1.1}),
+            ("time_work_after_fetches", "work_after_fetch",
+             {"ratio": 1.1, "batched_fetch_ms": 2.0, "per_sample_fetch_ms": 5.0}),
             ("time_worker_batches", "worker_batches", (9.0, 2.0))):
         monkeypatch.setattr(al, fn, settled(name, value))
+    monkeypatch.setattr(al, "batch_indexable", lambda loader: True)
     ctx = _ctx()
     al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
                        batch=("x",), on_error=_errors, budget=ProbeBudget(0.34, 0.0))
-    assert ran == ["batches_in_turn", "cpu_capacity", "worker_handover", "threads",
-                   "worker_send", "work_after_fetch"]
+    assert ran == ["work_after_fetch", "batches_in_turn", "cpu_capacity", "worker_handover",
+                   "threads", "worker_send"]
     assert clock.t == pytest.approx(0.36)
     assert ctx["threads_busy"] == {"busy_ratio": {}}
-    assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["work_after_fetch"]
+    assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["worker_send"]
     assert (ctx["cpu_capacity"], ctx["cpu_capacity_span"]) == (1.9, [1.7, 2.0])
     assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
+    assert (ctx["dataloader"]["batched_fetch_ms"],
+            ctx["dataloader"]["batched_fetch_per_sample_ms"]) == (2.0, 5.0)
+
+
+@pytest.mark.parametrize("workers, gpu, unneeded, ran_fetch", [
+    (0, False, False, ["work_after_fetch"]),      # one probe times the fetches and the work
+    (0, True, False, ["work_after_fetch", "fetches"]),  # no work to time: the fetches alone
+    (2, False, False, []),                        # workers fetch out of the clock's sight
+    (0, False, True, []),                         # a loop that never waited: no fix needs it
+])
+def test_the_batched_fetchs_timings_run_where_its_prediction_reads_them(
+        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch, workers: int,
+        gpu: bool, unneeded: bool, ran_fetch: list[str]) -> None:
+    """The batched fetch is predicted for an in-process loader alone: its fetches are
+    timed with the work after each, or alone where the work gives none (a GPU model),
+    and neither where the loader has workers or the loop never waited on it."""
+    clock, ran = run
+    fetches: list[str] = []
+
+    def fetch_probe(loader: Any) -> tuple[float, float]:
+        fetches.append("fetches")
+        return 2.0, 5.0
+
+    after = {"ratio": 1.1, "batched_fetch_ms": 3.0, "per_sample_fetch_ms": 6.0}
+    monkeypatch.setattr(al, "time_work_after_fetches",
+                        lambda *a: (fetches.append("work_after_fetch"), None if gpu else after)[1])
+    monkeypatch.setattr(al, "time_fetches", fetch_probe)
+    monkeypatch.setattr(al, "batch_indexable", lambda loader: True)
+    ctx = {"dataloader": {"num_workers": workers}, "cpu_count": 2}
+    clock_ = {"ms": [10.0] * 4, "dataloader_ms": [0.0 if unneeded else 3.0] * 4}
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, clock=clock_,
+                       budget=None if unneeded else ProbeBudget(1.0, 0.0))
+    assert fetches == ran_fetch
+    got = (ctx["dataloader"].get("batched_fetch_ms"),
+           ctx["dataloader"].get("batched_fetch_per_sample_ms"))
+    assert got == ({(): (None, None), ("work_after_fetch",): (3.0, 6.0)}.get(
+        tuple(ran_fetch), (2.0, 5.0)))
+    if ran_fetch == ["work_after_fetch"]:
+        assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
+    if unneeded:
+        assert "work_after_fetch" in ctx["probes"]["skipped"]
 
 
 def test_the_loaders_live_workers_are_left_to_fall_idle_first(

@@ -8,7 +8,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.compute`: the model's work on torch's threads, on one thread, and beside busy
   processes (workers making batches)
 - :mod:`.contention`: those busy processes
-- :mod:`.after_fetch`: the work right after a per-sample against a batched fetch
+- :mod:`.after_fetch`: a batched fetch against a per-sample one, and the work after each
 - :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
 - :mod:`.batches`: a loader's batches as its fetcher makes them, whatever its batching
 - :mod:`.inprocess`: a batch made by the training process itself
@@ -19,7 +19,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.budget`: the probes' share of the capture's wall time, spent in order of need
 """
 
-from .after_fetch import time_work_after_fetches
+from .after_fetch import time_fetches, time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
 from .compute import (
     ForwardTimer,
@@ -42,6 +42,7 @@ __all__ = [
     "time_batches_in_turn",
     "time_cpu_capacity",
     "time_cpu_capacity_span",
+    "time_fetches",
     "time_inprocess_batch",
     "threads_ratio_span",
     "time_threads",

@@ -28,7 +28,7 @@ from . import common
 R = TypeVar("R")
 
 #: the probes' time, at most this share of the capture's wall time so far (enter to the
-#: loop's end: the steps on and off the profiler, the fetch timings on enter included):
+#: loop's end: the steps on and off the profiler, the capacity timing on enter included):
 #: issue 48, "keep all the probes under 5% of the capture's wall time"; of the time so far,
 #: so that neither the probes nor the analysis after them can raise it
 PROBE_SHARE = 0.05
@@ -45,9 +45,8 @@ CPU_WAITED = 0.05
 OTHERS_CPUS = 0.5
 
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
-PROBES = ("workers_idle", "batches_in_turn", "inprocess_batch", "cpu_capacity",
-          "worker_handover", "threads", "threads_busy", "worker_send", "work_after_fetch",
-          "worker_batches")
+PROBES = ("workers_idle", "fetches", "work_after_fetch", "batches_in_turn", "inprocess_batch", "cpu_capacity",
+          "worker_handover", "threads", "threads_busy", "worker_send", "worker_batches")
 
 
 def _num(x: Any) -> float | None:
@@ -140,7 +139,7 @@ class ProbeBudget:
                    unneeded: dict[str, str] | None = None) -> ProbeBudget:
         """:data:`PROBE_SHARE` of the capture's wall time so far (since the probes' clock
         was opened: :func:`~.common.capture_elapsed_s`) less what probes have spent in it
-        already (``spent_ms``: the fetch and capacity timings on enter). No clock open: no
+        already (``spent_ms``: the capacity timing on enter). No clock open: no
         budget."""
         elapsed = common.capture_elapsed_s()
         spent = sum(v for v in (spent_ms or {}).values() if isinstance(v, int | float))

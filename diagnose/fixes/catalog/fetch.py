@@ -2,7 +2,7 @@
 sample and ``default_collate`` stacking the rows.
 
 The model: the in-process fetch takes what one batched fetch took when the session timed
-it before the loop, put at the loop's pace and less the loader's own work per batch that
+it after the loop, put at the loop's pace and less the loader's own work per batch that
 the step keeps; the collector's pauses inside the loading go with it; the model's ops that
 follow wake torch's thread pool sooner, as the session timed them after each kind of fetch.
 A trial rebuilds the DataLoader to fetch so: a BatchSampler over the user's sampler hands
@@ -28,14 +28,14 @@ from ..unit import Facts, Fix, cannot_tell
                     "fetch costs what it costs after the per-sample one"})
 def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """The in-process fetch takes what one batch took from a loader fetching so when the
-    capture timed it before the loop (``input_batched_fetch_ms``) instead of the fetch and
+    capture timed it after the loop (``input_batched_fetch_ms``) instead of the fetch and
     collate the clock measured per batch (``input_fetch_ms`` + ``input_collate_ms``), less
     the loader's own work per batch outside them (the loop's wait for a batch,
     ``dataloader_wait_unprofiled_share`` of the step, beyond its fetch and collate), which
     the timing holds too and the step keeps. That timing is put on the loop's pace by the
     same batches fetched as the loop does, timed in turn with it
     (``input_batched_fetch_per_sample_ms``), against the loop's own median fetch and
-    collate of a batch (``input_loading_median_ms``): the host's pace before the loop is
+    collate of a batch (``input_loading_median_ms``): the host's pace after the loop is
     not the loop's.
 
     The ops after the loading change too: a long single-threaded load leaves torch's
@@ -79,14 +79,14 @@ def batched_fetch(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | 
 
 def _untimed(facts: Facts, batched: bool) -> str:
     """Why a batched fetch's inputs are missing: a saved trace has none; a live run's
-    workers fetch out of the clock's sight; else the timing before the loop did not run."""
+    workers fetch out of the clock's sight; else the timing after the loop did not run."""
     if facts.cpu_count is None:
         return cannot_tell("one batched fetch and the loader's fetch and collate were not "
                 "timed (a live capture times them)")
     if facts.dataloader_num_workers:
         return cannot_tell("the loader's workers fetch and collate where the step clock "
                 "does not time them (it does with num_workers=0)")
-    return cannot_tell("one batched fetch was not timed before the loop" if batched
+    return cannot_tell("one batched fetch was not timed after the loop" if batched
                        else "the loop's fetch and collate were not timed")
 
 

@@ -58,12 +58,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "loop's own fetch and collate"),
     "input_batched_fetch_ms": (
         "ms", "one batch fetched with a single dataset[indices] call through a loader that "
-        "runs it so, timed before the loop (median of 9; None where the dataset cannot do "
-        "that)"),
+        "runs it so, timed after the loop for an in-process loader (the median of its "
+        "rounds; None where the dataset cannot do that)"),
     "input_batched_fetch_per_sample_ms": (
         "ms", "the same batches fetched as the loader does (a __getitem__ a sample, then "
-        "collated), timed in turn with input_batched_fetch_ms (median of 9): the two at "
-        "one pace"),
+        "collated), timed in turn with input_batched_fetch_ms (the median of its rounds): "
+        "the two at one pace"),
     "input_batched_fetch_work_ratio": (
         "ratio", "the model's forward and backward timed right after a batch fetched a "
         "sample at a time, over the same right after a batched fetch, in turn after the loop "
