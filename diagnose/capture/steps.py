@@ -46,9 +46,10 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: 2) collections' ms, all and inside the wait: gc.freeze() spares those, not the young),
 #: the time in the run's optimizers' ``step()`` (their step hooks time it), and the
 #: outermost calls of the models (null where no model is hooked), the loader iterators
-#: started, and the time from an optimizer's ``step()`` returning to the next outermost
-#: model call (``between_ms``: the loop's own work between steps, the DataLoader's wait
-#: inside it; null until an optimizer step was counted)
+#: started, and the time from an optimizer's ``step()`` returning, or a backward's end
+#: with no optimizer step after it, to the next outermost model call (``between_ms``: the
+#: loop's own work between steps and micro-batches, the DataLoader's wait inside it; null
+#: until an optimizer step was counted)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
@@ -147,7 +148,8 @@ class _Step:
     optimizer: float | None = None  # in the run's optimizer.step()
     forwards: int | None = None  # outermost model calls
     starts: int = 0  # new loader iterators whose first batch came in this step (epochs)
-    between: float = 0.0  # from an optimizer step's return to the next model call
+    between: float = 0.0  # from an optimizer step's return (or a backward's end) to the
+    # next model call
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -251,6 +253,7 @@ class Steps:
         step, in :meth:`on_optimizer_step`)."""
         if not (self.done or self.closed):
             self._opt_t0[id(opt)] = time.perf_counter()
+            self._opt_end = None  # the optimizer's own work is not the loop's
 
     def on_optimizer_step(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
         try:
@@ -290,12 +293,25 @@ class Steps:
             self._error("model hook", e)
 
     def on_grad(self, param: Any) -> None:
-        """A probe parameter's gradient was accumulated (a backward ran)."""
+        """A probe parameter's gradient was accumulated (a backward ran). Where the loop
+        steps an optimizer, the backward's end (:meth:`on_backward_end`, queued to run as
+        autograd finishes) starts the loop's own time too: a gradient accumulation's next
+        micro-batch is made before its model call, with no optimizer step in between."""
         try:
             if not (self.done or self.closed):
                 self.finder.watch_grad(param)
+                if self.opt_steps:
+                    from torch.autograd import Variable
+
+                    Variable._execution_engine.queue_callback(self.on_backward_end)
         except Exception as e:
             self._error("backward hook", e)
+
+    def on_backward_end(self) -> None:
+        """A backward finished: the time to the next model call is the loop's own, unless
+        an optimizer step comes first (:meth:`on_optimizer_start` drops it)."""
+        if not (self.done or self.closed):
+            self._opt_end = time.perf_counter()
 
     def on_next(self, it: Any) -> None:
         """The loop asks the loader's iterator ``it`` for its next batch."""

