@@ -14,7 +14,16 @@ from .context import CATALOG as _CTX_CATALOG
 from .context import context_metrics
 from .core import DECLARATIONS as _TRACE_DECLARATIONS
 from .core import MetricSet, compute
-from .declare import DATALOADER, EPOCH_START, LIVE, SAMPLES, Metric, catalog, declared
+from .declare import (
+    DATALOADER,
+    EPOCH_START,
+    LIVE,
+    OPTIMIZER_STEPS,
+    SAMPLES,
+    Metric,
+    catalog,
+    declared,
+)
 from .loader_wait import DECLARATIONS as _GRADED_WAIT
 from .loader_wait import graded_wait
 from .samples import CATALOG as _SMP_CATALOG
@@ -33,7 +42,10 @@ _CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))
             if m.name in _EPOCH else
             # the loader's own settings: a loop without one has none
             Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER))
-            if m.name.startswith("dataloader_") else m
+            if m.name.startswith("dataloader_") else
+            # the clock's work between an optimizer's steps: a hand-written update has none
+            Metric(m.name, m.unit, m.doc, (*m.needs, OPTIMIZER_STEPS))
+            if m.name.startswith("loop_own_work_") else m
             for m in declared([_CTX_CATALOG], LIVE)]
 #: Every metric's declaration but the cross-rank ones (see :mod:`.needs`).
 DECLARATIONS: list[Metric] = [*_TRACE_DECLARATIONS, *_RUN_INFO, *_CONTEXT,

@@ -97,6 +97,17 @@ OPTIMIZER = Need("optimizer.step() in the trace",
 ZERO_GRAD = Need("optimizer.zero_grad() in the trace",
                  "no optimizer.step()/zero_grad() annotations in the trace",
                  _known("zero_grad_fill_ops_per_step"))
+
+
+def _optimizer_stepped(m: Mapping[str, Any]) -> bool | None:
+    """Where steps were profiled: an optimizer's ``step()`` among them."""
+    return None if not m.get("step_count") else _known("optimizer_ms_per_step")(m)
+
+
+OPTIMIZER_STEPS = Need("a torch optimizer stepped by the loop",
+                       "the loop stepped no torch optimizer (a hand-written update): the "
+                       "session's clock times the loop's own work between an optimizer's "
+                       "steps", _optimizer_stepped)
 MEMORY_EVENTS = Need("[memory] events", "the trace has no [memory] events with allocator totals "
                      "(profile with profile_memory=True on a recent PyTorch)")
 DEVICE_PROPERTIES = Need("deviceProperties", "the trace has no deviceProperties for its GPU",

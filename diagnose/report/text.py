@@ -72,8 +72,12 @@ def _ms(x: Any) -> str:
 
 
 def no_findings(m: Mapping[str, Any]) -> str:
-    """The line a report with no finding gives: a trace with events no metric reads (see
-    its note) is no bottleneck-free run, only one with none in what was read."""
+    """The line a report with no finding gives: a run with no profiled step, or a trace
+    with events no metric reads (see its note), is no bottleneck-free run, only one with
+    none in what was read."""
+    if not m.get("step_count"):
+        return ("No findings in what this run holds: no step was profiled (the note below "
+                "says why), so only the rules on its context and samples were evaluated.")
     if m.get("trace_unread_events"):
         return ("No findings in what this analysis reads: the note below names the events "
                 "it does not.")

@@ -176,3 +176,23 @@ def test_a_real_backward_queues_its_end(tmp_path: Path) -> None:
             opt.step()
             opt.zero_grad()
     assert d.report.metrics["loop_own_work_unprofiled_ms"] >= 24.0
+
+
+def test_a_hand_written_update_says_why_its_batch_making_is_not_timed(
+        tmp_path: Path) -> None:
+    """No torch optimizer (the weights written by hand): the clock has no optimizer step
+    to time the loop's own work from, and IN007's line in "Not evaluated" says so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+    with diagnose(model, steps=3, wait=2, clock_steps=6, out_dir=tmp_path, sample_hz=0,
+                  print_report=False) as d:
+        for x, y in _batches(0.002):
+            nn.functional.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            if d.done:
+                break
+    (why,) = [n.reason for n in d.report.not_evaluated if n.rule == "IN007"]
+    assert "stepped no torch optimizer" in why

@@ -225,6 +225,9 @@ def test_no_findings_and_cpu_only_trace(tmp_path: Path) -> None:
     empty = parse(render_html(Report(source=["run"], ranks=[], metrics={}, findings=[],
                                      not_evaluated=[], notes=["no steps were profiled"])))
     assert "plots" not in empty.ids and "none profiled" in "".join(empty.text)
+    # nothing profiled is no healthy run: the page says only the context was read
+    assert "no step was profiled" in "".join(empty.text)
+    assert "nothing in this run points at a bottleneck" not in "".join(empty.text)
 
 
 def test_cli_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
