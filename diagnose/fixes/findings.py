@@ -241,9 +241,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms,
                             *(1 - 1 / b for b in bounds)))
         elif untold:  # the rule's estimate stands beside a prediction that does not reach it
-            whys = {q.removeprefix(CANNOT_TELL).strip() if isinstance(q := preds[x], str)
-                    else None for x in untold}  # one reason for them all: said
-            why = f" ({whys.pop()})" if len(whys) == 1 and None not in whys else ""
+            whys = {q.removeprefix(CANNOT_TELL).strip().removeprefix("not predicted:").strip()
+                    if isinstance(q := preds[x], str) else None
+                    for x in untold}  # one reason for them all: said
+            why = f": {whys.pop()}" if len(whys) == 1 and None not in whys else ""
             f.hints.append(f"the time at stake is the rule's own estimate: the best "
                            f"prediction is {best.speedup:.2f}x, but the model cannot tell "
                            f"what {', '.join(untold)} would give{why}")

@@ -252,6 +252,9 @@ def compare_step(a: Analysis, b: Analysis, *,
     models = _other_model(a.metrics, b.metrics)
     if models:
         note = "; ".join([*([note] if note else []), models])
+    batches = _other_batch(a.metrics, b.metrics, ma, mb)
+    if batches:
+        note = "; ".join([*([note] if note else []), batches])
     caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics)) if c]
     if caveats:
         note = "; ".join([*([note] if note else []), *caveats]) + (
@@ -269,6 +272,19 @@ def _other_model(a: dict[str, Any], b: dict[str, Any]) -> str | None:
         return None
     return (f"the runs' models differ (A {int(pa):,} parameters, B {int(pb):,}): the step "
             "times compare two models, not a change of settings")
+
+
+def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any) -> str | None:
+    """Where the two runs' DataLoaders batch a different number of samples: a step does
+    other work, so the step times are put per sample too (``ma``/``mb``: the medians
+    compared). None where they match or either is not known."""
+    ba, bb = a.get("dataloader_batch_size"), b.get("dataloader_batch_size")
+    if not (_isnum(ba) and _isnum(bb)) or ba == bb or ba <= 0 or bb <= 0:
+        return None
+    per = (f": {ma / ba:.3f} against {mb / bb:.3f} ms a sample"
+           if _isnum(ma) and _isnum(mb) else "")
+    return (f"the runs' batches differ (A {int(ba):,} samples, B {int(bb):,}): a step does "
+            f"other work, so compare per sample{per}")
 
 
 def _caveat(which: str, m: dict[str, Any]) -> str | None:

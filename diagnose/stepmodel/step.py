@@ -91,8 +91,8 @@ def step_model_line(js: Any, why: Any) -> str:
         n = js.get("steps")
         if js.get("host_only") is True and abs(js["error"]) < BY_CONSTRUCTION:
             return (f"{n} step{'s' if n != 1 else ''} of host work ({js.get('measured_ms', 0):,.2f}"
-                    " ms), replayed as measured: with no device work to overlap, the replay "
-                    "matches by construction")
+                    " ms a step, their mean), replayed as measured: with no device work to "
+                    "overlap, the replay matches by construction")
         return (f"replayed to {js['error']:+.1%} of the measured step ({js.get('replayed_ms', 0):,.2f} "
                 f"vs {js.get('measured_ms', 0):,.2f} ms, {n} step{'s' if n != 1 else ''})")
     return f"none ({why})" if isinstance(why, str) and why else "none"

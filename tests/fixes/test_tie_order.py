@@ -169,6 +169,9 @@ def test_fixes_that_could_save_too_little_leave_the_grade_to_the_predictions() -
     f = _Finding(["amp", "channels_last"])
     _order(f, {"amp": amp, "channels_last": "cannot tell: not in the trace"}, [])
     assert f.gain is None  # open: the rule's own estimate stands
+    assert f.hints[-1] == ("the time at stake is the rule's own estimate: the best prediction "
+                           "is 1.00x, but the model cannot tell what channels_last would "
+                           "give: not in the trace")
     f = _Finding(["channels_last", "amp"])
     _order(f, {"amp": amp, "channels_last": f"{AT_MOST} 1.00x: the host sets the pace"}, [])
     assert f.gain == 0.0 and f.fixes == ["amp", "channels_last"]
@@ -355,8 +358,8 @@ def test_the_fixes_the_model_cannot_tell_share_their_reason() -> None:
     f = _Finding(["prefetch", "num_workers", "threads"])
     _order(f, {"prefetch": _p({"prefetch_factor": 4}, 1.0), "num_workers": why,
                "threads": why}, [])
-    assert f.hints[-1].endswith("what num_workers, threads would give (other processes held "
-                                "the CPU in 50% of the timed steps)")
+    assert f.hints[-1].endswith("what num_workers, threads would give: other processes held "
+                                "the CPU in 50% of the timed steps")
     f = _Finding(["prefetch", "num_workers", "threads"])
     _order(f, {"prefetch": _p({"prefetch_factor": 4}, 1.0), "num_workers": why,
                "threads": cannot_tell("no thread timing")}, [])

@@ -326,3 +326,19 @@ def test_two_models_are_said_to_be_two_models(tmp_path: Path) -> None:
     assert same.step.note is None or "models differ" not in same.step.note
     unknown = compare_reports(cnn, analyze(path))
     assert unknown.step.note is None or "models differ" not in unknown.step.note
+
+
+def test_two_batch_sizes_are_compared_per_sample_too(tmp_path: Path) -> None:
+    """Runs whose DataLoaders batch 32 and 16 samples: the note says a step does other
+    work and gives each run's step per sample (the same trace: half the time a sample in
+    A). The same batch, or one not known: nothing said."""
+    path = tb.healthy().write(tmp_path / "run.pt.trace.json.gz")
+    big = analyze(path, context={"dataloader": {"batch_size": 32}})
+    small = analyze(path, context={"dataloader": {"batch_size": 16}})
+    c = compare_reports(big, small)
+    assert c.step.note is not None and "batches differ (A 32 samples, B 16)" in c.step.note
+    ma, mb = c.step.median_a, c.step.median_b
+    assert f"{ma / 32:.3f} against {mb / 16:.3f} ms a sample" in c.step.note
+    for other in (analyze(path, context={"dataloader": {"batch_size": 32}}), analyze(path)):
+        note = compare_reports(big, other).step.note
+        assert note is None or "batches differ" not in note
