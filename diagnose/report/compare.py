@@ -28,6 +28,7 @@ from ..metrics.idle import host_ahead
 from ..result import step_time
 from ..rules.engine import severity_rank
 from ..stepmodel.calibration import BUSY
+from ..values import as_number
 from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
 if TYPE_CHECKING:
@@ -278,8 +279,8 @@ def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any) -> str 
     """Where the two runs' DataLoaders batch a different number of samples: a step does
     other work, so the step times are put per sample too (``ma``/``mb``: the medians
     compared). None where they match or either is not known."""
-    ba, bb = a.get("dataloader_batch_size"), b.get("dataloader_batch_size")
-    if not (_isnum(ba) and _isnum(bb)) or ba == bb or ba <= 0 or bb <= 0:
+    ba, bb = as_number(a.get("dataloader_batch_size")), as_number(b.get("dataloader_batch_size"))
+    if ba is None or bb is None or ba == bb or ba <= 0 or bb <= 0:
         return None
     per = (f": {ma / ba:.3f} against {mb / bb:.3f} ms a sample"
            if _isnum(ma) and _isnum(mb) else "")
