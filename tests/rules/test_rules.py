@@ -886,3 +886,20 @@ def test_a_burst_the_unprofiled_steps_did_not_show_stays_info(tmp_path):
     stalls = analyze(path, context=_clock_waits([1.0] * 39 + [30.0], step_ms=10.0))
     (g,) = [f for f in stalls.findings if f.rule == "IN003"]
     assert g.severity == "warning" and not any(h.startswith("No step") for h in g.hints)
+
+
+def test_a_busy_host_with_more_workers_and_threads_than_cpus_is_told_so(tmp_path):
+    """IN002 on 4 CPUs 97% busy with the run's own work, its 4 workers beside torch's 4
+    threads: the hint says they outnumber the CPUs (fewer of them help), not that the
+    samples alone are to blame; with torch on no thread count known, it says CPU-bound."""
+    samples = _samples(97.0)
+    host = samples["series"]["host"]
+    host["proc_cpu_pct"] = [372.0] * len(host["t"])
+    host["workers_cpu_pct"] = [8.0] * len(host["t"])
+    path = _write(tmp_path, "bound", tb.dataloader_bound(workers=4))
+    report = analyze(path, samples=samples, context={
+        "cpu_count": 4, "torch_num_threads": 4, "dataloader": {"num_workers": 4}})
+    (f,) = [f for f in report.findings if f.rule == "IN002"]
+    assert any("the 4 workers with torch's 4 threads outnumber the 4 CPUs" in h
+               for h in f.hints), f.hints
+    assert not any("the loader is CPU-bound" in h for h in f.hints)
