@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 from ...stepmodel.calibration import THREADS_NOISE_MAX
@@ -58,6 +59,27 @@ IDLE_S = 0.005
 
 #: a pair of model inputs as a forward call received them: (args, kwargs)
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+#: the devices whose autocast a recorded forward may have run under
+AUTOCAST_DEVICES = ("cpu", "cuda")
+#: model -> the autocast its recorded forward ran under ((device, dtype), ...): kept by
+#: :class:`ForwardTimer` with the inputs, replayed by :func:`model_work` (a decoder that got
+#: bfloat16 activations from its encoder under autocast cannot take them without it)
+_AUTOCAST: weakref.WeakKeyDictionary[Any, tuple[tuple[str, Any], ...]] = (
+    weakref.WeakKeyDictionary())
+
+
+def autocast_now() -> tuple[tuple[str, Any], ...]:
+    """The autocast on at this moment: ((device, dtype), ...), empty where none is."""
+    import torch
+
+    out = []
+    for dev in AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(dev):
+                out.append((dev, torch.get_autocast_dtype(dev)))
+        except (RuntimeError, TypeError, AttributeError):  # an older torch, no such device
+            continue
+    return tuple(out)
 
 
 class ForwardTimer:
@@ -76,6 +98,8 @@ class ForwardTimer:
     def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._keep and self.inputs is None:
             self.inputs = (tuple(args), dict(kwargs))
+            with suppress(TypeError):  # a model that cannot be weakly referenced
+                _AUTOCAST[module] = autocast_now()
         self._t0.append(time.perf_counter())
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
@@ -86,6 +110,14 @@ class ForwardTimer:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+def _weakable(model: Any) -> bool:
+    try:
+        weakref.ref(model)
+    except TypeError:
+        return False
+    return True
 
 
 def on_cpu(model: Any) -> bool:
@@ -120,11 +152,13 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
     its backward after ``idle_s`` asleep, returns its seconds; the first callable the
     seconds its forward took (the forward as the loop runs it, recording for backward: no
     forward is timed apart). The backward goes through ``torch.autograd.grad`` (no
-    ``.grad`` is written). The RNG state, the model's buffers (BatchNorm's running
+    ``.grad`` is written). The forward runs under the autocast the recorded one ran under
+    (:class:`ForwardTimer`). The RNG state, the model's buffers (BatchNorm's running
     statistics) and torch's thread count are put back on the way out."""
     import torch
 
     args, kwargs = inputs
+    casts = _AUTOCAST.get(model, ()) if _weakable(model) else ()
     params = [p for p in model.parameters() if p.requires_grad]
     n = torch.get_num_threads()
     rng = torch.get_rng_state()
@@ -139,9 +173,12 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
         if idle_s:  # as in the loop: the pool has been idle while a batch loaded
             time.sleep(idle_s)
         t0 = time.perf_counter()
-        with torch.enable_grad():  # as the loop's forward runs: recording for backward
+        with torch.enable_grad(), ExitStack() as cast:  # as the loop's forward runs
+            for dev, dtype in casts:
+                cast.enter_context(torch.autocast(dev, dtype=dtype))
             got = model(*args, **kwargs)
             fwd[0] = time.perf_counter() - t0
+            cast.close()  # the backward outside autocast, as the loop runs it
             out = _first_tensor(got)
             if params and out is not None and out.requires_grad:
                 torch.autograd.grad(out.float().sum(), params, allow_unused=True)

@@ -186,3 +186,27 @@ def test_the_hooks_on_a_model_compiled_in_place_leave_its_graph_whole():
         torch._dynamo.reset()
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1 and len(seen) == 3
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_models_recorded_under_autocast_are_timed_under_it():
+    """An encoder and a decoder called under CPU bfloat16 autocast: the decoder's recorded
+    input is the encoder's bfloat16 output, which its float32 weights take only under
+    autocast. The thread timing replays each forward under the autocast it ran under
+    (a new user's loop failed there: "mat1 and mat2 must have the same dtype"), and the
+    autocast is off again after."""
+    torch.manual_seed(0)
+    enc, dec = nn.Linear(32, 16), nn.Linear(16, 32)
+    te, td = ForwardTimer(enc, lambda s: None), ForwardTimer(dec, lambda s: None)
+    x = torch.randn(8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = enc(x)
+        dec(z)
+    te.remove()
+    td.remove()
+    assert td.inputs is not None and td.inputs[0][0].dtype == torch.bfloat16
+    with pytest.raises(RuntimeError):  # the recorded input outside autocast
+        dec(*td.inputs[0])
+    out = time_threads(enc, te.inputs, others=[(dec, td.inputs)])
+    assert out is not None and out["models"] == 2 and out["work_ms"] > 0
+    assert not torch.is_autocast_enabled("cpu")
