@@ -72,6 +72,12 @@ def test_worker_ladder_is_bounded_by_the_cpus() -> None:
     hot = Facts(cpu_count=8, host_cpu_mean_pct=97.0)
     assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=4), hot)] == [1, 0]
     assert [c.num_workers for c in worker_ladder(TrainConfig(), hot)] == [1, 2, 4, 8]
+    # as many workers as CPUs, torch's 2 threads beside them on 2 CPUs: no more workers
+    # can help, and they take turns with torch's threads: fewer, down to 0
+    turns = Facts(cpu_count=2, torch_num_threads=2)
+    assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=2), turns)] == [1, 0]
+    assert [c.num_workers for c in worker_ladder(TrainConfig(num_workers=1), turns)] == [2]
+    assert worker_ladder(TrainConfig(num_workers=2), Facts(cpu_count=2)) == []  # threads?
     nw = FIXES["num_workers"]
     assert nw.why_not(TrainConfig(num_workers=2), CPU) is not None  # already at the CPU count
     assert nw.why_not(TrainConfig(), CPU) is None

@@ -78,11 +78,18 @@ def most_workers(facts: Facts) -> int | None:
 
 def workers_oversubscribed(config: TrainConfig, facts: Facts) -> bool:
     """More DataLoader workers than the CPUs this process may use keep busy
-    (:func:`most_workers`), or workers on CPUs the diagnosis saw saturated: fewer workers
-    may be faster (searched downward)."""
+    (:func:`most_workers`), workers on CPUs the diagnosis saw saturated, or as many as
+    that most with torch's threads beside them outnumbering the CPUs (no more workers can
+    help; the training process's threads take turns with them): fewer workers may be
+    faster (searched downward)."""
     top = most_workers(facts)
-    return top is not None and config.num_workers > 0 and (
-        config.num_workers > top or cpus_saturated(facts))
+    if top is None or config.num_workers <= 0:
+        return False
+    threads = config.intra_op_threads or facts.torch_num_threads
+    beside = (config.num_workers >= top and threads is not None
+              and facts.cpu_count is not None
+              and config.num_workers + threads > facts.cpu_count)
+    return config.num_workers > top or cpus_saturated(facts) or beside
 
 
 def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
@@ -90,9 +97,10 @@ def worker_ladder(config: TrainConfig, facts: Facts) -> list[TrainConfig]:
 
     Upward (fewer workers than the CPUs keep busy, :func:`most_workers`): 1, 2, 4, ... and
     the CPU count and that most above the current value. Downward (more workers than that,
-    or the CPUs saturated; :func:`workers_oversubscribed`): the CPU count, one less, half, 1
-    and 0 below the current value (0: batches made in the training process, no
-    inter-process transfer at all).
+    the CPUs saturated, or that most beside torch's threads outnumbering the CPUs;
+    :func:`workers_oversubscribed`): the CPU count, one less, half, 1 and 0 below the
+    current value (0: batches made in the training process, no inter-process transfer at
+    all).
     """
     n, top = facts.cpu_count, most_workers(facts)
     if n is None or top is None:
@@ -558,8 +566,9 @@ NUM_WORKERS = NumWorkers(
     category="input", auto=True, search_key="num_workers", transform=num_workers,
     fields=("num_workers",), instead=("threads", "faster_input"),
     needs="a map-style dataset (an IterableDataset must shard itself across workers) and "
-          "workers other than the CPU count: fewer are searched upward, more (or saturated "
-          "CPUs) downward")
+          "a count to move to: fewer workers than the CPUs are searched upward; more, "
+          "saturated CPUs, or as many as the CPUs with torch's threads beside them, "
+          "downward")
 
 NUM_WORKERS_CAP = NumWorkersCap(
     "num_workers_cap", "No more DataLoader workers than CPUs", category="input", auto=True,
