@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .catalog import MODULES
-from .catalog.workers import cpus_saturated, worker_ladder, workers_oversubscribed
 from .code import Setup
 from .config import TrainConfig, micro_batches
 from .findings import Prediction
@@ -33,6 +32,7 @@ from .unit import (
     Transform,
     registry,
 )
+from .worker_search import cpus_saturated, worker_ladder, workers_oversubscribed
 
 #: Every fix, by id: the units each catalog module registers.
 FIXES: dict[str, Fix] = registry(f for m in MODULES for f in m.FIXES)

@@ -15,10 +15,11 @@ from ..stepmodel.prediction import Prediction
 from . import FIXES, fix_code
 from .catalog.config import THREAD_POOLS
 from .catalog.threads import TORCH_THREADS
-from .catalog.workers import NUM_WORKERS, most_workers, worker_ladder, workers_oversubscribed
+from .catalog.workers import NUM_WORKERS
 from .code import OptimizerSpec, Setup, exact_change, some_workers, with_imports
 from .config import TrainConfig
 from .trainer_args import after_loader_args, elsewhere, fix_field_code, trainer_code
+from .worker_search import most_workers, worker_ladder, workers_oversubscribed
 
 
 def run_config(context: dict | None, metrics: Mapping[str, Any]) -> TrainConfig:

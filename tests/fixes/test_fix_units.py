@@ -383,6 +383,6 @@ def test_a_loaders_worker_code_goes_where_its_search_goes() -> None:
 
 
 def most_workers_of(metrics) -> int:
-    from diagnose.fixes.catalog.workers import most_workers
+    from diagnose.fixes.worker_search import most_workers
 
     return most_workers(Facts.from_metrics(metrics))

@@ -11,6 +11,7 @@ import pytest
 
 from diagnose.fixes import TrainConfig
 from diagnose.fixes.catalog import workers as workers_unit
+from diagnose.fixes.worker_search import workers_oversubscribed
 from diagnose.stepmodel import calibration as cal
 from diagnose.stepmodel.facts import Facts
 from diagnose.stepmodel.graph import Tag, TaskKind
@@ -235,7 +236,7 @@ def test_a_worker_batch_that_waits_is_not_charged_a_cpu(tmp_path):
     assert {dict(c)["num_workers"] for c, _ in busy.candidates} == {1, 2}
     facts = Facts(cpu_count=2, input_worker_batch_ms=2.0, input_worker_batch_cpu_ms=0.1)
     six = TrainConfig(num_workers=6)
-    assert not workers_unit.workers_oversubscribed(six, facts)
+    assert not workers_oversubscribed(six, facts)
     assert not workers_unit.NUM_WORKERS_CAP.applies(six, facts)
     assert workers_unit.NUM_WORKERS_CAP.applies(
         six, facts.replace(input_worker_batch_cpu_ms=2.0))
