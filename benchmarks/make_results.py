@@ -520,11 +520,10 @@ INTRO = """\
 
 Made by `python benchmarks/make_results.py` from `benchmarks/results/` (each file: machine, date,
 command, code, newest run first); nothing is typed by hand. Scripts: [README.md](README.md).
-Machines: a shared 2-CPU VM (compare ratios taken in one run), lent H100s and H200s. The corpus'
-validate half comes first: the figure to trust (benchmarks/jobs flatter the model). A check is a
-measured speedup within 15% of its prediction: *first fixes*, a warning's first fix applied as
-autofix applies it, timed unprofiled; *kept changes*, each change autofix kept (interleaved, 95%
-interval); *before/after*, each autofix run against its predicted step. `0.92 within 15%` is m/p.
+Machines: a shared 2-CPU VM, lent H100s and H200s. Trust the corpus' validate half (the
+benchmarks/jobs flatter the model). A check: a measured speedup within 15% of its prediction.
+*First fixes*: a warning's first fix applied as autofix does, timed unprofiled; *kept changes*:
+each change autofix kept (95% interval); *before/after*: each autofix run. `0.92 within 15%`: m/p.
 """
 
 
