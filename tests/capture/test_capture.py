@@ -535,13 +535,7 @@ def test_an_in_process_tensor_loaders_batched_fetch_is_timed_after_the_loop(
     loader = DataLoader(TensorDataset(torch.randn(4096, 16), torch.randint(0, 3, (4096,))),
                         batch_size=256, shuffle=True)
     with diagnose(model, loader, steps=3, warmup=1, out_dir=tmp_path) as d:
-        for x, y in loader:
-            loss = nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if d.done:
-                break
+        train(model, opt, loader, d)
     assert_clean()
     ctx = load_context(d.run_dir)
     assert ctx is not None

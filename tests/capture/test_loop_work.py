@@ -28,18 +28,25 @@ class FakeClock:
         return self.t
 
 
-def test_the_time_from_an_optimizer_step_to_the_next_forward_is_the_steps_own(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each step: 4 ms of the loop's own work after the optimizer returns, then the
-    forward, backward and optimizer (6 ms). The clock's between_ms reads 4 ms in every
-    step once the steps are told (its first row, while the boundaries' kind is learnt,
-    spans more than one step and holds each gap inside it)."""
+def _fake_clock_steps(monkeypatch: pytest.MonkeyPatch
+                      ) -> tuple[FakeClock, nn.Parameter, torch.optim.Optimizer, steps_mod.Steps]:
+    """A step clock started on a hand-moved clock, with a parameter and its optimizer."""
     clock = FakeClock()
     monkeypatch.setattr(steps_mod.time, "perf_counter", clock)
     w = nn.Parameter(torch.zeros(2))
     opt = torch.optim.SGD([w], lr=0.1)
     s = steps_mod.Steps(None, after=100, extend=False)
     s.start()
+    return clock, w, opt, s
+
+
+def test_the_time_from_an_optimizer_step_to_the_next_forward_is_the_steps_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step: 4 ms of the loop's own work after the optimizer returns, then the
+    forward, backward and optimizer (6 ms). The clock's between_ms reads 4 ms in every
+    step once the steps are told (its first row, while the boundaries' kind is learnt,
+    spans more than one step and holds each gap inside it)."""
+    clock, w, opt, s = _fake_clock_steps(monkeypatch)
     for _ in range(8):
         clock.t += 0.004  # the loop makes its batch
         s.on_model_call(True)
@@ -136,12 +143,7 @@ def test_a_gradient_accumulations_micro_batches_are_timed_too(
     starts the loop's own time as an optimizer step's return does, and an optimizer step
     after a backward (the 4th) drops it: 12 ms a step, the optimizer's 1 ms not among
     them."""
-    clock = FakeClock()
-    monkeypatch.setattr(steps_mod.time, "perf_counter", clock)
-    w = nn.Parameter(torch.zeros(2))
-    opt = torch.optim.SGD([w], lr=0.1)
-    s = steps_mod.Steps(None, after=100, extend=False)
-    s.start()
+    clock, w, opt, s = _fake_clock_steps(monkeypatch)
     for _ in range(8):
         for _k in range(4):
             clock.t += 0.003  # the loop makes its micro-batch

@@ -45,8 +45,9 @@ CPU_WAITED = 0.05
 OTHERS_CPUS = 0.5
 
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
-PROBES = ("workers_idle", "fetches", "work_after_fetch", "batches_in_turn", "inprocess_batch", "cpu_capacity",
-          "worker_handover", "threads", "threads_busy", "worker_send", "worker_batches")
+PROBES = ("workers_idle", "fetches", "work_after_fetch", "batches_in_turn", "inprocess_batch",
+          "cpu_capacity", "worker_handover", "threads", "threads_busy", "worker_send",
+          "worker_batches")
 
 
 def _num(x: Any) -> float | None:

@@ -112,14 +112,6 @@ class ForwardTimer:
         self._handles = []
 
 
-def _weakable(model: Any) -> bool:
-    try:
-        weakref.ref(model)
-    except TypeError:
-        return False
-    return True
-
-
 def on_cpu(model: Any) -> bool:
     """True where the model's first parameter is on the CPU."""
     try:
@@ -158,7 +150,10 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
     import torch
 
     args, kwargs = inputs
-    casts = _AUTOCAST.get(model, ()) if _weakable(model) else ()
+    try:
+        casts = _AUTOCAST.get(model, ())
+    except TypeError:  # a model that cannot be weakly referenced: none was kept
+        casts = ()
     params = [p for p in model.parameters() if p.requires_grad]
     n = torch.get_num_threads()
     rng = torch.get_rng_state()

@@ -1,9 +1,9 @@
 """The loop's own work between its steps, by the session's clock: the time from an
 optimizer's ``step()`` returning, or a backward's end where no optimizer step follows it
 (a gradient accumulation's micro-batches), to the next outermost model call
-(``between_ms``), less the DataLoader's wait inside it. Without a DataLoader that is where a loop makes its
-batches (a generator, slicing and tokenising in the loop body) on the training thread;
-with one, the work a loop does on each batch before its forward."""
+(``between_ms``), less the DataLoader's wait inside it. Without a DataLoader that is where
+a loop makes its batches (a generator, slicing and tokenising in the loop body) on the
+training thread; with one, the work a loop does on each batch before its forward."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "loop_own_work_unprofiled_share": (
         "fraction", "the share of the unprofiled steps between an optimizer step's return "
         "(or a backward's end with no optimizer step after it) and the next model call, "
-        "the DataLoader's wait left out: the loop's own work on "
-        "the training thread between steps (its batch making without a DataLoader)"),
+        "the DataLoader's wait left out: the loop's own work on the training thread between "
+        "steps (its batch making without a DataLoader)"),
     "loop_own_work_unprofiled_ms": (
         "ms", "that work per unprofiled step (the mean)"),
 }
