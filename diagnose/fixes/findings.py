@@ -225,10 +225,12 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound), the rule's own
     # estimate stands; where the model's own fast end helps (its inputs' ends: fixing it
-    # could save that time), the rule's estimate capped by what that end saves. The noise
-    # that widens a range both ways puts no time at stake. A hint says which
+    # could save that time), the rule's estimate capped by what that end saves. A fix
+    # predicted slower is not offered, so its fast end puts no time at stake: a finding
+    # whose every fix would slow the job has nothing to try. The noise that widens a range
+    # both ways puts no time at stake. A hint says which
     points = [p for x, p in preds.items() if isinstance(p, Prediction) and not p.at_least]
-    open_ = [x for x, p in preds.items() if x not in off and (
+    open_ = [x for x, p in preds.items() if x not in off and x not in slower and (
         (p.at_least or _model_reach(p) >= HELPS) if isinstance(p, Prediction)
         else not p.startswith(AT_MOST))]
     if points:

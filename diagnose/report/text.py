@@ -170,8 +170,8 @@ def _prediction_base(m: dict[str, Any], median: float) -> str:
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
     # a change of workers that restart every epoch adds that start to both sides
     start = epoch_start_ms(Facts.from_metrics(m))
-    restart = (f" (a change of workers adds an epoch's start to both: {_ms(start)} a step)"
-               if start else "")
+    restart = (f" ({_ms(mean + start)} for a change of workers: their start each epoch "
+               f"adds {_ms(start)} a step before and after)" if start else "")
     if abs(mean - median) < BASE_NAMED * median:
         return f"; predictions start from it{restart}" if restart else ""
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)

@@ -40,6 +40,9 @@ class Hooks:
         self.names = names if names is not None and len(names) == len(models) else None
         self.memory = memory  # an InPlaceStep, or None: memory is not tracked
         self.loader_hook: loader_shim.LoaderHook | None = None
+        #: the type of what was given as the loader where it is no torch DataLoader (nor a
+        #: wrapper of one): a generator, a list
+        self.loader_given_other: str | None = None
         self.timers: list[ForwardTimer] = []
         self.model_hooks: ModelHooks | None = None
         self.gc: GcTimer | None = None
@@ -172,6 +175,7 @@ class Hooks:
             notes.append(f"the loader given is a {given} wrapping a torch DataLoader (its "
                          f"`{held_as}`): its batches are timed on that DataLoader")
         if loader_shim.missing(loader) is not None:
+            self.loader_given_other = type(loader).__name__
             notes.append(
                 f"the loader given is a {type(loader).__name__}, not a torch DataLoader: its "
                 "batches are not timed, and steps are found from the optimizers and the "

@@ -166,6 +166,7 @@ class Session:
         self._sampler_thread: SamplerThread | None = None
         self._hooks: Hooks | None = None
         self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
+        self._loader_other: str | None = None  # the loader given, where not a DataLoader
         self._warnings: WarningsOnce | None = None
         self.untold: str | None = None  # the report's first line: steps could not be told
         self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
@@ -343,6 +344,7 @@ class Session:
                             InPlaceStep() if self.memory else None,
                             names=model_names(self.model))
         self._loader_hooked = self._hooks.loader_hooked
+        self._loader_other = self._hooks.loader_given_other
 
     def _remove_hooks(self) -> None:
         if self._hooks is not None:
@@ -528,6 +530,7 @@ class Session:
             traces=traces,
             extra={"cuda_memory": self._cuda_mem, "started": self._t_enter,
                    "dataloader_hooks": self._loader_hooked,
+                   "loader_given_other": self._loader_other,
                    "step_signals": self._steps.finder.signals(),
                    "steps_untold": self.untold,
                    "worker_pids": self.worker_pids,

@@ -226,6 +226,10 @@ def test_out_of_memory_trials_are_survived_and_the_batch_search_keeps_the_effect
     assert r.loader.batch_size == 16 and r.step_settings()["grad_accum_steps"] == 4
     assert loader.batch_size == 64
     assert any("does not fit" in n for n in r.notes)
+    # the report says whose step its times are: autofix's own, not the user's whole loop
+    from diagnose.autofix.runner import STEP_TIMED
+
+    assert STEP_TIMED in r.notes
 
 
 def test_nothing_fits_is_one_clear_error() -> None:

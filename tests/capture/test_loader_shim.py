@@ -236,6 +236,8 @@ def test_a_loader_made_anew_each_epoch_is_not_unwrapped(
     d = _diagnosed(loader, tmp_path)
     assert [n for n in d.notes if "not a torch DataLoader" in n]
     assert not [n for n in d.notes if "wrapping a torch DataLoader" in n]
+    # the context says what was given (the IN007 hint reads it)
+    assert load_context(d.run_dir)["capture"]["loader_given_other"] == "_Rebuilds"
 
 
 def test_no_private_name_in_a_fresh_import() -> None:

@@ -123,7 +123,7 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     fixing it could save time), so the rule's own estimate stands (no grade taken from the
     point), capped by what that fast end saves; where every model end stays short of a
     gain, the best point's saving is the time at stake."""
-    maybe = _ranged({"num_workers": 2}, 0.95, (0.6, 1.9), (0.5, 2.3))
+    maybe = _ranged({"num_workers": 2}, 0.99, (0.6, 1.9), (0.5, 2.3))
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": maybe}, [])
     assert f.gain is None  # the model's fast end saves 47%: the rule's 20% stands
@@ -131,9 +131,9 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     # beside a 1.8% time at stake: true, but it named the bound that did not apply); the
     # model's end, not the range's (2.30x), which the noise widened
     assert f.hints[-1] == ("the time at stake is the rule's own estimate (20.0%), beside a "
-                           "best prediction of 0.95x whose model end reaches 1.90x")
+                           "best prediction of 0.99x whose model end reaches 1.90x")
     # a model end that saves less than the rule's estimate caps it
-    short = _ranged({"num_workers": 2}, 0.97, (0.95, 1.07), (0.9, 1.1))
+    short = _ranged({"num_workers": 2}, 0.99, (0.95, 1.07), (0.9, 1.1))
     f = _Finding(["num_workers"], estimated_gain=0.35)
     _order(f, {"num_workers": short}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.07)) < 1e-9
@@ -142,6 +142,25 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": none}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.005)) < 1e-9
+
+
+def test_a_fix_predicted_slower_puts_no_time_at_stake() -> None:
+    """A fix whose point is slower is not offered, whatever its model's fast end reaches:
+    a finding whose every fix would slow the job has nothing to try, and takes no time at
+    stake from them (a new user who had applied num_workers=0 met IN001 still a warning,
+    its one fix "Not offered: ... 0.96x: slower", graded by that fix's 1.05x fast end)."""
+    for model in ((0.9, 1.05), (0.6, 1.9)):
+        slower = _ranged({"num_workers": 2}, 0.96, model, (0.85, 1.4))
+        f = _Finding(["num_workers"])
+        _order(f, {"num_workers": slower}, [])
+        assert f.gain == 0.0, model
+        assert f.hints == ["Not offered: num_workers (num_workers=2), predicted 0.96x "
+                           "(10.0 -> 10.4 ms): slower"]
+    # beside a fix the model cannot tell, the rule's own estimate still stands
+    f = _Finding(["num_workers", "batched_fetch"])
+    _order(f, {"num_workers": _ranged({"num_workers": 2}, 0.96, (0.9, 1.05), (0.85, 1.4)),
+               "batched_fetch": cannot_tell("the fetch was not timed")}, [])
+    assert f.gain is None
 
 
 def test_noise_alone_puts_no_time_at_stake() -> None:

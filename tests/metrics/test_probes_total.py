@@ -68,10 +68,11 @@ def test_a_mean_a_little_above_the_median_is_named_as_the_predictions_start() ->
     m["step_time_unprofiled_mean_ms"] = 66.5
     assert "mean" not in step_lines(m)[0].split("median", 1)[1]
     # workers that restart every epoch: a change of workers adds that start (the wait for
-    # the first batch, 128 ms, over 64 steps) to both sides, and the line says so
+    # the first batch, 128 ms, over 64 steps) to both sides, and the line says so with the
+    # step such a prediction starts from (a new user could not tell where 70.4 came from)
     m.update(step_time_unprofiled_mean_ms=68.4, dataloader_num_workers=3,
              dataloader_persistent_workers=False, dataloader_epoch_batches=64,
              dataloader_start_ms=128.0)
     assert step_lines(m)[0].endswith(
-        "which the predictions start from (a change of workers adds an epoch's start to "
-        "both: 2.00 ms a step)")
+        "which the predictions start from (70.40 ms for a change of workers: their start "
+        "each epoch adds 2.00 ms a step before and after)")

@@ -229,9 +229,17 @@ def test_the_loops_own_work_between_steps_is_told_only_without_a_dataloader(tmp_
     same 8 ms beside a DataLoader given to diagnose: the input rules' (its wait by cause);
     on a GPU run: the GPU's idle rules'."""
     path = _write(tmp_path, "cpu", _cpu_steps())
-    assert [f for f in analyze(path, context=_loop_work(8.0)).findings if f.rule == "IN007"]
+    (own,) = [f for f in analyze(path, context=_loop_work(8.0)).findings if f.rule == "IN007"]
+    assert any("No DataLoader was given to diagnose" in h for h in own.hints)
     assert not [f for f in analyze(path, context=_loop_work(0.5)).findings
                 if f.rule == "IN007"]
+    # a generator given as the loader: its batches are the loop's own work, and the hint
+    # says so rather than asking for a loader it was given
+    gen = _loop_work(8.0)
+    gen["capture"]["loader_given_other"] = "generator"
+    (own,) = [f for f in analyze(path, context=gen).findings if f.rule == "IN007"]
+    assert not any("No DataLoader was given" in h for h in own.hints)
+    assert any("The loader given to diagnose is no torch DataLoader" in h for h in own.hints)
     given = _loop_work(8.0, loader=dict(CTX_HEALTHY["dataloader"]))
     assert not [f for f in analyze(path, context=given).findings if f.rule == "IN007"]
     # a DataLoader the loop did not give to diagnose still shows in the trace: IN001's,

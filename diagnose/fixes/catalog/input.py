@@ -30,14 +30,15 @@ LOOP_BATCHES_IN_WORKERS = Fix(
 # before: the loop makes each batch itself, on the training thread, between steps
 for x, y in batches():  # your generator: tokenise, slice, build tensors
     ...
-# after: DataLoader workers run the generator while the step trains; each worker runs its
-# own copy, so seed or shard it by worker (or every worker yields the same batches)
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+# after: DataLoader workers run the generator while the step trains
+from torch.utils.data import DataLoader, IterableDataset
 
 class Batches(IterableDataset):
     def __iter__(self):
-        info = get_worker_info()
-        return batches(seed=info.id if info is not None else 0)  # one stream per worker
+        # each worker runs its own copy: torch seeds each worker's torch, random and numpy
+        # generators apart, so random batches differ; one that walks fixed data must take
+        # its own share (get_worker_info().id of .num_workers), or workers repeat batches
+        return batches()
 
 loader = DataLoader(Batches(), batch_size=None, num_workers=2, persistent_workers=True)
 for x, y in loader:

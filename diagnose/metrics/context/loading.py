@@ -14,6 +14,10 @@ from .fields import as_bool, get
 from .step_clock import StepMeans, free_rows
 
 CATALOG: dict[str, tuple[str, str]] = {
+    "loader_given_other": (
+        "bool", "what was given to diagnose as the loader is no torch DataLoader (nor a "
+        "wrapper of one): a generator, a list; its batches are not timed apart (False: a "
+        "DataLoader or nothing was given)"),
     "dataloader_batches_on_device": (
         "bool", "the dataset hands out batches already on the GPU (no worker process can "
         "make them; None: on the CPU, or not known)"),
@@ -135,6 +139,8 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     wait's causes)."""
     out: dict[str, object] = {}
     out["dataloader_batches_on_device"] = as_bool(get(ctx, "dataloader", "batches_on_device"))
+    other = get(ctx, "capture", "loader_given_other")
+    out["loader_given_other"] = isinstance(other, str) and bool(other)
     for name, key in (("input_batched_fetch_ms", "batched_fetch_ms"),
                       ("input_batched_fetch_per_sample_ms", "batched_fetch_per_sample_ms"),
                       ("input_worker_handover_ms", "worker_handover_ms"),
