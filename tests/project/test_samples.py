@@ -63,14 +63,16 @@ def test_slow_loader_input_finding(tmp_path: Path) -> None:
     report, run = run_sample("slow_loader", tmp_path)
     assert report is not None
     # the rule grades it serious; the step model may grade it down where workers are
-    # predicted not to help (2 busy CPUs), which a hint and the prediction then say
+    # predicted not to help (2 busy CPUs), or where other processes held the CPUs (this
+    # test beside another test run), which a hint and the prediction then say
     inputs = [f for f in report.findings if f.category == "input"
               and RANK[f.graded_down_from or f.severity] >= RANK["warning"]]
     assert inputs, [(f.rule, f.severity, f.message) for f in report.findings]
     assert "num_workers" in inputs[0].fixes
     if RANK[inputs[0].severity] < RANK["warning"]:
         p = inputs[0].predictions["num_workers"]
-        assert not isinstance(p, str) and p.speedup < HELPS, p
+        busy = isinstance(p, str) and p.startswith("not predicted: other processes held")
+        assert busy or (not isinstance(p, str) and p.speedup < HELPS), p
         assert any("graded down" in h for h in inputs[0].hints), inputs[0].hints
     ctx = load_context(run)
     assert ctx is not None and ctx["dataloader"]["num_workers"] == 0
