@@ -71,6 +71,10 @@ from pathlib import Path
 from typing import Any
 
 CONTEXT_FILE = "context.json"
+#: what ``torch-diagnose autofix`` writes in its run folder (its capture in a folder below)
+AUTOFIX_FILE = "autofix.json"
+#: the tool's own JSON files in a run folder: none is a trace
+OWN_JSON = (CONTEXT_FILE, "report.json", "samples.json", "watch.json", AUTOFIX_FILE)
 SAMPLES_FILE = "samples.jsonl"
 TRACE_SUFFIX = ".pt.trace.json.gz"
 DEFAULT_ROOT = "diagnose-runs"

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from ..console import emit, make_console, progress
 from ..errors import DiagnoseError
+from ..runfolder import AUTOFIX_FILE
 from ..values import interval_end, usable_cpus
 from .output import check_writable, choose_format, wrote
 
@@ -100,7 +101,7 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
 def _write_outputs(outputs: list[tuple[str, str]], tr: Any, run_dir: Path) -> None:
     """``autofix.json`` in the run folder, and the report files asked for (each said on
     stderr)."""
-    _write_json(str(run_dir / "autofix.json"), tr.to_json())
+    _write_json(str(run_dir / AUTOFIX_FILE), tr.to_json())
     for path, fmt in outputs:
         if fmt == "json":
             _write_json(path, tr.to_json())
@@ -128,6 +129,21 @@ def _run_dir(args: argparse.Namespace) -> Path:
     from ..runfolder import new_run_dir
 
     return _in_run_root(args, new_run_dir)
+
+
+@contextlib.contextmanager
+def _dropped_if_empty(run_dir: Path) -> Iterator[None]:
+    """The command's run folder removed where it fails with nothing written in it (a job
+    that fails at its first batch leaves no empty folder behind); one that holds anything
+    stays, with what it holds."""
+    try:
+        yield
+    except BaseException:
+        folders = sorted((d for d in run_dir.rglob("*") if d.is_dir()), reverse=True)
+        for d in [*folders, run_dir]:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only an empty folder goes
+        raise
 
 
 def _in_run_root(args: argparse.Namespace, do: Callable[[str | None], R]) -> R:
@@ -479,7 +495,7 @@ def run_autofix(args: argparse.Namespace) -> int:
     objs = load_target(args.target)
     console = make_console()
     run_dir = _run_dir(args)
-    with progress("autofix") as status, _job_errors(args.target):
+    with progress("autofix") as status, _job_errors(args.target), _dropped_if_empty(run_dir):
         tr = autofix(objs["model"], objs["loader"], objs["optimizer"],
                      loss_fn=objs.get("loss_fn"), step_fn=objs.get("step_fn"),
                      max_trials=args.max_trials, budget_s=args.budget, min_gain=args.min_gain,

@@ -64,7 +64,10 @@ class TrainerCapture:
             raise DiagnoseError(
                 f"{owner}: {', '.join(taken)} come from the trainer; pass only capture options"
             )
-        Session(**options)  # the Session validates its options now (TypeError, CaptureError)
+        try:  # the Session validates its options now (TypeError, CaptureError)
+            Session(**options)
+        except TypeError as e:  # an unknown option: named as the user's own call has it
+            raise TypeError(str(e).replace("Session.__init__()", f"{owner}()")) from None
         self.owner = owner
         self.options = dict(options)
         self.session: Any = None

@@ -486,8 +486,9 @@ def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[st
             hint += "; try instead: " + "; ".join(FIXES[i].title for i in others)
         hints.append(hint)
     if left_out and not keep:
-        hints.append("Nothing here helps further: every fix for this finding is already in "
-                      "place in this run")
+        # the time at stake stays: its cause (the lines above) is the user's to remove
+        hints.append("Every fix the tool has for this finding is already in place in this "
+                     "run: what is left is the cause the lines above name")
     return keep, hints
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import numbers
 import os
 import shutil
 import tempfile
@@ -126,6 +127,10 @@ class Session:
         step_fn: Any = None,
         memory: bool = True,
     ) -> None:
+        counts = {"steps": steps, "warmup": warmup, "wait": wait, "clock_steps": clock_steps}
+        if odd := [f"{k}={v!r}" for k, v in counts.items()
+                   if not isinstance(v, numbers.Integral) or isinstance(v, bool)]:
+            raise CaptureError(f"diagnose(): {', '.join(odd)}: need whole numbers of steps")
         if steps < 1 or warmup < 0 or wait < 0 or clock_steps < 1:
             raise CaptureError(
                 f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "

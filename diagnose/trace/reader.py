@@ -12,6 +12,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import TraceError, TraceNotFound
+from ..runfolder import OWN_JSON
 from ..values import usable_cpus
 from . import inflate
 from .columns import Trace
@@ -33,9 +34,8 @@ WATCH_TIMELINE = "watch.jsonl"
 
 
 def is_trace_file(p: Path) -> bool:
-    n = p.name
-    return n.endswith(_SUFFIXES) and n not in ("context.json", "report.json", "samples.json",
-                                               "watch.json")
+    """A ``.json`` / ``.json.gz`` file that is none of the tool's own (:data:`OWN_JSON`)."""
+    return p.name.endswith(_SUFFIXES) and p.name not in OWN_JSON
 
 
 def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:

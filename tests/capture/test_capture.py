@@ -424,6 +424,11 @@ def test_nested_capture_refused(tmp_path: Path, analysis: list[Path]) -> None:
 def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
     with pytest.raises(CaptureError):
         diagnose(None, None, steps=0)
+    with pytest.raises(CaptureError, match="steps='5', wait=True: need whole numbers"):
+        diagnose(None, None, steps="5", wait=True)
+    import numpy as np
+
+    diagnose(None, None, steps=np.int64(3))  # numpy's integers are whole numbers too
     with pytest.raises(CaptureError):
         diagnose(None, None, sample_hz=-1)
     model, _, loader = make()

@@ -318,14 +318,18 @@ def test_the_jobs_own_error_in_a_trial_is_one_line(tmp_path: Path, capsys, fn: s
     """A new user's model with the wrong input size, or a dataset with a bad sample, ended
     autofix with 50 lines of traceback through torch-diagnose's files: the job's own error
     is one line naming where in the job it came from, exit 2. A function that wants
-    arguments was blamed on autofix.py's line; it names no place now."""
+    arguments was blamed on autofix.py's line; it names no place now. The run folder made
+    for it is gone with nothing in it (a new user found an empty one left)."""
     src = tmp_path / "trial_job.py"
     src.write_text(BAD_IN_A_TRIAL)
-    assert cli.main(["autofix", f"{src}:{fn}", "--budget", "20", "--quick"]) == 2
+    runs = tmp_path / "runs"
+    assert cli.main(["autofix", f"{src}:{fn}", "--budget", "20", "--quick",
+                     "--out-dir", str(runs)]) == 2
     err = capsys.readouterr().err
     assert msg in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "autofix.py" not in err
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
 
 
 def test_an_unknown_fix_is_named_before_the_job_is_made(tmp_path: Path, capsys) -> None:

@@ -352,8 +352,11 @@ def test_options_are_the_sessions(module: str, tmp_path: Path) -> None:
     mod = pytest.importorskip(f"diagnose.integrations.{module}")
     with pytest.raises(CaptureError, match="steps >= 1"):
         mod.DiagnoseCallback(steps=0)
-    with pytest.raises(TypeError):
+    # named as the user's own call (not the Session's), and a count given as text
+    with pytest.raises(TypeError, match=r"^DiagnoseCallback\(\) got an unexpected keyword"):
         mod.DiagnoseCallback(stepz=3)
+    with pytest.raises(CaptureError, match="steps='5': need whole numbers"):
+        mod.DiagnoseCallback(steps="5")
     with pytest.raises(DiagnoseError, match="come from the trainer"):
         mod.DiagnoseCallback(loader=[])
 

@@ -911,3 +911,23 @@ def test_a_busy_host_with_more_workers_and_threads_than_cpus_is_told_so(tmp_path
     assert any("the 4 workers with torch's 4 threads outnumber the 4 CPUs" in h
                for h in f.hints), f.hints
     assert not any("the loader is CPU-bound" in h for h in f.hints)
+
+
+def test_ddp_buckets_are_offered_only_for_gradients_that_fill_them(tmp_path):
+    """CM001's bucket settings for a model whose gradients fill DDP's 25 MiB buckets; a
+    model of 1,000 parameters gets none, and a hint that each all-reduce pays its latency
+    (a new user's 0.5 MiB CPU model was offered bucket_cap_mb "for gradients of well over
+    25 MiB"); a saved trace that does not say the model's size keeps the fix."""
+    path = _write(tmp_path, "comm", tb.comm_not_overlapped())
+
+    def cm001(ctx):
+        (f,) = [f for f in analyze(path, context=ctx).findings if f.rule == "CM001"]
+        return f
+
+    small = cm001(_ctx())
+    assert small.fixes == []
+    assert any("1,000 parameters make gradients of well under" in h for h in small.hints)
+    big = cm001(_ctx(model={"param_count": 50_000_000}))
+    assert big.fixes == ["overlap_communication"]
+    assert not any("well under one of DDP's" in h for h in big.hints)
+    assert cm001(None).fixes == ["overlap_communication"]

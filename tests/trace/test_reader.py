@@ -97,6 +97,18 @@ def test_folder_of_traces(tmp_path):
     assert [len(read_trace(p)) for p in find_trace_files(tmp_path)] == [4, 4]
 
 
+def test_an_autofix_run_folder_reads_as_its_capture(tmp_path):
+    """`torch-diagnose autofix` writes autofix.json beside the folder of its capture: the
+    capture's trace is what the folder holds (a new user's `analyze diagnose-runs` read
+    autofix.json as a trace and stopped: "no 'traceEvents' in the file")."""
+    run = tmp_path / "diagnose-runs" / "20261202-113310-793"
+    write(run / "autofix.json", {"decisions": []})
+    trace = write(run / "20261202-113310-999" / "vm_1.1796211191650053018.pt.trace.json.gz",
+                  SIMPLE)
+    assert find_trace_files(run) == [trace]
+    assert find_trace_files(tmp_path / "diagnose-runs") == [trace]
+
+
 def test_several_paths_and_duplicates(tmp_path):
     a = write(tmp_path / "one" / "a.json", SIMPLE)
     b = write(tmp_path / "two" / "b.json.gz", SIMPLE)
