@@ -25,6 +25,7 @@ restart_wait`). Where nothing tells, :meth:`StepFinder.untold` says why, in a li
 from __future__ import annotations
 
 import contextlib
+import numbers
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,22 @@ def named_models(model: Any) -> list[tuple[str, Any]]:
 def as_models(model: Any) -> list[Any]:
     """The models given to ``diagnose()`` (:func:`named_models`, without their names)."""
     return [m for _, m in named_models(model)]
+
+
+def wrong_counts(**counts: Any) -> str | None:
+    """Why ``diagnose()``'s step counts cannot be used (None: they can): whole numbers
+    (numpy's integers too, not a bool or text), ``steps`` and ``clock_steps`` at least 1,
+    ``warmup`` and ``wait`` at least 0."""
+    odd = [f"{k}={v!r}" for k, v in counts.items()
+           if not isinstance(v, numbers.Integral) or isinstance(v, bool)]
+    if odd:
+        return f"diagnose(): {', '.join(odd)}: need whole numbers of steps"
+    least = {"steps": 1, "clock_steps": 1, "warmup": 0, "wait": 0}
+    if any(v < least.get(k, 0) for k, v in counts.items()):
+        got = ", ".join(f"{k}={v}" for k, v in counts.items())
+        return ("diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "
+                f"(got {got})")
+    return None
 
 
 def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose",

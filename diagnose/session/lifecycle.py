@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import numbers
 import os
 import shutil
 import tempfile
@@ -29,7 +28,13 @@ from typing import Any
 
 from diagnose.capture import distributed
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.boundaries import StepFinder, as_models, model_names, wrong_arguments
+from diagnose.capture.boundaries import (
+    StepFinder,
+    as_models,
+    model_names,
+    wrong_arguments,
+    wrong_counts,
+)
 from diagnose.capture.gcpause import frozen_objects
 from diagnose.capture.names import loader_names
 from diagnose.capture.profiler import WindowProfiler
@@ -127,16 +132,9 @@ class Session:
         step_fn: Any = None,
         memory: bool = True,
     ) -> None:
-        counts = {"steps": steps, "warmup": warmup, "wait": wait, "clock_steps": clock_steps}
-        if odd := [f"{k}={v!r}" for k, v in counts.items()
-                   if not isinstance(v, numbers.Integral) or isinstance(v, bool)]:
-            raise CaptureError(f"diagnose(): {', '.join(odd)}: need whole numbers of steps")
-        if steps < 1 or warmup < 0 or wait < 0 or clock_steps < 1:
-            raise CaptureError(
-                f"diagnose(): need steps >= 1, warmup >= 0, wait >= 0, clock_steps >= 1 "
-                f"(got steps={steps}, warmup={warmup}, wait={wait}, clock_steps={clock_steps})"
-            )
-        if (why := wrong_arguments(model, loader, sample_hz=sample_hz)) is not None:
+        why = (wrong_counts(steps=steps, warmup=warmup, wait=wait, clock_steps=clock_steps)
+               or wrong_arguments(model, loader, sample_hz=sample_hz))
+        if why is not None:
             raise CaptureError(why)
         self.model = model
         self.models = as_models(model)  # one model, several (a GAN's), or none
@@ -171,7 +169,6 @@ class Session:
         self._sampler_thread: SamplerThread | None = None
         self._hooks: Hooks | None = None
         self._loader_hooked = False  # the loader's batches were hooked (see loader_shim)
-        self._loader_other: str | None = None  # the loader given, where not a DataLoader
         self._warnings: WarningsOnce | None = None
         self.untold: str | None = None  # the report's first line: steps could not be told
         self._steps = Steps(None)  # replaced on enter, with the profiler and the schedule
@@ -349,7 +346,6 @@ class Session:
                             InPlaceStep() if self.memory else None,
                             names=model_names(self.model))
         self._loader_hooked = self._hooks.loader_hooked
-        self._loader_other = self._hooks.loader_given_other
 
     def _remove_hooks(self) -> None:
         if self._hooks is not None:
@@ -535,7 +531,7 @@ class Session:
             traces=traces,
             extra={"cuda_memory": self._cuda_mem, "started": self._t_enter,
                    "dataloader_hooks": self._loader_hooked,
-                   "loader_given_other": self._loader_other,
+                   "loader_given_other": getattr(self._hooks, "loader_given_other", None),
                    "step_signals": self._steps.finder.signals(),
                    "steps_untold": self.untold,
                    "worker_pids": self.worker_pids,
@@ -572,9 +568,8 @@ def capture_baseline(w: Any, cfg: Any, *, steps: int = 5,
     try:
         try:
             with session, trial:
-                # until the session is done: its clock times seconds of steps after the
-                # window, as it does in a user's loop (fewer steps after it widen the
-                # predictions' spread)
+                # until the session is done: its clock times seconds of steps after the window,
+                # as in a user's loop (fewer steps after it widen the predictions' spread)
                 for _ in range(BASELINE_MAX_STEPS):
                     trial.step()
                     if session.done:
