@@ -477,8 +477,8 @@ class Session:
         did not raise; the forward's inputs and the first batch are let go either way."""
         hooks = self._hooks
         fwd = hooks.forward if hooks is not None else None
-        others = [(t.model, t.inputs) for t in (hooks.timers[1:] if hooks is not None else [])
-                  if t.inputs is not None]
+        # what the loop called of each model (the model, else its parts): the first is timed
+        works = [w for t in (hooks.timers if hooks is not None else []) for w in t.works()]
         if hooks is not None:
             hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
@@ -486,10 +486,10 @@ class Session:
                           step_fn=self.step_fn, loss_fn=self.loss_fn,
                           on_error=self._internal_error, notes=self.notes)
         if exc is None:
-            time_after_loop(ctx, model=fwd.model if fwd is not None else self.model,
-                            loader=self.loader, forward=fwd, batch=batch,
+            first = works[0][0] if works else fwd.model if fwd is not None else self.model
+            time_after_loop(ctx, model=first, loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=self._steps.clock(),
-                            worker_pids=self.worker_pids, others=others,
+                            worker_pids=self.worker_pids, others=works[1:],
                             others_cpus=self._steps.after_others_cpus)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:

@@ -153,6 +153,45 @@ def make_sliced(batch: int = 32, n: int = 8192) -> Job:
     return Job(model, None, loop, {"forwards": 1})
 
 
+# ---------------------------------------------------------------- parts called directly
+class Wrapper(nn.Module):
+    """A LightningModule's shape: the parts are attributes, and ``training_step`` calls
+    them (``self.net(x)``), never the module's own forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 64))
+        self.head = nn.Linear(64, 10)
+
+    def training_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(self.head(self.net(x)), y)
+
+
+def make_parts_called(batch: int = 64, n: int = 8192) -> Job:
+    """A DataLoader over tensors; the loop calls the model's parts, not the model."""
+    torch.manual_seed(0)
+    model = Wrapper()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(n, 32, generator=g),
+                                      torch.randint(0, 10, (n,), generator=g)),
+                        batch_size=batch, shuffle=True)
+
+    def loop(d: Any, limit: int) -> int:
+        steps = 0
+        while True:
+            for x, y in loader:
+                loss = model.training_step(x, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                steps += 1
+                if _done(d, steps, limit):
+                    return steps
+
+    return Job(model, loader, loop, {"forwards": 2})
+
+
 # ---------------------------------------------------------------- REINFORCE
 def make_reinforce(episode: int = 12, obs: int = 4, actions: int = 2) -> Job:
     """pytorch/examples' reinforce.py on a made-up environment: each step of an episode

@@ -23,6 +23,7 @@ from tests.loops.shapes import (  # noqa: E402
     make_gan,
     make_hf,
     make_lm,
+    make_parts_called,
     make_reinforce,
     make_sliced,
 )
@@ -108,6 +109,25 @@ def test_gan_with_both_models_as_a_list(tmp_path: Path) -> None:
     mods = [t["module"] for t in ctx["memory"]["top_modules"]]
     assert mods and all(m.startswith(("Sequential[0].", "Sequential[1].")) or m == "(model)"
                         for m in mods), mods  # (model): saved outside every module
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="the thread timing needs 2 threads")
+def test_a_model_whose_parts_the_loop_calls_is_timed_by_its_parts(
+        tmp_path: Path, every_probe: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LightningModule's shape: ``training_step`` calls ``self.head(self.net(x))``, never
+    the module's forward. Each part's calls from outside it are the loop's forward, and the
+    thread timing (the probes after the loop, here put back) replays the parts on their
+    first inputs (a new user's Lightning run had no thread timing: CF008 untold)."""
+    import diagnose.session.after_loop as after_loop
+    import diagnose.session.lifecycle as lifecycle
+
+    monkeypatch.setattr(lifecycle, "time_after_loop", after_loop.time_after_loop)
+    job = make_parts_called()
+    d = run(job, tmp_path, job.model, job.loader)
+    assert all(ms > 0 for ms in whole_steps(d.run_dir, "forward_ms"))
+    threads = load_context(d.run_dir)["threads"]
+    assert threads is not None and threads["models"] == 2, threads
+    assert threads["work_ms"] > 0 and threads["work_1thread_ms"] > 0
 
 
 def test_gan_with_no_model_given(tmp_path: Path) -> None:

@@ -84,32 +84,84 @@ def autocast_now() -> tuple[tuple[str, Any], ...]:
 
 class ForwardTimer:
     """Times every forward call of ``model`` into ``on_forward(seconds)`` and keeps the
-    first call's inputs (CPU models only) for :func:`time_threads`."""
+    first call's inputs (CPU models only) for :func:`time_threads`.
+
+    A loop may never call the model itself, only its parts: a LightningModule's
+    ``training_step`` that calls ``self.net(x)``. Until the model's own forward runs, its
+    direct children (those with parameters) are timed the same way when called from
+    outside it, each keeping its first inputs: those parts are then the model's work
+    (:meth:`works`). Once the model's own forward runs, their hooks go."""
 
     def __init__(self, model: Any, on_forward: Callable[[float], None]) -> None:
         self.model = model
         self.on_forward = on_forward
-        self.inputs: Inputs | None = None
+        self._own: Inputs | None = None
+        self._parts: dict[int, tuple[Any, Inputs]] = {}  # by id, in first-call order
         self._keep = on_cpu(model)
         self._t0: list[float] = []
+        self._depth = 0  # inside the model's own forward
         self._handles = [model.register_forward_pre_hook(eager(self._pre), with_kwargs=True),
                          model.register_forward_hook(eager(self._post), always_call=True)]
+        children = getattr(model, "children", None)
+        self._part_handles = [] if not callable(children) else [
+            h for c in children() if any(True for _ in c.parameters())
+            for h in (c.register_forward_pre_hook(eager(self._part_pre), with_kwargs=True),
+                      c.register_forward_hook(eager(self._part_post), always_call=True))]
+
+    @property
+    def inputs(self) -> Inputs | None:
+        """The inputs of the first forward: the model's own, else its first part's."""
+        works = self.works()
+        return works[0][1] if works else None
+
+    def works(self) -> list[tuple[Any, Inputs]]:
+        """(module, its first inputs) of what the loop called: the model, else the parts
+        it called directly (none on a GPU model)."""
+        if self._own is not None:
+            return [(self.model, self._own)]
+        return list(self._parts.values())
 
     def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
-        if self._keep and self.inputs is None:
-            self.inputs = (tuple(args), dict(kwargs))
+        if self._part_handles:  # the model itself is called: its parts are its work
+            self._drop_parts()
+        self._depth += 1
+        if self._keep and self._own is None:
+            self._own = (tuple(args), dict(kwargs))
             with suppress(TypeError):  # a model that cannot be weakly referenced
                 _AUTOCAST[module] = autocast_now()
         self._t0.append(time.perf_counter())
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
         if self._t0:
             self.on_forward(time.perf_counter() - self._t0.pop())
+
+    def _part_pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._depth:
+            return
+        if self._keep and id(module) not in self._parts:
+            self._parts[id(module)] = (module, (tuple(args), dict(kwargs)))
+            with suppress(TypeError):
+                _AUTOCAST[module] = autocast_now()
+        self._t0.append(time.perf_counter())
+
+    def _part_post(self, module: Any, args: Any, output: Any) -> None:
+        if not self._depth and self._t0:
+            self.on_forward(time.perf_counter() - self._t0.pop())
+
+    def _drop_parts(self) -> None:
+        for h in self._part_handles:
+            h.remove()
+        self._part_handles = []
+        self._parts = {}
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for h in self._part_handles:
+            h.remove()
+        self._part_handles = []
 
 
 def on_cpu(model: Any) -> bool:

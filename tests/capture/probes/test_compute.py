@@ -34,6 +34,36 @@ def test_forward_timer_times_every_call_and_keeps_the_first_inputs():
     assert timer.inputs is not None and timer.inputs[0][0] is x1
 
 
+def test_forward_timer_takes_the_parts_a_loop_calls_where_it_never_calls_the_model():
+    """A LightningModule's shape: the loop calls ``m.net`` and ``m.head``, never ``m``.
+    Each part's calls are timed and its first inputs kept, in the order first called; once
+    ``m`` itself is called, it is the work, and its parts' calls inside it are not timed
+    apart."""
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.head, self.act = nn.Linear(8, 16), nn.Linear(16, 2), nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.act(self.net(x)))
+
+    m, seen = Wrapper(), []
+    timer = ForwardTimer(m, seen.append)
+    x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
+    for x in (x1, x2):
+        m.head(m.act(m.net(x)))
+    works = timer.works()
+    assert [w[0] for w in works] == [m.net, m.head]  # act has no parameters: no part
+    assert works[0][1][0][0] is x1 and timer.inputs is works[0][1]
+    assert len(seen) == 4
+    m(x2)  # the model itself: its own inputs are the work from now on
+    assert timer.works() == [(m, ((x2,), {}))] and len(seen) == 5
+    m(x1)
+    assert len(seen) == 6  # one call of m, its parts inside it not timed apart
+    timer.remove()
+
+
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
 def test_thread_timing_leaves_the_run_as_it_was():
     """Gradients, buffers (BatchNorm's running statistics), the RNG and the thread count are
