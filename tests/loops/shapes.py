@@ -189,7 +189,7 @@ def make_parts_called(batch: int = 64, n: int = 8192) -> Job:
                 if _done(d, steps, limit):
                     return steps
 
-    return Job(model, loader, loop, {"forwards": 2})
+    return Job(model, loader, loop)
 
 
 # ---------------------------------------------------------------- REINFORCE
