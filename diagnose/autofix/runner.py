@@ -84,6 +84,26 @@ STEP_TIMED = ("the times are of autofix's own step: the forward (step_fn or loss
               "backward, the optimizer's step and zero_grad on each batch; work your loop "
               "does beside them (gradient clipping, a scheduler, logging) is in none of them, "
               "and dilutes the gain in your loop")
+#: the baseline's step timed this many times apart (either way) in the first trial and in
+#: the before/after check: the machine's pace moved between them, and a note says so
+PACE_MOVED = 1.5
+
+
+def _pace_moved(decisions: list[Any], final: Any) -> str | None:
+    """Where the first trial's baseline step and the before/after check's differ by
+    :data:`PACE_MOVED` or more (other work came or went on the machine's CPUs), the note
+    that says so: each speedup compares configs timed at the same moments, but the steps
+    themselves are not the job's steady pace; None otherwise."""
+    first = next((d.baseline_ms for d in decisions if d.baseline_ms), None)
+    last = getattr(final, "base_ms", None) if final is not None else None
+    if not first or not last or max(first, last) < PACE_MOVED * min(first, last):
+        return None
+    return (f"the baseline's step took {first:.2f} ms in the first trial and {last:.2f} ms in "
+            "the before/after check: the machine's pace moved between them (other work on "
+            "its CPUs). Each speedup compares steps timed in turn, at the same moments; "
+            "measure again on a quieter machine before trusting the ms")
+
+
 #: Records ``steps`` profiled steps of a workload under a config and returns their analysis
 #: (a Report, or None when nothing was recorded): ``capture(workload, config, steps=...,
 #: out_dir=...)``. Autofix takes it as an argument so that it needs nothing from the layer
@@ -295,6 +315,9 @@ def autofix(
     retimed = tuner.capacity_note()
     if retimed:
         notes.append(retimed)
+    moved = _pace_moved(tuner.decisions, final)
+    if moved:
+        notes.append(moved)
     notes.append(STEP_TIMED)
     logged = log_disagreements(out_dir, tuner.disagreements)
     if logged is not None:

@@ -597,3 +597,24 @@ def test_a_downward_search_tries_the_rung_predicted_best_first(monkeypatch) -> N
     monkeypatch.setattr(t, "trial", trial)
     try_fix(t, fix, base, facts, "IN004", input_ms=1.0, compute_ms=1.0)
     assert tried == [2, 1, 0]
+
+
+def test_a_baseline_whose_pace_moved_between_trial_and_check_is_said() -> None:
+    """A new user's autofix on a machine under another job's load: the first trial's
+    baseline took 21.7 ms a step and the before/after check's 67.8 ms, and the table said
+    6.38x beside a 1.96x trial with nothing to say why. A note says the pace moved; a
+    baseline within PACE_MOVED of itself says nothing."""
+    from types import SimpleNamespace
+
+    from diagnose.autofix.decisions import Decision
+    from diagnose.autofix.runner import PACE_MOVED, _pace_moved
+
+    first = [Decision("num_workers", "num_workers 2 -> 0", "kept", "", finding="IN001",
+                      baseline_ms=21.7, trial_ms=8.18)]
+    note = _pace_moved(first, SimpleNamespace(base_ms=67.84))
+    assert note is not None and note.startswith(
+        "the baseline's step took 21.70 ms in the first trial and 67.84 ms in the "
+        "before/after check")
+    assert _pace_moved(first, SimpleNamespace(base_ms=21.7 * PACE_MOVED * 0.99)) is None
+    assert _pace_moved(first, None) is None and _pace_moved([], SimpleNamespace(base_ms=9.0)) \
+        is None
