@@ -78,8 +78,8 @@ def _requested(fixes: Iterable[str | Fix]) -> list[tuple[Fix, str]]:
 
 # ---------------------------------------------------------------------- entry point
 #: what every trial times, said under the tables: the step autofix runs is its own, so work
-#: the user's loop does beside it is in none of the times (a new user's loop gained 1.13x
-#: where the same change measured 1.42x here: its clipping and scheduler were not timed)
+#: the user's loop does beside it is in none of the times, and a gain measured here is
+#: larger than the same change gives that loop
 STEP_TIMED = ("the times are of autofix's own step: the forward (step_fn or loss_fn), "
               "backward, the optimizer's step and zero_grad on each batch; work your loop "
               "does beside them (gradient clipping, a scheduler, logging) is in none of them, "
