@@ -1,6 +1,9 @@
 """Where each step's time goes: kernels, copies, memsets, communication, runtime calls,
 the DataLoader and CPU ops, each claiming only time no category before it claimed.
 
+A run whose collectives are the host's (gloo, MPI: no NCCL/RCCL kernel in the window) has
+them as its communication, claimed last: the time they take that the host's own work does
+not (as the device's collectives claim what compute kernels leave).
 A category the trace did not record (no runtime calls, no host operators: a trace of
 device activity alone) has no share, and neither has the rest ("other"), which would
 hold its time."""
@@ -14,6 +17,7 @@ import numpy as np
 
 from ..trace import Kind
 from . import intervals as iv
+from .communication import host_collectives
 from .declare import GPU, HOST_OPS, RUNTIME, Metric, Need, per_step_ms, rnd
 from .names import COMM_KERNEL, DATALOADER, OTHER_LOADER, STEP
 from .window import StepWindow
@@ -30,17 +34,24 @@ def _needs(cat: str) -> tuple[Need, ...]:
     return (GPU,) if cat in _DEVICE_ONLY else (HOST_OPS,) if cat in _HOST_OPS else ()
 
 
+_HOST_COMM_DOC = ("; on a run without NCCL/RCCL kernels, the host's gloo/MPI collective "
+                  "spans, claimed after the host's own work")
+
 METRICS = tuple(
     Metric(f"share_{cat}", "fraction",
            f"Share of step time attributed to {cat.replace('_', ' ')} "
-           "(each category claims only time no higher category claimed)", _needs(cat))
+           "(each category claims only time no higher category claimed)"
+           + (_HOST_COMM_DOC if cat == "communication" else ""), _needs(cat))
     for cat in CATEGORIES
 ) + (Metric("share_other", "fraction", "Share of step time in no category above",
           (HOST_OPS, RUNTIME)),)
 
 
-def _recorded(w: StepWindow, cat: str) -> bool:
-    """Whether the trace recorded what category ``cat`` is made of."""
+def _recorded(w: StepWindow, cat: str, host_comm: bool = False) -> bool:
+    """Whether the trace recorded what category ``cat`` is made of (``host_comm``: the
+    run's collectives are the host's)."""
+    if cat == "communication" and host_comm:
+        return True
     if cat in _DEVICE_ONLY:
         return w.has_gpu and (cat != "runtime" or w.has_runtime)
     return w.has_ops if cat in _HOST_OPS else True
@@ -50,12 +61,15 @@ def _recorded(w: StepWindow, cat: str) -> bool:
 class Categories:
     """Each category's events as an interval set (``sets``), and the masks other areas use:
     ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``: the
-    host's ``enumerate(DataLoader)`` spans."""
+    host's ``enumerate(DataLoader)`` spans; ``host_comm``: whether ``sets["communication"]``
+    holds the host's collective spans (a run without device collectives) rather than
+    NCCL/RCCL kernels."""
 
     comm: np.ndarray
     compute: np.ndarray
     dataloader: np.ndarray
     sets: dict[str, iv.Intervals]
+    host_comm: bool = False
 
 
 def inside_spans(t: Any, events: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -90,16 +104,22 @@ def categories(w: StepWindow) -> Categories:
     dl = loaders & ~other_loaders(t, loaders, w.host)
     cpu = w.host & (t.kind == Kind.CPU_OP) & ~loaders & ~t.name_mask(
         lambda n: bool(STEP.match(n)))
+    host_comm = False
+    if not w.within(comm).any():
+        backend, coll = host_collectives(t, w.host)
+        host_comm = bool(w.within(backend).any())
+        if host_comm:
+            cpu &= ~coll
     sets = {
         "kernel": w.sel(compute),
         "memcpy": w.sel(w.dev & (t.kind == Kind.MEMCPY)),
         "memset": w.sel(w.dev & (t.kind == Kind.MEMSET)),
-        "communication": w.sel(comm),
+        "communication": w.sel(coll if host_comm else comm),
         "runtime": w.sel(w.host & (t.kind == Kind.RUNTIME)),
         "dataloader": w.sel(dl),
         "cpu_exec": w.sel(cpu),
     }
-    return Categories(comm, compute, dl, sets)
+    return Categories(comm, compute, dl, sets, host_comm)
 
 
 def breakdown_metrics(w: StepWindow, cats: Categories
@@ -111,14 +131,16 @@ def breakdown_metrics(w: StepWindow, cats: Categories
     total = float(step_len.sum())
     acc = iv.EMPTY
     prev = np.zeros(w.n_steps)
-    for cat in CATEGORIES:
+    order = CATEGORIES if not cats.host_comm else tuple(
+        c for c in CATEGORIES if c != "communication") + ("communication",)
+    for cat in order:
         acc = iv.merge(acc, cats.sets[cat])
         now = iv.measure_between(acc, w.step_lo, w.step_hi)
         claimed = now - prev
         prev = now
         series[f"{cat}_ms"] = per_step_ms(claimed)
         v[f"share_{cat}"] = rnd(claimed.sum() / total) if total > 0 and _recorded(
-            w, cat) else None
+            w, cat, cats.host_comm) else None
     other = step_len - prev
     series["other_ms"] = per_step_ms(other)
     known = w.has_ops and (w.has_runtime or not w.has_gpu)

@@ -1,16 +1,34 @@
-"""Collectives on the device (NCCL/RCCL kernels): their share and how much compute hides."""
+"""Collectives on the device (NCCL/RCCL kernels): their share and how much compute hides;
+and the host backends' collective spans that stand for them on a run without them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..trace import Kind, kind_in
 from . import intervals as iv
 from .declare import COLLECTIVES, Metric, rnd
 from .names import ALL_REDUCE
 from .window import StepWindow
+
+# CPU backends run collectives on the host: their work spans (gloo:all_reduce, ...) last as
+# long as the collective, waiting included. NCCL's host annotations only enqueue: GPU runs
+# measure its kernels instead.
+HOST_BACKEND = re.compile(r"^(gloo|mpi|ucc):", re.IGNORECASE)
+C10D_OP = re.compile(r"^c10d::")
+
+
+def host_collectives(t: Any, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the host backends' collective spans, those with torch's ``c10d::`` ops) as masks
+    of ``host``'s annotations and operators."""
+    hostish = host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
+    backend = hostish & t.name_mask(lambda s: bool(HOST_BACKEND.match(s)))
+    return backend, backend | (hostish & t.name_mask(lambda s: bool(C10D_OP.match(s))))
+
 
 #: on a run without device collectives the three are read off the host's gloo/MPI
 #: collective spans instead (metrics/ranks.py), against the main thread's own work

@@ -38,17 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Kind, Trace, kind_in
+from ..trace import Kind, Trace
 from ..values import as_number
 from . import communication
 from .core import MetricSet, _Computer
 from .names import ALL_REDUCE
 
-# CPU backends run collectives on the host: their work spans (gloo:all_reduce, ...) last as
-# long as the collective, waiting included. NCCL's host annotations only enqueue: GPU runs
-# measure its kernels instead.
-_HOST_BACKEND = re.compile(r"^(gloo|mpi|ucc):", re.IGNORECASE)
-_C10D_OP = re.compile(r"^c10d::")
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#")
 
@@ -172,11 +167,9 @@ def _collectives(comp: _Computer, v: Mapping[str, Any]) -> dict[str, Any]:
         exposed = (v.get("comm_exposed_frac") or 0.0) * comp.W
         out["comm_source"] = "device"
     else:
-        hostish = comp.host & kind_in(t.kind, [Kind.ANNOTATION, Kind.CPU_OP])
-        backend = hostish & t.name_mask(lambda s: bool(_HOST_BACKEND.match(s)))
+        backend, coll = communication.host_collectives(t, comp.host)
         if not comp._in_window(backend).any():
             return out
-        coll = backend | (hostish & t.name_mask(lambda s: bool(_C10D_OP.match(s))))
         comm = comp._sel(coll)
         tid = _main_tid(comp)
         busy_mask = comp.host & (t.tid_id == tid) & ~coll & (

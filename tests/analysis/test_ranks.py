@@ -469,6 +469,11 @@ def test_a_cpu_runs_collectives_are_communication_too(tmp_path, hidden):
     assert m["comm_source"] == "host"
     assert m["comm_frac"] == pytest.approx(3 / 7, rel=0.02)
     cm = [f for f in r.findings if f.rule == "CM001"]
+    # the breakdown agrees: its communication is what the main thread's work leaves of them
+    # (a CPU DDP run read "other 76%" beside CM001's 70.5% collectives)
+    assert m["share_cpu_exec"] == pytest.approx(4 / 7, rel=0.02)
+    assert m["share_communication"] == pytest.approx(0.0 if hidden else 3 / 7, abs=0.01)
+    assert m["share_other"] == pytest.approx(3 / 7 if hidden else 0.0, abs=0.01)  # idle
     if hidden:
         assert m["comm_exposed_frac"] == pytest.approx(0.0, abs=0.01) and not cm
         assert m["comm_overlap_frac"] == pytest.approx(1.0, abs=0.01)
