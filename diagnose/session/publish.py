@@ -4,8 +4,9 @@
 The session hands over what it recorded; nothing here touches the user's objects, the
 profiler or the hooks, which are all gone by now. The printed report stands apart from
 the script's own output: its streams flushed first, then a blank line and a rule naming
-it (:func:`print_apart`); where the steps could not be told, that is its first line. Every step after ``context.json`` is
-allowed to fail alone: its problem becomes a note (and a line on stderr), never an
+it (:func:`print_apart`), with any tqdm progress bar cleared while it prints and drawn
+again after (a Hugging Face Trainer's); where the steps could not be told, that is its
+first line. Every step after ``context.json`` is allowed to fail alone: its problem becomes a note (and a line on stderr), never an
 exception over the user's own.
 """
 
@@ -16,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,24 +116,53 @@ def say(line: str) -> None:
         print(line, file=sys.stderr)
 
 
+def _bars(cls: Any) -> list[Any]:
+    """The live bars of tqdm's class ``cls`` and of its subclasses (``tqdm.auto``'s own)."""
+    got = list(getattr(cls, "_instances", None) or ())
+    for sub in cls.__subclasses__():
+        got += [b for b in _bars(sub) if b not in got]
+    return got
+
+
+@contextlib.contextmanager
+def bars_aside() -> Iterator[None]:
+    """The script's tqdm progress bars (where tqdm is loaded) cleared from the terminal
+    while the block prints, and drawn again after it, as tqdm's own ``write`` does: the
+    report does not start inside a bar's line, nor a bar inside the report."""
+    std = sys.modules.get("tqdm.std")
+    bars: list[Any] = []
+    with contextlib.suppress(Exception):
+        bars = [b for b in _bars(std.tqdm) if hasattr(b, "start_t")] if std else []
+        for b in bars:
+            b.clear()
+    try:
+        yield
+    finally:
+        for b in bars:
+            with contextlib.suppress(Exception):
+                b.refresh()
+
+
 def print_apart(report: Any, *, first: str | None = None) -> None:
-    """Print ``report`` apart from what the script printed: stdout and stderr flushed, a
-    blank line, a rule naming it, ``first`` (a line that must lead) and the report."""
+    """Print ``report`` apart from what the script printed: stdout and stderr flushed (its
+    progress bars cleared: :func:`bars_aside`), a blank line, a rule naming it, ``first``
+    (a line that must lead) and the report."""
     from diagnose.console import make_console
 
-    for f in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            f.flush()
-    try:
-        console = make_console()
-        console.print()
-        console.rule(HEADER, align="left")
-        if first:
-            console.print(first, style="bold", markup=False)
-        report.print()
-        sys.stdout.flush()
-    except Exception as e:
-        say(f"torch-diagnose: could not print the report: {e}")
+    with bars_aside():
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                f.flush()
+        try:
+            console = make_console()
+            console.print()
+            console.rule(HEADER, align="left")
+            if first:
+                console.print(first, style="bold", markup=False)
+            report.print()
+            sys.stdout.flush()
+        except Exception as e:
+            say(f"torch-diagnose: could not print the report: {e}")
 
 
 @dataclass
