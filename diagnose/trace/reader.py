@@ -2,11 +2,15 @@
 
 Accepted inputs: one ``.json`` / ``.json.gz`` file; a folder of them; the
 TensorBoard layout (``<run>/*.pt.trace.json*`` and
-``<run>/plugins/profile/<stamp>/*.trace.json*``).
+``<run>/plugins/profile/<stamp>/*.trace.json*``). In a folder, a JSON file that is no
+trace (an ``hparams.json`` beside one, a package's metadata) is passed over: one whose
+name is not a profiler's (``*.pt.trace.json``) and whose first :data:`HEAD_BYTES` of text
+hold no ``"traceEvents":`` key; a file named alone is read whatever it holds.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -27,6 +31,29 @@ from .parallel import (
 from .stream import NotStreamable, read_streaming
 
 _SUFFIXES = (".json", ".json.gz")
+
+
+#: how much of a folder's JSON file (its text, for .gz) is looked at for ``"traceEvents"``:
+#: profilers write the key after a header of at most tens of KB (17 KB in shared/traces)
+HEAD_BYTES = 2**20
+_TRACE_NAME = (".pt.trace.json", ".pt.trace.json.gz")
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:')
+_UNREADABLE: tuple[type[BaseException], ...] = (OSError, *inflate.ERRORS)
+
+
+def _looks_like_trace(p: Path) -> bool:
+    """Whether a folder's JSON file ``p`` is a trace (module doc); an unreadable one is
+    kept, so that the read says what is wrong with it."""
+    if p.name.endswith(_TRACE_NAME):
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(HEAD_BYTES)
+        if head[:2] == inflate.MAGIC:
+            head = inflate.gzip_member().decompress(head, HEAD_BYTES)
+    except _UNREADABLE:
+        return True
+    return _EVENTS_KEY.search(head) is not None
 
 
 #: a watched run's timeline (diagnose.watching.timeline): its folder is no trace's
@@ -54,10 +81,12 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
             raise TraceError(p, "not a regular file or folder")
         try:
             watched = (p / WATCH_TIMELINE).is_file()
-            direct = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
+            named = sorted(f for f in p.iterdir() if f.is_file() and is_trace_file(f))
+            direct = [f for f in named if _looks_like_trace(f)]
             # TensorBoard layouts: <run>/plugins/profile/<stamp>/..., or run folders below
-            nested = [] if direct or watched else sorted(
+            below = [] if direct or watched else sorted(
                 f for f in p.rglob("*") if f.is_file() and is_trace_file(f))
+            nested = [f for f in below if _looks_like_trace(f)]
         except PermissionError as e:
             where = p if e.filename is None or Path(e.filename) == p else Path(e.filename)
             raise TraceError(where, "folder cannot be read (permission denied)") from None
@@ -70,7 +99,11 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
             found.extend(direct)
             continue
         if not nested:
-            raise TraceError(p, "folder holds no trace files (*.json or *.json.gz)")
+            other = [f.name for f in named or below]
+            raise TraceError(p, "folder holds no trace files (*.json or *.json.gz)" + (
+                f"; passed over, with no \"traceEvents\" near their start: "
+                f"{', '.join(other[:3])}{' ...' if len(other) > 3 else ''} (name a file "
+                "to read it whatever it holds)" if other else ""))
         found.extend(nested)
     # the same file named twice is read once
     return list(dict.fromkeys(found))

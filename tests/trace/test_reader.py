@@ -109,6 +109,26 @@ def test_an_autofix_run_folder_reads_as_its_capture(tmp_path):
     assert find_trace_files(tmp_path / "diagnose-runs") == [trace]
 
 
+def test_a_folders_other_json_files_are_passed_over(tmp_path):
+    """A folder holding a trace and an ``hparams.json`` (a new user's; or a package's
+    ``.cdx.json`` under a folder searched below) was refused whole: "no 'traceEvents' in the
+    file". Files without ``"traceEvents"`` near their start are passed over, by their text
+    (a trace under any name, gzipped or not, is kept); a file named alone is still read,
+    and says what it is not."""
+    t1 = write(tmp_path / "run" / "trace.json", SIMPLE)  # no profiler's name
+    t2 = tmp_path / "run" / "t2.json"
+    t2.write_bytes(gzip.compress(json.dumps(SIMPLE).encode()))  # gzipped under .json
+    hp = write(tmp_path / "run" / "hparams.json", {"lr": 0.1, "note": "traceEvents"})
+    write(tmp_path / "run" / "metrics.json.gz", [1, 2, 3])
+    assert find_trace_files(tmp_path / "run") == [t2, t1]
+    write(tmp_path / "pkg" / "deep" / "sbom.cdx.json", {"bomFormat": "CycloneDX"})
+    with pytest.raises(TraceError, match=r"holds no trace files.*passed over.*sbom\.cdx\.json"):
+        find_trace_files(tmp_path / "pkg")
+    assert find_trace_files(hp) == [hp]
+    with pytest.raises(TraceError, match="no 'traceEvents'|has no events"):
+        read_trace(hp)
+
+
 def test_several_paths_and_duplicates(tmp_path):
     a = write(tmp_path / "one" / "a.json", SIMPLE)
     b = write(tmp_path / "two" / "b.json.gz", SIMPLE)
