@@ -93,14 +93,20 @@ def _write_samples(ev: _Events, samples: dict[str, Any] | None) -> int:
 
 
 def _document(tl: dict[str, Any], run_dir: str) -> dict[str, Any]:
-    """``diagnose.json`` for the tab: no findings of its own, the median step time, the
-    alarms as notes, and the timeline plot."""
+    """``diagnose.json`` for the tab: no findings of its own (its captures', each a run of
+    its own), the median of every step (all timed without the profiler), the alarms as
+    notes, and the timeline plot."""
     ms = np.asarray(tl["steps"]["ms"], dtype=np.float64)
     notes = [f"watched run: {len(ms):,} steps" + ("" if tl.get("complete") else
                                                    " (cut off: the timeline to its last flush)")]
-    notes += [f"alarm: {line}" for line in alarm_lines(tl)] or ["no alarm: no sustained change"]
+    lines = alarm_lines(tl)
+    notes += [f"alarm: {line}" for line in lines] or ["no alarm: no sustained change"]
+    # every step was timed without the profiler (the captures' windows are runs of their own)
+    median = float(np.median(ms)) if len(ms) else None
     report = {"source": [run_dir], "findings": [], "notes": notes,
-              "metrics": {"step_time_median_ms": float(np.median(ms)) if len(ms) else None}}
+              "watched": {"steps": len(ms), "alarms": len(lines)},
+              "metrics": {"step_time_unprofiled_median_ms": median,
+                          "step_time_unprofiled_steps": len(ms)}}
     plot = {"title": "Step time over the watched run",
             "caption": "Step time and loader wait, each point the median of a bucket of "
                        "steps; dashed red lines are alarms.",

@@ -79,8 +79,15 @@ def alarms_with_captures(tl: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _capture_of(caps: dict[int, dict[str, Any]], a: dict[str, Any]) -> dict[str, Any] | None:
+    """The capture serving alarm ``a``: by its step, else by the folder its own record names
+    (an alarm that came while another's capture ran shares it, and that capture's records
+    list the first alarm's step only)."""
     step = a.get("step")
-    return caps.get(step) if isinstance(step, int) else None
+    if isinstance(step, int) and step in caps:
+        return caps[step]
+    own = a.get("capture")
+    d = a.get("capture_dir") or (own.get("dir") if isinstance(own, dict) else None)
+    return next((c for c in caps.values() if d and c.get("dir") == d), None)
 
 
 def _alarm_line(a: dict[str, Any]) -> str:

@@ -252,7 +252,8 @@ class Captures:
                 self.baseline = report
             elif report is not None:
                 try:
-                    job.changed, job.comparison = what_changed(self.baseline, report)
+                    job.changed, job.comparison = what_changed(self.baseline, report,
+                                                              job.alarms)
                 except Exception as e:
                     job.changed = [f"the comparison with the baseline failed: "
                                    f"{type(e).__name__}: {e}"]

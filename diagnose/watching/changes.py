@@ -12,6 +12,8 @@ Without a baseline, the capture's own findings at warning or above stand in.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from diagnose.fixes.findings import offered
@@ -58,9 +60,22 @@ def _findings_only(report: Any) -> list[str]:
     return lines or ["no finding at warning or above in the alarm's window"]
 
 
-def what_changed(baseline: Any, report: Any) -> tuple[list[str], dict[str, Any] | None]:
+def _still_there(step_ms: float | None, alarms: Iterable[Any]) -> Any:
+    """The step-time alarm whose change the window's step ``step_ms`` still shows (nearer
+    the alarm's after than its before: past their geometric mean); None where none does."""
+    if step_ms is None:
+        return None
+    return next((a for a in alarms if a.signal == "step_time" and a.before and a.after
+                 and a.after > a.before and step_ms >= math.sqrt(a.before * a.after)), None)
+
+
+def what_changed(baseline: Any, report: Any, alarms: Iterable[Any] = ()
+                 ) -> tuple[list[str], dict[str, Any] | None]:
     """Lines that lead the alarm's report, and the comparison as JSON (None without a
-    baseline: then the lines are the capture's own findings)."""
+    baseline: then the lines are the capture's own findings). ``alarms``: those the window
+    serves; a step-time alarm whose pace the window still shows is not "passed", whatever
+    the baseline window's own step (slower than the pace the watch learnt, it measures no
+    change)."""
     if baseline is None:
         return ["no baseline window to compare with", *_findings_only(report)], None
     c = compare_reports(baseline, report)
@@ -86,7 +101,13 @@ def what_changed(baseline: Any, report: Any) -> tuple[list[str], dict[str, Any] 
             still.append(f"still {ch.severity_b} {ch.rule} ({ch.category}): {ch.message_b}")
     if c.step is not None and c.step.change_pct is not None:
         lines.append(c.step.line())
-        if c.step.verdict in ("within noise", "better"):
+        still_slow = _still_there(c.step.median_b, alarms)
+        if c.step.verdict in ("within noise", "better") and still_slow is not None:
+            lines.append(f"the window's step ({c.step.median_b:.1f} ms) is still at the "
+                         f"alarm's pace ({still_slow.before:.1f} -> {still_slow.after:.1f} "
+                         f"ms): the baseline window's own ({c.step.median_a:.1f} ms) was "
+                         "slower than the pace the watch learnt, and measures no change")
+        elif c.step.verdict in ("within noise", "better"):
             lines.insert(0, f"{PASSED} the step time was back to the baseline's in the "
                             "profiled window, so the change did not last until it was "
                             "profiled (the findings below are the window's)")

@@ -67,6 +67,13 @@ def _capture_head(rep: Any) -> dict[str, Any] | None:
                           "title": f.title} for f in rep.findings]}
 
 
+#: the note of a watched run that ended without a step boundary (a hand-written update
+#: with its batches sliced from tensors: no torch.optim step, no DataLoader)
+NO_STEPS = ("no step boundary was seen: the loop stepped no torch.optim optimizer and "
+            "pulled no more than one batch from a DataLoader, which is how watch finds its "
+            "steps; call w.step() at the end of each step (with watch(...) as w:)")
+
+
 def record(w: Any) -> dict[str, Any]:
     """The whole record of a watch (JSON-ready)."""
     _, ms, wait = w.store.last(RECENT)
@@ -99,7 +106,7 @@ def record(w: Any) -> dict[str, Any]:
                                            "gathers": rw.gathers,
                                            "cost_s": round(rw.cost_s, 4), "last": rw.last},
         "host": dict(w.host),
-        "notes": list(w.notes),
+        "notes": list(w.notes) + ([NO_STEPS] if w.ended and not w.steps else []),
     }
 
 

@@ -71,7 +71,7 @@ def test_a_capture_that_found_the_change_passed_does_not_space_the_next(monkeypa
     c = _captures()
     c.baseline = object()
     verdict = ["passed: the step time was back to the baseline's"]
-    monkeypatch.setattr(caps, "what_changed", lambda base, rep: (list(verdict), None))
+    monkeypatch.setattr(caps, "what_changed", lambda base, rep, alarms: (list(verdict), None))
     bump, real, later = _alarm(228, 16.0, 25.7), _alarm(1752, 16.0, 37.0), _alarm(3000, 37, 60)
     c.want(bump)
     job = c._queue[0]

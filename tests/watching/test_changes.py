@@ -46,8 +46,8 @@ def test_an_alarm_whose_window_found_the_pace_back_says_it_passed(monkeypatch) -
     import diagnose.watching.changes as changes
 
     def compared(verdict: str) -> types.SimpleNamespace:
-        step = types.SimpleNamespace(verdict=verdict, change_pct=0.0,
-                                     line=lambda: f"step time ...: {verdict}")
+        step = types.SimpleNamespace(verdict=verdict, change_pct=0.0, median_a=10.0,
+                                     median_b=10.0, line=lambda: f"step time ...: {verdict}")
         return types.SimpleNamespace(findings=[], step=step, metrics=[], to_json=dict)
 
     empty = types.SimpleNamespace(findings=[])
@@ -56,3 +56,30 @@ def test_an_alarm_whose_window_found_the_pace_back_says_it_passed(monkeypatch) -
         lines, _ = what_changed(empty, empty)
         assert lines[0].startswith("passed: ") == passed, lines
         assert f"step time ...: {verdict}" in lines
+
+
+def test_a_window_still_at_the_alarms_pace_has_not_passed(monkeypatch) -> None:
+    """A new user's watch: the alarm said 54.5 -> 73.1 ms and held to the end, its window
+    ran at 73.8 ms, and it read "passed": the baseline window's own step (77.6 ms, taken
+    over early slow steps) was slower than the pace the watch learnt. A window whose step
+    is nearer the alarm's after than its before is not passed, and says why; one back
+    near the before still is."""
+    import diagnose.watching.changes as changes
+
+    def compared(b_ms: float) -> types.SimpleNamespace:
+        step = types.SimpleNamespace(verdict="within noise", change_pct=-4.9, median_a=77.6,
+                                     median_b=b_ms, line=lambda: "step time ...")
+        return types.SimpleNamespace(findings=[], step=step, metrics=[], to_json=dict)
+
+    empty = types.SimpleNamespace(findings=[])
+    alarm = types.SimpleNamespace(signal="step_time", before=54.54, after=73.11)
+    for b_ms, passed in ((73.8, False), (66.0, False), (60.0, True), (54.0, True)):
+        monkeypatch.setattr(changes, "compare_reports", lambda a, b, v=b_ms: compared(v))
+        lines, _ = what_changed(empty, empty, [alarm])
+        assert lines[0].startswith("passed: ") == passed, (b_ms, lines)
+        assert any("still at the alarm's pace (54.5 -> 73.1 ms)" in x
+                   for x in lines) != passed, lines
+    # an alarm of another signal leaves the verdict to the comparison
+    other = types.SimpleNamespace(signal="loader_wait", before=1.0, after=9.0)
+    monkeypatch.setattr(changes, "compare_reports", lambda a, b: compared(73.8))
+    assert what_changed(empty, empty, [other])[0][0].startswith("passed: ")

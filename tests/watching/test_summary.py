@@ -97,6 +97,34 @@ def test_n_optimizer_steps_are_n_steps(tmp_path: Path, steps: int) -> None:
     assert tl is not None and len(tl["steps"]["ms"]) == n
 
 
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_hand_written_update_without_a_loader_says_how_to_mark_steps(
+        tmp_path: Path, marked: bool) -> None:
+    """A loop with no torch.optim step and no DataLoader (``p -= lr * p.grad``, batches
+    sliced from tensors) gave "0 steps" and "no sustained change", nothing more (a new
+    user's): the summary says no boundary was seen and to call w.step(); with w.step()
+    every step counts and there is no such note."""
+    from diagnose.watching.summary import NO_STEPS
+
+    model = torch.nn.Linear(4, 1)
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    with watch(model, None, out_dir=tmp_path, baseline=False, print_summary=False,
+               progress_s=None) as w:
+        for i in range(0, 64, 8):
+            loss = torch.nn.functional.mse_loss(model(x[i:i + 8]), y[i:i + 8])
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            if marked:
+                w.step()
+    rec = w.to_json()
+    assert rec["steps"] == (8 if marked else 0)
+    assert (NO_STEPS in rec["notes"]) is not marked
+    assert ("call w.step()" in w.summary()) is not marked
+
+
 def test_an_alarm_prints_as_the_summary_says_it() -> None:
     """A new user printed an alarm as the README shows and got the capture's whole report
     (tens of kB) in a dataclass repr: ``str(alarm)`` is the summary's lines. Two signals of
@@ -169,3 +197,24 @@ def test_the_summary_names_the_largest_shifts_in_step_order() -> None:
     got = _largest(shifts, 3)
     # by ratio: 17 -> 7.4 (2.3x), 6.6 -> 8.0 (1.21x); the utilisation's 30 points next
     assert [a["step"] for a in got] == [315, 701, 720]
+
+
+def test_an_alarm_that_shares_a_capture_names_its_folder() -> None:
+    """A new user's watch: the step-time alarm (step 274) came while the loader wait's
+    (step 263) capture ran and shared it, as the terminal said; the TensorBoard tab's notes
+    said "capture: no capture" for it (the capture's records list step 263 only). Found
+    by the folder the alarm's own record names."""
+    from diagnose.report.watch_timeline import alarm_lines
+
+    d = "watch-runs/x/captures/002-step263-loader_wait"
+    cap = {"label": "002-step263-loader_wait", "dir": d, "alarms": [263], "baseline": False}
+    tl = {"captures": [{"label": "001-baseline", "dir": "b", "alarms": [], "baseline": True},
+                       cap, {**cap, "why": None, "passed": False}],
+          "alarms": [{"step": 263, "signal": "loader_wait", "before": 13.3, "after": 49.6,
+                      "unit": "ms", "capture_why": "pending"},
+                     {"step": 274, "signal": "step_time", "before": 65.5, "after": 74.5,
+                      "unit": "ms", "capture": {"dir": d}, "capture_why": None},
+                     {"step": 900, "signal": "step_time", "before": 65.5, "after": 90.0,
+                      "unit": "ms", "capture_why": "at most one every 600 s"}]}
+    lines = alarm_lines(tl)
+    assert [x.rsplit("capture: ", 1)[1] for x in lines] == [d, d, "at most one every 600 s"]

@@ -83,6 +83,12 @@ def test_a_watched_run_becomes_a_tensorboard_run_with_its_timeline(tmp_path: Pat
         poll("TensorBoard up", lambda: get_json(f"{url}/data/plugins_listing"))
         runs = {r["run"]: r for r in get_json(f"{url}{BASE}/runs")}
         assert runs["watched"]["worst"] is None
+        # the tab says it is a watched run, timed without the profiler (a new user's read
+        # "No findings" and "as profiled (a saved trace ...)" beside 2 alarms)
+        assert runs["watched"]["headline"].startswith("A watched run: no alarm")
+        view = get_json(f"{url}{BASE}/run?{urllib.parse.urlencode({'run': 'watched'})}")
+        step = dict(view["summary"])["step time"]
+        assert "without the profiler" in step and "saved trace" not in step, step
         q = urllib.parse.urlencode
         status, ctype, svg = fetch(f"{url}{BASE}/plot?{q({'run': 'watched', 'name': 'timeline'})}")
         assert status == 200 and ctype.startswith("image/svg+xml") and svg.startswith(b"<svg")

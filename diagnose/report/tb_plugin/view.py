@@ -77,8 +77,21 @@ def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
         "counts": _counts(findings),
         "step_time": None if step is None else fmt("step_time_median_ms", step)
         + ("" if shown["measured"] == "without the profiler" else " (profiled)"),
-        "headline": _str(findings[0].get("message")) if findings else NO_FINDINGS,
+        "headline": _str(findings[0].get("message")) if findings else _no_findings(report),
     }
+
+
+def _no_findings(report: dict[str, Any]) -> str:
+    """The headline of a run without findings: a watched run's says where they are."""
+    watched = report.get("watched")
+    if not isinstance(watched, dict):
+        return NO_FINDINGS
+    n = as_number(watched.get("alarms")) or 0
+    if not n:
+        return "A watched run: no alarm, no sustained change of pace."
+    return (f"A watched run: {n:.0f} alarm{'s' if n != 1 else ''} (the notes below); each "
+            "alarm's capture is a run of its own, with its findings: write it with "
+            "torch-diagnose tensorboard CAPTURE_DIR.")
 
 
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +166,10 @@ def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> d
              and p["svg"].lstrip().startswith("<svg")]
     return {
         **run_summary(name, doc),
-        "summary": [["source", ", ".join(source)], *map(list, summary_facts(m, len(ranks))),
+        "summary": [["source", ", ".join(source)],
+                    *map(list, summary_facts(m, len(ranks), any(
+                        isinstance(x, dict) and isinstance(x.get("predicted"), dict)
+                        for f in findings for x in _list(f.get("fixes"))))),
                     ["step model", step_model_line(report.get("step_model"),
                                                    report.get("step_model_why"))]],
         "findings": [_finding(f) for f in findings],
