@@ -255,9 +255,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             own = f.estimated_gain
             if own is None or 1 - 1 / reach < own:
                 f.take_gain(1 - 1 / reach)
-                f.hints.append(f"the time at stake is what the model's fast end saves "
-                               f"({reach:.2f}x), beside a best prediction of "
-                               f"{best.speedup:.2f}x")
+                f.hints.append(f"the time at stake is what the fix saves with its "
+                               f"measured inputs at their best ({reach:.2f}x), beside a "
+                               f"best prediction of {best.speedup:.2f}x (its printed range "
+                               "also holds the model's own error)")
             else:  # the rule's own estimate is the lower: it stands, and the hint says why
                 f.hints.append(f"the time at stake is the rule's own estimate ({own:.1%}), "
                                f"beside a best prediction of {best.speedup:.2f}x whose "

@@ -30,6 +30,7 @@ from .text import (
     fix_title,
     memory_lines,
     no_findings,
+    predicts,
     shows_memory,
     step_lines,
     unprofiled_dl,
@@ -61,10 +62,12 @@ def _counts(report: Analysis) -> Markup:
     return text(*[text(b, " ") for b in out])
 
 
-def summary_facts(m: dict[str, Any], n_ranks: int) -> list[tuple[str, str]]:
+def summary_facts(m: dict[str, Any], n_ranks: int, predicted: bool = True
+                  ) -> list[tuple[str, str]]:
     """The summary's rows between source and findings, as (label, text): also the TensorBoard
-    tab's (:mod:`diagnose.report.tb_plugin`), which reads the metrics back from JSON."""
-    head, window = step_lines(m)
+    tab's (:mod:`diagnose.report.tb_plugin`), which reads the metrics back from JSON.
+    ``predicted``: a fix carries a prediction (:func:`~.text.step_lines`)."""
+    head, window = step_lines(m, predicted)
     breakdown = [f"{label} {m[f'share_{key}']:.0%}" for key, label, _ in BREAKDOWN
                  if isinstance(m.get(f"share_{key}"), int | float) and m[f"share_{key}"] >= 0.005]
     device = device_line(m)
@@ -84,7 +87,7 @@ def summary_facts(m: dict[str, Any], n_ranks: int) -> list[tuple[str, str]]:
 def _summary(report: Analysis) -> Markup:
     rows: list[tuple[str, Child]] = [
         ("source", el("code", ", ".join(report.source))),
-        *summary_facts(report.metrics, len(report.ranks)),
+        *summary_facts(report.metrics, len(report.ranks), predicts(report)),
         ("step model", step_model_line(report.step_model, report.step_model_why)),
         ("findings", _counts(report)),
     ]

@@ -22,7 +22,7 @@ from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.epochs import epoch_start_ms
 from ..stepmodel.facts import Facts
-from ..stepmodel.prediction import prediction_line
+from ..stepmodel.prediction import Prediction, prediction_line
 from ..stepmodel.step import step_model_line
 from .runkind import device_line, fit_not_evaluated, fit_notes
 
@@ -50,7 +50,7 @@ def _summary(report: Analysis) -> Table:
     dev = device_line(m)
     if dev:
         t.add_row("device", escape(dev))
-    head, window = step_lines(m)
+    head, window = step_lines(m, predicts(report))
     t.add_row("step time", head)
     if window:
         t.add_row("profiled", window)
@@ -104,9 +104,16 @@ def _probe_words(each: str) -> str:
     return ", ".join(parts)
 
 
-def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
+def predicts(report: Analysis) -> bool:
+    """Whether a finding's fix carries a predicted step (whose start the headline names)."""
+    return any(isinstance(p, Prediction) for f in report.findings
+               for p in (getattr(f, "predictions", None) or {}).values())
+
+
+def step_lines(m: dict[str, Any], predicted: bool = True) -> tuple[str, str | None]:
     """The headline step time and the profiled window's line, from a run's metrics (shared
-    by the text, HTML and TensorBoard views)."""
+    by the text, HTML and TensorBoard views); ``predicted``: a fix carries a prediction,
+    whose starting step the headline names."""
     st = step_time(m)
     n_prof = m.get("step_count")
     window = None if n_prof is None else (
@@ -141,7 +148,7 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
         head += (f"; the host ran ahead of the GPU, so the steps are the GPU's pace (the "
                  f"block's time with the {_ms(m.get('step_time_unprofiled_drain_ms'))} wait "
                  "for the GPU at its end, over its steps)")
-    head += _prediction_base(m, st["median_ms"])
+    head += _prediction_base(m, st["median_ms"]) if predicted else _mean_apart(m, st["median_ms"])
     if window is not None and isinstance(r, int | float):
         window += f"; the profiler made steps {r:.2f}x as long"
     return head, window
@@ -149,6 +156,15 @@ def step_lines(m: dict[str, Any]) -> tuple[str, str | None]:
 
 #: the predictions' starting step is named where it differs from the median by this much
 BASE_NAMED = 0.01
+
+
+def _mean_apart(m: dict[str, Any], median: float) -> str:
+    """The unprofiled steps' mean where it is not the median shown (no prediction to start
+    from it)."""
+    mean = m.get("step_time_unprofiled_mean_ms")
+    if not isinstance(mean, int | float) or abs(mean - median) < BASE_NAMED * median:
+        return ""
+    return f"; mean {_ms(mean)}" + (": some steps take longer" if mean > 1.1 * median else "")
 
 
 def _prediction_base(m: dict[str, Any], median: float) -> str:

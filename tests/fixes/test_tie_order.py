@@ -137,7 +137,7 @@ def test_a_range_that_may_help_keeps_the_rules_own_time_at_stake() -> None:
     f = _Finding(["num_workers"], estimated_gain=0.35)
     _order(f, {"num_workers": short}, [])
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.07)) < 1e-9
-    assert any("the model's fast end saves (1.07x)" in h for h in f.hints)
+    assert any("measured inputs at their best (1.07x)" in h for h in f.hints)
     none = _ranged({"num_workers": 2}, 1.005, (1.0, 1.01), (0.99, 1.01))
     f = _Finding(["num_workers"])
     _order(f, {"num_workers": none}, [])

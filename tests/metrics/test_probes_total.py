@@ -55,6 +55,11 @@ def test_the_headline_says_which_step_the_predictions_start_from() -> None:
     head = step_lines(epoch)[0]
     assert "predictions start from 43.50 ms, the steady steps' mean" in head
     assert "(2.50 ms a step)" in head
+    # a run whose findings carry no prediction names the mean, not a start (a new user's
+    # hand-written update read "predictions start from the mean" and had none)
+    for metrics in (m, epoch):
+        head = step_lines(metrics, predicted=False)[0]
+        assert head.endswith("mean 45.00 ms: some steps take longer") and "predict" not in head
 
 
 def test_a_mean_a_little_above_the_median_is_named_as_the_predictions_start() -> None:

@@ -362,7 +362,8 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
             return cannot_tell("the in-process cost of a batch is not measured with workers")
     b = batch_bytes(g, facts)
     if b is None:
-        return cannot_tell("the batch's size in bytes is not known (a live capture measures it)")
+        return cannot_tell("the batch's size in bytes is not known: this run measured no "
+                           "batch (`with diagnose(model, loader)` measures the loader's)")
     # receiving a batch: as the session timed it; else, with workers now, the shortest
     # wait of the window (a batch that was ready); else the bytes at a shared-memory rate
     timed = facts.input_worker_handover_ms
