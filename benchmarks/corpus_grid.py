@@ -85,12 +85,18 @@ def grid_job(name: str, changes: list[dict[str, Any]], args: argparse.Namespace)
         if why:
             print(f"{name:<40} {'-':<8} {fix or '-':<14} {ch:<36} not timed: {why}  {label}")
             continue
-        todo.append((change, ch, fix, cr.predict(made, "-", fix, change)))
+        try:  # a change the job's loader cannot take (batched_fetch on a custom Dataset)
+            arm = cp.make_arm(job, change)
+        except Exception as e:  # noqa: BLE001 - the change's failure is a line
+            first = (str(e).splitlines() or [""])[0][:100]
+            print(f"{name:<40} {'-':<8} {fix:<14} {ch:<36} not timed: {first}  {label}")
+            continue
+        todo.append((change, ch, fix, cr.predict(made, "-", fix, change), arm))
     if not todo:
         return
-    arms = [cp.make_arm(job, {})] + [cp.make_arm(job, c) for c, *_ in todo]
+    arms = [cp.make_arm(job, {})] + [t[-1] for t in todo]
     times = cp.time_arms(job, arms, args.rounds, args.steps)
-    for (_, ch, fix, pred), after in zip(todo, times[1:], strict=True):
+    for (_, ch, fix, pred, _), after in zip(todo, times[1:], strict=True):
         sp, lo, hi = pvm._ratio_ci(times[0], after)
         if isinstance(pred, str):
             said, err, inside = "-", "     -", "-"

@@ -148,11 +148,11 @@ BENCHMARKS: dict[str, Bench] = {
         (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
         30, corpus_row, CORPUS_COLUMNS),
     "corpus_rejudge_cpu": Bench(
-        "Every worker and threads change, by the code as it is",
-        ["benchmarks/corpus_rejudge.py", "--newest", "benchmarks/results/corpus_grid.txt",
-         "benchmarks/captures/cpu_tune"],
-        "From kept captures.",
-        (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 3),
+        "Every fix of the corpus' CPU runs, by the code as it is",
+        ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_predict.txt",
+         "<the kept captures>"],
+        "From kept captures: each run's first fixes.",
+        (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 2),
     "corpus_stability": Bench(
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
@@ -291,7 +291,7 @@ BENCHMARKS: dict[str, Bench] = {
 
 _REJUDGE = re.compile(r"^(tune|validate)\s+(\S+)\s+([A-Z]{2}\d{3})\s+\S+\s+(.*?)\s+"
                       r"\d+\.\d+x\s+(\d+\.\d+x \[[^\]]+\])\s+(\d+\.\d+x \[[^\]]+\])\s+"
-                      r"(\d+\.\d+)\s+(yes|no)\s*$")
+                      r"(\d+\.\d+)\s+(yes|no)(?:\s+model .*)?\s*$")  # range_fit's columns after
 
 
 def rejudge_row(line: str) -> str | None:
