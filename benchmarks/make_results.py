@@ -152,7 +152,8 @@ BENCHMARKS: dict[str, Bench] = {
         ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_predict.txt",
          "<the kept captures>"],
         "From kept captures: each run's first fixes.",
-        (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 2),
+        (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 2,
+        lambda line: line.replace(" inside the range,", " inside,")),
     "corpus_stability": Bench(
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
