@@ -87,7 +87,9 @@ def _capture_of(caps: dict[int, dict[str, Any]], a: dict[str, Any]) -> dict[str,
         return caps[step]
     own = a.get("capture")
     d = a.get("capture_dir") or (own.get("dir") if isinstance(own, dict) else None)
-    return next((c for c in caps.values() if d and c.get("dir") == d), None)
+    name = Path(str(d)).name if d else None  # the records' folders may be made absolute
+    return next((c for c in caps.values() if name and c.get("dir")
+                 and Path(str(c["dir"])).name == name), None)
 
 
 def _alarm_line(a: dict[str, Any]) -> str:

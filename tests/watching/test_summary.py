@@ -206,14 +206,16 @@ def test_an_alarm_that_shares_a_capture_names_its_folder() -> None:
     by the folder the alarm's own record names."""
     from diagnose.report.watch_timeline import alarm_lines
 
-    d = "watch-runs/x/captures/002-step263-loader_wait"
+    d = "/home/u/watch-runs/x/captures/002-step263-loader_wait"  # read_watched's, absolute
     cap = {"label": "002-step263-loader_wait", "dir": d, "alarms": [263], "baseline": False}
     tl = {"captures": [{"label": "001-baseline", "dir": "b", "alarms": [], "baseline": True},
                        cap, {**cap, "why": None, "passed": False}],
           "alarms": [{"step": 263, "signal": "loader_wait", "before": 13.3, "after": 49.6,
                       "unit": "ms", "capture_why": "pending"},
                      {"step": 274, "signal": "step_time", "before": 65.5, "after": 74.5,
-                      "unit": "ms", "capture": {"dir": d}, "capture_why": None},
+                      "unit": "ms", "capture": {"dir": "watch-runs/x/captures/"
+                                                       "002-step263-loader_wait"},
+                      "capture_why": None},  # as the alarm's record wrote it
                      {"step": 900, "signal": "step_time", "before": 65.5, "after": 90.0,
                       "unit": "ms", "capture_why": "at most one every 600 s"}]}
     lines = alarm_lines(tl)
