@@ -6,7 +6,8 @@ made). The probes give the step model its measured inputs (diagnose.capture.prob
 worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
-the budget allows, the quieter one kept and their ratios' span in ``threads_span``), and in
+the threads split reads them or the budget allows, the two joined and their ratios' span in
+``threads_span``), and in
 the first one's rounds beside busy processes (``threads_busy``), only where the loop has a
 DataLoader (the threads split, the one fix they serve, changes its workers); a worker's
 send cost.
@@ -30,7 +31,7 @@ from diagnose.capture.loader_shim import unwrap
 from diagnose.capture.probes import (
     ForwardTimer,
     holds_device_tensors,
-    quieter_threads,
+    joined_threads,
     threads_ratio_span,
     time_batches_in_turn,
     time_cpu_capacity_span,
@@ -132,15 +133,17 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
             lambda: budget.run("worker_send", lambda: time_worker_send(loader)))
     if workers:  # a worker's batch (where not timed in turn) and the CPUs with its batches
         _time_worker_batches(ctx, loader, in_turn, caps, budget, on_error)
-    # seconds later, while budget is left (the threads also past it where their first
-    # timing was noisy, AGAIN_NOISE): the quieter thread timing, the capacity again
+    # seconds later, while budget is left: the capacity again, and the threads, past the
+    # budget where the threads split reads them (a loader) or their first timing was noisy
+    # (AGAIN_NOISE): one timing's rounds share the host's moment, which a second moment
+    # tells (benchmarks/threads_probe_spread.py); the two thread timings joined
     if forward is not None and ctx.get("threads"):
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         again = _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs, others),
-            again=not noisy))
+            again=not (noisy or loaded)))
         ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
-        ctx["threads"] = quieter_threads(ctx["threads"], again)
+        ctx["threads"] = joined_threads(ctx["threads"], again)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, again=True)
     # the timing seconds before these (runinfo.collect), where a fix needs the capacity

@@ -92,8 +92,9 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
     run (360 ms: the sixth started with 40 ms left and took its least; the threads and the
     work beside busy processes are one probe), the batched fetch's first, whose fetches go
     to the loader's keys. The workers' capacity timing, a second one where the worker's
-    batch was timed in turn, is left out silently, as are the timings made again; the
-    capacity's span is its rounds'."""
+    batch was timed in turn, is left out silently, as is the capacity's made again, but
+    not the threads' (the threads split reads them: a second moment); the capacity's span
+    is its rounds'."""
     clock, ran = run
 
     def settled(name: str, value: Any) -> Any:
@@ -119,10 +120,10 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
     al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
                        batch=("x",), on_error=_errors, budget=ProbeBudget(0.34, 0.0))
     assert ran == ["work_after_fetch", "batches_in_turn", "cpu_capacity", "worker_handover",
-                   "threads", "worker_send"]
-    assert clock.t == pytest.approx(0.36)
+                   "threads", "worker_send", "threads"]
+    assert clock.t == pytest.approx(0.36 + 0.06)  # the second thread timing's least rounds
     assert ctx["threads_busy"] == {"busy_ratio": {}}
-    assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["worker_send"]
+    assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["worker_send", "threads"]
     assert (ctx["cpu_capacity"], ctx["cpu_capacity_span"]) == (1.9, [1.7, 2.0])
     assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
     assert (ctx["dataloader"]["batched_fetch_ms"],
@@ -249,22 +250,38 @@ def test_torchs_threads_short_of_cpus_get_the_thread_timing_alone(
     assert "threads" not in ctx["probes"]["skipped"]
 
 
-@pytest.mark.parametrize("noise,again", [(0.3, True), (0.05, False)])
-def test_a_noisy_thread_timing_is_made_again_past_the_budget(
+@pytest.mark.parametrize("noise,loaded,again", [(0.3, True, True), (0.05, True, True),
+                                               (0.3, False, True), (0.05, False, False)])
+def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
         run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch, noise: float,
-        again: bool) -> None:
-    """The budget spent (as above): a thread timing whose rounds spread 30% is made again at
-    the end all the same, and the quieter of the two kept (one thread costing the most
-    against torch's threads); one that spread 5% is not."""
+        loaded: bool, again: bool) -> None:
+    """The budget spent (as above): a thread timing the threads split reads (a loader), or
+    one whose rounds spread 30%, is made again at the end all the same, and the two joined
+    (each median their geometric mean); one that spread 5% for CF008 alone (no loader,
+    torch's threads short of CPUs) is not."""
     clock, ran = run
+    first = {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise}
     monkeypatch.setattr(al, "time_threads_and_busy", lambda *a: (
-        ran.append("threads") or {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise},
-        {"busy_ratio": {}}))
-    ctx = _ctx()
-    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
-                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+        ran.append("threads") or first, {"busy_ratio": {}}))
+    if loaded:
+        ctx = _ctx()
+        al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                           batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+    else:  # CF008's timing (time_threads), then the stub's second one, in a small budget
+        seconds = iter([first, {"work_ms": 2.0, "work_1thread_ms": 3.0}])
+        monkeypatch.setattr(al, "time_threads", lambda *a: (
+            ran.append("threads"), setattr(clock, "t", clock.t + 0.06), next(seconds))[2])
+        ctx = {"cpu_count": 2, "torch_num_threads": 2}
+        waited = {"phase": ["wait"] * 4, "ms": [10.0] * 4, "cpu_wait_ms": [2.0] * 4}
+        small = ProbeBudget(0.05, 0.0, al.unneeded(ctx, waited, 1.0))
+        al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
+                           batch=None, on_error=_errors, clock=waited, others_cpus=1.0,
+                           budget=small)
     assert ran.count("threads") == (2 if again else 1)
     if again:  # the stub's second timing: 3 ms on one thread against 2 on torch's
-        assert ctx["threads"]["work_1thread_ms"] == 3.0 and ctx["threads_span"] == [0.5, 1.5]
+        got = ctx["threads"]
+        assert got["work_1thread_ms"] == pytest.approx(math.sqrt(2.0 * 3.0), rel=1e-4)
+        assert got["work_ms"] == pytest.approx(math.sqrt(4.0 * 2.0), rel=1e-4)
+        assert ctx["threads_span"] == [0.5, 1.5]
     else:
         assert ctx["threads"]["work_ms"] == 4.0 and ctx["threads_span"] is None

@@ -23,7 +23,7 @@ from .after_fetch import time_fetches, time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
 from .compute import (
     ForwardTimer,
-    quieter_threads,
+    joined_threads,
     threads_ratio_span,
     time_threads,
     time_threads_and_busy,
@@ -38,7 +38,7 @@ __all__ = [
     "ForwardTimer",
     "holds_device_tensors",
     "paired_medians",
-    "quieter_threads",
+    "joined_threads",
     "time_batches_in_turn",
     "time_cpu_capacity",
     "time_cpu_capacity_span",

@@ -17,6 +17,7 @@ model on more than one intra-op thread is timed.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import weakref
@@ -48,9 +49,9 @@ ROUNDS_S = 0.3
 BUSY_MAX_ROUNDS = 8
 BUSY_S = 0.3
 #: a thread timing this noisy (``noise``: the relative standard error of its medians)
-#: is timed again after the other probes even where their budget is spent, and the quieter
-#: of the two kept (:func:`quieter_threads`): the predictions that read it aim within 15% of
-#: the measured speedup, which an input noisier than that cannot give
+#: is timed again after the other probes even where their budget is spent, and the two
+#: joined (:func:`joined_threads`): the predictions that read it aim within 15% of the
+#: measured speedup, which an input noisier than that cannot give
 AGAIN_NOISE = 0.15
 #: idle time before each timed forward (and backward) (s): in a training loop torch's
 #: thread pool sleeps while the step does other work (loading, the optimizer, Python), and
@@ -377,17 +378,31 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
     return out, busy, busy_s
 
 
-def quieter_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
-                    ) -> dict[str, Any] | None:
-    """Of two :func:`time_threads` timings made seconds apart, the one in which one thread
-    cost the most against torch's threads: a busy moment on a shared host slows the
-    threads' parallel ops (they wait for descheduled threads) more than one thread, so it
-    only lowers that ratio."""
-    def ratio(t: dict[str, Any] | None) -> float:
-        r = _one_thread_ratio(t)
-        return -1.0 if r is None else r
-
-    return first if ratio(first) >= ratio(second) else second
+def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
+                   ) -> dict[str, Any] | None:
+    """Two :func:`time_threads` timings made seconds apart, as one: each median the
+    geometric mean of the two (so the one-thread ratio is their ratios' geometric mean),
+    their rounds together, and a noise that holds both their own and their disagreement
+    (half the log of their ratios' ratio: two estimates' difference is their standard
+    error times two). A shared host's pace drifts over seconds: the rounds of one timing
+    share its moment, so a second moment halves the error where more rounds of the first
+    do little (benchmarks/threads_probe_spread.py). A missing one gives the other."""
+    if not first or not second:
+        return first or second
+    r1, r2 = _one_thread_ratio(first), _one_thread_ratio(second)
+    if r1 is None or r2 is None or r1 <= 0 or r2 <= 0:
+        return first if r1 is not None else second
+    out = dict(first)
+    for key in ("work_ms", "work_1thread_ms", "forward_ms"):
+        a, b = first.get(key), second.get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float) and a > 0 and b > 0:
+            out[key] = round(math.sqrt(a * b), 4)
+    out["rounds"] = int(first.get("rounds") or 0) + int(second.get("rounds") or 0)
+    own = [float(n) for n in (first.get("noise"), second.get("noise"))
+           if isinstance(n, int | float)]
+    spread = abs(math.log(r1 / r2)) / 2
+    out["noise"] = round(max(math.hypot(*own) / 2 if own else 0.0, spread), 4)
+    return out
 
 
 def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:
@@ -401,8 +416,8 @@ def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:
 def threads_ratio_span(*timings: dict[str, Any] | None) -> list[float] | None:
     """The least and the most of what one thread cost against torch's threads
     (``work_1thread_ms / work_ms``) over :func:`time_threads` timings made seconds apart:
-    the quieter one is the point (:func:`quieter_threads`); a busier moment's lower ratio
-    is how the ops ran while something else held a CPU, which the job may meet too. None
-    with fewer than two timings."""
+    their geometric mean is the point (:func:`joined_threads`); a busier moment's lower
+    ratio is how the ops ran while something else held a CPU, which the job may meet too.
+    None with fewer than two timings."""
     got = [r for t in timings if (r := _one_thread_ratio(t)) is not None]
     return [round(min(got), 4), round(max(got), 4)] if len(got) >= 2 else None

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
 
 from diagnose.capture.probes.compute import (
     ForwardTimer,
+    joined_threads,
     models_work,
-    quieter_threads,
     threads_ratio_span,
     time_threads,
 )
@@ -109,14 +111,25 @@ def test_thread_timing_does_not_apply_on_one_thread():
     assert time_threads(_model(), None) is None
 
 
-def test_the_quieter_of_two_thread_timings_is_kept():
-    """A busy moment slows torch's threads more than one thread: of two timings, the one
-    where one thread cost the most against them is kept; a missing one gives the other."""
-    busy = {"work_ms": 6.0, "work_1thread_ms": 6.3, "forward_ms": 2.5}
-    quiet = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
-    assert quieter_threads(busy, quiet) is quiet
-    assert quieter_threads(quiet, busy) is quiet
-    assert quieter_threads(None, quiet) is quiet and quieter_threads(busy, None) is busy
+def test_two_thread_timings_are_joined():
+    """Two timings seconds apart: each median their geometric mean (the one-thread ratio
+    their ratios' geometric mean), their rounds together, and a noise at least half the
+    log of their ratios' ratio; a missing one gives the other."""
+    busy = {"work_ms": 6.0, "work_1thread_ms": 6.3, "forward_ms": 2.5, "rounds": 3,
+            "noise": 0.02}
+    quiet = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0, "rounds": 4,
+             "noise": 0.04}
+    both = joined_threads(busy, quiet)
+    assert both is not None and both == joined_threads(quiet, busy)
+    ratio = both["work_1thread_ms"] / both["work_ms"]
+    assert ratio == pytest.approx(math.sqrt(1.05 * 1.3), rel=1e-4)
+    assert both["forward_ms"] == pytest.approx(math.sqrt(5.0), rel=1e-4)
+    assert both["rounds"] == 7
+    assert both["noise"] == pytest.approx(math.log(1.3 / 1.05) / 2, abs=1e-4)
+    # two timings that agree keep their own noise (the mean of two: sqrt(a^2 + b^2) / 2)
+    same = joined_threads(quiet, dict(quiet, noise=0.03))
+    assert same is not None and same["noise"] == pytest.approx(0.025, abs=1e-4)
+    assert joined_threads(None, quiet) is quiet and joined_threads(busy, None) is busy
     # the two timings' ratios, least first: the busier one's is the range's other end
     assert threads_ratio_span(busy, quiet) == [1.05, 1.3]
     assert threads_ratio_span(quiet, None) is None
