@@ -96,3 +96,15 @@ def cpu_loader(*, steps: int = 5, fetch_us: float = 2000.0, compute_us: float = 
             b.dataloader(fetch_us, workers=0)
             b.cpu(compute_us, "aten::addmm")
     return b
+
+
+def cpu_no_loader(*, steps: int = 5, slice_us: float = 500.0, compute_us: float = 2500.0
+                  ) -> tb.TraceBuilder:
+    """CPU only, no DataLoader: the loop slices its batch from tensors (``slice_us``, host
+    ops) then computes (``compute_us``): steps of host work alone."""
+    b = tb.TraceBuilder(device=None)
+    for _ in range(steps):
+        with b.step():
+            b.cpu(slice_us, "aten::index_select")
+            b.cpu(compute_us, "aten::addmm")
+    return b

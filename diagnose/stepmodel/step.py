@@ -15,7 +15,7 @@ import numpy as np
 
 from ..trace import Trace
 from .build import build_graph
-from .graph import DEVICE_TASKS, CycleError, Graph, TaskKind, replay
+from .graph import DEVICE_TASKS, CycleError, Graph, replay
 
 
 @dataclass
@@ -65,9 +65,11 @@ def _step_model(t: Trace, max_steps: int | None) -> StepModel:
     g = build_graph(t, max_steps)
     if isinstance(g, str):
         return StepModel(None, g)
-    if not g.is_kind(*DEVICE_TASKS, TaskKind.FETCH, TaskKind.DL_WAIT).any():
-        return StepModel(None, "no device work and no DataLoader in the profiled steps: "
-                               "nothing to model beyond the host's own time")
+    if t.unread_categories and not g.is_kind(*DEVICE_TASKS).any():
+        # another accelerator's events (categories this analysis does not read): a model
+        # of the host alone would leave out the device the step may wait on
+        return StepModel(None, "no device work this analysis reads: the trace's device "
+                               f"events are of categories it does not ({', '.join(t.unread_categories)})")
     try:
         r = replay(g)
     except CycleError as e:

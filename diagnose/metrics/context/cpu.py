@@ -33,11 +33,13 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "the same forward and backward on one intra-op thread"),
     "threads_one_thread_ratio": (
         "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
-        "model's ops (1.0: they do not scale with threads)"),
+        "model's ops (1.0: they do not scale with threads); of two timings seconds apart, "
+        "their ratios' geometric mean"),
     "threads_noise_rel": (
         "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
-        "from (the standard error of its rounds' medians): high where something else held "
-        "a CPU while it ran; the predictions that read the ratio are made at both its ends"),
+        "from (the standard error of its rounds' medians, and with two timings at least half "
+        "the log of their ratios' ratio): high where something else held a CPU while it "
+        "ran; the predictions that read the ratio are made at both its ends"),
     "threads_one_thread_ratio_min": (
         "ratio", "the least of threads_one_thread_ratio over the thread timings made seconds "
         "apart after the loop (a busier moment: one thread costs less against torch's "
