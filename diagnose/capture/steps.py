@@ -49,11 +49,12 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: started, and the time from an optimizer's ``step()`` returning, or a backward's end
 #: with no optimizer step after it, to the next outermost model call (``between_ms``: the
 #: loop's own work between steps and micro-batches, the DataLoader's wait inside it; null
-#: until an optimizer step was counted)
+#: until an optimizer step was counted), and the collector's pauses in that time outside
+#: the DataLoader's wait (``gc_between_ms``: CF006's, not the loop's own work)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
-                 "forwards", "loader_starts", "between_ms")
+                 "forwards", "loader_starts", "between_ms", "gc_between_ms")
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
 
@@ -150,6 +151,7 @@ class _Step:
     starts: int = 0  # new loader iterators whose first batch came in this step (epochs)
     between: float = 0.0  # from an optimizer step's return (or a backward's end) to the
     # next model call
+    gc_between: float = 0.0  # the pauses in that time, outside the wait for a batch
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -389,6 +391,8 @@ class Steps:
             if self._loading:
                 st.gc_loader += seconds
                 st.gc_full_loader += seconds if full else 0.0
+            elif self._opt_end is not None:  # in the loop's own time between steps
+                st.gc_between += seconds
 
     def on_forward(self, seconds: float) -> None:
         """The model's forward call took ``seconds`` (its hooks time it)."""
@@ -484,7 +488,8 @@ class Steps:
                 None if st.optimizer is None else st.optimizer * 1e3,
                 (st.forwards or 0) if self.forwards_counted else None,
                 st.starts if self.hook is not None else None,
-                st.between * 1e3 if self.between_timed else None)
+                st.between * 1e3 if self.between_timed else None,
+                st.gc_between * 1e3 if self.between_timed and self.gc_timed else None)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

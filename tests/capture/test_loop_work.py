@@ -65,6 +65,33 @@ def test_the_time_from_an_optimizer_step_to_the_next_forward_is_the_steps_own(
     assert m["loop_own_work_unprofiled_ms"] == pytest.approx(4.0)
 
 
+def test_the_collectors_pauses_between_steps_are_not_the_loops_own_work(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step: 4 ms of the loop's own work after the optimizer returns, with a 3 ms
+    full collection inside it (a new user's loop counted it twice: IN007's 19.5% and
+    CF006's 14%): the clock's between_ms reads 7 ms, its gc_between_ms 3, and the loop's
+    own work 4 ms; the pause stays CF006's (gc_ms)."""
+    clock, w, opt, s = _fake_clock_steps(monkeypatch)
+    s.gc_timed = True
+    for _ in range(8):
+        clock.t += 0.002
+        clock.t += 0.003
+        s.on_gc(0.003, 2)  # a full collection, outside any wait for a batch
+        clock.t += 0.002
+        s.on_model_call(True)
+        clock.t += 0.005
+        w.grad = torch.ones(2)
+        s.on_optimizer_start(opt)
+        clock.t += 0.001
+        s.on_optimizer_step(opt)
+    rows = s.clock()
+    assert rows["between_ms"][1:] == pytest.approx([7.0] * (len(rows["ms"]) - 1))
+    assert rows["gc_between_ms"][1:] == pytest.approx([3.0] * (len(rows["ms"]) - 1))
+    m = context_metrics({"capture": {"step_clock": rows}})
+    assert m["loop_own_work_unprofiled_ms"] == pytest.approx(4.0, abs=0.3)
+    assert m["gc_pause_ms"] == pytest.approx(3.0, abs=0.3)
+
+
 def test_a_dataloaders_wait_is_not_the_loops_own_work() -> None:
     """8 ms between steps of which the DataLoader's wait took 6: 2 ms of the loop's own."""
     rows = {"phase": ["wait"] * 5, "ms": [20.0] * 5, "between_ms": [8.0] * 5,

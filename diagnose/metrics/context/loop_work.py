@@ -1,9 +1,11 @@
 """The loop's own work between its steps, by the session's clock: the time from an
 optimizer's ``step()`` returning, or a backward's end where no optimizer step follows it
 (a gradient accumulation's micro-batches), to the next outermost model call
-(``between_ms``), less the DataLoader's wait inside it. Without a DataLoader that is where
-a loop makes its batches (a generator, slicing and tokenising in the loop body) on the
-training thread; with one, the work a loop does on each batch before its forward."""
+(``between_ms``), less the DataLoader's wait inside it and the collector's pauses outside
+that wait (``gc_between_ms``: CF006's, which gc.freeze takes off, not moving the work).
+Without a DataLoader that is where a loop makes its batches (a generator, slicing and
+tokenising in the loop body) on the training thread; with one, the work a loop does on
+each batch before its forward."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "loop_own_work_unprofiled_share": (
         "fraction", "the share of the unprofiled steps between an optimizer step's return "
         "(or a backward's end with no optimizer step after it) and the next model call, "
-        "the DataLoader's wait left out: the loop's own work on the training thread between "
-        "steps (its batch making without a DataLoader)"),
+        "the DataLoader's wait and the collector's pauses left out: the loop's own work on "
+        "the training thread between steps (its batch making without a DataLoader)"),
     "loop_own_work_unprofiled_ms": (
         "ms", "that work per unprofiled step (the mean)"),
 }
@@ -35,7 +37,8 @@ def loop_work_metrics(cap: Any) -> dict[str, object]:
         if between is None or ms is None:
             return out
         wait = as_number(r.get("dataloader_ms")) or 0.0
-        own.append(min(max(between - wait, 0.0), ms))
+        paused = as_number(r.get("gc_between_ms")) or 0.0  # CF006's (an older capture: 0)
+        own.append(min(max(between - wait - paused, 0.0), ms))
         total += ms
     if own and total > 0:
         out["loop_own_work_unprofiled_share"] = round(sum(own) / total, 4)
