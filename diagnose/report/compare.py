@@ -258,8 +258,11 @@ def compare_step(a: Analysis, b: Analysis, *,
         note = "; ".join([*([note] if note else []), batches])
     caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics)) if c]
     if caveats:
-        note = "; ".join([*([note] if note else []), *caveats]) + (
-            ": compare again on a quieter host")
+        host = any(busy for _, busy in caveats)
+        note = "; ".join([*([note] if note else []), *(c for c, _ in caveats)]) + (
+            ": compare again on a quieter host" if host else
+            ": the spread is the run's own, which a quieter host leaves as it is; compare more "
+            "steps of each")
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
     return StepComparison(measured, ma, mb, diff, note)
 
@@ -288,17 +291,26 @@ def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any) -> str 
             f"other work, so compare per sample{per}")
 
 
-def _caveat(which: str, m: dict[str, Any]) -> str | None:
-    """Why run ``which``'s own report doubts its step time: its clock marked it unreliable,
-    or other processes held the CPU the training thread waited for in BUSY or more of its
+def _caveat(which: str, m: dict[str, Any]) -> tuple[str, bool] | None:
+    """Why run ``which``'s own report doubts its step time, and whether a busy machine is
+    to blame: its clock marked it unreliable (the machine's doing unless the training
+    thread waited for a CPU its own processes held: its workers, its thread pools), or
+    other processes held the CPU the training thread waited for in BUSY or more of its
     timed steps. None: no doubt."""
-    said = []
-    if m.get("step_time_unprofiled_reliable") is False:
-        said.append("marks its step time unreliable")
+    said, host = [], False
     busy = m.get("step_cpu_wait_unprofiled_share")
-    if isinstance(busy, float) and busy >= BUSY and cpu_wait_holders(m)[0]:
+    waited = isinstance(busy, float) and busy >= BUSY
+    elsewhere, holders = cpu_wait_holders(m) if waited else (True, "")
+    if m.get("step_time_unprofiled_reliable") is False:
+        if waited and not elsewhere:
+            said.append(f"marks its step time unreliable ({holders})")
+        else:
+            said.append("marks its step time unreliable")
+            host = True
+    if waited and elsewhere:
         said.append(f"waited for a CPU other processes held in {busy:.0%} of its steps")
-    return f"run {which}'s own report {' and '.join(said)}" if said else None
+        host = True
+    return (f"run {which}'s own report {' and '.join(said)}", host) if said else None
 
 
 @dataclass

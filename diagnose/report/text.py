@@ -150,7 +150,7 @@ def step_lines(m: dict[str, Any], predicted: bool = True) -> tuple[str, str | No
                  "for the GPU at its end, over its steps)")
     head += _prediction_base(m, st["median_ms"]) if predicted else _mean_apart(m, st["median_ms"])
     if window is not None and isinstance(r, int | float):
-        window += f"; the profiler made steps {r:.2f}x as long"
+        window += f"; the profiled steps took {r:.2f}x the plain ones' time"
     return head, window
 
 

@@ -287,6 +287,12 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     assert code is not None and "num_workers=0" in code.split("# after", 1)[1]
     assert code.endswith("# also predicted, against the step as it is: num_workers=2: 1.05x; "
                          "num_workers=1: 1.04x")
+    # a config predicted slower than the step as it is says so (a new user read a 0.68x
+    # named in the code as an option to try)
+    slower = FIXES["num_workers_cap"].code_for_change(
+        None, TrainConfig(num_workers=4), {"num_workers": 0},
+        (((("num_workers", 0),), 1.136), ((("num_workers", 1),), 0.68)))
+    assert slower is not None and slower.endswith("num_workers=1: 0.68x (slower: not advised)")
     alone = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
                                                      {"num_workers": 0})
     assert alone is not None and "also predicted" not in alone

@@ -300,6 +300,16 @@ def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
                            "again on a quieter host")
     worse, line = regression_line(c, 5.0)
     assert line.endswith(f"({c.step.note})")
+    # the same spread where B's training thread waited for its own 2 DataLoader workers
+    # (other processes took 0.1 CPUs): the spread is the run's own, not the host's
+    b.metrics.update(host_cpu_others_cpus=0.1, step_others_cpus_unprofiled=0.1,
+                     dataloader_num_workers=2, workers_count=2, cpu_count=2)
+    own = compare_reports(a, b).step.note
+    assert own is not None and "compare again on a quieter host" not in own
+    assert own.startswith("run B's own report marks its step time unreliable (this run's own "
+                          "processes held (its 2 DataLoader workers")
+    assert own.endswith("the spread is the run's own, which a quieter host leaves as it is; "
+                        "compare more steps of each")
 
 
 def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,

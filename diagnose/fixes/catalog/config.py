@@ -191,14 +191,14 @@ class GcFreeze(Fix):
 
 GC_FREEZE = GcFreeze("gc_freeze", "Freeze what the process holds before the loop (gc.freeze)", """
 # before: every full collection walks every object the process holds (torch's included)
-for x, y in loader:
+for batch in batches:  # the training loop, with a DataLoader or without
     ...
 # after: built the model, dataset and loader? collect once, then freeze what is left:
 # later collections skip those objects (gc.unfreeze() undoes it)
 import gc
 gc.collect()
 gc.freeze()
-for x, y in loader:
+for batch in batches:
     ...
 """, category="config", auto=True, change={"gc_freeze": True}, transform=remove_gc_pauses,
     needs="a live capture that timed the collector's pauses")
@@ -222,13 +222,13 @@ THREAD_POOLS = ThreadPools("thread_pools", "Hold the other thread pool in the tr
                            "to one thread (threadpoolctl)", """
 # before: numpy's BLAS (or another library's OpenMP) keeps a thread per CPU beside torch's
 # own; both pools spin while they wait for work and take turns on the same CPUs
-for x, y in loader:
+for batch in batches:  # the training loop
     ...
 # after: that pool held to one thread in this process, torch's threads as they are
 # (or OPENBLAS_NUM_THREADS=1 in the environment, set before numpy is imported)
 from threadpoolctl import threadpool_limits
 threadpool_limits(limits={"libscipy_openblas": 1})  # the pool's library, as the report names it
-for x, y in loader:
+for batch in batches:
     ...
 """, category="config", needs="a thread pool beside torch's with 2 or more threads")
 
