@@ -91,7 +91,7 @@ def readings(rows: list[Round], gap: int) -> dict[str, Callable[[int], float]]:
     return {"one of 3": lambda i: ratio(rows[i:i + LEAST]),
             "one of 6": lambda i: ratio(rows[i:i + 2 * LEAST]),
             "two, larger": lambda i: max(two(i)),
-            "two, joined": lambda i: math.sqrt(two(i)[0] * two(i)[1])}
+            "two, joined": lambda i: math.sqrt(math.prod(two(i)))}
 
 
 def noise_coverage(rows: list[Round], ref: float) -> float:

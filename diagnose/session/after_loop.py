@@ -7,10 +7,9 @@ worker's batch against the in-process one (under ``dataloader``); the CPUs' capa
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
 the threads split reads them or the budget allows, the two joined and their ratios' span in
-``threads_span``), and in
-the first one's rounds beside busy processes (``threads_busy``), only where the loop has a
-DataLoader (the threads split, the one fix they serve, changes its workers); a worker's
-send cost.
+``threads_span``), and in the first one's rounds beside busy processes (``threads_busy``),
+only where the loop has a DataLoader (the threads split, the one fix they serve, changes
+its workers); a worker's send cost.
 For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
 fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
