@@ -93,6 +93,7 @@ class Facts:
     input_batch_bytes: float | None = None  # bytes of one batch's tensors
     dataloader_start_ms: float | None = None  # an epoch's start with the run's workers
     dataloader_epoch_boundary_ms: float | None = None  # such a step beyond a steady one
+    dataloader_epoch_after_ms: float | None = None  # the k steps after it, beyond steady ones
     dataloader_wait_max_ms: float | None = None  # longest wait for a batch in a step
     dataloader_wait_median_ms: float | None = None
     dataloader_wait_unprofiled_share: float | None = None  # of the unprofiled step

@@ -205,6 +205,34 @@ def test_the_steps_that_started_an_epoch_are_told_apart() -> None:
             statistics.stdev(free) / statistics.fmean(free) / math.sqrt(8), abs=1e-4)
 
 
+def test_the_steps_after_an_epochs_start_count_until_each_new_worker_gave_a_batch() -> None:
+    """The run's first step and two epochs' starts, each forking 2 workers
+    (``capture.loader_starts``): the 2 steps after each take 18 (the first's second step
+    starts an epoch), 20 and 14, then 16 and 12 ms, against a steady median of 10 (the
+    steady steps are those that began no epoch, these among them). Each position's median
+    over the epochs (18, 13) less the steady median, summed: 11 ms. A step of the profiled
+    window at such a position is not counted; where no counted step holds a position, or
+    the starts forked no worker, it is not known."""
+    phase = ["wait"] * 6 + ["active"] * 2 + ["settle"] + ["after"] * 11
+    ms = [90.0, 18.0, 100.0, 20.0, 14.0, 10.0, 30.0, 31.0, 80.0, 10.0, 100.0, 16.0, 12.0,
+          *[10.0] * 7]
+    cap = _cap(phase, ms)
+    starts = [1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, *[0] * 9]
+    cap["step_clock"]["loader_starts"] = starts
+    cap["loader_starts"] = [{"iter_ms": 5.0, "first_wait_ms": 8.0, "workers": 2}] * 3
+    m = context_metrics({"capture": cap})
+    assert m["dataloader_epoch_boundary_ms"] == pytest.approx(90.0)
+    assert m["dataloader_epoch_after_ms"] == pytest.approx(18 + 13 - 2 * 10.0)
+    cap["loader_starts"] = [{"iter_ms": 5.0, "first_wait_ms": 8.0, "workers": 0}] * 3
+    assert context_metrics({"capture": cap})["dataloader_epoch_after_ms"] is None
+    # the second start moved into the window: its steps after are not counted, the
+    # first start's alone are
+    cap["loader_starts"] = [{"iter_ms": 5.0, "first_wait_ms": 8.0, "workers": 2}] * 3
+    cap["step_clock"]["loader_starts"] = [1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, *[0] * 9]
+    m = context_metrics({"capture": cap})
+    assert m["dataloader_epoch_after_ms"] == pytest.approx(18 + 13 - 2 * 10.0)
+
+
 def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:
     cap = _cap(["wait", "wait", "active", "active", "active", "after", "after", "after"],
                [90.0, 10.0, 30.0, 31.0, 29.0, 80.0, 11.0, 12.0])

@@ -144,7 +144,9 @@ class PersistentWorkers(Fix):
         only that batch (``input_inprocess_batch_ms``; a run without workers: its own
         fetch and collate per batch). The difference, once per epoch
         (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
-        end (the workers shut down and joined: :func:`epoch_end_ms`). Where the workers
+        end (the workers shut down and joined: :func:`epoch_end_ms`) and, where the clock
+        timed the start, the steps after it beyond steady ones
+        (``dataloader_epoch_after_ms``). Where the workers
         share the CPUs with torch's threads, the clock's start holds batches made ahead:
         :func:`restart_saving`. The profiled window holds no epoch start, so this is not a
         replay of the graph."""
@@ -175,12 +177,15 @@ class PersistentWorkers(Fix):
         clock = facts.epoch_boundary_per_step_ms if same else None
         n_cpus = facts.cpu_count or 1
         shared_cpus = busy_threads(facts) + min(config.num_workers, n_cpus) > n_cpus
+        # the steps after a start the clock timed, beyond steady ones: the new processes'
+        # start-up and the fork's copy-on-write faults, which live workers do not pay
+        after = (facts.dataloader_epoch_after_ms or 0.0) / n if clock is not None else 0.0
         if clock is None:
             saved = (start + end - batch) / n
         elif shared_cpus:
-            saved = restart_saving(facts, config.num_workers, clock * n, batch) / n
+            saved = restart_saving(facts, config.num_workers, clock * n, batch) / n + after
         else:
-            saved = clock - batch / n
+            saved = clock - batch / n + after
         # workers that share the CPUs with torch's threads start up beside the training:
         # what the restart costs the steps after the epoch's first (new processes warming
         # up, or batches made ahead during its wait) is the error of a change of CPU work

@@ -106,8 +106,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_wait_share": ("fraction", "input_worker_wait_ms / the unprofiled step time"),
     "input_batch_bytes": (
         "bytes", "median bytes of the tensors in one batch the loader hands out"),
+    "dataloader_epoch_start_ms": (
+        "ms", "what an epoch's start cost the loop beyond steady steps: the step that held "
+        "it (dataloader_epoch_boundary_ms) and the steps after it until each new worker "
+        "handed over its first batch (dataloader_epoch_after_ms, where timed)"),
     "dataloader_epoch_start_per_step_ms": (
-        "ms", "an epoch's start beyond a steady step (dataloader_epoch_boundary_ms) spread "
+        "ms", "an epoch's start beyond steady steps (dataloader_epoch_start_ms) spread "
         "over the epoch's batches, where the workers start again each epoch (not "
         "persistent); None without workers, with persistent ones, or where the clock saw "
         "no epoch start"),
@@ -171,7 +175,8 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
 
 def epoch_start_metrics(out: dict[str, object]) -> dict[str, object]:
     """What the epochs' starts cost the job's mean step, from the settings' and the clock's
-    metrics in ``out``: an epoch's start beyond a steady step over the epoch's batches,
+    metrics in ``out``: an epoch's start beyond steady steps (the step that held it and
+    the steps after it until each new worker's first batch) over the epoch's batches,
     where the loader starts its workers again each epoch."""
     k, n = as_int(out.get("dataloader_num_workers")), as_int(out.get("dataloader_epoch_batches"))
     boundary = as_number(out.get("dataloader_epoch_boundary_ms"))
@@ -179,8 +184,10 @@ def epoch_start_metrics(out: dict[str, object]) -> dict[str, object]:
     if (not k or k <= 0 or out.get("dataloader_persistent_workers") is True or not n
             or n <= 0 or boundary is None or steady is None):
         return {}
-    per_step = boundary / n
-    return {"dataloader_epoch_start_per_step_ms": round(per_step, 4),
+    start = boundary + (as_number(out.get("dataloader_epoch_after_ms")) or 0.0)
+    per_step = start / n
+    return {"dataloader_epoch_start_ms": round(start, 3),
+            "dataloader_epoch_start_per_step_ms": round(per_step, 4),
             "dataloader_epoch_start_share": round(per_step / (steady + per_step), 4)
             if steady + per_step > 0 else None}
 

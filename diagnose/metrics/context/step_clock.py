@@ -51,6 +51,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "what an epoch's start cost the loop beyond a steady step: the median of the "
         "unprofiled steps in which a loader iterator started, less the median of the others "
         "(the last epoch's workers shut down, the new ones forked, their first batches)"),
+    "dataloader_epoch_after_ms": (
+        "ms", "what the steps just after an epoch's start cost beyond a steady step, summed: "
+        "one step for each worker started (each hands over its first batch in them), the "
+        "median over the epochs of each such step less the steady median; the new "
+        "processes' start-up on the CPUs and the training process's copy-on-write faults "
+        "after the fork, which workers kept alive do not pay (0 at least)"),
     "gc_pause_ms": (
         "ms", "mean per unprofiled step: the time Python's garbage collector paused the "
         "training thread (gc.callbacks)"),
@@ -355,10 +361,11 @@ def _steady_share(free: list[dict[str, Any]]) -> float | None:
                      for r in steady) / total, 4)
 
 
-def _epoch_metrics(free: list[dict[str, Any]]) -> dict[str, object]:
+def _epoch_metrics(free: list[dict[str, Any]], cap: Mapping[str, Any]) -> dict[str, object]:
     """The steady steps' mean and an epoch's start beyond a steady step
-    (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), where the unprofiled
-    steps hold both kinds (the clock's ``loader_starts`` column); {} otherwise."""
+    (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), and the steps just
+    after the start beyond it (:func:`_after_start_ms`), where the unprofiled steps hold
+    both kinds (the clock's ``loader_starts`` column); {} otherwise."""
     split = _by_starts(free)
     if split is None or not split[0] or not split[1]:
         return {}
@@ -366,7 +373,40 @@ def _epoch_metrics(free: list[dict[str, Any]]) -> dict[str, object]:
     mid = statistics.median(float(r["ms"]) for r in steady)
     return {"step_time_steady_mean_ms": round(StepMeans(steady)("ms") or 0.0, 3),
             "dataloader_epoch_boundary_ms": round(max(statistics.median(
-                float(r["ms"]) for r in boundary) - mid, 0.0), 3)}
+                float(r["ms"]) for r in boundary) - mid, 0.0), 3),
+            "dataloader_epoch_after_ms": _after_start_ms(cap, mid)}
+
+
+def _after_start_ms(cap: Mapping[str, Any], mid: float) -> float | None:
+    """The k steps after each epoch's start beyond the steady median ``mid`` (ms, summed
+    over the k; each step's median over the epochs), k the workers each start forked
+    (``capture.loader_starts``): each new worker hands over its first batch in them, while
+    the new processes start up on the CPUs and the training process pays copy-on-write
+    faults for the memory it writes after the fork. Only the steps :func:`free_rows` counts
+    do (a position with none of them: None), at the device's pace where the job kept it;
+    0 at least."""
+    starts = cap.get("loader_starts")
+    workers = sorted(w for s in starts if isinstance(s, Mapping)
+                     and (w := as_int(s.get("workers")))) if isinstance(starts, list) else []
+    if not workers:
+        return None
+    k = workers[len(workers) // 2]
+    rows = _clock_rows(cap)
+    pace = device_pace_ms(cap)
+    counted = {id(r) for r in _unprofiled_rows(rows)
+               if pace is None or r.get("phase") == "after"}
+    at: dict[int, list[float]] = {j: [] for j in range(1, k + 1)}
+    pos: int | None = None
+    for r in rows:
+        if as_int(r.get("loader_starts")):
+            pos = 0
+        elif pos is not None:
+            pos += 1
+            if pos <= k and id(r) in counted:
+                at[pos].append(max(float(r["ms"]), pace or 0.0))
+    if not all(at.values()):
+        return None
+    return round(max(sum(statistics.median(v) for v in at.values()) - k * mid, 0.0), 3)
 
 
 def clock_metrics(cap: Any) -> dict[str, object]:
@@ -394,7 +434,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         out["step_time_unprofiled_median_ms"] = round(med, 3)
         out["step_time_unprofiled_mean_ms"] = round(means("ms") or 0.0, 3)
         out["step_time_unprofiled_steps"] = len(times)
-        out.update(_epoch_metrics(free))
+        out.update(_epoch_metrics(free, cap))
         base = ([r for r in free if not as_int(r.get("loader_starts"))]
                 if "step_time_steady_mean_ms" in out else free)
         out["step_time_unprofiled_mean_error"] = _mean_error([float(r["ms"]) for r in base])
