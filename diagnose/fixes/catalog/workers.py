@@ -145,8 +145,8 @@ class PersistentWorkers(Fix):
         fetch and collate per batch). The difference, once per epoch
         (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
         end (the workers shut down and joined: :func:`epoch_end_ms`) and, where the clock
-        timed the start, the steps after it beyond steady ones
-        (``dataloader_epoch_after_ms``). Where the workers
+        timed the start and the workers are no more than the CPUs, the steps after it
+        beyond steady ones (``dataloader_epoch_after_ms``). Where the workers
         share the CPUs with torch's threads, the clock's start holds batches made ahead:
         :func:`restart_saving`. The profiled window holds no epoch start, so this is not a
         replay of the graph."""
@@ -178,8 +178,11 @@ class PersistentWorkers(Fix):
         n_cpus = facts.cpu_count or 1
         shared_cpus = busy_threads(facts) + min(config.num_workers, n_cpus) > n_cpus
         # the steps after a start the clock timed, beyond steady ones: the new processes'
-        # start-up and the fork's copy-on-write faults, which live workers do not pay
-        after = (facts.dataloader_epoch_after_ms or 0.0) / n if clock is not None else 0.0
+        # start-up and the fork's copy-on-write faults, which live workers do not pay.
+        # More workers than CPUs queue for them at every start, live or new, and those
+        # steps hold that refill too: not counted there
+        after = ((facts.dataloader_epoch_after_ms or 0.0) / n
+                 if clock is not None and config.num_workers <= n_cpus else 0.0)
         if clock is None:
             saved = (start + end - batch) / n
         elif shared_cpus:
