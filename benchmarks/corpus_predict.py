@@ -233,19 +233,23 @@ def _ready(a: Arm) -> int:
     return (getattr(a.cfg, "prefetch_factor", None) or 2) * (getattr(a.cfg, "num_workers", 0) or 0)
 
 
-#: a loader whose epoch is at most this many batches is timed in whole epochs
-#: (:func:`_epoch_steps`)
+#: a loader whose epoch is at most this many batches, or takes at most WHOLE_EPOCH_S at the
+#: diagnosed step, is timed in whole epochs (:func:`_epoch_steps`)
 WHOLE_EPOCH_MAX = 100
+WHOLE_EPOCH_S = 4.0
 
 
-def _epoch_steps(arms: list[Arm]) -> int | None:
+def _epoch_steps(arms: list[Arm], step_ms: float | None = None) -> int | None:
     """The batches of an epoch where every arm's loader has one of at most
-    :data:`WHOLE_EPOCH_MAX`; else None. Such a loop is timed in whole epochs, each from
-    ``iter()`` to its last batch: workers that are not persistent restart at every epoch
-    and finish its batches early (the last steps take them from the queue, fast), so a
-    block of a few steps would time whichever part of that cycle it fell on, and its
-    restart now and then. An epoch's end shuts the workers down, so none works while the
-    other arm is timed."""
+    :data:`WHOLE_EPOCH_MAX`, or one that takes at most :data:`WHOLE_EPOCH_S` at
+    ``step_ms``; else None. Such a loop is timed in whole epochs, each from ``iter()`` to
+    its last batch: workers that are not persistent restart at every epoch and finish its
+    batches early (the last steps take them from the queue, fast), and for some tens of
+    steps after a fork the training process pays for the pages it shares with the new
+    workers, so a block of a few steps would time whichever part of that cycle it fell on
+    (all of a few rounds' blocks can fall in one epoch's first steps), and its restart now
+    and then. An epoch's end shuts the workers down, so none works while the other arm is
+    timed."""
     got = set()
     for a in arms:
         try:
@@ -253,7 +257,10 @@ def _epoch_steps(arms: list[Arm]) -> int | None:
         except TypeError:  # no loader, or an iterable one
             return None
     n = got.pop() if len(got) == 1 else None
-    return n if n is not None and 0 < n <= WHOLE_EPOCH_MAX else None
+    if n is None or n <= 0:
+        return None
+    short = n <= WHOLE_EPOCH_MAX or (step_ms is not None and n * step_ms <= WHOLE_EPOCH_S * 1e3)
+    return n if short else None
 
 
 def _time_epochs(job: dict[str, Any], arms: list[Arm], rounds: int, n: int
@@ -282,12 +289,13 @@ def _turns(n: int, r: int) -> list[int]:
     return list(range(n)) if r % 2 == 0 else list(reversed(range(n)))
 
 
-def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int) -> list[list[float]]:
+def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int,
+              step_ms: float | None = None) -> list[list[float]]:
     """Mean step (ms) of each arm per round, the arms' blocks interleaved in turns
     (:func:`_turns`); each block after a warm-up of 3 steps and the batches the busiest
-    arm's workers keep ready. A loader with a short epoch is timed in whole epochs instead
-    (:func:`_epoch_steps`)."""
-    n = _epoch_steps(arms)
+    arm's workers keep ready. A loader with a short epoch (in batches, or in time at the
+    diagnosed ``step_ms``) is timed in whole epochs instead (:func:`_epoch_steps`)."""
+    n = _epoch_steps(arms, step_ms)
     if n is not None:
         return _time_epochs(job, arms, rounds, n)
     its = [_batches(job, a) for a in arms]
@@ -326,12 +334,35 @@ def time_apart(name: str, change: dict[str, Any], rounds: int) -> list[list[floa
 
 
 def _apart(name: str, change: dict[str, Any]) -> None:
+    """One process of :func:`time_apart`: prints its mean step (ms). A warm-up of 10 steps
+    and the batches the workers keep ready; then, where the loader's epoch is short
+    (:func:`_epoch_steps`, at the warm-up's step), one untimed epoch and whole epochs
+    timed, at least ``APART_STEPS`` steps (so that the restarts of workers that are not
+    persistent, and the steps after them, count as often as in the job); else
+    ``APART_STEPS`` steps after the warm-up."""
     job = make(name)
     a = make_arm(job, change)
     warm = 10 + _ready(a)
     it = _batches(job, a)
     with _settings(job, a):
-        t0 = 0.0
+        t0 = time.perf_counter()
+        for _ in range(warm):
+            _step(job, next(it), a.cfg)
+        _sync(job)
+        n = None if a.loader is None else _epoch_steps(
+            [a], (time.perf_counter() - t0) / warm * 1e3)
+        if n is not None:
+            getattr(it, "close", lambda: None)()
+            epochs = 1 + -(-pvm.APART_STEPS // n)
+            for e in range(epochs):
+                if e == 1:
+                    _sync(job)
+                    t0 = time.perf_counter()
+                for batch in a.loader:
+                    _step(job, batch, a.cfg)
+            _sync(job)
+            print(f"{(time.perf_counter() - t0) / ((epochs - 1) * n) * 1e3:.4f}")
+            return
         for k in range(warm + pvm.APART_STEPS):
             if k == warm:
                 _sync(job)
@@ -489,7 +520,8 @@ def _rows(name: str, args: argparse.Namespace, tally: Tally, label: str) -> None
                 times = time_apart(name, change, max(4, args.rounds // 2))
             else:
                 times = time_arms(job, [make_arm(job, {}), make_arm(job, change)],
-                                  args.rounds, args.steps)
+                                  args.rounds, args.steps,
+                                  pred["step_ms"] * pred["speedup"])
             timed[key] = (rule, times)
         sp, lo, hi = pvm._ratio_ci(times[0], times[1])
         err = sp / pred["speedup"]
