@@ -125,7 +125,7 @@ def step_lines(m: dict[str, Any], predicted: bool = True) -> tuple[str, str | No
         window += f"; the session's own timings of the job took {took}"
         each = m.get("probes_ms_each")
         if isinstance(each, str) and each:
-            window += f" ({_probe_words(each)})"
+            window += f" (spent timing {_probe_words(each)})"
     close = m.get("capture_profiler_close_ms")
     if window is not None and isinstance(close, int | float) and close >= 100:
         window += (f"; the loop waited {close / 1e3:.1f} s as the window ended (the "

@@ -24,12 +24,13 @@ def test_the_probes_time_is_summed_and_shown_beside_the_profiled_window() -> Non
                        "probes_ms_total": 350.5,
                        "probes_ms_each": "threads 0.25 s, cpu_capacity 0.10 s"})[1]
     assert each is not None and each.endswith(
-        "took 0.4 s (the compute on fewer threads 0.25 s, the CPUs' capacity 0.10 s)")
+        "took 0.4 s (spent timing the compute on fewer threads 0.25 s, the CPUs' capacity "
+        "0.10 s)")
     small = step_lines({"step_count": 5, "steps_source": "ProfilerStep",
                         "step_time_median_ms": 10.0, "step_time_p90_ms": 11.0,
                         "probes_ms_total": 12.0, "probes_ms_each": "fetches 0.01 s"})[1]
     assert small is not None and small.endswith(  # not 0.0 s
-        "took 12 ms (a batched fetch against the loader's 0.01 s)")
+        "took 12 ms (spent timing a batched fetch against the loader's 0.01 s)")
     # a probe every timing names has words in the report; an unknown name stays as it is
     from diagnose.capture.probes.budget import PROBES
     from diagnose.report.text import PROBE_WORDS, _probe_words
