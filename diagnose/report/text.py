@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.markup import escape
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
@@ -480,11 +481,10 @@ def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
     the what-ifs (:func:`what_if_table`)."""
     if not mem:
         return []
-    head = Text("Memory", style="bold")
     styles = {"peak": "", "modules": "dim", "oom": "red"}
-    for line, kind in memory_lines(mem):
-        head.append(f"\n  {line}", style=styles[kind])
-    out: list[Any] = [head]
+    # each line indented as a whole, so that a line the terminal wraps keeps its indent
+    out: list[Any] = [Group(Text("Memory", style="bold"), *(
+        Padding(Text(line, style=styles[kind]), (0, 0, 0, 2), expand=False) for line, kind in memory_lines(mem)))]
     cols, rows = what_if_table(mem)
     if rows:
         t = Table(title=WHAT_IF_TITLE, title_justify="left")

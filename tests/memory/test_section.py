@@ -110,3 +110,18 @@ def test_a_what_ifs_change_reads_as_the_settings_it_names() -> None:
     assert _change({"batch_size": 32, "grad_accum_steps": 2}) == "batch_size=32, grad_accum_steps=2"
     assert _change({"zero_grad_set_to_none": False}) == "zero_grad(set_to_none=False)"
     assert _change({"checkpoint_modules": ["a", "b"]}) == "checkpoint 2 blocks"
+
+
+def test_a_wrapped_memory_line_keeps_its_indent():
+    """A narrow terminal wraps the peak-by-kind line; its continuation stays under the
+    section's indent rather than at column 0."""
+    from rich.console import Console
+
+    from diagnose.report.text import memory_renderables
+    console = Console(width=40, record=True, color_system=None)
+    for r in memory_renderables(SECTION):
+        console.print(r)
+    lines = [ln for ln in console.export_text().splitlines() if ln.strip()]
+    at = lines.index("Memory")
+    body = lines[at + 1:at + 4]  # the peak line, wrapped over several rows
+    assert len(body) == 3 and all(ln.startswith("  ") for ln in body), lines
