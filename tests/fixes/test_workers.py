@@ -728,3 +728,22 @@ def test_an_epoch_start_with_workers_that_wait():
     assert epoch_start_ms(loader_bound, {"num_workers": 8}) == pytest.approx(161 / 96)
     busy = loader_bound.replace(dataloader_wait_unprofiled_share=0.5)
     assert epoch_start_ms(busy, {"num_workers": 8}) == pytest.approx(261 / 96)
+
+
+def test_persistent_workers_count_the_batch_as_a_worker_makes_it(tmp_path):
+    """Live workers make the epoch's first batch and those ahead, one intra-op thread
+    each: a worker's batch timed after the loop (8 ms) leads over one made in the loop's
+    process (a noisier timing beside torch's threads, 20 ms here), which serves where no
+    worker's batch was timed. Shared CPUs: 300 ms wait less 4 batches ahead over 2 CPUs."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(dataloader_num_workers=4, dataloader_epoch_batches=4,
+              dataloader_epoch_boundary_ms=300.0, step_time_steady_mean_ms=3.0,
+              input_worker_start_ms=32.0, input_worker_handover_ms=2.0,
+              dataloader_prefetch_factor=2, cpu_count=2, torch_num_threads=2)
+    cfg = TrainConfig(num_workers=4)
+    both = _predict("persistent_workers", m, cfg, input_worker_batch_ms=8.0,
+                    input_inprocess_batch_ms=20.0, **kw)
+    inproc = _predict("persistent_workers", m, cfg, input_inprocess_batch_ms=20.0, **kw)
+    assert isinstance(both, Prediction) and isinstance(inproc, Prediction)
+    assert both.base_ms - both.step_ms == pytest.approx((300 - 4 * 8 / 2) / 4, rel=1e-3)
+    assert inproc.base_ms - inproc.step_ms == pytest.approx((300 - 4 * 20 / 2) / 4, rel=1e-3)

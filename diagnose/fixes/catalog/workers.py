@@ -141,9 +141,10 @@ class PersistentWorkers(Fix):
         ``dataloader_start_ms``, as the session saw an epoch start with the run's
         workers; for another worker count, or where none was seen, one worker started
         after the loop, ``input_worker_start_ms``), where live workers would make
-        only that batch (``input_inprocess_batch_ms``; a run without workers: its own
-        fetch and collate per batch). The difference, once per epoch
-        (``dataloader_epoch_batches`` steps), comes off the mean step, with the epoch's
+        only that batch (as a worker makes it, ``input_worker_batch_ms``; else one made
+        in the loop's process, else the trace's fetch and collate per batch). The
+        difference, once per epoch (``dataloader_epoch_batches`` steps), comes off the
+        mean step, with the epoch's
         end (the workers shut down and joined: :func:`epoch_end_ms`) and, where the clock
         timed the start and the workers are no more than the CPUs, the steps after it
         beyond steady ones (``dataloader_epoch_after_ms``). Where the workers
@@ -159,7 +160,11 @@ class PersistentWorkers(Fix):
         if start is None:
             start = facts.input_worker_start_ms
         n = facts.dataloader_epoch_batches
-        batch = facts.input_inprocess_batch_ms
+        # the batch live workers make: as a worker makes it, else in process, else the
+        # trace's loading
+        batch = facts.input_worker_batch_ms
+        if batch is None:
+            batch = facts.input_inprocess_batch_ms
         if batch is None:
             batch = loading_ms(facts)
         step = facts.step_time_unprofiled_mean_ms or facts.step_time_median_ms
