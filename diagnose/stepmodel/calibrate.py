@@ -31,6 +31,16 @@ def replayed_step_ms(g: Graph) -> float:
     return max(float(np.median(replay(g).step_ms)), busiest_ms(g))
 
 
+def fed_step_ms(g: Graph) -> float:
+    """The steady step of a replay with every batch ready when the loop asks for it: the
+    workers' tasks and their edges gone, each wait for a batch only its own hand-over
+    (ms). The steps at an epoch's start whose batches the workers made during it."""
+    prod = g.is_kind(TaskKind.PRODUCER)
+    if not prod.any():
+        return replayed_step_ms(g)
+    return replayed_step_ms(g.remove_edges(np.isin(g.esrc, np.flatnonzero(prod))).take(~prod))
+
+
 def _arrivals_at(g: Graph, ratio: float) -> Graph:
     """The loader's workers at the run's own pace: batches arriving ``ratio`` x as far into
     the window as the trace says, and the waits for them ``ratio`` x as long (where every

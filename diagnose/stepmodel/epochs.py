@@ -115,3 +115,24 @@ def _fill_ms(facts: Facts, k: float, n: float, batch: float) -> float:
     pace = batch / max(k, 1.0)
     lost = batch + max(n * own, (n - k) * pace) - n * max(own, pace)
     return min(batch, max(0.0, lost))
+
+
+def ready_at_start(facts: Facts, change: Mapping[str, Any]) -> float:
+    """The share of an epoch's steps whose batches are made during its start, where
+    ``change`` restarts k workers (not persistent) every epoch of n batches: k workers
+    start together and each makes its first batch before the loop's first arrives
+    (:func:`epoch_start_ms` counts that start, those batches' work in it), so the first
+    min(k, n) steps find a batch ready and wait for none. 0 where the change keeps the
+    run's worker count (its own epoch start was timed beside its own steps), keeps the
+    workers alive, or the epoch's length is not known; 0 too where a worker's batch
+    waits (files, the network): the start's fill (:func:`_fill_ms`) counts those steps."""
+    if "num_workers" not in change:
+        return 0.0
+    k = change["num_workers"]
+    keep = change.get("persistent_workers", facts.dataloader_persistent_workers)
+    n = facts.dataloader_epoch_batches
+    if (not isinstance(k, int | float) or k <= 0 or keep is True or not n or n <= 0
+            or k == facts.dataloader_num_workers or facts.worker_batch_waits):
+        return 0.0
+    return min(k, n) / n
+

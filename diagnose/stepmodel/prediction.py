@@ -22,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from .calibrate import calibrate, replayed_step_ms
+from .calibrate import calibrate, fed_step_ms, replayed_step_ms
 from .calibration import (
     EFFECT_ERROR,
     EFFECT_FLOOR,
     HELPS,
     THREADS_NOISE_MAX,
 )
+from .epochs import ready_at_start
 from .facts import Facts
 from .graph import DEVICE_TASKS, Graph
 from .host import cpu_bound_ms, loading_ms, loop_contention
@@ -399,7 +400,7 @@ class Predictor:
             ms = max(ms, bound * to_ms)
         # the costs outside the replayed step: as a transform declares them before and
         # after (the run's own epoch start among them), else the run's epoch start on both
-        base, paid_any = self.steady_ms, False
+        base, paid_any, steady = self.steady_ms, False, (ms, raw)
         for outside in _declared(steps, "outside"):
             paid = outside(given, change)
             if paid is not None:
@@ -407,6 +408,12 @@ class Predictor:
                 paid_any = True
         if not paid_any:
             base, ms, raw = base + self.epoch_ms, ms + self.epoch_ms, raw + self.epoch_ms
+        elif (ready := ready_at_start(given, change)) > 0:
+            # the epoch's start as paid made its first batches: the steps that take them
+            # wait for none (the changed step with every batch ready)
+            fed = fed_step_ms(g2) * self.steady_ms / max(self.base_replay, 1e-9)
+            ms -= ready * max(steady[0] - fed, 0.0)
+            raw -= ready * max(steady[1] - fed, 0.0)
         period = g2.producer_period
         share = (None if math.isnan(period) or not steps or step2 <= 0
                  else min(1.0, period / 1e3 / step2))

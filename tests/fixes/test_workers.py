@@ -368,7 +368,10 @@ def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     assert p.step_ms == pytest.approx(1.6 + 14 / 24, abs=0.01)
     assert p.speedup == pytest.approx(3.0 / (1.6 + 14 / 24), rel=0.01)
     each = dict(p.candidates)
-    assert each[(("num_workers", 1),)] == pytest.approx(3.0 / (2.0 + 8 / 24), rel=0.01)
+    # 1 worker: the loop waits on it (2.0 ms a step), but the batch it made during the
+    # epoch's start is ready for the first step, which takes only its own 1.2 ms
+    assert each[(("num_workers", 1),)] == pytest.approx(3.0 / (2.0 + (8 - 0.8) / 24),
+                                                          rel=0.01)
     # the run's own start, with its 6 workers, is in the base the change starts from
     six = Predictor(m, _facts(m, dataloader_num_workers=6, dataloader_start_ms=26.0, **kw))
     one = six.predict_change(workers_unit.num_workers, {"num_workers": 1})
@@ -747,3 +750,32 @@ def test_persistent_workers_count_the_batch_as_a_worker_makes_it(tmp_path):
     assert isinstance(both, Prediction) and isinstance(inproc, Prediction)
     assert both.base_ms - both.step_ms == pytest.approx((300 - 4 * 8 / 2) / 4, rel=1e-3)
     assert inproc.base_ms - inproc.step_ms == pytest.approx((300 - 4 * 20 / 2) / 4, rel=1e-3)
+
+
+def test_the_first_steps_of_a_short_epoch_take_the_batches_made_at_its_start(tmp_path):
+    """4 workers restarted every epoch of 4 batches, each worker's batch 2 ms on 2 CPUs:
+    the start makes the 4 batches, so no step of the epoch waits for one and the mean step
+    is the loop's own (1.2 ms) plus the start; 1 worker makes one batch at the start, and
+    only the first of 4 steps takes it without waiting. A run with workers whose batches
+    wait (files), and a change that keeps the run's workers, take no such credit."""
+    from diagnose.stepmodel.epochs import ready_at_start
+
+    facts = Facts(dataloader_num_workers=0, dataloader_epoch_batches=4)
+    assert ready_at_start(facts, {"num_workers": 4}) == 1.0
+    assert ready_at_start(facts, {"num_workers": 8}) == 1.0
+    assert ready_at_start(facts, {"num_workers": 1}) == 0.25
+    assert ready_at_start(facts, {"num_workers": 0}) == 0.0
+    assert ready_at_start(facts, {"num_workers": 1, "persistent_workers": True}) == 0.0
+    assert ready_at_start(facts, {"persistent_workers": True}) == 0.0
+    assert ready_at_start(facts.replace(dataloader_num_workers=1), {"num_workers": 1}) == 0.0
+    waits = facts.replace(input_worker_batch_ms=2.0, input_worker_batch_cpu_ms=0.1)
+    assert waits.worker_batch_waits and ready_at_start(waits, {"num_workers": 1}) == 0.0
+    assert ready_at_start(facts.replace(dataloader_epoch_batches=None), {"num_workers": 1}) == 0.0
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = {**EPOCH_RUN, "dataloader_epoch_batches": 4}
+    p = _predict("num_workers", m, dataloader_num_workers=0, **kw)
+    assert isinstance(p, Prediction)
+    each = dict(p.candidates)
+    # 1 worker: steps at 2.0, 1.2, then its start (6 + 2 ms) over the 4 steps
+    assert 3.0 / each[(("num_workers", 1),)] == pytest.approx(
+        (3 * 2.0 + 1.2) / 4 + 8 / 4, rel=0.01)
