@@ -471,6 +471,7 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
         in f.message
     assert f.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)  # one thread's saving
     assert "torch.set_num_threads(1)" in f.fix_code["torch_threads"]
+    assert not [h for h in f.hints if "DataLoader workers" in h]  # the job has none
     # not predicted: the host's work is modelled, but not a thread pool taking turns
     assert str(f.predictions["torch_threads"]).startswith("no model of what torch_threads")
     # the run's own count in the code: 4 CPUs, others on 1.0, torch on 4 threads: 3
@@ -505,6 +506,10 @@ def test_idle_workers_do_not_hide_torch_threads_short_of_the_cpus(tmp_path, work
     assert bool(found) == fires, (report.metrics.get("workers_cpus"), found)
     if fires:
         assert "torch.set_num_threads(1)" in found[0].fix_code["torch_threads"]
+        # the job's own workers are named beside the other processes' CPUs
+        assert ("The job's own 2 DataLoader workers did 0.01 CPUs' worth of work over the "
+                "capture on the same 2 CPUs; the other processes' 0.78 are beyond them."
+                in found[0].hints), found[0].hints
 
 
 def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
