@@ -7,8 +7,10 @@ row, each capture's first fix and its predicted speedup.
 For each job, ``--captures`` diagnoses of its own loop one after another (corpus_predict's
 ``diagnose_job``), nothing timed beside them. Per capture: the leading warning/critical
 finding, its first fix, the change, the predicted speedup and its range. Per job: whether
-every capture named the same first fix and change, and the spread of the predicted speedups
-(max / min - 1), which the issue wants within 10%. ``--keep DIR`` keeps each capture's run
+every capture named the same first fix (the same change to the user's code: two findings
+may lead with one change, as the report shows it, "the same change as IN001's above"),
+whether the same finding led it, and the spread of the predicted speedups (max / min - 1),
+which the issue wants within 10%. ``--keep DIR`` keeps each capture's run
 folder as ``DIR/<job>/<n>`` (corpus_rejudge.py and an inspection of why a fix flipped read
 them). ``--rejudge DIR`` captures nothing: it analyses such kept folders again with the
 code as it is now (a change of rules or model judged on the same captures).
@@ -87,11 +89,14 @@ def main() -> int:
             said = f"{sp:.2f}x" if sp is not None else "-"
             print(f"{name:<40} {i:>2} {rule:<8} {fix:<16} {change:<36} {said:>9}  {rng}",
                   flush=True)
-        same = len({(s[1], s[2]) for s in seen}) == 1
+        same = len({s[2] for s in seen}) == 1
+        led = len({s[0] for s in seen}) == 1
         sps = [s[3] for s in seen if s[3] is not None]
         spread = (max(sps) / min(sps) - 1) if len(sps) >= 2 else None
         held += same and (spread is None or spread <= 0.10)
-        summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}; predicted "
+        summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}"
+                       f"{'' if led else ' (led by ' + ', '.join(sorted({s[0] for s in seen})) + ')'}"
+                       "; predicted "
                        + (f"{min(sps):.2f}-{max(sps):.2f}x, spread {spread:.0%}"
                           f" ({'within' if spread <= 0.10 else 'beyond'} 10%)"
                           if spread is not None else "-"))
