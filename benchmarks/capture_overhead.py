@@ -36,6 +36,13 @@ the unprofiled median, both by the session's clock: ``profiler_overhead_ratio``)
 ``context["probes_ms"]``: each probe's own time, and all of them as a share of the wall
 time ('*' on the ratio: the session judged its unprofiled figure too noisy to trust).
 Goals: profiled step <= 1.3x the unprofiled one; all probes under 5% of the wall.
+
+``--kept DIR [DIR ...]`` captures nothing: it reads the run folders that corpus runs kept
+(``--keep``; benchmarks/captures holds some), jobs of many shapes, and gives each one's
+wall time (``capture.started`` at the ``with`` block's entry to ``capture.ended``, written
+after the probes: not the analysis and report), its probes' time and share, then the
+median share, how many captures keep the probes under 5%, and each probe's part of all
+the probes' time. Nothing is timed: run it beside anything.
 """
 
 from __future__ import annotations
@@ -286,6 +293,75 @@ def jobs_table(names: list[str], captures: int) -> None:
                   f"{total / 1e3 / wall * 100:>7.1f}%   {top}")
 
 
+#: the goal: all the probes under this share of the capture's wall time
+PROBES_GOAL = 0.05
+
+
+def kept_capture(ctx_path: Path) -> tuple[float, float, dict[str, float], float | None] | None:
+    """(wall s, probes s, {probe: ms}, the profiled step over the unprofiled one by the
+    session's clock or None) of one kept run folder's context.json; None where it lacks
+    the capture's times or the probes' (an older capture, a job with no probe run)."""
+    import json
+
+    from diagnose.metrics.context import context_metrics
+
+    try:
+        ctx: dict[str, Any] = json.loads(ctx_path.read_text())
+    except (OSError, ValueError):
+        return None
+    cap = ctx.get("capture") or {}
+    probes = ctx.get("probes_ms") or {}
+    start, end = cap.get("started"), cap.get("ended")
+    if not isinstance(start, int | float) or not isinstance(end, int | float) or not probes:
+        return None
+    wall = float(end) - float(start)
+    took = {k: float(v) for k, v in probes.items() if isinstance(v, int | float)}
+    if wall <= 0 or not took:
+        return None
+    m = context_metrics(ctx)
+    prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
+        "step_time_unprofiled_median_ms")
+    ratio = prof / free if isinstance(prof, float) and isinstance(free, float) and free > 0 \
+        else None
+    return wall, sum(took.values()) / 1e3, took, ratio
+
+
+def kept_table(dirs: list[Path]) -> None:
+    """Per kept capture under ``dirs``: its wall time, its probes' time and share, the
+    largest probes; then the median share, the captures under the goal, each probe's part."""
+    rows = []
+    for d in dirs:
+        for ctx in sorted(d.rglob("context.json")):
+            got = kept_capture(ctx)
+            if got is not None:
+                rows.append((str(ctx.parent.relative_to(d)), *got))
+    if not rows:
+        bad_input("no run folder with the probes' times under " + ", ".join(map(str, dirs)))
+    print(f"{'capture':<52} {'wall s':>6} {'prof/unprof':>11} {'probes s':>8} {'share':>6}  "
+          "largest probes (ms)")
+    for name, wall, probes, took, ratio in sorted(rows, key=lambda r: r[2] / r[1]):
+        top = sorted(took.items(), key=lambda kv: -kv[1])[:3]
+        said = "-" if ratio is None else f"{ratio:.2f}x"
+        print(f"{name[:52]:<52} {wall:6.1f} {said:>11} {probes:8.2f} {probes / wall:6.1%}  "
+              + ", ".join(f"{k} {v:.0f}" for k, v in top))
+    shares = [p / w for _, w, p, _, _ in rows]
+    ratios = [r for *_, r in rows if r is not None]
+    under = sum(s <= PROBES_GOAL for s in shares)
+    total: dict[str, float] = {}
+    for *_, took, _ in rows:
+        for k, v in took.items():
+            total[k] = total.get(k, 0.0) + v
+    whole = sum(total.values())
+    print(f"\ncaptures: {len(rows)}, {under} with the probes under {PROBES_GOAL:.0%} of the "
+          f"wall; the probes' share: median {statistics.median(shares):.1%}, least "
+          f"{min(shares):.1%}, most {max(shares):.1%}"
+          + (f"; profiled step / unprofiled: median {statistics.median(ratios):.2f}x "
+             f"({sum(r <= 1.3 for r in ratios)} of {len(ratios)} at most 1.3x)" if ratios else ""))
+    print("each probe's part of all the probes' time: " + ", ".join(
+        f"{k} {v / whole:.0%}" for k, v in sorted(total.items(), key=lambda kv: -kv[1])
+        if v / whole >= 0.005))
+
+
 def bad_input(why: str) -> None:
     """One line on stderr and exit status 2."""
     print(f"capture_overhead.py: {why}", file=sys.stderr)
@@ -296,6 +372,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", nargs="+", default=None,
                     help="capture these benchmarks/jobs instead (profiler and probe costs)")
+    ap.add_argument("--kept", nargs="+", type=Path, default=None, metavar="DIR",
+                    help="read the run folders kept under these folders; capture nothing")
     ap.add_argument("--captures", type=int, default=3, help="captures per job (--jobs)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per arm per round")
@@ -309,6 +387,12 @@ def main() -> None:
         bad_input(f"need --rounds, --steps, --captures >= 1 and --hz > 0 (got --rounds "
                   f"{args.rounds}, --steps {args.steps}, --captures {args.captures}, "
                   f"--hz {' '.join(f'{h:g}' for h in args.hz)})")
+    if args.kept:
+        missing = [d for d in args.kept if not d.is_dir()]
+        if missing:
+            bad_input(f"not a folder: {missing[0]}")
+        kept_table(args.kept)
+        return
     if args.jobs:
         from jobs._run import job_names
 

@@ -194,7 +194,8 @@ BENCHMARKS: dict[str, Bench] = {
         "Plain, sampled and profiled steps interleaved, or whole captures with the probes' own "
         "time. Goals: samplers under 1%; a profiled step at most 1.3x; the probes under 5% of "
         "the capture.",
-        (r"^samplers", r"^profiled step / plain", r"^job\s+wall s", r"^\w+\s+\d+\.\d+\s+\d+\.\d+x"),
+        (r"^samplers", r"^profiled step / plain", r"^job\s+wall s", r"^\w+\s+\d+\.\d+\s+\d+\.\d+x",
+         r"^captures: \d+", r"^each probe's part"),
         6),
     "gc_footprint": Bench(
         "What a finished session leaves in the training process",
