@@ -10,7 +10,9 @@ finding, its first fix, the change, the predicted speedup and its range. Per job
 every capture named the same first fix (the same change to the user's code: two findings
 may lead with one change, as the report shows it, "the same change as IN001's above"),
 whether the same finding led it, and the spread of the predicted speedups (max / min - 1),
-which the issue wants within 10%. ``--keep DIR`` keeps each capture's run
+which the issue wants within 10%; and whether every capture's printed range held every
+capture's point (the issue's other way for inputs too noisy for 10%: a range wide enough
+for what the next capture says). ``--keep DIR`` keeps each capture's run
 folder as ``DIR/<job>/<n>`` (corpus_rejudge.py and an inspection of why a fix flipped read
 them). ``--rejudge DIR`` captures nothing: it analyses such kept folders again with the
 code as it is now (a change of rules or model judged on the same captures).
@@ -48,6 +50,18 @@ def first_fix(report: dict[str, Any]) -> tuple[str, str, str, float | None, str]
     return "-", "-", "-", None, "no warning with a fix offered"
 
 
+def _span(rng: str) -> tuple[float, float] | tuple[None, None] | None:
+    """(low, high) speedups of :func:`first_fix`'s range text ("1.02-1.59x"); (None, None)
+    where there is no prediction; None where the text is not a range."""
+    if not rng.endswith("x"):
+        return None, None
+    try:
+        lo, hi = (float(v) for v in rng[:-1].split("-"))
+    except ValueError:
+        return None
+    return lo, hi
+
+
 def _analysed(kept: Path) -> dict[str, Any]:
     """The report JSON of a kept capture (its one run folder) as the code now reads it."""
     from diagnose.api import analyze
@@ -71,7 +85,7 @@ def main() -> int:
     print_header("one corpus job's first fix, capture after capture", "corpus_stability.py")
     print(f"{'job':<40} {'#':>2} {'finding':<8} {'first fix':<16} {'change':<36} "
           f"{'predicted':>9}  range")
-    summary, held = [], 0
+    summary, held, ranged, covers = [], 0, 0, 0
     for name in args.jobs:
         seen: list[tuple[str, str, str, float | None, str]] = []
         n = args.captures if args.rejudge is None else len(
@@ -94,16 +108,25 @@ def main() -> int:
         sps = [s[3] for s in seen if s[3] is not None]
         spread = (max(sps) / min(sps) - 1) if len(sps) >= 2 else None
         held += same and (spread is None or spread <= 0.10)
+        spans = [_span(s[4]) for s in seen]
+        covered = (None if spread is None or None in spans else all(
+            lo <= sp <= hi for sp in sps for lo, hi in spans if lo is not None))
+        ranged += covered is not None
+        covers += covered is True
         summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}"
                        f"{'' if led else ' (led by ' + ', '.join(sorted({s[0] for s in seen})) + ')'}"
                        "; predicted "
                        + (f"{min(sps):.2f}-{max(sps):.2f}x, spread {spread:.0%}"
                           f" ({'within' if spread <= 0.10 else 'beyond'} 10%)"
-                          if spread is not None else "-"))
+                          if spread is not None else "-")
+                       + ("" if covered is None else
+                          f"; every range holds every point: {'yes' if covered else 'no'}"))
     print()
     print("\n".join(summary))
     print(f"stability: {held} of {len(args.jobs)} jobs the same first fix in every capture, "
           "predicted within 10%")
+    print(f"ranges: {covers} of {ranged} jobs predicted in every capture had every capture's "
+          "range hold every capture's point")
     return 0
 
 
