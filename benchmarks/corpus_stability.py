@@ -113,20 +113,20 @@ def main() -> int:
             lo <= sp <= hi for sp in sps for lo, hi in spans if lo is not None))
         ranged += covered is not None
         covers += covered is True
-        summary.append(f"{name:<40} same first fix: {'yes' if same else 'no'}"
+        summary.append(f"{name:<40} same fix: {'yes' if same else 'no'}"
                        f"{'' if led else ' (led by ' + ', '.join(sorted({s[0] for s in seen})) + ')'}"
-                       "; predicted "
+                       "; "
                        + (f"{min(sps):.2f}-{max(sps):.2f}x, spread {spread:.0%}"
                           f" ({'within' if spread <= 0.10 else 'beyond'} 10%)"
                           if spread is not None else "-")
                        + ("" if covered is None else
-                          f"; every range holds every point: {'yes' if covered else 'no'}"))
+                          f"; points in every range: {'yes' if covered else 'no'}"))
     print()
     print("\n".join(summary))
     print(f"stability: {held} of {len(args.jobs)} jobs the same first fix in every capture, "
           "predicted within 10%")
-    print(f"ranges: {covers} of {ranged} jobs predicted in every capture had every capture's "
-          "range hold every capture's point")
+    print(f"ranges: {covers} of {ranged} jobs had every capture's point in every capture's "
+          "range")
     return 0
 
 

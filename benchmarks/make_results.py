@@ -158,7 +158,7 @@ BENCHMARKS: dict[str, Bench] = {
         "The same job, captured three times",
         ["benchmarks/corpus_stability.py", "--captures", "3"],
         "Goal: one first fix within 10%.",
-        (r"same first fix: no|beyond 10%", r"^stability: \d+ of", r"^ranges: \d+ of"), 8,
+        (r"same (first )?fix: no|beyond 10%", r"^stability: \d+ of", r"^ranges: \d+ of"), 8,
         spaced),
     "corpus_autofix": Bench(
         "Autofix on the validate half",
