@@ -42,7 +42,7 @@ from .order import (
     skip_reason,
 )
 from .report import AutofixReport
-from .search import Tuner, try_fix
+from .search import Tuner, seconds_said, try_fix
 from .state import restore, take
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
 
@@ -318,6 +318,9 @@ def autofix(
     moved = _pace_moved(tuner.decisions, final)
     if moved:
         notes.append(moved)
+    undecided = undecided_note(tuner.undecided, best == base, plan.max_rounds)
+    if undecided:
+        notes.append(undecided)
     notes.append(STEP_TIMED)
     logged = log_disagreements(out_dir, tuner.disagreements)
     if logged is not None:
@@ -337,6 +340,26 @@ def autofix(
             tuner.tuned_speedup(best)),
         model_disagreements=tuner.disagreements,
     )
+
+
+def undecided_note(undecided: list[tuple[str, str, Any, int, float | None]],
+                   nothing_kept: bool, max_rounds: int) -> str | None:
+    """What the trials that measured a gain but were left undecided would need
+    (:meth:`~.search.Tuner.to_decide`): the most promising one's rounds and seconds at the
+    noise its rounds showed, and what gives them (a longer budget; past ``max_rounds``,
+    a quieter machine too). None where no trial was left so."""
+    if not undecided:
+        return None
+    fix, change, iv, need, need_s = max(undecided, key=lambda u: u[2].ratio)
+    said = (f"{len(undecided)} trial{'s' if len(undecided) > 1 else ''} measured a gain but "
+            f"stayed undecided{' (nothing was kept)' if nothing_kept else ''}; the most "
+            f"promising, {fix} ({change}), measured {iv}: about {need} rounds")
+    said += "" if need_s is None else f", {seconds_said(need_s)} for it alone,"
+    said += " would keep it at the noise its rounds showed, if that speedup holds; "
+    if need > max_rounds:
+        return said + (f"that is more than a trial's {max_rounds} rounds at most: autofix "
+                       "cannot decide it on a machine this noisy (a quieter one would)")
+    return said + "give autofix more time (budget_s=, --budget)"
 
 
 def _with_peaks(decisions: list[Decision], peaks: Mapping[str, Mapping[str, Any]],

@@ -31,6 +31,7 @@ from .decisions import (
 )
 from .measure import Plan
 from .order import disagreement
+from .stats import Interval, rounds_to_decide
 from .trial import TuneError, Workload, fits
 
 #: the TrainConfig fields whose change moves CPU work between torch's threads and workers
@@ -81,6 +82,11 @@ def _apart(a: float, b: float) -> tuple[str, str]:
             break
     return x, y
 
+def seconds_said(s: float) -> str:
+    """``s`` seconds as a planning figure: "about 40 s", "under a second"."""
+    return f"about {s:.0f} s" if s >= 1.0 else "under a second"
+
+
 class Tuner(Budgeted):
     """The trials of one autofix run: decisions, predictions, searches, within its budget
     (:class:`~.budget.Budgeted`)."""
@@ -95,6 +101,9 @@ class Tuner(Budgeted):
         # own point scaled by it is the range it is judged against
         self.spans: dict[str, tuple[float, float]] = {}
         self.disagreements: list[dict[str, Any]] = []
+        # trials left undecided that measured a gain: (fix, change, interval, the rounds
+        # and the seconds that would decide it at their noise; :meth:`to_decide`)
+        self.undecided: list[tuple[str, str, Interval, int, float | None]] = []
         self.searched: dict[str, str] = {}  # search key -> the fix that ran that search
         # kept changes: the fields each changed and its fix's prediction (vs the baseline)
         self.kept: list[tuple[frozenset[str], float | None]] = []
@@ -307,6 +316,22 @@ class Tuner(Budgeted):
                 "most of all the timings")
 
     # ------------------------------------------------------------------ one trial
+    def to_decide(self, fix: Fix, change: str, iv: Interval, rounds: int, threshold: float,
+                  best: TrainConfig, cand: TrainConfig) -> str | None:
+        """What an undecided trial that measured a gain would need to be kept, at the noise
+        its rounds showed, if its speedup holds (:func:`~.stats.rounds_to_decide`): "about
+        N rounds (S s)", kept in :attr:`undecided` for the run's note; None where more
+        rounds would not keep it."""
+        need = rounds_to_decide(iv, rounds, threshold)
+        if need is None:
+            return None
+        per_round = self.round_s(best, cand)
+        need_s = None if per_round is None else need * per_round
+        self.undecided.append((fix.id, change, iv, need, need_s))
+        return (f"at the noise its rounds showed, about {need} rounds"
+                + ("" if need_s is None else f" ({seconds_said(need_s)})")
+                + " would keep it, if the speedup it measured holds")
+
     def trial(self, fix: Fix, best: TrainConfig, cand: TrainConfig, finding: str | None) -> bool:
         """Time ``cand`` against ``best`` until the sequential rule decides; record the
         decision (with the prediction, and the model's disagreement); True if kept."""
@@ -343,6 +368,9 @@ class Tuner(Budgeted):
             status = REVERTED
             reason = (f"no gain shown in {c.rounds} rounds: CI lower bound "
                       + "{} ≤ {}".format(*_apart(iv.lo, threshold)))
+            more = self.to_decide(fix, change, iv, c.rounds, threshold, best, cand)
+            if more:
+                reason += f"; {more}"
         if cand.compile and c.setup_s is not None and c.base_ms and c.cand_ms:
             # compile time is counted: the steps it takes to pay for itself
             saved = c.base_ms - c.cand_ms

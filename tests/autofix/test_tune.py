@@ -413,6 +413,47 @@ def test_uneven_rounds_say_why_the_ms_and_the_speedup_differ(monkeypatch) -> Non
     assert "mean steps" not in d.reason and "no gain shown" in d.reason, d.reason
 
 
+def test_an_undecided_gain_says_what_would_keep_it(monkeypatch) -> None:
+    """A trial that measured a gain but stayed undecided says how many rounds (and
+    seconds) would keep it at its noise, and the run's notes name it: more time where
+    that is within a trial's rounds, a quieter machine where it is past them. A trial
+    that measured no gain says nothing of the kind."""
+    from diagnose.autofix import runner as tune
+    from diagnose.autofix.stats import Interval
+
+    given = [(Interval(1.30, 1.01, 1.67, 0.95), 3),  # 4 rounds would keep it (QUICK: 6)
+             (Interval(1.51, 0.98, 2.33, 0.95), 6),  # 8 rounds: past QUICK's 6
+             (Interval(1.00, 0.90, 1.11, 0.95), 6)]  # no gain: nothing to say
+
+    def fake_compare(self, a, b, label, *, rounds=None, bound=False, confirm=None,
+                     deadline=None):
+        iv, n = given[0]
+        return tune.Comparison(10.0, 10.0 / iv.ratio, iv, n, 12), None
+
+    monkeypatch.setattr(tune._Tuner, "compare", fake_compare)
+    model = make_model()
+    loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,))),
+                        batch_size=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def run() -> tuple[str, list[str]]:
+        r = autofix(model, loader, opt, loss_fn=F.cross_entropy, fixes=["num_workers"],
+                    plan=QUICK, max_trials=1)
+        (d,) = [d for d in r.decisions if d.fix == "num_workers"]
+        return d.reason, [n for n in r.notes if "stayed undecided" in n]
+
+    reason, notes = run()
+    assert "about 4 rounds" in reason and "would keep it" in reason, reason
+    assert len(notes) == 1 and "1.30x" in notes[0] and "--budget" in notes[0], notes
+    given.pop(0)
+    reason, notes = run()
+    assert "about 8 rounds" in reason, reason
+    assert len(notes) == 1 and "more than a trial's 6 rounds" in notes[0], notes
+    given.pop(0)
+    reason, notes = run()
+    assert "would keep it" not in reason and not notes, (reason, notes)
+
+
 def test_too_many_workers_are_searched_downward(monkeypatch) -> None:
     """6 workers on 2 usable CPUs, each batch a cheap slice of a tensor: worker processes
     only add inter-process transfer. IN004 names num_workers_cap, IN001 num_workers: one

@@ -105,3 +105,36 @@ def test_a_bound_and_its_threshold_never_print_equal() -> None:
 
     assert _apart(1.0274, 1.03) == ("1.027", "1.030")
     assert _apart(0.95, 1.0) == ("0.95", "1.00")
+
+
+def test_rounds_to_decide_known_answers() -> None:
+    """The half-width shrinks as one over the square root of the rounds: an interval
+    twice as wide (log) as the measured gain's margin needs four times the rounds."""
+    from math import exp
+
+    from diagnose.autofix.stats import Interval, rounds_to_decide
+
+    iv = Interval(exp(0.2), exp(-0.2), exp(0.6), 0.95)  # half-width 0.4, margin 0.2 over 1.0
+    assert rounds_to_decide(iv, 5, 1.0) == 20
+    # as wide as the margin: one more round at least (the interval did not clear yet)
+    assert rounds_to_decide(Interval(exp(0.2), 1.0, exp(0.4), 0.95), 5, 1.0) == 6
+    # nothing to decide: the gain measured is not above the threshold, or it was kept
+    assert rounds_to_decide(Interval(1.01, 0.8, 1.3, 0.95), 5, 1.03) is None
+    assert rounds_to_decide(Interval(1.5, 1.2, 1.9, 0.95), 5, 1.03) is None
+
+
+def test_rounds_to_decide_keeps_most_trials_of_a_clear_gain() -> None:
+    """Simulated trials of a true gain well past the threshold (log 0.2, rounds' sd 0.4)
+    left undecided after 4 rounds: drawn again at the rounds it gives, the rule's interval
+    keeps more than half of them (the measured gain it starts from is noisy: not all)."""
+    from diagnose.autofix.stats import SequentialRule, rounds_to_decide
+
+    rule, rng, thr = SequentialRule(), np.random.default_rng(0), 1.03
+    kept = tried = 0
+    for _ in range(600):
+        need = rounds_to_decide(rule.interval(rng.normal(0.2, 0.4, 4)), 4, thr)
+        if need is None or need > 400:
+            continue
+        tried += 1
+        kept += rule.interval(rng.normal(0.2, 0.4, need)).lo > thr
+    assert tried > 200 and kept / tried > 0.5, (kept, tried)
