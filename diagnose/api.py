@@ -22,15 +22,18 @@ __all__ = ["RankResult", "Report", "Runs", "analyze", "analyze_runs", "as_report
 class Report(Analysis):
     """What analysis found (see :class:`~diagnose.result.Analysis`), printable."""
 
-    def render_text(self, *, width: int = 110, color: bool = False) -> str:
+    def render_text(self, *, width: int = 110, color: bool = False,
+                    detail: bool = False) -> str:
+        """The report as text: what to act on, or with ``detail`` all of it (each of the
+        session's timings, every memory what-if, the rules not evaluated and why)."""
         from .report.text import render
 
-        return render(self, width=width, color=color)
+        return render(self, width=width, color=color, detail=detail)
 
-    def print(self, console: Any = None) -> None:
+    def print(self, console: Any = None, detail: bool = False) -> None:
         from .report.text import print_report
 
-        print_report(self, console)
+        print_report(self, console, detail)
 
     def to_html(self, autofix: Any = None) -> str:
         """One self-contained HTML page (see :func:`diagnose.report.html.render_html`)."""

@@ -35,7 +35,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="torch-diagnose",
-        description="Find why PyTorch training is slow: analyze torch.profiler traces.",
+        description="Find why PyTorch training is slow, and fix it: analyze a run of "
+                    "`with diagnose(...)` or saved torch.profiler traces, explain a rule, "
+                    "compare two runs, view a run in TensorBoard, or autofix a job.",
     )
     p.add_argument("--version", action="version", version=f"torch-diagnose {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -57,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--as-ranks", action="store_true",
                    help="take the files outside run folders as ranks of one run (forced: "
                         "their own ranks, or numbered in the order given)")
+    a.add_argument("-v", "--verbose", action="store_true",
+                   help="the text report in full: each of the session's timings, every "
+                        "memory what-if, info findings' reasons, the rules not evaluated "
+                        "and why (a file written with -o always holds all of it)")
 
     r = sub.add_parser("rules", help="list the rules, or explain one")
     r.add_argument("rule_id", nargs="?", metavar="ID")

@@ -47,11 +47,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     elif args.output:
         from ..report.text import render_runs
 
-        _write(args.output, render_runs(runs))
+        _write(args.output, render_runs(runs, detail=True))  # a file keeps all of it
     else:
         from ..report.text import print_runs
 
-        print_runs(runs)
+        print_runs(runs, detail=bool(getattr(args, "verbose", False)))
     return int(args.status)
 
 

@@ -58,8 +58,9 @@ GPU = Need("GPU activity in the trace", "the trace has no GPU activity", _flag("
 LIVE = Need("a live capture", "only known from a live capture (with diagnose(...))",
             _flag("context_available"))
 EPOCH_START = Need("an epoch's start among the timed steps",
-                   "no epoch's start fell among the steps timed without the profiler (the "
-                   "loop stayed within one epoch), or the workers persist",
+                   "no epoch began among the steps timed without the profiler (none was "
+                   "timed in the loop: a capture whose timed steps cross an epoch's end "
+                   "would), or the workers persist",
                    _known("dataloader_epoch_boundary_ms"))
 SAMPLES = Need("the run's samples", "only known from the samples of a live capture "
                "(GPU and host sampling)")

@@ -22,20 +22,10 @@ from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
 from ..values import interval_end
 from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text, unit_beside
+from .memory_text import WHAT_IF_TITLE, memory_lines, shows_memory, what_if_table
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
-from .text import (
-    WHAT_IF_TITLE,
-    fix_line,
-    fix_title,
-    memory_lines,
-    no_findings,
-    predicts,
-    shows_memory,
-    step_lines,
-    unprofiled_dl,
-    what_if_table,
-)
+from .text import fix_line, fix_title, no_findings, predicts, step_lines, unprofiled_dl
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult, Runs
@@ -316,8 +306,8 @@ def _notes(report: Analysis) -> Markup | None:
 
 
 def _memory(report: Analysis) -> Markup | None:
-    """The memory section, as the console shows it (:func:`~.text.memory_lines`,
-    :func:`~.text.what_if_table`): a tracked step's, or a trace's beside a memory finding."""
+    """The memory section, as the console shows it (:func:`~.memory_text.memory_lines`,
+    :func:`~.memory_text.what_if_table`): a tracked step's, or a trace's beside a memory finding."""
     mem = shows_memory(report)
     if mem is None:
         return None

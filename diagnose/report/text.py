@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import copy
 import io
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.padding import Padding
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
@@ -25,6 +25,7 @@ from ..stepmodel.epochs import epoch_start_ms
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, prediction_line
 from ..stepmodel.step import step_model_line
+from .memory_text import memory_renderables, shows_memory, what_if_table
 from .runkind import device_line, fit_not_evaluated, fit_notes
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def _pct(x: Any) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _summary(report: Analysis) -> Table:
+def _summary(report: Analysis, detail: bool = True) -> Table:
     m = report.metrics
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
@@ -51,7 +52,7 @@ def _summary(report: Analysis) -> Table:
     dev = device_line(m)
     if dev:
         t.add_row("device", escape(dev))
-    head, window = step_lines(m, predicts(report))
+    head, window = step_lines(m, predicts(report), each=detail)
     t.add_row("step time", head)
     if window:
         t.add_row("profiled", window)
@@ -111,10 +112,12 @@ def predicts(report: Analysis) -> bool:
                for p in (getattr(f, "predictions", None) or {}).values())
 
 
-def step_lines(m: dict[str, Any], predicted: bool = True) -> tuple[str, str | None]:
+def step_lines(m: dict[str, Any], predicted: bool = True, each: bool = True
+               ) -> tuple[str, str | None]:
     """The headline step time and the profiled window's line, from a run's metrics (shared
     by the text, HTML and TensorBoard views); ``predicted``: a fix carries a prediction,
-    whose starting step the headline names."""
+    whose starting step the headline names; ``each``: the session's own timings each, not
+    only their total."""
     st = step_time(m)
     n_prof = m.get("step_count")
     window = None if n_prof is None else (
@@ -124,9 +127,9 @@ def step_lines(m: dict[str, Any], predicted: bool = True) -> tuple[str, str | No
     if window is not None and isinstance(probes, int | float) and probes > 0:
         took = f"{probes / 1e3:.1f} s" if probes >= 100 else f"{probes:.0f} ms"
         window += f"; the session's own timings of the job took {took}"
-        each = m.get("probes_ms_each")
-        if isinstance(each, str) and each:
-            window += f" (spent timing {_probe_words(each)})"
+        parts = m.get("probes_ms_each")
+        if each and isinstance(parts, str) and parts:
+            window += f" (spent timing {_probe_words(parts)})"
     close = m.get("capture_profiler_close_ms")
     if window is not None and isinstance(close, int | float) and close >= 100:
         window += (f"; the loop waited {close / 1e3:.1f} s as the window ended (the "
@@ -236,7 +239,23 @@ def _ranks_table(report: Analysis) -> Table:
     return t
 
 
-def _findings_table(report: Analysis) -> Table:
+def _gain_change(f: Any) -> str | None:
+    """The change whose prediction sets a finding's time at stake: its fastest predicted
+    point among the fixes it offers, as text to compare; None where no point sets it."""
+    points = [p for x in offered(f) if isinstance(p := (f.predictions or {}).get(x), Prediction)
+              and not p.at_least]
+    if not points or not f.estimated_gain:
+        return None
+    best = max(points, key=lambda p: p.speedup)
+    if abs((1 - best.step_ms / best.base_ms) - f.estimated_gain) > 5e-4:
+        return None  # the rule's own estimate, or a bound: not this change's
+    return repr(sorted(best.change.items()))
+
+
+def _findings_table(report: Analysis, detail: bool = True) -> Table:
+    """The findings, one row each: severity, rule, category, message with its hints (an
+    info finding's only with ``detail``) and the share of the step at stake; a share that
+    one change sets for several findings is given once, the later rows naming the first."""
     t = Table(show_lines=False, expand=True, title="Findings", title_justify="left")
     t.add_column("severity", no_wrap=True)
     t.add_column("rule", no_wrap=True)
@@ -244,15 +263,19 @@ def _findings_table(report: Analysis) -> Table:
     t.add_column("finding", ratio=1)
     t.add_column("gain ≤", justify="right", no_wrap=True)
     shown: set[str] = set()  # a hint several findings share (the machine's, the run's) once
+    by_change: dict[str, str] = {}  # the change that sets a share -> the first rule it set
     for f in report.findings:
         msg = Text(f.message)
-        for h in f.hints:
+        for h in f.hints if detail or f.severity != "info" else ():
             if h not in shown:
                 msg.append("\n" + h, style="dim")
             shown.add(h)
         if f.ranks:
             msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
         gain = "" if not f.estimated_gain else f"{f.estimated_gain:.0%}"
+        if (change := _gain_change(f)) is not None:
+            gain = f"= {by_change[change]}" if change in by_change else gain
+            by_change.setdefault(change, f.rule)
         t.add_row(Text(f.severity, style=_SEV_STYLE[f.severity]), f.rule, f.category, msg, gain)
     return t
 
@@ -389,146 +412,68 @@ def not_evaluated_line(group: dict[str, Any]) -> str:
     return f"{group['count']} rules ({', '.join(group['rules'])}): {group['cause']}"
 
 
-def _mib(n: Any) -> str:
-    return "n/a" if not isinstance(n, int | float) else f"{n / 2**20:,.1f} MiB"
-
-
-def _change(change: dict[str, Any]) -> str:
-    """A what-if's change as the settings it names (``batch_size=32``), as a fix's is."""
-    parts = []
-    for k, v in change.items():
-        if k == "checkpoint_modules":
-            parts.append(f"checkpoint {len(v)} blocks")
-        elif k == "zero_grad_set_to_none":
-            parts.append(f"zero_grad(set_to_none={v})")
-        else:
-            parts.append(f"{k}={v}")
-    return ", ".join(parts)
-
-
-def shows_memory(report: Analysis) -> dict[str, Any] | None:
-    """The memory section's data where the report shows it: a tracked step's, or a trace's
-    totals beside a memory finding; else None."""
-    mem = getattr(report, "memory", None)
-    if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
-                                                      for f in report.findings)):
-        return dict(mem)
-    return None
-
-
-def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
-    """The memory section's lines under its title, each (text, kind): the peak by kind
-    ("peak"), the modules whose saved activations are largest ("modules"), a graph kept
-    past the step and an out-of-memory error explained ("oom")."""
-    kinds = {k: v for k, v in (mem.get("by_kind") or {}).items() if v}
-    peak = mem.get("peak_bytes")
-    if peak is None and mem.get("growth_bytes") is not None:
-        first = (f"the step grew by {_mib(mem['growth_bytes'])} (the trace's CPU totals count "
-                 "only what profiling saw)")
-    else:
-        phase = f" in {mem['peak_phase']}" if mem.get("peak_phase") else ""
-        first = f"peak {_mib(peak)}{phase}"
-    if kinds:
-        total = sum(kinds.values()) or 1
-        first += ": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
-                                  for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
-    out = [(first, "peak")]
-    # a module that saved under 1% of the largest one's adds nothing to the list
-    mods = [m for m in mem.get("top_modules") or []
-            if isinstance(m.get("saved_bytes"), int | float)]
-    most = max((m["saved_bytes"] for m in mods), default=0)
-    mods = [m for m in mods if m["saved_bytes"] >= 0.01 * most]
-    if mods:
-        out.append(("largest saved activations: " + ", ".join(
-            f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
-            for m in mods[:4]), "modules"))
-    kept = (mem.get("kept_after_step") or {}).get("bytes")
-    if isinstance(kept, int) and kept > 0:
-        out.append((f"still alive after the step: {_mib(kept)} saved for backward (a graph "
-                    "kept past its step: ME005)", "oom"))
-    out += [(line, "oom") for line in (mem.get("oom_explanation") or {}).get("lines") or []]
+def _left_out(report: Analysis, mem: dict[str, Any] | None, what_ifs: bool) -> list[str]:
+    """What the short report leaves out of the full one, each in a few words."""
+    out = []
+    if isinstance(report.metrics.get("probes_ms_each"), str) and report.metrics["probes_ms_each"]:
+        out.append("each of the session's timings")
+    if mem and not what_ifs and (n := len(what_if_table(mem)[1])):
+        out.append(f"{n} memory what-if{'s' if n != 1 else ''}")
+    if n := sum(1 for f in report.findings if f.severity == "info" and f.hints):
+        out.append(f"{'an' if n == 1 else n} info finding{'s' if n != 1 else ''}' reasons")
+    if n := len(report.not_evaluated):
+        out.append(f"why {n} rule{'s were' if n != 1 else ' was'} not evaluated")
     return out
 
 
-#: the what-if table's title
-WHAT_IF_TITLE = "Memory what-ifs (plan with the range's high end)"
-
-
-def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The what-ifs as (columns, rows of text); no rows where there are none. The step's
-    column only where a what-if says it; a change that saves nothing says so."""
-    whats = mem.get("what_if") or []
-    peak = mem.get("peak_bytes")
-    timed = any(w.get("step_ms") is not None for w in whats)
-    cols = ["change", "peak", "range", *(("step ms",) if timed else ()), "method"]
-    rows = []
-    for w in whats:
-        rng = w.get("range") or [None, None]
-        step = ["" if w.get("step_ms") is None else f"{w['step_ms']:.1f}"] if timed else []
-        how = str(w.get("method") or "")
-        got = w.get("peak_bytes")
-        if "could not run on fake tensors" in str(w.get("note") or ""):
-            how += " (its re-run on fake tensors failed: the JSON's note says why)"
-        if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
-            how += "; no lower than the peak now"
-        rows.append([_change(w.get("change") or {}), _mib(got),
-                     f"{_mib(rng[0])} - {_mib(rng[1])}", *step, how])
-    return cols, rows
-
-
-def memory_renderables(mem: dict[str, Any] | None) -> list[Any]:
-    """The memory section (diagnose/memory): :func:`memory_lines` under its title, then
-    the what-ifs (:func:`what_if_table`)."""
-    if not mem:
-        return []
-    styles = {"peak": "", "modules": "dim", "oom": "red"}
-    # each line indented as a whole, so that a line the terminal wraps keeps its indent
-    out: list[Any] = [Group(Text("Memory", style="bold"), *(
-        Padding(Text(line, style=styles[kind]), (0, 0, 0, 2), expand=False) for line, kind in memory_lines(mem)))]
-    cols, rows = what_if_table(mem)
-    if rows:
-        t = Table(title=WHAT_IF_TITLE, title_justify="left")
-        for col in cols:
-            t.add_column(col, justify="right" if col in ("peak", "range", "step ms") else "left")
-        for row in rows:
-            t.add_row(*(escape(c) for c in row))
-        out.append(t)
-    return out
-
-
-def renderables(report: Analysis) -> list[Any]:
-    out: list[Any] = [_summary(report)]
+def renderables(report: Analysis, detail: bool = False) -> list[Any]:
+    """The report's parts in order. Short (the default): what a user acts on; with
+    ``detail``, all of it (each timing, every what-if, the rules not evaluated and why).
+    The short report's last line says what it left out and how to see it."""
+    out: list[Any] = [_summary(report, detail)]
     if len(report.ranks) > 1:
         out.append(_ranks_table(report))
     if report.findings:
-        out.append(_findings_table(report))
+        out.append(_findings_table(report, detail))
         out.extend(_fix_panels(report))
     else:
         out.append(Text(no_findings(report.metrics), style="green"))
-    out.extend(memory_renderables(shows_memory(report)))
-    if report.not_evaluated:
+    mem = shows_memory(report)
+    # the what-ifs are planning data: shown in short beside a memory finding only
+    what_ifs = detail or any(f.category == "memory" for f in report.findings)
+    out.extend(memory_renderables(mem, what_ifs))
+    if report.not_evaluated and detail:
         lines = Text("Not evaluated:", style="bold")
         for g in group_not_evaluated(fit_not_evaluated(report)):
             lines.append(f"\n  {not_evaluated_line(g)}", style="dim")
         out.append(lines)
     for note in fit_notes(report):
         out.append(Text(f"note: {note}", style="dim"))
+    if not detail and (left := _left_out(report, mem, what_ifs)):
+        src = " ".join(shlex.quote(s) for s in report.source) or "PATH"
+        out.append(Text(f"more ({', '.join(left)}): torch-diagnose analyze {src} -v",
+                        style="dim"))
     return out
 
 
-def render(report: Analysis, *, width: int = 110, color: bool = False) -> str:
+def _console(buf: io.StringIO, width: int, color: bool) -> Console:
+    return Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
+                   else None, highlight=False, force_jupyter=False)
+
+
+def render(report: Analysis, *, width: int = 110, color: bool = False,
+           detail: bool = False) -> str:
+    """The report as text (:func:`renderables`: short, or in full with ``detail``)."""
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
-                      else None, highlight=False, force_jupyter=False)
-    console.print(Group(*renderables(report)))
+    _console(buf, width, color).print(Group(*renderables(report, detail)))
     return plain_text(buf.getvalue())
 
 
-def print_report(report: Analysis, console: Console | None = None) -> None:
-    emit(Group(*renderables(report)), console)
+def print_report(report: Analysis, console: Console | None = None, detail: bool = False) -> None:
+    emit(Group(*renderables(report, detail)), console)
 
 
-def runs_renderables(runs: Runs) -> list[Any]:
+def runs_renderables(runs: Runs, detail: bool = False) -> list[Any]:
     """Several runs: a line saying so, then each run's report under a rule naming it."""
     from rich.rule import Rule
 
@@ -539,23 +484,23 @@ def runs_renderables(runs: Runs) -> list[Any]:
             "newest first" in n for n in getattr(r, "notes", None) or ()) else ""
         out.append(Rule(escape(f"run {i} of {len(runs.runs)}{newest}: {', '.join(r.source)}"),
                         align="left"))
-        out.extend(renderables(r))
+        out.extend(renderables(r, detail))
     return out
 
 
-def render_runs(runs: Runs, *, width: int = 110, color: bool = False) -> str:
+def render_runs(runs: Runs, *, width: int = 110, color: bool = False,
+                detail: bool = False) -> str:
     """One report per run as text (one run: that run's report alone)."""
     if len(runs.runs) == 1:
-        return render(runs.runs[0], width=width, color=color)
+        return render(runs.runs[0], width=width, color=color, detail=detail)
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color
-                      else None, highlight=False, force_jupyter=False)
-    console.print(Group(*runs_renderables(runs)))
+    _console(buf, width, color).print(Group(*runs_renderables(runs, detail)))
     return plain_text(buf.getvalue())
 
 
-def print_runs(runs: Runs, console: Console | None = None) -> None:
-    items = renderables(runs.runs[0]) if len(runs.runs) == 1 else runs_renderables(runs)
+def print_runs(runs: Runs, console: Console | None = None, detail: bool = False) -> None:
+    items = (renderables(runs.runs[0], detail) if len(runs.runs) == 1
+             else runs_renderables(runs, detail))
     emit(Group(*items), console)
 
 

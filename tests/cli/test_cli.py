@@ -228,7 +228,12 @@ def test_analyze_text(tmp_path, capsys):
     p = write(tmp_path / "t.json", small_trace())
     rc, out, err = run_cli(capsys, "analyze", str(p))
     assert rc == 0 and err == ""
-    assert "steps" in out and "Not evaluated" in out
+    # short: the rules not evaluated are counted on the last line, which says how to see them
+    assert "steps" in out and "Not evaluated" not in out
+    flat = "".join(out.split())  # the terminal's width wraps the line anywhere
+    assert flat.endswith(f"ruleswerenotevaluated):torch-diagnoseanalyze{p}-v")
+    rc, out, err = run_cli(capsys, "analyze", str(p), "-v")
+    assert rc == 0 and err == "" and "Not evaluated" in out and "more (" not in out
 
 
 def test_analyze_folder_of_ranks(tmp_path, capsys):

@@ -59,14 +59,18 @@ def test_a_tracked_step_leads_the_section(trace):
     untimed = {**SECTION, "what_if": [{"change": {"batch_size": 32}, "peak_bytes": 5000,
                                         "range": [5000, 5000], "method": "scaled"}],
                "blocks": None}
-    text = analyze(trace, context={**CTX, "memory": untimed}).render_text()
+    short = analyze(trace, context={**CTX, "memory": untimed})
+    # no memory finding: the short report names the what-ifs, the full one shows them
+    assert "Memory what-ifs" not in short.render_text() and "1 memory what-if," in " ".join(
+        short.render_text(width=400).split())
+    text = short.render_text(detail=True)
     assert "Memory what-ifs" in text and "step ms" not in text  # no empty column
     assert "no lower than the peak now" not in text
     # a change whose peak is no lower than the peak now (a new user's GAN: checkpointing
     # 2 blocks, 21.7 MiB over 21.1) says so beside its method
     worse = {**untimed, "what_if": [{"change": {"batch_size": 128}, "peak_bytes": 10_500,
                                       "range": [10_000, 10_500], "method": "scaled"}]}
-    text = analyze(trace, context={**CTX, "memory": worse}).render_text(width=160)
+    text = analyze(trace, context={**CTX, "memory": worse}).render_text(width=160, detail=True)
     assert "scaled; no lower than the peak now" in text
 
 
@@ -105,7 +109,7 @@ def test_me004_quiet_on_a_healthy_run(trace):
 def test_a_what_ifs_change_reads_as_the_settings_it_names() -> None:
     """A new user read "zero grad set to none False": the table names the settings as a
     fix's change does."""
-    from diagnose.report.text import _change
+    from diagnose.report.memory_text import _change
 
     assert _change({"batch_size": 32, "grad_accum_steps": 2}) == "batch_size=32, grad_accum_steps=2"
     assert _change({"zero_grad_set_to_none": False}) == "zero_grad(set_to_none=False)"
@@ -117,7 +121,7 @@ def test_a_wrapped_memory_line_keeps_its_indent():
     section's indent rather than at column 0."""
     from rich.console import Console
 
-    from diagnose.report.text import memory_renderables
+    from diagnose.report.memory_text import memory_renderables
     console = Console(width=40, record=True, color_system=None)
     for r in memory_renderables(SECTION):
         console.print(r)

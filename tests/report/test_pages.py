@@ -199,7 +199,7 @@ def test_a_cpu_run_is_shown_as_one(cpu_run: Path) -> None:
         assert "GPU and host over time" not in text and "GPU/host over time" not in text
         assert "GPU sampling not available" not in text and "GPU over time" not in text
         assert 'id="plot-samples"' in page and "Host CPU over time" in text
-    out = render(report, width=200)
+    out = render(report, width=200, detail=True)
     assert CPU_DEVICE in out and "no GPU activity in the trace" not in out
     assert "GPU sampling not available" not in out
     if report.not_evaluated:
@@ -237,7 +237,7 @@ def test_a_run_without_a_trace_says_so(cpu_run: Path, tmp_path: Path) -> None:
         f.unlink()
     report = analyze(bare)
     assert report.ranks == []
-    out, page = render(report, width=200), render_html(report)
+    out, page = render(report, width=200, detail=True), render_html(report)
     for shown in (out, _text(page)):
         assert "the trace has no GPU activity" not in shown
         assert NO_TRACE_CAUSE in shown

@@ -60,7 +60,7 @@ def test_cpu_trace_one_line_per_cause(cpu_report, capsys: pytest.CaptureFixture[
     path, report = cpu_report
     gpu = [n.rule for n in report.not_evaluated if "no GPU activity" in n.reason]
     assert len(gpu) >= 5  # a CPU-only run skips every GPU rule
-    assert main(["analyze", str(path)]) == 0
+    assert main(["analyze", str(path), "-v"]) == 0
     out = capsys.readouterr().out
     block = out[out.index("Not evaluated:"):].split("\n\n")[0].splitlines()[1:]
     causes = {n.cause for n in report.not_evaluated}

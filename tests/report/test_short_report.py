@@ -1,0 +1,69 @@
+"""The terminal report is short by default: what a user acts on. Each of the session's
+timings, an info finding's reasons, the what-ifs beside no memory finding and the rules
+not evaluated are left to ``-v`` (``detail``), and its last line says so; a share of the
+step that one change sets for several findings is given once."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from diagnose.report.text import _findings_table, step_lines
+from diagnose.rules.engine import Finding
+from diagnose.stepmodel.prediction import Prediction
+
+SPLIT = Prediction({"num_workers": 2, "intra_op_threads": 1}, 24.5, 1.31, (18.7, 34.5), 32.1)
+FEWER = Prediction({"num_workers": 1}, 28.0, 1.15, (25.0, 31.0), 32.1)
+
+
+def _finding(rule: str, severity: str, preds: dict, hint: str) -> Finding:
+    f = Finding(rule, "input", severity, f"{rule} title", f"{rule} message", {}, list(preds),
+                0.1, hints=[hint], predictions=preds)
+    f.take_gain(1 - max(p.speedup for p in preds.values()) ** -1)
+    f.severity = severity  # as graded by its rule (take_gain caps it by the share)
+    return f
+
+
+def _table(findings: list[Finding], detail: bool) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=160, color_system=None).print(
+        _findings_table(SimpleNamespace(findings=findings), detail))  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def _gains(out: str) -> dict[str, str]:
+    """rule -> its gain cell, from the table's rows."""
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if "│" in line]
+    return {r[2]: r[-2] for r in rows if len(r) > 3 and r[2]}
+
+
+def test_one_change_sets_one_share_and_info_reasons_wait_for_detail() -> None:
+    lead = _finding("IN004", "warning", {"threads": SPLIT}, "why IN004")
+    same = _finding("IN001", "info", {"threads": SPLIT, "num_workers": FEWER}, "why IN001")
+    other = _finding("IN002", "info", {"num_workers": FEWER}, "why IN002")
+    short = _table([lead, same, other], detail=False)
+    # IN001's best change is IN004's: its share is not counted twice; IN002's is its own
+    assert _gains(short) == {"IN004": "24%", "IN001": "= IN004", "IN002": "13%"}
+    assert "why IN004" in short and "why IN001" not in short and "why IN002" not in short
+    full = _table([lead, same, other], detail=True)
+    assert _gains(full) == _gains(short) and "why IN001" in full and "why IN002" in full
+
+
+def test_a_share_the_rules_own_estimate_sets_stands_on_its_own() -> None:
+    """A finding whose share is not its best prediction's (the rule's own estimate) shows
+    that share, whatever change an earlier finding led with."""
+    lead = _finding("IN004", "warning", {"threads": SPLIT}, "h")
+    own = _finding("IN001", "info", {"threads": SPLIT}, "h2")
+    own.estimated_gain = 0.5
+    assert _gains(_table([lead, own], detail=False)) == {"IN004": "24%", "IN001": "50%"}
+
+
+def test_the_timings_each_are_for_detail() -> None:
+    m = {"step_count": 5, "steps_source": "ProfilerStep", "step_time_median_ms": 10.0,
+         "step_time_p90_ms": 11.0, "probes_ms_total": 350.5,
+         "probes_ms_each": "threads 0.25 s, cpu_capacity 0.10 s"}
+    short, full = step_lines(m, each=False)[1], step_lines(m)[1]
+    assert short is not None and short.endswith("the session's own timings of the job took 0.4 s")
+    assert full is not None and "spent timing the compute on fewer threads 0.25 s" in full
