@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..console import emit, plain_text
+from .decisions import KEPT
 
 if TYPE_CHECKING:
     from .decisions import AutofixResult
@@ -38,6 +39,26 @@ def _ms_pair(d: Any) -> str:
     if d.baseline_ms is None and d.trial_ms is None:
         return ""
     return f"{_ms3(d.baseline_ms)} → {_ms3(d.trial_ms)}"
+
+
+def _predicted(p: float | None, rng: tuple[float, float] | None) -> str:
+    """A predicted speedup with its range where it has one: ``1.26x [0.57, 1.50]``."""
+    if p is None:
+        return ""
+    return f"{p:.2f}x" if rng is None else f"{p:.2f}x [{rng[0]:.2f}, {rng[1]:.2f}]"
+
+
+def _tuned_range(r: AutofixResult, speedup: float) -> tuple[float, float] | None:
+    """The range of the model's tuned speedup where one fix was kept and its prediction
+    has a range: that range over its point, scaled to ``speedup``. None otherwise (the
+    model gives no range for several kept changes together)."""
+    kept = [d for d in r.decisions if d.status == KEPT]
+    if len(kept) != 1:
+        return None
+    p, rng = kept[0].predicted_speedup, getattr(kept[0], "predicted_range", None)
+    if not p or rng is None:
+        return None
+    return speedup * rng[0] / p, speedup * rng[1] / p
 
 
 def decisions_table(r: AutofixResult) -> Table:
@@ -75,9 +96,7 @@ def decisions_table(r: AutofixResult) -> Table:
         cells: list[Any] = [d.fix, d.finding or "", what, _ms_pair(d),
                             "" if d.speedup is None else str(d.speedup)]
         if predicted:
-            p, rng = d.predicted_speedup, getattr(d, "predicted_range", None)
-            cells.append("" if p is None else f"{p:.2f}x" if rng is None else
-                         f"{p:.2f}x [{rng[0]:.2f}, {rng[1]:.2f}]")
+            cells.append(_predicted(d.predicted_speedup, getattr(d, "predicted_range", None)))
         t.add_row(*cells, Text(d.status, style=_STYLE.get(d.status, "")))
     return t
 
@@ -91,7 +110,8 @@ def _per_s(cfg: Any, ms: float | None) -> str:
 
 def before_after_table(r: AutofixResult) -> Table:
     """Baseline and tuned: measured step, throughput, speedup; the step model's predicted
-    tuned step beside the measured one when every kept fix had a prediction."""
+    tuned step beside the measured one when every kept fix had a prediction, its speedup
+    with a range as in the decisions table where :func:`_tuned_range` gives one."""
     t = Table(title="before / after", title_justify="left")
     f = r.final
     pred = getattr(r, "predicted_tuned_ms", None) if f is not None else None
@@ -109,8 +129,9 @@ def before_after_table(r: AutofixResult) -> Table:
     extra = [""] if pred else []
     t.add_row("baseline", escape(_cfg_text(r.baseline, r.original)), _ms(f.base_ms), *extra,
               _per_s(r.baseline, f.base_ms), "1.00x")
-    extra = [f"{_ms(pred)} ({f.base_ms / pred:.2f}x)" if pred and f.base_ms else ""] \
-        if pred else []
+    if pred and f.base_ms:
+        x = f.base_ms / pred
+        extra = [f"{_ms(pred)} ({_predicted(x, _tuned_range(r, x))})"]
     t.add_row(Text("tuned", style="bold green"), escape(_cfg_text(r.best, r.baseline)),
               _ms(f.cand_ms), *extra, _per_s(r.best, f.cand_ms),
               Text(f"{f.interval}", style="bold green" if f.interval.lo > 1 else "yellow"))

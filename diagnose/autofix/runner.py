@@ -44,6 +44,7 @@ from .order import (
 from .report import AutofixReport
 from .search import Tuner, seconds_said, try_fix
 from .state import restore, take
+from .stats import Interval
 from .trial import TuneError, Workload, build_loader, build_optimizer, fits
 
 _Tuner = Tuner  # the name tests patch (``runner._Tuner.compare``)
@@ -342,7 +343,7 @@ def autofix(
     )
 
 
-def undecided_note(undecided: list[tuple[str, str, Any, int, float | None]],
+def undecided_note(undecided: list[tuple[str, str, Interval, int, float | None]],
                    nothing_kept: bool, max_rounds: int) -> str | None:
     """What the trials that measured a gain but were left undecided would need
     (:meth:`~.search.Tuner.to_decide`): the most promising one's rounds and seconds at the

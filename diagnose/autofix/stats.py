@@ -289,11 +289,11 @@ def rounds_to_decide(iv: Interval, rounds: int, threshold: float) -> int | None:
     interval ``iv`` would be kept, if the speedup it measured is the true one: the
     half-width (log) shrinks as one over the square root of the rounds (the t quantile
     shrinks too: so this errs high) until the low end clears ``threshold``. The measured
-    speedup is itself noisy, so it is a figure to plan with, not a promise (drawn again at
-    that many rounds, 55-63% of simulated trials with a true gain a few times the
-    threshold's margin are kept: tests/autofix/test_tune_stats.py). None where the speedup
-    measured is not above the threshold (more rounds would not keep it) or nothing is to
-    be decided."""
+    speedup is itself noisy, so it is a figure to plan with, not a promise
+    (tests/autofix/test_tune_stats.py draws trials again at that many rounds). None where
+    the speedup measured is not above the threshold (more rounds would not keep it) or
+    nothing is to be decided. Unlike :func:`rounds_for` (before a trial, for ``rule.power``
+    at a prediction), it plans from the measured interval's width, with no power term."""
     if rounds < 1 or iv.lo <= 0 or iv.ratio <= threshold or iv.lo > threshold:
         return None
     half = (math.log(iv.hi) - math.log(iv.lo)) / 2.0

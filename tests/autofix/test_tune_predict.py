@@ -257,3 +257,31 @@ def test_the_decisions_table_and_json_carry_the_predicted_range() -> None:
     a.findings = [SimpleNamespace(predictions={"num_workers": p})]
     lo, hi = a.prediction_spans["num_workers"]
     assert (1.79 * lo, 1.79 * hi) == (pytest.approx(1.0), pytest.approx(2.13))
+
+
+def test_the_before_after_table_carries_the_predicted_range() -> None:
+    """The tuned step's predicted speedup has the kept fix's range, scaled to it, as the
+    decisions table shows it; with two kept fixes, or none with a range, the point alone."""
+    from rich.console import Console
+
+    from diagnose.autofix.decisions import Comparison, Decision
+    from diagnose.autofix.render import before_after_table
+    from diagnose.fixes import TrainConfig
+
+    def cell(decisions: list[Decision]) -> str:
+        base = TrainConfig(num_workers=0, batch_size=8)
+        r = SimpleNamespace(original=base, baseline=base, best=base.replace(num_workers=2),
+                            decisions=decisions, tuned_ms=24.6, predicted_tuned_ms=24.64,
+                            final=Comparison(31.05, 24.6, Interval(1.26, 1.20, 1.32, 0.95),
+                                             10, 36))
+        con = Console(width=200, record=True)
+        con.print(before_after_table(r))
+        return next(line for line in con.export_text().splitlines() if "tuned" in line)
+
+    def kept(fix: str, rng: tuple[float, float] | None) -> Decision:
+        return Decision(fix, "", KEPT, "", None, 31.0, 24.6, Interval(1.26, 1.2, 1.32, 0.95),
+                        10, 36, None, 1.26, predicted_range=rng)
+
+    assert "24.64 (1.26x [0.57, 1.50])" in cell([kept("a", (0.57, 1.50))])
+    assert "24.64 (1.26x)" in cell([kept("a", None)])
+    assert "24.64 (1.26x)" in cell([kept("a", (0.57, 1.50)), kept("b", (1.0, 1.1))])

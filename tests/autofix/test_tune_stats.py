@@ -126,7 +126,8 @@ def test_rounds_to_decide_known_answers() -> None:
 def test_rounds_to_decide_keeps_most_trials_of_a_clear_gain() -> None:
     """Simulated trials of a true gain well past the threshold (log 0.2, rounds' sd 0.4)
     left undecided after 4 rounds: drawn again at the rounds it gives, the rule's interval
-    keeps more than half of them (the measured gain it starts from is noisy: not all)."""
+    keeps more than half of them (58% at this seed, 58-65% at seeds 0-3; the measured gain
+    it starts from is noisy: not all)."""
     from diagnose.autofix.stats import SequentialRule, rounds_to_decide
 
     rule, rng, thr = SequentialRule(), np.random.default_rng(0), 1.03
