@@ -75,7 +75,8 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                     p = f"{DOES_NOT_APPLY}: {why}"
                     off.append(x)
             preds[x] = p
-        _order(f, preds, off, {x: u.title for x, u in fixes.items()})
+        _order(f, preds, off, {x: fixes[x].title_for(_change(p)) for x, p in preds.items()
+                               if x in fixes})
         _no_cpu_spare(f, preds, off, metrics)
         lead = preds.get(f.fixes[0]) if f.fixes else None
         if isinstance(lead, Prediction) and lead.assumed:
@@ -220,7 +221,8 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         # named by its title: an id alone ("threads") reads as a setting, and an id before
         # the title ("threads, split the CPUs ...") as a stray word
         named = titles[x] if titles and titles.get(x) else x
-        f.hints.append(f"Not offered: {named} ({what}), predicted {p.speedup:.2f}x "
+        named += "" if what in named else f" ({what})"  # a title for the change names it
+        f.hints.append(f"Not offered: {named}, predicted {p.speedup:.2f}x "
                        f"({p.base_ms:.1f} -> {p.step_ms:.1f} ms): slower")
     # the time at stake is the best prediction's saving; when the fixes the model predicts
     # do not help but others it cannot tell remain (unpredicted, a bound), the rule's own

@@ -408,3 +408,25 @@ def test_a_tie_led_by_the_safer_fix_names_the_larger_one_too() -> None:
     _order(clear, {"threads": _p(split.change, 1.6), "persistent_workers": _p(
         keep.change, 1.1)}, [])
     assert clear.fixes[0] == "threads" and larger_tie(clear, "threads") is None
+
+
+def test_a_cap_to_no_workers_is_named_as_no_workers() -> None:
+    """A new user read IN004 ("more workers than CPUs") naming "No more DataLoader workers
+    than CPUs (num_workers=0)" as slower: a cap that lands on no workers is titled as
+    loading in the training process, and a title that names the change is not followed
+    by it again."""
+    from diagnose.fixes import FIXES
+
+    cap = FIXES["num_workers_cap"]
+    assert cap.title_for({"num_workers": 0}) == (
+        "Load batches in the training process (DataLoader num_workers=0)")
+    assert cap.title_for({"num_workers": 2}) == (
+        "No more DataLoader workers than CPUs (DataLoader num_workers=2)")
+    assert cap.title_for(None) == cap.title == "No more DataLoader workers than CPUs"
+    f = _Finding(["threads", "num_workers_cap"])
+    slower = _p({"num_workers": 0}, 0.89)
+    _order(f, {"threads": _p({"num_workers": 2, "intra_op_threads": 1}, 1.31),
+               "num_workers_cap": slower}, [],
+           {"num_workers_cap": cap.title_for(slower.change)})
+    assert f.hints == ["Not offered: Load batches in the training process (DataLoader "
+                       "num_workers=0), predicted 0.89x (10.0 -> 11.2 ms): slower"]

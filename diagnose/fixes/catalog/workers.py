@@ -59,15 +59,23 @@ def _workers(metrics: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return f.dataloader_num_workers, f.cpu_count
 
 
+def _workers_title(title: str, change: Mapping[str, Any] | None, cap: bool = False) -> str:
+    """A worker count's title for the count a prediction lands on: none says the batches
+    load in the training process; a cap keeps its own title, with the count."""
+    n = (change or {}).get("num_workers")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return title
+    if n == 0:
+        return "Load batches in the training process (DataLoader num_workers=0)"
+    if cap:
+        return f"{title} (DataLoader num_workers={n})"
+    return f"Load batches in {n} worker process{'es' if n > 1 else ''} (DataLoader num_workers={n})"
+
+
 class NumWorkers(WorkerSearch):
     def title_for(self, change: Mapping[str, Any] | None) -> str:
         # the search may go down as well as up: the title says where it lands
-        n = (change or {}).get("num_workers")
-        if not isinstance(n, int) or isinstance(n, bool):
-            return self.title
-        if n == 0:
-            return "Load batches in the training process (DataLoader num_workers=0)"
-        return f"Load batches in {n} worker process{'es' if n > 1 else ''} (DataLoader num_workers={n})"
+        return _workers_title(self.title, change)
 
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         top = most_workers(facts)
@@ -106,6 +114,10 @@ class NumWorkers(WorkerSearch):
 
 
 class NumWorkersCap(WorkerSearch):
+    def title_for(self, change: Mapping[str, Any] | None) -> str:
+        # a cap that lands on no workers is no cap: its title says so
+        return _workers_title(self.title, change, cap=True)
+
     def applies(self, config: TrainConfig, facts: Facts) -> bool:
         top = most_workers(facts)
         return (top is not None and config.num_workers > top
