@@ -481,7 +481,7 @@ def _in_place(fixes: Iterable[str], metrics: Mapping[str, Any]) -> tuple[list[st
         others = [i for i in fix.instead if i not in named and i not in keep
                   and FIXES[i].in_place(metrics) is None]
         keep += others
-        hint = f"Not suggested: {fix.title} ({why})"
+        hint = f"Not suggested: {fix.title}: {why}"
         if others:
             hint += "; try instead: " + "; ".join(FIXES[i].title for i in others)
         hints.append(hint)

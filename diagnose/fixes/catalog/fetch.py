@@ -111,8 +111,8 @@ class BatchedFetch(Fix):
             return ("in place already: with batch_size=None each of the sampler's keys goes to "
                     "dataset[key] whole, and the dataset makes the batch")
         if facts.dataloader_dataset_tensor_indexable is False:
-            return ("the dataset cannot hand over a batch in one indexing call (not a plain "
-                    "TensorDataset with the default collate)")
+            return ("the dataset is not a plain TensorDataset with the default collate, "
+                    "which one indexing call can batch")
         return None
 
     def render(self, setup: Setup | None) -> str:
