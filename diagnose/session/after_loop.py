@@ -113,10 +113,10 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["dataloader"] = {**ctx["dataloader"], "batches_on_device": True}
     if loaded and ctx["dataloader"].get("num_workers") == 0 and batch_indexable(loader):
         _time_fetches(ctx, model, forward, loader, budget, on_error)
-    caps: list[tuple[float, float, float]] = []  # the capacity timings: (point, lo, hi)
+    caps: list[Capacity] = []  # the capacity timings
     in_turn = _time_in_turn(ctx, loader, budget, on_error) if workers else None
     if loaded:
-        _time_capacity(caps, budget, on_error)
+        _time_capacity(caps, budget, on_error, "after_loop")
     if workers:
         _time_handover(ctx, batch, budget, on_error)
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
@@ -144,13 +144,13 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
         ctx["threads"] = joined_threads(ctx["threads"], again)
     if loaded and caps:
-        _time_capacity(caps, budget, on_error, again=True)
+        _time_capacity(caps, budget, on_error, "again", again=True)
     # the timing seconds before these (runinfo.collect), where a fix needs the capacity
     on_enter = ctx.get("cpu_capacity_on_enter")
     got = [x for v in on_enter if (x := as_number(v)) is not None] \
         if isinstance(on_enter, list) and len(on_enter) == 3 else []
     if loaded and "cpu_capacity" not in budget.unneeded and len(got) == 3:
-        caps.append((got[0], got[1], got[2]))
+        caps.append(("on_enter", got[0], got[1], got[2]))
     if loaded:
         _capacity_of(ctx, caps)
     ctx["probes"] = budget.record()
@@ -205,14 +205,20 @@ def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:
         return None
 
 
-def _time_capacity(caps: list[tuple[float, float, float]], budget: ProbeBudget,
-                   on_error: OnError, again: bool = False) -> None:
+#: one timing of the CPUs' capacity: (when it was timed, its point, the first and third
+#: quartiles of its rounds): "on_enter" (seconds before the loop), "after_loop" and
+#: "again" (the probes' first and last), "worker_batches" (the job's own batches: no span)
+Capacity = tuple[str, float, float, float]
+
+
+def _time_capacity(caps: list[Capacity], budget: ProbeBudget, on_error: OnError,
+                   when: str, again: bool = False) -> None:
     """One timing of the CPUs' capacity with its rounds' span
     (:func:`~diagnose.capture.probes.capacity.time_cpu_capacity_span`) into ``caps``."""
     got = _guard("CPU capacity timing", on_error, lambda: budget.run(
         "cpu_capacity", lambda: time_cpu_capacity_span(usable_cpus()), again=again))
     if got is not None:
-        caps.append(got)
+        caps.append((when, *got))
 
 
 def _time_in_turn(ctx: dict[str, Any], loader: Any, budget: ProbeBudget,
@@ -249,7 +255,7 @@ def _time_handover(ctx: dict[str, Any], batch: Any, budget: ProbeBudget,
 
 def _time_worker_batches(ctx: dict[str, Any], loader: Any,
                          in_turn: tuple[float, float, float, float] | None,
-                         caps: list[tuple[float, float, float]], budget: ProbeBudget,
+                         caps: list[Capacity], budget: ProbeBudget,
                          on_error: OnError) -> None:
     """A batch made by forked workers alone and one per CPU at once: the worker's batch
     where it was not timed in turn, and the CPUs' capacity with the job's own batches as
@@ -263,20 +269,23 @@ def _time_worker_batches(ctx: dict[str, Any], loader: Any,
     if in_turn is None:
         ctx["dataloader"]["worker_batch_ms"] = made[0]
     if made[1] is not None:
-        caps.append((made[1], made[1], made[1]))
+        caps.append(("worker_batches", made[1], made[1], made[1]))
 
 
-def _capacity_of(ctx: dict[str, Any], caps: list[tuple[float, float, float]]) -> None:
+def _capacity_of(ctx: dict[str, Any], caps: list[Capacity]) -> None:
     """What the CPUs give: the most of the timings, the one before the loop among them. A
     timing reads low where something else holds a CPU for a moment (on a shared host, for
     seconds: all the timings after the loop may fall in one such moment), and the job's
     split meets those moments in both of its arms alike; SMT siblings lower all of them.
     How far the timings and their rounds lay apart goes with it: the predictions that move
     CPU work are made at the least as well (their range's slow end), and a timing cut short
-    by the budget has few rounds: its span is what the rounds it had say."""
-    ctx["cpu_capacity"] = round(max(c[0] for c in caps), 3) if caps else None
-    lo = min((c[1] for c in caps), default=None)
-    hi = max((c[2] for c in caps), default=None)
+    by the budget has few rounds: its span is what the rounds it had say. Each timing is
+    kept too (``cpu_capacity_timings``: when -> [point, q1, q3]), so that a low end can be
+    told to a moment of the host or to one timing's noise."""
+    ctx["cpu_capacity"] = round(max(c[1] for c in caps), 3) if caps else None
+    lo = min((c[2] for c in caps), default=None)
+    hi = max((c[3] for c in caps), default=None)
+    ctx["cpu_capacity_timings"] = {when: [round(x, 3) for x in c] for when, *c in caps}
     ctx["cpu_capacity_span"] = ([round(lo, 3), round(hi, 3)]
                                 if lo is not None and hi is not None
                                 and (len(caps) > 1 or hi > lo) else None)

@@ -285,3 +285,20 @@ def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
         assert ctx["threads_span"] == [0.5, 1.5]
     else:
         assert ctx["threads"]["work_ms"] == 4.0 and ctx["threads_span"] is None
+
+
+def test_each_capacity_timing_is_kept_beside_the_span() -> None:
+    """The capacity is the most of the timings, its span the least first quartile to the
+    most third; each timing is kept by when it was made, so that a low end can be told to
+    a moment of the host (all low) or to one timing (one low)."""
+    ctx: dict[str, Any] = {}
+    al._capacity_of(ctx, [("after_loop", 1.9, 1.09, 1.95), ("worker_batches", 1.7, 1.7, 1.7),
+                          ("on_enter", 1.771, 1.644, 1.877)])
+    assert ctx["cpu_capacity"] == 1.9 and ctx["cpu_capacity_span"] == [1.09, 1.95]
+    assert ctx["cpu_capacity_timings"] == {"after_loop": [1.9, 1.09, 1.95],
+                                           "worker_batches": [1.7, 1.7, 1.7],
+                                           "on_enter": [1.771, 1.644, 1.877]}
+    one: dict[str, Any] = {}
+    al._capacity_of(one, [("worker_batches", 1.7, 1.7, 1.7)])  # one point: no span
+    assert one["cpu_capacity_span"] is None and one["cpu_capacity_timings"] == {
+        "worker_batches": [1.7, 1.7, 1.7]}
