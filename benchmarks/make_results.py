@@ -340,7 +340,7 @@ GPU: dict[str, Bench] = {
         "Each first fix timed unprofiled.", _PVM_HEAD, 5, predicted_row, PREDICTED_COLUMNS),
     "autofix_gpu": Bench(
         "Autofix on a GPU: predicted beside measured", ["benchmarks/autofix_gpu.py"],
-        "Kept changes and before/afters beside their predictions.", _AUTOFIX_HEAD, 6, autofix_row, AUTOFIX_COLUMNS),
+        "Kept changes and before/afters with predictions.", _AUTOFIX_HEAD, 6, autofix_row, AUTOFIX_COLUMNS),
     "gpu": Bench(
         "The GPU checks of benchmarks/gpu_run.sh", ["bash", "benchmarks/gpu_run.sh"],
         "Capture step / plain loop (tool/plain); GPU tests in the file.",
