@@ -242,8 +242,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
             # a bound past the best point saves at least its own share: that is at stake
             bounds = [q.speedup for x in open_ if isinstance(q := preds[x], Prediction)
                       and q.at_least and q.speedup > best.speedup]
-            f.take_gain(max(0.0, 1 - best.step_ms / best.base_ms,
-                            *(1 - 1 / b for b in bounds)))
+            saves = 1 - best.step_ms / best.base_ms
+            beyond = max((1 - 1 / b for b in bounds), default=0.0)
+            f.take_gain(max(0.0, saves, beyond),
+                        change=best.change if saves > 0 and saves >= beyond else None)
         elif untold:  # the rule's estimate stands beside a prediction that does not reach it
             whys = {q.removeprefix(CANNOT_TELL).strip().removeprefix("not predicted:").strip()
                     if isinstance(q := preds[x], str) else None

@@ -240,16 +240,10 @@ def _ranks_table(report: Analysis) -> Table:
 
 
 def _gain_change(f: Any) -> str | None:
-    """The change whose prediction sets a finding's time at stake: its fastest predicted
-    point among the fixes it offers, as text to compare; None where no point sets it."""
-    points = [p for x in offered(f) if isinstance(p := (f.predictions or {}).get(x), Prediction)
-              and not p.at_least]
-    if not points or not f.estimated_gain:
-        return None
-    best = max(points, key=lambda p: p.speedup)
-    if abs((1 - best.step_ms / best.base_ms) - f.estimated_gain) > 5e-4:
-        return None  # the rule's own estimate, or a bound: not this change's
-    return repr(sorted(best.change.items()))
+    """The change whose predicted step set a finding's time at stake
+    (``Finding.gain_change``), as text to compare; None where another estimate set it."""
+    change = getattr(f, "gain_change", None)
+    return repr(sorted(change.items())) if change and f.estimated_gain else None
 
 
 def _findings_table(report: Analysis, detail: bool = True) -> Table:

@@ -144,6 +144,8 @@ class Finding:
     # fix id -> its predicted peak: the memory what-if of its change (fixes/catalog/memory.py
     # peak_prediction: peak_bytes, range, change, method, step_ms?) and base_bytes, the peak now
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the change whose predicted step set estimated_gain (None: another estimate set it)
+    gain_change: dict[str, Any] | None = None
 
     def _fix_json(self, f: str) -> dict[str, Any]:
         out = FIXES[f].to_json(self.fix_code.get(f))
@@ -156,9 +158,11 @@ class Finding:
             out["predicted"] = _with_peak(out["predicted"], peak)
         return out
 
-    def take_gain(self, gain: float, by: str = "the step model's prediction") -> None:
-        """The time at stake from a prediction (``by`` names whose): the rule's own grade,
-        capped by it."""
+    def take_gain(self, gain: float, by: str = "the step model's prediction",
+                  change: dict[str, Any] | None = None) -> None:
+        """The time at stake from a prediction (``by`` names whose; ``change``: the change
+        predicted to save it, where one did): the rule's own grade, capped by it."""
+        self.gain_change = change
         own = self.graded_down_from or self.severity
         self.hints = [h for h in self.hints if not h.startswith(f"{self.severity}: graded down from")]
         self.estimated_gain = round(min(max(gain, 0.0), 1.0), 4)

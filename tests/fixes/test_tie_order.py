@@ -21,9 +21,11 @@ class _Finding:
     predictions: dict[str, Any] = field(default_factory=dict)
     gain: float | None = None  # taken from a prediction; None: the rule's own stands
     estimated_gain: float | None = 0.2  # the rule's own estimate
+    gain_change: dict[str, Any] | None = None  # the change whose prediction set the gain
 
-    def take_gain(self, g: float) -> None:
+    def take_gain(self, g: float, by: str = "", change: dict[str, Any] | None = None) -> None:
         self.gain = self.estimated_gain = g
+        self.gain_change = change
 
 
 def _p(change: dict[str, Any], speedup: float) -> Prediction:
@@ -42,6 +44,7 @@ def test_the_simpler_fix_leads_a_tie_and_a_clear_win_stands() -> None:
     assert f.fixes == ["threads", "num_workers_cap"]
     # the time at stake is still the best prediction's
     assert f.gain is not None and abs(f.gain - (1 - 1 / 1.30)) < 1e-9
+    assert f.gain_change == split.change  # the change that sets it, for the report
 
 
 def test_a_fix_whose_range_reaches_the_best_point_ties_with_it() -> None:

@@ -21,7 +21,8 @@ FEWER = Prediction({"num_workers": 1}, 28.0, 1.15, (25.0, 31.0), 32.1)
 def _finding(rule: str, severity: str, preds: dict, hint: str) -> Finding:
     f = Finding(rule, "input", severity, f"{rule} title", f"{rule} message", {}, list(preds),
                 0.1, hints=[hint], predictions=preds)
-    f.take_gain(1 - max(p.speedup for p in preds.values()) ** -1)
+    best = max(preds.values(), key=lambda p: p.speedup)
+    f.take_gain(1 - best.step_ms / best.base_ms, change=best.change)
     f.severity = severity  # as graded by its rule (take_gain caps it by the share)
     return f
 
@@ -56,7 +57,8 @@ def test_a_share_the_rules_own_estimate_sets_stands_on_its_own() -> None:
     that share, whatever change an earlier finding led with."""
     lead = _finding("IN004", "warning", {"threads": SPLIT}, "h")
     own = _finding("IN001", "info", {"threads": SPLIT}, "h2")
-    own.estimated_gain = 0.5
+    own.take_gain(0.5, by="the rule's own estimate")
+    own.severity = "info"
     assert _gains(_table([lead, own], detail=False)) == {"IN004": "24%", "IN001": "50%"}
 
 
