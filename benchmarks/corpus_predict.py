@@ -237,6 +237,27 @@ def _ready(a: Arm) -> int:
 #: diagnosed step, is timed in whole epochs (:func:`_epoch_steps`)
 WHOLE_EPOCH_MAX = 100
 WHOLE_EPOCH_S = 4.0
+#: a longer epoch that takes at most this at the diagnosed step is run once, untimed, before
+#: an arm's timed steps (:func:`_first_epoch`)
+FIRST_EPOCH_S = 20.0
+
+
+def _first_epoch(job: dict[str, Any], a: Arm, it: Any, done: int, step_ms: float | None) -> int:
+    """Run the rest of the arm's first epoch untimed (``done`` of its batches taken from
+    ``it``, the loader's batches epoch after epoch) where its epoch is known and takes at
+    most :data:`FIRST_EPOCH_S` at ``step_ms``; the batches run. A job's first epoch can be
+    slower than the rest: a tokenizer or decode cache in the training process warms over
+    it, and a long job's pace is the later epochs' (blocks timed within the first epoch
+    timed a cold cache)."""
+    try:
+        n = len(a.loader)
+    except TypeError:  # no loader, or an iterable one
+        return 0
+    if step_ms is None or n <= done or n * step_ms > FIRST_EPOCH_S * 1e3:
+        return 0
+    for _ in range(n - done):
+        _step(job, next(it), a.cfg)
+    return n - done
 
 
 def _epoch_steps(arms: list[Arm], step_ms: float | None = None) -> int | None:
@@ -294,7 +315,8 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int,
     """Mean step (ms) of each arm per round, the arms' blocks interleaved in turns
     (:func:`_turns`); each block after a warm-up of 3 steps and the batches the busiest
     arm's workers keep ready. A loader with a short epoch (in batches, or in time at the
-    diagnosed ``step_ms``) is timed in whole epochs instead (:func:`_epoch_steps`)."""
+    diagnosed ``step_ms``) is timed in whole epochs instead (:func:`_epoch_steps`); a longer
+    one that fits :data:`FIRST_EPOCH_S` runs its first epoch untimed (:func:`_first_epoch`)."""
     n = _epoch_steps(arms, step_ms)
     if n is not None:
         return _time_epochs(job, arms, rounds, n)
@@ -302,6 +324,9 @@ def time_arms(job: dict[str, Any], arms: list[Arm], rounds: int, steps: int,
     out: list[list[float]] = [[] for _ in arms]
     warm = 3 + max(_ready(a) for a in arms)
     try:
+        for a, it in zip(arms, its, strict=True):
+            with _settings(job, a):
+                _first_epoch(job, a, it, 0, step_ms)
         for r in range(rounds):
             for i in _turns(len(arms), r):
                 a = arms[i]
@@ -339,7 +364,9 @@ def _apart(name: str, change: dict[str, Any]) -> None:
     (:func:`_epoch_steps`, at the warm-up's step), one untimed epoch and whole epochs
     timed, at least ``APART_STEPS`` steps (so that the restarts of workers that are not
     persistent, and the steps after them, count as often as in the job); else
-    ``APART_STEPS`` steps after the warm-up."""
+    ``APART_STEPS`` steps after the warm-up, past the first epoch where it fits
+    :data:`FIRST_EPOCH_S` (:func:`_first_epoch`; then the warm-up again at the second's
+    start)."""
     job = make(name)
     a = make_arm(job, change)
     warm = 10 + _ready(a)
@@ -349,8 +376,11 @@ def _apart(name: str, change: dict[str, Any]) -> None:
         for _ in range(warm):
             _step(job, next(it), a.cfg)
         _sync(job)
-        n = None if a.loader is None else _epoch_steps(
-            [a], (time.perf_counter() - t0) / warm * 1e3)
+        step_ms = (time.perf_counter() - t0) / warm * 1e3
+        n = None if a.loader is None else _epoch_steps([a], step_ms)
+        if n is None and _first_epoch(job, a, it, warm, step_ms):
+            for _ in range(warm):  # the next epoch's start, as the first's was
+                _step(job, next(it), a.cfg)
         if n is not None:
             getattr(it, "close", lambda: None)()
             epochs = 1 + -(-pvm.APART_STEPS // n)

@@ -287,3 +287,24 @@ def test_grid_rows_are_read_by_the_rejudge_and_changes_name_their_fix() -> None:
     assert grid.fix_for({"learning_rate": 0.1}) is None
     with pytest.raises(ValueError):
         grid.parse_change("num_workers")
+
+
+def test_a_long_epoch_that_fits_runs_its_first_epoch_untimed() -> None:
+    """The timing skips an epoch's cold start (a cache warming in the training process)
+    where the rest of the first epoch fits FIRST_EPOCH_S at the step; past it, or with no
+    length to count, nothing is run."""
+    import torch
+
+    cp = _script("corpus_predict_under_test", ROOT / "benchmarks" / "corpus_predict.py")
+    ran: list[int] = []
+    job = {"device": torch.device("cpu"), "train_step": ran.append}
+    arm = cp.Arm(loader=list(range(300)), threads=None, freeze=False, cfg=None)
+    fits = cp.FIRST_EPOCH_S * 1e3 / 300 * 0.9
+    assert cp._first_epoch(job, arm, iter(range(1000)), 13, fits) == 287
+    assert ran == list(range(287))  # the epoch's other 287 batches, in order
+    ran.clear()
+    assert cp._first_epoch(job, arm, iter(range(1000)), 13, fits / 0.9 * 1.1) == 0
+    endless = cp.Arm(loader=iter(range(1000)), threads=None, freeze=False, cfg=None)
+    assert cp._first_epoch(job, endless, iter(range(1000)), 13, fits) == 0
+    assert cp._first_epoch(job, arm, iter(range(1000)), 13, None) == 0
+    assert ran == []
