@@ -152,7 +152,8 @@ def step_lines(m: dict[str, Any], predicted: bool = True, each: bool = True
         head += (f"; the host ran ahead of the GPU, so the steps are the GPU's pace (the "
                  f"block's time with the {_ms(m.get('step_time_unprofiled_drain_ms'))} wait "
                  "for the GPU at its end, over its steps)")
-    head += _prediction_base(m, st["median_ms"]) if predicted else _mean_apart(m, st["median_ms"])
+    head += (_prediction_base(m, st["median_ms"], each) if predicted
+             else _mean_apart(m, st["median_ms"]))
     if window is not None and isinstance(r, int | float):
         window += f"; the profiled steps took {r:.2f}x the plain ones' time"
     return head, window
@@ -171,27 +172,35 @@ def _mean_apart(m: dict[str, Any], median: float) -> str:
     return f"; mean {_ms(mean)}" + (": some steps take longer" if mean > 1.1 * median else "")
 
 
-def _prediction_base(m: dict[str, Any], median: float) -> str:
+def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str:
     """Where the predictions' starting step is not the median shown: the mean of the
     unprofiled steps (a pause that hits some steps is the job's time), or the steady
-    steps' mean with an epoch's start spread over its steps."""
+    steps' mean with an epoch's start spread over its steps. Without ``each`` (the short
+    report), only the step they start from: one figure beside the median, not three."""
     mean = m.get("step_time_unprofiled_mean_ms")
     if not isinstance(mean, int | float):
         return ""
     steady = m.get("step_time_steady_mean_ms")
     epoch = Facts.from_metrics(m).epoch_boundary_per_step_ms
+    pause = "some steps take longer; " if mean > 1.1 * median else ""
     if isinstance(steady, int | float) and epoch:
         # the clock's few steps hold an epoch's start at their own rate, not the epoch's
         base = steady + epoch
         if abs(base - median) < BASE_NAMED * median and abs(mean - median) < BASE_NAMED * median:
             return ""
-        pause = "some steps take longer; " if mean > 1.1 * median else ""
+        if not each:
+            return (f"; {pause}predictions start from {_ms(base)}, the steady steps' mean with "
+                    "each epoch's start spread over them")
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
     # a change of workers that restart every epoch adds that start to both sides
     start = epoch_start_ms(Facts.from_metrics(m))
     restart = (f" ({_ms(mean + start)} for a change of workers: their start each epoch "
                f"adds {_ms(start)} a step before and after)" if start else "")
+    if not each and abs(mean - median) >= BASE_NAMED * median:
+        restart = (f" ({_ms(mean + start)} for a change of workers, with their start each "
+                   "epoch)" if start else "")
+        return f"; {pause}predictions start from the mean, {_ms(mean)}{restart}"
     if abs(mean - median) < BASE_NAMED * median:
         return f"; predictions start from it{restart}" if restart else ""
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)

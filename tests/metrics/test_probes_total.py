@@ -82,3 +82,24 @@ def test_a_mean_a_little_above_the_median_is_named_as_the_predictions_start() ->
     assert step_lines(m)[0].endswith(
         "which the predictions start from (70.40 ms for a change of workers: their start "
         "each epoch adds 2.00 ms a step before and after)")
+
+
+def test_the_short_headline_names_one_step_beside_the_median() -> None:
+    """The short report (``each=False``) gave a new user three step times in one line
+    (the median, the mean, and where the predictions start): it now names the median and
+    the step the predictions start from; the full one keeps the mean and the arithmetic."""
+    m = {"step_count": 5, "steps_source": "ProfilerStep", "step_time_median_ms": 80.0,
+         "step_time_unprofiled_median_ms": 27.09, "step_time_unprofiled_steps": 90,
+         "step_time_unprofiled_mean_ms": 29.02, "step_time_steady_mean_ms": 27.64,
+         "dataloader_epoch_boundary_ms": 125.0, "dataloader_num_workers": 3,
+         "dataloader_epoch_batches": 94, "dataloader_persistent_workers": False}
+    short, full = step_lines(m, each=False)[0], step_lines(m)[0]
+    assert short.endswith("; predictions start from 28.97 ms, the steady steps' mean with "
+                          "each epoch's start spread over them")
+    assert "29.02" not in short and "mean 29.02 ms" in full and "(1.33 ms a step)" in full
+    restart = {k: v for k, v in m.items() if k != "step_time_steady_mean_ms"}
+    restart.update(step_time_unprofiled_mean_ms=28.5, dataloader_start_ms=94.0)
+    assert step_lines(restart, each=False)[0].endswith(
+        "; predictions start from the mean, 28.50 ms (29.50 ms for a change of workers, "
+        "with their start each epoch)")
+    assert "adds 1.00 ms a step before and after" in step_lines(restart)[0]
