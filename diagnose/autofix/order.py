@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..values import interval_end
+from .decisions import Bound
 from .stats import Interval
 
 Predictions = Mapping[str, "float | None"]
@@ -143,6 +144,23 @@ def predicted_tuned_ms(base_ms: float | None, kept: Sequence[float | None],
     return base_ms / math.prod(k for k in kept if k is not None)
 
 
-__all__ = ["Predictions", "disagreement", "in_predicted_order", "log_disagreements",
+def below_bound_note(predicted_ms: float | None, base_ms: float | None, bound: Bound | None,
+                     min_gain: float) -> str | None:
+    """A note where the model's tuned step lies below the bound measured in the same
+    rounds as the before/after (compute alone or input alone, at the tuned config): the
+    model's input for that part read faster at the capture than in these rounds."""
+    if not predicted_ms or not base_ms or bound is None:
+        return None
+    if predicted_ms * (1 + min_gain) >= bound.bound_ms:
+        return None
+    part = bound.limited_by
+    return (f"the model's tuned step ({predicted_ms:.2f} ms) is below the bound measured here "
+            f"({bound.bound_ms:.2f} ms, {part} alone): {base_ms / predicted_ms:.2f}x predicted "
+            f"where {part} alone allows {base_ms / bound.bound_ms:.2f}x; the capture timed the "
+            f"{part} faster than these rounds did")
+
+
+__all__ = ["Predictions", "below_bound_note", "disagreement", "in_predicted_order",
+           "log_disagreements",
            "noise_floor", "order_note", "predicted_tuned_ms", "predictions_from",
            "skip_reason"]

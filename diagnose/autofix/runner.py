@@ -33,6 +33,7 @@ from .live import cpu_count, live_facts
 from .measure import Plan
 from .memfit import BUDGET, fit_budget, measure_peak, mib, over_budget, predicted_peak
 from .order import (
+    below_bound_note,
     in_predicted_order,
     log_disagreements,
     noise_floor,
@@ -322,6 +323,13 @@ def autofix(
     undecided = undecided_note(tuner.undecided, best == base, plan.max_rounds)
     if undecided:
         notes.append(undecided)
+    tuned_pred = predicted_tuned_ms(
+        final.base_ms if final else None,
+        [d.predicted_speedup for d in tuner.decisions if d.status == KEPT],
+        tuner.tuned_speedup(best))
+    below = below_bound_note(tuned_pred, final.base_ms if final else None, bound, min_gain)
+    if below:
+        notes.append(below)
     notes.append(STEP_TIMED)
     logged = log_disagreements(out_dir, tuner.disagreements)
     if logged is not None:
@@ -335,10 +343,7 @@ def autofix(
         optimizer=build_optimizer(optimizer, best) if opt_changed else None, code=code_str,
         trials=tuner.trials, elapsed_s=tuner.clock() - tuner.t0,
         device=str(w.device), cpus=facts.cpu_count or cpu_count(), min_gain=min_gain, notes=notes,
-        predicted_tuned_ms=predicted_tuned_ms(
-            final.base_ms if final else None,
-            [d.predicted_speedup for d in tuner.decisions if d.status == KEPT],
-            tuner.tuned_speedup(best)),
+        predicted_tuned_ms=tuned_pred,
         model_disagreements=tuner.disagreements,
     )
 

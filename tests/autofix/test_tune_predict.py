@@ -285,3 +285,22 @@ def test_the_before_after_table_carries_the_predicted_range() -> None:
     assert "24.64 (1.26x [0.57, 1.50])" in cell([kept("a", (0.57, 1.50))])
     assert "24.64 (1.26x)" in cell([kept("a", None)])
     assert "24.64 (1.26x)" in cell([kept("a", (0.57, 1.50)), kept("b", (1.0, 1.1))])
+
+
+
+def test_a_prediction_below_the_measured_bound_says_so() -> None:
+    """A new user read a predicted tuned step of 16.14 ms beside an input-alone bound of
+    20.96 ms measured in the same rounds, unremarked: a note now names the prediction and
+    the most the bound allows; a prediction at the bound (within the gain autofix keeps a
+    change for) or with no bound adds none."""
+    from diagnose.autofix.decisions import Bound
+    from diagnose.autofix.order import below_bound_note
+    from diagnose.fixes import TrainConfig
+
+    b = Bound(compute_ms=1.99, data_ms=20.96, config=TrainConfig(num_workers=2))
+    note = below_bound_note(16.14, 28.21, b, 0.03)
+    assert note is not None and "(16.14 ms) is below the bound measured here (20.96 ms, " \
+        "input alone): 1.75x predicted where input alone allows 1.35x" in note
+    assert below_bound_note(20.5, 28.21, b, 0.03) is None
+    assert below_bound_note(16.14, 28.21, None, 0.03) is None
+    assert below_bound_note(None, 28.21, b, 0.03) is None
