@@ -385,8 +385,8 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
             fix = FIXES[fid]
             code = f.fix_code.get(fid, fix.code)
             if code in codes:  # two units that land on one change (IN001's, IN004's)
-                panels.append(Text(f"{f.rule} fix: the same change as {codes[code]}'s above",
-                                   style="dim"))
+                panels.append(Text(f"{f.rule} fix: {fix_title(f, fid)}, the same change as "
+                                   f"{codes[code]}'s above", style="dim"))
                 continue
             codes[code] = f.rule
             panels.append(FixPanel(Syntax(code, "python", theme="ansi_dark", word_wrap=True),

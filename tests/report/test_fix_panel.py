@@ -97,7 +97,8 @@ def test_a_change_down_to_no_workers_is_titled_so_and_shown_once() -> None:
     panels = _fix_panels(SimpleNamespace(findings=[in001, in004]))
     assert str(panels[0].title) == ("IN001 fix: Load batches in the training process "
                                     "(DataLoader num_workers=0)")
-    assert str(panels[1]) == "IN004 fix: the same change as IN001's above"
+    assert str(panels[1]) == ("IN004 fix: Load batches in the training process (DataLoader "
+                              "num_workers=0), the same change as IN001's above")
     two = _finding({"num_workers": Prediction({"num_workers": 2}, 8.0, 1.2, (7, 9), 9.6)})
     assert _titles(two) == ["IN001 fix: Load batches in 2 worker processes "
                             "(DataLoader num_workers=2)"]
