@@ -83,7 +83,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     budget: ProbeBudget | None = None,
                     worker_pids: Iterable[int] = (),
                     others: Sequence[tuple[Any, Any]] = (),
-                    others_cpus: float | None = None) -> None:
+                    others_cpus: float | None = None, loader_starts: Any = None) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
@@ -94,13 +94,15 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     ``others``: the loop's other models with the first inputs each got, whose work the
     thread timing takes with the first model's. ``others_cpus``: the CPUs other processes
     held over the steps after the window (torch's threads short of CPUs: the thread timing
-    alone serves CF008, with or without a DataLoader)."""
+    alone serves CF008, with or without a DataLoader). ``loader_starts``: the clock's
+    epoch starts (their workers), for an epoch start's share of the step."""
     loader = unwrap(loader)[0]  # a wrapper's DataLoader (Fabric's): the probes rebuild it
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
         ctx["thread_pools"] = pools
     if budget is None:
-        budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock, others_cpus))
+        budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock, others_cpus,
+                                                                          loader_starts))
     pids = list(worker_pids)
     if pids:
         _guard("waiting for the loader's workers", on_error,

@@ -490,7 +490,8 @@ class Session:
             time_after_loop(ctx, model=first, loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=self._steps.clock(),
                             worker_pids=self.worker_pids, others=works[1:],
-                            others_cpus=self._steps.after_others_cpus)
+                            others_cpus=self._steps.after_others_cpus,
+                            loader_starts=self._steps.loader_starts)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

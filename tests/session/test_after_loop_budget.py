@@ -155,7 +155,8 @@ def test_the_batched_fetchs_timings_run_where_its_prediction_reads_them(
     monkeypatch.setattr(al, "time_fetches", fetch_probe)
     monkeypatch.setattr(al, "batch_indexable", lambda loader: True)
     ctx = {"dataloader": {"num_workers": workers}, "cpu_count": 2}
-    clock_ = {"ms": [10.0] * 4, "dataloader_ms": [0.0 if unneeded else 3.0] * 4}
+    clock_ = {"phase": ["wait"] + ["after"] * 8, "ms": [10.0] * 9,
+              "dataloader_ms": [0.0 if unneeded else 3.0] * 9}
     al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
                        batch=("x",), on_error=_errors, clock=clock_,
                        budget=None if unneeded else ProbeBudget(1.0, 0.0))

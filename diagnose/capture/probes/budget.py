@@ -2,11 +2,13 @@
 what the predictions need.
 
 Every probe after the loop serves the fixes of the input rules (``rules/input.toml``, and
-IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's. A
-loop that waited on its DataLoader for under :data:`LOADER_WAITED` of its steps, with no
-more workers than CPUs, fires none of them, and nothing is timed (:func:`unneeded`), but
-for the thread timing where torch's threads outnumbered the CPUs other processes left
-(:func:`threads_short`: CF008's fix, torch's own thread count).
+IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's.
+Where the step clock shows that none of them can be graded warning (:func:`cannot_warn`:
+the same clock metrics the rules read, under their warning thresholds) and there are no
+more workers than CPUs, nothing is timed (:func:`unneeded`): an info finding's fixes need
+no measured prediction. The thread timing still runs where torch's threads outnumbered
+the CPUs other processes left (:func:`threads_short`: CF008's fix, torch's own thread
+count).
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
@@ -23,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ...metrics.context.loading import epoch_start_metrics
+from ...metrics.context.step_clock import clock_metrics
 from . import common
 
 R = TypeVar("R")
@@ -32,10 +36,19 @@ R = TypeVar("R")
 #: issue 48, "keep all the probes under 5% of the capture's wall time"; of the time so far,
 #: so that neither the probes nor the analysis after them can raise it
 PROBE_SHARE = 0.05
-#: a loop that waits on its DataLoader for less than this share of its steps (the clock's
-#: ``dataloader_ms`` over its ``ms``) fires no input rule: the least share one fires at is
-#: 3% (IN003), and the profiled window's share may lie a little above the clock's
-LOADER_WAITED = 0.02
+#: the least shares at which a rule whose fixes read the probes may be graded warning
+#: (rules/input.toml; tests/capture/probes/test_budget.py holds them to the rules' own
+#: conditions): IN001, IN002 and IN006 at this share of the unprofiled steps that began
+#: no epoch waiting on the loader (``dataloader_wait_steady_share``) ...
+STEADY_WARNS = 0.10
+#: ... IN003 (and the others where the clock cannot tell the epochs' starts apart) at
+#: this share of every unprofiled step (``dataloader_wait_unprofiled_share``), IN003 with
+#: one wait BURST_WARNS times the median (+ 0.1 ms) ...
+UNPROFILED_WARNS = 0.05
+BURST_WARNS = 5.0
+#: ... and IN005 at this share of the mean step for an epoch's start
+#: (``dataloader_epoch_start_share``)
+EPOCH_START_WARNS = 0.10
 
 #: the training thread waited, runnable, for a CPU in at least this share of the loop's
 #: timed steps (the clock's ``cpu_wait_ms`` over its ``ms``): the least CF008 fires at
@@ -73,12 +86,6 @@ def _share(clock: Mapping[str, Any] | None, column: str, unprofiled: bool) -> fl
     return sum(min(w, s) for w, s in pairs) / total if total > 0 else None
 
 
-def loader_share(clock: Mapping[str, Any] | None) -> float | None:
-    """The share of the loop's timed steps spent waiting on the DataLoader (the step
-    clock's ``dataloader_ms`` over its ``ms``, every phase); None where it holds none."""
-    return _share(clock, "dataloader_ms", unprofiled=False)
-
-
 def cpu_wait_share(clock: Mapping[str, Any] | None) -> float | None:
     """The share of the loop's unprofiled steps (those after the window, else the ``wait``
     ones, the first left out) the training thread spent runnable but off a CPU (the
@@ -102,22 +109,68 @@ def threads_short(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
             and threads > cpus - others_cpus and share is not None and share >= CPU_WAITED)
 
 
+def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
+                   loader_starts: Any = None) -> dict[str, object]:
+    """The clock's metrics the loader rules read (``dataloader_wait_steady_share``,
+    ``dataloader_wait_unprofiled_share``, its median and most, ``dataloader_epoch_start_share``),
+    computed by the analysis' own functions from the step clock, the epochs' starts
+    (``loader_starts``: their workers) and the loader's settings in ``ctx``."""
+    cap = {"step_clock": clock, "loader_starts": loader_starts}
+    m = clock_metrics(cap)
+    dl = ctx.get("dataloader")
+    if isinstance(dl, Mapping):
+        m.update(dataloader_num_workers=dl.get("num_workers"),
+                 dataloader_persistent_workers=dl.get("persistent_workers"),
+                 dataloader_epoch_batches=dl.get("len"))
+    m.update(epoch_start_metrics(m))
+    return m
+
+
+def cannot_warn(m: Mapping[str, Any]) -> str | None:
+    """Why no finding whose fixes read the probes can be graded warning, from the clock's
+    :func:`loader_metrics` ``m``; None where one can (or the clock cannot tell)."""
+    steady = _num(m.get("dataloader_wait_steady_share"))
+    unprofiled = _num(m.get("dataloader_wait_unprofiled_share"))
+    if unprofiled is None:
+        return None
+    if steady is None and unprofiled >= UNPROFILED_WARNS:  # the rules' own fallback
+        return None
+    if steady is not None and steady >= STEADY_WARNS:  # IN001, IN002, IN006
+        return None
+    most, median = _num(m.get("dataloader_wait_unprofiled_max_ms")), _num(
+        m.get("dataloader_wait_unprofiled_ms"))
+    workers = _num(m.get("dataloader_num_workers")) or 0
+    if (workers >= 1 and unprofiled >= UNPROFILED_WARNS and (
+            most is None or median is None or most >= BURST_WARNS * (median + 0.1))):
+        return None  # IN003: a wait far past the others
+    start = _num(m.get("dataloader_epoch_start_share"))
+    if start is not None and start >= EPOCH_START_WARNS:  # IN005
+        return None
+    waited = (f"{steady:.1%} of the steps that began no epoch" if steady is not None
+              else f"{unprofiled:.1%} of its steps")
+    said = f"; an epoch's start took {start:.1%} of the step" if start is not None else ""
+    return (f"the loop waited on its DataLoader for {waited}{said}: no finding these "
+            "timings serve can be a warning (an info finding's fixes are not predicted "
+            "from them)")
+
+
 def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
-             others_cpus: float | None = None) -> dict[str, str]:
-    """{probe: why no prediction needs it} (module doc): every probe where the loop
-    waited on its DataLoader for under :data:`LOADER_WAITED` of its steps and has no more
-    workers than CPUs, but the thread timing where torch's threads were short of CPUs
+             others_cpus: float | None = None, loader_starts: Any = None) -> dict[str, str]:
+    """{probe: why no prediction needs it} (module doc): every probe where no finding it
+    serves can be graded warning (:func:`cannot_warn`) and there are no more workers than
+    CPUs, but the thread timing where torch's threads were short of CPUs
     (:func:`threads_short`); none where the clock says nothing (every probe may be
     needed)."""
-    share = loader_share(clock)
+    if not isinstance(clock, Mapping):
+        return {}
     dl = ctx.get("dataloader")
     workers = _num(dl.get("num_workers")) if isinstance(dl, Mapping) else None
     cpus = _num(ctx.get("cpu_count"))
-    if share is None or share >= LOADER_WAITED or (
-            workers is not None and cpus is not None and workers > cpus):
+    if workers is not None and cpus is not None and workers > cpus:
         return {}
-    why = (f"the loop waited on its DataLoader for {share:.1%} of its steps: no input rule "
-           "fires, no fix needs it")
+    why = cannot_warn(loader_metrics(ctx, clock, loader_starts))
+    if why is None:
+        return {}
     out = dict.fromkeys(PROBES, why)
     if threads_short(ctx, clock, others_cpus):
         del out["threads"]
