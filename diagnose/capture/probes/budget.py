@@ -3,12 +3,11 @@ what the predictions need.
 
 Every probe after the loop serves the fixes of the input rules (``rules/input.toml``, and
 IN004 in ``rules/config.toml``): the workers', the threads split's, the batched fetch's.
-Where the step clock shows that none of them can be graded warning (:func:`cannot_warn`:
-the same clock metrics the rules read, under their warning thresholds) and there are no
-more workers than CPUs, nothing is timed (:func:`unneeded`): an info finding's fixes need
-no measured prediction. The thread timing still runs where torch's threads outnumbered
-the CPUs other processes left (:func:`threads_short`: CF008's fix, torch's own thread
-count).
+A probe whose rules (:data:`SERVES`) the step clock shows cannot be graded warning
+(:func:`may_warn`: the same clock metrics the rules read, against their warning
+thresholds) is not run (:func:`unneeded`): an info finding's fixes need no measured
+prediction. The thread timing still runs where torch's threads outnumbered the CPUs other
+processes left (:func:`threads_short`: CF008's fix, torch's own thread count).
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
@@ -126,54 +125,78 @@ def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
     return m
 
 
-def cannot_warn(m: Mapping[str, Any]) -> str | None:
-    """Why no finding whose fixes read the probes can be graded warning, from the clock's
-    :func:`loader_metrics` ``m``; None where one can (or the clock cannot tell)."""
+#: the input rules, whose fixes the probes serve; a probe named here serves only these
+#: (the threads split and the workers' oversubscription read the thread timings; the
+#: batched fetch, its fetch timings); the others serve every input rule
+INPUT_RULES = frozenset({"IN001", "IN002", "IN003", "IN004", "IN005", "IN006"})
+SERVES = {"threads": frozenset({"IN001", "IN002", "IN004", "IN006"}),
+          "threads_busy": frozenset({"IN001", "IN002", "IN004", "IN006"}),
+          "fetches": frozenset({"IN001", "IN002"}),
+          "work_after_fetch": frozenset({"IN001", "IN002"})}
+
+
+def may_warn(m: Mapping[str, Any]) -> frozenset[str] | None:
+    """The input rules that may be graded warning, from the clock's :func:`loader_metrics`
+    ``m`` and the loader's settings in it (IN004: more workers than ``cpu_count``); None
+    where the clock cannot tell (every one may)."""
     steady = _num(m.get("dataloader_wait_steady_share"))
     unprofiled = _num(m.get("dataloader_wait_unprofiled_share"))
     if unprofiled is None:
         return None
-    if steady is None and unprofiled >= UNPROFILED_WARNS:  # the rules' own fallback
-        return None
-    if steady is not None and steady >= STEADY_WARNS:  # IN001, IN002, IN006
-        return None
+    out: set[str] = set()
+    workers = _num(m.get("dataloader_num_workers")) or 0
+    cpus = _num(m.get("cpu_count"))
+    if cpus is not None and workers > cpus:
+        out.add("IN004")
+    if (steady >= STEADY_WARNS if steady is not None
+            else unprofiled >= UNPROFILED_WARNS):  # the rules' own fallback
+        out |= {"IN001", "IN002", "IN006"}
     most, median = _num(m.get("dataloader_wait_unprofiled_max_ms")), _num(
         m.get("dataloader_wait_unprofiled_ms"))
-    workers = _num(m.get("dataloader_num_workers")) or 0
     if (workers >= 1 and unprofiled >= UNPROFILED_WARNS and (
             most is None or median is None or most >= BURST_WARNS * (median + 0.1))):
-        return None  # IN003: a wait far past the others
+        out.add("IN003")  # a wait far past the others
     start = _num(m.get("dataloader_epoch_start_share"))
-    if start is not None and start >= EPOCH_START_WARNS:  # IN005
-        return None
+    if start is not None and start >= EPOCH_START_WARNS:
+        out.add("IN005")
+    return frozenset(out)
+
+
+def _waited(m: Mapping[str, Any]) -> str:
+    """What the loop waited on its loader, as the gate read it."""
+    steady = _num(m.get("dataloader_wait_steady_share"))
+    unprofiled = _num(m.get("dataloader_wait_unprofiled_share")) or 0.0
+    start = _num(m.get("dataloader_epoch_start_share"))
     waited = (f"{steady:.1%} of the steps that began no epoch" if steady is not None
               else f"{unprofiled:.1%} of its steps")
     said = f"; an epoch's start took {start:.1%} of the step" if start is not None else ""
-    return (f"the loop waited on its DataLoader for {waited}{said}: no finding these "
-            "timings serve can be a warning (an info finding's fixes are not predicted "
-            "from them)")
+    return f"the loop waited on its DataLoader for {waited}{said}"
 
 
 def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
              others_cpus: float | None = None, loader_starts: Any = None) -> dict[str, str]:
-    """{probe: why no prediction needs it} (module doc): every probe where no finding it
-    serves can be graded warning (:func:`cannot_warn`) and there are no more workers than
-    CPUs, but the thread timing where torch's threads were short of CPUs
-    (:func:`threads_short`); none where the clock says nothing (every probe may be
-    needed)."""
+    """{probe: why no prediction needs it} (module doc): each probe none of whose rules
+    (:data:`SERVES`) may be graded warning (:func:`may_warn`), but the thread timing where
+    torch's threads were short of CPUs (:func:`threads_short`); none where the clock says
+    nothing (every probe may be needed)."""
     if not isinstance(clock, Mapping):
         return {}
-    dl = ctx.get("dataloader")
-    workers = _num(dl.get("num_workers")) if isinstance(dl, Mapping) else None
-    cpus = _num(ctx.get("cpu_count"))
-    if workers is not None and cpus is not None and workers > cpus:
+    m = loader_metrics(ctx, clock, loader_starts)
+    m["cpu_count"] = ctx.get("cpu_count")
+    can = may_warn(m)
+    if can is None:
         return {}
-    why = cannot_warn(loader_metrics(ctx, clock, loader_starts))
-    if why is None:
-        return {}
-    out = dict.fromkeys(PROBES, why)
+    out: dict[str, str] = {}
+    for probe in PROBES:
+        serves = SERVES.get(probe, INPUT_RULES)
+        if serves & can:
+            continue
+        out[probe] = (f"{_waited(m)}: no finding these timings serve can be a warning "
+                      "(an info finding's fixes are not predicted from them)" if not can else
+                      f"{_waited(m)}: of the findings it serves ({', '.join(sorted(serves))}) "
+                      f"none can be a warning; {', '.join(sorted(can))} can")
     if threads_short(ctx, clock, others_cpus):
-        del out["threads"]
+        out.pop("threads", None)
     return out
 
 

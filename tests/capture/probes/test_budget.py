@@ -93,8 +93,8 @@ def _clock(waits: list[float], ms: float = 10.0, starts: list[int] | None = None
 
 def test_no_probe_runs_where_no_finding_it_serves_can_be_a_warning() -> None:
     """A loop that waited 1% of its steps on its DataLoader, with 2 workers on 4 CPUs:
-    every probe is left out, and why. Waiting 10% of its steps, or 8 workers on 4 CPUs
-    (IN004), or no clock at all: every probe may be needed."""
+    every probe is left out, and why. Waiting 10% of its steps, or no clock at all: every
+    probe may be needed; 8 workers on 4 CPUs (IN004): all but the batched fetch's."""
     ctx = {"dataloader": {"num_workers": 2}, "cpu_count": 4}
     quiet = _clock([0.1] * 8)
     why = unneeded(ctx, quiet)
@@ -102,7 +102,9 @@ def test_no_probe_runs_where_no_finding_it_serves_can_be_a_warning() -> None:
     b = ProbeBudget(10.0, 0.0, why)
     assert b.run("threads", lambda: 1) is None and b.record()["skipped"]["threads"] == why["threads"]
     assert unneeded(ctx, _clock([1.0] * 8)) == {}
-    assert unneeded({**ctx, "dataloader": {"num_workers": 8}}, quiet) == {}
+    # IN004: every probe but the batched fetch's (IN001's, IN002's)
+    assert set(unneeded({**ctx, "dataloader": {"num_workers": 8}}, quiet)) == {
+        "fetches", "work_after_fetch"}
     assert unneeded(ctx, None) == {}
     assert unneeded(ctx, {"phase": [], "ms": []}) == {}  # a clock of no steps cannot tell
 
@@ -111,20 +113,21 @@ def test_the_gate_reads_the_steady_steps_a_burst_and_an_epochs_start() -> None:
     """Steps that began no epoch waiting 4%, with the one that began an epoch 5.8% of all:
     left out (IN001 reads the former; IN003 the latter only with a burst). A wait 20x the others' in 8 steps with workers (IN003's burst, 7% of the steps): needed;
     the same 7% spread evenly: left out. Workers that start again each epoch of 4 batches,
-    the step that began one 60 ms longer (15 ms a step, 60% of a 10 ms step: IN005):
-    needed; persistent workers: left out."""
+    the step that began one 60 ms longer (15 ms a step, 60% of a 10 ms step: IN005): the
+    workers' timings needed; persistent workers: left out."""
     ctx = {"dataloader": {"num_workers": 2, "len": 4, "persistent_workers": False},
            "cpu_count": 4}
     steady = _clock([0.4] * 8 + [2.0], starts=[0] * 8 + [1])
     assert bmod.loader_metrics(ctx, steady)["dataloader_wait_steady_share"] == pytest.approx(0.04)
     assert "4.0% of the steps that began no epoch" in unneeded(ctx, steady)["threads"]
     burst = _clock([0.1] * 7 + [4.9], starts=[0] * 8)
-    assert unneeded(ctx, burst) == {}
+    assert set(unneeded(ctx, burst)) == {"threads", "threads_busy", "fetches",
+                                         "work_after_fetch"}  # IN003's alone
     even = _clock([0.7] * 8, starts=[0] * 8)
     assert set(unneeded(ctx, even)) == set(PROBES)
     restart = _clock([0.1] * 8 + [0.1], starts=[0] * 8 + [1])
     restart["ms"][-1] = 70.0
-    assert unneeded(ctx, restart, loader_starts=[{"workers": 2}]) == {}
+    assert "worker_batches" not in unneeded(ctx, restart, loader_starts=[{"workers": 2}])
     kept = {**ctx, "dataloader": {**ctx["dataloader"], "persistent_workers": True}}
     assert set(unneeded(kept, restart, loader_starts=[{"workers": 2}])) == set(PROBES)
 
@@ -132,37 +135,54 @@ def test_the_gate_reads_the_steady_steps_a_burst_and_an_epochs_start() -> None:
 def test_the_gate_sits_at_the_rules_own_warning_thresholds() -> None:
     """The gate's shares are where the rules whose fixes read the probes may first be
     graded warning: just under them (every other input at its worst: the window all
-    waiting, the host saturated) no such rule's warning holds and the gate leaves the
-    probes out; at each one a rule's does and the gate runs them."""
+    waiting, the host saturated) no such rule's warning holds and the gate names none; at
+    each one that rule's does and the gate names it."""
     from diagnose.rules.engine import load_rules
 
-    rules = {r.id: r for r in load_rules() if r.id in ("IN001", "IN002", "IN003", "IN005",
-                                                       "IN006")}
+    rules = {r.id: r for r in load_rules() if r.id in bmod.INPUT_RULES}
     worst = {"dataloader_share": 0.99, "host_cpu_mean_pct": 100.0, "host_iowait_frac": 1.0,
              "dataloader_multiprocess": True, "dataloader_num_workers": 2, "cpu_count": 2,
              "input_worker_batch_cpus": 4.0, "dataloader_wait_max_ms": 1e3,
              "dataloader_wait_median_ms": 1.0, "dataloader_wait_unprofiled_max_ms": 1e3,
-             "dataloader_wait_unprofiled_ms": 1.0}
+             "dataloader_wait_unprofiled_ms": 1.0, "input_worker_batch_cpu_ms": 1.0,
+             "input_worker_batch_ms": 1.0}
 
-    def warns(m: dict) -> list[str]:
-        return [i for i, r in rules.items() if r.warning is not None and r.warning.evaluate(m)]
+    def warns(m: dict) -> set[str]:
+        return {i for i, r in rules.items() if r.warning is not None and r.warning.evaluate(m)}
 
     under = {**worst, "dataloader_wait_steady_share": bmod.STEADY_WARNS - 1e-4,
              "dataloader_wait_unprofiled_share": bmod.UNPROFILED_WARNS - 1e-4,
              "dataloader_epoch_start_share": bmod.EPOCH_START_WARNS - 1e-4}
-    assert warns(under) == [] and bmod.cannot_warn(under) is not None
+    assert warns(under) == set() == bmod.may_warn(under)
     no_burst = {**under, "dataloader_wait_unprofiled_share": 0.5,
                 "dataloader_wait_unprofiled_max_ms": bmod.BURST_WARNS * 1.1 - 1e-3}
-    assert warns(no_burst) == [] and bmod.cannot_warn(no_burst) is not None
-    for name, at, rule in (("dataloader_wait_steady_share", bmod.STEADY_WARNS, "IN001"),
-                           ("dataloader_wait_unprofiled_share", bmod.UNPROFILED_WARNS, "IN003"),
-                           ("dataloader_epoch_start_share", bmod.EPOCH_START_WARNS, "IN005")):
+    assert warns(no_burst) == set() == bmod.may_warn(no_burst)
+    for name, at, named in (
+            ("dataloader_wait_steady_share", bmod.STEADY_WARNS, {"IN001", "IN002", "IN006"}),
+            ("dataloader_wait_unprofiled_share", bmod.UNPROFILED_WARNS, {"IN003"}),
+            ("dataloader_epoch_start_share", bmod.EPOCH_START_WARNS, {"IN005"})):
         over = {**under, name: at}
-        assert rule in warns(over) and bmod.cannot_warn(over) is None, name
+        assert warns(over) == named == bmod.may_warn(over), name
     # the rules' own fallback where the clock cannot tell the epochs' starts apart
     unsplit = {**under, "dataloader_wait_steady_share": None,
-               "dataloader_wait_unprofiled_share": bmod.UNPROFILED_WARNS}
-    assert "IN001" in warns(unsplit) and bmod.cannot_warn(unsplit) is None
+               "dataloader_wait_unprofiled_share": bmod.UNPROFILED_WARNS,
+               "dataloader_wait_unprofiled_max_ms": 1.0}
+    assert warns(unsplit) == {"IN001", "IN002", "IN006"} == bmod.may_warn(unsplit)
+    more = {**under, "cpu_count": 1}  # IN004: more workers than CPUs
+    assert warns(more) == {"IN004"} == bmod.may_warn(more)
+
+
+def test_a_probe_runs_where_a_finding_it_serves_may_warn() -> None:
+    """An epoch's start at 60% of the step (IN005 may warn) with the steady steps waiting
+    4%: the workers' timings run, the thread and fetch timings (the threads split's and
+    the batched fetch's, for IN001/IN002/IN004/IN006) do not, and each says why."""
+    ctx = {"dataloader": {"num_workers": 2, "len": 4, "persistent_workers": False},
+           "cpu_count": 4}
+    restart = _clock([0.4] * 8 + [0.4], starts=[0] * 8 + [1])
+    restart["ms"][-1] = 70.0
+    why = unneeded(ctx, restart, loader_starts=[{"workers": 2}])
+    assert set(why) == {"threads", "threads_busy", "fetches", "work_after_fetch"}
+    assert why["threads"].endswith("none can be a warning; IN005 can")
 
 
 def test_the_thread_timing_is_needed_where_torchs_threads_were_short_of_cpus() -> None:
