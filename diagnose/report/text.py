@@ -19,6 +19,7 @@ from ..console import emit, plain_text
 from ..fixes import FIXES
 from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS, offered
 from ..fixes.unit import CANNOT_TELL, NO_MODEL
+from ..metrics.context.cpu_holders import cpu_wait_holders
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.epochs import epoch_start_ms
@@ -209,15 +210,37 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
     return f"; mean {_ms(mean)}, which the predictions start from{restart}"
 
 
+#: from this share of the unprofiled steps waiting for a CPU the run's own processes held,
+#: the DataLoader line says so beside the workers' CPUs (CF008's least wait)
+OWN_WAIT_SAID = 0.05
+
+
 def unprofiled_dl(m: dict[str, Any]) -> str:
     """The loader's wait without the profiler, and in the steps that began no epoch
-    (what IN001/IN002 grade by) where that differs by a point or more."""
+    (what IN001/IN002 grade by) where that differs by a point or more; then what its
+    workers cost the CPUs (:func:`workers_cpu`)."""
     x, steady = m.get("dataloader_wait_unprofiled_share"), m.get("dataloader_wait_steady_share")
     if not isinstance(x, int | float):
-        return ""
+        return workers_cpu(m)
     apart = isinstance(steady, int | float) and abs(steady - x) >= 0.01
     return f"; {x:.1%} without the profiler" + (
-        f" ({steady:.1%} in the steps that began no epoch)" if apart else "")
+        f" ({steady:.1%} in the steps that began no epoch)" if apart else "") + workers_cpu(m)
+
+
+def workers_cpu(m: Mapping[str, Any]) -> str:
+    """The CPUs the loader's workers used (the host samples' ``workers_cpus``), and where
+    the training thread waited :data:`OWN_WAIT_SAID` of its unprofiled steps for a CPU the
+    run's own processes held, that wait: a loader that keeps up can still cost the
+    training its CPUs (a new user read "No findings" beside a 19% wait on his workers)."""
+    used, k = m.get("workers_cpus"), m.get("workers_count") or m.get("dataloader_num_workers")
+    if not isinstance(used, int | float) or not isinstance(k, int) or k <= 0:
+        return ""
+    out = f"; its {k} worker{'s' if k != 1 else ''} used {used:.2f} CPUs"
+    wait = m.get("step_cpu_wait_unprofiled_share")
+    if isinstance(wait, int | float) and wait >= OWN_WAIT_SAID and not cpu_wait_holders(m)[0]:
+        out += (f", and the training thread waited {wait:.0%} of its steps for a CPU the "
+                "run itself held (its workers and threads)")
+    return out
 
 
 def _ranks_table(report: Analysis) -> Table:
@@ -423,7 +446,7 @@ def _left_out(report: Analysis, mem: dict[str, Any] | None, what_ifs: bool) -> l
     if mem and not what_ifs and (n := len(what_if_table(mem)[1])):
         out.append(f"{n} memory what-if{'s' if n != 1 else ''}")
     if n := sum(1 for f in report.findings if f.severity == "info" and f.hints):
-        out.append(f"{'an' if n == 1 else n} info finding{'s' if n != 1 else ''}' reasons")
+        out.append("an info finding's reasons" if n == 1 else f"{n} info findings' reasons")
     if n := len(report.not_evaluated):
         out.append(f"why {n} rule{'s were' if n != 1 else ' was'} not evaluated")
     return out

@@ -482,16 +482,15 @@ class Session:
         if hooks is not None:
             hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
-        memory_after_loop(ctx, hooks.memory if hooks is not None else None,
-                          step_fn=self.step_fn, loss_fn=self.loss_fn,
-                          on_error=self._internal_error, notes=self.notes)
+        memory_after_loop(ctx, hooks.memory if hooks is not None else None, step_fn=self.step_fn,
+                          loss_fn=self.loss_fn, on_error=self._internal_error, notes=self.notes)
         if exc is None:
             first = works[0][0] if works else fwd.model if fwd is not None else self.model
+            st = self._steps
             time_after_loop(ctx, model=first, loader=self.loader, forward=fwd, batch=batch,
-                            on_error=self._internal_error, clock=self._steps.clock(),
-                            worker_pids=self.worker_pids, others=works[1:],
-                            others_cpus=self._steps.after_others_cpus,
-                            loader_starts=self._steps.loader_starts)
+                            on_error=self._internal_error, clock=st.clock(), others=works[1:],
+                            worker_pids=self.worker_pids, others_cpus=st.after_others_cpus,
+                            loader_starts=st.loader_starts)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

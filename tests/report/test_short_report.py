@@ -69,3 +69,24 @@ def test_the_timings_each_are_for_detail() -> None:
     short, full = step_lines(m, each=False)[1], step_lines(m)[1]
     assert short is not None and short.endswith("the session's own timings of the job took 0.4 s")
     assert full is not None and "spent timing the compute on fewer threads 0.25 s" in full
+
+
+def test_the_dataloader_line_says_what_the_workers_cost_the_cpus() -> None:
+    """A new user read "No findings" beside a 19% wait of the training thread for a CPU
+    his two workers held: the DataLoader line names the workers' CPUs and that wait where
+    other processes held under half a CPU; with other processes busy, or a wait under 5%,
+    the CPUs alone; without workers or samples, nothing."""
+    from diagnose.report.text import unprofiled_dl
+
+    m = {"dataloader_wait_unprofiled_share": 0.008, "workers_cpus": 0.321,
+         "dataloader_num_workers": 2, "step_cpu_wait_unprofiled_share": 0.1872,
+         "step_others_cpus_unprofiled": 0.0, "torch_num_threads": 2, "cpu_count": 2}
+    assert unprofiled_dl(m) == ("; 0.8% without the profiler; its 2 workers used 0.32 CPUs, "
+                                "and the training thread waited 19% of its steps for a CPU "
+                                "the run itself held (its workers and threads)")
+    busy = {**m, "step_others_cpus_unprofiled": 0.98}
+    assert unprofiled_dl(busy).endswith("its 2 workers used 0.32 CPUs")
+    assert unprofiled_dl({**m, "step_cpu_wait_unprofiled_share": 0.02}).endswith("0.32 CPUs")
+    assert unprofiled_dl({**m, "workers_cpus": None}) == "; 0.8% without the profiler"
+    assert unprofiled_dl({**m, "dataloader_num_workers": 0, "workers_count": None}) == (
+        "; 0.8% without the profiler")
