@@ -352,8 +352,8 @@ def kept_table(dirs: list[Path]) -> None:
         for k, v in took.items():
             total[k] = total.get(k, 0.0) + v
     whole = sum(total.values())
-    print(f"\ncaptures: {len(rows)}, {under} with the probes under {PROBES_GOAL:.0%} of the "
-          f"wall; the probes' share: median {statistics.median(shares):.1%}, least "
+    print(f"\ncaptures: {len(rows)}, the probes under {PROBES_GOAL:.0%} of the wall in {under} "
+          f"of {len(rows)}; the probes' share: median {statistics.median(shares):.1%}, least "
           f"{min(shares):.1%}, most {max(shares):.1%}"
           + (f"; profiled step / unprofiled: median {statistics.median(ratios):.2f}x "
              f"({sum(r <= 1.3 for r in ratios)} of {len(ratios)} at most 1.3x)" if ratios else ""))
