@@ -18,8 +18,10 @@ from .declare import (
     DATALOADER,
     EPOCH_START,
     LIVE,
+    MAP_STYLE,
     OPTIMIZER_STEPS,
     SAMPLES,
+    WORKER_TIMED,
     Metric,
     catalog,
     declared,
@@ -44,6 +46,9 @@ _CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))
             # the loader's own settings: a loop without one has none
             Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER))
             if m.name.startswith("dataloader_") else
+            # a worker's batch timed after the loop: of a map-style dataset, where needed
+            Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, MAP_STYLE, WORKER_TIMED))
+            if m.name.startswith("input_worker_batch") else
             # the clock's work between an optimizer's steps: a hand-written update has none
             Metric(m.name, m.unit, m.doc, (*m.needs, OPTIMIZER_STEPS))
             if m.name.startswith("loop_own_work_") else m

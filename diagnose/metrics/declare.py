@@ -62,6 +62,14 @@ EPOCH_START = Need("an epoch's start among the timed steps",
                    "timed in the loop: a capture whose timed steps cross an epoch's end "
                    "would), or the workers persist",
                    _known("dataloader_epoch_boundary_ms"))
+MAP_STYLE = Need("a map-style dataset",
+                 "an IterableDataset: the session cannot make one of its batches apart "
+                 "from the loop", lambda m: None if m.get("dataloader_iterable") is None
+                 else m.get("dataloader_iterable") is False)
+WORKER_TIMED = Need("a worker's batch timed after the loop",
+                    "no worker's batch was timed after the loop (context.json's probes.skipped "
+                    "says why: no finding it serves could be a warning, or its budget)",
+                    _known("input_worker_batch_ms"))
 SAMPLES = Need("the run's samples", "only known from the samples of a live capture "
                "(GPU and host sampling)")
 RANKS = Need("2+ ranks", "needs 2 or more ranks analysed together (one trace per rank)", _ranks)

@@ -937,3 +937,20 @@ def test_ddp_buckets_are_offered_only_for_gradients_that_fill_them(tmp_path):
     assert big.fixes == ["overlap_communication"]
     assert not any("well under one of DDP's" in h for h in big.hints)
     assert cm001(None).fixes == ["overlap_communication"]
+
+
+def test_a_worker_batch_not_timed_says_why(tmp_path):
+    """A new user's IterableDataset left IN006 'needs input_worker_batch_cpus' with no
+    reason: an iterable dataset says the session cannot make one of its batches apart from
+    the loop; a map-style one whose batch was not timed points to the probes' record."""
+    path = _write(tmp_path, "bound", tb.dataloader_bound(workers=2))
+    clock = {"step_clock": {"phase": ["wait"] * 12, "ms": [20.0] * 12,
+                            "loader_starts": [0] * 12}}
+    for iterable, said in ((True, "an IterableDataset: the session cannot make one of its "
+                                  "batches apart from the loop"),
+                           (False, "no worker's batch was timed after the loop")):
+        ctx = _ctx(dataloader={"num_workers": 2, "iterable_dataset": iterable},
+                   capture=clock)
+        report = analyze(path, context=ctx)
+        (why,) = [n.reason for n in report.not_evaluated if n.rule == "IN006"]
+        assert said in why, why
