@@ -230,8 +230,8 @@ def unprofiled_dl(m: dict[str, Any]) -> str:
 def workers_cpu(m: Mapping[str, Any]) -> str:
     """The CPUs the loader's workers used (the host samples' ``workers_cpus``), and where
     the training thread waited :data:`OWN_WAIT_SAID` of its unprofiled steps for a CPU the
-    run's own processes held, that wait: a loader that keeps up can still cost the
-    training its CPUs (a new user read "No findings" beside a 19% wait on his workers)."""
+    run itself held (:func:`~diagnose.metrics.context.cpu_holders.cpu_wait_holders`), that
+    wait: a loader that keeps up can still take the training's CPUs."""
     used, k = m.get("workers_cpus"), m.get("workers_count") or m.get("dataloader_num_workers")
     if not isinstance(used, int | float) or not isinstance(k, int) or k <= 0:
         return ""

@@ -113,9 +113,10 @@ def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
     """The clock's metrics the loader rules read (``dataloader_wait_steady_share``,
     ``dataloader_wait_unprofiled_share``, its median and most, ``dataloader_epoch_start_share``),
     computed by the analysis' own functions from the step clock, the epochs' starts
-    (``loader_starts``: their workers) and the loader's settings in ``ctx``."""
+    (``loader_starts``: their workers), and the loader's settings and the CPUs in ``ctx``."""
     cap = {"step_clock": clock, "loader_starts": loader_starts}
     m = clock_metrics(cap)
+    m["cpu_count"] = ctx.get("cpu_count")
     dl = ctx.get("dataloader")
     if isinstance(dl, Mapping):
         m.update(dataloader_num_workers=dl.get("num_workers"),
@@ -182,7 +183,6 @@ def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
     if not isinstance(clock, Mapping):
         return {}
     m = loader_metrics(ctx, clock, loader_starts)
-    m["cpu_count"] = ctx.get("cpu_count")
     can = may_warn(m)
     if can is None:
         return {}
