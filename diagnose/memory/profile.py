@@ -167,6 +167,9 @@ class StepMemory:
     grad_bytes: int = 0  # the trainable parameters' size: the gradients once all exist
     param_tensors: int = 0
     optimizer: dict[str, Any] | None = None  # class, foreach, hyper-parameters
+    # every optimizer whose steps the step ran, by class, where there are several (a GAN's
+    # two): the optimizer's state and phase are theirs together
+    optimizer_classes: list[str] = field(default_factory=list)
     step: dict[str, Any] | None = None  # how it ran: amp_dtype, set_to_none, micro_batches
     saved_at_peak: dict[str, int] = field(default_factory=dict)
     saved_at_backward: dict[str, int] = field(default_factory=dict)  # when backward began
@@ -291,7 +294,9 @@ class StepMemory:
                       "optimizer_state": self.opt_state_bytes,
                       "largest_parameter": self.largest_param_bytes,
                       "largest_trained_parameter": self.largest_trained_bytes,
-                      "parameter_tensors": self.param_tensors, "optimizer": self.optimizer},
+                      "parameter_tensors": self.param_tensors, "optimizer": self.optimizer,
+                      **({"optimizer_classes": self.optimizer_classes}
+                         if len(self.optimizer_classes) > 1 else {})},
             "untracked_bytes": self.untracked_bytes,
             "allocator_peak_bytes": self.allocator_peak_bytes,
             "step": self.step, "step_s": round(self.step_s, 6), "oom": oom,

@@ -434,8 +434,7 @@ class StepTracker(MemTracker):
 
     def _file_saved(self, t: torch.Tensor) -> list[list[Any]]:
         """File ``t``'s activation storages as saved; their records."""
-        here = self._here()
-        held = []
+        here, held = self._here(), []
         for st in get_untyped_storages(t):
             winfo = self._WINFO.get(st, (None, None))[0]
             if winfo is None or winfo.reftype != _ACT:
@@ -503,6 +502,7 @@ class StepTracker(MemTracker):
                 tensor_bytes(p) for p in params if p.requires_grad),
             param_tensors=sum(1 for p in params if p.requires_grad),
             optimizer=optimizer_summary(self.optimizer), saved_at_peak=self.saved_at_peak,
+            optimizer_classes=[type(o).__name__ for o in self.optimizers],
             saved_at_backward=by_creator(saved),
             # saved for backward and still held by a graph as the step ends (a tensor the
             # loop's own variables keep, its graph freed by backward, is no such graph)

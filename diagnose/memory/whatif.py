@@ -108,6 +108,8 @@ class Profile:
         self.LT = int(trained) if isinstance(trained, int) else self.L
         self.n_tensors = int(model.get("parameter_tensors") or 0)
         self.optimizer = model.get("optimizer") or None
+        # several optimizers (a GAN's two): their classes; their state is S together
+        self.optimizers = [str(c) for c in model.get("optimizer_classes") or ()]
         self.batch_size = prof.get("batch_size")
         self.peak = int(prof.get("peak_bytes") or 0)
         self.pts = [_P(p, int(prof.get("batch_bytes") or 0))
@@ -222,7 +224,8 @@ def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | None:
     """Another optimizer class: its state (SGD sized with momentum, one buffer a parameter)
-    for the one held, and its step's temporaries for those measured: from none (SGD's
+    for the one held (every optimizer's, where the step ran several: the note names
+    them), and its step's temporaries for those measured: from none (SGD's
     update in place) to two gradients' worth (a weight-decay copy and Nesterov's; Adam's
     square root and its quotient); a parameter's at a time where the optimizer steps them
     one by one (foreach off, or unset on a CPU), else all of them at once."""
@@ -244,9 +247,12 @@ def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | 
 
     def up(tmp: float) -> Callable[[_P], float]:
         return lambda p: delta + (tmp if p.phase == "optimizer" else 0)
+    every = (f"; every optimizer of the step as {name} (its {len(pr.optimizers)}: "
+             f"{', '.join(pr.optimizers)}), their state together"
+             if len(pr.optimizers) > 1 else "")
     return _done(change, pr.best(lambda p: held(p, 0), up(0)),
                  pr.best(lambda p: held(p, tmp_hi), up(tmp_hi)),
-                 note=f"advice only: another optimizer changes what is learned"
+                 note=f"advice only: another optimizer changes what is learned{every}"
                       f"{'; SGD with momentum (one buffer a parameter)' if name == 'SGD' else ''}")
 
 

@@ -426,3 +426,47 @@ def test_micro_batches_are_the_backward_passes_that_make_parameter_gradients(pen
     mem.boundary(True, model, [opt])
     assert mem.state == "done", mem.why
     assert mem.result.step["micro_batches"] == 3
+
+
+def test_two_optimizers_are_named_in_the_optimizer_what_if():
+    """A GAN's step runs two optimizers: the tracker counts both states, the section lists
+    both classes, and the what-if of another class (SGD for Adam) says it is every
+    optimizer of the step, with a range that holds the same step run with two SGDs."""
+    from torch import nn
+
+    from diagnose.memory import scaled
+
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Linear(128, 32))
+    disc = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 1))
+    x = torch.randn(64, 16)
+
+    def tracked(make):
+        g_opt, d_opt = make(gen.parameters()), make(disc.parameters())
+        mem = InPlaceStep()
+        mem.safe = True
+        roots = {"gen": gen, "disc": disc}
+        for i in range(3):  # two warm steps (the optimizers' state made), then the tracked
+            mem.boundary(i == 2, gen, [g_opt, d_opt], roots)
+            disc(gen(x).detach()).mean().backward()
+            d_opt.step()
+            d_opt.zero_grad()
+            (-disc(gen(x)).mean()).backward()
+            g_opt.step()
+            g_opt.zero_grad()
+            disc.zero_grad()
+        mem.boundary(True, gen, [g_opt, d_opt], roots)
+        assert mem.state == "done", mem.why
+        return mem.result.to_json()
+
+    adam = tracked(lambda ps: torch.optim.Adam(ps, foreach=False))
+    assert adam["model"]["optimizer_classes"] == ["Adam", "Adam"]
+    params = sum(p.numel() * 4 for p in (*gen.parameters(), *disc.parameters()))
+    assert adam["model"]["optimizer_state"] >= 2 * params  # both Adams' two buffers
+    sgd = tracked(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=False))
+    w = scaled(adam, {"optimizer_class": "SGD"})
+    assert "every optimizer of the step as SGD (its 2: Adam, Adam)" in w.note
+    assert w.range[0] <= sgd["peak_bytes"] * 1.02 and w.range[1] >= sgd["peak_bytes"] * 0.98, (
+        w.range, sgd["peak_bytes"])
+    one = tracked(lambda ps: torch.optim.SGD(ps, lr=0.1))  # one class, two optimizers still
+    assert one["model"]["optimizer_classes"] == ["SGD", "SGD"]
