@@ -87,6 +87,9 @@ _WINDOW_TIMED = frozenset({"gpu_busy_frac", "dataloader_share", "dataloader_wait
                            "idle_other_frac", "sync_ms_per_step", "memcpy_pageable_host_frac",
                            "memcpy_pageable_host_ms_per_step", "launch_api_frac",
                            "comm_exposed_frac"})
+#: a window-timed share that moved this much (points) while the step stayed within noise
+#: gets a line of its own: "within noise" alone reads as if the share had not moved
+MOVED_PP = 0.10
 #: step statistics the headline's interval does not speak for: figures, no verdict
 _STEP_STATS = frozenset({"step_time_median_ms", "step_time_p90_ms", "step_time_cv",
                          "step_time_unprofiled_median_ms"})
@@ -330,6 +333,22 @@ class Comparison:
     def by_status(self, status: str) -> list[FindingChange]:
         return [f for f in self.findings if f.status == status]
 
+    def notes(self) -> list[str]:
+        """A line for each share of the window that moved :data:`MOVED_PP` or more while
+        the headline's step time stayed within noise: the time did not leave the step."""
+        out = []
+        for m in self.metrics:
+            d = m.delta
+            if (m.verdict == "within noise" and not m.headline and m.unit == "fraction"
+                    and d is not None and abs(d) >= MOVED_PP):
+                out.append(
+                    f"{m.name} {'fell' if d < 0 else 'rose'} {float(m.a):.1%} -> "
+                    f"{float(m.b):.1%} while the step time stayed within noise: that time "
+                    "moved to other work within the step (or the two windows caught "
+                    "different steps), it did not leave the step; the step time is the "
+                    "verdict")
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -342,6 +361,7 @@ class Comparison:
                          for s in ("resolved", "still", "new", "not_evaluated")},
             "step_time_median_change_pct": _round(self.step_change_pct(), 2),
             "step_time": self.step.to_json() if self.step is not None else None,
+            "notes": self.notes(),
         }
 
 
@@ -480,7 +500,7 @@ def renderables(c: Comparison) -> list[Any]:
             what += f"\nB: not evaluated ({ch.reason})"
         f.add_row(Text(ch.status.replace("_", " "), style=sstyle[ch.status]), ch.rule,
                   ch.category, ch.severity_a or "-", ch.severity_b or "-", Text(what))
-    out: list[Any] = [head, t]
+    out: list[Any] = [head, t, *(Text(n, style="dim") for n in c.notes())]
     if c.findings:
         out.append(f)
     else:

@@ -279,6 +279,16 @@ def test_the_windows_shares_are_within_noise_where_the_step_is(tmp_path: Path) -
     assert rows["dataloader_share"].verdict == "within noise"
     assert rows["dataloader_wait_ms_per_step"].verdict == "within noise"
     assert rows["sync_calls_per_step"].verdict == "worse"
+    # a share that moved 21.6 points: a line says the time stayed in the step
+    (note,) = c.notes()
+    assert note.startswith("dataloader_share rose 31.6% -> 53.2% while the step time "
+                           "stayed within noise")
+    assert c.to_json()["notes"] == [note]
+    from diagnose.report.compare import render_text
+
+    assert "dataloader_share rose 31.6% -> 53.2%" in " ".join(render_text(c).split())
+    b.metrics.update(dataloader_share=0.39)  # 7.4 points: the verdict alone
+    assert compare_reports(a, b).notes() == []
 
 
 def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
