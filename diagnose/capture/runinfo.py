@@ -21,6 +21,8 @@ context.json (version 1)::
       "cpu_quota": float|None,         # CPUs' worth of time the cgroup may use (None: no quota)
       "cpu_capacity_on_enter": [capacity, q1, q3] | None,  # the CPUs' capacity timed
                                        # before the loop (a DataLoader's run; one process)
+      "cpu_pace_ms": [median, least, most] | None,  # the same timing's fixed loop
+                                       # alone (ms, its rounds): the host's own pace
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
                      "len" (batches an epoch), "iterable_dataset", "sampler_class", "batch_sampler_class",
@@ -81,7 +83,7 @@ from diagnose.fixes.code import loader_arguments, optimizer_arguments
 from ..values import cpu_quota, usable_cpus
 from .loader_shim import unwrap
 from .probes import common
-from .probes.capacity import time_cpu_capacity_span
+from .probes.capacity import Pace, time_cpu_capacity_pace
 from .probes.common import probe_clock, until
 
 CONTEXT_VERSION = 1
@@ -312,11 +314,12 @@ def optimizer_info(opt: Any) -> dict[str, Any] | None:
     }
 
 
-def capacity_on_enter() -> tuple[float, float, float] | None:
-    """The CPUs' capacity with its rounds' span, its least rounds only (tens of ms: no
-    budget is known before the loop), :func:`~.probes.capacity.time_cpu_capacity_span`."""
+def capacity_on_enter() -> tuple[float, float, float, Pace] | None:
+    """The CPUs' capacity with its rounds' span and the host's pace, its least rounds only
+    (tens of ms: no budget is known before the loop),
+    :func:`~.probes.capacity.time_cpu_capacity_pace`."""
     with until(common._CLOCK(), least=True):
-        return time_cpu_capacity_span(usable_cpus())
+        return time_cpu_capacity_pace(usable_cpus())
 
 
 def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
@@ -353,7 +356,8 @@ def collect(model: Any = None, loader: Any = None, optimizer: Any = None,
         "cpu_count": cpu_count(),
         "cpu_count_logical": os.cpu_count(),
         "cpu_quota": cpu_quota(),
-        "cpu_capacity_on_enter": list(on_enter) if on_enter else None,
+        "cpu_capacity_on_enter": list(on_enter[:3]) if on_enter else None,
+        "cpu_pace_ms": list(on_enter[3]) if on_enter else None,
         "dataloader": loader_info,
         "model": minfo,
         "optimizer": optimizer_info(optimizer),

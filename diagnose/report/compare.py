@@ -17,6 +17,7 @@ Exit codes: 0 compared; 1 regression beyond --fail-on-regression; 2 bad input.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -259,7 +260,8 @@ def compare_step(a: Analysis, b: Analysis, *,
     batches = _other_batch(a.metrics, b.metrics, ma, mb)
     if batches:
         note = "; ".join([*([note] if note else []), batches])
-    caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics)) if c]
+    caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics),
+                           _host_pace(a.metrics, b.metrics, noise_floor_pct)) if c]
     if caveats:
         host = any(busy for _, busy in caveats)
         note = "; ".join([*([note] if note else []), *(c for c, _ in caveats)]) + (
@@ -292,6 +294,24 @@ def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any) -> str 
            if _isnum(ma) and _isnum(mb) else "")
     return (f"the runs' batches differ (A {int(ba):,} samples, B {int(bb):,}): a step does "
             f"other work, so compare per sample{per}")
+
+
+def _host_pace(a: dict[str, Any], b: dict[str, Any], floor_pct: float
+               ) -> tuple[str, bool] | None:
+    """Where the host's own pace moved between the runs (``host_pace_*``: a fixed loop's
+    rounds alone as each capture began): every round of one run slower than every round of
+    the other, their medians beyond the noise floor. The step times then moved with the
+    host too: said, as a busy host's doing. None where it held or is not known."""
+    got = [as_number(m.get(f"host_pace{k}_ms")) for m in (a, b) for k in ("", "_min", "_max")]
+    if any(x is None or x <= 0 for x in got):
+        return None
+    pa, lo_a, hi_a, pb, lo_b, hi_b = (float(x or 0.0) for x in got)
+    apart = lo_a > hi_b or lo_b > hi_a
+    if not apart or abs(math.log(pb / pa)) <= math.log1p(floor_pct / 100):
+        return None
+    return (f"the host's own pace moved: a fixed Python loop, timed alone as each capture "
+            f"began, took {pa:.2f} ms in A and {pb:.2f} ms in B ({pb / pa - 1:+.0%}), so the "
+            "step times moved with the host as well as with the job", True)
 
 
 def _caveat(which: str, m: dict[str, Any]) -> tuple[str, bool] | None:

@@ -61,11 +61,14 @@ def test_an_in_process_loader_has_no_worker_start(tmp_path: Path):
     assert starts and all(s["workers"] == 0 for s in starts)
     assert d.report.metrics["dataloader_start_ms"] is None
     # the CPUs' capacity timed on enter too (a loader's run: its fixes move CPU work)
-    on_enter = load_context(d.run_dir)["cpu_capacity_on_enter"]
+    ctx = load_context(d.run_dir)
+    on_enter, pace = ctx["cpu_capacity_on_enter"], ctx["cpu_pace_ms"]
     if (d.report.metrics["cpu_count"] or 1) >= 2:
         assert 1.0 <= on_enter[1] <= on_enter[0] <= on_enter[2] <= d.report.metrics["cpu_count"]
+        assert 0 < pace[1] <= pace[0] <= pace[2] < 1000  # the loop alone: median, least, most
+        assert d.report.metrics["host_pace_ms"] == pace[0]
     else:  # one CPU: nothing to share
-        assert on_enter is None
+        assert on_enter is None and pace is None
 
 
 def test_no_capacity_timing_on_enter_without_a_loader(tmp_path: Path):
@@ -104,7 +107,8 @@ def test_cpu_capacity_is_the_most_of_the_timings_and_their_rounds_span(
     import diagnose.session.after_loop as sess
 
     left = list(loops)
-    monkeypatch.setattr(runinfo, "time_cpu_capacity_span", lambda cpus: on_enter)
+    monkeypatch.setattr(runinfo, "time_cpu_capacity_pace",
+                        lambda cpus: None if on_enter is None else (*on_enter, (5.0, 4.9, 5.2)))
     monkeypatch.setattr(sess, "time_cpu_capacity_span", lambda cpus: left.pop(0))
     monkeypatch.setattr(sess, "time_worker_batches",
                         lambda loader, cpus: None if worker is None else (2.0, worker))

@@ -322,6 +322,32 @@ def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
                         "compare more steps of each")
 
 
+def test_a_host_whose_own_pace_moved_is_said_to_have_moved(tmp_path: Path) -> None:
+    """A new user compared two captures of one unchanged job minutes apart: 86.1 -> 73.8 ms,
+    "better", on a shared host whose speed drifted. Each capture times a fixed loop alone
+    as it begins (host_pace_ms): where the two differ beyond the noise floor, the step line
+    says the host moved as well as the job; within it, nothing."""
+    steps_a = [86.1, 84.1, 89.3, 85.0, 87.2, 86.0, 88.1, 84.9]
+    a = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "a.pt.trace.json.gz")), steps_a)
+    b = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz")),
+                         [x * 0.857 for x in steps_a])
+    a.metrics.update(host_pace_ms=6.10, host_pace_min_ms=6.02, host_pace_max_ms=6.21)
+    b.metrics.update(host_pace_ms=5.20, host_pace_min_ms=5.12, host_pace_max_ms=5.31)
+    c = compare_reports(a, b)
+    assert c.step.verdict == "better"  # the verdict is the steps'; the note says why to doubt
+    assert c.step.note == (
+        "the host's own pace moved: a fixed Python loop, timed alone as each capture began, "
+        "took 6.10 ms in A and 5.20 ms in B (-15%), so the step times moved with the host as "
+        "well as with the job: compare again on a quieter host")
+    b.metrics.update(host_pace_ms=5.95, host_pace_min_ms=5.90, host_pace_max_ms=5.99)
+    assert compare_reports(a, b).step.note is None  # apart, but -2.5%: within the floor
+    # the medians 15% apart, but the rounds overlap (one timing's jitter): nothing said
+    b.metrics.update(host_pace_ms=5.20, host_pace_min_ms=5.12, host_pace_max_ms=6.40)
+    assert compare_reports(a, b).step.note is None
+    b.metrics["host_pace_ms"] = None  # a run without the timing (a saved trace, no loader)
+    assert compare_reports(a, b).step.note is None
+
+
 def test_too_few_steps_cannot_pass_a_regression_gate(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # 2 steps a run give no interval: a +150% change is not passed as "within noise"

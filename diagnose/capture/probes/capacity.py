@@ -260,12 +260,28 @@ def time_cpu_capacity_span(cpus: int, loops: int = CAPACITY_LOOP
     timing in place of several seconds apart: how far its rounds lay apart is the noise
     the predictions that move CPU work are ranged over. None with one CPU or where
     ``os.fork`` is missing."""
+    got = _capacity_span(cpus, loops)
+    return None if got is None else got[:3]
+
+
+#: the host's own pace: a fixed loop's time on one CPU alone (ms), the median of a
+#: capacity timing's rounds, and the least and the most of them
+Pace = tuple[float, float, float]
+
+
+@timed("cpu_capacity")
+def time_cpu_capacity_pace(cpus: int, loops: int = CAPACITY_LOOP
+                           ) -> tuple[float, float, float, Pace] | None:
+    """:func:`time_cpu_capacity_span`'s three, and the host's own pace (:data:`Pace`). The
+    loop is fixed, so that its time moves with the host alone: two captures whose rounds
+    alone lie apart ran on a host whose pace moved."""
     return _capacity_span(cpus, loops)
 
 
-def _capacity_span(cpus: int, loops: int) -> tuple[float, float, float] | None:
+def _capacity_span(cpus: int, loops: int) -> tuple[float, float, float, Pace] | None:
     """(median, first quartile, third quartile) of the rounds' ratios (:func:`round_ratios`
-    of :func:`pooled_rounds`); None with one CPU or without ``os.fork``."""
+    of :func:`pooled_rounds`), and the rounds' times alone (:data:`Pace`); None with one
+    CPU or without ``os.fork``."""
     import os
 
     n = min(int(cpus), CAPACITY_MAX_PROCS)
@@ -277,4 +293,6 @@ def _capacity_span(cpus: int, loops: int) -> tuple[float, float, float] | None:
     each = round_ratios(n, *got)
     q1, med, q3 = (statistics.quantiles(each, n=4, method="inclusive") if len(each) > 1
                    else each * 3)
-    return round(med, 3), round(q1, 3), round(q3, 3)
+    alone = got[0]
+    pace = tuple(round(x * 1e3, 4) for x in (statistics.median(alone), min(alone), max(alone)))
+    return round(med, 3), round(q1, 3), round(q3, 3), pace  # type: ignore[return-value]

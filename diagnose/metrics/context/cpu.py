@@ -24,6 +24,13 @@ CATALOG: dict[str, tuple[str, str]] = {
         "made there too (their range's slow end)"),
     "cpu_capacity_max": ("CPUs", "the most of the CPUs' capacity timings before and after "
                          "the loop (and the third quartile of a Python loop's rounds)"),
+    "host_pace_ms": (
+        "ms", "the host's own pace: a fixed Python loop's time on one CPU alone, the median "
+        "of the capacity timing's rounds as the loop began (a DataLoader's run on 2+ CPUs); "
+        "captures of one job whose rounds lie apart ran on a host whose speed moved, and "
+        "compare says so"),
+    "host_pace_min_ms": ("ms", "the least of those rounds"),
+    "host_pace_max_ms": ("ms", "the most of those rounds"),
     "forward_quiet_ms": (
         "ms", "one forward on the first batch, on torch's threads, timed after the loop "
         "(nothing else running; CPU models with more than one thread only)"),
@@ -71,6 +78,12 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     span = ctx.get("cpu_capacity_span")
     lo, hi = span if isinstance(span, list | tuple) and len(span) == 2 else (None, None)
     out["cpu_capacity_min"], out["cpu_capacity_max"] = as_number(lo), as_number(hi)
+    pace = ctx.get("cpu_pace_ms")
+    got = [as_number(x) for x in pace] if isinstance(pace, list) and len(pace) == 3 else []
+    ok = len(got) == 3 and all(x is not None and x > 0 for x in got)
+    for k, x in zip(("host_pace_ms", "host_pace_min_ms", "host_pace_max_ms"),
+                    got if ok else [None] * 3, strict=True):
+        out[k] = x
     out.update(_forward_metrics(m, ctx.get("threads")))
     threads = ctx.get("threads_span")
     least = (as_number(threads[0]) if isinstance(threads, list | tuple) and len(threads) == 2

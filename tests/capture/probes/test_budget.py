@@ -225,6 +225,8 @@ def test_the_capacity_is_the_median_round_and_spans_its_quartiles(
     monkeypatch.setattr(capacity, "pooled_rounds", lambda n, work, rounds: got)
     assert capacity.time_cpu_capacity_span(2) == (2.0, 1.667, 2.0)
     assert capacity.time_cpu_capacity(2) == 2.0
+    # the host's pace: the fixed loop's rounds alone (median, least, most: ms)
+    assert capacity.time_cpu_capacity_pace(2) == (2.0, 1.667, 2.0, (10.0, 10.0, 12.0))
     got = ([0.010] * 3, [0.016, 0.016, 0.012])  # SMT siblings, one round less shared
     assert capacity.time_cpu_capacity_span(2) == (1.25, 1.25, 1.458)
     assert capacity.time_cpu_capacity_span(1) is None
