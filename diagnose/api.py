@@ -25,7 +25,7 @@ class Report(Analysis):
     def render_text(self, *, width: int = 110, color: bool = False,
                     detail: bool = False) -> str:
         """The report as text: what to act on, or with ``detail`` all of it (each of the
-        session's timings, every memory what-if, the rules not evaluated and why)."""
+        probes' own times, every memory what-if, the rules not evaluated and why)."""
         from .report.text import render
 
         return render(self, width=width, color=color, detail=detail)

@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="take the files outside run folders as ranks of one run (forced: "
                         "their own ranks, or numbered in the order given)")
     a.add_argument("-v", "--verbose", action="store_true",
-                   help="the text report in full: each of the session's timings, every "
+                   help="the text report in full: each probe's own time, every "
                         "memory what-if, info findings' reasons, the rules not evaluated "
                         "and why (a file written with -o always holds all of it)")
 

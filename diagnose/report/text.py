@@ -442,7 +442,7 @@ def _left_out(report: Analysis, mem: dict[str, Any] | None, what_ifs: bool) -> l
     """What the short report leaves out of the full one, each in a few words."""
     out = []
     if isinstance(report.metrics.get("probes_ms_each"), str) and report.metrics["probes_ms_each"]:
-        out.append("each of the session's timings")
+        out.append("each probe's own time")
     if mem and not what_ifs and (n := len(what_if_table(mem)[1])):
         out.append(f"{n} memory what-if{'s' if n != 1 else ''}")
     if n := sum(1 for f in report.findings if f.severity == "info" and f.hints):
