@@ -294,5 +294,6 @@ def _capacity_span(cpus: int, loops: int) -> tuple[float, float, float, Pace] | 
     q1, med, q3 = (statistics.quantiles(each, n=4, method="inclusive") if len(each) > 1
                    else each * 3)
     alone = got[0]
-    pace = tuple(round(x * 1e3, 4) for x in (statistics.median(alone), min(alone), max(alone)))
-    return round(med, 3), round(q1, 3), round(q3, 3), pace  # type: ignore[return-value]
+    pace: Pace = (round(statistics.median(alone) * 1e3, 4), round(min(alone) * 1e3, 4),
+                  round(max(alone) * 1e3, 4))
+    return round(med, 3), round(q1, 3), round(q3, 3), pace
