@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -112,3 +113,20 @@ def interval_end(x: float) -> str:
     if x > SPEEDUP_SHOWN[1]:
         return f">{SPEEDUP_SHOWN[1]:g}"
     return f"{x:.0f}" if x >= 10 else f"{x:.2f}"
+
+
+#: the standard error of a median from the median absolute deviation: 1.4826 x MAD is a
+#: normal spread's sigma, and a median's standard error is sqrt(pi / 2) sigma / sqrt(n)
+MAD_SE = 1.4826 * math.sqrt(math.pi / 2)
+
+
+def median_se(v: Sequence[float]) -> tuple[float, float] | None:
+    """(median, its standard error ``MAD_SE x MAD / sqrt(n)``) of ``v``; None under 3
+    values. The median absolute deviation, not the quartiles: a probe's few rounds may hold
+    one disturbed round (a busy moment of the host), which the median and the MAD pass
+    over and which the quartiles of three values would take as the spread."""
+    if len(v) < 3:
+        return None
+    med = statistics.median(v)
+    mad = statistics.median(abs(x - med) for x in v)
+    return med, MAD_SE * mad / math.sqrt(len(v))

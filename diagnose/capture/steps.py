@@ -8,7 +8,8 @@ steps before it are kept as ``untold``, timed but never counted).
 
 The clock times every step with ``time.perf_counter`` and its phase: ``wait`` (before the
 profiled window), ``warmup``/``active`` (the window), ``settle`` (just after it, skewed by
-prefetched batches and queued device work) and ``after`` (timed without the profiler). The
+prefetched batches and queued device work), ``after`` (timed without the profiler) and,
+where the session asks, ``one_thread`` among them (:data:`ONE_THREAD_EVERY`). The
 profiler's own work at a boundary belongs to no step. Per step it also records the wait
 for a CPU other processes held (Linux schedstat), the DataLoader wait, the dataset's reads
 and collate time where batches are built in this process (:mod:`~diagnose.capture.loader_shim`),
@@ -104,6 +105,13 @@ GC_EXTEND_S = 5.0
 #: against the steps), so a few short steps are a sample of one moment
 MIN_AFTER_S = 2.5
 MIN_AFTER_EXTEND = 30
+#: with :attr:`Steps.one_thread` on, every ONE_THREAD_EVERY-th step after the window (the
+#: settle steps past) is followed by one on one intra-op thread, up to ONE_THREAD_STEPS of
+#: them: the thread-count change itself, made on the job's own steps, each beside steps on
+#: torch's threads (diagnose.metrics.context.loop_threads). They are steps of their own
+#: (phase ``one_thread``): the block's count, its end and every step time leave them out
+ONE_THREAD_EVERY = 4
+ONE_THREAD_STEPS = 12
 
 _MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
 
@@ -219,6 +227,13 @@ class Steps:
         self._opt_t0: dict[int, float] = {}  # a counted optimizer.step() started then
         self._opt_end: float | None = None  # a counted optimizer.step() returned then
         self.between_timed = False  # a step's between_ms was timed (the column is known)
+        # steps on one thread after the window (ONE_THREAD_EVERY): whether they may run
+        # (the session's gate, asked once, at the first one's turn), torch's thread count
+        # to put back (None: the step now runs on torch's threads), how many ran
+        self.one_thread: Callable[[], bool] | None = None
+        self._one_thread_ok: bool | None = None
+        self._threads_back: int | None = None
+        self.one_thread_steps = 0
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -410,11 +425,17 @@ class Steps:
             self.seen += 1
         elif self._after < self.settle:
             phase = "settle"
+        one = self._threads_back is not None  # the step ending here ran on one thread
+        if one:
+            self.restore_threads()
         st = self._step
         if st is not None:  # the step that ends here, by the session's clock
-            self.rows.append(self._row(st, "untold" if self._untold else phase, now, wait))
+            self.rows.append(self._row(
+                st, "untold" if self._untold else "one_thread" if one else phase, now, wait))
         self._untold = False
-        if phase in ("after", "settle"):
+        if one:
+            pass  # a step of its own: the block's count and its end are the after steps'
+        elif phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
                 self.done = True
@@ -424,6 +445,8 @@ class Steps:
                 self._drain()  # the block starts on an empty queue
             if self._after == max(self.settle, 1) and self._cpu0 is None and not self.done:
                 self._cpu0 = cpu_snapshot()
+            if phase == "after" and not self.done:
+                self._one_thread_next()
         elif prof is not None:
             try:
                 prof.step()
@@ -440,6 +463,40 @@ class Steps:
         if self.hook is not None:
             self.hook.fetch_times.take()
         self._step = _Step(time.perf_counter(), cpu_wait_ns())
+
+    def _one_thread_next(self) -> None:
+        """Run the next step on one intra-op thread where it is its turn
+        (:data:`ONE_THREAD_EVERY`, :data:`ONE_THREAD_STEPS`) and the session's gate
+        (:attr:`one_thread`, asked once, at the first turn) lets it."""
+        past = self._after - self.settle
+        if (self.one_thread is None or past <= 0 or past % ONE_THREAD_EVERY
+                or self.one_thread_steps >= ONE_THREAD_STEPS):
+            return
+        try:
+            if self._one_thread_ok is None:
+                self._one_thread_ok = bool(self.one_thread())
+            if not self._one_thread_ok:
+                return
+            import torch
+
+            n = torch.get_num_threads()
+            if n < 2:
+                return
+            torch.set_num_threads(1)
+            self._threads_back = n
+            self.one_thread_steps += 1
+        except Exception as e:
+            self._one_thread_ok = False
+            self._error("one-thread step", e)
+
+    def restore_threads(self) -> None:
+        """Put torch's thread count back where a one-thread step set it (a step's end, the
+        loop's end, the session's teardown)."""
+        back, self._threads_back = self._threads_back, None
+        if back is not None:
+            import torch
+
+            torch.set_num_threads(back)
 
     def _keep_timing(self) -> bool:
         """Steps that vary widely (a busy machine), that a rare full collection paused, or
@@ -497,6 +554,7 @@ class Steps:
         counts as one of the block where it took at least half the block's median step (the
         loop broke after a step's work); less is the loop's way out, left out. On a CPU
         the other processes' CPUs are read up to the loop's end."""
+        self.restore_threads()  # a one-thread step the loop broke out of
         if self.done or self.drain_ms is not None:
             return
         if self.sync is None:

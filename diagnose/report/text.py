@@ -94,7 +94,8 @@ PROBE_WORDS = {
     "cpu_capacity": "the CPUs' capacity", "worker_handover": "a batch's hand-over",
     "threads": "the compute on fewer threads", "threads_busy": "the compute beside busy CPUs",
     "worker_send": "a worker's send", "work_after_fetch": "the fetches and the work after each",
-    "worker_batches": "workers' batches at once"}
+    "worker_batches": "workers' batches at once",
+    "threads_in_loop": "the loop's steps on one thread"}
 
 
 def _probe_words(each: str) -> str:

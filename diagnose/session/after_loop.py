@@ -45,10 +45,12 @@ from diagnose.capture.probes import (
     wait_workers_idle,
 )
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
-from diagnose.capture.probes.compute import AGAIN_NOISE
+from diagnose.capture.probes.common import charge
+from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
 from diagnose.capture.runinfo import thread_pools
 from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.memory.inplace import InPlaceStep
+from diagnose.metrics.context.loop_threads import loop_threads
 from diagnose.values import as_number, usable_cpus
 
 OnError = Callable[[str, BaseException], None]
@@ -57,6 +59,23 @@ OnError = Callable[[str, BaseException], None]
 NO_LOADER = ("no DataLoader was seen, and torch's threads were not seen short of CPUs: the "
              "fixes the thread timings serve change a DataLoader's workers or torch's "
              "thread count")
+
+
+def one_thread_wanted(ctx: Mapping[str, Any], steps: Any, forward: ForwardTimer | None
+                      ) -> bool:
+    """Whether the loop's own steps may run on one thread (``steps``: the session's
+    :class:`~diagnose.capture.steps.Steps`, asked at the first one's turn): a lone CPU run
+    (no device queue, no process group) whose model the forward timer holds on the CPU on
+    2+ threads, beside an in-process DataLoader (workers would share the CPUs with the
+    step: one thread beside them is another change), where the thread timing is needed by
+    the clock so far (:func:`~diagnose.capture.probes.budget.unneeded`)."""
+    dl = ctx.get("dataloader")
+    threads = ctx.get("torch_num_threads")
+    if (steps.sync is not None or not steps.extend or forward is None
+            or not on_cpu(forward.model) or not isinstance(dl, Mapping)
+            or dl.get("num_workers") != 0 or not isinstance(threads, int) or threads < 2):
+        return False
+    return "threads" not in unneeded(dict(ctx), steps.clock(), None, steps.loader_starts)
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
@@ -100,6 +119,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
         ctx["thread_pools"] = pools
+    looped = loop_threads(clock)  # the loop's own steps on one thread: their cost
+    if looped is not None and looped["steps"]:
+        charge("threads_in_loop", looped["extra_ms"] / 1e3)
     if budget is None:
         budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock, others_cpus,
                                                                           loader_starts))
@@ -121,8 +143,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_capacity(caps, budget, on_error, "after_loop")
     if workers:
         _time_handover(ctx, batch, budget, on_error)
+    in_loop = looped is not None and looped["ratio"] is not None
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
-        _time_threads(ctx, model, forward, budget, on_error, others)  # contention)
+        _time_threads(ctx, model, forward, budget, on_error, others, in_loop)  # contention)
     elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
         ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs, others)))
@@ -138,7 +161,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     # budget where the threads split reads them (a loader) or their first timing was noisy
     # (AGAIN_NOISE): one timing's rounds share the host's moment, which a second moment
     # tells (benchmarks/threads_probe_spread.py); the two thread timings joined
-    if forward is not None and ctx.get("threads"):
+    if forward is not None and ctx.get("threads") and not in_loop:
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         again = _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs, others),
@@ -184,13 +207,17 @@ def _time_fetches(ctx: dict[str, Any], model: Any, forward: ForwardTimer | None,
 
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
                   budget: ProbeBudget, on_error: OnError,
-                  others: Sequence[tuple[Any, Any]] = ()) -> None:
+                  others: Sequence[tuple[Any, Any]] = (), in_loop: bool = False) -> None:
     """The model's work on torch's threads and on one (``threads``), and beside busy
     processes in the same rounds (``threads_busy``: what busy workers cost torch's threads,
-    for the workers' predictions)."""
+    for the workers' predictions). ``in_loop``: the loop's own steps timed one thread (the
+    rounds leave it out; with no busy timing needed, none are made)."""
     cpus = None if "threads_busy" in budget.unneeded else usable_cpus()  # CF008's alone
-    got = _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads_and_busy(model, forward.inputs, cpus, others)))
+    if in_loop and cpus is None:
+        budget.skipped.setdefault("threads", "timed on the loop's own steps on one thread")
+        return
+    got = _guard("thread timing", on_error, lambda: budget.run("threads", lambda: (
+        time_threads_and_busy(model, forward.inputs, cpus, others, one_thread=not in_loop))))
     ctx["threads"], busy = got if got is not None else (None, None)
     if ctx["threads"]:
         ctx["threads_busy"] = busy

@@ -53,7 +53,7 @@ from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context import clock_note, context_metrics, load_shift_note
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
-from diagnose.session.after_loop import memory_after_loop, time_after_loop
+from diagnose.session.after_loop import memory_after_loop, one_thread_wanted, time_after_loop
 from diagnose.session.hooks import Hooks
 from diagnose.session.publish import (
     capture_section,
@@ -92,8 +92,9 @@ class Session:
     (but the run's first, with its one-time costs) and the rest after the window, once the
     trace is written and the steps just after it (the loader's prefetched batches, the
     profiler's teardown) have run; steps that vary widely (a busy machine) are timed longer,
-    up to 3x (not across the ranks of a process group, which must stop together).
-    ``d.done`` turns True after them. The median comes with its p10-p90 spread; a spread
+    up to 3x (not across the ranks of a process group, which must stop together); a lone
+    CPU run may add a few steps on one thread among them (the thread timing: :mod:`~diagnose.
+    capture.steps`). ``d.done`` turns True after them. The median comes with its p10-p90 spread; a spread
     too wide to trust is said in the report's notes, with how to get a better figure.
     Capture is lean by default, here and in :class:`~diagnose.capture.profiler.
     WindowProfiler`: ``record_shapes`` and ``profile_memory`` slow the profiled steps
@@ -139,15 +140,11 @@ class Session:
         self.model = model
         self.models = as_models(model)  # one model, several (a GAN's), or none
         self.loader = loader
-        self.steps = steps
-        self.warmup = warmup
-        self.wait = wait
-        self.clock_steps = clock_steps
+        self.steps, self.warmup, self.wait, self.clock_steps = steps, warmup, wait, clock_steps
         self.out_dir = out_dir
         self.sample_hz = sample_hz or None  # 0 -> no samplers
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
+        self.record_shapes, self.profile_memory, self.with_stack = (
+            record_shapes, profile_memory, with_stack)
         self.print_report = print_report
         self.analyze = analyze
         self.optimizer = optimizer  # for .autofix(): it drives the steps itself
@@ -281,6 +278,8 @@ class Session:
                 on_window_over=self._window_over, on_error=self._internal_error,
                 sync=self._device_sync())
             self._install_hooks()
+            self._steps.one_thread = lambda: one_thread_wanted(
+                self._context, self._steps, self._hooks.forward if self._hooks else None)
             if self.sample_hz:
                 self._sampler_thread = SamplerThread(
                     self._make_samplers(), self.run_dir, self.sample_hz
@@ -419,6 +418,7 @@ class Session:
                 finally:
                     self._closed = True
                     self._steps.closed = True
+                    self._steps.restore_threads()  # a one-thread step the block raised in
                     with _active_lock:
                         if _active is self:
                             _active = None

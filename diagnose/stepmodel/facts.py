@@ -43,6 +43,7 @@ class Facts:
     threads_one_thread_ratio: float | None = None  # forward+backward on 1 thread / on torch's
     threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
     threads_noise_rel: float | None = None  # that timing's rounds' relative noise
+    threads_loop_ratio: float | None = None  # the same of the loop's own steps (whole work)
     threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
     threads_busy_ratio_2: float | None = None  # ... beside 2 (saved contexts; else as 1)
     threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)

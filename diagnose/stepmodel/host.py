@@ -69,7 +69,9 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
     (torch's threads waited for CPUs others held), one thread costs what was timed, but
     the main thread's work on it is never less than that work timed alone on one thread
     (``model_work_one_thread_ms``): a timing on torch's threads disturbed by another
-    process cannot make one thread look faster than it is. None where it was not timed."""
+    process cannot make one thread look faster than it is. Where the loop's own steps were
+    run on one thread (``threads_loop_ratio``), the ratio is of the main thread's whole work
+    per step, and holds for all of it. None where it was not timed."""
     r1, n = facts.threads_one_thread_ratio, facts.torch_num_threads
     if r1 is None or n is None or n < 2:
         return None
@@ -79,6 +81,8 @@ def thread_scale(facts: Facts, t: int, host_ms: float | None = None) -> float | 
         p = max(r1 - 1.0, 0.0) / (1.0 - 1.0 / n)  # the scaling part, in N-thread time units
         serial = max(1.0 - p / n, 0.0)
         ratio = max(serial + p / max(t, 1), 0.0)
+    if facts.threads_loop_ratio is not None:
+        return ratio
     work = facts.model_work_quiet_ms
     if work is not None:
         work += facts.optimizer_unprofiled_ms or 0.0

@@ -262,7 +262,7 @@ def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
     torch's threads short of CPUs) is not."""
     clock, ran = run
     first = {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise}
-    monkeypatch.setattr(al, "time_threads_and_busy", lambda *a: (
+    monkeypatch.setattr(al, "time_threads_and_busy", lambda *a, **kw: (
         ran.append("threads") or first, {"busy_ratio": {}}))
     if loaded:
         ctx = _ctx()

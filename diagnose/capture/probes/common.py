@@ -6,14 +6,14 @@ budget (:func:`until`, :func:`out_of_time`: :mod:`.budget` sets it)."""
 from __future__ import annotations
 
 import functools
-import math
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+
+from ...values import median_se
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,21 +69,6 @@ def cpu_wanted_s() -> float:
 #: built on these inputs are held to within 15%: a 2% input leaves them nearly all of it;
 #: more rounds only cost the exit
 SETTLED = 0.02
-#: the standard error of a median from the median absolute deviation: 1.4826 x MAD is a
-#: normal spread's sigma, and a median's standard error is sqrt(pi / 2) sigma / sqrt(n)
-MAD_SE = 1.4826 * math.sqrt(math.pi / 2)
-
-
-def median_se(v: Sequence[float]) -> tuple[float, float] | None:
-    """(median, its standard error ``MAD_SE x MAD / sqrt(n)``) of ``v``; None under 3
-    values. The median absolute deviation, not the quartiles: a probe's few rounds may hold
-    one disturbed round (a busy moment of the host), which the median and the MAD pass
-    over and which the quartiles of three values would take as the spread."""
-    if len(v) < 3:
-        return None
-    med = statistics.median(v)
-    mad = statistics.median(abs(x - med) for x in v)
-    return med, MAD_SE * mad / math.sqrt(len(v))
 
 
 def median_noise(*series: Sequence[float]) -> float | None:

@@ -278,18 +278,19 @@ def time_threads(model: Any, inputs: Inputs | None,
 
 
 def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None,
-                          others: Sequence[tuple[Any, Inputs]] = ()
+                          others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
                           ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """:func:`time_threads`, and in the same rounds the work on torch's threads beside
     processes that keep a CPU busy each (:mod:`.contention`): one more of them than the
     ``cpus`` torch's threads leave. The second is ``{"torch_threads", "cpus",
     "work_ms", "busy_ratio": {excess: the work beside them / work_ms}, "noise"}``, None
     where it does not apply (:func:`~.contention.busy_left`; no ``cpus``). Its time goes
-    to the probes' clock as ``threads_busy``, the rest as ``threads``."""
+    to the probes' clock as ``threads_busy``, the rest as ``threads``. Without
+    ``one_thread`` (the loop's own steps timed it) the rounds leave one thread out."""
     t0 = time.perf_counter()
     threads, busy, busy_s = None, None, 0.0
     try:
-        threads, busy, busy_s = _rounds(model, inputs, cpus, others)
+        threads, busy, busy_s = _rounds(model, inputs, cpus, others, one_thread)
     finally:
         if busy_s > 0:
             charge("threads_busy", busy_s)
@@ -298,7 +299,7 @@ def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None,
 
 
 def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
-            others: Sequence[tuple[Any, Inputs]] = ()
+            others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
             ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
     """(:func:`time_threads`' timing, :func:`time_threads_and_busy`'s busy one, the seconds
     spent on the busy processes and the work beside them). A round: the work on torch's
@@ -316,6 +317,8 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
                                 if m is not model and x is not None and on_cpu(m))]
     left = busy_left(n, cpus)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
+    if not one_thread:
+        del times["work_1thread"]
     beside: dict[int, list[float]] = {} if left is None else {e: [] for e in BUSY_EXCESS}
     spare = left or 0  # the CPUs torch's threads leave (the busy sets run beyond them)
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
@@ -344,8 +347,9 @@ def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
                         v.append(work())
                     run_busy(procs, 0)
                     busy_s += time.perf_counter() - b0
-                torch.set_num_threads(1)
-                times["work_1thread"].append(work())
+                if one_thread:
+                    torch.set_num_threads(1)
+                    times["work_1thread"].append(work())
                 if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
                     break  # a work too slow for more rounds: its one round is the timing
                 if k == 0:  # the first round warms the work up, and measures a round

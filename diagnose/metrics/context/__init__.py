@@ -9,6 +9,7 @@ Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_worker
 - :mod:`.settings`: the run's settings (DataLoader, optimizer, model, threads, CPUs)
 - :mod:`.step_clock`: the unprofiled steps by the session's own clock, and its note
 - :mod:`.loop_work`: the loop's own work between its steps, by that clock
+- :mod:`.loop_threads`: what one thread costs the loop's work, by its one-thread steps
 - :mod:`.cpu_holders`: who held the CPUs the training thread waited for
 - :mod:`.loading`: the loop's wait for batches by cause, and the loader's probes
 - :mod:`.cpu`: the CPUs' capacity, the model's threads and their contention
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import cpu, loading, loop_work, outcome, settings, step_clock
+from . import cpu, loading, loop_threads, loop_work, outcome, settings, step_clock
 from .cpu_holders import cpu_wait_holders, pool_clash
 from .fields import get
 from .loading import WORKER_POOL_CPUS, worker_pool
@@ -32,7 +33,7 @@ from .step_clock import (
 
 CATALOG: dict[str, tuple[str, str]] = {
     **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
-    **outcome.CATALOG, **loop_work.CATALOG}
+    **outcome.CATALOG, **loop_work.CATALOG, **loop_threads.CATALOG}
 
 
 def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
@@ -43,6 +44,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(settings.settings_metrics(ctx))
     out.update(step_clock.clock_metrics(get(ctx, "capture")))
     out.update(loop_work.loop_work_metrics(get(ctx, "capture")))
+    out.update(loop_threads.loop_threads_metrics(get(ctx, "capture")))
     out.update(loading.loading_metrics(ctx))
     out.update(loading.epoch_start_metrics(out))  # after the settings and the clock
     out.update(cpu.cpu_metrics(ctx, out))  # after the clock: the loop's own forward

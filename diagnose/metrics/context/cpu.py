@@ -1,7 +1,8 @@
 """The CPUs and the model's threads, from the probes after the loop
 (diagnose.capture.probes): how many CPUs' worth of work the CPUs gave at once, what one
-thread costs the model's ops (Amdahl), what busy workers cost torch's threads, and how
-much slower the loop's forward ran than the same forward alone."""
+thread costs the model's ops (Amdahl; the loop's own one-thread steps where it ran them:
+:mod:`.loop_threads`), what busy workers cost torch's threads, and how much slower the
+loop's forward ran than the same forward alone."""
 
 from __future__ import annotations
 
@@ -39,12 +40,14 @@ CATALOG: dict[str, tuple[str, str]] = {
     "model_work_one_thread_ms": (
         "ms", "the same forward and backward on one intra-op thread"),
     "threads_one_thread_ratio": (
-        "ratio", "model_work_one_thread_ms / model_work_quiet_ms: what one thread costs the "
-        "model's ops (1.0: they do not scale with threads); of two timings seconds apart, "
-        "their ratios' geometric mean"),
+        "ratio", "what one thread costs against torch's threads: the loop's own steps on "
+        "one thread where the session ran at least 3 (threads_loop_ratio: the whole work of "
+        "a step less its wait for a batch), else model_work_one_thread_ms / "
+        "model_work_quiet_ms (the model's ops alone; 1.0: they do not scale with threads; "
+        "of two timings seconds apart, their ratios' geometric mean)"),
     "threads_noise_rel": (
         "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
-        "from (the standard error of its rounds' medians, and with two timings at least half "
+        "from (the loop's: threads_loop_noise_rel; after the loop: the standard error of its rounds' medians, and with two timings at least half "
         "the log of their ratios' ratio): high where something else held a CPU while it "
         "ran; the predictions that read the ratio are made at both its ends"),
     "threads_one_thread_ratio_min": (
@@ -91,6 +94,10 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     ratio = out.get("threads_one_thread_ratio")
     out["threads_one_thread_ratio_min"] = (
         least if least is not None and isinstance(ratio, float) and least < ratio else None)
+    loop = as_number(m.get("threads_loop_ratio"))
+    if loop is not None and loop > 0:  # the loop's own steps: the change itself, paired
+        out.update(threads_one_thread_ratio=loop, threads_one_thread_ratio_min=None,
+                   threads_noise_rel=as_number(m.get("threads_loop_noise_rel")))
     busy = ctx.get("threads_busy")
     ratios = busy.get("busy_ratio") if isinstance(busy, dict) else None
     for e in ("1", "2"):
