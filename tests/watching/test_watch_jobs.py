@@ -145,14 +145,39 @@ def test_a_slower_loader_is_caught_and_its_capture_names_the_input(tmp_path: Pat
     assert "alarms: " in w.summary()
 
 
+def _layers_for(model: Growing, ms: float) -> int:
+    """The extra hidden layers whose forward and backward take about ``ms`` on one thread
+    on this CPU (a batch of 64): the growth is sized by the host, not by a CPU's speed."""
+    x = torch.randn(64, 32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        took = {}
+        for extra in (0, 16):
+            model.extra = extra
+            times = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                model(x).sum().backward()
+                times.append(time.perf_counter() - t0)
+            took[extra] = sorted(times)[3]
+    finally:
+        model.extra = 0
+        model.zero_grad()
+        torch.set_num_threads(threads)
+    per_layer = max((took[16] - took[0]) / 16, 1e-6)
+    return max(8, round(ms / 1e3 / per_layer))
+
+
 def test_a_growing_compute_is_caught_and_not_blamed_on_the_input(tmp_path: Path) -> None:
     data = torch.utils.data.TensorDataset(torch.randn(4096, 32), torch.randint(0, 4, (4096,)))
     batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 64, False)
     loader = torch.utils.data.DataLoader(data, sampler=batches, batch_size=None)  # one read
     model = Growing()
+    extra = _layers_for(model, 12.0)  # ~12 ms more on a ~11 ms step: ~2x, on any CPU
 
-    def grow() -> None:  # ~2x the step on a quiet CPU: the alarm's 1.5x is clear of noise
-        model.extra = 32
+    def grow() -> None:  # ~2x the step: the alarm's 1.5x is clear of noise
+        model.extra = extra
 
     w, at = _run(tmp_path, loader, model, grow, seed=2, loop=_Repeat(loader))
     assert _big_before(w, at, 1.5) == []
