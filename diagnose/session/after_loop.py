@@ -48,6 +48,7 @@ from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
 from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
 from diagnose.capture.runinfo import thread_pools
+from diagnose.capture.steps import Steps
 from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context.loop_threads import loop_threads
@@ -61,7 +62,7 @@ NO_LOADER = ("no DataLoader was seen, and torch's threads were not seen short of
              "thread count")
 
 
-def one_thread_wanted(ctx: Mapping[str, Any], steps: Any, forward: ForwardTimer | None
+def one_thread_wanted(ctx: Mapping[str, Any], steps: Steps, forward: ForwardTimer | None
                       ) -> bool:
     """Whether the loop's own steps may run on one thread (``steps``: the session's
     :class:`~diagnose.capture.steps.Steps`, asked at the first one's turn): a lone CPU run

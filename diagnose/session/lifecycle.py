@@ -93,9 +93,9 @@ class Session:
     trace is written and the steps just after it (the loader's prefetched batches, the
     profiler's teardown) have run; steps that vary widely (a busy machine) are timed longer,
     up to 3x (not across the ranks of a process group, which must stop together); a lone
-    CPU run may add a few steps on one thread among them (the thread timing: :mod:`~diagnose.
-    capture.steps`). ``d.done`` turns True after them. The median comes with its p10-p90 spread; a spread
-    too wide to trust is said in the report's notes, with how to get a better figure.
+    CPU run may add a few steps on one thread among them (the thread timing:
+    :mod:`diagnose.capture.steps`). ``d.done`` turns True after them. The median comes with
+    its p10-p90 spread; one too wide to trust is said in the notes, with how to do better.
     Capture is lean by default, here and in :class:`~diagnose.capture.profiler.
     WindowProfiler`: ``record_shapes`` and ``profile_memory`` slow the profiled steps
     (most on small ops) and no built-in rule needs shapes; on CUDA the peak memory of the

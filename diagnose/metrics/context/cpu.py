@@ -47,7 +47,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "of two timings seconds apart, their ratios' geometric mean)"),
     "threads_noise_rel": (
         "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
-        "from (the loop's: threads_loop_noise_rel; after the loop: the standard error of its rounds' medians, and with two timings at least half "
+        "from (the loop's: threads_loop_noise_rel; after the loop: the standard error of its "
+        "rounds' medians, and with two timings at least half "
         "the log of their ratios' ratio): high where something else held a CPU while it "
         "ran; the predictions that read the ratio are made at both its ends"),
     "threads_one_thread_ratio_min": (

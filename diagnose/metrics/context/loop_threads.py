@@ -68,10 +68,10 @@ def loop_threads(clock: Mapping[str, Any] | None) -> dict[str, Any] | None:
             continue
         steps += 1
         one = work[i]
-        near = ([work[j] for j in range(i - 1, -1, -1) if phases[j] == "after"][:NEIGHBOURS]
-                + [work[j] for j in range(i + 1, len(phases)) if phases[j] == "after"][
-                    :NEIGHBOURS])
-        near_ok = [x for x in near if x is not None]
+        sides = (range(i - 1, -1, -1), range(i + 1, len(phases)))
+        near_ok = [x for side in sides
+                   for x in [work[j] for j in side if phases[j] == "after"][:NEIGHBOURS]
+                   if x is not None]
         if one is None or not near_ok:
             continue
         base = statistics.median(near_ok)
