@@ -124,7 +124,7 @@ def _withheld_why(metrics: Mapping[str, Any]) -> str | None:
     them: :meth:`~diagnose.stepmodel.prediction.Predictor.withhold`); None where they are
     predicted. Where the training thread waited for a CPU other processes held in
     :data:`BUSY` or more of the timed steps, every input of such a prediction (the thread
-    timings, the busy timings, the CPUs' capacity, the step itself) was timed under a
+    timings, the CPUs' capacity, the step itself) was timed under a
     load the run does not own and cannot foresee; the fix is still offered, as advice. A
     wait for the run's own workers is the run's doing and stays predicted; one for its
     own thread pools (:func:`~diagnose.metrics.context.pool_clash`) slowed every input

@@ -7,9 +7,9 @@ worker's batch against the in-process one (under ``dataloader``); the CPUs' capa
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
 the threads split reads them or the budget allows, the two joined and their ratios' span in
-``threads_span``), and in the first one's rounds beside busy processes (``threads_busy``),
-only where the loop has a DataLoader (the threads split, the one fix they serve, changes
-its workers); a worker's send cost.
+``threads_span``), only where the loop has a DataLoader (the threads split, the one fix
+they serve, changes its workers) and did not time one thread on its own steps; a worker's
+send cost.
 For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
 fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
@@ -37,7 +37,6 @@ from diagnose.capture.probes import (
     time_fetches,
     time_inprocess_batch,
     time_threads,
-    time_threads_and_busy,
     time_work_after_fetches,
     time_worker_batches,
     time_worker_handover,
@@ -146,7 +145,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_handover(ctx, batch, budget, on_error)
     in_loop = looped is not None and looped["ratio"] is not None
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
-        _time_threads(ctx, model, forward, budget, on_error, others, in_loop)  # contention)
+        _time_threads(ctx, model, forward, budget, on_error, others, in_loop)  # quiet work)
     elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
         ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs, others)))
@@ -209,21 +208,14 @@ def _time_fetches(ctx: dict[str, Any], model: Any, forward: ForwardTimer | None,
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
                   budget: ProbeBudget, on_error: OnError,
                   others: Sequence[tuple[Any, Any]] = (), in_loop: bool = False) -> None:
-    """The model's work on torch's threads and on one (``threads``), and beside busy
-    processes in the same rounds (``threads_busy``: what busy workers cost torch's threads,
-    for the workers' predictions). ``in_loop``: the loop's own steps timed one thread (the
-    rounds leave it out; with no busy timing needed, none are made)."""
-    cpus = None if "threads_busy" in budget.unneeded else usable_cpus()  # CF008's alone
-    if in_loop and cpus is None:
+    """The model's work on torch's threads and on one (``threads``): the threads split's
+    input, and the quiet work the workers' contention is read against. ``in_loop``: the
+    loop's own steps timed one thread, and none is made here."""
+    if in_loop:
         budget.skipped.setdefault("threads", "timed on the loop's own steps on one thread")
         return
-    got = _guard("thread timing", on_error, lambda: budget.run("threads", lambda: (
-        time_threads_and_busy(model, forward.inputs, cpus, others, one_thread=not in_loop))))
-    ctx["threads"], busy = got if got is not None else (None, None)
-    if ctx["threads"]:
-        ctx["threads_busy"] = busy
-    if "threads" in budget.skipped:
-        budget.skipped.setdefault("threads_busy", budget.skipped["threads"])
+    ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
+        "threads", lambda: time_threads(model, forward.inputs, others)))
 
 
 def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:

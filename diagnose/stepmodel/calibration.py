@@ -140,7 +140,7 @@ FIXED_POINT_TOL = 1e-4
 #: The contention freed from a run whose workers oversubscribe the CPUs now: the log-weight
 #: of the loop's own measure (its forward and backward over the same work alone,
 #: ``host.loop_contention``) against the model's (``busy_mix`` from the workers' busy
-#: share and the busy timing). Two estimates of one quantity: the model's freed too little
+#: share and the sharing rule). Two estimates of one quantity: the model's freed too little
 #: on the tune jobs with busy workers, the loop's scatters by about 25% where it should
 #: read 1 (no workers). More weight on the loop's bought 1-2 tune rows within 15% and cost
 #: the kept three-capture runs their agreement on the first fix (0.5, 0.75, 1.0: 42, 40,

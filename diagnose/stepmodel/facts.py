@@ -44,9 +44,6 @@ class Facts:
     threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
     threads_noise_rel: float | None = None  # that timing's rounds' relative noise
     threads_loop_ratio: float | None = None  # the same of the loop's own steps (whole work)
-    threads_busy_ratio_1: float | None = None  # the same beside 1 busy process too many
-    threads_busy_ratio_2: float | None = None  # ... beside 2 (saved contexts; else as 1)
-    threads_busy_noise_rel: float | None = None  # those ratios' noise (their medians' error)
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
     model_work_one_thread_ms: float | None = None  # the same on one thread, quiet
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made

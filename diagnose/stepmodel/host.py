@@ -9,8 +9,8 @@ usable CPUs. The model (DESIGN.md, "CPU is a resource too"):
 - where busy workers and torch's threads fit the CPUs, each runs as fast as the CPUs'
   measured capacity allows (``cpu_capacity``: SMT siblings, a busy host);
 - where they do not fit, torch's parallel ops wait for their descheduled threads and the
-  workers double up with them: measured by the session where it timed the ops beside busy
-  processes (``threads_busy_ratio_*``), else by the rule threads / (CPUs the workers leave);
+  workers double up with them: by the rule threads / (CPUs the workers leave), the
+  threads' share of the CPUs left to them;
 - no setting beats (all CPU work per step) / capacity (:func:`cpu_bound_ms`).
 
 Every input is a measurement of the user's job and machine (:class:`~.facts.Facts`); the
@@ -161,9 +161,8 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
       workers (``cost`` x the factor + their ``side`` of the hand-over, ``min(k, CPUs)`` at
       once);
     - with many threads, torch's ops wait only while more workers are busy than the threads
-      leave CPUs: as the session timed them beside busy processes (:func:`busy_mix`), else
-      ``slow`` weighed by that share (:func:`contended`). Without ``weigh`` (a run
-      oversubscribed now whose workers' busy share was not measured, freed by the whole
+      leave CPUs: ``slow`` weighed by that share (:func:`contended`). Without ``weigh`` (a
+      run oversubscribed now whose workers' busy share was not measured, freed by the whole
       rule in :func:`free_contention`) ``slow`` holds whole."""
     main = g.res == g.main
     if g.n_steps:
@@ -175,7 +174,6 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
         model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
-    measured = facts.threads_busy_ratio_1 is not None
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     a, last = FIXED_POINT_DAMPING, -1.0
     for _ in range(FIXED_POINT_ROUNDS):  # a fixed point: the shares set the step, it u and m
@@ -193,35 +191,27 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
         u = (1 - a) * u + a * min(1.0, ops * mine / step)
         making = (1 - a) * making + a * min(1.0, (cost * share + side) / at_once / step)
         if threads > 1 and weigh:
-            ops_slow = (busy_mix(facts, busy, making, cpus, threads) if measured else
-                        1.0 + (slow - 1.0) * contended(busy, making, cpus, threads))
+            ops_slow = 1.0 + (slow - 1.0) * contended(busy, making, cpus, threads)
     return share, mine, ops_slow
 
 
-def busy_ratio(facts: Facts, j: int, cpus: int, threads: int) -> float:
+def busy_ratio(j: int, cpus: int, threads: int) -> float:
     """How much longer torch's ops take on ``threads`` threads while ``j`` workers are busy
-    at once: 1 where they fit the CPUs; else as the session timed the model's work beside
-    a busy process more than the CPUs the threads leave (``threads_busy_ratio_1``; more
-    taken as one more: each op waits for its descheduled thread; a saved context's timing
-    beside two, ``threads_busy_ratio_2``, is read where it has one); threads / CPUs left
-    where it was not timed."""
-    excess = threads + j - cpus
-    if excess <= 0:
+    at once: 1 where they fit the CPUs; else threads / (CPUs the workers leave), the
+    threads' share of the CPUs left to them (each op waits for its descheduled thread)."""
+    if threads + j <= cpus:
         return 1.0
-    timed = facts.threads_busy_ratio_1 if excess == 1 or facts.threads_busy_ratio_2 is None \
-        else facts.threads_busy_ratio_2
-    rule = threads / max(1, cpus - j)
-    return max(timed, 1.0) if timed is not None else rule
+    return threads / max(1, cpus - j)
 
 
-def busy_mix(facts: Facts, busy: int, making: float, cpus: int, threads: int) -> float:
+def busy_mix(busy: int, making: float, cpus: int, threads: int) -> float:
     """How much longer torch's ops take beside ``busy`` workers, each making a batch a share
     ``making`` of the time, independently: j of them are busy at once for a binomial share
     of the time, in which the ops go at 1 / :func:`busy_ratio`; the ops' time is one over
     that mean pace (slow spells slow only the work that falls in them)."""
     m = min(1.0, max(0.0, making))
     pace = sum(math.comb(busy, j) * m ** j * (1.0 - m) ** (busy - j)
-               / busy_ratio(facts, j, cpus, threads) for j in range(busy + 1))
+               / busy_ratio(j, cpus, threads) for j in range(busy + 1))
     return 1.0 / pace if pace > 0 else 1.0
 
 
@@ -307,7 +297,7 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     c = contention(now, threads, cpus)
     busy = workers_busy_now(facts)
     if c != 1.0 and now and busy is not None:
-        c = busy_mix(facts, now, busy, cpus, threads)
+        c = busy_mix(now, busy, cpus, threads)
     if c == 1.0:
         return g
     loop = facts.loop_contention

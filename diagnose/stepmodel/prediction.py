@@ -338,10 +338,9 @@ class Predictor:
         moves = _moves_cpu(made, change)
         if moves and None not in span:
             ends += [self.facts.replace(cpu_capacity=cap) for cap in span]
-        # such a change reads the ops timed beside busy processes where it oversubscribes
-        # the CPUs: made at both ends of those timings' noise too (the same where it does not)
+        # and at the loop's own loading pace (the worker's batch put at it)
         if moves:
-            ends += busy_ends(self.facts) + pace_ends(self.facts)
+            ends += pace_ends(self.facts)
         # a change that reads what one thread costs is made at the busier thread timing
         # too: how the ops ran while something else held a CPU, as the job may meet it
         reads = {f for t, _ in made for f in t.assumes}
@@ -453,28 +452,6 @@ def noise_ends(facts: Facts, reads: Iterable[str]) -> list[Facts]:
         if v is not None and n:
             out += [facts.replace(**{name: v / (1 + n)}), facts.replace(**{name: v * (1 + n)})]
     return out
-
-
-def busy_ends(facts: Facts) -> list[Facts]:
-    """``facts`` with the ratios of the ops timed beside busy processes
-    (``threads_busy_ratio_*``) at both ends of their noise (``threads_busy_noise_rel``, the
-    standard error of their medians: their rounds meet the scheduler's moments), and at the
-    sharing rule's (torch on 2+ threads); none where they were not timed."""
-    noise = facts.threads_busy_noise_rel
-    r1, r2 = facts.threads_busy_ratio_1, facts.threads_busy_ratio_2
-    t = facts.torch_num_threads
-    if r1 is None:
-        return []
-    ends = [facts.replace(threads_busy_ratio_1=r1 * f,
-                          threads_busy_ratio_2=None if r2 is None else r2 * f)
-            for f in (1.0 / (1.0 + noise), 1.0 + noise)] if noise else []
-    # the sharing rule in place of the timing: one busy process more than the CPUs leave
-    # torch's t threads t - 1 CPUs' worth, t / (t - 1) as long. Captures of one job read
-    # the timing near the rule or several times it, a capture's few rounds alike (where
-    # the scheduler put the threads): one capture cannot tell which the loop will meet
-    if t is not None and t >= 2:
-        ends.append(facts.replace(threads_busy_ratio_1=t / (t - 1), threads_busy_ratio_2=None))
-    return ends
 
 
 def pace_ends(facts: Facts) -> list[Facts]:

@@ -18,7 +18,7 @@ from diagnose.stepmodel.graph import Tag, TaskKind
 from diagnose.stepmodel.prediction import Prediction, Predictor
 from diagnose.stepmodel.transforms import AT_MOST
 from tests import modeltraces as mt
-from tests.fixes.steps import _facts, _median, _model, _predict
+from tests.fixes.steps import _facts, _model, _predict
 
 #: cpu_loader's run on 2 CPUs with workers started at every epoch of 24 batches: a worker
 #: takes 6 ms to start (6.2 with a batch's 0.2 ms hand-over) and 2 ms a batch
@@ -610,62 +610,6 @@ def _inprocess(tmp_path, fetch_us: float, ops_us: float) -> Any:
             b.dataloader(fetch_us)
             b.cpu(ops_us, "aten::addmm")
     return _model(b, tmp_path).graph
-
-
-def test_two_workers_beside_torchs_threads_slow_its_ops_as_the_session_timed(tmp_path):
-    """In-process loading (6000 us) and 3000 us of ops on torch's 2 threads on 2 CPUs. Two
-    workers making batches nearly all the time: where the session timed the ops 7x as long
-    beside two busy processes, the prediction for 2 workers is slower than by the CPUs'
-    share (2x at most), and the ops take longer; one worker, always busy, timed 2x beside
-    one busy process, is predicted as the rule says (2 / (2 - 1))."""
-    g = _inprocess(tmp_path, 6000, 3000)
-    facts = Facts(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
-                  proc_cpu_mean_pct=180.0, input_worker_handover_ms=0.2,
-                  dataloader_num_workers=0)
-    timed = facts.replace(threads_busy_ratio_1=2.0, threads_busy_ratio_2=7.0)
-    rule2 = workers_unit.num_workers(g, {"num_workers": 2}, facts)
-    slow2 = workers_unit.num_workers(g, {"num_workers": 2}, timed)
-    assert not isinstance(rule2, str) and not isinstance(slow2, str)
-    main = (g.res == g.main) & g.is_kind(TaskKind.HOST)
-    ops = [float(x.dur[(x.res == x.main) & x.is_kind(TaskKind.HOST)].sum()) / x.n_steps
-           for x in (g, rule2, slow2)]
-    assert float(g.dur[main].sum()) > 0
-    assert ops[2] > 1.05 * ops[1] > ops[0]
-    assert _median(slow2) > 1.05 * _median(rule2)
-    rule1 = workers_unit.num_workers(g, {"num_workers": 1}, facts)
-    same1 = workers_unit.num_workers(g, {"num_workers": 1},
-                           timed.replace(threads_busy_ratio_2=50.0))
-    assert not isinstance(rule1, str) and not isinstance(same1, str)
-    assert _median(same1) == pytest.approx(_median(rule1), rel=0.05)
-
-
-def test_a_busy_timing_far_from_the_rule_sets_the_point_and_the_rule_an_end(tmp_path):
-    """In-process loading (6000 us) and 3000 us of ops on torch's 2 threads on 2 CPUs; one
-    worker beside them. The session timed the ops 8x as long beside one busy process (the
-    rule says 2 / (2 - 1) = 2x): the point is made at the timing, and the range reaches the
-    point the rule gives (captures of one job read the timing near the rule or several
-    times it), so the change is no longer said to be surely slower."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for _ in range(5):
-        with b.step():
-            b.dataloader(6000)
-            b.cpu(3000, "aten::addmm")
-    m = _model(b, tmp_path)
-    kw = dict(cpu_count=2, torch_num_threads=2, input_batch_bytes=400_000,
-              proc_cpu_mean_pct=180.0, input_worker_handover_ms=0.2, dataloader_num_workers=0)
-
-    def predicted(ratio):
-        p = Predictor(m, _facts(m, **kw, threads_busy_ratio_1=ratio)).predict_change(
-            workers_unit.num_workers, {"num_workers": 1})
-        assert isinstance(p, Prediction)
-        return p
-
-    far, rule = predicted(8.0), predicted(2.0)
-    assert far.speedup < 0.95 * rule.speedup
-    assert far.base_ms / far.range[0] >= rule.speedup  # the fast end reaches the rule's
-    assert far.base_ms / far.range[0] > 1.0  # not surely slower
 
 
 def test_workers_that_rest_most_of_the_step_slow_torchs_ops_only_while_they_work(tmp_path):

@@ -49,8 +49,6 @@ def run(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[str]]:
     monkeypatch.setattr(al, "time_cpu_capacity_span", probe("cpu_capacity", (1.9, 1.7, 2.0)))
     monkeypatch.setattr(al, "time_worker_handover", probe("worker_handover", (1.0, 40.0, 5.0, 9.0)))
     monkeypatch.setattr(al, "time_threads", probe("threads", {"work_ms": 2.0, "work_1thread_ms": 3.0}))
-    monkeypatch.setattr(al, "time_threads_and_busy", probe(
-        "threads", ({"work_ms": 2.0, "work_1thread_ms": 3.0}, {"busy_ratio": {}})))
     monkeypatch.setattr(al, "time_worker_send", probe("worker_send", 1.5))
     monkeypatch.setattr(al, "time_work_after_fetches", probe("work_after_fetch", {"ratio": 1.1}))
     monkeypatch.setattr(al, "time_worker_batches", probe("worker_batches", (9.0, 2.0)))
@@ -108,8 +106,7 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
             ("time_batches_in_turn", "batches_in_turn", (7.0, 5.0, 6.0, 1.0)),
             ("time_cpu_capacity_span", "cpu_capacity", (1.9, 1.7, 2.0)),
             ("time_worker_handover", "worker_handover", (1.0, 40.0, 5.0, 9.0)),
-            ("time_threads_and_busy", "threads",
-             ({"work_ms": 2.0, "work_1thread_ms": 3.0}, {"busy_ratio": {}})),
+            ("time_threads", "threads", {"work_ms": 2.0, "work_1thread_ms": 3.0}),
             ("time_worker_send", "worker_send", 1.5),
             ("time_work_after_fetches", "work_after_fetch",
              {"ratio": 1.1, "batched_fetch_ms": 2.0, "per_sample_fetch_ms": 5.0}),
@@ -122,7 +119,6 @@ def test_probes_that_settle_leave_budget_for_the_next(run: tuple[FakeClock, list
     assert ran == ["work_after_fetch", "batches_in_turn", "cpu_capacity", "worker_handover",
                    "threads", "worker_send", "threads"]
     assert clock.t == pytest.approx(0.36 + 0.06)  # the second thread timing's least rounds
-    assert ctx["threads_busy"] == {"busy_ratio": {}}
     assert ctx["probes"]["skipped"] == {} and ctx["probes"]["cut"] == ["worker_send", "threads"]
     assert (ctx["cpu_capacity"], ctx["cpu_capacity_span"]) == (1.9, [1.7, 2.0])
     assert ctx["dataloader"]["work_after_fetch"] == {"ratio": 1.1}
@@ -216,9 +212,8 @@ def test_the_noise_of_the_probes_cut_short_is_stated() -> None:
     from diagnose.metrics.context.outcome import probes_noise
 
     ctx = {"probes": {"cut": ["threads", "work_after_fetch", "cpu_capacity"]},
-           "threads": {"noise": 0.03}, "threads_busy": {"noise": 0.2},
-           "dataloader": {"work_after_fetch": {"noise": 0.06}}}
-    assert probes_noise(ctx) == 0.06  # threads_busy was not cut: its noise is its own
+           "threads": {"noise": 0.03}, "dataloader": {"work_after_fetch": {"noise": 0.06}}}
+    assert probes_noise(ctx) == 0.06
     assert probes_noise({"probes": {"cut": []}}) == 0.0
     assert probes_noise({}) is None
 
@@ -262,16 +257,14 @@ def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
     torch's threads short of CPUs) is not."""
     clock, ran = run
     first = {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise}
-    monkeypatch.setattr(al, "time_threads_and_busy", lambda *a, **kw: (
-        ran.append("threads") or first, {"busy_ratio": {}}))
+    seconds = iter([first, {"work_ms": 2.0, "work_1thread_ms": 3.0}])
+    monkeypatch.setattr(al, "time_threads", lambda *a: (
+        ran.append("threads"), setattr(clock, "t", clock.t + 0.06), next(seconds))[2])
     if loaded:
         ctx = _ctx()
         al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
                            batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
-    else:  # CF008's timing (time_threads), then the stub's second one, in a small budget
-        seconds = iter([first, {"work_ms": 2.0, "work_1thread_ms": 3.0}])
-        monkeypatch.setattr(al, "time_threads", lambda *a: (
-            ran.append("threads"), setattr(clock, "t", clock.t + 0.06), next(seconds))[2])
+    else:  # CF008's timing, then the second one, in a small budget
         ctx = {"cpu_count": 2, "torch_num_threads": 2}
         waited = {"phase": ["wait"] * 4, "ms": [10.0] * 4, "cpu_wait_ms": [2.0] * 4}
         small = ProbeBudget(0.05, 0.0, al.unneeded(ctx, waited, 1.0))

@@ -48,24 +48,19 @@ def test_freeing_contention_frees_torchs_ops(tmp_path):
 
 
 def test_busy_workers_slow_torchs_ops_by_the_pace_they_leave():
-    """Torch's 2 threads on 2 CPUs, the session's timing: 2x as long beside one busy
-    process, 7x beside two. Two workers each busy half the time: none busy a quarter of
-    it (pace 1), one half of it (1/2), both a quarter (1/7): the ops keep a pace of
-    0.25 + 0.25 + 0.25/7 and take 1.87x as long, not the 4.25x of the mean ratio. Where
-    the workers fit beside the threads (1 thread), nothing; untimed, threads / CPUs left."""
-    facts = Facts(threads_busy_ratio_1=2.0, threads_busy_ratio_2=7.0)
-    assert host.busy_mix(facts, 2, 0.5, 2, 2) == pytest.approx(1 / (0.5 + 0.25 / 7))
-    assert host.busy_mix(facts, 1, 1.0, 2, 2) == pytest.approx(2.0)
-    assert host.busy_mix(facts, 1, 0.7, 2, 1) == pytest.approx(1.0)
-    assert host.busy_mix(facts, 0, 0.7, 2, 2) == pytest.approx(1.0)
-    assert host.busy_mix(Facts(), 2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
-    # more busy than two beyond the CPUs left: taken as two (a saved context's timing)
-    assert host.busy_ratio(facts, 4, 4, 4) == pytest.approx(7.0)
-    # timed beside one more only (a capture now): any more are taken as one more
-    one = Facts(threads_busy_ratio_1=3.0)
-    assert host.busy_ratio(one, 2, 2, 2) == pytest.approx(3.0)
-    assert host.busy_ratio(one, 4, 4, 4) == pytest.approx(3.0)
-    assert host.busy_ratio(one, 1, 3, 2) == pytest.approx(1.0)  # fits: none slower
+    """Torch's 2 threads on 2 CPUs: threads / (CPUs left) as long beside busy workers, 2x
+    beside one, 2x beside two (at least one CPU left to share). Two workers each busy half
+    the time: none busy a quarter of it (pace 1), one half of it (1/2), both a quarter
+    (1/2): the ops keep a pace of 0.25 + 0.25 + 0.125 and take 1.6x as long. Where the
+    workers fit beside the threads (1 thread), nothing."""
+    assert host.busy_mix(2, 0.5, 2, 2) == pytest.approx(1 / 0.625)
+    assert host.busy_mix(1, 1.0, 2, 2) == pytest.approx(2.0)
+    assert host.busy_mix(1, 0.7, 2, 1) == pytest.approx(1.0)
+    assert host.busy_mix(0, 0.7, 2, 2) == pytest.approx(1.0)
+    assert host.busy_mix(2, 1.0, 2, 2) == pytest.approx(2.0)  # 2 / max(1, 0)
+    assert host.busy_ratio(1, 4, 4) == pytest.approx(4 / 3)
+    assert host.busy_ratio(4, 8, 4) == pytest.approx(1.0)  # fits: none slower
+    assert host.busy_ratio(1, 3, 2) == pytest.approx(1.0)
 
 
 def test_the_capacity_is_at_least_what_the_jobs_processes_used():

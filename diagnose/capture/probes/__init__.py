@@ -5,9 +5,7 @@ The forward is timed in the loop (:class:`ForwardTimer`); everything else runs a
 loop, when no step is on the clock, and leaves the run as it was (RNG states, buffers,
 thread count, no child process left). Each gives None where it does not apply.
 
-- :mod:`.compute`: the model's work on torch's threads, on one thread, and beside busy
-  processes (workers making batches)
-- :mod:`.contention`: those busy processes
+- :mod:`.compute`: the model's work on torch's threads and on one thread
 - :mod:`.after_fetch`: a batched fetch against a per-sample one, and the work after each
 - :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
 - :mod:`.batches`: a loader's batches as its fetcher makes them, whatever its batching
@@ -26,7 +24,6 @@ from .compute import (
     joined_threads,
     threads_ratio_span,
     time_threads,
-    time_threads_and_busy,
 )
 from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
@@ -46,7 +43,6 @@ __all__ = [
     "time_inprocess_batch",
     "threads_ratio_span",
     "time_threads",
-    "time_threads_and_busy",
     "time_work_after_fetches",
     "wait_workers_idle",
     "time_worker_batches",

@@ -58,7 +58,7 @@ OTHERS_CPUS = 0.5
 
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
 PROBES = ("workers_idle", "fetches", "work_after_fetch", "batches_in_turn", "inprocess_batch",
-          "cpu_capacity", "worker_handover", "threads", "threads_busy", "worker_send",
+          "cpu_capacity", "worker_handover", "threads", "worker_send",
           "worker_batches")
 
 
@@ -131,7 +131,6 @@ def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
 #: batched fetch, its fetch timings); the others serve every input rule
 INPUT_RULES = frozenset({"IN001", "IN002", "IN003", "IN004", "IN005", "IN006"})
 SERVES = {"threads": frozenset({"IN001", "IN002", "IN004", "IN006"}),
-          "threads_busy": frozenset({"IN001", "IN002", "IN004", "IN006"}),
           "fetches": frozenset({"IN001", "IN002"}),
           "work_after_fetch": frozenset({"IN001", "IN002"})}
 

@@ -5,13 +5,9 @@ In the loop, :class:`ForwardTimer` times every forward call with a pair of modul
 (the clock's ``forward_ms`` column): the forward as the job runs it, beside its workers and
 whatever else holds the CPUs. After the loop, :func:`time_threads` runs the first batch the
 model saw alone (each model its own, where the loop has several: :func:`models_work`),
-alternately on torch's threads and on one thread, and where the job has
-a DataLoader (:func:`time_threads_and_busy`), on torch's threads beside busy processes
-(:mod:`.contention`) in the same rounds, so that the work alone is timed once for both.
-The model follows Amdahl: ``work_1thread_ms / work_ms`` is what one thread costs the
-model's ops (the part that does not scale stays), the work beside busy processes over the
-work alone is what busy workers cost them, and the loop's forward over the quiet one is
-the contention the job met. Nothing of the run changes (:func:`model_work`); only a CPU
+alternately on torch's threads and on one thread. The model follows Amdahl:
+``work_1thread_ms / work_ms`` is what one thread costs the model's ops (the part that does
+not scale stays), and the loop's forward over the quiet one is the contention the job met. Nothing of the run changes (:func:`model_work`); only a CPU
 model on more than one intra-op thread is timed.
 """
 
@@ -30,13 +26,11 @@ from ..eager import eager
 from .common import (
     SLOW_S,
     cannot_afford,
-    charge,
     median_noise,
     out_of_time,
     settled,
     timed,
 )
-from .contention import BUSY_EXCESS, busy_left, run_busy, spinners, stop
 
 #: rounds of (torch's threads, one thread) after one warm-up round of each: ROUNDS at
 #: least, then more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until their medians
@@ -44,10 +38,6 @@ from .contention import BUSY_EXCESS, busy_left, run_busy, spinners, stop
 ROUNDS = 3
 MAX_ROUNDS = 40
 ROUNDS_S = 0.3
-#: with the work beside busy processes in the rounds: at most BUSY_MAX_ROUNDS of them,
-#: within BUSY_S seconds more
-BUSY_MAX_ROUNDS = 8
-BUSY_S = 0.3
 #: a thread timing this noisy (``noise``: the relative standard error of its medians)
 #: is timed again after the other probes even where their budget is spent, and the two
 #: joined (:func:`joined_threads`): the predictions that read it aim within 15% of the
@@ -266,120 +256,63 @@ def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S
 
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None,
-                 others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
+                 others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
+                 ) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
     torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
     forward), and the forward with its backward (``work_ms``, ``work_1thread_ms``), as
     :func:`model_work` runs them (nothing of the run changes); ``others``: the loop's other
-    models with their first inputs, timed in the same work (:func:`models_work`). None
-    where it does not apply (no inputs, a GPU model, one thread already)."""
-    return _rounds(model, inputs, None, others)[0]
-
-
-def time_threads_and_busy(model: Any, inputs: Inputs | None, cpus: int | None,
-                          others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
-                          ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """:func:`time_threads`, and in the same rounds the work on torch's threads beside
-    processes that keep a CPU busy each (:mod:`.contention`): one more of them than the
-    ``cpus`` torch's threads leave. The second is ``{"torch_threads", "cpus",
-    "work_ms", "busy_ratio": {excess: the work beside them / work_ms}, "noise"}``, None
-    where it does not apply (:func:`~.contention.busy_left`; no ``cpus``). Its time goes
-    to the probes' clock as ``threads_busy``, the rest as ``threads``. Without
-    ``one_thread`` (the loop's own steps timed it) the rounds leave one thread out."""
-    t0 = time.perf_counter()
-    threads, busy, busy_s = None, None, 0.0
-    try:
-        threads, busy, busy_s = _rounds(model, inputs, cpus, others, one_thread)
-    finally:
-        if busy_s > 0:
-            charge("threads_busy", busy_s)
-        charge("threads", time.perf_counter() - t0 - busy_s)
-    return threads, busy
-
-
-def _rounds(model: Any, inputs: Inputs | None, cpus: int | None,
-            others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
-            ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
-    """(:func:`time_threads`' timing, :func:`time_threads_and_busy`'s busy one, the seconds
-    spent on the busy processes and the work beside them). A round: the work on torch's
-    threads (its forward timed within it), the work beside the busy processes, the work on
-    one thread; the first, without the busy processes, warms the work up and measures a
-    round."""
+    models with their first inputs, timed in the same work (:func:`models_work`). Without
+    ``one_thread`` the rounds leave one thread out. None where it does not apply (no
+    inputs, a GPU model, one thread already). A round: the work on torch's threads (its
+    forward timed within it), then on one thread; the first warms the work up and measures
+    a round."""
     if inputs is None or model is None or not on_cpu(model):
-        return None, None, 0.0
+        return None
     import torch
 
     n = torch.get_num_threads()
     if n < 2:
-        return None, None, 0.0
+        return None
     pairs = [(model, inputs), *((m, x) for m, x in others
                                 if m is not model and x is not None and on_cpu(m))]
-    left = busy_left(n, cpus)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
     if not one_thread:
         del times["work_1thread"]
-    beside: dict[int, list[float]] = {} if left is None else {e: [] for e in BUSY_EXCESS}
-    spare = left or 0  # the CPUs torch's threads leave (the busy sets run beyond them)
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
-    busy_s, procs = 0.0, []
-    try:
-        if beside:
-            b0 = time.perf_counter()
-            procs = spinners(spare + max(BUSY_EXCESS))
-            busy_s += time.perf_counter() - b0
-        start = time.perf_counter()
-        limit = ROUNDS_S + (BUSY_S if beside else 0.0)
-        with models_work(pairs) as (forward, work):
-            for k in range(MAX_ROUNDS + 1):
-                more = [v for e, v in beside.items() if len(v) < BUSY_MAX_ROUNDS]
-                if k > ROUNDS and (time.perf_counter() - start > limit or out_of_time()
-                                   or settled(*times.values(), *more)):
-                    break
-                t0 = time.perf_counter()
-                torch.set_num_threads(n)
-                times["work"].append(work())
-                times["forward"].append(forward())
-                if more and k > 0:  # the busy processes need no warming up
-                    b0 = time.perf_counter()
-                    for e, v in beside.items():
-                        run_busy(procs, spare + e)
-                        v.append(work())
-                    run_busy(procs, 0)
-                    busy_s += time.perf_counter() - b0
-                if one_thread:
-                    torch.set_num_threads(1)
-                    times["work_1thread"].append(work())
-                if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
-                    break  # a work too slow for more rounds: its one round is the timing
-                if k == 0:  # the first round warms the work up, and measures a round
-                    round_s = time.perf_counter() - t0 + len(beside) * times["work"][0]
-                    for v in times.values():
-                        v.clear()
-                    if cannot_afford(round_s, ROUNDS):
-                        return None, None, busy_s
-                if time.perf_counter() - t0 > 3 * SLOW_S:
-                    break
-    finally:
-        if procs:
-            b0 = time.perf_counter()
-            stop(procs)
-            busy_s += time.perf_counter() - b0
+    start = time.perf_counter()
+    with models_work(pairs) as (forward, work):
+        for k in range(MAX_ROUNDS + 1):
+            if k > ROUNDS and (time.perf_counter() - start > ROUNDS_S or out_of_time()
+                               or settled(*times.values())):
+                break
+            t0 = time.perf_counter()
+            torch.set_num_threads(n)
+            times["work"].append(work())
+            times["forward"].append(forward())
+            if one_thread:
+                torch.set_num_threads(1)
+                times["work_1thread"].append(work())
+            if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
+                break  # a work too slow for more rounds: its one round is the timing
+            if k == 0:  # the first round warms the work up, and measures a round
+                round_s = time.perf_counter() - t0
+                for v in times.values():
+                    v.clear()
+                if cannot_afford(round_s, ROUNDS):
+                    return None
+            if time.perf_counter() - t0 > 3 * SLOW_S:
+                break
     if not times["work"]:
-        return None, None, busy_s
+        return None
     out: dict[str, Any] = {"torch_threads": n, "backward": backward, "models": len(pairs)}
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     out["rounds"], out["noise"] = len(times["work"]), median_noise(*times.values())
     if out["rounds"] == 1:  # one round, its warm-up in it: its noise is not known, and is
         out["noise"] = THREADS_NOISE_MAX  # taken as the most a prediction reads
-    base = statistics.median(times["work"])
-    busy = None if left is None or base <= 0 else {
-        "torch_threads": n, "cpus": cpus, "work_ms": round(base * 1e3, 4),
-        "busy_ratio": {str(e): round(statistics.median(v) / base, 4)
-                       for e, v in beside.items() if v},
-        "noise": median_noise(times["work"], *beside.values())}
-    return out, busy, busy_s
+    return out
 
 
 def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None

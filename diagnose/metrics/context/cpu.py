@@ -57,16 +57,15 @@ CATALOG: dict[str, tuple[str, str]] = {
         "threads); the threads split's predictions are made there too (their range)"),
     "threads_busy_ratio_1": (
         "ratio", "the model's forward and backward on torch's threads beside one busy process "
-        "more than the CPUs those threads leave, over the same work alone (after the loop; "
-        "what a busy DataLoader worker costs torch's parallel ops)"),
+        "more than the CPUs those threads leave, over the same work alone (contexts saved "
+        "by earlier versions; now null: the predictions read the sharing rule)"),
     "threads_busy_ratio_2": (
         "ratio", "the same beside two busy processes more than the CPUs torch's threads "
         "leave (contexts saved before one busy set was timed; now null: more busy processes "
         "are taken as one more)"),
     "threads_busy_noise_rel": (
         "ratio", "the relative noise (standard error of the median) of the busy timings' "
-        "rounds: the predictions that read threads_busy_ratio_* are made at both ends of it "
-        "too (their range)"),
+        "rounds (saved contexts only, as threads_busy_ratio_1)"),
     "forward_contention": (
         "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
         "forward ran than the same forward alone (workers or other processes on the cores); "

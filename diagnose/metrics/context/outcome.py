@@ -31,13 +31,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "probes_noise_rel": ("ratio", "the relative noise (standard error of the median) of the "
                          "probes the capture's time budget cut short, the most of them (the "
                          "predictions that read a probe's value are made at the ends of its "
-                         "own noise: threads_noise_rel, threads_busy_noise_rel, "
+                         "own noise: threads_noise_rel, "
                          "input_batched_fetch_work_noise_rel)"),
 }
 
-#: where each probe that reports its noise writes its values in ``context.json`` (the busy
-#: timings' noise is a metric of its own, ``threads_busy_noise_rel``: the predictions that
-#: read those timings are made at its ends)
+#: where each probe that reports its noise writes its values in ``context.json``
 _NOISY = {"threads": ("threads",), "work_after_fetch": ("dataloader", "work_after_fetch")}
 
 

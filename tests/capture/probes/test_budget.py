@@ -53,10 +53,10 @@ def test_a_probe_stops_its_rounds_at_the_budgets_end_and_the_next_takes_its_leas
 
     assert b.run("threads", lambda: rounds(0.04)) == 8
     assert clock.t == pytest.approx(0.32)
-    assert b.run("threads_busy", lambda: rounds(0.04)) == 3
+    assert b.run("worker_send", lambda: rounds(0.04)) == 3
     assert b.run("cpu_capacity", lambda: rounds(0.01), again=True) is None
     rec = b.record()
-    assert rec["cut"] == ["threads", "threads_busy"]
+    assert rec["cut"] == ["threads", "worker_send"]
     assert rec["skipped"] == {}
     assert not common.out_of_time()  # the deadline is the budget's only while it runs
 
@@ -121,7 +121,7 @@ def test_the_gate_reads_the_steady_steps_a_burst_and_an_epochs_start() -> None:
     assert bmod.loader_metrics(ctx, steady)["dataloader_wait_steady_share"] == pytest.approx(0.04)
     assert "4.0% of the steps that began no epoch" in unneeded(ctx, steady)["threads"]
     burst = _clock([0.1] * 7 + [4.9], starts=[0] * 8)
-    assert set(unneeded(ctx, burst)) == {"threads", "threads_busy", "fetches",
+    assert set(unneeded(ctx, burst)) == {"threads", "fetches",
                                          "work_after_fetch"}  # IN003's alone
     even = _clock([0.7] * 8, starts=[0] * 8)
     assert set(unneeded(ctx, even)) == set(PROBES)
@@ -181,7 +181,7 @@ def test_a_probe_runs_where_a_finding_it_serves_may_warn() -> None:
     restart = _clock([0.4] * 8 + [0.4], starts=[0] * 8 + [1])
     restart["ms"][-1] = 70.0
     why = unneeded(ctx, restart, loader_starts=[{"workers": 2}])
-    assert set(why) == {"threads", "threads_busy", "fetches", "work_after_fetch"}
+    assert set(why) == {"threads", "fetches", "work_after_fetch"}
     assert why["threads"].endswith("none can be a warning; IN005 can")
 
 
