@@ -333,9 +333,10 @@ def offered(f: Any) -> list[str]:
 def sort_findings(findings: list[Any]) -> None:
     """Worst first again (engine's order): predictions may have moved the grades; within a
     grade, by the time at stake. Two findings of a grade whose first fixes tie (the
-    second's range reaches the first's point, as :func:`_order` ties fixes) cannot be told
-    apart by one capture, and their points trade places capture to capture: the one whose
-    first fix's range is the narrower (:func:`range_width`) leads. A range's width comes
+    second's range reaches the first's point, and their points lie within the model's
+    error on a pair of changes of one job, :data:`FIXES_TIE`, as :func:`_order` ties
+    fixes) cannot be told apart by one capture, and their points trade places capture to
+    capture: the one whose first fix's range is the narrower (:func:`range_width`) leads. A range's width comes
     from its inputs' noise and the model's error, which hold from capture to capture, while
     its ends move with its point (a slow end that saves more is a point that moved up)."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
@@ -347,6 +348,7 @@ def sort_findings(findings: list[Any]) -> None:
             if (a.severity == b.severity and (pa := _lead(a)) is not None
                     and (pb := _lead(b)) is not None
                     and _reach(pb) * (1 + TIE) >= pa.speedup
+                    and abs(math.log(pa.speedup / pb.speedup)) <= FIXES_TIE
                     and range_width(b) < range_width(a)):
                 findings[i], findings[i + 1] = b, a
                 swapped = True

@@ -269,6 +269,29 @@ def test_a_tie_is_led_by_the_narrower_range_even_where_the_wider_ends_surer() ->
     assert [f.rule for f in fs] == ["IN004", "IN005"]
 
 
+def test_findings_whose_points_lie_further_apart_than_the_pair_error_do_not_tie() -> None:
+    """A capture of one job: IN001's num_workers=0 at 1.46x (1.19-1.79x) and IN005's
+    persistent_workers at 1.18x (0.96-1.44x, a hair narrower). The slower one's range
+    reaches the faster point, but the points lie further apart (ln 1.46 / 1.18 = 0.21)
+    than the model's error on a pair of changes of one job (FIXES_TIE): the model orders
+    them, and the larger gain leads whatever the widths say."""
+    from diagnose.fixes.findings import range_width, sort_findings
+    from diagnose.stepmodel.calibration import FIXES_TIE
+
+    def pred(change: dict, at: float, slow: float, fast: float) -> Prediction:
+        return Prediction(change, 10 / at, at, (10 / fast, 10 / slow), 10.0)
+
+    big = pred({"num_workers": 0}, 1.457, 1.189, 1.786)
+    small = pred({"persistent_workers": True}, 1.176, 0.96, 1.441)
+    assert math.log(1.457 / 1.176) > FIXES_TIE
+    fs = [_Graded("IN001", "warning", ["num_workers"], {"num_workers": big}, 1 - 1 / 1.457),
+          _Graded("IN005", "warning", ["persistent_workers"], {"persistent_workers": small},
+                  1 - 1 / 1.176)]
+    assert range_width(fs[1]) < range_width(fs[0])
+    sort_findings(fs)
+    assert [f.rule for f in fs] == ["IN001", "IN005"]
+
+
 def test_a_config_whose_range_reaches_the_best_point_ties_within_a_fix() -> None:
     """One fix's configs (num_workers 0 and 2): 2 predicted 1.40x, 0 1.30x. With ranges as
     wide as a change of CPU work's, 0's reaches 1.40x: a tie, won by the loader with the
