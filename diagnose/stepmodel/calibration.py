@@ -150,8 +150,9 @@ LOOP_CONTENTION_WEIGHT = 0.5
 #: A thread timing whose rounds spread more than this (median relative deviation) gives no
 #: prediction that reads it: twice the spread at which the session times the threads again
 #: (``AGAIN_NOISE``, 0.15: what a prediction within 15% can use), so the two timings
-#: joined were still that noisy: something else held a CPU while they ran. Too low, a
-#: quiet run loses its threads split; too high, a disturbed timing gives a number.
+#: joined were still that noisy: something else held a CPU while they ran (its quiet work
+#: is not read against the loop's either: ``host.loop_contention``). Too low, a quiet run
+#: loses its threads split; too high, a disturbed timing gives a number.
 THREADS_NOISE_MAX = 0.30
 
 # ---------------------------------------------------------------- calibrating the replay

@@ -30,6 +30,7 @@ from .calibration import (
     FIXED_POINT_ROUNDS,
     FIXED_POINT_TOL,
     LOOP_CONTENTION_WEIGHT,
+    THREADS_NOISE_MAX,
 )
 from .facts import Facts
 from .graph import Graph, Tag, TaskKind
@@ -273,9 +274,12 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     where either was not measured. The loop's is the window's share of its replayed step
     (``replay_ms``) on the unprofiled step ``step_ms``: a window the calibration left as it
     was (profiled under another load, its replay far from the loop's step) keeps its
-    proportions, not its milliseconds."""
-    quiet = facts.model_work_quiet_ms
-    if not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps:
+    proportions, not its milliseconds. None too where that timing's rounds spread past
+    :data:`THREADS_NOISE_MAX` (another process held a CPU while it ran: its quiet work is no
+    more quiet than its one-thread ratio is read)."""
+    quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
+    if (not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps
+            or (noise is not None and noise > THREADS_NOISE_MAX)):
         return None
     fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3

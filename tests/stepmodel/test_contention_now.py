@@ -53,7 +53,9 @@ def test_how_busy_the_workers_are_is_the_larger_measurement() -> None:
 def test_the_loops_own_contention_is_its_work_over_the_same_work_alone(tmp_path) -> None:
     """The loop's forward and backward took 3000 us a step; the same work alone after the
     loop 2 ms: 1.5x. Not where the loop made two forward calls a step (a GAN's: the work
-    alone is one of them), nor without the timing."""
+    alone is one of them), nor without the timing, nor from a timing whose rounds spread
+    past THREADS_NOISE_MAX (its one-thread ratio is not read either)."""
+    from diagnose.stepmodel.calibration import THREADS_NOISE_MAX
     from diagnose.stepmodel.host import loop_contention
 
     m = _model(_worker_loader(), tmp_path)
@@ -61,6 +63,10 @@ def test_the_loops_own_contention_is_its_work_over_the_same_work_alone(tmp_path)
     assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=1)) == 1.5
     assert loop_contention(m.graph, _facts(m, **at, forward_calls_unprofiled=2)) is None
     assert loop_contention(m.graph, _facts(m, **RUN, forward_calls_unprofiled=1)) is None
+    noisy = _facts(m, **at, forward_calls_unprofiled=1, threads_noise_rel=THREADS_NOISE_MAX)
+    assert loop_contention(m.graph, noisy) == 1.5  # at the bound: still read
+    assert loop_contention(m.graph, noisy.replace(threads_noise_rel=THREADS_NOISE_MAX * 1.4)) \
+        is None
 
 
 def test_a_window_off_the_loops_scale_gives_its_proportions(tmp_path) -> None:
