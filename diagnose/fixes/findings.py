@@ -336,9 +336,10 @@ def sort_findings(findings: list[Any]) -> None:
     second's range reaches the first's point, and their points lie within the model's
     error on a pair of changes of one job, :data:`FIXES_TIE`, as :func:`_order` ties
     fixes) cannot be told apart by one capture, and their points trade places capture to
-    capture: the one whose first fix's range is the narrower (:func:`range_width`) leads. A range's width comes
-    from its inputs' noise and the model's error, which hold from capture to capture, while
-    its ends move with its point (a slow end that saves more is a point that moved up)."""
+    capture: the one whose first fix's range is the narrower (:func:`range_width`) leads.
+    A range's width comes from its inputs' noise and the model's error, which hold from
+    capture to capture, while its ends move with its point (a slow end that saves more is
+    a point that moved up)."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
                                  f.rule))
     for _ in range(len(findings)):  # adjacent swaps until none is left (a few findings)

@@ -7,8 +7,9 @@ whatever else holds the CPUs. After the loop, :func:`time_threads` runs the firs
 model saw alone (each model its own, where the loop has several: :func:`models_work`),
 alternately on torch's threads and on one thread. The model follows Amdahl:
 ``work_1thread_ms / work_ms`` is what one thread costs the model's ops (the part that does
-not scale stays), and the loop's forward over the quiet one is the contention the job met. Nothing of the run changes (:func:`model_work`); only a CPU
-model on more than one intra-op thread is timed.
+not scale stays), and the loop's forward over the quiet one is the contention the job met.
+Nothing of the run changes (:func:`model_work`); only a CPU model on more than one
+intra-op thread is timed.
 """
 
 from __future__ import annotations
@@ -256,18 +257,16 @@ def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S
 
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None,
-                 others: Sequence[tuple[Any, Inputs]] = (), one_thread: bool = True
-                 ) -> dict[str, Any] | None:
+                 others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
     torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
     forward), and the forward with its backward (``work_ms``, ``work_1thread_ms``), as
     :func:`model_work` runs them (nothing of the run changes); ``others``: the loop's other
-    models with their first inputs, timed in the same work (:func:`models_work`). Without
-    ``one_thread`` the rounds leave one thread out. None where it does not apply (no
-    inputs, a GPU model, one thread already). A round: the work on torch's threads (its
-    forward timed within it), then on one thread; the first warms the work up and measures
-    a round."""
+    models with their first inputs, timed in the same work (:func:`models_work`). None
+    where it does not apply (no inputs, a GPU model, one thread already). A round: the
+    work on torch's threads (its forward timed within it), then on one thread; the first
+    warms the work up and measures a round."""
     if inputs is None or model is None or not on_cpu(model):
         return None
     import torch
@@ -278,8 +277,6 @@ def time_threads(model: Any, inputs: Inputs | None,
     pairs = [(model, inputs), *((m, x) for m, x in others
                                 if m is not model and x is not None and on_cpu(m))]
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
-    if not one_thread:
-        del times["work_1thread"]
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
     start = time.perf_counter()
     with models_work(pairs) as (forward, work):
@@ -291,9 +288,8 @@ def time_threads(model: Any, inputs: Inputs | None,
             torch.set_num_threads(n)
             times["work"].append(work())
             times["forward"].append(forward())
-            if one_thread:
-                torch.set_num_threads(1)
-                times["work_1thread"].append(work())
+            torch.set_num_threads(1)
+            times["work_1thread"].append(work())
             if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
                 break  # a work too slow for more rounds: its one round is the timing
             if k == 0:  # the first round warms the work up, and measures a round

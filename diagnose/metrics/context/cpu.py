@@ -1,8 +1,8 @@
 """The CPUs and the model's threads, from the probes after the loop
 (diagnose.capture.probes): how many CPUs' worth of work the CPUs gave at once, what one
 thread costs the model's ops (Amdahl; the loop's own one-thread steps where it ran them:
-:mod:`.loop_threads`), what busy workers cost torch's threads, and how much slower the
-loop's forward ran than the same forward alone."""
+:mod:`.loop_threads`), and how much slower the loop's forward ran than the same forward
+alone."""
 
 from __future__ import annotations
 
