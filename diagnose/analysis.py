@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from . import model_apart
 from .errors import DiagnoseError, TraceError
 from .fixes import FIXES
 from .fixes.findings import predict_findings, sort_findings
 from .fixes.for_run import code_for_run, run_config
 from .fixes.peaks import predict_peaks
-from .memory import memory_section, trace_memory
+from .memory import memory_section
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
 from .metrics.core import CATALOG as TRACE_CATALOG
@@ -28,7 +29,7 @@ from .metrics.window import UNEVEN_MEAN_OVER_MEDIAN
 from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import context_unreadable, load_context, load_samples, rank_context
-from .stepmodel import MODEL_TABLE, step_model
+from .stepmodel import MODEL_TABLE
 from .stepmodel.prediction import attach_models, predictor_for
 from .trace import find_trace_files, read_trace
 from .trace.grouping import (
@@ -59,10 +60,9 @@ def _analyze_file(path: str, workers: int | None = None, max_steps: int | None =
     ``grads_set_to_none``: what the capture saw of the gradients (:func:`grads_cleared`)."""
     t = read_trace(path, workers=workers)
     from .metrics.ranks import compute_rank
-
-    ms = compute_rank(t, max_steps, grads_set_to_none=grads_set_to_none)
-    ms.tables[MODEL_TABLE] = step_model(t, max_steps)  # taken out again in the analysis
-    ms.tables[MEMORY_TABLE] = trace_memory(t, max_steps)  # likewise
+    ms, model, mem = model_apart.beside(  # the model beside the metrics, on a large trace
+        t, max_steps, workers, lambda: compute_rank(t, max_steps, grads_set_to_none=grads_set_to_none))
+    ms.tables[MODEL_TABLE], ms.tables[MEMORY_TABLE] = model, mem  # taken out in the analysis
     return path, t.rank, ms, declared_rank(t)
 
 
