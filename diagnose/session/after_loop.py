@@ -6,10 +6,10 @@ made). The probes give the step model its measured inputs (diagnose.capture.prob
 worker's batch against the in-process one (under ``dataloader``); the CPUs' capacity
 (``cpu_capacity``, and the span of its rounds); a worker's hand-over, start and stop; the
 model's work on torch's threads and on one (``threads``; two timings seconds apart where
-the threads split reads them or the budget allows, the two joined and their ratios' span in
-``threads_span``), only where the loop has a DataLoader (the threads split, the one fix
-they serve, changes its workers) and did not time one thread on its own steps; a worker's
-send cost.
+the threads split reads them or the budget allows, a third where those two disagree, the
+two that agree joined and all their ratios' span in ``threads_span``), only where the
+loop has a DataLoader (the threads split, the one fix they serve, changes its workers) and
+did not time one thread on its own steps; a worker's send cost.
 For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
 fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
@@ -23,14 +23,15 @@ Before them, the step tracked in place during the loop becomes the ``memory`` se
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from diagnose.capture.loader_shim import unwrap
 from diagnose.capture.probes import (
     ForwardTimer,
+    agreeing_threads,
     holds_device_tensors,
-    joined_threads,
     threads_ratio_span,
     time_batches_in_turn,
     time_cpu_capacity_span,
@@ -160,14 +161,19 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     # seconds later, while budget is left: the capacity again, and the threads, past the
     # budget where the threads split reads them (a loader) or their first timing was noisy
     # (AGAIN_NOISE): one timing's rounds share the host's moment, which a second moment
-    # tells (benchmarks/threads_probe_spread.py); the two thread timings joined
+    # tells (benchmarks/threads_probe_spread.py); the two thread timings joined, or, where
+    # their ratios lie further apart than AGAIN_NOISE, a third made and the two that agree
     if forward is not None and ctx.get("threads") and not in_loop:
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
-        again = _guard("thread timing", on_error, lambda: budget.run(
+        timings = [ctx["threads"], _guard("thread timing", on_error, lambda: budget.run(
             "threads", lambda: time_threads(model, forward.inputs, others),
-            again=not (noisy or loaded)))
-        ctx["threads_span"] = threads_ratio_span(ctx["threads"], again)
-        ctx["threads"] = joined_threads(ctx["threads"], again)
+            again=not (noisy or loaded)))]
+        span = threads_ratio_span(*timings)
+        if span is not None and span[0] > 0 and math.log(span[1] / span[0]) / 2 >= AGAIN_NOISE:
+            timings.append(_guard("thread timing", on_error, lambda: budget.run(
+                "threads", lambda: time_threads(model, forward.inputs, others))))
+        ctx["threads_span"] = threads_ratio_span(*timings)
+        ctx["threads"] = agreeing_threads(*timings)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, "again", again=True)
     # the timing seconds before these (runinfo.collect), where a fix needs the capacity

@@ -257,7 +257,7 @@ def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
     torch's threads short of CPUs) is not."""
     clock, ran = run
     first = {"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": noise}
-    seconds = iter([first, {"work_ms": 2.0, "work_1thread_ms": 3.0}])
+    seconds = iter([first, {"work_ms": 2.0, "work_1thread_ms": 1.2}])  # ratios 0.5, 0.6
     monkeypatch.setattr(al, "time_threads", lambda *a: (
         ran.append("threads"), setattr(clock, "t", clock.t + 0.06), next(seconds))[2])
     if loaded:
@@ -272,13 +272,37 @@ def test_a_thread_timing_is_made_again_past_the_budget_where_it_is_read(
                            batch=None, on_error=_errors, clock=waited, others_cpus=1.0,
                            budget=small)
     assert ran.count("threads") == (2 if again else 1)
-    if again:  # the stub's second timing: 3 ms on one thread against 2 on torch's
+    if again:  # the stub's second timing: 1.2 ms on one thread against 2 on torch's
         got = ctx["threads"]
-        assert got["work_1thread_ms"] == pytest.approx(math.sqrt(2.0 * 3.0), rel=1e-4)
+        assert got["work_1thread_ms"] == pytest.approx(math.sqrt(2.0 * 1.2), rel=1e-4)
         assert got["work_ms"] == pytest.approx(math.sqrt(4.0 * 2.0), rel=1e-4)
-        assert ctx["threads_span"] == [0.5, 1.5]
+        assert ctx["threads_span"] == [0.5, 0.6]
     else:
         assert ctx["threads"]["work_ms"] == 4.0 and ctx["threads_span"] is None
+
+
+@pytest.mark.parametrize("third_ratio,joined", [(0.55, (0.5, 0.55)), (1.4, (1.5, 1.4))])
+def test_two_thread_timings_that_disagree_get_a_third_and_the_two_that_agree_lead(
+        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch,
+        third_ratio: float, joined: tuple[float, float]) -> None:
+    """A loader's thread timings whose one-thread ratios lie further apart than AGAIN_NOISE
+    (0.5 and 1.5: a moment slowed one of them) get a third past the budget; the two whose
+    ratios agree are joined, and the span keeps all three's ends."""
+    clock, ran = run
+    timings = iter([{"work_ms": 4.0, "work_1thread_ms": 2.0, "noise": 0.05},
+                    {"work_ms": 2.0, "work_1thread_ms": 3.0, "noise": 0.05},
+                    {"work_ms": 2.0, "work_1thread_ms": 2.0 * third_ratio, "noise": 0.05}])
+    monkeypatch.setattr(al, "time_threads", lambda *a: (
+        ran.append("threads"), setattr(clock, "t", clock.t + 0.06), next(timings))[2])
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(0.25, 0.0))
+    assert ran.count("threads") == 3
+    got = ctx["threads"]
+    assert got["work_1thread_ms"] / got["work_ms"] == pytest.approx(
+        math.sqrt(joined[0] * joined[1]), rel=1e-3)
+    assert got["noise"] == pytest.approx(abs(math.log(joined[0] / joined[1])) / 2, abs=1e-3)
+    assert ctx["threads_span"] == [0.5, 1.5]
 
 
 def test_each_capacity_timing_is_kept_beside_the_span() -> None:

@@ -21,6 +21,7 @@ from .after_fetch import time_fetches, time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
 from .compute import (
     ForwardTimer,
+    agreeing_threads,
     joined_threads,
     threads_ratio_span,
     time_threads,
@@ -35,6 +36,7 @@ __all__ = [
     "ForwardTimer",
     "holds_device_tensors",
     "paired_medians",
+    "agreeing_threads",
     "joined_threads",
     "time_batches_in_turn",
     "time_cpu_capacity",

@@ -14,6 +14,7 @@ intra-op thread is timed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -336,6 +337,25 @@ def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
     spread = abs(math.log(r1 / r2)) / 2
     out["noise"] = round(max(math.hypot(*own) / 2 if own else 0.0, spread), 4)
     return out
+
+
+def agreeing_threads(*timings: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Thread timings made seconds apart, as one (:func:`joined_threads`): of three, the
+    two whose one-thread ratios lie closest, joined. A moment that slowed one timing alone
+    (another process, a worker's late batch) is outvoted, not averaged in; its ratio still
+    sets an end of the span (:func:`threads_ratio_span`). Two with a ratio: those two
+    joined; fewer: the first two timings given, joined."""
+    got: list[dict[str, Any]] = [t for t in timings if t is not None and (
+        r := _one_thread_ratio(t)) is not None and r > 0]
+    if len(got) < 3:
+        return joined_threads(*(got if len(got) == 2 else (list(timings) + [None, None])[:2]))
+
+    def apart(pair: tuple[dict[str, Any], dict[str, Any]]) -> float:
+        a, b = (_one_thread_ratio(t) for t in pair)
+        assert a is not None and b is not None
+        return abs(math.log(a / b))
+
+    return joined_threads(*min(itertools.combinations(got, 2), key=apart))
 
 
 def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:

@@ -44,7 +44,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "one thread where the session ran at least 3 (threads_loop_ratio: the whole work of "
         "a step less its wait for a batch), else model_work_one_thread_ms / "
         "model_work_quiet_ms (the model's ops alone; 1.0: they do not scale with threads; "
-        "of two timings seconds apart, their ratios' geometric mean)"),
+        "of two timings seconds apart, their ratios' geometric mean; where those disagree by "
+        "15% or more, of the two of three that agree)"),
     "threads_noise_rel": (
         "ratio", "the relative noise of the thread timing threads_one_thread_ratio comes "
         "from (the loop's: threads_loop_noise_rel; after the loop: the standard error of its "

@@ -11,6 +11,7 @@ from torch import nn
 
 from diagnose.capture.probes.compute import (
     ForwardTimer,
+    agreeing_threads,
     joined_threads,
     models_work,
     threads_ratio_span,
@@ -253,3 +254,22 @@ def test_models_recorded_under_autocast_are_timed_under_it():
     out = time_threads(enc, te.inputs, others=[(dec, td.inputs)])
     assert out is not None and out["models"] == 2 and out["work_ms"] > 0
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_of_three_thread_timings_the_two_that_agree_are_joined() -> None:
+    """Three timings: the pair whose one-thread ratios lie closest is joined, the third
+    left out (one disturbed moment is outvoted); two or fewer with a ratio: joined as two."""
+    def timing(ratio: float, work: float = 10.0) -> dict:
+        return {"work_ms": work, "work_1thread_ms": work * ratio, "forward_ms": 4.0,
+                "rounds": 3, "noise": 0.02}
+
+    a, b, c = timing(1.75), timing(1.08), timing(1.78, 11.0)
+    got = agreeing_threads(a, b, c)
+    assert got == joined_threads(a, c)
+    assert got is not None and got["rounds"] == 6
+    assert got["work_1thread_ms"] / got["work_ms"] == pytest.approx(math.sqrt(1.75 * 1.78),
+                                                                    rel=1e-3)
+    assert agreeing_threads(a, b) == joined_threads(a, b)
+    assert agreeing_threads(a, None, c) == joined_threads(a, c)
+    assert agreeing_threads(a, None, None) is a
+    assert threads_ratio_span(a, b, c) == [1.08, 1.78]
