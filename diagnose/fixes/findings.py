@@ -339,7 +339,8 @@ def sort_findings(findings: list[Any]) -> None:
     capture: the one whose first fix's range is the narrower (:func:`range_width`) leads.
     A range's width comes from its inputs' noise and the model's error, which hold from
     capture to capture, while its ends move with its point (a slow end that saves more is
-    a point that moved up)."""
+    a point that moved up). Widths within :data:`TIE` of each other do not decide (which
+    is narrower is then a capture's noise): the time at stake keeps its order."""
     findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
                                  f.rule))
     for _ in range(len(findings)):  # adjacent swaps until none is left (a few findings)
@@ -350,7 +351,7 @@ def sort_findings(findings: list[Any]) -> None:
                     and (pb := _lead(b)) is not None
                     and _reach(pb) * (1 + TIE) >= pa.speedup
                     and abs(math.log(pa.speedup / pb.speedup)) <= FIXES_TIE
-                    and range_width(b) < range_width(a)):
+                    and range_width(b) * (1 + TIE) < range_width(a)):
                 findings[i], findings[i + 1] = b, a
                 swapped = True
         if not swapped:

@@ -456,3 +456,25 @@ def test_a_cap_to_no_workers_is_named_as_no_workers() -> None:
            {"num_workers_cap": cap.title_for(slower.change)})
     assert f.hints == ["Not offered: Load batches in the training process (DataLoader "
                        "num_workers=0), predicted 0.89x (10.0 -> 11.2 ms): slower"]
+
+
+def test_tied_findings_with_ranges_as_wide_keep_the_time_at_stake_order() -> None:
+    """Two captures of one job: IN004's num_workers=0 at 1.47x (1.17-1.85x) and IN005's
+    persistent_workers at 1.27x (1.01-1.59x) tie, and their widths differ by 1% (ln 0.458
+    against 0.454): which is narrower is the capture's noise, so the time at stake keeps
+    the lead (IN004) in both, whichever is the hair narrower."""
+    from diagnose.fixes.findings import range_width, sort_findings
+
+    def pred(change: dict, at: float, slow: float, fast: float) -> Prediction:
+        return Prediction(change, 10 / at, at, (10 / fast, 10 / slow), 10.0)
+
+    for four, five in (((1.469, 1.17, 1.85), (1.266, 1.01, 1.59)),
+                       ((1.469, 1.17, 1.85), (1.266, 1.00, 1.59))):
+        fs = [_Graded("IN005", "warning", ["persistent_workers"],
+                      {"persistent_workers": pred({"persistent_workers": True}, *five)},
+                      1 - 1 / five[0]),
+              _Graded("IN004", "warning", ["num_workers_cap"],
+                      {"num_workers_cap": pred({"num_workers": 0}, *four)}, 1 - 1 / four[0])]
+        assert abs(range_width(fs[0]) / range_width(fs[1]) - 1) < 0.03
+        sort_findings(fs)
+        assert [f.rule for f in fs] == ["IN004", "IN005"], five
