@@ -51,7 +51,7 @@ def start(t: Any, max_steps: int | None, workers: int | None
     _FORKED = (t, max_steps)  # held until the answer: the pool forks when it likes
     try:
         future = pool.submit(_forked_model)
-    except BrokenProcessPool:
+    except (BrokenProcessPool, OSError):  # no fork (out of memory, say): built here
         _FORKED = None
         pool.shutdown()
         return None

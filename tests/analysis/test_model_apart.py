@@ -87,3 +87,17 @@ def test_the_forked_process_is_waited_for_when_the_metrics_fail(forks) -> None:
     assert len(forks) == 1 and forks[0] is not None
     assert not [k for k in psutil.Process().children(recursive=True)
                 if k.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_fork_that_fails_builds_the_model_here(monkeypatch, forks) -> None:
+    """A fork refused by the system (ENOMEM on a huge trace, say) is no error: the model
+    and memory section are built here, as without a second CPU."""
+    path = str(shared_trace(TRACE))
+    here = _here(path, monkeypatch)
+
+    def no_fork(*a, **k):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor.submit", no_fork)
+    assert _built(path) == here
+    assert len(forks) == 1 and forks[0] is not None
