@@ -148,8 +148,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
         _time_threads(ctx, model, forward, budget, on_error, others, in_loop)  # quiet work)
     elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
-        ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
-            "threads", lambda: time_threads(model, forward.inputs, others)))
+        ctx["threads"] = _thread_timing(model, forward, others, budget, on_error)
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
@@ -165,13 +164,11 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     # their ratios lie further apart than AGAIN_NOISE, a third made and the two that agree
     if forward is not None and ctx.get("threads") and not in_loop:
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
-        timings = [ctx["threads"], _guard("thread timing", on_error, lambda: budget.run(
-            "threads", lambda: time_threads(model, forward.inputs, others),
-            again=not (noisy or loaded)))]
+        timings = [ctx["threads"], _thread_timing(model, forward, others, budget, on_error,
+                                                  again=not (noisy or loaded))]
         span = threads_ratio_span(*timings)
         if span is not None and span[0] > 0 and math.log(span[1] / span[0]) / 2 >= AGAIN_NOISE:
-            timings.append(_guard("thread timing", on_error, lambda: budget.run(
-                "threads", lambda: time_threads(model, forward.inputs, others))))
+            timings.append(_thread_timing(model, forward, others, budget, on_error))
         ctx["threads_span"] = threads_ratio_span(*timings)
         ctx["threads"] = agreeing_threads(*timings)
     if loaded and caps:
@@ -220,8 +217,16 @@ def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
     if in_loop:
         budget.skipped.setdefault("threads", "timed on the loop's own steps on one thread")
         return
-    ctx["threads"] = _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads(model, forward.inputs, others)))
+    ctx["threads"] = _thread_timing(model, forward, others, budget, on_error)
+
+
+def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any, Any]],
+                   budget: ProbeBudget, on_error: OnError, again: bool = False) -> Any:
+    """One :func:`time_threads` timing of the model's work on the first inputs its forward
+    got, run by ``budget`` (``again``: only with budget left); None where it was not run
+    or raised."""
+    return _guard("thread timing", on_error, lambda: budget.run(
+        "threads", lambda: time_threads(model, forward.inputs, others), again=again))
 
 
 def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:

@@ -345,17 +345,15 @@ def agreeing_threads(*timings: dict[str, Any] | None) -> dict[str, Any] | None:
     (another process, a worker's late batch) is outvoted, not averaged in; its ratio still
     sets an end of the span (:func:`threads_ratio_span`). Two with a ratio: those two
     joined; fewer: the first two timings given, joined."""
-    got: list[dict[str, Any]] = [t for t in timings if t is not None and (
-        r := _one_thread_ratio(t)) is not None and r > 0]
-    if len(got) < 3:
-        return joined_threads(*(got if len(got) == 2 else (list(timings) + [None, None])[:2]))
-
-    def apart(pair: tuple[dict[str, Any], dict[str, Any]]) -> float:
-        a, b = (_one_thread_ratio(t) for t in pair)
-        assert a is not None and b is not None
-        return abs(math.log(a / b))
-
-    return joined_threads(*min(itertools.combinations(got, 2), key=apart))
+    rated = [(t, r) for t in timings if t is not None
+             and (r := _one_thread_ratio(t)) is not None and r > 0]
+    if len(rated) == 2:
+        return joined_threads(rated[0][0], rated[1][0])
+    if len(rated) < 2:
+        return joined_threads(*(list(timings) + [None, None])[:2])
+    (a, _), (b, _) = min(itertools.combinations(rated, 2),
+                         key=lambda pair: abs(math.log(pair[0][1] / pair[1][1])))
+    return joined_threads(a, b)
 
 
 def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:
