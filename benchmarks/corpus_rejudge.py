@@ -16,6 +16,10 @@ says why). Tallies per half: within 15% of the
 measured speedup, measured inside the range, median |error|, the ranges' median
 half-width over the point. Each row ends with what its
 range is made of (the model's ends as speedups, the inputs' noise): range_fit.py's input.
+``--run CODE`` keeps the rows of the one run made at CODE: a change of the model judged on
+each kept run's captures against that run's own measurements (a job's measured speedup
+moves from day to day with the host; every saved run's rows would judge today's capture
+against other days' hosts).
 """
 
 from __future__ import annotations
@@ -86,6 +90,19 @@ def newest_run(text: str) -> str:
     return "\n".join(lines[:heads[1]] if len(heads) > 1 else lines)
 
 
+def run_at(text: str, code: str) -> str:
+    """The run of a results file whose ``# code at`` line names ``code`` (its lines up to
+    the next run's): the captures that run kept, judged against its own measurements (a
+    job's measured speedup moves from day to day with the host; a capture is judged against
+    the measurement taken beside it). Empty where no run names it."""
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("# code at")]
+    for a, b in zip(heads, [*heads[1:], len(lines)], strict=True):
+        if lines[a].split()[3:4] == [code]:
+            return "\n".join(lines[a:b])
+    return ""
+
+
 def capture_of(root: Path, job: str) -> Path | None:
     """The newest run folder kept for ``job`` (a trace and its context)."""
     runs = sorted(p.parent for p in (root / job).glob("*/context.json"))
@@ -142,6 +159,9 @@ def main() -> int:
     ap.add_argument("--newest", action="store_true",
                     help="only the newest run's rows (results files hold runs newest first, "
                          "each from '# code at'; the kept captures are the newest run's)")
+    ap.add_argument("--run", metavar="CODE",
+                    help="only the rows of the run made at CODE (its '# code at CODE' line): "
+                         "the run that kept these captures")
     args = ap.parse_args()
     for p in (args.results, args.captures):
         if not p.exists():
@@ -150,6 +170,11 @@ def main() -> int:
     text = args.results.read_text()
     if args.newest:
         text = newest_run(text)
+    if args.run:
+        text = run_at(text, args.run)
+        if not text:
+            print(f"corpus_rejudge: {args.results}: no run made at {args.run}", file=sys.stderr)
+            return 2
     rows = parse_rows(text)
     if not rows:
         print(f"corpus_rejudge: {args.results}: no measured rows", file=sys.stderr)

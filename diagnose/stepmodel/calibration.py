@@ -137,16 +137,6 @@ FIXED_POINT_DAMPING = 0.5
 FIXED_POINT_ROUNDS = 100
 FIXED_POINT_TOL = 1e-4
 
-#: The contention freed from a run whose workers oversubscribe the CPUs now: the log-weight
-#: of the loop's own measure (its forward and backward over the same work alone,
-#: ``host.loop_contention``) against the model's (``busy_mix`` from the workers' busy
-#: share and the sharing rule). Two estimates of one quantity: the model's freed too little
-#: on the tune jobs with busy workers, the loop's scatters by about 25% where it should
-#: read 1 (no workers). More weight on the loop's bought 1-2 tune rows within 15% and cost
-#: the kept three-capture runs their agreement on the first fix (0.5, 0.75, 1.0: 42, 40,
-#: 35 of 47; benchmarks/NOTES.md): 0.5. Wrong, predictions of changes that free the CPUs
-#: lean to one estimate's error.
-LOOP_CONTENTION_WEIGHT = 0.5
 #: A thread timing whose rounds spread more than this (median relative deviation) gives no
 #: prediction that reads it: twice the spread at which the session times the threads again
 #: (``AGAIN_NOISE``, 0.15: what a prediction within 15% can use), so the two timings
@@ -218,7 +208,7 @@ __all__ = ["ADAM_KERNELS_PER_PARAM", "AMP_MEMORY_BOUND_SCALE", "BATCHED_FETCH_MI
            "FIXED_POINT_DAMPING", "FIXED_POINT_ROUNDS", "FIXED_POINT_TOL", "FOREACH_MIN_LAUNCHES",
            "FIXES_TIE", "FOREACH_PARAMS_PER_LAUNCH", "FULL_QUEUE_SHARE", "GC_PAUSE_SHARE_MAX", "HELPS", "HOST_SCALE_MAX",
            "EPOCH_LONG_S", "HOST_SCALE_MIN", "IO_BOUND_PCT", "LATE_US", "LAUNCH_LATENCY_US", "LOADER_BOUND_WAIT",
-           "LOOP_CONTENTION_WEIGHT", "THREADS_NOISE_MAX",
+           "THREADS_NOISE_MAX",
            "PACE_BOUNDS", "PINNED_GBPS", "READY_WAIT_SHARE", "READY_WAIT_US", "SATURATED_PCT",
            "SHM_GBPS", "SLOWER", "SYNC_END_US", "SYNC_LONG_RATIO", "SYNC_LONG_US",
            "THREADS_LOADING_MAX", "TIE", "WAITING_WORKERS_PER_CPU", "WAKE_RATIO_MAX",

@@ -29,7 +29,6 @@ from .calibration import (
     FIXED_POINT_DAMPING,
     FIXED_POINT_ROUNDS,
     FIXED_POINT_TOL,
-    LOOP_CONTENTION_WEIGHT,
     THREADS_NOISE_MAX,
 )
 from .facts import Facts
@@ -269,14 +268,16 @@ def workers_busy_now(facts: Facts) -> float | None:
 
 def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
                     replay_ms: float | None = None) -> float | None:
-    """How much longer the loop's forward and backward ran than the same work alone after
-    the loop (``model_work_quiet_ms``), where the loop made one forward call a step; None
-    where either was not measured. The loop's is the window's share of its replayed step
-    (``replay_ms``) on the unprofiled step ``step_ms``: a window the calibration left as it
-    was (profiled under another load, its replay far from the loop's step) keeps its
-    proportions, not its milliseconds. None too where that timing's rounds spread past
-    :data:`THREADS_NOISE_MAX` (another process held a CPU while it ran: its quiet work is no
-    more quiet than its one-thread ratio is read)."""
+    """How much longer the loop's torch work ran than the same work alone after the loop,
+    where the loop made one forward call a step; None where the work alone was not timed.
+    Two measures of it, joined by their geometric mean where both exist: the window's
+    forward and backward (the window's share of its replayed step, ``replay_ms``, on the
+    unprofiled step ``step_ms``: a window the calibration left as it was keeps its
+    proportions, not its milliseconds) over ``model_work_quiet_ms``, and the clock's
+    forward over the forward alone (``forward_contention``: every unprofiled step). None
+    too where that timing's rounds spread past :data:`THREADS_NOISE_MAX` (another process
+    held a CPU while it ran: its quiet work is no more quiet than its one-thread ratio is
+    read)."""
     quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
     if (not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps
             or (noise is not None and noise > THREADS_NOISE_MAX)):
@@ -285,30 +286,31 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3
     if step_ms and replay_ms and replay_ms > 0:
         loop *= step_ms / replay_ms
-    return loop / quiet if loop > 0 else None
+    got = [r for r in (loop / quiet, facts.forward_contention) if r is not None and r > 0]
+    if not got:
+        return None
+    return math.exp(sum(map(math.log, got)) / len(got))
 
 
 def free_contention(g: Graph, facts: Facts) -> Graph:
-    """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now
-    (the window's ops hold the loop's compute and more; the loop's other work stays as
-    measured): the ops' mean slowdown beside workers busy the share of the time measured now
-    (:func:`workers_busy_now`, :func:`busy_mix`), or, where that was not measured, as if
-    they were busy all the time (:func:`contention`); where the loop's own work was set
-    beside the same work alone (``loop_contention``, at least 1), the log-mean of the two
-    (:data:`LOOP_CONTENTION_WEIGHT`)."""
+    """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now,
+    where the run oversubscribes its CPUs (the window's ops hold the loop's compute and
+    more; the loop's other work stays as measured): the loop's own measure where it was
+    taken (``loop_contention``, at least 1); else the ops' mean slowdown beside workers
+    busy the share of the time measured now (:func:`workers_busy_now`, :func:`busy_mix`),
+    or, where that was not measured either, as if they were busy all the time
+    (:func:`contention`)."""
     threads = busy_threads(facts)
     now, cpus = facts.dataloader_num_workers, facts.cpu_count or 1
     c = contention(now, threads, cpus)
-    busy = workers_busy_now(facts)
-    if c != 1.0 and now and busy is not None:
-        c = busy_mix(now, busy, cpus, threads)
     if c == 1.0:
         return g
-    loop = facts.loop_contention
-    if loop is not None:
-        w = LOOP_CONTENTION_WEIGHT
-        c = math.exp((1 - w) * math.log(c) + w * math.log(max(1.0, loop)))
-    return g.scale(model_ops(g), 1.0 / c)
+    busy = workers_busy_now(facts)
+    if facts.loop_contention is not None:  # measured: the rule's estimate is not needed
+        c = max(1.0, facts.loop_contention)
+    elif now and busy is not None:
+        c = busy_mix(now, busy, cpus, threads)
+    return g if c == 1.0 else g.scale(model_ops(g), 1.0 / c)
 
 
 def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
