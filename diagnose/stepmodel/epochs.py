@@ -136,17 +136,3 @@ def ready_at_start(facts: Facts, change: Mapping[str, Any]) -> float:
         return 0.0
     return min(k, n) / n
 
-
-def mean_batch(facts: Facts) -> Facts:
-    """``facts`` with the batches timed after the loop (full ones) at an epoch's mean
-    batch, where the loader keeps a short last batch (``dataloader_batch_fill`` under 1):
-    a batch's work is its samples' (each fetched and transformed, then collated), so the
-    epoch's batches cost its samples' work, spread over them. An epoch of 4 batches over
-    200 samples of 64 makes 3.125 full batches' work, not 4."""
-    fill = facts.dataloader_batch_fill
-    if fill is None or not 0 < fill < 1:
-        return facts
-    timed = {name: v * fill for name in ("input_worker_batch_ms", "input_worker_batch_cpu_ms",
-                                         "input_inprocess_batch_ms")
-             if (v := getattr(facts, name)) is not None}
-    return facts.replace(**timed) if timed else facts

@@ -85,7 +85,6 @@ class Facts:
     dataloader_pin_memory: bool | None = None  # a pin_memory change sets it
     dataloader_batch_size: int | None = None  # samples; a batch change sets it
     dataloader_epoch_batches: int | None = None  # len(loader)
-    dataloader_batch_fill: float | None = None  # an epoch's samples / its batches' full size
     dataloader_batches_on_device: bool | None = None  # the dataset's batches are on the GPU
     dataloader_dataset_tensor_indexable: bool | None = None  # one dataset[indices] a batch
     dataloader_automatic_batching: bool | None = None  # False: dataset[key] makes the batch

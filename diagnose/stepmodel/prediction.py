@@ -29,7 +29,7 @@ from .calibration import (
     HELPS,
     THREADS_NOISE_MAX,
 )
-from .epochs import mean_batch, ready_at_start
+from .epochs import ready_at_start
 from .facts import Facts
 from .graph import DEVICE_TASKS, Graph
 from .host import cpu_bound_ms, loading_ms, loop_contention
@@ -183,9 +183,7 @@ class Predictor:
 
     def __init__(self, model: StepModel, facts: Facts) -> None:
         assert model.graph is not None
-        # the batches timed after the loop are full ones; the job's mean step makes an
-        # epoch's mean batch (a short last one is cheaper)
-        self.facts = facts = mean_batch(facts)
+        self.facts = facts
         prof = facts.step_time_median_ms
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time);
         # where the run's workers start at every epoch and the clock saw such a start, the

@@ -33,7 +33,7 @@ from ...stepmodel.calibration import (
     SHM_GBPS,
     WORKER_AGREES,
 )
-from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, mean_batch, restart_saving
+from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, restart_saving
 from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
 from ...stepmodel.host import (
     batch_bytes,
@@ -173,11 +173,10 @@ class PersistentWorkers(Fix):
             start = facts.input_worker_start_ms
         n = facts.dataloader_epoch_batches
         # the batch live workers make: as a worker makes it, else in process, else the
-        # trace's loading (the timings at an epoch's mean batch: a short last one counts)
-        timed = mean_batch(facts)
-        batch = timed.input_worker_batch_ms
+        # trace's loading
+        batch = facts.input_worker_batch_ms
         if batch is None:
-            batch = timed.input_inprocess_batch_ms
+            batch = facts.input_inprocess_batch_ms
         if batch is None:
             batch = loading_ms(facts)
         step = facts.step_time_unprofiled_mean_ms or facts.step_time_median_ms

@@ -23,12 +23,6 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
     "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
-    "dataloader_batch_fill": (
-        "fraction", "an epoch's samples over its batches' full size, len(dataset) / "
-        "(len(loader) x batch_size), where the loader keeps a short last batch: what an "
-        "epoch's mean batch costs against a full one (1 where the last batch is dropped or "
-        "fits; None where the sampler sets the batches: a custom one, or an iterable "
-        "dataset)"),
     "dataloader_prefetch_factor": (
         "batches",
         "DataLoader prefetch_factor per worker (None when num_workers=0)",
@@ -99,10 +93,6 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["dataloader_dataset_tensor_indexable"] = as_bool(
         get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["dataloader_epoch_batches"] = as_int(get(ctx, "dataloader", "len"))
-    out["dataloader_batch_fill"] = _batch_fill(as_int(get(ctx, "dataloader", "len")),
-                                               as_int(get(ctx, "dataloader", "batch_size")),
-                                               as_int(get(ctx, "dataloader", "dataset_len")),
-                                               as_bool(get(ctx, "dataloader", "drop_last")))
     out["cudnn_benchmark"] = as_bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = as_str(get(ctx, "optimizer", "class"))
     foreach = get(ctx, "optimizer", "foreach_effective")
@@ -142,18 +132,3 @@ def _pool_beside_torch(pools: object) -> dict[str, object]:
             "thread_pool_beside_torch": f"{top.get('internal_api')} ({top.get('user_api')}, "
                                         f"{top.get('prefix')})",
             "thread_pool_beside_torch_prefix": as_str(top.get("prefix"))}
-
-
-def _batch_fill(batches: int | None, size: int | None, samples: int | None,
-                drop_last: bool | None) -> float | None:
-    """len(dataset) / (len(loader) x batch_size) where the loader's batches are the
-    dataset's samples in batch_size (len(loader) = ceil(samples / size), the last one
-    short); 1.0 where it drops that batch or there is none; None otherwise (a sampler
-    that sets its own count)."""
-    if not batches or not size or not samples or batches <= 0 or size <= 0 or samples <= 0:
-        return None
-    if drop_last is True:
-        return 1.0 if batches == samples // size else None
-    if batches != -(-samples // size):
-        return None
-    return round(samples / (batches * size), 4)
