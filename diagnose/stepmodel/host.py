@@ -20,6 +20,7 @@ few hand-set numbers are in :mod:`diagnose.stepmodel.calibration`.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -287,9 +288,7 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     if step_ms and replay_ms and replay_ms > 0:
         loop *= step_ms / replay_ms
     got = [r for r in (loop / quiet, facts.forward_contention) if r is not None and r > 0]
-    if not got:
-        return None
-    return math.exp(sum(map(math.log, got)) / len(got))
+    return statistics.geometric_mean(got) if got else None
 
 
 def free_contention(g: Graph, facts: Facts) -> Graph:
@@ -305,10 +304,9 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     c = contention(now, threads, cpus)
     if c == 1.0:
         return g
-    busy = workers_busy_now(facts)
     if facts.loop_contention is not None:  # measured: the rule's estimate is not needed
         c = max(1.0, facts.loop_contention)
-    elif now and busy is not None:
+    elif now and (busy := workers_busy_now(facts)) is not None:
         c = busy_mix(now, busy, cpus, threads)
     return g if c == 1.0 else g.scale(model_ops(g), 1.0 / c)
 

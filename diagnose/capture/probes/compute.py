@@ -347,8 +347,6 @@ def agreeing_threads(*timings: dict[str, Any] | None) -> dict[str, Any] | None:
     joined; fewer: the first two timings given, joined."""
     rated = [(t, r) for t in timings if t is not None
              and (r := _one_thread_ratio(t)) is not None and r > 0]
-    if len(rated) == 2:
-        return joined_threads(rated[0][0], rated[1][0])
     if len(rated) < 2:
         return joined_threads(*(list(timings) + [None, None])[:2])
     (a, _), (b, _) = min(itertools.combinations(rated, 2),
