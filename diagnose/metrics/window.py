@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
-from ..trace.steps import outermost, step_indices
+from ..trace.steps import main_pid, outermost, step_indices
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
 from .names import DATALOADER, OPTIMIZER_STEP, STEP
@@ -74,8 +74,7 @@ class StepWindow:
         valid = np.isfinite(t.ts)
         host_all = kind_in(t.kind, HOST_KINDS) & valid
         if host_all.any():
-            counts = np.bincount(t.pid_id[host_all], minlength=len(t.pids))
-            self.main_pid = int(np.argmax(counts))
+            self.main_pid = main_pid(t, host_all)
             self.host: np.ndarray = host_all & (t.pid_id == self.main_pid)
         else:
             self.main_pid = -1

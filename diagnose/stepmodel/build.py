@@ -33,7 +33,7 @@ from .calibration import (
     SYNC_LONG_US,
 )
 from .graph import DEVICE_TASKS, EdgeKind, Graph, ResKind, Resource, Tag, TaskKind
-from .window import WINDOW_STEPS, pick_window, step_spans
+from .window import WINDOW_STEPS, around, pick_window, step_spans
 
 EPS = CLOCK_EPS_US
 
@@ -136,7 +136,7 @@ def build_graph(t: Trace, max_steps: int | None = None, window: int = WINDOW_STE
     a, b = pick_window(t.dur[steps], window)
     lo, hi = t.ts[steps[a:b]], t.end[steps[a:b]]
     w0, w1 = float(lo[0]), float(hi[-1])
-    return _Builder(t, main_pid, main_tid, lo, hi, w0, w1, np.arange(a, b)).build()
+    return _Builder(around(t, w0, w1), main_pid, main_tid, lo, hi, w0, w1, np.arange(a, b)).build()
 
 
 class _Builder:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -451,6 +451,20 @@ class Trace:
         for: an array the size of the trace held for the whole analysis is memory a large
         trace pays for (``end[:]`` gives them all)."""
         return _Ends(self.ts, self.dur)
+
+    def take(self, idx: np.ndarray) -> Trace:
+        """The events at ``idx`` (sorted indices) as a trace of their own, in file order:
+        the same name, pid and tid tables (so their ids mean the same) and the same facts
+        of the file; a sparse column keeps the values of the events taken."""
+        idx = np.asarray(idx, np.int64)
+        cols: dict[str, Any] = {k: getattr(self, k)[idx] for k in _DENSE_KEYS}
+        for k, _, _ in _SPARSE_COLUMNS:
+            col: SparseColumn = getattr(self, k)
+            pos = np.searchsorted(idx, col.idx)
+            hit = pos < len(idx)
+            hit[hit] = idx[pos[hit]] == col.idx[hit]
+            cols[k] = SparseColumn(pos[hit], col.val[hit], len(idx))
+        return replace(self, **cols)
 
     def of_kind(self, *kinds: Kind) -> np.ndarray:
         """Indices of events of the given kinds, in file order."""

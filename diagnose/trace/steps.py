@@ -9,6 +9,20 @@ import numpy as np
 
 from .columns import DEVICE_KINDS, Kind, Trace, kind_in
 
+#: events counted in one pass of :func:`main_pid` (its temporaries stay this size)
+_CHUNK = 1 << 18
+
+
+def main_pid(t: Trace, host: np.ndarray) -> int:
+    """The process with the most of the ``host`` events (a mask): the one a trace's steps
+    are read from. Counted a chunk at a time: a count over a large trace's events at once
+    would hold their ids, widened to 64 bits, in one array."""
+    counts = np.zeros(len(t.pids), np.int64)
+    for a in range(0, len(t), _CHUNK):
+        part = slice(a, min(a + _CHUNK, len(t)))
+        counts += np.bincount(t.pid_id[part][host[part]], minlength=len(t.pids))
+    return int(np.argmax(counts))
+
 
 def outermost(t: Trace, mask: np.ndarray) -> list[int]:
     """The indices of the spans among ``mask`` that lie in no other of them, by start:

@@ -320,3 +320,34 @@ def test_work_queued_past_the_window_joins_the_graph(tmp_path):
     assert g.gap[kernel].max() <= 10.0
     assert busiest_ms(g) == pytest.approx(8.0, rel=0.01)
     assert busiest_ms(g.scale(kernel, 0.0)) == pytest.approx(0.6, rel=0.05)
+
+
+def _graph_arrays(g) -> dict[str, bytes]:
+    return {k: v.tobytes() for k, v in vars(g).items() if isinstance(v, np.ndarray)}
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_the_graph_is_built_from_the_events_around_its_window(tmp_path, monkeypatch, ahead):
+    """The builder reads only the events that reach into its few steps, and every device op
+    the window's calls launched, however late it ran (a host that runs ahead of its GPU
+    queues its kernels several steps on): the graph is the one the whole trace gives."""
+    from diagnose.stepmodel import build
+
+    b = tb.TraceBuilder()
+    for _ in range(12):
+        with b.step():
+            b.dataloader(300.0)
+            for _ in range(6):
+                b.kernel(dur=400.0 if ahead else 50.0, launch_dur=5.0)
+                b.cpu(30.0)
+            if not ahead:
+                b.memcpy("DtoH", bytes=2 << 20, dur=80.0)
+    t = read_trace(b.write(tmp_path / "long.json.gz"))
+    cut, around = build.build_graph(t), build.around
+    monkeypatch.setattr(build, "around", lambda t, w0, w1: t)
+    whole = build.build_graph(t)
+    assert not isinstance(cut, str) and not isinstance(whole, str)
+    assert _graph_arrays(cut) == _graph_arrays(whole)
+    g0 = float(cut.t0)
+    sub = around(t, g0, g0 + float(cut.steps_measured.sum()))
+    assert len(sub) < len(t) / 2  # a few of twelve steps, not the trace

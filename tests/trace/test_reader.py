@@ -14,6 +14,7 @@ import pytest
 from diagnose.errors import TraceError
 from diagnose.trace import Kind, find_trace_files, read_trace
 from diagnose.trace.stream import read_streaming
+from tests import tracebuilder as tb
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -507,3 +508,22 @@ def test_a_gz_name_on_bytes_that_are_not_gzip_says_so(tmp_path):
     p.write_bytes(gzip.compress(b"\x00\x01 this is no json"))
     with pytest.raises(TraceError, match="not valid JSON"):
         read_trace(p)
+
+
+def test_a_trace_of_some_of_its_events(tmp_path):
+    """``Trace.take``: the events asked for, in order, with the same name tables and the
+    sparse columns' values kept at the events' new places."""
+    b = tb.TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            b.cpu(50.0)
+            b.memcpy("HtoD", bytes=4096, dur=20.0)
+            b.kernel(dur=30.0)
+    t = read_trace(b.write(tmp_path / "t.json.gz"))
+    copies = np.flatnonzero(t.kind == Kind.MEMCPY)
+    idx = np.sort(np.concatenate([copies[1:], np.flatnonzero(t.kind == Kind.KERNEL)]))
+    sub = t.take(idx)
+    assert len(sub) == len(idx) and sub.names is t.names
+    assert np.array_equal(sub.ts, t.ts[idx]) and np.array_equal(sub.name_id, t.name_id[idx])
+    assert np.array_equal(sub.nbytes.dense(), t.nbytes[idx], equal_nan=True)
+    assert np.count_nonzero(sub.nbytes.dense() == 4096) == len(copies) - 1
