@@ -20,7 +20,7 @@ from . import intervals as iv
 from .communication import host_collectives
 from .declare import GPU, HOST_OPS, RUNTIME, Metric, Need, per_step_ms, rnd
 from .names import COMM_KERNEL, DATALOADER, OTHER_LOADER, STEP
-from .window import StepWindow
+from .window import CHUNK, StepWindow
 
 #: The categories, highest first (a category claims only time no higher one claimed).
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -129,17 +129,27 @@ def breakdown_metrics(w: StepWindow, cats: Categories
     series: dict[str, list[float]] = {}
     step_len = w.step_hi - w.step_lo
     total = float(step_len.sum())
-    acc = iv.EMPTY
-    prev = np.zeros(w.n_steps)
     order = CATEGORIES if not cats.host_comm else tuple(
         c for c in CATEGORIES if c != "communication") + ("communication",)
+    claimed = {cat: np.zeros(w.n_steps) for cat in order}
+    prev = np.zeros(w.n_steps)
+    # a group of steps at a time (the steps are disjoint: each one's claims need only the
+    # intervals that reach into it), so that the merged sets of a large trace stay about a
+    # chunk of intervals
+    held = sum(len(cats.sets[cat][0]) for cat in order)
+    per = max(1, w.n_steps * CHUNK // max(held, 1))
+    for a in range(0, w.n_steps, per):
+        lo, hi = w.step_lo[a:a + per], w.step_hi[a:a + per]
+        acc, before = iv.EMPTY, np.zeros(len(lo))
+        for cat in order:
+            acc = iv.merge(acc, iv.reaching(cats.sets[cat], float(lo[0]), float(hi[-1])))
+            now = iv.measure_between(acc, lo, hi)
+            claimed[cat][a:a + per] = now - before
+            before = now
+        prev[a:a + per] = before
     for cat in order:
-        acc = iv.merge(acc, cats.sets[cat])
-        now = iv.measure_between(acc, w.step_lo, w.step_hi)
-        claimed = now - prev
-        prev = now
-        series[f"{cat}_ms"] = per_step_ms(claimed)
-        v[f"share_{cat}"] = rnd(claimed.sum() / total) if total > 0 and _recorded(
+        series[f"{cat}_ms"] = per_step_ms(claimed[cat])
+        v[f"share_{cat}"] = rnd(claimed[cat].sum() / total) if total > 0 and _recorded(
             w, cat, cats.host_comm) else None
     other = step_len - prev
     series["other_ms"] = per_step_ms(other)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import Trace, give_back_freed
 from . import (
     breakdown,
     communication,
@@ -68,7 +68,9 @@ def analyse(t: Trace, max_steps: int | None = None, *,
     ``grads_set_to_none``: what the capture saw of the steps' gradients (see
     :func:`~.optimizer.optimizer_metrics`)."""
     w = window.StepWindow(t, max_steps)
+    give_back_freed()  # each area's temporaries out of the process's memory before the next's
     cats = breakdown.categories(w)
+    give_back_freed()
     sync = syncs.syncs(w)
     graph_kernel = workload.graph_replayed(w)
     pageable = transfers.pageable_h2d(w)
@@ -87,22 +89,27 @@ def analyse(t: Trace, max_steps: int | None = None, *,
     values.update(v)
     notes.extend(n)
     v, s = breakdown.breakdown_metrics(w, cats)
+    give_back_freed()
     values.update(v)
     series.update(s)
     idle_v = idle.idle_metrics(w, cats.sets["dataloader"], sync.spans, blocked, graph_kernel)
+    give_back_freed()
     values.update(idle_v)
     v, s = dataloader.dataloader_metrics(w, cats.dataloader, cats.sets["dataloader"])
     values.update(v)
     series.update(s)
     values.update(transfers.transfer_metrics(w, pageable, blocked))
+    give_back_freed()
     values.update(syncs.sync_metrics(w, sync))
     values.update(kernels.kernel_metrics(w, in_window_kernels))
+    give_back_freed()
     values.update(precision.precision_metrics(t, in_window_kernels, w.n_steps, w.has_gpu, dev))
     values.update(communication.comm_metrics(w, cats.comm, cats.sets["communication"],
                                              cats.sets["kernel"]))
     values.update(memory.memory_metrics(t, dev["device_memory_bytes"]))
     values.update(optimizer.optimizer_metrics(w, idle_v["idle_launch_frac"],
                                               grads_set_to_none=grads_set_to_none))
+    give_back_freed()
     values.update(device.dropped_metrics(t))
     unread = device.unread_note(t)
     if unread:

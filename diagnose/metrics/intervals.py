@@ -70,6 +70,14 @@ def overlap(a: Intervals, b: Intervals) -> float:
     return float(np.sum(measure_between(b, a[0], a[1])))
 
 
+def reaching(u: Intervals, lo: float, hi: float) -> Intervals:
+    """The intervals of ``u`` that reach into [lo, hi] (views: ``u`` is sorted and disjoint,
+    so its ends are sorted too)."""
+    s, e = u
+    i, j = np.searchsorted(e, lo, side="left"), np.searchsorted(s, hi, side="right")
+    return s[i:j], e[i:j]
+
+
 def clip(u: Intervals, lo: float, hi: float) -> Intervals:
     s, e = u
     keep = (e > lo) & (s < hi)

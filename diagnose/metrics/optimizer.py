@@ -11,7 +11,7 @@ from ..trace import Kind
 from . import intervals as iv
 from .declare import GPU, HOST_OPS, LINKS, OPTIMIZER, RUNTIME, ZERO_GRAD, Metric, rnd
 from .names import LAUNCH, OPTIMIZER_STEP, STEP
-from .window import StepWindow
+from .window import CHUNK, StepWindow
 
 _OPT_ZERO = re.compile(r"^Optimizer\.zero_grad#")
 _OPT_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step$")
@@ -84,16 +84,19 @@ def _top_level(w: StepWindow, mask: np.ndarray) -> np.ndarray:
     out = np.zeros(len(mask), bool)
     if not len(idx):
         return out
-    holders = np.flatnonzero(w.within(w.of_kind(Kind.ANNOTATION, Kind.CPU_OP) & ~mask
-                                      & t.name_mask(lambda s: not STEP.match(s))))
-    if not len(holders):
-        out[idx] = True
-        return out
-    order = holders[np.argsort(t.ts[holders], kind="stable")]
-    reach = np.maximum.accumulate(t.end[order])  # the furthest end of a holder begun so far
-    at = np.searchsorted(t.ts[order], t.ts[idx], side="right") - 1
-    held = (at >= 0) & (reach[np.maximum(at, 0)] >= t.end[idx])
-    out[idx[~held]] = True
+    holding = w.within(w.of_kind(Kind.ANNOTATION, Kind.CPU_OP) & ~mask
+                       & t.name_mask(lambda s: not STEP.match(s)))
+    at = t.ts[idx]
+    reach = np.full(len(idx), -np.inf)  # the furthest end of a holder begun by each event
+    for a in range(0, len(t), CHUNK):  # the holders a chunk of events at a time: the most
+        holders = np.flatnonzero(holding[a:a + CHUNK]) + a  # of those begun by then, over
+        if not len(holders):  # every chunk, is the most over all of them
+            continue
+        order = holders[np.argsort(t.ts[holders], kind="stable")]
+        ends = np.maximum.accumulate(t.end[order])
+        k = np.searchsorted(t.ts[order], at, side="right") - 1
+        np.maximum(reach, np.where(k >= 0, ends[np.maximum(k, 0)], -np.inf), out=reach)
+    out[idx[~(reach >= t.end[idx])]] = True
     return out
 
 

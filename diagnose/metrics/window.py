@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
+from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, give_back_freed, kind_in
 from ..trace.steps import main_pid, outermost, step_indices
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
@@ -162,9 +162,15 @@ class StepWindow:
 
     # ------------------------------------------------------------------ selections
     def sel(self, mask: np.ndarray) -> iv.Intervals:
-        """The events of ``mask`` as an interval set."""
+        """The events of ``mask`` as an interval set. A large selection's temporaries
+        (several arrays its size) go back to the system once it is made, so that the next
+        one's are not stacked on them in the heap."""
         ts = self.t.ts[mask]
-        return iv.union(ts, ts + self.t.dur[mask])  # = t.end[mask], ts gathered once
+        out = iv.union(ts, ts + self.t.dur[mask])  # = t.end[mask], ts gathered once
+        if len(ts) >= CHUNK:
+            del ts
+            give_back_freed()
+        return out
 
     def mid(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The midpoints of events ``idx`` (computed when asked, never kept: an array the
@@ -196,10 +202,12 @@ class StepWindow:
         return mask & self.in_window
 
     def contains(self, u: iv.Intervals, mask: np.ndarray) -> np.ndarray:
-        """Events of ``mask`` whose midpoint lies inside ``u`` (only those are searched)."""
+        """Events of ``mask`` whose midpoint lies inside ``u`` (only those are searched, a
+        chunk of events at a time: the temporaries of a large trace stay a chunk's size)."""
         out = np.zeros(len(mask), bool)
-        idx = np.flatnonzero(mask)
-        out[idx] = iv.contains(u, self.mid(idx))
+        for a in range(0, len(mask), CHUNK):
+            idx = np.flatnonzero(mask[a:a + CHUNK]) + a
+            out[idx] = iv.contains(u, self.mid(idx))
         return out
 
     def in_steps(self, u: iv.Intervals) -> float:

@@ -238,7 +238,7 @@ class _Ends:
         return len(self.ts)
 
 
-def _give_back_freed() -> None:
+def give_back_freed() -> None:
     """Return freed heap pages to the OS (glibc's malloc_trim). A large trace's columns
     arrive in many part arrays of a few hundred kB, below the size glibc serves with their
     own mappings: freeing them leaves the pages in the heap, so the process's peak memory
@@ -356,7 +356,7 @@ class ColumnBuilder:
             cols = {}
             for k in _DENSE_KEYS:
                 cols[k] = np.concatenate([p.pop(k) for p in self.parts])
-                _give_back_freed()  # the parts' arrays just freed: out of the process's RSS
+                give_back_freed()  # the parts' arrays just freed: out of the process's RSS
             n = len(cols["ts"])
             for k, _, _ in _SPARSE_COLUMNS:
                 pairs = [p.pop(k) for p in self.parts]
@@ -369,7 +369,7 @@ class ColumnBuilder:
             cols.update({k: SparseColumn(np.zeros(0, np.int64), np.zeros(0), 0)
                          for k, _, _ in _SPARSE_COLUMNS})
         self.parts = []
-        _give_back_freed()
+        give_back_freed()
         # Sanitise: negative/NaN durations count as 0; events without a time carry no weight.
         # A trace whose timed events mostly run backwards is no profiler's; a few are said
         ts, dur, kind = cols["ts"], cols["dur"], cols["kind"]

@@ -69,9 +69,10 @@ TEXT_RANGES_PER_WORKER = 4
 #: benchmark trace (2 workers) with CHUNK_BYTES (8 MB) each held 30-45 MiB of its own and
 #: all three processes together came to 0.55-0.58x the file at the most, above this
 #: process's own peak (0.45-0.49x, later, when the workers are gone); with 4 MB, 21-31 MiB
-#: each and 0.48-0.49x together (this process's own peak), in the same time
-#: (benchmarks/analyze_speed.py's "all its processes at once")
-RANGE_CHUNK_BYTES = 4 * 2**20
+#: each; with 2 MB, a .json.gz range's traced peak 31 -> 24 MB (its inflated blocks held
+#: beside the chunk's events) and all processes' peak during that read 193 -> ~165 MB, in
+#: the same time (benchmarks/analyze_speed.py's "all its processes at once")
+RANGE_CHUNK_BYTES = 2 * 2**20
 
 
 def _layout(path: Path) -> tuple[bytes, int, bytes | None]:
@@ -297,21 +298,22 @@ class _Text:
     """A document's text as the blocks ``text_blocks`` gives (decompressed where gzipped),
     read forward with a position; text read ahead is put back. Every process that reads
     a file gets the same blocks, so a search that starts at one offset sees the same
-    pieces in each, and finds the same place."""
+    pieces in each, and finds the same place. Text put back is a view of its block, not a
+    copy."""
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
         self.pos = 0
-        self.back: list[bytes] = []
+        self.back: list[bytes | memoryview] = []
         self.to_end = False  # the text read runs to the document's end (see reader)
 
-    def next(self) -> bytes | None:
+    def next(self) -> bytes | memoryview | None:
         piece = self.back.pop() if self.back else next(self.blocks, None)
         if piece is not None:
             self.pos += len(piece)
         return piece
 
-    def unread(self, piece: bytes) -> None:
+    def unread(self, piece: bytes | memoryview) -> None:
         if piece:
             self.back.append(piece)
             self.pos -= len(piece)
@@ -320,7 +322,7 @@ class _Text:
         """Drop the text before ``off``."""
         while self.pos < off and (piece := self.next()) is not None:
             if self.pos > off:
-                self.unread(piece[len(piece) - (self.pos - off):])
+                self.unread(memoryview(piece)[len(piece) - (self.pos - off):])
 
     def event_at_or_after(self, sep: bytes | None) -> int | None:
         """The offset of the first event at or after the position (:func:`_event_in`, the
@@ -361,8 +363,9 @@ class _Text:
             if room <= 0 or (piece := self.next()) is None:
                 return 0
             n = min(room, len(piece))
-            mv[:n] = piece[:n]
-            self.unread(piece[n:])
+            view = memoryview(piece)  # slices of a block, not copies of it
+            mv[:n] = view[:n]
+            self.unread(view[n:])
             return n
         return readinto
 

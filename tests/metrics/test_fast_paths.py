@@ -45,3 +45,34 @@ def test_shared_ids_equal_the_whole_intersection(where):
     got = _shared(a, b)
     whole = bool(len(np.intersect1d(a[~np.isnan(a)], b[~np.isnan(b)])))
     assert got is whole and got is (where in ("first", "late"))
+
+
+def _metrics(path):
+    from diagnose.metrics.core import analyse
+    from diagnose.trace import read_trace
+
+    m = analyse(read_trace(path)).metrics
+    return m.values, m.series
+
+
+@pytest.mark.parametrize("scenario", ["zero_grad_fill", "dataloader_bound", "launch_bound",
+                                      "cpu_only"])
+def test_metrics_made_a_few_events_or_steps_at_a_time_are_the_same(tmp_path, monkeypatch,
+                                                                   scenario):
+    """The areas that work a chunk of events (or a group of steps) at a time, so that a
+    large trace's temporaries stay small, give what one pass gives: here with chunks of 7
+    events, and one step a group."""
+    from diagnose.metrics import breakdown, optimizer, window
+    from tests import tracebuilder as tb
+
+    path = getattr(tb, scenario)().write(tmp_path / "t.json.gz")
+    whole = _metrics(path)
+    for module in (breakdown, optimizer, window):
+        monkeypatch.setattr(module, "CHUNK", 7)
+    chunked = _metrics(path)
+    assert chunked[0].keys() == whole[0].keys() and chunked[1].keys() == whole[1].keys()
+    for k, v in whole[0].items():
+        assert chunked[0][k] == (pytest.approx(v, rel=1e-9, nan_ok=True)
+                                 if isinstance(v, float) else v), k
+    for k, v in whole[1].items():
+        assert chunked[1][k] == pytest.approx(v, rel=1e-9), k

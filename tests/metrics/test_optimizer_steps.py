@@ -86,3 +86,16 @@ def test_a_run_folder_passes_the_captures_set_to_none_to_the_metrics(tmp_path) -
     (run / "context.json").write_text(json.dumps(ctx))
     assert grads_cleared(ctx) is True and grads_cleared({"capture": {}}) is None
     assert analyze(run).metrics["zero_grad_fill_ops_per_step"] == 0
+
+
+def test_fills_found_a_few_events_at_a_time_are_the_same(tmp_path, monkeypatch) -> None:
+    """The holders of each aten::zero_ are read a chunk of events at a time (a large
+    trace's temporaries stay small): chunks of 5 events find the same fills."""
+    import diagnose.metrics.optimizer as opt
+
+    t = _gan(tmp_path, fills=3)
+    whole = analyse(t, None).metrics.values
+    monkeypatch.setattr(opt, "CHUNK", 5)
+    chunked = analyse(t, None).metrics.values
+    assert chunked["zero_grad_fill_ops_per_step"] == whole["zero_grad_fill_ops_per_step"] == 6
+    assert chunked["zero_grad_cost_frac"] == whole["zero_grad_cost_frac"]
