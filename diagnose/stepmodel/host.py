@@ -186,13 +186,19 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
             share = doubled(busy, threads, u, given)
         step = max(ops + launch + hand_over + ops * (mine - 1.0),
                    (cost * share + side) / at_once)
-        if step <= 0 or abs(step - last) <= FIXED_POINT_TOL * step:
+        if step <= 0:
             break
-        last = step
+        was = (u, making)
         u = (1 - a) * u + a * min(1.0, ops * mine / step)
         making = (1 - a) * making + a * min(1.0, (cost * share + side) / at_once / step)
         if threads > 1 and weigh:
             ops_slow = 1.0 + (slow - 1.0) * contended(busy, making, cpus, threads)
+        # settled when the step and the shares it sets both hold (a step that holds while
+        # the shares still move, as where the ops' slowdown sits at its most, is not)
+        if (abs(step - last) <= FIXED_POINT_TOL * step
+                and max(abs(u - was[0]), abs(making - was[1])) <= FIXED_POINT_TOL):
+            break
+        last = step
     return share, mine, ops_slow
 
 

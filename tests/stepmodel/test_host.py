@@ -78,3 +78,29 @@ def test_the_capacity_is_at_least_what_the_jobs_processes_used():
     assert host.cpu_capacity(f.replace(proc_cpu_mean_pct=20.0, workers_count=0)) == \
         pytest.approx(1.068)
     assert host.cpu_capacity(f.replace(cpu_capacity=None)) is None
+
+
+def test_workers_that_make_a_batch_in_a_sliver_of_the_step_barely_slow_torchs_ops(tmp_path):
+    """Two workers beside torch's 2 threads on 2 CPUs, each making a 500 us batch in a
+    ~3.6 ms step: both are busy at once for a small share of the step, and only then do
+    torch's ops wait (their slowdown of 2x weighed by that share). The fixed point settles
+    the shares too, not only the step: with the ops at their most slowdown the step holds
+    for a round while the shares still fall, and stopping there read 2x."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(100)
+            b.cpu(3000, "aten::addmm")
+            b.optimizer_step(kernels=10, kernel_dur=50.0)
+    g = _model(b, tmp_path).graph
+    facts = Facts(cpu_count=2, dataloader_num_workers=0, torch_num_threads=2)
+    share, mine, ops = host.worker_share(g, facts, slow=2.0, cost=500.0, hand_over=50.0,
+                                         side=20.0, k=2, busy=2, threads=2, cpus=2)
+    making = (500.0 * share + 20.0) / 2 / 3600.0  # about a tenth of the step each
+    assert 1.0 < ops < 1.0 + 2 * 2 * making  # the rule's 2x weighed by the overlap
+    # workers busy all the step: the whole rule
+    _, _, busy_all = host.worker_share(g, facts, slow=2.0, cost=8000.0, hand_over=50.0,
+                                       side=20.0, k=2, busy=2, threads=2, cpus=2)
+    assert busy_all == pytest.approx(2.0)
