@@ -148,10 +148,10 @@ BENCHMARKS: dict[str, Bench] = {
         (r"^\S+\s+[A-Z]{2}\d{3}\s+\S+\s+.*\d+\.\d+x \[", r"^(tune|validate): (predictions within|measured speedup inside|first fixes more)"),
         30, corpus_row, CORPUS_COLUMNS),
     "corpus_rejudge_cpu": Bench(
-        "Every fix of the corpus' CPU runs, by the code as it is",
-        ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_predict.txt",
+        "Every change of the corpus' CPU runs, by the code as it is",
+        ["benchmarks/corpus_rejudge.py", "benchmarks/results/corpus_grid_validate.txt",
          "<the kept captures>"],
-        "From kept captures: each run's first fixes.",
+        "Kept captures: every worker and threads change of the grids, not only first fixes.",
         (r"^(tune|validate)( \([\w ]+\))?: \d+ of",), 2,
         lambda line: line.replace(" inside the range,", " inside,")),
     "corpus_stability": Bench(
