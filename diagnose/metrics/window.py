@@ -15,14 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, give_back_freed, kind_in
+from ..trace import (
+    CHUNK_EVENTS,
+    DEVICE_KINDS,
+    HOST_KINDS,
+    Kind,
+    Trace,
+    give_back_freed,
+    kind_in,
+)
 from ..trace.steps import main_pid, outermost, step_indices
 from . import intervals as iv
 from .declare import Metric, per_step_ms, rnd
 from .names import DATALOADER, OPTIMIZER_STEP, STEP
 
-#: events per chunk where a per-event pass makes temporaries (bounded memory on large traces)
-CHUNK = 1 << 18
+#: events per chunk where a per-event pass makes temporaries (the trace layer's)
+CHUNK = CHUNK_EVENTS
 
 METRICS = (
     Metric("steps_source", "", "Where the step windows come from: ProfilerStep, DataLoader "

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from ..trace import DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
+from ..trace import CHUNK_EVENTS, DEVICE_KINDS, HOST_KINDS, Kind, Trace, kind_in
 from ..trace.steps import main_pid, step_indices
 from .calibration import CLOCK_EPS_US
 
@@ -41,10 +41,6 @@ def pick_window(durs: np.ndarray, k: int = WINDOW_STEPS) -> tuple[int, int]:
     return a, a + k
 
 
-#: events looked at in one pass of :func:`around` (its temporaries stay this size)
-_CHUNK = 1 << 18
-
-
 def around(t: Trace, w0: float, w1: float) -> Trace:
     """The events the graph of the window [w0, w1] is built from, as a trace of their own:
     the host events that reach into it (within :data:`~.calibration.CLOCK_EPS_US`), and the
@@ -54,8 +50,8 @@ def around(t: Trace, w0: float, w1: float) -> Trace:
     the build's temporaries, each the size of the trace it reads, shrink with it."""
     host: list[np.ndarray] = []
     dev: list[np.ndarray] = []
-    for a in range(0, len(t), _CHUNK):
-        part = slice(a, min(a + _CHUNK, len(t)))
+    for a in range(0, len(t), CHUNK_EVENTS):
+        part = slice(a, min(a + CHUNK_EVENTS, len(t)))
         ts, kind = t.ts[part], t.kind[part]
         on_dev = kind_in(kind, DEVICE_KINDS)
         dev.append(np.flatnonzero(on_dev & (ts >= w0 - (w1 - w0) - CLOCK_EPS_US)) + a)

@@ -189,6 +189,9 @@ _SPARSE_COLUMNS = (
     ("mem_delta", "args.mem_bytes", "mem"),
     ("mem_device_type", "args.device_type", "mem"),
 )
+#: events per chunk where a pass over a trace's events makes temporaries: the memory a
+#: large trace costs stays a chunk's arrays (a few MB), not the trace's
+CHUNK_EVENTS = 1 << 18
 #: a time or duration (us) past this is no run's (about 3,000 years; a trace's times are
 #: at most microseconds since 1970, ~1.8e15): a corrupt or made-up file
 IMPLAUSIBLE_US = 1e17

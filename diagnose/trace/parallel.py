@@ -64,14 +64,10 @@ _WINDOW = 2**20
 #: (the timings: benchmarks/NOTES.md, "the .gz read")
 TEXT_RANGES_PER_WORKER = 4
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
-#: chunk, decoded, take several times its size until they are columns. Workers live while
-#: this process gathers their columns, so what they hold counts with it: on the ~300 MB
-#: benchmark trace (2 workers) with CHUNK_BYTES (8 MB) each held 30-45 MiB of its own and
-#: all three processes together came to 0.55-0.58x the file at the most, above this
-#: process's own peak (0.45-0.49x, later, when the workers are gone); with 4 MB, 21-31 MiB
-#: each; with 2 MB, a .json.gz range's traced peak 31 -> 24 MB (its inflated blocks held
-#: beside the chunk's events) and all processes' peak during that read 193 -> ~165 MB, in
-#: the same time (benchmarks/analyze_speed.py's "all its processes at once")
+#: chunk, decoded, take several times its size until they are columns, beside a gzipped
+#: file's inflated blocks. Workers live while this process gathers their columns, so what
+#: they hold counts with it: larger chunks raise every process's peak, smaller ones add
+#: per-chunk overhead (the same time at 1-8 MB: benchmarks/NOTES.md, "the .json.gz read")
 RANGE_CHUNK_BYTES = 2 * 2**20
 
 

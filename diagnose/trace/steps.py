@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import DEVICE_KINDS, Kind, Trace, kind_in
-
-#: events counted in one pass of :func:`main_pid` (its temporaries stay this size)
-_CHUNK = 1 << 18
+from .columns import CHUNK_EVENTS, DEVICE_KINDS, Kind, Trace, kind_in
 
 
 def main_pid(t: Trace, host: np.ndarray) -> int:
@@ -18,8 +15,8 @@ def main_pid(t: Trace, host: np.ndarray) -> int:
     are read from. Counted a chunk at a time: a count over a large trace's events at once
     would hold their ids, widened to 64 bits, in one array."""
     counts = np.zeros(len(t.pids), np.int64)
-    for a in range(0, len(t), _CHUNK):
-        part = slice(a, min(a + _CHUNK, len(t)))
+    for a in range(0, len(t), CHUNK_EVENTS):
+        part = slice(a, min(a + CHUNK_EVENTS, len(t)))
         counts += np.bincount(t.pid_id[part][host[part]], minlength=len(t.pids))
     return int(np.argmax(counts))
 
