@@ -244,8 +244,15 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
                       and q.at_least and q.speedup > best.speedup]
             saves = 1 - best.step_ms / best.base_ms
             beyond = max((1 - 1 / b for b in bounds), default=0.0)
+            own = f.estimated_gain
             f.take_gain(max(0.0, saves, beyond),
                         change=best.change if saves > 0 and saves >= beyond else None)
+            if own and saves > own * (1 + TIE) and saves >= beyond:  # past the symptom's share
+                cpus = {"num_workers", "intra_op_threads"} & set(best.change)
+                f.hints.append(f"the time at stake ({saves:.0%}) is the best prediction's "
+                               f"saving, past the rule's own estimate ({own:.0%}): the change "
+                               "also saves time outside the symptom's own measure"
+                               + (" (the CPUs it frees for torch's ops)" if cpus else ""))
         elif untold:  # the rule's estimate stands beside a prediction that does not reach it
             whys = {q.removeprefix(CANNOT_TELL).strip().removeprefix("not predicted:").strip()
                     if isinstance(q := preds[x], str) else None

@@ -196,7 +196,8 @@ class Fix:
         code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
         rest = [f"{', '.join(f'{k}={v}' for k, v in c)}: {sp:.2f}x"
-                + (" (slower: not advised)" if sp < 1.0 else "") for c, sp in others
+                + (" (slower: not advised)" if sp < 1.0 else "")
+                for c, sp in sorted(others, key=lambda o: -o[1])  # fastest first
                 if dict(c) != dict(change)]
         advised = next((sp for c, sp in others if dict(c) == dict(change)), None)
         # a config predicted faster than the advice tied with it (_with_headroom)

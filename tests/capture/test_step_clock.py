@@ -249,7 +249,7 @@ def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:
     # the busy-machine report: unprofiled steps slower than profiled ones ("0.54x as long")
     ([30.0, 31.0, 29.0], [55.0, 56.0, 54.0, 57.0, 55.0, 56.0], "the profiled steps came out"),
     # steps that vary more than their median
-    ([30.0, 31.0, 29.0], [10.0, 30.0, 12.0, 45.0, 11.0, 28.0], "they vary widely"),
+    ([30.0, 31.0, 29.0], [10.0, 30.0, 12.0, 45.0, 11.0, 28.0], "the steps timed vary widely"),
 ])
 def test_an_unreliable_clock_says_so_instead_of_a_ratio(
         profiled: list[float], free: list[float], why: str) -> None:
@@ -686,9 +686,9 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
     idle = {"host_cpu_others_cpus": 0.3, "workers_count": 3, "workers_cpus": 0.0015,
             "torch_num_threads": 2, "cpu_count": 2}
     assert cpu_wait_holders(idle) == (
-        False, "this run's own threads held: torch's 2 threads fill the 2 CPUs, so other "
-               "work (0.30 CPUs of other processes) keeps one of them waiting (its 3 "
-               "DataLoader workers used 0.00 CPUs)")
+        False, "this run's own threads held: torch's 2 threads fill the 2 CPUs, so the "
+               "least other work keeps one of them waiting (here its 3 DataLoader workers' "
+               "0.00 CPUs and other processes' 0.30)")
     busy = {**idle, "workers_cpus": 0.6}  # the workers may hold them
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(busy)[1]
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(

@@ -68,9 +68,9 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
                 and threads >= cpus):
             # idle workers explain no wait; torch's threads on every CPU wait for any other
             return False, (f"this run's own threads held: torch's {threads} threads fill the "
-                           f"{cpus} CPUs, so other work ({others:.2f} CPUs of other "
-                           f"processes) keeps one of them waiting (its {workers} DataLoader "
-                           f"workers used {used:.2f} CPUs)")
+                           f"{cpus} CPUs, so the least other work keeps one of them waiting "
+                           f"(here its {workers} DataLoader workers' {used:.2f} CPUs and "
+                           f"other processes' {others:.2f})")
         return False, (f"this run's own processes held (its {workers} DataLoader workers "
                        f"beside it; other processes took {others:.2f} CPUs)")
     pool = pool_clash(m)
