@@ -47,6 +47,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
     """Predict each fix of each finding (``predictor``: the run's, or why there is none;
     ``metrics``: the run's, read as :class:`Facts`; ``fixes``: the registry,
     :data:`diagnose.fixes.FIXES`)."""
+    findings = list(findings)
     facts = Facts.from_metrics(metrics)
     cpu_work = _cpu_work(fixes)
     if not isinstance(predictor, str):
@@ -91,6 +92,27 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                 f"predicted beside the run's own use of the CPUs: the training thread waited "
                 f"{busy:.0%} of the timed steps for a CPU {holders}; a change of workers or "
                 f"threads changes that wait too ({_measure(metrics)})")
+    _grade_sure(findings, fixes)
+
+
+def _grade_sure(findings: list[Any], fixes: Mapping[str, Fix]) -> None:
+    """Raise an info finding to warning (``Finding.grade_up``) whose first fix is sure to
+    help: a ranged point on measured inputs (nothing assumed) whose range's slow end, which
+    holds the model's error and the inputs' noise, saves at least :data:`HELPS`. A rule's
+    threshold on its symptom can miss what the fix also frees (a 9% wait for the loader
+    whose threads split frees CPUs for every op). A change that a warning already leads
+    with is not raised again: the report names it once."""
+    led = [p.change for f in findings if getattr(f, "severity", "info") != "info"
+           and (p := _lead(f)) is not None]
+    for f in findings:
+        p = _lead(f)
+        if (getattr(f, "severity", None) != "info" or p is None or p.assumed
+                or p.floor < HELPS or p.change in led or not hasattr(f, "grade_up")):
+            continue
+        title = fixes[f.fixes[0]].title_for(p.change) if f.fixes[0] in fixes else f.fixes[0]
+        f.grade_up(f"its first fix ({title}) is predicted {p.speedup:.2f}x, at least "
+                   f"{p.floor:.2f}x within its range")
+        led.append(p.change)
 
 
 def _no_cpu_spare(f: Any, preds: Mapping[str, Prediction | str], off: list[str],

@@ -146,6 +146,7 @@ class Finding:
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the change whose predicted step set estimated_gain (None: another estimate set it)
     gain_change: dict[str, Any] | None = None
+    graded_up_from: str | None = None  # the rule's own grade, where a sure prediction raised it
 
     def _fix_json(self, f: str) -> dict[str, Any]:
         out = FIXES[f].to_json(self.fix_code.get(f))
@@ -173,6 +174,17 @@ class Finding:
                               f"step time at stake by {by}")
         self.severity = capped
 
+    def grade_up(self, why: str) -> None:
+        """An info finding raised to warning where the step model is sure its first fix
+        saves more than :data:`WARNING_GAIN` (``why``: that prediction, in words;
+        :func:`diagnose.fixes.findings.predict_findings` decides): the time at stake is the
+        grade's measure, and a rule's threshold on its symptom alone can miss what a fix
+        also frees. Memory findings keep their grade."""
+        if self.severity != "info" or self.category in UNCAPPED:
+            return
+        self.graded_up_from, self.severity = self.severity, "warning"
+        self.hints.append(f"warning: graded up from info, {why}")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
@@ -185,6 +197,7 @@ class Finding:
             "fixes": [self._fix_json(f) for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
             "graded_down_from": self.graded_down_from,
+            "graded_up_from": self.graded_up_from,
             "ranks": self.ranks,
         }
 
