@@ -73,7 +73,8 @@ A rule **fires** (`info`) when its `when` holds; `warning` and `critical` grade 
 the engine then caps the grade by the time at stake (`gain`, a share of the step): a
 warning needs >= 2% of the step, a critical >= 15%. An info finding whose first fix the
 step model is sure of (measured inputs, its range's slow end at least 1.02x) is raised to a
-warning, unless a warning already leads with that change. `memory` rules are exempt (an OOM
+warning, after the warnings their rules graded, unless a warning already leads with that
+change. `memory` rules are exempt (an OOM
 is critical whatever it costs). A rule whose metrics the input cannot give is listed as *not
 evaluated (needs ...)*, never passed.
 """

@@ -369,14 +369,18 @@ def sort_findings(findings: list[Any]) -> None:
     A range's width comes from its inputs' noise and the model's error, which hold from
     capture to capture, while its ends move with its point (a slow end that saves more is
     a point that moved up). Widths within :data:`TIE` of each other do not decide (which
-    is narrower is then a capture's noise): the time at stake keeps its order."""
-    findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), -(f.estimated_gain or 0.0),
-                                 f.rule))
+    is narrower is then a capture's noise): the time at stake keeps its order. A finding
+    graded up by its sure fix (:func:`_grade_sure`) follows those its rule graded: its
+    grade rests on a range's slow end, which captures of one job put on either side of
+    the line, and it must not move the advice that leads."""
+    findings.sort(key=lambda f: (-_SEVERITIES.index(f.severity), _raised(f),
+                                 -(f.estimated_gain or 0.0), f.rule))
     for _ in range(len(findings)):  # adjacent swaps until none is left (a few findings)
         swapped = False
         for i in range(len(findings) - 1):
             a, b = findings[i], findings[i + 1]
-            if (a.severity == b.severity and (pa := _lead(a)) is not None
+            if (a.severity == b.severity and _raised(a) == _raised(b)
+                    and (pa := _lead(a)) is not None
                     and (pb := _lead(b)) is not None
                     and _reach(pb) * (1 + TIE) >= pa.speedup
                     and abs(math.log(pa.speedup / pb.speedup)) <= FIXES_TIE
@@ -385,6 +389,11 @@ def sort_findings(findings: list[Any]) -> None:
                 swapped = True
         if not swapped:
             return
+
+
+def _raised(f: Any) -> bool:
+    """Whether a sure fix graded ``f`` up (``Finding.graded_up_from``)."""
+    return getattr(f, "graded_up_from", None) is not None
 
 
 def _lead(f: Any) -> Prediction | None:
