@@ -523,12 +523,10 @@ def section(b: Bench, f: Path, level: str = "###") -> list[str]:
 INTRO = """\
 # Benchmark results
 
-Made by `python benchmarks/make_results.py` from `benchmarks/results/` (each file: machine, date,
-command, code, newest run first); nothing is typed by hand. Scripts: [README.md](README.md).
-Machines: a shared 2-CPU VM, lent H100s and H200s. Trust the corpus' validate half (the
-benchmarks/jobs flatter the model). A check: a measured speedup within 15% of its prediction.
-*First fixes*: a warning's first fix applied as autofix does, timed unprofiled; *kept changes*:
-each change autofix kept (95% interval); *before/after*: each autofix run. `0.92 within 15%`: m/p.
+Made by `python benchmarks/make_results.py` from `results/` (machine, date, command, code; newest
+first): nothing typed by hand. [Scripts](README.md). Machines: a shared 2-CPU VM, lent GPUs. Trust
+the corpus' validate half. A check: measured within 15% of predicted (m/p). *First fixes*: a
+warning's first fix, unprofiled; *kept changes*: autofix's; *before/after*: an autofix run.
 """
 
 
