@@ -102,16 +102,13 @@ def _grade_sure(findings: list[Any], fixes: Mapping[str, Fix]) -> None:
     threshold on its symptom can miss what the fix also frees (a 9% wait for the loader
     whose threads split frees CPUs for every op). A change that a warning already leads
     with is not raised again: the report names it once."""
-    led = [p.change for f in findings if getattr(f, "severity", "info") != "info"
-           and (p := _lead(f)) is not None]
+    led = [p.change for f in findings if f.severity != "info" and (p := _lead(f)) is not None]
     for f in findings:
         p = _lead(f)
-        if (getattr(f, "severity", None) != "info" or p is None or p.assumed
-                or p.floor < HELPS or p.change in led or not hasattr(f, "grade_up")):
+        if f.severity != "info" or p is None or p.assumed or p.floor < HELPS or p.change in led:
             continue
-        title = fixes[f.fixes[0]].title_for(p.change) if f.fixes[0] in fixes else f.fixes[0]
-        f.grade_up(f"its first fix ({title}) is predicted {p.speedup:.2f}x, at least "
-                   f"{p.floor:.2f}x within its range")
+        f.grade_up(f"its first fix ({fixes[f.fixes[0]].title_for(p.change)}) is predicted "
+                   f"{p.speedup:.2f}x, at least {p.floor:.2f}x within its range")
         led.append(p.change)
 
 

@@ -35,7 +35,7 @@ def test_a_sure_gain_grades_an_info_finding_up() -> None:
         + ") is predicted 1.66x, at least 1.51x within its range")
     # a raised finding follows the warnings its rule graded, whatever its time at stake:
     # captures of one job put a slow end on either side of the line, and the advice that
-    # leads must not flip with it (png_masks_unet, two captures of three)
+    # leads must not flip with it
     natural = _finding("IN005", "warning", 1.05, {"persistent_workers": True},
                        "persistent_workers")
     info = _finding("IN002", "info", 1.2, {"num_workers": 0}, "num_workers")

@@ -549,7 +549,8 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     if isinstance(n, int) and n < MIN_CLOCK_STEPS:
         why.append(f"only {n} step{'s' if n != 1 else ''} were timed")
     if isinstance(spread, float) and spread > UNRELIABLE_SPREAD:
-        why.append(f"{'they' if why else 'the steps timed'} vary widely (p10 {m.get('step_time_unprofiled_p10_ms')} ms, p90 "
+        who = "they" if why else "the steps timed"
+        why.append(f"{who} vary widely (p10 {m.get('step_time_unprofiled_p10_ms')} ms, p90 "
                    f"{m.get('step_time_unprofiled_p90_ms')} ms, median "
                    f"{m.get('step_time_unprofiled_median_ms')} ms)")
     prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
