@@ -205,8 +205,9 @@ class Fix:
                                            if dict(c) != dict(change))
         why = (" (within the model's error of the advice, which leaves the loader the most "
                "time between batches)") if tied else ""
-        return code + (f"\n# also predicted, against the step as it is: {'; '.join(rest)}{why}"
-                       if rest else "")
+        # each against the step as it is, the settings a config does not name unchanged
+        return code + (f"\n# also predicted, against the step as it is, other settings "
+                       f"unchanged: {'; '.join(rest)}{why}" if rest else "")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts

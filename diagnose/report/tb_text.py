@@ -25,8 +25,6 @@ def _md_escape(s: str) -> str:
 def findings_markdown(report: Analysis) -> str:
     """The findings as markdown: the run's step (the job's own where the clock timed it)
     and shares, a table, then each finding with its hints and fixes."""
-    from ..fixes import FIXES
-
     m = report.metrics
     lines = [f"**source**: {', '.join(f'`{s}`' for s in report.source)}", ""]
     facts = []
@@ -58,13 +56,9 @@ def findings_markdown(report: Analysis) -> str:
         gain = as_number(f.estimated_gain)
         if gain is not None:
             lines += ["", f"Fixing it could save at most {gain:.0%} of step time."]
-        for fid in f.fixes:
-            fix = FIXES.get(fid)
-            if fix is None:
-                continue
-            j = fix.to_json()
+        for j in f.to_json()["fixes"]:  # the run's own code and the exact change's title
             how = "autofix can apply it" if j.get("auto") else "by hand"
-            lines += ["", f"**Fix: {j.get('title', fid)}** ({how})"]
+            lines += ["", f"**Fix: {j.get('title', j['id'])}** ({how})"]
             code = j.get("code")
             if code:
                 lines += ["", "```python", str(code).rstrip(), "```"]

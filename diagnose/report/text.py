@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -197,12 +197,13 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
     # a change of workers that restart every epoch adds that start to both sides
     start = epoch_start_ms(Facts.from_metrics(m))
-    restart = (f" ({_ms(mean + start)} for a change of workers: their start each epoch "
-               f"adds {_ms(start)} a step before and after)" if start else "")
+    restart = (f" ({_ms(mean + start)} for a change of workers: their start-up each epoch, "
+               f"{_ms(start)} a step, counts before and after the change)" if start else "")
     if not each and abs(mean - median) >= BASE_NAMED * median:
-        restart = (f" ({_ms(mean + start)} for a change of workers, with their start each "
-                   "epoch)" if start else "")
-        return f"; {pause}predictions start from the mean, {_ms(mean)}{restart}"
+        restart = (f" ({_ms(mean + start)} for a change of workers, whose start-up each epoch "
+                   "counts too)" if start else "")
+        return (f"; {pause}predictions start from the mean step, {_ms(mean)}, as a run's time "
+                f"is its steps' sum{restart}")
     if abs(mean - median) < BASE_NAMED * median:
         return f"; predictions start from it{restart}" if restart else ""
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)
@@ -279,6 +280,18 @@ def _gain_change(f: Any) -> str | None:
     return repr(sorted(change.items())) if change and f.estimated_gain else None
 
 
+def _row_hints(findings: Sequence[Any], detail: bool) -> list[list[str]]:
+    """Each finding's hints as its row shows them: an info finding's only with ``detail``,
+    and a hint several findings share (the machine's, the run's) in the first row only."""
+    shown: set[str] = set()
+    out = []
+    for f in findings:
+        hints = f.hints if detail or f.severity != "info" else []
+        out.append([h for h in dict.fromkeys(hints) if h not in shown])
+        shown.update(hints)
+    return out
+
+
 def _findings_table(report: Analysis, detail: bool = True) -> Table:
     """The findings, one row each: severity, rule, category, message with its hints (an
     info finding's only with ``detail``) and the share of the step at stake; a share that
@@ -289,14 +302,11 @@ def _findings_table(report: Analysis, detail: bool = True) -> Table:
     t.add_column("category", no_wrap=True)
     t.add_column("finding", ratio=1)
     t.add_column("gain ≤", justify="right", no_wrap=True)
-    shown: set[str] = set()  # a hint several findings share (the machine's, the run's) once
     by_change: dict[str, str] = {}  # the change that sets a share -> the first rule it set
-    for f in report.findings:
+    for f, hints in zip(report.findings, _row_hints(report.findings, detail), strict=True):
         msg = Text(f.message)
-        for h in f.hints if detail or f.severity != "info" else ():
-            if h not in shown:
-                msg.append("\n" + h, style="dim")
-            shown.add(h)
+        for h in hints:
+            msg.append("\n" + h, style="dim")
         if f.ranks:
             msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
         gain = "" if not f.estimated_gain else f"{f.estimated_gain:.0%}"
@@ -446,7 +456,10 @@ def _left_out(report: Analysis, mem: dict[str, Any] | None, what_ifs: bool) -> l
         out.append("each probe's own time")
     if mem and not what_ifs and (n := len(what_if_table(mem)[1])):
         out.append(f"{n} memory what-if{'s' if n != 1 else ''}")
-    if n := sum(1 for f in report.findings if f.severity == "info" and f.hints):
+    # an info finding whose hints all show in a warning's row has none left out
+    full = _row_hints(report.findings, True)
+    if n := sum(1 for f, hints in zip(report.findings, full, strict=True)
+                if f.severity == "info" and hints):
         out.append("an info finding's reasons" if n == 1 else f"{n} info findings' reasons")
     if n := len(report.not_evaluated):
         out.append(f"why {n} rule{'s were' if n != 1 else ' was'} not evaluated")

@@ -152,6 +152,8 @@ class Finding:
         out = FIXES[f].to_json(self.fix_code.get(f))
         p = self.predictions.get(f)
         out["predicted"] = None if p is None or isinstance(p, str) else p.to_json()
+        if p is not None and not isinstance(p, str):  # the exact change's title, as the text
+            out["title"] = FIXES[f].title_for(p.change)
         out["predicted_why"] = p if isinstance(p, str) else (
             "not predicted: the step model predicts from one rank's trace" if p is None else None)
         peak = self.peaks.get(f)
@@ -183,7 +185,8 @@ class Finding:
         if self.severity != "info" or self.category in UNCAPPED:
             return
         self.graded_up_from, self.severity = self.severity, "warning"
-        self.hints.append(f"warning: graded up from info, {why}")
+        # first among the hints: in a long cell the reason for the grade leads
+        self.hints.insert(0, f"warning: graded up from info, {why}")
 
     def to_json(self) -> dict[str, Any]:
         return {

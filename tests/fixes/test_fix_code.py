@@ -286,7 +286,8 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     code = FIXES["num_workers_cap"].code_for_change(None, TrainConfig(num_workers=4),
                                                     {"num_workers": 0}, weighed)
     assert code is not None and "num_workers=0" in code.split("# after", 1)[1]
-    assert code.endswith("# also predicted, against the step as it is: num_workers=2: 1.05x; "
+    assert code.endswith("# also predicted, against the step as it is, other settings "
+                         "unchanged: num_workers=2: 1.05x; "
                          "num_workers=1: 1.04x")
     # a config predicted slower than the step as it is says so (a new user read a 0.68x
     # named in the code as an option to try)
@@ -304,7 +305,8 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
     code = FIXES["threads"].code_for_change(None, TrainConfig(num_workers=3),
                                             {"num_workers": 2, "intra_op_threads": 1}, weighed)
     assert code is not None and code.endswith(
-        "# also predicted, against the step as it is: num_workers=1, intra_op_threads=1: "
+        "# also predicted, against the step as it is, other settings unchanged: "
+        "num_workers=1, intra_op_threads=1: "
         "1.40x (within the model's error of the advice, which leaves the loader the most time between batches)")
 
 

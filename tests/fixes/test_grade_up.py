@@ -27,10 +27,12 @@ def _finding(rule: str, severity: str, speedup: float, change: dict, fix: str = 
 
 def test_a_sure_gain_grades_an_info_finding_up() -> None:
     f = _finding("IN001", "info", 1.66, SPLIT)  # slow end 1.51x: sure
+    f.hints.append("the rule's own hint")
     _grade_sure([f], FIXES)
     assert f.severity == "warning" and f.graded_up_from == "info"
     assert f.to_json()["graded_up_from"] == "info"
-    assert f.hints[-1] == (
+    # the reason for the grade leads the cell (a user read it last of five)
+    assert f.hints[1:] == ["the rule's own hint"] and f.hints[0] == (
         "warning: graded up from info, its first fix (" + FIXES["threads"].title_for(SPLIT)
         + ") is predicted 1.66x, at least 1.51x within its range")
     # a raised finding follows the warnings its rule graded, whatever its time at stake:

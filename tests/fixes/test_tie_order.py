@@ -462,6 +462,22 @@ def test_a_cap_to_no_workers_is_named_as_no_workers() -> None:
                            "symptom's own measure (the CPUs it frees for torch's ops)"]
 
 
+def test_the_json_titles_the_change_predicted_as_the_text_does() -> None:
+    """A new user read "Load batches in worker processes" in the JSON where the text said
+    "Load batches in the training process" for num_workers=0: a predicted fix's JSON title
+    is its exact change's; an unpredicted one keeps the unit's own."""
+    from diagnose.fixes import FIXES
+    from diagnose.rules.engine import Finding
+
+    f = Finding("IN001", "input", "warning", "t", "m", {}, ["num_workers", "pin_memory"], 0.2)
+    f.predictions["num_workers"] = _p({"num_workers": 0}, 1.3)
+    f.predictions["pin_memory"] = "not predicted: no copies"
+    out = {x["id"]: x["title"] for x in f.to_json()["fixes"]}
+    assert out["num_workers"] == FIXES["num_workers"].title_for({"num_workers": 0})
+    assert out["num_workers"] != FIXES["num_workers"].title
+    assert out["pin_memory"] == FIXES["pin_memory"].title
+
+
 def test_tied_findings_with_ranges_as_wide_keep_the_time_at_stake_order() -> None:
     """Two captures of one job: IN004's num_workers=0 at 1.47x (1.17-1.85x) and IN005's
     persistent_workers at 1.27x (1.01-1.59x) tie, and their widths differ by 1% (ln 0.458

@@ -80,8 +80,8 @@ def test_a_mean_a_little_above_the_median_is_named_as_the_predictions_start() ->
              dataloader_persistent_workers=False, dataloader_epoch_batches=64,
              dataloader_start_ms=128.0)
     assert step_lines(m)[0].endswith(
-        "which the predictions start from (70.40 ms for a change of workers: their start "
-        "each epoch adds 2.00 ms a step before and after)")
+        "which the predictions start from (70.40 ms for a change of workers: their start-up "
+        "each epoch, 2.00 ms a step, counts before and after the change)")
 
 
 def test_the_short_headline_names_one_step_beside_the_median() -> None:
@@ -100,6 +100,6 @@ def test_the_short_headline_names_one_step_beside_the_median() -> None:
     restart = {k: v for k, v in m.items() if k != "step_time_steady_mean_ms"}
     restart.update(step_time_unprofiled_mean_ms=28.5, dataloader_start_ms=94.0)
     assert step_lines(restart, each=False)[0].endswith(
-        "; predictions start from the mean, 28.50 ms (29.50 ms for a change of workers, "
-        "with their start each epoch)")
-    assert "adds 1.00 ms a step before and after" in step_lines(restart)[0]
+        "; predictions start from the mean step, 28.50 ms, as a run's time is its steps' sum "
+        "(29.50 ms for a change of workers, whose start-up each epoch counts too)")
+    assert "1.00 ms a step, counts before and after" in step_lines(restart)[0]

@@ -296,3 +296,22 @@ def test_the_loader_line_names_the_steady_wait_that_grades():
     assert unprofiled_dl({**m, "dataloader_wait_steady_share": 0.152}) == \
         "; 15.7% without the profiler"
     assert unprofiled_dl({"dataloader_wait_steady_share": 0.136}) == ""
+
+
+def test_tensorboard_gives_each_fix_as_the_text_does() -> None:
+    """The findings text in TensorBoard gives a fix's exact change in its title and the
+    code rendered for the run, not the unit's generic title and template."""
+    from diagnose.fixes import FIXES
+    from diagnose.report.tb_text import findings_markdown
+    from diagnose.stepmodel.prediction import Prediction
+
+    report = analyze(CPU_SLOW)
+    f = report.findings[0]
+    assert f.fixes[0] == "num_workers"
+    change = {"num_workers": 2}
+    f.predictions["num_workers"] = Prediction(change, 10.0, 1.5, (8.0, 12.0), 15.0)
+    f.fix_code["num_workers"] = "loader = DataLoader(ds, num_workers=2)  # this run's"
+    md = findings_markdown(report)
+    title = FIXES["num_workers"].title_for(change)
+    assert title != FIXES["num_workers"].title
+    assert f"**Fix: {title}**" in md and "# this run's" in md

@@ -52,6 +52,23 @@ def test_one_change_sets_one_share_and_info_reasons_wait_for_detail() -> None:
     assert _gains(full) == _gains(short) and "why IN001" in full and "why IN002" in full
 
 
+def test_the_short_report_promises_only_the_reasons_detail_adds() -> None:
+    """A new user ran ``-v`` for "an info finding's reasons" and IN002's row showed only
+    its message: its one hint was in the warning's row already. The last line counts
+    only the info findings that ``-v`` gives a hint not shown."""
+    from diagnose.report.text import _left_out
+
+    lead = _finding("IN004", "warning", {"threads": SPLIT}, "the run's CPUs")
+    shared = _finding("IN002", "info", {"num_workers": FEWER}, "the run's CPUs")
+    report = SimpleNamespace(findings=[lead, shared], metrics={}, not_evaluated=[])
+    assert _left_out(report, None, True) == []  # type: ignore[arg-type]
+    own = _finding("IN001", "info", {"num_workers": FEWER}, "why IN001")
+    report.findings.append(own)
+    assert _left_out(report, None, True) == ["an info finding's reasons"]  # type: ignore[arg-type]
+    full = _table(report.findings, detail=True)
+    assert full.count("the run's CPUs") == 1 and "why IN001" in full
+
+
 def test_a_share_the_rules_own_estimate_sets_stands_on_its_own() -> None:
     """A finding whose share is not its best prediction's (the rule's own estimate) shows
     that share, whatever change an earlier finding led with."""

@@ -115,7 +115,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_wait_steady_share": (
         "fraction",
         "the same share over the unprofiled steps in which no epoch of the loader began "
-        "(an epoch's start is IN005's); None where the clock did not record the starts",
+        "(IN005 covers an epoch's start); None where the clock did not record the starts",
     ),
     "step_time_profiled_clock_median_ms": (
         "ms",
