@@ -195,8 +195,8 @@ def _measure(metrics: Mapping[str, Any], let: str = "") -> str:
 def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
            titles: Mapping[str, str] | None = None) -> None:
     """Fixes by predicted effect, a tie (a range reaching the best point) led by a fix
-    whose range's slow end is the highest, one whose whole range gains, then by the fewest
-    changed settings. Unpredicted ones keep their place after the predicted ones that help,
+    whose range's slow end is the highest (unless every tied slow end gains), one whose
+    whole range gains, then by the fewest changed settings. Unpredicted ones keep their place after the predicted ones that help,
     and before those predicted to change nothing that matters; those that do not apply to
     the run as it is (e.g. worker settings with no workers) come after them; a fix predicted
     to slow the job down goes last and says so. The time at stake follows the best
@@ -210,12 +210,16 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     # those whose range's slow end is the highest (within TIE) may lead: the change least
     # likely to slow the job (more workers beside torch's threads on few CPUs, say, against
     # the threads split); of those, one whose whole range gains, then the one that changes
-    # the fewest settings, so that captures of one job agree
+    # the fewest settings, so that captures of one job agree. Where every tied slow end
+    # gains (HELPS), none is likely to slow the job, and which slow end is higher is the
+    # capture's noise: the fewest settings lead
     if helps:
         top = _speedup(preds[helps[0]])
         tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top
                 and math.log(top / _speedup(preds[x])) <= FIXES_TIE]
         safest = max(_floor(preds[x]) for x in tied)
+        if all(_floor(preds[x]) >= HELPS for x in tied):
+            safest = 0.0
         lead = min([x for x in tied if _floor(preds[x]) * (1 + TIE) >= safest],
                    key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
                                   helps.index(x)))

@@ -339,8 +339,10 @@ def test_a_fix_far_below_the_best_point_does_not_tie_however_wide_its_range() ->
     at 1.05x [0.87, 1.27] reached the threads split's 1.28x and, with fewer settings, led
     IN001; the split measured 1.58x, the other 1.07x. Points further apart than the
     model's error on a pair of changes (FIXES_TIE) are ordered by the model; closer ones
-    (1.63x against 1.75x) still tie: the one whose slow end is higher leads, and where the
-    slow ends are within TIE, the simpler fix."""
+    (1.63x against 1.75x) still tie. Where a tied slow end may not gain, the one whose
+    slow end is higher leads; where every slow end gains, the simpler fix (a tune job's
+    captures put the threads split's slow end above num_workers=0's, or below it, and
+    the lead flipped with them)."""
     from diagnose.stepmodel.calibration import FIXES_TIE
 
     split = _ranged({"num_workers": 2, "intra_op_threads": 1}, 1.28, (1.1, 1.5), (1.0, 1.6))
@@ -353,7 +355,11 @@ def test_a_fix_far_below_the_best_point_does_not_tie_however_wide_its_range() ->
     cap = _ranged({"num_workers": 2}, 1.63, (1.4, 1.9), (1.2, 2.2))
     f = _Finding(["threads", "num_workers_cap"])
     _order(f, {"threads": close, "num_workers_cap": cap}, [])
-    assert f.fixes[0] == "threads"  # its slow end, 1.3x, against 1.2x
+    assert f.fixes[0] == "num_workers_cap"  # both slow ends gain: the fewer settings
+    unsure = _ranged({"num_workers": 2}, 1.63, (1.4, 1.9), (1.0, 2.2))
+    f = _Finding(["threads", "num_workers_cap"])
+    _order(f, {"threads": close, "num_workers_cap": unsure}, [])
+    assert f.fixes[0] == "threads"  # its slow end, 1.3x, against one that may not gain
     level = _ranged({"num_workers": 2}, 1.63, (1.4, 1.9), (1.28, 2.2))
     f = _Finding(["threads", "num_workers_cap"])
     _order(f, {"threads": close, "num_workers_cap": level}, [])
