@@ -100,6 +100,14 @@ def spaced(line: str) -> str:
     return re.sub(r"\s{3,}", "  ", line.strip())
 
 
+def stability_row(line: str) -> str:
+    """A job's line of corpus_stability in one line: whether the first fix differs and the
+    spread (the ranges are the tally line's)."""
+    line = re.sub(r"; points in every range: \w+$", "", spaced(line))
+    line = re.sub(r" \((beyond|within) 10%\)", "", line).replace("same fix: yes; ", "")
+    return line.replace("same fix: yes ", "one change ").replace("same fix: no", "fix differs")
+
+
 def before_paren(line: str) -> str:
     """A line up to its first parenthesis (what follows is a footnote)."""
     return line.split(" (", 1)[0].rstrip(" ;,")
@@ -159,7 +167,7 @@ BENCHMARKS: dict[str, Bench] = {
         ["benchmarks/corpus_stability.py", "--captures", "3"],
         "Goal: one first fix within 10%.",
         (r"same (first )?fix: no|beyond 10%", r"^stability: \d+ of", r"^ranges: \d+ of"), 8,
-        spaced),
+        stability_row),
     "corpus_autofix": Bench(
         "Autofix on the validate half",
         ["benchmarks/corpus_autofix.py"],
@@ -178,7 +186,10 @@ BENCHMARKS: dict[str, Bench] = {
          "--repeat", "1", "--no-gz"],
         "The same on a 2 GB trace (`json.load` left out: it would need ~6x the file in RAM). "
         "Goal: under 4 GB peak memory.",
-        (r"^analyze time / typed", r"^analyze peak RSS", r"analyze \.json: read by"), 3, spaced),
+        (r"^analyze time / typed", r"^analyze peak RSS", r"analyze \.json: read by"), 3,
+        lambda line: spaced(line).replace(
+            "diagnose.api.analyze .json: read by 2 worker processes, the largest peaking at",
+            "2 reading processes, the largest at").replace("processes together", "processes")),
     "hta_compare": Bench(
         "Against Holistic Trace Analysis on the same file",
         ["benchmarks/hta_compare.py"],
@@ -523,10 +534,9 @@ def section(b: Bench, f: Path, level: str = "###") -> list[str]:
 INTRO = """\
 # Benchmark results
 
-Made by `python benchmarks/make_results.py` from `results/` (machine, date, command, code; newest
-first): nothing typed by hand. [Scripts](README.md). Machines: a shared 2-CPU VM, lent GPUs. Trust
-the corpus' validate half. A check: measured within 15% of predicted (m/p). *First fixes*: a
-warning's first fix, unprofiled; *kept changes*: autofix's; *before/after*: an autofix run.
+Made by `benchmarks/make_results.py` from `results/`, newest first. [Scripts](README.md). Machines:
+a shared 2-CPU VM, lent GPUs. Trust the validate half. A check: measured within 15% of predicted
+(m/p). *First fixes*: a warning's, unprofiled; *kept changes*: autofix's; *before/after*: autofix's.
 """
 
 
