@@ -196,8 +196,9 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
            titles: Mapping[str, str] | None = None) -> None:
     """Fixes by predicted effect, a tie (a range reaching the best point) led by a fix
     whose range's slow end is the highest (unless every tied slow end gains), one whose
-    whole range gains, then by the fewest changed settings. Unpredicted ones keep their place after the predicted ones that help,
-    and before those predicted to change nothing that matters; those that do not apply to
+    whole range gains, then by the fewest changed settings. Unpredicted ones keep their
+    place after the predicted ones that help, and before those predicted to change
+    nothing that matters; those that do not apply to
     the run as it is (e.g. worker settings with no workers) come after them; a fix predicted
     to slow the job down goes last and says so. The time at stake follows the best
     prediction."""
@@ -218,11 +219,10 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         tied = [x for x in helps if _reach(preds[x]) * (1 + TIE) >= top
                 and math.log(top / _speedup(preds[x])) <= FIXES_TIE]
         safest = max(_floor(preds[x]) for x in tied)
-        if all(_floor(preds[x]) >= HELPS for x in tied):
-            safest = 0.0
-        lead = min([x for x in tied if _floor(preds[x]) * (1 + TIE) >= safest],
-                   key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
-                                  helps.index(x)))
+        if any(_floor(preds[x]) < HELPS for x in tied):
+            tied = [x for x in tied if _floor(preds[x]) * (1 + TIE) >= safest]
+        lead = min(tied, key=lambda x: (_may_not_help(preds[x]), len(_change(preds[x])),
+                                        helps.index(x)))
         helps.remove(lead)
         helps.insert(0, lead)
     same = [x for x in f.fixes if isinstance(p := preds[x], Prediction)
