@@ -179,3 +179,16 @@ figure.plot svg { max-width: 100%; height: auto; display: block; }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; }
 @media print { pre { white-space: pre-wrap; } .finding { break-inside: avoid; } }
 """
+
+
+# The per-step breakdown, in the order categories claim time (README "What it measures").
+BREAKDOWN: tuple[tuple[str, str, str], ...] = (
+    ("kernel", "kernel", "#4C72B0"),
+    ("memcpy", "memcpy", "#DD8452"),
+    ("memset", "memset", "#937860"),
+    ("communication", "communication", "#8172B3"),
+    ("runtime", "CUDA runtime", "#CCB974"),
+    ("dataloader", "DataLoader", "#C44E52"),
+    ("cpu_exec", "CPU exec", "#55A868"),
+    ("other", "other", "#B8B8B8"),
+)

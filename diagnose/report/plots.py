@@ -24,21 +24,11 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from ..values import as_number
+from .markup import BREAKDOWN
 
 if TYPE_CHECKING:
     from ..result import Analysis, RankResult
 
-# The per-step breakdown, in the order categories claim time (README "What it measures").
-BREAKDOWN: tuple[tuple[str, str, str], ...] = (
-    ("kernel", "kernel", "#4C72B0"),
-    ("memcpy", "memcpy", "#DD8452"),
-    ("memset", "memset", "#937860"),
-    ("communication", "communication", "#8172B3"),
-    ("runtime", "CUDA runtime", "#CCB974"),
-    ("dataloader", "DataLoader", "#C44E52"),
-    ("cpu_exec", "CPU exec", "#55A868"),
-    ("other", "other", "#B8B8B8"),
-)
 IDLE: tuple[tuple[str, str, str], ...] = (
     ("gpu_busy_frac", "GPU busy", "#4C72B0"),
     ("idle_input_frac", "idle: waiting for input", "#C44E52"),

@@ -22,10 +22,11 @@ from ..fixes.unit import CANNOT_TELL, NO_MODEL
 from ..metrics.context.cpu_holders import cpu_wait_holders
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
-from ..stepmodel.epochs import epoch_start_ms
+from ..stepmodel.epochs import run_epoch_ms
 from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, prediction_line
 from ..stepmodel.step import step_model_line
+from .markup import BREAKDOWN
 from .memory_text import memory_renderables, shows_memory, what_if_table
 from .runkind import device_line, fit_not_evaluated, fit_notes
 
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
     from ..result import Analysis, Runs
 
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
-
-
 def _pct(x: Any) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
@@ -60,7 +58,7 @@ def _summary(report: Analysis, detail: bool = True) -> Table:
     t.add_row("step model", escape(step_model_line(report.step_model, report.step_model_why)))
     if m.get("gpu_busy_frac") is not None:
         t.add_row("GPU busy", _pct(m.get("gpu_busy_frac")))
-    parts = [f"{c.replace('_', ' ')} {m[f'share_{c}']:.0%}" for c in _BREAKDOWN
+    parts = [f"{label} {m[f'share_{c}']:.0%}" for c, label, _ in BREAKDOWN
              if isinstance(m.get(f"share_{c}"), int | float) and m[f"share_{c}"] >= 0.005]
     if parts:
         t.add_row("breakdown", ", ".join(parts) + " (of the profiled window)")
@@ -195,21 +193,26 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
                     "each epoch's start spread over them")
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
-    # a change of workers that restart every epoch adds that start to both sides
-    start = epoch_start_ms(Facts.from_metrics(m))
-    restart = (f" ({_ms(mean + start)} for a change of workers: their start-up each epoch, "
-               f"{_ms(start)} a step, counts before and after the change)" if start else "")
-    if not each and abs(mean - median) >= BASE_NAMED * median:
-        restart = (f" ({_ms(mean + start)} for a change of workers, whose start-up each epoch "
-                   "counts too)" if start else "")
-        return (f"; {pause}predictions start from the mean step, {_ms(mean)}, as a run's time "
-                f"is its steps' sum{restart}")
-    if abs(mean - median) < BASE_NAMED * median:
-        return f"; predictions start from it{restart}" if restart else ""
+    # workers that restart every epoch: their start-up, spread over the epoch's steps,
+    # is in every prediction's step (the clock's steps held none)
+    start = run_epoch_ms(Facts.from_metrics(m))
+    base, near = mean + start, abs(mean - median) < BASE_NAMED * median
+    if not each:
+        if abs(base - median) < BASE_NAMED * median:
+            return ""
+        spread = " with the workers' start-up each epoch spread over it" if start else ""
+        return (f"; {pause}predictions start from {_ms(base)}, the mean step{spread}, as a "
+                "run's time is its steps' sum")
+    with_start = (f"{_ms(base)}, the {'median' if near else 'mean'} with the workers' "
+                  f"start-up each epoch ({_ms(start)} a step)")
+    if near:
+        return f"; predictions start from {with_start}" if start else ""
+    said = f"; mean {_ms(mean)}" + (": some steps take longer" if mean > 1.1 * median else "")
+    if start:
+        return f"{said}; predictions start from {with_start}"
     if mean > 1.1 * median:  # pauses that hit some steps (a collection, a slow read)
-        return (f"; mean {_ms(mean)}: some steps take longer, and predictions start from the "
-                f"mean{restart}")
-    return f"; mean {_ms(mean)}, which the predictions start from{restart}"
+        return f"{said}, and predictions start from the mean"
+    return f"{said}, which the predictions start from"
 
 
 #: from this share of the unprofiled steps waiting for a CPU the run's own processes held,

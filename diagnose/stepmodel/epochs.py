@@ -41,6 +41,13 @@ def epoch_end_ms(facts: Facts, k: float) -> float:
     return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
 
 
+def run_epoch_ms(facts: Facts) -> float:
+    """The run's own epoch start and end per step, as every prediction adds it to both
+    sides: :func:`epoch_start_ms` of the run as it is; 0 where the clock's mean holds them
+    already (:attr:`~.facts.Facts.epoch_in_clock`) or they are not known."""
+    return 0.0 if facts.epoch_in_clock else epoch_start_ms(facts) or 0.0
+
+
 def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
                    ) -> float | None:
     """An epoch's start and end spread over its steps (ms per step), for the run's loader

@@ -63,6 +63,7 @@ class Facts:
     step_time_unprofiled_mean_error: float | None = None  # the base mean's std error / mean
     step_time_steady_mean_ms: float | None = None  # the same, no epoch's start in the steps
     step_time_unprofiled_median_ms: float | None = None
+    step_time_unprofiled_steps: int | None = None  # how many steps the clock timed
     device_step_ms: float | None = None  # the device's work a profiled step
     optimizer_unprofiled_ms: float | None = None  # optimizer.step() per unprofiled step
     graph_launches_per_step: float | None = None  # CUDA/HIP graph launches
@@ -181,6 +182,16 @@ class Facts:
                 or self.step_time_steady_mean_ms is None or not n or n <= 0):
             return None
         return b / n
+
+    @property
+    def epoch_in_clock(self) -> bool:
+        """The clock timed an epoch's worth of steps or more of workers that restart every
+        epoch, yet told no epoch's start apart (a capture that marked none): its mean
+        holds those starts at their own rate, and nothing is added for them."""
+        n, steps = self.dataloader_epoch_batches, self.step_time_unprofiled_steps
+        return (self.epoch_boundary_per_step_ms is None and bool(self.dataloader_num_workers)
+                and self.dataloader_persistent_workers is not True and bool(n)
+                and steps is not None and n is not None and steps >= n)
 
 
 def _float(x: object) -> float | None:

@@ -29,7 +29,7 @@ from .calibration import (
     HELPS,
     THREADS_NOISE_MAX,
 )
-from .epochs import ready_at_start
+from .epochs import ready_at_start, run_epoch_ms
 from .facts import Facts
 from .graph import DEVICE_TASKS, Graph
 from .host import cpu_bound_ms, loading_ms, loop_contention
@@ -187,10 +187,14 @@ class Predictor:
         prof = facts.step_time_median_ms
         # the job's pace: the mean unprofiled step (a pause that hits some steps is time);
         # where the run's workers start at every epoch and the clock saw such a start, the
-        # steady steps' mean is replayed and an epoch's start is added per step (the clock's
-        # few steps hold epoch starts at their own rate, not at the epoch's)
-        self.epoch_ms = facts.epoch_boundary_per_step_ms or 0.0
-        un = (facts.step_time_steady_mean_ms if self.epoch_ms else None) or \
+        # steady steps' mean is replayed (the clock's few steps hold epoch starts at their
+        # own rate, not at the epoch's). The run's epoch start and end, spread over its
+        # steps, are added to every prediction's both sides (:func:`run_epoch_ms`: the
+        # clock's where it saw one, else as the session timed a start), so that every fix
+        # starts from one step
+        clock = facts.epoch_boundary_per_step_ms or 0.0
+        self.epoch_ms = run_epoch_ms(facts) or clock
+        un = (facts.step_time_steady_mean_ms if clock else None) or \
             facts.step_time_unprofiled_mean_ms or facts.step_time_unprofiled_median_ms
         # a saved trace's steps are the host's: where the host ran ahead of the GPU, the
         # job runs at the GPU's pace once its queue fills (the replay's steady step agrees)

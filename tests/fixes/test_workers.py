@@ -254,10 +254,13 @@ def test_timed_hand_over_wins_over_the_byte_rate(tmp_path):
 
 def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
     """Workers start again every epoch: the loop waited 26 ms for iter() and its first
-    batch, where live workers would make only that batch (2 ms). Once per 24 batches: 1 ms
-    a step off the 3 ms mean, 1.5x. The session's own worker start (after the loop) serves
-    where no epoch start with workers was seen; without a start, or the epoch's length,
-    the model cannot tell."""
+    batch, where live workers would make only that batch (2 ms). Once per 24 batches, the
+    job's mean step is the clock's steady 3 ms with that start spread over the epoch
+    (3 + 26 / 24), the step every prediction starts from; live workers take 1 ms a step off
+    it, 1.32x, and never a step below the steady one (the old base, the steady step alone,
+    predicted 2 ms). The session's own worker start (after the loop) serves where no epoch
+    start with workers was seen; without a start, or the epoch's length, the model cannot
+    tell."""
     m = _model(mt.cpu_loader(), tmp_path)
     cfg = TrainConfig(num_workers=2)
     p = _predict("persistent_workers", m, cfg, dataloader_start_ms=26.0,
@@ -265,7 +268,9 @@ def test_persistent_workers_take_the_epoch_start_off_the_mean_step(tmp_path):
                  dataloader_epoch_batches=24)
     assert isinstance(p, Prediction)
     assert p.change == {"persistent_workers": True}
-    assert p.step_ms == pytest.approx(2.0) and p.speedup == pytest.approx(1.5)
+    assert p.base_ms == pytest.approx(3.0 + 26 / 24)
+    assert p.step_ms == pytest.approx(3.0 + 2 / 24)
+    assert p.speedup == pytest.approx((3.0 + 26 / 24) / (3.0 + 2 / 24))
     q = _predict("persistent_workers", m, cfg, input_worker_start_ms=14.0,
                  input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
     assert isinstance(q, Prediction) and q.step_ms == pytest.approx(2.5)
@@ -294,7 +299,7 @@ def test_persistent_workers_for_an_epoch_of_days_change_nothing(tmp_path):
 
 
 def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
-    """The same saving (1.5x): with 2 workers beside torch's 1 thread on 4 CPUs the restart
+    """The same saving (1.32x): with 2 workers beside torch's 1 thread on 4 CPUs the restart
     runs on CPUs the training does not use, and the range is that of a change that moves
     nothing (EFFECT_FLOOR and EFFECT_ERROR "other"); beside 2 threads on 2 CPUs the new workers start up on
     the training's CPUs, and the range is that of a change of CPU work ("cpu"). Same
@@ -306,8 +311,9 @@ def test_persistent_workers_beside_busy_cpus_take_the_wider_error(tmp_path):
     apart = _predict("persistent_workers", m, cfg, cpu_count=4, torch_num_threads=1, **kw)
     shared = _predict("persistent_workers", m, cfg, cpu_count=2, torch_num_threads=2, **kw)
     assert isinstance(apart, Prediction) and isinstance(shared, Prediction)
-    assert apart.speedup == pytest.approx(shared.speedup) == pytest.approx(1.5)
-    w = {k: cal.EFFECT_FLOOR[k] + v * math.log(1.5) for k, v in cal.EFFECT_ERROR.items()}
+    x = (3.0 + 26 / 24) / (3.0 + 2 / 24)
+    assert apart.speedup == pytest.approx(shared.speedup) == pytest.approx(x)
+    w = {k: cal.EFFECT_FLOOR[k] + v * math.log(x) for k, v in cal.EFFECT_ERROR.items()}
     assert apart.range[1] / apart.step_ms == pytest.approx(math.exp(w["other"]), rel=0.05)
     assert shared.range[1] / shared.step_ms == pytest.approx(math.exp(w["cpu"]), rel=0.05)
     narrow, wide = (apart, shared) if w["cpu"] > w["other"] else (shared, apart)
@@ -372,11 +378,11 @@ def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     # epoch's start is ready for the first step, which takes only its own 1.2 ms
     assert each[(("num_workers", 1),)] == pytest.approx(3.0 / (2.0 + (8 - 0.8) / 24),
                                                           rel=0.01)
-    # the run's own start, with its 6 workers, is in the base the change starts from
+    # the run's own start, with its 6 workers, is in the base every change starts from
     six = Predictor(m, _facts(m, dataloader_num_workers=6, dataloader_start_ms=26.0, **kw))
     one = six.predict_change(workers_unit.num_workers, {"num_workers": 1})
     assert isinstance(one, Prediction)
-    assert one.base_ms == pytest.approx(six.base_ms + 26 / 24)
+    assert one.base_ms == pytest.approx(six.base_ms) == pytest.approx(3.0 + 26 / 24)
     # persistent workers start once; no timed start: the steady steps, as before
     keep = Predictor(m, _facts(m, dataloader_num_workers=0, dataloader_persistent_workers=True,
                                **kw)).predict_change(workers_unit.num_workers, {"num_workers": 2})
@@ -432,8 +438,20 @@ def test_an_epochs_start_the_clock_saw_is_replayed_apart_from_the_steady_steps(t
                          dataloader_epoch_after_ms=after) for after in (None, 6.0)]
         assert all(isinstance(p, Prediction) for p in both)
         assert both[0].step_ms - both[1].step_ms == pytest.approx(saved)
-    blind = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5, **kw))
-    assert blind.base_ms == pytest.approx(4.5) and blind.epoch_ms == 0.0
+    # no start told apart in 10 steps: the workers' timed start is added to the mean; in
+    # 24 steps or more (an epoch's), the clock's mean holds the starts already
+    from diagnose.stepmodel.epochs import epoch_start_ms
+
+    blind = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5,
+                                step_time_unprofiled_steps=10, **kw))
+    assert blind.epoch_ms > 0 and blind.epoch_ms == pytest.approx(epoch_start_ms(blind.facts))
+    assert blind.base_ms == pytest.approx(4.5 + blind.epoch_ms)
+    held = Predictor(m, _facts(m, step_time_unprofiled_mean_ms=4.5,
+                               step_time_unprofiled_steps=24, **kw))
+    assert held.base_ms == pytest.approx(4.5) and held.epoch_ms == 0.0
+    for k in (1, 2):  # a change of workers adds only its start's difference to that mean
+        p = held.predict_change(workers_unit.num_workers, {"num_workers": k})
+        assert isinstance(p, Prediction) and p.base_ms == pytest.approx(4.5)
 
 
 def test_an_epochs_start_forks_workers_one_after_another_and_its_end_joins_them(tmp_path):
@@ -487,14 +505,17 @@ def test_a_deeper_queue_changes_nothing_at_the_workers_mean_rate(tmp_path):
 
 
 def test_persistent_workers_for_another_worker_count_use_one_worker_start(tmp_path):
-    """The run had 6 workers (its epoch start: 26 ms); persistent workers tried with 1
-    worker take one worker's start (14 ms) instead: (14 - 2) / 24 = 0.5 ms a step."""
+    """The run had 6 workers (its epoch start: 26 ms, in the base: 3 + 26 / 24); persistent
+    workers tried with 1 worker take one worker's start (14 ms) instead: (14 - 2) / 24 =
+    0.5 ms a step off that base."""
     m = _model(mt.cpu_loader(), tmp_path)
     kw = dict(dataloader_start_ms=26.0, input_worker_start_ms=14.0, dataloader_num_workers=6,
               input_inprocess_batch_ms=2.0, dataloader_epoch_batches=24)
     six = _predict("persistent_workers", m, TrainConfig(num_workers=6), **kw)
     one = _predict("persistent_workers", m, TrainConfig(num_workers=1), **kw)
-    assert six.step_ms == pytest.approx(2.0) and one.step_ms == pytest.approx(2.5)
+    base = 3.0 + 26 / 24
+    assert six.base_ms == pytest.approx(base) == one.base_ms
+    assert six.step_ms == pytest.approx(base - 1.0) and one.step_ms == pytest.approx(base - 0.5)
 
 
 def test_workers_on_cpus_that_give_less_than_their_count(tmp_path):

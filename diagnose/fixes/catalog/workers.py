@@ -253,12 +253,16 @@ class PrefetchFactor(Fix):
 def epoch_costs(facts: Facts, change: Mapping[str, Any]
                 ) -> tuple[float, float] | None:
     """A change of workers predicts the mean step over an epoch: its start and end per
-    step before and after (:func:`epoch_start_ms`); None where it keeps the workers or
-    either is not known."""
+    step before and after (:func:`epoch_start_ms`; before: 0, after: the difference,
+    where the clock's mean holds the run's own); None where it keeps the workers or either
+    is not known."""
     if "num_workers" not in change:
         return None
     now, then = epoch_start_ms(facts), epoch_start_ms(facts, change)
-    return None if now is None or then is None else (now, then)
+    if now is None or then is None:
+        return None
+    # the clock's mean holds the run's own starts already: only the difference is added
+    return (0.0, then - now) if facts.epoch_in_clock else (now, then)
 
 
 # ---------------------------------------------------------------------- the transforms
