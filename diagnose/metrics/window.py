@@ -39,9 +39,9 @@ METRICS = (
            "trace"),
     Metric("step_count", "count", "Profiled steps (ProfilerStep# spans; 1 for a whole-trace window)"),
     Metric("window_ms", "ms", "Length of the profiled window (sum of the step spans)"),
-    Metric("step_time_median_ms", "ms", "Median step time"),
-    Metric("step_time_p90_ms", "ms", "90th percentile step time"),
-    Metric("step_time_mean_ms", "ms", "Mean step time"),
+    Metric("step_time_median_ms", "ms", "Median step time of the profiled window (under the profiler)"),
+    Metric("step_time_p90_ms", "ms", "90th percentile step time of the profiled window"),
+    Metric("step_time_mean_ms", "ms", "Mean step time of the profiled window (under the profiler)"),
     Metric("step_time_cv", "ratio", "Coefficient of variation of step time (std/mean)"),
     Metric("has_gpu", "bool", "The trace has device (kernel/memcpy/memset) activity"),
 )

@@ -200,8 +200,31 @@ class StepComparison:
                        confidence=d["confidence"], noise_floor_pct=d["noise_floor_pct"],
                        shift_pct=d["shift_pct"], method=d["method"],
                        mean_change_pct=d["mean_change_pct"],
-                       mean_interval_pct=d["mean_interval_pct"], by_mean=d["by_mean"])
+                       mean_interval_pct=d["mean_interval_pct"], by_mean=d["by_mean"],
+                       tells_apart_pct=_round(self.least_pct, 2))
         return out
+
+    @property
+    def least_pct(self) -> float | None:
+        """The smallest change (percent) one capture each can tell apart: the noise floor
+        plus the interval's half-width. None without an interval."""
+        d = self.diff
+        if d is None or d.lo_pct is None or d.hi_pct is None:
+            return None
+        return d.floor_pct + (d.hi_pct - d.lo_pct) / 2
+
+    def resolution(self) -> str | None:
+        """Where the verdict is ``within noise``: the smallest change one capture each can
+        tell apart (the noise floor plus the interval's half-width), and how to see a
+        smaller one. None for other verdicts or without an interval."""
+        least, d = self.least_pct, self.diff
+        if self.verdict != "within noise" or least is None or d is None:
+            return None
+        return (f"one capture each tells apart only a change beyond about ±{least:.0f}% "
+                f"(that ±{d.floor_pct:g}%, more on a busy host, plus these steps' spread); "
+                "to measure a smaller one, "
+                "such as a fix predicted under 1.1x, time A and B in turn several times, "
+                "as `torch-diagnose autofix` does")
 
     def line(self) -> str:
         """``step time without the profiler: 59.5 ms -> 61.0 ms (+2.5%; 95% interval ...):
@@ -499,6 +522,8 @@ def renderables(c: Comparison) -> list[Any]:
                                   style="dim"))
         if c.step.note:
             head.add_row("", Text(c.step.note, style="dim"))
+        if c.step.resolution():
+            head.add_row("", Text(c.step.resolution() or "", style="dim"))
     t = Table(title="Metrics", title_justify="left")
     t.add_column("metric", overflow="fold")
     t.add_column("A", justify="right", no_wrap=True)

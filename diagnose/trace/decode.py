@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import types
 from pathlib import Path
 from typing import Any, Union
@@ -251,7 +252,7 @@ _JSON_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 def _json_error(path: Path, e: Exception) -> TraceError:
     """The one-line error for a text that is not JSON at all."""
     if isinstance(e, UnicodeDecodeError):
-        return TraceError(path, f"not valid UTF-8 text (byte {e.start})")
+        return TraceError(path, f"not valid UTF-8 text ({_where(e.start)})")
     if isinstance(e, RecursionError):
         return TraceError(path, "JSON nested too deeply")
     if path.name.endswith(".gz") and not _gzipped(path):
@@ -346,5 +347,14 @@ def _convert_event(raw: Any) -> Any:
 
 
 def _short(e: Exception) -> str:
-    s = str(e)
+    """msgspec's message, its "(byte N)" said as where in the text (a new user read
+    "invalid character (byte 0)" as a NUL byte)."""
+    s = _BYTE.sub(lambda m: _where(int(m.group(1))), str(e))
     return s if len(s) < 120 else s[:117] + "..."
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _where(offset: int) -> str:
+    return "at the text's first byte" if offset == 0 else f"at byte offset {offset:,}"

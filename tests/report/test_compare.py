@@ -388,3 +388,31 @@ def test_two_batch_sizes_are_compared_per_sample_too(tmp_path: Path) -> None:
     for other in (analyze(path, context={"dataloader": {"batch_size": 32}}), analyze(path)):
         note = compare_reports(big, other).step.note
         assert note is None or "batches differ" not in note
+
+
+def test_within_noise_says_how_large_a_change_the_captures_tell_apart(tmp_path: Path) -> None:
+    """A new user checked a fix the tool predicted at 1.05x with one capture each side:
+    -2.7%, "within noise", while runs timed in turn measured 1.10x. "Within noise" now says
+    the smallest change one capture each tells apart (the floor plus the interval's
+    half-width) and how to measure a smaller one; a verdict beyond the band says neither."""
+    from diagnose.report.compare import render_text
+    from diagnose.report.compare_html import render_compare_html
+
+    steps = [31.0, 32.5, 31.6, 30.9, 32.0, 31.4, 32.2, 31.1, 31.8, 31.5]
+    a = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "a.pt.trace.json.gz")), steps)
+    b = _with_unprofiled(analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz")),
+                         [x * 0.973 for x in steps])
+    c = compare_reports(a, b)
+    st = c.step
+    assert st is not None and st.verdict == "within noise" and st.diff is not None
+    lo, hi = st.diff.lo_pct, st.diff.hi_pct
+    assert st.least_pct == pytest.approx(5.0 + (hi - lo) / 2)
+    assert c.to_json()["step_time"]["tells_apart_pct"] == pytest.approx(st.least_pct, abs=0.01)
+    said = f"tells apart only a change beyond about ±{st.least_pct:.0f}%"
+    assert said in " ".join(render_text(c).split())
+    assert said in " ".join(render_compare_html(c).split())
+    assert "time A and B in turn" in st.resolution()
+    slower = analyze(tb.healthy().write(tmp_path / "c.pt.trace.json.gz"))
+    worse = compare_reports(a, _with_unprofiled(slower, [x * 1.3 for x in steps]))
+    assert worse.step.verdict == "worse" and worse.step.resolution() is None
+    assert "tells apart" not in render_text(worse)

@@ -328,7 +328,10 @@ def _gz_truncated(p: Path) -> None:
 BAD_FILES: dict[str, tuple[Any, str]] = {
     # name: (bytes, or a function writing the file; a phrase the message must hold)
     "not_json": (b'{"traceEvents": [ {"ph": "X", ', "not valid JSON"),
-    "not_json_text": (b"hello, world", "not valid JSON"),
+    # where in the text, not "(byte 0)", which a new user read as a NUL byte
+    "not_json_text": (b"hello, world", "not valid JSON (JSON is malformed: invalid character "
+                                       "at the text's first byte)"),
+    "not_json_later": (b'{"traceEvents": [}', "at byte offset 17"),
     "truncated_gzip": (_gz_truncated, "truncated gzip"),
     "gzip_magic_then_garbage": (b"\x1f\x8b" + b"garbage" * 20, "corrupt gzip"),
     "gzip_of_garbage": (gzip.compress(b"\x00\x01 this is no json \xff" * 10), "not valid JSON"),
