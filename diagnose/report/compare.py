@@ -349,7 +349,8 @@ def _caveat(which: str, m: dict[str, Any]) -> tuple[str, bool] | None:
     elsewhere, holders = cpu_wait_holders(m) if waited else (True, "")
     if m.get("step_time_unprofiled_reliable") is False:
         if waited and not elsewhere:
-            said.append(f"marks its step time unreliable ({holders})")
+            said.append(f"marks its step time unreliable: its training thread waited "
+                        f"for a CPU {holders}")
         else:
             said.append("marks its step time unreliable")
             host = True

@@ -316,8 +316,10 @@ def test_a_run_whose_own_report_doubts_its_step_says_so(tmp_path: Path) -> None:
                      dataloader_num_workers=2, workers_count=2, cpu_count=2)
     own = compare_reports(a, b).step.note
     assert own is not None and "compare again on a quieter host" not in own
-    assert own.startswith("run B's own report marks its step time unreliable (this run's own "
-                          "processes held (its 2 DataLoader workers")
+    # a new user read "unreliable (this run's own processes held (its 2 ...": held what
+    assert own.startswith("run B's own report marks its step time unreliable: its training "
+                          "thread waited for a CPU this run's own processes held (its 2 "
+                          "DataLoader workers")
     assert own.endswith("the spread is the run's own, which a quieter host leaves as it is; "
                         "compare more steps of each")
 
