@@ -27,9 +27,9 @@ from ..metrics import CATALOG
 from ..metrics.context.cpu_holders import cpu_wait_holders
 from ..metrics.idle import host_ahead
 from ..result import step_time
-from ..rules.engine import severity_rank
 from ..stepmodel.calibration import BUSY
 from ..values import as_number
+from .compare_findings import FindingChange, finding_changes, reason_text
 from .stepstats import NOISE_FLOOR_PCT, StepDiff, clean, step_difference
 
 if TYPE_CHECKING:
@@ -151,23 +151,6 @@ class MetricDelta:
         if self.headline:
             out["headline"] = True
         return out
-
-
-@dataclass
-class FindingChange:
-    rule: str
-    title: str
-    category: str
-    status: str  # "resolved" | "still" | "new" | "not_evaluated"
-    severity_a: str | None
-    severity_b: str | None
-    message_a: str | None
-    message_b: str | None
-    reason: str | None = None  # why B could not evaluate it (status "not_evaluated")
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("rule", "title", "category", "status", "severity_a",
-                                              "severity_b", "message_a", "message_b", "reason")}
 
 
 @dataclass
@@ -435,28 +418,7 @@ def compare_reports(a: Analysis, b: Analysis, *,
         time = by_name.get(_SHARE_OF.get(m.name, ""))
         if m.verdict == "better" and time is not None and time.verdict == "worse":
             m.step_grew = True  # the share fell only because the step grew
-    fa = {f.rule: f for f in a.findings}
-    fb = {f.rule: f for f in b.findings}
-    ne_b = {n.rule: n.reason for n in b.not_evaluated}
-    changes: list[FindingChange] = []
-    for rule, f in fa.items():
-        g = fb.get(rule)
-        if g is not None:
-            status, reason = "still", None
-        elif rule in ne_b:
-            status, reason = "not_evaluated", ne_b[rule]
-        else:
-            status, reason = "resolved", None
-        changes.append(FindingChange(rule, f.title, f.category, status, f.severity,
-                                     g.severity if g else None, f.message,
-                                     g.message if g else None, reason))
-    for rule, g in fb.items():
-        if rule not in fa:
-            changes.append(FindingChange(rule, g.title, g.category, "new", None, g.severity,
-                                         None, g.message))
-    order = {"new": 0, "still": 1, "not_evaluated": 2, "resolved": 3}
-    changes.sort(key=lambda c: (order[c.status],
-                                -severity_rank(c.severity_b or c.severity_a or "info"), c.rule))
+    changes = finding_changes(a, b)
     return Comparison(a, b, metrics, changes, step)
 
 
@@ -543,7 +505,7 @@ def renderables(c: Comparison) -> list[Any]:
     for ch in c.findings:
         what = ch.message_b or ch.message_a or ch.title
         if ch.reason:
-            what += f"\nB: not evaluated ({ch.reason})"
+            what += "\nB: " + reason_text(ch)
         f.add_row(Text(ch.status.replace("_", " "), style=sstyle[ch.status]), ch.rule,
                   ch.category, ch.severity_a or "-", ch.severity_b or "-", Text(what))
     out: list[Any] = [head, t, *(Text(n, style="dim") for n in c.notes())]

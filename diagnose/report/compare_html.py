@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .compare import Comparison, delta_text, steps_label
+from .compare_findings import reason_text
 from .html import kv, page
 from .markup import Child, Markup, el, fmt
 
@@ -72,7 +73,7 @@ def _findings(c: Comparison) -> Markup:
                        el("td", el("span", ch.rule, class_="rule")), el("td", ch.category),
                        el("td", ch.severity_a or "-"), el("td", ch.severity_b or "-"),
                        el("td", what, el("br") if ch.reason else None,
-                          el("span", f"B: not evaluated ({ch.reason})", class_="muted")
+                          el("span", "B: " + reason_text(ch), class_="muted")
                           if ch.reason else None),
                        data_rule=ch.rule, data_status=ch.status))
     return el("section", el("h2", "Findings (A → B)"),

@@ -418,3 +418,32 @@ def test_within_noise_says_how_large_a_change_the_captures_tell_apart(tmp_path: 
     worse = compare_reports(a, _with_unprofiled(slower, [x * 1.3 for x in steps]))
     assert worse.step.verdict == "worse" and worse.step.resolution() is None
     assert "tells apart" not in render_text(worse)
+
+
+def test_a_finding_whose_fix_is_in_place_in_b_is_resolved(tmp_path: Path) -> None:
+    """A new user's B (persistent workers) showed IN005 "not evaluated (... the workers
+    persist)": B cannot evaluate it because A's fix removed the epochs' restarts. Where B
+    has one of the finding's fixes in place, the finding is resolved and says which; a
+    rule B cannot evaluate otherwise stays "not evaluated"."""
+    from diagnose.report.compare import render_text
+    from diagnose.report.compare_html import render_compare_html
+    from diagnose.rules.engine import Finding, NotEvaluated
+
+    a = analyze(tb.healthy().write(tmp_path / "a.pt.trace.json.gz"))
+    b = analyze(tb.healthy().write(tmp_path / "b.pt.trace.json.gz"))
+    a.findings.append(Finding(rule="IN005", category="input", severity="info",
+                              title="Every epoch starts the DataLoader's workers again",
+                              message="Each epoch's start cost 228 ms", evidence={},
+                              fixes=["persistent_workers"], estimated_gain=0.06))
+    b.not_evaluated.append(NotEvaluated("IN005", "needs dataloader_epoch_start_share: no "
+                                        "epoch began, or the workers persist"))
+    c = compare_reports(a, b)
+    assert "IN005" in {f.rule for f in c.by_status("not_evaluated")}  # B's workers: unknown
+    b.metrics["dataloader_persistent_workers"] = True
+    c = compare_reports(a, b)
+    (ch,) = [f for f in c.findings if f.rule == "IN005"]
+    assert ch.status == "resolved" and ch.reason == (
+        "its fix is in place: persistent_workers=True already")
+    said = "B: its fix is in place: persistent_workers=True already"
+    assert said in " ".join(render_text(c).split())
+    assert said in " ".join(render_compare_html(c).split())
