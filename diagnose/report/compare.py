@@ -485,8 +485,8 @@ def renderables(c: Comparison) -> list[Any]:
                                   style="dim"))
         if c.step.note:
             head.add_row("", Text(c.step.note, style="dim"))
-        if c.step.resolution():
-            head.add_row("", Text(c.step.resolution() or "", style="dim"))
+        if told := c.step.resolution():
+            head.add_row("", Text(told, style="dim"))
     t = Table(title="Metrics", title_justify="left")
     t.add_column("metric", overflow="fold")
     t.add_column("A", justify="right", no_wrap=True)

@@ -33,8 +33,8 @@ def _summary(c: Comparison) -> Markup:
                                          f"({steps_label(c.a if who == 'A' else c.b, d.n)})"))
         if st.note:
             rows.append(("note", st.note))
-        if st.resolution():
-            rows.append(("can tell", st.resolution()))
+        if told := st.resolution():
+            rows.append(("can tell", told))
     counts = ", ".join(f"{len(c.by_status(s))} {s.replace('_', ' ')}" for s in _STATUS
                        if c.by_status(s))
     rows.append(("findings", counts or "no findings in either run"))

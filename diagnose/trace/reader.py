@@ -100,10 +100,13 @@ def find_trace_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
             continue
         if not nested:
             other = [f.name for f in named or below]
+            own = sorted(f.name for f in p.iterdir() if f.name in OWN_JSON and f.is_file())
             raise TraceError(p, "folder holds no trace files (*.json or *.json.gz)" + (
                 f"; passed over, with no \"traceEvents\" near their start: "
                 f"{', '.join(other[:3])}{' ...' if len(other) > 3 else ''} (name a file "
-                "to read it whatever it holds)" if other else ""))
+                "to read it whatever it holds)" if other else "") + (
+                f"; {', '.join(own)} {'is' if len(own) == 1 else 'are'} this tool's own "
+                "output, not a trace: name the run folder the trace is in" if own else ""))
         found.extend(nested)
     # the same file named twice is read once
     return list(dict.fromkeys(found))

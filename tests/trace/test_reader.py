@@ -370,11 +370,16 @@ def test_folder_without_traces(tmp_path):
     with pytest.raises(TraceError, match="holds no trace files") as ei:
         find_trace_files(tmp_path)
     assert str(ei.value).startswith(f"{tmp_path}: ")
+    # the tool's own files are named as such (a new user copied report.json alone and
+    # read "no trace files" as a fault in it)
+    assert str(ei.value).endswith("context.json is this tool's own output, not a trace: "
+                                  "name the run folder the trace is in")
 
 
 def test_empty_folder(tmp_path):
-    with pytest.raises(TraceError, match="holds no trace files"):
+    with pytest.raises(TraceError, match="holds no trace files") as ei:
         find_trace_files(tmp_path)
+    assert "own output" not in str(ei.value)
 
 
 def test_missing_path(tmp_path):
