@@ -70,7 +70,8 @@ def code_for_run(findings: Iterable[Any], metrics: Mapping[str, Any],
         # a predicted fix shows the exact change its prediction is for
         for fid, p in f.predictions.items():
             if isinstance(p, Prediction) and fid in FIXES:
-                code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates)
+                code = FIXES[fid].code_for_change(setup, config, p.change, p.candidates,
+                                                   p.at_least)
                 if code is not None:
                     f.fix_code[fid] = code
         if isinstance(context, dict) and context.get("trainer") == "transformers":

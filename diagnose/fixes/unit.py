@@ -180,13 +180,15 @@ class Fix:
 
     def code_for_change(self, setup: Setup | None, config: TrainConfig,
                         change: Mapping[str, Any],
-                        others: tuple[tuple[tuple[tuple[str, Any], ...], float], ...] = ()
-                        ) -> str | None:
+                        others: tuple[tuple[tuple[tuple[str, Any], ...], float], ...] = (),
+                        at_least: bool = False) -> str | None:
         """The code of the exact ``change`` a prediction is for, where this fix's own code
         writes an expression that depends on the machine (the worker count, the threads):
         the user then applies what was predicted. ``others``: every config the fix's
         prediction weighed, with its speedup (``Prediction.candidates``); the ones not
-        advised are named after the code. None: the fix's own code says it."""
+        advised are named after the code. ``at_least``: the prediction is a bound
+        (``Prediction.at_least``), and so is each of theirs: none is called slower. None:
+        the fix's own code says it."""
         if not self.auto or not change or not set(change) <= EXACT_FIELDS or \
                 not {"num_workers", "intra_op_threads"} & set(change):
             return None
@@ -195,8 +197,9 @@ class Fix:
             return None
         code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
-        rest = [f"{', '.join(f'{k}={v}' for k, v in c)}: {sp:.2f}x"
-                + (" (slower: not advised)" if sp < 1.0 else "")
+        rest = [f"{', '.join(f'{k}={v}' for k, v in c)}: {'at least ' if at_least else ''}"
+                f"{sp:.2f}x" + (" (slower: not advised)" if round(sp, 2) < 1.0 and not at_least
+                                    else "")
                 for c, sp in sorted(others, key=lambda o: -o[1])  # fastest first
                 if dict(c) != dict(change)]
         advised = next((sp for c, sp in others if dict(c) == dict(change)), None)
@@ -206,8 +209,10 @@ class Fix:
         why = (" (within the model's error of the advice, which leaves the loader the most "
                "time between batches)") if tied else ""
         # each against the step as it is, the settings a config does not name unchanged
+        bound = (" (each a bound, as the advice's: what the model assumed was not timed; "
+                 "one under 1.00x may still help)") if at_least else ""
         return code + (f"\n# also predicted, against the step as it is, other settings "
-                       f"unchanged: {'; '.join(rest)}{why}" if rest else "")
+                       f"unchanged: {'; '.join(rest)}{why}{bound}" if rest else "")
 
     # ------------------------------------------------------------------ prediction
     def predict(self, predictor: Predictor, config: TrainConfig, facts: Facts

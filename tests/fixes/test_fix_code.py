@@ -361,3 +361,20 @@ def test_a_loader_without_automatic_batching_keeps_its_sampler(make, want) -> No
     spec = LoaderSpec.from_loader(make(Slow(64)))
     code = loader_call(spec, TrainConfig(num_workers=2))
     assert all(w in code for w in want) and "num_workers=2" in code, code
+
+
+def test_a_bound_prediction_names_its_other_configs_as_bounds() -> None:
+    """A threads split predicted without the thread timing is a bound (at least), and so is
+    each config it weighed: one under 1.00x is not called slower (a new user read
+    "intra_op_threads=1: 0.72x (slower: not advised)" and measured 1.10-1.28x)."""
+    from diagnose.fixes import FIXES, TrainConfig
+
+    weighed = (((("num_workers", 1), ("intra_op_threads", 1)), 0.94),
+               ((("intra_op_threads", 1),), 0.72))
+    args = (None, TrainConfig(num_workers=2), {"num_workers": 1, "intra_op_threads": 1},
+            weighed)
+    bound = FIXES["threads"].code_for_change(*args, at_least=True)
+    assert bound is not None and "intra_op_threads=1: at least 0.72x (each a bound" in bound
+    assert "not advised" not in bound
+    point = FIXES["threads"].code_for_change(*args)
+    assert point is not None and point.endswith("intra_op_threads=1: 0.72x (slower: not advised)")

@@ -7,7 +7,9 @@ A probe whose rules (:data:`SERVES`) the step clock shows cannot be graded warni
 (:func:`may_warn`: the same clock metrics the rules read, against their warning
 thresholds) is not run (:func:`unneeded`): an info finding's fixes need no measured
 prediction. The thread timing still runs where torch's threads outnumbered the CPUs other
-processes left (:func:`threads_short`: CF008's fix, torch's own thread count).
+processes left (:func:`threads_short`: CF008's fix, torch's own thread count), and every
+probe but the batched fetch's where they and the workers outnumbered the CPUs while the
+training thread waited for one (:func:`workers_beside_threads`: CF010's threads split).
 Otherwise the probes run in the session's order (:mod:`diagnose.session.after_loop`):
 each needed probe takes its least rounds, and more only while the budget lasts (it stops
 its rounds at the budget's end: :func:`~.common.until`); a second timing runs only with
@@ -52,6 +54,8 @@ EPOCH_START_WARNS = 0.10
 #: the training thread waited, runnable, for a CPU in at least this share of the loop's
 #: timed steps (the clock's ``cpu_wait_ms`` over its ``ms``): the least CF008 fires at
 CPU_WAITED = 0.05
+#: ... and CF010 may be graded warning at this share of them (its own warning threshold)
+CPU_WAITS = 0.10
 #: other processes held at least this many CPUs over the steps after the window: less is a
 #: burst a thread's wait need not come from (CF008's own bound)
 OTHERS_CPUS = 0.5
@@ -108,6 +112,26 @@ def threads_short(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
             and threads > cpus - others_cpus and share is not None and share >= CPU_WAITED)
 
 
+def workers_beside_threads(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
+                           others_cpus: float | None) -> bool:
+    """torch's threads (2 or more) and the DataLoader's workers (at least one, no more than
+    the CPUs: IN004's) outnumbered the CPUs, other processes under :data:`OTHERS_CPUS`
+    (their CPUs unknown: taken as such), no CPU quota under the CPUs, and the training
+    thread waited for a CPU in :data:`CPU_WAITS` of its steps: CF010 may be graded
+    warning, and the threads split it names reads the thread and workers' timings."""
+    threads, cpus = _num(ctx.get("torch_num_threads")), _num(ctx.get("cpu_count"))
+    quota = _num(ctx.get("cpu_quota"))
+    dl = ctx.get("dataloader")
+    workers = _num(dl.get("num_workers")) if isinstance(dl, Mapping) else None
+    if (threads is None or threads < 2 or cpus is None or workers is None or workers < 1
+            or workers > cpus or threads + workers <= cpus
+            or (quota is not None and quota < cpus)
+            or (others_cpus is not None and others_cpus >= OTHERS_CPUS)):
+        return False
+    share = cpu_wait_share(clock)
+    return share is not None and share >= CPU_WAITS
+
+
 def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
                    loader_starts: Any = None) -> dict[str, object]:
     """The clock's metrics the loader rules read (``dataloader_wait_steady_share``,
@@ -130,7 +154,10 @@ def loader_metrics(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
 #: (the threads split and the workers' oversubscription read the thread timings; the
 #: batched fetch, its fetch timings); the others serve every input rule
 INPUT_RULES = frozenset({"IN001", "IN002", "IN003", "IN004", "IN005", "IN006"})
-SERVES = {"threads": frozenset({"IN001", "IN002", "IN004", "IN006"}),
+#: CF010 (rules/config.toml) names the threads split too, whose workers' side reads the
+#: workers' timings: it is served by every probe but the batched fetch's
+SPLIT_RULE = "CF010"
+SERVES = {"threads": frozenset({"IN001", "IN002", "IN004", "IN006", SPLIT_RULE}),
           "fetches": frozenset({"IN001", "IN002"}),
           "work_after_fetch": frozenset({"IN001", "IN002"})}
 
@@ -176,9 +203,10 @@ def _waited(m: Mapping[str, Any]) -> str:
 def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
              others_cpus: float | None = None, loader_starts: Any = None) -> dict[str, str]:
     """{probe: why no prediction needs it} (module doc): each probe none of whose rules
-    (:data:`SERVES`) may be graded warning (:func:`may_warn`), but the thread timing where
-    torch's threads were short of CPUs (:func:`threads_short`); none where the clock says
-    nothing (every probe may be needed)."""
+    (:data:`SERVES`) may be graded warning (:func:`may_warn`, and CF010 where
+    :func:`workers_beside_threads`), but the thread timing where torch's threads were short
+    of CPUs (:func:`threads_short`); none where the clock says nothing (every probe may be
+    needed)."""
     if not isinstance(clock, Mapping):
         return {}
     m = loader_metrics(ctx, clock, loader_starts)
@@ -186,8 +214,10 @@ def unneeded(ctx: Mapping[str, Any], clock: Mapping[str, Any] | None,
     if can is None:
         return {}
     out: dict[str, str] = {}
+    if workers_beside_threads(ctx, clock, others_cpus):
+        can = can | {SPLIT_RULE}
     for probe in PROBES:
-        serves = SERVES.get(probe, INPUT_RULES)
+        serves = SERVES.get(probe, INPUT_RULES | {SPLIT_RULE})
         if serves & can:
             continue
         out[probe] = (f"{_waited(m)}: no finding these timings serve can be a warning "

@@ -3,7 +3,9 @@
 The model: the main process's own work on ``t`` threads takes as much longer as the
 forward and backward the session timed on one thread and on torch's threads says
 (:func:`~diagnose.stepmodel.host.thread_scale`, Amdahl); the workers' side is the workers'
-transform (:mod:`.workers`), run on the CPUs as the new threads leave them. Without that
+transform (:mod:`.workers`), run on the CPUs as the new threads leave them: a new count, or
+the same busy workers where they and torch's threads oversubscribe the CPUs now (the
+contention the run has is freed and the new threads' taken). Without that
 timing, the process's measured CPU less its in-process loading is read as the threads its
 ops kept busy, each op taken to scale with them (an idle-spinning pool counts as busy), and
 the prediction is a bound. A trial sets torch's thread count (``torch.set_num_threads``)
@@ -18,7 +20,13 @@ from typing import Any
 
 from ...stepmodel.calibration import THREADS_LOADING_MAX
 from ...stepmodel.graph import Graph, TaskKind
-from ...stepmodel.host import free_contention, main_host_ms, per_step, thread_scale
+from ...stepmodel.host import (
+    busy_threads,
+    free_contention,
+    main_host_ms,
+    per_step,
+    thread_scale,
+)
 from ...stepmodel.transforms import transform
 from ..code import AFFINITY, Setup, assign, loader_call
 from ..config import TrainConfig
@@ -55,6 +63,12 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     # the main thread's work on its new threads first: the workers' side then shares the
     # CPUs with it as it will run
     out = g.scale((g.res == g.main) & g.is_kind(TaskKind.HOST), scale)
+    # the workers' side: a new count, or the same busy workers beside the new threads where
+    # the two oversubscribe the CPUs now (the contention the run has changes with the threads)
+    now_w, n = facts.dataloader_num_workers, facts.cpu_count
+    if "num_workers" not in change and now_w and n and not facts.worker_batch_waits and (
+            busy_threads(facts) + min(now_w, n) > n):
+        change = {**change, "num_workers": now_w}
     if "num_workers" in change:
         made = workers_transform(out, change, facts)
         if isinstance(made, str) and not made.startswith(cannot_tell("nothing changes")):

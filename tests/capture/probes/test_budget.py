@@ -292,3 +292,29 @@ def test_a_probe_never_gives_up_its_least_rounds_under_the_budget(clock: FakeClo
     with common.until(clock.t + 0.2):  # a deadline without the least rounds' promise
         assert common.cannot_afford(0.1, 3)
     assert not common.cannot_afford(10.0, 10)  # no budget: never
+
+
+def test_the_split_timings_are_needed_where_workers_and_threads_outnumber_the_cpus() -> None:
+    """torch on 2 threads beside 2 workers on 2 CPUs, other processes on 0.0, the training
+    thread waiting 20% of the unprofiled steps, the loop waiting on no loader: CF010 may
+    warn, so the thread and workers' timings run (its threads split reads them); the
+    batched fetch's do not. A 5% wait (CF010's info at most), threads and workers that fit
+    the CPUs, more workers than CPUs (IN004's), another process on a CPU (CF008's) or a
+    quota under the CPUs (CF009's): left out as before."""
+    ctx = {"dataloader": {"num_workers": 2, "len": 40, "persistent_workers": True},
+           "cpu_count": 2, "torch_num_threads": 2}
+    clock = {"phase": ["wait", "active", "wait", "after", "after"],
+             "ms": [10.0, 99.0, 10.0, 10.0, 10.0], "cpu_wait_ms": [9.0, 99.0, 2.0, 2.0, 2.0],
+             "dataloader_ms": [0.0] * 5}
+    assert bmod.workers_beside_threads(ctx, clock, 0.0)
+    assert set(unneeded(ctx, clock, 0.0)) == {"fetches", "work_after_fetch"}
+    assert set(unneeded(ctx, clock, None)) == {"fetches", "work_after_fetch"}
+    small = {**clock, "cpu_wait_ms": [0.5, 99.0, 0.5, 0.5, 0.5]}
+    for c, cl, others in ((ctx, small, 0.0),
+                          ({**ctx, "cpu_count": 4}, clock, 0.0),
+                          ({**ctx, "dataloader": {"num_workers": 3}}, clock, 0.0),
+                          (ctx, clock, 1.0),
+                          ({**ctx, "cpu_quota": 1.0}, clock, 0.0),
+                          ({**ctx, "torch_num_threads": 1}, clock, 0.0)):
+        assert not bmod.workers_beside_threads(c, cl, others), (c, others)
+    assert "threads" in unneeded(ctx, small, 0.0)
