@@ -318,3 +318,15 @@ def test_the_split_timings_are_needed_where_workers_and_threads_outnumber_the_cp
                           ({**ctx, "torch_num_threads": 1}, clock, 0.0)):
         assert not bmod.workers_beside_threads(c, cl, others), (c, others)
     assert "threads" in unneeded(ctx, small, 0.0)
+
+
+def test_the_split_gate_sits_at_cf010s_own_warning_threshold() -> None:
+    """CF010's warning holds from the wait share the gate opens at (CPU_WAITS), and not
+    just under it: the gate runs the split's timings exactly where CF010 may warn."""
+    from diagnose.rules.engine import load_rules
+
+    (rule,) = [r for r in load_rules() if r.id == bmod.SPLIT_RULE]
+    assert rule.warning is not None
+    assert rule.warning.evaluate({"step_cpu_wait_unprofiled_share": bmod.CPU_WAITS})
+    assert not rule.warning.evaluate({"step_cpu_wait_unprofiled_share": bmod.CPU_WAITS - 1e-4})
+    assert bmod.OTHERS_CPUS == 0.5 and "step_others_cpus_unprofiled < 0.5" in rule.when.src
