@@ -207,6 +207,15 @@ def test_more_workers_than_the_template_sets_stay_on_offer_where_loading_waits()
     assert fix.in_place({**metrics, "input_worker_batch_cpu_ms": 0.5}) is None
 
 
+def test_the_template_count_is_not_in_place_where_the_search_goes_downward() -> None:
+    """7 workers on 8 CPUs is the template's count; on CPUs the diagnosis saw saturated
+    the search goes down from it (the run's code sets fewer), so it is not in place."""
+    fix = FIXES["num_workers"]
+    metrics = {"dataloader_num_workers": 7, "cpu_count": 8}
+    assert fix.in_place({**metrics, "host_cpu_mean_pct": 40.0}) is not None
+    assert fix.in_place({**metrics, "host_cpu_mean_pct": 95.0}) is None
+
+
 def test_in_place_needs_the_setting_known() -> None:
     for fix in FIXES.values():
         assert fix.in_place({}) is None, fix.id  # a bare trace: nothing is known

@@ -89,9 +89,12 @@ class NumWorkers(WorkerSearch):
         nw, n = _workers(metrics)
         if nw is None or n is None or nw != some_workers(n):
             return None
-        top = most_workers(Facts.from_metrics(metrics))
+        f = Facts.from_metrics(metrics)
+        top = most_workers(f)
         if top is not None and top > n:  # loading that waits: more than the CPUs help
             return None
+        if workers_oversubscribed(TrainConfig(num_workers=nw), f):
+            return None  # beside torch's threads past the CPUs: fewer workers are searched
         if n == 1:
             return "1 CPU: no core to spare for a worker process"
         return f"num_workers={nw} already: min(8, CPUs - 1) on {n} CPUs"
