@@ -191,8 +191,14 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
         if not each:
             return (f"; {pause}predictions start from {_ms(base)}, the steady steps' mean with "
                     "each epoch's start spread over them")
+        # IN005 counts the steps after the start too (its figure a step is larger): here
+        # they are in the steady mean, and the line says so
+        after = m.get("dataloader_epoch_after_ms")
+        tail = ("; the steps after it, until the new workers' first batches, are in the "
+                "steady mean" if isinstance(after, int | float) and after > 0 else "")
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
-                f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step)")
+                f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step"
+                f"{tail})")
     # workers that restart every epoch: their start-up, spread over the epoch's steps,
     # is in every prediction's step (the clock's steps held none)
     start = run_epoch_ms(Facts.from_metrics(m))

@@ -56,6 +56,11 @@ def test_the_headline_says_which_step_the_predictions_start_from() -> None:
     head = step_lines(epoch)[0]
     assert "predictions start from 43.50 ms, the steady steps' mean" in head
     assert "(2.50 ms a step)" in head
+    # the steps after the start (IN005 counts them in its figure a step) are in the
+    # steady mean here, and the line says so where they cost anything
+    head = step_lines({**epoch, "dataloader_epoch_after_ms": 12.0})[0]
+    assert head.endswith("(2.50 ms a step; the steps after it, until the new workers' "
+                         "first batches, are in the steady mean)")
     # a run whose findings carry no prediction names the mean, not a start (a new user's
     # hand-written update read "predictions start from the mean" and had none)
     for metrics in (m, epoch):
