@@ -150,6 +150,12 @@ def downsample(points: list[Point], n: int = TIMELINE_POINTS
             for b, row, t in zip(bounds, mx, most, strict=True)]
 
 
+#: saved activations under this share of the peak are not what holds it: the modules
+#: listed are then those of the activations' own peak (as backward began). A share of the
+#: page's own rounding: the kinds print as whole percents of the peak
+SAVED_AT_PEAK_MIN = 0.01
+
+
 @dataclass
 class StepMemory:
     """One tracked step (see :mod:`diagnose.memory.tracker`); :meth:`to_json` is the form
@@ -219,10 +225,12 @@ class StepMemory:
 
     def top_modules(self) -> tuple[str, list[dict[str, Any]]]:
         """The modules whose saved activations are largest at the peak, by the module that
-        made them; where the peak holds none (it is in the optimizer's step), those when
-        backward began, the activations' own peak. Returns (when, modules)."""
+        made them; where the peak holds none, or under :data:`SAVED_AT_PEAK_MIN` of it
+        (it is in the optimizer's step, the loop still holding the model's output),
+        those when backward began, the activations' own peak. Returns (when, modules)."""
         at, saved = "peak", self.saved_at_peak
-        if not saved:
+        if (sum(saved.values()) < SAVED_AT_PEAK_MIN * self.peak_bytes
+                and sum(self.saved_at_backward.values()) > sum(saved.values())):
             at, saved = "backward start", self.saved_at_backward
         total = max(1, sum(saved.values()))
         top = sorted(saved.items(), key=lambda kv: -kv[1])[:TOP_MODULES]

@@ -66,7 +66,9 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
     most = max((m["saved_bytes"] for m in mods), default=0)
     mods = [m for m in mods if m["saved_bytes"] >= 0.01 * most]
     if mods:
-        out.append(("largest saved activations: " + ", ".join(
+        when = (" (as backward began: the peak holds almost none)"
+                if mem.get("top_modules_at") == "backward start" else "")
+        out.append((f"largest saved activations{when}: " + ", ".join(
             f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
             for m in mods[:4]), "modules"))
     kept = (mem.get("kept_after_step") or {}).get("bytes")

@@ -163,3 +163,33 @@ def test_a_closure_given_to_the_optimizer_runs_forward_and_backward():
         peak = res.by_kind()
         assert peak["activations"] > 0 and peak["optimizer_state"] == M.PARAM_BYTES
         t.release()
+
+
+def test_a_peak_in_the_optimizer_lists_the_activations_own_peak():
+    """A new user's recommender peaked in Adam's step, its loop still holding the model's
+    output (1 KB here): the page listed that output as the largest saved activation. Under
+    1% of the peak, the modules listed are those as backward began (the ReLU's 256 KB),
+    and the page says when."""
+    from torch import nn
+
+    from diagnose.report.memory_text import memory_lines
+
+    model = nn.Sequential(nn.Linear(M.IN, 2048, bias=False), nn.ReLU(),
+                          nn.Linear(2048, M.OUT, bias=False))
+    opt = torch.optim.Adam(model.parameters())
+    held: list = []
+
+    def step(m, b):
+        out = m(b[0])
+        held[:] = [out]  # as a loop's ``logits = model(x)`` stays alive past backward
+        return nn.functional.cross_entropy(out, b[1])
+
+    run_step(model, opt, [M.batch()], step)
+    prof = track_step(model, opt, M.batch(), step).to_json()
+    assert prof["peak_phase"] == "optimizer"
+    assert 0 < prof["by_kind"]["activations"] < 0.01 * prof["peak_bytes"]
+    assert prof["top_modules_at"] == "backward start"
+    top = prof["top_modules"][0]
+    assert (top["module"], top["class"], top["saved_bytes"]) == ("1", "ReLU", M.BATCH * 2048 * 4)
+    lines = [text for text, kind in memory_lines(prof) if kind == "modules"]
+    assert lines and lines[0].startswith("largest saved activations (as backward began")
