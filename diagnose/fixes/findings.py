@@ -84,7 +84,9 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
             f.hints.append(f"{f.fixes[0]}: predicted on what this capture could not time, "
                            f"assumed: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
-        if isinstance(busy, float) and busy >= BUSY and any(
+        # a finding whose own evidence is that wait (CF010's) has said it already
+        said = "step_cpu_wait_unprofiled_share" in (getattr(f, "evidence", None) or {})
+        if isinstance(busy, float) and busy >= BUSY and not said and any(
                 isinstance(p, Prediction) and cpu_work & set(p.change)
                 for p in preds.values()):
             _, holders = cpu_wait_holders(metrics)

@@ -285,6 +285,10 @@ def test_the_note_asks_for_more_steps_than_were_timed() -> None:
         assert "clock_steps=" not in note, note
         assert f"more steps than the {n} timed would steady the median, not narrow" in note
         assert "For a better figure, run when the machine is less busy" in note
+    # the step line's own precision (a new user read 144.688 ms beside 144.69 ms)
+    note = clock_note({**base, "step_time_unprofiled_steps": 53,
+                       "step_time_unprofiled_p90_ms": 144.688}) or ""
+    assert "(p10 38.00 ms, p90 144.69 ms, median 47.00 ms)" in note
 
 
 def test_a_few_early_steps_faster_than_the_profiled_ones_blame_no_machine() -> None:

@@ -234,6 +234,12 @@ def test_a_busy_machine_withholds_predictions_of_cpu_work(tmp_path, busy: float)
     assert len(said) == (busy >= BUSY)
     assert not said or "this run's own processes held (its 6 DataLoader workers" in said[0]
     assert not said or said[0].endswith("(autofix measures it)")
+    # a finding whose own evidence is the wait (CF010's message states it) is not told
+    # it again (a new user read the same 20% twice in one finding)
+    e = Finding("CF010", "config", "warning", "t", "m",
+                {"step_cpu_wait_unprofiled_share": busy}, ["num_workers"], 0.6)
+    predict_findings([e], Predictor(m, Facts.from_metrics(own)), TrainConfig(), own, FIXES)
+    assert not [h for h in e.hints if h.startswith("predicted beside the run's own use")]
     if busy >= BUSY:  # autofix leaves an IterableDataset's workers: the user times it
         assert "or let autofix measure" in got
         h = Finding("IN001", "input", "critical", "t", "m", {}, ["num_workers"], 0.6)

@@ -538,6 +538,11 @@ def _options(m: Mapping[str, object]) -> str:
             else "diagnose(..., ")
 
 
+def _ms(x: object) -> str:
+    """A step time as the report's step line prints it (two decimals)."""
+    return f"{x:,.2f} ms" if isinstance(x, int | float) else "n/a ms"
+
+
 def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
     """What the report says when the unprofiled step time cannot be trusted, and how to get
     a better one (None when it can, or when there is none). ``rank``: the steps are that
@@ -550,16 +555,16 @@ def clock_note(m: dict[str, object], rank: int | None = None) -> str | None:
         why.append(f"only {n} step{'s' if n != 1 else ''} were timed")
     if isinstance(spread, float) and spread > UNRELIABLE_SPREAD:
         who = "they" if why else "the steps timed"
-        why.append(f"{who} vary widely (p10 {m.get('step_time_unprofiled_p10_ms')} ms, p90 "
-                   f"{m.get('step_time_unprofiled_p90_ms')} ms, median "
-                   f"{m.get('step_time_unprofiled_median_ms')} ms)")
+        why.append(f"{who} vary widely (p10 {_ms(m.get('step_time_unprofiled_p10_ms'))}, p90 "
+                   f"{_ms(m.get('step_time_unprofiled_p90_ms'))}, median "
+                   f"{_ms(m.get('step_time_unprofiled_median_ms'))})")
     prof, free = m.get("step_time_profiled_clock_median_ms"), m.get(
         "step_time_unprofiled_median_ms")
     if isinstance(prof, float) and isinstance(free, float) and free > 0 and (
             prof / free < MIN_OVERHEAD_RATIO):
         few = isinstance(n, int) and n < MIN_CLOCK_STEPS
         # a few steps are early ones (warm-up, first batches): they say nothing of the host
-        why.append(f"the profiled steps came out faster ({prof} ms against {free} ms), " + (
+        why.append(f"the profiled steps came out faster ({_ms(prof)} against {_ms(free)}), " + (
             "as a few early steps can" if few else
             "which a profiler cannot do: something else changed the pace"))
     extra, extra_ms = m.get("step_extra_calls_steps"), m.get("step_extra_calls_ms")
