@@ -538,8 +538,7 @@ def _options(m: Mapping[str, object]) -> str:
             else "diagnose(..., ")
 
 
-def _ms(x: object) -> str:
-    """A step time as the report's step line prints it (two decimals)."""
+def _ms(x: object) -> str:  # a step time as the report's step line prints it
     return f"{x:,.2f} ms" if isinstance(x, int | float) else "n/a ms"
 
 
