@@ -85,7 +85,7 @@ def predict_findings(findings: Iterable[Any], predictor: Predictor | str,
                            f"assumed: {'; '.join(lead.assumed)}")
         busy = metrics.get("step_cpu_wait_unprofiled_share")
         # a finding whose own evidence is that wait (CF010's) has said it already
-        said = "step_cpu_wait_unprofiled_share" in (getattr(f, "evidence", None) or {})
+        said = "step_cpu_wait_unprofiled_share" in f.evidence
         if isinstance(busy, float) and busy >= BUSY and not said and any(
                 isinstance(p, Prediction) and cpu_work & set(p.change)
                 for p in preds.values()):

@@ -229,8 +229,9 @@ class StepMemory:
         (it is in the optimizer's step, the loop still holding the model's output),
         those when backward began, the activations' own peak. Returns (when, modules)."""
         at, saved = "peak", self.saved_at_peak
-        if (sum(saved.values()) < SAVED_AT_PEAK_MIN * self.peak_bytes
-                and sum(self.saved_at_backward.values()) > sum(saved.values())):
+        held = sum(saved.values())
+        if (held < SAVED_AT_PEAK_MIN * self.peak_bytes
+                and sum(self.saved_at_backward.values()) > held):
             at, saved = "backward start", self.saved_at_backward
         total = max(1, sum(saved.values()))
         top = sorted(saved.items(), key=lambda kv: -kv[1])[:TOP_MODULES]

@@ -297,15 +297,16 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     return statistics.geometric_mean(got) if got else None
 
 
-def free_contention(g: Graph, facts: Facts, threads_after: int | None = None) -> Graph:
+def free_contention(g: Graph, facts: Facts, change: Mapping[str, Any] | None = None
+                    ) -> Graph:
     """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now,
     where the run oversubscribes its CPUs (the window's ops hold the loop's compute and
     more; the loop's other work stays as measured): the loop's own measure where it was
     taken (``loop_contention``, at least 1); else the ops' mean slowdown beside workers
     busy the share of the time measured now (:func:`workers_busy_now`, :func:`busy_mix`),
     or, where that was not measured either, as if they were busy all the time
-    (:func:`contention`). Where the change leaves torch on 2 or more threads
-    (``threads_after``; None: as now), the loop's measure is freed only as far as the
+    (:func:`contention`). Where ``change`` leaves torch on 2 or more threads (its
+    ``intra_op_threads``; none: as now), the loop's measure is freed only as far as the
     workers' own CPU can have caused it (:func:`workers_contention_bound`): the rest, the
     host's, still stalls those threads' ops after it; on one thread no op waits for a
     descheduled sibling, and all of it goes."""
@@ -315,10 +316,10 @@ def free_contention(g: Graph, facts: Facts, threads_after: int | None = None) ->
     if c == 1.0:
         return g
     if facts.loop_contention is not None:  # measured: the rule's estimate is not needed
-        # but no more of it than the workers' own CPU can have caused: the rest is the
-        # host's, and no change of workers frees it
+        # on 2+ threads, no more of it than the workers' own CPU can have caused
+        t = (change or {}).get("intra_op_threads")
         bound = (workers_contention_bound(g, facts)
-                 if busy_threads(facts, threads_after) >= 2 else None)
+                 if busy_threads(facts, t if isinstance(t, int) else None) >= 2 else None)
         c = max(1.0, min(facts.loop_contention, bound or math.inf))
     elif now and (busy := workers_busy_now(facts)) is not None:
         c = busy_mix(now, busy, cpus, threads)
@@ -358,10 +359,10 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     if cpus is None:
         return None
     threads = busy_threads(facts)
-    t = change.get("intra_op_threads")
-    base = free_contention(base, facts, t if isinstance(t, int) else None)
+    base = free_contention(base, facts, change)
     main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     busy = float(per_step(base, main, base.dur).mean())
+    t = change.get("intra_op_threads")
     scale = thread_scale(facts, t, busy / 1e3) if isinstance(t, int) else None
     cpu_main = (busy * scale * min(busy_threads(facts, t), cpus) if isinstance(t, int) and scale
                 else busy * min(threads, cpus))

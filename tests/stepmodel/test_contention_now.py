@@ -148,8 +148,8 @@ def test_the_loops_measure_is_freed_only_as_far_as_the_workers_cpu_can_have_caus
     u = 3000 / 3500
     assert workers_contention_bound(m.graph, idle) == pytest.approx(1 + 0.06 / u)
     assert main_host_ms(free_contention(m.graph, idle)) == pytest.approx(3.0 / (1 + 0.06 / u))
-    assert main_host_ms(free_contention(m.graph, idle, 2)) == pytest.approx(3.0 / (1 + 0.06 / u))
-    assert main_host_ms(free_contention(m.graph, idle, 1)) == pytest.approx(2.0, rel=0.01)
+    assert main_host_ms(free_contention(m.graph, idle, {"intra_op_threads": 2})) == pytest.approx(3.0 / (1 + 0.06 / u))
+    assert main_host_ms(free_contention(m.graph, idle, {"intra_op_threads": 1})) == pytest.approx(2.0, rel=0.01)
     busy = idle.replace(workers_cpu_mean_pct=100.0)
     assert workers_contention_bound(m.graph, busy) == pytest.approx(2.0)
     assert main_host_ms(free_contention(m.graph, busy)) == pytest.approx(2.0, rel=0.01)
