@@ -48,6 +48,7 @@ class Facts:
     model_work_one_thread_ms: float | None = None  # the same on one thread, quiet
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made
     forward_contention: float | None = None  # the loop's forward / the same alone (clock)
+    forward_quiet_ms: float | None = None  # the first batch's forward alone (torch's threads)
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None

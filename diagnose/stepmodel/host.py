@@ -275,16 +275,19 @@ def workers_busy_now(facts: Facts) -> float | None:
 
 def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
                     replay_ms: float | None = None) -> float | None:
-    """How much longer the loop's torch work ran than the same work alone after the loop,
-    where the loop made one forward call a step; None where the work alone was not timed.
-    Two measures of it, joined by their geometric mean where both exist: the window's
-    forward and backward (the window's share of its replayed step, ``replay_ms``, on the
-    unprofiled step ``step_ms``: a window the calibration left as it was keeps its
-    proportions, not its milliseconds) over ``model_work_quiet_ms``, and the clock's
-    forward over the forward alone (``forward_contention``: every unprofiled step). None
-    too where that timing's rounds spread past :data:`THREADS_NOISE_MAX` (another process
-    held a CPU while it ran: its quiet work is no more quiet than its one-thread ratio is
-    read)."""
+    """How much longer the loop's torch work (forward and backward) ran than the same work
+    alone after the loop, where the loop made one forward call a step; None where the work
+    alone was not timed. Two measures of it, joined by their geometric mean where both
+    exist: the window's forward and backward (the window's share of its replayed step,
+    ``replay_ms``, on the unprofiled step ``step_ms``: a window the calibration left as it
+    was keeps its proportions, not its milliseconds) over ``model_work_quiet_ms``; and the
+    clock's (every unprofiled step), which times the forward alone: its time over the
+    forward alone's (``forward_contention``) is added to the work alone as milliseconds,
+    the backward taken as unslowed. A worker takes its next batch's indices as the step
+    takes its batch, so its work lands beside the forward: the forward's ratio is not the
+    backward's (:func:`clock_work_contention`). None too where the quiet timing's rounds
+    spread past :data:`THREADS_NOISE_MAX` (another process held a CPU while it ran: its
+    quiet work is no more quiet than its one-thread ratio is read)."""
     quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
     if (not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps
             or (noise is not None and noise > THREADS_NOISE_MAX)):
@@ -293,8 +296,20 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3
     if step_ms and replay_ms and replay_ms > 0:
         loop *= step_ms / replay_ms
-    got = [r for r in (loop / quiet, facts.forward_contention) if r is not None and r > 0]
+    got = [r for r in (loop / quiet, clock_work_contention(facts)) if r is not None and r > 0]
     return statistics.geometric_mean(got) if got else None
+
+
+def clock_work_contention(facts: Facts) -> float | None:
+    """The clock's measure of the loop's forward and backward over the same work alone:
+    (work alone + the loop's forward - the forward alone) / work alone, from
+    ``forward_contention`` and the quiet timing's forward and work; None where any is
+    missing."""
+    ratio, forward, quiet = (facts.forward_contention, facts.forward_quiet_ms,
+                             facts.model_work_quiet_ms)
+    if ratio is None or not forward or not quiet:
+        return None
+    return (quiet + forward * (ratio - 1.0)) / quiet
 
 
 def free_contention(g: Graph, facts: Facts, change: Mapping[str, Any] | None = None
@@ -395,9 +410,9 @@ def loading_pauses(facts: Facts) -> float | None:
     return max(0.0, min(inside, pause, made))
 
 
-__all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads", "contended",
-           "contention", "cpu_bound_ms", "cpu_capacity", "cpu_used", "doubled", "free_contention",
-           "loop_contention",
+__all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads",
+           "clock_work_contention", "contended", "contention", "cpu_bound_ms", "cpu_capacity",
+           "cpu_used", "doubled", "free_contention", "loop_contention",
            "workers_busy_now", "workers_contention_bound",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

@@ -104,17 +104,34 @@ def test_the_loops_own_measure_is_the_contention_freed(tmp_path) -> None:
 
 def test_the_window_and_the_clock_each_measure_it_and_their_geometric_mean_counts(
         tmp_path) -> None:
-    """The window's forward and backward ran 1.5x the work alone (3000 us against 2 ms);
-    the clock's forward, over every unprofiled step, 2.16x the forward alone: joined,
-    sqrt(1.5 x 2.16) = 1.8x. The clock's alone where the window's cannot be read is not
-    taken either: both set beside the same quiet timing."""
-    from diagnose.stepmodel.host import loop_contention
+    """The window's forward and backward ran 1.5x the work alone (3000 us against 2 ms).
+    The clock's forward, over every unprofiled step, ran 3.32x the forward alone (1 ms):
+    2.32 ms more, added to the 2 ms of work alone (the backward unslowed): 4.32 / 2 =
+    2.16x, not 3.32x. Joined: sqrt(1.5 x 2.16) = 1.8x. Without the forward alone's time
+    the clock's measure is not read (the window's alone); the clock's alone where the
+    window's cannot be read is not taken either: both set beside the same quiet timing."""
+    from diagnose.stepmodel.host import clock_work_contention, loop_contention
 
     m = _model(_worker_loader(), tmp_path)
     f = _facts(m, **dict(RUN, model_work_quiet_ms=2.0), forward_calls_unprofiled=1,
-               forward_contention=2.16)
+               forward_contention=3.32, forward_quiet_ms=1.0)
+    assert clock_work_contention(f) == pytest.approx(2.16)
     assert loop_contention(m.graph, f) == pytest.approx(1.8)
+    assert loop_contention(m.graph, f.replace(forward_quiet_ms=None)) == pytest.approx(1.5)
     assert loop_contention(m.graph, f.replace(model_work_quiet_ms=None)) is None
+
+
+def test_a_forward_slowed_beside_a_workers_batch_frees_its_milliseconds_only() -> None:
+    """A step whose 10 ms forward ran 27 ms beside a worker's batch, its 20 ms backward as
+    alone: the loop's work 47 ms against 30 alone, 1.567x, where the forward's ratio
+    (2.7x) would free 47 - 47 / 2.7 = 29.6 ms, more than the 17 ms the forward lost."""
+    from diagnose.stepmodel.facts import Facts
+    from diagnose.stepmodel.host import clock_work_contention
+
+    f = Facts(forward_contention=2.7, forward_quiet_ms=10.0, model_work_quiet_ms=30.0)
+    assert clock_work_contention(f) == pytest.approx(47 / 30)
+    assert clock_work_contention(f.replace(forward_contention=None)) is None
+    assert clock_work_contention(f.replace(model_work_quiet_ms=0.0)) is None
 
 
 def test_a_change_of_workers_or_threads_leaves_the_loops_contention_behind() -> None:
