@@ -312,55 +312,26 @@ def clock_work_contention(facts: Facts) -> float | None:
     return (quiet + forward * (ratio - 1.0)) / quiet
 
 
-def free_contention(g: Graph, facts: Facts, change: Mapping[str, Any] | None = None
-                    ) -> Graph:
+def free_contention(g: Graph, facts: Facts) -> Graph:
     """The step with torch's ops (:func:`model_ops`) freed of the contention the run has now,
     where the run oversubscribes its CPUs (the window's ops hold the loop's compute and
     more; the loop's other work stays as measured): the loop's own measure where it was
     taken (``loop_contention``, at least 1); else the ops' mean slowdown beside workers
     busy the share of the time measured now (:func:`workers_busy_now`, :func:`busy_mix`),
     or, where that was not measured either, as if they were busy all the time
-    (:func:`contention`). Where ``change`` leaves torch on 2 or more threads (its
-    ``intra_op_threads``; none: as now), the loop's measure is freed only as far as the
-    workers' own CPU can have caused it (:func:`workers_contention_bound`): the rest, the
-    host's, still stalls those threads' ops after it; on one thread no op waits for a
-    descheduled sibling, and all of it goes."""
+    (:func:`contention`). The measure is not bounded by the workers' own CPU: torch's
+    threads wait for one another at each op's end, so a worker that takes one's CPU stalls
+    the op for its whole time slice, for more than its own time."""
     threads = busy_threads(facts)
     now, cpus = facts.dataloader_num_workers, facts.cpu_count or 1
     c = contention(now, threads, cpus)
     if c == 1.0:
         return g
     if facts.loop_contention is not None:  # measured: the rule's estimate is not needed
-        # on 2+ threads, no more of it than the workers' own CPU can have caused
-        t = (change or {}).get("intra_op_threads")
-        bound = (workers_contention_bound(g, facts)
-                 if busy_threads(facts, t if isinstance(t, int) else None) >= 2 else None)
-        c = max(1.0, min(facts.loop_contention, bound or math.inf))
+        c = max(1.0, facts.loop_contention)
     elif now and (busy := workers_busy_now(facts)) is not None:
         c = busy_mix(now, busy, cpus, threads)
     return g if c == 1.0 else g.scale(model_ops(g), 1.0 / c)
-
-
-def workers_contention_bound(g: Graph, facts: Facts) -> float | None:
-    """The most the run's busy workers can have slowed torch's ops (a factor on the ops'
-    time), from the CPU they used (the host samples: W CPUs' worth) and the ops' share u of
-    the step: j workers busy at once can be so for at most W / j of the time, all of it
-    inside the ops at worst (a share min(1, W / (j u)) of their time), in which the ops go
-    :func:`busy_ratio` times slower; the largest over j. A loop that measured more
-    contention than this (``loop_contention``) met it from elsewhere (the host, the
-    loop's other threads): no change of workers frees that. None where the workers' CPU
-    or the ops' share was not measured."""
-    now, cpus, threads = facts.dataloader_num_workers, facts.cpu_count, busy_threads(facts)
-    pct, alive = facts.workers_cpu_mean_pct, facts.workers_count
-    if not now or cpus is None or pct is None or not alive or not g.n_steps:
-        return None
-    step = float(g.steps_measured.mean())
-    u = float(per_step(g, model_ops(g), g.dur).mean()) / step if step > 0 else 0.0
-    if u <= 0:
-        return None
-    w = pct / 100 * alive
-    return 1.0 + max(min(1.0, w / (j * u)) * (busy_ratio(j, cpus, threads) - 1.0)
-                     for j in range(1, min(now, cpus) + 1))
 
 
 def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
@@ -374,7 +345,7 @@ def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
     if cpus is None:
         return None
     threads = busy_threads(facts)
-    base = free_contention(base, facts, change)
+    base = free_contention(base, facts)
     main = (base.res == base.main) & base.is_kind(TaskKind.HOST, TaskKind.LAUNCH)
     busy = float(per_step(base, main, base.dur).mean())
     t = change.get("intra_op_threads")
@@ -413,6 +384,6 @@ def loading_pauses(facts: Facts) -> float | None:
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads",
            "clock_work_contention", "contended", "contention", "cpu_bound_ms", "cpu_capacity",
            "cpu_used", "doubled", "free_contention", "loop_contention",
-           "workers_busy_now", "workers_contention_bound",
+           "workers_busy_now",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

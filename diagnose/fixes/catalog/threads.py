@@ -50,7 +50,7 @@ def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     t = change.get("intra_op_threads")
     if now is None or not isinstance(t, int):
         return cannot_tell("torch's thread count is not known (a live capture records it)")
-    scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts, change)))
+    scale = thread_scale(facts, t, main_host_ms(free_contention(g, facts)))
     if scale is None:
         used: float = now
         pct = facts.proc_cpu_mean_pct

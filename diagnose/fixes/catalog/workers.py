@@ -427,7 +427,7 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     contend = threads / max(1, n_cpus - busy) if over else 1.0
     weigh = not over_now or workers_busy_now(facts) is not None
     if over_now:
-        g = free_contention(g, facts, change)
+        g = free_contention(g, facts)
     # a change that oversubscribes a run that is not slows the loop's other work as well;
     # a run oversubscribed now has that rest measured as it is
     rest = over and not over_now
