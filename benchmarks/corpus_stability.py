@@ -24,6 +24,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ def main() -> int:
     ap.add_argument("--rejudge", type=Path, metavar="DIR",
                     help="analyse the run folders kept in DIR/<job>/<n> again; capture nothing")
     args = ap.parse_args()
+    warnings.filterwarnings("ignore")  # the jobs' own (e.g. "4 workers on 2 CPUs")
     if args.captures < 2:
         print("corpus_stability.py: --captures must be 2 or more", file=sys.stderr)
         return 2

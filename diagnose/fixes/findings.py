@@ -372,7 +372,8 @@ def sort_findings(findings: list[Any]) -> None:
     A range's width comes from its inputs' noise and the model's error, which hold from
     capture to capture, while its ends move with its point (a slow end that saves more is
     a point that moved up). Widths within :data:`TIE` of each other do not decide (which
-    is narrower is then a capture's noise): the time at stake keeps its order. A finding
+    is narrower is then a capture's noise), nor does the time at stake (it follows the
+    tied points): the rules' own order (their ids) does, the same in every capture. A finding
     graded up by its sure fix (:func:`_grade_sure`) follows those its rule graded: its
     grade rests on a range's slow end, which captures of one job put on either side of
     the line, and it must not move the advice that leads."""
@@ -387,7 +388,9 @@ def sort_findings(findings: list[Any]) -> None:
                     and (pb := _lead(b)) is not None
                     and _reach(pb) * (1 + TIE) >= pa.speedup
                     and abs(math.log(pa.speedup / pb.speedup)) <= FIXES_TIE
-                    and range_width(b) * (1 + TIE) < range_width(a)):
+                    and (range_width(b) * (1 + TIE) < range_width(a)
+                         or (range_width(a) * (1 + TIE) >= range_width(b)
+                             and b.rule < a.rule))):
                 findings[i], findings[i + 1] = b, a
                 swapped = True
         if not swapped:

@@ -179,7 +179,7 @@ EFFECT_ERROR = {"cpu": 0.0, "other": 0.0}
 #: Configs (and a finding's fixes, and findings) predicted within this share of the best, or
 #: whose range's fast end reaches within it, are a tie (one capture's model error is
 #: larger), won by the loader with the most headroom; tied findings whose ranges' widths
-#: lie within it of each other keep the time at stake's order; too small picks by noise.
+#: lie within it of each other follow the rules' order; too small picks by noise.
 TIE = 0.03
 #: Two fixes of one finding whose points lie further apart than this (|ln| of their ratio)
 #: are not a tie, whatever their ranges reach: the error of the predicted ratio of two

@@ -269,6 +269,35 @@ def test_a_tie_is_led_by_the_narrower_range_even_where_the_wider_ends_surer() ->
     assert [f.rule for f in fs] == ["IN004", "IN005"]
 
 
+def test_a_tie_of_points_and_widths_is_led_by_the_rules_order() -> None:
+    """Three captures of one job: IN004's num_workers=0 and IN005's persistent_workers
+    predicted 1.08x and 1.08x, 1.10x and 1.10x, then 1.03x and 1.09x, with ranges of one
+    width. The time at stake follows the tied points and led with IN004, IN004, then
+    IN005; the rules' order leads with IN004 in all three, whichever gains more."""
+    from diagnose.fixes.findings import sort_findings
+
+    def pred(change: dict, at: float) -> Prediction:
+        return Prediction(change, 10 / at, at, (10 / (at * 1.23), 10 / (at * 0.81)), 10.0)
+
+    for cap, pers in ((1.077, 1.082), (1.099, 1.096), (1.026, 1.085)):
+        fs = [_Graded("IN005", "warning", ["persistent_workers"],
+                      {"persistent_workers": pred({"persistent_workers": True}, pers)},
+                      1 - 1 / pers),
+              _Graded("IN004", "warning", ["num_workers_cap"],
+                      {"num_workers_cap": pred({"num_workers": 0}, cap)}, 1 - 1 / cap)]
+        sort_findings(fs)
+        assert [f.rule for f in fs] == ["IN004", "IN005"], (cap, pers)
+    # a range narrower by more than the tie still leads, whatever the rules' order
+    narrow = Prediction({"persistent_workers": True}, 10 / 1.08, 1.08,
+                        (10 / (1.08 * 1.1), 10 / (1.08 * 0.9)), 10.0)
+    fs = [_Graded("IN004", "warning", ["num_workers_cap"],
+                  {"num_workers_cap": pred({"num_workers": 0}, 1.09)}, 1 - 1 / 1.09),
+          _Graded("IN005", "warning", ["persistent_workers"],
+                  {"persistent_workers": narrow}, 1 - 1 / 1.08)]
+    sort_findings(fs)
+    assert [f.rule for f in fs] == ["IN005", "IN004"]
+
+
 def test_findings_whose_points_lie_further_apart_than_the_pair_error_do_not_tie() -> None:
     """A capture of one job: IN001's num_workers=0 at 1.46x (1.19-1.79x) and IN005's
     persistent_workers at 1.18x (0.96-1.44x, a hair narrower). The slower one's range
