@@ -2,7 +2,8 @@
 (``/proc/stat``) less the run's own (this process, its descendants, its reaped workers;
 under torchrun, every rank on this host with theirs: :func:`local_ranks`). The step clock
 snapshots it as the steps after the window begin and end: the host samples cover the
-profiled window only, and the training thread's waits for a CPU are those steps'.
+profiled window only, and the training thread's waits for a CPU are those steps'. The
+same snapshots give the run's DataLoader workers' CPUs over those steps.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ def _job_root(psutil: Any) -> Any:
     return me
 
 
-def cpu_snapshot() -> tuple[float, float, float] | None:
-    """(wall s, the usable CPUs' busy s, the job's own CPU s) now: busy is a CPU's time less
-    idle, iowait and steal (/proc/stat); the job's own is its root's (:func:`_job_root`)
-    and its live descendants', each with its reaped children (DataLoader workers an
-    epoch's end joined). Two snapshots give what other processes took in between
-    (:func:`others_cpus`). None where /proc/stat or psutil cannot say."""
+def cpu_snapshot() -> tuple[float, float, float, float] | None:
+    """(wall s, the usable CPUs' busy s, the job's own CPU s, this process's descendants'
+    CPU s) now: busy is a CPU's time less idle, iowait and steal (/proc/stat); the job's
+    own is its root's (:func:`_job_root`) and its live descendants', each with its reaped
+    children (DataLoader workers an epoch's end joined); the descendants' are this
+    process's live and reaped children's alone (its DataLoader workers). Two snapshots give
+    what other processes took in between (:func:`others_cpus`) and what the workers did
+    (:func:`children_cpus`). None where /proc/stat or psutil cannot say."""
     try:
         import psutil
     except ImportError:
@@ -54,20 +57,42 @@ def cpu_snapshot() -> tuple[float, float, float] | None:
             per = parse_proc_stat(f.read())
         tick = os.sysconf("SC_CLK_TCK")
         busy = sum(per[c][0] - per[c][1] - per[c][3] for c in usable_cpus() if c in per)
+        me = psutil.Process()
         root = _job_root(psutil)
         own = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
         for child in root.children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 own += sum(child.cpu_times()[:4])
-        return time.time(), busy / tick, own
+        kids = sum(me.cpu_times()[2:4])  # reaped children
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                kids += sum(child.cpu_times()[:4])
+        return time.time(), busy / tick, own, kids
     except (OSError, ValueError, psutil.Error):
         return None
 
 
-def others_cpus(start: tuple[float, float, float] | None,
-                end: tuple[float, float, float] | None) -> float | None:
+def others_cpus(start: tuple[float, ...] | None,
+                end: tuple[float, ...] | None) -> float | None:
     """Other processes' mean CPUs between two :func:`cpu_snapshot` s (the usable CPUs' busy
     time less this process's and its descendants'); None without both or a wall time."""
     if start is None or end is None or end[0] - start[0] <= 0:
         return None
     return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
+
+
+def children_cpus(start: tuple[float, ...] | None,
+                  end: tuple[float, ...] | None) -> float | None:
+    """This process's descendants' mean CPUs (its DataLoader workers') between two
+    :func:`cpu_snapshot` s; None without both (with their descendants' time) or a wall
+    time."""
+    if (start is None or end is None or len(start) < 4 or len(end) < 4
+            or end[0] - start[0] <= 0):
+        return None
+    return max(0.0, (end[3] - start[3]) / (end[0] - start[0]))
+
+
+def cpus_since(start: tuple[float, ...] | None) -> tuple[float | None, float | None]:
+    """(:func:`others_cpus`, :func:`children_cpus`) from ``start`` to a snapshot now."""
+    now = cpu_snapshot()
+    return others_cpus(start, now), children_cpus(start, now)

@@ -35,7 +35,7 @@ from typing import Any
 
 from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import StepFinder
-from diagnose.capture.others import cpu_snapshot, others_cpus
+from diagnose.capture.others import cpu_snapshot, cpus_since
 from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
@@ -193,10 +193,11 @@ class Steps:
         # once at its end (the drain, timed)
         self.sync = sync
         self.drain_ms: float | None = None
-        # what other processes took over the steps after the window (the CPU waits' own
-        # steps; the host samples cover the window only): snapshots at the block's ends
-        self._cpu0: tuple[float, float, float] | None = None
+        # what other processes and this one's workers took over the steps after the window
+        # (the CPU waits' own; the host samples cover the window): snapshots at its ends
+        self._cpu0: tuple[float, ...] | None = None
         self.after_others_cpus: float | None = None
+        self.after_workers_cpus: float | None = None
         self.finder = finder if finder is not None else StepFinder()
         self.finder.on_change = self._on_change
         self.after, self.settle, self.extend = after, settle, extend
@@ -440,7 +441,7 @@ class Steps:
             if self._after >= self.settle + self.after and not self._keep_timing():
                 self.done = True
                 self.drain_ms = self._drain()  # the queue the block's steps left behind
-                self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
+                self.after_others_cpus, self.after_workers_cpus = cpus_since(self._cpu0)
             elif self._after == self.settle:
                 self._drain()  # the block starts on an empty queue
             if self._after == max(self.settle, 1) and self._cpu0 is None and not self.done:
@@ -559,7 +560,7 @@ class Steps:
             return
         if self.sync is None:
             if self.after_others_cpus is None:
-                self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
+                self.after_others_cpus, self.after_workers_cpus = cpus_since(self._cpu0)
             return
         after = [r[1] for r in self.rows if r[0] == "after"]
         if not after:
@@ -569,7 +570,7 @@ class Steps:
             self.rows.append(self._row(st, "after", now, cpu_wait_ns()))
             self._step = None
         self.drain_ms = self._drain()
-        self.after_others_cpus = others_cpus(self._cpu0, cpu_snapshot())
+        self.after_others_cpus, self.after_workers_cpus = cpus_since(self._cpu0)
 
     def _drain(self) -> float | None:
         """Wait for the device's queued work; the ms it took (None without a device)."""

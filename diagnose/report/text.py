@@ -19,7 +19,7 @@ from ..console import emit, plain_text
 from ..fixes import FIXES
 from ..fixes.findings import NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS, offered
 from ..fixes.unit import CANNOT_TELL, NO_MODEL
-from ..metrics.context.cpu_holders import cpu_wait_holders
+from ..metrics.context.cpu_holders import cpu_wait_holders, workers_used
 from ..result import step_time
 from ..rules.engine import group_not_evaluated
 from ..stepmodel.epochs import run_epoch_ms
@@ -239,14 +239,16 @@ def unprofiled_dl(m: dict[str, Any]) -> str:
 
 
 def workers_cpu(m: Mapping[str, Any]) -> str:
-    """The CPUs the loader's workers used (the host samples' ``workers_cpus``), and where
-    the training thread waited :data:`OWN_WAIT_SAID` of its unprofiled steps for a CPU the
+    """The CPUs the loader's workers used (over the unprofiled steps, else the profiled
+    window's: :func:`~diagnose.metrics.context.cpu_holders.workers_used`), and where the
+    training thread waited :data:`OWN_WAIT_SAID` of its unprofiled steps for a CPU the
     run itself held (:func:`~diagnose.metrics.context.cpu_holders.cpu_wait_holders`), that
     wait: a loader that keeps up can still take the training's CPUs."""
-    used, k = m.get("workers_cpus"), m.get("workers_count") or m.get("dataloader_num_workers")
-    if not isinstance(used, int | float) or not isinstance(k, int) or k <= 0:
+    (used, where), k = workers_used(m), m.get("workers_count") or m.get(
+        "dataloader_num_workers")
+    if used is None or not isinstance(k, int) or k <= 0:
         return ""
-    out = f"; its {k} worker{'s' if k != 1 else ''} used {used:.2f} CPUs"
+    out = f"; its {k} worker{'s' if k != 1 else ''} used {used:.2f} CPUs{where}"
     wait = m.get("step_cpu_wait_unprofiled_share")
     if isinstance(wait, int | float) and wait >= OWN_WAIT_SAID and not cpu_wait_holders(m)[0]:
         out += (f", and the training thread waited {wait:.0%} of its steps for a CPU the "

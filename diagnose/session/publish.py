@@ -88,6 +88,9 @@ def capture_section(*, run_dir: Path, prof: Any, steps: Steps, schedule: tuple[i
         # other processes' mean CPUs over the steps timed after the window
         "after_others_cpus": (None if steps.after_others_cpus is None
                               else round(steps.after_others_cpus, 3)),
+        # this process's DataLoader workers' mean CPUs over those same steps
+        "after_workers_cpus": (None if steps.after_workers_cpus is None
+                               else round(steps.after_workers_cpus, 3)),
         # the job's ranks on this host whose processes that leaves out (torchrun's)
         "after_own_local_ranks": local_ranks(),
         "loader_starts": steps.loader_starts,

@@ -561,7 +561,7 @@ def test_other_processes_cpus_between_two_snapshots() -> None:
     """What other processes took between two snapshots: the usable CPUs' busy time less
     this process's and its descendants' (a child's work counts as the run's own), over the
     wall time; a real child busy for a while is not "other"."""
-    from diagnose.capture.others import cpu_snapshot, others_cpus
+    from diagnose.capture.others import children_cpus, cpu_snapshot, others_cpus
 
     assert others_cpus((0.0, 10.0, 2.0), (2.0, 13.0, 3.5)) == 0.75  # (3 - 1.5) / 2 s
     assert others_cpus((0.0, 10.0, 2.0), (2.0, 11.0, 3.5)) == 0.0  # never below none
@@ -577,3 +577,8 @@ def test_other_processes_cpus_between_two_snapshots() -> None:
     assert b is not None and b[2] - a[2] >= 0.3  # the reaped child's CPU is the run's own
     got = others_cpus(a, b)
     assert got is not None and got >= 0.0
+    # ... and this process's children's (its DataLoader workers' over the clock's steps)
+    kids = children_cpus(a, b)
+    assert kids is not None and kids * (b[0] - a[0]) >= 0.3
+    assert children_cpus((0.0, 10.0, 2.0, 1.0), (2.0, 13.0, 3.5, 2.0)) == 0.5
+    assert children_cpus((0.0, 10.0, 2.0), (2.0, 13.0, 3.5)) is None  # no children's time

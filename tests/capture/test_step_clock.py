@@ -571,8 +571,12 @@ def test_a_cpu_loop_that_ends_before_the_clock_is_done_reads_the_other_processes
     """A CPU loop whose steps were timed longer (a busy machine) and ended first: finish()
     reads the other processes' CPUs up to the loop's end (CF007 and CF008 need them), once,
     with no drain."""
-    snaps = iter([(0.0, 0.0, 0.0), (2.0, 3.0, 1.0)])  # wall, usable CPUs' busy, own
+    from diagnose.capture import others
+
+    # wall, usable CPUs' busy, own, this process's workers'
+    snaps = iter([(0.0, 0.0, 0.0, 0.0), (2.0, 3.0, 1.0, 0.5)])
     monkeypatch.setattr(steps_mod, "cpu_snapshot", lambda: next(snaps))
+    monkeypatch.setattr(others, "cpu_snapshot", lambda: next(snaps))
     s = steps_mod.Steps(None, after=8, settle=1)
     s.start()
     for _ in range(1 + 3):
@@ -580,6 +584,7 @@ def test_a_cpu_loop_that_ends_before_the_clock_is_done_reads_the_other_processes
     assert not s.done and s.after_others_cpus is None
     s.finish()
     assert s.after_others_cpus == pytest.approx(1.0) and s.drain_ms is None
+    assert s.after_workers_cpus == pytest.approx(0.25)  # 0.5 s of the workers' CPU in 2 s
     s.finish()  # once only: the snapshots are spent
     assert s.after_others_cpus == pytest.approx(1.0)
 
@@ -692,9 +697,15 @@ def test_who_held_the_cpus_the_training_thread_waited_for():
     assert cpu_wait_holders(idle) == (
         False, "this run's own threads held: torch's 2 threads fill the 2 CPUs, so the "
                "least other work keeps one of them waiting (here its 3 DataLoader workers' "
-               "0.00 CPUs and other processes' 0.30)")
+               "0.00 CPUs in the profiled window and other processes' 0.30)")
     busy = {**idle, "workers_cpus": 0.6}  # the workers may hold them
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(busy)[1]
+    # the workers' CPUs over the clock's own unprofiled steps prevail over the window's,
+    # where a profiler that slowed the loop 7x left the workers idle
+    assert "its 3 DataLoader workers beside it" in cpu_wait_holders(
+        {**idle, "step_workers_cpus_unprofiled": 0.36})[1]
+    assert "workers' 0.00 CPUs and other" in cpu_wait_holders(
+        {**busy, "step_workers_cpus_unprofiled": 0.001})[1]
     assert "its 3 DataLoader workers beside it" in cpu_wait_holders(
         {**idle, "torch_num_threads": 1})[1]  # a CPU left to spare: not the threads
     assert cpu_wait_holders({"host_cpu_others_cpus": 1.4, "workers_count": 1,

@@ -92,10 +92,13 @@ def test_the_dataloader_line_says_what_the_workers_cost_the_cpus() -> None:
     """A new user read "No findings" beside a 19% wait of the training thread for a CPU
     his two workers held: the DataLoader line names the workers' CPUs and that wait where
     other processes held under half a CPU; with other processes busy, or a wait under 5%,
-    the CPUs alone; without workers or samples, nothing."""
+    the CPUs alone; without workers or samples, nothing. The workers' CPUs are those of the
+    steps whose wait it states, the unprofiled ones; the window's (where a slowed loop
+    left them idle: another new user read 0.06 CPUs of workers that did 0.35) say so."""
     from diagnose.report.text import unprofiled_dl
 
-    m = {"dataloader_wait_unprofiled_share": 0.008, "workers_cpus": 0.321,
+    m = {"dataloader_wait_unprofiled_share": 0.008, "step_workers_cpus_unprofiled": 0.321,
+         "workers_cpus": 0.06,
          "dataloader_num_workers": 2, "step_cpu_wait_unprofiled_share": 0.1872,
          "step_others_cpus_unprofiled": 0.0, "torch_num_threads": 2, "cpu_count": 2}
     assert unprofiled_dl(m) == ("; 0.8% without the profiler; its 2 workers used 0.32 CPUs, "
@@ -104,6 +107,9 @@ def test_the_dataloader_line_says_what_the_workers_cost_the_cpus() -> None:
     busy = {**m, "step_others_cpus_unprofiled": 0.98}
     assert unprofiled_dl(busy).endswith("its 2 workers used 0.32 CPUs")
     assert unprofiled_dl({**m, "step_cpu_wait_unprofiled_share": 0.02}).endswith("0.32 CPUs")
-    assert unprofiled_dl({**m, "workers_cpus": None}) == "; 0.8% without the profiler"
+    window = {**m, "step_workers_cpus_unprofiled": None, "step_cpu_wait_unprofiled_share": 0}
+    assert unprofiled_dl(window).endswith("its 2 workers used 0.06 CPUs in the profiled window")
+    assert unprofiled_dl({**m, "workers_cpus": None, "step_workers_cpus_unprofiled": None}) == (
+        "; 0.8% without the profiler")
     assert unprofiled_dl({**m, "dataloader_num_workers": 0, "workers_count": None}) == (
         "; 0.8% without the profiler")

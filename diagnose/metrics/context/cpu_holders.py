@@ -27,6 +27,20 @@ def others_during_clock(m: Mapping[str, object]) -> object:
     return own if isinstance(own, float) else m.get("host_cpu_others_cpus")
 
 
+def workers_used(m: Mapping[str, object]) -> tuple[float | None, str]:
+    """The DataLoader workers' CPUs over the steps the clock timed after the window, the
+    steps whose CPU waits it read (``step_workers_cpus_unprofiled``), else the profiled
+    window's (``workers_cpus``: where the profiler slows the loop, its workers idle), with
+    the words for where that came from ("" for the unprofiled steps)."""
+    clock = m.get("step_workers_cpus_unprofiled")
+    if isinstance(clock, int | float) and not isinstance(clock, bool):
+        return float(clock), ""
+    window = m.get("workers_cpus")
+    if isinstance(window, int | float) and not isinstance(window, bool):
+        return float(window), " in the profiled window"
+    return None, ""
+
+
 def pool_clash(m: Mapping[str, object]) -> str | None:
     """Where the training process's own thread pools oversubscribe its CPUs: a pool that is
     not torch's (``thread_pool_beside_torch``, 2 threads or more) beside torch's threads,
@@ -59,7 +73,7 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
     own thread pools oversubscribe them (:func:`pool_clash`)."""
     others = others_during_clock(m)
     workers = m.get("workers_count") or m.get("dataloader_num_workers")
-    used = m.get("workers_cpus")
+    used, where = workers_used(m)
     threads, cpus = m.get("torch_num_threads"), m.get("cpu_count")
     if (isinstance(others, float) and others < OTHERS_BUSY_CPUS and isinstance(workers, int)
             and workers > 0):
@@ -69,8 +83,8 @@ def cpu_wait_holders(m: Mapping[str, object]) -> tuple[bool, str]:
             # idle workers explain no wait; torch's threads on every CPU wait for any other
             return False, (f"this run's own threads held: torch's {threads} threads fill the "
                            f"{cpus} CPUs, so the least other work keeps one of them waiting "
-                           f"(here its {workers} DataLoader workers' {used:.2f} CPUs and "
-                           f"other processes' {others:.2f})")
+                           f"(here its {workers} DataLoader workers' {used:.2f} CPUs{where} "
+                           f"and other processes' {others:.2f})")
         return False, (f"this run's own processes held (its {workers} DataLoader workers "
                        f"beside it; other processes took {others:.2f} CPUs)")
     pool = pool_clash(m)

@@ -16,6 +16,8 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ...values import as_int, as_number
 from .cpu_holders import OTHERS_BUSY_CPUS, cpu_wait_holders
 from .fields import as_bool
@@ -127,16 +129,16 @@ CATALOG: dict[str, tuple[str, str]] = {
         "None when the unprofiled figure is unreliable (see step_time_unprofiled_reliable)",
     ),
     "step_cpu_wait_unprofiled_share": (
-        "fraction",
-        "share of the unprofiled steps' time the training thread waited, runnable, for a CPU "
-        "(Linux schedstat), over the steps after the window where the other processes' "
-        "CPUs were read over them (step_others_cpus_unprofiled): how busy the machine was "
-        "while timing",
-    ),
+        "fraction", "share of the unprofiled steps' time the training thread waited, runnable, "
+        "for a CPU (Linux schedstat), over the steps after the window where the other "
+        "processes' CPUs were read (step_others_cpus_unprofiled): how busy the machine was"),
     "step_others_cpus_unprofiled": (
         "CPUs", "other processes' mean CPUs over the steps timed after the window (the usable "
         "CPUs' busy time less the run's own processes', /proc/stat): who held the CPUs the "
         "training thread waited for then; the host samples cover the window only"),
+    "step_workers_cpus_unprofiled": (
+        "CPUs", "the DataLoader workers' mean CPUs (the training process's descendants') over "
+        "the steps step_others_cpus_unprofiled reads; workers_cpus: the profiled window's"),
     "step_others_leave_out_ranks": (
         "count", "the job's ranks on this host whose processes step_others_cpus_unprofiled "
         "counts as the job's own, not as other processes (torchrun's local ranks; 1: the "
@@ -245,11 +247,7 @@ def _mean_error(xs: list[float]) -> float | None:
 
 def _quantile(xs: list[float], q: float) -> float:
     """Linear-interpolated quantile of a non-empty list (numpy's default)."""
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return float(np.quantile(xs, q))
 
 
 def _full_gc_spacing(free: list[dict[str, Any]]) -> float | None:
@@ -423,6 +421,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
     drain = as_number(cap.get("step_clock_drain_ms"), finite=False)
     out["step_time_unprofiled_drain_ms"] = drain
     out["step_others_cpus_unprofiled"] = as_number(cap.get("after_others_cpus"))
+    out["step_workers_cpus_unprofiled"] = as_number(cap.get("after_workers_cpus"))
     out["step_others_leave_out_ranks"] = as_int(cap.get("after_own_local_ranks"))
     out["step_time_device_paced"] = None if drain is None else pace is not None
     prof = [float(r["ms"]) for r in rows if r.get("phase") == "active" and as_number(r.get("ms"), finite=False)]
