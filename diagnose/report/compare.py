@@ -162,15 +162,33 @@ class StepComparison:
     median_b: float | None
     diff: StepDiff | None  # None: a run has no per-step times
     note: str | None = None  # why "as profiled" when one run had unprofiled steps
+    # the runs' batch sizes where they differ: the change, its interval and its verdict
+    # are then per sample (the medians stay per step)
+    per_sample: tuple[float, float] | None = None
 
     @property
     def verdict(self) -> str | None:
         return self.diff.verdict if self.diff is not None else None
 
     @property
+    def sample_ms(self) -> tuple[float, float] | None:
+        """Each run's median step over its batch size (ms a sample), where they differ."""
+        a, b, per = self.median_a, self.median_b, self.per_sample
+        if per is None or a is None or b is None:
+            return None
+        return a / per[0], b / per[1]
+
+    @property
     def change_pct(self) -> float | None:
-        a, b = self.median_a, self.median_b
+        a, b = self.sample_ms or (self.median_a, self.median_b)
         return (b / a - 1) * 100 if a is not None and b is not None and a else None
+
+    def spread(self, d: Any) -> str:
+        """One run's median and middle half, per step (or per sample where the verdict is)."""
+        if self.per_sample is None:
+            return f"median {d.median:,.1f} ms, middle half {d.p25:,.1f}-{d.p75:,.1f} ms"
+        return (f"median {d.median:,.4g} ms a sample, middle half {d.p25:,.4g}-{d.p75:,.4g} "
+                "ms")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"measured": self.measured, "note": self.note,
@@ -185,6 +203,9 @@ class StepComparison:
                        mean_change_pct=d["mean_change_pct"],
                        mean_interval_pct=d["mean_interval_pct"], by_mean=d["by_mean"],
                        tells_apart_pct=_round(self.least_pct, 2))
+        if (per := self.sample_ms) is not None and self.per_sample is not None:
+            out.update(per="sample", batch_sizes=list(self.per_sample),
+                       a_ms_per_sample=_round(per[0]), b_ms_per_sample=_round(per[1]))
         return out
 
     @property
@@ -216,6 +237,8 @@ class StepComparison:
         if not (_isnum(a) and _isnum(b)):
             return f"step time {self.measured}: not in both runs"
         head = f"step time {self.measured}: {a:,.1f} ms -> {b:,.1f} ms"
+        if (per := self.sample_ms) is not None:
+            head = f"time per sample {self.measured}: {per[0]:,.4g} ms -> {per[1]:,.4g} ms"
         pct = self.change_pct
         if self.diff is None:
             return head + (f" ({pct:+.1f}%)" if pct is not None else "") + \
@@ -265,7 +288,7 @@ def compare_step(a: Analysis, b: Analysis, *,
         note = "; ".join([*([note] if note else []), models])
     batches = _other_batch(a.metrics, b.metrics, ma, mb)
     if batches:
-        note = "; ".join([*([note] if note else []), batches])
+        note = "; ".join([*([note] if note else []), batches[0]])
     caveats = [c for c in (_caveat("A", a.metrics), _caveat("B", b.metrics),
                            _host_pace(a.metrics, b.metrics, noise_floor_pct)) if c]
     if caveats:
@@ -274,8 +297,11 @@ def compare_step(a: Analysis, b: Analysis, *,
             ": compare again on a quieter host" if host else
             ": the spread is the run's own, which a quieter host leaves as it is; compare more "
             "steps of each")
+    per = batches[1] if batches else None
+    if per is not None:  # the interval and the verdict per sample
+        xa, xb = [x / per[0] for x in xa], [x / per[1] for x in xb]
     diff = step_difference(xa, xb, floor_pct=noise_floor_pct) if xa and xb else None
-    return StepComparison(measured, ma, mb, diff, note)
+    return StepComparison(measured, ma, mb, diff, note, per)
 
 
 def _other_model(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -289,17 +315,18 @@ def _other_model(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             "times compare two models, not a change of settings")
 
 
-def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any) -> str | None:
+def _other_batch(a: dict[str, Any], b: dict[str, Any], ma: Any, mb: Any
+                 ) -> tuple[str, tuple[float, float]] | None:
     """Where the two runs' DataLoaders batch a different number of samples: a step does
-    other work, so the step times are put per sample too (``ma``/``mb``: the medians
-    compared). None where they match or either is not known."""
+    other work, so the steps are compared per sample (``ma``/``mb``: the medians per
+    step): the words, and the batch sizes. None where they match or either is not known."""
     ba, bb = as_number(a.get("dataloader_batch_size")), as_number(b.get("dataloader_batch_size"))
     if ba is None or bb is None or ba == bb or ba <= 0 or bb <= 0:
         return None
-    per = (f": {ma / ba:.3f} against {mb / bb:.3f} ms a sample"
-           if _isnum(ma) and _isnum(mb) else "")
+    per = (f" ({ma / ba:.3f} against {mb / bb:.3f} ms a sample; {ma:,.1f} against "
+           f"{mb:,.1f} ms a step)" if _isnum(ma) and _isnum(mb) else "")
     return (f"the runs' batches differ (A {int(ba):,} samples, B {int(bb):,}): a step does "
-            f"other work, so compare per sample{per}")
+            f"other work, so the steps are compared per sample{per}"), (ba, bb)
 
 
 def _host_pace(a: dict[str, Any], b: dict[str, Any], floor_pct: float
@@ -429,8 +456,9 @@ def _with_headline(metrics: list[MetricDelta], step: StepComparison) -> list[Met
         return metrics
     name = ("step_time_unprofiled_median_ms" if step.measured == "without the profiler"
             else "step_time_median_ms")
-    head = MetricDelta(name, "ms", step.median_a, step.median_b, "lower",
-                       said=step.verdict, headline=True)
+    head = MetricDelta(name, "ms", step.median_a, step.median_b, "lower",  # per sample:
+                       said=step.verdict if step.per_sample is None else None,  # no verdict
+                       headline=True)
     return [head, *(m for m in metrics if m.name != name)]
 
 
@@ -480,8 +508,7 @@ def renderables(c: Comparison) -> list[Any]:
         head.add_row("step", Text(c.step.line(), style=style))
         for who, d in (("A", c.step.diff.a), ("B", c.step.diff.b)) if c.step.diff else ():
             run = c.a if who == "A" else c.b
-            head.add_row("", Text(f"{who}: median {d.median:,.1f} ms, middle half "
-                                  f"{d.p25:,.1f}-{d.p75:,.1f} ms ({steps_label(run, d.n)})",
+            head.add_row("", Text(f"{who}: {c.step.spread(d)} ({steps_label(run, d.n)})",
                                   style="dim"))
         if c.step.note:
             head.add_row("", Text(c.step.note, style="dim"))

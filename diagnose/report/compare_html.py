@@ -28,8 +28,7 @@ def _summary(c: Comparison) -> Markup:
         cls = {"better": "better", "worse": "worse"}.get(st.verdict or "")
         rows.append(("step time", el("span", st.line(), class_=cls)))
         for who, d in (("A", st.diff.a), ("B", st.diff.b)) if st.diff else ():
-            rows.append((f"{who} steps", f"median {d.median:,.1f} ms, middle half "
-                                         f"{d.p25:,.1f}-{d.p75:,.1f} ms "
+            rows.append((f"{who} steps", f"{st.spread(d)} "
                                          f"({steps_label(c.a if who == 'A' else c.b, d.n)})"))
         if st.note:
             rows.append(("note", st.note))

@@ -376,10 +376,14 @@ def test_two_models_are_said_to_be_two_models(tmp_path: Path) -> None:
     assert unknown.step.note is None or "models differ" not in unknown.step.note
 
 
-def test_two_batch_sizes_are_compared_per_sample_too(tmp_path: Path) -> None:
-    """Runs whose DataLoaders batch 32 and 16 samples: the note says a step does other
-    work and gives each run's step per sample (the same trace: half the time a sample in
-    A). The same batch, or one not known: nothing said."""
+def test_two_batch_sizes_are_compared_per_sample(tmp_path: Path) -> None:
+    """Runs whose DataLoaders batch 32 and 16 samples, the same steps: a new user read
+    "better" per step for a run that did 2.5x the time a sample. The change, its interval
+    and its verdict are per sample (here +100%: worse, twice the time a sample in B); the
+    medians stay per step, and the table's step row gives no verdict of its own. The same
+    batch, or one not known: per step, nothing said."""
+    from diagnose.report.compare import render_text
+
     path = tb.healthy().write(tmp_path / "run.pt.trace.json.gz")
     big = analyze(path, context={"dataloader": {"batch_size": 32}})
     small = analyze(path, context={"dataloader": {"batch_size": 16}})
@@ -387,6 +391,15 @@ def test_two_batch_sizes_are_compared_per_sample_too(tmp_path: Path) -> None:
     assert c.step.note is not None and "batches differ (A 32 samples, B 16)" in c.step.note
     ma, mb = c.step.median_a, c.step.median_b
     assert f"{ma / 32:.3f} against {mb / 16:.3f} ms a sample" in c.step.note
+    assert c.step.per_sample == (32, 16) and ma == mb
+    assert c.step.change_pct == pytest.approx(100.0) and c.step.verdict == "worse"
+    assert c.step.line().startswith(f"time per sample as profiled: {ma / 32:,.4g} ms ->")
+    j = c.step.to_json()
+    assert (j["per"], j["batch_sizes"], j["a_median_ms"]) == ("sample", [32, 16], ma)
+    assert c.metrics[0].headline and c.metrics[0].verdict is None
+    assert "ms a sample, middle half" in render_text(c)
+    back = compare_reports(small, big).step
+    assert back.change_pct == pytest.approx(-50.0) and back.verdict == "better"
     for other in (analyze(path, context={"dataloader": {"batch_size": 32}}), analyze(path)):
         note = compare_reports(big, other).step.note
         assert note is None or "batches differ" not in note
