@@ -11,7 +11,7 @@ parameter and a scalar step; SGD with momentum: one buffer; without: none).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 KINDS = ("parameters", "gradients", "optimizer_state", "activations", "temporaries", "other")
@@ -82,6 +82,17 @@ def optimizer_params(optimizer: Any) -> list[Any]:
     return _unique(p for g in getattr(optimizer, "param_groups", []) for p in g["params"])
 
 
+def optimized(optimizers: Sequence[Any]) -> dict[str, int] | None:
+    """The trainable parameters the optimizers hold, each once (a hand-written update
+    holds the rest): ``bytes``, ``tensors`` and the ``largest``; None where no optimizer
+    is known."""
+    if not optimizers:
+        return None
+    sizes = [tensor_bytes(p) for p in _unique(p for o in optimizers for p in optimizer_params(o))
+             if getattr(p, "requires_grad", True)]
+    return {"bytes": sum(sizes), "tensors": len(sizes), "largest": max(sizes, default=0)}
+
+
 def optimizer_hyper(optimizer: Any) -> dict[str, Any]:
     groups = getattr(optimizer, "param_groups", None) or [{}]
     return {**(getattr(optimizer, "defaults", None) or {}), **groups[0]}
@@ -128,6 +139,6 @@ def largest_param_bytes(model: Any) -> int:
 
 
 __all__ = ["KINDS", "MODEL_STATES", "STATE_LAYOUT", "empty_kinds", "largest_param_bytes",
-           "model_states", "optimizer_hyper", "optimizer_params", "optimizer_state",
+           "model_states", "optimized", "optimizer_hyper", "optimizer_params", "optimizer_state",
            "optimizer_state_bytes",
            "predicted_state_bytes", "state_layout", "tensor_bytes"]

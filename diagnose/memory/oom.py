@@ -95,7 +95,8 @@ def lines(ex: Mapping[str, Any]) -> list[str]:
     mods = ex.get("top_modules") or []
     if mods:
         out.append("Saved activations, largest: " + ", ".join(
-            f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}" for m in mods[:3])
+            m["module"] + (f" ({m['class']})" if m.get("class") else "")
+            + f" {_mib(m['saved_bytes'])}" for m in mods[:3])
             + ".")
     lb = ex.get("largest_batch") or {}
     if lb.get("batch_size"):

@@ -22,6 +22,9 @@ import numpy as np
 from .kinds import KINDS
 
 PHASES = ("forward", "backward", "optimizer")
+#: the module a tensor made outside every model's forward is filed under (the loop's own
+#: slice of a batch, which the first layer saves): not the model's own ("(model)")
+OUTSIDE = "(outside the model)"
 TIMELINE_POINTS = 256  # stretches kept in the JSON timeline (a plot's width; ~40 KB)
 TOP_MODULES = 8
 #: checkpointing is offered where the blocks free at least this share of the saved
@@ -187,6 +190,10 @@ class StepMemory:
     untracked_bytes: int = 0  # held on the device but never seen by the tracker (CUDA)
     allocator_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated (CUDA)
     largest_trained_bytes: int | None = None  # the largest parameter that takes a gradient
+    # the trainable parameters the optimizers hold (kinds.optimized: bytes, tensors, the
+    # largest): what another optimizer's state is sized by (a hand-written update holds
+    # the rest); None where the step ran no known optimizer
+    optimized: dict[str, int] | None = None
 
     @property
     def peak_index(self) -> int:
@@ -304,6 +311,10 @@ class StepMemory:
                       "largest_parameter": self.largest_param_bytes,
                       "largest_trained_parameter": self.largest_trained_bytes,
                       "parameter_tensors": self.param_tensors, "optimizer": self.optimizer,
+                      **({"optimized_parameters": self.optimized["bytes"],
+                          "optimized_tensors": self.optimized["tensors"],
+                          "largest_optimized_parameter": self.optimized["largest"]}
+                         if self.optimized is not None else {}),
                       **({"optimizer_classes": self.optimizer_classes}
                          if len(self.optimizer_classes) > 1 else {})},
             "untracked_bytes": self.untracked_bytes,
@@ -312,5 +323,5 @@ class StepMemory:
         }
 
 
-__all__ = ["PHASES", "TIMELINE_POINTS", "Point", "StepMemory", "blocks_from_saved",
+__all__ = ["OUTSIDE", "PHASES", "TIMELINE_POINTS", "Point", "StepMemory", "blocks_from_saved",
            "downsample", "point_kinds"]

@@ -1,30 +1,29 @@
 """One training step's memory, by kind and by module, measured with torch's MemTracker.
 
-:class:`StepTracker` is torch's ``MemTracker`` (a dispatch mode that files every tensor it
-sees under a kind: parameter, buffer, gradient, activation, temporary, optimizer state,
-other) with three additions: the kinds after every operator (the timeline, each point
-tagged forward, backward or optimizer), the saved-for-backward tensors by the module that
-made them (a ``saved_tensors_hooks`` pair: alive bytes per module at the peak, and at the
-start of backward which of them a checkpointed block would free), and an out-of-memory
-error caught with what was held when it was raised. It runs on CPU, on CUDA and under
-FakeTensorMode alike; ``limit_bytes`` raises ``torch.OutOfMemoryError`` once the tracked
-total passes it (a device of that size, emulated). :func:`track_step` runs one step under
-it; the session can instead enter a StepTracker around one iteration of the user's loop
-(:mod:`.inplace`): the batch is then named when it comes (:meth:`StepTracker.note_batch`),
-the loader's own work is left out (:attr:`StepTracker.paused`), and the batch size and
-autocast are read from the model's outermost call. An operator's output that shares the
-storage of an input the tracker never saw (a slice of a dataset held in memory, an
-in-place update of an untracked tensor) is memory held before the step: not counted.
+:class:`StepTracker` is torch's ``MemTracker`` (a dispatch mode filing every tensor under a
+kind: parameter, buffer, gradient, activation, temporary, optimizer state, other) plus the
+kinds after every operator (the timeline: forward, backward or optimizer), the saved-for-
+backward tensors by the module that made them (alive bytes per module at the peak; at the
+start of backward, what a checkpointed block would free) and an out-of-memory error caught
+with what was held. It runs on CPU, CUDA and under FakeTensorMode; ``limit_bytes`` emulates
+a device of that size. :func:`track_step` runs one step under it; the session instead enters
+it around one iteration of the user's loop (:mod:`.inplace`): the batch is named when it
+comes, the loader's work is left out (:attr:`StepTracker.paused`), the batch size and
+autocast are read from the model's outermost call. An output sharing the storage of an
+input the tracker never saw (a slice of a dataset in memory) is held before the step: not
+counted.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -35,13 +34,14 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .kinds import (
     model_states,
+    optimized,
     optimizer_hyper,
     optimizer_params,
     optimizer_state,
     tensor_bytes,
 )
 from .modtracker import LeafSafeModTracker
-from .profile import PHASES, Point, StepMemory, blocks_from_saved
+from .profile import OUTSIDE, PHASES, Point, StepMemory, blocks_from_saved
 from .saved import Packed, Release, by_creator, unpack
 from .tensors import (
     is_fake,
@@ -59,14 +59,8 @@ _TEMP, _OPT, _OTH = _MemRefType.TEMP, _MemRefType.OPT, _MemRefType.OTH
 StepFn = Callable[[Any, Any], Any]
 
 
-class _NoHook:
-    """A hook handle with no hook (a frozen parameter's, see StepTracker)."""
-
-    def remove(self) -> None:
-        pass
-
-
-_NO_HOOK = _NoHook()
+#: a hook handle with no hook (a frozen parameter's, see StepTracker)
+_NO_HOOK = SimpleNamespace(remove=lambda: None)
 
 
 def _guarded(hook: Callable[..., None]) -> Callable[..., None]:
@@ -156,6 +150,9 @@ class StepTracker(MemTracker):
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> StepTracker:
+        # garbage made before the step, collected inside it, changed what it counted (a
+        # GAN's step after another tracked step: two of its tensors more at the peak)
+        gc.collect()
         self.track_external(*self.models, *self.optimizers, *tensors_of(self.batch))
         if self.dev.type == "cuda" and not is_fake(self.model):
             torch.cuda.synchronize(self.dev)
@@ -397,7 +394,8 @@ class StepTracker(MemTracker):
         and the timeline's point."""
         bw, opt = self._mod_tracker.is_bw, self._in_opt
         if not bw and not opt:
-            here = self._here()
+            # made outside every model's forward (the loop's own slice of a batch): OUTSIDE
+            here = self._here() if set(self._mod_tracker.parents) - {"Global"} else OUTSIDE
             tree_map_only(torch.Tensor, lambda t: self._note_creator(t, here), res)
         if self.saved_at_backward is None and bw:
             self.saved_at_backward = self._saved_records()
@@ -510,7 +508,8 @@ class StepTracker(MemTracker):
             blocks=blocks_from_saved(saved, self.classes, self.forward_s,
                                      models_at_root=self._root == ""),
             classes=self.classes, step_s=self.step_s, oom=self.oom,
-            untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak)
+            untracked_bytes=self.untracked_bytes, allocator_peak_bytes=self.allocator_peak,
+            optimized=optimized(self.optimizers))
 
 
 def optimizer_summary(optimizer: Any) -> dict[str, Any] | None:

@@ -107,6 +107,13 @@ class Profile:
         trained = model.get("largest_trained_parameter")
         self.LT = int(trained) if isinstance(trained, int) else self.L
         self.n_tensors = int(model.get("parameter_tensors") or 0)
+        # what the optimizers hold (a hand-written update holds the rest): another
+        # optimizer's state and step are sized by these; all trainable ones where unknown
+        held = model.get("optimized_parameters")
+        self.GO = int(held) if isinstance(held, int) else self.G
+        n_held, big = model.get("optimized_tensors"), model.get("largest_optimized_parameter")
+        self.n_opt = int(n_held) if isinstance(n_held, int) else self.n_tensors
+        self.LO = int(big) if isinstance(big, int) else self.LT
         self.optimizer = model.get("optimizer") or None
         # several optimizers (a GAN's two): their classes; their state is S together
         self.optimizers = [str(c) for c in model.get("optimizer_classes") or ()]
@@ -207,15 +214,15 @@ def set_to_none(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 
 def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
-    ratio = (pr.G / pr.LT if on else pr.LT / pr.G) if pr.G and pr.LT else 1.0
+    ratio = (pr.GO / pr.LO if on else pr.LO / pr.GO) if pr.GO and pr.LO else 1.0
 
     def opt(p: _P, r: float) -> float:
         if p.phase != "optimizer":
             return p.total
-        return p.total - p.k["temporaries"] + min(p.k["temporaries"] * r, 2 * pr.G)
+        return p.total - p.k["temporaries"] + min(p.k["temporaries"] * r, 2 * pr.GO)
 
-    def up(p: _P, r: float) -> float:  # the temporaries grow by r - 1, to 2G at most
-        return 0 if p.phase != "optimizer" else min(p.k["temporaries"] * (r - 1), 2 * pr.G)
+    def up(p: _P, r: float) -> float:  # the temporaries grow by r - 1, to 2GO at most
+        return 0 if p.phase != "optimizer" else min(p.k["temporaries"] * (r - 1), 2 * pr.GO)
     a = pr.best(lambda p: opt(p, 1.0))
     b = pr.best(lambda p: opt(p, ratio), lambda p: up(p, ratio))
     return _done(change, a, b, note="the optimizer's temporaries over all parameters at once "
@@ -224,6 +231,7 @@ def foreach(pr: Profile, on: bool, change: dict[str, Any]) -> WhatIf:
 
 def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | None:
     """Another optimizer class: its state (SGD sized with momentum, one buffer a parameter)
+    over the parameters the optimizers hold (not those a hand-written step updates),
     for the one held (every optimizer's, where the step ran several: the note names
     them), and its step's temporaries for those measured: from none (SGD's
     update in place) to two gradients' worth (a weight-decay copy and Nesterov's; Adam's
@@ -233,16 +241,16 @@ def optimizer_class(pr: Profile, name: str, change: dict[str, Any]) -> WhatIf | 
     if layout is None:
         return None
     bufs, scalars = layout
-    delta = bufs * pr.G + scalars * 4 * pr.n_tensors - pr.S
+    delta = bufs * pr.GO + scalars * 4 * pr.n_opt - pr.S
     opt = pr.optimizer or {}
     one_by_one = opt.get("foreach") is False or (
         opt.get("foreach") is None and not opt.get("fused")
         and str(pr.raw.get("device") or "cpu").startswith("cpu"))
-    tmp_hi = 2 * ((pr.LT or pr.G) if one_by_one else pr.G)
+    tmp_hi = 2 * ((pr.LO or pr.GO) if one_by_one else pr.GO)
 
     def held(p: _P, tmp: float) -> float:
-        if p.phase != "optimizer":
-            return p.total + delta
+        if p.phase != "optimizer":  # the state is held at every moment: the stretch's most
+            return p.most + delta  # moves by it (its kinds' maxima need not coincide)
         return p.total + delta - p.k["temporaries"] + tmp
 
     def up(tmp: float) -> Callable[[_P], float]:

@@ -69,14 +69,19 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
         when = (" (as backward began: the peak holds almost none)"
                 if mem.get("top_modules_at") == "backward start" else "")
         out.append((f"largest saved activations{when}: " + ", ".join(
-            f"{m['module']} ({m.get('class') or '?'}) {_mib(m['saved_bytes'])}"
-            for m in mods[:4]), "modules"))
+            f"{_module(m)} {_mib(m['saved_bytes'])}" for m in mods[:4]), "modules"))
     kept = (mem.get("kept_after_step") or {}).get("bytes")
     if isinstance(kept, int) and kept > 0:
         out.append((f"still alive after the step: {_mib(kept)} saved for backward (a graph "
                     "kept past its step: ME005)", "oom"))
     out += [(line, "oom") for line in (mem.get("oom_explanation") or {}).get("lines") or []]
     return out
+
+
+def _module(m: dict[str, Any]) -> str:
+    """A module as the memory lines name it: its name, its class where it has one (not the
+    tensors made outside the model)."""
+    return f"{m['module']} ({m['class']})" if m.get("class") else str(m["module"])
 
 
 #: the what-if table's title
@@ -99,7 +104,8 @@ def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         if "could not run on fake tensors" in str(w.get("note") or ""):
             how += " (its re-run on fake tensors failed: the JSON's note says why)"
         if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
-            how += "; no lower than the peak now"
+            low = rng[0] if isinstance(rng[0], int | float) else got
+            how += "; no lower than the peak now" if low >= peak else "; may not lower the peak"
         rows.append([_change(w.get("change") or {}), _mib(got),
                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step, how])
     return cols, rows

@@ -282,6 +282,77 @@ def test_a_frozen_backbones_weights_size_no_optimizer_temporaries():
     assert w.range[0] <= sgd * 1.02 and w.range[1] <= sgd * 1.10, (w.range, sgd)
 
 
+def test_another_optimizer_is_sized_by_the_parameters_the_optimizers_hold():
+    """A body updated by hand (``p -= lr * p.grad``) beside an optimizer that holds the
+    head alone: SGD's momentum for Adam covers the head, not the body (a new user's GAN,
+    G's body by hand: SGD was predicted at 15.2-16.3 MiB where it measured 13.2)."""
+    from torch import nn
+
+    from diagnose.memory import scaled
+    from diagnose.memory.tracker import track_step
+
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU())
+    head = nn.Linear(512, 10)
+    model = nn.Sequential(body, head)
+    b = (torch.randn(16, 64), torch.randint(0, 10, (16,)))
+
+    def loss(m, batch):
+        return nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+    def by_hand(opt, args, kwargs):
+        with torch.no_grad():
+            for p in body.parameters():
+                p -= 0.01 * p.grad
+                p.grad = None
+
+    def tracked(make):
+        opt = make(list(head.parameters()))
+        opt.register_step_post_hook(by_hand)
+        run_step(model, opt, [b], loss)
+        run_step(model, opt, [b], loss)
+        return track_step(model, opt, b, loss)
+
+    adam = tracked(lambda ps: torch.optim.Adam(ps, foreach=False)).to_json()
+    head_bytes = sum(p.numel() * 4 for p in head.parameters())
+    assert adam["model"]["optimized_parameters"] == head_bytes
+    assert adam["model"]["optimized_tensors"] == 2
+    assert adam["model"]["gradients"] > 10 * head_bytes  # the body's too
+    sgd = tracked(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)).peak_bytes
+    w = scaled(adam, {"optimizer_class": "SGD"})
+    assert w.range[0] <= sgd * 1.02 and w.range[1] <= sgd * 1.10, (w.range, sgd)
+    # a section from before the optimizers' parameters were recorded: all trainable ones
+    old = {**adam, "model": {k: v for k, v in adam["model"].items()
+                             if "optimized" not in k}}
+    assert scaled(old, {"optimizer_class": "SGD"}).range[1] > w.range[1] + head_bytes
+
+
+def test_a_tensor_the_loop_makes_is_filed_outside_the_model():
+    """A batch the loop makes inside the step (sliced by hand, no DataLoader) and the first
+    layer saves: made outside every model's forward, so not the model's own (a new user's
+    GAN read "(model) 0.4 MiB" for its hand-sliced batch)."""
+    from torch import nn
+
+    from diagnose.memory.profile import OUTSIDE
+    from diagnose.memory.tracker import track_step
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 10))
+    rows = torch.randn(1024, 256)
+    b = (torch.arange(128), torch.randint(0, 10, (128,)))
+
+    def loss(m, batch):
+        x = rows[batch[0]]  # the loop's own slice: 128 x 256 floats, saved by the Linear
+        return nn.functional.cross_entropy(m(x), batch[1])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run_step(model, opt, [b], loss)
+    doc = track_step(model, opt, b, loss).to_json()
+    top = {m["module"]: m["saved_bytes"] for m in doc["top_modules"]}
+    assert top.get(OUTSIDE) == 128 * 256 * 4, top
+    assert "0" not in top or top["0"] < 128 * 256 * 4  # the layer did not make it
+
+
 def test_a_hook_that_raises_gives_up_the_count_not_the_step(monkeypatch):
     """The tracker's hooks are its own bookkeeping: where one raises, the step goes on
     untracked and the result says why (in place: skipped with the error; track_step: a

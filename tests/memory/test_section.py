@@ -72,6 +72,11 @@ def test_a_tracked_step_leads_the_section(trace):
                                       "range": [10_000, 10_500], "method": "scaled"}]}
     text = analyze(trace, context={**CTX, "memory": worse}).render_text(width=160, detail=True)
     assert "scaled; no lower than the peak now" in text
+    # a point at the peak whose range reaches below it may not lower it: not "no lower"
+    reach = {**untimed, "what_if": [{"change": {"batch_size": 128}, "peak_bytes": 10_500,
+                                      "range": [9_000, 10_500], "method": "scaled"}]}
+    text = analyze(trace, context={**CTX, "memory": reach}).render_text(width=160, detail=True)
+    assert "scaled; may not lower the peak" in text and "no lower than" not in text
 
 
 def test_a_trace_alone_gives_its_growth_and_batch_what_ifs(trace):
