@@ -19,13 +19,13 @@ from .fixes.peaks import predict_peaks
 from .memory import memory_section
 from .metrics import compute_all
 from .metrics.context import unprofiled_step_ms
+from .metrics.context.overhead import overhead_note
 from .metrics.core import CATALOG as TRACE_CATALOG
 from .metrics.core import MetricSet
 from .metrics.idle import host_ahead
 from .metrics.memory import section_metrics
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
-from .metrics.window import UNEVEN_MEAN_OVER_MEDIAN
 from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import context_unreadable, load_context, load_samples, rank_context
@@ -84,8 +84,6 @@ def grads_cleared(context: dict | None) -> bool | None:
     return got if isinstance(got, bool) else None
 
 
-# the profiled steps may be this much slower than the unprofiled ones before a note says so
-OVERHEAD_NOTE_RATIO = 1.2
 #: the share of all the CPUs' time the hypervisor took while the job ran (steal) from which
 #: the report says so: a threshold for a note, read by nothing else
 STEAL_NOTE_FRAC = 0.05
@@ -97,20 +95,9 @@ def capture_notes(context: dict | None, metrics: dict[str, Any]) -> list[str]:
     cap = context.get("capture") if isinstance(context, dict) else None
     notes = [n for n in (cap.get("notes") or []) if isinstance(n, str)] if isinstance(
         cap, dict) else []
-    r = metrics.get("profiler_overhead_ratio")
-    mean, med = metrics.get("step_time_mean_ms"), metrics.get("step_time_median_ms")
-    even = not (isinstance(mean, int | float) and isinstance(med, int | float)
-                and mean >= UNEVEN_MEAN_OVER_MEDIAN * med)
-    if isinstance(r, int | float) and r > OVERHEAD_NOTE_RATIO:
-        prof = metrics.get("step_time_profiled_clock_median_ms")
-        un = metrics.get("step_time_unprofiled_median_ms")
-        ms = "{:.2f} ms".format
-        notes.append(
-            f"the profiler slowed the profiled steps {r:.2f}x (the loop's clock: median "
-            f"{ms(prof) if isinstance(prof, int | float) else '?'} profiled, "
-            f"{ms(un) if isinstance(un, int | float) else '?'} without it): the step time "
-            "above is the unprofiled one; the breakdown's milliseconds are from the profiled "
-            "window" + (" (its shares hold up better)" if even else ""))
+    overhead = overhead_note(metrics)
+    if overhead is not None:
+        notes.append(overhead)
     steal = metrics.get("host_steal_frac")
     if isinstance(steal, int | float) and steal >= STEAL_NOTE_FRAC:
         notes.append(

@@ -157,6 +157,16 @@ def test_overhead_note_and_clock_metrics() -> None:
     assert any("the profiler slowed the profiled steps 2.67x (the loop's clock: median "
                "30.00 ms profiled, 11.25 ms without it)" in n for n in notes), notes
     assert clock_note(m) is None
+    # other processes took a CPU while the window ran, none after (a new user's GAN read
+    # "the profiler slowed the profiled steps 4.00x"): the slowdown is not said to be its
+    busy = capture_notes({"capture": cap}, {**m, "host_cpu_others_cpus": 0.92,
+                                            "step_others_cpus_unprofiled": 0.0})
+    assert not any("the profiler slowed" in n for n in busy), busy
+    assert any("the profiled steps took 2.67x the plain ones' time, while other processes "
+               "took 0.92 CPUs (against 0.00" in n for n in busy), busy
+    calm = capture_notes({"capture": cap}, {**m, "host_cpu_others_cpus": 0.1,
+                                            "step_others_cpus_unprofiled": 0.0})
+    assert any("the profiler slowed the profiled steps 2.67x" in n for n in calm), calm
     cap["step_clock"]["ms"][5:8] = [11.5, 11.0, 12.0]  # a profiler that costs little
     assert capture_notes({"capture": cap}, context_metrics({"capture": cap})) == []
     # no clock (an older run folder): nothing is made up
