@@ -158,7 +158,12 @@ def test_a_fix_predicted_slower_puts_no_time_at_stake() -> None:
         _order(f, {"num_workers": slower}, [])
         assert f.gain == 0.0, model
         assert f.hints == ["Not offered: num_workers (num_workers=2), predicted 0.96x "
-                           "(10.0 -> 10.4 ms): slower"]
+                           "(10.0 -> 10.4 ms): may not help (0.85-1.40x over its range)"]
+        # the same point on inputs the capture did not time says so
+        f = _Finding(["num_workers"])
+        _order(f, {"num_workers": dataclasses.replace(slower, assumed=("a guess",))}, [])
+        assert f.hints[0].endswith("over its range), on inputs this capture did not time "
+                                   "(the JSON's assumed)")
     # beside a fix the model cannot tell, the rule's own estimate still stands
     f = _Finding(["num_workers", "batched_fetch"])
     _order(f, {"num_workers": _ranged({"num_workers": 2}, 0.96, (0.9, 1.05), (0.85, 1.4)),
