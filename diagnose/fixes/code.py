@@ -130,6 +130,7 @@ class LoaderSpec:
     # them in the frame that opened it); None: not known, the code says loader, dataset
     variable: str | None = None
     dataset_variable: str | None = None
+    iterable: bool = False  # an IterableDataset: each worker runs its own __iter__
 
     @classmethod
     def from_loader(cls, loader: Any) -> LoaderSpec:
@@ -168,7 +169,8 @@ class LoaderSpec:
             persistent_workers=bool(d.get("persistent_workers")) and nw > 0,
             prefetch_factor=d.get("prefetch_factor") if nw > 0 else None,
             variable=_identifier(d.get("variable")),
-            dataset_variable=_identifier(d.get("dataset_variable")))
+            dataset_variable=_identifier(d.get("dataset_variable")),
+            iterable=d.get("iterable_dataset") is True)
 
     @property
     def name(self) -> str:
@@ -426,7 +428,7 @@ def loader_change(setup: Setup | None, before_note: str, after_note: str,
     return "\n".join([head, loader_call(spec, before, show=changed, prefix=assign(spec)),
                       *before_extra, f"# after: {after_note}",
                       loader_call(spec, new, show=changed, override=over, prefix=assign(spec)),
-                      *after_extra])
+                      *after_extra, *_sharded(spec, before, new, "num_workers" in over)])
 
 
 #: The fields whose code :func:`exact_change` writes: the DataLoader's and torch's threads.
@@ -447,7 +449,19 @@ def exact_change(setup: Setup | None, before: TrainConfig, after: TrainConfig,
              f"# after: {after_note}"]
     if after.intra_op_threads is not None and after.intra_op_threads != before.intra_op_threads:
         lines.append(f"torch.set_num_threads({after.intra_op_threads})")
-    return "\n".join([*lines, loader_call(spec, after, show=changed, prefix=assign(spec))])
+    return "\n".join([*lines, loader_call(spec, after, show=changed, prefix=assign(spec)),
+                      *_sharded(spec, before, after)])
+
+
+def _sharded(spec: LoaderSpec | None, before: TrainConfig, after: TrainConfig,
+             more: bool = False) -> tuple[str, ...]:
+    """Where an IterableDataset gets more workers (``more``: a count written as an
+    expression), the lines that say each one must take its own share: every worker runs
+    its own ``__iter__``, and one that walks the data unsharded repeats every sample."""
+    if spec is None or not spec.iterable or not (more or after.num_workers > before.num_workers):
+        return ()
+    return ("# an IterableDataset: each worker runs its own __iter__; shard its samples by",
+            "# torch.utils.data.get_worker_info() (.id of .num_workers), or they repeat")
 
 
 # ---------------------------------------------------------------------- a change, by hand

@@ -376,10 +376,11 @@ def fix_title(f: Any, fid: str) -> str:
     return FIXES[fid].title_for(getattr(p, "change", None))
 
 
-def larger_tie(f: Any, fid: str) -> str | None:
+def larger_tie(f: Any, fid: str, by_hand: bool = False) -> str | None:
     """Where the finding's first fix ``fid`` leads a tie (:func:`~diagnose.fixes.findings.
     _order`: the safer of fixes the capture cannot order) over one predicted to gain more,
-    the line that names that one too; else None."""
+    the line that names that one too; else None. ``by_hand``: autofix leaves the loader's
+    workers as they are (an IterableDataset's): the user times both."""
     lead = f.predictions.get(fid)
     lead_x = getattr(lead, "speedup", None)
     for other in offered(f)[1:]:
@@ -387,8 +388,8 @@ def larger_tie(f: Any, fid: str) -> str | None:
         x = getattr(q, "speedup", None)
         if isinstance(lead_x, float) and isinstance(x, float) and x > lead_x and other in FIXES:
             return (f"{f.rule}, also: {fix_title(f, other)}, {prediction_line(q)}: within the "
-                    "model's error of the fix above, which is the safer; try both, or let "
-                    "autofix measure them")
+                    "model's error of the fix above, which is the safer; try both"
+                    + ("" if by_hand else ", or let autofix measure them"))
     return None
 
 
@@ -439,7 +440,8 @@ def _fix_panels(report: Analysis) -> list[Panel | Text]:
                                 subtitle=escape(fix_line(f, fid)) or None,
                                 subtitle_align="left"))
             shown_for[fid] = f
-            if (more := larger_tie(f, fid)) is not None:
+            by_hand = (getattr(report, "metrics", None) or {}).get("dataloader_iterable") is True
+            if (more := larger_tie(f, fid, by_hand)) is not None:
                 panels.append(Text(more, style="dim"))
     # a panel that takes the workers away and one that needs them are either-or
     gone = [(g.rule, fid) for fid, g in shown_for.items()

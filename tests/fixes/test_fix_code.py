@@ -363,6 +363,31 @@ def test_a_loader_without_automatic_batching_keeps_its_sampler(make, want) -> No
     assert all(w in code for w in want) and "num_workers=2" in code, code
 
 
+def test_more_workers_for_an_iterable_dataset_say_it_must_shard() -> None:
+    """Each worker of an IterableDataset runs its own __iter__: the code that gives it more
+    workers says to shard by get_worker_info(), or every worker yields the same samples (a
+    new user's unsharded stream was told num_workers=2 with no word of it)."""
+    from torch.utils.data import IterableDataset
+
+    from diagnose.fixes.code import Setup, exact_change
+    from diagnose.fixes.config import TrainConfig
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(100))
+
+    setup = Setup.from_objects(DataLoader(Stream(), batch_size=8))
+    code = exact_change(setup, TrainConfig(num_workers=0), TrainConfig(num_workers=2), "more")
+    assert "get_worker_info()" in code and code.index("num_workers=2") < code.index(
+        "get_worker_info()"), code
+    # fewer workers, or a map-style dataset's more: no such line
+    assert "get_worker_info" not in exact_change(
+        setup, TrainConfig(num_workers=2), TrainConfig(num_workers=0), "none")
+    mapped = Setup.from_objects(DataLoader(Slow(64), batch_size=8))
+    assert "get_worker_info" not in exact_change(
+        mapped, TrainConfig(num_workers=0), TrainConfig(num_workers=2), "more")
+
+
 def test_a_bound_prediction_names_its_other_configs_as_bounds() -> None:
     """A threads split predicted without the thread timing is a bound (at least), and so is
     each config it weighed: one under 1.00x is not called slower (a new user read

@@ -80,6 +80,10 @@ def test_a_live_run_with_its_cpus_known_keeps_a_fix_that_does_not_apply_off() ->
     # a live run whose loader gave no dataset to batch: not a saved trace's unknown
     assert FIXES["batched_fetch"].unknown(known) is None
     assert FIXES["batched_fetch"].unknown(Facts()) is not None
+    # an IterableDataset has no indices: said so, not "not a plain TensorDataset"
+    why = FIXES["batched_fetch"].in_place({"dataloader_iterable": True,
+                                           "dataloader_dataset_tensor_indexable": False})
+    assert why is not None and "IterableDataset" in why and "TensorDataset" not in why
 
 
 def test_a_change_down_to_no_workers_is_titled_so_and_shown_once() -> None:

@@ -107,6 +107,8 @@ class BatchedFetch(Fix):
 
     def in_place(self, metrics: Mapping[str, Any]) -> str | None:
         facts = Facts.from_metrics(metrics)
+        if metrics.get("dataloader_iterable") is True:
+            return "an IterableDataset yields its samples itself: there are no indices to fetch"
         if facts.dataloader_automatic_batching is False:
             return ("in place already: with batch_size=None each of the sampler's keys goes to "
                     "dataset[key] whole, and the dataset makes the batch")
