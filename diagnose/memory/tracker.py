@@ -123,14 +123,15 @@ class StepTracker(MemTracker):
         self.classes: dict[str, str] = {n or "": type(m).__name__
                                         for n, m in model.named_modules()}
         self._root = type(model).__name__
-        if roots is not None and len(roots) > 1:
-            # several models (a GAN's, an encoder and a decoder): torch's ModTracker names a
-            # model by its class, so two of one class (two nn.Sequential) would share their
-            # modules' names; each is named by its key instead, its modules under it
-            known = getattr(self._mod_tracker, "_known_modules", None)  # torch's private
-            for key, root in roots.items():
-                if known is not None:
-                    known[root] = key
+        several = roots is not None and len(roots) > 1
+        # torch's ModTracker names a module it meets first by its class: two models of one
+        # class (a GAN's two nn.Sequential) would share names, and a child called without its
+        # root (a LightningModule's self.net in training_step) is named "Sequential": every
+        # module is named under its root's key (several models) or class before the step
+        known = getattr(self._mod_tracker, "_known_modules", {})  # torch's private
+        for key, root in (roots.items() if several and roots else [(self._root, model)]):
+            known.update((m, f"{key}.{n}" if n else key) for n, m in root.named_modules())
+        if several and roots is not None:
             self.classes = {f"{key}.{n}" if n else key: type(m).__name__
                             for key, root in roots.items() for n, m in root.named_modules()}
             # outside every model's call (the loss): filed under "", as the models together

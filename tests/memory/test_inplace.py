@@ -353,6 +353,32 @@ def test_a_tensor_the_loop_makes_is_filed_outside_the_model():
     assert "0" not in top or top["0"] < 128 * 256 * 4  # the layer did not make it
 
 
+def test_a_child_called_without_its_root_keeps_its_attribute_name():
+    """A LightningModule's training_step calls ``self.net(x)``, never the module's own
+    forward: its layers are named ``net.1``, not ``Sequential.1`` (a new user's report)."""
+    from torch import nn
+
+    from diagnose.memory.tracker import track_step
+
+    class Lit(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    torch.manual_seed(0)
+    model = Lit()
+    b = (torch.randn(32, 64), torch.randint(0, 10, (32,)))
+
+    def loss(m, batch):
+        return nn.functional.cross_entropy(m.net(batch[0]), batch[1])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run_step(model, opt, [b], loss)
+    doc = track_step(model, opt, b, loss).to_json()
+    names = {m["module"]: m["class"] for m in doc["top_modules"]}
+    assert names.get("net.1") == "ReLU" and not any("Sequential" in n for n in names), names
+
+
 def test_a_hook_that_raises_gives_up_the_count_not_the_step(monkeypatch):
     """The tracker's hooks are its own bookkeeping: where one raises, the step goes on
     untracked and the result says why (in place: skipped with the error; track_step: a
