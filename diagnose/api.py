@@ -89,4 +89,4 @@ def analyze_runs(
     Arguments as for :func:`analyze`."""
     runs = analysis.analyze_runs(source, context=context, samples=samples,
                                  extra_rules=extra_rules, rules=rules, as_ranks=as_ranks)
-    return Runs([r for r in map(as_report, runs) if r is not None])
+    return Runs([r for r in map(as_report, runs) if r is not None], as_ranks=as_ranks)

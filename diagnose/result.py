@@ -193,6 +193,7 @@ class Runs:
     (see :func:`diagnose.analysis.analyze_runs`). A single run is that run's Analysis."""
 
     runs: list[Analysis]
+    as_ranks: bool = False  # the files outside run folders were taken as ranks of one run
 
     def __len__(self) -> int:
         return len(self.runs)
@@ -213,6 +214,10 @@ class Runs:
             return (f"{len(self.runs)} {SPANS_NOTE} (tensorboard_trace_handler's files), one "
                     "report each; compare, metrics and diagnose.analyze() take the newest of "
                     "those with the most steps")
+        if self.as_ranks:  # asked for, and the runs are still several: run folders
+            return (f"{len(self.runs)} separate runs, one report each: --as-ranks joins the "
+                    "files outside run folders; each run folder (a capture's) is a run of its "
+                    "own")
         return (f"{len(self.runs)} separate runs, one report each: files are ranks of one run "
                 "only when they say so (distributedInfo rank and world size, or a capture's "
                 "run folder); --as-ranks forces rank-less files into one run")

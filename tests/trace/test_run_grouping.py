@@ -113,6 +113,12 @@ def test_folder_of_run_folders_gives_one_report_each_newest_first(tmp_path, caps
     doc = json.loads(out)
     assert rc == 0 and len(doc["runs"]) == 3
     assert not any(f["category"] == "imbalance" for r in doc["runs"] for f in r["findings"])
+    assert "--as-ranks forces rank-less files into one run" in runs.summary()
+    # --as-ranks joins loose files only: the run folders stay runs, and the summary says so
+    # (a new user read the same three reports with no word of the flag)
+    forced = analyze_runs(root, as_ranks=True)
+    assert len(forced) == 3 and "each run folder (a capture's) is a run of its own" in (
+        forced.summary())
     # one run folder alone is one run, as before
     one = analyze(made[0])
     assert one.source == [str(made[0])] and len(one.ranks) == 1
