@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from diagnose.memory.profile import OUTSIDE  # noqa: E402
 from diagnose.runfolder import load_context, trace_files  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.loops.shapes import (  # noqa: E402
@@ -107,8 +108,8 @@ def test_gan_with_both_models_as_a_list(tmp_path: Path) -> None:
     assert mem["parameters"] == params and mem["optimizer_state"] >= 2 * params
     # their modules are named under each model's class and place in the list
     mods = [t["module"] for t in ctx["memory"]["top_modules"]]
-    assert mods and all(m.startswith(("Sequential[0].", "Sequential[1].")) or m == "(model)"
-                        for m in mods), mods  # (model): saved outside every module
+    assert mods and all(m.startswith(("Sequential[0].", "Sequential[1].")) or m == OUTSIDE
+                        for m in mods), mods  # a tensor the loop made outside every model
 
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="the thread timing needs 2 threads")
