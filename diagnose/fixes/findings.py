@@ -247,9 +247,8 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
         # the title ("threads, split the CPUs ...") as a stray word
         named = titles[x] if titles and titles.get(x) else x
         named += "" if what in named else f" ({what})"  # a title for the change names it
-        # a range whose fast end gains does not say slower: it says it may not help (a
-        # new user's num_workers=0 read "0.90x: slower" and measured 1.10x); a prediction
-        # on inputs this capture did not time says so
+        # a range whose fast end gains does not say slower: it says it may not help; a
+        # prediction on inputs this capture did not time (its assumed) says so
         verdict = (f"may not help ({p.floor:.2f}-{p.reach:.2f}x over its range)"
                    if p.reach >= 1.0 else "slower")
         if p.assumed:

@@ -151,8 +151,8 @@ class StepTracker(MemTracker):
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> StepTracker:
-        # garbage made before the step, collected inside it, changed what it counted (a
-        # GAN's step after another tracked step: two of its tensors more at the peak)
+        # garbage made before the step is collected now: collected inside it, it changes
+        # what the tracker counts
         gc.collect()
         self.track_external(*self.models, *self.optimizers, *tensors_of(self.batch))
         if self.dev.type == "cuda" and not is_fake(self.model):

@@ -24,8 +24,7 @@ def overhead_note(metrics: Mapping[str, Any]) -> str | None:
     window, after = metrics.get("host_cpu_others_cpus"), metrics.get("step_others_cpus_unprofiled")
     if (isinstance(window, float) and isinstance(after, float)
             and window - after >= OTHERS_BUSY_CPUS):
-        # the window ran under a load the steps after it did not (a new user's GAN read
-        # "the profiler slowed the profiled steps 4.00x" beside 0.92 CPUs of others)
+        # the window ran under a load the steps after it did not: the ratio holds both
         return (f"the profiled steps took {r:.2f}x the plain ones' time, while other "
                 f"processes took {window:.2f} CPUs (against {after:.2f} as the plain steps "
                 "were timed): how much of it is the profiler's is not known; the step time "
