@@ -24,6 +24,9 @@ from .window import CHUNK, StepWindow
 
 #: The categories, highest first (a category claims only time no higher one claimed).
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+#: the categories whose sets only :func:`breakdown_metrics` reads (the analysis drops them
+#: after it: on a large trace the host's calls and operators are its largest sets)
+CLAIMED_ONLY = ("memcpy", "memset", "runtime", "cpu_exec")
 _DEVICE_ONLY = frozenset({"kernel", "memcpy", "memset", "communication", "runtime"})
 _HOST_OPS = frozenset({"dataloader", "cpu_exec"})  # read from the host's operators
 
@@ -60,7 +63,8 @@ def _recorded(w: StepWindow, cat: str, host_comm: bool = False) -> bool:
 @dataclass(frozen=True)
 class Categories:
     """Each category's events as an interval set (``sets``), and the masks other areas use:
-    ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``: the
+    The sets of :data:`CLAIMED_ONLY` are gone once the breakdown is made
+    (:func:`~.core.analyse`). ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``: the
     host's ``enumerate(DataLoader)`` spans; ``host_comm``: whether ``sets["communication"]``
     holds the host's collective spans (a run without device collectives) rather than
     NCCL/RCCL kernels."""
@@ -95,30 +99,40 @@ def other_loaders(t: Any, loaders: np.ndarray, host: np.ndarray) -> np.ndarray:
 
 
 def categories(w: StepWindow) -> Categories:
+    """Each category's events as an interval set, and the masks other areas read
+    (:class:`Categories`). Each mask made only to make another is dropped once used, and
+    the host's operators (the largest set) come last: on a large trace each mask is as
+    long as the trace, and the set's temporaries sit on the ones still held."""
     t = w.t
     comm_name = t.name_mask(lambda n: bool(COMM_KERNEL.search(n)))
     kern = (t.kind == Kind.KERNEL) & w.dev
     comm = kern & comm_name
     compute = kern & ~comm_name
+    del kern, comm_name
     loaders = w.host & t.name_mask(lambda n: bool(DATALOADER.match(n)))
     dl = loaders & ~other_loaders(t, loaders, w.host)
-    cpu = w.host & (t.kind == Kind.CPU_OP) & ~loaders & ~t.name_mask(
-        lambda n: bool(STEP.match(n)))
+    cpu = w.host & (t.kind == Kind.CPU_OP)
+    cpu &= ~loaders
+    del loaders
+    cpu &= ~t.name_mask(lambda n: bool(STEP.match(n)))
     host_comm = False
+    coll = None
     if not w.within(comm).any():
         backend, coll = host_collectives(t, w.host)
         host_comm = bool(w.within(backend).any())
+        del backend
         if host_comm:
             cpu &= ~coll
     sets = {
         "kernel": w.sel(compute),
         "memcpy": w.sel(w.dev & (t.kind == Kind.MEMCPY)),
         "memset": w.sel(w.dev & (t.kind == Kind.MEMSET)),
-        "communication": w.sel(coll if host_comm else comm),
+        "communication": w.sel(coll if host_comm and coll is not None else comm),
         "runtime": w.sel(w.host & (t.kind == Kind.RUNTIME)),
         "dataloader": w.sel(dl),
-        "cpu_exec": w.sel(cpu),
     }
+    del coll
+    sets["cpu_exec"] = w.sel(cpu)
     return Categories(comm, compute, dl, sets, host_comm)
 
 

@@ -89,6 +89,8 @@ def analyse(t: Trace, max_steps: int | None = None, *,
     values.update(v)
     notes.extend(n)
     v, s = breakdown.breakdown_metrics(w, cats)
+    for cat in breakdown.CLAIMED_ONLY:  # read by the breakdown alone: out of memory now
+        cats.sets.pop(cat, None)
     give_back_freed()
     values.update(v)
     series.update(s)

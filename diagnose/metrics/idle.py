@@ -161,8 +161,51 @@ def _busiest(w: StepWindow, backlog: iv.Intervals) -> float:
     busiest = 0.0
     for d in np.unique(dev_key):  # once per device
         sel = dev_idx[dev_key == d]
-        busiest = max(busiest, w.frac(iv.merge(iv.union(t.ts[sel], t.end[sel]), backlog)))
+        u = iv.union_taken([t.ts[sel], np.asarray(t.end[sel], dtype=np.float64)])
+        del sel
+        busiest = max(busiest, w.frac(iv.merge(u, backlog) if len(backlog[0]) else u))
     return busiest
+
+
+#: the idle gaps whose parts are summed at a time: each part is an array over the gaps, a
+#: dozen of them at once, so a large trace's (a hundred thousand gaps and more) would set
+#: the analysis' peak memory
+GAP_CHUNK = 1 << 14
+#: what :func:`_gap_parts` sums, in its order
+_PARTS = ("idle", "input", "sync", "launch", "other", "copy", "graph")
+
+
+def _gap_parts(w: StepWindow, gs: np.ndarray, ge: np.ndarray, order: np.ndarray,
+               starts: np.ndarray, dataloader: iv.Intervals, sync_spans: iv.Intervals,
+               copy_blocked: iv.Intervals, graph_kernel: np.ndarray) -> np.ndarray:
+    """The idle gaps [gs, ge) split by cause (module doc), summed, in :data:`_PARTS`'s
+    order; ``order``: the device ops by start (``starts``), the next of which ends a gap."""
+    glen = ge - gs
+    input_part = iv.measure_between(dataloader, gs, ge)
+    rest = np.maximum(glen - input_part, 0.0)
+    copy_flag = iv.contains(copy_blocked, gs)
+    sync_flag = iv.contains(sync_spans, gs) | copy_flag
+    # which device op ends each gap, and when was it launched?
+    nxt = np.searchsorted(starts, ge, side="left")
+    has_next = nxt < len(order)
+    nxt_ev = order[np.minimum(nxt, len(order) - 1)]
+    launch_end = _launch_end(w, nxt_ev)
+    host_late = has_next & ~np.isnan(launch_end) & (launch_end >= gs - 1e-3)
+    # a gap is the host's doing only if the work that ends it was not yet launched when
+    # the GPU ran dry; a gap between work already queued (inside a CUDA graph, behind a
+    # cross-stream wait) is the device's own, whatever the host is doing meanwhile
+    queued = has_next & ~np.isnan(launch_end) & ~host_late
+    sync_flag &= ~queued
+    copy_flag &= ~queued
+    sync_part = np.where(sync_flag, rest, 0.0)
+    launch_part = np.where(~sync_flag & host_late, rest, 0.0)
+    other_part = rest - sync_part - launch_part
+    copy_part = np.where(copy_flag, sync_part, 0.0)
+    # idle gaps that end with work replayed by a CUDA/HIP graph: one graph launch, not
+    # one launch per kernel (counted in idle_launch_frac, reported apart)
+    graph_part = np.where(has_next & graph_kernel[nxt_ev], launch_part, 0.0)
+    return np.array([glen.sum(), input_part.sum(), sync_part.sum(), launch_part.sum(),
+                     other_part.sum(), copy_part.sum(), graph_part.sum()])
 
 
 def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Intervals,
@@ -190,44 +233,31 @@ def idle_metrics(w: StepWindow, dataloader: iv.Intervals, sync_spans: iv.Interva
     between = (w.step_hi[:-1], w.step_lo[1:])
     keep = between[1] > between[0]
     busy = iv.merge(iv.merge(w.sel(w.dev), (between[0][keep], between[1][keep])), backlog)
+    del keep, between
     gs, ge = iv.gaps(busy, w.lo, w.hi)
-    glen = ge - gs
-    input_part = iv.measure_between(dataloader, gs, ge)
-    rest = np.maximum(glen - input_part, 0.0)
-    copy_flag = iv.contains(copy_blocked, gs)
-    sync_flag = iv.contains(sync_spans, gs) | copy_flag
-    # which device op ends each gap, and when was it launched?
+    del busy
+    # which device op ends each gap: the device ops by start, once
     order = dev_idx[np.argsort(t.ts[dev_idx], kind="stable")]
-    nxt = np.searchsorted(t.ts[order], ge, side="left")
-    has_next = nxt < len(order)
-    nxt_ev = order[np.minimum(nxt, len(order) - 1)]
-    launch_end = _launch_end(w, nxt_ev)
-    host_late = has_next & ~np.isnan(launch_end) & (launch_end >= gs - 1e-3)
-    # a gap is the host's doing only if the work that ends it was not yet launched when
-    # the GPU ran dry; a gap between work already queued (inside a CUDA graph, behind a
-    # cross-stream wait) is the device's own, whatever the host is doing meanwhile
-    queued = has_next & ~np.isnan(launch_end) & ~host_late
-    sync_flag &= ~queued
-    copy_flag &= ~queued
-    sync_part = np.where(sync_flag, rest, 0.0)
-    launch_part = np.where(~sync_flag & host_late, rest, 0.0)
-    other_part = rest - sync_part - launch_part
-    copy_part = np.where(copy_flag, sync_part, 0.0)
-    # idle gaps that end with work replayed by a CUDA/HIP graph: one graph launch, not
-    # one launch per kernel (counted in idle_launch_frac, reported apart)
-    graph_part = np.where(has_next & graph_kernel[nxt_ev], launch_part, 0.0)
+    del dev_idx
+    starts = t.ts[order]
+    sums = np.zeros(len(_PARTS))
+    for a in range(0, len(gs), GAP_CHUNK):  # the gaps' parts summed a group at a time
+        part = slice(a, a + GAP_CHUNK)
+        sums += _gap_parts(w, gs[part], ge[part], order, starts, dataloader, sync_spans,
+                           copy_blocked, graph_kernel)
+    got = dict(zip(_PARTS, sums, strict=True))
     W = w.W
     v = {
         "gpu_busy_frac": rnd(busiest),
-        "gpu_idle_frac": rnd(glen.sum() / W),
-        "idle_input_frac": rnd(input_part.sum() / W),
-        "idle_sync_frac": rnd(sync_part.sum() / W),
-        "idle_launch_frac": rnd(launch_part.sum() / W),
-        "idle_other_frac": rnd(other_part.sum() / W),
-        "idle_copy_sync_frac": rnd(copy_part.sum() / W),
-        "idle_sync_call_frac": rnd((sync_part - copy_part).sum() / W),
-        "idle_graph_launch_frac": rnd(graph_part.sum() / W),
-        "idle_kernel_launch_frac": rnd((launch_part - graph_part).sum() / W),
+        "gpu_idle_frac": rnd(got["idle"] / W),
+        "idle_input_frac": rnd(got["input"] / W),
+        "idle_sync_frac": rnd(got["sync"] / W),
+        "idle_launch_frac": rnd(got["launch"] / W),
+        "idle_other_frac": rnd(got["other"] / W),
+        "idle_copy_sync_frac": rnd(got["copy"] / W),
+        "idle_sync_call_frac": rnd((got["sync"] - got["copy"]) / W),
+        "idle_graph_launch_frac": rnd(got["graph"] / W),
+        "idle_kernel_launch_frac": rnd((got["launch"] - got["graph"]) / W),
         "device_step_ms": rnd(device_step),
     }
     # causes the trace did not record, and the rest that would hold their time

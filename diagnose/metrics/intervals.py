@@ -15,13 +15,16 @@ Intervals = tuple[np.ndarray, np.ndarray]
 EMPTY: Intervals = (np.zeros(0), np.zeros(0))
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
-    """Merge possibly overlapping intervals into a sorted disjoint set."""
+def union(starts: np.ndarray, ends: np.ndarray, own_ends: bool = False) -> Intervals:
+    """Merge possibly overlapping intervals into a sorted disjoint set. ``own_ends``: the
+    caller gives up ``ends`` (a float64 array of its own), which is then worked on in
+    place: one array the size of the input fewer."""
     if len(starts) == 0:
         return EMPTY
     s = np.asarray(starts, dtype=np.float64)
     if bool(np.all(s[1:] >= s[:-1])):  # already in order (events in file order mostly are)
-        run_end = np.array(ends, dtype=np.float64)
+        run_end = ends if own_ends and ends.dtype == np.float64 else np.array(
+            ends, dtype=np.float64)
     else:
         order = np.argsort(starts, kind="stable")
         s = s[order]
@@ -37,6 +40,21 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     del new
     last = np.append(first[1:] - 1, len(s) - 1)  # run_end only grows: a group's end is its last
     return s[first], run_end[last]
+
+
+def union_taken(pair: list[np.ndarray]) -> Intervals:
+    """:func:`union` of ``[starts, ends]`` (float64 arrays no one else holds), taken out of
+    ``pair`` and freed as soon as they are used: two arrays the size of the input fewer at
+    the peak than the caller holding them."""
+    ends = pair.pop()
+    starts = pair.pop()
+    if len(starts) == 0 or bool(np.all(starts[1:] >= starts[:-1])):
+        return union(starts, ends, own_ends=True)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = ends[order]
+    del order
+    return union(starts, ends, own_ends=True)
 
 
 def measure(u: Intervals) -> float:

@@ -174,9 +174,13 @@ class StepWindow:
         (several arrays its size) go back to the system once it is made, so that the next
         one's are not stacked on them in the heap."""
         ts = self.t.ts[mask]
-        out = iv.union(ts, ts + self.t.dur[mask])  # = t.end[mask], ts gathered once
-        if len(ts) >= CHUNK:
-            del ts
+        n = len(ts)
+        ends = self.t.dur[mask]
+        ends += ts  # = t.end[mask], ts gathered once, the sum made in place
+        pair = [ts, ends]
+        del ts, ends  # the union frees them as it goes
+        out = iv.union_taken(pair)
+        if n >= CHUNK:
             give_back_freed()
         return out
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import inflate
-from .columns import ColumnBuilder, Trace
+from .columns import ColumnBuilder, Trace, give_back_freed
 from .cut import Cutter, array_start, cutter, event_array, first_event
 from .stream import CHUNK_BYTES, ChunkDecoder, EventSplitter, NotStreamable, text_blocks
 
@@ -63,6 +63,12 @@ _WINDOW = 2**20
 #: twice). 4 shrinking ranges a worker: the peak under half the text on a large trace
 #: (the timings: benchmarks/NOTES.md, "the .gz read")
 TEXT_RANGES_PER_WORKER = 4
+#: Ranges per worker of read_parallel. A worker builds its range's columns whole before it
+#: sends them, and this process holds the last message twice while it unpickles it: both
+#: peaks shrink with the range, while each range adds a message and a task (a few ms).
+#: 8 ranges a worker: every process's peak together on a large trace lies in the
+#: analysis after the read, not in the read (benchmarks/NOTES.md, "The read's ranges")
+RANGES_PER_WORKER = 8
 #: Text a worker of the parallel read decodes at a time (its buffer): the events of one
 #: chunk, decoded, take several times its size until they are columns, beside a gzipped
 #: file's inflated blocks. Workers live while this process gathers their columns, so what
@@ -168,7 +174,9 @@ def _decode_text(readinto: Callable[[memoryview], int], last: bool | Callable[[]
     RANGE_CHUNK_BYTES, decoded there in place, and the partial event at its end moved to its
     front for the next read: a worker holds one chunk of text at a time and copies it once.
     ``last``: the span runs to the document's end, whose trailer is returned too (a
-    callable: asked once the span is read)."""
+    callable: asked once the span is read). A worker runs several spans: what the last
+    one's freed goes back to the system first, so its memory is this span's."""
+    give_back_freed()
     b = ColumnBuilder()
     decode_events = ChunkDecoder()
     trailer = None
@@ -277,7 +285,7 @@ def read_parallel(path: Path, limit: int, workers: int, pool: Executor | None = 
     if size > limit:
         raise NotStreamable  # the whole-document path gives the clear error
     header, start, sep = _layout(path)
-    cuts = _cuts(path, start, size, sep, workers * 4)
+    cuts = _cuts(path, start, size, sep, workers * RANGES_PER_WORKER)
     bounds = [*cuts, size]
     tasks = [(str(path), bounds[i], bounds[i + 1], i == len(cuts) - 1, sep)
              for i in range(len(cuts))]

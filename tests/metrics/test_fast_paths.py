@@ -22,6 +22,23 @@ def test_union_of_sorted_starts_equals_the_sorting_path(seed):
     assert np.array_equal(e, before)  # the caller's ends are not changed in place
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_union_of_taken_arrays_equals_the_union(seed):
+    """The union that frees its inputs as it goes gives the union, sorted or not, and
+    takes the arrays out of the list it was given."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 1000, 300).astype(float)
+    if seed % 2:
+        s = np.sort(s)
+    e = s + rng.integers(0, 30, 300)
+    want = iv.union(s, e)
+    pair = [s.copy(), e.copy()]
+    got = iv.union_taken(pair)
+    assert pair == []
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert iv.union_taken([np.zeros(0), np.zeros(0)])[0].size == 0
+
+
 def test_kind_in_is_isin():
     kind = np.random.default_rng(0).integers(0, len(Kind), 10_000).astype(np.int8)
     for kinds in ([], [Kind.KERNEL], [Kind.CPU_OP, Kind.ANNOTATION, Kind.RUNTIME]):
@@ -61,14 +78,15 @@ def test_metrics_made_a_few_events_or_steps_at_a_time_are_the_same(tmp_path, mon
                                                                    scenario):
     """The areas that work a chunk of events (or a group of steps) at a time, so that a
     large trace's temporaries stay small, give what one pass gives: here with chunks of 7
-    events, and one step a group."""
-    from diagnose.metrics import breakdown, optimizer, window
+    events, one step a group, and the GPU's idle gaps 2 at a time."""
+    from diagnose.metrics import breakdown, idle, optimizer, window
     from tests import tracebuilder as tb
 
     path = getattr(tb, scenario)().write(tmp_path / "t.json.gz")
     whole = _metrics(path)
     for module in (breakdown, optimizer, window):
         monkeypatch.setattr(module, "CHUNK", 7)
+    monkeypatch.setattr(idle, "GAP_CHUNK", 2)
     chunked = _metrics(path)
     assert chunked[0].keys() == whole[0].keys() and chunked[1].keys() == whole[1].keys()
     for k, v in whole[0].items():
