@@ -40,6 +40,16 @@ def _job_root(psutil: Any) -> Any:
     return me
 
 
+def _descendants_cpu(proc: Any, psutil: Any) -> float:
+    """The CPU s of ``proc``'s live descendants, each with its reaped children (one that
+    ends while read counts nothing)."""
+    total = 0.0
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += sum(child.cpu_times()[:4])
+    return total
+
+
 def cpu_snapshot() -> tuple[float, float, float, float] | None:
     """(wall s, the usable CPUs' busy s, the job's own CPU s, this process's descendants'
     CPU s) now: busy is a CPU's time less idle, iowait and steal (/proc/stat); the job's
@@ -59,14 +69,13 @@ def cpu_snapshot() -> tuple[float, float, float, float] | None:
         busy = sum(per[c][0] - per[c][1] - per[c][3] for c in usable_cpus() if c in per)
         me = psutil.Process()
         root = _job_root(psutil)
-        own = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
-        for child in root.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                own += sum(child.cpu_times()[:4])
-        kids = sum(me.cpu_times()[2:4])  # reaped children
-        for child in me.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                kids += sum(child.cpu_times()[:4])
+        times = root.cpu_times()  # user, system, children_user, children_system
+        live = _descendants_cpu(root, psutil)
+        own = sum(times[:4]) + live
+        if root.pid == me.pid:  # the job's root: its descendants are this process's
+            kids = sum(times[2:4]) + live  # reaped children, then the live ones
+        else:
+            kids = sum(me.cpu_times()[2:4]) + _descendants_cpu(me, psutil)
         return time.time(), busy / tick, own, kids
     except (OSError, ValueError, psutil.Error):
         return None
