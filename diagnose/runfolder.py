@@ -43,6 +43,8 @@ The samples dict that ``load_samples`` returns (version 1)::
           "workers_cpu_pct": [float|None, ...],  # sum over workers, % of one core
           "workers_cpu_n": [int, ...],           # workers in that sum (a new one needs 2 reads)
           "workers_rss_bytes": [int, ...],       # sum over workers (shared pages counted per worker)
+          "peers_cpu_pct": [float|None, ...],    # under torchrun only: the other ranks on this
+                                                 # host with their workers, % of one core
         },
         "gpu": {
           "t": [...], "util_pct": [...], "mem_used_bytes": [...], "sm_clock_mhz": [...],

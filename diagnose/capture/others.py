@@ -13,18 +13,8 @@ import os
 import time
 from typing import Any
 
+from .followed import local_ranks
 from .samplers import parse_proc_stat, usable_cpus
-
-
-def local_ranks() -> int:
-    """How many of the job's ranks run on this host as one process tree: torchrun's
-    (``TORCHELASTIC_RUN_ID`` set) ``LOCAL_WORLD_SIZE``, whose elastic agent, this process's
-    parent, started each of them; 1 otherwise (this process's own tree is the job's)."""
-    try:
-        n = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-    return n if n >= 2 and os.environ.get("TORCHELASTIC_RUN_ID") else 1
 
 
 def _job_root(psutil: Any) -> Any:

@@ -32,6 +32,8 @@ from typing import IO, Any
 
 from diagnose.runfolder import SAMPLES_FILE, SAMPLES_VERSION
 
+from .followed import Followed, local_ranks, peer_pids
+
 DEFAULT_HZ = 10.0
 _FLUSH_EVERY_S = 1.0
 
@@ -106,7 +108,8 @@ def usable_cpus() -> list[int]:
 
 
 class HostSampler(Sampler):
-    """Per-core CPU busy %, system iowait, this process and its DataLoader workers.
+    """Per-core CPU busy %, system iowait, this process and its DataLoader workers; under
+    torchrun the other ranks on this host too (``peers_cpu_pct``: the job's own CPU).
 
     ``worker_pids`` returns the pids of the DataLoader workers to follow (the
     session reads them off the loader's iterator); when it is None, all child
@@ -125,8 +128,10 @@ class HostSampler(Sampler):
         self._cores: list[int] = []
         self._proc: Any = None
         self._prev: Any = None
-        self._procs: dict[int, Any] = {}  # pid -> psutil.Process (cpu_percent primed)
         self._children: list[int] = []
+        self._root: Any = None  # torchrun's agent, whose other ranks are the job's own
+        self._peer_list: list[int] = []
+        self._peers_at = 0.0
         self._children_at = 0.0
         self._statm: int | None = None  # fd of /proc/<pid>/statm for the fast path
         self._stat: int | None = None  # fd of /proc/stat (per-CPU ticks), kept open
@@ -142,6 +147,10 @@ class HostSampler(Sampler):
         self._psutil = psutil
         self._proc = psutil.Process(self._pid)
         self._proc.cpu_percent(None)  # the first call only primes the counter
+        self._loader_procs, self._peers = Followed(psutil), Followed(psutil)
+        if local_ranks() >= 2 and self._pid == os.getpid():
+            with contextlib.suppress(psutil.Error):
+                self._root = self._proc.parent()
         if self._pid == os.getpid():
             # fast path for our own process: os.times() and one pread of statm cost a
             # few microseconds, psutil's oneshot() about 40 (this runs every tick)
@@ -221,7 +230,7 @@ class HostSampler(Sampler):
                 proc_rss = int(self._proc.memory_info().rss)
 
         count, w_cpu, w_n, w_rss = self._sample_workers()
-        return {
+        row = {
             "cpu_pct": cpu_pct,
             "iowait_pct": iowait,
             "steal_pct": steal,
@@ -232,6 +241,9 @@ class HostSampler(Sampler):
             "workers_cpu_n": w_n,
             "workers_rss_bytes": w_rss,
         }
+        if self._root is not None:  # the other ranks on this host: the job's, not others'
+            row["peers_cpu_pct"] = self._peers.sample(self._current_peer_pids())[1]
+        return row
 
     def _cpu_psutil(self) -> tuple[list[float | None], float | None, float | None]:
         """Per usable core busy %, iowait % and steal % from psutil (no /proc/stat here)."""
@@ -289,35 +301,18 @@ class HostSampler(Sampler):
 
     def _sample_workers(self) -> tuple[int, float | None, int, int]:
         """(live workers, summed CPU % of those read twice, how many those are, summed RSS)."""
-        psutil = self._psutil
-        pids = set(self._current_worker_pids())
-        for gone in [p for p in self._procs if p not in pids]:
-            del self._procs[gone]
-        count = n_cpu = 0
-        cpu_sum: float | None = None
-        rss_sum = 0
-        for pid in pids:
-            proc = self._procs.get(pid)
-            primed = proc is not None
-            try:
-                if proc is None:
-                    proc = psutil.Process(pid)
-                    self._procs[pid] = proc
-                with proc.oneshot():
-                    if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-                        self._procs.pop(pid, None)
-                        continue
-                    cpu = proc.cpu_percent(None)
-                    rss = int(proc.memory_info().rss)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                self._procs.pop(pid, None)
-                continue
-            count += 1
-            rss_sum += rss
-            if primed:  # a first reading is only the baseline
-                cpu_sum = (cpu_sum or 0.0) + cpu
-                n_cpu += 1
-        return count, (round(cpu_sum, 2) if cpu_sum is not None else None), n_cpu, rss_sum
+        return self._loader_procs.sample(self._current_worker_pids())
+
+    def _current_peer_pids(self) -> list[int]:
+        """The job's other processes on this host (:func:`~.followed.peer_pids`), listed
+        again once a second; none outside torchrun."""
+        if self._root is None:
+            return []
+        now = time.monotonic()
+        if now - self._peers_at >= 1.0:
+            self._peers_at = now
+            self._peer_list = peer_pids(self._proc, self._root, self._psutil)
+        return self._peer_list
 
 
 class NvmlSampler(Sampler):

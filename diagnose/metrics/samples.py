@@ -39,7 +39,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "host_cpu_others_cpus": (
         "CPUs",
         "CPUs' worth of work that processes other than the training process and its "
-        "DataLoader workers did while it ran: the usable CPUs' busy time less theirs, mean "
+        "DataLoader workers (under torchrun, the job's other ranks on this host with "
+        "theirs) did while it ran: the usable CPUs' busy time less theirs, mean "
         "over the samples (what a busy machine costs the run, apart from its own load)",
     ),
     "sample_count": ("count", "sampler rows the values above were computed from"),
@@ -157,17 +158,20 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
 
 
 def _others(host: dict[str, Any]) -> float | None:
-    """The usable CPUs' busy time less the training process's and its workers' (in CPUs,
-    mean over the samples that have all three; a worker column missing is no workers)."""
+    """The usable CPUs' busy time less the training process's, its workers' and (under
+    torchrun) the other ranks' on this host (in CPUs, mean over the samples that have the
+    first two; a worker or rank column missing is none)."""
     got: list[float] = []
-    workers = _col(host, "workers_cpu_pct")
+    workers, peers = _col(host, "workers_cpu_pct"), _col(host, "peers_cpu_pct")
     for i, (cores, proc) in enumerate(zip(_col(host, "cpu_pct"), _col(host, "proc_cpu_pct"),
                                           strict=False)):
         busy = _finite(cores) if isinstance(cores, list) else []
         if not busy or not isinstance(proc, (int, float)) or isinstance(proc, bool):
             continue
         w = workers[i] if i < len(workers) else None
-        own = float(proc) + (float(w) if isinstance(w, (int, float)) else 0.0)
+        p = peers[i] if i < len(peers) else None
+        own = float(proc) + sum(float(x) for x in (w, p)
+                                if isinstance(x, (int, float)) and not isinstance(x, bool))
         got.append(max(0.0, (sum(busy) - own) / 100.0))
     return round(sum(got) / len(got), 3) if got else None
 

@@ -70,7 +70,8 @@ class HostContext:
         if alive > read:  # a worker just started has no CPU reading yet: its share of the
             return  # busy CPUs is not known, and would read as other processes'
         busy = sum(v for v in pct if isinstance(v, int | float)) / 100.0
-        own = sum((row.get(k) or 0.0) for k in ("proc_cpu_pct", "workers_cpu_pct")) / 100.0
+        own = sum((row.get(k) or 0.0)
+                  for k in ("proc_cpu_pct", "workers_cpu_pct", "peers_cpu_pct")) / 100.0
         self.others.append((step, max(busy - own, 0.0)))
 
     def around(self, start: int, now: int) -> dict[str, Any] | None:
