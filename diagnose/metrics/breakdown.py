@@ -62,12 +62,12 @@ def _recorded(w: StepWindow, cat: str, host_comm: bool = False) -> bool:
 
 @dataclass(frozen=True)
 class Categories:
-    """Each category's events as an interval set (``sets``), and the masks other areas use:
-    The sets of :data:`CLAIMED_ONLY` are gone once the breakdown is made
-    (:func:`~.core.analyse`). ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``: the
-    host's ``enumerate(DataLoader)`` spans; ``host_comm``: whether ``sets["communication"]``
-    holds the host's collective spans (a run without device collectives) rather than
-    NCCL/RCCL kernels."""
+    """Each category's events as an interval set (``sets``; those of :data:`CLAIMED_ONLY`
+    are dropped once the breakdown is made: :func:`~.core.analyse`), and the masks other
+    areas use: ``comm``: NCCL/RCCL kernels; ``compute``: the other kernels; ``dataloader``:
+    the host's ``enumerate(DataLoader)`` spans; ``host_comm``: whether
+    ``sets["communication"]`` holds the host's collective spans (a run without device
+    collectives) rather than NCCL/RCCL kernels."""
 
     comm: np.ndarray
     compute: np.ndarray
@@ -116,22 +116,24 @@ def categories(w: StepWindow) -> Categories:
     del loaders
     cpu &= ~t.name_mask(lambda n: bool(STEP.match(n)))
     host_comm = False
-    coll = None
+    communication = comm  # NCCL/RCCL kernels, else the host's collective spans
     if not w.within(comm).any():
         backend, coll = host_collectives(t, w.host)
         host_comm = bool(w.within(backend).any())
         del backend
         if host_comm:
             cpu &= ~coll
+            communication = coll
+        del coll
     sets = {
         "kernel": w.sel(compute),
         "memcpy": w.sel(w.dev & (t.kind == Kind.MEMCPY)),
         "memset": w.sel(w.dev & (t.kind == Kind.MEMSET)),
-        "communication": w.sel(coll if host_comm and coll is not None else comm),
+        "communication": w.sel(communication),
         "runtime": w.sel(w.host & (t.kind == Kind.RUNTIME)),
         "dataloader": w.sel(dl),
     }
-    del coll
+    del communication
     sets["cpu_exec"] = w.sel(cpu)
     return Categories(comm, compute, dl, sets, host_comm)
 
