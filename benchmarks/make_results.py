@@ -244,6 +244,12 @@ BENCHMARKS: dict[str, Bench] = {
         "Every config of autofix's worker and thread ladders (`2w1t`: 2 workers, torch on "
         "one thread), predicted and timed.",
         (r"^\S+\s+\d+ of \d+ within 15%",), 4),
+    "cpu_autocast": Bench(
+        "CPU autocast (PR002): predicted beside measured",
+        ["benchmarks/cpu_autocast.py"],
+        "Corpus jobs with their forward under bf16 autocast on an AVX2 CPU; the fix (fp32) "
+        "made and both timed, interleaved.",
+        (r"^\d+ of \d+ predictions", r"^(tune|validate)\s"), 4),
     # predict_spread.py (one tuning job's predictions, capture after capture) is left out:
     # corpus_stability above is that check on the corpus; its results file stays
     "autofix_jobs": Bench(

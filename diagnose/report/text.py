@@ -93,7 +93,8 @@ PROBE_WORDS = {
     "threads": "the compute on fewer threads", "threads_busy": "the compute beside busy CPUs",
     "worker_send": "a worker's send", "work_after_fetch": "the fetches and the work after each",
     "worker_batches": "workers' batches at once",
-    "threads_in_loop": "the loop's steps on one thread"}
+    "threads_in_loop": "the loop's steps on one thread",
+    "cpu_autocast": "the compute without CPU autocast"}
 
 
 def _probe_words(each: str) -> str:

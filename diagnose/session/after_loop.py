@@ -9,7 +9,8 @@ model's work on torch's threads and on one (``threads``; two timings seconds apa
 the threads split reads them or the budget allows, a third where those two disagree, the
 two that agree joined and all their ratios' span in ``threads_span``), only where the
 loop has a DataLoader (the threads split, the one fix they serve, changes its workers) and
-did not time one thread on its own steps; a worker's send cost.
+did not time one thread on its own steps; a worker's send cost; where the loop's forward
+ran under CPU autocast, the model's work under it and in fp32 (``cpu_autocast``).
 For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
 fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
@@ -47,6 +48,7 @@ from diagnose.capture.probes import (
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
 from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
+from diagnose.capture.probes.precision import cpu_autocast, time_autocast
 from diagnose.capture.runinfo import thread_pools
 from diagnose.capture.steps import Steps
 from diagnose.fixes.catalog.fetch import batch_indexable
@@ -171,6 +173,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
             timings.append(_thread_timing(model, forward, others, budget, on_error))
         ctx["threads_span"] = threads_ratio_span(*timings)
         ctx["threads"] = agreeing_threads(*timings)
+    if forward is not None:  # PR002's: the loop's CPU autocast against fp32
+        _time_autocast(ctx, model, forward, others, budget, on_error)
     if loaded and caps:
         _time_capacity(caps, budget, on_error, "again", again=True)
     # the timing seconds before these (runinfo.collect), where a fix needs the capacity
@@ -227,6 +231,20 @@ def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any
     or raised."""
     return _guard("thread timing", on_error, lambda: budget.run(
         "threads", lambda: time_threads(model, forward.inputs, others), again=again))
+
+
+def _time_autocast(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
+                   others: Sequence[tuple[Any, Any]], budget: ProbeBudget,
+                   on_error: OnError) -> None:
+    """``cpu_autocast``: the model's work under the loop's CPU autocast and in fp32, where
+    its forward ran under one (:func:`~diagnose.capture.probes.precision.time_autocast`);
+    nothing is set where it did not."""
+    if cpu_autocast(model) is None:
+        return
+    got = _guard("autocast timing", on_error, lambda: budget.run(
+        "cpu_autocast", lambda: time_autocast(model, forward.inputs, others)))
+    if got is not None:
+        ctx["cpu_autocast"] = got
 
 
 def _guard(what: str, on_error: OnError, run: Callable[[], Any]) -> Any:

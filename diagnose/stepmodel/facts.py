@@ -56,6 +56,9 @@ class Facts:
     model_has_conv: bool | None = None  # convolution layers
     conv_kernel_ms_per_step: float | None = None  # cuDNN convolution kernels in the trace
     tensor_core_speedup: float | None = None  # ratio AMP gives fp32 GEMM/conv kernels
+    cpu_autocast_ratio: float | None = None  # CPU model's work under autocast / in fp32
+    cpu_autocast_noise_rel: float | None = None  # that timing's rounds' relative noise
+    loop_own_work_unprofiled_ms: float | None = None  # the loop's work between steps (clock)
     oom: bool | None = None  # the configured batch does not fit
     step_count: int | None = None  # profiled steps
     step_time_median_ms: float | None = None  # profiled

@@ -442,7 +442,8 @@ def widened(lo: float, hi: float, model_err: float, noise: float) -> tuple[float
 #: a probe's value a transform may read -> the fact holding its noise (the relative standard
 #: error of its median)
 NOISE_OF = {"threads_one_thread_ratio": "threads_noise_rel",
-            "input_batched_fetch_work_ratio": "input_batched_fetch_work_noise_rel"}
+            "input_batched_fetch_work_ratio": "input_batched_fetch_work_noise_rel",
+            "cpu_autocast_ratio": "cpu_autocast_noise_rel"}
 
 
 def noise_ends(facts: Facts, reads: Iterable[str]) -> list[Facts]:

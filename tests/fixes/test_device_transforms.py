@@ -132,3 +132,21 @@ def test_a_report_on_a_cuda_trace_is_on_cuda():
     assert not Facts(device_type="cpu", device_cc_major=9).on_cuda
     assert config_unit.CUDNN_BENCHMARK.applies(TrainConfig(), Facts(device_cc_major=8,
                                                                       model_has_conv=True))
+
+
+@pytest.mark.parametrize(("own_ms", "step_ms"), [
+    (None, 2.5),  # the ops are all the model's work: they take half as long
+    (0.5, 2.75),  # half of them are the loop's own work between steps: that half stays
+])
+def test_cpu_fp32(tmp_path, own_ms, step_ms):
+    """cpu_loader: 2 ms of in-process fetch, then 1 ms of ops, a 3 ms step (unprofiled too).
+    The work timed under autocast took 2x its fp32 time: the ops but the loop's own work
+    between steps halve; the fetch stays."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    facts = Facts(cpu_autocast_ratio=2.0, loop_own_work_unprofiled_ms=own_ms,
+                  step_time_unprofiled_mean_ms=3.0)
+    g2 = precision_unit.cpu_fp32(m.graph, {}, facts)
+    assert _median(g2) == pytest.approx(step_ms, abs=0.01)
+    fetch = g2.is_kind(TaskKind.FETCH)
+    assert g2.dur[fetch].sum() == pytest.approx(m.graph.dur[fetch].sum())
+    assert isinstance(precision_unit.cpu_fp32(m.graph, {}, Facts()), str)  # not timed: why

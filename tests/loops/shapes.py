@@ -167,8 +167,9 @@ class Wrapper(nn.Module):
         return nn.functional.cross_entropy(self.head(self.net(x)), y)
 
 
-def make_parts_called(batch: int = 64, n: int = 8192) -> Job:
-    """A DataLoader over tensors; the loop calls the model's parts, not the model."""
+def make_parts_called(batch: int = 64, n: int = 8192, autocast: bool = False) -> Job:
+    """A DataLoader over tensors; the loop calls the model's parts, not the model
+    (``autocast``: under bf16 CPU autocast, as Lightning's ``precision="bf16-mixed"``)."""
     torch.manual_seed(0)
     model = Wrapper()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -181,7 +182,8 @@ def make_parts_called(batch: int = 64, n: int = 8192) -> Job:
         steps = 0
         while True:
             for x, y in loader:
-                loss = model.training_step(x, y)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = model.training_step(x, y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

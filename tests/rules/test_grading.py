@@ -30,7 +30,7 @@ from tests.rules.test_rules import _clock_waits, _ctx, _samples
 
 GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
 ADVICE_IN_PLACE = {"torch_compile", "cuda_graphs"}
-TRAINING_ONLY = {"CF001", "CF002", "CM001"}
+TRAINING_ONLY = {"CF001", "CF002", "CM001", "PR002"}
 
 
 def _write(tmp_path: Path, name: str, b: tb.TraceBuilder) -> Path:

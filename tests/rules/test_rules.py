@@ -64,6 +64,12 @@ def _cpu_steps(**kw):
     return b
 
 
+def _autocast(work: float, fp32: float, noise: float = 0.02) -> dict:
+    """The autocast probe's timing: the model's work under bf16 autocast and in fp32 (ms)."""
+    return {"dtype": "bfloat16", "work_ms": work, "work_fp32_ms": fp32, "ratio": work / fp32,
+            "rounds": 5, "noise": noise, "native": False, "capability": "AVX2"}
+
+
 # --- traces that plant one symptom each -------------------------------------------------
 def _bursty_loader(workers: int = 4, **kw):
     b = tb.TraceBuilder(**kw)
@@ -311,6 +317,8 @@ POSITIVE = {
     "UT001": (_host_bound, None, "warning"),
     "UT002": (_queued_idle, None, "warning"),
     "PR001": (tb.fp32_gemm, None, "warning"),
+    "PR002": (_cpu_steps, _ctx(capture=_gc_clock([0.1] * 8), cpu_autocast=_autocast(20.0, 16.0)),
+              "warning"),
     "ME001": (tb.healthy, _ctx(oom={"requested_bytes": 2 * 2**30, "in_use_bytes": 75 * 2**30,
                                      "total_bytes": 80 * 2**30, "device": "cuda:0"}), "critical"),
     "ME002": (tb.memory_pressure, None, "warning"),
@@ -395,6 +403,36 @@ def test_epoch_starts_judged_only_where_workers_start_again(tmp_path, workers, p
     quiet = analyze(path, context=_epoch_clock(workers, persistent))
     assert quiet.metrics["dataloader_epoch_start_share"] is None
     assert not [f for f in quiet.findings if f.rule == "IN005"]
+
+
+@pytest.mark.parametrize(("work", "fp32", "noise"), [
+    (8.0, 12.0, 0.02),  # a CPU that computes in bf16 (AMX): autocast is the faster
+    (12.0, 10.0, 0.15),  # 1.2x, inside its rounds' noise taken twice
+    (12.0, 11.9, 0.0),  # under 10% slower
+])
+def test_cpu_autocast_is_blamed_only_where_fp32_timed_faster_past_the_noise(
+        tmp_path, work, fp32, noise):
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    ctx = _ctx(capture=_gc_clock([0.1] * 8), cpu_autocast=_autocast(work, fp32, noise))
+    report = analyze(path, context=ctx)
+    assert not [f for f in report.findings if f.rule == "PR002"]
+    assert report.metrics["cpu_autocast_ratio"] == pytest.approx(work / fp32, rel=1e-3)
+
+
+def test_cpu_autocast_finding_is_predicted_from_the_fp32_timing(tmp_path):
+    """8 steps of 20 ms of ops, the unprofiled step 20.1 ms; the work under autocast 20 ms
+    against 16 ms in fp32 (1.25x): the rule's own estimate is 4 ms off the step (20%,
+    a warning); the step model's, the ops at 1 / 1.25 of their time, a 16.1 ms step. The
+    hint names the CPU's instructions."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    ctx = _ctx(capture=_gc_clock([0.1] * 8), cpu_autocast=_autocast(20.0, 16.0))
+    report = analyze(path, context=ctx)
+    (f,) = [f for f in report.findings if f.rule == "PR002"]
+    assert f.severity == "warning" and "20.0 ms under it against 16.0 ms in fp32" in f.message
+    assert report.metrics["cpu_autocast_saving_frac"] == pytest.approx(4.0 / 20.1, abs=1e-3)
+    assert any("AVX2" in h for h in f.hints)
+    p = f.predictions["cpu_fp32"]
+    assert p.step_ms == pytest.approx(16.1, abs=0.2)
 
 
 def test_gc_pauses_healthy_and_frozen(tmp_path):

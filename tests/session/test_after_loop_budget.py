@@ -320,3 +320,20 @@ def test_each_capacity_timing_is_kept_beside_the_span() -> None:
     al._capacity_of(one, [("worker_batches", 1.7, 1.7, 1.7)])  # one point: no span
     assert one["cpu_capacity_span"] is None and one["cpu_capacity_timings"] == {
         "worker_batches": [1.7, 1.7, 1.7]}
+
+
+def test_a_loop_under_cpu_autocast_gets_the_fp32_timing_with_or_without_a_loader(
+        run: tuple[FakeClock, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """PR002's timing has no gate on the clock: where the loop's forward ran under CPU
+    autocast it runs, a DataLoader or none; where it did not, it does not."""
+    clock, ran = run
+    timed = {"dtype": "bfloat16", "work_ms": 3.0, "work_fp32_ms": 1.0, "ratio": 3.0}
+    monkeypatch.setattr(al, "time_autocast", lambda *a: (ran.append("cpu_autocast"), timed)[1])
+    ctx: dict[str, Any] = {"cpu_count": 2}
+    al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
+                       batch=None, on_error=_errors, budget=ProbeBudget(1.0, 0.0))
+    assert ran == [] and "cpu_autocast" not in ctx  # no autocast recorded
+    monkeypatch.setattr(al, "cpu_autocast", lambda model: "bfloat16")
+    al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
+                       batch=None, on_error=_errors, budget=ProbeBudget(1.0, 0.0))
+    assert ran == ["cpu_autocast"] and ctx["cpu_autocast"] == timed

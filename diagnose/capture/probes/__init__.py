@@ -6,6 +6,7 @@ loop, when no step is on the clock, and leaves the run as it was (RNG states, bu
 thread count, no child process left). Each gives None where it does not apply.
 
 - :mod:`.compute`: the model's work on torch's threads and on one thread
+- :mod:`.precision`: the model's work under the loop's CPU autocast and in fp32
 - :mod:`.after_fetch`: a batched fetch against a per-sample one, and the work after each
 - :mod:`.capacity`: how many CPUs' worth of work the usable CPUs do at once
 - :mod:`.batches`: a loader's batches as its fetcher makes them, whatever its batching

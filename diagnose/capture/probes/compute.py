@@ -182,16 +182,34 @@ def _first_tensor(out: Any) -> Any:
     return None
 
 
+def _widened(x: Any) -> Any:
+    """``x`` with each half-precision floating tensor in it (nested in tuples, lists and
+    dicts) as float32: the activations an fp32 forward would have handed on."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+    if isinstance(x, dict):
+        return {k: _widened(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_widened(v) for v in x]
+    if isinstance(x, tuple):
+        got = [_widened(v) for v in x]
+        return type(x)(*got) if hasattr(x, "_fields") else tuple(got)  # a namedtuple's type
+    return x
+
+
 @contextmanager
-def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
+def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S, cast: bool = True
                ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
     """(the forward of the last work, the work) on ``inputs``: the work, the forward with
     its backward after ``idle_s`` asleep, returns its seconds; the first callable the
     seconds its forward took (the forward as the loop runs it, recording for backward: no
     forward is timed apart). The backward goes through ``torch.autograd.grad`` (no
     ``.grad`` is written). The forward runs under the autocast the recorded one ran under
-    (:class:`ForwardTimer`). The RNG state, the model's buffers (BatchNorm's running
-    statistics) and torch's thread count are put back on the way out."""
+    (:class:`ForwardTimer`); without ``cast`` in none (fp32, the loop's autocast left
+    out). The RNG state, the model's buffers (BatchNorm's running statistics) and torch's
+    thread count are put back on the way out."""
     import torch
 
     args, kwargs = inputs
@@ -199,6 +217,8 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
         casts = _AUTOCAST.get(model, ())
     except TypeError:  # a model that cannot be weakly referenced: none was kept
         casts = ()
+    if casts and not cast:  # a part fed bf16/fp16 activations under autocast gets fp32 ones
+        args, kwargs = _widened(args), _widened(kwargs)
     params = [p for p in model.parameters() if p.requires_grad]
     n = torch.get_num_threads()
     rng = torch.get_rng_state()
@@ -213,12 +233,12 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
         if idle_s:  # as in the loop: the pool has been idle while a batch loaded
             time.sleep(idle_s)
         t0 = time.perf_counter()
-        with torch.enable_grad(), ExitStack() as cast:  # as the loop's forward runs
-            for dev, dtype in casts:
-                cast.enter_context(torch.autocast(dev, dtype=dtype))
+        with torch.enable_grad(), ExitStack() as casting:  # as the loop's forward runs
+            for dev, dtype in casts if cast else ():
+                casting.enter_context(torch.autocast(dev, dtype=dtype))
             got = model(*args, **kwargs)
             fwd[0] = time.perf_counter() - t0
-            cast.close()  # the backward outside autocast, as the loop runs it
+            casting.close()  # the backward outside autocast, as the loop runs it
             out = _first_tensor(got)
             if params and out is not None and out.requires_grad:
                 torch.autograd.grad(out.float().sum(), params, allow_unused=True)
@@ -235,18 +255,18 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S
 
 
 @contextmanager
-def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S
+def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: bool = True
                 ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
     """:func:`model_work` of several models (a GAN's generator and discriminator, each on
     the first inputs its forward got), as one work: each model's forward with its
     backward in turn, one idle spell before them all; the forward callable their forwards'
-    sum. One model: its own :func:`model_work`."""
+    sum. One model: its own :func:`model_work`. ``cast``: as :func:`model_work`'s."""
     if len(pairs) == 1:
-        with model_work(*pairs[0], idle_s=idle_s) as got:
+        with model_work(*pairs[0], idle_s=idle_s, cast=cast) as got:
             yield got
         return
     with ExitStack() as stack:
-        each = [stack.enter_context(model_work(m, x, idle_s=0.0)) for m, x in pairs]
+        each = [stack.enter_context(model_work(m, x, idle_s=0.0, cast=cast)) for m, x in pairs]
 
         def work() -> float:
             if idle_s:

@@ -1,11 +1,14 @@
-"""Precision fixes: fp32 math where tensor cores could do it in lower precision.
+"""Precision fixes: fp32 math where tensor cores could do it in lower precision, and
+lower precision on a CPU that computes it slower than fp32.
 
 The model of AMP: fp32 GEMM/convolution kernels run ``tensor_core_speedup`` x faster (half
 the datasheet peak ratio of the GPU, at most 4x: metrics/precision); other fp32 kernels
 outside the optimizer are memory-bound and move half the bytes. The NHWC kernels
 channels_last would run are not in the trace: no prediction, but where the device does not
 set the step's pace even convolutions taking no time would not shorten it: "at most"
-(:func:`~diagnose.stepmodel.prediction.device_only`).
+(:func:`~diagnose.stepmodel.prediction.device_only`). Leaving a CPU autocast out takes
+the model's work to what the same work timed in fp32 after the loop (a measured ratio:
+:mod:`diagnose.capture.probes.precision`).
 
 In a trial: AMP runs the forward and loss under ``torch.autocast`` (fp16 with a GradScaler:
 bf16 has fp32's range); channels_last relays the model's 4-D parameters and buffers (and
@@ -22,13 +25,16 @@ from typing import Any
 import numpy as np
 
 from ...metrics.precision import CONV_KERNEL
+from ...stepmodel.calibrate import replayed_step_ms
 from ...stepmodel.calibration import AMP_MEMORY_BOUND_SCALE
 from ...stepmodel.graph import Graph, Tag, TaskKind
+from ...stepmodel.host import busy_threads, per_step
 from ...stepmodel.prediction import device_only
 from ...stepmodel.transforms import transform
 from ..config import TrainConfig
 from ..realise import Realisation, StepParts
 from ..unit import Facts, Fix, cannot_tell
+from .workers import num_workers as workers_transform
 
 _GEMM = re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|scudnn|implicit_convolve|winograd|"
                    r"convolve|_fprop|wgrad|dgrad|conv2d|conv_|cudnn_.*(conv|infer|train)",
@@ -63,6 +69,40 @@ def amp(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     out.dur[other] *= AMP_MEMORY_BOUND_SCALE
     return out
 
+
+@transform(assumes={"cpu_autocast_ratio": "the model's work is as fast in fp32",
+                    "loop_own_work_unprofiled_ms": "the loop does no work between its steps"})
+def cpu_fp32(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
+    """The loop's CPU autocast left out: the main thread's forward and backward work
+    (:data:`~diagnose.stepmodel.graph.Tag.FORWARD_BACKWARD`, less the loop's own work
+    between steps, ``loop_own_work_unprofiled_ms``) takes 1 / ``cpu_autocast_ratio`` of its
+    time, as the same work timed in fp32 did. Where the DataLoader's busy workers and
+    torch's threads oversubscribe the CPUs, the same workers are shared with the shorter
+    step again (the workers' transform at the run's count, as the threads split does): the
+    contention the run has grows as the step shrinks around the same work of theirs."""
+    ratio = facts.cpu_autocast_ratio
+    if ratio is None:
+        return cannot_tell("the model's work was not timed in fp32 (a live capture times it)")
+    fb = ((g.res == g.main) & g.is_kind(TaskKind.HOST)
+          & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0))
+    if not fb.any() or not g.n_steps:
+        return "no forward or backward on the training thread in the profiled steps"
+    replay = replayed_step_ms(g)
+    window_ms = float(per_step(g, fb, g.dur).mean()) / 1e3
+    step_u = facts.step_time_unprofiled_mean_ms
+    if step_u and replay > 0:  # the window's work at the unprofiled step's scale (the
+        window_ms *= step_u / replay  # Predictor's graph is calibrated to it already)
+    own = facts.loop_own_work_unprofiled_ms or 0.0
+    share = max(0.0, 1.0 - own / window_ms) if window_ms > 0 else 1.0
+    out = g.scale(fb, 1.0 - share * (1.0 - 1.0 / ratio))
+    # the same busy workers beside torch's threads where the two oversubscribe the CPUs:
+    # the contention the run has changes with the step (as the threads split's does)
+    now_w, n = facts.dataloader_num_workers, facts.cpu_count
+    if now_w and n and not facts.worker_batch_waits and busy_threads(facts) + min(now_w, n) > n:
+        made = workers_transform(out, {"num_workers": now_w}, facts)
+        if not isinstance(made, str):
+            out = made
+    return out
 
 
 class Amp(Fix):
@@ -116,8 +156,17 @@ x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
                           convolutions, "the convolutions"),
     needs="a convolution net on a CUDA device")
 
+CPU_FP32 = Fix("cpu_fp32", "Train in fp32 on a CPU that emulates bf16/fp16", """
+# before: bf16 autocast on a CPU without bf16 matrix units (AVX2, AVX512 without BF16)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = loss_fn(model(x), y)
+# after: fp32 (or keep autocast where torch.ops.mkldnn._is_mkldnn_bf16_supported())
+loss = loss_fn(model(x), y)
+# Lightning: Trainer(precision="32-true")  HF Trainer: TrainingArguments(bf16=False)
+""", category="precision", transform=cpu_fp32, needs="a CPU model under autocast")
+
 #: The registered units of this category (a test checks that each one declared is here).
-FIXES = (AMP, CHANNELS_LAST)
+FIXES = (AMP, CHANNELS_LAST, CPU_FP32)
 
 
 # ---------------------------------------------------------------------- in a trial

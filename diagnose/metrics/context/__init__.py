@@ -13,6 +13,7 @@ Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_worker
 - :mod:`.cpu_holders`: who held the CPUs the training thread waited for
 - :mod:`.loading`: the loop's wait for batches by cause, and the loader's probes
 - :mod:`.cpu`: the CPUs' capacity, the model's threads and their contention
+- :mod:`.cpu_autocast`: a CPU model's autocast against fp32
 - :mod:`.outcome`: an out-of-memory error, the device's peak memory
 """
 
@@ -20,7 +21,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import cpu, loading, loop_threads, loop_work, outcome, settings, step_clock
+from . import (
+    cpu,
+    cpu_autocast,
+    loading,
+    loop_threads,
+    loop_work,
+    outcome,
+    settings,
+    step_clock,
+)
 from .cpu_holders import cpu_wait_holders, pool_clash
 from .fields import get
 from .loading import WORKER_POOL_CPUS, worker_pool
@@ -33,7 +43,7 @@ from .step_clock import (
 
 CATALOG: dict[str, tuple[str, str]] = {
     **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
-    **outcome.CATALOG, **loop_work.CATALOG, **loop_threads.CATALOG}
+    **outcome.CATALOG, **loop_work.CATALOG, **loop_threads.CATALOG, **cpu_autocast.CATALOG}
 
 
 def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
@@ -48,6 +58,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(loading.loading_metrics(ctx))
     out.update(loading.epoch_start_metrics(out))  # after the settings and the clock
     out.update(cpu.cpu_metrics(ctx, out))  # after the clock: the loop's own forward
+    out.update(cpu_autocast.cpu_autocast_metrics(ctx, out))  # after the clock too
     out.update(outcome.outcome_metrics(ctx))
     return out
 
