@@ -236,7 +236,7 @@ BENCHMARKS: dict[str, Bench] = {
     "predict_vs_measured_samples": Bench(
         "Predictions on the demo and the CPU samples",
         ["benchmarks/predict_vs_measured.py", "--samples", "--rounds", "16"],
-        "As above, on the demo's workload and the samples that run on a CPU.",
+        "As above, on the demo and the CPU samples.",
         _PVM_HEAD, 4, predicted_row, PREDICTED_COLUMNS),
     "predict_configs": Bench(
         "Every worker and thread split, predicted beside timed",
@@ -247,21 +247,20 @@ BENCHMARKS: dict[str, Bench] = {
     "cpu_autocast": Bench(
         "CPU autocast (PR002): predicted beside measured",
         ["benchmarks/cpu_autocast.py"],
-        "Corpus jobs with their forward under bf16 autocast on an AVX2 CPU; the fix (fp32) "
-        "made and both timed, interleaved.",
-        (r"^\d+ of \d+ predictions", r"^(tune|validate)\s"), 4),
+        "Corpus jobs under CPU bf16 autocast.",
+        (r"^\d+ of \d+ predictions",), 1, lambda ln: "; ".join(ln.split("; ")[:2])),
     # predict_spread.py (one tuning job's predictions, capture after capture) is left out:
     # corpus_stability above is that check on the corpus; its results file stays
     "autofix_jobs": Bench(
         "Autofix on the project's own jobs: predicted beside measured",
         ["benchmarks/autofix_jobs.py"],
-        "`autofix()` on a fresh job each run: kept changes and before/afters beside the "
-        "model. Goals: no job left slower; too many workers cut in 3 of 3 runs.",
+        "`autofix()` on fresh jobs beside the model. Goals: no job left slower; too many "
+        "workers cut in 3 of 3 runs.",
         _AUTOFIX_HEAD, 8, autofix_row, AUTOFIX_COLUMNS),
     "autofix_samples": Bench(
         "Autofix on the demo and the CPU samples",
         ["benchmarks/autofix_jobs.py", "--samples"],
-        "As above, on the demo's workload and the CPU samples. Goals: the demo 1.3x faster "
+        "As above, on the demo and the CPU samples. Goals: the demo 1.3x faster "
         "or more; the healthy sample keeps nothing.",
         _AUTOFIX_HEAD, 5, autofix_row, AUTOFIX_COLUMNS),
     "autofix_vs_grid": Bench(
@@ -272,21 +271,20 @@ BENCHMARKS: dict[str, Bench] = {
     "epoch_start": Bench(
         "An epoch's start and end with DataLoader workers",
         ["benchmarks/epoch_start.py", "--workers", "2,4,6", "--reps", "4", "slow_loader"],
-        "Real loaders with k workers timed over whole epochs, beside the step model's "
-        "prediction from what a session times after its loop.",
+        "Loaders with k workers timed over whole epochs, beside the step model's prediction.",
         (r"^workers\s", r"^\s+\d+\s"), 4),
     "loop_parts": Bench(
         "Where a job's step goes for each split, timed in the loop",
         ["benchmarks/loop_parts.py", "augment_cnn", "--splits", "0,2", "2,2", "2,1", "1,2",
          "0,2", "--steps", "160"],
-        "The job's own loop for each (workers, threads) split, no profiler: the wait for a "
-        "batch, the compute, and the batch's making, beside what a session times.",
+        "The job's loop for each (workers, threads) split, no profiler: its wait, compute and "
+        "batch making, beside a session's timings.",
         (r"^workers threads", r"^\s+\d+\s+\d+\s"), 4),
     "work_after_fetch": Bench(
         "The model's compute after each kind of fetch (tensor_rows)",
         ["benchmarks/work_after_fetch.py", "--runs", "2"],
-        "The compute after a long single-threaded load against after a batched fetch, and "
-        "the session's own timing of it (the batched-fetch prediction's input).",
+        "The compute after a single-threaded load and after a batched fetch, and the "
+        "session's timing of it.",
         (r"^variant", r"^as is"), 2, spaced),
     "watch_false_alarms": Bench(
         "Watch: false alarms and the delay to find a change",
@@ -540,9 +538,9 @@ def section(b: Bench, f: Path, level: str = "###") -> list[str]:
 INTRO = """\
 # Benchmark results
 
-Made by `benchmarks/make_results.py` from `results/`, newest first. [Scripts](README.md). Machines:
-a shared 2-CPU VM, lent GPUs. Trust the validate half. A check: measured within 15% of predicted
-(m/p). *First fixes*: a warning's, unprofiled; *kept changes*: autofix's; *before/after*: autofix's.
+Made by `benchmarks/make_results.py` from `results/`, newest first ([scripts](README.md)); a shared
+2-CPU VM, lent GPUs. Trust the validate half. A check: measured within 15% of predicted (m/p).
+*First fixes*: a warning's, unprofiled; *kept changes*: autofix's; *before/after*: autofix's.
 """
 
 
