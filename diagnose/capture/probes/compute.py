@@ -182,6 +182,16 @@ def _first_tensor(out: Any) -> Any:
     return None
 
 
+def recorded_autocast(model: Any) -> tuple[tuple[str, Any], ...]:
+    """The autocast ``model``'s recorded forward ran under ((device, dtype), ...), as
+    :class:`ForwardTimer` kept it; empty where none was (or none could be kept: a model
+    that cannot be weakly referenced)."""
+    try:
+        return _AUTOCAST.get(model, ())
+    except TypeError:
+        return ()
+
+
 def _widened(x: Any) -> Any:
     """``x`` with each half-precision floating tensor in it (nested in tuples, lists and
     dicts) as float32: the activations an fp32 forward would have handed on."""
@@ -213,10 +223,7 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S, cast: bool = 
     import torch
 
     args, kwargs = inputs
-    try:
-        casts = _AUTOCAST.get(model, ())
-    except TypeError:  # a model that cannot be weakly referenced: none was kept
-        casts = ()
+    casts = recorded_autocast(model)
     if casts and not cast:  # a part fed bf16/fp16 activations under autocast gets fp32 ones
         args, kwargs = _widened(args), _widened(kwargs)
     params = [p for p in model.parameters() if p.requires_grad]

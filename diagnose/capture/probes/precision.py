@@ -19,7 +19,7 @@ from typing import Any
 
 from ...stepmodel.calibration import THREADS_NOISE_MAX
 from .common import SLOW_S, cannot_afford, median_noise, out_of_time, settled, timed
-from .compute import _AUTOCAST, ROUNDS, Inputs, models_work, on_cpu
+from .compute import ROUNDS, Inputs, models_work, on_cpu, recorded_autocast
 
 #: rounds of (under autocast, in fp32) after a warm-up round of each: ROUNDS at least, then
 #: more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until both medians are settled
@@ -31,11 +31,7 @@ def cpu_autocast(model: Any) -> str | None:
     """The dtype's name ("bfloat16", "float16") of the CPU autocast the loop's first
     forward of ``model`` ran under (:class:`~.compute.ForwardTimer` records it), else
     None."""
-    try:
-        casts = _AUTOCAST.get(model, ())
-    except TypeError:  # a model that cannot be weakly referenced: none was kept
-        return None
-    for dev, dtype in casts:
+    for dev, dtype in recorded_autocast(model):
         if dev == "cpu":
             return str(dtype).removeprefix("torch.")
     return None
