@@ -77,6 +77,9 @@ SECTION_METRICS = (
     Metric("mem_model_states_frac", "fraction",
            "Parameters, gradients and optimizer state / the tracked step's peak",
            (MEMORY_PROFILE,)),
+    Metric("mem_model_states_bytes", "bytes",
+           "The model's parameters, their gradients and the optimizer's state (bytes): "
+           "what an optimizer step writes", (MEMORY_PROFILE,)),
     Metric("mem_peak_budget_frac", "fraction",
            "The tracked step's peak / the device's capacity (1 where it ran out)",
            (MEMORY_PROFILE, DEVICE_PROPERTIES)),
@@ -117,6 +120,10 @@ def section_metrics(sec: Mapping[str, Any] | None,
     out["mem_activations_frac"] = rnd((kinds.get("activations") or 0) / peak, 4)
     states = sum(kinds.get(k) or 0 for k in ("parameters", "gradients", "optimizer_state"))
     out["mem_model_states_frac"] = rnd(states / peak, 4)
+    model = sec.get("model") or {}
+    whole = [model.get(k) for k in ("parameters", "gradients", "optimizer_state")]
+    if all(isinstance(x, int) for x in whole):
+        out["mem_model_states_bytes"] = sum(whole)
     kept = sec.get("kept_after_step") or {}
     if isinstance(kept.get("bytes"), int):
         out["mem_graph_kept_bytes"] = kept["bytes"]

@@ -94,7 +94,8 @@ PROBE_WORDS = {
     "worker_send": "a worker's send", "work_after_fetch": "the fetches and the work after each",
     "worker_batches": "workers' batches at once",
     "threads_in_loop": "the loop's steps on one thread",
-    "cpu_autocast": "the compute without CPU autocast"}
+    "cpu_autocast": "the compute without CPU autocast",
+    "fork_copy": "the compute after a fork"}
 
 
 def _probe_words(each: str) -> str:

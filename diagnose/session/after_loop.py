@@ -10,7 +10,9 @@ the threads split reads them or the budget allows, a third where those two disag
 two that agree joined and all their ratios' span in ``threads_span``), only where the
 loop has a DataLoader (the threads split, the one fix they serve, changes its workers) and
 did not time one thread on its own steps; a worker's send cost; where the loop's forward
-ran under CPU autocast, the model's work under it and in fp32 (``cpu_autocast``).
+ran under CPU autocast, the model's work under it and in fp32 (``cpu_autocast``); where the
+loader's workers fork every epoch, what the step's writes cost after a fork
+(``dataloader.fork_copy``).
 For an in-process loader whose batches one ``dataset[indices]`` call can fetch, the batched
 fetch's inputs come first: that fetch against the loader's own, and the work after each.
 They share a budget, a share of the capture's wall time so far
@@ -48,6 +50,7 @@ from diagnose.capture.probes import (
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
 from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
+from diagnose.capture.probes.fork_copy import time_fork_copy
 from diagnose.capture.probes.precision import cpu_autocast, time_autocast
 from diagnose.capture.runinfo import thread_pools
 from diagnose.capture.steps import Steps
@@ -153,6 +156,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["threads"] = _thread_timing(model, forward, others, budget, on_error)
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
+    if workers and forward is not None:  # the copies an epoch's forks cost the next step
+        _time_fork_copy(ctx, model, forward, loader, others, budget, on_error)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
         ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
             "worker hand-over timing", on_error,
@@ -231,6 +236,21 @@ def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any
     or raised."""
     return _guard("thread timing", on_error, lambda: budget.run(
         "threads", lambda: time_threads(model, forward.inputs, others), again=again))
+
+
+def _time_fork_copy(ctx: dict[str, Any], model: Any, forward: ForwardTimer, loader: Any,
+                    others: Sequence[tuple[Any, Any]], budget: ProbeBudget,
+                    on_error: OnError) -> None:
+    """``dataloader.fork_copy``: what the pages the step writes cost after a fork
+    (:func:`~diagnose.capture.probes.fork_copy.time_fork_copy`), where the loader's workers
+    are not kept alive (persistent ones fork once)."""
+    if ctx["dataloader"].get("persistent_workers") is True:
+        budget.skipped.setdefault("fork_copy", "the workers are persistent: forked once")
+        return
+    got = _guard("fork copy timing", on_error, lambda: budget.run(
+        "fork_copy", lambda: time_fork_copy(model, forward.inputs, loader, others)))
+    if got is not None:
+        ctx["dataloader"]["fork_copy"] = got
 
 
 def _time_autocast(ctx: dict[str, Any], model: Any, forward: ForwardTimer,

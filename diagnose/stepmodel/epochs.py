@@ -41,6 +41,23 @@ def epoch_end_ms(facts: Facts, k: float) -> float:
     return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
 
 
+def fork_copy_ms(facts: Facts) -> float:
+    """What the first step after an epoch's forks pays for the memory it writes (ms, once an
+    epoch): every page the step writes is shared with the children and copied at its first
+    write (copy-on-write). As the session timed it after a real fork: the model's forward
+    and backward beyond the same work unforked (``input_worker_fork_copy_ms``), and the
+    optimizer's writes, the parameters, gradients and optimizer state
+    (``mem_model_states_bytes``), at the price of a MiB written after a fork
+    (``input_worker_fork_copy_ms_per_mib``). 0 where the work's part was not timed (a
+    model on a GPU: its memory is the device's); the work's part alone where the states
+    or their price are not known."""
+    work = facts.input_worker_fork_copy_ms
+    if work is None:
+        return 0.0
+    per_mib, states = facts.input_worker_fork_copy_ms_per_mib, facts.mem_model_states_bytes
+    return work + (per_mib * states / 2**20 if per_mib is not None and states else 0.0)
+
+
 def run_epoch_ms(facts: Facts) -> float:
     """The run's own epoch start and end per step, as every prediction adds it to both
     sides: :func:`epoch_start_ms` of the run as it is; 0 where the clock's mean holds them
@@ -59,15 +76,18 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
     The start: the run's own where the session saw one with these workers: the clock's
     step that held it beyond a steady step, end included
     (:attr:`~diagnose.stepmodel.facts.Facts.epoch_boundary_per_step_ms`), else the wait for
-    its first batch (``dataloader_start_ms``). Else from the one worker the session
-    started after the loop (``input_worker_start_ms``: the fork, ``input_worker_fork_ms``,
-    then the child's start-up and the hand-over of a copy of a batch) and a worker's batch
-    (``input_worker_batch_ms``): the training process forks its k workers one after
+    its first batch (``dataloader_start_ms``) and the pages the first step after the forks
+    copies (:func:`fork_copy_ms`; the clock's step holds those already). Else from the
+    one worker the session started after the loop (``input_worker_start_ms``: the fork,
+    ``input_worker_fork_ms``, then the child's start-up and the hand-over of a copy of a
+    batch) and a worker's batch (``input_worker_batch_ms``): the training process forks its
+    k workers one after
     another and only then sends the first batch's indices, and the children's start-up
     is CPU work too; the loop waits for the longest of: the forks and then a batch, one
     worker's start and batch, and every child's start-up and first batch (each worker
-    makes one at once) over the CPUs. Without the fork timed, each start is taken
-    whole, one after another (an upper bound). Where a worker's batch waits (files, the
+    makes one at once) over the CPUs; then the pages the first step copies
+    (:func:`fork_copy_ms`, once: the forks all come before it). Without the fork timed,
+    each start is taken whole, one after another (an upper bound). Where a worker's batch waits (files, the
     network: :attr:`~.facts.Facts.worker_batch_waits`), the forks (or the start-ups over
     the CPUs) and what the first batches cost beyond the steady pace (:func:`_fill_ms`).
     The end: :func:`epoch_end_ms`."""
@@ -85,8 +105,8 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
         clock = facts.epoch_boundary_per_step_ms  # the run's own, beyond a steady step
         if clock is not None:
             return clock
-        if (seen := facts.dataloader_start_ms) is not None:
-            return (seen + stop) / n
+        if (seen := facts.dataloader_start_ms) is not None:  # the first step's copies after
+            return (seen + fork_copy_ms(facts) + stop) / n
     one, batch = facts.input_worker_start_ms, facts.input_worker_batch_ms
     hand = facts.input_worker_handover_ms or 0.0
     fork = facts.input_worker_fork_ms
@@ -102,7 +122,7 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
         start = k * each + batch
     else:
         start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
-    return (start + stop) / n
+    return (start + fork_copy_ms(facts) + stop) / n
 
 
 def _fill_ms(facts: Facts, k: float, n: float, batch: float) -> float:

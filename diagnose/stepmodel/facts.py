@@ -112,6 +112,9 @@ class Facts:
     input_worker_start_ms: float | None = None  # starting one worker and its first batch
     input_worker_fork_ms: float | None = None  # of that, the fork
     input_worker_stop_ms: float | None = None  # an epoch's end with that worker
+    input_worker_fork_copy_ms: float | None = None  # the model's work after a fork, beyond
+    input_worker_fork_copy_ms_per_mib: float | None = None  # a MiB written after a fork
+    mem_model_states_bytes: int | None = None  # parameters, gradients, optimizer state
     input_worker_wait_ms: float | None = None  # waits for workers per unprofiled step
     input_batched_fetch_ms: float | None = None  # one batch by one dataset[indices]
     input_batched_fetch_per_sample_ms: float | None = None  # the same batches per sample

@@ -18,7 +18,8 @@ from tests.fixes.steps import _facts, _model
 MEASURED = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0,
                 input_worker_handover_ms=0.2, torch_num_threads=1, proc_cpu_mean_pct=180.0,
                 input_worker_batch_ms=2.0, cpu_capacity=2.0, input_worker_send_ms=0.1,
-                input_worker_start_ms=30.0, input_inprocess_batch_ms=2.0)
+                input_worker_start_ms=30.0, input_inprocess_batch_ms=2.0,
+                input_worker_fork_copy_ms=3.0)
 
 
 def _predictor(tmp_path, **facts):
@@ -147,7 +148,8 @@ def test_a_prediction_names_what_it_assumed_where_nothing_was_measured(tmp_path)
     assert "assumed" not in measured.to_json()
     bare = {k: v for k, v in MEASURED.items()
             if k not in ("input_worker_handover_ms", "input_worker_batch_ms", "cpu_capacity",
-                         "input_worker_send_ms", "input_inprocess_batch_ms")}
+                         "input_worker_send_ms", "input_inprocess_batch_ms",
+                         "input_worker_fork_copy_ms")}
     q = _predictor(tmp_path, **bare).predict_change(workers_unit.num_workers,
                                                     {"num_workers": 2})
     assert isinstance(q, Prediction)

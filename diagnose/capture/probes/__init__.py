@@ -13,6 +13,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.inprocess`: a batch made by the training process itself
 - :mod:`.worker_batch`: a batch made by a forked worker, in turn with this process
 - :mod:`.handover`: receiving a batch from a worker; a worker's start and stop
+- :mod:`.fork_copy`: the memory a step writes, copied after its workers' fork
 - :mod:`.send`: what sending its batches costs a worker
 - :mod:`.settle`: the DataLoader's live workers left to fall idle first
 - :mod:`.budget`: the probes' share of the capture's wall time, spent in order of need

@@ -43,6 +43,15 @@ CATALOG: dict[str, tuple[str, str]] = {
     "input_worker_stop_ms": (
         "ms", "an epoch's end with that one worker: the next() that shuts it down and "
         "joins it, timed by the session after the loop"),
+    "input_worker_fork_copy_ms": (
+        "ms", "the model's forward and backward on the first batch right after a fork, "
+        "beyond the same work unforked: the copies of the pages it writes (copy-on-write), "
+        "paid by an epoch's first step where the workers are forked every epoch; timed by "
+        "the session after the loop, 0 where the loader's workers do not fork"),
+    "input_worker_fork_copy_ms_per_mib": (
+        "ms", "what writing a MiB written before a fork costs after it, beyond the same "
+        "write unforked (on torch's threads): the price of the optimizer's writes to the "
+        "parameters and its state after an epoch's fork"),
     "dataloader_start_ms": (
         "ms", "an epoch's start as the loop waits for it, with worker processes: iter() "
         "(the workers starting) plus the wait for the first batch (median over the new "
@@ -157,6 +166,9 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
                       ("input_worker_fork_ms", "worker_fork_ms"),
                       ("input_worker_stop_ms", "worker_stop_ms")):
         out[name] = as_number(get(ctx, "dataloader", key), finite=False)
+    for name, key in (("input_worker_fork_copy_ms", "work_ms"),
+                      ("input_worker_fork_copy_ms_per_mib", "per_mib_ms")):
+        out[name] = as_number(get(ctx, "dataloader", "fork_copy", key))
     out["input_batched_fetch_work_ratio"] = as_number(
         get(ctx, "dataloader", "work_after_fetch", "ratio"), finite=False)
     noise = as_number(get(ctx, "dataloader", "work_after_fetch", "noise"))

@@ -1,0 +1,129 @@
+"""What forking the DataLoader's workers costs the training process's next step: the memory
+it writes is copied first.
+
+A forked child shares the parent's pages until one side writes one; the parent's first
+write to each then faults and copies it (copy-on-write), dearer where torch's threads fault
+at once (each fault flushes the other CPUs' view of the page). A loader whose workers are
+not persistent forks them at every epoch's ``iter()``, so the first step of each epoch
+pays for every page a step writes. Timed here, with a child forked that only waits (as an
+idle worker does):
+
+- the model's forward and backward on the first batch (:func:`~.compute.model_work`, on
+  torch's threads) right after the fork, less the same work unforked: the copies of its
+  activations, temporaries and gradients;
+- a buffer written before the fork, written again: the price of a MiB, at which the
+  optimizer's step writes the parameters and its state (their bytes are the memory
+  section's, read by the metrics).
+
+A loader whose workers start otherwise (spawn, forkserver) shares no pages: both read 0,
+untimed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .common import cannot_afford, rng_kept, timed
+from .compute import Inputs, models_work, on_cpu
+
+#: the buffer written before and after the fork (MiB): a few thousand pages, a few ms of
+#: copies, long enough that the unforked write (~0.1 ms) is no part of the reading
+COPY_MIB = 8
+#: forks timed where the work is quick (under QUICK_S); one where it is not: the copies
+#: are the same pages each time, and a slow work's copies are many
+ROUNDS = 3
+QUICK_S = 0.05
+
+
+def _fork_idle() -> Callable[[], None]:
+    """A child forked that only waits to be let go (it runs no Python: a read, then
+    ``_exit``); returns what lets it go and reaps it."""
+    r, w = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+
+    def let_go() -> None:
+        try:
+            os.write(w, b"x")
+        finally:
+            os.waitpid(pid, 0)
+            os.close(r)
+            os.close(w)
+    return let_go
+
+
+def _write(buf: Any) -> float:
+    t0 = time.perf_counter()
+    buf.add_(1.0)
+    return time.perf_counter() - t0
+
+
+def start_method(loader: Any) -> str | None:
+    """How the loader's workers start: its own ``multiprocessing_context``, else the
+    default; None where it cannot be told."""
+    import multiprocessing
+
+    ctx = getattr(loader, "multiprocessing_context", None)
+    if isinstance(ctx, str):
+        return ctx
+    if ctx is not None and hasattr(ctx, "get_start_method"):
+        return str(ctx.get_start_method())
+    try:
+        return multiprocessing.get_start_method(allow_none=False)
+    except (RuntimeError, ValueError):  # pragma: no cover
+        return None
+
+
+@timed("fork_copy")
+def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
+                   others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
+    """``{"start_method", "work_ms", "per_mib_ms", "rounds"}``: the model's work (ms) after
+    a fork beyond the same work unforked, and what a MiB written before the fork costs
+    written after it (ms), the medians over :data:`ROUNDS` forks (the module doc);
+    ``others``: the loop's other models, in the same work. Both 0, untimed, where the
+    loader's workers do not fork. None where it does not apply (no inputs, a model off the
+    CPU: its memory is the device's) or the budget cannot hold it."""
+    if inputs is None or model is None or not on_cpu(model) or not hasattr(os, "fork"):
+        return None
+    method = start_method(loader)
+    if method is not None and method != "fork":
+        return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0, "rounds": 0}
+    import torch
+
+    pairs = [(model, inputs), *((m, x) for m, x in others
+                                if m is not model and x is not None and on_cpu(m))]
+    works, copies = [], []
+    with rng_kept(), models_work(pairs, idle_s=0.0) as (_, work):
+        t0 = time.perf_counter()
+        work()  # warm
+        base = work()
+        round_s = time.perf_counter() - t0
+        rounds = ROUNDS if base < QUICK_S else 1
+        if cannot_afford(round_s, rounds):
+            return None
+        base = min(base, work())
+        buf = torch.ones(COPY_MIB * 2**20 // 4)
+        plain = min(_write(buf) for _ in range(3))
+        for _ in range(rounds):
+            let_go = _fork_idle()
+            try:
+                took = work()
+                wrote = _write(buf)
+            finally:
+                let_go()
+            works.append(max(0.0, took - base))
+            copies.append(max(0.0, wrote - plain) / COPY_MIB)
+    return {"start_method": method or "fork", "rounds": rounds,
+            "work_ms": round(statistics.median(works) * 1e3, 4),
+            "per_mib_ms": round(statistics.median(copies) * 1e3, 4)}

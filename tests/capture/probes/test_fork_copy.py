@@ -1,0 +1,55 @@
+"""The memory a step writes, copied after a fork (diagnose/capture/probes/fork_copy.py)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from diagnose.capture.probes.fork_copy import start_method, time_fork_copy
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+def _job() -> tuple[nn.Module, tuple[tuple[torch.Tensor], dict]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    return model, ((torch.randn(512, 64),), {})
+
+
+def test_a_real_fork_copies_what_is_written_after_it_and_leaves_the_run_as_it_was() -> None:
+    model, inputs = _job()
+    before = [p.detach().clone() for p in model.parameters()]
+    rng = torch.get_rng_state()
+    children = {c.pid for c in psutil.Process().children()}
+    got = time_fork_copy(model, inputs, DataLoader(TensorDataset(torch.zeros(4)), num_workers=1))
+    assert got is not None and got["start_method"] == "fork" and got["rounds"] == 3
+    # a buffer written before the fork: each page written after it faults and is copied
+    assert got["per_mib_ms"] > 0
+    assert got["work_ms"] >= 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters())  # no .grad written
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert {c.pid for c in psutil.Process().children()} <= children  # no child left
+
+
+def test_a_loader_whose_workers_do_not_fork_shares_no_pages() -> None:
+    model, inputs = _job()
+    loader = DataLoader(TensorDataset(torch.zeros(4)), num_workers=1,
+                        multiprocessing_context="spawn")
+    assert start_method(loader) == "spawn"
+    assert time_fork_copy(model, inputs, loader) == {
+        "start_method": "spawn", "work_ms": 0.0, "per_mib_ms": 0.0, "rounds": 0}
+
+
+def test_it_does_not_apply_without_inputs_or_a_model_on_the_cpu() -> None:
+    model, inputs = _job()
+    assert time_fork_copy(model, None) is None
+    assert time_fork_copy(None, inputs) is None
+    meta = nn.Linear(4, 4, device="meta")
+    assert time_fork_copy(meta, ((torch.zeros(1, 4, device="meta"),), {})) is None
