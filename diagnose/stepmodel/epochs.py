@@ -41,21 +41,29 @@ def epoch_end_ms(facts: Facts, k: float) -> float:
     return (facts.input_worker_stop_ms or 0.0) * max(1.0, k / n_cpus)
 
 
-def fork_copy_ms(facts: Facts) -> float:
+def fork_copy_ms(facts: Facts, threads: int | None = None) -> float:
     """What the first step after an epoch's forks pays for the memory it writes (ms, once an
     epoch): every page the step writes is shared with the children and copied at its first
     write (copy-on-write). As the session timed it after a real fork: the model's forward
     and backward beyond the same work unforked (``input_worker_fork_copy_ms``), and the
     optimizer's writes, the parameters, gradients and optimizer state
     (``mem_model_states_bytes``), at the price of a MiB written after a fork
-    (``input_worker_fork_copy_ms_per_mib``). 0 where the work's part was not timed (a
-    model on a GPU: its memory is the device's); the work's part alone where the states
-    or their price are not known."""
+    (``input_worker_fork_copy_ms_per_mib``). On one intra-op thread (``threads``, where
+    torch ran on more), all of it at the price of a MiB written from one thread over the
+    price on torch's (``_1thread``: a fault in a process whose other threads run flushes
+    their CPUs' view of the page). 0 where the work's part was not timed (a model on a
+    GPU: its memory is the device's); the work's part alone where the states or their
+    price are not known."""
     work = facts.input_worker_fork_copy_ms
     if work is None:
         return 0.0
     per_mib, states = facts.input_worker_fork_copy_ms_per_mib, facts.mem_model_states_bytes
-    return work + (per_mib * states / 2**20 if per_mib is not None and states else 0.0)
+    copies = work + (per_mib * states / 2**20 if per_mib is not None and states else 0.0)
+    one = facts.input_worker_fork_copy_ms_per_mib_1thread
+    if (threads == 1 and (facts.torch_num_threads or 1) > 1 and one is not None
+            and per_mib is not None and per_mib > 0):
+        copies *= min(1.0, one / per_mib)
+    return copies
 
 
 def run_epoch_ms(facts: Facts) -> float:
@@ -122,7 +130,8 @@ def epoch_start_ms(facts: Facts, change: Mapping[str, Any] | None = None
         start = k * each + batch
     else:
         start = max(k * fork + batch + hand, one + batch, k * (each + batch) / n_cpus)
-    return (start + fork_copy_ms(facts) + stop) / n
+    copies = fork_copy_ms(facts, change.get("intra_op_threads"))
+    return (start + copies + stop) / n
 
 
 def _fill_ms(facts: Facts, k: float, n: float, batch: float) -> float:

@@ -114,6 +114,7 @@ class Facts:
     input_worker_stop_ms: float | None = None  # an epoch's end with that worker
     input_worker_fork_copy_ms: float | None = None  # the model's work after a fork, beyond
     input_worker_fork_copy_ms_per_mib: float | None = None  # a MiB written after a fork
+    input_worker_fork_copy_ms_per_mib_1thread: float | None = None  # the same, one thread
     mem_model_states_bytes: int | None = None  # parameters, gradients, optimizer state
     input_worker_wait_ms: float | None = None  # waits for workers per unprofiled step
     input_batched_fetch_ms: float | None = None  # one batch by one dataset[indices]

@@ -47,3 +47,21 @@ def test_the_runs_own_start_seen_gets_the_copies_the_clock_did_not_time() -> Non
     timed: the copies of the step after it are added to the wait and the end."""
     seen = dict(RUN, dataloader_num_workers=2, dataloader_start_ms=50.0, **COPIES)
     assert epoch_start_ms(Facts(**seen)) == pytest.approx((50.0 + 168.0 + 6.0) / 10)
+
+
+def test_one_thread_copies_at_the_one_thread_price() -> None:
+    """A change to one intra-op thread from two: the copies at the one-thread price over
+    torch's (2 ms a MiB against 0.5: a quarter); no scaling without that price, or where
+    torch ran on one thread already."""
+    two = Facts(**RUN, **COPIES, torch_num_threads=2,
+                input_worker_fork_copy_ms_per_mib_1thread=0.5)
+    assert fork_copy_ms(two, threads=1) == pytest.approx(168.0 / 4)
+    assert fork_copy_ms(two, threads=2) == pytest.approx(168.0)
+    then = epoch_start_ms(two, {"num_workers": 2, "intra_op_threads": 1})
+    more = epoch_start_ms(two, {"num_workers": 2})
+    assert then is not None and more is not None
+    assert more - then == pytest.approx((168.0 - 42.0) / 10)
+    assert fork_copy_ms(Facts(**RUN, **COPIES, torch_num_threads=2), threads=1) == 168.0
+    one = Facts(**RUN, **COPIES, torch_num_threads=1,
+                input_worker_fork_copy_ms_per_mib_1thread=0.5)
+    assert fork_copy_ms(one, threads=1) == 168.0

@@ -13,7 +13,8 @@ idle worker does):
   activations, temporaries and gradients;
 - a buffer written before the fork, written again: the price of a MiB, at which the
   optimizer's step writes the parameters and its state (their bytes are the memory
-  section's, read by the metrics).
+  section's, read by the metrics); on torch's threads, and a second buffer on one thread
+  (a change to one thread faults from one: no other CPU's view to flush).
 
 A loader whose workers start otherwise (spawn, forkserver) shares no pages: both read 0,
 untimed.
@@ -88,9 +89,10 @@ def start_method(loader: Any) -> str | None:
 @timed("fork_copy")
 def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
                    others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
-    """``{"start_method", "work_ms", "per_mib_ms", "rounds"}``: the model's work (ms) after
-    a fork beyond the same work unforked, and what a MiB written before the fork costs
-    written after it (ms), the medians over :data:`ROUNDS` forks (the module doc);
+    """``{"start_method", "work_ms", "per_mib_ms", "per_mib_1thread_ms", "rounds"}``: the
+    model's work (ms) after a fork beyond the same work unforked, and what a MiB written
+    before the fork costs written after it (ms), on torch's threads and on one, the
+    medians over :data:`ROUNDS` forks (the module doc);
     ``others``: the loop's other models, in the same work. Both 0, untimed, where the
     loader's workers do not fork. None where it does not apply (no inputs, a model off the
     CPU: its memory is the device's) or the budget cannot hold it."""
@@ -98,12 +100,16 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
         return None
     method = start_method(loader)
     if method is not None and method != "fork":
-        return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0, "rounds": 0}
+        return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0,
+                "per_mib_1thread_ms": 0.0, "rounds": 0}
     import torch
 
     pairs = [(model, inputs), *((m, x) for m, x in others
                                 if m is not model and x is not None and on_cpu(m))]
-    works, copies = [], []
+    works: list[float] = []
+    copies: list[float] = []
+    ones: list[float] = []
+    n = torch.get_num_threads()
     with rng_kept(), models_work(pairs, idle_s=0.0) as (_, work):
         t0 = time.perf_counter()
         work()  # warm
@@ -113,17 +119,27 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
         if cannot_afford(round_s, rounds):
             return None
         base = min(base, work())
-        buf = torch.ones(COPY_MIB * 2**20 // 4)
+        buf, other = (torch.ones(COPY_MIB * 2**20 // 4) for _ in range(2))
         plain = min(_write(buf) for _ in range(3))
-        for _ in range(rounds):
-            let_go = _fork_idle()
-            try:
-                took = work()
-                wrote = _write(buf)
-            finally:
-                let_go()
-            works.append(max(0.0, took - base))
-            copies.append(max(0.0, wrote - plain) / COPY_MIB)
+        try:
+            torch.set_num_threads(1)
+            plain_one = min(_write(other) for _ in range(3))
+            for _ in range(rounds):
+                torch.set_num_threads(n)
+                let_go = _fork_idle()
+                try:
+                    took = work()
+                    wrote = _write(buf)
+                    torch.set_num_threads(1)
+                    wrote_one = _write(other)
+                finally:
+                    let_go()
+                works.append(max(0.0, took - base))
+                copies.append(max(0.0, wrote - plain) / COPY_MIB)
+                ones.append(max(0.0, wrote_one - plain_one) / COPY_MIB)
+        finally:
+            torch.set_num_threads(n)
     return {"start_method": method or "fork", "rounds": rounds,
             "work_ms": round(statistics.median(works) * 1e3, 4),
-            "per_mib_ms": round(statistics.median(copies) * 1e3, 4)}
+            "per_mib_ms": round(statistics.median(copies) * 1e3, 4),
+            "per_mib_1thread_ms": round(statistics.median(ones) * 1e3, 4)}

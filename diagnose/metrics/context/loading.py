@@ -52,6 +52,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ms", "what writing a MiB written before a fork costs after it, beyond the same "
         "write unforked (on torch's threads): the price of the optimizer's writes to the "
         "parameters and its state after an epoch's fork"),
+    "input_worker_fork_copy_ms_per_mib_1thread": (
+        "ms", "input_worker_fork_copy_ms_per_mib written from one thread: a page fault in a "
+        "process whose other threads run flushes their CPUs' view of the page, which one "
+        "thread alone does not pay"),
     "dataloader_start_ms": (
         "ms", "an epoch's start as the loop waits for it, with worker processes: iter() "
         "(the workers starting) plus the wait for the first batch (median over the new "
@@ -167,7 +171,8 @@ def loading_metrics(ctx: dict[str, Any]) -> dict[str, object]:
                       ("input_worker_stop_ms", "worker_stop_ms")):
         out[name] = as_number(get(ctx, "dataloader", key), finite=False)
     for name, key in (("input_worker_fork_copy_ms", "work_ms"),
-                      ("input_worker_fork_copy_ms_per_mib", "per_mib_ms")):
+                      ("input_worker_fork_copy_ms_per_mib", "per_mib_ms"),
+                      ("input_worker_fork_copy_ms_per_mib_1thread", "per_mib_1thread_ms")):
         out[name] = as_number(get(ctx, "dataloader", "fork_copy", key))
     out["input_batched_fetch_work_ratio"] = as_number(
         get(ctx, "dataloader", "work_after_fetch", "ratio"), finite=False)

@@ -27,10 +27,12 @@ def test_a_real_fork_copies_what_is_written_after_it_and_leaves_the_run_as_it_wa
     before = [p.detach().clone() for p in model.parameters()]
     rng = torch.get_rng_state()
     children = {c.pid for c in psutil.Process().children()}
+    threads = torch.get_num_threads()
     got = time_fork_copy(model, inputs, DataLoader(TensorDataset(torch.zeros(4)), num_workers=1))
     assert got is not None and got["start_method"] == "fork" and got["rounds"] == 3
     # a buffer written before the fork: each page written after it faults and is copied
-    assert got["per_mib_ms"] > 0
+    assert got["per_mib_ms"] > 0 and got["per_mib_1thread_ms"] > 0
+    assert torch.get_num_threads() == threads  # put back after the one-thread writes
     assert got["work_ms"] >= 0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert all(p.grad is None for p in model.parameters())  # no .grad written
@@ -44,7 +46,8 @@ def test_a_loader_whose_workers_do_not_fork_shares_no_pages() -> None:
                         multiprocessing_context="spawn")
     assert start_method(loader) == "spawn"
     assert time_fork_copy(model, inputs, loader) == {
-        "start_method": "spawn", "work_ms": 0.0, "per_mib_ms": 0.0, "rounds": 0}
+        "start_method": "spawn", "work_ms": 0.0, "per_mib_ms": 0.0, "per_mib_1thread_ms": 0.0,
+        "rounds": 0}
 
 
 def test_it_does_not_apply_without_inputs_or_a_model_on_the_cpu() -> None:
