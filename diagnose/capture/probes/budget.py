@@ -158,6 +158,8 @@ INPUT_RULES = frozenset({"IN001", "IN002", "IN003", "IN004", "IN005", "IN006"})
 #: workers' timings: it is served by every probe but the batched fetch's
 SPLIT_RULE = "CF010"
 SERVES = {"threads": frozenset({"IN001", "IN002", "IN004", "IN006", SPLIT_RULE}),
+          # the fork's copies: the fixes that change the worker count
+          "fork_copy": frozenset({"IN001", "IN002", "IN004", "IN006", SPLIT_RULE}),
           "fetches": frozenset({"IN001", "IN002"}),
           "work_after_fetch": frozenset({"IN001", "IN002"})}
 

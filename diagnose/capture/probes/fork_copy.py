@@ -95,14 +95,18 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
     medians over :data:`ROUNDS` forks (the module doc);
     ``others``: the loop's other models, in the same work. Both 0, untimed, where the
     loader's workers do not fork. None where it does not apply (no inputs, a model off the
-    CPU: its memory is the device's) or the budget cannot hold it."""
-    if inputs is None or model is None or not on_cpu(model) or not hasattr(os, "fork"):
+    CPU: its memory is the device's; torch on one thread, as for the thread timing: a
+    fault from one thread costs a fraction of one from several, and the model's work is
+    not run again where the copies matter least) or the budget cannot hold it."""
+    import torch
+
+    if (inputs is None or model is None or not on_cpu(model) or not hasattr(os, "fork")
+            or torch.get_num_threads() < 2):
         return None
     method = start_method(loader)
     if method is not None and method != "fork":
         return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0,
                 "per_mib_1thread_ms": 0.0, "rounds": 0}
-    import torch
 
     pairs = [(model, inputs), *((m, x) for m, x in others
                                 if m is not model and x is not None and on_cpu(m))]

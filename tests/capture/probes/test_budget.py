@@ -121,7 +121,7 @@ def test_the_gate_reads_the_steady_steps_a_burst_and_an_epochs_start() -> None:
     assert bmod.loader_metrics(ctx, steady)["dataloader_wait_steady_share"] == pytest.approx(0.04)
     assert "4.0% of the steps that began no epoch" in unneeded(ctx, steady)["threads"]
     burst = _clock([0.1] * 7 + [4.9], starts=[0] * 8)
-    assert set(unneeded(ctx, burst)) == {"threads", "fetches",
+    assert set(unneeded(ctx, burst)) == {"threads", "fork_copy", "fetches",
                                          "work_after_fetch"}  # IN003's alone
     even = _clock([0.7] * 8, starts=[0] * 8)
     assert set(unneeded(ctx, even)) == set(PROBES)
@@ -174,14 +174,15 @@ def test_the_gate_sits_at_the_rules_own_warning_thresholds() -> None:
 
 def test_a_probe_runs_where_a_finding_it_serves_may_warn() -> None:
     """An epoch's start at 60% of the step (IN005 may warn) with the steady steps waiting
-    4%: the workers' timings run, the thread and fetch timings (the threads split's and
-    the batched fetch's, for IN001/IN002/IN004/IN006) do not, and each says why."""
+    4%: the workers' timings run, the thread, fork-copy and fetch timings (the threads
+    split's, the worker count's and the batched fetch's, for IN001/IN002/IN004/IN006) do
+    not, and each says why."""
     ctx = {"dataloader": {"num_workers": 2, "len": 4, "persistent_workers": False},
            "cpu_count": 4}
     restart = _clock([0.4] * 8 + [0.4], starts=[0] * 8 + [1])
     restart["ms"][-1] = 70.0
     why = unneeded(ctx, restart, loader_starts=[{"workers": 2}])
-    assert set(why) == {"threads", "fetches", "work_after_fetch"}
+    assert set(why) == {"threads", "fork_copy", "fetches", "work_after_fetch"}
     assert why["threads"].endswith("none can be a warning; IN005 can")
 
 

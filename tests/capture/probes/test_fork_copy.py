@@ -50,8 +50,14 @@ def test_a_loader_whose_workers_do_not_fork_shares_no_pages() -> None:
         "rounds": 0}
 
 
-def test_it_does_not_apply_without_inputs_or_a_model_on_the_cpu() -> None:
+def test_it_does_not_apply_without_inputs_or_a_model_on_the_cpu_or_on_one_thread() -> None:
     model, inputs = _job()
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert time_fork_copy(model, inputs) is None
+    finally:
+        torch.set_num_threads(n)
     assert time_fork_copy(model, None) is None
     assert time_fork_copy(None, inputs) is None
     meta = nn.Linear(4, 4, device="meta")
