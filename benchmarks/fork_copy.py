@@ -45,7 +45,7 @@ from diagnose.stepmodel.epochs import fork_copy_ms  # noqa: E402
 
 #: (name, features, hidden width, batch): the MLPs' sizes, small to large
 JOBS = [("mlp_small", 64, 256, 256), ("mlp_medium", 128, 1024, 512),
-        ("mlp_wide", 256, 2048, 256), ("mlp_bigbatch", 64, 512, 2048)]
+        ("mlp_wide", 128, 1536, 1024), ("mlp_bigbatch", 64, 512, 2048)]
 
 
 class Jittered(TensorDataset):
