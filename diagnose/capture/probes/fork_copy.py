@@ -93,8 +93,8 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
     model's work (ms) after a fork beyond the same work unforked, and what a MiB written
     before the fork costs written after it (ms), on torch's threads and on one, the
     medians over :data:`ROUNDS` forks (the module doc);
-    ``others``: the loop's other models, in the same work. Both 0, untimed, where the
-    loader's workers do not fork. None where it does not apply (no inputs, a model off the
+    ``others``: the loop's other models, in the same work. All three 0, untimed, where
+    the loader's workers do not fork. None where it does not apply (no inputs, a model off the
     CPU: its memory is the device's; torch on one thread, as for the thread timing: a
     fault from one thread costs a fraction of one from several, and the model's work is
     not run again where the copies matter least) or the budget cannot hold it."""
