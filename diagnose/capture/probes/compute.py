@@ -261,6 +261,14 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S, cast: bool = 
         torch.set_rng_state(rng)
 
 
+def cpu_pairs(model: Any, inputs: Inputs, others: Sequence[tuple[Any, Inputs]] = ()
+              ) -> list[tuple[Any, Inputs]]:
+    """The model with its first inputs, then the loop's other models on the CPU with theirs
+    (those whose inputs were seen), as :func:`models_work` takes them."""
+    return [(model, inputs), *((m, x) for m, x in others
+                               if m is not model and x is not None and on_cpu(m))]
+
+
 @contextmanager
 def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: bool = True
                 ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
@@ -302,8 +310,7 @@ def time_threads(model: Any, inputs: Inputs | None,
     n = torch.get_num_threads()
     if n < 2:
         return None
-    pairs = [(model, inputs), *((m, x) for m, x in others
-                                if m is not model and x is not None and on_cpu(m))]
+    pairs = cpu_pairs(model, inputs, others)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
     start = time.perf_counter()

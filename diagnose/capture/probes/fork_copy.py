@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .common import cannot_afford, rng_kept, timed
-from .compute import Inputs, models_work, on_cpu
+from .compute import Inputs, cpu_pairs, models_work, on_cpu
 
 #: the buffer written before and after the fork (MiB): a few thousand pages, a few ms of
 #: copies, long enough that the unforked write (~0.1 ms) is no part of the reading
@@ -108,8 +108,7 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
         return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0,
                 "per_mib_1thread_ms": 0.0, "rounds": 0}
 
-    pairs = [(model, inputs), *((m, x) for m, x in others
-                                if m is not model and x is not None and on_cpu(m))]
+    pairs = cpu_pairs(model, inputs, others)
     works: list[float] = []
     copies: list[float] = []
     ones: list[float] = []

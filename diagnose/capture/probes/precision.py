@@ -19,7 +19,7 @@ from typing import Any
 
 from ...stepmodel.calibration import THREADS_NOISE_MAX
 from .common import SLOW_S, cannot_afford, median_noise, out_of_time, settled, timed
-from .compute import ROUNDS, Inputs, models_work, on_cpu, recorded_autocast
+from .compute import ROUNDS, Inputs, cpu_pairs, models_work, on_cpu, recorded_autocast
 
 #: rounds of (under autocast, in fp32) after a warm-up round of each: ROUNDS at least, then
 #: more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until both medians are settled
@@ -76,8 +76,7 @@ def time_autocast(model: Any, inputs: Inputs | None,
     dtype = cpu_autocast(model)
     if dtype is None:
         return None
-    pairs = [(model, inputs), *((m, x) for m, x in others
-                                if m is not model and x is not None and on_cpu(m))]
+    pairs = cpu_pairs(model, inputs, others)
     cast: list[float] = []
     plain: list[float] = []
     forward: list[float] = []
