@@ -351,6 +351,13 @@ class Predictor:
         least = self.facts.threads_one_thread_ratio_min
         if least is not None and "threads_one_thread_ratio" in reads:
             ends.append(self.facts.replace(threads_one_thread_ratio=least))
+        # not timed, the point reads the CPU torch's threads used as their work (a bound:
+        # :attr:`Prediction.at_least`); the range spans the physical ends, ops that scale
+        # fully with their threads and ops that do not scale at all
+        n = self.facts.torch_num_threads
+        if ("threads_one_thread_ratio" in reads and self.facts.threads_one_thread_ratio is None
+                and n is not None and n >= 2):
+            ends += [self.facts.replace(threads_one_thread_ratio=r) for r in (1.0, float(n))]
         ends += noise_ends(self.facts, reads)
         for facts in ends:
             at = self._predict(made, facts)

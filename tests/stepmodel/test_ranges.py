@@ -155,3 +155,27 @@ def test_a_prediction_names_what_it_assumed_where_nothing_was_measured(tmp_path)
     assert isinstance(q, Prediction)
     assert set(q.assumed) == set(workers_unit.WORKER_ASSUMES.values())
     assert q.to_json()["assumed"] == list(q.assumed)
+
+
+def test_an_untimed_thread_cost_spans_its_physical_ends(tmp_path) -> None:
+    """Without the thread timing, a change to one thread is ranged from torch's ops that do
+    not scale at all (one thread costs them nothing) to ops that scale fully (twice as long
+    on one of two threads): the model's ends hold the step each of those gives."""
+    from diagnose.fixes.catalog import threads as threads_unit
+
+    facts = {**MEASURED, "torch_num_threads": 2}
+    change = {"intra_op_threads": 1}
+    got = _predictor(tmp_path, **facts).predict_change(threads_unit.threads, change)
+    assert isinstance(got, Prediction) and got.range_parts is not None
+    assert "torch's ops scale fully with their threads" in got.assumed
+    ends = [_predictor(tmp_path, **facts, threads_one_thread_ratio=r).predict_change(
+        threads_unit.threads, change) for r in (1.0, 2.0)]
+    assert all(isinstance(e, Prediction) for e in ends)
+    none, full = (e.step_ms for e in ends)  # type: ignore[union-attr]
+    assert full > 1.2 * none  # the two ends are apart: the range has something to hold
+    assert got.range_parts["low_ms"] == pytest.approx(min(none, got.step_ms), rel=1e-6)
+    assert got.range_parts["high_ms"] == pytest.approx(max(full, got.step_ms), rel=1e-6)
+    # timed, the ratio is an input with its own noise: no physical ends are added
+    timed = ends[1]
+    assert timed.range_parts is not None  # type: ignore[union-attr]
+    assert timed.range_parts["high_ms"] < 1.01 * timed.step_ms  # type: ignore[union-attr]
