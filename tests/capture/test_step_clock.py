@@ -243,6 +243,27 @@ def test_the_steps_after_an_epochs_start_count_until_each_new_worker_gave_a_batc
     assert m["dataloader_epoch_after_ms"] == pytest.approx(18 + 13 - 2 * 10.0)
 
 
+def test_the_loops_forward_is_the_steady_steps_mean() -> None:
+    """The forward's contention reads the loop's forward as the steady steps' mean: a
+    worker's burst on some forwards (7 ms against 3) counts as often as it lands, where the
+    median (3) drops it; the step that began an epoch (40 ms) and the one after it, in
+    which its one new worker hands over its first batch (9 ms), are left to the epoch's
+    start. Without epoch marks every step after the window counts."""
+    phase = ["wait"] * 2 + ["active"] * 2 + ["settle"] + ["after"] * 9
+    fwd = [3.0, 3.0, 30.0, 30.0, 3.0, 3.0, 3.0, 7.0, 40.0, 9.0, 3.0, 3.0, 3.0, 7.0]
+    cap = _cap(phase, [12.0] * len(phase))
+    cap["step_clock"]["forward_ms"] = fwd
+    cap["step_clock"]["forwards"] = [1] * len(phase)
+    cap["step_clock"]["loader_starts"] = [1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    cap["loader_starts"] = [{"iter_ms": 5.0, "first_wait_ms": 8.0, "workers": 1}] * 2
+    m = context_metrics({"capture": cap})
+    assert m["forward_unprofiled_ms"] == pytest.approx(3.0)  # the after steps' median
+    assert m["forward_unprofiled_mean_ms"] == pytest.approx(29 / 7, abs=1e-4)
+    cap["step_clock"].pop("loader_starts")
+    m = context_metrics({"capture": cap})
+    assert m["forward_unprofiled_mean_ms"] == pytest.approx(sum(fwd[5:]) / 9, abs=1e-4)
+
+
 def test_an_older_clock_leaves_out_the_first_step_after_the_window() -> None:
     cap = _cap(["wait", "wait", "active", "active", "active", "after", "after", "after"],
                [90.0, 10.0, 30.0, 31.0, 29.0, 80.0, 11.0, 12.0])

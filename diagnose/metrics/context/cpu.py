@@ -68,9 +68,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ratio", "the relative noise (standard error of the median) of the busy timings' "
         "rounds (saved contexts only, as threads_busy_ratio_1)"),
     "forward_contention": (
-        "ratio", "forward_unprofiled_ms / forward_quiet_ms: how much slower the loop's "
-        "forward ran than the same forward alone (workers or other processes on the cores); "
-        "only where the loop's steps each made one forward call (forward_calls_unprofiled)"),
+        "ratio", "forward_unprofiled_mean_ms (else forward_unprofiled_ms, a clock without "
+        "epoch marks) / forward_quiet_ms: how much slower the loop's forward ran than the "
+        "same forward alone (workers or other processes on the cores), over the steady "
+        "steps on average; only where the loop's steps each made one forward call "
+        "(forward_calls_unprofiled)"),
 }
 
 
@@ -124,8 +126,11 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
     noise = as_number(th.get("noise"))
     out["threads_noise_rel"] = noise if noise is not None and noise >= 0 else None
     if quiet and quiet > 0 and m.get("forward_calls_unprofiled") == 1:
-        # the quiet timing is one forward: set beside a loop that made one a step
-        loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
+        # the quiet timing is one forward: set beside a loop that made one a step, as the
+        # steady steps' mean (the mean step is what the predictions start from)
+        loop = as_number(m.get("forward_unprofiled_mean_ms"), finite=False)
+        if loop is None:
+            loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
         if loop is not None:
             out["forward_contention"] = round(loop / quiet, 4)
     return out

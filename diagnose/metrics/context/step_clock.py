@@ -78,6 +78,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "forward_unprofiled_ms": (
         "ms", "the model's forward calls per unprofiled step (median of the steps after the "
         "window when there are 5 or more, else of all unprofiled ones; module hooks time it)"),
+    "forward_unprofiled_mean_ms": (
+        "ms", "the model's forward calls per unprofiled step, the mean over the same steps "
+        "as forward_unprofiled_ms less those that began an epoch and the steps after each "
+        "in which its new workers hand over their first batches (the steady steps: the mean "
+        "step the predictions start from holds every burst a worker's batch put in them)"),
     "forward_calls_unprofiled": (
         "count", "the model's outermost forward calls per unprofiled step (the median over "
         "the same steps as forward_unprofiled_ms)"),
@@ -189,7 +194,14 @@ def _clock_rows(cap: Any) -> list[dict[str, Any]]:
     if len(phase) != len(ms):
         return []
     cols = {k: v for k, v in clock.items() if isinstance(v, list) and len(v) == len(ms)}
-    return [{k: v[i] for k, v in cols.items()} for i in range(len(ms))]
+    rows = [{k: v[i] for k, v in cols.items()} for i in range(len(ms))]
+    if "loader_starts" in cols:  # the steps of an epoch's start (:func:`_steady_rows`)
+        k, since = _start_workers(cap) or 0, None
+        for r in rows:
+            since = 0 if as_int(r.get("loader_starts")) else (
+                None if since is None else since + 1)
+            r["near_start"] = since is not None and since <= k
+    return rows
 
 
 def _unprofiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -327,6 +339,23 @@ def _by_starts(free: list[dict[str, Any]]
             [r for r, n in zip(free, starts, strict=True) if n])
 
 
+def _steady_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` less the steps that began an epoch and the k after each (``since_start``
+    up to :func:`_start_workers`, as :func:`_clock_rows` marks them: the new workers hand
+    over their first batches and the fork's copies are paid there, which the epoch's start
+    is modelled with); all of ``rows`` where the clock has no ``loader_starts`` column."""
+    return [r for r in rows if not r.get("near_start")]
+
+
+def _start_workers(cap: Mapping[str, Any]) -> int | None:
+    """The workers each epoch's start forked (the median over the clock's
+    ``capture.loader_starts``); None where none was recorded."""
+    starts = cap.get("loader_starts")
+    workers = sorted(w for s in starts if isinstance(s, Mapping)
+                     and (w := as_int(s.get("workers")))) if isinstance(starts, list) else []
+    return workers[len(workers) // 2] if workers else None
+
+
 def _extra_calls(free: list[dict[str, Any]]) -> dict[str, object]:
     """The steps that called the model more often than the median step, and how much longer
     they took than the median of the others: a loop's periodic extra work (an evaluation
@@ -383,12 +412,9 @@ def _after_start_ms(cap: Mapping[str, Any], mid: float) -> float | None:
     faults for the memory it writes after the fork. Only the steps :func:`free_rows` counts
     do (a position with none of them: None), at the device's pace where the job kept it;
     0 at least."""
-    starts = cap.get("loader_starts")
-    workers = sorted(w for s in starts if isinstance(s, Mapping)
-                     and (w := as_int(s.get("workers")))) if isinstance(starts, list) else []
-    if not workers:
+    k = _start_workers(cap)
+    if not k:
         return None
-    k = workers[len(workers) // 2]
     rows = _clock_rows(cap)
     pace = device_pace_ms(cap)
     counted = {id(r) for r in _unprofiled_rows(rows)
@@ -447,6 +473,11 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         if fwd and all(f is not None for f in fwd):
             out["forward_unprofiled_ms"] = round(statistics.median(
                 [f or 0.0 for f in fwd]), 4)
+            steady = _steady_rows(timed)
+            if steady:
+                out["forward_unprofiled_mean_ms"] = round(statistics.fmean(
+                    float(as_number(r.get("forward_ms"), finite=False) or 0.0)
+                    for r in steady), 4)
             calls = [as_int(r.get("forwards")) for r in timed]
             if all(c is not None for c in calls):
                 out["forward_calls_unprofiled"] = statistics.median_low(

@@ -164,6 +164,9 @@ def test_the_loops_forward_is_set_beside_the_quiet_one_only_one_call_a_step():
     assert cpu_metrics({"threads": th}, two).get("forward_contention") is None
     assert cpu_metrics({"threads": th}, {"forward_unprofiled_ms": 6.0}).get(
         "forward_contention") is None
+    # the steady steps' mean, where the clock gave it, before the median
+    mean = {**one, "forward_unprofiled_mean_ms": 8.0}
+    assert cpu_metrics({"threads": th}, mean)["forward_contention"] == 4.0
 
 
 
