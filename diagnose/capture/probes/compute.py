@@ -33,6 +33,7 @@ from .common import (
     settled,
     timed,
 )
+from .held_hooks import user_hooks_held
 
 #: rounds of (torch's threads, one thread) after one warm-up round of each: ROUNDS at
 #: least, then more, up to MAX_ROUNDS within ROUNDS_S seconds in all, until their medians
@@ -218,8 +219,9 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S, cast: bool = 
     forward is timed apart). The backward goes through ``torch.autograd.grad`` (no
     ``.grad`` is written). The forward runs under the autocast the recorded one ran under
     (:class:`ForwardTimer`); without ``cast`` in none (fp32, the loop's autocast left
-    out). The RNG state, the model's buffers (BatchNorm's running statistics) and torch's
-    thread count are put back on the way out."""
+    out). The user's hooks are held back meanwhile (:mod:`.held_hooks`). The RNG state,
+    the model's buffers (BatchNorm's running statistics) and torch's thread count are put
+    back on the way out."""
     import torch
 
     args, kwargs = inputs
@@ -252,7 +254,8 @@ def model_work(model: Any, inputs: Inputs, idle_s: float = IDLE_S, cast: bool = 
         return time.perf_counter() - t0
 
     try:
-        yield forward, work
+        with user_hooks_held([model]):  # the user's hooks see no probe's calls
+            yield forward, work
     finally:
         torch.set_num_threads(n)
         with torch.no_grad():
