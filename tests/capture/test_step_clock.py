@@ -803,7 +803,7 @@ def test_a_steady_step_timed_on_a_busy_machine_says_so():
     machine."""
     m = {"step_time_unprofiled_reliable": True, "step_cpu_wait_unprofiled_share": 0.40,
          "step_others_cpus_unprofiled": 0.9, "cpu_count": 2, "dataloader_num_workers": 4}
-    from diagnose.metrics.context.step_clock import clock_note
+    from diagnose.metrics.context.clock_note import clock_note
 
     note = clock_note(dict(m)) or ""
     assert note.startswith("the steps were timed on a busy machine") and "40%" in note
@@ -839,7 +839,7 @@ def test_the_busy_note_starts_where_the_predictions_are_withheld() -> None:
     """The share of steps waiting for other processes' CPUs from which the step time is
     said to be the busy moment's is the one from which a change of CPU work gets no number
     (two layers apart: metrics cannot import the step model's calibration)."""
-    from diagnose.metrics.context.step_clock import BUSY_NOTE
+    from diagnose.metrics.context.clock_note import BUSY_NOTE
     from diagnose.stepmodel.calibration import BUSY
 
     assert BUSY_NOTE == BUSY

@@ -8,7 +8,7 @@ from diagnose import analyze
 from diagnose.fixes import FIXES
 from diagnose.fixes.config import TrainConfig
 from diagnose.fixes.trainer_args import ELSEWHERE, after_loader_args, trainer_code
-from diagnose.metrics.context.step_clock import clock_note
+from diagnose.metrics.context.clock_note import clock_note
 from tests import tracebuilder as tb
 from tests.rules.test_rules import _ctx, _write
 

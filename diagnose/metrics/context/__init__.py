@@ -31,15 +31,11 @@ from . import (
     settings,
     step_clock,
 )
+from .clock_note import clock_note, load_shift_note
 from .cpu_holders import cpu_wait_holders, pool_clash
 from .fields import get
 from .loading import WORKER_POOL_CPUS, worker_pool
-from .step_clock import (
-    UNRELIABLE_SPREAD,
-    clock_note,
-    load_shift_note,
-    unprofiled_step_ms,
-)
+from .step_clock import UNRELIABLE_SPREAD, unprofiled_step_ms
 
 CATALOG: dict[str, tuple[str, str]] = {
     **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
