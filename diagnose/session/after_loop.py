@@ -247,8 +247,10 @@ def _time_fork_copy(ctx: dict[str, Any], model: Any, forward: ForwardTimer, load
     if ctx["dataloader"].get("persistent_workers") is True:
         budget.skipped.setdefault("fork_copy", "the workers are persistent: forked once")
         return
+    threads = ctx.get("threads")  # the quiet work, timed just before on the same inputs
+    quiet = as_number(threads.get("work_ms")) if isinstance(threads, dict) else None
     got = _guard("fork copy timing", on_error, lambda: budget.run(
-        "fork_copy", lambda: time_fork_copy(model, forward.inputs, loader, others)))
+        "fork_copy", lambda: time_fork_copy(model, forward.inputs, loader, others, quiet)))
     if got is not None:
         ctx["dataloader"]["fork_copy"] = got
 

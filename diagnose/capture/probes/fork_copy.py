@@ -29,14 +29,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .common import cannot_afford, rng_kept, timed
+from .common import cannot_afford, out_of_time, rng_kept, timed
 from .compute import Inputs, cpu_pairs, models_work, on_cpu
 
 #: the buffer written before and after the fork (MiB): a few thousand pages, a few ms of
 #: copies, long enough that the unforked write (~0.1 ms) is no part of the reading
 COPY_MIB = 8
-#: forks timed where the work is quick (under QUICK_S); one where it is not: the copies
-#: are the same pages each time, and a slow work's copies are many
+#: forks timed: one at least, more (up to ROUNDS) while the probes' budget lasts where the
+#: work is quick (under QUICK_S): the copies are the same pages each time (a MiB's price
+#: varied 5% fork to fork on the corpus' tune jobs, the work's copies 25%), and a slow
+#: work's copies are many
 ROUNDS = 3
 QUICK_S = 0.05
 
@@ -88,12 +90,15 @@ def start_method(loader: Any) -> str | None:
 
 @timed("fork_copy")
 def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
-                   others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
+                   others: Sequence[tuple[Any, Inputs]] = (), quiet_ms: float | None = None
+                   ) -> dict[str, Any] | None:
     """``{"start_method", "work_ms", "per_mib_ms", "per_mib_1thread_ms", "rounds"}``: the
     model's work (ms) after a fork beyond the same work unforked, and what a MiB written
     before the fork costs written after it (ms), on torch's threads and on one, the
-    medians over :data:`ROUNDS` forks (the module doc);
-    ``others``: the loop's other models, in the same work. All three 0, untimed, where
+    medians over the forks timed (:data:`ROUNDS`; the module doc);
+    ``others``: the loop's other models, in the same work; ``quiet_ms``: that work unforked
+    on torch's threads as the thread timing just gave it (its median), else timed here.
+    All three 0, untimed, where
     the loader's workers do not fork. None where it does not apply (no inputs, a model off the
     CPU: its memory is the device's; torch on one thread, as for the thread timing: a
     fault from one thread costs a fraction of one from several, and the model's work is
@@ -115,19 +120,21 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
     n = torch.get_num_threads()
     with rng_kept(), models_work(pairs, idle_s=0.0) as (_, work):
         t0 = time.perf_counter()
-        work()  # warm
-        base = work()
-        round_s = time.perf_counter() - t0
-        rounds = ROUNDS if base < QUICK_S else 1
-        if cannot_afford(round_s, rounds):
+        warm = work()  # the pool back on torch's threads after the thread timing's one
+        # unforked: as the thread timing gave it, else timed here
+        timed_here = quiet_ms is None or quiet_ms <= 0
+        base = min(warm, work()) if timed_here else (quiet_ms or 0.0) / 1e3
+        if cannot_afford(time.perf_counter() - t0, 2):  # a fork: the work and its copies
             return None
-        base = min(base, work())
+        rounds = ROUNDS if base < QUICK_S else 1
         buf, other = (torch.ones(COPY_MIB * 2**20 // 4) for _ in range(2))
         plain = min(_write(buf) for _ in range(3))
         try:
             torch.set_num_threads(1)
             plain_one = min(_write(other) for _ in range(3))
-            for _ in range(rounds):
+            for k in range(rounds):
+                if k and out_of_time():  # more forks only while the budget lasts
+                    break
                 torch.set_num_threads(n)
                 let_go = _fork_idle()
                 try:
@@ -142,7 +149,7 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
                 ones.append(max(0.0, wrote_one - plain_one) / COPY_MIB)
         finally:
             torch.set_num_threads(n)
-    return {"start_method": method or "fork", "rounds": rounds,
+    return {"start_method": method or "fork", "rounds": len(works),
             "work_ms": round(statistics.median(works) * 1e3, 4),
             "per_mib_ms": round(statistics.median(copies) * 1e3, 4),
             "per_mib_1thread_ms": round(statistics.median(ones) * 1e3, 4)}

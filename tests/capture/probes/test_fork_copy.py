@@ -62,3 +62,33 @@ def test_it_does_not_apply_without_inputs_or_a_model_on_the_cpu_or_on_one_thread
     assert time_fork_copy(None, inputs) is None
     meta = nn.Linear(4, 4, device="meta")
     assert time_fork_copy(meta, ((torch.zeros(1, 4, device="meta"),), {})) is None
+
+
+class _Counted(nn.Module):
+    """The job's MLP, counting its forward calls (its own code, not a hook)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.calls = _job()[0], 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.net(x)
+
+
+def test_one_fork_where_the_budget_is_spent_and_the_quiet_work_is_not_timed_again() -> None:
+    """Past the probes' budget (their least rounds still run) one fork is timed, not three;
+    given the thread timing's quiet work, the probe runs the work unforked once (to warm
+    torch's pool back to its threads) instead of twice."""
+    from diagnose.capture.probes import common
+
+    model, (_, kw) = _Counted(), _job()[1]
+    x = _job()[1][0]
+    loader = DataLoader(TensorDataset(torch.zeros(4)), num_workers=1)
+    with common.until(common._CLOCK() - 1.0, least=True):
+        got = time_fork_copy(model, (x, kw), loader)
+        assert got is not None and got["rounds"] == 1
+        assert model.calls == 3  # warm, the work unforked, the work after the fork
+        model.calls = 0
+        quiet = time_fork_copy(model, (x, kw), loader, quiet_ms=2.0)
+        assert quiet is not None and quiet["rounds"] == 1 and model.calls == 2
