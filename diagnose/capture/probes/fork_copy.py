@@ -36,9 +36,8 @@ from .compute import Inputs, cpu_pairs, models_work, on_cpu
 #: copies, long enough that the unforked write (~0.1 ms) is no part of the reading
 COPY_MIB = 8
 #: forks timed: one at least, more (up to ROUNDS) while the probes' budget lasts where the
-#: work is quick (under QUICK_S): the copies are the same pages each time (a MiB's price
-#: varied 5% fork to fork on the corpus' tune jobs, the work's copies 25%), and a slow
-#: work's copies are many
+#: work is quick (under QUICK_S): the copies are the same pages each time, so more forks
+#: narrow the work's reading (a MiB's price barely moves), and a slow work's copies are many
 ROUNDS = 3
 QUICK_S = 0.05
 

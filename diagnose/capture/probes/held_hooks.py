@@ -46,25 +46,20 @@ def users(hooks: MutableMapping[Any, Any]) -> list[Any]:
 
 
 def _hook_dicts(models: Iterable[Any]) -> Iterator[MutableMapping[Any, Any]]:
-    """Every hook dict a probe's forward and backward of ``models`` call: each module's,
-    each parameter's (a tensor hook fires in ``autograd.grad``), and the global ones."""
+    """Every hook dict a probe's forward and backward of ``models`` call, each once: each
+    module's, each parameter's (a tensor hook fires in ``autograd.grad``), and the global
+    ones."""
     import torch
 
+    def candidates() -> Iterator[Any]:
+        for model in models:
+            for m in model.modules():
+                yield from (getattr(m, name, None) for name in MODULE_HOOKS)
+            yield from (getattr(p, "_backward_hooks", None) for p in model.parameters())
+        yield from (getattr(torch.nn.modules.module, name, None) for name in GLOBAL_HOOKS)
+
     seen: set[int] = set()
-    for model in models:
-        for m in model.modules():
-            for name in MODULE_HOOKS:
-                d = getattr(m, name, None)
-                if isinstance(d, MutableMapping) and id(d) not in seen:
-                    seen.add(id(d))
-                    yield d
-        for p in model.parameters():
-            d = getattr(p, "_backward_hooks", None)
-            if isinstance(d, MutableMapping) and id(d) not in seen:
-                seen.add(id(d))
-                yield d
-    for name in GLOBAL_HOOKS:
-        d = getattr(torch.nn.modules.module, name, None)
+    for d in candidates():
         if isinstance(d, MutableMapping) and id(d) not in seen:
             seen.add(id(d))
             yield d

@@ -194,12 +194,12 @@ def _clock_rows(cap: Any) -> list[dict[str, Any]]:
         return []
     cols = {k: v for k, v in clock.items() if isinstance(v, list) and len(v) == len(ms)}
     rows = [{k: v[i] for k, v in cols.items()} for i in range(len(ms))]
-    if "loader_starts" in cols:  # the steps of an epoch's start (:func:`_steady_rows`)
-        k, since = _start_workers(cap) or 0, None
+    if "loader_starts" in cols:  # each step's place after the last epoch's start
+        since = None
         for r in rows:
             since = 0 if as_int(r.get("loader_starts")) else (
                 None if since is None else since + 1)
-            r["near_start"] = since is not None and since <= k
+            r["since_start"] = since
     return rows
 
 
@@ -338,12 +338,13 @@ def _by_starts(free: list[dict[str, Any]]
             [r for r, n in zip(free, starts, strict=True) if n])
 
 
-def _steady_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steady_rows(rows: list[dict[str, Any]], cap: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``rows`` less the steps that began an epoch and the k after each (``since_start``
-    up to :func:`_start_workers`, as :func:`_clock_rows` marks them: the new workers hand
-    over their first batches and the fork's copies are paid there, which the epoch's start
-    is modelled with); all of ``rows`` where the clock has no ``loader_starts`` column."""
-    return [r for r in rows if not r.get("near_start")]
+    up to k, :func:`_start_workers`: the new workers hand over their first batches and the
+    fork's copies are paid there, which the epoch's start is modelled with); all of
+    ``rows`` where the clock has no ``loader_starts`` column."""
+    k = _start_workers(cap) or 0
+    return [r for r in rows if (at := r.get("since_start")) is None or at > k]
 
 
 def _start_workers(cap: Mapping[str, Any]) -> int | None:
@@ -419,14 +420,10 @@ def _after_start_ms(cap: Mapping[str, Any], mid: float) -> float | None:
     counted = {id(r) for r in _unprofiled_rows(rows)
                if pace is None or r.get("phase") == "after"}
     at: dict[int, list[float]] = {j: [] for j in range(1, k + 1)}
-    pos: int | None = None
     for r in rows:
-        if as_int(r.get("loader_starts")):
-            pos = 0
-        elif pos is not None:
-            pos += 1
-            if pos <= k and id(r) in counted:
-                at[pos].append(max(float(r["ms"]), pace or 0.0))
+        pos = r.get("since_start")
+        if pos is not None and 1 <= pos <= k and id(r) in counted:
+            at[pos].append(max(float(r["ms"]), pace or 0.0))
     if not all(at.values()):
         return None
     return round(max(sum(statistics.median(v) for v in at.values()) - k * mid, 0.0), 3)
@@ -472,7 +469,7 @@ def clock_metrics(cap: Any) -> dict[str, object]:
         if fwd and all(f is not None for f in fwd):
             out["forward_unprofiled_ms"] = round(statistics.median(
                 [f or 0.0 for f in fwd]), 4)
-            steady = _steady_rows(timed)
+            steady = _steady_rows(timed, cap)
             if steady:
                 out["forward_unprofiled_mean_ms"] = round(statistics.fmean(
                     float(as_number(r.get("forward_ms"), finite=False) or 0.0)
