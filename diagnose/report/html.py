@@ -21,7 +21,7 @@ from ..metrics import CATALOG
 from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
 from ..values import interval_end
-from .markup import CSS, Child, Markup, _pct, el, fmt, raw_svg, text, unit_beside
+from .markup import CSS, Child, Markup, _pct, el, fmt, gain_words, raw_svg, text, unit_beside
 from .memory_text import WHAT_IF_TITLE, memory_lines, shows_memory, what_if_table
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
@@ -121,8 +121,8 @@ def _fixes(f: Finding, trainer: bool = False) -> Markup | None:
 
 
 def _finding(f: Finding, trainer: bool = False) -> Markup:
-    gain = (el("span", f"fixing it could save up to {f.estimated_gain:.0%} of step time",
-               class_="gain") if f.estimated_gain else None)
+    gain = (el("span", gain_words(f.estimated_gain, f.gain_bound), class_="gain")
+            if f.estimated_gain else None)
     return el(
         "article",
         el("header", el("span", f.severity, class_=f"badge {f.severity}"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..metrics import CATALOG
 
-__all__ = ["CSS", "Child", "Markup", "el", "fmt", "raw_svg", "text"]
+__all__ = ["CSS", "Child", "Markup", "el", "fmt", "gain_words", "raw_svg", "text"]
 
 
 # ------------------------------------------------------------------- escaping builder
@@ -110,6 +110,14 @@ def fmt(name: str, v: Any) -> str:
     if isinstance(v, int) or float(v).is_integer():
         return f"{int(v):,}"
     return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.1f}"
+
+
+def gain_words(share: float, bound: bool) -> str:
+    """A finding's time at stake in words: what a fix saves at most where a prediction set
+    it (``bound``), else the rule's own estimate from its symptom, which a fix may beat."""
+    if bound:
+        return f"fixing it could save up to {share:.0%} of step time"
+    return f"fixing it could save about {share:.0%} of step time (the rule's own estimate)"
 
 
 def _bytes(v: float) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..result import step_time
 from ..values import as_number
+from .markup import gain_words
 from .runkind import fit_not_evaluated, fit_notes
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def findings_markdown(report: Analysis) -> str:
             lines += [""] + [f"- {h}" for h in f.hints]
         gain = as_number(f.estimated_gain)
         if gain is not None:
-            lines += ["", f"Fixing it could save at most {gain:.0%} of step time."]
+            lines += ["", gain_words(gain, f.gain_bound).capitalize() + "."]
         for j in f.to_json()["fixes"]:  # the run's own code and the exact change's title
             how = "autofix can apply it" if j.get("auto") else "by hand"
             lines += ["", f"**Fix: {j.get('title', j['id'])}** ({how})"]

@@ -314,7 +314,7 @@ def _findings_table(report: Analysis, detail: bool = True) -> Table:
     t.add_column("rule", no_wrap=True)
     t.add_column("category", no_wrap=True)
     t.add_column("finding", ratio=1)
-    t.add_column("gain ≤", justify="right", no_wrap=True)
+    t.add_column("gain", justify="right", no_wrap=True)
     by_change: dict[str, str] = {}  # the change that sets a share -> the first rule it set
     for f, hints in zip(report.findings, _row_hints(report.findings, detail), strict=True):
         msg = Text(f.message)
@@ -322,12 +322,18 @@ def _findings_table(report: Analysis, detail: bool = True) -> Table:
             msg.append("\n" + h, style="dim")
         if f.ranks:
             msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
-        gain = "" if not f.estimated_gain else f"{f.estimated_gain:.0%}"
+        gain = "" if not f.estimated_gain else _gain(f.estimated_gain, f.gain_bound)
         if (change := _gain_change(f)) is not None:
             gain = f"= {by_change[change]}" if change in by_change else gain
             by_change.setdefault(change, f.rule)
         t.add_row(Text(f.severity, style=_SEV_STYLE[f.severity]), f.rule, f.category, msg, gain)
     return t
+
+
+def _gain(share: float, bound: bool) -> str:
+    """A finding's time at stake as its column shows it: ``≤ 38%`` where it is what a fix
+    saves at most (a prediction), ``~ 66%`` where it is the rule's own estimate."""
+    return f"{'≤' if bound else '~'} {share:.0%}"
 
 
 def _scaled(n: float, scale: int) -> str:

@@ -146,6 +146,9 @@ class Finding:
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the change whose predicted step set estimated_gain (None: another estimate set it)
     gain_change: dict[str, Any] | None = None
+    # estimated_gain is the most a fix saves (a prediction, a measured share) rather than
+    # the rule's own estimate from its symptom, which a fix may beat
+    gain_bound: bool = False
     graded_up_from: str | None = None  # the rule's own grade, where a sure prediction raised it
 
     def _fix_json(self, f: str) -> dict[str, Any]:
@@ -164,8 +167,11 @@ class Finding:
     def take_gain(self, gain: float, by: str = "the step model's prediction",
                   change: dict[str, Any] | None = None) -> None:
         """The time at stake from a prediction (``by`` names whose; ``change``: the change
-        predicted to save it, where one did): the rule's own grade, capped by it."""
+        predicted to save it, where one did): the rule's own grade, capped by it. It is
+        then what a fix saves at most (:attr:`gain_bound`), where the rule's was an
+        estimate."""
         self.gain_change = change
+        self.gain_bound = True
         own = self.graded_down_from or self.severity
         self.hints = [h for h in self.hints if not h.startswith(f"{self.severity}: graded down from")]
         self.estimated_gain = round(min(max(gain, 0.0), 1.0), 4)
@@ -199,6 +205,7 @@ class Finding:
             "evidence": self.evidence,
             "fixes": [self._fix_json(f) for f in self.fixes if f in FIXES],
             "estimated_gain": self.estimated_gain,
+            "estimated_gain_bound": self.gain_bound,
             "graded_down_from": self.graded_down_from,
             "graded_up_from": self.graded_up_from,
             "ranks": self.ranks,

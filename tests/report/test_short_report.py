@@ -46,7 +46,7 @@ def test_one_change_sets_one_share_and_info_reasons_wait_for_detail() -> None:
     other = _finding("IN002", "info", {"num_workers": FEWER}, "why IN002")
     short = _table([lead, same, other], detail=False)
     # IN001's best change is IN004's: its share is not counted twice; IN002's is its own
-    assert _gains(short) == {"IN004": "24%", "IN001": "= IN004", "IN002": "13%"}
+    assert _gains(short) == {"IN004": "≤ 24%", "IN001": "= IN004", "IN002": "≤ 13%"}
     assert "why IN004" in short and "why IN001" not in short and "why IN002" not in short
     full = _table([lead, same, other], detail=True)
     assert _gains(full) == _gains(short) and "why IN001" in full and "why IN002" in full
@@ -71,12 +71,19 @@ def test_the_short_report_promises_only_the_reasons_detail_adds() -> None:
 
 def test_a_share_the_rules_own_estimate_sets_stands_on_its_own() -> None:
     """A finding whose share is not its best prediction's (the rule's own estimate) shows
-    that share, whatever change an earlier finding led with."""
+    that share, whatever change an earlier finding led with, as an estimate (``~``), not
+    as the most a fix saves: a new user's CF008 read "gain ≤ 66%" and its fix saved 86%.
+    A prediction's share is what a fix saves at most (``≤``); the JSON says which."""
     lead = _finding("IN004", "warning", {"threads": SPLIT}, "h")
-    own = _finding("IN001", "info", {"threads": SPLIT}, "h2")
-    own.take_gain(0.5, by="the rule's own estimate")
-    own.severity = "info"
-    assert _gains(_table([lead, own], detail=False)) == {"IN004": "24%", "IN001": "50%"}
+    own = Finding("IN001", "input", "info", "IN001 title", "IN001 message", {}, ["threads"],
+                  0.5, hints=["h2"], predictions={"threads": SPLIT})
+    assert _gains(_table([lead, own], detail=False)) == {"IN004": "≤ 24%", "IN001": "~ 50%"}
+    assert own.to_json()["estimated_gain_bound"] is False
+    assert lead.to_json()["estimated_gain_bound"] is True
+    from diagnose.report.html import _finding as html_finding
+
+    assert "could save about 50% of step time (the rule" in str(html_finding(own))
+    assert "could save up to 24% of step time" in str(html_finding(lead))
 
 
 def test_the_timings_each_are_for_detail() -> None:

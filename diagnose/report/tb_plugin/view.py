@@ -18,7 +18,7 @@ from ...stepmodel.prediction import prediction_line
 from ...stepmodel.step import step_model_line
 from ...values import as_number
 from ..html import autofix_cells, summary_facts
-from ..markup import fmt
+from ..markup import fmt, gain_words
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
 
@@ -104,7 +104,7 @@ def _finding(f: dict[str, Any]) -> dict[str, Any]:
         "message": _str(f.get("message")),
         "hints": [_str(h) for h in _list(f.get("hints"))],
         "ranks": ", ".join(map(_str, _list(f.get("ranks")))),
-        "gain": f"fixing it could save up to {gain:.0%} of step time" if gain else "",
+        "gain": gain_words(gain, f.get("estimated_gain_bound") is not False) if gain else "",
         "evidence": [[_str(k), fmt(str(k), v), CATALOG.get(str(k), ("", ""))[1]]
                      for k, v in evidence.items() if v is not None],  # no n/a as evidence
         "fixes": [{"id": _str(x.get("id")),
