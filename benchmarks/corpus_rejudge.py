@@ -135,6 +135,7 @@ def predict(made: tuple[Any, dict[str, Any]], rule: str, fix: str, change: dict[
         if isinstance(p, str):
             return p
         sp, base, rng, parts = p.speedup, p.base_ms, p.range, p.range_parts
+        assumed = list(p.assumed)
     else:
         js = next((x.get("predicted") for f in report["findings"] if f["rule"] == rule
                    for x in f.get("fixes") or [] if x["id"] == fix), None)
@@ -142,9 +143,10 @@ def predict(made: tuple[Any, dict[str, Any]], rule: str, fix: str, change: dict[
             return f"{fix}: not predicted for this change now"
         sp, base, rng = js["speedup"], js["step_ms"] * js["speedup"], js.get("range") or [0, 0]
         parts = js.get("range_parts")
+        assumed = list(js.get("assumed") or [])
     lo, hi = rng
     ends = (base / hi, base / lo) if lo > 0 and hi > 0 else (sp, sp)
-    out = {"speedup": sp, "lo": ends[0], "hi": ends[1]}
+    out = {"speedup": sp, "lo": ends[0], "hi": ends[1], "assumed": assumed}
     if parts and parts.get("low_ms", 0) > 0:
         # the model's own ends as speedups, and the inputs' noise: range_fit.py's input
         out.update(model_lo=base / parts["high_ms"], model_hi=base / parts["low_ms"],
@@ -208,7 +210,7 @@ def main() -> int:
         widths.setdefault(r.half, []).append((p["hi"] - p["lo"]) / 2 / p["speedup"])
         now = f"{p['speedup']:.2f}x [{p['lo']:.2f}, {p['hi']:.2f}]"
         parts = (f"  model [{p['model_lo']:.3f}, {p['model_hi']:.3f}] noise {p['noise']:.3f}"
-                 if "noise" in p else "")
+                 if "noise" in p else "") + (" assumed" if p["assumed"] else "")
         print(f"{line}{now:>24}{meas:>22}{err:7.2f}  {'yes' if inside else 'no ':<3}{parts}")
     print()
     for half, got in sorted(by_half.items()):
