@@ -108,7 +108,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     budget: ProbeBudget | None = None,
                     worker_pids: Iterable[int] = (),
                     others: Sequence[tuple[Any, Any]] = (),
-                    others_cpus: float | None = None, loader_starts: Any = None) -> None:
+                    others_cpus: float | None = None, loader_starts: Any = None,
+                    calls: Mapping[int, tuple[int, bool]] | None = None) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
@@ -120,7 +121,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     thread timing takes with the first model's. ``others_cpus``: the CPUs other processes
     held over the steps after the window (torch's threads short of CPUs: the thread timing
     alone serves CF008, with or without a DataLoader). ``loader_starts``: the clock's
-    epoch starts (their workers), for an epoch start's share of the step."""
+    epoch starts (their workers), for an epoch start's share of the step. ``calls``: the
+    loop's calls of each model (:meth:`~diagnose.capture.probes.ForwardTimer.calls`, all
+    the timers'), for the quiet forward of the loop's mean call."""
     loader = unwrap(loader)[0]  # a wrapper's DataLoader (Fabric's): the probes rebuild it
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
@@ -151,9 +154,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         _time_handover(ctx, batch, budget, on_error)
     in_loop = looped is not None and looped["ratio"] is not None
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
-        _time_threads(ctx, model, forward, budget, on_error, others, in_loop)  # quiet work)
+        _time_threads(ctx, model, forward, budget, on_error, others, in_loop, calls)
     elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
-        ctx["threads"] = _thread_timing(model, forward, others, budget, on_error)
+        ctx["threads"] = _thread_timing(model, forward, others, budget, on_error, calls=calls)
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
     if workers and forward is not None:  # the copies an epoch's forks cost the next step
@@ -172,10 +175,11 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     if forward is not None and ctx.get("threads") and not in_loop:
         noisy = (as_number(ctx["threads"].get("noise")) or 0.0) >= AGAIN_NOISE
         timings = [ctx["threads"], _thread_timing(model, forward, others, budget, on_error,
-                                                  again=not (noisy or loaded))]
+                                                  again=not (noisy or loaded), calls=calls)]
         span = threads_ratio_span(*timings)
         if span is not None and span[0] > 0 and math.log(span[1] / span[0]) / 2 >= AGAIN_NOISE:
-            timings.append(_thread_timing(model, forward, others, budget, on_error))
+            timings.append(_thread_timing(model, forward, others, budget, on_error,
+                                          calls=calls))
         ctx["threads_span"] = threads_ratio_span(*timings)
         ctx["threads"] = agreeing_threads(*timings)
     if forward is not None:  # PR002's: the loop's CPU autocast against fp32
@@ -219,23 +223,25 @@ def _time_fetches(ctx: dict[str, Any], model: Any, forward: ForwardTimer | None,
 
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
                   budget: ProbeBudget, on_error: OnError,
-                  others: Sequence[tuple[Any, Any]] = (), in_loop: bool = False) -> None:
+                  others: Sequence[tuple[Any, Any]] = (), in_loop: bool = False,
+                  calls: Mapping[int, tuple[int, bool]] | None = None) -> None:
     """The model's work on torch's threads and on one (``threads``): the threads split's
     input, and the quiet work the workers' contention is read against. ``in_loop``: the
     loop's own steps timed one thread, and none is made here."""
     if in_loop:
         budget.skipped.setdefault("threads", "timed on the loop's own steps on one thread")
         return
-    ctx["threads"] = _thread_timing(model, forward, others, budget, on_error)
+    ctx["threads"] = _thread_timing(model, forward, others, budget, on_error, calls=calls)
 
 
 def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any, Any]],
-                   budget: ProbeBudget, on_error: OnError, again: bool = False) -> Any:
+                   budget: ProbeBudget, on_error: OnError, again: bool = False,
+                   calls: Mapping[int, tuple[int, bool]] | None = None) -> Any:
     """One :func:`time_threads` timing of the model's work on the first inputs its forward
     got, run by ``budget`` (``again``: only with budget left); None where it was not run
     or raised."""
     return _guard("thread timing", on_error, lambda: budget.run(
-        "threads", lambda: time_threads(model, forward.inputs, others), again=again))
+        "threads", lambda: time_threads(model, forward.inputs, others, calls), again=again))
 
 
 def _time_fork_copy(ctx: dict[str, Any], model: Any, forward: ForwardTimer, loader: Any,

@@ -479,6 +479,8 @@ class Session:
         fwd = hooks.forward if hooks is not None else None
         # what the loop called of each model (the model, else its parts): the first is timed
         works = [w for t in (hooks.timers if hooks is not None else []) for w in t.works()]
+        calls = {k: c for t in (hooks.timers if hooks is not None else [])
+                 for k, c in t.calls().items()}
         if hooks is not None:
             hooks.timers = []
         batch, self._steps.first_batch = self._steps.first_batch, None
@@ -490,7 +492,7 @@ class Session:
             time_after_loop(ctx, model=first, loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=st.clock(), others=works[1:],
                             worker_pids=self.worker_pids, others_cpus=st.after_others_cpus,
-                            loader_starts=st.loader_starts)
+                            loader_starts=st.loader_starts, calls=calls)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

@@ -276,9 +276,10 @@ def workers_busy_now(facts: Facts) -> float | None:
 def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
                     replay_ms: float | None = None) -> float | None:
     """How much longer the loop's torch work (forward and backward) ran than the same work
-    alone after the loop, where the loop made one forward call a step; None where the work
-    alone was not timed. Two measures of it, joined by their geometric mean where both
-    exist: the window's forward and backward (the window's share of its replayed step,
+    alone after the loop; None where the work alone was not timed. Two measures of it,
+    joined by their geometric mean where both exist (where the loop made several forward
+    calls a step, the clock's alone: the window's work is then not one of each model's):
+    the window's forward and backward (the window's share of its replayed step,
     ``replay_ms``, on the unprofiled step ``step_ms``: a window the calibration left as it
     was keeps its proportions, not its milliseconds) over ``model_work_quiet_ms``; and the
     clock's (every unprofiled step), which times the forward alone: its time over the
@@ -289,9 +290,10 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     spread past :data:`THREADS_NOISE_MAX` (another process held a CPU while it ran: its
     quiet work is no more quiet than its one-thread ratio is read)."""
     quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
-    if (not quiet or facts.forward_calls_unprofiled != 1 or not g.n_steps
-            or (noise is not None and noise > THREADS_NOISE_MAX)):
+    if not quiet or not g.n_steps or (noise is not None and noise > THREADS_NOISE_MAX):
         return None
+    if facts.forward_calls_unprofiled != 1:  # the window's work is not one of each model's
+        return clock_work_contention(facts)
     fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3
     if step_ms and replay_ms and replay_ms > 0:

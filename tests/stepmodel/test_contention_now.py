@@ -119,6 +119,11 @@ def test_the_window_and_the_clock_each_measure_it_and_their_geometric_mean_count
     assert loop_contention(m.graph, f) == pytest.approx(1.8)
     assert loop_contention(m.graph, f.replace(forward_quiet_ms=None)) == pytest.approx(1.5)
     assert loop_contention(m.graph, f.replace(model_work_quiet_ms=None)) is None
+    # several forward calls a step (a GAN's): the window's work is not one of each model's,
+    # so the clock's measure (call for call) stands alone; none where the clock has none
+    gan = f.replace(forward_calls_unprofiled=4)
+    assert loop_contention(m.graph, gan) == pytest.approx(2.16)
+    assert loop_contention(m.graph, gan.replace(forward_contention=None)) is None
 
 
 def test_a_forward_slowed_beside_a_workers_batch_frees_its_milliseconds_only() -> None:

@@ -19,7 +19,7 @@ import math
 import statistics
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
@@ -50,6 +50,11 @@ AGAIN_NOISE = 0.15
 #: thread pool sleeps while the step does other work (loading, the optimizer, Python), and
 #: waking it is part of what its threads cost; timed back to back they would look better
 IDLE_S = 0.005
+
+#: a model's calls stand for its first call's work where at least this share of them had its
+#: input shapes: an epoch's short last batch is one call in tens; a model called on inputs
+#: of changing shapes (sequences of their own lengths) is not timed by its first call
+SAME_SHAPES = 0.9
 
 #: a pair of model inputs as a forward call received them: (args, kwargs)
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -91,6 +96,11 @@ class ForwardTimer:
         self.on_forward = on_forward
         self._own: Inputs | None = None
         self._parts: dict[int, tuple[Any, Inputs]] = {}  # by id, in first-call order
+        # by module id: its outermost calls, and those with its first call's input shapes
+        # (CPU models: what the quiet timing of its first inputs stands for)
+        self._calls: dict[int, int] = {}
+        self._first_sig: dict[int, Any] = {}
+        self._same: dict[int, int] = {}
         self._keep = on_cpu(model)
         self._t0: list[float] = []
         self._depth = 0  # inside the model's own forward
@@ -115,9 +125,26 @@ class ForwardTimer:
             return [(self.model, self._own)]
         return list(self._parts.values())
 
+    def calls(self) -> dict[int, tuple[int, bool]]:
+        """{id(module): (its calls, whether they had its first call's input shapes: at
+        least :data:`SAME_SHAPES` of them)} for the modules of :meth:`works` (CPU models
+        only; none on a GPU model)."""
+        return {k: (n, self._same.get(k, 0) >= SAME_SHAPES * n) for k, n in self._calls.items()}
+
+    def _count(self, module: Any, args: Any, kwargs: Any) -> None:
+        if not self._keep:
+            return
+        key = id(module)
+        self._calls[key] = self._calls.get(key, 0) + 1
+        sig = _signature(args, kwargs)
+        first = self._first_sig.setdefault(key, sig)
+        self._same[key] = self._same.get(key, 0) + (sig == first)
+
     def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._part_handles:  # the model itself is called: its parts are its work
             self._drop_parts()
+        if not self._depth:
+            self._count(module, args, kwargs)
         self._depth += 1
         if self._keep and self._own is None:
             self._own = (tuple(args), dict(kwargs))
@@ -137,6 +164,7 @@ class ForwardTimer:
             self._parts[id(module)] = (module, (tuple(args), dict(kwargs)))
             with suppress(TypeError):
                 _AUTOCAST[module] = autocast_now()
+        self._count(module, args, kwargs)
         self._t0.append(time.perf_counter())
 
     def _part_post(self, module: Any, args: Any, output: Any) -> None:
@@ -148,6 +176,7 @@ class ForwardTimer:
             h.remove()
         self._part_handles = []
         self._parts = {}
+        self._calls, self._first_sig, self._same = {}, {}, {}
 
     def remove(self) -> None:
         for h in self._handles:
@@ -156,6 +185,33 @@ class ForwardTimer:
         for h in self._part_handles:
             h.remove()
         self._part_handles = []
+
+
+def _signature(args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """What a forward call's inputs look like, cheaply: each positional and keyword input's
+    shape and dtype where a tensor, one level into a tuple, list or dict (a batch), else its
+    type. Two calls with one signature do the same work, as far as their shapes tell."""
+    def one(x: Any, deep: bool = True) -> Any:
+        shape = getattr(x, "shape", None)
+        if shape is not None and hasattr(x, "dtype"):
+            return tuple(shape), x.dtype
+        if deep and isinstance(x, tuple | list):
+            return tuple(one(v, False) for v in x)
+        if deep and isinstance(x, dict):
+            return tuple((k, one(v, False)) for k, v in x.items())
+        return type(x)
+
+    return tuple(one(a) for a in args), tuple((k, one(v)) for k, v in kwargs.items())
+
+
+def per_call_forward(forwards: Sequence[float], calls: Sequence[int]) -> float | None:
+    """The quiet forward of the loop's mean forward call (ms): each model's forward alone
+    (``forwards``, on its first inputs), weighted by the calls the loop made of it
+    (``calls``); None where no call was counted."""
+    total = sum(calls)
+    if total <= 0 or len(forwards) != len(calls):
+        return None
+    return sum(f * c for f, c in zip(forwards, calls, strict=True)) / total
 
 
 def on_cpu(model: Any) -> bool:
@@ -272,16 +328,31 @@ def cpu_pairs(model: Any, inputs: Inputs, others: Sequence[tuple[Any, Inputs]] =
                                if m is not model and x is not None and on_cpu(m))]
 
 
+class Forwards:
+    """The forwards of the last work of :func:`models_work`: called, their sum (s);
+    :meth:`each`, each model's."""
+
+    def __init__(self, each: Sequence[Callable[[], float]]) -> None:
+        self._each = list(each)
+
+    def __call__(self) -> float:
+        return sum(f() for f in self._each)
+
+    def each(self) -> list[float]:
+        return [f() for f in self._each]
+
+
 @contextmanager
 def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: bool = True
-                ) -> Iterator[tuple[Callable[[], float], Callable[[], float]]]:
+                ) -> Iterator[tuple[Forwards, Callable[[], float]]]:
     """:func:`model_work` of several models (a GAN's generator and discriminator, each on
     the first inputs its forward got), as one work: each model's forward with its
-    backward in turn, one idle spell before them all; the forward callable their forwards'
-    sum. One model: its own :func:`model_work`. ``cast``: as :func:`model_work`'s."""
+    backward in turn, one idle spell before them all; the forwards (:class:`Forwards`)
+    their sum, and each model's. One model: its own :func:`model_work`. ``cast``: as
+    :func:`model_work`'s."""
     if len(pairs) == 1:
-        with model_work(*pairs[0], idle_s=idle_s, cast=cast) as got:
-            yield got
+        with model_work(*pairs[0], idle_s=idle_s, cast=cast) as (forward, work):
+            yield Forwards([forward]), work
         return
     with ExitStack() as stack:
         each = [stack.enter_context(model_work(m, x, idle_s=0.0, cast=cast)) for m, x in pairs]
@@ -291,12 +362,13 @@ def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: b
                 time.sleep(idle_s)
             return sum(w() for _, w in each)
 
-        yield (lambda: sum(f() for f, _ in each)), work
+        yield Forwards([f for f, _ in each]), work
 
 
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None,
-                 others: Sequence[tuple[Any, Inputs]] = ()) -> dict[str, Any] | None:
+                 others: Sequence[tuple[Any, Inputs]] = (),
+                 calls: Mapping[int, tuple[int, bool]] | None = None) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
     torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
@@ -305,7 +377,11 @@ def time_threads(model: Any, inputs: Inputs | None,
     models with their first inputs, timed in the same work (:func:`models_work`). None
     where it does not apply (no inputs, a GPU model, one thread already). A round: the
     work on torch's threads (its forward timed within it), then on one thread; the first
-    warms the work up and measures a round."""
+    warms the work up and measures a round. ``calls``: the loop's calls of each model
+    (:meth:`ForwardTimer.calls`); where every model called is timed here and each call
+    had its first call's input shapes, ``forward_per_call_ms`` is the quiet forward of the
+    loop's mean call (:func:`per_call_forward`): a GAN calls its discriminator three
+    times a step and its generator once."""
     if inputs is None or model is None or not on_cpu(model):
         return None
     import torch
@@ -315,6 +391,7 @@ def time_threads(model: Any, inputs: Inputs | None,
         return None
     pairs = cpu_pairs(model, inputs, others)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
+    each: list[list[float]] = []  # each round's forward of each model
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
     start = time.perf_counter()
     with models_work(pairs) as (forward, work):
@@ -326,6 +403,7 @@ def time_threads(model: Any, inputs: Inputs | None,
             torch.set_num_threads(n)
             times["work"].append(work())
             times["forward"].append(forward())
+            each.append(forward.each())
             torch.set_num_threads(1)
             times["work_1thread"].append(work())
             if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
@@ -334,6 +412,7 @@ def time_threads(model: Any, inputs: Inputs | None,
                 round_s = time.perf_counter() - t0
                 for v in times.values():
                     v.clear()
+                each.clear()
                 if cannot_afford(round_s, ROUNDS):
                     return None
             if time.perf_counter() - t0 > 3 * SLOW_S:
@@ -344,9 +423,28 @@ def time_threads(model: Any, inputs: Inputs | None,
     for name, v in times.items():
         out[f"{name}_ms"] = round(statistics.median(v) * 1e3, 4)
     out["rounds"], out["noise"] = len(times["work"]), median_noise(*times.values())
+    per_call = _per_call_ms(pairs, each, calls)
+    if per_call is not None:
+        out["forward_per_call_ms"] = per_call
     if out["rounds"] == 1:  # one round, its warm-up in it: its noise is not known, and is
         out["noise"] = THREADS_NOISE_MAX  # taken as the most a prediction reads
     return out
+
+
+def _per_call_ms(pairs: Sequence[tuple[Any, Inputs]], each: list[list[float]],
+                 calls: Mapping[int, tuple[int, bool]] | None) -> float | None:
+    """:func:`per_call_forward` of the timed models (ms, each model's median forward),
+    where ``calls`` counts a call of each of them, every call it counts is of one of them,
+    and each had its first call's input shapes; else None."""
+    if not calls or not each or not pairs:
+        return None
+    got = [calls.get(id(m)) for m, _ in pairs]
+    if any(c is None or not c[1] for c in got) or sum(n for n, _ in calls.values()) != sum(
+            c[0] for c in got if c is not None):
+        return None
+    medians = [statistics.median(r[i] for r in each) * 1e3 for i in range(len(pairs))]
+    got_ms = per_call_forward(medians, [c[0] for c in got if c is not None])
+    return None if got_ms is None else round(got_ms, 4)
 
 
 def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
@@ -364,7 +462,7 @@ def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
     if r1 is None or r2 is None or r1 <= 0 or r2 <= 0:
         return first if r1 is not None else second
     out = dict(first)
-    for key in ("work_ms", "work_1thread_ms", "forward_ms"):
+    for key in ("work_ms", "work_1thread_ms", "forward_ms", "forward_per_call_ms"):
         a, b = first.get(key), second.get(key)
         if isinstance(a, int | float) and isinstance(b, int | float) and a > 0 and b > 0:
             out[key] = round(math.sqrt(a * b), 4)

@@ -71,8 +71,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "ratio", "forward_unprofiled_mean_ms (else forward_unprofiled_ms, a clock without "
         "epoch marks) / forward_quiet_ms: how much slower the loop's forward ran than the "
         "same forward alone (workers or other processes on the cores), over the steady "
-        "steps on average; only where the loop's steps each made one forward call "
-        "(forward_calls_unprofiled)"),
+        "steps on average; where the steps made several forward calls "
+        "(forward_calls_unprofiled: a GAN's), the loop's mean call over the quiet forward of "
+        "a call in the loop's mix of models (each timed alone on its first inputs, weighted "
+        "by its calls), only where every call had its model's first input shapes"),
 }
 
 
@@ -125,12 +127,19 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
         out["threads_one_thread_ratio"] = round(one / work, 4)
     noise = as_number(th.get("noise"))
     out["threads_noise_rel"] = noise if noise is not None and noise >= 0 else None
-    if quiet and quiet > 0 and m.get("forward_calls_unprofiled") == 1:
+    calls = m.get("forward_calls_unprofiled")
+    per_call = as_number(th.get("forward_per_call_ms"), finite=False)
+    loop = as_number(m.get("forward_unprofiled_mean_ms"), finite=False)
+    if loop is None:
+        loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
+    if loop is None or not isinstance(calls, int) or isinstance(calls, bool):
+        return out
+    if quiet and quiet > 0 and calls == 1:
         # the quiet timing is one forward: set beside a loop that made one a step, as the
         # steady steps' mean (the mean step is what the predictions start from)
-        loop = as_number(m.get("forward_unprofiled_mean_ms"), finite=False)
-        if loop is None:
-            loop = as_number(m.get("forward_unprofiled_ms"), finite=False)
-        if loop is not None:
-            out["forward_contention"] = round(loop / quiet, 4)
+        out["forward_contention"] = round(loop / quiet, 4)
+    elif calls > 1 and per_call and per_call > 0:
+        # several calls a step (a GAN's discriminator three times, its generator once):
+        # the loop's mean call against the quiet forward of a call made in that mix
+        out["forward_contention"] = round(loop / calls / per_call, 4)
     return out

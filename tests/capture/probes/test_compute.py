@@ -150,11 +150,13 @@ def test_the_busier_thread_timing_reaches_the_metrics():
     assert cpu_metrics({"threads": th}, {})["threads_one_thread_ratio_min"] is None
 
 
-def test_the_loops_forward_is_set_beside_the_quiet_one_only_one_call_a_step():
+def test_the_loops_forward_is_set_beside_the_quiet_one_call_for_call():
     """forward_contention: the loop's forward a step (6 ms) over the quiet forward (2 ms),
-    3.0, where each step made one forward call; with two calls a step (a GAN's generator
-    and discriminator, say) the loop's figure holds both and the ratio is not given, nor
-    where the calls were not counted."""
+    3.0, where each step made one forward call. With two calls a step (a GAN's generator
+    and discriminator, say) the loop's figure holds both: its mean call (3 ms) over the
+    quiet forward of a call in the loop's mix (``forward_per_call_ms``, 1.5 ms), 2.0; with
+    no such figure (a call whose inputs changed shape) the ratio is not given, nor where
+    the calls were not counted."""
     from diagnose.metrics.context.cpu import cpu_metrics
 
     th = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
@@ -162,6 +164,8 @@ def test_the_loops_forward_is_set_beside_the_quiet_one_only_one_call_a_step():
     assert cpu_metrics({"threads": th}, one)["forward_contention"] == 3.0
     two = {**one, "forward_calls_unprofiled": 2}
     assert cpu_metrics({"threads": th}, two).get("forward_contention") is None
+    mixed = {**th, "forward_per_call_ms": 1.5}
+    assert cpu_metrics({"threads": mixed}, two)["forward_contention"] == 2.0
     assert cpu_metrics({"threads": th}, {"forward_unprofiled_ms": 6.0}).get(
         "forward_contention") is None
     # the steady steps' mean, where the clock gave it, before the median
@@ -184,6 +188,60 @@ class _Sleepy(nn.Module):
         return x @ self.w
 
 
+def test_forward_timer_counts_each_models_calls_and_whether_their_shapes_held():
+    """A GAN's step: the discriminator called three times on batches of one shape; a model
+    called on another shape in more than a tenth of its calls is said to have changed
+    shape (one short last batch in ten calls is not)."""
+    d, g, seen = _model(), _model(), []
+    timers = [ForwardTimer(d, seen.append), ForwardTimer(g, seen.append)]
+    for _ in range(2):
+        for _ in range(3):
+            d(torch.randn(8, 32))
+        g(torch.randn(8, 32))
+    g(torch.randn(5, 32))  # another shape: one of 3 calls
+    d(torch.randn(5, 32))  # an epoch's short last batch: one of 7 calls (over a tenth)
+    calls = {k: c for t in timers for k, c in t.calls().items()}
+    assert calls == {id(d): (7, False), id(g): (3, False)}
+    for _ in range(3):
+        d(torch.randn(8, 32))
+    assert timers[0].calls() == {id(d): (10, True)}  # 9 of 10
+    for t in timers:
+        t.remove()
+
+
+def test_the_quiet_forward_of_a_call_is_weighted_by_the_loops_calls():
+    """per_call_forward: a discriminator of 2 ms called three times a step and a generator
+    of 6 ms once: a call in that mix takes (3 x 2 + 6) / 4 = 3 ms alone."""
+    from diagnose.capture.probes.compute import per_call_forward
+
+    assert per_call_forward([2.0, 6.0], [3, 1]) == 3.0
+    assert per_call_forward([2.0], [1]) == 2.0
+    assert per_call_forward([2.0, 6.0], [0, 0]) is None
+    assert per_call_forward([2.0, 6.0], [3]) is None
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
+def test_thread_timing_gives_a_calls_quiet_forward_only_where_every_call_is_timed():
+    """With the loop's calls of each model, the thread timing gives the quiet forward of a
+    call in their mix: between the two models' own forwards, nearer the one called more;
+    not where a model called in the loop is not in the timing, nor where its calls
+    changed shape."""
+    torch.manual_seed(0)
+    small = nn.Sequential(nn.Linear(32, 32)).train()
+    big = nn.Sequential(nn.Linear(32, 512), nn.ReLU(), nn.Linear(512, 512),
+                        nn.Linear(512, 4)).train()
+    x = ((torch.randn(64, 32),), {})
+    calls = {id(small): (30, True), id(big): (10, True)}
+    out = time_threads(small, x, others=[(big, x)], calls=calls)
+    assert out is not None and 0 < out["forward_per_call_ms"] < out["forward_ms"]
+    alone = time_threads(small, x, calls={id(small): (5, True)})
+    assert alone is not None and alone["forward_per_call_ms"] > 0
+    missing = {**calls, 12345: (3, True)}  # a model the loop called that is not timed here
+    assert "forward_per_call_ms" not in time_threads(small, x, others=[(big, x)], calls=missing)
+    changed = {**calls, id(big): (10, False)}
+    assert "forward_per_call_ms" not in time_threads(small, x, others=[(big, x)], calls=changed)
+
+
 def test_several_models_are_timed_as_one_work():
     """A GAN's generator and discriminator: the work runs both models' forward and
     backward, so the thread timing covers all the step's model ops, not the first model's."""
@@ -192,6 +250,8 @@ def test_several_models_are_timed_as_one_work():
     with models_work([(a, x), (b, x)], idle_s=0.0) as (forward, work):
         took = work()
         assert took >= 0.03 and forward() >= 0.03
+        first, second = forward.each()
+        assert first >= 0.01 and second >= 0.02 and math.isclose(first + second, forward())
     with models_work([(a, x)], idle_s=0.0) as (forward, work):
         assert 0.01 <= work() < took
 
