@@ -289,9 +289,12 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
                     if isinstance(q := preds[x], str) else None
                     for x in untold}  # one reason for them all: said
             why = f": {whys.pop()}" if len(whys) == 1 and None not in whys else ""
+            change = ", ".join(f"{k}={v}" for k, v in best.change.items())
             f.hints.append(f"the time at stake is the rule's own estimate: the best "
-                           f"prediction is {best.speedup:.2f}x, but the model cannot tell "
-                           f"what {', '.join(untold)} would give{why}")
+                           f"prediction is {best.speedup:.2f}x"
+                           + (f" ({change})" if change else "")
+                           + f", but the model cannot tell what {', '.join(untold)} would "
+                           f"give{why}")
         else:  # a model end reaches a gain: at most the rule's estimate, at most what it saves
             reach = max(_model_reach(preds[x]) for x in open_)
             own = f.estimated_gain

@@ -197,8 +197,8 @@ def test_fixes_that_could_save_too_little_leave_the_grade_to_the_predictions() -
     _order(f, {"amp": amp, "channels_last": "cannot tell: not in the trace"}, [])
     assert f.gain is None  # open: the rule's own estimate stands
     assert f.hints[-1] == ("the time at stake is the rule's own estimate: the best prediction "
-                           "is 1.00x, but the model cannot tell what channels_last would "
-                           "give: not in the trace")
+                           "is 1.00x (amp_dtype=bfloat16), but the model cannot tell what "
+                           "channels_last would give: not in the trace")
     f = _Finding(["channels_last", "amp"])
     _order(f, {"amp": amp, "channels_last": f"{AT_MOST} 1.00x: the host sets the pace"}, [])
     assert f.gain == 0.0 and f.fixes == ["amp", "channels_last"]
