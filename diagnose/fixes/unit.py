@@ -81,6 +81,8 @@ class Fix:
     predicts_at_least: bool = False
     # the TrainConfig fields its candidates change (default: the keys of ``change``)
     fields: tuple[str, ...] = ()
+    # without a transform: why the step model does not replay it, in words for the report
+    unmodelled: str = ""
 
     def __post_init__(self) -> None:
         code = self.code or self.render(None)
@@ -226,7 +228,8 @@ class Fix:
                        ) -> Prediction | str:
         """:meth:`predict` as every fix does it (a unit that refines it calls this)."""
         if self.transform is None:
-            return f"{NO_MODEL} {self.id} does to a step"
+            return f"{NO_MODEL} {self.id} does to a step" + (
+                f": {self.unmodelled}" if self.unmodelled else "")
         if self.auto:
             changes = [{k: new for k, (_, new) in config.diff(c).items()}
                        for c in self.candidates(config, facts)]

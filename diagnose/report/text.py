@@ -367,7 +367,8 @@ def fix_line(f: Any, fid: str) -> str:
     time = prediction_line(p) or (p if isinstance(p, str) and p.startswith(
         (NOT_KNOWN, ON_A_BUSY_MACHINE, OWN_POOLS, WORKER_POOLS)) else "")
     if not time and isinstance(p, str) and p.startswith(NO_MODEL):
-        time = "not predicted: the step model does not replay this change; time it before and after"
+        why = p.split(": ", 1)[1] if ": " in p else "the step model does not replay this change"
+        time = f"not predicted: {why}; time it before and after"
     elif not time and isinstance(p, str) and p.startswith(CANNOT_TELL):  # and the reason why
         time = f"not predicted: {p[len(CANNOT_TELL):].lstrip()}"
     peak = f.peaks.get(fid)

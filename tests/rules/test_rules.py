@@ -524,6 +524,13 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
     assert not [h for h in f.hints if "DataLoader workers" in h]  # the job has none
     # not predicted: the host's work is modelled, but not a thread pool taking turns
     assert str(f.predictions["torch_threads"]).startswith("no model of what torch_threads")
+    from diagnose.report.text import fix_line
+
+    # the report says why, not only that the change is not replayed (a new user's trial)
+    assert fix_line(f, "torch_threads") == (
+        "not predicted: the step model does not replay torch's threads taking turns with "
+        "other processes, or a CPU quota's pauses (the finding's own numbers are the thread "
+        "timing beside the same load; autofix measures it); time it before and after")
     # the run's own count in the code: 4 CPUs, others on 1.0, torch on 4 threads: 3
     (f4,) = [f for f in analyze(path, context=_shared_cpus(cpus=4, threads=4)).findings
              if f.rule == "CF008"]

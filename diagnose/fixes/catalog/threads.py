@@ -211,7 +211,11 @@ TORCH_THREADS = TorchThreads("torch_threads", "Hold torch's threads to the CPUs 
 torch.set_num_threads(1)
 """, category="config", auto=True, fields=("intra_op_threads",),
                              needs="torch on 2 or more threads, and the CPUs other processes held "
-                                   "(a live capture's clock) or a CPU quota under the CPUs")
+                                   "(a live capture's clock) or a CPU quota under the CPUs",
+                             unmodelled="the step model does not replay torch's threads taking "
+                                        "turns with other processes, or a CPU quota's pauses "
+                                        "(the finding's own numbers are the thread timing "
+                                        "beside the same load; autofix measures it)")
 
 #: The registered units of this module (a test checks that each one declared is here).
 FIXES = (THREADS, TORCH_THREADS)
