@@ -188,18 +188,20 @@ def _pools(blas_threads: int = 2, wait_ms: float = 8.0, others: float = 0.02) ->
 
 
 def _shared_cpus(others: float = 1.0, wait_ms: float = 8.0, one_ms: float = 4.0,
-                 threads: int = 2, workers: int = 0, noise: float = 0.05, cpus: int = 2) -> dict:
+                 threads: int = 2, workers: int = 0, noise: float = 0.05, cpus: int = 2,
+                 workers_cpus: float | None = None) -> dict:
     """A ``cpus``-CPU run without a DataLoader (or with ``workers``), torch on ``threads``
     threads, whose clock timed 8 steps of 40 ms with the training thread ``wait_ms`` of
-    each runnable but off a CPU while other processes held ``others`` CPUs; after the loop
-    the model's forward and backward took 10 ms on torch's threads and ``one_ms`` on one."""
+    each runnable but off a CPU while other processes held ``others`` CPUs (and the
+    workers ``workers_cpus``, where given); after the loop the model's forward and
+    backward took 10 ms on torch's threads and ``one_ms`` on one."""
     return _ctx(dataloader={"num_workers": workers, "persistent_workers": False},
                 cpu_count=cpus, torch_num_threads=threads, thread_pools=None,
                 threads={"forward_ms": 3.0, "work_ms": 10.0, "work_1thread_ms": one_ms,
                          "noise": noise},
                 capture={"step_clock": {"phase": ["wait"] * 8, "ms": [40.0] * 8,
                                         "cpu_wait_ms": [wait_ms] * 8},
-                         "after_others_cpus": others})
+                         "after_others_cpus": others, "after_workers_cpus": workers_cpus})
 
 
 def _quota(quota: float | None = 1.0, wait_ms: float = 16.0, threads: int = 2,
@@ -592,9 +594,17 @@ def test_idle_workers_do_not_hide_torch_threads_short_of_the_cpus(tmp_path, work
     if fires:
         assert "torch.set_num_threads(1)" in found[0].fix_code["torch_threads"]
         # the job's own workers are named beside the other processes' CPUs
-        assert ("The job's own 2 DataLoader workers did 0.01 CPUs' worth of work over the "
-                "capture on the same 2 CPUs; the other processes' 0.78 are beyond them."
-                in found[0].hints), found[0].hints
+        assert ("The job's own 2 DataLoader workers did 0.01 CPUs' worth of work in the "
+                "profiled window, on the same 2 CPUs; the other processes' 0.78 are beyond "
+                "them." in found[0].hints), found[0].hints
+        # the clock's own measure, over the steps the others' CPUs and the wait were read
+        # over (the report's DataLoader line reads it too), where it was taken
+        clocked = analyze(path, context=_shared_cpus(workers=2, others=0.78, workers_cpus=0.3),
+                          samples=samples)
+        (f,) = [f for f in clocked.findings if f.rule == "CF008"]
+        assert ("The job's own 2 DataLoader workers did 0.30 CPUs' worth of work over the "
+                "steps timed without the profiler, on the same 2 CPUs; the other processes' "
+                "0.78 over those steps are beyond them." in f.hints), f.hints
 
 
 def test_torch_threads_beyond_the_cgroups_cpu_quota(tmp_path):
