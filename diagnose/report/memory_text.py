@@ -129,3 +129,27 @@ def memory_renderables(mem: dict[str, Any] | None, what_ifs: bool = True) -> lis
             t.add_row(*(escape(c) for c in row))
         out.append(t)
     return out
+
+
+def _scaled(n: float, scale: int) -> str:
+    return f"{n / scale:.1f}"
+
+
+def peak_line(peak: dict[str, Any] | None) -> str:
+    """A fix's predicted peak as the reports show it ("peak 7.9 -> 5.2 GiB predicted
+    (4.9-5.6)", and ", over the 4.0 GiB budget" where its range's high end does not fit);
+    empty when there is none."""
+    if not isinstance(peak, dict) or not isinstance(peak.get("peak_bytes"), int | float):
+        return ""
+    base, new, rng = peak.get("base_bytes"), peak["peak_bytes"], peak.get("range")
+    top = max(new, base) if isinstance(base, int | float) else new
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+                        if top >= s), ("B", 1))
+    head = f"{_scaled(base, scale)} -> " if isinstance(base, int | float) else ""
+    out = f"peak {head}{_scaled(new, scale)} {unit} predicted"
+    if isinstance(rng, list | tuple) and len(rng) == 2:
+        out += f" ({_scaled(rng[0], scale)}-{_scaled(rng[1], scale)})"
+    budget = peak.get("budget_bytes")
+    if peak.get("fits") is False and isinstance(budget, int | float):
+        out += f", over the {_scaled(budget, scale)} {unit} budget"
+    return out

@@ -27,7 +27,7 @@ from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import Prediction, prediction_line
 from ..stepmodel.step import step_model_line
 from .markup import BREAKDOWN
-from .memory_text import memory_renderables, shows_memory, what_if_table
+from .memory_text import memory_renderables, peak_line, shows_memory, what_if_table
 from .runkind import device_line, fit_not_evaluated, fit_notes
 
 if TYPE_CHECKING:
@@ -334,30 +334,6 @@ def _gain(share: float, bound: bool) -> str:
     """A finding's time at stake as its column shows it: ``≤ 38%`` where it is what a fix
     saves at most (a prediction), ``~ 66%`` where it is the rule's own estimate."""
     return f"{'≤' if bound else '~'} {share:.0%}"
-
-
-def _scaled(n: float, scale: int) -> str:
-    return f"{n / scale:.1f}"
-
-
-def peak_line(peak: dict[str, Any] | None) -> str:
-    """A fix's predicted peak as the reports show it ("peak 7.9 -> 5.2 GiB predicted
-    (4.9-5.6)", and ", over the 4.0 GiB budget" where its range's high end does not fit);
-    empty when there is none."""
-    if not isinstance(peak, dict) or not isinstance(peak.get("peak_bytes"), int | float):
-        return ""
-    base, new, rng = peak.get("base_bytes"), peak["peak_bytes"], peak.get("range")
-    top = max(new, base) if isinstance(base, int | float) else new
-    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-                        if top >= s), ("B", 1))
-    head = f"{_scaled(base, scale)} -> " if isinstance(base, int | float) else ""
-    out = f"peak {head}{_scaled(new, scale)} {unit} predicted"
-    if isinstance(rng, list | tuple) and len(rng) == 2:
-        out += f" ({_scaled(rng[0], scale)}-{_scaled(rng[1], scale)})"
-    budget = peak.get("budget_bytes")
-    if peak.get("fits") is False and isinstance(budget, int | float):
-        out += f", over the {_scaled(budget, scale)} {unit} budget"
-    return out
 
 
 def fix_line(f: Any, fid: str) -> str:

@@ -67,6 +67,14 @@ class Hooks:
         """The first model's forward timer (its inputs feed the probes after the loop)."""
         return self.timers[0] if self.timers else None
 
+    def take_works(self) -> tuple[list[Any], dict[int, tuple[int, bool]]]:
+        """What the loop called of each model (the model, else its parts), with its first
+        inputs, and each one's calls (:meth:`ForwardTimer.calls`); the timers are let go."""
+        works = [w for t in self.timers for w in t.works()]
+        calls = {k: c for t in self.timers for k, c in t.calls().items()}
+        self.timers = []
+        return works, calls
+
     @property
     def loader_hooked(self) -> bool:
         return self.loader_hook is not None

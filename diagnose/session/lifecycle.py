@@ -478,11 +478,7 @@ class Session:
         hooks = self._hooks
         fwd = hooks.forward if hooks is not None else None
         # what the loop called of each model (the model, else its parts): the first is timed
-        works = [w for t in (hooks.timers if hooks is not None else []) for w in t.works()]
-        calls = {k: c for t in (hooks.timers if hooks is not None else [])
-                 for k, c in t.calls().items()}
-        if hooks is not None:
-            hooks.timers = []
+        works, calls = hooks.take_works() if hooks is not None else ([], {})
         batch, self._steps.first_batch = self._steps.first_batch, None
         memory_after_loop(ctx, hooks.memory if hooks is not None else None, step_fn=self.step_fn,
                           loss_fn=self.loss_fn, on_error=self._internal_error, notes=self.notes)
