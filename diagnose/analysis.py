@@ -26,9 +26,10 @@ from .metrics.idle import host_ahead
 from .metrics.memory import section_metrics
 from .metrics.ranks import RUN_CATALOG, SPREAD_EVIDENCE, run_metrics
 from .metrics.samples import samples_notes
-from .result import SET_ASIDE_NOTE, SPANS_NOTE, Analysis, RankResult
+from .result import SPANS_NOTE, Analysis, RankResult
 from .rules.engine import Finding, NotEvaluated, Rule, evaluate, load_rules, severity_rank
 from .runfolder import context_unreadable, load_context, load_samples, rank_context
+from .set_aside import without_empty, without_unreadable
 from .stepmodel import MODEL_TABLE
 from .stepmodel.prediction import attach_models, predictor_for
 from .trace import find_trace_files, read_trace
@@ -128,12 +129,24 @@ def _work_bytes(f: Path) -> int:
         return 0  # the reader reports it
 
 
+def _read_file(path: str, workers: int | None = None, max_steps: int | None = None,
+               grads_set_to_none: bool | None = None
+               ) -> tuple[str, int | None, MetricSet, Declared | None] | TraceError:
+    """:func:`_analyze_file`, or the TraceError that says why the trace cannot be read
+    (naming ``path``, the file as the analysis holds it)."""
+    try:
+        return _analyze_file(path, workers, max_steps, grads_set_to_none)
+    except TraceError as e:
+        return e if e.path == path else TraceError(path, e.problem)
+
+
 def _read_all(files: list[Path], steps: list[int | None] | None = None,
               cleared: list[bool | None] | None = None
-              ) -> list[tuple[str, int | None, MetricSet, Declared | None]]:
+              ) -> list[tuple[str, int | None, MetricSet, Declared | None] | TraceError]:
     """Read and measure each trace (its whole ``steps`` and gradients ``cleared``: see
-    :func:`_analyze_file`); several in a process pool once they are big enough that
-    parallel work outweighs starting the pool (benchmarks/parse_ranks.py measures it)."""
+    :func:`_analyze_file`), or say why it cannot be read; several in a process pool once
+    they are big enough that parallel work outweighs starting the pool
+    (benchmarks/parse_ranks.py measures it)."""
     steps = steps if steps is not None else [None] * len(files)
     cleared = cleared if cleared is not None else [None] * len(files)
     sizes = sorted((_work_bytes(f) for f in files), reverse=True)
@@ -146,11 +159,11 @@ def _read_all(files: list[Path], steps: list[int | None] | None = None,
         try:
             with pool:
                 # one file per process: no second level of processes inside a file's read
-                return list(pool.map(_analyze_file, map(str, files), [1] * len(files),
+                return list(pool.map(_read_file, map(str, files), [1] * len(files),
                                      steps, cleared))
         except BrokenProcessPool:
             pass  # a worker died (killed for memory, say): read them here instead
-    return [_analyze_file(str(f), None, n, c)
+    return [_read_file(str(f), None, n, c)
             for f, n, c in zip(files, steps, cleared, strict=True)]
 
 
@@ -250,9 +263,12 @@ def analyze_runs(
     todo = [f for u in units if not (cut[id(u)] == 0 and len(u.files) == 1) for f in u.files]
     steps = {f: cut[id(u)] for u in units for f in u.files}
     none = {f: grads_cleared(extras[id(u)][0]) for u in units for f in u.files}
-    reads = {Path(r[0]): r for r in _read_all(todo, [steps[f] for f in todo],
-                                              [none[f] for f in todo])}
-    units, set_aside = _without_empty(units, reads)
+    got = _read_all(todo, [steps[f] for f in todo], [none[f] for f in todo])
+    units, unreadable = without_unreadable(units, [r for r in got if isinstance(r, TraceError)],
+                                           named=[s for s in srcs if s.is_file()])
+    reads = {Path(r[0]): r for r in got if not isinstance(r, TraceError)}
+    units, set_aside = without_empty(units, reads)
+    set_aside = unreadable + set_aside
     runs: list[Analysis] = []
     for u in units:
         ctx, smp = extras[id(u)]
@@ -279,34 +295,6 @@ def analyze_runs(
     for r in runs:
         r.notes[:0] = [*unread, *set_aside]
     return runs
-
-
-#: why a trace with nothing to analyse is set aside (or refused, where it is all there is)
-_EMPTY = ("holds no operators and no device activity (such as the last, partial span "
-          "tensorboard_trace_handler writes as the profiler stops)")
-
-
-def _empty(read: tuple[str, int | None, MetricSet, Declared | None]) -> bool:
-    """A trace that recorded neither a host operator nor device work: a step annotation
-    at most, no step time or finding can come from it."""
-    values = read[2].values
-    return values.get("share_cpu_exec") is None and values.get("has_gpu") is False
-
-
-def _without_empty(units: list[Unit], reads: dict[Path, Any]) -> tuple[list[Unit], list[str]]:
-    """The units without their traces that hold nothing to analyse (:func:`_empty`), and
-    a note naming each; where every trace is such, a DiagnoseError that says so."""
-    empty = [f for f, r in reads.items() if _empty(r)]
-    if not empty:
-        return units, []
-    for u in units:  # in place: the units' extras are keyed by the unit
-        u.files[:] = [f for f in u.files if f not in empty]
-    kept = [u for u in units if u.files]
-    if not kept:
-        raise DiagnoseError(f"{empty[0]}: the trace {_EMPTY}: nothing to analyse" if len(
-            empty) == 1 else f"none of the {len(empty)} traces holds an operator or device "
-            f"activity (e.g. {empty[0].name}): nothing to analyse")
-    return kept, [f"{f.name}{SET_ASIDE_NOTE}it {_EMPTY}" for f in empty]
 
 
 def _groups(u: Unit, reads: list[tuple[str, int | None, MetricSet, Declared | None]],

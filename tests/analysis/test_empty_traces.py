@@ -26,6 +26,27 @@ def test_an_empty_span_beside_a_real_one_is_set_aside(tmp_path: Path) -> None:
     assert runs[0].metrics.get("step_time_median_ms")
 
 
+def test_a_truncated_trace_beside_a_readable_one_is_set_aside(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder of two runs, one trace cut off mid-write (a job killed while the profiler
+    exported): the other run still gives its report, with a note naming the truncated file
+    and its problem; both cut off, the first one's problem is the error (one line, exit 2).
+    Every run folder was refused whole before."""
+    good = tb.cpu_only().write(tmp_path / "host_1.100.pt.trace.json")
+    text = good.read_bytes()
+    (tmp_path / "host_2.100.pt.trace.json").write_bytes(text[: len(text) // 2])
+    runs = analyze_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].metrics.get("step_time_median_ms")
+    (note,) = [n for n in runs[0].notes if "set aside" in n]
+    assert note.startswith("host_2.100.pt.trace.json set aside: not valid JSON")
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert "host_2.100.pt.trace.json set aside" in capsys.readouterr().out
+    good.write_bytes(text[: len(text) // 3])
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not valid JSON" in err[0]
+
+
 def test_an_empty_trace_alone_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
     with pytest.raises(DiagnoseError, match="no operators and no device activity"):

@@ -518,11 +518,15 @@ def test_bad_file_in_parallel_read(tmp_path, capsys, monkeypatch, forkable):
     if (cpus or 1) < 2:
         pytest.skip("parallel reading needs two CPUs")
     monkeypatch.setattr(diagnose.analysis, "_PARALLEL_MIN_BYTES", 0)
-    write(tmp_path / "a.pt.trace.json", small_trace())
+    good = write(tmp_path / "a.pt.trace.json", small_trace())
     bad = make_bad(tmp_path, "not_json")
-    rc, _, err = run_cli(capsys, "analyze", str(tmp_path))
+    # named on the command line, read in the pool: one line, exit 2, no traceback
+    rc, _, err = run_cli(capsys, "analyze", str(good), str(bad))
     assert rc == 2
     assert_one_error_line(err, bad)
+    # found in a folder: set aside with a note, the other run reported
+    rc, out, err = run_cli(capsys, "analyze", str(tmp_path))
+    assert rc == 0 and f"{bad.name} set aside: " in out and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv,phrase", [
