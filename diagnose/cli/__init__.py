@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("rule_id", nargs="?", metavar="ID")
     r.add_argument("--rules", action="append", metavar="FILE_OR_DIR", default=[])
 
-    m = sub.add_parser("metrics", help="print the raw metrics of a trace")
+    m = sub.add_parser("metrics", help="every metric of a run (a trace or a run folder), with its unit and meaning")
     m.add_argument("paths", nargs="+", metavar="PATH")
     m.add_argument("--format", choices=("text", "json"), default="text")
     a.set_defaults(func=analysis.cmd_analyze)

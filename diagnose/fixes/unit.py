@@ -63,6 +63,12 @@ SEARCH_CLIMB = "climb"
 SEARCH_DESCEND = "descend"
 
 
+def _setting(field: str, value: Any) -> str:
+    """A config's setting as the user writes it: torch's thread count as its call, a loader
+    argument as ``name=value`` (a new user read ``intra_op_threads=1``, no torch API)."""
+    return f"torch.set_num_threads({value})" if field == "intra_op_threads" else f"{field}={value}"
+
+
 @dataclass(frozen=True)
 class Fix:
     """One change a person (or autofix) can make; see the module doc for what it owns."""
@@ -199,7 +205,7 @@ class Fix:
             return None
         code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
-        rest = [f"{', '.join(f'{k}={v}' for k, v in c)}: {'at least ' if at_least else ''}"
+        rest = [f"{', '.join(_setting(k, v) for k, v in c)}: {'at least ' if at_least else ''}"
                 f"{sp:.2f}x" + (" (slower: not advised)" if round(sp, 2) < 1.0 and not at_least
                                     else "")
                 for c, sp in sorted(others, key=lambda o: -o[1])  # fastest first

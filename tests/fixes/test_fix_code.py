@@ -306,7 +306,7 @@ def test_the_configs_a_prediction_weighed_are_named_after_its_code() -> None:
                                             {"num_workers": 2, "intra_op_threads": 1}, weighed)
     assert code is not None and code.endswith(
         "# also predicted, against the step as it is, other settings unchanged: "
-        "num_workers=1, intra_op_threads=1: "
+        "num_workers=1, torch.set_num_threads(1): "
         "1.40x (within the model's error of the advice, which leaves the loader the most time between batches)")
 
 
@@ -399,7 +399,7 @@ def test_a_bound_prediction_names_its_other_configs_as_bounds() -> None:
     args = (None, TrainConfig(num_workers=2), {"num_workers": 1, "intra_op_threads": 1},
             weighed)
     bound = FIXES["threads"].code_for_change(*args, at_least=True)
-    assert bound is not None and "intra_op_threads=1: at least 0.72x (each a bound" in bound
+    assert bound is not None and "torch.set_num_threads(1): at least 0.72x (each a bound" in bound
     assert "not advised" not in bound
     point = FIXES["threads"].code_for_change(*args)
-    assert point is not None and point.endswith("intra_op_threads=1: 0.72x (slower: not advised)")
+    assert point is not None and point.endswith("torch.set_num_threads(1): 0.72x (slower: not advised)")
