@@ -49,6 +49,7 @@ class Facts:
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made
     forward_contention: float | None = None  # the loop's forward / the same alone (clock)
     forward_quiet_ms: float | None = None  # the first batch's forward alone (torch's threads)
+    optimizer_values_outside_models: int | None = None  # stepped, of no model given
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None
@@ -117,6 +118,7 @@ class Facts:
     input_worker_fork_copy_ms_per_mib_1thread: float | None = None  # the same, one thread
     mem_model_states_bytes: int | None = None  # parameters, gradients, optimizer state
     input_worker_wait_ms: float | None = None  # waits for workers per unprofiled step
+    dataloader_wait_steady_share: float | None = None  # the loader's wait / the steady steps
     input_batched_fetch_ms: float | None = None  # one batch by one dataset[indices]
     input_batched_fetch_per_sample_ms: float | None = None  # the same batches per sample
     input_batched_fetch_work_ratio: float | None = None  # the model's work after each kind

@@ -277,8 +277,9 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
                     replay_ms: float | None = None) -> float | None:
     """How much longer the loop's torch work (forward and backward) ran than the same work
     alone after the loop; None where the work alone was not timed. Two measures of it,
-    joined by their geometric mean where both exist (where the loop made several forward
-    calls a step, the clock's alone: the window's work is then not one of each model's):
+    joined by their geometric mean where both exist (the clock's alone where the loop made
+    several forward calls a step, or an optimizer stepped a model not given: the window's
+    work is then not one of each timed model's, like for like with the quiet timing):
     the window's forward and backward (the window's share of its replayed step,
     ``replay_ms``, on the unprofiled step ``step_ms``: a window the calibration left as it
     was keeps its proportions, not its milliseconds) over ``model_work_quiet_ms``; and the
@@ -292,8 +293,8 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
     if not quiet or not g.n_steps or (noise is not None and noise > THREADS_NOISE_MAX):
         return None
-    if facts.forward_calls_unprofiled != 1:  # the window's work is not one of each model's
-        return clock_work_contention(facts)
+    if facts.forward_calls_unprofiled != 1 or facts.optimizer_values_outside_models:
+        return clock_work_contention(facts)  # the window's work is not the timed models'
     fb = (g.res == g.main) & ((g.tag & int(Tag.FORWARD_BACKWARD)) > 0)
     loop = float(per_step(g, fb, g.dur).mean()) / 1e3
     if step_ms and replay_ms and replay_ms > 0:

@@ -208,6 +208,9 @@ class Predictor:
         fetch, collate = facts.input_fetch_ms, facts.input_collate_ms
         loaded = fetch + collate if fetch is not None and collate is not None else None
         opt, waited = facts.optimizer_unprofiled_ms, facts.input_worker_wait_ms
+        if clock and waited is not None and un and facts.dataloader_wait_steady_share is not None:
+            # the steady steps' own wait: the mean wait holds each epoch's start's
+            waited = facts.dataloader_wait_steady_share * un
         self.g = calibrate(g, un, None if loaded is None else loaded / un,
                            None if opt is None else opt / un,
                            None if waited is None else waited / un) if un else g

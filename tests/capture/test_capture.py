@@ -286,6 +286,9 @@ def test_other_optimizers_do_not_count(tmp_path: Path, analysis: list[Path]) -> 
     # counted until d.done: the window (5 boundaries), 1 settling and 3 timed steps after it
     assert ctx["capture"]["optimizer_steps"] == 9
     assert ctx["optimizer"]["param_count"] == sum(p.numel() for p in model.parameters())
+    # the step's work is more than the model's: the metric the step model reads says so
+    from diagnose.metrics.context.cpu import cpu_metrics
+    assert cpu_metrics(ctx, {})["optimizer_values_outside_models"] == 3
 
 
 def test_real_worker_processes_sampled_and_gone(tmp_path: Path, analysis: list[Path]) -> None:

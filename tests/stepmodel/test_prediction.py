@@ -92,6 +92,27 @@ def test_calibration_takes_the_waits_for_workers_the_clock_timed(tmp_path):
     assert _main_per_step(arrivals, TaskKind.HOST) == pytest.approx(2.4, rel=0.02)
 
 
+def test_calibration_takes_the_steady_steps_own_wait_where_epochs_start(tmp_path):
+    """The same run, whose workers start again at each 16-batch epoch: the clock's mean
+    step, 5 ms, holds the epochs' starts; its steady steps (no epoch's start) 2.72 ms,
+    which the predictions replay. The mean wait for a batch, 2.5 ms, holds the starts'
+    long waits too; the steady steps waited 1 ms of their 2.72. The calibrated graph
+    waits the steady 1 ms, its ops fill the other 1.72 ms; the mean wait beside the steady
+    step would leave the ops 0.22 ms."""
+    m = _loader_model(tmp_path, [100] + [400] * 5, 6, 3000)
+    run = dict(step_time_unprofiled_mean_ms=5.0, step_time_steady_mean_ms=2.72,
+               input_worker_wait_ms=2.5, dataloader_num_workers=6,
+               dataloader_persistent_workers=False, dataloader_epoch_boundary_ms=36.0,
+               dataloader_epoch_batches=16)
+    p = Predictor(m, _facts(m, **run, dataloader_wait_steady_share=1.0 / 2.72))
+    assert p.steady_ms == 2.72
+    assert _main_per_step(p, TaskKind.DL_WAIT) == pytest.approx(1.0, rel=0.01)
+    assert _main_per_step(p, TaskKind.HOST) == pytest.approx(1.72, rel=0.02)
+    # without the steady steps' share the mean wait stands (saved contexts of old)
+    old = Predictor(m, _facts(m, **run))
+    assert _main_per_step(old, TaskKind.DL_WAIT) > 2.0
+
+
 def test_calibration_gives_each_step_the_clocks_mean_loading(tmp_path):
     """In-process loading of 2000 us a step, but one of the window's 3 steps met a
     collector's pause in it (12000 us), then 1000 us of ops each. The clock's 40 steps

@@ -75,6 +75,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(forward_calls_unprofiled: a GAN's), the loop's mean call over the quiet forward of "
         "a call in the loop's mix of models (each timed alone on its first inputs, weighted "
         "by its calls), only where every call had its model's first input shapes"),
+    "optimizer_values_outside_models": (
+        "count", "parameter values stepped by optimizers that hold none of the models given "
+        "to diagnose() (an autoencoder's decoder, a GAN's other model; 0: every optimizer's "
+        "were the models'): the step's work is more than the models' work timed alone"),
 }
 
 
@@ -93,6 +97,7 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
                     got if ok else [None] * 3, strict=True):
         out[k] = x
     out.update(_forward_metrics(m, ctx.get("threads")))
+    out["optimizer_values_outside_models"] = _outside_values(ctx)
     threads = ctx.get("threads_span")
     least = (as_number(threads[0]) if isinstance(threads, list | tuple) and len(threads) == 2
              else None)
@@ -111,6 +116,18 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     noise = as_number(busy.get("noise")) if isinstance(busy, dict) else None
     out["threads_busy_noise_rel"] = noise if noise is not None and noise >= 0 else None
     return out
+
+
+def _outside_values(ctx: dict[str, Any]) -> int | None:
+    """The parameter values of the optimizers the capture saw step no model given
+    (``capture.step_signals.other_optimizers``); None where the capture did not say."""
+    cap = ctx.get("capture")
+    sig = cap.get("step_signals") if isinstance(cap, dict) else None
+    others = sig.get("other_optimizers") if isinstance(sig, dict) else None
+    if not isinstance(others, list):
+        return None
+    got = [as_number(o.get("values")) if isinstance(o, dict) else None for o in others]
+    return None if any(v is None for v in got) else int(sum(v or 0 for v in got))
 
 
 def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:

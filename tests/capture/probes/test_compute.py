@@ -173,6 +173,21 @@ def test_the_loops_forward_is_set_beside_the_quiet_one_call_for_call():
     assert cpu_metrics({"threads": th}, mean)["forward_contention"] == 4.0
 
 
+def test_the_values_optimizers_stepped_outside_the_models_given():
+    """The capture's optimizers that held no model given (their values summed: 0 where
+    every optimizer's were the models'); None where the capture did not say."""
+    from diagnose.metrics.context.cpu import cpu_metrics
+
+    def ctx(others):
+        return {"capture": {"step_signals": {"other_optimizers": others}}}
+    got = cpu_metrics(ctx([{"class": "Adam", "tensors": 4, "values": 164_608},
+                           {"class": "SGD", "tensors": 1, "values": 3}]), {})
+    assert got["optimizer_values_outside_models"] == 164_611
+    assert cpu_metrics(ctx([]), {})["optimizer_values_outside_models"] == 0
+    assert cpu_metrics({}, {})["optimizer_values_outside_models"] is None
+    assert cpu_metrics(ctx([{"class": "SGD"}]), {})["optimizer_values_outside_models"] is None
+
+
 
 class _Sleepy(nn.Module):
     """A forward that sleeps ``s`` seconds: a known lower bound of its time."""
