@@ -154,6 +154,7 @@ HOST_SCALE_MIN = 0.5
 HOST_SCALE_MAX = 4.0
 #: A replay further than this ratio from the unprofiled step is not calibrated (the graph
 #: is taken as it is): such a gap is a model that does not fit the run, not profiler cost.
+#: A change of workers is not read against the run's own settings past it either.
 CALIBRATE_WITHIN = (0.2, 5.0)
 #: The calibration stops within this share of the target step: a tenth of the capture's
 #: usual step-to-step spread (a few %); numerical, not fitted.

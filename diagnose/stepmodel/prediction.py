@@ -24,6 +24,7 @@ import numpy as np
 
 from .calibrate import calibrate, fed_step_ms, replayed_step_ms
 from .calibration import (
+    CALIBRATE_WITHIN,
     EFFECT_ERROR,
     EFFECT_FLOOR,
     HELPS,
@@ -373,6 +374,42 @@ class Predictor:
         self.cache[key] = p
         return p
 
+    def _own_settings_scale(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]],
+                            facts: Facts) -> float:
+        """The run's step over what the same transforms replay at the run's own settings
+        (each changed field as the facts hold it now), for a change of the worker count
+        that keeps workers and torch's threads as they are: the same parts of the model
+        (workers beside the run's threads) on both sides, so that their error on the run
+        itself is not read as the change's effect. 1 for any other change (no workers on
+        one side, another thread count: those parts on one side only), where a setting now
+        is not known, the replay at them cannot tell, or it lies outside
+        :data:`CALIBRATE_WITHIN` of the step."""
+        merged = {k: v for _, c in steps for k, v in c.items()}
+        if (not any(f in merged for t, _ in steps for f in t.moves_cpu)
+                or not merged.get("num_workers") or not facts.dataloader_num_workers
+                or merged.get("intra_op_threads", facts.torch_num_threads)
+                != facts.torch_num_threads):
+            return 1.0
+        own = []
+        for t, c in steps:
+            now = {}
+            for k in c:
+                names = t.sets.get(k)
+                v = getattr(facts, names[0], None) if names else None
+                if v is None:
+                    return 1.0
+                now[k] = v
+            own.append((t, now))
+        g2 = self.g
+        for t, now in own:
+            made = t(g2, now, facts)
+            if isinstance(made, str):
+                return 1.0
+            g2, facts = made, t.now(facts, now)
+        at = replayed_step_ms(g2) / self.base_replay * self.steady_ms if self.base_replay else 0.0
+        lo, hi = CALIBRATE_WITHIN
+        return self.steady_ms / at if at > 0 and lo < self.steady_ms / at < hi else 1.0
+
     def _predict(self, steps: Sequence[tuple[Transform, Mapping[str, Any]]], facts: Facts
                  ) -> tuple[dict[str, Any], float, float, float | None, float] | str:
         """(the changes merged, the base step, the changed step, the loader's share: see
@@ -382,6 +419,7 @@ class Predictor:
         change that moves CPU work is held at the CPU bound, which the run as it is meets
         too; the costs outside the window a transform declares (``outside``) are added to
         both sides. Each declaration counts once, whichever transforms share it."""
+        scale = self._own_settings_scale(steps, facts)
         g2 = self.g
         change: dict[str, Any] = {}
         given = facts
@@ -399,7 +437,7 @@ class Predictor:
             old_steps = per_step(change, given)
             if old_steps is not None:
                 ratio /= old_steps
-        ms = raw = self.steady_ms * ratio
+        ms = raw = self.steady_ms * ratio * scale
         bound = cpu_bound_ms(self.g, g2, change, given) if _moves_cpu(steps, change) else None
         if bound is not None:
             to_ms = self.steady_ms / max(self.base_replay, 1e-9)
