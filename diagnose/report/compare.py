@@ -76,7 +76,8 @@ KEY_METRICS: tuple[tuple[str, str | None], ...] = (
 )
 _SAME = 0.005  # changes below 0.5% (half a point for fractions) count as unchanged
 #: a share of the step whose time is also compared: a smaller share is no gain where that
-#: time grew (the step grew around it), so the share then gets no verdict
+#: time grew (the step grew around it), nor a larger one a loss where it fell or held (the
+#: step shrank around it): the share gets a verdict only where its time agrees
 _SHARE_OF: dict[str, str] = {"dataloader_share": "dataloader_wait_ms_per_step",
                              "memcpy_pageable_host_frac": "memcpy_pageable_host_ms_per_step"}
 #: the profiled window's timed shares and times (a few steps each): where the headline's
@@ -108,8 +109,8 @@ class MetricDelta:
     better: str | None
     said: str | None = None
     headline: bool = False
-    # a share of the step that fell while its time grew: no verdict (see _SHARE_OF)
-    step_grew: bool = False
+    # a share of the step that moved against its time: no verdict (see _SHARE_OF)
+    step_moved: bool = False
     # the headline's step time is within noise (see _WINDOW_TIMED)
     step_same: bool = False
 
@@ -134,7 +135,7 @@ class MetricDelta:
         if self.headline:
             return self.said
         d = self.delta
-        if d is None or self.better is None or self.name in _STEP_STATS or self.step_grew:
+        if d is None or self.better is None or self.name in _STEP_STATS or self.step_moved:
             return None
         size = abs(d) if self.unit == "fraction" else (
             abs(d) / abs(float(self.a)) if self.a else abs(d))
@@ -443,8 +444,9 @@ def compare_reports(a: Analysis, b: Analysis, *,
     by_name = {m.name: m for m in metrics}
     for m in metrics:
         time = by_name.get(_SHARE_OF.get(m.name, ""))
-        if m.verdict == "better" and time is not None and time.verdict == "worse":
-            m.step_grew = True  # the share fell only because the step grew
+        if (m.verdict in ("better", "worse") and time is not None
+                and time.verdict in ("better", "worse", "same") and time.verdict != m.verdict):
+            m.step_moved = True  # the share moved only because the step moved around it
     changes = finding_changes(a, b)
     return Comparison(a, b, metrics, changes, step)
 

@@ -262,6 +262,26 @@ def test_a_share_that_fell_because_the_step_grew_is_not_better(tmp_path: Path) -
     assert rows["dataloader_share"].verdict == "better"
 
 
+def test_a_share_that_rose_because_the_step_shrank_is_not_worse(tmp_path: Path) -> None:
+    """A new user's fix took the step 40% down; the DataLoader's share rose 8.7% -> 14%
+    because the compute around the wait shrank while the wait itself fell (1.2 -> 1.1 ms)
+    or held. No verdict on the share; where the wait grew too, it is worse."""
+    a = analyze(tb.dataloader_bound(share=0.6).write(tmp_path / "a.pt.trace.json.gz"))
+    b = analyze(tb.dataloader_bound().write(tmp_path / "b.pt.trace.json.gz"))
+    assert compare_reports(a, b).step.verdict == "better"  # the step shrank
+    a.metrics.update(dataloader_share=0.087, dataloader_wait_ms_per_step=1.2)
+    b.metrics.update(dataloader_share=0.14, dataloader_wait_ms_per_step=1.1)
+    rows = {m.name: m for m in compare_reports(a, b).metrics}
+    assert rows["dataloader_wait_ms_per_step"].verdict == "better"
+    assert rows["dataloader_share"].verdict is None
+    b.metrics.update(dataloader_wait_ms_per_step=1.2)  # held: the share still no verdict
+    assert {m.name: m for m in compare_reports(a, b).metrics}["dataloader_share"].verdict \
+        is None
+    b.metrics.update(dataloader_wait_ms_per_step=1.5)
+    rows = {m.name: m for m in compare_reports(a, b).metrics}
+    assert rows["dataloader_share"].verdict == "worse"
+
+
 def test_the_windows_shares_are_within_noise_where_the_step_is(tmp_path: Path) -> None:
     """A new user compared two captures of one unchanged job: the step time within noise,
     the profiled window's loader share +21.6 points and its wait +48% marked "worse". Where
