@@ -95,7 +95,7 @@ PROBE_WORDS = {
     "worker_batches": "workers' batches at once",
     "threads_in_loop": "the loop's steps on one thread",
     "cpu_autocast": "the compute without CPU autocast",
-    "fork_copy": "the compute after a fork"}
+    "fork_copy": "the compute after a fork", "optimizer_step": "the optimizer's step alone"}
 
 
 def _probe_words(each: str) -> str:

@@ -51,6 +51,7 @@ from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
 from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
 from diagnose.capture.probes.fork_copy import time_fork_copy
+from diagnose.capture.probes.optimizer_step import time_optimizers
 from diagnose.capture.probes.precision import cpu_autocast, time_autocast
 from diagnose.capture.runinfo import thread_pools
 from diagnose.capture.steps import Steps
@@ -109,7 +110,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     worker_pids: Iterable[int] = (),
                     others: Sequence[tuple[Any, Any]] = (),
                     others_cpus: float | None = None, loader_starts: Any = None,
-                    calls: Mapping[int, tuple[int, bool]] | None = None) -> None:
+                    calls: Mapping[int, tuple[int, bool]] | None = None,
+                    optimizers: Sequence[Any] = ()) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
     loop's first batch as the loader gave it (None: the loader was not seen), ``clock`` the
@@ -123,7 +125,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     alone serves CF008, with or without a DataLoader). ``loader_starts``: the clock's
     epoch starts (their workers), for an epoch start's share of the step. ``calls``: the
     loop's calls of each model (:meth:`~diagnose.capture.probes.ForwardTimer.calls`, all
-    the timers'), for the quiet forward of the loop's mean call."""
+    the timers'), for the quiet forward of the loop's mean call. ``optimizers``: those the
+    loop stepped the models with, whose step is timed alone on copies where workers share
+    the CPUs with a CPU model (the optimizer's own contention)."""
     loader = unwrap(loader)[0]  # a wrapper's DataLoader (Fabric's): the probes rebuild it
     pools = thread_pools()  # again: the loop may have loaded a library (numpy, scipy)
     if pools is not None:
@@ -159,6 +163,10 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
         ctx["threads"] = _thread_timing(model, forward, others, budget, on_error, calls=calls)
     elif forward is not None:
         budget.skipped.setdefault("threads", NO_LOADER)
+    if workers and forward is not None and optimizers:  # the optimizer's step alone
+        ctx["optimizer_quiet"] = _guard(
+            "optimizer timing", on_error,
+            lambda: budget.run("optimizer_step", lambda: time_optimizers(optimizers)))
     if workers and forward is not None:  # the copies an epoch's forks cost the next step
         _time_fork_copy(ctx, model, forward, loader, others, budget, on_error)
     if workers:  # what sending its batches costs a real worker (where one can be forked)

@@ -488,7 +488,8 @@ class Session:
             time_after_loop(ctx, model=first, loader=self.loader, forward=fwd, batch=batch,
                             on_error=self._internal_error, clock=st.clock(), others=works[1:],
                             worker_pids=self.worker_pids, others_cpus=st.after_others_cpus,
-                            loader_starts=st.loader_starts, calls=calls)
+                            loader_starts=st.loader_starts, calls=calls,
+                            optimizers=st.finder.optimizer_list)
 
     def _note_window(self, run_dir: Path, exc: BaseException | None) -> list[str]:
         """The profiler's problems and a window cut short (by the loop's end or by

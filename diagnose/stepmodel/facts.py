@@ -50,6 +50,7 @@ class Facts:
     forward_contention: float | None = None  # the loop's forward / the same alone (clock)
     forward_quiet_ms: float | None = None  # the first batch's forward alone (torch's threads)
     optimizer_values_outside_models: int | None = None  # stepped, of no model given
+    optimizer_quiet_ms: float | None = None  # optimizer.step() alone, after the loop
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None

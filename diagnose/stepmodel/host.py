@@ -324,7 +324,8 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
     or, where that was not measured either, as if they were busy all the time
     (:func:`contention`). The measure is not bounded by the workers' own CPU: torch's
     threads wait for one another at each op's end, so a worker that takes one's CPU stalls
-    the op for its whole time slice, for more than its own time."""
+    the op for its whole time slice, for more than its own time. The optimizer's ops are
+    freed by their own measure where it was taken (:func:`optimizer_contention`)."""
     threads = busy_threads(facts)
     now, cpus = facts.dataloader_num_workers, facts.cpu_count or 1
     c = contention(now, threads, cpus)
@@ -334,7 +335,23 @@ def free_contention(g: Graph, facts: Facts) -> Graph:
         c = max(1.0, facts.loop_contention)
     elif now and (busy := workers_busy_now(facts)) is not None:
         c = busy_mix(now, busy, cpus, threads)
-    return g if c == 1.0 else g.scale(model_ops(g), 1.0 / c)
+    ops = model_ops(g)
+    opt_c = optimizer_contention(facts)
+    if opt_c is not None:  # the optimizer's own, measured: its ops freed by it alone
+        opt = ops & ((g.tag & int(Tag.OPTIMIZER)) > 0)
+        g, ops = g.scale(opt, 1.0 / opt_c), ops & ~opt
+    return g if c == 1.0 else g.scale(ops, 1.0 / c)
+
+
+def optimizer_contention(facts: Facts) -> float | None:
+    """How much longer the loop's ``optimizer.step()`` ran than the same step alone after
+    the loop (``optimizer_unprofiled_ms`` / ``optimizer_quiet_ms``), at least 1: a worker's
+    batch lands wherever in the step it starts, the optimizer's ops too, which the
+    forward's measure does not see. None where either was not measured."""
+    loop, quiet = facts.optimizer_unprofiled_ms, facts.optimizer_quiet_ms
+    if loop is None or quiet is None or quiet <= 0:
+        return None
+    return max(1.0, loop / quiet)
 
 
 def cpu_bound_ms(base: Graph, g: Graph, change: Mapping[str, Any], facts: Facts
@@ -386,7 +403,7 @@ def loading_pauses(facts: Facts) -> float | None:
 
 __all__ = ["Facts", "batch_bytes", "busy_mix", "busy_ratio", "busy_threads",
            "clock_work_contention", "contended", "contention", "cpu_bound_ms", "cpu_capacity",
-           "cpu_used", "doubled", "free_contention", "loop_contention",
+           "cpu_used", "doubled", "free_contention", "loop_contention", "optimizer_contention",
            "workers_busy_now",
            "loading_ms", "loading_pauses", "main_host_ms", "model_ops", "per_step", "shared",
            "slowed", "thread_scale", "worker_share"]

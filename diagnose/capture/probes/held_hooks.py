@@ -66,21 +66,30 @@ def _hook_dicts(models: Iterable[Any]) -> Iterator[MutableMapping[Any, Any]]:
 
 
 @contextmanager
-def user_hooks_held(models: Iterable[Any]) -> Iterator[int]:
-    """The user's hooks on ``models`` (and the global ones) taken out for the block, put
-    back in their order after it; yields how many were held."""
-    held: list[tuple[MutableMapping[Any, Any], dict[Any, Any]]] = []
+def held(dicts: Iterable[MutableMapping[Any, Any]]) -> Iterator[int]:
+    """The user's hooks (:func:`users`) in each of ``dicts`` taken out for the block, put
+    back in their order after it (with any added meanwhile after them); yields how many
+    were held."""
+    kept: list[tuple[MutableMapping[Any, Any], dict[Any, Any]]] = []
     try:
-        for d in _hook_dicts(list(models)):
+        for d in dicts:
             drop = users(d)
             if drop:
-                held.append((d, dict(d)))
+                kept.append((d, dict(d)))
                 for k in drop:
                     del d[k]
-        yield sum(len(saved) - len(d) for d, saved in held)
+        yield sum(len(saved) - len(d) for d, saved in kept)
     finally:
-        for d, saved in held:
+        for d, saved in kept:
             added = {k: v for k, v in d.items() if k not in saved}
             d.clear()
             d.update(saved)
             d.update(added)
+
+
+@contextmanager
+def user_hooks_held(models: Iterable[Any]) -> Iterator[int]:
+    """The user's hooks on ``models`` (and the global ones) taken out for the block, put
+    back in their order after it; yields how many were held."""
+    with held(_hook_dicts(list(models))) as n:
+        yield n

@@ -75,6 +75,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(forward_calls_unprofiled: a GAN's), the loop's mean call over the quiet forward of "
         "a call in the loop's mix of models (each timed alone on its first inputs, weighted "
         "by its calls), only where every call had its model's first input shapes"),
+    "optimizer_quiet_ms": (
+        "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
+        "parameters, gradients and state, on torch's threads (median of its rounds; where "
+        "workers shared the CPUs with a CPU model): optimizer_unprofiled_ms over it is the "
+        "optimizer's own contention"),
     "optimizer_values_outside_models": (
         "count", "parameter values stepped by optimizers that hold none of the models given "
         "to diagnose() (an autoencoder's decoder, a GAN's other model; 0: every optimizer's "
@@ -98,6 +103,9 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
         out[k] = x
     out.update(_forward_metrics(m, ctx.get("threads")))
     out["optimizer_values_outside_models"] = _outside_values(ctx)
+    opt = ctx.get("optimizer_quiet")
+    quiet = as_number(opt.get("step_ms")) if isinstance(opt, dict) else None
+    out["optimizer_quiet_ms"] = quiet if quiet is not None and quiet > 0 else None
     threads = ctx.get("threads_span")
     least = (as_number(threads[0]) if isinstance(threads, list | tuple) and len(threads) == 2
              else None)
