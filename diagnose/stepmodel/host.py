@@ -347,9 +347,11 @@ def optimizer_contention(facts: Facts) -> float | None:
     """How much longer the loop's ``optimizer.step()`` ran than the same step alone after
     the loop (``optimizer_unprofiled_ms`` / ``optimizer_quiet_ms``), at least 1: a worker's
     batch lands wherever in the step it starts, the optimizer's ops too, which the
-    forward's measure does not see. None where either was not measured."""
+    forward's measure does not see. None where either was not measured, or where an
+    optimizer stepped a model not given (``optimizer_values_outside_models``): the window's
+    optimizer work then holds steps neither the clock nor the quiet timing counted."""
     loop, quiet = facts.optimizer_unprofiled_ms, facts.optimizer_quiet_ms
-    if loop is None or quiet is None or quiet <= 0:
+    if loop is None or quiet is None or quiet <= 0 or facts.optimizer_values_outside_models:
         return None
     return max(1.0, loop / quiet)
 
