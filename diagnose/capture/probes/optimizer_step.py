@@ -25,9 +25,9 @@ from .common import cannot_afford, median_noise, out_of_time, settled, timed
 from .held_hooks import held
 
 #: timed steps after one warm-up step: ROUNDS and LEAST_S seconds of them at least (a step
-#: of a millisecond is noisy: a median of three of them moved 2x capture to capture), then
-#: more, up to MAX_ROUNDS within ROUNDS_S seconds, until their median is settled
-#: (:func:`~.common.settled`)
+#: of a millisecond is shorter than a scheduler's time slice: a few of them are one moment's
+#: luck), then more, up to MAX_ROUNDS within ROUNDS_S seconds, until their median is
+#: settled (:func:`~.common.settled`)
 ROUNDS = 3
 LEAST_S = 0.02
 MAX_ROUNDS = 40
