@@ -3,13 +3,15 @@
 under torchrun, every rank on this host with theirs: :func:`local_ranks`). The step clock
 snapshots it as the steps after the window begin and end: the host samples cover the
 profiled window only, and the training thread's waits for a CPU are those steps'. The
-same snapshots give the run's DataLoader workers' CPUs over those steps.
+same snapshots give the run's DataLoader workers' CPUs over those steps. And the calling
+thread's own wait, runnable, for a CPU others held (:func:`cpu_wait_ns`, Linux schedstat).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from typing import Any
 
@@ -95,3 +97,34 @@ def cpus_since(start: tuple[float, ...] | None) -> tuple[float | None, float | N
     """(:func:`others_cpus`, :func:`children_cpus`) from ``start`` to a snapshot now."""
     now = cpu_snapshot()
     return others_cpus(start, now), children_cpus(start, now)
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
+
+
+class _Stat:
+    """This thread's schedstat file, kept open (a read at offset 0 gives fresh figures;
+    opening it each time costs several times the read); closed with the thread's storage."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+_local = threading.local()
+
+
+def cpu_wait_ns() -> int | None:
+    """Nanoseconds the calling thread has waited, runnable, for a CPU others held (the
+    kernel's schedstat); None where the kernel does not say."""
+    try:
+        st = getattr(_local, "stat", None)
+        if st is None or st.pid != os.getpid():  # a forked child reads its own thread
+            st = _local.stat = _Stat()
+        return int(os.pread(st.fd, 128, 0).split()[1])
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None

@@ -24,9 +24,7 @@ at its end, timed (:attr:`Steps.drain_ms`); no step in between is synchronised.
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -35,7 +33,7 @@ from typing import Any
 
 from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import StepFinder
-from diagnose.capture.others import cpu_snapshot, cpus_since
+from diagnose.capture.others import cpu_snapshot, cpu_wait_ns, cpus_since
 from diagnose.metrics.context import UNRELIABLE_SPREAD
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
@@ -50,42 +48,14 @@ from diagnose.metrics.context import UNRELIABLE_SPREAD
 #: started, and the time from an optimizer's ``step()`` returning, or a backward's end
 #: with no optimizer step after it, to the next outermost model call (``between_ms``: the
 #: loop's own work between steps and micro-batches, the DataLoader's wait inside it; null
-#: until an optimizer step was counted), and the collector's pauses in that time outside
-#: the DataLoader's wait (``gc_between_ms``: CF006's, not the loop's own work)
+#: until an optimizer step was counted), the collector's pauses in that time outside the
+#: DataLoader's wait (``gc_between_ms``: CF006's, not the loop's own work), and the time
+#: from a timed CPU model's output getting its gradient to the backward's end
+#: (``backward_ms``: the models' backward; null where none began)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
-                 "forwards", "loader_starts", "between_ms", "gc_between_ms")
-
-_SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: this thread's CPU time, run-queue wait
-
-
-class _Stat:
-    """This thread's schedstat file, kept open (a read at offset 0 gives fresh figures;
-    opening it each time costs several times the read); closed with the thread's storage."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.fd = os.open(_SCHEDSTAT, os.O_RDONLY)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            os.close(self.fd)
-
-
-_local = threading.local()
-
-
-def cpu_wait_ns() -> int | None:
-    """Nanoseconds the calling thread has waited, runnable, for a CPU others held (the
-    kernel's schedstat); None where the kernel does not say."""
-    try:
-        st = getattr(_local, "stat", None)
-        if st is None or st.pid != os.getpid():  # a forked child reads its own thread
-            st = _local.stat = _Stat()
-        return int(os.pread(st.fd, 128, 0).split()[1])
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
+                 "forwards", "loader_starts", "between_ms", "gc_between_ms", "backward_ms")
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
 #: timed longer, up to EXTEND times the planned number
@@ -160,6 +130,7 @@ class _Step:
     between: float = 0.0  # from an optimizer step's return (or a backward's end) to the
     # next model call
     gc_between: float = 0.0  # the pauses in that time, outside the wait for a batch
+    backward: float | None = None  # from a timed model's output gradient to the backward's end
 
 
 def settle_steps(num_workers: Any, prefetch_factor: Any) -> int:
@@ -205,6 +176,7 @@ class Steps:
         self.on_error = on_error
         self.seen = 0  # boundaries the profiler's schedule saw
         self.opt_steps = 0
+        self._backward_t0: tuple[float, _Step] | None = None  # a backward timed now
         self.batches = 0
         self.done = False
         self.closed = False
@@ -330,6 +302,27 @@ class Steps:
         an optimizer step comes first (:meth:`on_optimizer_start` drops it)."""
         if not (self.done or self.closed):
             self._opt_end = time.perf_counter()
+
+    def on_backward_start(self) -> None:
+        """A timed model's output got its gradient (a forward timer's hook): the models'
+        backward runs from now to autograd's end (a callback queued for it), once for
+        several timed models in one backward (one of an earlier step that never ended, its
+        backward raised, is let go)."""
+        try:
+            st, open_ = self._step, self._backward_t0
+            if self.done or self.closed or st is None or (open_ is not None and open_[1] is st):
+                return
+            from torch.autograd import Variable
+
+            Variable._execution_engine.queue_callback(self._backward_done)
+            self._backward_t0 = (time.perf_counter(), st)
+        except Exception as e:
+            self._error("backward timing", e)
+
+    def _backward_done(self) -> None:
+        got, self._backward_t0 = self._backward_t0, None
+        if got is not None and got[1] is self._step and not (self.done or self.closed):
+            got[1].backward = (got[1].backward or 0.0) + time.perf_counter() - got[0]
 
     def on_next(self, it: Any) -> None:
         """The loop asks the loader's iterator ``it`` for its next batch."""
@@ -547,7 +540,8 @@ class Steps:
                 (st.forwards or 0) if self.forwards_counted else None,
                 st.starts if self.hook is not None else None,
                 st.between * 1e3 if self.between_timed else None,
-                st.gc_between * 1e3 if self.between_timed and self.gc_timed else None)
+                st.gc_between * 1e3 if self.between_timed and self.gc_timed else None,
+                None if st.backward is None else st.backward * 1e3)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

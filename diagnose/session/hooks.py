@@ -53,7 +53,7 @@ class Hooks:
         steps.gc_timed = True
         for m in models:
             if callable(getattr(m, "register_forward_pre_hook", None)):
-                self.timers.append(ForwardTimer(m, steps.on_forward))
+                self.timers.append(ForwardTimer(m, steps.on_forward, steps.on_backward_start))
         self.model_hooks = ModelHooks(models, steps.on_model_call, steps.on_grad,
                                       discover=not models,
                                       on_found=steps.finder.found_model)

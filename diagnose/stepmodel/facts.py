@@ -49,6 +49,7 @@ class Facts:
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made
     forward_contention: float | None = None  # the loop's forward / the same alone (clock)
     forward_quiet_ms: float | None = None  # the first batch's forward alone (torch's threads)
+    backward_contention: float | None = None  # the loop's backward / the same alone (clock)
     optimizer_values_outside_models: int | None = None  # stepped, of no model given
     optimizer_quiet_ms: float | None = None  # optimizer.step() alone, after the loop
     # the loop's forward and backward over the same work alone, set by the Predictor

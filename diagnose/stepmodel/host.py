@@ -283,11 +283,11 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
     the window's forward and backward (the window's share of its replayed step,
     ``replay_ms``, on the unprofiled step ``step_ms``: a window the calibration left as it
     was keeps its proportions, not its milliseconds) over ``model_work_quiet_ms``; and the
-    clock's (every unprofiled step), which times the forward alone: its time over the
-    forward alone's (``forward_contention``) is added to the work alone as milliseconds,
-    the backward taken as unslowed. A worker takes its next batch's indices as the step
-    takes its batch, so its work lands beside the forward: the forward's ratio is not the
-    backward's (:func:`clock_work_contention`). None too where the quiet timing's rounds
+    clock's (every unprofiled step), which times the forward and the backward apart: each
+    one's excess over the same alone is added to the work alone as milliseconds. A worker
+    takes its next batch's indices as the step takes its batch, so its work lands beside
+    the forward more than the backward: one ratio is not the other's
+    (:func:`clock_work_contention`). None too where the quiet timing's rounds
     spread past :data:`THREADS_NOISE_MAX` (another process held a CPU while it ran: its
     quiet work is no more quiet than its one-thread ratio is read)."""
     quiet, noise = facts.model_work_quiet_ms, facts.threads_noise_rel
@@ -305,14 +305,20 @@ def loop_contention(g: Graph, facts: Facts, step_ms: float | None = None,
 
 def clock_work_contention(facts: Facts) -> float | None:
     """The clock's measure of the loop's forward and backward over the same work alone:
-    (work alone + the loop's forward - the forward alone) / work alone, from
-    ``forward_contention`` and the quiet timing's forward and work; None where any is
-    missing."""
+    (work alone + each one's excess in the loop over it alone) / work alone, from
+    ``forward_contention`` and ``backward_contention`` and the quiet timing's forward and
+    work (its backward: the work less the forward; taken as unslowed where the loop's was
+    not timed: a GPU model, several forward calls a step, a saved capture); None where the
+    forward's is missing."""
     ratio, forward, quiet = (facts.forward_contention, facts.forward_quiet_ms,
                              facts.model_work_quiet_ms)
     if ratio is None or not forward or not quiet:
         return None
-    return (quiet + forward * (ratio - 1.0)) / quiet
+    back = facts.backward_contention
+    extra = forward * (ratio - 1.0)
+    if back is not None and quiet > forward:
+        extra += (quiet - forward) * (back - 1.0)
+    return (quiet + extra) / quiet
 
 
 def free_contention(g: Graph, facts: Facts) -> Graph:

@@ -3,7 +3,7 @@ for a CPU per step, and the other processes' CPU use, before and after the chang
 
 About once a second the training thread notes its CPU time (``time.thread_time``) and
 the time it waited, runnable, for a CPU that others held (Linux schedstat, as the
-session's clock reads it: :func:`diagnose.capture.steps.cpu_wait_ns`), with the step
+session's clock reads it: :func:`diagnose.capture.others.cpu_wait_ns`), with the step
 count; the host sampler's rows give the CPUs busy with other processes (all usable CPUs'
 busy time less this process's and its loader workers'). A pace change whose extra time
 is mostly waiting for a CPU while the others' use rose is the machine's neighbours, not
@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
-from diagnose.capture.steps import cpu_wait_ns
+from diagnose.capture.others import cpu_wait_ns
 
 __all__ = ["HostContext", "explain", "neighbours"]
 

@@ -145,6 +145,19 @@ def test_a_forward_slowed_beside_a_workers_batch_frees_its_milliseconds_only() -
     assert clock_work_contention(f.replace(model_work_quiet_ms=0.0)) is None
 
 
+def test_the_backwards_own_slowdown_adds_its_milliseconds() -> None:
+    """The same step whose 20 ms backward ran 30 ms in the loop (the clock's backward over
+    the work alone less the forward): 27 + 30 = 57 ms against 30 alone, 1.9x; where the
+    backward's ratio was not measured it is taken as unslowed (47 / 30)."""
+    from diagnose.stepmodel.facts import Facts
+    from diagnose.stepmodel.host import clock_work_contention
+
+    f = Facts(forward_contention=2.7, forward_quiet_ms=10.0, model_work_quiet_ms=30.0,
+              backward_contention=1.5)
+    assert clock_work_contention(f) == pytest.approx(57 / 30)
+    assert clock_work_contention(f.replace(backward_contention=None)) == pytest.approx(47 / 30)
+
+
 def test_a_change_of_workers_or_threads_leaves_the_loops_contention_behind() -> None:
     """The loop's measured contention is the run's as captured: a transform that sets the
     workers or the threads clears it for the next one in a chain; one that sets neither

@@ -21,6 +21,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from functools import partial
 from typing import Any
 
 from ...stepmodel.calibration import THREADS_NOISE_MAX
@@ -89,11 +90,19 @@ class ForwardTimer:
     ``training_step`` that calls ``self.net(x)``. Until the model's own forward runs, its
     direct children (those with parameters) are timed the same way when called from
     outside it, each keeping its first inputs: those parts are then the model's work
-    (:meth:`works`). Once the model's own forward runs, their hooks go."""
+    (:meth:`works`). Once the model's own forward runs, their hooks go.
 
-    def __init__(self, model: Any, on_forward: Callable[[float], None]) -> None:
+    On a CPU model, ``on_backward()`` is called as the output of an outermost call gets its
+    gradient (a hook on its first floating-point tensor that records one): the model's
+    backward begins."""
+
+    def __init__(self, model: Any, on_forward: Callable[[float], None],
+                 on_backward: Callable[[], None] | None = None) -> None:
         self.model = model
         self.on_forward = on_forward
+        # what an output's gradient hook calls: a cell, not the timer, so that an output
+        # kept past the session holds neither the timer nor the first inputs
+        self._backward_cell: list[Callable[[], None] | None] = [on_backward]
         self._own: Inputs | None = None
         self._parts: dict[int, tuple[Any, Inputs]] = {}  # by id, in first-call order
         # by module id: its outermost calls, and those with its first call's input shapes
@@ -156,6 +165,17 @@ class ForwardTimer:
         self._depth = max(0, self._depth - 1)
         if self._t0:
             self.on_forward(time.perf_counter() - self._t0.pop())
+        if not self._depth:
+            self._watch_backward(output)
+
+    def _watch_backward(self, output: Any) -> None:
+        """A hook on the output's first floating-point tensor where it records a gradient
+        (CPU models): its gradient's arrival is the model's backward's start."""
+        if self._backward_cell[0] is None or not self._keep:
+            return
+        out = _first_tensor(output)
+        if out is not None and out.requires_grad:
+            out.register_hook(partial(_grad_arrived, self._backward_cell))
 
     def _part_pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._depth:
@@ -170,6 +190,7 @@ class ForwardTimer:
     def _part_post(self, module: Any, args: Any, output: Any) -> None:
         if not self._depth and self._t0:
             self.on_forward(time.perf_counter() - self._t0.pop())
+            self._watch_backward(output)
 
     def _drop_parts(self) -> None:
         for h in self._part_handles:
@@ -179,12 +200,21 @@ class ForwardTimer:
         self._calls, self._first_sig, self._same = {}, {}, {}
 
     def remove(self) -> None:
+        self._backward_cell[0] = None
         for h in self._handles:
             h.remove()
         self._handles = []
         for h in self._part_handles:
             h.remove()
         self._part_handles = []
+
+
+def _grad_arrived(cell: list[Callable[[], None] | None], grad: Any) -> None:
+    """A timed output's gradient hook: tells the cell's callable (none once its timer is
+    removed); the gradient is left as it is."""
+    on = cell[0]
+    if on is not None:
+        on()
 
 
 def _signature(args: Any, kwargs: Any) -> tuple[Any, ...]:

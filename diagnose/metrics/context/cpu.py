@@ -75,6 +75,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(forward_calls_unprofiled: a GAN's), the loop's mean call over the quiet forward of "
         "a call in the loop's mix of models (each timed alone on its first inputs, weighted "
         "by its calls), only where every call had its model's first input shapes"),
+    "backward_contention": (
+        "ratio", "backward_unprofiled_mean_ms / (model_work_quiet_ms - forward_quiet_ms): how "
+        "much slower the loop's backward ran than the same backward alone, over the steady "
+        "steps on average; only where the steps made one forward call"),
     "optimizer_quiet_ms": (
         "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
         "parameters, gradients and state, on torch's threads (median of its rounds; where "
@@ -163,6 +167,9 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
         # the quiet timing is one forward: set beside a loop that made one a step, as the
         # steady steps' mean (the mean step is what the predictions start from)
         out["forward_contention"] = round(loop / quiet, 4)
+        back = as_number(m.get("backward_unprofiled_mean_ms"), finite=False)
+        if back is not None and work is not None and work > quiet:
+            out["backward_contention"] = round(back / (work - quiet), 4)
     elif calls > 1 and per_call and per_call > 0:
         # several calls a step (a GAN's discriminator three times, its generator once):
         # the loop's mean call against the quiet forward of a call made in that mix

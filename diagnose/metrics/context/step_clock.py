@@ -82,6 +82,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "as forward_unprofiled_ms less those that began an epoch and the steps after each "
         "in which its new workers hand over their first batches (the steady steps: the mean "
         "step the predictions start from holds every burst a worker's batch put in them)"),
+    "backward_unprofiled_mean_ms": (
+        "ms", "the models' backward per unprofiled step, from a CPU model's output getting "
+        "its gradient to autograd's end (the mean over the steady steps, as "
+        "forward_unprofiled_mean_ms; where no step is steady, the median over the steps of "
+        "forward_unprofiled_ms; null on a GPU model or where a step had none)"),
     "forward_calls_unprofiled": (
         "count", "the model's outermost forward calls per unprofiled step (the median over "
         "the same steps as forward_unprofiled_ms)"),
@@ -474,6 +479,13 @@ def clock_metrics(cap: Any) -> dict[str, object]:
                 out["forward_unprofiled_mean_ms"] = round(statistics.fmean(
                     float(as_number(r.get("forward_ms"), finite=False) or 0.0)
                     for r in steady), 4)
+            # the backward's as the forward's contention reads the forward: the steady
+            # steps' mean, else (no step steady) the median of every step timed
+            bwd = [as_number(r.get("backward_ms"), finite=False) for r in steady or timed]
+            if bwd and all(b is not None for b in bwd):
+                got = [b or 0.0 for b in bwd]
+                out["backward_unprofiled_mean_ms"] = round(
+                    statistics.fmean(got) if steady else statistics.median(got), 4)
             calls = [as_int(r.get("forwards")) for r in timed]
             if all(c is not None for c in calls):
                 out["forward_calls_unprofiled"] = statistics.median_low(
