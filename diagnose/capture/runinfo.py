@@ -25,7 +25,8 @@ context.json (version 1)::
                                        # alone (ms, its rounds): the host's own pace
       "dataloader": {"class", "num_workers", "pin_memory", "batch_size", "persistent_workers",
                      "prefetch_factor", "drop_last", "dataset_class", "dataset_len",
-                     "len" (batches an epoch), "iterable_dataset", "sampler_class", "batch_sampler_class",
+                     "len" (batches an epoch), "sampler_len" (its samples), "iterable_dataset",
+                     "sampler_class", "batch_sampler_class",
                      "collate_fn", "worker_init_fn" (names; None: default), "generator"
                      (bool), "timeout", "multiprocessing_context",
                      "dataset_getitems" (the dataset has __getitems__: one call per batch),
@@ -173,6 +174,8 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         "dataset_class": type(ds).__name__ if ds is not None else None,
         "dataset_len": _safe(lambda: len(ds)) if ds is not None and not iterable else None,
         "len": _safe(lambda: len(loader)) if ds is not None and not iterable else None,
+        "sampler_len": _safe(lambda: len(loader.sampler))
+        if ds is not None and not iterable else None,
         "iterable_dataset": iterable,
         # torch's automatic batching: a batch sampler (its own, from batch_size, or one
         # given); off (batch_size=None), each sampler key goes to dataset[key] whole

@@ -19,17 +19,20 @@ def restart_saving(facts: Facts, k: int, wait_ms: float, batch_ms: float) -> flo
     hand-over: ``input_worker_start_ms``), and the rest of the CPU time makes batches
     ahead, ``batch_ms`` each, at most ``prefetch_factor`` a worker and at most the epoch's
     batches (``dataloader_epoch_batches``: no worker makes a batch the epoch does not
-    have). Persistent workers make those batches in the steps instead, beside the training
-    on the same CPUs: their work over the CPUs comes back; the rest of the wait is
-    saved."""
+    have; its last one holds ``dataloader_last_batch_share`` of a full one's samples, and
+    of its work). Persistent workers make those batches in the steps instead, beside the
+    training on the same CPUs: their work over the CPUs comes back; the rest of the wait
+    is saved."""
     n_cpus = max(1.0, float(facts.cpu_count or 1))
     one = facts.input_worker_start_ms
     each = max((one or 0.0) - (facts.input_worker_handover_ms or 0.0), 0.0)
-    made = k * (facts.dataloader_prefetch_factor or 2)  # the most the workers hold ahead
-    if facts.dataloader_epoch_batches:
-        made = min(made, facts.dataloader_epoch_batches)
+    made = float(k * (facts.dataloader_prefetch_factor or 2))  # the most held ahead
+    n, last = facts.dataloader_epoch_batches, facts.dataloader_last_batch_share
+    if n:
+        # in full batches' work: the epoch's last batch, where made ahead, is short
+        made = min(made, n - 1 + (last if last is not None and 0 < last <= 1 else 1.0))
     room = made if one is None else (n_cpus * wait_ms - k * each) / max(batch_ms, 1e-6)
-    ahead = max(1.0, min(made, room))
+    ahead = max(min(1.0, made), min(made, room))
     return max(wait_ms - ahead * batch_ms / n_cpus, 0.0)
 
 

@@ -93,6 +93,7 @@ class Facts:
     dataloader_pin_memory: bool | None = None  # a pin_memory change sets it
     dataloader_batch_size: int | None = None  # samples; a batch change sets it
     dataloader_epoch_batches: int | None = None  # len(loader)
+    dataloader_last_batch_share: float | None = None  # the epoch's last batch / a full one
     dataloader_batches_on_device: bool | None = None  # the dataset's batches are on the GPU
     dataloader_dataset_tensor_indexable: bool | None = None  # one dataset[indices] a batch
     dataloader_automatic_batching: bool | None = None  # False: dataset[key] makes the batch

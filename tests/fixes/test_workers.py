@@ -339,6 +339,42 @@ def test_restart_saving_gives_back_the_batches_made_ahead(wait, start, epoch, sa
     assert restart_saving(facts, 4, wait, 10.0) == pytest.approx(saved)
 
 
+@pytest.mark.parametrize("epoch,last,saved", [
+    (3, 0.125, 289.375),  # 2 full batches and one of 8 samples in 64: 2.125 batches' work
+    (3, None, 285.0),  # the last batch's samples not known: taken as full
+    (12, 0.125, 260.0),  # a long epoch: its last batch is not among those made ahead
+])
+def test_an_epochs_short_last_batch_costs_its_share_of_a_batch(epoch, last, saved):
+    """As above, an epoch of 200 samples in batches of 64 (3 full and one of 8, here an
+    epoch of 3 with its last of 8): persistent workers make the epoch's batches in the
+    steps instead, the short one at its share of a batch's work."""
+    from diagnose.stepmodel.epochs import restart_saving
+
+    facts = Facts(cpu_count=2, dataloader_prefetch_factor=2, input_worker_start_ms=32.0,
+                  input_worker_handover_ms=2.0, dataloader_epoch_batches=epoch,
+                  dataloader_last_batch_share=last)
+    assert restart_saving(facts, 4, 300.0, 10.0) == pytest.approx(saved)
+
+
+@pytest.mark.parametrize("loader,share", [
+    ({"len": 4, "batch_size": 64, "dataset_len": 200, "sampler_class": "RandomSampler"},
+     0.125),
+    ({"len": 4, "batch_size": 64, "sampler_len": 256, "sampler_class": "WeightedSampler"},
+     1.0),
+    ({"len": 4, "batch_size": 64, "dataset_len": 200, "sampler_class": "SubsetSampler"},
+     None),  # a sampler that need not draw the whole dataset, its own length unknown
+    ({"len": 3, "batch_size": 64, "dataset_len": 200, "drop_last": True,
+      "sampler_class": "RandomSampler"}, 1.0),
+    ({"len": 4, "batch_size": 64, "dataset_len": 999, "sampler_class": "RandomSampler"},
+     None),  # more samples than the batches hold: not a count to trust
+])
+def test_the_last_batch_share_is_read_from_the_epochs_samples(loader, share):
+    from diagnose.metrics.context import context_metrics
+
+    got = context_metrics({"dataloader": loader})["dataloader_last_batch_share"]
+    assert got == (pytest.approx(share) if share is not None else None)
+
+
 def test_persistent_workers_on_shared_cpus_save_the_clock_wait_less_work_ahead(tmp_path):
     """The clock saw each epoch's start 300 ms beyond a steady step, once per 24 steps; 4
     workers beside torch's 2 threads on 2 CPUs: 260 ms of it saved (as above), 10.8 ms a

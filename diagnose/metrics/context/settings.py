@@ -23,6 +23,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
     "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
+    "dataloader_last_batch_share": (
+        "ratio", "the samples of an epoch's last batch over batch_size (1: a full batch, or "
+        "drop_last): len(sampler), else len(dataset) under a SequentialSampler or "
+        "RandomSampler, less the epoch's other batches; None where neither is known"),
     "dataloader_prefetch_factor": (
         "batches",
         "DataLoader prefetch_factor per worker (None when num_workers=0)",
@@ -93,6 +97,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["dataloader_dataset_tensor_indexable"] = as_bool(
         get(ctx, "dataloader", "dataset_tensor_indexable"))
     out["dataloader_epoch_batches"] = as_int(get(ctx, "dataloader", "len"))
+    out["dataloader_last_batch_share"] = _last_batch_share(ctx)
     out["cudnn_benchmark"] = as_bool(ctx.get("cudnn_benchmark"))
     out["optimizer_class"] = as_str(get(ctx, "optimizer", "class"))
     foreach = get(ctx, "optimizer", "foreach_effective")
@@ -132,3 +137,24 @@ def _pool_beside_torch(pools: object) -> dict[str, object]:
             "thread_pool_beside_torch": f"{top.get('internal_api')} ({top.get('user_api')}, "
                                         f"{top.get('prefix')})",
             "thread_pool_beside_torch_prefix": as_str(top.get("prefix"))}
+
+
+#: samplers that draw each of the dataset's samples once an epoch (without num_samples)
+_WHOLE_SAMPLERS = ("SequentialSampler", "RandomSampler")
+
+
+def _last_batch_share(ctx: Any) -> float | None:
+    """The epoch's last batch over a full one: the samples an epoch draws (``sampler_len``,
+    else ``dataset_len`` under a sampler that draws each sample once) less the batches
+    before the last; 1.0 with drop_last; None where the samples or the batches are not
+    known, or they do not add up."""
+    n, bs = as_int(get(ctx, "dataloader", "len")), as_int(get(ctx, "dataloader", "batch_size"))
+    if not n or not bs or n <= 0 or bs <= 0:
+        return None
+    if get(ctx, "dataloader", "drop_last") is True:
+        return 1.0
+    samples = as_int(get(ctx, "dataloader", "sampler_len"))
+    if samples is None and get(ctx, "dataloader", "sampler_class") in _WHOLE_SAMPLERS:
+        samples = as_int(get(ctx, "dataloader", "dataset_len"))
+    last = None if samples is None else samples - (n - 1) * bs
+    return round(last / bs, 4) if last is not None and 0 < last <= bs else None
