@@ -105,7 +105,8 @@ def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             how += " (its re-run on fake tensors failed: the JSON's note says why)"
         if isinstance(got, int | float) and isinstance(peak, int | float) and got >= peak:
             low = rng[0] if isinstance(rng[0], int | float) else got
-            how += "; no lower than the peak now" if low >= peak else "; may not lower the peak"
+            how += ("; above the peak now" if low > peak else "; no lower than the peak now"
+                    if low >= peak else "; may not lower the peak")
         rows.append([_change(w.get("change") or {}), _mib(got),
                      f"{_mib(rng[0])} - {_mib(rng[1])}", *step, how])
     return cols, rows

@@ -77,6 +77,11 @@ def test_a_tracked_step_leads_the_section(trace):
                                       "range": [9_000, 10_500], "method": "scaled"}]}
     text = analyze(trace, context={**CTX, "memory": reach}).render_text(width=160, detail=True)
     assert "scaled; may not lower the peak" in text and "no lower than" not in text
+    # its whole range above the peak (a new user's batch_size=128, 28.6-33.5 MiB over 22.9)
+    above = {**untimed, "what_if": [{"change": {"batch_size": 128}, "peak_bytes": 14_000,
+                                      "range": [12_000, 14_000], "method": "scaled"}]}
+    text = analyze(trace, context={**CTX, "memory": above}).render_text(width=160, detail=True)
+    assert "scaled; above the peak now" in text and "no lower than" not in text
 
 
 def test_a_trace_alone_gives_its_growth_and_batch_what_ifs(trace):
