@@ -405,6 +405,8 @@ def test_epoch_starts_judged_only_where_workers_start_again(tmp_path, workers, p
     quiet = analyze(path, context=_epoch_clock(workers, persistent))
     assert quiet.metrics["dataloader_epoch_start_share"] is None
     assert not [f for f in quiet.findings if f.rule == "IN005"]
+    # judged, not left unevaluated: `compare` then says the fix resolved it
+    assert not [n for n in quiet.not_evaluated if n.rule == "IN005"]
 
 
 @pytest.mark.parametrize(("work", "fp32", "noise"), [
@@ -944,16 +946,17 @@ def test_epoch_starts_not_seen_say_so(tmp_path):
     report = analyze(path, context=ctx)
     (why,) = [n.reason for n in report.not_evaluated if n.rule == "IN005"]
     assert "no epoch began among the steps timed without the profiler" in why
-    # a loop with no DataLoader (batches sliced from tensors in memory) has no epoch for
-    # workers to start: that is the reason given, not the epoch's
+    # a loop with no DataLoader activity whose context names persistent workers has none
+    # to start again: judged, not left unevaluated
     b = tb.TraceBuilder(device=None)
     for _ in range(5):
         with b.step():
             b.cpu(3000, "aten::addmm")
     bare = analyze(_write(tmp_path, "bare", b), context=_ctx(
         capture={"step_clock": {"phase": ["wait"] * 12, "ms": [20.0] * 12}}))
-    (why,) = [n.reason for n in bare.not_evaluated if n.rule == "IN005"]
-    assert why.endswith(": no DataLoader activity in the trace"), why
+    assert bare.metrics["dataloader_persistent_workers"] is True
+    assert not [n for n in bare.not_evaluated if n.rule == "IN005"]
+    assert not [f for f in bare.findings if f.rule == "IN005"]
 
 
 @pytest.mark.parametrize("own_pct, others_hint", [(380.0, False), (150.0, True)])
