@@ -49,7 +49,7 @@ from diagnose.capture.probes import (
 )
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
-from diagnose.capture.probes.compute import AGAIN_NOISE, on_cpu
+from diagnose.capture.probes.compute import AGAIN_NOISE, ModelCalls, on_cpu
 from diagnose.capture.probes.fork_copy import time_fork_copy
 from diagnose.capture.probes.optimizer_step import time_optimizers
 from diagnose.capture.probes.precision import cpu_autocast, time_autocast
@@ -110,7 +110,7 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
                     worker_pids: Iterable[int] = (),
                     others: Sequence[tuple[Any, Any]] = (),
                     others_cpus: float | None = None, loader_starts: Any = None,
-                    calls: Mapping[int, tuple[int, bool]] | None = None,
+                    calls: Mapping[int, ModelCalls] | None = None,
                     optimizers: Sequence[Any] = ()) -> None:
     """Run the probes in their order within the budget and write what they give into
     ``ctx``: ``forward`` holds the first batch's inputs as the model got them, ``batch`` the
@@ -232,7 +232,7 @@ def _time_fetches(ctx: dict[str, Any], model: Any, forward: ForwardTimer | None,
 def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
                   budget: ProbeBudget, on_error: OnError,
                   others: Sequence[tuple[Any, Any]] = (), in_loop: bool = False,
-                  calls: Mapping[int, tuple[int, bool]] | None = None) -> None:
+                  calls: Mapping[int, ModelCalls] | None = None) -> None:
     """The model's work on torch's threads and on one (``threads``): the threads split's
     input, and the quiet work the workers' contention is read against. ``in_loop``: the
     loop's own steps timed one thread, and none is made here."""
@@ -244,7 +244,7 @@ def _time_threads(ctx: dict[str, Any], model: Any, forward: ForwardTimer,
 
 def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any, Any]],
                    budget: ProbeBudget, on_error: OnError, again: bool = False,
-                   calls: Mapping[int, tuple[int, bool]] | None = None) -> Any:
+                   calls: Mapping[int, ModelCalls] | None = None) -> Any:
     """One :func:`time_threads` timing of the model's work on the first inputs its forward
     got, run by ``budget`` (``again``: only with budget left); None where it was not run
     or raised."""

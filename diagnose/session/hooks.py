@@ -21,6 +21,7 @@ from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import ModelHooks
 from diagnose.capture.gcpause import GcTimer
 from diagnose.capture.probes import ForwardTimer
+from diagnose.capture.probes.compute import ModelCalls
 from diagnose.capture.steps import Steps
 
 
@@ -67,7 +68,7 @@ class Hooks:
         """The first model's forward timer (its inputs feed the probes after the loop)."""
         return self.timers[0] if self.timers else None
 
-    def take_works(self) -> tuple[list[Any], dict[int, tuple[int, bool]]]:
+    def take_works(self) -> tuple[list[Any], dict[int, ModelCalls]]:
         """What the loop called of each model (the model, else its parts), with its first
         inputs, and each one's calls (:meth:`ForwardTimer.calls`); the timers are let go."""
         works = [w for t in self.timers for w in t.works()]

@@ -308,8 +308,8 @@ def clock_work_contention(facts: Facts) -> float | None:
     (work alone + each one's excess in the loop over it alone) / work alone, from
     ``forward_contention`` and ``backward_contention`` and the quiet timing's forward and
     work (its backward: the work less the forward; taken as unslowed where the loop's was
-    not timed: a GPU model, several forward calls a step, a saved capture); None where the
-    forward's is missing."""
+    not read: a GPU model, several forward calls a step of changing shapes, a saved
+    capture); None where the forward's is missing."""
     ratio, forward, quiet = (facts.forward_contention, facts.forward_quiet_ms,
                              facts.model_work_quiet_ms)
     if ratio is None or not forward or not quiet:

@@ -21,17 +21,12 @@ thread count, no child process left). Each gives None where it does not apply.
 
 from .after_fetch import time_fetches, time_work_after_fetches
 from .capacity import time_cpu_capacity, time_cpu_capacity_span
-from .compute import (
-    ForwardTimer,
-    agreeing_threads,
-    joined_threads,
-    threads_ratio_span,
-    time_threads,
-)
+from .compute import ForwardTimer, time_threads
 from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
 from .send import time_worker_send
 from .settle import wait_workers_idle
+from .thread_timings import agreeing_threads, joined_threads, threads_ratio_span
 from .worker_batch import paired_medians, time_batches_in_turn, time_worker_batches
 
 __all__ = [

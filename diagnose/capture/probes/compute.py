@@ -14,15 +14,13 @@ intra-op thread is timed.
 
 from __future__ import annotations
 
-import itertools
-import math
 import statistics
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...stepmodel.calibration import THREADS_NOISE_MAX
 from ..eager import eager
@@ -59,6 +57,16 @@ SAME_SHAPES = 0.9
 
 #: a pair of model inputs as a forward call received them: (args, kwargs)
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class ModelCalls(NamedTuple):
+    """A model's outermost calls in the loop (:meth:`ForwardTimer.calls`): how many, whether
+    they had its first call's input shapes (at least :data:`SAME_SHAPES` of them), and how
+    many of their outputs a backward went through (their gradient hook fired)."""
+
+    calls: int
+    same: bool
+    backprops: int = 0
 #: the devices whose autocast a recorded forward may have run under
 AUTOCAST_DEVICES = ("cpu", "cuda")
 #: model -> the autocast its recorded forward ran under ((device, dtype), ...): kept by
@@ -110,6 +118,7 @@ class ForwardTimer:
         self._calls: dict[int, int] = {}
         self._first_sig: dict[int, Any] = {}
         self._same: dict[int, int] = {}
+        self._backprops: dict[int, int] = {}  # by module id: outputs a backward went through
         self._keep = on_cpu(model)
         self._t0: list[float] = []
         self._depth = 0  # inside the model's own forward
@@ -134,11 +143,11 @@ class ForwardTimer:
             return [(self.model, self._own)]
         return list(self._parts.values())
 
-    def calls(self) -> dict[int, tuple[int, bool]]:
-        """{id(module): (its calls, whether they had its first call's input shapes: at
-        least :data:`SAME_SHAPES` of them)} for the modules of :meth:`works` (CPU models
+    def calls(self) -> dict[int, ModelCalls]:
+        """{id(module): :class:`ModelCalls`} for the modules of :meth:`works` (CPU models
         only; none on a GPU model)."""
-        return {k: (n, self._same.get(k, 0) >= SAME_SHAPES * n) for k, n in self._calls.items()}
+        return {k: ModelCalls(n, self._same.get(k, 0) >= SAME_SHAPES * n,
+                              self._backprops.get(k, 0)) for k, n in self._calls.items()}
 
     def _count(self, module: Any, args: Any, kwargs: Any) -> None:
         if not self._keep:
@@ -166,16 +175,18 @@ class ForwardTimer:
         if self._t0:
             self.on_forward(time.perf_counter() - self._t0.pop())
         if not self._depth:
-            self._watch_backward(output)
+            self._watch_backward(module, output)
 
-    def _watch_backward(self, output: Any) -> None:
+    def _watch_backward(self, module: Any, output: Any) -> None:
         """A hook on the output's first floating-point tensor where it records a gradient
-        (CPU models): its gradient's arrival is the model's backward's start."""
+        (CPU models): its gradient's arrival is the model's backward's start, and counts a
+        backward through this call of ``module``."""
         if self._backward_cell[0] is None or not self._keep:
             return
         out = _first_tensor(output)
         if out is not None and out.requires_grad:
-            out.register_hook(partial(_grad_arrived, self._backward_cell))
+            out.register_hook(partial(_grad_arrived, self._backward_cell, self._backprops,
+                                      id(module)))
 
     def _part_pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._depth:
@@ -190,14 +201,14 @@ class ForwardTimer:
     def _part_post(self, module: Any, args: Any, output: Any) -> None:
         if not self._depth and self._t0:
             self.on_forward(time.perf_counter() - self._t0.pop())
-            self._watch_backward(output)
+            self._watch_backward(module, output)
 
     def _drop_parts(self) -> None:
         for h in self._part_handles:
             h.remove()
         self._part_handles = []
         self._parts = {}
-        self._calls, self._first_sig, self._same = {}, {}, {}
+        self._calls, self._first_sig, self._same, self._backprops = {}, {}, {}, {}
 
     def remove(self) -> None:
         self._backward_cell[0] = None
@@ -209,11 +220,14 @@ class ForwardTimer:
         self._part_handles = []
 
 
-def _grad_arrived(cell: list[Callable[[], None] | None], grad: Any) -> None:
-    """A timed output's gradient hook: tells the cell's callable (none once its timer is
-    removed); the gradient is left as it is."""
+def _grad_arrived(cell: list[Callable[[], None] | None], counts: dict[int, int], key: int,
+                  grad: Any) -> None:
+    """A timed output's gradient hook: counts a backward through module ``key``'s call and
+    tells the cell's callable (neither once its timer is removed); the gradient is left as
+    it is."""
     on = cell[0]
     if on is not None:
+        counts[key] = counts.get(key, 0) + 1
         on()
 
 
@@ -360,16 +374,20 @@ def cpu_pairs(model: Any, inputs: Inputs, others: Sequence[tuple[Any, Inputs]] =
 
 class Forwards:
     """The forwards of the last work of :func:`models_work`: called, their sum (s);
-    :meth:`each`, each model's."""
+    :meth:`each`, each model's; :meth:`works`, each model's forward with its backward."""
 
-    def __init__(self, each: Sequence[Callable[[], float]]) -> None:
+    def __init__(self, each: Sequence[Callable[[], float]], works: list[float]) -> None:
         self._each = list(each)
+        self._works = works  # filled by the work as it runs
 
     def __call__(self) -> float:
         return sum(f() for f in self._each)
 
     def each(self) -> list[float]:
         return [f() for f in self._each]
+
+    def works(self) -> list[float]:
+        return list(self._works)
 
 
 @contextmanager
@@ -380,9 +398,15 @@ def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: b
     backward in turn, one idle spell before them all; the forwards (:class:`Forwards`)
     their sum, and each model's. One model: its own :func:`model_work`. ``cast``: as
     :func:`model_work`'s."""
+    last = [0.0] * len(pairs)  # each model's last work (s)
     if len(pairs) == 1:
-        with model_work(*pairs[0], idle_s=idle_s, cast=cast) as (forward, work):
-            yield Forwards([forward]), work
+        with model_work(*pairs[0], idle_s=idle_s, cast=cast) as (forward, one):
+
+            def own() -> float:
+                last[0] = one()
+                return last[0]
+
+            yield Forwards([forward], last), own
         return
     with ExitStack() as stack:
         each = [stack.enter_context(model_work(m, x, idle_s=0.0, cast=cast)) for m, x in pairs]
@@ -390,15 +414,17 @@ def models_work(pairs: list[tuple[Any, Inputs]], idle_s: float = IDLE_S, cast: b
         def work() -> float:
             if idle_s:
                 time.sleep(idle_s)
-            return sum(w() for _, w in each)
+            for i, (_, w) in enumerate(each):
+                last[i] = w()
+            return sum(last)
 
-        yield Forwards([f for f, _ in each]), work
+        yield Forwards([f for f, _ in each], last), work
 
 
 @timed("threads")
 def time_threads(model: Any, inputs: Inputs | None,
                  others: Sequence[tuple[Any, Inputs]] = (),
-                 calls: Mapping[int, tuple[int, bool]] | None = None) -> dict[str, Any] | None:
+                 calls: Mapping[int, tuple[int, ...]] | None = None) -> dict[str, Any] | None:
     """The model's work on ``inputs`` timed on torch's threads and on one thread (ms, the
     median of :data:`ROUNDS` to :data:`MAX_ROUNDS` alternating rounds): the forward on
     torch's threads (``forward_ms``, timed within the work, to set beside the loop's own
@@ -422,6 +448,7 @@ def time_threads(model: Any, inputs: Inputs | None,
     pairs = cpu_pairs(model, inputs, others)
     times: dict[str, list[float]] = {"forward": [], "work": [], "work_1thread": []}
     each: list[list[float]] = []  # each round's forward of each model
+    works: list[list[float]] = []  # ... and its forward with its backward
     backward = any(p.requires_grad for m, _ in pairs for p in m.parameters())
     start = time.perf_counter()
     with models_work(pairs) as (forward, work):
@@ -434,6 +461,7 @@ def time_threads(model: Any, inputs: Inputs | None,
             times["work"].append(work())
             times["forward"].append(forward())
             each.append(forward.each())
+            works.append(forward.works())
             torch.set_num_threads(1)
             times["work_1thread"].append(work())
             if k == 0 and time.perf_counter() - t0 > 3 * SLOW_S:
@@ -443,6 +471,7 @@ def time_threads(model: Any, inputs: Inputs | None,
                 for v in times.values():
                     v.clear()
                 each.clear()
+                works.clear()
                 if cannot_afford(round_s, ROUNDS):
                     return None
             if time.perf_counter() - t0 > 3 * SLOW_S:
@@ -456,82 +485,58 @@ def time_threads(model: Any, inputs: Inputs | None,
     per_call = _per_call_ms(pairs, each, calls)
     if per_call is not None:
         out["forward_per_call_ms"] = per_call
+    back = _per_call_backward_ms(pairs, each, works, calls)
+    if back is not None:
+        out["backward_per_call_ms"] = back
     if out["rounds"] == 1:  # one round, its warm-up in it: its noise is not known, and is
         out["noise"] = THREADS_NOISE_MAX  # taken as the most a prediction reads
     return out
 
 
-def _per_call_ms(pairs: Sequence[tuple[Any, Inputs]], each: list[list[float]],
-                 calls: Mapping[int, tuple[int, bool]] | None) -> float | None:
-    """:func:`per_call_forward` of the timed models (ms, each model's median forward),
-    where ``calls`` counts a call of each of them, every call it counts is of one of them,
-    and each had its first call's input shapes; else None."""
-    if not calls or not each or not pairs:
+def _timed_calls(pairs: Sequence[tuple[Any, Inputs]],
+                 calls: Mapping[int, tuple[int, ...]] | None) -> list[tuple[int, ...]] | None:
+    """``calls`` (:class:`ModelCalls`) of each timed model, in ``pairs``' order, where it
+    counts a call of each of them, every call it counts is of one of them, and each had its
+    first call's input shapes: the quiet timing of their first inputs stands for every
+    call; else None."""
+    if not calls or not pairs:
         return None
     got = [calls.get(id(m)) for m, _ in pairs]
-    if any(c is None or not c[1] for c in got) or sum(n for n, _ in calls.values()) != sum(
+    if any(c is None or not c[1] for c in got) or sum(c[0] for c in calls.values()) != sum(
             c[0] for c in got if c is not None):
         return None
+    return [c for c in got if c is not None]
+
+
+def _per_call_ms(pairs: Sequence[tuple[Any, Inputs]], each: list[list[float]],
+                 calls: Mapping[int, tuple[int, ...]] | None) -> float | None:
+    """:func:`per_call_forward` of the timed models (ms, each model's median forward),
+    where their calls are timed (:func:`_timed_calls`); else None."""
+    got = _timed_calls(pairs, calls)
+    if got is None or not each:
+        return None
     medians = [statistics.median(r[i] for r in each) * 1e3 for i in range(len(pairs))]
-    got_ms = per_call_forward(medians, [c[0] for c in got if c is not None])
+    got_ms = per_call_forward(medians, [c[0] for c in got])
     return None if got_ms is None else round(got_ms, 4)
 
 
-def joined_threads(first: dict[str, Any] | None, second: dict[str, Any] | None
-                   ) -> dict[str, Any] | None:
-    """Two :func:`time_threads` timings made seconds apart, as one: each median the
-    geometric mean of the two (so the one-thread ratio is their ratios' geometric mean),
-    their rounds together, and a noise that holds both their own and their disagreement
-    (half the log of their ratios' ratio: two estimates' difference is their standard
-    error times two). A shared host's pace drifts over seconds: the rounds of one timing
-    share its moment, so a second moment halves the error where more rounds of the first
-    do little (benchmarks/threads_probe_spread.py). A missing one gives the other."""
-    if not first or not second:
-        return first or second
-    r1, r2 = _one_thread_ratio(first), _one_thread_ratio(second)
-    if r1 is None or r2 is None or r1 <= 0 or r2 <= 0:
-        return first if r1 is not None else second
-    out = dict(first)
-    for key in ("work_ms", "work_1thread_ms", "forward_ms", "forward_per_call_ms"):
-        a, b = first.get(key), second.get(key)
-        if isinstance(a, int | float) and isinstance(b, int | float) and a > 0 and b > 0:
-            out[key] = round(math.sqrt(a * b), 4)
-    out["rounds"] = int(first.get("rounds") or 0) + int(second.get("rounds") or 0)
-    own = [float(n) for n in (first.get("noise"), second.get("noise"))
-           if isinstance(n, int | float)]
-    spread = abs(math.log(r1 / r2)) / 2
-    out["noise"] = round(max(math.hypot(*own) / 2 if own else 0.0, spread), 4)
-    return out
-
-
-def agreeing_threads(*timings: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Thread timings made seconds apart, as one (:func:`joined_threads`): of three, the
-    two whose one-thread ratios lie closest, joined. A moment that slowed one timing alone
-    (another process, a worker's late batch) is outvoted, not averaged in; its ratio still
-    sets an end of the span (:func:`threads_ratio_span`). Two with a ratio: those two
-    joined; fewer: the first two timings given, joined."""
-    rated = [(t, r) for t in timings if t is not None
-             and (r := _one_thread_ratio(t)) is not None and r > 0]
-    if len(rated) < 2:
-        return joined_threads(*(list(timings) + [None, None])[:2])
-    (a, _), (b, _) = min(itertools.combinations(rated, 2),
-                         key=lambda pair: abs(math.log(pair[0][1] / pair[1][1])))
-    return joined_threads(a, b)
-
-
-def _one_thread_ratio(t: dict[str, Any] | None) -> float | None:
-    """What one thread cost against torch's threads in a :func:`time_threads` timing
-    (``work_1thread_ms / work_ms``); None where it has none."""
-    if not t or not t.get("work_ms") or t.get("work_1thread_ms") is None:
+def _per_call_backward_ms(pairs: Sequence[tuple[Any, Inputs]], each: list[list[float]],
+                          works: list[list[float]],
+                          calls: Mapping[int, tuple[int, ...]] | None) -> float | None:
+    """The quiet backward of the loop's mean forward call (ms): each model's backward alone
+    (the median of its work less its forward, on torch's threads) weighted by the calls
+    a backward went through (:class:`ModelCalls`' ``backprops``: a call under no_grad, or
+    whose output no loss reached, adds none), over every call counted; None where the
+    calls are not timed (:func:`_timed_calls`) or no backward went through any."""
+    got = _timed_calls(pairs, calls)
+    if got is None or not each or len(works) != len(each):
         return None
-    return float(t["work_1thread_ms"]) / float(t["work_ms"])
-
-
-def threads_ratio_span(*timings: dict[str, Any] | None) -> list[float] | None:
-    """The least and the most of what one thread cost against torch's threads
-    (``work_1thread_ms / work_ms``) over :func:`time_threads` timings made seconds apart:
-    their geometric mean is the point (:func:`joined_threads`); a busier moment's lower
-    ratio is how the ops ran while something else held a CPU, which the job may meet too.
-    None with fewer than two timings."""
-    got = [r for t in timings if (r := _one_thread_ratio(t)) is not None]
-    return [round(min(got), 4), round(max(got), 4)] if len(got) >= 2 else None
+    backs = [int(c[2]) if len(c) > 2 else 0 for c in got]
+    total = sum(c[0] for c in got)
+    if not sum(backs) or total <= 0:
+        return None
+    ms = [statistics.median(w[i] - f[i] for w, f in zip(works, each, strict=True)) * 1e3
+          for i in range(len(pairs))]
+    if any(b and v <= 0 for b, v in zip(backs, ms, strict=True)):
+        return None
+    return round(sum(b * v for b, v in zip(backs, ms, strict=True)) / total, 4)

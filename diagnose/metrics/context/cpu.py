@@ -78,7 +78,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "backward_contention": (
         "ratio", "backward_unprofiled_mean_ms / (model_work_quiet_ms - forward_quiet_ms): how "
         "much slower the loop's backward ran than the same backward alone, over the steady "
-        "steps on average; only where the steps made one forward call"),
+        "steps on average; where the steps made several forward calls (a GAN's), over "
+        "forward_calls_unprofiled times the quiet backward of a call in the loop's mix "
+        "(each model's backward alone on its first inputs, weighted by the calls a "
+        "backward went through), only where every call had its model's first input shapes"),
     "optimizer_quiet_ms": (
         "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
         "parameters, gradients and state, on torch's threads (median of its rounds; where "
@@ -174,4 +177,8 @@ def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
         # several calls a step (a GAN's discriminator three times, its generator once):
         # the loop's mean call against the quiet forward of a call made in that mix
         out["forward_contention"] = round(loop / calls / per_call, 4)
+        back = as_number(m.get("backward_unprofiled_mean_ms"), finite=False)
+        quiet_back = as_number(th.get("backward_per_call_ms"), finite=False)
+        if back is not None and quiet_back and quiet_back > 0:
+            out["backward_contention"] = round(back / (calls * quiet_back), 4)
     return out

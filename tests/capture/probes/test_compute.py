@@ -9,13 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from diagnose.capture.probes.compute import (
-    ForwardTimer,
+from diagnose.capture.probes.compute import ForwardTimer, models_work, time_threads
+from diagnose.capture.probes.thread_timings import (
     agreeing_threads,
     joined_threads,
-    models_work,
     threads_ratio_span,
-    time_threads,
 )
 
 
@@ -216,10 +214,10 @@ def test_forward_timer_counts_each_models_calls_and_whether_their_shapes_held():
     g(torch.randn(5, 32))  # another shape: one of 3 calls
     d(torch.randn(5, 32))  # an epoch's short last batch: one of 7 calls (over a tenth)
     calls = {k: c for t in timers for k, c in t.calls().items()}
-    assert calls == {id(d): (7, False), id(g): (3, False)}
+    assert calls == {id(d): (7, False, 0), id(g): (3, False, 0)}
     for _ in range(3):
         d(torch.randn(8, 32))
-    assert timers[0].calls() == {id(d): (10, True)}  # 9 of 10
+    assert timers[0].calls() == {id(d): (10, True, 0)}  # 9 of 10
     for t in timers:
         t.remove()
 
@@ -233,6 +231,67 @@ def test_the_quiet_forward_of_a_call_is_weighted_by_the_loops_calls():
     assert per_call_forward([2.0], [1]) == 2.0
     assert per_call_forward([2.0, 6.0], [0, 0]) is None
     assert per_call_forward([2.0, 6.0], [3]) is None
+
+
+def test_forward_timer_counts_the_calls_a_backward_went_through():
+    """A GAN's step as pytorch/examples' dcgan writes it: the discriminator on real data
+    and on a detached fake, each backpropagated, then on the fake again for the
+    generator's loss, through both models; a call under no_grad (a sample for a picture)
+    and one whose output no loss reached add no backward. Each output a backward reached
+    tells of it (the step clock keeps the first of one backward: tests of the clock)."""
+    g, d = nn.Linear(8, 32), nn.Linear(32, 1)
+    began: list[int] = []
+    timers = [ForwardTimer(m, lambda s: None, lambda: began.append(1)) for m in (g, d)]
+    for _ in range(2):
+        d(torch.randn(4, 32)).mean().backward()
+        fake = g(torch.randn(4, 8))
+        d(fake.detach()).mean().backward()
+        d(fake).mean().backward()
+        with torch.no_grad():
+            g(torch.randn(4, 8))
+        d(torch.randn(4, 32))  # never backpropagated
+    calls = {k: c for t in timers for k, c in t.calls().items()}
+    assert calls == {id(g): (4, True, 2), id(d): (8, True, 6)}
+    assert calls[id(d)].backprops == 6 and len(began) == 8
+    for t in timers:
+        t.remove()
+    d(torch.randn(4, 32)).mean().backward()  # after the session: nothing counted or told
+    assert timers[1].calls()[id(d)].backprops == 6 and len(began) == 8
+
+
+def test_the_quiet_backward_of_a_call_is_weighted_by_the_backwards_the_loop_ran():
+    """_per_call_backward_ms: a discriminator whose backward takes 3 ms alone (its work
+    5 ms, its forward 2), backpropagated in 2 of its 3 calls a step, and a generator of
+    10 ms backward (16 - 6) in its 1: a forward call in that mix carries (2 x 3 + 10) / 4
+    = 4 ms of backward. A model none of whose calls was backpropagated, or a call not
+    timed here, gives none."""
+    from diagnose.capture.probes.compute import ModelCalls, _per_call_backward_ms
+
+    d, g = object(), object()
+    pairs = [(d, None), (g, None)]
+    each, works = [[0.002, 0.006]] * 3, [[0.005, 0.016]] * 3
+    calls = {id(d): ModelCalls(3, True, 2), id(g): ModelCalls(1, True, 1)}
+    assert _per_call_backward_ms(pairs, each, works, calls) == pytest.approx(4.0)
+    none = {id(d): ModelCalls(3, True, 0), id(g): ModelCalls(1, True, 0)}
+    assert _per_call_backward_ms(pairs, each, works, none) is None
+    assert _per_call_backward_ms(pairs, each, works, {**calls, 1: ModelCalls(1, True, 1)}) is None
+    changed = {**calls, id(g): ModelCalls(1, False, 1)}
+    assert _per_call_backward_ms(pairs, each, works, changed) is None
+
+
+def test_the_loops_backward_of_several_calls_is_set_beside_the_quiet_one():
+    """backward_contention with two forward calls a step: the loop's backward a step
+    (12 ms) over two calls' quiet backward (``backward_per_call_ms``, 4 ms each), 1.5;
+    none without that figure (the calls were not all timed)."""
+    from diagnose.metrics.context.cpu import cpu_metrics
+
+    th = {"work_ms": 12.0, "work_1thread_ms": 15.0, "forward_ms": 4.0,
+          "forward_per_call_ms": 1.5}
+    two = {"forward_unprofiled_ms": 6.0, "forward_calls_unprofiled": 2,
+           "backward_unprofiled_mean_ms": 12.0}
+    got = cpu_metrics({"threads": {**th, "backward_per_call_ms": 4.0}}, two)
+    assert got["forward_contention"] == 2.0 and got["backward_contention"] == 1.5
+    assert cpu_metrics({"threads": th}, two).get("backward_contention") is None
 
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2 or more intra-op threads")
@@ -255,6 +314,13 @@ def test_thread_timing_gives_a_calls_quiet_forward_only_where_every_call_is_time
     assert "forward_per_call_ms" not in time_threads(small, x, others=[(big, x)], calls=missing)
     changed = {**calls, id(big): (10, False)}
     assert "forward_per_call_ms" not in time_threads(small, x, others=[(big, x)], calls=changed)
+    # each model's backward, weighted by the calls a backward went through: between the
+    # two models' own, and none where no call was backpropagated
+    both = time_threads(small, x, others=[(big, x)],
+                        calls={id(small): (30, True, 30), id(big): (10, True, 10)})
+    assert both is not None and 0 < both["backward_per_call_ms"] < both["work_ms"] - both[
+        "forward_ms"]
+    assert "backward_per_call_ms" not in out
 
 
 def test_several_models_are_timed_as_one_work():
