@@ -87,13 +87,15 @@ def many_launches(*, steps: int = 4, kernels: int = 100) -> tb.TraceBuilder:
     return b
 
 
-def cpu_loader(*, steps: int = 5, fetch_us: float = 2000.0, compute_us: float = 1000.0) -> tb.TraceBuilder:
+def cpu_loader(*, steps: int = 5, fetch_us: float = 2000.0, compute_us: float = 1000.0,
+               workers: int = 0) -> tb.TraceBuilder:
     """CPU only: an in-process DataLoader taking ``fetch_us`` per batch, then ``compute_us``
-    of compute: steps of fetch + compute."""
+    of compute: steps of fetch + compute. With ``workers``, each step waits ``fetch_us``
+    for a worker's batch instead."""
     b = tb.TraceBuilder(device=None)
     for _ in range(steps):
         with b.step():
-            b.dataloader(fetch_us, workers=0)
+            b.dataloader(fetch_us, workers=workers)
             b.cpu(compute_us, "aten::addmm")
     return b
 

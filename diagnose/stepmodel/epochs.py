@@ -36,6 +36,17 @@ def restart_saving(facts: Facts, k: int, wait_ms: float, batch_ms: float) -> flo
     return max(wait_ms - ahead * batch_ms / n_cpus, 0.0)
 
 
+def mean_batch_share(facts: Facts) -> float:
+    """An epoch's mean batch over a full one: (n - 1 + the last batch's share) / n over its
+    ``dataloader_epoch_batches`` n, the last holding ``dataloader_last_batch_share`` of a
+    full one's samples (and of its work: a batch is made sample by sample). 1 where either
+    is not known. A batch timed full stands for the epoch's mean one by this factor."""
+    n, last = facts.dataloader_epoch_batches, facts.dataloader_last_batch_share
+    if not n or n < 1 or last is None or not 0 < last <= 1:
+        return 1.0
+    return (n - 1 + last) / n
+
+
 def epoch_end_ms(facts: Facts, k: float) -> float:
     """What an epoch's end costs the loop with ``k`` workers, not persistent (ms): the
     loader shuts them down and joins them. One worker's, timed by the session after the

@@ -261,14 +261,7 @@ def test_fewer_threads_beside_the_same_busy_workers_shed_their_contention(tmp_pa
     only while the workers make batches, a little more (under 10%). Scaled with the
     contention kept, they took 4500 us, and a new user's job was told 0.63x for a change
     that measured 1.10-1.28x."""
-    from tests import tracebuilder as tb
-
-    b = tb.TraceBuilder(device=None)
-    for _ in range(5):
-        with b.step():
-            b.dataloader(500, workers=2)
-            b.cpu(3000, "aten::addmm")
-    m = _model(b, tmp_path)
+    m = _model(mt.cpu_loader(fetch_us=500, compute_us=3000, workers=2), tmp_path)
     kw = dict(cpu_count=2, input_batch_bytes=1000, dataloader_num_workers=2,
               input_worker_handover_ms=0.2, torch_num_threads=2, proc_cpu_mean_pct=150.0,
               threads_one_thread_ratio=1.5, model_work_quiet_ms=1.5,

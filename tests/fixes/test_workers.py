@@ -780,3 +780,36 @@ def test_the_first_steps_of_a_short_epoch_take_the_batches_made_at_its_start(tmp
     # 1 worker: steps at 2.0, 1.2, then its start (6 + 2 ms) over the 4 steps
     assert 3.0 / each[(("num_workers", 1),)] == pytest.approx(
         (3 * 2.0 + 1.2) / 4 + 8 / 4, rel=0.01)
+
+
+@pytest.mark.parametrize(("epoch", "last", "share"), [(4, 0.5, 0.875), (4, 1.0, 1.0),
+                                                      (1, 0.25, 0.25), (4, None, 1.0),
+                                                      (None, 0.5, 1.0)])
+def test_an_epochs_mean_batch_holds_its_short_last_one(epoch, last, share):
+    """mean_batch_share: an epoch of 4 batches whose last holds half a batch's samples
+    averages 3.5 / 4 of a full batch; unknown either way, a full one."""
+    from diagnose.stepmodel.epochs import mean_batch_share
+
+    facts = Facts(dataloader_epoch_batches=epoch, dataloader_last_batch_share=last)
+    assert mean_batch_share(facts) == pytest.approx(share)
+
+
+def test_loading_in_process_costs_the_epochs_mean_batch(tmp_path):
+    """Two workers' run (each step waits 100 us for its batch, then 3000 us of ops) whose
+    epoch is 4 batches, the last holding half a batch's samples: made in process, a batch
+    timed full at 2 ms costs the epoch's mean one, 3.5 / 4 of it, so the step with
+    ``num_workers=0`` is 0.25 ms shorter than where every batch is full."""
+    m = _model(mt.cpu_loader(steps=6, fetch_us=100.0, compute_us=3000.0, workers=2), tmp_path)
+    kw = dict(cpu_count=2, dataloader_num_workers=2, torch_num_threads=1,
+              input_batch_bytes=400_000, input_inprocess_batch_ms=2.0,
+              dataloader_epoch_batches=4, dataloader_persistent_workers=True)
+
+    def step(**more: Any) -> float:
+        p = Predictor(m, _facts(m, **kw, **more)).predict_change(
+            workers_unit.num_workers, {"num_workers": 0})
+        assert isinstance(p, Prediction), p
+        return p.step_ms
+
+    full, short = step(dataloader_last_batch_share=1.0), step(dataloader_last_batch_share=0.5)
+    assert full - short == pytest.approx(0.25, abs=0.01)
+    assert step() == pytest.approx(full)

@@ -33,7 +33,12 @@ from ...stepmodel.calibration import (
     SHM_GBPS,
     WORKER_AGREES,
 )
-from ...stepmodel.epochs import epoch_end_ms, epoch_start_ms, restart_saving
+from ...stepmodel.epochs import (
+    epoch_end_ms,
+    epoch_start_ms,
+    mean_batch_share,
+    restart_saving,
+)
 from ...stepmodel.graph import EdgeKind, Graph, ResKind, Resource, TaskKind
 from ...stepmodel.host import (
     batch_bytes,
@@ -369,10 +374,11 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         first, then = ((facts.input_inprocess_batch_ms, worker) if k == 0
                        else (worker, facts.input_inprocess_batch_ms))
         alone = first if first is not None else then
-        if alone is not None:
-            mean_cost = alone * 1e3
+        if alone is not None:  # a full batch timed: the epoch's mean one (a short last)
+            share = mean_batch_share(facts)
+            mean_cost = alone * 1e3 * share
             sent = k > 0 and worker is not None
-            extra = send * 1e3 if sent else 0.0
+            extra = send * 1e3 * share if sent else 0.0
         elif per_worker is not None and alive:
             # a batch costs the CPU time the workers spent per step (one batch a step)
             mean_cost = per_worker / 100 * alive * step
