@@ -55,6 +55,10 @@ class Facts:
     # the loop's forward and backward over the same work alone, set by the Predictor
     # from the run as captured (host.loop_contention); None once a change moves it
     loop_contention: float | None = None
+    # the replayed window's step over the unprofiled step the predictions start from, set by
+    # the Predictor: 1 where the calibration met it; a cost timed outside the window (after
+    # the loop) enters the window's graph at this pace, as the ratio back to ms takes it off
+    window_pace: float | None = None
     # ---------------------------------------------------------------- the model and step
     model_has_conv: bool | None = None  # convolution layers
     conv_kernel_ms_per_step: float | None = None  # cuDNN convolution kernels in the trace

@@ -218,7 +218,9 @@ class Predictor:
         self.base_replay = replayed_step_ms(self.g)
         # the loop's own contention, from the run as captured (host.free_contention)
         self.facts = facts = facts.replace(
-            loop_contention=loop_contention(self.g, facts, un, self.base_replay))
+            loop_contention=loop_contention(self.g, facts, un, self.base_replay),
+            window_pace=self.base_replay / self.steady_ms
+            if self.base_replay > 0 and self.steady_ms > 0 else None)
         # the noise of the mean the predictions start from: the unprofiled steps' standard
         # error where the clock timed them (a live capture), else the profiled steps'
         err = facts.step_time_unprofiled_mean_error

@@ -15,10 +15,11 @@ from diagnose.stepmodel.facts import FIELDS, Facts
 from diagnose.stepmodel.transforms import transform
 
 #: Facts no metric measures: what autofix knows on the live objects, what a change sets
-#: (grad_accum_steps), and two rates a caller may give (no capture measures them yet).
+#: (grad_accum_steps), two rates a caller may give (no capture measures them yet), and
+#: what the Predictor sets from the replay (loop_contention, window_pace).
 NOT_METRICS = {"device_type", "bf16_supported", "fused_supported", "allow_compile",
                "iterable_dataset", "grad_accum_steps", "memcpy_h2d_pinned_gbps",
-               "worker_transfer_gbps", "loop_contention"}
+               "worker_transfer_gbps", "loop_contention", "window_pace"}
 #: A good value of each field type.
 GOOD = {"float | None": 2.5, "int | None": 3, "bool | None": True, "str | None": "cuda"}
 #: Values of another type than each field type's (or out of its range): all read as None.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from diagnose.fixes import TrainConfig
@@ -813,3 +814,22 @@ def test_loading_in_process_costs_the_epochs_mean_batch(tmp_path):
     full, short = step(dataloader_last_batch_share=1.0), step(dataloader_last_batch_share=0.5)
     assert full - short == pytest.approx(0.25, abs=0.01)
     assert step() == pytest.approx(full)
+
+
+def test_a_batch_timed_after_the_loop_enters_the_window_at_its_pace(tmp_path):
+    """A window whose replay (3.1 ms a step: a 100 us wait for a worker's batch, 3000 us of
+    ops) is six times the unprofiled step (0.52 ms), past what the calibration scales: the
+    prediction is the window's changed step in proportion. A batch timed after the loop at
+    2 ms is real time, not the window's: it enters the window six times as long, so that
+    the proportion gives it back as timed: made in process, the step is 2 ms and the
+    window's ops at the unprofiled pace, 0.5 ms, not a sixth of 5 ms."""
+    m = _model(mt.cpu_loader(steps=6, fetch_us=100.0, compute_us=3000.0, workers=2), tmp_path)
+    window = float(np.median(m.graph.steps_measured)) / 1e3
+    p = Predictor(m, _facts(m, cpu_count=4, dataloader_num_workers=2, torch_num_threads=1,
+                            input_batch_bytes=400_000, input_inprocess_batch_ms=2.0,
+                            dataloader_persistent_workers=True,
+                            step_time_unprofiled_mean_ms=window / 6))
+    assert p.facts.window_pace == pytest.approx(6.0, rel=0.02)
+    got = p.predict_change(workers_unit.num_workers, {"num_workers": 0})
+    assert isinstance(got, Prediction), got
+    assert got.step_ms == pytest.approx(2.0 + 3.0 / 6, rel=0.05)

@@ -374,8 +374,9 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         first, then = ((facts.input_inprocess_batch_ms, worker) if k == 0
                        else (worker, facts.input_inprocess_batch_ms))
         alone = first if first is not None else then
-        if alone is not None:  # a full batch timed: the epoch's mean one (a short last)
-            share = mean_batch_share(facts)
+        if alone is not None:  # a full batch timed: the epoch's mean one (a short last),
+            # at the window's pace (timed outside it: the replay's ratio takes that off)
+            share = mean_batch_share(facts) * (facts.window_pace or 1.0)
             mean_cost = alone * 1e3 * share
             sent = k > 0 and worker is not None
             extra = send * 1e3 * share if sent else 0.0
@@ -404,9 +405,12 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
     if b is None:
         return cannot_tell("the batch's size in bytes is not known: this run measured no "
                            "batch (`with diagnose(model, loader)` measures the loader's)")
-    # receiving a batch: as the session timed it; else, with workers now, the shortest
-    # wait of the window (a batch that was ready); else the bytes at a shared-memory rate
+    # receiving a batch: as the session timed it (at the window's pace); else, with workers
+    # now, the shortest wait of the window (a batch that was ready); else the bytes at a
+    # shared-memory rate
     timed = facts.input_worker_handover_ms
+    if timed is not None:
+        timed *= facts.window_pace or 1.0
     rate = facts.worker_transfer_gbps or SHM_GBPS
     seen = float(g.dur[wait].min()) if wait.any() and now else None
     hand_over = (0.0 if k == 0 else timed * 1e3 if timed is not None else seen
