@@ -27,10 +27,10 @@ def restart_saving(facts: Facts, k: int, wait_ms: float, batch_ms: float) -> flo
     one = facts.input_worker_start_ms
     each = max((one or 0.0) - (facts.input_worker_handover_ms or 0.0), 0.0)
     made = float(k * (facts.dataloader_prefetch_factor or 2))  # the most held ahead
-    n, last = facts.dataloader_epoch_batches, facts.dataloader_last_batch_share
+    n = facts.dataloader_epoch_batches
     if n:
         # in full batches' work: the epoch's last batch, where made ahead, is short
-        made = min(made, n - 1 + (last if last is not None and 0 < last <= 1 else 1.0))
+        made = min(made, n * mean_batch_share(facts))
     room = made if one is None else (n_cpus * wait_ms - k * each) / max(batch_ms, 1e-6)
     ahead = max(min(1.0, made), min(made, room))
     return max(wait_ms - ahead * batch_ms / n_cpus, 0.0)

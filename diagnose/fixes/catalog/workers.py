@@ -376,10 +376,10 @@ def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | st
         alone = first if first is not None else then
         if alone is not None:  # a full batch timed: the epoch's mean one (a short last),
             # at the window's pace (timed outside it: the replay's ratio takes that off)
-            share = mean_batch_share(facts) * (facts.window_pace or 1.0)
-            mean_cost = alone * 1e3 * share
+            scale = mean_batch_share(facts) * (facts.window_pace or 1.0)
+            mean_cost = alone * 1e3 * scale
             sent = k > 0 and worker is not None
-            extra = send * 1e3 * share if sent else 0.0
+            extra = send * 1e3 * scale if sent else 0.0
         elif per_worker is not None and alive:
             # a batch costs the CPU time the workers spent per step (one batch a step)
             mean_cost = per_worker / 100 * alive * step
