@@ -369,7 +369,7 @@ class Predictor:
             at = self._predict(made, facts)
             if not isinstance(at, str):
                 lo, hi = min(lo, at[2] * base / at[1]), max(hi, at[2] * base / at[1])
-        assumed = tuple(dict.fromkeys(a for t, _ in made for a in t.assumed(self.facts)))
+        assumed = tuple(dict.fromkeys(a for t, part in made for a in t.assumed(self.facts, part)))
         rng, parts = self._range(lo, hi, base / ms if ms > 0 else 1.0, _moves_cpu(made, change))
         p = Prediction(change, ms, base / ms if ms > 0 else math.inf, rng, base,
                        loader_share=share, assumed=assumed, range_parts=parts)

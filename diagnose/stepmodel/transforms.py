@@ -20,6 +20,8 @@ What the replay of the graph does not hold, the transform declares for the Predi
   changed step is (the prediction is per old step);
 - ``outside``: what the window's steps do not hold but the job pays per step (an epoch's
   start), before and after the change, ms per step;
+- ``outside_left``: where ``outside`` cannot tell a cost the change alters (no start timed),
+  what the prediction leaves out of it, in a clause (named with the assumptions);
 - ``assumes``: for each :class:`~.facts.Facts` field a live capture measures and the
   transform falls back on without it (a saved trace), what it then assumes, in a clause: a
   prediction names the assumptions it was made on.
@@ -41,6 +43,8 @@ GraphChange = Callable[[Graph, Change, Facts], "Graph | str"]
 PerStep = Callable[[Change, Facts], "float | None"]
 #: (before, after) ms per step the window does not hold; None where not known or not changed
 Outside = Callable[[Facts, Change], "tuple[float, float] | None"]
+#: what a prediction leaves out of the costs outside the window, in a clause; None: nothing
+OutsideLeft = Callable[[Facts, Change], "str | None"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +57,7 @@ class Transform:
     per_step: PerStep | None = None
     outside: Outside | None = None
     assumes: Mapping[str, str] = field(default_factory=dict)
+    outside_left: OutsideLeft | None = None
     # where the model cannot tell what the change does: the reason, every time
     cannot: str | None = None
 
@@ -69,9 +74,12 @@ class Transform:
         if unknown:
             raise ValueError(f"transform {self.name}: sets unknown fact {sorted(unknown)[0]!r}")
 
-    def assumed(self, facts: Facts) -> list[str]:
-        """What this transform assumes of ``facts``: the clauses of its fields not measured."""
-        return [what for name, what in self.assumes.items() if getattr(facts, name) is None]
+    def assumed(self, facts: Facts, change: Change | None = None) -> list[str]:
+        """What this transform assumes of ``facts``: the clauses of its fields not measured,
+        and, for ``change``, what it leaves out of the costs outside the window."""
+        out = [what for name, what in self.assumes.items() if getattr(facts, name) is None]
+        left = self.outside_left(facts, change) if self.outside_left and change else None
+        return out + [left] if left else out
 
     def now(self, facts: Facts, change: Change) -> Facts:
         """``facts`` once ``change`` is made: the settings it sets (``sets``); a change of
@@ -85,12 +93,13 @@ class Transform:
 
 def transform(*, sets: Mapping[str, tuple[str, ...]] | None = None,
               moves_cpu: frozenset[str] = frozenset(), per_step: PerStep | None = None,
-              outside: Outside | None = None, assumes: Mapping[str, str] | None = None
+              outside: Outside | None = None, assumes: Mapping[str, str] | None = None,
+              outside_left: OutsideLeft | None = None
               ) -> Callable[[GraphChange], Transform]:
     """Decorator: the graph function below, as a :class:`Transform` declaring the rest."""
     def wrap(fn: GraphChange) -> Transform:
         return Transform(fn, dict(sets or {}), frozenset(moves_cpu), per_step, outside,
-                         dict(assumes or {}))
+                         dict(assumes or {}), outside_left)
     return wrap
 
 

@@ -19,7 +19,7 @@ MEASURED = dict(cpu_count=2, input_batch_bytes=400_000, dataloader_num_workers=0
                 input_worker_handover_ms=0.2, torch_num_threads=1, proc_cpu_mean_pct=180.0,
                 input_worker_batch_ms=2.0, cpu_capacity=2.0, input_worker_send_ms=0.1,
                 input_worker_start_ms=30.0, input_inprocess_batch_ms=2.0,
-                input_worker_fork_copy_ms=3.0)
+                input_worker_fork_copy_ms=3.0, dataloader_epoch_batches=1000)
 
 
 def _predictor(tmp_path, **facts):
@@ -153,8 +153,35 @@ def test_a_prediction_names_what_it_assumed_where_nothing_was_measured(tmp_path)
     q = _predictor(tmp_path, **bare).predict_change(workers_unit.num_workers,
                                                     {"num_workers": 2})
     assert isinstance(q, Prediction)
-    assert set(q.assumed) == set(workers_unit.WORKER_ASSUMES.values())
+    # the batch untimed, the new workers' start at each epoch is not known: left out, and said
+    left = workers_unit.epoch_left_out(_predictor(tmp_path, **bare).facts, {"num_workers": 2})
+    assert left is not None and left.startswith("the workers' start at each epoch is left out")
+    assert set(q.assumed) == {*workers_unit.WORKER_ASSUMES.values(), left}
     assert q.to_json()["assumed"] == list(q.assumed)
+
+
+def test_an_epoch_start_left_out_is_named_only_where_the_change_alters_it(tmp_path) -> None:
+    """A change of workers whose epoch starts cannot be told names what it leaves out: the
+    new loader's starts, or the run's own it ends, and why; a change that keeps the workers,
+    persistent workers, or starts that are known, name nothing."""
+    from diagnose.stepmodel.facts import Facts
+
+    left = workers_unit.epoch_left_out
+    base = Facts(cpu_count=2, dataloader_num_workers=0, dataloader_epoch_batches=100)
+    assert left(base, {"intra_op_threads": 1}) is None  # no change of workers
+    assert left(base, {"num_workers": 0}) is None  # none before or after: nothing starts
+    assert left(base, {"num_workers": 2, "persistent_workers": True}) is None  # once
+    new = left(base, {"num_workers": 2})
+    assert new is not None and "a worker's start and its batch" in new
+    unknown_len = left(base.replace(dataloader_epoch_batches=None), {"num_workers": 2})
+    assert unknown_len is not None and "len(loader)" in unknown_len
+    timed = base.replace(input_worker_start_ms=30.0, input_worker_batch_ms=2.0)
+    assert left(timed, {"num_workers": 2}) is None
+    # the run's own workers untimed, a change to none leaves their starts out
+    own = Facts(cpu_count=2, dataloader_num_workers=4, dataloader_persistent_workers=False,
+                dataloader_epoch_batches=100)
+    ended = left(own, {"num_workers": 0})
+    assert ended is not None and ended.startswith("the run's own workers' start")
 
 
 def test_an_untimed_thread_cost_spans_its_physical_ends(tmp_path) -> None:

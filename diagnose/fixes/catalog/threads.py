@@ -32,7 +32,7 @@ from ..code import AFFINITY, Setup, assign, loader_call
 from ..config import TrainConfig
 from ..realise import Realisation
 from ..unit import HOST_CPUS, Facts, Fix, cannot_tell
-from .workers import WORKER_ASSUMES, epoch_costs
+from .workers import WORKER_ASSUMES, epoch_costs, epoch_left_out
 from .workers import num_workers as workers_transform
 
 
@@ -40,7 +40,8 @@ from .workers import num_workers as workers_transform
                  "intra_op_threads": ("torch_num_threads",)},
            moves_cpu=frozenset({"num_workers", "intra_op_threads"}), outside=epoch_costs,
            assumes={"threads_one_thread_ratio": "torch's ops scale fully with their threads",
-                    **WORKER_ASSUMES})
+                    **WORKER_ASSUMES},
+           outside_left=epoch_left_out)
 def threads(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """torch on ``intra_op_threads`` threads beside ``num_workers`` workers (module doc).
     The share of the main thread's work the timed forward and backward stand for is taken

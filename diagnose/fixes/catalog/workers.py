@@ -273,6 +273,22 @@ def epoch_costs(facts: Facts, change: Mapping[str, Any]
     return (0.0, then - now) if facts.epoch_in_clock else (now, then)
 
 
+def epoch_left_out(facts: Facts, change: Mapping[str, Any]) -> str | None:
+    """Where :func:`epoch_costs` cannot tell a change of workers' epoch starts, what the
+    prediction then leaves out (it adds the run's own on both sides): the changed loader's
+    starts (a slower step than predicted), or the run's own that the change ends."""
+    if "num_workers" not in change or epoch_costs(facts, change) is not None:
+        return None
+    why = ("the batches of an epoch are not known (len(loader))"
+           if not facts.dataloader_epoch_batches else "a worker's start and its batch "
+           "were not both timed (a live capture times them where a finding may warn)")
+    if epoch_start_ms(facts, change) is None:
+        return f"the workers' start at each epoch is left out: {why}"
+    if epoch_start_ms(facts) is None:
+        return f"the run's own workers' start at each epoch is left out: {why}"
+    return None
+
+
 # ---------------------------------------------------------------------- the transforms
 def _loop_pace(loop_us: float, facts: Facts) -> float:
     """How much longer the loop made a batch in process (``loop_us``, its fetch and collate
@@ -317,7 +333,8 @@ WORKER_ASSUMES = {
 
 
 @transform(sets={"num_workers": ("dataloader_num_workers",)},
-           moves_cpu=frozenset({"num_workers"}), outside=epoch_costs, assumes=WORKER_ASSUMES)
+           moves_cpu=frozenset({"num_workers"}), outside=epoch_costs, assumes=WORKER_ASSUMES,
+           outside_left=epoch_left_out)
 def num_workers(g: Graph, change: Mapping[str, Any], facts: Facts) -> Graph | str:
     """Batches made by k worker processes: the producer runs on min(k, CPUs) cores (k for
     loading that waits), each batch costing what the main process spent fetching and
