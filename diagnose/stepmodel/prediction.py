@@ -149,10 +149,13 @@ def _bound_line(base: float, step: float, speedup: float,
 
 def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
     """"predicted 25.2 -> 14.1 ms (1.79x; 1.52-2.10x over its range)", and "may not help"
-    where the range reaches the step as it is (its slow end is no gain)."""
+    where the range reaches the step as it is (its slow end is no gain), "slower" where even
+    its fast end is no faster (the JSON's ``slower``)."""
     out = f"predicted {base:.1f} -> {step:.1f} ms ({speedup:.2f}x"
     if rng is not None and len(rng) == 2 and rng[0] > 0 and rng[1] > 0 and base > 0:
         out += f"; {base / rng[1]:.2f}-{base / rng[0]:.2f}x over its range"
+        if rng[0] >= base:
+            return out + "): slower"
         if rng[1] >= base:
             return out + "): may not help"
     return out + ")"

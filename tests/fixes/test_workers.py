@@ -612,7 +612,7 @@ def test_a_change_of_cpu_work_is_predicted_at_both_ends_of_the_capacity_timings(
     lo_x, hi_x = got.base_ms / got.range[1], got.base_ms / got.range[0]
     said = f"({got.speedup:.2f}x; {lo_x:.2f}-{hi_x:.2f}x over its range)"
     if got.may_not_help:
-        said += ": may not help"
+        said += ": slower" if got.range[0] >= got.base_ms else ": may not help"
     assert got.line().endswith(said) and prediction_line(got.to_json()).endswith(said)
 
 

@@ -103,6 +103,11 @@ def test_a_range_that_reaches_the_step_may_not_help() -> None:
     assert maybe.to_json()["may_not_help"] is True and "may_not_help" not in sure.to_json()
     assert prediction_line(maybe.to_json()).endswith("may not help")
     assert sure.line() == "predicted 10.0 -> 8.0 ms (1.25x; 1.11-1.33x over its range)"
+    # a range wholly slower than the step as it is says so, as the JSON's ``slower``
+    worse = Prediction({"num_workers": 1}, 12.5, 0.8, (10.5, 14.0), 10.0)
+    assert worse.to_json()["slower"] is True
+    assert worse.line().endswith("over its range): slower")
+    assert prediction_line(worse.to_json()).endswith("over its range): slower")
     # the JSON's range is the changed step's ms; speedup_range is the same, as the line's
     assert sure.to_json()["range"] == [7.5, 9.0]
     assert sure.to_json()["speedup_range"] == [1.111, 1.333]
