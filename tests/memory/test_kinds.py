@@ -193,3 +193,21 @@ def test_a_peak_in_the_optimizer_lists_the_activations_own_peak():
     assert (top["module"], top["class"], top["saved_bytes"]) == ("1", "ReLU", M.BATCH * 2048 * 4)
     lines = [text for text, kind in memory_lines(prof) if kind == "modules"]
     assert lines and lines[0].startswith("largest saved activations (as backward began")
+
+
+def test_the_peak_line_leaves_off_kinds_that_round_to_nothing() -> None:
+    """A kind of a few KB beside MiB of others printed as "other 0.0 MiB (0%)": it is left
+    off the peak's line, which says the rest is under 1%; every kind of 1% or more stays."""
+    from diagnose.report.memory_text import memory_lines
+
+    mib = 2**20
+    mem = {"peak_bytes": 15 * mib, "peak_phase": "backward",
+           "by_kind": {"activations": 5 * mib, "temporaries": 6 * mib,
+                       "optimizer_state": 3 * mib, "parameters": mib, "gradients": 2048,
+                       "other": 0}}
+    first = memory_lines(mem)[0][0]
+    assert first.startswith("peak 15.0 MiB in backward: temporaries 6.0 MiB (40%)")
+    assert "parameters 1.0 MiB (7%)" in first and "gradients" not in first
+    assert first.endswith("(the rest under 1%)")
+    whole = memory_lines({**mem, "by_kind": {"activations": 5 * mib, "parameters": mib}})[0][0]
+    assert "under 1%" not in whole
