@@ -9,10 +9,11 @@ import argparse
 import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..console import emit, make_console, progress
-from ..errors import DiagnoseError
+from ..errors import DiagnoseError, TraceNotFound
 from ..report.stepstats import NOISE_FLOOR_PCT
 from ..report.tensorboard import DEFAULT_HOST, DEFAULT_LOGDIR, DEFAULT_PORT
 from .output import FormatOption, choose_format, wrote
@@ -235,6 +236,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------- tensorboard
+def tensorboard_logs(path: str) -> bool:
+    """Whether ``path`` is a TensorBoard log folder (event files in it or in a folder up to
+    two levels below: a run's), as ``torch-diagnose tensorboard`` writes one: not a run."""
+    p = Path(path)
+    return p.is_dir() and any(next(p.glob(f"{'*/' * depth}events.out.tfevents.*"), None)
+                              for depth in range(3))
+
+
 def add_tensorboard(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "tensorboard",
@@ -287,6 +296,17 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise DiagnoseError(f"--port {args.port}: not a port number (0-65535)")
+    for path in args.paths:  # a missing path is the first thing wrong, whatever is installed
+        if not Path(path).exists():
+            raise TraceNotFound(path)
+    logs = [p for p in args.paths if tensorboard_logs(p)]
+    if logs and args.serve and len(args.paths) == 1 and importlib.util.find_spec("tensorboard"):
+        return serve(logs[0], args.host, args.port)  # a log folder written before: shown
+    if logs:
+        raise DiagnoseError(
+            f"{logs[0]}: a TensorBoard log folder (it holds event files), not a run: show it "
+            f"with `torch-diagnose tensorboard {logs[0]} --serve` (alone) or `tensorboard "
+            "--logdir` it; give run folders (diagnose-runs/<time>) or traces to write one")
     if importlib.util.find_spec("tensorboard") is None:
         raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
     from ..watching.timeline import is_watched

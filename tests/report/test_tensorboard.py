@@ -498,6 +498,30 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.Capt
     assert err.startswith("torch-diagnose: error:") and "\n" not in err and says in err
 
 
+def test_a_log_folder_given_back_is_shown_not_read_as_traces(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log folder the command wrote holds trace copies beside its event files: given
+    back as a path it was read as bare traces, and a new log folder written from them with
+    no finding. Alone with ``--serve`` it is now shown as it is; otherwise refused with a
+    hint (exit 2, one line), nothing written."""
+    import diagnose.report.tensorboard as tb
+
+    logdir = tmp_path / "logs"
+    assert main(["tensorboard", str(CPU_SLOW), "--logdir", str(logdir)]) == 0
+    capsys.readouterr()
+    served: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(tb, "serve", lambda d, h, p: served.append((str(d), h, p)) or 0)
+    assert main(["tensorboard", str(logdir), "--serve", "--port", "6123"]) == 0
+    assert served == [(str(logdir), "127.0.0.1", 6123)]
+    other = tmp_path / "again"
+    assert main(["tensorboard", str(logdir), "--logdir", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a TensorBoard log folder" in err and "--serve" in err
+    assert not other.exists()
+    # its run folder is one too (event files one level down or in it)
+    assert main(["tensorboard", str(logdir / "slow_loader"), "--logdir", str(other)]) == 2
+
+
 def test_cli_refuses_to_write_next_to_the_source(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture) -> None:
     run = tmp_path / "runs" / "r1"
@@ -525,6 +549,11 @@ def test_command_needs_no_torch_and_says_when_tensorboard_is_missing(tmp_path: P
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "torch-diagnose[tensorboard]" in r.stderr
+    # a path that is not there is said first, whatever is installed
+    r = subprocess.run([sys.executable, "-c", code.format(block=["torch", "tensorboard"],
+                                                          src="/nonexistent/run")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "/nonexistent/run: no such file or folder" in r.stderr
 
 
 # ----------------------------------------------------------------------- the session
