@@ -546,6 +546,32 @@ def test_torch_threads_short_of_the_cpus_other_processes_leave(tmp_path):
         assert not [f for f in quiet.findings if f.rule == "CF008"], ctx
 
 
+def test_cf008s_time_at_stake_is_set_beside_the_loops_own_pace(tmp_path):
+    """Two captures of one job under the same neighbour (a new user's trial): the thread
+    timing after the loop met its load once (148 ms against 12.7 ms on one thread) and not
+    the other time (18.8 against 11.4), and CF008 put 91% and 13% at stake. Where the loop's
+    forward ran slower than the quiet one (here 9 ms against 3 ms: 3.0x), one thread's work
+    is set beside the loop's own pace: 1 - 0.4 / 3 x 1.05; with the quiet timing nearly
+    even (9 ms against 10 on one thread), still 1 - 0.9 / 3 x 1.05; the hint says so."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+
+    def clocked(**kw):
+        ctx = _shared_cpus(**kw)
+        ctx["capture"]["step_clock"].update(forward_ms=[9.0] * 8, forwards=[1] * 8)
+        return ctx
+
+    (f,) = [f for f in analyze(path, context=clocked()).findings if f.rule == "CF008"]
+    assert f.estimated_gain == pytest.approx(1 - 0.4 / 3 * 1.05, rel=0.01)
+    assert any("ran 3.0x its pace timed alone" in h for h in f.hints)
+    (even,) = [f for f in analyze(path, context=clocked(one_ms=9.0)).findings
+               if f.rule == "CF008"]
+    assert even.estimated_gain == pytest.approx(1 - 0.9 / 3 * 1.05, rel=0.01)
+    # the quiet timing alone, as before, where the loop's forward was not timed
+    (plain,) = [f for f in analyze(path, context=_shared_cpus()).findings if f.rule == "CF008"]
+    assert plain.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)
+    assert not any("its pace timed alone" in h for h in plain.hints)
+
+
 def test_torch_threads_and_busy_workers_outnumbering_the_cpus(tmp_path):
     """CF010: torch on 2 threads beside 2 busy workers (0.80 CPUs) on 2 CPUs, no other
     process, the training thread waiting 20% of the timed steps: a warning whose first fix

@@ -82,6 +82,13 @@ CATALOG: dict[str, tuple[str, str]] = {
         "forward_calls_unprofiled times the quiet backward of a call in the loop's mix "
         "(each model's backward alone on its first inputs, weighted by the calls a "
         "backward went through), only where every call had its model's first input shapes"),
+    "threads_one_thread_loop_ratio": (
+        "ratio", "threads_one_thread_ratio as the loop's own ops ran: the model's work on one "
+        "thread, at the pace the CPUs other processes left give one thread (a CPU, else the "
+        "share of one they left: step_others_cpus_unprofiled), over its work on torch's "
+        "threads at the loop's pace (forward_contention, where above 1); what one thread "
+        "saves of the loop's ops where other processes held CPUs (CF008); None where the "
+        "contention was not measured or no CPU was left"),
     "optimizer_quiet_ms": (
         "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
         "parameters, gradients and state, on torch's threads (median of its rounds; where "
@@ -109,6 +116,7 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
                     got if ok else [None] * 3, strict=True):
         out[k] = x
     out.update(_forward_metrics(m, ctx.get("threads")))
+    out["threads_one_thread_loop_ratio"] = _one_thread_in_loop(out, m)
     out["optimizer_values_outside_models"] = _outside_values(ctx)
     opt = ctx.get("optimizer_quiet")
     quiet = as_number(opt.get("step_ms")) if isinstance(opt, dict) else None
@@ -143,6 +151,23 @@ def _outside_values(ctx: dict[str, Any]) -> int | None:
         return None
     got = [as_number(o.get("values")) if isinstance(o, dict) else None for o in others]
     return None if any(v is None for v in got) else int(sum(v or 0 for v in got))
+
+
+def _one_thread_in_loop(out: dict[str, object], m: dict[str, object]) -> float | None:
+    """``threads_one_thread_loop_ratio``: the quiet ratio of one thread's work to torch's
+    threads', at one thread's pace beside the other processes (1 where a CPU or more was
+    left them, 1 / the share of one otherwise) over the loop's forward contention (where
+    the loop's ops ran slower than timed alone)."""
+    ratio, c = as_number(out.get("threads_one_thread_ratio")), as_number(
+        out.get("forward_contention"))
+    n, others = as_number(m.get("cpu_count")), as_number(m.get("step_others_cpus_unprofiled"))
+    if ratio is None or c is None:
+        return None
+    left = n - others if n is not None and others is not None else None
+    if left is not None and left <= 0:
+        return None
+    pace = 1.0 / left if left is not None and left < 1 else 1.0
+    return round(ratio * pace / max(1.0, c), 4)
 
 
 def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:
