@@ -237,11 +237,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- tensorboard
 def tensorboard_logs(path: str) -> bool:
-    """Whether ``path`` is a TensorBoard log folder (event files in it or in a folder up to
-    two levels below: a run's), as ``torch-diagnose tensorboard`` writes one: not a run."""
+    """Whether ``path`` is a log folder ``torch-diagnose tensorboard`` wrote (a run folder
+    of it, or a folder up to two levels above one: event files beside the Diagnose tab's
+    run file), not a run. A folder of a user's own event files and profiler traces (one
+    SummaryWriter and tensorboard_trace_handler folder) is a run: its traces are read."""
+    from ..report.tb_plugin.runfile import RUN_FILE
+
     p = Path(path)
-    return p.is_dir() and any(next(p.glob(f"{'*/' * depth}events.out.tfevents.*"), None)
-                              for depth in range(3))
+    return p.is_dir() and any(
+        next(run.parent.glob("events.out.tfevents.*"), None) is not None
+        for depth in range(3) for run in p.glob(f"{'*/' * depth}{RUN_FILE}"))
 
 
 def add_tensorboard(subparsers: Any) -> None:

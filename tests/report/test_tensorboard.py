@@ -520,6 +520,12 @@ def test_a_log_folder_given_back_is_shown_not_read_as_traces(
     assert not other.exists()
     # its run folder is one too (event files one level down or in it)
     assert main(["tensorboard", str(logdir / "slow_loader"), "--logdir", str(other)]) == 2
+    # a user's own folder of event files and profiler traces is a run: its traces are read
+    own = tmp_path / "mine"
+    own.mkdir()
+    shutil.copyfile(CPU_SLOW, own / CPU_SLOW.name)
+    (own / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+    assert main(["tensorboard", str(own), "--logdir", str(other)]) == 0
 
 
 def test_cli_refuses_to_write_next_to_the_source(tmp_path: Path,
