@@ -237,16 +237,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- tensorboard
 def tensorboard_logs(path: str) -> bool:
-    """Whether ``path`` is a log folder ``torch-diagnose tensorboard`` wrote (a run folder
-    of it, or a folder up to two levels above one: event files beside the Diagnose tab's
-    run file), not a run. A folder of a user's own event files and profiler traces (one
-    SummaryWriter and tensorboard_trace_handler folder) is a run: its traces are read."""
+    """Whether ``path`` is a log folder ``torch-diagnose tensorboard`` wrote: one of its run
+    folders (event files beside the Diagnose tab's run file), or a folder whose runs are its
+    children, not a run. A folder of a user's own event files and profiler traces (one
+    SummaryWriter and tensorboard_trace_handler folder), or one that holds a log folder
+    deeper down beside runs of its own, is read as before."""
     from ..report.tb_plugin.runfile import RUN_FILE
 
     p = Path(path)
     return p.is_dir() and any(
         next(run.parent.glob("events.out.tfevents.*"), None) is not None
-        for depth in range(3) for run in p.glob(f"{'*/' * depth}{RUN_FILE}"))
+        for pattern in (RUN_FILE, f"*/{RUN_FILE}") for run in p.glob(pattern))
 
 
 def add_tensorboard(subparsers: Any) -> None:
@@ -305,8 +306,10 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise TraceNotFound(path)
     logs = [p for p in args.paths if tensorboard_logs(p)]
-    if logs and args.serve and len(args.paths) == 1 and importlib.util.find_spec("tensorboard"):
-        return serve(logs[0], args.host, args.port)  # a log folder written before: shown
+    if logs and args.serve and len(args.paths) == 1:  # a log folder written before: shown
+        if importlib.util.find_spec("tensorboard") is None:
+            raise DiagnoseError(f"the tensorboard command needs TensorBoard: {INSTALL_HINT}")
+        return serve(logs[0], args.host, args.port)
     if logs:
         raise DiagnoseError(
             f"{logs[0]}: a TensorBoard log folder (it holds event files), not a run: show it "

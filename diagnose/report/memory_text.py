@@ -43,7 +43,7 @@ def shows_memory(report: Analysis) -> dict[str, Any] | None:
     return None
 
 
-#: the least share of the peak a kind has to be named on the peak's line (it prints as 1%)
+#: the least share of the peak a kind has to be named on the peak's line (less prints as 0%)
 KIND_SHOWN = 0.005
 
 
@@ -61,13 +61,16 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
         first = f"peak {_mib(peak)}{phase}"
     if kinds:
         total = sum(kinds.values()) or 1
-        # a kind that would print as 0% of the peak (a few KB) is left off the line
+        # a kind that would print as 0% of the peak (a few KB) is left off the line, and
+        # what those left off add up to is said once
         shown = [(k, v) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
-                 if v / total >= KIND_SHOWN]
+                 if v / total > KIND_SHOWN]
         first += ": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
                                   for k, v in shown)
         if len(shown) < len(kinds):
-            first += " (the rest under 1%)"
+            rest = total - sum(v for _, v in shown)
+            size = _mib(rest) if rest >= 0.1 * 2**20 else f"{rest / 2**10:,.0f} KiB"
+            first += f", the rest {size} ({rest / total:.1%})"
     out = [(first, "peak")]
     # a module that saved under 1% of the largest one's adds nothing to the list
     mods = [m for m in mem.get("top_modules") or []

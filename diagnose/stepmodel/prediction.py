@@ -147,16 +147,21 @@ def _bound_line(base: float, step: float, speedup: float,
     return out + ")" + (": may not help" if speedup < HELPS else "")
 
 
-def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None) -> str:
+def _line(base: float, step: float, speedup: float, rng: Sequence[float] | None,
+          said: Mapping[str, Any] | None = None) -> str:
     """"predicted 25.2 -> 14.1 ms (1.79x; 1.52-2.10x over its range)", and "may not help"
     where the range reaches the step as it is (its slow end is no gain), "slower" where even
-    its fast end is no faster (the JSON's ``slower``)."""
+    its fast end is no faster (the JSON's ``slower``). ``said``: a JSON prediction's own
+    ``slower`` and ``may_not_help``, which decide where given (its base is rebuilt from
+    rounded figures)."""
     out = f"predicted {base:.1f} -> {step:.1f} ms ({speedup:.2f}x"
     if rng is not None and len(rng) == 2 and rng[0] > 0 and rng[1] > 0 and base > 0:
         out += f"; {base / rng[1]:.2f}-{base / rng[0]:.2f}x over its range"
-        if rng[0] >= base:
+        slower, maybe = ((said.get("slower") is True, said.get("may_not_help") is True)
+                         if said is not None else (rng[0] >= base, rng[1] >= base))
+        if slower:
             return out + "): slower"
-        if rng[1] >= base:
+        if maybe:
             return out + "): may not help"
     return out + ")"
 
@@ -587,5 +592,5 @@ def prediction_line(p: Any) -> str:
             else None
         if p.get("at_least") is True:
             return _bound_line(base, p["step_ms"], p["speedup"], ok)
-        return _line(base, p["step_ms"], p["speedup"], ok)
+        return _line(base, p["step_ms"], p["speedup"], ok, said=p)
     return ""

@@ -197,7 +197,8 @@ def test_a_peak_in_the_optimizer_lists_the_activations_own_peak():
 
 def test_the_peak_line_leaves_off_kinds_that_round_to_nothing() -> None:
     """A kind of a few KB beside MiB of others printed as "other 0.0 MiB (0%)": it is left
-    off the peak's line, which says the rest is under 1%; every kind of 1% or more stays."""
+    off the peak's line, which gives what the kinds left off add up to; every kind over
+    0.5% stays."""
     from diagnose.report.memory_text import memory_lines
 
     mib = 2**20
@@ -208,6 +209,6 @@ def test_the_peak_line_leaves_off_kinds_that_round_to_nothing() -> None:
     first = memory_lines(mem)[0][0]
     assert first.startswith("peak 15.0 MiB in backward: temporaries 6.0 MiB (40%)")
     assert "parameters 1.0 MiB (7%)" in first and "gradients" not in first
-    assert first.endswith("(the rest under 1%)")
+    assert first.endswith(", the rest 2 KiB (0.0%)")
     whole = memory_lines({**mem, "by_kind": {"activations": 5 * mib, "parameters": mib}})[0][0]
-    assert "under 1%" not in whole
+    assert "the rest" not in whole

@@ -526,6 +526,10 @@ def test_a_log_folder_given_back_is_shown_not_read_as_traces(
     shutil.copyfile(CPU_SLOW, own / CPU_SLOW.name)
     (own / "events.out.tfevents.1.host.1.0").write_bytes(b"")
     assert main(["tensorboard", str(own), "--logdir", str(other)]) == 0
+    # a folder holding a log folder deeper down (a project's, beside its runs) is not one
+    from diagnose.cli.analysis import tensorboard_logs
+
+    assert tensorboard_logs(str(logdir)) and not tensorboard_logs(str(tmp_path))
 
 
 def test_cli_refuses_to_write_next_to_the_source(tmp_path: Path,
@@ -555,6 +559,13 @@ def test_command_needs_no_torch_and_says_when_tensorboard_is_missing(tmp_path: P
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "torch-diagnose[tensorboard]" in r.stderr
+    # a log folder shown without TensorBoard says what to install, not to run it again
+    code_serve = ("import sys\nfor m in {block!r}: sys.modules[m] = None\n"
+                  "from diagnose.cli import main\n"
+                  "sys.exit(main(['tensorboard', 'logs', '--serve']))")
+    r = subprocess.run([sys.executable, "-c", code_serve.format(block=["torch", "tensorboard"])],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "torch-diagnose[tensorboard]" in r.stderr
     # a path that is not there is said first, whatever is installed
     r = subprocess.run([sys.executable, "-c", code.format(block=["torch", "tensorboard"],
                                                           src="/nonexistent/run")],

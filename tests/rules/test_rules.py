@@ -552,12 +552,15 @@ def test_cf008s_time_at_stake_is_set_beside_the_loops_own_pace(tmp_path):
     the other time (18.8 against 11.4), and CF008 put 91% and 13% at stake. Where the loop's
     forward ran slower than the quiet one (here 9 ms against 3 ms: 3.0x), one thread's work
     is set beside the loop's own pace: 1 - 0.4 / 3 x 1.05; with the quiet timing nearly
-    even (9 ms against 10 on one thread), still 1 - 0.9 / 3 x 1.05; the hint says so."""
+    even (10 ms on torch's threads against 9 on one), still 1 - 0.9 / 3 x 1.05; the hint
+    says so. A loop that ran at its quiet pace (the timing met the same neighbour) keeps the
+    quiet ratio, whatever share of a CPU the others left one thread; where they left none,
+    the quiet ratio too, and no hint."""
     path = _write(tmp_path, "cpu", _cpu_steps())
 
-    def clocked(**kw):
+    def clocked(forward_ms: float = 9.0, **kw):
         ctx = _shared_cpus(**kw)
-        ctx["capture"]["step_clock"].update(forward_ms=[9.0] * 8, forwards=[1] * 8)
+        ctx["capture"]["step_clock"].update(forward_ms=[forward_ms] * 8, forwards=[1] * 8)
         return ctx
 
     (f,) = [f for f in analyze(path, context=clocked()).findings if f.rule == "CF008"]
@@ -566,6 +569,10 @@ def test_cf008s_time_at_stake_is_set_beside_the_loops_own_pace(tmp_path):
     (even,) = [f for f in analyze(path, context=clocked(one_ms=9.0)).findings
                if f.rule == "CF008"]
     assert even.estimated_gain == pytest.approx(1 - 0.9 / 3 * 1.05, rel=0.01)
+    for ctx in (clocked(forward_ms=3.0, others=1.5), clocked(others=2.0)):
+        (same,) = [f for f in analyze(path, context=ctx).findings if f.rule == "CF008"]
+        assert same.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)
+        assert not any("its pace timed alone" in h for h in same.hints)
     # the quiet timing alone, as before, where the loop's forward was not timed
     (plain,) = [f for f in analyze(path, context=_shared_cpus()).findings if f.rule == "CF008"]
     assert plain.estimated_gain == pytest.approx(1 - 0.4 * 1.05, rel=0.01)

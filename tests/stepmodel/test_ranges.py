@@ -187,6 +187,10 @@ def test_an_epoch_start_left_out_is_named_only_where_the_change_alters_it(tmp_pa
                 dataloader_epoch_batches=100)
     ended = left(own, {"num_workers": 0})
     assert ended is not None and ended.startswith("the run's own workers' start")
+    assert "left out" in ended
+    # where the measured mean step holds them, they stay in the predicted one: said so
+    kept = left(own.replace(step_time_unprofiled_steps=150), {"num_workers": 0})  # > 100
+    assert kept is not None and "is kept in the predicted one" in kept
 
 
 def test_an_untimed_thread_cost_spans_its_physical_ends(tmp_path) -> None:

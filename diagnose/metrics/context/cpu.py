@@ -85,10 +85,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "threads_one_thread_loop_ratio": (
         "ratio", "threads_one_thread_ratio as the loop's own ops ran: the model's work on one "
         "thread, at the pace the CPUs other processes left give one thread (a CPU, else the "
-        "share of one they left: step_others_cpus_unprofiled), over its work on torch's "
-        "threads at the loop's pace (forward_contention, where above 1); what one thread "
-        "saves of the loop's ops where other processes held CPUs (CF008); None where the "
-        "contention was not measured or no CPU was left"),
+        "share of one they left: step_others_cpus_unprofiled, at most the loop's own "
+        "contention), over its work on torch's threads at the loop's pace "
+        "(forward_contention, where above 1; at most 1, threads_one_thread_ratio itself); "
+        "what one thread saves of the loop's ops where other processes held CPUs (CF008); "
+        "None where the contention was not measured or no CPU was left"),
     "optimizer_quiet_ms": (
         "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
         "parameters, gradients and state, on torch's threads (median of its rounds; where "
@@ -154,20 +155,24 @@ def _outside_values(ctx: dict[str, Any]) -> int | None:
 
 
 def _one_thread_in_loop(out: dict[str, object], m: dict[str, object]) -> float | None:
-    """``threads_one_thread_loop_ratio``: the quiet ratio of one thread's work to torch's
-    threads', at one thread's pace beside the other processes (1 where a CPU or more was
-    left them, 1 / the share of one otherwise) over the loop's forward contention (where
-    the loop's ops ran slower than timed alone)."""
+    """``threads_one_thread_loop_ratio``: where the loop's ops ran slower than timed alone
+    (forward contention c above 1: a load the quiet timing did not meet), the quiet ratio
+    of one thread's work to torch's threads' at one thread's pace beside the other
+    processes (1 where they left a CPU or more, 1 / the share of one otherwise, at most c:
+    the load the loop met) over c; the quiet ratio itself where c is at most 1 (the timing
+    met the same load as the loop)."""
     ratio, c = as_number(out.get("threads_one_thread_ratio")), as_number(
         out.get("forward_contention"))
     n, others = as_number(m.get("cpu_count")), as_number(m.get("step_others_cpus_unprofiled"))
     if ratio is None or c is None:
         return None
+    if c <= 1:
+        return ratio
     left = n - others if n is not None and others is not None else None
     if left is not None and left <= 0:
         return None
-    pace = 1.0 / left if left is not None and left < 1 else 1.0
-    return round(ratio * pace / max(1.0, c), 4)
+    pace = min(1.0 / left, c) if left is not None and left < 1 else 1.0
+    return round(ratio * pace / c, 4)
 
 
 def _forward_metrics(m: dict[str, object], th: Any) -> dict[str, object]:

@@ -176,7 +176,8 @@ def test_one_threads_work_is_set_beside_the_loops_own_pace():
     (5.0 ms), 1.3, over the loop's forward contention (3.0: a neighbour's load the quiet
     timing missed), 0.4333; at one thread's pace where the other processes left it less
     than a CPU (0.5 of one: twice as long), 0.8667; no contention above 1 leaves the quiet
-    ratio; none where the contention is unknown or no CPU was left."""
+    ratio (the timing met the loop's load: none counted twice, whatever the CPUs left);
+    none where the contention is unknown or no CPU was left."""
     from diagnose.metrics.context.cpu import cpu_metrics
 
     th = {"work_ms": 5.0, "work_1thread_ms": 6.5, "forward_ms": 2.0}
@@ -187,6 +188,8 @@ def test_one_threads_work_is_set_beside_the_loops_own_pace():
     assert cpu_metrics({"threads": th}, half)["threads_one_thread_loop_ratio"] == 0.8667
     quiet = {**loop, "forward_unprofiled_ms": 1.8}
     assert cpu_metrics({"threads": th}, quiet)["threads_one_thread_loop_ratio"] == 1.3
+    assert cpu_metrics({"threads": th}, {**quiet, "step_others_cpus_unprofiled": 1.5})[
+        "threads_one_thread_loop_ratio"] == 1.3
     assert cpu_metrics({"threads": th}, {**loop, "forward_calls_unprofiled": None})[
         "threads_one_thread_loop_ratio"] is None
     full = {**loop, "step_others_cpus_unprofiled": 2.0}
