@@ -20,6 +20,11 @@ def _mib(n: Any) -> str:
     return "n/a" if not isinstance(n, int | float) else f"{n / 2**20:,.1f} MiB"
 
 
+def _small(n: float) -> str:
+    """A size as :func:`_mib` gives it, in KiB under 0.1 MiB (not "0.0 MiB")."""
+    return _mib(n) if n >= 0.1 * 2**20 else f"{n / 2**10:,.0f} KiB"
+
+
 def _change(change: dict[str, Any]) -> str:
     """A what-if's change as the settings it names (``batch_size=32``), as a fix's is."""
     parts = []
@@ -69,8 +74,7 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
                                   for k, v in shown)
         if len(shown) < len(kinds):
             rest = total - sum(v for _, v in shown)
-            size = _mib(rest) if rest >= 0.1 * 2**20 else f"{rest / 2**10:,.0f} KiB"
-            first += f", the rest {size} ({rest / total:.1%})"
+            first += f", the rest {_small(rest)} ({rest / total:.1%})"
     out = [(first, "peak")]
     # a module that saved under 1% of the largest one's adds nothing to the list
     mods = [m for m in mem.get("top_modules") or []
@@ -81,7 +85,7 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
         when = (" (as backward began: the peak holds almost none)"
                 if mem.get("top_modules_at") == "backward start" else "")
         out.append((f"largest saved activations{when}: " + ", ".join(
-            f"{_module(m)} {_mib(m['saved_bytes'])}" for m in mods[:4]), "modules"))
+            f"{_module(m)} {_small(m['saved_bytes'])}" for m in mods[:4]), "modules"))
     kept = (mem.get("kept_after_step") or {}).get("bytes")
     if isinstance(kept, int) and kept > 0:
         out.append((f"still alive after the step: {_mib(kept)} saved for backward (a graph "

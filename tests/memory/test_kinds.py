@@ -212,3 +212,8 @@ def test_the_peak_line_leaves_off_kinds_that_round_to_nothing() -> None:
     assert first.endswith(", the rest 2 KiB (0.0%)")
     whole = memory_lines({**mem, "by_kind": {"activations": 5 * mib, "parameters": mib}})[0][0]
     assert "the rest" not in whole
+    # a small module's saved activations in KiB, not "0.0 MiB"
+    mods = {**mem, "top_modules": [{"module": "0", "class": "Linear", "saved_bytes": 5 * mib},
+                                   {"module": "1", "class": "ReLU", "saved_bytes": 60 * 2**10}]}
+    (line,) = [t for t, kind in memory_lines(mods) if kind == "modules"]
+    assert "5.0 MiB" in line and "60 KiB" in line
