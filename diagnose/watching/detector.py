@@ -40,6 +40,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -87,6 +88,13 @@ def _split(seg: list[float], level: float, min_len: int) -> int:
         if score > best:
             best, at = score, k
     return at
+
+
+def _inside(k: int, seg: list[float], min_len: int) -> bool:
+    """Whether split ``k`` of ``seg`` lies inside it: not at its start, and not at the last
+    place :func:`_split` may take (a change begun within the last ``min_len`` values
+    splits there too, with some of the old level in its tail: the sums find it later)."""
+    return 0 < k < len(seg) - min_len
 
 
 @dataclass(frozen=True)
@@ -369,17 +377,51 @@ class Detector:
         called, self._called = self._called, None
         rest, self._before_rest = self._before_rest, None
         mu = self.mu
-        if called is None and rest is not None and mu is not None and (
-                mu - rest >= self.p.min_change):  # slower only: a faster level is start-up gone
-            called = rest
-        if called is None or mu is None or abs(mu - called) < self.p.min_change:
+        if called is None and rest is not None and mu is not None:
+            if mu - rest >= self.p.min_change:  # slower only: a faster level is start-up gone
+                called = rest
+            else:
+                tail = self._slower_tail(index, vals, rest)
+                if tail is not True:
+                    return tail
+                called = rest
+        if called is None or mu is None:
             return None
         k = _split(vals, called, self.p.min_len)
+        if abs(mu - called) < self.p.min_change and not (
+                _inside(k, vals, self.p.min_len)
+                and abs(statistics.median(vals[k:]) - called) >= self.p.min_change):
+            return None
         if k > 0 and len(vals) - k >= 3:
             self._set_baseline(vals[k:], index)
             mu = float(self.mu)  # type: ignore[arg-type]  # just set
         self.changes += 1
         return Change(index, index - len(vals) + 1 + k, called, mu, self.sigma)
+
+    def _slower_tail(self, index: int, vals: list[float], level: float
+                     ) -> Change | Literal[True] | None:
+        """Whether the values learnt end slower than ``level`` by ``min_change`` or more,
+        from where they split (:func:`_split`), for ``min_len`` values and ``hold_s``: True,
+        a change to call now. A slowdown late in a learning leaves the values' median at
+        the old level, and a baseline learnt across both levels would take the new one as
+        its own spread (no sum would grow, each step at the new level a spike). Where it
+        began too late to call (in the last ``min_len`` values, or not held yet), the
+        baseline is learnt again from the values before it and the sums take the values
+        after it: what they call then (a Change), else None."""
+        k = _split(vals, level, self.p.min_len)
+        if k <= 0 or statistics.median(vals[k:]) - level < self.p.min_change:
+            return None
+        first = index - len(vals) + 1 + k
+        if _inside(k, vals, self.p.min_len) and self._held(first, index):
+            return True
+        tail = vals[k:]
+        self._set_baseline(vals[:k], first - 1)
+        for _ in tail:  # taken again below, by the sums
+            self.recent.pop()
+        called = None
+        for j, x in enumerate(tail):
+            called = self.update(x, first + j) or called
+        return called
 
     def relearn(self, index: int) -> None:
         """Forget the baseline: the next ``learn`` values make a new one. Where that one is

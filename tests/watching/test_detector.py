@@ -190,22 +190,47 @@ def test_a_slowdown_while_the_detector_relearns_is_still_a_change(ratio: float,
     assert c.after - c.before == pytest.approx(math.log(ratio), abs=0.05)  # two windows
 
 
+def _slowed_while_relearning(n: int, at: int, ratio: float) -> tuple[Detector, float, list]:
+    """A detector on ``n`` steady values, relearning from value 200 (as after the baseline
+    window) while the pace slows ``ratio`` times from value ``at``: it, the level before,
+    and the changes it called."""
+    x = steady(n, seed=5, slow_frac=0.0)
+    d = Detector()
+    for i, v in enumerate(x[:200].tolist()):
+        assert d.update(v, i) is None
+    level = float(d.mu)  # type: ignore[arg-type]
+    d.relearn(200)
+    x[at:] += math.log(ratio)
+    return d, level, [c for i, v in enumerate(x[200:].tolist(), 200)
+                      if (c := d.update(v, i)) is not None]
+
+
 def test_a_slowdown_within_a_relearning_starts_where_it_began() -> None:
     """A re-check of a new user's fast loop: a 3x change 8 s in fell inside the relearning
     after the baseline window (4 s of steps); its alarm said 'start' 10,000 steps before
     the change and a new level of 1.9x, the median of a window half old, half new. The
     learnt values are split where the pace moved: the change starts there, and its new
     level (the new baseline) is the values after it."""
-    x = steady(600, seed=5, slow_frac=0.0)
-    d = Detector()
-    for i, v in enumerate(x[:200].tolist()):
-        assert d.update(v, i) is None
-    level = d.mu
-    d.relearn(200)
-    x[230:] += math.log(3.0)  # 30 values into the 64 being learnt
-    got = [c for i, v in enumerate(x[200:].tolist(), 200) if (c := d.update(v, i)) is not None]
+    d, level, got = _slowed_while_relearning(600, 230, 3.0)  # 30 values into the 64
     (c,) = got
     assert 226 <= c.start <= 234 and c.index == 263
     assert c.before == pytest.approx(level) and math.exp(c.after - c.before) == pytest.approx(
         3.0, rel=0.05)
     assert d.mu == pytest.approx(c.after, abs=0.02)  # refreshed since, at the new level
+
+
+@pytest.mark.parametrize("at", [240, 250, 255])
+@pytest.mark.parametrize("ratio", [1.3, 1.8])
+def test_a_slowdown_late_in_a_relearning_is_a_change_not_spikes(at: int, ratio: float) -> None:
+    """A new user's job slowed 1.8x 40 and 50 values into the 64 relearnt after the
+    baseline window: the values' median stayed at the old level, the baseline took both
+    levels as its spread, and no alarm came (each slower step a spike: 276 of them, or an
+    alarm 400 steps late). Now the learnt values are split where the pace moved: a change
+    from the old level, starting there, and no spikes."""
+    d, level, got = _slowed_while_relearning(900, at, ratio)
+    (c,) = got
+    assert c.up and at - 2 <= c.start <= at + 1 and c.index <= at + 2 * d.p.min_len
+    assert c.before == pytest.approx(level, abs=0.02)
+    assert math.exp(c.after - c.before) == pytest.approx(ratio, rel=0.08)
+    assert d.mu == pytest.approx(level + math.log(ratio), abs=0.03)  # the new pace learnt
+    assert len(d.flush_spikes()) <= 1  # the series' own (steady noise has its slow steps)
