@@ -45,6 +45,8 @@ The samples dict that ``load_samples`` returns (version 1)::
           "workers_rss_bytes": [int, ...],       # sum over workers (shared pages counted per worker)
           "peers_cpu_pct": [float|None, ...],    # under torchrun only: the other ranks on this
                                                  # host with their workers, % of one core
+          "kids_cpu_pct": [float, ...],          # this process's other descendants (torch.compile's
+                                                 # workers), those it reaped included, % of one core
         },
         "gpu": {
           "t": [...], "util_pct": [...], "mem_used_bytes": [...], "sm_clock_mhz": [...],

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from diagnose.runfolder import SAMPLES_FILE, SAMPLES_VERSION
 
-from .followed import Followed, local_ranks, peer_pids
+from .followed import Descendants, Followed, local_ranks, peer_pids
 
 DEFAULT_HZ = 10.0
 _FLUSH_EVERY_S = 1.0
@@ -148,6 +148,7 @@ class HostSampler(Sampler):
         self._proc = psutil.Process(self._pid)
         self._proc.cpu_percent(None)  # the first call only primes the counter
         self._loader_procs, self._peers = Followed(psutil), Followed(psutil)
+        self._kids = Descendants(psutil, self._proc)  # the job's own, not its workers
         if local_ranks() >= 2 and self._pid == os.getpid():
             with contextlib.suppress(psutil.Error):
                 self._root = self._proc.parent()
@@ -240,6 +241,7 @@ class HostSampler(Sampler):
             "workers_cpu_pct": w_cpu,
             "workers_cpu_n": w_n,
             "workers_rss_bytes": w_rss,
+            "kids_cpu_pct": self._kids.sample(self._loader_procs),
         }
         if self._root is not None:  # the other ranks on this host: the job's, not others'
             row["peers_cpu_pct"] = self._peers.sample(self._current_peer_pids())[1]

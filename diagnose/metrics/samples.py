@@ -158,22 +158,24 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
 
 
 def _others(host: dict[str, Any]) -> float | None:
-    """The usable CPUs' busy time less the training process's, its workers' and (under
-    torchrun) the other ranks' on this host (in CPUs, mean over the samples that have the
-    first two; a worker or rank column missing is none)."""
+    """The usable CPUs' busy time less the training process's, its workers', its other
+    descendants' (``torch.compile``'s workers) and (under torchrun) the other ranks' on this
+    host (in CPUs, mean over the samples that have the first two, at least 0; a worker,
+    descendant or rank column missing is none)."""
     got: list[float] = []
-    workers, peers = _col(host, "workers_cpu_pct"), _col(host, "peers_cpu_pct")
+    job = [_col(host, k) for k in ("workers_cpu_pct", "peers_cpu_pct", "kids_cpu_pct")]
     for i, (cores, proc) in enumerate(zip(_col(host, "cpu_pct"), _col(host, "proc_cpu_pct"),
                                           strict=False)):
         busy = _finite(cores) if isinstance(cores, list) else []
         if not busy or not isinstance(proc, (int, float)) or isinstance(proc, bool):
             continue
-        w = workers[i] if i < len(workers) else None
-        p = peers[i] if i < len(peers) else None
-        own = float(proc) + sum(float(x) for x in (w, p)
+        more = [c[i] for c in job if i < len(c)]
+        own = float(proc) + sum(float(x) for x in more
                                 if isinstance(x, (int, float)) and not isinstance(x, bool))
-        got.append(max(0.0, (sum(busy) - own) / 100.0))
-    return round(sum(got) / len(got), 3) if got else None
+        got.append((sum(busy) - own) / 100.0)
+    # the mean clamped, not each tick: readings a moment apart, and the CPU of descendants
+    # reaped in lumps, put the job's own above the busy CPUs in one tick and below in another
+    return round(max(sum(got) / len(got), 0.0), 3) if got else None
 
 
 def samples_notes(samples: dict[str, Any] | None) -> list[str]:

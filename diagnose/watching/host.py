@@ -71,8 +71,11 @@ class HostContext:
             return  # busy CPUs is not known, and would read as other processes'
         busy = sum(v for v in pct if isinstance(v, int | float)) / 100.0
         own = sum((row.get(k) or 0.0)
-                  for k in ("proc_cpu_pct", "workers_cpu_pct", "peers_cpu_pct")) / 100.0
-        self.others.append((step, max(busy - own, 0.0)))
+                  for k in ("proc_cpu_pct", "workers_cpu_pct", "peers_cpu_pct",
+                            "kids_cpu_pct")) / 100.0
+        # unclamped: the job's descendants' CPU arrives in lumps (as they are reaped), so a
+        # tick may read below 0 and the next above; their mean over seconds is clamped
+        self.others.append((step, busy - own))
 
     def around(self, start: int, now: int) -> dict[str, Any] | None:
         """Per step before ``start`` and from it to ``now`` (``step_ms``: the steps' own
@@ -97,8 +100,8 @@ class HostContext:
         return {"step_ms": [per_step(before, 4), per_step(after, 4)],
                 "cpu_ms_per_step": [per_step(before, 2), per_step(after, 2)],
                 "cpu_wait_ms_per_step": [per_step(before, 3), per_step(after, 3)],
-                "others_cpus": [round(sum(ob) / len(ob), 3) if ob else None,
-                                round(sum(oa) / len(oa), 3) if oa else None]}
+                "others_cpus": [round(max(sum(ob) / len(ob), 0.0), 3) if ob else None,
+                                round(max(sum(oa) / len(oa), 0.0), 3) if oa else None]}
 
 
 def _rise(host: dict[str, Any], key: str, before_ms: float | None,

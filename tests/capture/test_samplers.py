@@ -435,14 +435,67 @@ def test_other_processes_cpu_is_the_busy_cpus_less_the_runs_own() -> None:
     """Two CPUs 90% and 80% busy (1.7 CPUs), the training process 100% of one core, its
     workers 40%: other processes did 0.3 CPUs' worth; a row without the workers' column
     (none alive) 0.7; the mean over the rows 0.5. A row where the run's own CPU comes out
-    above the CPUs' busy time (samples taken a moment apart) counts 0, not less."""
+    above the CPUs' busy time (samples taken a moment apart, a descendant's CPU counted as
+    it is reaped) counts less than 0: it is the mean that is clamped at 0, not each row
+    (clamped rows would read others where the job's own lumps only moved between ticks)."""
     host = {"t": [0.0, 1.0, 2.0], "cpu_pct": [[90.0, 80.0], [90.0, 80.0], [50.0, 40.0]],
             "proc_cpu_pct": [100.0, 100.0, 120.0], "workers_cpu_pct": [40.0, None, 10.0]}
     m = samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})
-    assert m["host_cpu_others_cpus"] == pytest.approx((0.3 + 0.7 + 0.0) / 3, abs=1e-3)
+    assert m["host_cpu_others_cpus"] == pytest.approx((0.3 + 0.7 - 0.4) / 3, abs=1e-3)
+    host["proc_cpu_pct"] = [100.0, 200.0, 120.0]
+    assert samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})[
+        "host_cpu_others_cpus"] == 0.0
     del host["proc_cpu_pct"]
     assert samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})[
         "host_cpu_others_cpus"] is None
+
+
+def test_the_runs_other_descendants_are_its_own_not_other_processes() -> None:
+    """torch.compile's workers and checks are children of the training process but no
+    DataLoader workers: their column (``kids_cpu_pct``) counts as the run's own CPU. The
+    first row's 1.7 busy CPUs less 1.0 (the process), 0.4 (workers) and 0.3 (compile)
+    leave 0 to other processes; the second (no workers) 1.7 - 1.0 - 0.5 = 0.2."""
+    host = {"t": [0.0, 1.0], "cpu_pct": [[90.0, 80.0], [90.0, 80.0]],
+            "proc_cpu_pct": [100.0, 100.0], "workers_cpu_pct": [40.0, None],
+            "kids_cpu_pct": [30.0, 50.0]}
+    m = samples_metrics({"series": {"host": host}, "marks": {}, "info": {}})
+    assert m["host_cpu_others_cpus"] == pytest.approx((0.0 + 0.2) / 2, abs=1e-3)
+
+
+_DESCENDANTS = """
+import json, resource, subprocess, sys, tempfile, time
+from diagnose.capture.samplers import HostSampler, SamplerThread
+from diagnose.runfolder import load_samples
+BURN = "import time\\nend = time.perf_counter() + {s}\\nwhile time.perf_counter() < end: pass"
+out = tempfile.mkdtemp()
+live = subprocess.Popen([sys.executable, "-c", BURN.format(s=1.5)])
+st = SamplerThread([HostSampler(worker_pids=lambda: [])], out, hz=10)
+with st:
+    live.wait()
+    deadline = time.monotonic() + 20
+    while st.rows < 20 and time.monotonic() < deadline:
+        subprocess.run([sys.executable, "-c", BURN.format(s=0.2)], check=True)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"host": load_samples(out)["series"]["host"],
+                  "used": used.ru_utime + used.ru_stime}))
+"""
+
+
+def test_descendants_cpu_live_and_reaped() -> None:
+    """A real child burning CPU that is not a followed DataLoader worker, then short
+    children run and reaped between ticks (as torch.compile's checks): both read as the
+    process's descendants' CPU (``kids_cpu_pct``), none as the workers'. Run in a fresh
+    process (this one's other children would count), summed over the ticks against the
+    children's own CPU times: a loaded host gives them less than a core."""
+    got = json.loads(subprocess.run([sys.executable, "-c", _DESCENDANTS], check=True,
+                                    capture_output=True, text=True, timeout=120).stdout)
+    host, used = got["host"], got["used"]
+    assert set(host["workers_count"]) == {0}
+    kids, ticks = host["kids_cpu_pct"], host["t"]
+    # % of a core x the tick's seconds, summed: the children's CPU seconds (the first
+    # tick's reading of a live child is only its baseline: some of its time is not seen)
+    seen = sum(v / 100.0 * (b - a) for v, a, b in zip(kids[1:], ticks, ticks[1:], strict=False))
+    assert 0.5 * used <= seen <= 1.3 * used
 
 
 def test_memory_stays_flat_over_many_ticks(tmp_path: Path) -> None:

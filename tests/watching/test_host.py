@@ -77,6 +77,21 @@ def test_host_samples_give_the_others_cpus() -> None:
     assert h.others[0] == (5, 0.7)
 
 
+def test_the_jobs_other_descendants_are_not_the_neighbours() -> None:
+    """torch.compile's workers are the training process's children: their CPU
+    (``kids_cpu_pct``), read in lumps as they are reaped, is the job's. Two ticks, 0.8 and
+    1.6 CPUs busy, the process 60% each, the compile's 0% then 120% (one reaped): the
+    others' mean over them is 0.0, not the 0.1 of ticks clamped one by one."""
+    h = HostContext()
+    h.sample(1, {"cpu_pct": [40.0, 40.0], "proc_cpu_pct": 60.0, "kids_cpu_pct": 0.0})
+    h.sample(2, {"cpu_pct": [80.0, 80.0], "proc_cpu_pct": 60.0, "kids_cpu_pct": 120.0})
+    h.sample(3, {"cpu_pct": [50.0, 50.0], "proc_cpu_pct": 60.0, "kids_cpu_pct": 0.0})
+    assert [round(c, 3) for _, c in h.others] == [0.2, -0.2, 0.4]
+    for first in range(3):
+        h.ticks.append((first + 1, first + 2, 0.1, 0.01))
+    assert h.around(3, 4)["others_cpus"] == [0.0, 0.4]  # type: ignore[index]
+
+
 def test_a_sample_before_new_workers_are_read_says_nothing_of_the_others() -> None:
     """Workers started again at an epoch's start have no CPU reading in their first
     sample (the sampler's first reading is a baseline): a new user's slower
