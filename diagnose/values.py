@@ -1,6 +1,6 @@
 """Small helpers every layer may use: a number read out of loosely typed data (JSON,
-metrics, a context file), the number of CPUs this process may use, and a measured
-interval's end as printed."""
+metrics, a context file), the number of CPUs this process may use, a measured interval's
+end as printed, and an object's type named with its article."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import os
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+
+def a_type(x: object) -> str:
+    """``x``'s type name with its article, as a message says it: "an int", "a list"."""
+    name = type(x).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def as_real(x: object) -> int | float | None:

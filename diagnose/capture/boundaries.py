@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..values import a_type
 from .eager import eager
 
 #: steps whose gradients are looked at (set to None, or zeroed in place?) once optimizers
@@ -101,16 +102,16 @@ def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose",
     is_model = callable(getattr(loader, "parameters", None)) and callable(
         getattr(loader, "register_forward_hook", None))
     if is_loader and is_model:
-        return (f"{caller}(model, loader): the first argument is a {type(model).__name__} "
-                f"and the second a {type(loader).__name__}: give the model first")
+        return (f"{caller}(model, loader): the first argument is {a_type(model)} "
+                f"and the second {a_type(loader)}: give the model first")
     for name, m in named_models(model):
         if not callable(getattr(m, "parameters", None)):
-            return (f"{caller}(): the model{f' {name!r}' if name else ''} is a "
-                    f"{type(m).__name__}, not a torch.nn.Module: give the model (a list or "
+            return (f"{caller}(): the model{f' {name!r}' if name else ''} is "
+                    f"{a_type(m)}, not a torch.nn.Module: give the model (a list or "
                     "dict of them, or None)")
     if loader is not None and (isinstance(loader, str | bytes | Path)
                                or not callable(getattr(loader, "__iter__", None))):
-        return (f"{caller}(): the loader is a {type(loader).__name__}, not an iterable of "
+        return (f"{caller}(): the loader is {a_type(loader)}, not an iterable of "
                 "batches: give the DataLoader (or None)")
     for name, v in numbers.items():
         if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..values import a_type
+
 #: the oldest torch whose DataLoader internals this module was written against
 MIN_TORCH = (1, 13)
 
@@ -55,7 +57,7 @@ def missing(loader: Any = None) -> str | None:
     if not isinstance(getattr(DataLoader, "_index_sampler", None), property):
         return f"torch {torch.__version__}'s DataLoader has no _index_sampler"
     if loader is not None and not isinstance(loader, DataLoader):
-        return f"the loader is a {type(loader).__name__}, not a torch DataLoader"
+        return f"the loader is {a_type(loader)}, not a torch DataLoader"
     return None
 
 

@@ -294,12 +294,14 @@ def _gain_change(f: Any) -> str | None:
 
 
 def _row_hints(findings: Sequence[Any], detail: bool) -> list[list[str]]:
-    """Each finding's hints as its row shows them: an info finding's only with ``detail``,
+    """Each finding's hints as its row shows them: an info finding's only with ``detail``
+    (but for why it was graded down to info: its message alone can read like a warning's),
     and a hint several findings share (the machine's, the run's) in the first row only."""
     shown: set[str] = set()
     out = []
     for f in findings:
-        hints = f.hints if detail or f.severity != "info" else []
+        hints = f.hints if detail or f.severity != "info" else [
+            h for h in f.hints if h.startswith("info: graded down from")]
         out.append([h for h in dict.fromkeys(hints) if h not in shown])
         shown.update(hints)
     return out
@@ -322,7 +324,7 @@ def _findings_table(report: Analysis, detail: bool = True) -> Table:
             msg.append("\n" + h, style="dim")
         if f.ranks:
             msg.append(f"\nranks: {', '.join(map(str, f.ranks))}", style="dim")
-        gain = "" if not f.estimated_gain else _gain(f.estimated_gain, f.gain_bound)
+        gain = "" if f.estimated_gain is None else _gain(f.estimated_gain, f.gain_bound)
         if (change := _gain_change(f)) is not None:
             gain = f"= {by_change[change]}" if change in by_change else gain
             by_change.setdefault(change, f.rule)

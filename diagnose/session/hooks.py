@@ -23,6 +23,7 @@ from diagnose.capture.gcpause import GcTimer
 from diagnose.capture.probes import ForwardTimer
 from diagnose.capture.probes.compute import ModelCalls
 from diagnose.capture.steps import Steps
+from diagnose.values import a_type
 
 
 class Hooks:
@@ -186,7 +187,7 @@ class Hooks:
         if loader_shim.missing(loader) is not None:
             self.loader_given_other = type(loader).__name__
             notes.append(
-                f"the loader given is a {type(loader).__name__}, not a torch DataLoader: its "
+                f"the loader given is {a_type(loader)}, not a torch DataLoader: its "
                 "batches are not timed, and steps are found from the optimizers and the "
                 "models' calls")
             return

@@ -446,7 +446,7 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
     for name, make_it in (("diagnose", diagnose), ("watch", watch)):
         with pytest.raises(CaptureError, match=rf"{name}\(\): the model is a str, not a "):
             make_it("abc", loader)
-        with pytest.raises(CaptureError, match=r"the model 'D' is a int, not a torch"):
+        with pytest.raises(CaptureError, match=r"the model 'D' is an int, not a torch"):
             make_it({"G": model, "D": 3}, loader)
         with pytest.raises(CaptureError, match=rf"{name}\(\): the loader is a str, not an "):
             make_it(model, "abc")

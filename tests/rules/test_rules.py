@@ -262,6 +262,14 @@ def test_the_loops_own_work_between_steps_is_told_only_without_a_dataloader(tmp_
     assert not [f for f in report.findings if f.rule == "IN007"]
     (in001,) = [f for f in report.findings if f.rule == "IN001"]
     assert any("not given to diagnose" in h for h in in001.hints)
+    # ... and where a list was given as the loader, IN001 says that it is no DataLoader,
+    # not that none was given (a new user's list of batches)
+    listed = _loop_work(8.0)
+    listed["capture"]["loader_given_other"] = "list"
+    (in001,) = [f for f in analyze(seen, context=listed).findings if f.rule == "IN001"]
+    assert not any("not given to diagnose" in h for h in in001.hints)
+    assert any("The loader given to diagnose is no torch DataLoader (a list" in h
+               for h in in001.hints)
     # on a GPU the time between steps may be a wait for the device (a .item()): not judged
     gpu = _write(tmp_path, "gpu", tb.healthy())
     assert not [f for f in analyze(gpu, context=_loop_work(8.0)).findings
