@@ -287,6 +287,9 @@ def _schema_error(e: msgspec.ValidationError, data: Any) -> str:
     which rule (its id where it has one) and what it lacks or has wrong."""
     m = _AT_RULE.match(str(e))
     if m is None:
+        if str(e).endswith(" - at `$.rule`"):  # `rule = 5`: not [[rule]] tables
+            return ("`rule` must be a list of [[rule]] tables, one a rule (docs/rules.md, "
+                    "Writing your own rules)")
         return str(e)
     i = int(m["i"])
     rules = data.get("rule") if isinstance(data, dict) else None

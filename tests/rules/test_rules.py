@@ -921,6 +921,9 @@ def test_a_rule_of_your_own_needs_no_docs_and_is_told_what_it_lacks(tmp_path):
     (tmp_path / "mine.toml").write_text(MY_RULE.replace('["num_workers"]', '"num_workers"'))
     with pytest.raises(RuleError, match=r"rule MY001 fixes: Expected `array`, got `str`"):
         load_rules([tmp_path / "mine.toml"])
+    (tmp_path / "mine.toml").write_text("rule = 5\n")  # a new user's: not [[rule]] tables
+    with pytest.raises(RuleError, match=r"`rule` must be a list of \[\[rule\]\] tables"):
+        load_rules([tmp_path / "mine.toml"])
 
 
 def test_each_rule_sits_in_the_file_of_its_category():
