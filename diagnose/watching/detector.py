@@ -40,7 +40,6 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -53,6 +52,11 @@ MAD_TO_SIGMA = 1.4826
 MIN_SCORE_SD = 0.5
 #: the lag-1 autocorrelation taken into the scores' long-run spread is at most this
 MAX_RHO = 0.9
+#: a median of n normal values has a standard error of this x sigma / sqrt(n)
+MEDIAN_SE = math.sqrt(math.pi / 2)
+#: standard errors of a new level's estimate that a change must clear beyond
+#: ``min_change`` (about 97.5% one-sided: a change at the floor is not called on noise)
+MARGIN = 2.0
 
 
 def _at(srt: list[float], q: float) -> float:
@@ -88,13 +92,6 @@ def _split(seg: list[float], level: float, min_len: int) -> int:
         if score > best:
             best, at = score, k
     return at
-
-
-def _inside(k: int, seg: list[float], min_len: int) -> bool:
-    """Whether split ``k`` of ``seg`` lies inside it: not at its start, and not at the last
-    place :func:`_split` may take (a change begun within the last ``min_len`` values
-    splits there too, with some of the old level in its tail: the sums find it later)."""
-    return 0 < k < len(seg) - min_len
 
 
 @dataclass(frozen=True)
@@ -378,49 +375,41 @@ class Detector:
         rest, self._before_rest = self._before_rest, None
         mu = self.mu
         if called is None and rest is not None and mu is not None:
-            if mu - rest >= self.p.min_change:  # slower only: a faster level is start-up gone
-                called = rest
-            else:
-                tail = self._slower_tail(index, vals, rest)
-                if tail is not True:
-                    return tail
-                called = rest
-        if called is None or mu is None:
+            if mu - rest < self.p.min_change:  # slower only: a faster level is start-up gone
+                return self._slower_tail(index, vals, rest)
+            called = rest
+        if called is None or mu is None or abs(mu - called) < self.p.min_change:
             return None
         k = _split(vals, called, self.p.min_len)
-        if abs(mu - called) < self.p.min_change and not (
-                _inside(k, vals, self.p.min_len)
-                and abs(statistics.median(vals[k:]) - called) >= self.p.min_change):
-            return None
         if k > 0 and len(vals) - k >= 3:
             self._set_baseline(vals[k:], index)
             mu = float(self.mu)  # type: ignore[arg-type]  # just set
         self.changes += 1
         return Change(index, index - len(vals) + 1 + k, called, mu, self.sigma)
 
-    def _slower_tail(self, index: int, vals: list[float], level: float
-                     ) -> Change | Literal[True] | None:
-        """Whether the values learnt end slower than ``level`` by ``min_change`` or more,
-        from where they split (:func:`_split`), for ``min_len`` values and ``hold_s``: True,
-        a change to call now. A slowdown late in a learning leaves the values' median at
-        the old level, and a baseline learnt across both levels would take the new one as
-        its own spread (no sum would grow, each step at the new level a spike). Where it
-        began too late to call (in the last ``min_len`` values, or not held yet), the
-        baseline is learnt again from the values before it and the sums take the values
-        after it: what they call then (a Change), else None."""
+    def _slower_tail(self, index: int, vals: list[float], level: float) -> Change | None:
+        """Values learnt after a rest (the last at ``index``) whose median stayed within
+        ``min_change`` of the level before it (``level``) but that end slower by as much,
+        and by :data:`MARGIN` standard errors of the tail's median, from where they split
+        (:func:`_split`): a slowdown late in the learning, which a baseline learnt across
+        both levels would take as its own spread (no sum would grow, each step at the new
+        level a spike). The baseline is learnt from the values before the split and the
+        sums take the values after it, as they would have come: what they call (a change
+        starting where it began, held and judged as any other), else None."""
         k = _split(vals, level, self.p.min_len)
-        if k <= 0 or statistics.median(vals[k:]) - level < self.p.min_change:
-            return None
-        first = index - len(vals) + 1 + k
-        if _inside(k, vals, self.p.min_len) and self._held(first, index):
-            return True
         tail = vals[k:]
+        # the tail is the most deviant of many: its median clears MARGIN standard errors
+        if k <= 0 or statistics.median(tail) - level < self.p.min_change + (
+                MARGIN * MEDIAN_SE * self.sigma / math.sqrt(len(tail))):
+            return None
+        first = index - len(tail) + 1
         self._set_baseline(vals[:k], first - 1)
-        for _ in tail:  # taken again below, by the sums
+        for _ in range(min(len(tail), len(self.recent))):  # taken again below, by the sums
             self.recent.pop()
         called = None
         for j, x in enumerate(tail):
-            called = self.update(x, first + j) or called
+            got = self.update(x, first + j)
+            called = called or got  # the first (a second in so few values: not seen)
         return called
 
     def relearn(self, index: int) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .detector import Change, Params
+from .detector import MARGIN, MEDIAN_SE, Change, Params
 
 __all__ = ["HOLD", "HOLD_S", "LOADER_OFFSET", "MARGIN", "PARAMS", "WORSE", "Reference",
            "from_x", "paced", "to_x"]
@@ -64,11 +64,6 @@ HOLD = 1000
 #: fast loop is called a second late: steps of 62 ms or more are not scaled at all
 HOLD_S = 1.0
 
-#: a median of n normal values has a standard error of this x sigma / sqrt(n)
-MEDIAN_SE = math.sqrt(math.pi / 2)
-#: standard errors of the new level's estimate that a change must clear beyond
-#: ``min_change`` (about 97.5% one-sided: a change at the floor is not called on noise)
-MARGIN = 2.0
 
 _TINY = 1e-9
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from diagnose.watching.detector import Detector, Params
+from diagnose.watching.signals import WORSE, Reference
 from tests.watching.noise import steady, with_change
 
 pytest.importorskip("numpy")
@@ -190,11 +191,12 @@ def test_a_slowdown_while_the_detector_relearns_is_still_a_change(ratio: float,
     assert c.after - c.before == pytest.approx(math.log(ratio), abs=0.05)  # two windows
 
 
-def _slowed_while_relearning(n: int, at: int, ratio: float) -> tuple[Detector, float, list]:
+def _slowed_while_relearning(n: int, at: int, ratio: float, seed: int = 5
+                             ) -> tuple[Detector, float, list]:
     """A detector on ``n`` steady values, relearning from value 200 (as after the baseline
     window) while the pace slows ``ratio`` times from value ``at``: it, the level before,
     and the changes it called."""
-    x = steady(n, seed=5, slow_frac=0.0)
+    x = steady(n, seed=seed, slow_frac=0.0)
     d = Detector()
     for i, v in enumerate(x[:200].tolist()):
         assert d.update(v, i) is None
@@ -219,18 +221,64 @@ def test_a_slowdown_within_a_relearning_starts_where_it_began() -> None:
     assert d.mu == pytest.approx(c.after, abs=0.02)  # refreshed since, at the new level
 
 
+@pytest.mark.parametrize("seed", [5, 11, 23])
 @pytest.mark.parametrize("at", [240, 250, 255])
 @pytest.mark.parametrize("ratio", [1.3, 1.8])
-def test_a_slowdown_late_in_a_relearning_is_a_change_not_spikes(at: int, ratio: float) -> None:
+def test_a_slowdown_late_in_a_relearning_is_a_change_not_spikes(at: int, ratio: float,
+                                                                 seed: int) -> None:
     """A new user's job slowed 1.8x 40 and 50 values into the 64 relearnt after the
     baseline window: the values' median stayed at the old level, the baseline took both
     levels as its spread, and no alarm came (each slower step a spike: 276 of them, or an
     alarm 400 steps late). Now the learnt values are split where the pace moved: a change
     from the old level, starting there, and no spikes."""
-    d, level, got = _slowed_while_relearning(900, at, ratio)
+    d, level, got = _slowed_while_relearning(900, at, ratio, seed)
     (c,) = got
-    assert c.up and at - 2 <= c.start <= at + 1 and c.index <= at + 2 * d.p.min_len
+    # starting where it began; one in the learning's last min_len values (255) may not
+    # clear the split's margin: the sums then find it from the learning's end (264)
+    assert c.up and at - 2 <= c.start <= max(at + 1, 264) and c.index <= 264 + d.p.min_len
     assert c.before == pytest.approx(level, abs=0.02)
     assert math.exp(c.after - c.before) == pytest.approx(ratio, rel=0.08)
     assert d.mu == pytest.approx(level + math.log(ratio), abs=0.03)  # the new pace learnt
-    assert len(d.flush_spikes()) <= 1  # the series' own (steady noise has its slow steps)
+    assert len(d.flush_spikes()) <= 2  # the series' own (steady noise has its slow steps)
+
+
+def test_steady_steps_relearnt_give_no_alarm() -> None:
+    """The split of a relearning's values looks for a slower tail among many: on steady
+    steps (the tests' noise: heavy tail, AR(1), slow steps) relearnt at value 200, judged
+    as the watch judges changes, no alarm in 300 series."""
+    alarms = 0
+    for seed in range(300):
+        d = Detector()
+        ref = Reference(WORSE["step_time"], d.p.min_change, n=d.p.min_len)
+        for i, v in enumerate(steady(600, seed=seed).tolist()):
+            if i == 200:
+                d.relearn(i)
+            c = d.update(v, i)
+            if c is not None:
+                alarms += ref.judge(c.before, c.after, c.index, c.sigma, c.start)
+            elif ref.waiting is not None and d.mu is not None:
+                alarms += ref.settled(d.mu, i)
+    assert alarms == 0
+
+
+def test_a_burst_at_the_end_of_a_relearning_after_a_change_is_no_change() -> None:
+    """1 ms steps (counts paced to a second, each change held a second): a 1.5x change,
+    then a 25-step 1.3x burst as the level after it is being learnt. One change: the
+    burst (25 ms) is shorter than any change is held (a reviewer's case against a split
+    of every relearning that called it, and the pace's return, as two changes)."""
+    from diagnose.watching.signals import HOLD_S, paced
+
+    rng = np.random.default_rng(1)
+    p, _ = paced(Params(), 0.001)
+    d = Detector(p, hold_s=HOLD_S, time_of=lambda i: 0.001 * (i + 1))
+    got, burst = [], None
+    for i in range(20000):
+        x = (math.log(1.5) if i >= 6000 else 0.0) + rng.normal(0, 0.02)
+        if burst:
+            x, burst = x + math.log(1.3), burst - 1
+        if (c := d.update(x, i)) is not None:
+            got.append((c.index, c.start))
+        if (burst is None and d.mu is None and d._called is not None
+                and d._need - len(d._learning) == 25):
+            burst = 25
+    assert burst == 0 and len(got) == 1 and got[0][1] == 6000
