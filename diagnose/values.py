@@ -15,7 +15,7 @@ from pathlib import Path
 def a_type(x: object) -> str:
     """``x``'s type name with its article, as a message says it: "an int", "a list"."""
     name = type(x).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"  # "a UserDict"
 
 
 def as_real(x: object) -> int | float | None:

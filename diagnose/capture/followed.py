@@ -32,10 +32,14 @@ class Followed:
         self._psutil = psutil
         self._procs: dict[int, Any] = {}  # pid -> psutil.Process (cpu_percent primed)
         self._used: dict[int, float] = {}  # pid -> its CPU s when last read
+        self._reaped: dict[int, float] = {}  # pid -> its reaped children's CPU s, then
         self.gone_s = 0.0
+        #: what the followed processes' own reaped children used while followed (CPU s)
+        self.reaped_s = 0.0
 
     def _left(self, pid: int) -> None:
         self._procs.pop(pid, None)
+        self._reaped.pop(pid, None)
         self.gone_s += self._used.pop(pid, 0.0)
 
     @property
@@ -66,7 +70,11 @@ class Followed:
                         continue
                     cpu = proc.cpu_percent(None)
                     rss = int(proc.memory_info().rss)
-                    self._used[pid] = cpu_s(proc)
+                    t = proc.cpu_times()
+                    self._used[pid] = t.user + t.system + t.children_user + t.children_system
+                    kids = t.children_user + t.children_system
+                    self.reaped_s += kids - self._reaped.get(pid, kids)
+                    self._reaped[pid] = kids
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 self._left(pid)
                 continue
@@ -87,23 +95,26 @@ def cpu_s(proc: Any) -> float:
 class Descendants:
     """This process's descendants other than its DataLoader workers: ``torch.compile``'s
     compile workers and the short processes its checks start, a tool the loop runs. The
-    job's own CPU, not other processes'. Counted tick to tick: what this process's
-    children times grew by (those it reaped) less the CPU the followed workers that left
-    had used, and what each live descendant (listed again once a second) used since its
-    last reading; one that left is taken off at its last reading, its whole time coming
-    back in the children times once it is reaped. A descendant first seen is counted from
-    its start where it started after this one, else from its first reading."""
+    job's own CPU, not other processes'. Read once a second (the counts are cumulative, and
+    a read costs a few µs a descendant), its rate held for the ticks between: what this
+    process's children times grew by (those it reaped) less what the followed workers
+    that left had used when last read, what the workers' own reaped children used, and
+    what each live descendant used since its last reading; one that left is taken off at
+    its last reading, its whole time coming back in a parent's children times once it is
+    reaped (what goes below 0 meanwhile is carried); one that became a followed worker
+    keeps what it used so far. A descendant first seen is counted from its start where it
+    started after this one, else from its first reading."""
 
     def __init__(self, psutil: Any, proc: Any) -> None:
         self._psutil, self._proc = psutil, proc
-        self._pids: list[int] = []
-        self._listed = 0.0
-        self._seen: dict[int, float] = {}  # pid -> CPU s at its last reading
-        self._procs: dict[int, Any] = {}  # pid -> psutil.Process
+        self._seen: dict[int, tuple[Any, float]] = {}  # pid -> (Process, CPU s then)
         self._owed = 0.0
-        self._reaped, self._gone = self._own_children_s(0.0), 0.0
-        self._since = time.time()
+        self._reaped, self._gone, self._workers_reaped = self._own_children_s(0.0), 0.0, 0.0
+        # psutil's start times count from the boot time in whole seconds: a process
+        # started after this one may read up to a second early
+        self._since = time.time() - 1.0
         self._at = time.monotonic()
+        self.pct = 0.0
 
     def _own_children_s(self, last: float) -> float:
         try:
@@ -113,45 +124,46 @@ class Descendants:
         return t.children_user + t.children_system
 
     def sample(self, workers: Followed) -> float:
-        """Their CPU % of one core since the last tick (``workers``: the DataLoader
-        workers followed, left out); never below 0."""
+        """Their CPU % of one core over the last second read (``workers``: the
+        DataLoader workers followed, left out); never below 0."""
         psutil, now = self._psutil, time.monotonic()
-        if now - self._listed >= 1.0:
-            self._listed = now
-            mine = workers.pids
-            try:
-                self._pids = [c.pid for c in self._proc.children(recursive=True)
-                              if c.pid not in mine]
-            except psutil.Error:
-                self._pids = []
+        if now - self._at < 1.0:
+            return self.pct
         reaped = self._own_children_s(self._reaped)
-        took = (reaped - self._reaped) - (workers.gone_s - self._gone)
-        self._reaped, self._gone = reaped, workers.gone_s
-        seen: dict[int, float] = {}
-        for pid in self._pids:
+        took = ((reaped - self._reaped) - (workers.gone_s - self._gone)
+                + (workers.reaped_s - self._workers_reaped))
+        self._reaped, self._gone, self._workers_reaped = (reaped, workers.gone_s,
+                                                          workers.reaped_s)
+        seen: dict[int, tuple[Any, float]] = {}
+        mine = workers.pids
+        try:
+            listed = [c for c in self._proc.children(recursive=True) if c.pid not in mine]
+        except psutil.Error:
+            listed = []
+        for child in listed:
+            proc, last = self._seen.get(child.pid, (child, None))
             try:
-                proc = self._procs.get(pid) or psutil.Process(pid)
                 with proc.oneshot():
-                    if proc.status() == psutil.STATUS_ZOMBIE:
-                        continue
+                    if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                        continue  # gone (a pid taken again: is_running checks its start)
                     used = cpu_s(proc)
-                    if pid in self._seen:
-                        took += used - self._seen[pid]
+                    if last is not None:
+                        took += used - last
                     elif proc.create_time() >= self._since:
                         took += used
-                seen[pid], self._procs[pid] = used, proc
+                seen[child.pid] = (proc, used)
             except psutil.Error:
                 continue
-        took -= sum(v for p, v in self._seen.items() if p not in seen)
+        # gone: taken off at its last reading; become a followed worker (its pid learnt
+        # late): its time so far stays here, the worker's own is counted from now on
+        took -= sum(v for p, (_, v) in self._seen.items() if p not in seen and p not in mine)
         self._seen = seen
-        self._procs = {p: self._procs[p] for p in seen}
-        # a descendant gone but not yet reaped is taken off before its time comes back:
-        # what goes below 0 is carried to the ticks after, so that the sum holds
         took, self._owed = took + self._owed, 0.0
         if took < 0:
             took, self._owed = 0.0, took
         wall, self._at = now - self._at, now
-        return round(100.0 * took / wall, 2) if wall > 0 else 0.0
+        self.pct = round(100.0 * took / wall, 2) if wall > 0 else 0.0
+        return self.pct
 
 
 def peer_pids(me: Any, root: Any, psutil: Any) -> list[int]:

@@ -122,7 +122,7 @@ def _fixes(f: Finding, trainer: bool = False) -> Markup | None:
 
 def _finding(f: Finding, trainer: bool = False) -> Markup:
     gain = (el("span", gain_words(f.estimated_gain, f.gain_bound), class_="gain")
-            if f.estimated_gain else None)
+            if f.estimated_gain is not None else None)
     return el(
         "article",
         el("header", el("span", f.severity, class_=f"badge {f.severity}"),

@@ -115,6 +115,8 @@ def fmt(name: str, v: Any) -> str:
 def gain_words(share: float, bound: bool) -> str:
     """A finding's time at stake in words: what a fix saves at most where a prediction set
     it (``bound``), else the rule's own estimate from its symptom, which a fix may beat."""
+    if bound and share <= 0:
+        return "no fix is predicted to save step time"
     if bound:
         return f"fixing it could save up to {share:.0%} of step time"
     return f"fixing it could save about {share:.0%} of step time (the rule's own estimate)"

@@ -467,14 +467,22 @@ import json, resource, subprocess, sys, tempfile, time
 from diagnose.capture.samplers import HostSampler, SamplerThread
 from diagnose.runfolder import load_samples
 BURN = "import time\\nend = time.perf_counter() + {s}\\nwhile time.perf_counter() < end: pass"
+SIDE = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', sys.argv[1]]); "
+        "time.sleep(1.5)")
 out = tempfile.mkdtemp()
-live = subprocess.Popen([sys.executable, "-c", BURN.format(s=1.5)])
-st = SamplerThread([HostSampler(worker_pids=lambda: [])], out, hz=10)
+pids = []
+st = SamplerThread([HostSampler(worker_pids=lambda: pids)], out, hz=10)
 with st:
+    live = subprocess.Popen([sys.executable, "-c", BURN.format(s=1.5)])
+    # a followed worker whose own child does the work, reaped while the worker lives on
+    # (torch.compile's sidecar and its pool)
+    side = subprocess.Popen([sys.executable, "-c", SIDE, BURN.format(s=0.8)])
+    pids.append(side.pid)
     live.wait()
-    deadline = time.monotonic() + 20
-    while st.rows < 20 and time.monotonic() < deadline:
+    side.wait()
+    for _ in range(3):
         subprocess.run([sys.executable, "-c", BURN.format(s=0.2)], check=True)
+    time.sleep(2.5)  # read again after the last: the rate of each read holds a second
 used = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"host": load_samples(out)["series"]["host"],
                   "used": used.ru_utime + used.ru_stime}))
@@ -482,20 +490,20 @@ print(json.dumps({"host": load_samples(out)["series"]["host"],
 
 
 def test_descendants_cpu_live_and_reaped() -> None:
-    """A real child burning CPU that is not a followed DataLoader worker, then short
-    children run and reaped between ticks (as torch.compile's checks): both read as the
-    process's descendants' CPU (``kids_cpu_pct``), none as the workers'. Run in a fresh
-    process (this one's other children would count), summed over the ticks against the
-    children's own CPU times: a loaded host gives them less than a core."""
+    """The CPU of the process's descendants that are not its followed DataLoader workers
+    (``kids_cpu_pct``): a child burning CPU, a followed worker's own child (reaped by the
+    worker: its time lands in the worker's children times), short children run and reaped
+    (as torch.compile's checks). Run in a fresh process (this one's other children would
+    count), summed over the ticks against the children's own CPU times, of which the
+    worker's own (a Python start-up) is a small part: a loaded host gives them less than
+    a core."""
     got = json.loads(subprocess.run([sys.executable, "-c", _DESCENDANTS], check=True,
                                     capture_output=True, text=True, timeout=120).stdout)
     host, used = got["host"], got["used"]
-    assert set(host["workers_count"]) == {0}
     kids, ticks = host["kids_cpu_pct"], host["t"]
-    # % of a core x the tick's seconds, summed: the children's CPU seconds (the first
-    # tick's reading of a live child is only its baseline: some of its time is not seen)
+    # % of a core x the tick's seconds, summed: the descendants' CPU seconds
     seen = sum(v / 100.0 * (b - a) for v, a, b in zip(kids[1:], ticks, ticks[1:], strict=False))
-    assert 0.5 * used <= seen <= 1.3 * used
+    assert 0.8 * used <= seen <= 1.25 * used
 
 
 def test_memory_stays_flat_over_many_ticks(tmp_path: Path) -> None:

@@ -134,3 +134,14 @@ def test_a_finding_graded_down_to_info_says_why_and_shows_its_zero() -> None:
     short = _table([f], detail=False)
     assert _gains(short) == {"IN001": "≤ 0%"}
     assert "graded down from warning" in short and "why IN001" not in short
+
+
+def test_the_html_and_tensorboard_words_for_nothing_at_stake() -> None:
+    """The HTML and the TensorBoard tab say a share of 0 a prediction set in words, as the
+    terminal shows "≤ 0%": not "could save up to 0%"."""
+    from diagnose.report.markup import gain_words
+    from diagnose.values import a_type
+
+    assert gain_words(0.0, True) == "no fix is predicted to save step time"
+    assert gain_words(0.24, True) == "fixing it could save up to 24% of step time"
+    assert [a_type(x) for x in (3, [], object())] == ["an int", "a list", "an object"]
