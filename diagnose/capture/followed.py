@@ -71,8 +71,8 @@ class Followed:
                     cpu = proc.cpu_percent(None)
                     rss = int(proc.memory_info().rss)
                     t = proc.cpu_times()
-                    self._used[pid] = t.user + t.system + t.children_user + t.children_system
                     kids = t.children_user + t.children_system
+                    self._used[pid] = t.user + t.system + kids  # as cpu_s() reads it
                     self.reaped_s += kids - self._reaped.get(pid, kids)
                     self._reaped[pid] = kids
             except (psutil.NoSuchProcess, psutil.AccessDenied):

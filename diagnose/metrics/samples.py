@@ -157,13 +157,19 @@ def samples_metrics(samples: dict[str, Any] | None) -> dict[str, object]:
     return out
 
 
+#: the host samples' columns of the job's own CPU beside the training process's
+#: (``proc_cpu_pct``): its DataLoader workers, the other ranks on the host (torchrun), its
+#: other descendants (torch.compile's workers), each % of one core
+JOB_CPU_COLUMNS = ("workers_cpu_pct", "peers_cpu_pct", "kids_cpu_pct")
+
+
 def _others(host: dict[str, Any]) -> float | None:
     """The usable CPUs' busy time less the training process's, its workers', its other
     descendants' (``torch.compile``'s workers) and (under torchrun) the other ranks' on this
     host (in CPUs, mean over the samples that have the first two, at least 0; a worker,
     descendant or rank column missing is none)."""
     got: list[float] = []
-    job = [_col(host, k) for k in ("workers_cpu_pct", "peers_cpu_pct", "kids_cpu_pct")]
+    job = [_col(host, k) for k in JOB_CPU_COLUMNS]
     for i, (cores, proc) in enumerate(zip(_col(host, "cpu_pct"), _col(host, "proc_cpu_pct"),
                                           strict=False)):
         busy = _finite(cores) if isinstance(cores, list) else []

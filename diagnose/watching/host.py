@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from diagnose.capture.others import cpu_wait_ns
+from diagnose.metrics.samples import JOB_CPU_COLUMNS
 
 __all__ = ["HostContext", "explain", "neighbours"]
 
@@ -71,8 +72,7 @@ class HostContext:
             return  # busy CPUs is not known, and would read as other processes'
         busy = sum(v for v in pct if isinstance(v, int | float)) / 100.0
         own = sum((row.get(k) or 0.0)
-                  for k in ("proc_cpu_pct", "workers_cpu_pct", "peers_cpu_pct",
-                            "kids_cpu_pct")) / 100.0
+                  for k in ("proc_cpu_pct", *JOB_CPU_COLUMNS)) / 100.0
         # unclamped: the job's descendants' CPU arrives in lumps (as they are reaped), so a
         # tick may read below 0 and the next above; their mean over seconds is clamped
         self.others.append((step, busy - own))
