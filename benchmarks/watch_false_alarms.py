@@ -16,9 +16,16 @@ for a sustained 20% change in that noise.
    (Student-t, AR(1), rare slow steps) is run beside them for reference.
 3. ``--trials`` series of that noise get a 20% step change at a random step in 300-600:
    the delay to the first alarm after it (p50, p90, p99, share over 50 steps).
+4. The relearning after the baseline window (the watch forgets its baseline once, when that
+   window's rest ends, and learns it again from the next ``relearn`` values): ``--trials``
+   series of 800 values rest at value 200 (:meth:`Detector.relearn`); the steady ones'
+   false alarms from then on (a run with any, of all runs; beside them the same series
+   fed with no rest, the control), and a 20% or 50% slowdown
+   that begins within the relearning, in its first or second half, the share called and
+   the delay.
 
     python benchmarks/watch_false_alarms.py [--steps 3000] [--sim-steps 1000000]
-        [--job small] [--load steps.npy] [--save steps.npy]
+        [--job small] [--load steps.npy] [--save steps.npy] [--no-relearn]
 
 Goal (issue 50): <= 1 false alarm per 10,000 steady steps; a 20% change within 50 steps.
 
@@ -29,6 +36,9 @@ shifts; its noise (p90 +2.2 in log) gives 0.07 / 1.66 / 0.00 false alarms per 10
 (i.i.d. / blocks / synthetic). The step times of an earlier steady run at load ~1 give 0.00
 / 0.47 / 0.00 and a 20% slowdown found in 15 / 15 / 53 steps (p50 / p90 / p99, i.i.d.).
 Before shifts and the reference (every change an alarm) those were 0.00 / 18.6 / 0.00.
+Section 4 on a busy afternoon's steps at two paces (2026-12-07): 20.0% of steady series
+alarmed after the relearning until a change there had to clear the median's
+distribution-free interval, 6.7% since (0% with no rest).
 """
 
 from __future__ import annotations
@@ -121,7 +131,7 @@ def false_alarms(x: np.ndarray) -> tuple[int, int]:
             changes += 1
             alarms += ref.judge(c.before, c.after, c.index, c.sigma)
         elif ref.waiting is not None and d.mu is not None:
-            alarms += ref.settled(d.mu, i)
+            alarms += ref.settled(d.mu, i, d.mu_span)
     return changes, alarms
 
 
@@ -132,19 +142,67 @@ def delays(kind: str, noise: np.ndarray, trials: int, block: int,
         x = series(kind, noise, 900, block, rng)
         at = int(rng.integers(300, 600))
         x[at:] += math.log(1.2)
-        d, ref = judged()
-        got = None
-        for i, v in enumerate(x.tolist()):
-            c = d.update(v, i)
-            if c is not None:
-                alarm = ref.judge(c.before, c.after, c.index, c.sigma)
-            else:
-                alarm = ref.waiting is not None and d.mu is not None and ref.settled(d.mu, i)
-            if alarm and i >= at:
-                got = i - at
-                break
-        out.append(got if got is not None else 10**6)
+        got = relearnt(x, at=None, change_at=at)
+        out.append(got - at if got is not None else 10**6)
     return np.array(out)
+
+
+#: the relearning's series (section 4): values, and the value whose rest ends (relearn)
+RELEARN_N, RELEARN_AT = 800, 200
+
+
+def relearnt(x: np.ndarray, at: int | None = RELEARN_AT, change_at: int | None = None
+             ) -> int | None:
+    """Feed ``x``, forgetting the baseline at value ``at`` (the baseline window's rest
+    ends; None: never, the control); the index of the first alarm at ``RELEARN_AT`` or
+    after, where ``change_at`` is None, else of the first at ``change_at`` or after; None
+    where none."""
+    d, ref = judged()
+    first = RELEARN_AT if change_at is None else change_at
+    for i, v in enumerate(x.tolist()):
+        if i == at:
+            d.relearn(i)
+        c = d.update(v, i)
+        if c is not None:
+            alarm = ref.judge(c.before, c.after, c.index, c.sigma)
+        else:
+            alarm = (ref.waiting is not None and d.mu is not None
+                     and ref.settled(d.mu, i, d.mu_span))
+        if alarm and i >= first:
+            return i
+    return None
+
+
+def relearn_table(noise: np.ndarray, trials: int, block: int, rng: np.random.Generator,
+                  kinds: list[tuple[str, str]]) -> None:
+    """Section 4 (the module doc), printed."""
+    p = PARAMS["step_time"]
+    halves = (("first half", RELEARN_AT, RELEARN_AT + p.relearn // 2),
+              ("second half", RELEARN_AT + p.relearn // 2, RELEARN_AT + p.relearn - p.min_len))
+    print(f"\nthe relearning after the baseline window ({trials} series of {RELEARN_N} values "
+          f"each, the rest ending at value {RELEARN_AT}, {p.relearn} values relearnt)")
+    print(f"{'noise':<28} {'steady: runs alarmed':>21} {'(no rest)':>10} "
+          + " ".join(f"{f'{pct}% in its {h}':>24}" for pct in (20, 50) for h, _, _ in halves))
+    for kind, label in kinds:
+        xs = [series(kind, noise, RELEARN_N, block, rng) for _ in range(trials)]
+        steady = sum(relearnt(x) is not None for x in xs)
+        control = sum(relearnt(x, at=None) is not None for x in xs)
+        cells = []
+        for pct in (20, 50):
+            for _, lo, hi in halves:
+                got = []
+                for _ in range(trials):
+                    x = series(kind, noise, RELEARN_N, block, rng)
+                    at = int(rng.integers(lo, hi))
+                    x[at:] += math.log(1 + pct / 100)
+                    i = relearnt(x, change_at=at)
+                    got.append(None if i is None else i - at)
+                found = [g for g in got if g is not None]
+                med = f"{np.median(found):.0f}" if found else "-"
+                cells.append(f"{len(found) / trials:>6.0%} called, p50 {med:>4}")
+        print(f"{label:<28} {f'{steady / trials:.1%} ({steady})':>21} "
+              f"{f'{control / trials:.1%}':>10} "
+              + " ".join(f"{c:>24}" for c in cells), flush=True)
 
 
 def main() -> int:
@@ -157,6 +215,8 @@ def main() -> int:
     ap.add_argument("--load", type=Path, help="step times (ms, .npy) instead of a real run")
     ap.add_argument("--save", type=Path, help="keep the real run's step times (.npy)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-relearn", action="store_true",
+                    help="skip the relearning's series (section 4)")
     args = ap.parse_args()
     from _bench import cpu_model, git_revision
 
@@ -187,10 +247,10 @@ def main() -> int:
     q = np.percentile(noise, (10, 50, 90, 99))
     print(f"noise (log step time less its median): p10 {q[0]:+.3f}, p90 {q[2]:+.3f}, "
           f"p99 {q[3]:+.3f} ({len(noise):,} steps)\n")
+    kinds = [("iid", "real, resampled i.i.d."), ("block", f"real, blocks of {args.block}"),
+             ("synthetic", "synthetic (tests' noise)")]
     print(f"{'noise':<28} {'steps':>10} {'changes':>8} {'false alarms':>13} {'per 10k':>8}")
-    for kind, label in (("iid", "real, resampled i.i.d."),
-                        ("block", f"real, blocks of {args.block}"),
-                        ("synthetic", "synthetic (tests' noise)")):
+    for kind, label in kinds:
         t0 = time.perf_counter()
         c, n = false_alarms(series(kind, noise, args.sim_steps, args.block, rng))
         print(f"{label:<28} {args.sim_steps:>10,} {c:>8,} {n:>13,} "
@@ -198,14 +258,14 @@ def main() -> int:
               f"   ({time.perf_counter() - t0:.1f} s)", flush=True)
     print(f"\ndelay for a sustained 20% change ({args.trials} trials each)")
     print(f"{'noise':<28} {'p50':>5} {'p90':>5} {'p99':>5} {'> 50 steps':>11} {'missed':>7}")
-    for kind, label in (("iid", "real, resampled i.i.d."),
-                        ("block", f"real, blocks of {args.block}"),
-                        ("synthetic", "synthetic (tests' noise)")):
+    for kind, label in kinds:
         d = delays(kind, noise, args.trials, args.block, rng)
         found = d[d < 10**6]
         p = np.percentile(found, (50, 90, 99)) if len(found) else [math.nan] * 3
         print(f"{label:<28} {p[0]:>5.0f} {p[1]:>5.0f} {p[2]:>5.0f} "
               f"{(d > 50).mean():>10.1%} {(d >= 10**6).mean():>6.1%}", flush=True)
+    if not args.no_relearn:
+        relearn_table(noise, args.trials, args.block, rng, kinds)
     return 0
 
 

@@ -57,6 +57,9 @@ MEDIAN_SE = math.sqrt(math.pi / 2)
 #: standard errors of a new level's estimate that a change must clear beyond
 #: ``min_change`` (about 97.5% one-sided: a change at the floor is not called on noise)
 MARGIN = 2.0
+#: the normal quantile of the median's distribution-free interval (:func:`_median_span`):
+#: a two-sided 95% interval, the same ~97.5% one-sided as :data:`MARGIN`
+MEDIAN_Z = 1.96
 
 
 def _at(srt: list[float], q: float) -> float:
@@ -65,6 +68,18 @@ def _at(srt: list[float], q: float) -> float:
     i = int(pos)
     j = min(i + 1, len(srt) - 1)
     return srt[i] + (srt[j] - srt[i]) * (pos - i)
+
+
+def _median_span(srt: list[float]) -> tuple[float, float]:
+    """The median's distribution-free 95% interval over sorted values: the order
+    statistics of ranks floor((n - z sqrt(n)) / 2) and n + 1 less that (the binomial's
+    normal approximation; z = :data:`MEDIAN_Z`). It holds for any shape of noise: where
+    the values gather at two paces near half each (steps that alternate between them),
+    the median may fall at either from one window to the next, and the interval spans
+    both."""
+    n = len(srt)
+    j = max(int((n - MEDIAN_Z * math.sqrt(n)) / 2), 1)
+    return srt[j - 1], srt[max(n - j, j - 1)]
 
 
 def _lag1(xs: np.ndarray, mean: float, sd: float) -> float:
@@ -168,6 +183,8 @@ class Detector:
         self.c_mean, self.c_sd = 0.0, 1.0
         self.rho = 0.0  # the scores' lag-1 autocorrelation over the baseline
         self.lo = self.hi = 0.0  # the baseline's 10th and 90th percentiles: the run's bounds
+        #: the baseline's median's distribution-free 95% interval (:func:`_median_span`)
+        self.mu_span = (0.0, 0.0)
         self.run_up = self.run_dn = 0  # values in a row above hi / below lo
         self.sp = self.sn = 0.0
         self.sp_zero = self.sn_zero = 0  # the last index where each sum stood at 0
@@ -370,13 +387,18 @@ class Detector:
         on while it settled: a GPU's launch queue filling, a second change): a change from
         that level to this one. Where the pace moved within the values learnt (a learning
         window of seconds, on short steps), the change begins where they split
-        (:func:`_split`), and the new baseline is the values after it."""
+        (:func:`_split`), and the new baseline is the values after it. After a rest the
+        level learnt is compared with the one before it only where the old level lies
+        below the new median's distribution-free interval (:attr:`mu_span`): two
+        medians of one noise that gathers at two paces differ by a pace's gap."""
         called, self._called = self._called, None
         rest, self._before_rest = self._before_rest, None
         mu = self.mu
         if called is None and rest is not None and mu is not None:
             if mu - rest < self.p.min_change:  # slower only: a faster level is start-up gone
                 return self._slower_tail(index, vals, rest)
+            if self.mu_span[0] <= rest:  # the old level within the new median's interval
+                return None
             called = rest
         if called is None or mu is None or abs(mu - called) < self.p.min_change:
             return None
@@ -390,7 +412,8 @@ class Detector:
     def _slower_tail(self, index: int, vals: list[float], level: float) -> Change | None:
         """Values learnt after a rest (the last at ``index``) whose median stayed within
         ``min_change`` of the level before it (``level``) but that end slower by as much,
-        and by :data:`MARGIN` standard errors of the tail's median, from where they split
+        and by :data:`MARGIN` standard errors of the tail's median, with ``level`` below
+        that median's distribution-free interval (:func:`_median_span`), from where they split
         (:func:`_split`): a slowdown late in the learning, which a baseline learnt across
         both levels would take as its own spread (no sum would grow, each step at the new
         level a spike). The baseline is learnt from the values before the split and the
@@ -400,7 +423,8 @@ class Detector:
         tail = vals[k:]
         # the tail is the most deviant of many: its median clears MARGIN standard errors
         if k <= 0 or statistics.median(tail) - level < self.p.min_change + (
-                MARGIN * MEDIAN_SE * self.sigma / math.sqrt(len(tail))):
+                MARGIN * MEDIAN_SE * self.sigma / math.sqrt(len(tail))
+        ) or _median_span(sorted(tail))[0] <= level:  # any shape of noise: its interval
             return None
         first = index - len(tail) + 1
         self._set_baseline(vals[:k], first - 1)
@@ -438,6 +462,7 @@ class Detector:
         c = self.p.clip
         scores = np.clip((a - mu) / sigma, -c, c)
         self.mu, self.sigma, self.lo, self.hi = mu, sigma, lo, hi
+        self.mu_span = _median_span(srt)
         m = self.c_mean = float(scores.mean())
         sd = float(scores.std())
         self.rho = _lag1(scores, m, sd)

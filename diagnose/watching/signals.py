@@ -179,14 +179,19 @@ class Reference:
         ref = self.judged_from
         return c if ref is None else dataclasses.replace(c, before=ref)
 
-    def settled(self, mu: float, index: int) -> bool:
+    def settled(self, mu: float, index: int, span: tuple[float, float] | None = None
+                ) -> bool:
         """The detector learnt its level ``mu`` after the change :attr:`waiting` holds: an
-        alarm if that level is worse than the reference by ``min_change`` (a mean of a
-        whole baseline: no margin)."""
+        alarm if that level is worse than the reference by ``min_change`` (a median of a
+        whole baseline: no margin) and the reference lies outside ``span``, the median's
+        distribution-free interval (the detector's ``mu_span``: a noise that gathers at
+        two paces puts a baseline's median at either)."""
         before, self.waiting = self.waiting, None
         assert before is not None and self.level is not None
         self.judged_from = self.level
-        if self.worse * (mu - self.level) >= self.min_change:
+        near = None if span is None else (span[0] if self.worse > 0 else span[1])
+        if self.worse * (mu - self.level) >= self.min_change and (
+                near is None or self.worse * (near - self.level) > 0):
             self._prior, self._machine = self.level, None
             self.level, self.since, self._first = mu, index, False
             return True

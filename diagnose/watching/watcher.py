@@ -414,7 +414,7 @@ class Watch:
             index = step if signal in ("step_time", "loader_wait") else \
                 self._sample_n.get(signal, 0)
             change = Change(index, start, before, det.mu, det.sigma)
-            if ref.settled(det.mu, step):
+            if ref.settled(det.mu, step, det.mu_span):
                 self._on_alarm(signal, ref.measured_from(change), step)
             else:  # it settled back to about the reference: a shift, not an alarm
                 self._shift(signal, change, step)

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 
 import numpy as np
 import pytest
 
-from diagnose.watching.detector import Detector, Params
+from diagnose.watching.detector import Detector, Params, _median_span
 from diagnose.watching.signals import WORSE, Reference
 from tests.watching.noise import steady, with_change
 
@@ -236,29 +238,68 @@ def test_a_slowdown_late_in_a_relearning_is_a_change_not_spikes(at: int, ratio: 
     # starting where it began; one in the learning's last min_len values (255) may not
     # clear the split's margin: the sums then find it from the learning's end (264)
     assert c.up and at - 2 <= c.start <= max(at + 1, 264) and c.index <= 264 + d.p.min_len
-    assert c.before == pytest.approx(level, abs=0.02)
+    # from 264, the baseline held the slower values learnt: its level a few % above
+    assert c.before == pytest.approx(level, abs=0.02 if c.start < 264 else 0.03)
     assert math.exp(c.after - c.before) == pytest.approx(ratio, rel=0.08)
     assert d.mu == pytest.approx(level + math.log(ratio), abs=0.03)  # the new pace learnt
     assert len(d.flush_spikes()) <= 2  # the series' own (steady noise has its slow steps)
 
 
-def test_steady_steps_relearnt_give_no_alarm() -> None:
-    """The split of a relearning's values looks for a slower tail among many: on steady
-    steps (the tests' noise: heavy tail, AR(1), slow steps) relearnt at value 200, judged
-    as the watch judges changes, no alarm in 300 series."""
-    alarms = 0
-    for seed in range(300):
+def _relearnt_alarms(series: Iterable[np.ndarray]) -> int:
+    """Series relearnt at value 200 (as after the baseline window), judged as the watch
+    judges changes: the runs with an alarm."""
+    runs = 0
+    for x in series:
         d = Detector()
         ref = Reference(WORSE["step_time"], d.p.min_change, n=d.p.min_len)
-        for i, v in enumerate(steady(600, seed=seed).tolist()):
+        alarms = 0
+        for i, v in enumerate(x.tolist()):
             if i == 200:
                 d.relearn(i)
             c = d.update(v, i)
             if c is not None:
                 alarms += ref.judge(c.before, c.after, c.index, c.sigma, c.start)
             elif ref.waiting is not None and d.mu is not None:
-                alarms += ref.settled(d.mu, i)
-    assert alarms == 0
+                alarms += ref.settled(d.mu, i, d.mu_span)
+        runs += alarms > 0
+    return runs
+
+
+def test_steady_steps_relearnt_give_no_alarm() -> None:
+    """The split of a relearning's values looks for a slower tail among many: on steady
+    steps (the tests' noise: heavy tail, AR(1), slow steps) relearnt at value 200, judged
+    as the watch judges changes, no alarm in 300 series."""
+    assert _relearnt_alarms(steady(600, seed=seed) for seed in range(300)) == 0
+
+
+def test_steps_at_two_paces_relearnt_give_few_alarms() -> None:
+    """A steady job whose steps fall at two paces, 45% of them 1.45x the rest (this
+    machine's ~1 ms job on a busy afternoon; a loop whose batches come in two sizes): the
+    median of 64 values lands at either pace from one window to the next, so a relearnt
+    level compared with the first as two points read 1.45x in about a quarter of the
+    runs (53 of 200 before the median's interval was required; 2 with no rest). Now a
+    change after the rest, the relearning's slower tail, and a level settled after a
+    change are called only where the old level lies below the new median's
+    distribution-free interval (12 of 200)."""
+    def two_paces(seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        slow = rng.random(800) < 0.45
+        return np.where(slow, math.log(1.45), 0.0) + rng.normal(0, 0.03, 800)
+
+    assert _relearnt_alarms(two_paces(seed) for seed in range(200)) <= 15
+
+
+def test_median_span_holds_the_median_and_spans_two_paces() -> None:
+    """The interval's ends are order statistics either side of the median: close on one
+    pace's noise, wide where the values gather at two paces near half each."""
+    rng = np.random.default_rng(0)
+    one = sorted(rng.normal(0, 0.05, 64).tolist())
+    lo, hi = _median_span(one)
+    assert lo < statistics.median(one) < hi and hi - lo < 0.05
+    two = sorted((np.where(rng.random(64) < 0.5, 0.4, 0.0) + rng.normal(0, 0.01, 64)).tolist())
+    lo, hi = _median_span(two)
+    assert lo < 0.1 and hi > 0.3
+    assert _median_span([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few values: the extremes
 
 
 def test_a_burst_at_the_end_of_a_relearning_after_a_change_is_no_change() -> None:
