@@ -45,6 +45,12 @@ def as_int(x: object) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
+def mib(n: object) -> str:
+    """A size in bytes as MiB ("1,234.5 MiB"); "n/a" where it is not a number."""
+    v = as_real(n)
+    return "n/a" if v is None else f"{v / 2**20:,.1f} MiB"
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity), not the machine's total."""
     try:

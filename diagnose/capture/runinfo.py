@@ -454,20 +454,11 @@ def cuda_memory(ctx: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def is_oom(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
-    try:
-        import torch
+    """torch.OutOfMemoryError, or a RuntimeError saying an allocator ran out of memory
+    (:func:`diagnose.memory.tensors.is_oom`: the memory tracker's test, one for both)."""
+    from ..memory.tensors import is_oom as oom
 
-        if isinstance(exc, torch.OutOfMemoryError):
-            return True
-    except (ImportError, AttributeError):  # pragma: no cover
-        pass
-    if isinstance(exc, MemoryError):
-        return True
-    if isinstance(exc, RuntimeError):
-        msg = str(exc).lower()
-        return "out of memory" in msg or "can't allocate memory" in msg
-    return False
+    return oom(exc)
 
 
 def parse_oom_message(message: str) -> dict[str, Any]:

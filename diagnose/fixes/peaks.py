@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..memory import FIT_MARGIN
+from ..values import mib
 from . import FIXES
 from .catalog.memory import peak_prediction
 from .findings import DOES_NOT_APPLY
@@ -32,12 +33,20 @@ def predict_peaks(findings: Iterable[Any], memory: dict[str, Any] | None,
     within the budget less ``FIT_MARGIN`` (None: no budget). Independent of the step model."""
     if not memory:
         return
+    ran_out = metrics.get("oom") is True and not memory.get("oom")
     full = memory.get("full_step")
     base = full.get("peak_bytes") if isinstance(full, dict) else None
     base = base if isinstance(base, int) else memory.get("peak_bytes")
     budget = memory_budget(memory, metrics)
     for f in findings:
         if f.category != "memory":
+            continue
+        if ran_out and "oom_device" in f.evidence:
+            # the step that ran out was another than the one tracked: its need is unknown
+            f.hints.append(f"the step tracked fit (its peak {mib(memory.get('peak_bytes'))}); "
+                           "the one that ran out of memory came later, untracked: its fixes' "
+                           "peaks are not predicted (a larger batch, or memory that grows "
+                           "step by step: ME005)")
             continue
         for x in f.fixes:
             p = peak_prediction(FIXES[x], memory, budget) if x in FIXES else None

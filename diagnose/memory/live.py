@@ -127,6 +127,11 @@ def live_section(measured: StepMemory, *, model: Any = None, optimizer: Any = No
         except FakeRunError as e:
             notes.append(str(e))
     basis = full if full is not None else prof
+    if fn is not None and can_fake and measured.oom is None:
+        why = _unlike(model, optimizer, batch, fn, base, measured.tracked_peak_bytes)
+        if why is not None:
+            notes.append(why)
+            can_fake = False
     if fn is not None and can_fake:
         what = fake_what_ifs(model, optimizer, batch, fn, basis, step_ms=step_ms, only=only)
     else:
@@ -159,10 +164,49 @@ def live_section(measured: StepMemory, *, model: Any = None, optimizer: Any = No
     return section
 
 
+#: a re-run of the step as it is, under FakeTensorMode, that tracks outside this many times
+#: the step tracked (or its inverse) is not that step: the re-runs track torch's
+#: MemTracker within about 1% (docs/memory.md), so this wide a gap says the model's work
+#: changed since (a step counter, a curriculum), not the counting
+UNLIKE = 2.0
+
+
+def _unlike(model: Any, optimizer: Any, batch: Any, fn: StepFn, base: Base,
+            tracked: int) -> str | None:
+    """Why the what-ifs are scaled, not re-run: the step as it is, re-run under
+    FakeTensorMode, tracks outside :data:`UNLIKE` times the tracked step's peak (None: it
+    agrees, or could not run: each what-if then says why itself)."""
+    try:
+        again = fake_step(model, optimizer, batch, fn, {}, base).tracked_peak_bytes
+    except FakeRunError:
+        return None
+    if tracked <= 0 or again <= 0 or 1 / UNLIKE <= again / tracked <= UNLIKE:
+        return None
+    return (f"the step re-run under FakeTensorMode after the loop tracked "
+            f"{again / 2**20:,.1f} MiB against the {tracked / 2**20:,.1f} MiB of the step "
+            "tracked in the loop: the model's work changed since; the what-ifs are scaled")
+
+
 def _device_budget(device: str) -> int | None:
+    """The bytes the step could have had: a GPU's memory; on the CPU, what this process
+    holds now and what the host has available (psutil), within a cgroup's limit where one
+    is set. None where not known."""
     if device.startswith("cuda") and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
-    return None
+    if device != "cpu":
+        return None
+    try:
+        import psutil
+
+        budget = int(psutil.Process().memory_info().rss + psutil.virtual_memory().available)
+    except Exception:  # psutil missing or refused: no budget, no largest batch
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+    except OSError:
+        return budget
+    return min(budget, int(limit)) if limit.isdigit() else budget
 
 
 def measure(model: Any, optimizer: Any, batch: Any, step_fn: StepFn, *,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .kinds import MODEL_STATES
 from .whatif import largest_batch
 
 #: budget share kept free: the caching allocator reserves more than it has allocated
@@ -104,8 +105,11 @@ def lines(ex: Mapping[str, Any]) -> list[str]:
                    f"{lb['margin']:.0%} to spare: {lb['batch_size']} (of {lb.get('of')}; "
                    f"{lb['method']}).")
     elif ex.get("budget_bytes"):
-        out.append("Not even a batch of one is predicted to fit: the model states alone "
-                   "need the room.")
+        states = sum(v for k in MODEL_STATES if isinstance(v := kinds.get(k), int | float))
+        out.append("Not even a batch of one is predicted to fit: " + (
+            "the model states alone need the room." if states >= ex["budget_bytes"] * (
+                1 - FIT_MARGIN) else f"its step needs more than {_mib(ex['budget_bytes'])} "
+            f"beyond the model states ({_mib(states)}): what the step makes per sample."))
     best = ex.get("cheapest")
     if best:
         ms = f", step {best['step_ms']:.1f} ms" if best.get("step_ms") else ""

@@ -15,10 +15,13 @@ _UNIT = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2*
 
 
 def is_oom(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError, or a RuntimeError saying the allocator ran out of memory."""
+    """torch.OutOfMemoryError, or a RuntimeError saying an allocator ran out of memory: a
+    device's ("CUDA out of memory", "HIP out of memory") or the CPU's
+    ("DefaultCPUAllocator: can't allocate memory")."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    msg = str(exc).lower() if isinstance(exc, RuntimeError) else ""
+    return "out of memory" in msg or "can't allocate memory" in msg
 
 
 def requested_bytes(message: str) -> int | None:

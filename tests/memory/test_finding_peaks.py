@@ -89,3 +89,23 @@ def test_an_out_of_memory_run_without_a_trace(tmp_path):
     text = r.render_text(width=200)
     assert "ME001 fix" in text and "MiB predicted (" in text
     assert ("over the 1.4 MiB budget" in text) == (not p["peak_fits"])
+
+
+def test_an_out_of_memory_error_after_the_tracked_step_predicts_no_peak(tmp_path):
+    """The tracked step fit (10,000 bytes) and a later step ran out (a new user's CPU job
+    whose later forward asked for terabytes): the tracked step's what-ifs say nothing of
+    the one that failed, so ME001's fixes carry no peak ("peak 0.0 -> 6103.5 GiB" before)
+    and the finding says why."""
+    ctx = {**CTX, "oom": {"message": "DefaultCPUAllocator: can't allocate memory: you tried "
+                          "to allocate 26214400000000 bytes.", "device": "cpu",
+                          "requested_bytes": 26214400000000},
+           "memory": {**SECTION, "what_if": [
+               {"change": {"batch_size": 32, "grad_accum_steps": 2}, "peak_bytes": 6000,
+                "range": [6000, 6200], "method": "re-run under FakeTensorMode"}]}}
+    (tmp_path / "context.json").write_text(json.dumps(ctx))
+    r = analyze(tmp_path)
+    (f,) = [f for f in r.findings if f.rule == "ME001"]
+    assert not f.peaks
+    assert any("came later, untracked" in h for h in f.hints)
+    for x in r.to_json()["findings"][r.findings.index(f)]["fixes"]:
+        assert "peak_bytes" not in (x.get("predicted") or {})

@@ -132,3 +132,50 @@ def test_single_layers_are_no_checkpoint_blocks():
     opt = torch.optim.SGD(tower.parameters(), lr=0.1)
     prof = track_step(tower, opt, M.batch(BATCH, WIDTH), M.loss).to_json()
     assert len(prof["blocks"]["blocks"]) >= 2
+
+
+class _Grows(torch.nn.Module):
+    """A tower whose forward, once ``grown``, makes an intermediate 256x its input's width
+    (a step counter's curriculum; a new user's model that asked for terabytes later)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.grown = M.tower(width=WIDTH), False
+
+    def forward(self, x):
+        if self.grown:
+            x = x + x.unsqueeze(-1).expand(-1, -1, 256).contiguous().sum(-1)
+        return self.body(x)
+
+
+def test_what_ifs_are_scaled_where_the_model_changed_since_the_tracked_step():
+    """The what-ifs re-run the step under FakeTensorMode after it was tracked; a model whose
+    work changed since would have them describe another step (the trial's: 12.5 million
+    MiB against a tracked 0.6). The step as it is re-run first: far from the tracked peak,
+    every what-if is scaled, and a note says why; alike, they are re-run."""
+    from diagnose.memory.live import live_section
+
+    for grown, method in ((False, "re-run"), (True, "scaled")):
+        model = _Grows()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        b = M.batch(BATCH, WIDTH)
+        m = track_step(model, opt, b, M.loss)
+        model.grown = grown
+        sec = live_section(m, model=model, optimizer=opt, batch=b, step_fn=M.loss)
+        assert sec["what_if"] and all(w["method"].startswith(method) for w in sec["what_if"])
+        assert any("the model's work changed since" in n for n in sec["notes"]) == grown
+
+
+def test_no_batch_fits_says_whether_the_states_or_the_step_need_the_room():
+    """The explanation where not even a batch of one fits: the model states alone, or the
+    step's own work per sample (the trial's forward asked for terabytes beside 0.2 MiB of
+    states, and read "the model states alone need the room")."""
+    from diagnose.memory.oom import lines
+
+    ex = {"by_kind": {"parameters": 100, "optimizer_state": 100, "activations": 50},
+          "phase": "forward",
+          "held_bytes": 250, "requested_bytes": 10**12, "budget_bytes": 10**6,
+          "largest_batch": {"batch_size": None}}
+    assert "beyond the model states" in lines(ex)[-1]
+    ex["by_kind"]["parameters"] = 2 * 10**6
+    assert "the model states alone need the room" in lines(ex)[-1]
