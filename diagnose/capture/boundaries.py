@@ -91,13 +91,15 @@ def wrong_counts(**counts: Any) -> str | None:
     return None
 
 
-def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose",
+def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose", *,
+                    optimizer: Any = None, loss_fn: Any = None, step_fn: Any = None,
                     **numbers: Any) -> str | None:
     """Why ``diagnose(model, loader)`` (or ``watch``: ``caller``) cannot take what it was
     given: the arguments the wrong way round (a DataLoader first, a model second), a model
     that is none (no ``parameters()``: a string, a path), a loader that is no iterable of
     batches (a string), an option of ``numbers`` (``sample_hz=...``) that is neither None
-    nor a number of 0 or more; None where they can."""
+    nor a number of 0 or more, or what drives autofix's trials (:func:`wrong_step_arguments`);
+    None where they can."""
     is_loader = hasattr(model, "batch_size") and hasattr(model, "dataset")
     is_model = callable(getattr(loader, "parameters", None)) and callable(
         getattr(loader, "register_forward_hook", None))
@@ -117,6 +119,23 @@ def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose",
         if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)
                               or not v >= 0):
             return f"{caller}(): {name} must be a number >= 0 (got {v!r})"
+    return wrong_step_arguments(optimizer, loss_fn, step_fn, caller)
+
+
+def wrong_step_arguments(optimizer: Any, loss_fn: Any, step_fn: Any,
+                         caller: str = "diagnose") -> str | None:
+    """Why what drives autofix's trials cannot: an ``optimizer`` that is no optimizer (no
+    ``step()`` and ``param_groups``: a function, a class, a string), a ``loss_fn`` or
+    ``step_fn`` that cannot be called (a loss's name); None where each is None or fits."""
+    for opt in optimizer if isinstance(optimizer, list | tuple) else [optimizer]:
+        if opt is not None and not (callable(getattr(opt, "step", None))
+                                    and hasattr(opt, "param_groups")):
+            return (f"{caller}(): optimizer is {a_type(opt)}, not a torch.optim.Optimizer: "
+                    "give the optimizer object the loop steps (or None)")
+    for name, fn in (("loss_fn", loss_fn), ("step_fn", step_fn)):
+        if fn is not None and (not callable(fn) or isinstance(fn, type)):
+            return (f"{caller}(): {name} is {a_type(fn)}, not a function: give the function "
+                    f"itself (e.g. torch.nn.functional.cross_entropy), or None")
     return None
 
 

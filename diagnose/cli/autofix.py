@@ -337,6 +337,38 @@ def load_target(target: str) -> dict[str, Any]:
     return out
 
 
+def _not_defined(path: Path, name: str) -> str | None:
+    """Why ``name`` cannot be the file's function, read from its source before it is run
+    (importing runs the file, a whole training script where its training is not under
+    ``if __name__ == "__main__":``): no top-level statement binds it and no ``import *``
+    may. None where it may be there, or the source does not parse (the import says why)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    bound, funcs = set(), []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            if not isinstance(node, ast.ClassDef):
+                funcs.append(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if any(a.name == "*" for a in node.names):
+                return None
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:  # assignments, loops, with, if/try blocks: any name they may bind
+            bound.update(n.id for n in ast.walk(node)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+            bound.update(n.name for n in ast.walk(node) if isinstance(
+                n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef))
+    if name in bound:
+        return None
+    return (f"{name!r} is not defined in {path.name} (its functions: "
+            f"{', '.join(funcs) or 'none'}): autofix calls a function that returns the job")
+
+
 @contextlib.contextmanager
 def _job_argv(where: str) -> Iterator[None]:
     """``sys.argv`` as ``python path/file.py`` gives it (the file alone), not
@@ -356,6 +388,8 @@ def _import_and_call(target: str, where: str, fn_name: str, path: Path, is_file:
     spec = importlib.util.spec_from_file_location(path.stem, path) if is_file else None
     if is_file and (spec is None or spec.loader is None):
         raise DiagnoseError(f"{where}: not a Python file autofix can import (name it *.py)")
+    if is_file and (why := _not_defined(path, fn_name)) is not None:
+        raise DiagnoseError(f"{target}: {why}")
     try:
         if spec is not None and spec.loader is not None:
             mod = importlib.util.module_from_spec(spec)

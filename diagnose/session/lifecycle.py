@@ -134,7 +134,8 @@ class Session:
         memory: bool = True,
     ) -> None:
         why = (wrong_counts(steps=steps, warmup=warmup, wait=wait, clock_steps=clock_steps)
-               or wrong_arguments(model, loader, sample_hz=sample_hz))
+               or wrong_arguments(model, loader, sample_hz=sample_hz, optimizer=optimizer,
+                                  loss_fn=loss_fn, step_fn=step_fn))
         if why is not None:
             raise CaptureError(why)
         self.model = model

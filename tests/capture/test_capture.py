@@ -453,6 +453,16 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
         for hz in ("x", -1, float("nan")):
             with pytest.raises(CaptureError, match=rf"{name}\(\): sample_hz must be a number"):
                 make_it(model, loader, sample_hz=hz)
+    # a new user's optimizer=lambda: 0 and loss_fn="ce" were taken without a word (the
+    # loss failed later, in each memory what-if)
+    with pytest.raises(CaptureError, match=r"optimizer is a function, not a torch.optim"):
+        diagnose(model, loader, optimizer=lambda: 0)
+    with pytest.raises(CaptureError, match=r"loss_fn is a str, not a function"):
+        diagnose(model, loader, loss_fn="ce")
+    with pytest.raises(CaptureError, match=r"step_fn is a type, not a function"):
+        diagnose(model, loader, step_fn=torch.nn.CrossEntropyLoss)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    diagnose(model, loader, optimizer=opt, loss_fn=torch.nn.CrossEntropyLoss())  # fits
     with pytest.raises(CaptureError, match=r"watch\(\): progress_s must be a number >= 0"):
         watch(model, loader, progress_s="x")
     with pytest.raises(CaptureError, match=r"capture_interval_s must be a number >= 0"):

@@ -184,7 +184,7 @@ def test_autofix_target_imports_its_sibling_module(tmp_path: Path) -> None:
 @pytest.mark.parametrize("target,msg", [
     ("nocolon", "expected path/to/file.py:function"),
     ("missing.py:make", "no such file"),
-    ("{src}:nothing", "is not a function"),
+    ("{src}:nothing", "'nothing' is not defined in work2.py (its functions: "),
     ("{src}:broken", "must return a dict with model, loader, optimizer and loss_fn or "
                      "step_fn (it returned a value of type int)"),
     # a new user's: the key was not named, the Python API's advice went to the CLI
@@ -205,6 +205,23 @@ def test_autofix_command_errors_are_one_line(tmp_path: Path, capsys, target: str
     assert cli.main(["autofix", target.format(src=src)]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_function_the_file_does_not_define_is_named_before_it_runs(tmp_path: Path,
+                                                                    capsys) -> None:
+    """Importing runs the file: a new user's `autofix mem_train.py:nope` trained for 37 s
+    before saying so. The source is read first; a name bound at run time (a loop's, a
+    star import's) is still looked up after the import."""
+    ran = tmp_path / "ran"
+    src = tmp_path / "script.py"
+    src.write_text(f"open({str(ran)!r}, 'w').write('x')\n\ndef train():\n    pass\n\n"
+                   "for name in ['late']:\n    globals()[name] = train\nlate2 = train\n")
+    assert cli.main(["autofix", f"{src}:nope"]) == 2
+    err = capsys.readouterr().err
+    assert "'nope' is not defined in script.py (its functions: train)" in err
+    assert not ran.exists()
+    assert cli.main(["autofix", f"{src}:late2"]) == 2  # bound: imported, then called
+    assert ran.exists() and "not defined" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags,msg", [
