@@ -22,7 +22,13 @@ from ..rules.engine import SEVERITIES, group_not_evaluated, severity_rank
 from ..stepmodel.step import step_model_line
 from ..values import interval_end
 from .markup import CSS, Child, Markup, _pct, el, fmt, gain_words, raw_svg, text, unit_beside
-from .memory_text import WHAT_IF_TITLE, memory_lines, shows_memory, what_if_table
+from .memory_text import (
+    WHAT_IF_NUMERIC,
+    WHAT_IF_TITLE,
+    memory_lines,
+    shows_memory,
+    what_if_table,
+)
 from .plots import BREAKDOWN, AutofixRow, autofix_rows, figures, plot_title, to_svg
 from .runkind import cpu_run, device_line, fit_not_evaluated, fit_notes, traced
 from .text import fix_line, fix_title, no_findings, predicts, step_lines, unprofiled_dl
@@ -314,7 +320,7 @@ def _memory(report: Analysis) -> Markup | None:
     lines = [el("li", line, class_="muted" if kind == "modules" else None)
              for line, kind in memory_lines(mem)]
     cols, rows = what_if_table(mem)
-    right = {"peak", "range", "step ms"}
+    right = WHAT_IF_NUMERIC
     table = el("table", el("caption", WHAT_IF_TITLE),
                el("thead", el("tr", [el("th", c, class_="num" if c in right else None)
                                      for c in cols])),

@@ -4,6 +4,7 @@ explained, and the what-ifs (diagnose/memory) as rows of text."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -41,9 +42,15 @@ def _change(change: dict[str, Any]) -> str:
 def shows_memory(report: Analysis) -> dict[str, Any] | None:
     """The memory section's data where the report shows it: a tracked step's, or a trace's
     totals beside a memory finding; else None."""
-    mem = getattr(report, "memory", None)
-    if mem and (mem.get("source") == "tracker" or any(f.category == "memory"
-                                                      for f in report.findings)):
+    return memory_shown(getattr(report, "memory", None),
+                        [f.category for f in report.findings])
+
+
+def memory_shown(mem: Any, categories: Iterable[Any]) -> dict[str, Any] | None:
+    """:func:`shows_memory` on a report's JSON ``memory`` and its findings' categories
+    (the TensorBoard tab reads them from ``diagnose.json``)."""
+    if isinstance(mem, dict) and mem and (mem.get("source") == "tracker"
+                                          or "memory" in categories):
         return dict(mem)
     return None
 
@@ -102,6 +109,8 @@ def _module(m: dict[str, Any]) -> str:
 
 #: the what-if table's title
 WHAT_IF_TITLE = "Memory what-ifs (plan with the range's high end)"
+#: the what-if table's columns that hold numbers (set right-aligned)
+WHAT_IF_NUMERIC = ("peak", "range", "step ms")
 
 
 def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -141,7 +150,7 @@ def memory_renderables(mem: dict[str, Any] | None, what_ifs: bool = True) -> lis
     if rows and what_ifs:
         t = Table(title=WHAT_IF_TITLE, title_justify="left")
         for col in cols:
-            t.add_column(col, justify="right" if col in ("peak", "range", "step ms") else "left")
+            t.add_column(col, justify="right" if col in WHAT_IF_NUMERIC else "left")
         for row in rows:
             t.add_row(*(escape(c) for c in row))
         out.append(t)

@@ -7,9 +7,10 @@ Scalars, with the run's step as TensorBoard's step: ``watch/step_ms`` and
 ``watch/alarm_<signal>`` (the level after the change, at its step), energy per step at
 each energy window (``watch/energy_j_per_step``) and the host and GPU samples
 (``samples/<sampler>/<field>``, at the step each was taken). Text: the summary. The
-Diagnose tab gets ``diagnose.json`` with the timeline plot (alarms marked) and one note
+Diagnose tab gets ``diagnose.json`` with the timeline plot (alarms marked), one note
 per alarm naming its capture's folder (each capture is a run of its own: write it with
-``torch-diagnose tensorboard CAPTURE_DIR``). The watched run's files are only read.
+``torch-diagnose tensorboard CAPTURE_DIR``) and each alarm's severity for the run list
+(its capture's worst finding's, at least a warning). The watched run's files are only read.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import msgspec
 import numpy as np
 
 from ..errors import DiagnoseError
+from ..rules.engine import SEVERITIES, severity_rank
 from ..values import as_number
 from .tb_plugin.runfile import FORMAT, RUN_FILE, VERSION
 from .tensorboard import DEFAULT_LOGDIR, WriteResult, _Events, _prepare_run_dir, _safe
-from .watch_timeline import alarm_lines, render_watch_text, timeline_svg
+from .watch_timeline import alarm_lines, alarms_with_captures, render_watch_text, timeline_svg
 
 __all__ = ["POINTS", "write_watched_logdir"]
 
@@ -92,6 +94,15 @@ def _write_samples(ev: _Events, samples: dict[str, Any] | None) -> int:
     return n
 
 
+def _severity(alarm: dict[str, Any]) -> str:
+    """An alarm's severity for the tab's run list: its capture's worst finding's, at least
+    a warning (a sustained change of pace, whatever its capture found)."""
+    cap = alarm.get("capture")
+    found = [f.get("severity") for f in (cap.get("findings") if isinstance(cap, dict) else None)
+             or [] if isinstance(f, dict)]
+    return max(["warning", *(s for s in found if s in SEVERITIES)], key=severity_rank)
+
+
 def _document(tl: dict[str, Any], run_dir: str) -> dict[str, Any]:
     """``diagnose.json`` for the tab: no findings of its own (its captures', each a run of
     its own), the median of every step (all timed without the profiler), the alarms as
@@ -104,7 +115,8 @@ def _document(tl: dict[str, Any], run_dir: str) -> dict[str, Any]:
     # every step was timed without the profiler (the captures' windows are runs of their own)
     median = float(np.median(ms)) if len(ms) else None
     report = {"source": [run_dir], "findings": [], "notes": notes,
-              "watched": {"steps": len(ms), "alarms": len(lines)},
+              "watched": {"steps": len(ms), "alarms": len(lines),
+                          "alarm_severities": [_severity(a) for a in alarms_with_captures(tl)]},
               "metrics": {"step_time_unprofiled_median_ms": median,
                           "step_time_unprofiled_steps": len(ms)}}
     plot = {"title": "Step time over the watched run",

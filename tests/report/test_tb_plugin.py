@@ -31,6 +31,13 @@ pytest.importorskip("tensorboard")
 from werkzeug.test import Client  # noqa: E402
 
 from diagnose import analyze  # noqa: E402
+from diagnose.report.html import render_html  # noqa: E402
+from diagnose.report.memory_text import (  # noqa: E402
+    WHAT_IF_TITLE,
+    memory_lines,
+    shows_memory,
+    what_if_table,
+)
 from diagnose.report.plots import figures  # noqa: E402
 from diagnose.report.tb_plugin.plugin import DiagnoseLoader, DiagnosePlugin  # noqa: E402
 from diagnose.report.tb_plugin.runfile import RUN_FILE, find_runs, read_run_file  # noqa: E402
@@ -66,6 +73,8 @@ sys.exit(tb.main())
 # a URL that leaves the server: a scheme, or a protocol-relative //host in a string,
 # attribute, url() or import
 EXTERNAL = re.compile(r"""[a-z][a-z0-9+.-]*://|["'(=`]\s*//[^/\s]""", re.IGNORECASE)
+# a real capture's run folder (a minGPT on CPU): its tracked step's memory by kind, what-ifs
+MEMORY_RUN = REPO / "benchmarks" / "captures" / "cpu_validate" / "mingpt_adder" / "20261202-030634-893"
 
 
 def fetch(url: str) -> tuple[int, str, bytes]:
@@ -89,21 +98,24 @@ def write_broken(logdir: Path, name: str, content: str) -> Path:
 # ---------------------------------------------------------------------------- log dir
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """cpu (with autofix rows), hostile (two ranks, names made of markup, samples), a broken
-    file, a nested run, and a run of plain TensorBoard scalars that is not ours."""
+    """cpu (with autofix rows), hostile (two ranks, names made of markup, samples), memory
+    (a real capture with its memory section), a broken file, a nested run, and a run of
+    plain TensorBoard scalars that is not ours."""
     tmp = tmp_path_factory.mktemp("tbplugin")
     logs = tmp / "logs"
     cpu = analyze(CPU_SLOW)
     write_logdir(cpu, logs, run="cpu", autofix=[*AUTOFIX, (XSS, 120.0, 119.0)])
     hostile = analyze(multi_rank_run(tmp), samples=fake_samples())
     write_logdir(hostile, logs, run="hostile")
+    memory = analyze(str(MEMORY_RUN))
+    write_logdir(memory, logs, run="memory")
     write_logdir(cpu, logs / "team" / "exp1", run="again")
     write_broken(logs, "broken", '{"format": "torch-diagnose-run", "vers')
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     (logs / "plain").mkdir()
     EventFileWriter(str(logs / "plain")).close()
-    return {"logs": logs, "cpu": cpu, "hostile": hostile}
+    return {"logs": logs, "cpu": cpu, "hostile": hostile, "memory": memory}
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +149,12 @@ def test_listing_shows_the_tab_and_routes_give_runs_and_diagnosis(
                                         "module_path": f"{BASE}/index.js"}
 
     runs = {r["run"]: r for r in get_json(f"{server}{BASE}/runs")}
-    assert set(runs) == {"cpu", "hostile", "broken", "team/exp1/again"}  # not "plain"
+    assert set(runs) == {"cpu", "hostile", "memory", "broken", "team/exp1/again"}  # not "plain"
     assert "not valid JSON" in runs["broken"]["error"]
     cpu: Any = logdir["cpu"]
     assert runs["cpu"]["worst"] == cpu.worst() == "critical"
     assert runs["cpu"]["headline"] == cpu.findings[0].message
+    assert runs["cpu"]["alarms"] is None  # not a watched run
 
     q = urllib.parse.urlencode
     view = get_json(f"{server}{BASE}/run?{q({'run': 'cpu'})}")
@@ -161,6 +174,7 @@ def test_listing_shows_the_tab_and_routes_give_runs_and_diagnosis(
     assert view["autofix"]["rows"][0][1:] == ["176.3 ms", "126.5 ms", "-28.2%", "", "",
                                               "better"]  # no speedup, no prediction given
     assert view["traces"] and view["traces"][0].endswith(".pt.trace.json.gz")
+    assert view["memory"] is None and shows_memory(cpu) is None  # a trace: no memory section
 
     status, ctype, svg = fetch(f"{server}{BASE}/plot?{q({'run': 'cpu', 'name': 'breakdown'})}")
     assert status == 200 and ctype.startswith("image/svg+xml") and svg.startswith(b"<svg")
@@ -169,6 +183,37 @@ def test_listing_shows_the_tab_and_routes_give_runs_and_diagnosis(
     for bad in ("nope", "../cpu", str(logdir["logs"] / "cpu"), ""):
         status, _, body = fetch(f"{server}{BASE}/run?{q({'run': bad})}")
         assert status == 404 and "no diagnose run" in json.loads(body)["error"]
+
+
+@pytest.mark.slow
+def test_a_runs_memory_section_is_the_reports(server: str, logdir: dict[str, Any]) -> None:
+    """A new user's trial: the tab had only the mem_* scalars, not the memory by kind and
+    the what-ifs the text and HTML reports show. The tab's are theirs, line for line."""
+    rep: Any = logdir["memory"]
+    mem = shows_memory(rep)
+    assert mem is not None and mem["source"] == "tracker"  # a tracked step
+    view = get_json(f"{server}{BASE}/run?{urllib.parse.urlencode({'run': 'memory'})}")
+    shown = view["memory"]
+    assert shown["lines"] == [list(x) for x in memory_lines(mem)]
+    cols, rows = what_if_table(mem)
+    assert len(rows) == len(mem["what_if"]) > 3
+    assert shown["what_if"] == {"title": WHAT_IF_TITLE, "columns": cols, "rows": rows,
+                                "numeric": [1, 2, 3]}  # peak, range, step ms
+    # the numbers themselves, from the report's JSON: the peak, the largest kind, each
+    # what-if's predicted peak
+    peak = shown["lines"][0][0]
+    kinds = sorted(mem["by_kind"].items(), key=lambda kv: -kv[1])
+    assert peak.startswith(f"peak {mem['peak_bytes'] / 2**20:,.1f} MiB") and kinds[0][0] == "activations"
+    assert f"activations {kinds[0][1] / 2**20:,.1f} MiB ({kinds[0][1] / sum(mem['by_kind'].values()):.0%})" in peak
+    assert [r[1] for r in rows] == [f"{w['peak_bytes'] / 2**20:,.1f} MiB" for w in mem["what_if"]]
+    assert any(r[0].startswith("checkpoint ") for r in rows)
+    # as the text report (-v) and report.html print them
+    text = _squash(rep.render_text(width=400, detail=True))
+    page = _squash("".join(parse(render_html(rep)).text))
+    for line, _ in shown["lines"]:
+        assert _squash(line) in text and _squash(line) in page
+    for row in rows:
+        assert all(c in text and c in page for c in row if c), row
 
 
 @pytest.mark.slow
@@ -235,8 +280,21 @@ def test_tab_renders_offline_in_a_browser(server: str, logdir: dict[str, Any],
     assert XSS in text  # the autofix label, as text
     assert d.scripts == 0  # the tab replaced TensorBoard's loader; nothing was injected
     assert all(not re.match(r"[a-z]+:|//", u) for u in d.links), d.links  # all same-server
-    for run in ("hostile", "broken", "team/exp1/again"):
+    for run in ("hostile", "memory", "broken", "team/exp1/again"):
         assert run in text  # the run list
+    assert "memory" not in d.ids  # no memory section where the run has none
+
+    dom, console = browse(tab_url(server, "memory"), tmp_path)
+    assert console == [], console
+    d = parse(dom)
+    text = _squash("".join(d.text))
+    assert d.ids.get("memory") == "section" and WHAT_IF_TITLE in text
+    mem = shows_memory(logdir["memory"])
+    assert mem is not None
+    for line, _ in memory_lines(mem):
+        assert _squash(line) in text
+    for row in what_if_table(mem)[1]:
+        assert all(c in text for c in row), row
 
 
 @pytest.mark.slow
@@ -306,7 +364,8 @@ def test_broken_and_missing_files_give_a_clear_message(tmp_path: Path) -> None:
     odd = {**doc, "plots": {"breakdown": {"svg": "<script>"}}, "autofix": {"rows": [["x"]]},
            "report": {**doc["report"], "findings": ["?", {"rule": 3, "severity": "bad",
                                                           "evidence": [], "fixes": "x"}],
-                      "metrics": {"step_count": "many", "gpu_busy_frac": "half"}}}
+                      "metrics": {"step_count": "many", "gpu_busy_frac": "half"},
+                      "memory": {"source": "tracker", "by_kind": [1], "what_if": "x"}}}
     write_broken(logs, "odd", json.dumps(odd))
     plugin = plugin_for(logs)
     runs = {r["run"]: r for r in route(plugin, "/runs")[1]}
@@ -318,7 +377,7 @@ def test_broken_and_missing_files_give_a_clear_message(tmp_path: Path) -> None:
     status, body = route(plugin, "/run", run="odd")
     assert status == 200 and "error" not in body, body
     assert [(f["rule"], f["severity"], f["fixes"]) for f in body["findings"]] == [("3", "info", [])]
-    assert body["plots"] == [] and body["autofix"] is None
+    assert body["plots"] == [] and body["autofix"] is None and body["memory"] is None
     summary = dict(body["summary"])
     assert "GPU busy" not in summary and summary["step time"] == "none profiled"  # read as missing
     assert route(plugin, "/plot", run="odd", name="breakdown")[0] == 404

@@ -1,6 +1,7 @@
 """``torch-diagnose tensorboard RUN`` on a watched run's folder: a real watch over a real
 loop, written as scalars by step (bucket medians), the summary as text and the timeline
-plot for the Diagnose tab, served by a real TensorBoard."""
+plot for the Diagnose tab, served by a real TensorBoard; the tab's run list gives a
+watched run's alarms (their count, the worst)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from diagnose.report.tb_watch import POINTS  # noqa: E402
 from diagnose.report.tensorboard import _free_port, stop_process  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.datasets import train  # noqa: E402
-from tests.report.test_tb_plugin import BASE, HOST, LAUNCH, fetch  # noqa: E402
+from tests.report.test_tb_plugin import BASE, HOST, LAUNCH, fetch, plugin_for, route  # noqa: E402
 from tests.report.test_tensorboard import (  # noqa: E402
     assert_gone,
     descendants,
@@ -31,6 +32,7 @@ from tests.report.test_tensorboard import (  # noqa: E402
     poll,
     read_events,
 )
+from tests.watching.test_analyze_watched import _run as timeline_run  # noqa: E402
 
 
 def _watched(tmp_path: Path, steps: int = 3000) -> Path:
@@ -47,6 +49,42 @@ def _watched(tmp_path: Path, steps: int = 3000) -> Path:
     return Path(w.run_dir)
 
 
+def _alarmed(tmp_path: Path, severity: str, *, two: bool = True) -> Path:
+    """A watched run's folder written by the timeline's own writer: one alarm (``two``: two
+    of one change), its capture's report finding IN001 at ``severity``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    run = timeline_run(tmp_path, end=True, second_signal=two)
+    (run / "captures" / "002-step600-step_time" / "report.json").write_text(json.dumps(
+        {"findings": [{"rule": "IN001", "severity": severity, "title": "waits on the loader"},
+                      {"rule": "CF001", "severity": "info", "title": "cudnn.benchmark"}]}))
+    return run
+
+
+def test_a_watched_runs_list_entry_says_its_alarms(tmp_path: Path) -> None:
+    """A new user's trial: a watched run that raised an alarm was listed as `worst: null,
+    counts: {}` (an "ok" badge). Each alarm counts at its capture's worst finding's
+    severity, at least a warning; a run written before the severities were: warnings."""
+    logs = tmp_path / "logs"
+    for name, severity, two in (("critical", "critical", True), ("quiet", "info", False)):
+        run = _alarmed(tmp_path / name, severity, two=two)
+        assert main(["tensorboard", str(run), "--logdir", str(logs), "--run", name]) == 0
+    doc = json.loads((logs / "critical" / RUN_FILE).read_text())
+    assert doc["report"]["watched"]["alarm_severities"] == ["critical", "critical"]
+    del doc["report"]["watched"]["alarm_severities"]
+    (logs / "older").mkdir()
+    (logs / "older" / RUN_FILE).write_text(json.dumps(doc))
+    plugin = plugin_for(logs)
+    runs = {r["run"]: r for r in route(plugin, "/runs")[1]}
+    got = {n: (r["worst"], r["counts"], r["alarms"]) for n, r in runs.items()}
+    assert got == {"critical": ("critical", {"critical": 2}, 2),
+                   "quiet": ("warning", {"warning": 1}, 1),
+                   "older": ("warning", {"warning": 2}, 2)}
+    assert runs["critical"]["headline"].startswith("A watched run: 2 alarms")
+    status, view = route(plugin, "/run", run="critical")
+    assert status == 200 and (view["worst"], view["alarms"]) == ("critical", 2)
+    assert view["findings"] == []  # the captures' findings are runs of their own
+
+
 def _scalars(run: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[str]]]:
     scal, text = read_events(run)
     return {t: [(s, v) for s, _, v in pts] for t, pts in scal.items()}, text
@@ -56,6 +94,8 @@ def _scalars(run: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, l
 def test_a_watched_run_becomes_a_tensorboard_run_with_its_timeline(tmp_path: Path) -> None:
     run_dir = _watched(tmp_path)
     logs = tmp_path / "logs"
+    alarmed = _alarmed(tmp_path / "alarmed", "critical")
+    assert main(["tensorboard", str(alarmed), "--logdir", str(logs), "--run", "alarmed"]) == 0
     assert main(["tensorboard", str(run_dir), "--logdir", str(logs), "--run", "watched"]) == 0
     out = logs / "watched"
     sc, text = _scalars(out)
@@ -82,7 +122,11 @@ def test_a_watched_run_becomes_a_tensorboard_run_with_its_timeline(tmp_path: Pat
         url = f"http://{HOST}:{port}"
         poll("TensorBoard up", lambda: get_json(f"{url}/data/plugins_listing"))
         runs = {r["run"]: r for r in get_json(f"{url}{BASE}/runs")}
-        assert runs["watched"]["worst"] is None
+        assert (runs["watched"]["worst"], runs["watched"]["counts"]) == (None, {})
+        assert runs["watched"]["alarms"] == 0
+        assert (runs["alarmed"]["worst"], runs["alarmed"]["counts"]) == ("critical",
+                                                                         {"critical": 2})
+        assert runs["alarmed"]["alarms"] == 2
         # the tab says it is a watched run, timed without the profiler (a new user's read
         # "No findings" and "as profiled (a saved trace ...)" beside 2 alarms)
         assert runs["watched"]["headline"].startswith("A watched run: no alarm")

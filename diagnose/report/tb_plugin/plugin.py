@@ -11,7 +11,9 @@ Routes, under ``/data/plugin/diagnose``:
 ``/index.js``  the tab: an ES module whose ``render()`` TensorBoard calls in its frame
 ``/tab.css``   its style (the HTML report's, plus the tab's layout)
 ``/index.html`` the same tab as a page of its own
-``/runs``      ``[{"run", "worst", "counts", "step_time", "headline"} | {"run", "error"}]``
+``/runs``      ``[{"run", "worst", "counts", "alarms", "step_time", "headline"} | {"run",
+               "error"}]``; a watched run's worst and counts are its alarms' (else
+               ``alarms`` is null)
 ``/run``       ``?run=NAME``: the run as :func:`.view.run_view` gives it, or ``{"run", "error"}``
 ``/plot``      ``?run=NAME&name=KEY``: one plot, ``image/svg+xml``
 =============  ==========================================================================

@@ -1,8 +1,8 @@
 """What the tab shows of a run, from its ``diagnose.json``: every value already a string.
 
 Numbers are formatted here, by the same helpers as the HTML report (:func:`markup.fmt`,
-:func:`html.summary_facts`, :func:`html.autofix_cells`), so the script in the page only
-places text. The document comes from a file on disk and is read defensively: a field of the
+:func:`html.summary_facts`, :func:`html.autofix_cells`, the memory section's
+:mod:`..memory_text`), so the script in the page only places text. The document comes from a file on disk and is read defensively: a field of the
 wrong type is shown as missing, never a traceback.
 """
 
@@ -19,6 +19,13 @@ from ...stepmodel.step import step_model_line
 from ...values import as_number
 from ..html import autofix_cells, summary_facts
 from ..markup import fmt, gain_words
+from ..memory_text import (
+    WHAT_IF_NUMERIC,
+    WHAT_IF_TITLE,
+    memory_lines,
+    memory_shown,
+    what_if_table,
+)
 
 NO_FINDINGS = "No findings: nothing in this run points at a bottleneck."
 
@@ -65,16 +72,33 @@ def _counts(findings: list[dict[str, Any]]) -> dict[str, int]:
             if (n := sum(1 for f in findings if _severity(f) == sev))}
 
 
+def _alarms(report: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A watched run's alarms as findings of their severity (each its capture's worst
+    finding's, at least a warning: tb_watch writes them); None for a run not watched."""
+    watched = report.get("watched")
+    if not isinstance(watched, dict):
+        return None
+    n = int(as_number(watched.get("alarms")) or 0)
+    sevs = _list(watched.get("alarm_severities"))
+    if len(sevs) != n:  # a diagnose.json written before the severities were
+        sevs = ["warning"] * n
+    return [{"severity": s} for s in sevs]
+
+
 def run_summary(name: str, doc: dict[str, Any]) -> dict[str, Any]:
-    """One line of the run list: name, worst severity, counts, median step time, headline."""
+    """One line of the run list: name, worst severity, counts, median step time, headline,
+    and a watched run's alarms (their count; worst and counts are theirs)."""
     report = _dict(doc.get("report"))
     findings = _findings(report)
+    alarms = _alarms(report)
+    ranked = findings if alarms is None else _findings({"findings": alarms})
     shown = step_time(_metrics(report))  # the job's own step where the clock timed it
     step = as_number(shown["median_ms"], finite=False)
     return {
         "run": name,
-        "worst": _severity(findings[0]) if findings else None,
-        "counts": _counts(findings),
+        "worst": _severity(ranked[0]) if ranked else None,
+        "counts": _counts(ranked),
+        "alarms": None if alarms is None else len(alarms),
         "step_time": None if step is None else fmt("step_time_median_ms", step)
         + ("" if shown["measured"] == "without the profiler" else " (profiled)"),
         "headline": _str(findings[0].get("message")) if findings else _no_findings(report),
@@ -152,6 +176,22 @@ def _kernels(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _memory(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The memory section where the HTML report shows one: its lines ([text, kind], kind
+    "peak", "modules" or "oom") and the what-if table; None where a field is damaged."""
+    mem = memory_shown(report.get("memory"), [f.get("category") for f in _findings(report)])
+    if mem is None:
+        return None
+    try:
+        lines = [[text, kind] for text, kind in memory_lines(mem)]
+        cols, rows = what_if_table(mem)
+    except (TypeError, ValueError, KeyError, AttributeError):  # not the shape written
+        return None
+    table = {"title": WHAT_IF_TITLE, "columns": cols, "rows": rows,
+             "numeric": [i for i, c in enumerate(cols) if c in WHAT_IF_NUMERIC]}
+    return {"lines": lines, "what_if": table if rows else None}
+
+
 def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> dict[str, Any]:
     """Everything the tab shows of one run."""
     report = _dict(doc.get("report"))
@@ -173,6 +213,7 @@ def run_view(name: str, doc: dict[str, Any], *, profiler_tab: bool = False) -> d
                     ["step model", step_model_line(report.get("step_model"),
                                                    report.get("step_model_why"))]],
         "findings": [_finding(f) for f in findings],
+        "memory": _memory(report),
         "plots": plots,
         "autofix": _autofix(doc),
         "kernels": _kernels(report),

@@ -82,6 +82,11 @@ function finding(f) {
                     fixes] : null);
 }
 
+// a watched run: its list entry's worst and counts are its alarms' (none: an ok badge)
+function alarmed(r) {
+  return r.alarms !== null && r.alarms !== undefined;
+}
+
 function counts(c) {
   const badges = SEVERITIES.filter((s) => c[s]).map((s) =>
     [el('span', {class: `badge ${s}`}, `${c[s]} ${s}`), ' ']);
@@ -93,9 +98,17 @@ function runView(v) {
                   el('p', {class: 'td-headline'}, v.headline))];
   out.push(section('summary', 'Summary', el('table', {class: 'kv'}, el('tbody', null,
     v.summary.map(([k, val]) => el('tr', null, el('th', {scope: 'row'}, k), el('td', null, val))),
-    el('tr', null, el('th', {scope: 'row'}, 'findings'), el('td', null, counts(v.counts)))))));
+    el('tr', null, el('th', {scope: 'row'}, alarmed(v) ? 'alarms' : 'findings'),
+       el('td', null, counts(v.counts)))))));
   out.push(section('findings', `Findings (${v.findings.length})`,
     v.findings.length ? v.findings.map(finding) : el('p', {class: 'message'}, v.headline)));
+  if (v.memory) {
+    const w = v.memory.what_if;
+    out.push(section('memory', 'Memory',
+      el('ul', null, v.memory.lines.map(([line, kind]) =>
+        el('li', kind === 'modules' ? {class: 'muted'} : null, line))),
+      w ? [el('h4', null, w.title), table(w.columns, w.rows, w.numeric)] : null));
+  }
   if (v.plots.length) {
     out.push(section('plots', 'Plots', v.plots.map((p) =>
       el('figure', {class: 'plot', id: `plot-${p.key}`},
@@ -156,7 +169,8 @@ function runButton(r, selected, pick) {
     : el('span', {class: `badge ${r.worst ? sev(r.worst) : 'ok'}`}, r.worst || 'ok');
   const btn = el('button', {type: 'button', class: 'td-run', 'aria-current': selected},
     badge, ' ', el('span', {class: 'td-run-name'}, r.run),
-    el('span', {class: 'td-run-step'}, r.error ? 'cannot be shown' : r.step_time || ''));
+    el('span', {class: 'td-run-step'}, r.error ? 'cannot be shown' : [r.step_time || '',
+      alarmed(r) ? ` · ${r.alarms} alarm${r.alarms === 1 ? '' : 's'}` : '']));
   btn.addEventListener('click', () => pick(r.run));
   return el('li', null, btn);
 }
