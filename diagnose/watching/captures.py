@@ -8,7 +8,8 @@ time and loader wait together); else it takes one, within ``max_captures`` a run
 machine explains as its neighbours', or whose window found the pace back (the change
 passed: :attr:`Captures.passed`), does not count against ``interval_s``
 (:meth:`Captures.release`); else its ``capture_why`` says which limit. The baseline window goes first and is not
-counted. A window starts at the next step boundary (:meth:`Captures.start`), records its
+counted; it waits while a change is under way (``defer``), and an alarm's window asked
+meanwhile goes before it. A window starts at the next step boundary (:meth:`Captures.start`), records its
 steps (:meth:`Captures.step`), then its folder gets a ``context.json`` whose unprofiled
 steps are those since the change began (at most :data:`BEFORE_STEPS`), and is analysed
 on the :class:`~.window.Analyst`'s thread; the alarms then get the report and what
@@ -85,8 +86,10 @@ class Captures:
 
     def __init__(self, *, steps: int, max_captures: int, interval_s: float,
                  rank: int | None, worker_name: str | None, context: Context,
-                 before: Before, record: Callable[..., None] | None) -> None:
+                 before: Before, record: Callable[..., None] | None,
+                 defer: Callable[[], bool] = lambda: False) -> None:
         self.steps, self.max_captures, self.interval_s = steps, max_captures, interval_s
+        self.defer = defer  # True: a change is under way, the baseline window waits
         self.rank, self.worker_name = rank, worker_name
         self._context, self._before, self._record = context, before, record
         self.jobs: list[Capture] = []  # started, in order
@@ -107,8 +110,11 @@ class Captures:
 
     @property
     def due(self) -> bool:
-        """A capture is asked for and none is running: start it at this boundary."""
-        return bool(self._queue) and self.window is None
+        """A capture is asked for and none is running: start it at this boundary (the
+        baseline window not while ``defer()`` says a change is under way: it would
+        profile the new pace as the old)."""
+        q = self._queue
+        return bool(q) and self.window is None and not (q[0].baseline and self.defer())
 
     @property
     def quiet(self) -> bool:
@@ -149,7 +155,10 @@ class Captures:
                 job = Capture(self._label(f"step{alarm.step}-{alarm.signal}"), baseline=False,
                               alarms=[alarm], first_step=alarm.step)
                 _apply(job, [alarm])
-                self._queue.append(job)
+                # before a baseline window still waiting: that one would profile this
+                # change's pace, the alarm's window would compare with it as the old
+                wait = [i for i, j in enumerate(self._queue) if j.baseline]
+                self._queue.insert(wait[0] if wait else len(self._queue), job)
                 self._taken += 1
                 self._spaced.append((time.time(), size, job))
 

@@ -60,6 +60,9 @@ MARGIN = 2.0
 #: the normal quantile of the median's distribution-free interval (:func:`_median_span`):
 #: a two-sided 95% interval, the same ~97.5% one-sided as :data:`MARGIN`
 MEDIAN_Z = 1.96
+#: a baseline learnt over ``learn_s`` seconds has at least this many ``min_len`` values
+#: (the defaults' own count: 64 = 4 x 16)
+LEARN_LENS = 4
 
 
 def _at(srt: list[float], q: float) -> float:
@@ -107,6 +110,21 @@ def _split(seg: list[float], level: float, min_len: int) -> int:
         if score > best:
             best, at = score, k
     return at
+
+
+def _split_two(seg: list[float], min_len: int) -> int:
+    """Where in ``seg`` its values move to a new level with no level known before them:
+    the split k (``min_len`` values or more either side) that maximises |mean(seg[k:]) -
+    mean(seg[:k])| x sqrt(k (n - k) / n), the two-sample form of :func:`_split`; 0 where
+    ``seg`` is too short."""
+    n = len(seg)
+    if n < 2 * min_len:
+        return 0
+    c = np.cumsum(np.asarray(seg, dtype=np.float64))
+    k = np.arange(min_len, n - min_len + 1)
+    head = c[k - 1]
+    score = np.abs((c[-1] - head) / (n - k) - head / k) * np.sqrt(k * (n - k) / n)
+    return int(k[int(np.argmax(score))])
 
 
 @dataclass(frozen=True)
@@ -159,17 +177,23 @@ class Detector:
     collect in :attr:`spikes` (the caller empties it). ``time_of(index)``: when the value
     at ``index`` ended (s; None: no longer known, long ago), so that a change also holds
     ``hold_s`` seconds before it is called. ``pace_of(level)``: the counts for values at a
-    new level, taken as each change is called (:meth:`pace`)."""
+    new level, taken as each change is called (:meth:`pace`). ``learn_s``: a baseline's
+    values also end once they span that long, ``LEARN_LENS`` x ``min_len`` values or more
+    (counts paced to short steps that then slowed would take minutes). ``split_first``:
+    a baseline learnt with no level before it (the first, or after a rest that came
+    before one was) is split too, where its values end slower (:meth:`_slower_tail`)."""
 
     def __init__(self, params: Params | None = None, keep: int = 256, hold_s: float = 0.0,
                  time_of: Callable[[int], float | None] | None = None,
-                 pace_of: Callable[[float], Params] | None = None) -> None:
+                 pace_of: Callable[[float], Params] | None = None,
+                 learn_s: float = 0.0, split_first: bool = False) -> None:
         p = params or Params()
         if p.learn < 3 or p.relearn < 3 or p.min_len < 1 or p.h <= 0 or p.clip <= p.k:
             raise ValueError(f"bad detector parameters: {p}")
         self.p = p
         self.keep = keep
         self.hold_s, self.time_of, self.pace_of = hold_s, time_of, pace_of
+        self.learn_s, self.split_first = learn_s, split_first
         # the hot path reads these as plain attributes
         self._k, self._h, self._clip, self._confirm = p.k, p.h, p.clip, p.confirm
         self._spike_z, self._spike_min, self._refresh = p.spike_z, p.spike_min, p.refresh
@@ -222,6 +246,22 @@ class Detector:
         t0, t1 = self.time_of(start - 1), self.time_of(index)
         return t0 is None or t1 is None or t1 - t0 >= self.hold_s
 
+    def _learnt_in_time(self, index: int) -> bool:
+        """The values being learnt (the last at ``index``) span ``learn_s`` seconds, and
+        are ``LEARN_LENS`` x ``min_len`` or more."""
+        n = len(self._learning)
+        if self.learn_s <= 0 or self.time_of is None or n < LEARN_LENS * self._min_len:
+            return False
+        t0, t1 = self.time_of(index - n), self.time_of(index)
+        return t0 is not None and t1 is not None and t1 - t0 >= self.learn_s
+
+    @property
+    def under_way(self) -> bool:
+        """A slowdown may be under way: half ``min_len`` values in a row above the
+        baseline's 90th percentile, or the upper sum past half ``h``."""
+        return self.mu is not None and (2 * self.run_up >= self._min_len
+                                        or 2 * self.sp > self._h)
+
     @property
     def ready(self) -> bool:
         """A baseline is set: values are being tested."""
@@ -233,7 +273,7 @@ class Detector:
         mu = self.mu
         if mu is None:
             self._learning.append(x)
-            if len(self._learning) >= self._need:
+            if len(self._learning) >= self._need or self._learnt_in_time(index):
                 vals, self._learning = self._learning, []
                 self._set_baseline(vals, index)
                 return self._moved_on(index, vals)
@@ -400,6 +440,8 @@ class Detector:
             if self.mu_span[0] <= rest:  # the old level within the new median's interval
                 return None
             called = rest
+        if called is None and rest is None and self.split_first and mu is not None:
+            return self._slower_tail(index, vals, None)
         if called is None or mu is None or abs(mu - called) < self.p.min_change:
             return None
         k = _split(vals, called, self.p.min_len)
@@ -409,9 +451,11 @@ class Detector:
         self.changes += 1
         return Change(index, index - len(vals) + 1 + k, called, mu, self.sigma)
 
-    def _slower_tail(self, index: int, vals: list[float], level: float) -> Change | None:
+    def _slower_tail(self, index: int, vals: list[float], level: float | None
+                     ) -> Change | None:
         """Values learnt after a rest (the last at ``index``) whose median stayed within
-        ``min_change`` of the level before it (``level``) but that end slower by as much,
+        ``min_change`` of the level before it (``level``; None: no level before them, the
+        values before their two-sample split, :func:`_split_two`) but that end slower by as much,
         and by :data:`MARGIN` standard errors of the tail's median, with ``level`` below
         that median's distribution-free interval (:func:`_median_span`), from where they split
         (:func:`_split`): a slowdown late in the learning, which a baseline learnt across
@@ -419,7 +463,11 @@ class Detector:
         level a spike). The baseline is learnt from the values before the split and the
         sums take the values after it, as they would have come: what they call (a change
         starting where it began, held and judged as any other), else None."""
-        k = _split(vals, level, self.p.min_len)
+        if level is None:
+            k = _split_two(vals, self.p.min_len)
+            level = statistics.median(vals[:k]) if k else 0.0
+        else:
+            k = _split(vals, level, self.p.min_len)
         tail = vals[k:]
         # the tail is the most deviant of many: its median clears MARGIN standard errors
         if k <= 0 or statistics.median(tail) - level < self.p.min_change + (

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .detector import Change, Detector, Params
+from .detector import Change, Detector, Params, Spike
 from .signals import HOLD_S, LOADER_OFFSET, Reference, paced
 from .store import StepStore
 
@@ -81,17 +81,20 @@ class StepTests:
         mu = self.det.mu
         if loader_hooked and mu is not None:
             self.wait_off = LOADER_OFFSET * math.exp(mu)
-            self.wait_det = self._detector("loader_wait", self.step_s or 0.0)
+            self.wait_det = self._detector("loader_wait", math.exp(mu) / 1e3 if self.step_s
+                                           else 0.0)  # the pace now (it may have moved)
 
     def _detector(self, signal: str, step_s: float) -> Detector:
         """A step signal's detector: paced to steps of ``step_s`` s, each change held
-        :data:`~.signals.HOLD_S` on the steps' clock (not for the caller's own
-        parameters: their counts as given)."""
+        :data:`~.signals.HOLD_S` on the steps' clock and a baseline learnt over at most
+        the time its counts span at that pace (not for the caller's own parameters:
+        their counts as given); a slower tail of a first baseline's values is a change."""
+        p = self.params[signal]
         if not self.pace:
-            return Detector(self.params[signal])
-        return Detector(paced(self.params[signal], step_s)[0], hold_s=HOLD_S,
-                        time_of=self._end_of,
-                        pace_of=self._step_pace if signal == "step_time" else None)
+            return Detector(p, split_first=True)
+        return Detector(paced(p, step_s)[0], hold_s=HOLD_S, time_of=self._end_of,
+                        pace_of=self._step_pace if signal == "step_time" else None,
+                        learn_s=HOLD_S * p.learn / p.min_len, split_first=True)
 
     def _step_pace(self, level: float) -> Params:
         """The step time's counts for steps at ``level`` (log ms)."""
@@ -189,6 +192,21 @@ class StepTests:
             else:
                 det.restart(n)
         self.relearn = False
+
+    @property
+    def under_way(self) -> bool:
+        """A slowdown of either signal may be under way (:attr:`Detector.under_way`)."""
+        return any(d is not None and d.under_way for d in (self.det, self.wait_det))
+
+    def spikes(self, final: bool = False) -> list[tuple[str, Spike]]:
+        """The spikes the detectors confirmed since the last call (``final``: their
+        candidates too), with their signal."""
+        out = []
+        for signal, det in (("step_time", self.det), ("loader_wait", self.wait_det)):
+            if det is not None:
+                out += [(signal, sp) for sp in (det.flush_spikes() if final else det.spikes)]
+                det.spikes.clear()
+        return out
 
     def end(self, steps: int) -> None:
         """The loop ended (while the detectors rested: that rest ends here)."""

@@ -232,7 +232,7 @@ class Watch:
             interval_s=self.capture_interval_s, rank=self.rank,
             worker_name=self._dist.worker_name if self._dist is not None else None,
             context=self._capture_context, before=self._before,
-            record=self._writer.record)
+            record=self._writer.record, defer=lambda: self._tests.under_way)
         if self.sample_hz:
             self._sampler = SamplerThread(self._samplers(), self.run_dir, self.sample_hz)
             self._sampler.path = Path(self.run_dir) / samples_file(self.rank)
@@ -320,13 +320,8 @@ class Watch:
 
     def _drain_spikes(self, final: bool = False) -> None:
         """Spikes the per-step detectors confirmed (at the end: their candidates too)."""
-        for signal, det in (("step_time", self._tests.det), ("loader_wait",
-                                                              self._tests.wait_det)):
-            if det is None:
-                continue
-            for sp in det.flush_spikes() if final else det.spikes:
-                self._spike(signal, sp.index, sp.value, sp.baseline)
-            det.spikes.clear()
+        for signal, sp in self._tests.spikes(final):
+            self._spike(signal, sp.index, sp.value, sp.baseline)
 
     def _explain(self, final: bool = False) -> None:
         """The machine's context for the step alarms whose change has a second of ticks

@@ -87,3 +87,21 @@ def test_a_capture_that_found_the_change_passed_does_not_space_the_next(monkeypa
     assert not real.passed and c.take_passed() == []
     c.want(later)
     assert later.capture_why is not None and "at most one every 600 s" in later.capture_why
+
+
+def test_the_baseline_window_waits_while_a_change_is_under_way() -> None:
+    """A new user's trial: the step time's baseline was learnt as the pace slowed, and the
+    baseline window profiled the slow pace; the alarm compared its window with it
+    (understated). Now the baseline window waits while a change is under way, and an
+    alarm's window asked meanwhile goes first."""
+    under_way = [True]
+    c = Captures(steps=3, max_captures=5, interval_s=600.0, rank=None, worker_name=None,
+                 context=lambda *a, **k: {}, before=lambda *a, **k: [], record=None,
+                 defer=lambda: under_way[0])
+    c.ask_baseline()
+    assert not c.due
+    c.want(_alarm(800, 5.9, 11.4))
+    assert c.due and not c._queue[0].baseline and c._queue[1].baseline
+    under_way[0] = False
+    c._queue.pop(0)
+    assert c.due and c._queue[0].baseline

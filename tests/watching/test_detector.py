@@ -323,3 +323,38 @@ def test_a_burst_at_the_end_of_a_relearning_after_a_change_is_no_change() -> Non
                 and d._need - len(d._learning) == 25):
             burst = 25
     assert burst == 0 and len(got) == 1 and got[0][1] == 6000
+
+
+def test_a_slower_tail_of_a_first_baseline_is_a_change() -> None:
+    """``split_first``: a first baseline whose values end slower (no level before them)
+    starts where they split, the rest go to the sums: a change, not the baseline's spread;
+    on steady series (300 of them), no alarm; without it, no change."""
+    x = steady(600, seed=7, slow_frac=0.0)
+    x[40:] += math.log(1.5)  # 20 values into the 64 learnt: the median stays slow
+    d = Detector(split_first=True)
+    got = [c for i, v in enumerate(x.tolist()) if (c := d.update(v, i)) is not None]
+    assert [(38 <= c.start <= 42, c.up) for c in got] == [(True, True)]
+    assert math.exp(got[0].after - got[0].before) == pytest.approx(1.5, rel=0.08)
+    plain = Detector()
+    assert [c for i, v in enumerate(x.tolist()) if plain.update(v, i)] == []
+    runs = 0
+    for seed in range(300):
+        d = Detector(split_first=True)
+        ref = Reference(WORSE["step_time"], d.p.min_change, n=d.p.min_len)
+        for i, v in enumerate(steady(400, seed=seed).tolist()):
+            c = d.update(v, i)
+            if c is not None and ref.judge(c.before, c.after, c.index, c.sigma, c.start):
+                runs += 1
+                break
+    assert runs == 0
+
+
+def test_under_way_says_a_slowdown_is_building() -> None:
+    d = Detector()
+    x = steady(200, seed=2, slow_frac=0.0)
+    for i, v in enumerate(x[:100].tolist()):
+        d.update(v, i)
+    assert not d.under_way
+    for i, v in enumerate((x[100:110] + math.log(1.5)).tolist(), 100):
+        d.update(v, i)
+    assert d.under_way

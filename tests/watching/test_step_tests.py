@@ -132,3 +132,65 @@ def test_a_short_early_lull_then_the_runs_own_pace_is_no_alarm(tmp_path: Path) -
     ms *= np.r_[np.full(150, 10.0), np.full(100, 8.5), np.full(550, 10.0)]
     w = _watch(tmp_path, ms.astype(np.float32), params=True)
     assert [a for a in w.alarms if a.signal == "step_time"] == []
+
+
+def test_a_slowdown_while_the_first_baseline_is_learnt_is_an_alarm(tmp_path: Path) -> None:
+    """A new user's trial: 0.8 ms steps slowed 8x at step 700, inside the first learning
+    (its counts paced to 0.8 ms steps: 4,200 values, 28 s at the new pace); 2,000 steps
+    gave 'alarms: 0 (no sustained change)'. Now a learning also ends once its values span
+    the time its counts were paced to (4 s), and a first baseline's values that end slower
+    are split: the slowdown is an alarm from about 0.8 ms to about 6.4, begun at 700."""
+    ms = np.exp(steady(2000, seed=21, level_ms=0.8, slow_frac=0.0))
+    ms[700:] *= 8.0
+    w = _watch(tmp_path, ms.astype(np.float32))
+    alarms = [a for a in w.alarms if a.signal == "step_time"]
+    assert len(alarms) == 1, [a.line() for a in w.alarms]
+    a = alarms[0]
+    assert a.start is not None and 695 <= a.start <= 705
+    assert 0.7 < a.before < 0.9 and 5.6 < a.after < 7.2
+
+
+def test_a_loader_slowing_while_its_baseline_is_relearnt_is_a_change(tmp_path: Path
+                                                                     ) -> None:
+    """A new user's trial: the baseline window's rest came before the loader wait's first
+    baseline was learnt, so its relearning had no level before it; the wait went 2 -> 6 ms
+    at step 1000, in that relearning, whose baseline took both levels as its spread: 346
+    'single slow steps' (every step from 1147), never a change. Now its values are split
+    where they end slower: a loader_wait change from about 2 ms to about 6, begun at
+    1000, and no spikes."""
+    from diagnose.watching.signals import WORSE, Reference
+    from diagnose.watching.steptests import StepTests
+    from diagnose.watching.store import StepStore
+
+    n = 1500
+    ms = np.exp(steady(n, seed=31, level_ms=6.5, slow_frac=0.0))
+    wait = np.exp(steady(n, seed=32, level_ms=2.0, slow_frac=0.0))
+    ms[1000:] += 4.0
+    wait[1000:] += 4.0
+    got: list[tuple[str, int, int | None]] = []
+    refs = [Reference(WORSE[s], PARAMS[s].min_change, since=20)
+            for s in ("step_time", "loader_wait")]
+    tests = StepTests(PARAMS, 20, lambda s, c, step: got.append((s, c.start, step)),
+                      lambda: False, lambda step: None)
+    store, state = StepStore(), {"rest": None}
+
+    def settle() -> None:  # as the watch: the baseline window asked, then relearnt
+        tests.settle(True, refs)
+        tests.relearn, state["rest"] = True, 0
+
+    t = 0.0
+    for i in range(n):
+        t += float(ms[i]) / 1e3
+        store.add(t, float(ms[i]), float(wait[i]))
+        if i % 25 == 0 or i == n - 1:  # tested in batches, as every TEST_S
+            tests.test(store, i + 1, False, settle)
+            if state["rest"] == 0:  # the window: 8 steps not tested
+                tests.rest(i + 1)
+                tests.skip(i + 9, i + 11)
+                state["rest"] = 1
+    waits = [(start, step) for s, start, step in got if s == "loader_wait"]
+    assert tests.wait_det is not None and len(waits) == 1, got
+    assert waits[0][0] is not None and 995 <= waits[0][0] <= 1005
+    assert tests.wait_det.mu is not None and \
+        math.exp(tests.wait_det.mu) - tests.wait_off == pytest.approx(6.0, rel=0.1)
+    assert [s for s in tests.spikes(final=True) if s[0] == "loader_wait"] == []
