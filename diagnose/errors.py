@@ -48,3 +48,8 @@ class ExpressionError(RuleError):
 
 class CaptureError(DiagnoseError):
     """Capture could not start (e.g. torch missing, output folder unwritable)."""
+
+
+class OptionError(CaptureError, TypeError):
+    """``diagnose()`` or ``watch()`` was given an option it does not have (a typo): a
+    TypeError, as Python's own for an unknown keyword, that names the nearest option."""

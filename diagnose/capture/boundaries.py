@@ -122,6 +122,24 @@ def wrong_arguments(model: Any, loader: Any, caller: str = "diagnose", *,
     return wrong_step_arguments(optimizer, loss_fn, step_fn, caller)
 
 
+def unknown_options(caller: str, unknown: Mapping[str, Any], fn: Callable[..., Any]
+                    ) -> str | None:
+    """Why ``caller()`` cannot take the keywords in ``unknown`` (what ``**`` gathered): the
+    first named, with the nearest of ``fn``'s own options where one is close (a typo);
+    None where there are none."""
+    if not unknown:
+        return None
+    import difflib
+    import inspect
+
+    known = [n for n, p in inspect.signature(fn).parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"]
+    name = next(iter(unknown))
+    near = difflib.get_close_matches(name, known, n=1)
+    return (f"{caller}(): no option {name!r}" + (f" (did you mean {near[0]!r}?)" if near
+                                                   else f"; its options: {', '.join(known)}"))
+
+
 def wrong_step_arguments(optimizer: Any, loss_fn: Any, step_fn: Any,
                          caller: str = "diagnose") -> str | None:
     """Why what drives autofix's trials cannot: an ``optimizer`` that is no optimizer (no

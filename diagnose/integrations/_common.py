@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from diagnose.errors import DiagnoseError
+from diagnose.errors import DiagnoseError, OptionError
 
 __all__ = ["CallbackBase", "MissingExtraError", "TrainerCapture", "import_trainer"]
 
@@ -64,10 +64,10 @@ class TrainerCapture:
             raise DiagnoseError(
                 f"{owner}: {', '.join(taken)} come from the trainer; pass only capture options"
             )
-        try:  # the Session validates its options now (TypeError, CaptureError)
+        try:  # the Session validates its options now (OptionError, CaptureError)
             Session(**options)
-        except TypeError as e:  # an unknown option: named as the user's own call has it
-            raise TypeError(str(e).replace("Session.__init__()", f"{owner}()")) from None
+        except OptionError as e:  # an unknown option: named as the user's own call has it
+            raise OptionError(str(e).replace("diagnose()", f"{owner}()", 1)) from None
         self.owner = owner
         self.options = dict(options)
         self.session: Any = None

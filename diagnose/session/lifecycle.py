@@ -32,6 +32,7 @@ from diagnose.capture.boundaries import (
     StepFinder,
     as_models,
     model_names,
+    unknown_options,
     wrong_arguments,
     wrong_counts,
 )
@@ -48,19 +49,14 @@ from diagnose.capture.samplers import (
     UnavailableSampler,
 )
 from diagnose.capture.steps import EXTEND, Steps, settle_steps
-from diagnose.errors import CaptureError
+from diagnose.errors import CaptureError, OptionError
 from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context import clock_note, context_metrics, load_shift_note
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
 from diagnose.session.after_loop import memory_after_loop, one_thread_wanted, time_after_loop
 from diagnose.session.hooks import Hooks
-from diagnose.session.publish import (
-    capture_section,
-    own_traces,
-    publish,
-    window_notes,
-)
+from diagnose.session.publish import capture_section, own_traces, publish, window_notes
 from diagnose.session.step_notes import others_note, untold_note
 
 __all__ = ["BASELINE_MAX_STEPS", "Session", "autofix", "capture_baseline", "diagnose"]
@@ -132,7 +128,10 @@ class Session:
         loss_fn: Any = None,
         step_fn: Any = None,
         memory: bool = True,
+        **unknown: Any,
     ) -> None:
+        if why := unknown_options("diagnose", unknown, Session.__init__):
+            raise OptionError(why)
         why = (wrong_counts(steps=steps, warmup=warmup, wait=wait, clock_steps=clock_steps)
                or wrong_arguments(model, loader, sample_hz=sample_hz, optimizer=optimizer,
                                   loss_fn=loss_fn, step_fn=step_fn))

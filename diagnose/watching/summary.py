@@ -74,6 +74,12 @@ NO_STEPS = ("no step boundary was seen: the loop stepped no torch.optim optimize
             "steps; call w.step() at the end of each step (with watch(...) as w:)")
 
 
+#: the note of a watched run that ended before its steps were tested (a trial's 2,000
+#: steps of 0.8 ms read "alarms: 0 (no sustained change)")
+UNTESTED = ("the run ended before the step time's first baseline was learnt (after the "
+            "warm-up steps, about 4 s of steps): its steps were not tested for a change")
+
+
 def record(w: Any) -> dict[str, Any]:
     """The whole record of a watch (JSON-ready)."""
     _, ms, wait = w.store.last(RECENT)
@@ -106,7 +112,8 @@ def record(w: Any) -> dict[str, Any]:
                                            "gathers": rw.gathers,
                                            "cost_s": round(rw.cost_s, 4), "last": rw.last},
         "host": dict(w.host),
-        "notes": list(w.notes) + ([NO_STEPS] if w.ended and not w.steps else []),
+        "notes": list(w.notes) + ([NO_STEPS] if w.ended and not w.steps else [])
+        + ([UNTESTED] if w.ended and w.steps and not w._tests.settled else []),
     }
 
 
@@ -136,7 +143,9 @@ def text(rec: dict[str, Any]) -> str:
     else:
         out.append(f"  energy: {e['why']}")
     alarms = rec["alarms"]
-    out.append(f"  alarms: {len(alarms)}" + ("" if alarms else " (no sustained change)"))
+    out.append(f"  alarms: {len(alarms)}" + ("" if alarms else " (no step was tested: see the "
+                                                 "note)" if UNTESTED in rec["notes"] else
+                                                 " (no sustained change)"))
     for i, a in enumerate(alarms):
         # two signals of one change (the step time and the loader's wait) share a capture
         same = (i > 0 and a.get("capture") is not None and a["step"] == alarms[i - 1]["step"]

@@ -23,9 +23,9 @@ from typing import Any
 
 from diagnose.capture import distributed, loader_shim
 from diagnose.capture import runinfo as ctxmod
-from diagnose.capture.boundaries import wrong_arguments
+from diagnose.capture.boundaries import unknown_options, wrong_arguments
 from diagnose.capture.samplers import Sampler, SamplerThread
-from diagnose.errors import CaptureError
+from diagnose.errors import CaptureError, OptionError
 from diagnose.runfolder import new_run_dir, samples_file, write_json
 
 from . import summary as summ
@@ -80,7 +80,9 @@ class Watch:
                  params: dict[str, Params] | None = None, gpu: int | None = None,
                  energy_window_s: float = WINDOW_S, analysis_timeout_s: float = 120.0,
                  print_summary: bool = True, flush_s: float = 2.0, ring: int = 8192,
-                 block: int = 1000) -> None:
+                 block: int = 1000, **unknown: Any) -> None:
+        if why := unknown_options("watch", unknown, Watch.__init__):
+            raise OptionError(why)
         if capture_steps < 1 or warmup_steps < 0 or rank_every < 1 or max_captures < 0:
             raise CaptureError("watch(): need capture_steps >= 1, warmup_steps >= 0, "
                                "rank_every >= 1, max_captures >= 0")

@@ -27,7 +27,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.capture.runinfo import is_oom, parse_oom_message  # noqa: E402
-from diagnose.errors import CaptureError  # noqa: E402
+from diagnose.errors import CaptureError, OptionError  # noqa: E402
 from diagnose.runfolder import load_context, load_samples, trace_files  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402
@@ -463,6 +463,12 @@ def test_bad_arguments_are_capture_errors(tmp_path: Path) -> None:
         diagnose(model, loader, step_fn=torch.nn.CrossEntropyLoss)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     diagnose(model, loader, optimizer=opt, loss_fn=torch.nn.CrossEntropyLoss())  # fits
+    # a misspelled option named Session.__init__ in Python's own TypeError
+    with pytest.raises(OptionError, match=r"diagnose\(\): no option 'stpes' \(did you mean "
+                                           r"'steps'\?\)"):
+        diagnose(model, loader, stpes=5)
+    with pytest.raises(TypeError, match=r"watch\(\): no option 'zzz'; its options: model, "):
+        watch(model, loader, zzz=1)
     with pytest.raises(CaptureError, match=r"watch\(\): progress_s must be a number >= 0"):
         watch(model, loader, progress_s="x")
     with pytest.raises(CaptureError, match=r"capture_interval_s must be a number >= 0"):

@@ -353,7 +353,8 @@ def test_options_are_the_sessions(module: str, tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="steps >= 1"):
         mod.DiagnoseCallback(steps=0)
     # named as the user's own call (not the Session's), and a count given as text
-    with pytest.raises(TypeError, match=r"^DiagnoseCallback\(\) got an unexpected keyword"):
+    with pytest.raises(TypeError, match=r"^DiagnoseCallback\(\): no option 'stepz' \(did you "
+                                        r"mean 'steps'\?\)"):
         mod.DiagnoseCallback(stepz=3)
     with pytest.raises(CaptureError, match="steps='5': need whole numbers"):
         mod.DiagnoseCallback(steps="5")

@@ -220,3 +220,27 @@ def test_an_alarm_that_shares_a_capture_names_its_folder() -> None:
                       "unit": "ms", "capture_why": "at most one every 600 s"}]}
     lines = alarm_lines(tl)
     assert [x.rsplit("capture: ", 1)[1] for x in lines] == [d, d, "at most one every 600 s"]
+
+
+@pytest.mark.parametrize("learnt", [False, True])
+def test_a_run_that_ends_before_its_baseline_says_its_steps_were_not_tested(
+        tmp_path: Path, learnt: bool) -> None:
+    """A new user's 2,000 steps of 0.8 ms ended inside the first baseline's learning (4 s
+    of steps) and read "alarms: 0 (no sustained change)": nothing had been tested. With
+    counts kept as given (learnt in 16 steps), the same loop is tested and says nothing."""
+    from diagnose.watching.detector import Params
+    from diagnose.watching.summary import UNTESTED
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    params = {"step_time": Params(learn=16, relearn=16)} if learnt else None
+    with watch(model, None, out_dir=tmp_path, baseline=False, print_summary=False,
+               progress_s=None, warmup_steps=0, params=params) as w:
+        for _ in range(40):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    rec = w.to_json()
+    assert rec["steps"] == 40 and (UNTESTED in rec["notes"]) is not learnt
+    assert ("alarms: 0 (no step was tested: see the note)" in w.summary()) is not learnt
