@@ -13,17 +13,15 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ..values import mib
+
 if TYPE_CHECKING:
     from ..result import Analysis
 
 
-def _mib(n: Any) -> str:
-    return "n/a" if not isinstance(n, int | float) else f"{n / 2**20:,.1f} MiB"
-
-
 def _small(n: float) -> str:
-    """A size as :func:`_mib` gives it, in KiB under 0.1 MiB (not "0.0 MiB")."""
-    return _mib(n) if n >= 0.1 * 2**20 else f"{n / 2**10:,.0f} KiB"
+    """A size as :func:`~diagnose.values.mib` gives it, in KiB under 0.1 MiB (not "0.0 MiB")."""
+    return mib(n) if n >= 0.1 * 2**20 else f"{n / 2**10:,.0f} KiB"
 
 
 def _change(change: dict[str, Any]) -> str:
@@ -66,18 +64,18 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
     kinds = {k: v for k, v in (mem.get("by_kind") or {}).items() if v}
     peak = mem.get("peak_bytes")
     if peak is None and mem.get("growth_bytes") is not None:
-        first = (f"the step grew by {_mib(mem['growth_bytes'])} (the trace's CPU totals count "
+        first = (f"the step grew by {mib(mem['growth_bytes'])} (the trace's CPU totals count "
                  "only what profiling saw)")
     else:
         phase = f" in {mem['peak_phase']}" if mem.get("peak_phase") else ""
-        first = f"peak {_mib(peak)}{phase}"
+        first = f"peak {mib(peak)}{phase}"
     if kinds:
         total = sum(kinds.values()) or 1
         # a kind that would print as 0% of the peak (a few KB) is left off the line, and
         # what those left off add up to is said once
         shown = [(k, v) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
                  if v / total > KIND_SHOWN]
-        first += ": " + ", ".join(f"{k.replace('_', ' ')} {_mib(v)} ({v / total:.0%})"
+        first += ": " + ", ".join(f"{k.replace('_', ' ')} {mib(v)} ({v / total:.0%})"
                                   for k, v in shown)
         if len(shown) < len(kinds):
             rest = total - sum(v for _, v in shown)
@@ -95,7 +93,7 @@ def memory_lines(mem: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_module(m)} {_small(m['saved_bytes'])}" for m in mods[:4]), "modules"))
     kept = (mem.get("kept_after_step") or {}).get("bytes")
     if isinstance(kept, int) and kept > 0:
-        out.append((f"still alive after the step: {_mib(kept)} saved for backward (a graph "
+        out.append((f"still alive after the step: {mib(kept)} saved for backward (a graph "
                     "kept past its step: ME005)", "oom"))
     out += [(line, "oom") for line in (mem.get("oom_explanation") or {}).get("lines") or []]
     return out
@@ -132,8 +130,8 @@ def what_if_table(mem: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             low = rng[0] if isinstance(rng[0], int | float) else got
             how += ("; above the peak now" if low > peak else "; no lower than the peak now"
                     if low >= peak else "; may not lower the peak")
-        rows.append([_change(w.get("change") or {}), _mib(got),
-                     f"{_mib(rng[0])} - {_mib(rng[1])}", *step, how])
+        rows.append([_change(w.get("change") or {}), mib(got),
+                     f"{mib(rng[0])} - {mib(rng[1])}", *step, how])
     return cols, rows
 
 

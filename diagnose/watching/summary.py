@@ -74,8 +74,8 @@ NO_STEPS = ("no step boundary was seen: the loop stepped no torch.optim optimize
             "steps; call w.step() at the end of each step (with watch(...) as w:)")
 
 
-#: the note of a watched run that ended before its steps were tested (a trial's 2,000
-#: steps of 0.8 ms read "alarms: 0 (no sustained change)")
+#: the note of a watched run that ended before its steps were tested (no alarm then says
+#: nothing of its pace)
 UNTESTED = ("the run ended before the step time's first baseline was learnt (after the "
             "warm-up steps, about 4 s of steps): its steps were not tested for a change")
 
