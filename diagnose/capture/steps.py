@@ -9,7 +9,8 @@ steps before it are kept as ``untold``, timed but never counted).
 The clock times every step with ``time.perf_counter`` and its phase: ``wait`` (before the
 profiled window), ``warmup``/``active`` (the window), ``settle`` (just after it, skewed by
 prefetched batches and queued device work), ``after`` (timed without the profiler) and,
-where the session asks, ``one_thread`` among them (:data:`ONE_THREAD_EVERY`). The
+where the session asks, ``one_thread`` among them (:data:`ONE_THREAD_EVERY`) and
+``forked`` after them (:mod:`~diagnose.capture.fork_steps`). The
 profiler's own work at a boundary belongs to no step. Per step it also records the wait
 for a CPU other processes held (Linux schedstat), the DataLoader wait, the dataset's reads
 and collate time where batches are built in this process (:mod:`~diagnose.capture.loader_shim`),
@@ -33,8 +34,10 @@ from typing import Any
 
 from diagnose.capture import loader_shim
 from diagnose.capture.boundaries import StepFinder
+from diagnose.capture.fork_steps import ForkedSteps
 from diagnose.capture.others import cpu_snapshot, cpu_wait_ns, cpus_since
 from diagnose.metrics.context import UNRELIABLE_SPREAD
+from diagnose.metrics.context.loop_fork import PHASE as FORKED
 
 #: columns of ``context.json``'s ``capture.step_clock`` (one list per column, one entry a
 #: step): phase, step ms, DataLoader wait ms, and where known (else null) the fetch (dataset
@@ -207,6 +210,7 @@ class Steps:
         self._one_thread_ok: bool | None = None
         self._threads_back: int | None = None
         self.one_thread_steps = 0
+        self.forked = ForkedSteps()  # steps after a fork, once the block is over (its gate)
 
     # ------------------------------------------------------------------ inputs
     def start(self) -> None:
@@ -421,25 +425,28 @@ class Steps:
             phase = "settle"
         one = self._threads_back is not None  # the step ending here ran on one thread
         if one:
-            self.restore_threads()
+            self.restore_threads(fork=False)
+        forked = self.forked.running  # the step ending here ran after a fork
         st = self._step
         if st is not None:  # the step that ends here, by the session's clock
-            self.rows.append(self._row(
-                st, "untold" if self._untold else "one_thread" if one else phase, now, wait))
+            self.rows.append(self._row(st, "untold" if self._untold else "one_thread" if one
+                                       else FORKED if forked else phase, now, wait))
         self._untold = False
         if one:
             pass  # a step of its own: the block's count and its end are the after steps'
+        elif forked:
+            self.done = self.forked.counted()
         elif phase in ("after", "settle"):
             self._after += 1
             if self._after >= self.settle + self.after and not self._keep_timing():
-                self.done = True
                 self.drain_ms = self._drain()  # the queue the block's steps left behind
                 self.after_others_cpus, self.after_workers_cpus = cpus_since(self._cpu0)
+                self.done = not self.forked.begin(self._error)
             elif self._after == self.settle:
                 self._drain()  # the block starts on an empty queue
             if self._after == max(self.settle, 1) and self._cpu0 is None and not self.done:
                 self._cpu0 = cpu_snapshot()
-            if phase == "after" and not self.done:
+            if phase == "after" and not self.done and not self.forked.running:
                 self._one_thread_next()
         elif prof is not None:
             try:
@@ -483,9 +490,11 @@ class Steps:
             self._one_thread_ok = False
             self._error("one-thread step", e)
 
-    def restore_threads(self) -> None:
-        """Put torch's thread count back where a one-thread step set it (a step's end, the
-        loop's end, the session's teardown)."""
+    def restore_threads(self, fork: bool = True) -> None:
+        """Put torch's thread count back where a one-thread step set it (its end, the
+        loop's end, the session's teardown), and let a forked child go (``fork``)."""
+        if fork:
+            self.forked.release()
         back, self._threads_back = self._threads_back, None
         if back is not None:
             import torch

@@ -95,7 +95,8 @@ PROBE_WORDS = {
     "worker_batches": "workers' batches at once",
     "threads_in_loop": "the loop's steps on one thread",
     "cpu_autocast": "the compute without CPU autocast",
-    "fork_copy": "the compute after a fork", "optimizer_step": "the optimizer's step alone"}
+    "fork_copy": "the compute after a fork", "optimizer_step": "the optimizer's step alone",
+    "fork_copy_in_loop": "the loop's steps after a fork"}
 
 
 def _probe_words(each: str) -> str:

@@ -50,13 +50,14 @@ from diagnose.capture.probes import (
 from diagnose.capture.probes.budget import ProbeBudget, threads_short, unneeded
 from diagnose.capture.probes.common import charge
 from diagnose.capture.probes.compute import AGAIN_NOISE, ModelCalls, on_cpu
-from diagnose.capture.probes.fork_copy import time_fork_copy
+from diagnose.capture.probes.fork_copy import start_method, time_fork_copy
 from diagnose.capture.probes.optimizer_step import time_optimizers
 from diagnose.capture.probes.precision import cpu_autocast, time_autocast
 from diagnose.capture.runinfo import thread_pools
 from diagnose.capture.steps import Steps
 from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.memory.inplace import InPlaceStep
+from diagnose.metrics.context.loop_fork import loop_fork
 from diagnose.metrics.context.loop_threads import loop_threads
 from diagnose.values import as_number, usable_cpus
 
@@ -83,6 +84,33 @@ def one_thread_wanted(ctx: Mapping[str, Any], steps: Steps, forward: ForwardTime
             or dl.get("num_workers") != 0 or not isinstance(threads, int) or threads < 2):
         return False
     return "threads" not in unneeded(dict(ctx), steps.clock(), None, steps.loader_starts)
+
+
+def in_loop_gates(steps: Steps, ctx: Mapping[str, Any],
+                  forward: Callable[[], ForwardTimer | None], loader: Any) -> None:
+    """The gates of the loop's own steps run changed after the window: on one thread
+    (:func:`one_thread_wanted`), after a fork (:func:`fork_steps_wanted`); ``forward``
+    gives the session's forward timer when asked."""
+    steps.one_thread = lambda: one_thread_wanted(ctx, steps, forward())
+    steps.forked.wanted = lambda: fork_steps_wanted(ctx, steps, forward(), loader)
+
+
+def fork_steps_wanted(ctx: Mapping[str, Any], steps: Steps, forward: ForwardTimer | None,
+                      loader: Any) -> bool:
+    """Whether the loop's steps may be timed after a fork (``steps``: the session's
+    :class:`~diagnose.capture.steps.Steps`, asked once its ``after`` block is over): a lone
+    CPU run (no device queue, no process group) whose CPU model the forward timer holds,
+    with a DataLoader whose workers would fork every epoch (none yet, or not persistent)
+    from a process whose batches hold no device tensors, where the copies' timing is
+    needed by the clock so far (:func:`~diagnose.capture.probes.budget.unneeded`)."""
+    dl = ctx.get("dataloader")
+    if (steps.sync is not None or not steps.extend or forward is None
+            or not on_cpu(forward.model) or not isinstance(dl, Mapping)
+            or dl.get("persistent_workers") is True or steps.first_batch is None
+            or holds_device_tensors(steps.first_batch)
+            or start_method(unwrap(loader)[0]) not in (None, "fork")):
+        return False
+    return "fork_copy" not in unneeded(dict(ctx), steps.clock(), None, steps.loader_starts)
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,
@@ -135,6 +163,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     looped = loop_threads(clock)  # the loop's own steps on one thread: their cost
     if looped is not None and looped["steps"]:
         charge("threads_in_loop", looped["extra_ms"] / 1e3)
+    forked = loop_fork(clock)  # the loop's own steps after a fork: the copies they paid
+    if forked is not None:
+        charge("fork_copy_in_loop", forked["ms"] / 1e3)
     if budget is None:
         budget = ProbeBudget.of_capture(ctx.get("probes_ms"), unneeded(ctx, clock, others_cpus,
                                                                           loader_starts))
@@ -168,7 +199,8 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
             "optimizer timing", on_error,
             lambda: budget.run("optimizer_step", lambda: time_optimizers(optimizers)))
     if workers and forward is not None:  # the copies an epoch's forks cost the next step
-        _time_fork_copy(ctx, model, forward, loader, others, budget, on_error)
+        _time_fork_copy(ctx, model, forward, loader, others, budget, on_error,
+                        work=forked is None)
     if workers:  # what sending its batches costs a real worker (where one can be forked)
         ctx["dataloader"]["worker_send_ms"] = None if in_turn is None else _guard(
             "worker hand-over timing", on_error,
@@ -254,17 +286,19 @@ def _thread_timing(model: Any, forward: ForwardTimer, others: Sequence[tuple[Any
 
 def _time_fork_copy(ctx: dict[str, Any], model: Any, forward: ForwardTimer, loader: Any,
                     others: Sequence[tuple[Any, Any]], budget: ProbeBudget,
-                    on_error: OnError) -> None:
+                    on_error: OnError, work: bool = True) -> None:
     """``dataloader.fork_copy``: what the pages the step writes cost after a fork
     (:func:`~diagnose.capture.probes.fork_copy.time_fork_copy`), where the loader's workers
-    are not kept alive (persistent ones fork once)."""
+    are not kept alive (persistent ones fork once); ``work`` False: the loop's own steps
+    timed the copies, and only a MiB's prices are timed."""
     if ctx["dataloader"].get("persistent_workers") is True:
         budget.skipped.setdefault("fork_copy", "the workers are persistent: forked once")
         return
     threads = ctx.get("threads")  # the quiet work, timed just before on the same inputs
     quiet = as_number(threads.get("work_ms")) if isinstance(threads, dict) else None
     got = _guard("fork copy timing", on_error, lambda: budget.run(
-        "fork_copy", lambda: time_fork_copy(model, forward.inputs, loader, others, quiet)))
+        "fork_copy", lambda: time_fork_copy(model, forward.inputs, loader, others, quiet,
+                                            work=work)))
     if got is not None:
         ctx["dataloader"]["fork_copy"] = got
 

@@ -54,7 +54,7 @@ from diagnose.memory.inplace import InPlaceStep
 from diagnose.metrics.context import clock_note, context_metrics, load_shift_note
 from diagnose.metrics.samples import samples_metrics
 from diagnose.runfolder import load_samples, new_run_dir
-from diagnose.session.after_loop import memory_after_loop, one_thread_wanted, time_after_loop
+from diagnose.session.after_loop import in_loop_gates, memory_after_loop, time_after_loop
 from diagnose.session.hooks import Hooks
 from diagnose.session.publish import capture_section, own_traces, publish, window_notes
 from diagnose.session.step_notes import others_note, untold_note
@@ -278,8 +278,8 @@ class Session:
                 on_window_over=self._window_over, on_error=self._internal_error,
                 sync=self._device_sync())
             self._install_hooks()
-            self._steps.one_thread = lambda: one_thread_wanted(
-                self._context, self._steps, self._hooks.forward if self._hooks else None)
+            in_loop_gates(self._steps, self._context, lambda: self._hooks.forward
+                          if self._hooks else None, self.loader)
             if self.sample_hz:
                 self._sampler_thread = SamplerThread(
                     self._make_samplers(), self.run_dir, self.sample_hz

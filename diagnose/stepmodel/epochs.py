@@ -56,23 +56,28 @@ def epoch_end_ms(facts: Facts, k: float) -> float:
 
 
 def fork_copy_ms(facts: Facts, threads: int | None = None) -> float:
-    """What the first step after an epoch's forks pays for the memory it writes (ms, once an
-    epoch): every page the step writes is shared with the children and copied at its first
-    write (copy-on-write). As the session timed it after a real fork: the model's forward
-    and backward beyond the same work unforked (``input_worker_fork_copy_ms``), and the
+    """What the first steps after an epoch's forks pay for the memory they write (ms, once
+    an epoch): every page a step writes is shared with the children and copied at its first
+    write (copy-on-write). Where the loop's own steps were timed after a fork
+    (``input_worker_fork_copy_loop_ms``), what they paid: the whole step's writes as the
+    job makes them. Else as the session timed it after the loop: the model's forward and
+    backward beyond the same work unforked (``input_worker_fork_copy_ms``), and the
     optimizer's writes, the parameters, gradients and optimizer state
     (``mem_model_states_bytes``), at the price of a MiB written after a fork
     (``input_worker_fork_copy_ms_per_mib``). On one intra-op thread (``threads``, where
     torch ran on more), all of it at the price of a MiB written from one thread over the
     price on torch's (``_1thread``: a fault in a process whose other threads run flushes
-    their CPUs' view of the page). 0 where the work's part was not timed (a model on a
-    GPU: its memory is the device's); the work's part alone where the states or their
-    price are not known."""
-    work = facts.input_worker_fork_copy_ms
-    if work is None:
-        return 0.0
+    their CPUs' view of the page). 0 where neither was timed (a model on a GPU: its memory
+    is the device's); the work's part alone where the states or their price are not
+    known."""
     per_mib, states = facts.input_worker_fork_copy_ms_per_mib, facts.mem_model_states_bytes
-    copies = work + (per_mib * states / 2**20 if per_mib is not None and states else 0.0)
+    work = facts.input_worker_fork_copy_ms
+    if facts.input_worker_fork_copy_loop_ms is not None:
+        copies = facts.input_worker_fork_copy_loop_ms
+    elif work is None:
+        return 0.0
+    else:
+        copies = work + (per_mib * states / 2**20 if per_mib is not None and states else 0.0)
     one = facts.input_worker_fork_copy_ms_per_mib_1thread
     if (threads == 1 and (facts.torch_num_threads or 1) > 1 and one is not None
             and per_mib is not None and per_mib > 0):

@@ -123,6 +123,8 @@ class Facts:
     input_worker_fork_copy_ms: float | None = None  # the model's work after a fork, beyond
     input_worker_fork_copy_ms_per_mib: float | None = None  # a MiB written after a fork
     input_worker_fork_copy_ms_per_mib_1thread: float | None = None  # the same, one thread
+    input_worker_fork_copy_loop_ms: float | None = None  # the loop's steps after a fork
+    input_worker_fork_copy_loop_noise_rel: float | None = None  # that timing's noise
     mem_model_states_bytes: int | None = None  # parameters, gradients, optimizer state
     input_worker_wait_ms: float | None = None  # waits for workers per unprofiled step
     dataloader_wait_steady_share: float | None = None  # the loader's wait / the steady steps

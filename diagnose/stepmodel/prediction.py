@@ -361,7 +361,7 @@ class Predictor:
             ends += pace_ends(self.facts)
         # a change that reads what one thread costs is made at the busier thread timing
         # too: how the ops ran while something else held a CPU, as the job may meet it
-        reads = {f for t, _ in made for f in t.assumes}
+        reads = {f for t, _ in made for key in t.assumes for f in key.split("|")}
         least = self.facts.threads_one_thread_ratio_min
         if least is not None and "threads_one_thread_ratio" in reads:
             ends.append(self.facts.replace(threads_one_thread_ratio=least))
@@ -501,7 +501,8 @@ def widened(lo: float, hi: float, model_err: float, noise: float) -> tuple[float
 #: error of its median)
 NOISE_OF = {"threads_one_thread_ratio": "threads_noise_rel",
             "input_batched_fetch_work_ratio": "input_batched_fetch_work_noise_rel",
-            "cpu_autocast_ratio": "cpu_autocast_noise_rel"}
+            "cpu_autocast_ratio": "cpu_autocast_noise_rel",
+            "input_worker_fork_copy_loop_ms": "input_worker_fork_copy_loop_noise_rel"}
 
 
 def noise_ends(facts: Facts, reads: Iterable[str]) -> list[Facts]:

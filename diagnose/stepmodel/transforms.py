@@ -24,7 +24,7 @@ What the replay of the graph does not hold, the transform declares for the Predi
   what the prediction leaves out of it, in a clause (named with the assumptions);
 - ``assumes``: for each :class:`~.facts.Facts` field a live capture measures and the
   transform falls back on without it (a saved trace), what it then assumes, in a clause: a
-  prediction names the assumptions it was made on.
+  prediction names the assumptions it was made on. ``a|b``: either field measured will do.
 """
 
 from __future__ import annotations
@@ -70,14 +70,16 @@ class Transform:
         return str(getattr(self.graph, "__name__", repr(self.graph)))
 
     def __post_init__(self) -> None:
-        unknown = ({n for names in self.sets.values() for n in names} | set(self.assumes)) - FIELDS
+        unknown = ({n for names in self.sets.values() for n in names}
+                   | {n for key in self.assumes for n in key.split("|")}) - FIELDS
         if unknown:
             raise ValueError(f"transform {self.name}: sets unknown fact {sorted(unknown)[0]!r}")
 
     def assumed(self, facts: Facts, change: Change | None = None) -> list[str]:
         """What this transform assumes of ``facts``: the clauses of its fields not measured,
         and, for ``change``, what it leaves out of the costs outside the window."""
-        out = [what for name, what in self.assumes.items() if getattr(facts, name) is None]
+        out = [what for key, what in self.assumes.items()
+               if all(getattr(facts, name) is None for name in key.split("|"))]
         left = self.outside_left(facts, change) if self.outside_left and change else None
         return out + [left] if left else out
 

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose.capture.steps as steps_mod  # noqa: E402
+import diagnose.session.after_loop as after_loop  # noqa: E402
 import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.capture.runinfo import is_oom, parse_oom_message  # noqa: E402
 from diagnose.errors import CaptureError, OptionError  # noqa: E402
@@ -38,7 +39,9 @@ ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
 @pytest.fixture(autouse=True)
 def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
-    (tests/test_step_clock.py tests that extension on its own)."""
+    (tests/test_step_clock.py tests that extension on its own), and none after a fork
+    where the clock so far says a worker finding may warn (tests/capture/test_forked_steps.py)."""
+    monkeypatch.setattr(after_loop, "fork_steps_wanted", lambda *_: False)
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
     monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 1)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)

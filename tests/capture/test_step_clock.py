@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 import diagnose.capture.steps as steps_mod  # noqa: E402
+import diagnose.session.after_loop as after_loop  # noqa: E402
 from diagnose import analyze  # noqa: E402
 from diagnose.analysis import capture_notes  # noqa: E402
 from diagnose.metrics.context import clock_note, context_metrics  # noqa: E402
@@ -32,7 +33,9 @@ from tests.datasets import Pairs, train  # noqa: E402
 @pytest.fixture(autouse=True)
 def _planned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step counts here are exact: no extra steps timed when a busy machine makes them vary
-    (tests/test_step_clock.py tests that extension on its own)."""
+    (tests/test_step_clock.py tests that extension on its own), and none after a fork
+    (tests/capture/test_forked_steps.py)."""
+    monkeypatch.setattr(after_loop, "fork_steps_wanted", lambda *_: False)
     monkeypatch.setattr(steps_mod, "EXTEND", 1)
     monkeypatch.setattr(steps_mod, "MIN_AFTER_EXTEND", 1)
     monkeypatch.setattr(steps_mod, "GC_EXTEND", 1)

@@ -22,13 +22,14 @@ untimed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from ..fork_steps import fork_idle
 from .common import cannot_afford, out_of_time, rng_kept, timed
 from .compute import Inputs, cpu_pairs, models_work, on_cpu
 
@@ -40,29 +41,6 @@ COPY_MIB = 8
 #: narrow the work's reading (a MiB's price barely moves), and a slow work's copies are many
 ROUNDS = 3
 QUICK_S = 0.05
-
-
-def _fork_idle() -> Callable[[], None]:
-    """A child forked that only waits to be let go (it runs no Python: a read, then
-    ``_exit``); returns what lets it go and reaps it."""
-    r, w = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.read(r, 1)
-        finally:
-            os._exit(0)
-
-    def let_go() -> None:
-        try:
-            os.write(w, b"x")
-        finally:
-            os.waitpid(pid, 0)
-            os.close(r)
-            os.close(w)
-    return let_go
 
 
 def _write(buf: Any) -> float:
@@ -89,14 +67,17 @@ def start_method(loader: Any) -> str | None:
 
 @timed("fork_copy")
 def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
-                   others: Sequence[tuple[Any, Inputs]] = (), quiet_ms: float | None = None
-                   ) -> dict[str, Any] | None:
+                   others: Sequence[tuple[Any, Inputs]] = (), quiet_ms: float | None = None,
+                   work: bool = True) -> dict[str, Any] | None:
     """``{"start_method", "work_ms", "per_mib_ms", "per_mib_1thread_ms", "rounds"}``: the
     model's work (ms) after a fork beyond the same work unforked, and what a MiB written
     before the fork costs written after it (ms), on torch's threads and on one, the
     medians over the forks timed (:data:`ROUNDS`; the module doc);
     ``others``: the loop's other models, in the same work; ``quiet_ms``: that work unforked
-    on torch's threads as the thread timing just gave it (its median), else timed here.
+    on torch's threads as the thread timing just gave it (its median), else timed here;
+    ``work`` False: the loop's own steps timed the copies after a fork
+    (:mod:`~diagnose.capture.fork_steps`), so only a MiB's prices are timed, one fork
+    (``work_ms`` None).
     All three 0, untimed, where
     the loader's workers do not fork. None where it does not apply (no inputs, a model off the
     CPU: its memory is the device's; torch on one thread, as for the thread timing: a
@@ -112,20 +93,22 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
         return {"start_method": method, "work_ms": 0.0, "per_mib_ms": 0.0,
                 "per_mib_1thread_ms": 0.0, "rounds": 0}
 
-    pairs = cpu_pairs(model, inputs, others)
+    timing: Any = models_work(cpu_pairs(model, inputs, others), idle_s=0.0) if work else (
+        contextlib.nullcontext((None, lambda: 0.0)))
     works: list[float] = []
     copies: list[float] = []
     ones: list[float] = []
     n = torch.get_num_threads()
-    with rng_kept(), models_work(pairs, idle_s=0.0) as (_, work):
-        t0 = time.perf_counter()
-        warm = work()  # the pool back on torch's threads after the thread timing's one
-        # unforked: as the thread timing gave it, else timed here
-        timed_here = quiet_ms is None or quiet_ms <= 0
-        base = min(warm, work()) if timed_here else (quiet_ms or 0.0) / 1e3
-        if cannot_afford(time.perf_counter() - t0, 2):  # a fork: the work and its copies
-            return None
-        rounds = ROUNDS if base < QUICK_S else 1
+    with rng_kept(), timing as (_, run):
+        if work:
+            t0 = time.perf_counter()
+            warm = run()  # the pool back on torch's threads after the thread timing's one
+            # unforked: as the thread timing gave it, else timed here
+            timed_here = quiet_ms is None or quiet_ms <= 0
+            base = min(warm, run()) if timed_here else (quiet_ms or 0.0) / 1e3
+            if cannot_afford(time.perf_counter() - t0, 2):  # a fork: the work and its copies
+                return None
+        rounds = ROUNDS if work and base < QUICK_S else 1
         buf, other = (torch.ones(COPY_MIB * 2**20 // 4) for _ in range(2))
         plain = min(_write(buf) for _ in range(3))
         try:
@@ -135,20 +118,21 @@ def time_fork_copy(model: Any, inputs: Inputs | None, loader: Any = None,
                 if k and out_of_time():  # more forks only while the budget lasts
                     break
                 torch.set_num_threads(n)
-                let_go = _fork_idle()
+                let_go = fork_idle()
                 try:
-                    took = work()
+                    took = run()
                     wrote = _write(buf)
                     torch.set_num_threads(1)
                     wrote_one = _write(other)
                 finally:
                     let_go()
-                works.append(max(0.0, took - base))
+                if work:
+                    works.append(max(0.0, took - base))
                 copies.append(max(0.0, wrote - plain) / COPY_MIB)
                 ones.append(max(0.0, wrote_one - plain_one) / COPY_MIB)
         finally:
             torch.set_num_threads(n)
-    return {"start_method": method or "fork", "rounds": len(works),
-            "work_ms": round(statistics.median(works) * 1e3, 4),
+    return {"start_method": method or "fork", "rounds": len(copies),
+            "work_ms": round(statistics.median(works) * 1e3, 4) if works else None,
             "per_mib_ms": round(statistics.median(copies) * 1e3, 4),
             "per_mib_1thread_ms": round(statistics.median(ones) * 1e3, 4)}

@@ -330,8 +330,8 @@ WORKER_ASSUMES = {
     "input_worker_send_ms": "a worker spends nothing beyond its batch sending it",
     "input_inprocess_batch_ms": "the loop made its batches at the pace the timings after "
                                 "it were made at",
-    "input_worker_fork_copy_ms": "the step's memory is not copied after an epoch's forks "
-                                 "(copy-on-write)",
+    "input_worker_fork_copy_ms|input_worker_fork_copy_loop_ms":
+        "the step's memory is not copied after an epoch's forks (copy-on-write)",
 }
 
 

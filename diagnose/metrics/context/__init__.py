@@ -10,6 +10,7 @@ Flat names rules can use next to the trace metrics, e.g. ``dataloader_num_worker
 - :mod:`.step_clock`: the unprofiled steps by the session's own clock, and its note
 - :mod:`.loop_work`: the loop's own work between its steps, by that clock
 - :mod:`.loop_threads`: what one thread costs the loop's work, by its one-thread steps
+- :mod:`.loop_fork`: what an epoch's forks cost the loop's steps, by its forked steps
 - :mod:`.cpu_holders`: who held the CPUs the training thread waited for
 - :mod:`.loading`: the loop's wait for batches by cause, and the loader's probes
 - :mod:`.cpu`: the CPUs' capacity, the model's threads and their contention
@@ -25,6 +26,7 @@ from . import (
     cpu,
     cpu_autocast,
     loading,
+    loop_fork,
     loop_threads,
     loop_work,
     outcome,
@@ -39,7 +41,8 @@ from .step_clock import UNRELIABLE_SPREAD, unprofiled_step_ms
 
 CATALOG: dict[str, tuple[str, str]] = {
     **settings.CATALOG, **loading.CATALOG, **cpu.CATALOG, **step_clock.CATALOG,
-    **outcome.CATALOG, **loop_work.CATALOG, **loop_threads.CATALOG, **cpu_autocast.CATALOG}
+    **outcome.CATALOG, **loop_work.CATALOG, **loop_threads.CATALOG, **loop_fork.CATALOG,
+    **cpu_autocast.CATALOG}
 
 
 def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
@@ -51,6 +54,7 @@ def context_metrics(ctx: dict[str, Any] | None) -> dict[str, object]:
     out.update(step_clock.clock_metrics(get(ctx, "capture")))
     out.update(loop_work.loop_work_metrics(get(ctx, "capture")))
     out.update(loop_threads.loop_threads_metrics(get(ctx, "capture")))
+    out.update(loop_fork.loop_fork_metrics(get(ctx, "capture")))
     out.update(loading.loading_metrics(ctx))
     out.update(loading.epoch_start_metrics(out))  # after the settings and the clock
     out.update(cpu.cpu_metrics(ctx, out))  # after the clock: the loop's own forward
