@@ -4,7 +4,9 @@ The session needs three things torch has no public API for:
 
 - a hook on every batch a loader's iterator hands out: a patch of
   ``_BaseDataLoaderIter.__next__`` that acts only on iterators of the session's loader
-  (told apart by the ``_index_sampler`` they were made from) and is undone on exit;
+  (told apart by the ``_index_sampler`` they were made from), or of a new DataLoader made
+  as it was (a loop that makes its loader again each epoch: :func:`made_alike`), and is
+  undone on exit;
 - the pids of the worker processes (``_workers`` of a multi-process iterator);
 - in-process loaders: the ``_dataset_fetcher`` whose ``fetch`` (dataset ``__getitem__`` /
   ``__getitems__`` and the collate function) and ``collate_fn`` are timed by wrapping them
@@ -92,6 +94,24 @@ def unwrap(loader: Any) -> tuple[Any, str | None]:
     return loader, None
 
 
+def made_alike(dl: Any, loader: Any) -> bool:
+    """``dl`` is another DataLoader made as ``loader`` was, as a loop that makes its loader
+    again each epoch makes it (the hook asks this of DataLoaders made inside the session): over the same dataset (the object, or one of its class and
+    length: a dataset made again too), with the same batch size, sampler class and
+    worker count. A validation loader differs in its dataset, or in its sampler (no
+    shuffle) or batch size."""
+    if dl is loader or type(dl) is not type(loader):
+        return False
+    try:
+        if (dl.batch_size != loader.batch_size or dl.num_workers != loader.num_workers
+                or type(dl.sampler) is not type(loader.sampler)):
+            return False
+        a, b = dl.dataset, loader.dataset
+        return a is b or (type(a) is type(b) and len(a) == len(b))
+    except Exception:  # no len() (an IterableDataset), or a property that raised
+        return False
+
+
 @dataclass
 class FetchTimes:
     """Time (s) an in-process loader spent in its fetcher since the last :meth:`take`:
@@ -113,7 +133,9 @@ class FetchTimes:
 class LoaderHook:
     """The patch of ``_BaseDataLoaderIter.__next__`` for one loader; :meth:`restore` undoes
     it and every fetcher wrap. ``on_next(it)`` runs before each batch is pulled and
-    ``on_batch(it, seconds, batch)`` after it came (``seconds``: the time the loop waited)."""
+    ``on_batch(it, seconds, batch)`` after it came (``seconds``: the time the loop waited).
+    ``remade``: the iterators of DataLoaders made inside the session (``made``) as its
+    loader was (:func:`made_alike`); their batches count as its."""
 
     it_cls: Any
     original: Any
@@ -124,6 +146,10 @@ class LoaderHook:
     loader_iter: Any = None
     started: weakref.WeakKeyDictionary[Any, float] = field(
         default_factory=weakref.WeakKeyDictionary)
+    remade: weakref.WeakKeyDictionary[Any, bool] = field(
+        default_factory=weakref.WeakKeyDictionary)
+    made: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    loader_init: Any = None  # DataLoader.__init__ as it was
     _wrapped: list[tuple[weakref.ReferenceType[Any], Any]] = field(default_factory=list)
     _seen: weakref.WeakKeyDictionary[Any, bool] = field(
         default_factory=weakref.WeakKeyDictionary)
@@ -134,6 +160,7 @@ class LoaderHook:
             self.it_cls = None
         if self.loader_cls is not None:
             self.loader_cls.__iter__ = self.loader_iter
+            self.loader_cls.__init__ = self.loader_init
             self.loader_cls = None
         for ref, collate in self._wrapped:
             fetcher = ref()
@@ -182,8 +209,9 @@ class LoaderHook:
 
 def install(loader: Any, on_next: Callable[[Any], None],
             on_batch: Callable[[Any, float, Any], None]) -> LoaderHook | None:
-    """Patch ``__next__`` for the iterators of ``loader`` (None when :func:`missing` says the
-    internals are not there). Iterators of other loaders pass through untouched."""
+    """Patch ``__next__`` for the iterators of ``loader`` and of DataLoaders made as it was
+    (None when :func:`missing` says the internals are not there). Iterators of other
+    loaders pass through, marked."""
     if missing(loader) is not None:
         return None
     from torch.autograd.profiler import record_function
@@ -193,10 +221,12 @@ def install(loader: Any, on_next: Callable[[Any], None],
 
     index_sampler = loader._index_sampler
     orig = _BaseDataLoaderIter.__next__
+    hook = LoaderHook(_BaseDataLoaderIter, orig)
+    remade = hook.remade
 
     @functools.wraps(orig)
     def __next__(it: Any) -> Any:
-        if getattr(it, "_index_sampler", None) is not index_sampler:
+        if getattr(it, "_index_sampler", None) is not index_sampler and it not in remade:
             # another loader's batch (a validation pass): marked, so that the trace's
             # DataLoader wait is the training loader's alone
             with record_function(OTHER_LOADER):
@@ -211,9 +241,8 @@ def install(loader: Any, on_next: Callable[[Any], None],
             on_batch(it, time.perf_counter() - t0, batch)
 
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
-    hook = LoaderHook(_BaseDataLoaderIter, orig)
     # DataLoader.__iter__ (public): how long making an iterator took (with workers: their
-    # processes starting), for the session's loader only
+    # processes starting), for the session's loader and those made as it was
     from torch.utils.data import DataLoader
 
     target = weakref.ref(loader)
@@ -221,16 +250,29 @@ def install(loader: Any, on_next: Callable[[Any], None],
 
     @functools.wraps(orig_iter)
     def __iter__(dl: Any) -> Any:
-        if dl is not target():
+        given = target()
+        again = dl in hook.made and given is not None and made_alike(dl, given)
+        if dl is not given and not again:
             return orig_iter(dl)
         t0 = time.perf_counter()
         it = orig_iter(dl)
         with contextlib.suppress(TypeError):  # not weak-referenceable: not timed
             hook.started[it] = time.perf_counter() - t0
+            if again:
+                remade[it] = True
         return it
 
+    orig_init: Callable[..., None] = DataLoader.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(dl: Any, *args: Any, **kwargs: Any) -> None:  # DataLoaders made from now
+        orig_init(dl, *args, **kwargs)
+        with contextlib.suppress(TypeError):
+            hook.made.add(dl)
+
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-    hook.loader_cls, hook.loader_iter = DataLoader, orig_iter
+    DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
+    hook.loader_cls, hook.loader_iter, hook.loader_init = DataLoader, orig_iter, orig_init
     return hook
 
 

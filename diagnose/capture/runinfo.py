@@ -33,7 +33,9 @@ context.json (version 1)::
                      "dataset_tensor_indexable" (batches fetch with one dataset[indices]
                      call and come out the same: see batch_indexable),
                      "batched_fetch_ms", "batched_fetch_per_sample_ms" (null here: an
-                     in-process loader's fetches, timed after the loop)}
+                     in-process loader's fetches, timed after the loop),
+                     "remade", "persistent_workers_set" (the loop made a new DataLoader
+                     as this one each epoch: see remade_loader)}
                     | None,
       "model": {"class", "param_count", "trainable_param_count", "param_dtype" (the dtype
                 holding most parameters), "param_dtypes": {dtype: count}, "device",
@@ -53,7 +55,8 @@ context.json (version 1)::
                   fetch_ms, collate_ms, batches, batch_bytes (per-step sums; null where
                   unknown; see capture.steps),
                   "loader_starts": [{"iter_ms", "first_wait_ms", "workers"}]: each new
-                  iterator of the loader (an epoch's start): the ms iter() took, the ms
+                  iterator of the loader, or of one made as it was (an epoch's start):
+                  the ms iter() took, the ms
                   its first batch was waited for, its worker processes,
                   "step_signals": what the loop showed (diagnose.capture.boundaries):
                   {"pulls", "forwards", "grad_forwards", "backwards", "optimizer_steps",
@@ -192,6 +195,17 @@ def dataloader_info(loader: Any) -> dict[str, Any] | None:
         # what the fixes' code shows: batch_sampler_class, collate_fn, worker_init_fn, ...
         **_safe(lambda: loader_arguments(loader), {}),
     }
+
+
+def remade_loader(info: Any, remade: int) -> Any:
+    """``info`` (:func:`dataloader_info`) for a loop that took ``remade`` iterators from new
+    DataLoaders made as the given one was (one an epoch): ``remade`` added, and
+    ``persistent_workers`` False where there was one, since a new DataLoader starts its
+    workers however it is set (``persistent_workers_set``: as it was set)."""
+    if not isinstance(info, dict) or not remade:
+        return info
+    return {**info, "remade": remade, "persistent_workers": False,
+            "persistent_workers_set": info.get("persistent_workers")}
 
 
 def model_info(model: Any) -> dict[str, Any] | None:

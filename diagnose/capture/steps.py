@@ -184,6 +184,7 @@ class Steps:
         self.done = False
         self.closed = False
         self.hook: loader_shim.LoaderHook | None = None
+        self.loaders_remade = 0  # iterators of new DataLoaders made as the given one was
         self.worker_pids: set[int] = set()
         self.rows: list[tuple[Any, ...]] = []
         self.first_batch: Any = None
@@ -196,9 +197,7 @@ class Steps:
         self._last_iter: weakref.ReferenceType[Any] | None = None
         self._step: _Step | None = None
         self._loading = False  # inside the loader's __next__ (on_next .. on_batch)
-        # each new iterator of the loader: ms to make it (iter()), ms its first batch was
-        # waited for, its worker processes (context.json capture.loader_starts)
-        self.loader_starts: list[dict[str, Any]] = []
+        self.loader_starts: list[dict[str, Any]] = []  # capture.loader_starts (publish.py)
         self._started: float | None = None  # iter() seconds of the iterator just seen
         self._opt_t0: dict[int, float] = {}  # a counted optimizer.step() started then
         self._opt_end: float | None = None  # a counted optimizer.step() returned then
@@ -338,6 +337,7 @@ class Steps:
                 self.worker_pids.update(loader_shim.worker_pids(it))
                 if self.hook is not None and not self.closed:
                     self._started = self.hook.started.pop(it, None)
+                    self.loaders_remade += it in self.hook.remade
             if self.hook is not None and not (self.done or self.closed):
                 self.hook.time_fetcher(it)
             if self.done or self.closed:

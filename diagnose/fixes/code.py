@@ -131,6 +131,7 @@ class LoaderSpec:
     variable: str | None = None
     dataset_variable: str | None = None
     iterable: bool = False  # an IterableDataset: each worker runs its own __iter__
+    remade: bool = False  # the loop makes a new DataLoader as this one each epoch
 
     @classmethod
     def from_loader(cls, loader: Any) -> LoaderSpec:
@@ -170,7 +171,7 @@ class LoaderSpec:
             prefetch_factor=d.get("prefetch_factor") if nw > 0 else None,
             variable=_identifier(d.get("variable")),
             dataset_variable=_identifier(d.get("dataset_variable")),
-            iterable=d.get("iterable_dataset") is True)
+            iterable=d.get("iterable_dataset") is True, remade=bool(d.get("remade")))
 
     @property
     def name(self) -> str:

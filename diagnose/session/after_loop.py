@@ -53,7 +53,7 @@ from diagnose.capture.probes.compute import AGAIN_NOISE, ModelCalls, on_cpu
 from diagnose.capture.probes.fork_copy import start_method, time_fork_copy
 from diagnose.capture.probes.optimizer_step import time_optimizers
 from diagnose.capture.probes.precision import cpu_autocast, time_autocast
-from diagnose.capture.runinfo import thread_pools
+from diagnose.capture.runinfo import remade_loader, thread_pools
 from diagnose.capture.steps import Steps
 from diagnose.fixes.catalog.fetch import batch_indexable
 from diagnose.memory.inplace import InPlaceStep
@@ -103,14 +103,15 @@ def fork_steps_wanted(ctx: Mapping[str, Any], steps: Steps, forward: ForwardTime
     with a DataLoader whose workers would fork every epoch (none yet, or not persistent)
     from a process whose batches hold no device tensors, where the copies' timing is
     needed by the clock so far (:func:`~diagnose.capture.probes.budget.unneeded`)."""
-    dl = ctx.get("dataloader")
+    dl = remade_loader(ctx.get("dataloader"), steps.loaders_remade)
     if (steps.sync is not None or not steps.extend or forward is None
             or not on_cpu(forward.model) or not isinstance(dl, Mapping)
             or dl.get("persistent_workers") is True or steps.first_batch is None
             or holds_device_tensors(steps.first_batch)
             or start_method(unwrap(loader)[0]) not in (None, "fork")):
         return False
-    return "fork_copy" not in unneeded(dict(ctx), steps.clock(), None, steps.loader_starts)
+    return "fork_copy" not in unneeded({**ctx, "dataloader": dl}, steps.clock(), None,
+                                       steps.loader_starts)
 
 
 def memory_after_loop(ctx: dict[str, Any], memory: InPlaceStep | None, *, step_fn: Any,

@@ -458,9 +458,10 @@ class Session:
 
     def _recorded_context(self) -> dict[str, Any]:
         """The context collected on enter, with what the loop showed: the optimizers that
-        stepped the models, the models it called (where none was given), and the objects
-        ``gc.freeze()`` had moved."""
+        stepped the models, the models it called (where none was given), a DataLoader made
+        again each epoch, and the objects ``gc.freeze()`` had moved."""
         ctx = dict(self._context)
+        ctx["dataloader"] = ctxmod.remade_loader(ctx.get("dataloader"), self._steps.loaders_remade)
         opts = self._steps.finder.optimizer_list
         ctx["optimizer"] = ctxmod.optimizer_info(opts[0] if opts else None)
         ctx["optimizers"] = [ctxmod.optimizer_info(o) for o in opts]

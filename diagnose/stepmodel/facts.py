@@ -92,7 +92,8 @@ class Facts:
     gc_frozen_objects: int | None = None  # objects gc.freeze() moved out of reach
     # ---------------------------------------------------------------- the DataLoader
     dataloader_num_workers: int | None = None  # num_workers; a workers change sets it
-    dataloader_persistent_workers: bool | None = None
+    dataloader_persistent_workers: bool | None = None  # False where made again each epoch
+    dataloader_remade: int | None = None  # epochs begun on a new DataLoader made as the given
     dataloader_prefetch_factor: int | None = None  # batches each worker makes ahead
     dataloader_pin_memory: bool | None = None  # a pin_memory change sets it
     dataloader_batch_size: int | None = None  # samples; a batch change sets it

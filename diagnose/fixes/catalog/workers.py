@@ -54,6 +54,7 @@ from ...stepmodel.host import (
 from ...stepmodel.transforms import AT_MOST, transform
 from ..code import AFFINITY, SOME_WORKERS, Setup, loader_change, some_workers
 from ..config import TrainConfig
+from ..loop_code import made_once
 from ..realise import Kwargs, Realisation
 from ..unit import HOST_CPUS, Facts, Fix, cannot_tell
 from ..worker_search import WorkerSearch, most_workers, workers_oversubscribed
@@ -230,9 +231,13 @@ class PersistentWorkers(Fix):
         return None
 
     def render(self, setup: Setup | None) -> str:
+        spec = setup.loader if setup is not None else None
+        if spec is not None and spec.remade:
+            return made_once(spec)
         return loader_change(setup, "", "no worker start-up stall at every epoch",
                              lambda c: c.replace(persistent_workers=True),
                              generic=TrainConfig(num_workers=4), needs_workers=True)
+
 
 
 def _more_prefetch(c: TrainConfig) -> TrainConfig:

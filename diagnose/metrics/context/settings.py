@@ -21,7 +21,13 @@ CATALOG: dict[str, tuple[str, str]] = {
         "samples",
         "DataLoader batch_size (None with a custom batch_sampler)",
     ),
-    "dataloader_persistent_workers": ("bool", "DataLoader persistent_workers"),
+    "dataloader_persistent_workers": (
+        "bool", "DataLoader persistent_workers; False where the loop made a new DataLoader "
+        "each epoch (its workers start again however it is set)"),
+    "dataloader_remade": (
+        "count", "epochs the loop began on a new DataLoader made as the given one was (the "
+        "same dataset, batch size, sampler class and workers); None where it made none, or "
+        "where the session did not hook the loader"),
     "dataloader_epoch_batches": ("batches", "len(loader): the batches of one epoch"),
     "dataloader_last_batch_share": (
         "ratio", "the samples of an epoch's last batch over batch_size (1: a full batch, or "
@@ -89,6 +95,7 @@ def settings_metrics(ctx: dict[str, Any]) -> dict[str, object]:
     out["dataloader_sampler_class"] = as_str(get(ctx, "dataloader", "sampler_class"))
     out["dataloader_batch_size"] = as_int(get(ctx, "dataloader", "batch_size"))
     out["dataloader_persistent_workers"] = as_bool(get(ctx, "dataloader", "persistent_workers"))
+    out["dataloader_remade"] = as_int(get(ctx, "dataloader", "remade"))
     out["dataloader_prefetch_factor"] = as_int(get(ctx, "dataloader", "prefetch_factor"))
     out["dataloader_dataset_getitems"] = as_bool(get(ctx, "dataloader", "dataset_getitems"))
     out["dataloader_iterable"] = as_bool(get(ctx, "dataloader", "iterable_dataset"))
