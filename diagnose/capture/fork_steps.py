@@ -2,7 +2,7 @@
 
 A DataLoader whose workers are not persistent forks them at every epoch's ``iter()``; the
 training process's next writes to each page it shares with them copy the page first
-(copy-on-write). Where the session asks (:attr:`~diagnose.capture.steps.Steps.fork_steps`),
+(copy-on-write). Where the session asks (:attr:`~diagnose.capture.steps.Steps.forked`),
 the clock forks an idle child (it shares every page, as a new worker does, and runs no
 Python) once its ``after`` block is over, and times the next :data:`FORK_STEPS` steps of
 the loop (phase ``forked``); the child is let go after them, or at the loop's end. Their

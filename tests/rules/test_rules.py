@@ -599,7 +599,8 @@ def test_torch_threads_and_busy_workers_outnumbering_the_cpus(tmp_path):
     (f,) = [f for f in report.findings if f.rule == "CF010"]
     assert f.severity == "warning" and set(f.fixes) == {"threads", "num_workers"}
     assert "2 threads beside the DataLoader's 2 workers on 2 CPUs" in f.message
-    assert "20% of the time" in f.message and "0.80 CPUs' worth" in f.message
+    assert "20% of the time" in f.message
+    assert any("0.80 CPUs' worth of work in the profiled window" in h for h in f.hints)
     assert not [f for f in report.findings if f.rule == "CF008"]
     waits = _shared_cpus(others=0.0, workers=2)
     waits["capture"]["step_clock"].update(dataloader_ms=[6.0] * 8,  # 15% of each 40 ms step
@@ -613,6 +614,23 @@ def test_torch_threads_and_busy_workers_outnumbering_the_cpus(tmp_path):
                          (waits, _busy_workers())):
         quiet = analyze(path, context=ctx, samples=samples)
         assert not [f for f in quiet.findings if f.rule == "CF010"], ctx
+
+
+@pytest.mark.parametrize("window_pct,clock_cpus,fires", [
+    (8.0, 0.28, True), (12.0, 0.28, True), (80.0, 0.02, False), (8.0, None, False)])
+def test_the_clock_says_how_busy_the_workers_were(tmp_path, window_pct, clock_cpus, fires):
+    """CF010 reads the workers' CPUs over the steps whose wait it reads, where the clock
+    measured them: a new user's two-loader job read 0.07-0.13 CPUs in the profiled window
+    (the 0.10 gate, on 2 CPUs, let the warning come and go over three quiet captures) and
+    0.27-0.29 on the clock each time. The window's own figure counts only without it."""
+    path = _write(tmp_path, "cpu", _cpu_steps())
+    ctx = _shared_cpus(others=0.0, workers=2, workers_cpus=clock_cpus)
+    report = analyze(path, context=ctx, samples=_busy_workers(window_pct))
+    found = [f for f in report.findings if f.rule == "CF010"]
+    assert bool(found) is fires
+    if found and clock_cpus is not None:
+        assert any(f"{clock_cpus:.2f} CPUs' worth of work over those same steps" in h
+                   for h in found[0].hints)
 
 
 @pytest.mark.parametrize("workers_pct,fires", [(0.8, True), (180.0, False), (None, False)])
