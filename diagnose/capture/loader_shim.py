@@ -149,6 +149,7 @@ class LoaderHook:
     remade: weakref.WeakKeyDictionary[Any, bool] = field(
         default_factory=weakref.WeakKeyDictionary)
     made: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    others: int = 0  # batches other loaders handed out
     loader_init: Any = None  # DataLoader.__init__ as it was
     _wrapped: list[tuple[weakref.ReferenceType[Any], Any]] = field(default_factory=list)
     _seen: weakref.WeakKeyDictionary[Any, bool] = field(
@@ -229,6 +230,7 @@ def install(loader: Any, on_next: Callable[[Any], None],
         if getattr(it, "_index_sampler", None) is not index_sampler and it not in remade:
             # another loader's batch (a validation pass): marked, so that the trace's
             # DataLoader wait is the training loader's alone
+            hook.others += 1
             with record_function(OTHER_LOADER):
                 return orig(it)
         on_next(it)

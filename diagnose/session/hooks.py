@@ -28,7 +28,8 @@ from diagnose.values import a_type
 
 class Hooks:
     """Installs the hooks for ``models`` (a list, maybe empty) and ``loader`` into
-    ``steps``; ``notes`` gets a line where the DataLoader cannot be hooked."""
+    ``steps``; ``notes`` gets a line where the DataLoader cannot be hooked, or where the
+    loop took its batches from other loaders alone."""
 
     def __init__(self, steps: Steps, models: list[Any], loader: Any, notes: list[str],
                  memory: Any = None, names: list[str] | None = None) -> None:
@@ -45,6 +46,7 @@ class Hooks:
         #: the type of what was given as the loader where it is no torch DataLoader (nor a
         #: wrapper of one): a generator, a list
         self.loader_given_other: str | None = None
+        self._notes = notes
         self.timers: list[ForwardTimer] = []
         self.model_hooks: ModelHooks | None = None
         self.gc: GcTimer | None = None
@@ -214,6 +216,12 @@ class Hooks:
             self.gc.remove()
             self.gc = None
         if self.loader_hook is not None:
+            if not self.steps.batches and self.loader_hook.others:
+                self._notes.append(
+                    f"the loader given handed out no batch while other DataLoaders handed "
+                    f"out {self.loader_hook.others}: the loop iterates another loader, so "
+                    "the DataLoader wait is not timed and the input rules are not "
+                    "evaluated; give diagnose() the loader the training loop iterates")
             self.loader_hook.restore()
             self.loader_hook = None
             self.steps.hook = None

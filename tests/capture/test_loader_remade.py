@@ -109,3 +109,24 @@ def test_a_loader_kept_is_not_remade() -> None:
     assert remade_loader(info, 0) is info and remade_loader(None, 3) is None
     assert remade_loader(info, 3) == {**info, "remade": 3, "persistent_workers": False,
                                       "persistent_workers_set": True}
+
+
+def test_a_loop_over_another_loader_alone_is_told(tmp_path: Path) -> None:
+    """The loader given hands out no batch while the loop iterates another (not made as it
+    was): a note says its wait is not timed, and which loader to give."""
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    given = DataLoader(Pairs(n=48), batch_size=8, shuffle=True)
+    used = DataLoader(Pairs(n=40), batch_size=4, shuffle=True)
+    with diagnose(model, given, steps=2, wait=1, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, print_report=False, analyze=False) as d:
+        while not d.done:
+            train(model, opt, used, d)
+    (note,) = [n for n in d.notes if "the loader given handed out no batch" in n]
+    assert "give diagnose() the loader the training loop iterates" in note
+    with diagnose(model, given, steps=2, wait=1, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, print_report=False, analyze=False) as d:
+        while not d.done:
+            train(model, opt, given, d)
+            train(model, opt, used, d, limit=2)  # beside it: the given one is iterated
+    assert not [n for n in d.notes if "the loader given handed out no batch" in n]
