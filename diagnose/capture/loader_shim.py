@@ -209,10 +209,11 @@ class LoaderHook:
 
 
 def install(loader: Any, on_next: Callable[[Any], None],
-            on_batch: Callable[[Any, float, Any], None]) -> LoaderHook | None:
+            on_batch: Callable[[Any, float, Any], None],
+            on_other: Callable[[Any], None] | None = None) -> LoaderHook | None:
     """Patch ``__next__`` for the iterators of ``loader`` and of DataLoaders made as it was
     (None when :func:`missing` says the internals are not there). Iterators of other
-    loaders pass through, marked."""
+    loaders pass through, marked (``on_other(it)`` told of each batch)."""
     if missing(loader) is not None:
         return None
     from torch.autograd.profiler import record_function
@@ -231,6 +232,8 @@ def install(loader: Any, on_next: Callable[[Any], None],
             # another loader's batch (a validation pass): marked, so that the trace's
             # DataLoader wait is the training loader's alone
             hook.others += 1
+            if on_other is not None:
+                on_other(it)
             with record_function(OTHER_LOADER):
                 return orig(it)
         on_next(it)

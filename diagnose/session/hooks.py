@@ -15,6 +15,7 @@ call (a batch asked for, an optimizer's step, ``d.step()``), and the batches to 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 from diagnose.capture import loader_shim
@@ -47,6 +48,10 @@ class Hooks:
         #: wrapper of one): a generator, a list
         self.loader_given_other: str | None = None
         self._notes = notes
+        # another loader's batches pulled between two of the given one's (a zip of loaders):
+        # the steps that had some, the given loader's batches, the most workers of another
+        self._beside, self._pulls, self._other_since, self._other_most = 0, 0, False, 0
+        self._other_seen: weakref.WeakSet[Any] = weakref.WeakSet()
         self.timers: list[ForwardTimer] = []
         self.model_hooks: ModelHooks | None = None
         self.gc: GcTimer | None = None
@@ -151,7 +156,18 @@ class Hooks:
             if mem is not None:
                 mem.safe = False
 
+    def _on_other(self, it: Any) -> None:
+        """Another loader's iterator ``it`` hands out a batch."""
+        self._other_since = True
+        with contextlib.suppress(TypeError):  # not weak-referenceable: its workers unknown
+            if it not in self._other_seen:
+                self._other_seen.add(it)
+                self._other_most = max(self._other_most, len(loader_shim.worker_pids(it)))
+
     def _on_next(self, it: Any) -> None:
+        self._pulls += 1
+        self._beside += self._other_since
+        self._other_since = False
         mem = self.memory
         if mem is not None:
             mem.safe = True
@@ -193,8 +209,19 @@ class Hooks:
                 "batches are not timed, and steps are found from the optimizers and the "
                 "models' calls")
             return
-        self.loader_hook = loader_shim.install(loader, self._on_next, self._on_batch)
+        self.loader_hook = loader_shim.install(loader, self._on_next, self._on_batch,
+                                               self._on_other)
         self.steps.hook = self.loader_hook
+
+    def _beside_note(self) -> str:
+        """Another loader fed the loop beside the given one, in half its steps or more."""
+        workers = self._other_most
+        procs = (f", with {workers} worker process{'es' if workers != 1 else ''} of its own "
+                 "beside the given loader's on the same CPUs" if workers else "")
+        return (f"another DataLoader handed out batches beside the given one's in "
+                f"{self._beside} of {self._pulls} steps (a zip of loaders?){procs}: the "
+                "DataLoader wait is the given loader's alone (the other's counts as the "
+                "step's own time), and the fixes change the given loader's settings alone")
 
     def remove(self) -> None:
         """Every hook off, each even if one before failed; a step still tracked is left."""
@@ -222,6 +249,8 @@ class Hooks:
                     f"out {self.loader_hook.others}: the loop iterates another loader, so "
                     "the DataLoader wait is not timed and the input rules are not "
                     "evaluated; give diagnose() the loader the training loop iterates")
+            elif self._pulls >= 4 and self._beside >= self._pulls / 2:
+                self._notes.append(self._beside_note())
             self.loader_hook.restore()
             self.loader_hook = None
             self.steps.hook = None

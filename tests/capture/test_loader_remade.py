@@ -1,4 +1,4 @@
-"""A loop that makes its DataLoader again each epoch: the loaders made inside the session as
+"""The loaders a loop iterates: one made again each epoch, made inside the session as
 the given one was count as it (diagnose/capture/loader_shim.py), the context says so, and
 the persistent-workers fix writes the loop that makes it once."""
 
@@ -130,3 +130,24 @@ def test_a_loop_over_another_loader_alone_is_told(tmp_path: Path) -> None:
             train(model, opt, given, d)
             train(model, opt, used, d, limit=2)  # beside it: the given one is iterated
     assert not [n for n in d.notes if "the loader given handed out no batch" in n]
+
+
+def test_a_loader_zipped_beside_the_given_one_is_told(tmp_path: Path) -> None:
+    """Two loaders zipped, the other with a worker process: a note says the other fed the
+    loop beside the given one, with its worker, and that the wait is the given one's."""
+    model = nn.Sequential(nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    given = DataLoader(Pairs(n=64), batch_size=8, shuffle=True)
+    other = DataLoader(Pairs(n=64), batch_size=4, num_workers=1)
+    with diagnose(model, given, steps=2, wait=1, clock_steps=4, out_dir=tmp_path,
+                  sample_hz=0, print_report=False, analyze=False) as d:
+        while not d.done:
+            for (x, y), (u, _) in zip(given, other, strict=False):
+                loss = nn.functional.cross_entropy(model(x), y) + model(u).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if d.done:
+                    break
+    (note,) = [n for n in d.notes if "another DataLoader handed out batches beside" in n]
+    assert "with 1 worker process of its own" in note
