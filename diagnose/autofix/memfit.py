@@ -40,6 +40,7 @@ from ..fixes.catalog.memory import (
     peak_prediction,
 )
 from ..memory import FIT_MARGIN
+from ..values import mib
 from .decisions import ERROR, KEPT, NO_FIT, OK, REVERTED, SKIPPED, Comparison, Decision
 from .trial import Trial, fits, to_device
 
@@ -51,10 +52,6 @@ _OTHER_FIELDS = ("amp_dtype", "zero_grad_set_to_none", "optimizer_foreach")
 #: the forward twice): the order of the what-ifs' changes in an OOM's explanation
 _COST = ("zero_grad_set_to_none", "optimizer_foreach", "amp_dtype", "grad_accum_steps",
          "checkpoint_modules")
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 def predicted_peak(fix: Fix, report: Any, budget: int) -> dict[str, Any] | None:

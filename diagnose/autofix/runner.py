@@ -28,10 +28,11 @@ from typing import Any
 
 from ..capture.quiet import warnings_once
 from ..fixes import FIXES, Facts, Fix, TrainConfig
+from ..values import mib
 from .decisions import ADVICE, KEPT, OK, REVERTED, SKIPPED, Bound, Comparison, Decision
 from .live import cpu_count, live_facts
 from .measure import Plan
-from .memfit import BUDGET, fit_budget, measure_peak, mib, over_budget, predicted_peak
+from .memfit import BUDGET, fit_budget, measure_peak, over_budget, predicted_peak
 from .order import (
     below_bound_note,
     in_predicted_order,

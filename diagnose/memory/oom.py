@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..values import mib
 from .kinds import MODEL_STATES
 from .whatif import largest_batch
 
@@ -79,42 +80,38 @@ def explain(prof: Mapping[str, Any], budget_bytes: int | None,
     return out
 
 
-def _mib(n: Any) -> str:
-    return "?" if not isinstance(n, int | float) else f"{n / 2**20:,.1f} MiB"
-
-
 def lines(ex: Mapping[str, Any]) -> list[str]:
     """The explanation in a few sentences."""
     out = []
     kinds = ex.get("by_kind") or {}
-    parts = ", ".join(f"{k.replace('_', ' ')} {_mib(v)}" for k, v in sorted(
+    parts = ", ".join(f"{k.replace('_', ' ')} {mib(v)}" for k, v in sorted(
         kinds.items(), key=lambda kv: -(kv[1] or 0)) if v)
     where = f" in {ex['phase']}" + (f" ({ex['module']})" if ex.get("module") else "")
     out.append(f"It failed{where if ex.get('phase') else ''} asking for "
-               f"{_mib(ex.get('requested_bytes'))} while {_mib(ex.get('held_bytes'))} were "
+               f"{mib(ex.get('requested_bytes'))} while {mib(ex.get('held_bytes'))} were "
                f"held: {parts or 'nothing tracked'}.")
     mods = ex.get("top_modules") or []
     if mods:
         out.append("Saved activations, largest: " + ", ".join(
             m["module"] + (f" ({m['class']})" if m.get("class") else "")
-            + f" {_mib(m['saved_bytes'])}" for m in mods[:3])
+            + f" {mib(m['saved_bytes'])}" for m in mods[:3])
             + ".")
     lb = ex.get("largest_batch") or {}
     if lb.get("batch_size"):
-        out.append(f"Largest batch predicted to fit in {_mib(ex.get('budget_bytes'))} with "
+        out.append(f"Largest batch predicted to fit in {mib(ex.get('budget_bytes'))} with "
                    f"{lb['margin']:.0%} to spare: {lb['batch_size']} (of {lb.get('of')}; "
                    f"{lb['method']}).")
     elif ex.get("budget_bytes"):
         states = sum(v for k in MODEL_STATES if isinstance(v := kinds.get(k), int | float))
         out.append("Not even a batch of one is predicted to fit: " + (
             "the model states alone need the room." if states >= ex["budget_bytes"] * (
-                1 - FIT_MARGIN) else f"its step needs more than {_mib(ex['budget_bytes'])} "
-            f"beyond the model states ({_mib(states)}): what the step makes per sample."))
+                1 - FIT_MARGIN) else f"its step needs more than {mib(ex['budget_bytes'])} "
+            f"beyond the model states ({mib(states)}): what the step makes per sample."))
     best = ex.get("cheapest")
     if best:
         ms = f", step {best['step_ms']:.1f} ms" if best.get("step_ms") else ""
         out.append(f"Cheapest change predicted to fit: {describe(best['change'])} "
-                   f"(peak {_mib(best['peak_bytes'])}, up to {_mib(best['range'][1])}{ms}).")
+                   f"(peak {mib(best['peak_bytes'])}, up to {mib(best['range'][1])}{ms}).")
     return out
 
 
