@@ -140,11 +140,12 @@ class LoaderHook:
     it_cls: Any
     original: Any
     fetch_times: FetchTimes = field(default_factory=FetchTimes)
-    # the patch of DataLoader.__iter__ (the loader's class, its original __iter__) and the
-    # seconds each new iterator of the session's loader took to make (worker start-up)
+    # the patch of DataLoader.__iter__ (the loader's class, its original __iter__) and, for
+    # each new iterator of the session's loader, when iter() began (perf_counter) and the
+    # seconds it took (worker start-up)
     loader_cls: Any = None
     loader_iter: Any = None
-    started: weakref.WeakKeyDictionary[Any, float] = field(
+    started: weakref.WeakKeyDictionary[Any, tuple[float, float]] = field(
         default_factory=weakref.WeakKeyDictionary)
     remade: weakref.WeakKeyDictionary[Any, bool] = field(
         default_factory=weakref.WeakKeyDictionary)
@@ -262,7 +263,7 @@ def install(loader: Any, on_next: Callable[[Any], None],
         t0 = time.perf_counter()
         it = orig_iter(dl)
         with contextlib.suppress(TypeError):  # not weak-referenceable: not timed
-            hook.started[it] = time.perf_counter() - t0
+            hook.started[it] = (t0, time.perf_counter() - t0)
             if again:
                 remade[it] = True
         return it

@@ -54,7 +54,9 @@ context.json (version 1)::
                   "step_clock": {column: [one value a step]}: phase, ms, dataloader_ms,
                   fetch_ms, collate_ms, batches, batch_bytes (per-step sums; null where
                   unknown; see capture.steps),
-                  "loader_starts": [{"iter_ms", "first_wait_ms", "workers"}]: each new
+                  "loader_starts": [{"iter_ms", "first_wait_ms", "workers", "gap_ms" (from
+                  the last iterator running out to this iter(): the loop's own work
+                  between epochs; null for the first, or after a break)}]: each new
                   iterator of the loader, or of one made as it was (an epoch's start):
                   the ms iter() took, the ms
                   its first batch was waited for, its worker processes,

@@ -28,11 +28,12 @@ import contextlib
 import statistics
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from diagnose.capture import loader_shim
+from diagnose.capture.batch_bytes import batch_nbytes
 from diagnose.capture.boundaries import StepFinder
 from diagnose.capture.fork_steps import ForkedSteps
 from diagnose.capture.others import cpu_snapshot, cpu_wait_ns, cpus_since
@@ -54,11 +55,14 @@ from diagnose.metrics.context.loop_fork import PHASE as FORKED
 #: until an optimizer step was counted), the collector's pauses in that time outside the
 #: DataLoader's wait (``gc_between_ms``: CF006's, not the loop's own work), and the time
 #: from a timed CPU model's output getting its gradient to the backward's end
-#: (``backward_ms``: the models' backward; null where none began)
+#: (``backward_ms``: the models' backward; null where none began), and the loop's own work
+#: in the step from the loader's last iterator running out to a new one's ``iter()``
+#: (``epoch_gap_ms``: an evaluation between epochs)
 CLOCK_COLUMNS = ("phase", "ms", "dataloader_ms", "fetch_ms", "collate_ms", "batches",
                  "batch_bytes", "cpu_wait_ms", "forward_ms", "gc_ms", "gc_full",
                  "gc_loader_ms", "gc_full_ms", "gc_full_loader_ms", "optimizer_ms",
-                 "forwards", "loader_starts", "between_ms", "gc_between_ms", "backward_ms")
+                 "forwards", "loader_starts", "between_ms", "gc_between_ms", "backward_ms",
+                 "epoch_gap_ms")
 
 #: steps whose (p90 - p10) / median is above the bound the report calls unreliable are
 #: timed longer, up to EXTEND times the planned number
@@ -86,30 +90,6 @@ MIN_AFTER_EXTEND = 30
 ONE_THREAD_EVERY = 4
 ONE_THREAD_STEPS = 12
 
-_MAX_LEAVES = 4096  # a batch with more leaves than this is not weighed (bytes unknown)
-
-
-def batch_nbytes(batch: Any) -> int | None:
-    """Sum of the ``nbytes`` of the tensors in a batch (nested tuples, lists, mappings: a
-    dict, or a Hugging Face BatchEncoding); None when it holds none or is too large a
-    structure to walk cheaply."""
-    total, found, seen = 0, False, 0
-    stack = [batch]
-    while stack:
-        x = stack.pop()
-        seen += 1
-        if seen > _MAX_LEAVES:
-            return None
-        nb = getattr(x, "nbytes", None)
-        if isinstance(nb, int) and hasattr(x, "dtype"):
-            total, found = total + nb, True
-        elif isinstance(x, Mapping):
-            stack.extend(x.values())
-        elif isinstance(x, list | tuple):
-            stack.extend(x)
-    return total if found else None
-
-
 @dataclass
 class _Step:
     """What the step now running has accumulated."""
@@ -130,6 +110,7 @@ class _Step:
     optimizer: float | None = None  # in the run's optimizer.step()
     forwards: int | None = None  # outermost model calls
     starts: int = 0  # new loader iterators whose first batch came in this step (epochs)
+    gap: float = 0.0  # of it, from the last iterator running out to the new one's iter()
     between: float = 0.0  # from an optimizer step's return (or a backward's end) to the
     # next model call
     gc_between: float = 0.0  # the pauses in that time, outside the wait for a batch
@@ -198,7 +179,8 @@ class Steps:
         self._step: _Step | None = None
         self._loading = False  # inside the loader's __next__ (on_next .. on_batch)
         self.loader_starts: list[dict[str, Any]] = []  # capture.loader_starts (publish.py)
-        self._started: float | None = None  # iter() seconds of the iterator just seen
+        self._started: tuple[float, float] | None = None  # the new iterator's iter(): when, s
+        self._ended: float | None = None  # when the loader's last iterator ran out
         self._opt_t0: dict[int, float] = {}  # a counted optimizer.step() started then
         self._opt_end: float | None = None  # a counted optimizer.step() returned then
         self.between_timed = False  # a step's between_ms was timed (the column is known)
@@ -369,14 +351,23 @@ class Steps:
         self._loading = False
         try:
             started, self._started = self._started, None
+            ended = None
             if started is not None:  # a new iterator's first batch
+                ended, self._ended = self._ended, None
                 self.loader_starts.append({
-                    "iter_ms": round(started * 1e3, 4),
+                    "iter_ms": round(started[1] * 1e3, 4),
                     "first_wait_ms": round(seconds * 1e3, 4),
-                    "workers": len(loader_shim.worker_pids(it))})
+                    "workers": len(loader_shim.worker_pids(it)),
+                    # the loop's own work from the last epoch's end to this iter()
+                    "gap_ms": None if ended is None or started[0] < ended
+                    else round((started[0] - ended) * 1e3, 4)})
+            if batch is None:  # the iterator ran out (or raised)
+                self._ended = time.perf_counter()
             st = self._step
             if st is None or self.done or self.closed:
                 return
+            if started is not None and ended is not None:  # the gap's part in this step
+                st.gap += max(started[0] - max(ended, st.t0), 0.0)
             st.starts += started is not None
             st.dl += seconds
             st.batches += 1
@@ -550,7 +541,8 @@ class Steps:
                 st.starts if self.hook is not None else None,
                 st.between * 1e3 if self.between_timed else None,
                 st.gc_between * 1e3 if self.between_timed and self.gc_timed else None,
-                None if st.backward is None else st.backward * 1e3)
+                None if st.backward is None else st.backward * 1e3,
+                st.gap * 1e3 if self.hook is not None else None)
 
     def finish(self) -> None:
         """The loop ended before the clock was done (a short loader, a loop of a fixed

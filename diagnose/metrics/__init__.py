@@ -38,7 +38,7 @@ _RUN_INFO = (
 
 #: the context's metrics that need an epoch's start among the clock's steps (of a
 #: DataLoader: a loop without one has no epoch for its workers to start)
-_EPOCH = ("dataloader_epoch_boundary_ms", "dataloader_epoch_after_ms",
+_EPOCH = ("dataloader_epoch_boundary_ms", "dataloader_epoch_after_ms", "dataloader_epoch_gap_ms",
           "dataloader_epoch_start_ms", "dataloader_epoch_start_per_step_ms",
           "dataloader_epoch_start_share")
 _CONTEXT = [Metric(m.name, m.unit, m.doc, (*m.needs, DATALOADER, EPOCH_START))

@@ -184,11 +184,12 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
     if not isinstance(mean, int | float):
         return ""
     steady = m.get("step_time_steady_mean_ms")
-    epoch = Facts.from_metrics(m).epoch_boundary_per_step_ms
+    facts = Facts.from_metrics(m)
+    epoch, gap = facts.epoch_boundary_per_step_ms, facts.epoch_gap_per_step_ms
     pause = "some steps take longer; " if mean > 1.1 * median else ""
     if isinstance(steady, int | float) and epoch:
         # the clock's few steps hold an epoch's start at their own rate, not the epoch's
-        base = steady + epoch
+        base = steady + epoch + gap
         if abs(base - median) < BASE_NAMED * median and abs(mean - median) < BASE_NAMED * median:
             return ""
         if not each:
@@ -199,6 +200,8 @@ def _prediction_base(m: dict[str, Any], median: float, each: bool = True) -> str
         after = m.get("dataloader_epoch_after_ms")
         tail = ("; the steps after it, until the new workers' first batches, are in the "
                 "steady mean" if isinstance(after, int | float) and after > 0 else "")
+        if gap:
+            tail += f"; the loop's own work between epochs, {_ms(gap)} a step"
         return (f"; mean {_ms(mean)}: {pause}predictions start from {_ms(base)}, the steady "
                 f"steps' mean and an epoch's start spread over its steps ({_ms(epoch)} a step"
                 f"{tail})")

@@ -107,6 +107,7 @@ class Facts:
     dataloader_start_ms: float | None = None  # an epoch's start with the run's workers
     dataloader_epoch_boundary_ms: float | None = None  # such a step beyond a steady one
     dataloader_epoch_after_ms: float | None = None  # the k steps after it, beyond steady ones
+    dataloader_epoch_gap_ms: float | None = None  # the loop's own work between epochs
     dataloader_wait_max_ms: float | None = None  # longest wait for a batch in a step
     dataloader_wait_median_ms: float | None = None
     dataloader_wait_unprofiled_share: float | None = None  # of the unprofiled step
@@ -202,6 +203,17 @@ class Facts:
                 or self.step_time_steady_mean_ms is None or not n or n <= 0):
             return None
         return b / n
+
+    @property
+    def epoch_gap_per_step_ms(self) -> float:
+        """The loop's own work between epochs (``dataloader_epoch_gap_ms``: an evaluation)
+        over the epoch's steps, where the clock told it apart from an epoch's start
+        (:attr:`epoch_boundary_per_step_ms`): part of every step, whatever changes; else 0
+        (the step means hold it)."""
+        n, gap = self.dataloader_epoch_batches, self.dataloader_epoch_gap_ms
+        if self.epoch_boundary_per_step_ms is None or not gap or not n or n <= 0:
+            return 0.0
+        return gap / n
 
     @property
     def epoch_in_clock(self) -> bool:

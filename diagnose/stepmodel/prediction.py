@@ -212,7 +212,8 @@ class Predictor:
             prof = pace
         # the replay's step, and the job's pace the predictions' speedups start from
         self.steady_ms = un or prof or (model.measured_ms or 0.0)
-        self.base_ms = self.steady_ms + self.epoch_ms
+        self.gap_ms = facts.epoch_gap_per_step_ms  # between epochs: on both sides, as is
+        self.base_ms = self.steady_ms + self.epoch_ms + self.gap_ms
         g = model.graph
         fetch, collate = facts.input_fetch_ms, facts.input_collate_ms
         loaded = fetch + collate if fetch is not None and collate is not None else None
@@ -461,7 +462,8 @@ class Predictor:
             ms = max(ms, bound * to_ms)
         # the costs outside the replayed step: as a transform declares them before and
         # after (the run's own epoch start among them), else the run's epoch start on both
-        base, paid_any, steady = self.steady_ms, False, (ms, raw)
+        base, paid_any, steady = self.steady_ms + self.gap_ms, False, (ms, raw)
+        ms, raw = ms + self.gap_ms, raw + self.gap_ms
         for outside in _declared(steps, "outside"):
             paid = outside(given, change)
             if paid is not None:

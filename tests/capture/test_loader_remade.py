@@ -91,6 +91,11 @@ def test_a_loader_made_again_each_epoch_is_timed(tmp_path: Path, every_probe) ->
     starts, dl = ctx["capture"]["loader_starts"], ctx["dataloader"]
     assert len(starts) >= 2 and all(s["workers"] == 1 for s in starts)
     assert dl["remade"] == len(starts)  # the validation loaders are not counted
+    # each epoch after the first began after the validation pass: the loop's own work,
+    # from the last iterator running out to the new iter(), told apart on the clock too
+    assert starts[0]["gap_ms"] is None and all(s["gap_ms"] > 0 for s in starts[1:])
+    gaps = ctx["capture"]["step_clock"]["epoch_gap_ms"]
+    assert len(gaps) == len(ctx["capture"]["step_clock"]["ms"]) and any(gaps)
     assert dl["persistent_workers"] is False and dl["persistent_workers_set"] is True
     m = context_metrics(ctx)
     assert m["dataloader_remade"] == len(starts) and m["dataloader_persistent_workers"] is False

@@ -20,7 +20,8 @@ from torch.utils.data import dataloader as dlmod  # noqa: E402
 import diagnose.capture.steps as steps_mod  # noqa: E402
 import diagnose.session.lifecycle as session_mod  # noqa: E402
 from diagnose.capture import loader_shim  # noqa: E402
-from diagnose.capture.steps import batch_nbytes, settle_steps  # noqa: E402
+from diagnose.capture.batch_bytes import batch_nbytes  # noqa: E402
+from diagnose.capture.steps import settle_steps  # noqa: E402
 from diagnose.runfolder import load_context  # noqa: E402
 from diagnose.session import diagnose  # noqa: E402
 from tests.datasets import Pairs, train  # noqa: E402

@@ -218,6 +218,23 @@ def test_the_steps_that_started_an_epoch_are_told_apart() -> None:
             statistics.stdev(free) / statistics.fmean(free) / math.sqrt(8), abs=1e-4)
 
 
+def test_the_loops_work_between_epochs_is_not_the_epochs_start() -> None:
+    """The same clock where each step that began an epoch also held 40 ms of the loop's own
+    work from the last iterator running out to the new iter() (an evaluation): the start
+    costs 89 ms as before, and the gap is told apart (its median, 40)."""
+    phase = ["wait"] * 4 + ["active"] * 2 + ["settle"] + ["after"] * 5
+    ms = [130.0, 10.0, 135.0, 12.0, 30.0, 31.0, 80.0, 11.0, 145.0, 10.0, 12.0, 11.0]
+    cap = _cap(phase, ms)
+    cap["step_clock"]["loader_starts"] = [1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    cap["step_clock"]["epoch_gap_ms"] = [40.0, 0, 40.0, 0, 0, 0, 0, 0, 40.0, 0, 0, 0]
+    m = context_metrics({"capture": cap})
+    assert m["dataloader_epoch_boundary_ms"] == pytest.approx(89.0)
+    assert m["dataloader_epoch_gap_ms"] == pytest.approx(40.0)
+    del cap["step_clock"]["epoch_gap_ms"]  # a clock from before the column: all of it
+    assert context_metrics({"capture": cap})["dataloader_epoch_boundary_ms"] == \
+        pytest.approx(129.0)
+
+
 def test_the_steps_after_an_epochs_start_count_until_each_new_worker_gave_a_batch() -> None:
     """The run's first step and two epochs' starts, each forking 2 workers
     (``capture.loader_starts``): the 2 steps after each take 18 (the first's second step

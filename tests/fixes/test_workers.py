@@ -394,6 +394,25 @@ def test_persistent_workers_on_shared_cpus_save_the_clock_wait_less_work_ahead(t
     assert apart.base_ms - apart.step_ms == pytest.approx(290 / 24, rel=1e-3)
 
 
+def test_the_loops_work_between_epochs_stays_on_both_sides(tmp_path):
+    """The same run whose loop also evaluates between epochs, 48 ms (2 ms a step) apart
+    from the 300 ms start: every prediction starts 2 ms a step higher, and persistent
+    workers save what they saved without it."""
+    m = _model(mt.cpu_loader(), tmp_path)
+    kw = dict(dataloader_num_workers=4, input_inprocess_batch_ms=10.0,
+              dataloader_epoch_batches=24, dataloader_epoch_boundary_ms=300.0,
+              step_time_steady_mean_ms=3.0, input_worker_start_ms=32.0,
+              input_worker_handover_ms=2.0, dataloader_prefetch_factor=2, cpu_count=8,
+              torch_num_threads=2)
+    plain = _predict("persistent_workers", m, TrainConfig(num_workers=4), **kw)
+    gap = _predict("persistent_workers", m, TrainConfig(num_workers=4),
+                   dataloader_epoch_gap_ms=48.0, **kw)
+    assert isinstance(plain, Prediction) and isinstance(gap, Prediction)
+    assert gap.base_ms == pytest.approx(plain.base_ms + 2.0)
+    assert gap.base_ms - gap.step_ms == pytest.approx(plain.base_ms - plain.step_ms)
+    assert gap.speedup < plain.speedup
+
+
 def test_a_change_of_workers_predicts_the_mean_step_over_an_epoch(tmp_path):
     """cpu_loader's 2 workers make a 1.6 ms step with a worker's batch timed at 2 ms (the
     CPUs: (1000 + 2000 + 200) / 2 us; its side of the hand-over is in that timing), and 1

@@ -51,7 +51,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     "dataloader_epoch_boundary_ms": (
         "ms", "what an epoch's start cost the loop beyond a steady step: the median of the "
         "unprofiled steps in which a loader iterator started, less the median of the others "
-        "(the last epoch's workers shut down, the new ones forked, their first batches)"),
+        "(the last epoch's workers shut down, the new ones forked, their first batches), "
+        "each less its dataloader_epoch_gap_ms"),
+    "dataloader_epoch_gap_ms": (
+        "ms", "the loop's own work in those steps from the loader's last iterator running out "
+        "to the new one's iter() (an evaluation, a checkpoint between epochs), their median: "
+        "no loader change saves it; 0 where the loop made the next iterator at once"),
     "dataloader_epoch_after_ms": (
         "ms", "what the steps just after an epoch's start cost beyond a steady step, summed: "
         "one step for each worker started (each hands over its first batch in them), the "
@@ -395,7 +400,8 @@ def _steady_share(free: list[dict[str, Any]]) -> float | None:
 
 def _epoch_metrics(free: list[dict[str, Any]], cap: Mapping[str, Any]) -> dict[str, object]:
     """The steady steps' mean and an epoch's start beyond a steady step
-    (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``), and the steps just
+    (``step_time_steady_mean_ms``, ``dataloader_epoch_boundary_ms``, the loop's own work
+    between epochs apart: ``dataloader_epoch_gap_ms``), and the steps just
     after the start beyond it (:func:`_after_start_ms`), where the unprofiled steps hold
     both kinds (the clock's ``loader_starts`` column); {} otherwise."""
     split = _by_starts(free)
@@ -403,9 +409,12 @@ def _epoch_metrics(free: list[dict[str, Any]], cap: Mapping[str, Any]) -> dict[s
         return {}
     steady, boundary = split
     mid = statistics.median(float(r["ms"]) for r in steady)
+    gaps = [as_number(r.get("epoch_gap_ms"), finite=False) or 0.0 for r in boundary]
     return {"step_time_steady_mean_ms": round(StepMeans(steady)("ms") or 0.0, 3),
             "dataloader_epoch_boundary_ms": round(max(statistics.median(
-                float(r["ms"]) for r in boundary) - mid, 0.0), 3),
+                float(r["ms"]) - g for r, g in zip(boundary, gaps, strict=True)) - mid,
+                0.0), 3),
+            "dataloader_epoch_gap_ms": round(statistics.median(gaps), 3),
             "dataloader_epoch_after_ms": _after_start_ms(cap, mid)}
 
 
