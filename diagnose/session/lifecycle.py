@@ -195,12 +195,12 @@ class Session:
         return self._steps.seen
 
     def step(self) -> None:
-        """Mark a step boundary yourself (call it once per step, at the end of the step).
-
-        From the first call on, the automatic boundaries (optimizers, batches, model
-        calls) are off.
-        """
-        if self._entered and not self._closed:
+        """Mark a step boundary yourself, once per step at its end; from the first call on,
+        the automatic boundaries (optimizers, batches, model calls) are off."""
+        if not self._entered:
+            warnings.warn("d.step() before `with diagnose(...) as d:` marks nothing: the "
+                          "session times the loop inside the with block", RuntimeWarning, 2)
+        elif not self._closed:
             (self._hooks.manual if self._hooks is not None else self._steps.manual)()
 
     def autofix(self, **kwargs: Any) -> Any:

@@ -66,6 +66,22 @@ def test_d_step_needs_no_help(tmp_path: Path) -> None:
     assert d.done and d.step_mode == "manual" and d.untold is None
 
 
+def test_d_step_before_the_block_says_it_marks_nothing(tmp_path: Path) -> None:
+    """d.step() on a session not yet entered (the with block forgotten) warns; after the
+    block it is quiet: a loop that goes on training past the session is no mistake."""
+    d = diagnose(out_dir=tmp_path, print_report=False, analyze=False, **QUICK)
+    with pytest.warns(RuntimeWarning, match="before `with diagnose"):
+        d.step()
+    with d:
+        w = torch.zeros(8, 1, requires_grad=True)
+        while not d.done:
+            (torch.randn(16, 8) @ w).sum().backward()
+            d.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d.step()
+
+
 def test_torchs_warnings_show_once_a_run(tmp_path: Path) -> None:
     """torch's "This DataLoader will create N worker processes" check, run each epoch
     (here without starting workers), with the warnings filters changed in between (each
