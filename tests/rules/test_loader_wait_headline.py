@@ -49,3 +49,16 @@ def test_in001_leads_with_the_figure_its_grade_reads() -> None:
     (f,) = evaluate(rules, {**saved, **graded_wait(saved)})[0]
     assert f.message == ("65.8% of step time waiting on DataLoader (19.6 ms of the mean 29.8 ms "
                          "step under the profiler)")
+
+
+def test_in001_offers_persistent_workers_only_where_its_wait_holds_the_epochs_starts() -> None:
+    """A new user's capture read IN001's steady wait (the steps that began no epoch) and led
+    it with persistent workers, which save only the starts it left out (IN005's). Where the
+    figure is the window's or the clock's whole (a saved trace), the starts are in it."""
+    rules = [r for r in builtin_rules() if r.id == "IN001"]
+    (f,) = evaluate(rules, {**RUN, **graded_wait(RUN)})[0]
+    assert "persistent_workers" not in f.fixes and "num_workers" in f.fixes
+    saved = {"dataloader_share": 0.658, "dataloader_wait_ms_per_step": 19.6,
+             "step_time_mean_ms": 29.76, "dataloader_multiprocess": True}
+    (f,) = evaluate(rules, {**saved, **graded_wait(saved)})[0]
+    assert "persistent_workers" in f.fixes
