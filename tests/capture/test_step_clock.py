@@ -230,6 +230,12 @@ def test_the_loops_work_between_epochs_is_not_the_epochs_start() -> None:
     m = context_metrics({"capture": cap})
     assert m["dataloader_epoch_boundary_ms"] == pytest.approx(89.0)
     assert m["dataloader_epoch_gap_ms"] == pytest.approx(40.0)
+    # 10 batches an epoch with 2 workers: the start, 8.9 ms a step, over the mean step with
+    # the gap's 4.0 ms in it
+    m = context_metrics({"capture": cap, "dataloader": {
+        "num_workers": 2, "persistent_workers": False, "len": 10}})
+    assert m["dataloader_epoch_start_share"] == pytest.approx(8.9 / (11.0 + 8.9 + 4.0),
+                                                               abs=1e-4)
     del cap["step_clock"]["epoch_gap_ms"]  # a clock from before the column: all of it
     assert context_metrics({"capture": cap})["dataloader_epoch_boundary_ms"] == \
         pytest.approx(129.0)

@@ -129,7 +129,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "persistent); None without workers, with persistent ones, or where the clock saw "
         "no epoch start"),
     "dataloader_epoch_start_share": (
-        "fraction", "dataloader_epoch_start_per_step_ms / (the steady unprofiled step + it): "
+        "fraction", "dataloader_epoch_start_per_step_ms / (the steady unprofiled step + it + "
+        "the loop's work between epochs a step, dataloader_epoch_gap_ms / the epoch's steps): "
         "the share of the job's mean step its epochs' starts cost, by the clock's steps "
         "(whether or not the profiled window held one)"),
 }
@@ -203,10 +204,10 @@ def epoch_start_metrics(out: dict[str, object]) -> dict[str, object]:
         return {}
     start = boundary + (as_number(out.get("dataloader_epoch_after_ms")) or 0.0)
     per_step = start / n
+    mean = steady + per_step + (as_number(out.get("dataloader_epoch_gap_ms")) or 0.0) / n
     return {"dataloader_epoch_start_ms": round(start, 3),
             "dataloader_epoch_start_per_step_ms": round(per_step, 4),
-            "dataloader_epoch_start_share": round(per_step / (steady + per_step), 4)
-            if steady + per_step > 0 else None}
+            "dataloader_epoch_start_share": round(per_step / mean, 4) if mean > 0 else None}
 
 
 def input_by_cause(cap: Any, loader: Any) -> dict[str, object]:
