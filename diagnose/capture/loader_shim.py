@@ -96,9 +96,9 @@ def unwrap(loader: Any) -> tuple[Any, str | None]:
 
 def made_alike(dl: Any, loader: Any) -> bool:
     """``dl`` is another DataLoader made as ``loader`` was, as a loop that makes its loader
-    again each epoch makes it (the hook asks this of DataLoaders made inside the session): over the same dataset (the object, or one of its class and
-    length: a dataset made again too), with the same batch size, sampler class and
-    worker count. A validation loader differs in its dataset, or in its sampler (no
+    again each epoch makes it (the hook asks this of DataLoaders made inside the
+    session): over the same dataset (the object, or one of its class and length: a
+    dataset made again too), with the same batch size, sampler class and worker count. A validation loader differs in its dataset, or in its sampler (no
     shuffle) or batch size."""
     if dl is loader or type(dl) is not type(loader):
         return False
@@ -147,10 +147,8 @@ class LoaderHook:
     loader_iter: Any = None
     started: weakref.WeakKeyDictionary[Any, tuple[float, float]] = field(
         default_factory=weakref.WeakKeyDictionary)
-    remade: weakref.WeakKeyDictionary[Any, bool] = field(
-        default_factory=weakref.WeakKeyDictionary)
+    remade: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     made: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
-    others: int = 0  # batches other loaders handed out
     loader_init: Any = None  # DataLoader.__init__ as it was
     _wrapped: list[tuple[weakref.ReferenceType[Any], Any]] = field(default_factory=list)
     _seen: weakref.WeakKeyDictionary[Any, bool] = field(
@@ -232,7 +230,6 @@ def install(loader: Any, on_next: Callable[[Any], None],
         if getattr(it, "_index_sampler", None) is not index_sampler and it not in remade:
             # another loader's batch (a validation pass): marked, so that the trace's
             # DataLoader wait is the training loader's alone
-            hook.others += 1
             if on_other is not None:
                 on_other(it)
             with record_function(OTHER_LOADER):
@@ -265,7 +262,7 @@ def install(loader: Any, on_next: Callable[[Any], None],
         with contextlib.suppress(TypeError):  # not weak-referenceable: not timed
             hook.started[it] = (t0, time.perf_counter() - t0)
             if again:
-                remade[it] = True
+                remade.add(it)
         return it
 
     orig_init: Callable[..., None] = DataLoader.__init__

@@ -51,6 +51,7 @@ class Hooks:
         # another loader's batches pulled between two of the given one's (a zip of loaders):
         # the steps that had some, the given loader's batches, the most workers of another
         self._beside, self._pulls, self._other_since, self._other_most = 0, 0, False, 0
+        self._others = 0  # other loaders' batches in all
         self._other_seen: weakref.WeakSet[Any] = weakref.WeakSet()
         self.timers: list[ForwardTimer] = []
         self.model_hooks: ModelHooks | None = None
@@ -159,6 +160,7 @@ class Hooks:
     def _on_other(self, it: Any) -> None:
         """Another loader's iterator ``it`` hands out a batch."""
         self._other_since = True
+        self._others += 1
         with contextlib.suppress(TypeError):  # not weak-referenceable: its workers unknown
             if it not in self._other_seen:
                 self._other_seen.add(it)
@@ -243,10 +245,10 @@ class Hooks:
             self.gc.remove()
             self.gc = None
         if self.loader_hook is not None:
-            if not self.steps.batches and self.loader_hook.others:
+            if not self.steps.batches and self._others:
                 self._notes.append(
                     f"the loader given handed out no batch while other DataLoaders handed "
-                    f"out {self.loader_hook.others}: the loop iterates another loader, so "
+                    f"out {self._others}: the loop iterates another loader, so "
                     "the DataLoader wait is not timed and the input rules are not "
                     "evaluated; give diagnose() the loader the training loop iterates")
             elif self._pulls >= 4 and self._beside >= self._pulls / 2:
