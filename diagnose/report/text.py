@@ -96,7 +96,8 @@ PROBE_WORDS = {
     "threads_in_loop": "the loop's steps on one thread",
     "cpu_autocast": "the compute without CPU autocast",
     "fork_copy": "the compute after a fork", "optimizer_step": "the optimizer's step alone",
-    "fork_copy_in_loop": "the loop's steps after a fork"}
+    "fork_copy_in_loop": "the loop's steps after a fork",
+    "threads_spin": "torch's threads' spin after an op"}
 
 
 def _probe_words(each: str) -> str:

@@ -44,6 +44,7 @@ class Facts:
     threads_one_thread_ratio_min: float | None = None  # the least of its timings (busier)
     threads_noise_rel: float | None = None  # that timing's rounds' relative noise
     threads_loop_ratio: float | None = None  # the same of the loop's own steps (whole work)
+    threads_spin_ms: float | None = None  # CPU ms an idle pool thread spins after an op
     model_work_quiet_ms: float | None = None  # forward+backward on torch's threads, quiet
     model_work_one_thread_ms: float | None = None  # the same on one thread, quiet
     forward_calls_unprofiled: int | None = None  # forward calls a timed step made

@@ -164,7 +164,12 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
     - with many threads, torch's ops wait only while more workers are busy than the threads
       leave CPUs: ``slow`` weighed by that share (:func:`contended`). Without ``weigh`` (a
       run oversubscribed now whose workers' busy share was not measured, freed by the whole
-      rule in :func:`free_contention`) ``slow`` holds whole."""
+      rule in :func:`free_contention`) ``slow`` holds whole;
+    - with many threads, torch's threads stay runnable past the main thread's work: an idle
+      pool thread spins for the CPU time the session measured (``threads_spin_ms``) before
+      it sleeps, and the main thread spins as long at an op's end in the share of the step
+      its ops wait for a descheduled partner (:func:`contended`); the spin counts in u at
+      the pace the CPUs are shared (x the workers' factor)."""
     main = g.res == g.main
     if g.n_steps:
         fb = model_ops(g)
@@ -175,6 +180,7 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
         model = other = launch = 0.0
     given = cpu_capacity(facts) or cpus
     at_once = max(1, min(k, cpus))
+    spin = (facts.threads_spin_ms or 0.0) * 1e3 if threads > 1 else 0.0  # us
     u, share, mine, making, ops_slow = 1.0, 1.0, 1.0, 1.0, slow
     a, last = FIXED_POINT_DAMPING, -1.0
     for _ in range(FIXED_POINT_ROUNDS):  # a fixed point: the shares set the step, it u and m
@@ -189,7 +195,10 @@ def worker_share(g: Graph, facts: Facts, slow: float, cost: float, hand_over: fl
         if step <= 0:
             break
         was = (u, making)
-        u = (1 - a) * u + a * min(1.0, ops * mine / step)
+        # the pool's threads spin in the main thread's idle spells; the main thread too, in
+        # the share of the step its ops wait for a descheduled partner
+        spun = spin * share * (threads - 1 + contended(busy, making, cpus, threads)) / threads
+        u = (1 - a) * u + a * min(1.0, (ops * mine + spun) / step)
         making = (1 - a) * making + a * min(1.0, (cost * share + side) / at_once / step)
         if threads > 1 and weigh:
             ops_slow = 1.0 + (slow - 1.0) * contended(busy, making, cpus, threads)

@@ -104,3 +104,33 @@ def test_workers_that_make_a_batch_in_a_sliver_of_the_step_barely_slow_torchs_op
     _, _, busy_all = host.worker_share(g, facts, slow=2.0, cost=8000.0, hand_over=50.0,
                                        side=20.0, k=2, busy=2, threads=2, cpus=2)
     assert busy_all == pytest.approx(2.0)
+
+
+def test_torchs_spinning_threads_take_cpus_the_workers_need(tmp_path):
+    """A step that waits most of its time: 3 ms of ops, 2 workers each making a 40 ms batch
+    beside torch's 2 threads on 2 CPUs. Threads that sleep as the op ends leave the workers
+    near full speed; threads that spin 8 ms of CPU past each op (GNU OpenMP's default) hold
+    a CPU through much of the wait, and the workers' batches take longer. One thread has no
+    pool to spin: the spin changes nothing there."""
+    from tests import tracebuilder as tb
+
+    b = tb.TraceBuilder(device=None)
+    for _ in range(5):
+        with b.step():
+            b.dataloader(100)
+            b.cpu(3000, "aten::addmm")
+    g = _model(b, tmp_path).graph
+    asleep = Facts(cpu_count=2, dataloader_num_workers=0, torch_num_threads=2,
+                   threads_spin_ms=0.0)
+    spinning = asleep.replace(threads_spin_ms=8.0)
+    kw = dict(slow=2.0, cost=40_000.0, hand_over=50.0, side=20.0, k=2, busy=2, cpus=2)
+    quiet, *_ = host.worker_share(g, asleep, threads=2, **kw)
+    spun, *_ = host.worker_share(g, spinning, threads=2, **kw)
+    assert quiet < 1.3  # the ops (slowed 2x) hold the CPUs a part of the ~25 ms step
+    assert spun > quiet + 0.2  # 8 ms of spin in a ~25 ms step, at least one thread's
+    assert spun <= 2.0
+    assert host.worker_share(g, spinning, threads=1, **kw) == \
+        host.worker_share(g, asleep, threads=1, **kw)
+    # unknown (a saved capture before the timing): as none
+    assert host.worker_share(g, asleep.replace(threads_spin_ms=None), threads=2, **kw) == \
+        host.worker_share(g, asleep, threads=2, **kw)

@@ -15,6 +15,7 @@ thread count, no child process left). Each gives None where it does not apply.
 - :mod:`.handover`: receiving a batch from a worker; a worker's start and stop
 - :mod:`.fork_copy`: the memory a step writes, copied after its workers' fork
 - :mod:`.send`: what sending its batches costs a worker
+- :mod:`.spin`: how long torch's idle threads spin after an op before they sleep
 - :mod:`.settle`: the DataLoader's live workers left to fall idle first
 - :mod:`.budget`: the probes' share of the capture's wall time, spent in order of need
 """
@@ -26,6 +27,7 @@ from .handover import holds_device_tensors, time_worker_handover
 from .inprocess import time_inprocess_batch
 from .send import time_worker_send
 from .settle import wait_workers_idle
+from .spin import time_spin
 from .thread_timings import agreeing_threads, joined_threads, threads_ratio_span
 from .worker_batch import paired_medians, time_batches_in_turn, time_worker_batches
 
@@ -47,4 +49,5 @@ __all__ = [
     "time_worker_batches",
     "time_worker_handover",
     "time_worker_send",
+    "time_spin",
 ]

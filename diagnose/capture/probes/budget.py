@@ -63,7 +63,7 @@ OTHERS_CPUS = 0.5
 #: the probes after the loop, by the names they state their time under (``probes_ms``)
 PROBES = ("workers_idle", "fetches", "work_after_fetch", "batches_in_turn", "inprocess_batch",
           "cpu_capacity", "worker_handover", "threads", "fork_copy", "worker_send",
-          "worker_batches", "optimizer_step")
+          "worker_batches", "optimizer_step", "threads_spin")
 
 
 def _num(x: Any) -> float | None:

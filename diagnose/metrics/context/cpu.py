@@ -90,6 +90,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "(forward_contention, where above 1; at most 1, threads_one_thread_ratio itself); "
         "what one thread saves of the loop's ops where other processes held CPUs (CF008); "
         "None where the contention was not measured or no CPU was left"),
+    "threads_spin_ms": (
+        "ms", "the CPU time one of torch's idle intra-op threads spins after a parallel op "
+        "before it sleeps (GNU OpenMP's spin-wait; near 0 with OMP_WAIT_POLICY=PASSIVE): "
+        "the median over a few rounds of the process's CPU time in a sleep just after an "
+        "op, per pool thread; timed after the loop, for a CPU model with a DataLoader on "
+        "two threads or more; beside busy workers these spins hold CPUs the workers need"),
     "optimizer_quiet_ms": (
         "ms", "the loop's optimizers' step() timed alone after the loop on copies of their "
         "parameters, gradients and state, on torch's threads (median of its rounds; where "
@@ -119,6 +125,8 @@ def cpu_metrics(ctx: dict[str, Any], m: dict[str, object]) -> dict[str, object]:
     out.update(_forward_metrics(m, ctx.get("threads")))
     out["threads_one_thread_loop_ratio"] = _one_thread_in_loop(out, m)
     out["optimizer_values_outside_models"] = _outside_values(ctx)
+    spin = as_number(ctx.get("threads_spin_ms"))
+    out["threads_spin_ms"] = spin if spin is not None and spin >= 0 else None
     opt = ctx.get("optimizer_quiet")
     quiet = as_number(opt.get("step_ms")) if isinstance(opt, dict) else None
     out["optimizer_quiet_ms"] = quiet if quiet is not None and quiet > 0 else None
