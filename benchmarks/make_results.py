@@ -55,6 +55,12 @@ class Bench:
 
 
 # ---------------------------------------------------------------------- condensing
+def _no_rounds(line: str) -> str:
+    """A threads_spin.py row without its rounds' own figures (the results file has them)."""
+    line = re.sub(r"\s+(?:\d+\.\d+ ){2,}\d+\.\d+(?=\s{2,})", "  ", line)
+    return re.sub(r"\s{2,}", ", ", line.strip(), count=1).replace("  ", " ")
+
+
 #: a predict_vs_measured row: job, finding, fix, ..., predicted, measured [CI], ratio, verdict
 _PVM = re.compile(r"^(\S+)\s+([A-Z]{2}\d{3})\s+(\S+)\s+.*?\s(\d+\.\d+x)\s+"
                   r"(\d+\.\d+x \[[^\]]+\])\s+(\d+\.\d+)\s+(within 15%|OFF)\s*$")
@@ -278,6 +284,12 @@ BENCHMARKS: dict[str, Bench] = {
         "The job's loop for each (workers, threads) split, no profiler: its wait, compute and "
         "batch making, beside a session's timings.",
         (r"^workers threads", r"^\s+\d+\s+\d+\s"), 4),
+    "threads_spin": Bench(
+        "torch's idle threads spinning beside new workers",
+        ["benchmarks/threads_spin.py", "--rounds", "7", "--captures", "3"],
+        "A job whose step waits ~90% for an in-process loader (not a corpus job): three "
+        "captures' predictions, then each fix timed in interleaved rounds, paired by round.",
+        (r"^num_workers",), 3, _no_rounds, "fix: predicted [range], measured [rounds' least, most]"),
     "work_after_fetch": Bench(
         "The model's compute after each kind of fetch (tensor_rows)",
         ["benchmarks/work_after_fetch.py", "--runs", "2"],
