@@ -339,7 +339,10 @@ def _findings_table(report: Analysis, detail: bool = True) -> Table:
 
 def _gain(share: float, bound: bool) -> str:
     """A finding's time at stake as its column shows it: ``≤ 38%`` where it is what a fix
-    saves at most (a prediction), ``~ 66%`` where it is the rule's own estimate."""
+    saves at most (a prediction), ``~ 66%`` where it is the rule's own estimate; ``none``
+    where no fix is predicted to save any (under half a percent)."""
+    if bound and round(share, 2) <= 0:
+        return "none"
     return f"{'≤' if bound else '~'} {share:.0%}"
 
 

@@ -125,20 +125,21 @@ def test_the_dataloader_line_says_what_the_workers_cost_the_cpus() -> None:
 def test_a_finding_graded_down_to_info_says_why_and_shows_its_zero() -> None:
     """A new user's in-process loader: "35.0% of step time waiting on DataLoader", info,
     with an empty gain cell; why (no fix saves any of it) was left to ``-v``. The short
-    report shows an info finding's grading-down reason and a share of 0 as "≤ 0%"."""
+    report shows an info finding's grading-down reason, and a share of 0 as "none" (a
+    trial's user read "≤ 0%" beside "10.9% waiting" as a contradiction)."""
     same = Prediction({"num_workers": 2}, 32.1, 1.0, (28.0, 36.0), 32.1)
     f = Finding("IN001", "input", "warning", "IN001 title", "35.0% waiting", {},
                 ["num_workers"], 0.35, hints=["why IN001"], predictions={"num_workers": same})
     f.take_gain(0.0, change=same.change)
     assert f.severity == "info"
     short = _table([f], detail=False)
-    assert _gains(short) == {"IN001": "≤ 0%"}
+    assert _gains(short) == {"IN001": "none"}
     assert "graded down from warning" in short and "why IN001" not in short
 
 
 def test_the_html_and_tensorboard_words_for_nothing_at_stake() -> None:
     """The HTML and the TensorBoard tab say a share of 0 a prediction set in words, as the
-    terminal shows "≤ 0%": not "could save up to 0%"."""
+    terminal shows "none": not "could save up to 0%"."""
     from diagnose.report.markup import gain_words
     from diagnose.values import a_type
 
