@@ -62,3 +62,27 @@ def test_in001_offers_persistent_workers_only_where_its_wait_holds_the_epochs_st
              "step_time_mean_ms": 29.76, "dataloader_multiprocess": True}
     (f,) = evaluate(rules, {**saved, **graded_wait(saved)})[0]
     assert "persistent_workers" in f.fixes
+
+
+def test_in001_names_torchs_spinning_threads_where_they_hold_every_cpu():
+    """An in-process loader waited on 88% of the step, torch on 2 threads on 2 CPUs whose
+    idle threads spin 7.3 ms after each op: IN001 says the workers it offers will share the
+    CPUs with the spin, and how to give it back. Told not to spin (PASSIVE: 0.05 ms), on
+    fewer threads than CPUs, or not timed: no such hint."""
+    from diagnose.rules.engine import evaluate, load_rules
+
+    in001 = [r for r in load_rules() if r.id == "IN001"]
+    m = {"dataloader_share": 0.88, "dataloader_wait_steady_share": 0.89,
+         "dataloader_wait_unprofiled_share": 0.89, "dataloader_multiprocess": False,
+         "dataloader_num_workers": 0, "cpu_count": 2, "torch_num_threads": 2,
+         "threads_spin_ms": 7.3}
+
+    def spin_hints(**change):
+        (f,), _ = evaluate(in001, {**m, **change})
+        return [h for h in f.hints if "spin" in h]
+
+    (hint,) = spin_hints()
+    assert "spin 7.3 ms of CPU after each op" in hint and "OMP_WAIT_POLICY=PASSIVE" in hint
+    assert spin_hints(threads_spin_ms=0.05) == []
+    assert spin_hints(threads_spin_ms=None) == []
+    assert spin_hints(cpu_count=8) == []
