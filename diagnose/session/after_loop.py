@@ -192,8 +192,9 @@ def time_after_loop(ctx: dict[str, Any], *, model: Any, loader: Any,
     in_loop = looped is not None and looped["ratio"] is not None
     if forward is not None and loaded:  # a CPU model's (the threads split's, the workers'
         _time_threads(ctx, model, forward, budget, on_error, others, in_loop, calls)
-        ctx["threads_spin_ms"] = _guard("threads' spin timing", on_error, lambda: budget.run(
-            "threads_spin", time_spin))
+        if on_cpu(model):  # torch's threads run a CPU model's ops alone
+            ctx["threads_spin_ms"] = _guard("threads' spin timing", on_error,
+                                            lambda: budget.run("threads_spin", time_spin))
     elif forward is not None and threads_short(ctx, clock, others_cpus):  # CF008's
         ctx["threads"] = _thread_timing(model, forward, others, budget, on_error, calls=calls)
     elif forward is not None:

@@ -53,6 +53,7 @@ def run(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[str]]:
     monkeypatch.setattr(al, "time_work_after_fetches", probe("work_after_fetch", {"ratio": 1.1}))
     monkeypatch.setattr(al, "time_worker_batches", probe("worker_batches", (9.0, 2.0)))
     monkeypatch.setattr(al, "wait_workers_idle", probe("workers_idle", 0.06))
+    monkeypatch.setattr(al, "time_spin", probe("threads_spin", 6.5))
     monkeypatch.setattr(al, "usable_cpus", lambda: 2)
     return clock, ran
 
@@ -337,3 +338,31 @@ def test_a_loop_under_cpu_autocast_gets_the_fp32_timing_with_or_without_a_loader
     al.time_after_loop(ctx, model=object(), loader=None, forward=Forward(),  # type: ignore[arg-type]
                        batch=None, on_error=_errors, budget=ProbeBudget(1.0, 0.0))
     assert ran == ["cpu_autocast"] and ctx["cpu_autocast"] == timed
+
+
+def test_the_threads_spin_is_timed_after_the_threads_for_a_cpu_model_alone(
+        run: tuple[FakeClock, list[str]]) -> None:
+    """A CPU model with a loader: its idle threads' spin is timed right after the threads
+    and lands in the context; a model that is not on the CPU (a GPU's: torch's threads
+    launch, they do not share the CPUs' work) is not timed for it."""
+    import torch
+
+    class Model(torch.nn.Module):  # called as the fake forward's inputs call it: no args
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2))
+
+        def forward(self) -> torch.Tensor:
+            return self.w.sum()
+
+    clock, ran = run
+    ctx = _ctx()
+    al.time_after_loop(ctx, model=Model(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(10.0, 0.0))
+    assert ran[ran.index("threads") + 1] == "threads_spin"
+    assert ctx["threads_spin_ms"] == 6.5
+    ran.clear()
+    other = _ctx()
+    al.time_after_loop(other, model=object(), loader=object(), forward=Forward(),  # type: ignore[arg-type]
+                       batch=("x",), on_error=_errors, budget=ProbeBudget(10.0, 0.0))
+    assert "threads_spin" not in ran and "threads_spin_ms" not in other
