@@ -403,3 +403,29 @@ def test_a_bound_prediction_names_its_other_configs_as_bounds() -> None:
     assert "not advised" not in bound
     point = FIXES["threads"].code_for_change(*args)
     assert point is not None and point.endswith("torch.set_num_threads(1): 0.72x (slower: not advised)")
+
+
+def test_a_loops_generator_moves_to_one_worker_that_yields_its_batches_in_order() -> None:
+    """IN007's code runs the loop's own generator in one DataLoader worker: a trial's two
+    workers each ran a copy (every batch twice an epoch) and measured 0.75x beside torch's
+    threads on every CPU. One real worker, as the code writes it, yields the generator's
+    batches, each once, in order."""
+    import torch
+    from torch.utils.data import IterableDataset
+
+    from diagnose.fixes import FIXES
+
+    code = FIXES["loop_batches_in_workers"].code
+    assert "num_workers=1," in code and "num_workers=2" not in code
+
+    def batches():
+        for i in range(6):
+            yield torch.full((2,), float(i)), i
+
+    class Batches(IterableDataset):
+        def __iter__(self):
+            return batches()
+
+    loader = DataLoader(Batches(), batch_size=None, num_workers=1, persistent_workers=True)
+    got = [(x.tolist(), int(y)) for x, y in loader]
+    assert got == [([float(i)] * 2, i) for i in range(6)]

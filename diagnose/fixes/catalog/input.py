@@ -35,12 +35,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 class Batches(IterableDataset):
     def __iter__(self):
-        # each worker runs its own copy: torch seeds each worker's torch, random and numpy
-        # generators apart, so random batches differ; one that walks fixed data must take
-        # its own share (get_worker_info().id of .num_workers), or workers repeat batches
         return batches()
 
-loader = DataLoader(Batches(), batch_size=None, num_workers=2, persistent_workers=True)
+# one worker runs the generator as the loop did: the same batches, in order. More workers
+# each run a copy of their own: one that walks fixed data must then take its own share
+# (get_worker_info().id of .num_workers), or every batch comes once a worker
+loader = DataLoader(Batches(), batch_size=None, num_workers=1, persistent_workers=True)
 for x, y in loader:
     ...
 """, category="input")
