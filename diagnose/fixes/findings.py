@@ -21,7 +21,7 @@ from ..stepmodel.facts import Facts
 from ..stepmodel.prediction import CANNOT_TELL, Prediction, Predictor
 from ..stepmodel.transforms import AT_MOST, as_transform
 from .config import TrainConfig
-from .unit import Fix
+from .unit import Fix, setting_words
 
 _SEVERITIES = ("info", "warning", "critical")  # engine.SEVERITIES (a layer above)
 #: how :func:`predict_findings` begins the reason of a fix that does not apply to the run
@@ -242,7 +242,7 @@ def _order(f: Any, preds: dict[str, Prediction | str], off: list[str],
     for x in slower:
         p = preds[x]
         assert isinstance(p, Prediction)
-        what = ", ".join(f"{k}={v}" for k, v in p.change.items())
+        what = ", ".join(setting_words(k, v) for k, v in p.change.items())
         # named by its title: an id alone ("threads") reads as a setting, and an id before
         # the title ("threads, split the CPUs ...") as a stray word
         named = titles[x] if titles and titles.get(x) else x

@@ -63,7 +63,7 @@ SEARCH_CLIMB = "climb"
 SEARCH_DESCEND = "descend"
 
 
-def _setting(field: str, value: Any) -> str:
+def setting_words(field: str, value: Any) -> str:
     """A config's setting as the user writes it: torch's thread count as its call, a loader
     argument as ``name=value`` (a new user read ``intra_op_threads=1``, no torch API)."""
     return f"torch.set_num_threads({value})" if field == "intra_op_threads" else f"{field}={value}"
@@ -205,7 +205,7 @@ class Fix:
             return None
         code = exact_change(setup, config, after, "the change predicted below, for this "
                             "machine's CPUs (measure both ways)")
-        rest = [f"{', '.join(_setting(k, v) for k, v in c)}: {'at least ' if at_least else ''}"
+        rest = [f"{', '.join(setting_words(k, v) for k, v in c)}: {'at least ' if at_least else ''}"
                 f"{sp:.2f}x" + (" (slower: not advised)" if round(sp, 2) < 1.0 and not at_least
                                     else "")
                 for c, sp in sorted(others, key=lambda o: -o[1])  # fastest first
@@ -313,4 +313,4 @@ def registry(fixes: Iterable[Fix]) -> dict[str, Fix]:
 
 
 __all__ = ["CANNOT_TELL", "SEARCH_CLIMB", "SEARCH_DESCEND", "SEARCH_EACH", "TIE", "Facts", "Fix",
-           "Transform", "cannot_tell", "registry"]
+           "Transform", "cannot_tell", "registry", "setting_words"]

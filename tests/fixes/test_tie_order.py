@@ -357,14 +357,16 @@ def test_a_config_that_does_not_help_never_ties_with_one_that_does() -> None:
 def test_a_slower_fix_is_named_with_its_title() -> None:
     """A new user read "threads (num_workers=2, intra_op_threads=1): predicted 0.71x" under
     a cap of workers as that cap costed with one thread, and another "threads, split the
-    CPUs ..." as a stray word: the hint names the fix by its title alone."""
+    CPUs ..." as a stray word: the hint names the fix by its title alone. Its change reads
+    as the fix's code writes it (torch.set_num_threads, not intra_op_threads: a trial saw
+    both names for one setting)."""
     f = _Finding(["num_workers_cap", "threads"])
     _order(f, {"num_workers_cap": _p({"num_workers": 0}, 1.14),
                "threads": _p({"num_workers": 2, "intra_op_threads": 1}, 0.71)}, [],
            {"threads": "Split the CPUs between torch's threads and the loader's workers"})
     assert f.fixes == ["num_workers_cap", "threads"]
     assert f.hints == ["Not offered: Split the CPUs between torch's threads and the "
-                       "loader's workers (num_workers=2, intra_op_threads=1), predicted 0.71x "
+                       "loader's workers (num_workers=2, torch.set_num_threads(1)), predicted 0.71x "
                        "(10.0 -> 14.1 ms): slower"]
 
 
