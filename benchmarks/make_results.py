@@ -287,9 +287,8 @@ BENCHMARKS: dict[str, Bench] = {
     "threads_spin": Bench(
         "torch's idle threads spinning beside new workers",
         ["benchmarks/threads_spin.py", "--rounds", "7", "--captures", "3"],
-        "A job whose step waits ~90% for an in-process loader (not a corpus job): three "
-        "captures' predictions, then each fix timed in interleaved rounds, paired by round.",
-        (r"^num_workers",), 3, _no_rounds, "fix: predicted [range], measured [rounds' least, most]"),
+        "A job waiting on its in-process loader; paired rounds.",
+        (r"^num_workers",), 2, _no_rounds),
     "work_after_fetch": Bench(
         "The model's compute after each kind of fetch (tensor_rows)",
         ["benchmarks/work_after_fetch.py", "--runs", "2"],
